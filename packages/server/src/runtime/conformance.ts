@@ -1,0 +1,161 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { isSandboxdError, type ErrorKind } from '@sandboxd/protocol';
+import type { PtyProcess, RuntimeDriver, SandboxSpec } from './driver.js';
+
+/**
+ * The behaviour every RuntimeDriver must show, the in-memory fake included. Commands used
+ * here stay within a small vocabulary a fake can interpret: `echo` (with `>&2` and `> file`),
+ * `cat file`, `printenv NAME`, `pwd`, `stty size` (on a PTY), `exit N`, `sleep N`, `kill -9 $$`, `head -c N /dev/zero`.
+ */
+export interface ConformanceTarget {
+  name: string;
+  /** A fresh driver, initialised and recovered. */
+  make: () => Promise<RuntimeDriver>;
+  /** Frees everything the driver made on the host. */
+  destroy: (driver: RuntimeDriver) => Promise<void>;
+  /** An image the driver can run (e.g. `local/busybox:latest`). */
+  image: string;
+}
+
+const LIMITS = { memoryBytes: 256 * 1024 * 1024, cpus: 1, pids: 128, rootDiskBytes: 256 * 1024 * 1024 };
+
+async function rejectsWith(p: Promise<unknown>, kind: ErrorKind): Promise<void> {
+  await assert.rejects(p, (e: unknown) => {
+    assert.ok(isSandboxdError(e), `expected SandboxdError(${kind}), got ${String(e)}`);
+    assert.equal(e.kind, kind);
+    return true;
+  });
+}
+
+function waitFor(pty: PtyProcess, pattern: RegExp, timeoutMs = 5000): Promise<string> {
+  return new Promise((resolve, reject) => {
+    let seen = '';
+    const t = setTimeout(() => reject(new Error(`timed out waiting for ${pattern}; saw ${JSON.stringify(seen.slice(-300))}`)), timeoutMs);
+    pty.onData((d) => {
+      seen += d.toString();
+      if (pattern.test(seen)) { clearTimeout(t); resolve(seen); }
+    });
+  });
+}
+
+let seq = 0;
+/** A sandbox id unique to this process and test. */
+export function testId(prefix = 'conf'): string {
+  return `${prefix}_${process.pid}_${Date.now().toString(36)}_${seq++}`;
+}
+
+/** Registers the conformance suite for `target` with node's test runner. */
+export function runDriverConformance(target: ConformanceTarget): void {
+  describe(`RuntimeDriver conformance: ${target.name}`, () => {
+    let driver: RuntimeDriver;
+    const spec = (over: Partial<SandboxSpec> = {}): SandboxSpec => ({
+      id: testId(), image: target.image, env: { GREETING: 'hello', SHARED: 'sandbox' }, volumes: [], limits: LIMITS, ...over,
+    });
+    before(async () => { driver = await target.make(); });
+    after(async () => { await target.destroy(driver); });
+
+    it('creates a running sandbox that is listed and inspectable', async () => {
+      const s = await driver.create(spec());
+      assert.equal(s.state, 'running');
+      assert.match(s.address, /^\d+\.\d+\.\d+\.\d+$/);
+      assert.match(s.imageDigest, /^sha256:[0-9a-f]{64}$/);
+      assert.ok((await driver.list()).some((x) => x.id === s.id));
+      assert.equal((await driver.inspect(s.id))?.state, 'running');
+      await driver.delete(s.id);
+    });
+
+    it('rejects an unknown image, a taken id and a bad mount path', async () => {
+      await rejectsWith(driver.create(spec({ image: 'local/no-such-image:latest' })), 'template_not_found');
+      const s = await driver.create(spec());
+      await rejectsWith(driver.create(spec({ id: s.id })), 'conflict');
+      await rejectsWith(driver.create(spec({ volumes: [{ name: `v_${seq++}`, mountPath: '/proc/x', sizeGb: 1 }] })), 'validation');
+      await driver.delete(s.id);
+    });
+
+    describe('exec', () => {
+      let id: string;
+      before(async () => { id = (await driver.create(spec())).id; });
+      after(async () => { await driver.delete(id); });
+
+      it('keeps stdout, stderr and exit code apart', async () => {
+        const r = await driver.exec(id, 'echo out; echo err >&2; exit 3');
+        assert.deepEqual([r.stdout, r.stderr, r.exitCode, r.truncated, r.timedOut], ['out\n', 'err\n', 3, false, false]);
+      });
+      it('gives every command the sandbox env, merged under the exec env', async () => {
+        assert.equal((await driver.exec(id, 'printenv GREETING')).stdout, 'hello\n');
+        assert.equal((await driver.exec(id, 'printenv GREETING', { env: { GREETING: 'over' } })).stdout, 'over\n');
+        assert.equal((await driver.exec(id, 'printenv SHARED', { env: { OTHER: '1' } })).stdout, 'sandbox\n');
+      });
+      it('runs in the requested working directory', async () => {
+        assert.equal((await driver.exec(id, 'pwd', { cwd: '/tmp' })).stdout, '/tmp\n');
+      });
+      it('reports 128+signal for a killed process and 124 on timeout', async () => {
+        assert.equal((await driver.exec(id, 'kill -9 $$')).exitCode, 137);
+        const r = await driver.exec(id, 'sleep 30', { timeoutMs: 300 });
+        assert.equal(r.exitCode, 124);
+        assert.equal(r.timedOut, true);
+      });
+      it('caps output and says so', async () => {
+        const r = await driver.exec(id, 'head -c 300000 /dev/zero', { maxOutputBytes: 1000 });
+        assert.equal(r.stdout.length, 1000);
+        assert.equal(r.truncated, true);
+        assert.equal(r.exitCode, 0);
+      });
+      it('starts background commands that outlive the request', async () => {
+        const { pid } = await driver.execBackground(id, 'echo bg > /tmp/bg.txt; sleep 30');
+        assert.ok(pid > 1);
+        let out = '';
+        for (let i = 0; i < 50 && out !== 'bg\n'; i++) {
+          out = (await driver.exec(id, 'cat /tmp/bg.txt')).stdout;
+          if (out !== 'bg\n') await new Promise((r) => setTimeout(r, 20));
+        }
+        assert.equal(out, 'bg\n');
+      });
+      it('runs a shell on a PTY with resize and exit code', async () => {
+        const pty = await driver.execTty(id, { argv: ['/bin/sh'], cols: 100, rows: 30 });
+        assert.ok(pty.pid > 1);
+        const exited = new Promise<{ exitCode: number; signal: string | null }>((r) => pty.onExit(r));
+        const hello = waitFor(pty, /\bhello\b/);
+        pty.write('printenv GREETING\r'); // the echo of the typed line does not contain "hello"
+        await hello;
+        pty.resize(120, 40);
+        const size = waitFor(pty, /\b40 120\b/);
+        pty.write('stty size\r');
+        await size;
+        pty.write('exit 4\r');
+        assert.deepEqual(await exited, { exitCode: 4, signal: null });
+      });
+    });
+
+    it('kill stops every process; exec then answers conflict; delete forgets it', async () => {
+      const s = await driver.create(spec());
+      await driver.kill(s.id);
+      assert.equal((await driver.inspect(s.id))?.state, 'stopped');
+      await rejectsWith(driver.exec(s.id, 'echo x'), 'conflict');
+      await driver.delete(s.id);
+      assert.equal(await driver.inspect(s.id), null);
+      await rejectsWith(driver.exec(s.id, 'echo x'), 'not_found');
+      await driver.delete(s.id); // unknown id: no-op
+    });
+
+    it('keeps named volumes across sandboxes and guards their size and deletion', async () => {
+      const name = `conf_vol_${process.pid}_${seq++}`;
+      await driver.ensureVolume(name, 1);
+      await rejectsWith(driver.ensureVolume(name, 2), 'conflict');
+      const a = await driver.create(spec({ volumes: [{ name, mountPath: '/data', sizeGb: 1 }] }));
+      const b = await driver.create(spec({ volumes: [{ name, mountPath: '/mnt/shared', sizeGb: 1 }] }));
+      assert.equal((await driver.exec(a.id, 'echo kept > /data/f.txt')).exitCode, 0);
+      assert.equal((await driver.exec(b.id, 'cat /mnt/shared/f.txt')).stdout, 'kept\n');
+      assert.deepEqual((await driver.listVolumes()).find((v) => v.name === name)?.mountedBy.sort(), [a.id, b.id].sort());
+      await rejectsWith(driver.deleteVolume(name), 'conflict');
+      await driver.delete(a.id);
+      await driver.delete(b.id);
+      const c = await driver.create(spec({ volumes: [{ name, mountPath: '/data', sizeGb: 1 }] }));
+      assert.equal((await driver.exec(c.id, 'cat /data/f.txt')).stdout, 'kept\n');
+      await driver.delete(c.id);
+      await driver.deleteVolume(name);
+      await rejectsWith(driver.deleteVolume(name), 'not_found');
+    });
+  });
+}

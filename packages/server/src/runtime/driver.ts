@@ -1,0 +1,181 @@
+/**
+ * The narrow interface between sandboxd's services and whatever runs sandboxes.
+ *
+ * A driver does runtime work only: it turns an image reference into a running, isolated,
+ * resource-limited sandbox, runs processes in it, and tears it down. Lifetimes, billing,
+ * names, owners and records live above it. Every driver passes `conformance.ts`.
+ *
+ * Errors: drivers throw `SandboxdError` from `@sandboxd/protocol` with kind
+ * `template_not_found` (unknown image), `not_found` (unknown sandbox or volume),
+ * `conflict` (wrong state, volume in use or of another size), `validation` (bad argument)
+ * or `internal` (the runtime failed; message says why, no secrets).
+ */
+
+/** Resource limits applied to one sandbox. All are enforced by the kernel. */
+export interface ResourceLimits {
+  /** Memory limit in bytes (cgroup memory.limit). */
+  memoryBytes: number;
+  /** CPU quota in cores, e.g. 1 or 0.5. */
+  cpus: number;
+  /** Maximum number of processes/threads (cgroup pids.max). */
+  pids: number;
+  /** Size cap of the writable root layer in bytes; a write past it fails with ENOSPC. */
+  rootDiskBytes: number;
+}
+
+/** A named volume mounted into a sandbox. */
+export interface VolumeMount {
+  /** Volume name, unique per driver; callers scope it (e.g. `<accountId>__<name>`). */
+  name: string;
+  /** Absolute path inside the sandbox. */
+  mountPath: string;
+  /** Size cap in GiB, 1..100; used when the volume is created. */
+  sizeGb: number;
+}
+
+/** What a sandbox is made from. Immutable once created. */
+export interface SandboxSpec {
+  /** Caller-chosen id, `^[a-z0-9_]{1,64}$`, unique among live sandboxes of this driver. */
+  id: string;
+  /** OCI image reference, e.g. `local/busybox:latest` or `127.0.0.1:5000/x:1`. */
+  image: string;
+  /** Environment for every process, layered over the image's own Env. */
+  env: Record<string, string>;
+  volumes: VolumeMount[];
+  limits: ResourceLimits;
+  /** Hostname inside the sandbox; defaults to the id. */
+  hostname?: string;
+}
+
+export type RuntimeState = 'running' | 'stopped';
+
+/** What the driver knows about one sandbox. */
+export interface RuntimeSandbox {
+  id: string;
+  image: string;
+  /** Content digest of the resolved image (`sha256:...`). */
+  imageDigest: string;
+  state: RuntimeState;
+  /** IPv4 address on the host bridge, reachable from the host (for the port proxy). */
+  address: string;
+  /** Host pid of the sandbox's init process, or 0 when not running. */
+  pid: number;
+  createdAt: Date;
+  /** Image config as resolved at create time. */
+  workingDir: string;
+  user: string;
+}
+
+export interface ExecOptions {
+  /** Merged over the sandbox env. */
+  env?: Record<string, string>;
+  /** Working directory inside the sandbox; default the image's WorkingDir, else `/`. */
+  cwd?: string;
+  /** Foreground timeout in ms; on expiry the process tree is killed and exitCode is 124. Default 60000. */
+  timeoutMs?: number;
+  /** Per-stream cap in bytes; output past it is dropped and `truncated` set. Default 1 MiB. */
+  maxOutputBytes?: number;
+}
+
+export interface ExecResult {
+  stdout: string;
+  stderr: string;
+  /** Exit code; 128 + signal for a process killed by a signal; 124 on timeout. */
+  exitCode: number;
+  truncated: boolean;
+  timedOut: boolean;
+}
+
+export interface TtyOptions {
+  /** argv of the process, e.g. `['/bin/bash', '-l']`. */
+  argv: string[];
+  env?: Record<string, string>;
+  cwd?: string;
+  cols: number;
+  rows: number;
+}
+
+/**
+ * A process running on a PTY inside a sandbox, inside its isolation (same namespaces,
+ * seccomp, capabilities and cgroup as every other sandbox process).
+ */
+export interface PtyProcess {
+  /** Pid of the process as seen inside the sandbox. */
+  readonly pid: number;
+  write(data: string | Uint8Array): void;
+  resize(cols: number, rows: number): void;
+  /** Output bytes; called in order. Pausing lets callers apply backpressure. */
+  onData(listener: (chunk: Buffer) => void): void;
+  /** Called once when the process has exited and all output has been delivered. */
+  onExit(listener: (exit: { exitCode: number; signal: string | null }) => void): void;
+  pause(): void;
+  resume(): void;
+  /** Sends a signal to the process (default SIGKILL). */
+  kill(signal?: NodeJS.Signals): void;
+}
+
+export interface ImageInfo {
+  /** The reference as given. */
+  ref: string;
+  digest: string;
+  env: Record<string, string>;
+  workingDir: string;
+  user: string;
+  sizeBytes: number;
+}
+
+export interface VolumeInfo {
+  name: string;
+  sizeGb: number;
+  /** Ids of running sandboxes that mount it. */
+  mountedBy: string[];
+}
+
+/** What `recover()` found after a restart. */
+export interface RecoveryReport {
+  adopted: string[];
+  cleaned: string[];
+}
+
+export interface RuntimeDriver {
+  /** Prepares the driver (host state, recovery is separate). Idempotent. */
+  init(): Promise<void>;
+  /**
+   * Finds every sandbox left by an earlier process: adopts the running ones and removes
+   * whatever is half made or dead. Call once after `init()`.
+   */
+  recover(): Promise<RecoveryReport>;
+
+  /** Resolves an image, pulling or building it if needed. Throws `template_not_found`. */
+  resolveImage(ref: string): Promise<ImageInfo>;
+  listImages(): Promise<ImageInfo[]>;
+
+  /**
+   * Creates and starts a sandbox; resolves once a command can run in it.
+   * On failure nothing is left behind. Throws `template_not_found`, `conflict` (id taken,
+   * or a volume exists with another size), `validation`.
+   */
+  create(spec: SandboxSpec): Promise<RuntimeSandbox>;
+  inspect(id: string): Promise<RuntimeSandbox | null>;
+  list(): Promise<RuntimeSandbox[]>;
+  /** Kills every process of the sandbox; it stays inspectable as `stopped` until deleted. */
+  kill(id: string): Promise<void>;
+  /** Kills if running and frees everything but named volumes. Unknown id: no-op. */
+  delete(id: string): Promise<void>;
+
+  /** Runs `/bin/sh -c command` in the foreground. Throws `not_found` / `conflict` (not running). */
+  exec(id: string, command: string, options?: ExecOptions): Promise<ExecResult>;
+  /** Starts `/bin/sh -c command` detached; it dies with the sandbox. Returns its in-sandbox pid. */
+  execBackground(id: string, command: string, options?: Omit<ExecOptions, 'timeoutMs' | 'maxOutputBytes'>): Promise<{ pid: number }>;
+  /** Starts a process on a new PTY. */
+  execTty(id: string, options: TtyOptions): Promise<PtyProcess>;
+
+  /** Creates the volume if missing; `conflict` if it exists with another size. */
+  ensureVolume(name: string, sizeGb: number): Promise<VolumeInfo>;
+  listVolumes(): Promise<VolumeInfo[]>;
+  /** `conflict` while mounted by a running sandbox; `not_found` if missing. */
+  deleteVolume(name: string): Promise<void>;
+
+  /** Releases driver resources held by this process (not sandboxes). */
+  close(): Promise<void>;
+}

@@ -1,0 +1,112 @@
+import type { ResourceLimits } from '../driver.js';
+import type { OciSeccomp } from './seccomp.js';
+
+/**
+ * Capabilities a sandbox's processes keep (bounding = effective = permitted). Docker's
+ * default set without NET_RAW (raw sockets, spoofing), MKNOD (device nodes) and
+ * SYS_CHROOT. All of them are confined to the sandbox's user namespace.
+ */
+export const SANDBOX_CAPABILITIES = [
+  'CAP_CHOWN', 'CAP_DAC_OVERRIDE', 'CAP_FOWNER', 'CAP_FSETID', 'CAP_KILL', 'CAP_SETGID',
+  'CAP_SETUID', 'CAP_SETPCAP', 'CAP_NET_BIND_SERVICE', 'CAP_SETFCAP', 'CAP_AUDIT_WRITE',
+];
+
+/** Paths of /proc and /sys hidden from sandboxes (as runc/podman do, plus a few more). */
+export const MASKED_PATHS = [
+  '/proc/acpi', '/proc/asound', '/proc/kcore', '/proc/keys', '/proc/latency_stats',
+  '/proc/timer_list', '/proc/timer_stats', '/proc/sched_debug', '/proc/scsi', '/proc/kallsyms',
+  '/proc/interrupts', '/proc/config.gz', '/sys/firmware', '/sys/devices/virtual/powercap',
+  '/sys/kernel', '/sys/fs/selinux', '/sys/dev/block',
+];
+export const READONLY_PATHS = [
+  '/proc/bus', '/proc/fs', '/proc/irq', '/proc/sys', '/proc/sysrq-trigger',
+];
+
+/** Size of each sandbox's uid/gid range. */
+export const ID_RANGE_SIZE = 65536;
+
+export interface BundleMount { destination: string; type: string; source: string; options: string[] }
+
+export interface BundleOptions {
+  id: string;
+  hostname: string;
+  rootfs: string;
+  /** KEY=VALUE, image env then sandbox env, already merged. */
+  env: string[];
+  limits: ResourceLimits;
+  /** Host uid/gid that sandbox uid/gid 0 maps to. */
+  uidBase: number;
+  netnsPath: string;
+  /** Host path of a static init (catatonit), bound read-only at /dev/init. */
+  initPath: string;
+  /** Host files bound read-only over /etc/hosts, /etc/hostname, /etc/resolv.conf. */
+  etcFiles: { hosts: string; hostname: string; resolv?: string };
+  /** Volume binds (sources already idmapped for this sandbox). */
+  volumes: { source: string; destination: string }[];
+  seccomp: OciSeccomp;
+  /** cgroup path relative to each hierarchy's root. */
+  cgroupsPath: string;
+}
+
+/**
+ * The OCI runtime config of a sandbox: its own pid, mount, uts, ipc, cgroup, network and
+ * user namespaces; catatonit as PID 1 in pause mode; seccomp; a reduced capability set;
+ * no_new_privs; masked and read-only /proc and /sys paths; memory, CPU and pid limits.
+ */
+export function buildOciConfig(o: BundleOptions): Record<string, unknown> {
+  const caps = SANDBOX_CAPABILITIES;
+  const ro = ['rbind', 'ro', 'nosuid', 'nodev', 'noexec'];
+  const mounts: BundleMount[] = [
+    { destination: '/proc', type: 'proc', source: 'proc', options: ['nosuid', 'noexec', 'nodev'] },
+    { destination: '/dev', type: 'tmpfs', source: 'tmpfs', options: ['nosuid', 'strictatime', 'mode=755', 'size=65536k'] },
+    { destination: '/dev/pts', type: 'devpts', source: 'devpts', options: ['nosuid', 'noexec', 'newinstance', 'ptmxmode=0666', 'mode=0620'] },
+    { destination: '/dev/shm', type: 'tmpfs', source: 'shm', options: ['nosuid', 'noexec', 'nodev', 'mode=1777', 'size=65536k'] },
+    { destination: '/dev/mqueue', type: 'mqueue', source: 'mqueue', options: ['nosuid', 'noexec', 'nodev'] },
+    { destination: '/sys', type: 'sysfs', source: 'sysfs', options: ['nosuid', 'noexec', 'nodev', 'ro'] },
+    { destination: '/sys/fs/cgroup', type: 'cgroup', source: 'cgroup', options: ['nosuid', 'noexec', 'nodev', 'relatime', 'ro'] },
+    { destination: '/dev/init', type: 'bind', source: o.initPath, options: ['rbind', 'ro', 'nosuid', 'nodev'] },
+    { destination: '/etc/hosts', type: 'bind', source: o.etcFiles.hosts, options: ro },
+    { destination: '/etc/hostname', type: 'bind', source: o.etcFiles.hostname, options: ro },
+  ];
+  if (o.etcFiles.resolv) mounts.push({ destination: '/etc/resolv.conf', type: 'bind', source: o.etcFiles.resolv, options: ro });
+  for (const v of o.volumes) {
+    mounts.push({ destination: v.destination, type: 'bind', source: v.source, options: ['rbind', 'rw', 'nosuid', 'nodev'] });
+  }
+  const cpuPeriod = 100_000;
+  return {
+    ociVersion: '1.0.2',
+    process: {
+      terminal: false,
+      user: { uid: 0, gid: 0 },
+      args: ['/dev/init', '-P'],
+      env: o.env,
+      cwd: '/',
+      capabilities: { bounding: caps, effective: caps, permitted: caps, inheritable: [], ambient: [] },
+      rlimits: [{ type: 'RLIMIT_NOFILE', hard: 16384, soft: 16384 }],
+      noNewPrivileges: true,
+      oomScoreAdj: 500,
+    },
+    root: { path: o.rootfs, readonly: false },
+    hostname: o.hostname,
+    mounts,
+    linux: {
+      uidMappings: [{ containerID: 0, hostID: o.uidBase, size: ID_RANGE_SIZE }],
+      gidMappings: [{ containerID: 0, hostID: o.uidBase, size: ID_RANGE_SIZE }],
+      namespaces: [
+        { type: 'pid' }, { type: 'ipc' }, { type: 'uts' }, { type: 'mount' }, { type: 'cgroup' },
+        { type: 'user' }, { type: 'network', path: o.netnsPath },
+      ],
+      resources: {
+        devices: [{ allow: false, access: 'rwm' }],
+        memory: { limit: o.limits.memoryBytes, swap: o.limits.memoryBytes },
+        cpu: { quota: Math.max(1000, Math.round(o.limits.cpus * cpuPeriod)), period: cpuPeriod },
+        pids: { limit: o.limits.pids },
+      },
+      cgroupsPath: o.cgroupsPath,
+      seccomp: o.seccomp,
+      maskedPaths: MASKED_PATHS,
+      readonlyPaths: READONLY_PATHS,
+      sysctl: { 'net.ipv4.ping_group_range': '0 0' },
+    },
+  };
+}

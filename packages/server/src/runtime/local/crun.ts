@@ -1,0 +1,187 @@
+import { execFile, spawn } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
+import { readFile, rm } from 'node:fs/promises';
+import { promisify } from 'node:util';
+import { constants as osConstants } from 'node:os';
+
+const execFileP = promisify(execFile);
+
+export interface CrunState { id: string; pid: number; status: 'created' | 'running' | 'stopped' | 'paused' | string; bundle: string }
+
+export interface RunExecOptions {
+  /** Full environment (KEY=VALUE); `crun exec --env` replaces the config's, so pass all of it. */
+  env: string[];
+  cwd: string;
+  user: string;
+  timeoutMs: number;
+  maxOutputBytes: number;
+  /** Where crun writes the host pid of the process (used to kill its tree on timeout). */
+  pidFile: string;
+  /** Host pids in the sandbox's cgroup, for killing a process tree. */
+  cgroupProcs: () => number[];
+}
+
+/**
+ * crun's cgroup-v1 support refuses to run on a "hybrid" host whose cgroup2 mount holds a
+ * controller (hugetlb here). Running `crun run` in a private mount namespace without that
+ * mount works around it; exec/kill/delete need nothing.
+ */
+function hybridNeedsUnmount(): boolean {
+  try {
+    const unified = readFileSync('/proc/self/mountinfo', 'utf8').split('\n').some((l) => l.includes(' /sys/fs/cgroup/unified ') && l.includes(' - cgroup2 '));
+    return unified && readFileSync('/sys/fs/cgroup/unified/cgroup.controllers', 'utf8').trim() !== '';
+  } catch {
+    return false;
+  }
+}
+
+/** A thin wrapper over the `crun` binary with its own state root. */
+export class Crun {
+  readonly root: string;
+  readonly binary: string;
+  private readonly hybrid = hybridNeedsUnmount();
+
+  constructor(opts: { root: string; binary?: string }) {
+    this.root = opts.root;
+    this.binary = opts.binary ?? 'crun';
+  }
+
+  /** argv prefix for `crun --root <root>` (used by the PTY relay too). */
+  get argv(): string[] {
+    return [this.binary, '--root', this.root];
+  }
+
+  /** Creates and starts container `id` from `bundle`, detached; resolves once PID 1 runs. */
+  async run(id: string, bundle: string): Promise<void> {
+    const args = [...this.argv, 'run', '--detach', '--bundle', bundle, id];
+    const [cmd, argv] = this.hybrid
+      ? ['unshare', ['-m', '--propagation', 'private', '--', 'sh', '-c', 'umount /sys/fs/cgroup/unified && exec "$@"', 'sh', ...args]]
+      : [args[0], args.slice(1)];
+    // stdio must not be pipes: the container's init would inherit them and hold them open.
+    await new Promise<void>((resolve, reject) => {
+      const child = spawn(cmd, argv, { stdio: ['ignore', 'ignore', 'pipe'] });
+      let err = '';
+      child.stderr.on('data', (d: Buffer) => { if (err.length < 4096) err += d.toString(); });
+      child.on('error', reject);
+      child.on('close', (code) => (code === 0 ? resolve() : reject(new Error(`crun run ${id} failed (${code}): ${err.trim()}`))));
+    });
+  }
+
+  async state(id: string): Promise<CrunState | null> {
+    try {
+      const { stdout } = await execFileP(this.binary, ['--root', this.root, 'state', id]);
+      return JSON.parse(stdout) as CrunState;
+    } catch {
+      return null;
+    }
+  }
+
+  async list(): Promise<CrunState[]> {
+    if (!existsSync(this.root)) return [];
+    const { stdout } = await execFileP(this.binary, ['--root', this.root, 'list', '--format', 'json']);
+    const parsed = stdout.trim() ? (JSON.parse(stdout) as CrunState[] | null) : [];
+    return parsed ?? [];
+  }
+
+  /** Sends `signal` to every process of the container. */
+  async kill(id: string, signal = 'KILL'): Promise<void> {
+    await execFileP(this.binary, ['--root', this.root, 'kill', '--all', id, signal]).catch(() => undefined);
+  }
+
+  /** Removes the container, killing it first if needed. Unknown id: no-op. */
+  async delete(id: string): Promise<void> {
+    await execFileP(this.binary, ['--root', this.root, 'delete', '--force', id]).catch(async (e: Error) => {
+      if (!(await this.state(id))) return;
+      throw e;
+    });
+  }
+
+  /**
+   * Runs argv in the container in the foreground with stdout and stderr kept apart, each
+   * capped at `maxOutputBytes` (the rest is drained and dropped). On timeout the process
+   * and all its descendants are killed and exitCode is 124.
+   */
+  exec(id: string, argv: string[], o: RunExecOptions): Promise<{ stdout: string; stderr: string; exitCode: number; truncated: boolean; timedOut: boolean }> {
+    const args = ['--root', this.root, 'exec', '--cwd', o.cwd, '--user', o.user, '--pid-file', o.pidFile];
+    for (const e of o.env) args.push('--env', e);
+    args.push(id, ...argv);
+    return new Promise((resolve, reject) => {
+      const child = spawn(this.binary, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+      const out: Buffer[] = []; const err: Buffer[] = [];
+      let outLen = 0; let errLen = 0; let truncated = false; let timedOut = false;
+      const take = (buf: Buffer[], len: number, d: Buffer): number => {
+        const room = o.maxOutputBytes - len;
+        if (room <= 0) { truncated = true; return len; }
+        if (d.length > room) { truncated = true; buf.push(d.subarray(0, room)); return len + room; }
+        buf.push(d);
+        return len + d.length;
+      };
+      child.stdout.on('data', (d: Buffer) => { outLen = take(out, outLen, d); });
+      child.stderr.on('data', (d: Buffer) => { errLen = take(err, errLen, d); });
+      const timer = setTimeout(() => { timedOut = true; void this.killTree(o.pidFile, o.cgroupProcs); }, o.timeoutMs);
+      let done = false;
+      let grace: NodeJS.Timeout | undefined;
+      const finish = () => {
+        if (done) return;
+        done = true;
+        clearTimeout(timer); clearTimeout(grace);
+        void rm(o.pidFile, { force: true });
+        const signalled = child.signalCode ? 128 + (osConstants.signals[child.signalCode] ?? 9) : 1;
+        const exitCode = timedOut ? 124 : (child.exitCode ?? signalled);
+        resolve({ stdout: Buffer.concat(out).toString('utf8'), stderr: Buffer.concat(err).toString('utf8'), exitCode, truncated, timedOut });
+      };
+      child.on('error', (e) => { clearTimeout(timer); done = true; reject(e); });
+      // A background child of the command may keep the pipes open; the command is done when
+      // crun exec exits, so wait only briefly for the rest of its output after that.
+      child.on('exit', () => {
+        grace = setTimeout(() => { child.stdout.destroy(); child.stderr.destroy(); finish(); }, 200);
+      });
+      child.on('close', finish);
+    });
+  }
+
+  /** Starts argv detached with stdio on /dev/null; returns the host pid. */
+  async execDetached(id: string, argv: string[], o: Pick<RunExecOptions, 'env' | 'cwd' | 'user' | 'pidFile'>): Promise<number> {
+    const args = ['--root', this.root, 'exec', '--detach', '--cwd', o.cwd, '--user', o.user, '--pid-file', o.pidFile];
+    for (const e of o.env) args.push('--env', e);
+    args.push(id, ...argv);
+    await execFileP(this.binary, args);
+    const pid = Number((await readFile(o.pidFile, 'utf8')).trim());
+    await rm(o.pidFile, { force: true });
+    return pid;
+  }
+
+  /** Kills the process in `pidFile` and every descendant of it found in the cgroup. */
+  private async killTree(pidFile: string, cgroupProcs: () => number[]): Promise<void> {
+    let root: number;
+    try { root = Number((await readFile(pidFile, 'utf8')).trim()); } catch { return; }
+    const victims = new Set([root]);
+    const procs = cgroupProcs();
+    for (let grew = true; grew;) {
+      grew = false;
+      for (const p of procs) {
+        if (victims.has(p)) continue;
+        if (victims.has(parentPid(p))) { victims.add(p); grew = true; }
+      }
+    }
+    for (const p of victims) { try { process.kill(p, 'SIGKILL'); } catch { /* already gone */ } }
+  }
+}
+
+/** Parent pid of host process `pid`, or 0 when it is gone. */
+export function parentPid(pid: number): number {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+  } catch {
+    return 0;
+  }
+}
+
+/** The pid of host process `hostPid` as seen in its innermost pid namespace. */
+export function nsPid(hostPid: number): number {
+  const status = readFileSync(`/proc/${hostPid}/status`, 'utf8');
+  const line = status.split('\n').find((l) => l.startsWith('NSpid:'));
+  const fields = line?.split(/\s+/).filter(Boolean) ?? [];
+  return Number(fields[fields.length - 1]);
+}

@@ -1,0 +1,134 @@
+import assert from 'node:assert/strict';
+import { connect, createServer, type Server } from 'node:net';
+import { after, before, describe, it } from 'node:test';
+import { rmSync } from 'node:fs';
+import { runDriverConformance, testId } from '../conformance.js';
+import type { SandboxSpec } from '../driver.js';
+import type { LocalDriver } from './driver.js';
+import { makeTestDriver } from './test-support.js';
+
+const cleanup: string[] = [];
+runDriverConformance({
+  name: 'local (crun)',
+  image: 'local/busybox:latest',
+  make: async () => {
+    const { driver, dataDir } = makeTestDriver('conf');
+    cleanup.push(dataDir);
+    await driver.init();
+    await driver.recover();
+    return driver;
+  },
+  destroy: async (d) => {
+    await (d as LocalDriver).destroyAll();
+    for (const dir of cleanup.splice(0)) rmSync(dir, { recursive: true, force: true });
+  },
+});
+
+const LIMITS = { memoryBytes: 128 * 1024 * 1024, cpus: 0.5, pids: 64, rootDiskBytes: 64 * 1024 * 1024 };
+
+describe('local driver isolation', () => {
+  let driver: LocalDriver; let base: string;
+  let hostServer: Server; let hostPort = 0;
+  const spec = (over: Partial<SandboxSpec> = {}): SandboxSpec => ({ id: testId('iso'), image: 'local/busybox:latest', env: {}, volumes: [], limits: LIMITS, ...over });
+  let a: string; let b: string; let bAddr: string;
+
+  before(async () => {
+    ({ driver, dataDir: base } = makeTestDriver('iso'));
+    await driver.init();
+    await driver.recover();
+    hostServer = createServer((s) => s.end('host-secret\n'));
+    await new Promise<void>((r) => hostServer.listen(0, '0.0.0.0', r));
+    hostPort = (hostServer.address() as { port: number }).port;
+    a = (await driver.create(spec())).id;
+    const sb = await driver.create(spec());
+    b = sb.id; bAddr = sb.address;
+  });
+  after(async () => {
+    hostServer.close();
+    await driver.destroyAll();
+    rmSync(base, { recursive: true, force: true });
+  });
+
+  const sh = (id: string, cmd: string, timeoutMs = 20_000) => driver.exec(id, cmd, { timeoutMs });
+
+  it('sees only its own processes, with an init as PID 1', async () => {
+    const r = await sh(a, 'ls -d /proc/[0-9]* | wc -l; cat /proc/1/cmdline | tr "\\0" " "');
+    const [count, cmdline] = r.stdout.trim().split('\n');
+    assert.ok(Number(count) <= 5, `saw ${count} processes`);
+    assert.match(cmdline, /^\/dev\/init -P/);
+  });
+
+  it('runs root as an unprivileged host uid in its own user namespace', async () => {
+    const r = await sh(a, 'cat /proc/self/uid_map; id -u');
+    const [map, uid] = r.stdout.trim().split('\n');
+    const [inside, outside] = map.trim().split(/\s+/).map(Number);
+    assert.equal(inside, 0);
+    assert.ok(outside >= 100_000, `root maps to host uid ${outside}`);
+    assert.equal(uid, '0');
+  });
+
+  it('cannot reach the host services, on any host address', async () => {
+    const gw = (await sh(a, "ip route | awk '/default/ {print $3}'")).stdout.trim();
+    assert.match(gw, /^\d+\.\d+\.\d+\.\d+$/);
+    for (const target of [`${gw} ${hostPort}`, `${gw} 2024`, `192.0.2.2 ${hostPort}`, `127.0.0.1 ${hostPort}`]) {
+      const r = await sh(a, `nc -w 1 ${target} </dev/null; echo rc=$?`);
+      assert.doesNotMatch(r.stdout, /host-secret/, `reached ${target}`);
+    }
+  });
+
+  it('cannot reach other sandboxes, while the host can', async () => {
+    await driver.execBackground(b, 'while true; do echo from-b | nc -l -p 8000; done');
+    let hostSaw = '';
+    for (let i = 0; i < 50 && !hostSaw.includes('from-b'); i++) {
+      hostSaw = await new Promise<string>((resolve) => {
+        const s = connect(8000, bAddr);
+        let got = '';
+        s.on('data', (d: Buffer) => { got += d.toString(); });
+        s.on('close', () => resolve(got)); s.on('error', () => resolve(''));
+        s.setTimeout(1000, () => s.destroy());
+      });
+      if (!hostSaw.includes('from-b')) await new Promise((r) => setTimeout(r, 50));
+    }
+    assert.match(hostSaw, /from-b/);
+    const r = await sh(a, `nc -w 1 ${bAddr} 8000 </dev/null; echo rc=$?`);
+    assert.doesNotMatch(r.stdout, /from-b/);
+  });
+
+  it('cannot mount, load modules, make or reach raw devices, or change sysctls', async () => {
+    const checks: [string, RegExp][] = [
+      ['mount -t tmpfs none /mnt', /rc=[1-9]/],
+      ['mount --bind / /mnt', /rc=[1-9]/],
+      ['unshare -U -r true', /rc=[1-9]/],
+      ['insmod /nonexistent.ko', /rc=[1-9]/],
+      ['mknod /tmp/sda b 8 0', /rc=[1-9]/],
+      ['ls /dev/sda /dev/vda /dev/mem /dev/kmsg', /rc=[1-9]/],
+      ['echo 1 > /proc/sys/kernel/sysrq', /rc=[1-9]/],
+      ['echo b > /proc/sysrq-trigger', /rc=[1-9]/],
+      ['cat /proc/kcore | head -c 1', /rc=0/], // masked: reads as empty
+      ['echo 1 > /sys/kernel/mm/ksm/run', /rc=[1-9]/],
+    ];
+    for (const [cmd, want] of checks) {
+      const r = await sh(a, `${cmd} 2>/dev/null; echo rc=$?`);
+      assert.match(r.stdout, want, `${cmd} -> ${r.stdout.trim()}`);
+    }
+    assert.equal((await sh(a, 'head -c 10 /proc/kcore | wc -c')).stdout.trim(), '0');
+  });
+
+  it('contains a fork bomb and a memory hog, and the neighbour stays responsive', async () => {
+    const bomb = await driver.create(spec());
+    await driver.execBackground(bomb.id, 'f() { f | f & }; f');
+    const hog = await sh(bomb.id, 'head -c 400m /dev/zero | tail > /dev/null; echo rc=$?', 30_000);
+    assert.doesNotMatch(hog.stdout, /rc=0/);
+    const neighbour = await sh(b, 'echo alive');
+    assert.equal(neighbour.stdout, 'alive\n');
+    await driver.delete(bomb.id);
+  });
+
+  it('caps the writable root: writes past it fail with ENOSPC', async () => {
+    const r = await sh(a, 'dd if=/dev/zero of=/big bs=1M count=200 2>&1; echo rc=$?', 60_000);
+    assert.match(r.stdout, /No space left on device/);
+    assert.match(r.stdout, /rc=1/);
+    assert.equal((await sh(a, 'rm /big && echo ok')).stdout, 'ok\n');
+  });
+});
+

@@ -1,0 +1,361 @@
+import { mkdir, readdir, readFile, rm, rmdir, writeFile, rename } from 'node:fs/promises';
+import { existsSync, readFileSync } from 'node:fs';
+import { join, posix } from 'node:path';
+import { SandboxdError } from '@sandboxd/protocol';
+import type {
+  ExecOptions, ExecResult, ImageInfo, PtyProcess, RecoveryReport, RuntimeDriver, RuntimeSandbox,
+  SandboxSpec, TtyOptions, VolumeInfo,
+} from '../driver.js';
+import { buildOciConfig, ID_RANGE_SIZE, SANDBOX_CAPABILITIES } from './bundle.js';
+import { Crun, nsPid } from './crun.js';
+import { resolveImageUser } from './image-user.js';
+import { ImageStore } from './images/store.js';
+import { NetworkManager } from './network.js';
+import { spawnTty } from './pty.js';
+import { RootfsManager } from './rootfs.js';
+import { buildSeccompProfile, type OciSeccomp } from './seccomp.js';
+import { VolumeStore } from './volumes.js';
+import { idmappedBind } from './idmap.js';
+import { unmountUnder } from './mounts.js';
+
+export interface LocalDriverOptions {
+  /** Sandbox state, roots and volumes live here. */
+  dataDir: string;
+  /** Shared image cache. */
+  imageDir: string;
+  /** Volatile runtime state (crun's root); default `/run/sandboxd`. */
+  runDir?: string;
+  bridge?: string;
+  subnet?: string;
+  egress?: 'none' | 'nat';
+  /** First host uid handed to sandboxes; each gets 65536 from there. Default 100000. */
+  uidRangeStart?: number;
+  /** Name of the cgroup folder that holds every sandbox's cgroup. Default `sandboxd`. */
+  cgroupParent?: string;
+  registryCredentials?: Record<string, { username: string; password: string }>;
+  insecureRegistries?: string[];
+  /** Static init bound at /dev/init. Default `/usr/bin/catatonit`. */
+  initPath?: string;
+}
+
+/** What the driver keeps on disk per sandbox, so a restarted process can adopt it. */
+interface SandboxRecord {
+  spec: SandboxSpec;
+  slot: number;
+  uidBase: number;
+  address: string;
+  netnsPath: string;
+  imageDigest: string;
+  createdAt: string;
+  workingDir: string;
+  /** numeric uid:gid for exec. */
+  user: string;
+  /** Full environment, KEY=VALUE. */
+  env: string[];
+  phase: 'creating' | 'ready';
+}
+
+const ID_RE = /^[a-z0-9_]{1,64}$/;
+const FORBIDDEN_MOUNT_ROOTS = ['/proc', '/sys', '/dev', '/etc/hosts', '/etc/hostname', '/etc/resolv.conf'];
+
+/** Checks a volume mount path: absolute, normalised, not `/` and not a kernel/runtime path. */
+export function checkMountPath(p: string): void {
+  const bad = (why: string) => new SandboxdError('validation', `volume mount path "${p}" ${why}`, { path: p });
+  if (!p.startsWith('/')) throw bad('must be absolute');
+  if (p.includes('\0') || p.split('/').some((s) => s === '..' || s === '.')) throw bad('must not contain "." or ".." segments');
+  const norm = posix.normalize(p).replace(/\/+$/, '');
+  if (norm === '') throw bad('must not be the root directory');
+  if (FORBIDDEN_MOUNT_ROOTS.some((r) => norm === r || norm.startsWith(`${r}/`))) throw bad('is reserved by the runtime');
+}
+
+/**
+ * The local runtime driver: crun sandboxes with user namespaces, seccomp, cgroup limits,
+ * an isolated bridge network, size-capped copy-on-write roots and loop-backed volumes.
+ */
+export class LocalDriver implements RuntimeDriver {
+  readonly images: ImageStore;
+  private readonly crun: Crun;
+  private readonly network: NetworkManager;
+  private readonly roots: RootfsManager;
+  private readonly volumes: VolumeStore;
+  private readonly records = new Map<string, SandboxRecord>();
+  private readonly stateDir: string;
+  private readonly opts: Required<Omit<LocalDriverOptions, 'registryCredentials' | 'insecureRegistries'>>;
+  private seccomp: OciSeccomp | undefined;
+
+  constructor(opts: LocalDriverOptions) {
+    this.opts = {
+      runDir: '/run/sandboxd', bridge: 'sbx0', subnet: '10.89.0.0/16', egress: 'none', uidRangeStart: 100_000,
+      cgroupParent: 'sandboxd', initPath: '/usr/bin/catatonit', ...opts,
+    } as LocalDriver['opts'];
+    this.stateDir = join(opts.dataDir, 'sandboxes');
+    this.images = new ImageStore({ dir: opts.imageDir, credentials: opts.registryCredentials, insecureRegistries: opts.insecureRegistries });
+    this.crun = new Crun({ root: join(this.opts.runDir, 'crun') });
+    this.network = new NetworkManager({ bridge: this.opts.bridge, subnet: this.opts.subnet, egress: this.opts.egress });
+    this.roots = new RootfsManager({ dir: join(opts.dataDir, 'roots') });
+    this.volumes = new VolumeStore({ dir: join(opts.dataDir, 'volumes') });
+  }
+
+  async init(): Promise<void> {
+    if (process.getuid?.() !== 0) throw new SandboxdError('internal', 'the local runtime needs root (run sandboxd as root)');
+    if (!existsSync(this.opts.initPath)) throw new SandboxdError('internal', `${this.opts.initPath} is missing: install Debian's catatonit (npm run setup does)`);
+    await mkdir(this.stateDir, { recursive: true });
+    await mkdir(this.crun.root, { recursive: true });
+    await this.network.init();
+    this.seccomp = buildSeccompProfile({ capabilities: SANDBOX_CAPABILITIES });
+  }
+
+  async recover(): Promise<RecoveryReport> {
+    const report: RecoveryReport = { adopted: [], cleaned: [] };
+    const running = new Map((await this.crun.list()).map((c) => [c.id, c]));
+    const ids = new Set<string>([...running.keys(), ...(await this.listStateIds()), ...(await this.roots.list())]);
+    for (const n of await this.network.list()) ids.add(n.id);
+    for (const id of ids) {
+      const rec = await this.readRecord(id);
+      const c = running.get(id);
+      if (rec && rec.phase === 'ready' && c && c.status === 'running') {
+        this.records.set(id, rec);
+        report.adopted.push(id);
+      } else {
+        await this.teardown(id, rec);
+        report.cleaned.push(id);
+      }
+    }
+    const live = new Map([...this.records].map(([id, r]) => [id, r.spec.volumes.map((v) => v.name)]));
+    await this.volumes.recover(live);
+    return report;
+  }
+
+  resolveImage(ref: string): Promise<ImageInfo> {
+    return this.images.resolve(ref).then(toImageInfo);
+  }
+
+  async listImages(): Promise<ImageInfo[]> {
+    return (await this.images.list()).map(toImageInfo);
+  }
+
+  async create(spec: SandboxSpec): Promise<RuntimeSandbox> {
+    if (!ID_RE.test(spec.id)) throw new SandboxdError('validation', `sandbox id "${spec.id}" must match ${ID_RE}`);
+    if (this.records.has(spec.id) || existsSync(join(this.stateDir, spec.id))) throw new SandboxdError('conflict', `sandbox ${spec.id} exists`);
+    for (const v of spec.volumes) checkMountPath(v.mountPath);
+    const image = await this.images.resolve(spec.image);
+    const slot = this.allocSlot();
+    const uidBase = this.opts.uidRangeStart + slot * ID_RANGE_SIZE;
+    const dir = join(this.stateDir, spec.id);
+    const partial: SandboxRecord = {
+      spec, slot, uidBase, address: '', netnsPath: '', imageDigest: image.digest, createdAt: new Date().toISOString(),
+      workingDir: image.workingDir || '/', user: '0:0', env: mergeEnv(image.env, spec.env), phase: 'creating',
+    };
+    this.records.set(spec.id, partial);
+    try {
+      await mkdir(dir, { recursive: true });
+      await this.writeRecord(partial);
+      partial.user = resolveImageUser(image.rootfsDir, image.user);
+      const [root, net, volumes] = await Promise.all([
+        this.roots.prepare({ id: spec.id, lowerDir: image.rootfsDir, rootDiskBytes: spec.limits.rootDiskBytes, uidBase }),
+        this.network.attach(spec.id),
+        this.mountVolumes(spec, dir, uidBase),
+      ]);
+      partial.address = net.address;
+      partial.netnsPath = net.netnsPath;
+      const hostname = spec.hostname ?? spec.id;
+      const etc = { hosts: join(dir, 'hosts'), hostname: join(dir, 'hostname'), resolv: undefined as string | undefined };
+      await writeFile(etc.hosts, `127.0.0.1\tlocalhost\n::1\tlocalhost\n${net.address}\t${hostname}\n`);
+      await writeFile(etc.hostname, `${hostname}\n`);
+      if (this.opts.egress === 'nat' && existsSync('/etc/resolv.conf')) {
+        etc.resolv = join(dir, 'resolv.conf');
+        await writeFile(etc.resolv, readFileSync('/etc/resolv.conf'));
+      }
+      const config = buildOciConfig({
+        id: spec.id, hostname, rootfs: root.rootfs, env: partial.env, limits: spec.limits, uidBase,
+        netnsPath: net.netnsPath, initPath: this.opts.initPath, etcFiles: etc, volumes, seccomp: this.seccomp!,
+        cgroupsPath: `/${this.opts.cgroupParent}/${spec.id}`,
+      });
+      await writeFile(join(dir, 'config.json'), JSON.stringify(config));
+      await this.crun.run(spec.id, dir);
+      partial.phase = 'ready';
+      await this.writeRecord(partial);
+      return (await this.inspect(spec.id))!;
+    } catch (e) {
+      await this.teardown(spec.id, partial).catch(() => undefined);
+      if (e instanceof SandboxdError) throw e;
+      throw new SandboxdError('internal', `sandbox ${spec.id} failed to start: ${(e as Error).message}`);
+    }
+  }
+
+  async inspect(id: string): Promise<RuntimeSandbox | null> {
+    const rec = this.records.get(id);
+    if (!rec || rec.phase !== 'ready') return null;
+    const st = await this.crun.state(id);
+    const running = st?.status === 'running';
+    return {
+      id, image: rec.spec.image, imageDigest: rec.imageDigest, state: running ? 'running' : 'stopped',
+      address: rec.address, pid: running ? st!.pid : 0, createdAt: new Date(rec.createdAt),
+      workingDir: rec.workingDir, user: rec.user,
+    };
+  }
+
+  async list(): Promise<RuntimeSandbox[]> {
+    const out: RuntimeSandbox[] = [];
+    for (const id of this.records.keys()) {
+      const s = await this.inspect(id);
+      if (s) out.push(s);
+    }
+    return out;
+  }
+
+  async kill(id: string): Promise<void> {
+    this.require(id);
+    await this.crun.kill(id, 'KILL');
+    for (let i = 0; i < 100 && (await this.crun.state(id))?.status === 'running'; i++) await sleep(10);
+  }
+
+  async delete(id: string): Promise<void> {
+    const rec = this.records.get(id) ?? (await this.readRecord(id));
+    await this.teardown(id, rec);
+  }
+
+  async exec(id: string, command: string, options: ExecOptions = {}): Promise<ExecResult> {
+    const rec = await this.requireRunning(id);
+    return this.crun.exec(id, ['/bin/sh', '-c', command], {
+      env: mergeEnvList(rec.env, options.env), cwd: options.cwd ?? rec.workingDir, user: rec.user,
+      timeoutMs: options.timeoutMs ?? 60_000, maxOutputBytes: options.maxOutputBytes ?? 1024 * 1024,
+      pidFile: join(this.stateDir, id, `exec-${process.hrtime.bigint()}.pid`),
+      cgroupProcs: () => this.cgroupProcs(id),
+    });
+  }
+
+  async execBackground(id: string, command: string, options: Omit<ExecOptions, 'timeoutMs' | 'maxOutputBytes'> = {}): Promise<{ pid: number }> {
+    const rec = await this.requireRunning(id);
+    const hostPid = await this.crun.execDetached(id, ['/bin/sh', '-c', command], {
+      env: mergeEnvList(rec.env, options.env), cwd: options.cwd ?? rec.workingDir, user: rec.user,
+      pidFile: join(this.stateDir, id, `bg-${process.hrtime.bigint()}.pid`),
+    });
+    try { return { pid: nsPid(hostPid) }; } catch { return { pid: 0 }; /* already exited */ }
+  }
+
+  async execTty(id: string, options: TtyOptions): Promise<PtyProcess> {
+    const rec = await this.requireRunning(id);
+    return spawnTty({
+      crunArgv: this.crun.argv, containerId: id, argv: options.argv, env: Object.fromEntries(mergeEnvList(rec.env, options.env).map(splitEnv)),
+      cwd: options.cwd ?? rec.workingDir, user: rec.user, cols: options.cols, rows: options.rows,
+    });
+  }
+
+  async ensureVolume(name: string, sizeGb: number): Promise<VolumeInfo> {
+    await this.volumes.ensure(name, sizeGb);
+    return (await this.listVolumes()).find((v) => v.name === name)!;
+  }
+
+  listVolumes(): Promise<VolumeInfo[]> {
+    return this.volumes.list();
+  }
+
+  deleteVolume(name: string): Promise<void> {
+    return this.volumes.delete(name);
+  }
+
+  async close(): Promise<void> {
+    this.records.clear();
+  }
+
+  /** Removes every trace of the driver from the host: sandboxes, bridge, rules, cgroup folder. For tests and uninstall. */
+  async destroyAll(): Promise<void> {
+    for (const id of [...this.records.keys()]) await this.delete(id);
+    await this.recover();
+    for (const id of [...this.records.keys()]) await this.delete(id);
+    await this.network.teardown();
+    for (const ctl of await readdir('/sys/fs/cgroup').catch(() => [] as string[])) {
+      await rmdir(`/sys/fs/cgroup/${ctl}/${this.opts.cgroupParent}`).catch(() => undefined);
+    }
+  }
+
+  private async mountVolumes(spec: SandboxSpec, dir: string, uidBase: number): Promise<{ source: string; destination: string }[]> {
+    const out: { source: string; destination: string }[] = [];
+    for (const [i, v] of spec.volumes.entries()) {
+      await this.volumes.ensure(v.name, v.sizeGb);
+      const hostPath = await this.volumes.acquire(v.name, spec.id);
+      const staged = join(dir, 'volumes', String(i));
+      await mkdir(staged, { recursive: true });
+      await idmappedBind(hostPath, staged, { uidBase });
+      out.push({ source: staged, destination: v.mountPath });
+    }
+    return out;
+  }
+
+  /** Frees everything of `id` that exists, in reverse order of creation. Idempotent. */
+  private async teardown(id: string, rec: SandboxRecord | null | undefined): Promise<void> {
+    await this.crun.delete(id).catch(() => this.crun.kill(id).then(() => this.crun.delete(id)));
+    const dir = join(this.stateDir, id);
+    await unmountUnder(join(dir, 'volumes'));
+    for (const v of rec?.spec.volumes ?? []) await this.volumes.release(v.name, id).catch(() => undefined);
+    await this.roots.release(id);
+    await this.network.detach(id);
+    await rm(dir, { recursive: true, force: true });
+    this.records.delete(id);
+  }
+
+  private allocSlot(): number {
+    const used = new Set([...this.records.values()].map((r) => r.slot));
+    let slot = 0;
+    while (used.has(slot)) slot++;
+    return slot;
+  }
+
+  private cgroupProcs(id: string): number[] {
+    try {
+      return readFileSync(`/sys/fs/cgroup/pids/${this.opts.cgroupParent}/${id}/cgroup.procs`, 'utf8').split('\n').filter(Boolean).map(Number);
+    } catch {
+      return [];
+    }
+  }
+
+  private require(id: string): SandboxRecord {
+    const rec = this.records.get(id);
+    if (!rec || rec.phase !== 'ready') throw new SandboxdError('not_found', `sandbox ${id} not found`);
+    return rec;
+  }
+
+  private async requireRunning(id: string): Promise<SandboxRecord> {
+    const rec = this.require(id);
+    if ((await this.crun.state(id))?.status !== 'running') throw new SandboxdError('conflict', `sandbox ${id} is not running`);
+    return rec;
+  }
+
+  private async writeRecord(rec: SandboxRecord): Promise<void> {
+    const file = join(this.stateDir, rec.spec.id, 'state.json');
+    await writeFile(`${file}.tmp`, JSON.stringify(rec));
+    await rename(`${file}.tmp`, file);
+  }
+
+  private async readRecord(id: string): Promise<SandboxRecord | null> {
+    try { return JSON.parse(await readFile(join(this.stateDir, id, 'state.json'), 'utf8')) as SandboxRecord; } catch { return null; }
+  }
+
+  private async listStateIds(): Promise<string[]> {
+    try { return (await readdir(this.stateDir)).filter((n) => ID_RE.test(n)); } catch { return []; }
+  }
+}
+
+function toImageInfo(i: ImageInfo): ImageInfo {
+  return { ref: i.ref, digest: i.digest, env: i.env, workingDir: i.workingDir, user: i.user, sizeBytes: i.sizeBytes };
+}
+
+function splitEnv(kv: string): [string, string] {
+  const i = kv.indexOf('=');
+  return [kv.slice(0, i), kv.slice(i + 1)];
+}
+
+/** Image env overlaid by sandbox env, as KEY=VALUE in a stable order. */
+export function mergeEnv(base: Record<string, string>, over: Record<string, string>): string[] {
+  return Object.entries({ ...base, ...over }).map(([k, v]) => `${k}=${v}`);
+}
+
+function mergeEnvList(base: string[], over?: Record<string, string>): string[] {
+  if (!over || Object.keys(over).length === 0) return base;
+  return mergeEnv(Object.fromEntries(base.map(splitEnv)), over);
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
+}

@@ -1,0 +1,25 @@
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdirSync, statSync, renameSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+/** Folder with the C sources of sandboxd's small native helpers. */
+export const NATIVE_SRC_DIR = resolve(dirname(fileURLToPath(import.meta.url)), '../../../native');
+/** Where compiled helpers go (git-ignored). */
+export const NATIVE_BIN_DIR = resolve(NATIVE_SRC_DIR, '../../../build/bin');
+
+/**
+ * Path of the compiled native helper `name` (from `packages/server/native/<name>.c`),
+ * compiling it first when missing or older than its source. Synchronous: called at set-up
+ * and at driver init, never on a hot path. Throws when the compiler fails.
+ */
+export function nativeBin(name: string): string {
+  const src = join(NATIVE_SRC_DIR, `${name}.c`);
+  const bin = join(NATIVE_BIN_DIR, name);
+  if (existsSync(bin) && statSync(bin).mtimeMs >= statSync(src).mtimeMs) return bin;
+  mkdirSync(NATIVE_BIN_DIR, { recursive: true });
+  const tmp = `${bin}.tmp${process.pid}`;
+  execFileSync('cc', ['-O2', '-Wall', '-Werror', '-o', tmp, src], { stdio: ['ignore', 'inherit', 'inherit'] });
+  renameSync(tmp, bin);
+  return bin;
+}

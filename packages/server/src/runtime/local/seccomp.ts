@@ -1,0 +1,82 @@
+import { readFileSync } from 'node:fs';
+
+/** Where Debian's containers-common ships the seccomp profile podman uses. */
+export const CONTAINERS_SECCOMP_PROFILE = '/usr/share/containers/seccomp.json';
+
+/**
+ * Syscalls no sandbox may make, whatever the base profile allows: new namespaces and
+ * mount-API calls (a nested user namespace hands out fresh capabilities over a large
+ * kernel surface), keyrings (shared per host uid), BPF, perf, userfaultfd, module and
+ * kexec calls, swap and clock changes, and the remaining kernel-wide knobs. Each fails
+ * with EPERM.
+ */
+export const ALWAYS_DENIED = [
+  'unshare', 'setns', 'mount', 'umount', 'umount2', 'pivot_root', 'chroot',
+  'open_tree', 'move_mount', 'fsopen', 'fsconfig', 'fsmount', 'fspick', 'mount_setattr',
+  'keyctl', 'add_key', 'request_key',
+  'bpf', 'perf_event_open', 'userfaultfd', 'fanotify_init', 'lookup_dcookie',
+  'init_module', 'finit_module', 'delete_module', 'kexec_load', 'kexec_file_load',
+  'swapon', 'swapoff', 'reboot', 'acct', 'quotactl', 'quotactl_fd',
+  'clock_settime', 'clock_settime64', 'settimeofday', 'clock_adjtime', 'clock_adjtime64', 'adjtimex',
+  'iopl', 'ioperm', 'syslog', 'vhangup', 'nfsservctl', 'open_by_handle_at', 'name_to_handle_at',
+];
+
+/** clone/clone3 flags that create namespaces; a clone asking for any of them fails. */
+const CLONE_NAMESPACE_FLAGS = 0x7e020000; // CLONE_NEWNS|NEWCGROUP|NEWUTS|NEWIPC|NEWUSER|NEWPID|NEWNET
+
+interface SourceRule {
+  names: string[];
+  action: string;
+  args?: { index: number; value: number; valueTwo?: number; op: string }[] | null;
+  includes?: { caps?: string[]; arches?: string[]; minKernel?: string };
+  excludes?: { caps?: string[]; arches?: string[] };
+  errnoRet?: number;
+}
+
+export interface OciSeccomp {
+  defaultAction: string;
+  defaultErrnoRet?: number;
+  architectures: string[];
+  syscalls: { names: string[]; action: string; errnoRet?: number; args?: { index: number; value: number; valueTwo: number; op: string }[] }[];
+}
+
+/**
+ * Converts a podman/docker-format seccomp profile into the OCI runtime form for x86_64,
+ * resolving `includes`/`excludes` against the sandbox's capability set, then applies
+ * {@link ALWAYS_DENIED} and the namespace-flag filter on clone. Pure apart from reading
+ * the profile file.
+ */
+export function buildSeccompProfile(opts: { capabilities: string[]; profilePath?: string }): OciSeccomp {
+  const src = JSON.parse(readFileSync(opts.profilePath ?? CONTAINERS_SECCOMP_PROFILE, 'utf8')) as {
+    defaultAction: string; defaultErrnoRet?: number; syscalls: SourceRule[];
+  };
+  const caps = new Set(opts.capabilities);
+  const arch = 'amd64';
+  const denied = new Set(ALWAYS_DENIED);
+  const out: OciSeccomp['syscalls'] = [];
+  for (const rule of src.syscalls) {
+    const inc = rule.includes ?? {};
+    const exc = rule.excludes ?? {};
+    if (inc.arches?.length && !inc.arches.includes(arch)) continue;
+    if (exc.arches?.includes(arch)) continue;
+    if (inc.caps?.length && !inc.caps.every((c) => caps.has(c))) continue;
+    if (exc.caps?.some((c) => caps.has(c))) continue;
+    const names = rule.names.filter((n) => !denied.has(n) && !(rule.action === 'SCMP_ACT_ALLOW' && (n === 'clone' || n === 'clone3')));
+    if (names.length === 0) continue;
+    const entry: OciSeccomp['syscalls'][number] = { names, action: rule.action };
+    if (rule.errnoRet !== undefined) entry.errnoRet = rule.errnoRet;
+    if (rule.args?.length) entry.args = rule.args.map((a) => ({ index: a.index, value: a.value, valueTwo: a.valueTwo ?? 0, op: a.op }));
+    out.push(entry);
+  }
+  // clone: allowed only without namespace flags (flags are argument 0 on x86_64).
+  out.push({ names: ['clone'], action: 'SCMP_ACT_ALLOW', args: [{ index: 0, value: CLONE_NAMESPACE_FLAGS, valueTwo: 0, op: 'SCMP_CMP_MASKED_EQ' }] });
+  // clone3 passes flags in a struct seccomp cannot read: make libc fall back to clone.
+  out.push({ names: ['clone3'], action: 'SCMP_ACT_ERRNO', errnoRet: 38 /* ENOSYS */ });
+  out.push({ names: [...denied], action: 'SCMP_ACT_ERRNO', errnoRet: 1 /* EPERM */ });
+  return {
+    defaultAction: src.defaultAction,
+    defaultErrnoRet: src.defaultErrnoRet ?? 1,
+    architectures: ['SCMP_ARCH_X86_64', 'SCMP_ARCH_X86', 'SCMP_ARCH_X32'],
+    syscalls: out,
+  };
+}

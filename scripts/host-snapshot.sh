@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Prints what sandboxd could leak on the host (mounts, network namespaces, links, loop
+# devices, nftables tables, cgroups), one sorted line each, so two snapshots can be diffed.
+mountpoints() { awk '{print "mount " $5}' /proc/self/mountinfo | sort; }
+{
+  mountpoints
+  ip netns list 2>/dev/null | awk '{print "netns " $1}'
+  ip -o link show 2>/dev/null | awk -F': ' '{print "link " $2}' | sed 's/@.*//'
+  losetup -a -O NAME,BACK-FILE --noheadings 2>/dev/null | awk '{print "loop " $0}'
+  nft list tables 2>/dev/null | awk '{print "nft " $0}'
+  find /sys/fs/cgroup -mindepth 2 -maxdepth 4 -type d -name 'sandboxd*' 2>/dev/null | awk '{print "cgroup " $0}'
+  ip route show table all 2>/dev/null | grep -v '^local\|^broadcast\|^multicast\|fe80::\|^ff00' | awk '{print "route " $0}'
+} | sort
