@@ -28,6 +28,10 @@ grep -qw overlay /proc/filesystems || modprobe overlay 2>/dev/null || fail "the 
 grep -qw ext4 /proc/filesystems || modprobe ext4 2>/dev/null || fail "the kernel has no ext4; volumes and root disks need it."
 [ -e /dev/loop-control ] || modprobe loop 2>/dev/null || fail "no loop device support (/dev/loop-control); volumes need it."
 
+# The first `ip netns add` on a host turns /run/netns into a mount point; do it here, once,
+# so that it is part of the host as set up rather than something a test run seems to leak.
+mountpoint -q /run/netns 2>/dev/null || { ip netns add sbxd-setup-probe && ip netns delete sbxd-setup-probe; }
+
 # Native addons compile from source against the system's Node headers.
 export npm_config_nodedir=/usr
 if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then

@@ -106,7 +106,6 @@ export function buildOciConfig(o: BundleOptions): Record<string, unknown> {
       seccomp: o.seccomp,
       maskedPaths: MASKED_PATHS,
       readonlyPaths: READONLY_PATHS,
-      sysctl: { 'net.ipv4.ping_group_range': '0 0' },
     },
   };
 }

@@ -2,6 +2,7 @@ import { execFile, spawn } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { readFile, rm } from 'node:fs/promises';
 import { promisify } from 'node:util';
+import { join } from 'node:path';
 import { constants as osConstants } from 'node:os';
 
 const execFileP = promisify(execFile);
@@ -53,18 +54,22 @@ export class Crun {
 
   /** Creates and starts container `id` from `bundle`, detached; resolves once PID 1 runs. */
   async run(id: string, bundle: string): Promise<void> {
-    const args = [...this.argv, 'run', '--detach', '--bundle', bundle, id];
+    const log = join(bundle, 'crun.log');
+    const args = [this.binary, '--root', this.root, `--log=file:${log}`, 'run', '--detach', '--bundle', bundle, id];
     const [cmd, argv] = this.hybrid
       ? ['unshare', ['-m', '--propagation', 'private', '--', 'sh', '-c', 'umount /sys/fs/cgroup/unified && exec "$@"', 'sh', ...args]]
       : [args[0], args.slice(1)];
-    // stdio must not be pipes: the container's init would inherit them and hold them open.
-    await new Promise<void>((resolve, reject) => {
-      const child = spawn(cmd, argv, { stdio: ['ignore', 'ignore', 'pipe'] });
-      let err = '';
-      child.stderr.on('data', (d: Buffer) => { if (err.length < 4096) err += d.toString(); });
+    // No pipes: the container's init inherits crun's stdio and would hold a pipe open for
+    // its whole life. crun's own errors go to the log file.
+    const code = await new Promise<number | null>((resolve, reject) => {
+      const child = spawn(cmd, argv, { stdio: 'ignore' });
       child.on('error', reject);
-      child.on('close', (code) => (code === 0 ? resolve() : reject(new Error(`crun run ${id} failed (${code}): ${err.trim()}`))));
+      child.on('exit', (c) => resolve(c));
     });
+    if (code !== 0) {
+      const why = await readFile(log, 'utf8').catch(() => '');
+      throw new Error(`crun run ${id} failed (${code}): ${why.trim().split('\n').slice(-3).join('; ')}`);
+    }
   }
 
   async state(id: string): Promise<CrunState | null> {

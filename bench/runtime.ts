@@ -1,0 +1,104 @@
+/**
+ * Runtime benchmark: the local driver against the floor of bare crun on the same image, in
+ * the same run, interleaved so machine drift hits both alike.
+ *
+ *   floor  = `crun run -d` of the shared read-only image rootfs with catatonit as PID 1,
+ *            then `crun exec true` (no user namespace, network, seccomp, limits or disk)
+ *   driver = LocalDriver.create (user namespace, own netns on the bridge, seccomp, cgroup
+ *            limits, size-capped copy-on-write root) then exec `true`
+ *
+ * Env: BENCH_RUNS (default 50), BENCH_ALIVE (default 200).
+ */
+import { execFile } from 'node:child_process';
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { Crun } from '../packages/server/src/runtime/local/crun.js';
+import { makeTestDriver } from '../packages/server/src/runtime/local/test-support.js';
+import { report, summarize, timeMs } from './stats.js';
+
+const execFileP = promisify(execFile);
+const RUNS = Number(process.env.BENCH_RUNS ?? 50);
+const ALIVE = Number(process.env.BENCH_ALIVE ?? 200);
+const LIMITS = { memoryBytes: 2 * 1024 ** 3, cpus: 1, pids: 512, rootDiskBytes: 10 * 1024 ** 3 };
+
+const { driver, dataDir } = makeTestDriver('bench');
+await driver.init();
+await driver.recover();
+const image = await driver.images.resolve('local/busybox:latest');
+
+const floorRoot = join(dataDir, 'floor');
+const floor = new Crun({ root: join(floorRoot, 'crun') });
+const bundle = join(floorRoot, 'bundle');
+mkdirSync(bundle, { recursive: true });
+writeFileSync(join(bundle, 'config.json'), JSON.stringify({
+  ociVersion: '1.0.2',
+  process: { terminal: false, user: { uid: 0, gid: 0 }, args: ['/dev/init', '-P'], env: ['PATH=/bin:/usr/bin'], cwd: '/' },
+  root: { path: image.rootfsDir, readonly: true },
+  hostname: 'floor',
+  mounts: [
+    { destination: '/proc', type: 'proc', source: 'proc' },
+    { destination: '/dev', type: 'tmpfs', source: 'tmpfs', options: ['nosuid', 'mode=755'] },
+    { destination: '/dev/init', type: 'bind', source: '/usr/bin/catatonit', options: ['rbind', 'ro'] },
+  ],
+  linux: { namespaces: [{ type: 'pid' }, { type: 'ipc' }, { type: 'uts' }, { type: 'mount' }, { type: 'network' }] },
+}));
+const bareExec = (id: string) => execFileP('crun', ['--root', floor.root, 'exec', id, 'true']);
+
+const s = { floorCreate: [] as number[], driverCreate: [] as number[], floorExec: [] as number[], driverExec: [] as number[], floorDelete: [] as number[], driverDelete: [] as number[] };
+const spec = (i: number) => ({ id: `bench_${process.pid}_${i}`, image: 'local/busybox:latest', env: {}, volumes: [], limits: LIMITS });
+
+try {
+  for (let i = 0; i < RUNS + 3; i++) {
+    const warm = i < 3; // first runs warm caches and are not counted
+    const fid = `floor_${process.pid}_${i}`;
+    const fc = await timeMs(async () => { await floor.run(fid, bundle); await bareExec(fid); });
+    const fe = await timeMs(() => bareExec(fid));
+    const fd = await timeMs(() => floor.delete(fid));
+    const sp = spec(i);
+    const dc = await timeMs(async () => { await driver.create(sp); await driver.exec(sp.id, 'true'); });
+    const de = await timeMs(() => driver.exec(sp.id, 'true'));
+    const dd = await timeMs(() => driver.delete(sp.id));
+    if (warm) continue;
+    s.floorCreate.push(fc); s.floorExec.push(fe); s.floorDelete.push(fd);
+    s.driverCreate.push(dc); s.driverExec.push(de); s.driverDelete.push(dd);
+  }
+
+  const memAvailable = () => Number(/MemAvailable:\s+(\d+)/.exec(readFileSync('/proc/meminfo', 'utf8'))![1]) * 1024;
+  const before = memAvailable();
+  const alive: string[] = [];
+  for (let i = 0; i < ALIVE; i++) { const sp = spec(10_000 + i); await driver.create(sp); alive.push(sp.id); }
+  await new Promise((r) => setTimeout(r, 2000));
+  const after = memAvailable();
+  let cgroupBytes = 0;
+  for (const id of alive) cgroupBytes += Number(readFileSync(`/sys/fs/cgroup/memory/sandboxd-test-bench/${id}/memory.usage_in_bytes`, 'utf8'));
+  const MiB = 1024 * 1024;
+  const hostPerSandbox = (before - after) / ALIVE / MiB;
+  const cgroupPerSandbox = cgroupBytes / ALIVE / MiB;
+  const aliveDelete = await timeMs(async () => { for (const id of alive) await driver.delete(id); });
+
+  const rows = [
+    row('create -> first exec', s.driverCreate, s.floorCreate),
+    row('exec round trip (true)', s.driverExec, s.floorExec),
+    row('delete', s.driverDelete, s.floorDelete),
+  ];
+  report('runtime', rows, {
+    runs: RUNS, createToFirstExec: { driver: summarize(s.driverCreate), floor: summarize(s.floorCreate) },
+    exec: { driver: summarize(s.driverExec), floor: summarize(s.floorExec) },
+    delete: { driver: summarize(s.driverDelete), floor: summarize(s.floorDelete) },
+    idle: { sandboxes: ALIVE, hostMiBPerSandbox: hostPerSandbox, cgroupMiBPerSandbox: cgroupPerSandbox, deleteAllMs: aliveDelete },
+  });
+  report('idle sandboxes', [
+    { measure: `host memory used / sandbox (${ALIVE} alive)`, MiB: hostPerSandbox },
+    { measure: 'sandbox cgroup memory / sandbox', MiB: cgroupPerSandbox },
+  ], { sandboxes: ALIVE, hostMiBPerSandbox: hostPerSandbox, cgroupMiBPerSandbox: cgroupPerSandbox });
+} finally {
+  for (const c of await floor.list()) await floor.delete(c.id);
+  await driver.destroyAll();
+  rmSync(dataDir, { recursive: true, force: true });
+}
+
+function row(step: string, d: number[], f: number[]): Record<string, string | number> {
+  const sd = summarize(d); const sf = summarize(f);
+  return { step, 'driver p50 ms': sd.p50, 'driver p99 ms': sd.p99, 'floor p50 ms': sf.p50, 'floor p99 ms': sf.p99, 'ratio p50': sd.p50 / sf.p50 };
+}
