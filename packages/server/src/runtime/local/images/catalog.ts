@@ -1,0 +1,106 @@
+/**
+ * The on-disk catalog of the image store:
+ *
+ *   <dir>/by-digest/<config hex>/rootfs/      unpacked image, read-only by contract
+ *   <dir>/by-digest/<config hex>/image.json   its ImageRecord
+ *   <dir>/refs/<sha256 of canonical ref>.json { ref, digest }: several refs may share a digest
+ *   <dir>/layouts/<name>/                     OCI layouts of images built here
+ *   <dir>/tmp/                                work dirs (see tmp.ts)
+ *
+ * A by-digest dir only ever appears by an atomic rename of a complete one, and a ref file
+ * only after its image, so whatever is found here is whole.
+ */
+import { createHash } from 'node:crypto';
+import { mkdirSync } from 'node:fs';
+import { readdir, rename, rm, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { readJsonIfExists } from './source.js';
+import type { ImageRecord } from './unpack.js';
+
+export interface RefEntry {
+  /** Canonical reference. */
+  ref: string;
+  /** Config digest of the image it names. */
+  digest: string;
+  updatedAt: string;
+}
+
+export class Catalog {
+  readonly byDigest: string;
+  readonly refs: string;
+  readonly layouts: string;
+
+  constructor(readonly root: string) {
+    this.byDigest = join(root, 'by-digest');
+    this.refs = join(root, 'refs');
+    this.layouts = join(root, 'layouts');
+    for (const d of [root, this.byDigest, this.refs, this.layouts]) mkdirSync(d, { recursive: true });
+  }
+
+  imageDir(digest: string): string {
+    const hex = digest.replace(/^sha256:/, '');
+    if (!/^[a-f0-9]{64}$/.test(hex)) throw new Error(`bad image digest ${digest}`);
+    return join(this.byDigest, hex);
+  }
+
+  rootfsDir(digest: string): string {
+    return join(this.imageDir(digest), 'rootfs');
+  }
+
+  private refFile(canonical: string): string {
+    return join(this.refs, `${createHash('sha256').update(canonical).digest('hex')}.json`);
+  }
+
+  /** Record of an unpacked image, or undefined. */
+  async image(digest: string): Promise<ImageRecord | undefined> {
+    return readJsonIfExists<ImageRecord>(join(this.imageDir(digest), 'image.json'));
+  }
+
+  async ref(canonical: string): Promise<RefEntry | undefined> {
+    const e = await readJsonIfExists<RefEntry>(this.refFile(canonical));
+    return e && e.ref === canonical ? e : undefined;
+  }
+
+  /** The image a ref names, if both exist. */
+  async lookup(canonical: string): Promise<{ entry: RefEntry; record: ImageRecord } | undefined> {
+    const entry = await this.ref(canonical);
+    const record = entry && (await this.image(entry.digest));
+    return entry && record ? { entry, record } : undefined;
+  }
+
+  /** Points `canonical` at `digest` (atomic replace). */
+  async setRef(canonical: string, digest: string): Promise<void> {
+    const file = this.refFile(canonical);
+    const tmp = `${file}.${process.pid}.tmp`;
+    const entry: RefEntry = { ref: canonical, digest, updatedAt: new Date().toISOString() };
+    await writeFile(tmp, JSON.stringify(entry));
+    await rename(tmp, file);
+  }
+
+  /** Deletes a ref; false if it did not exist. */
+  async deleteRef(canonical: string): Promise<boolean> {
+    if (!(await this.ref(canonical))) return false;
+    await rm(this.refFile(canonical), { force: true });
+    return true;
+  }
+
+  async allRefs(): Promise<RefEntry[]> {
+    const out: RefEntry[] = [];
+    for (const f of await readdir(this.refs)) {
+      if (!f.endsWith('.json')) continue;
+      const e = await readJsonIfExists<RefEntry>(join(this.refs, f)).catch(() => undefined);
+      if (e?.ref && e.digest) out.push(e);
+    }
+    return out.sort((a, b) => a.ref.localeCompare(b.ref));
+  }
+
+  /** Digests that have an unpacked dir. */
+  async allDigests(): Promise<string[]> {
+    return (await readdir(this.byDigest)).filter((h) => /^[a-f0-9]{64}$/.test(h)).map((h) => `sha256:${h}`);
+  }
+
+  /** Dir of the kept OCI layout of a locally built image (`local/debian:bookworm` -> `debian_bookworm`). */
+  layoutDir(canonical: string): string {
+    return join(this.layouts, canonical.replace(/^local\//, '').replace(/[^a-z0-9._-]/g, '_'));
+  }
+}

@@ -1,0 +1,86 @@
+/**
+ * skopeo, run so that the host's own containers config cannot change what it does: our own
+ * signature policy, our own auth file (credentials never on a command line), linux/<host arch>
+ * picked from multi-arch images, temp files inside the caller's work dir.
+ */
+import { writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { hostArch } from './oci-read.js';
+import { runTool, toolEnv, ToolError } from './run.js';
+
+export interface Credentials {
+  username: string;
+  password: string;
+}
+
+export interface CopyOptions {
+  /** Work dir for policy/auth files and skopeo's temp files. */
+  work: string;
+  timeoutMs: number;
+  /** Credentials for the source registry (written to a 0600 auth file in `work`). */
+  credentials?: { registry: string; creds: Credentials };
+  /** Reach the source registry over plain http / without TLS verification. */
+  insecure?: boolean;
+  onStderr?: (chunk: string) => void;
+}
+
+/**
+ * `skopeo copy <src> <dest>` (transport strings, e.g. `docker://h/x:1`, `oci:/dir:img`).
+ * Throws ToolError on failure.
+ */
+export async function skopeoCopy(src: string, dest: string, opts: CopyOptions): Promise<void> {
+  const policy = join(opts.work, 'policy.json');
+  await writeFile(policy, JSON.stringify({ default: [{ type: 'insecureAcceptAnything' }] }));
+  const auth = join(opts.work, 'auth.json');
+  const auths: Record<string, { auth: string }> = {};
+  if (opts.credentials) {
+    const { username, password } = opts.credentials.creds;
+    auths[opts.credentials.registry] = { auth: Buffer.from(`${username}:${password}`).toString('base64') };
+  }
+  await writeFile(auth, JSON.stringify({ auths }), { mode: 0o600 });
+  const args = [
+    '--policy', policy,
+    '--override-os', 'linux',
+    '--override-arch', hostArch(),
+    'copy',
+    '--quiet',
+    '--src-authfile', auth,
+    ...(opts.insecure ? ['--src-tls-verify=false'] : []),
+    src,
+    dest,
+  ];
+  // Blobs being fetched and archive extraction go to TMPDIR: keep them in the work dir.
+  await runTool('skopeo', args, {
+    timeoutMs: opts.timeoutMs,
+    env: toolEnv({ TMPDIR: opts.work, REGISTRY_AUTH_FILE: auth }),
+    onStderr: opts.onStderr,
+  });
+}
+
+const NOT_FOUND = [
+  /manifest unknown/i,
+  /name unknown/i,
+  /not found/i,
+  /status 404/i,
+  /repository name not known/i,
+  /requested access to the resource is denied/i,
+  /unauthorized/i,
+  /authentication required/i,
+  /no such host/i,
+  /connection refused/i,
+  /no route to host/i,
+  /network is unreachable/i,
+  /server misbehaving/i,
+  /server gave HTTP response to HTTPS client/i,
+  /certificate/i,
+  /no image found in (manifest list|image index)/i,
+  /choosing an image from manifest list/i,
+];
+
+/**
+ * True when a failed pull means "there is no such image for us" (unknown registry,
+ * repository, tag or platform, or access denied) rather than a failure on this host.
+ */
+export function isNotFound(e: unknown): boolean {
+  return e instanceof ToolError && !e.timedOut && NOT_FOUND.some((r) => r.test(e.stderr));
+}

@@ -1,0 +1,286 @@
+/**
+ * The image store of the local runtime driver: resolves image references to read-only
+ * rootfs dirs on this host, pulling (skopeo), importing archives or building the two local
+ * images as needed, unpacking each image once (umoci) into a dir shared by all sandboxes.
+ * Layout on disk: see catalog.ts.
+ */
+import { stat } from 'node:fs/promises';
+import { join, resolve as resolvePath } from 'node:path';
+import { SandboxdError } from '@sandboxd/protocol';
+import type { ImageInfo } from '../../driver.js';
+import { buildLocalLayout, isLocalImage, type LocalImageRef } from './build-local.js';
+import { Catalog } from './catalog.js';
+import { NoSuchImage, selectImage } from './oci-read.js';
+import { pullToLayout, type Progress } from './pull.js';
+import { parseRef, type ImageRef } from './ref.js';
+import { isNotFound, type Credentials } from './skopeo.js';
+import { fromArchive, fromLayoutDir, type PreparedSource } from './source.js';
+import { ToolError } from './run.js';
+import { removeTree, TempArea } from './tmp.js';
+import { Installer } from './installer.js';
+import type { ImageRecord } from './unpack.js';
+
+export { ensureDefaultImages } from './defaults.js';
+export type { Progress } from './pull.js';
+export { LOCAL_IMAGES, type LocalImageRef } from './build-local.js';
+
+export interface ImageStoreOptions {
+  /** Cache root, e.g. `<dataDir>/images`; created if missing. */
+  dir: string;
+  /** Registry credentials by host[:port] (`docker.io` for Docker Hub). */
+  credentials?: Record<string, Credentials>;
+  /** host:port reached over plain http / without TLS verification. */
+  insecureRegistries?: string[];
+  /** Time limits in ms (defaults: pull 20 min, import 20 min, unpack 20 min, build 30 min). */
+  timeouts?: { pullMs?: number; importMs?: number; unpackMs?: number; buildMs?: number };
+  /** apt sources for the Debian build (see DebianBuildOptions.mirrors); default deb.debian.org. */
+  debianMirrors?: string[];
+  /** Diagnostics (stale temp dirs, build steps). */
+  log?: (msg: string) => void;
+}
+
+/** An image ready to run: its config and the shared read-only rootfs. */
+export interface StoredImage extends ImageInfo {
+  /** Unpacked rootfs. Shared by every sandbox and every ref of this digest: never write to it. */
+  rootfsDir: string;
+  /** Normalised reference (`debian` -> `docker.io/library/debian:latest`). */
+  canonicalRef: string;
+  /** Manifest the rootfs came from (`digest` is the config digest, docker's image id). */
+  manifestDigest: string;
+  entrypoint: string[];
+  cmd: string[];
+}
+
+export type OnProgress = (p: Progress) => void;
+
+const MIN = 60_000;
+
+function notFound(ref: string, cause?: unknown): SandboxdError {
+  const e = new SandboxdError('template_not_found', 'Template not found', { image: ref });
+  if (cause !== undefined) (e as Error).cause = cause;
+  return e;
+}
+
+export class ImageStore {
+  private readonly cat: Catalog;
+  private readonly tmp: TempArea;
+  private readonly installer: Installer;
+  private readonly jobs = new Map<string, Promise<ImageRecord>>();
+  private readonly counts = { pulls: 0, imports: 0, builds: 0 };
+
+  /** Work done by this instance (for tests and metrics). */
+  get stats(): { pulls: number; imports: number; builds: number; unpacks: number } {
+    return { ...this.counts, unpacks: this.installer.unpacks };
+  }
+
+  /** Creates the dirs and deletes work dirs left by dead processes (synchronous). */
+  constructor(private readonly opts: ImageStoreOptions) {
+    this.cat = new Catalog(resolvePath(opts.dir));
+    this.tmp = new TempArea(join(this.cat.root, 'tmp'));
+    this.installer = new Installer(this.cat, opts.timeouts?.unpackMs ?? 20 * MIN);
+    const removed = this.tmp.cleanStale(opts.log);
+    if (removed.length) opts.log?.(`image store: removed ${removed.length} stale work dir(s)`);
+  }
+
+  /**
+   * The image for `ref`: from the cache, else built (`local/debian:bookworm`,
+   * `local/busybox:latest`), else pulled. Concurrent calls for one ref share the work.
+   * A cached tag is not re-checked against its registry (use {@link pull} to refresh).
+   * Throws `validation` (bad ref), `template_not_found` (unknown image, tag, registry, or
+   * other `local/` name), `internal`.
+   */
+  async resolve(ref: string): Promise<StoredImage> {
+    const r = parseRef(ref);
+    const hit = await this.cat.lookup(r.canonical);
+    if (hit) return this.view(hit.record, ref, r.canonical);
+    const rec = await this.once(r.canonical, async () => {
+      const again = await this.cat.lookup(r.canonical);
+      if (again) return again.record;
+      if (!r.local) return this.doPull(r, ref);
+      if (!isLocalImage(r.canonical)) throw notFound(ref);
+      return this.doBuild(r.canonical);
+    });
+    return this.view(rec, ref, r.canonical);
+  }
+
+  /** Pulls `ref` from its registry even if cached (a moved tag is followed). */
+  async pull(ref: string, opts: { onProgress?: OnProgress } = {}): Promise<StoredImage> {
+    const r = parseRef(ref);
+    if (r.local) throw new SandboxdError('validation', 'local/ images are built on this host, not pulled', { image: ref });
+    const rec = await this.once(r.canonical, () => this.doPull(r, ref, opts.onProgress));
+    return this.view(rec, ref, r.canonical);
+  }
+
+  /**
+   * Imports an OCI layout dir, an OCI archive tar or a `docker save` tar and names it `ref`
+   * (default: the name the archive records). With several images inside, `ref` (or its tag)
+   * picks one. Throws `validation` for anything unreadable or ambiguous.
+   */
+  async importArchive(path: string, ref?: string): Promise<StoredImage> {
+    const want = ref === undefined ? undefined : parseRef(ref);
+    const abs = resolvePath(path);
+    const st = await stat(abs).catch(() => undefined);
+    if (!st) throw new SandboxdError('validation', 'Cannot import image: no such file or directory', { path });
+    this.counts.imports++;
+    return this.tmp.with('import', async (work) => {
+      let src: PreparedSource;
+      try {
+        src = st.isDirectory()
+          ? await fromLayoutDir(abs, want?.canonical, work)
+          : await fromArchive(abs, want?.canonical, work, this.opts.timeouts?.importMs ?? 20 * MIN);
+      } catch (e) {
+        if (e instanceof ToolError || e instanceof NoSuchImage) {
+          throw new SandboxdError('validation', `Cannot import image: ${e.message}`, { path });
+        }
+        throw e;
+      }
+      const canonical = want?.canonical ?? src.ownName;
+      if (!canonical) throw new SandboxdError('validation', 'Cannot import image: the archive does not name it; pass a ref', { path });
+      const rec = await this.installer.install(src, work);
+      await this.cat.setRef(canonical, rec.digest);
+      return this.view(rec, ref ?? canonical, canonical);
+    });
+  }
+
+  /**
+   * (Re)builds one of the local images offline as an OCI layout (kept, see
+   * {@link builtLayout}), then unpacks it like any other image. Debian takes minutes.
+   */
+  async build(ref: LocalImageRef, opts: { onProgress?: OnProgress } = {}): Promise<StoredImage> {
+    const r = parseRef(ref);
+    if (!isLocalImage(r.canonical)) throw notFound(ref);
+    const rec = await this.once(r.canonical, () => this.doBuild(r.canonical as LocalImageRef, opts.onProgress));
+    return this.view(rec, ref, r.canonical);
+  }
+
+  /** Whether `ref` is cached (no pull, no build). Throws `validation` for a bad ref. */
+  async has(ref: string): Promise<boolean> {
+    return (await this.cat.lookup(parseRef(ref).canonical)) !== undefined;
+  }
+
+  /** Every cached ref, by canonical ref (`ref` is the canonical ref here). */
+  async list(): Promise<StoredImage[]> {
+    const out: StoredImage[] = [];
+    for (const e of await this.cat.allRefs()) {
+      const rec = await this.cat.image(e.digest);
+      if (rec) out.push(this.view(rec, e.ref, e.ref));
+    }
+    return out;
+  }
+
+  /**
+   * Forgets `ref`; deletes its rootfs when no other ref names that digest. The caller must
+   * make sure no sandbox still uses that rootfs. Throws `template_not_found` if not cached.
+   */
+  async remove(ref: string): Promise<void> {
+    const r = parseRef(ref);
+    const entry = await this.cat.ref(r.canonical);
+    if (!entry || !(await this.cat.deleteRef(r.canonical))) throw notFound(ref);
+    const still = (await this.cat.allRefs()).some((e) => e.digest === entry.digest);
+    if (!still) await this.dropDigest(entry.digest);
+  }
+
+  /**
+   * Deletes unpacked images no ref names, except digests in `inUse` and images unpacked in
+   * the last `minAgeMs` (default a minute: their ref may be about to be written).
+   * Returns the digests deleted.
+   */
+  async prune(inUse: Iterable<string> = [], { minAgeMs = MIN } = {}): Promise<string[]> {
+    const keep = new Set([...inUse, ...(await this.cat.allRefs()).map((e) => e.digest)]);
+    const gone: string[] = [];
+    for (const d of await this.cat.allDigests()) {
+      if (keep.has(d) || this.installer.busy(d)) continue;
+      const age = await stat(join(this.cat.imageDir(d), 'image.json')).then((st) => Date.now() - st.mtimeMs, () => Infinity);
+      if (age < minAgeMs) continue;
+      await this.dropDigest(d);
+      gone.push(d);
+    }
+    return gone;
+  }
+
+  /** OCI layout dir of a local image built here (tag = the ref's tag), or null. */
+  async builtLayout(ref: LocalImageRef): Promise<string | null> {
+    const dir = this.cat.layoutDir(parseRef(ref).canonical);
+    return (await stat(join(dir, 'index.json')).catch(() => null)) ? dir : null;
+  }
+
+  private once(key: string, fn: () => Promise<ImageRecord>): Promise<ImageRecord> {
+    const cur = this.jobs.get(key);
+    if (cur) return cur;
+    const p = fn().finally(() => this.jobs.delete(key));
+    this.jobs.set(key, p);
+    return p;
+  }
+
+  private view(rec: ImageRecord, ref: string, canonical: string): StoredImage {
+    return {
+      ref,
+      canonicalRef: canonical,
+      digest: rec.digest,
+      manifestDigest: rec.manifestDigest,
+      env: { ...rec.env },
+      workingDir: rec.workingDir,
+      user: rec.user,
+      sizeBytes: rec.sizeBytes,
+      entrypoint: [...rec.entrypoint],
+      cmd: [...rec.cmd],
+      rootfsDir: this.cat.rootfsDir(rec.digest),
+    };
+  }
+
+  private async doPull(r: ImageRef, given: string, onProgress?: OnProgress): Promise<ImageRecord> {
+    this.counts.pulls++;
+    const creds = this.opts.credentials ?? {};
+    return this.tmp.with('pull', async (work) => {
+      let src: PreparedSource;
+      try {
+        src = await pullToLayout(r, work, {
+          credentials: creds[r.domain] ?? (r.domain === 'docker.io' ? creds['index.docker.io'] : undefined),
+          insecure: (this.opts.insecureRegistries ?? []).includes(r.domain),
+          timeoutMs: this.opts.timeouts?.pullMs ?? 20 * MIN,
+          onProgress,
+        });
+      } catch (e) {
+        if (e instanceof NoSuchImage || isNotFound(e)) throw notFound(given, e);
+        if (e instanceof ToolError && e.timedOut) throw new SandboxdError('internal', 'Image pull timed out', { image: given });
+        throw new SandboxdError('internal', `Image pull failed: ${(e as Error).message}`, { image: given });
+      }
+      onProgress?.({ phase: 'unpacking' });
+      const rec = await this.installer.install(src, work);
+      await this.cat.setRef(r.canonical, rec.digest);
+      onProgress?.({ phase: 'done', bytes: rec.sizeBytes });
+      return rec;
+    });
+  }
+
+  private async doBuild(canonical: LocalImageRef, onProgress?: OnProgress): Promise<ImageRecord> {
+    this.counts.builds++;
+    const tag = canonical.slice(canonical.lastIndexOf(':') + 1);
+    return this.tmp.with('build', async (work) => {
+      const layout = join(work, 'layout');
+      const scratch = await this.tmp.make('scratch');
+      onProgress?.({ phase: 'bootstrapping' });
+      try {
+        const { debianMirrors, log } = this.opts;
+        await buildLocalLayout(canonical, layout, scratch, { timeoutMs: this.opts.timeouts?.buildMs ?? 30 * MIN, debianMirrors, log });
+      } catch (e) {
+        if (e instanceof ToolError) throw new SandboxdError('internal', `Building ${canonical} failed: ${e.message}`, { image: canonical });
+        throw e;
+      } finally {
+        await removeTree(scratch);
+      }
+      onProgress?.({ phase: 'unpacking' });
+      const rec = await this.installer.install({ layout, tag, image: await selectImage(layout, tag) }, work);
+      await this.tmp.replaceDir(layout, this.cat.layoutDir(canonical));
+      await this.cat.setRef(canonical, rec.digest);
+      onProgress?.({ phase: 'done', bytes: rec.sizeBytes });
+      return rec;
+    });
+  }
+
+  private async dropDigest(digest: string): Promise<void> {
+    if (!(await this.tmp.discard(this.cat.imageDir(digest)))) {
+      this.opts.log?.(`image store: ${digest} has mounts inside; moved to tmp/ but not deleted`);
+    }
+  }
+}
