@@ -17,6 +17,7 @@ import { buildSeccompProfile, type OciSeccomp } from './seccomp.js';
 import { VolumeStore } from './volumes.js';
 import { idmappedBind } from './idmap.js';
 import { unmountUnder } from './mounts.js';
+import type { Config } from '../../config.js';
 
 export interface LocalDriverOptions {
   /** Sandbox state, roots and volumes live here. */
@@ -358,4 +359,13 @@ function mergeEnvList(base: string[], over?: Record<string, string>): string[] {
 
 function sleep(ms: number): Promise<void> {
   return new Promise((r) => setTimeout(r, ms));
+}
+
+/** Builds the local driver from the server config (the composition root calls this). */
+export function createLocalDriver(config: Readonly<Config>): LocalDriver {
+  return new LocalDriver({
+    dataDir: config.dataDir, imageDir: config.imageDir, runDir: config.runDir, bridge: config.bridge, subnet: config.subnet,
+    egress: config.egress, uidRangeStart: config.uidRangeStart, cgroupParent: config.cgroupParent,
+    insecureRegistries: [...config.insecureRegistries], registryCredentials: { ...config.registryCredentials },
+  });
 }

@@ -1,0 +1,100 @@
+import { Type, type Static } from 'typebox';
+import { DateTime, LIMITS, PageQuery, SANDBOX_ID_PATTERN, VOLUME_NAME_PATTERN } from './common.js';
+
+/** Sandbox lifecycle states visible on the wire. */
+export const SANDBOX_STATES = ['started', 'stopped', 'error'] as const;
+export type SandboxState = (typeof SANDBOX_STATES)[number];
+
+/** A sandbox as every response carries it; all fields are always present. */
+export const SandboxSchema = Type.Object(
+  {
+    id: Type.String({ pattern: SANDBOX_ID_PATTERN }),
+    name: Type.String(),
+    state: Type.Enum([...SANDBOX_STATES]),
+    region: Type.String(),
+    image: Type.String(),
+    createdAt: DateTime,
+    stopAt: DateTime,
+    publicAccessUrlTemplate: Type.String({ description: 'Contains the literal `{{PORT}}`.' }),
+  },
+  { title: 'Sandbox', additionalProperties: false },
+);
+export type Sandbox = Static<typeof SandboxSchema>;
+
+/** A volume name: `^[a-z0-9_]{1,30}$`. */
+export const VolumeName = Type.String({ pattern: VOLUME_NAME_PATTERN, title: 'VolumeName' });
+
+/** Object form of a volume specification. */
+export const VolumeObjectSpec = Type.Object(
+  {
+    name: VolumeName,
+    sizeGb: Type.Optional(Type.Integer({ minimum: 1, maximum: 100, description: 'Default 1 for a new volume; an existing volume keeps its size.' })),
+  },
+  { title: 'VolumeObjectSpec', additionalProperties: false },
+);
+
+/** A volume specification: a name, or `{name, sizeGb}`. */
+export const VolumeSpec = Type.Union([VolumeName, VolumeObjectSpec], { title: 'VolumeSpec' });
+export type VolumeSpecWire = Static<typeof VolumeSpec>;
+
+/** Environment variables: string to string; names hold no `=` or NUL. */
+export const EnvMap = Type.Record(Type.String({ pattern: '^[^=\\u0000]{1,256}$' }), Type.String({ pattern: '^[^\\u0000]*$' }), {
+  additionalProperties: false,
+  maxProperties: 256,
+  title: 'EnvMap',
+});
+
+/** Mount path (absolute) to volume specification. */
+export const VolumeMap = Type.Record(Type.String({ pattern: '^/[^\\u0000]{0,255}$' }), VolumeSpec, {
+  additionalProperties: false,
+  maxProperties: LIMITS.maxVolumesPerSandbox,
+  title: 'VolumeMap',
+});
+
+/** The body of `POST /api/v1/sandboxes`. */
+export const SandboxCreateSchema = Type.Object(
+  {
+    image: Type.String({ minLength: 1, maxLength: 512 }),
+    timeoutMs: Type.Optional(Type.Integer({ minimum: 0, description: `Default ${LIMITS.defaultTimeoutMs}; at most the plan's lifetime.` })),
+    env: Type.Optional(EnvMap),
+    volumes: Type.Optional(VolumeMap),
+  },
+  { title: 'SandboxCreate', additionalProperties: false },
+);
+export type SandboxCreate = Static<typeof SandboxCreateSchema>;
+
+/** `{ sandbox }`, the answer of create (201) and get. */
+export const SandboxReplySchema = Type.Object({ sandbox: SandboxSchema }, { title: 'SandboxReply', additionalProperties: false });
+export type SandboxReply = Static<typeof SandboxReplySchema>;
+
+/** Query of `GET /api/v1/sandboxes`. */
+export const SandboxListQuerySchema = Type.Object(
+  { state: Type.Optional(Type.Enum(['started', 'stopped'])), ...PageQuery },
+  { additionalProperties: false },
+);
+export type SandboxListQuery = Static<typeof SandboxListQuerySchema>;
+
+/** A page of sandboxes, newest first; `count` is the number in this page. */
+export const SandboxListSchema = Type.Object(
+  {
+    count: Type.Integer({ minimum: 0 }),
+    sandboxes: Type.Array(SandboxSchema),
+    nextCursor: Type.Optional(Type.String({ description: 'Present when more remain.' })),
+  },
+  { title: 'SandboxList', additionalProperties: false },
+);
+export type SandboxList = Static<typeof SandboxListSchema>;
+
+/** The `{id}` path parameter of sandbox operations. */
+export const SandboxParamsSchema = Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 }) }, { additionalProperties: false });
+
+/** The body of `PATCH /api/v1/sandboxes/{id}/timeout`; counted from now. */
+export const TimeoutRequestSchema = Type.Object(
+  { timeoutMs: Type.Integer({ minimum: 0, description: 'stopAt = now + timeoutMs; 0 stops at once.' }) },
+  { title: 'TimeoutRequest', additionalProperties: false },
+);
+export type TimeoutRequest = Static<typeof TimeoutRequestSchema>;
+
+/** The answer of the timeout update. */
+export const TimeoutReplySchema = Type.Object({ id: Type.String(), stopAt: DateTime }, { title: 'TimeoutReply', additionalProperties: false });
+export type TimeoutReply = Static<typeof TimeoutReplySchema>;

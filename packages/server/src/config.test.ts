@@ -1,0 +1,52 @@
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, it } from 'node:test';
+import { ConfigError, loadConfig } from './config.js';
+
+describe('loadConfig', () => {
+  it('has the documented defaults and is frozen', () => {
+    const c = loadConfig({});
+    assert.equal(c.port, 8080);
+    assert.equal(c.host, '127.0.0.1');
+    assert.equal(c.publicHost, 'sandbox.localhost:8080');
+    assert.equal(c.region, 'local');
+    assert.equal(c.terminalIdleMs, 1_800_000);
+    assert.equal(c.imageDir, join(c.dataDir, 'images'));
+    assert.deepEqual(c.plans.FREE.limits, { memoryBytes: 2 * 1024 ** 3, cpus: 1, pids: 512, rootDiskBytes: 10 * 1024 ** 3 });
+    assert.equal(c.plans.FREE.concurrency, 5);
+    assert.equal(c.plans.PRO.maxLifetimeMs, 86_400_000);
+    assert.equal(c.testClock, false);
+    assert.ok(Object.isFrozen(c) && Object.isFrozen(c.plans.FREE.limits));
+  });
+
+  it('reads SANDBOXD_* and rejects bad values by name', () => {
+    const c = loadConfig({ SANDBOXD_PORT: '9000', SANDBOXD_DATA_DIR: '/tmp/x', SANDBOXD_TEST_CLOCK: '1', SANDBOXD_RUNTIME: 'fake' });
+    assert.equal(c.port, 9000);
+    assert.equal(c.dbPath, '/tmp/x/sandboxd.db');
+    assert.equal(c.publicHost, 'sandbox.localhost:9000');
+    assert.equal(c.testClock, true);
+    assert.throws(() => loadConfig({ SANDBOXD_PORT: 'abc' }), /SANDBOXD_PORT/);
+    assert.throws(() => loadConfig({ SANDBOXD_EGRESS: 'all' }), /SANDBOXD_EGRESS/);
+    assert.throws(() => loadConfig({ SANDBOXD_BOOTSTRAP_API_KEY: 'short' }), ConfigError);
+  });
+
+  it('an unknown default plan is a startup error; a config file can add plans', () => {
+    assert.throws(() => loadConfig({ SANDBOXD_DEFAULT_PLAN: 'GOLD' }), /GOLD/);
+    const dir = mkdtempSync(join(tmpdir(), 'sbx-cfg-'));
+    try {
+      const f = join(dir, 'c.json');
+      writeFileSync(f, JSON.stringify({ port: 7000, defaultPlan: 'TEAM', plans: { TEAM: { concurrency: 10, limits: { cpus: 2 } } } }));
+      const c = loadConfig({ SANDBOXD_CONFIG: f });
+      assert.equal(c.port, 7000);
+      assert.equal(c.plans.TEAM.concurrency, 10);
+      assert.equal(c.plans.TEAM.limits.cpus, 2);
+      assert.equal(c.plans.TEAM.limits.pids, 512);
+      writeFileSync(f, JSON.stringify({ plans: { lower: {} } }));
+      assert.throws(() => loadConfig({ SANDBOXD_CONFIG: f }), /plan name/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});

@@ -1,0 +1,217 @@
+import { readFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+
+const GiB = 1024 ** 3;
+
+/** Per-sandbox resource limits of a plan (kernel-enforced by the driver). */
+export interface PlanSandboxLimits {
+  memoryBytes: number;
+  cpus: number;
+  pids: number;
+  rootDiskBytes: number;
+}
+
+/** A plan: lifetime cap, concurrency, sign-up grant and per-sandbox limits. */
+export interface PlanConfig {
+  /** Largest `stopAt - createdAt` in ms. */
+  maxLifetimeMs: number;
+  /** Sandboxes in `creating` or `started` an account may hold at once. */
+  concurrency: number;
+  /** Tokens granted when an account is created on this plan. */
+  signupTokens: number;
+  limits: PlanSandboxLimits;
+}
+
+/** The whole server configuration; built once by {@link loadConfig}, frozen. */
+export interface Config {
+  port: number;
+  host: string;
+  dataDir: string;
+  /** SQLite file; default `<dataDir>/sandboxd.db`. */
+  dbPath: string;
+  /** Image cache of the local runtime; default `<dataDir>/images`. */
+  imageDir: string;
+  /** Host part of `publicAccessUrlTemplate`; default `sandbox.localhost:<port>`. */
+  publicHost: string;
+  region: string;
+  egress: 'none' | 'nat';
+  runtime: 'local' | 'fake';
+  /** Local runtime: host bridge name (<= 15 chars) and the IPv4 subnet sandboxes get addresses from. */
+  bridge: string;
+  subnet: string;
+  /** Local runtime: volatile state (crun's root). */
+  runDir: string;
+  /** Local runtime: cgroup folder holding every sandbox's cgroup. */
+  cgroupParent: string;
+  /** Local runtime: first host uid of the per-sandbox 65536-id ranges. */
+  uidRangeStart: number;
+  /** Registries (host:port) reached over plain HTTP, e.g. a loopback test registry. */
+  insecureRegistries: string[];
+  /** Registry credentials by host[:port] (config file only, never env). */
+  registryCredentials: Record<string, { username: string; password: string }>;
+  terminalIdleMs: number;
+  plans: Record<string, PlanConfig>;
+  defaultPlan: string;
+  signupEnabled: boolean;
+  sessionTtlMs: number;
+  /** How long stopped and error records stay listed before they are purged. */
+  stoppedRetentionMs: number;
+  /** Reaper poll period; keeps stops within one second of `stopAt`. */
+  reaperIntervalMs: number;
+  /** Full list-compare-repair against the driver, period. */
+  reconcileIntervalMs: number;
+  /** Grace period of SIGTERM before in-flight requests are cut. */
+  shutdownGraceMs: number;
+  bootstrap: { apiKey?: string; adminEmail?: string; adminPassword?: string };
+  /** Enables `POST /api/v1/_test/clock`. Never on by default. */
+  testClock: boolean;
+  logLevel: string;
+}
+
+/** Built-in plans; a config file may override or add plans. */
+export const DEFAULT_PLANS: Record<string, PlanConfig> = {
+  FREE: {
+    maxLifetimeMs: 3_600_000,
+    concurrency: 5,
+    signupTokens: 1000,
+    limits: { memoryBytes: 2 * GiB, cpus: 1, pids: 512, rootDiskBytes: 10 * GiB },
+  },
+  PRO: {
+    maxLifetimeMs: 86_400_000,
+    concurrency: 50,
+    signupTokens: 10_000,
+    limits: { memoryBytes: 8 * GiB, cpus: 4, pids: 4096, rootDiskBytes: 50 * GiB },
+  },
+};
+
+type Env = Record<string, string | undefined>;
+
+/** Configuration errors abort start-up; the message names the setting. */
+export class ConfigError extends Error {
+  override name = 'ConfigError';
+}
+
+/**
+ * Builds the config from defaults, then the JSON file named by `SANDBOXD_CONFIG` (same
+ * keys as {@link Config}), then `SANDBOXD_*` variables. Throws {@link ConfigError}.
+ */
+export function loadConfig(env: Env = process.env, overrides: Partial<Config> = {}): Readonly<Config> {
+  const file = env.SANDBOXD_CONFIG ? readJson(env.SANDBOXD_CONFIG) : {};
+  const pick = <T>(key: keyof Config, envName: string | null, parse: (s: string) => T, dflt: T): T => {
+    if (key in overrides) return overrides[key] as T;
+    const raw = envName ? env[envName] : undefined;
+    if (raw !== undefined && raw !== '') return parse(raw);
+    if (key in file) return parse(String(file[key]));
+    return dflt;
+  };
+  const int = (name: string, min: number, max: number) => (s: string) => parseIntStrict(name, s, min, max);
+  const port = pick('port', 'SANDBOXD_PORT', int('SANDBOXD_PORT', 0, 65535), 8080);
+  const dataDir = resolve(pick('dataDir', 'SANDBOXD_DATA_DIR', String, './data'));
+  const plans = mergePlans(file.plans as Record<string, Partial<PlanConfig>> | undefined, overrides.plans);
+  const cfg: Config = {
+    port,
+    host: pick('host', 'SANDBOXD_HOST', String, '127.0.0.1'),
+    dataDir,
+    dbPath: pick('dbPath', 'SANDBOXD_DB_PATH', String, join(dataDir, 'sandboxd.db')),
+    imageDir: resolve(pick('imageDir', 'SANDBOXD_IMAGE_DIR', String, join(dataDir, 'images'))),
+    publicHost: pick('publicHost', 'SANDBOXD_PUBLIC_HOST', String, `sandbox.localhost:${port}`),
+    region: pick('region', 'SANDBOXD_REGION', String, 'local'),
+    egress: pick('egress', 'SANDBOXD_EGRESS', oneOf('SANDBOXD_EGRESS', ['none', 'nat'] as const), 'none'),
+    runtime: pick('runtime', 'SANDBOXD_RUNTIME', oneOf('SANDBOXD_RUNTIME', ['local', 'fake'] as const), 'local'),
+    bridge: pick('bridge', 'SANDBOXD_BRIDGE', String, 'sbx0'),
+    subnet: pick('subnet', 'SANDBOXD_SUBNET', String, '10.89.0.0/16'),
+    runDir: resolve(pick('runDir', 'SANDBOXD_RUN_DIR', String, '/run/sandboxd')),
+    cgroupParent: pick('cgroupParent', 'SANDBOXD_CGROUP_PARENT', String, 'sandboxd'),
+    uidRangeStart: pick('uidRangeStart', 'SANDBOXD_UID_RANGE_START', int('SANDBOXD_UID_RANGE_START', 65536, 2 ** 31), 100_000),
+    insecureRegistries: overrides.insecureRegistries ?? (env.SANDBOXD_INSECURE_REGISTRIES ?? (file.insecureRegistries as string[] | undefined)?.join(',') ?? '')
+      .split(',').map((x) => x.trim()).filter(Boolean),
+    registryCredentials: overrides.registryCredentials ?? (file.registryCredentials as Config['registryCredentials'] | undefined) ?? {},
+    terminalIdleMs: pick('terminalIdleMs', 'SANDBOXD_TERMINAL_IDLE_MS', int('SANDBOXD_TERMINAL_IDLE_MS', 1, 2 ** 31), 1_800_000),
+    plans,
+    defaultPlan: pick('defaultPlan', 'SANDBOXD_DEFAULT_PLAN', String, 'FREE'),
+    signupEnabled: pick('signupEnabled', 'SANDBOXD_SIGNUP_ENABLED', bool('SANDBOXD_SIGNUP_ENABLED'), true),
+    sessionTtlMs: pick('sessionTtlMs', 'SANDBOXD_SESSION_TTL_MS', int('SANDBOXD_SESSION_TTL_MS', 60_000, 2 ** 40), 7 * 86_400_000),
+    stoppedRetentionMs: pick('stoppedRetentionMs', 'SANDBOXD_STOPPED_RETENTION_MS', int('SANDBOXD_STOPPED_RETENTION_MS', 0, 2 ** 40), 86_400_000),
+    reaperIntervalMs: pick('reaperIntervalMs', 'SANDBOXD_REAPER_INTERVAL_MS', int('SANDBOXD_REAPER_INTERVAL_MS', 10, 1000), 250),
+    reconcileIntervalMs: pick('reconcileIntervalMs', 'SANDBOXD_RECONCILE_INTERVAL_MS', int('SANDBOXD_RECONCILE_INTERVAL_MS', 100, 2 ** 31), 30_000),
+    shutdownGraceMs: pick('shutdownGraceMs', 'SANDBOXD_SHUTDOWN_GRACE_MS', int('SANDBOXD_SHUTDOWN_GRACE_MS', 0, 600_000), 30_000),
+    bootstrap: overrides.bootstrap ?? {
+      apiKey: env.SANDBOXD_BOOTSTRAP_API_KEY || undefined,
+      adminEmail: env.SANDBOXD_BOOTSTRAP_ADMIN_EMAIL || undefined,
+      adminPassword: env.SANDBOXD_BOOTSTRAP_ADMIN_PASSWORD || undefined,
+    },
+    testClock: pick('testClock', 'SANDBOXD_TEST_CLOCK', bool('SANDBOXD_TEST_CLOCK'), false),
+    logLevel: pick('logLevel', 'SANDBOXD_LOG_LEVEL', String, 'info'),
+  };
+  validate(cfg);
+  return deepFreeze(cfg);
+}
+
+function validate(cfg: Config): void {
+  if (!cfg.plans[cfg.defaultPlan]) {
+    throw new ConfigError(`defaultPlan "${cfg.defaultPlan}" is not a configured plan (${Object.keys(cfg.plans).join(', ')})`);
+  }
+  const key = cfg.bootstrap.apiKey;
+  if (key !== undefined && !/^sk_[A-Za-z0-9]{20,100}$/.test(key)) {
+    throw new ConfigError('SANDBOXD_BOOTSTRAP_API_KEY must look like sk_ followed by 20 to 100 letters and digits');
+  }
+  if (cfg.bootstrap.adminPassword !== undefined && cfg.bootstrap.adminPassword.length < 8) {
+    throw new ConfigError('SANDBOXD_BOOTSTRAP_ADMIN_PASSWORD must have at least 8 characters');
+  }
+}
+
+function mergePlans(fromFile?: Record<string, Partial<PlanConfig>>, fromOverrides?: Record<string, PlanConfig>): Record<string, PlanConfig> {
+  const out: Record<string, PlanConfig> = structuredClone(DEFAULT_PLANS);
+  for (const [name, p] of Object.entries({ ...fromFile, ...fromOverrides })) {
+    if (!/^[A-Z][A-Z0-9_]{0,31}$/.test(name)) throw new ConfigError(`plan name "${name}" must match ^[A-Z][A-Z0-9_]{0,31}$`);
+    const base = out[name] ?? DEFAULT_PLANS.FREE;
+    const plan: PlanConfig = { ...base, ...p, limits: { ...base.limits, ...(p.limits ?? {}) } };
+    for (const [k, v] of Object.entries({ ...plan, ...plan.limits })) {
+      if (k === 'limits') continue;
+      if (typeof v !== 'number' || !Number.isFinite(v) || v < 0) throw new ConfigError(`plans.${name}.${k} must be a non-negative number`);
+    }
+    if (plan.limits.cpus <= 0 || plan.concurrency < 1) throw new ConfigError(`plans.${name}: cpus and concurrency must be positive`);
+    out[name] = plan;
+  }
+  return out;
+}
+
+function readJson(path: string): Record<string, unknown> {
+  try {
+    const v = JSON.parse(readFileSync(path, 'utf8'));
+    if (typeof v !== 'object' || v === null || Array.isArray(v)) throw new Error('not a JSON object');
+    return v;
+  } catch (e) {
+    throw new ConfigError(`SANDBOXD_CONFIG ${path}: ${(e as Error).message}`);
+  }
+}
+
+function parseIntStrict(name: string, s: string, min: number, max: number): number {
+  if (!/^-?\d+$/.test(s.trim())) throw new ConfigError(`${name} must be an integer, got "${s}"`);
+  const n = Number(s);
+  if (n < min || n > max) throw new ConfigError(`${name} must be between ${min} and ${max}, got ${n}`);
+  return n;
+}
+
+function oneOf<T extends string>(name: string, values: readonly T[]) {
+  return (s: string): T => {
+    if (!(values as readonly string[]).includes(s)) throw new ConfigError(`${name} must be one of ${values.join(', ')}, got "${s}"`);
+    return s as T;
+  };
+}
+
+function bool(name: string) {
+  return (s: string): boolean => {
+    if (['1', 'true', 'yes', 'on'].includes(s.toLowerCase())) return true;
+    if (['0', 'false', 'no', 'off'].includes(s.toLowerCase())) return false;
+    throw new ConfigError(`${name} must be a boolean (1/0/true/false), got "${s}"`);
+  };
+}
+
+function deepFreeze<T>(o: T): T {
+  if (o && typeof o === 'object') {
+    for (const v of Object.values(o)) deepFreeze(v);
+    Object.freeze(o);
+  }
+  return o;
+}

@@ -1,0 +1,70 @@
+import { SandboxdError } from '@sandboxd/protocol';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { AuthService, Principal } from '../services/auth.js';
+import { parseCookies, SESSION_COOKIE } from './cookies.js';
+
+/** Who may call a route: anyone, any account, or admins only (others get 404). */
+export type AuthLevel = 'none' | 'account' | 'admin';
+
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    auth?: AuthLevel;
+    /** Error statuses the operation documents (OpenAPI only). */
+    errors?: number[];
+    operationId?: string;
+    summary?: string;
+    tags?: string[];
+    hide?: boolean;
+  }
+  interface FastifyRequest {
+    principal: Principal | null;
+  }
+}
+
+const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
+
+/**
+ * Authenticates every routed request before validation: `Authorization: Bearer <key>`
+ * or `X-API-Key: <key>`, else the session cookie. A state-changing request that relies on
+ * the cookie must carry a same-origin `Origin` (CSRF). Unknown routes skip this (404).
+ */
+export function registerAuth(app: FastifyInstance, auth: AuthService): void {
+  app.decorateRequest('principal', null);
+  app.addHook('onRequest', async (req) => {
+    const level = req.routeOptions.config?.auth ?? 'account';
+    if (!req.routeOptions.url || level === 'none') return;
+    req.principal = await authenticate(req, auth);
+    if (level === 'admin' && !req.principal.account.admin) throw new SandboxdError('not_found', 'Route not found');
+  });
+}
+
+/** The principal of a request or `unauthorized`; also used by the terminal WebSocket upgrade. */
+export async function authenticate(req: FastifyRequest, auth: AuthService): Promise<Principal> {
+  const header = req.headers.authorization;
+  const xKey = req.headers['x-api-key'];
+  if (header !== undefined) {
+    const m = /^Bearer\s+(\S+)\s*$/i.exec(header);
+    if (!m) throw new SandboxdError('unauthorized', 'Authorization must be "Bearer <API key>"');
+    return auth.fromApiKey(m[1]);
+  }
+  if (typeof xKey === 'string' && xKey !== '') return auth.fromApiKey(xKey.trim());
+  const token = parseCookies(req.headers.cookie)[SESSION_COOKIE];
+  if (!token) throw new SandboxdError('unauthorized', 'Missing credentials: send "Authorization: Bearer <API key>" or "X-API-Key: <API key>"');
+  const p = await auth.fromSession(token);
+  if (!SAFE_METHODS.has(req.method) && !sameOrigin(req)) {
+    throw new SandboxdError('unauthorized', 'A request authenticated by session cookie must carry a same-origin Origin header');
+  }
+  return p;
+}
+
+/** True when the `Origin` header names the host the request was sent to. */
+export function sameOrigin(req: FastifyRequest): boolean {
+  const origin = req.headers.origin;
+  if (!origin || origin === 'null') return false;
+  try {
+    const o = new URL(origin);
+    return !!req.headers.host && o.host === new URL(`${o.protocol}//${req.headers.host}`).host;
+  } catch {
+    return false;
+  }
+}

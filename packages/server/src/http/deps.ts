@@ -1,0 +1,28 @@
+import { SandboxdError } from '@sandboxd/protocol';
+import type { FastifyRequest } from 'fastify';
+import type { Config } from '../config.js';
+import type { OffsetClock } from '../domain/clock.js';
+import type { Reaper } from '../lifecycle/reaper.js';
+import type { Principal } from '../services/auth.js';
+import type { Services } from '../services/index.js';
+import type { Metrics } from './metrics.js';
+
+/** What route modules receive. */
+export interface HttpDeps {
+  services: Services;
+  config: Readonly<Config>;
+  metrics: Metrics;
+  reaper: Reaper;
+  /** Present only when `SANDBOXD_TEST_CLOCK=1`. */
+  testClock: OffsetClock | null;
+  /** The OpenAPI document (built after all routes are registered). */
+  openapi: () => Record<string, unknown>;
+  /** False until start-up (driver init, recovery) is done. */
+  isReady: () => boolean;
+}
+
+/** The authenticated principal of a request on an authenticated route. */
+export function principalOf(req: FastifyRequest): Principal {
+  if (!req.principal) throw new SandboxdError('unauthorized', 'Missing credentials');
+  return req.principal;
+}

@@ -1,0 +1,39 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { SandboxdError } from '@sandboxd/protocol';
+import { formatProblems, toHttpError } from './errors.js';
+
+describe('toHttpError', () => {
+  it('maps SandboxdError kinds to their statuses', () => {
+    assert.deepEqual(toHttpError(new SandboxdError('insufficient_tokens', 'x')).body, { code: 402, message: 'x' });
+    assert.equal(toHttpError(new SandboxdError('concurrency_limit', 'x')).status, 403);
+  });
+  it('never leaks internals of unknown errors', () => {
+    const r = toHttpError(new Error('ENOENT /var/lib/secret'));
+    assert.deepEqual(r.body, { code: 500, message: 'Internal server error' });
+    assert.equal(r.internal, true);
+  });
+  it('maps fastify body errors', () => {
+    assert.equal(toHttpError(Object.assign(new Error('x'), { code: 'FST_ERR_CTP_BODY_TOO_LARGE', statusCode: 413 })).status, 413);
+    assert.equal(toHttpError(Object.assign(new Error('x'), { code: 'FST_ERR_CTP_INVALID_MEDIA_TYPE', statusCode: 415 })).status, 400);
+  });
+});
+
+describe('formatProblems', () => {
+  it('names unknown fields and collapses union branches', () => {
+    const p = formatProblems(
+      [
+        { keyword: 'boolean', instancePath: '/foo', message: 'schema is false' },
+        { keyword: 'additionalProperties', instancePath: '', params: { additionalProperties: ['foo'] } },
+        { keyword: 'type', instancePath: '/volumes/~1a', message: 'must be string' },
+        { keyword: 'minimum', instancePath: '/volumes/~1a/sizeGb', message: 'must be >= 1' },
+        { keyword: 'anyOf', instancePath: '/volumes/~1a', message: 'must match a schema in anyOf' },
+      ],
+      'body',
+    );
+    assert.deepEqual(p, [
+      { in: 'body', path: '/foo', message: 'is not an allowed field' },
+      { in: 'body', path: '/volumes/~1a/sizeGb', message: 'must be >= 1' },
+    ]);
+  });
+});

@@ -1,0 +1,52 @@
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import { AccountReplySchema, LoginLinkQuerySchema, LoginSchema, SignupSchema } from '@sandboxd/protocol';
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import { Type } from 'typebox';
+import { summary } from '../../services/accounts.js';
+import { parseCookies, SESSION_COOKIE, sessionCookie } from '../cookies.js';
+import type { HttpDeps } from '../deps.js';
+
+const tags = ['auth'];
+
+/** Browser sessions: login, logout, sign-up and the one-time login link. */
+export const authRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) => {
+  const { auth, accounts } = d.services;
+  const setSession = (req: FastifyRequest, reply: FastifyReply, token: string) =>
+    reply.header('set-cookie', sessionCookie(token, { maxAgeSec: d.config.sessionTtlMs / 1000, secure: req.protocol === 'https' }));
+
+  app.post('/api/v1/auth/login', {
+    schema: { body: LoginSchema, response: { 200: AccountReplySchema } },
+    config: { auth: 'none', operationId: 'login', summary: 'Log in; sets the session cookie', tags, errors: [400, 401] },
+  }, async (req, reply) => {
+    const { account, token } = await auth.login(req.body.email, req.body.password);
+    setSession(req, reply, token);
+    return { account: summary(account) };
+  });
+
+  app.post('/api/v1/auth/logout', {
+    schema: { response: { 204: Type.Null() } },
+    config: { auth: 'none', operationId: 'logout', summary: 'End the session of the cookie', tags, errors: [] },
+  }, async (req, reply) => {
+    const token = parseCookies(req.headers.cookie)[SESSION_COOKIE];
+    if (token) await auth.logout(token);
+    reply.header('set-cookie', sessionCookie('', { maxAgeSec: 0, secure: req.protocol === 'https' }));
+    return reply.code(204).send(null);
+  });
+
+  app.post('/api/v1/auth/signup', {
+    schema: { body: SignupSchema, response: { 201: AccountReplySchema } },
+    config: { auth: 'none', operationId: 'signup', summary: 'Create an account on the default plan; sets the session cookie', tags, errors: [400, 404, 409] },
+  }, async (req, reply) => {
+    const account = await accounts.signup(req.body.email, req.body.password);
+    setSession(req, reply, await auth.newSession(account.id));
+    return reply.code(201).send({ account: summary(account) });
+  });
+
+  app.get('/api/v1/auth/link', {
+    schema: { querystring: LoginLinkQuerySchema },
+    config: { auth: 'none', operationId: 'loginLink', summary: 'Trade a one-time login link for a session; redirects to /', tags, errors: [400, 401] },
+  }, async (req, reply) => {
+    setSession(req, reply, await auth.consumeLoginLink(req.query.token));
+    return reply.redirect('/', 303);
+  });
+};

@@ -1,0 +1,34 @@
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import { SandboxdError } from '@sandboxd/protocol';
+import { Type } from 'typebox';
+import type { HttpDeps } from '../deps.js';
+
+/** Health, metrics, the OpenAPI document and (only with SANDBOXD_TEST_CLOCK=1) the test clock. */
+export const systemRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) => {
+  app.get('/healthz', {
+    schema: { response: { 200: Type.Object({ status: Type.Literal('ok') }) } },
+    config: { auth: 'none', operationId: 'health', summary: '200 once the server can create sandboxes', tags: ['system'], errors: [503] },
+  }, async () => {
+    if (!d.isReady()) throw new SandboxdError('unavailable', 'Starting');
+    return { status: 'ok' as const };
+  });
+
+  app.get('/metrics', { config: { auth: 'none', hide: true } }, async (_req, reply) => {
+    reply.header('content-type', d.metrics.registry.contentType);
+    return d.metrics.registry.metrics();
+  });
+
+  app.get('/api/v1/openapi.json', { config: { auth: 'none', hide: true } }, async () => d.openapi());
+
+  if (d.testClock) {
+    const clock = d.testClock;
+    app.post('/api/v1/_test/clock', {
+      schema: { body: Type.Object({ advanceMs: Type.Integer({ minimum: 0, maximum: 10 * 365 * 86_400_000 }) }, { additionalProperties: false }) },
+      config: { auth: 'none', hide: true },
+    }, async (req) => {
+      clock.advance(req.body.advanceMs);
+      const stopped = await d.reaper.tick();
+      return { now: new Date(clock.now()).toISOString(), stopped };
+    });
+  }
+};

@@ -1,0 +1,65 @@
+import { LIMITS } from '@sandboxd/protocol';
+import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from 'fastify';
+import type { Logger } from 'pino';
+import { registerAuth } from './auth.js';
+import type { HttpDeps } from './deps.js';
+import { toHttpError } from './errors.js';
+import { buildOpenApi, collectRoutes } from './openapi.js';
+import { accountRoutes } from './routes/account.js';
+import { adminRoutes } from './routes/admin.js';
+import { authRoutes } from './routes/auth.js';
+import { sandboxRoutes } from './routes/sandboxes.js';
+import { systemRoutes } from './routes/system.js';
+import { validatorCompiler } from './validation.js';
+
+/** API version in the OpenAPI document. */
+export const API_VERSION = '1.0.0';
+
+/**
+ * The fastify instance with every route but terminals and the port proxy, which other
+ * modules register on it (`extraRoutes`) before it is ready.
+ */
+export function createHttpServer(
+  deps: Omit<HttpDeps, 'openapi'>,
+  opts: { logger: Logger; extraRoutes?: Array<(app: FastifyInstance) => Promise<void> | void> },
+): FastifyInstance {
+  const app = Fastify({
+    loggerInstance: opts.logger as unknown as FastifyBaseLogger,
+    bodyLimit: LIMITS.maxBodyBytes,
+    return503OnClosing: true,
+    forceCloseConnections: 'idle',
+    routerOptions: { ignoreTrailingSlash: true, maxParamLength: 200 },
+    // Router-level failures (bad URL encoding, over-long path parameters) use the same body.
+    frameworkErrors: (err, req, reply) => {
+      const status = err.code === 'FST_ERR_MAX_PARAM_LENGTH' ? 404 : 400;
+      deps.metrics.errors.inc({ code: String(status) });
+      const message = status === 404 ? 'Not found' : 'Malformed URL';
+      (reply as FastifyReply).code(status).type('application/json').send({ code: status, message });
+    },
+  });
+  app.setValidatorCompiler(validatorCompiler);
+
+  app.setErrorHandler((err, req, reply) => {
+    const { status, body, internal } = toHttpError(err);
+    deps.metrics.errors.inc({ code: String(status) });
+    if (internal) req.log.error({ err }, 'request failed');
+    else if (status >= 500) req.log.warn({ code: status, msg: body.message }, 'request refused');
+    reply.code(status).type('application/json').send(body);
+  });
+  app.setNotFoundHandler((req, reply) => {
+    deps.metrics.errors.inc({ code: '404' });
+    reply.code(404).type('application/json').send({ code: 404, message: `Route ${req.method} ${req.url.split('?')[0]} not found` });
+  });
+
+  const routes = collectRoutes(app);
+  let doc: Record<string, unknown> | null = null;
+  const full: HttpDeps = { ...deps, openapi: () => (doc ??= buildOpenApi(routes, { version: API_VERSION })) };
+  registerAuth(app, deps.services.auth);
+  app.register(systemRoutes, full);
+  app.register(authRoutes, full);
+  app.register(sandboxRoutes, full);
+  app.register(accountRoutes, full);
+  app.register(adminRoutes, full);
+  for (const r of opts.extraRoutes ?? []) app.register(async (child) => r(child));
+  return app;
+}

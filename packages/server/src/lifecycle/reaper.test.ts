@@ -1,0 +1,72 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { makeTestApp, type TestApp } from '../http/testkit.js';
+
+describe('Reaper', () => {
+  let t: TestApp;
+  before(async () => (t = await makeTestApp()));
+  after(() => t.close());
+
+  const setup = async () => {
+    const { id } = await t.newAccount({ tokens: 1000 });
+    return (await t.app.store.getAccount(id))!;
+  };
+
+  it('stops a sandbox once stopAt has passed, not before, and keeps volumes', async () => {
+    const a = await setup();
+    const s = await t.app.services.sandboxes.create(a, { image: 'local/busybox:latest', timeoutMs: 60_000, volumes: { '/v': 'keep' } });
+    t.clock.advance(59_999);
+    assert.deepEqual(await t.app.reaper.tick(), []);
+    t.clock.advance(1);
+    assert.deepEqual(await t.app.reaper.tick(), [s.id]);
+    const r = await t.app.services.sandboxes.get(a.id, s.id);
+    assert.equal(r.state, 'stopped');
+    assert.equal(await t.driver.inspect(s.id), null, 'runtime discarded it');
+    assert.equal((await t.app.services.volumes.list(a.id)).length, 1);
+    assert.equal(await t.app.store.balance(a.id), 999, 'a full-lifetime sandbox gets no refund');
+  });
+
+  it('purges stopped records after the retention period', async () => {
+    const a = await setup();
+    const s = await t.app.services.sandboxes.create(a, { image: 'local/busybox:latest', timeoutMs: 0 });
+    await t.app.reaper.tick();
+    assert.equal((await t.app.services.sandboxes.get(a.id, s.id)).state, 'stopped');
+    t.clock.advance(86_400_000 - 1);
+    await t.app.reaper.tick();
+    assert.ok(await t.app.store.getSandbox(s.id));
+    t.clock.advance(20_000);
+    await t.app.reaper.tick();
+    assert.equal(await t.app.store.getSandbox(s.id), null);
+  });
+
+  it('reconcile: lost sandboxes become error with a refund; orphans are deleted; expired are stopped', async () => {
+    const a = await setup();
+    const lost = await t.app.services.sandboxes.create(a, { image: 'local/busybox:latest', timeoutMs: 600_000 });
+    const expired = await t.app.services.sandboxes.create(a, { image: 'local/busybox:latest', timeoutMs: 60_000 });
+    await t.driver.create({ id: 'orphan_1', image: 'local/busybox:latest', env: {}, volumes: [], limits: { memoryBytes: 1, cpus: 1, pids: 1, rootDiskBytes: 1 } });
+    t.driver.lose(lost.id);
+    t.clock.advance(60_000);
+    const before = await t.app.store.balance(a.id);
+    const rep = await t.app.reaper.reconcile();
+    assert.deepEqual(rep.lost, [lost.id]);
+    assert.deepEqual(rep.expired, [expired.id]);
+    assert.deepEqual(rep.orphans, ['orphan_1']);
+    assert.equal((await t.app.services.sandboxes.get(a.id, lost.id)).state, 'error');
+    assert.equal(await t.app.store.balance(a.id), before + 9, 'lost after 1 minute of 10: 9 refunded');
+    assert.equal(await t.driver.inspect('orphan_1'), null);
+  });
+
+  it('reconcile at startup: records left creating become error with a full refund', async () => {
+    const a = await setup();
+    const rec = await t.app.store.reserveSandbox(
+      { id: 'sbx_aaaaaaaaaaaaaaaaaaaa', accountId: a.id, name: 'x-y-0001', image: 'i', region: 'local', env: {}, volumes: [], createdAt: t.clock.now(), state: 'creating', stopAt: t.clock.now() + 60_000, reservedMinutes: 0, endedAt: null, details: null },
+      { minutes: 1, concurrency: 5, volumes: [], newName: () => 'x-y-0002' },
+    );
+    const before = await t.app.store.balance(a.id);
+    assert.deepEqual((await t.app.reaper.reconcile()).abandoned, [], 'only at start-up');
+    const rep = await t.app.reaper.reconcile({ startup: true });
+    assert.deepEqual(rep.abandoned, [rec.id]);
+    assert.equal((await t.app.store.getSandbox(rec.id))!.state, 'error');
+    assert.equal(await t.app.store.balance(a.id), before + 1);
+  });
+});

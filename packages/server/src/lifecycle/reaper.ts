@@ -1,0 +1,134 @@
+import type { ServiceDeps } from '../services/context.js';
+import type { SandboxService } from '../services/sandboxes.js';
+import type { SandboxRecord } from '../domain/sandbox.js';
+
+/** What one reconcile pass repaired. */
+export interface ReconcileReport {
+  /** Records past `stopAt` that were stopped. */
+  expired: string[];
+  /** Started records the runtime no longer had: now `error`. */
+  lost: string[];
+  /** Records left in `creating` by a crash: now `error`, refunded. */
+  abandoned: string[];
+  /** Runtime sandboxes with no live record: deleted from the runtime. */
+  orphans: string[];
+}
+
+const PURGE_EVERY_MS = 10_000;
+const RETRY_AFTER_FAILURE_MS = 5_000;
+
+/**
+ * The lifecycle loop (list, compare, repair) with an injected clock. `tick()` stops every
+ * started sandbox whose `stopAt` has passed and purges records that ended more than
+ * `stoppedRetentionMs` ago; `reconcile()` compares the store with `driver.list()` and
+ * repairs what a crash or a runtime failure left behind. `start()` runs both on timers.
+ */
+export class Reaper {
+  private tickTimer: NodeJS.Timeout | null = null;
+  private reconcileTimer: NodeJS.Timeout | null = null;
+  private running: Promise<unknown> = Promise.resolve();
+  private timerTickBusy = false;
+  private lastPurge = Number.NEGATIVE_INFINITY;
+  private readonly failedUntil = new Map<string, number>();
+
+  constructor(private readonly d: ServiceDeps, private readonly sandboxes: SandboxService) {}
+
+  /** Starts the timers (unref'd: they never keep the process alive). */
+  start(): void {
+    if (this.tickTimer) return;
+    this.tickTimer = setInterval(() => {
+      if (this.timerTickBusy) return; // a slow pass must not pile up more passes
+      this.timerTickBusy = true;
+      this.tick()
+        .catch((err) => this.d.log.error({ err }, 'reaper tick failed'))
+        .finally(() => (this.timerTickBusy = false));
+    }, this.d.config.reaperIntervalMs).unref();
+    this.reconcileTimer = setInterval(() => {
+      this.reconcile().catch((err) => this.d.log.error({ err }, 'reconcile failed'));
+    }, this.d.config.reconcileIntervalMs).unref();
+  }
+
+  /** Stops the timers and waits for a pass in progress. */
+  async stop(): Promise<void> {
+    if (this.tickTimer) clearInterval(this.tickTimer);
+    if (this.reconcileTimer) clearInterval(this.reconcileTimer);
+    this.tickTimer = this.reconcileTimer = null;
+    await this.running.catch(() => {});
+  }
+
+  /** One expiry + purge pass; passes never overlap. Returns the ids stopped. */
+  tick(): Promise<string[]> {
+    return this.serial(async () => {
+      const now = this.d.clock.now();
+      const stopped: string[] = [];
+      for (const r of await this.d.store.listExpired(now)) {
+        if ((this.failedUntil.get(r.id) ?? 0) > now) continue;
+        if (await this.stopOne(r, 'timeout')) stopped.push(r.id);
+      }
+      if (now - this.lastPurge >= PURGE_EVERY_MS) {
+        this.lastPurge = now;
+        const purged = await this.d.store.purgeEnded(now - this.d.config.stoppedRetentionMs);
+        if (purged) this.d.log.info({ purged }, 'purged ended sandbox records');
+      }
+      return stopped;
+    });
+  }
+
+  /**
+   * Compares live records with the runtime and repairs. With `startup`, records still in
+   * `creating` are from a crashed process (their client never got 201): they are removed
+   * from the runtime and marked `error` with a full refund.
+   */
+  reconcile(opts: { startup?: boolean } = {}): Promise<ReconcileReport> {
+    return this.serial(async () => {
+      const report: ReconcileReport = { expired: [], lost: [], abandoned: [], orphans: [] };
+      const records = await this.d.store.listSandboxesByState(['creating', 'started']);
+      const runtime = new Map((await this.d.driver.list()).map((s) => [s.id, s]));
+      const now = this.d.clock.now();
+      for (const r of records) {
+        if (r.state === 'creating') {
+          if (!opts.startup) continue;
+          await this.d.driver.delete(r.id).catch((err) => this.d.log.warn({ err, sandboxId: r.id }, 'delete abandoned'));
+          await this.sandboxes.markLost(r, 'the server stopped while the sandbox was being created', { fullRefund: true });
+          report.abandoned.push(r.id);
+        } else if (r.stopAt <= now) {
+          if (await this.stopOne(r, 'timeout')) report.expired.push(r.id);
+        } else if (runtime.get(r.id)?.state !== 'running') {
+          await this.d.driver.delete(r.id).catch((err) => this.d.log.warn({ err, sandboxId: r.id }, 'delete lost'));
+          await this.sandboxes.markLost(r, 'the runtime lost the sandbox');
+          report.lost.push(r.id);
+        }
+      }
+      const known = new Set(records.map((r) => r.id));
+      for (const id of runtime.keys()) {
+        if (known.has(id)) continue;
+        const rec = await this.d.store.getSandbox(id); // a create may have begun since the listing
+        if (rec && (rec.state === 'creating' || rec.state === 'started')) continue;
+        await this.d.driver.delete(id).catch((err) => this.d.log.warn({ err, sandboxId: id }, 'delete orphan'));
+        report.orphans.push(id);
+      }
+      if (report.expired.length + report.lost.length + report.abandoned.length + report.orphans.length) {
+        this.d.log.info(report, 'reconciled store with runtime');
+      }
+      return report;
+    });
+  }
+
+  private async stopOne(r: SandboxRecord, reason: string): Promise<boolean> {
+    try {
+      const out = await this.sandboxes.stop(r, { reason });
+      this.failedUntil.delete(r.id);
+      return out !== null;
+    } catch (err) {
+      this.failedUntil.set(r.id, this.d.clock.now() + RETRY_AFTER_FAILURE_MS);
+      this.d.log.error({ err, sandboxId: r.id }, 'stopping an expired sandbox failed; will retry');
+      return false;
+    }
+  }
+
+  private serial<T>(fn: () => Promise<T>): Promise<T> {
+    const p = this.running.catch(() => {}).then(fn);
+    this.running = p;
+    return p;
+  }
+}

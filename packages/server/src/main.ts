@@ -1,0 +1,57 @@
+import { buildApp } from './app.js';
+import { ConfigError, loadConfig, type Config } from './config.js';
+import type { RuntimeDriver } from './runtime/driver.js';
+import { createFakeDriver } from './runtime/fake/driver.js';
+import { bootstrapBanner } from './services/bootstrap.js';
+
+/** Builds the driver named by `config.runtime`. */
+async function createDriver(config: Readonly<Config>): Promise<RuntimeDriver> {
+  if (config.runtime === 'fake') return createFakeDriver();
+  let mod: { createLocalDriver?: (c: Readonly<Config>) => RuntimeDriver | Promise<RuntimeDriver> };
+  try {
+    mod = await import('./runtime/local/driver.js');
+  } catch (e) {
+    throw new ConfigError(`runtime "local" could not be loaded (${(e as Error).message}); set SANDBOXD_RUNTIME=fake for a server without sandboxes`);
+  }
+  if (typeof mod.createLocalDriver !== 'function') {
+    throw new ConfigError('runtime "local" is not available yet: runtime/local/driver.ts exports no createLocalDriver(config); set SANDBOXD_RUNTIME=fake');
+  }
+  return mod.createLocalDriver(config);
+}
+
+async function main(): Promise<void> {
+  const config = loadConfig();
+  const app = buildApp({ config, driver: await createDriver(config) });
+  if (config.runtime === 'fake') app.log.warn('runtime is "fake": sandboxes run no processes (tests only)');
+  if (config.testClock) app.log.warn('SANDBOXD_TEST_CLOCK is on: POST /api/v1/_test/clock moves time (tests only)');
+  const { bootstrap } = await app.start();
+  const address = await app.http.listen({ host: config.host, port: config.port });
+  if (bootstrap) process.stdout.write(bootstrapBanner(bootstrap, { baseUrl: address }));
+  app.log.info({ address, runtime: config.runtime }, 'sandboxd listening');
+
+  let closing = false;
+  const shutdown = (signal: string) => {
+    if (closing) return;
+    closing = true;
+    app.log.info({ signal }, 'shutting down: finishing in-flight requests; sandboxes keep running');
+    const force = setTimeout(() => {
+      app.log.error('graceful shutdown timed out');
+      process.exit(1);
+    }, config.shutdownGraceMs);
+    force.unref();
+    app.close().then(
+      () => process.exit(0),
+      (err) => {
+        app.log.error({ err }, 'shutdown failed');
+        process.exit(1);
+      },
+    );
+  };
+  process.on('SIGTERM', () => shutdown('SIGTERM'));
+  process.on('SIGINT', () => shutdown('SIGINT'));
+}
+
+main().catch((e) => {
+  process.stderr.write(`sandboxd: ${e instanceof ConfigError ? e.message : (e as Error).stack ?? String(e)}\n`);
+  process.exit(1);
+});

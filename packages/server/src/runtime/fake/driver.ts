@@ -1,0 +1,190 @@
+import { SandboxdError } from '@sandboxd/protocol';
+import type {
+  ExecOptions, ExecResult, ImageInfo, PtyProcess, RecoveryReport, RuntimeDriver, RuntimeSandbox,
+  SandboxSpec, TtyOptions, VolumeInfo,
+} from '../driver.js';
+import { mountPathProblem } from '../../domain/sandbox.js';
+import { FakePty } from './pty.js';
+import { runFakeCommand, type FakeFs } from './shell.js';
+
+/** Images the fake driver knows. */
+export const FAKE_IMAGES = ['local/busybox:latest', 'local/debian:bookworm'] as const;
+
+/** Knobs for tests of the layers above the driver. */
+export interface FakeDriverOptions {
+  /** Delay of `create`, ms (default 0). */
+  createDelayMs?: number;
+  /** Extra image references to accept. */
+  images?: string[];
+}
+
+interface FakeSandbox {
+  info: RuntimeSandbox;
+  spec: SandboxSpec;
+  nextPid: number;
+  /** The writable root layer: path -> content. */
+  files: Map<string, string>;
+  ptys: Set<FakePty>;
+}
+
+/**
+ * An in-memory {@link RuntimeDriver} for fast unit tests of services and HTTP. It runs no
+ * process: exec and PTYs understand the small vocabulary of shell.ts (`echo`, `exit N`,
+ * `printenv X`, `true`, `false`, `cat`, `pwd`, `sleep S`, ...), files live in memory and
+ * volumes outlive sandboxes. It passes runtime/conformance.ts. Never proof that a feature
+ * works on a real runtime.
+ */
+export class FakeDriver implements RuntimeDriver {
+  private readonly sandboxes = new Map<string, FakeSandbox>();
+  private readonly volumes = new Map<string, { sizeGb: number; files: Map<string, string> }>();
+  private readonly images: Set<string>;
+  /** Next `create` fails with this error (then it is cleared); for tests. */
+  failNextCreate: Error | null = null;
+  /** Calls seen, for assertions. */
+  readonly calls: string[] = [];
+
+  constructor(private readonly opts: FakeDriverOptions = {}) {
+    this.images = new Set([...FAKE_IMAGES, ...(opts.images ?? [])]);
+  }
+
+  async init(): Promise<void> {}
+  async recover(): Promise<RecoveryReport> {
+    return { adopted: [...this.sandboxes.keys()], cleaned: [] };
+  }
+
+  async resolveImage(ref: string): Promise<ImageInfo> {
+    if (!this.images.has(ref)) throw new SandboxdError('template_not_found', 'Template not found', { image: ref });
+    return { ref, digest: `sha256:${Buffer.from(ref).toString('hex').padEnd(64, '0').slice(0, 64)}`, env: { PATH: '/usr/bin:/bin' }, workingDir: '/', user: '0:0', sizeBytes: 1 };
+  }
+  async listImages(): Promise<ImageInfo[]> {
+    return Promise.all([...this.images].map((r) => this.resolveImage(r)));
+  }
+
+  async create(spec: SandboxSpec): Promise<RuntimeSandbox> {
+    this.calls.push(`create ${spec.id}`);
+    if (this.opts.createDelayMs) await new Promise((r) => setTimeout(r, this.opts.createDelayMs));
+    if (this.failNextCreate) {
+      const e = this.failNextCreate;
+      this.failNextCreate = null;
+      throw e;
+    }
+    const image = await this.resolveImage(spec.image);
+    if (this.sandboxes.has(spec.id)) throw new SandboxdError('conflict', `Sandbox ${spec.id} exists`);
+    for (const v of spec.volumes) {
+      const problem = mountPathProblem(v.mountPath);
+      if (problem) throw new SandboxdError('validation', `Mount path ${v.mountPath} ${problem}`);
+    }
+    for (const v of spec.volumes) {
+      const have = this.volumes.get(v.name);
+      if (have && have.sizeGb !== v.sizeGb) throw new SandboxdError('conflict', `Volume ${v.name} exists with sizeGb ${have.sizeGb}`);
+    }
+    for (const v of spec.volumes) if (!this.volumes.has(v.name)) this.volumes.set(v.name, { sizeGb: v.sizeGb, files: new Map() });
+    const info: RuntimeSandbox = {
+      id: spec.id, image: spec.image, imageDigest: image.digest, state: 'running', address: '10.88.0.2',
+      pid: 4242, createdAt: new Date(), workingDir: '/', user: '0:0',
+    };
+    this.sandboxes.set(spec.id, { info, spec, nextPid: 100, files: new Map(), ptys: new Set() });
+    return { ...info };
+  }
+
+  async inspect(id: string): Promise<RuntimeSandbox | null> {
+    const s = this.sandboxes.get(id);
+    return s ? { ...s.info } : null;
+  }
+  async list(): Promise<RuntimeSandbox[]> {
+    return [...this.sandboxes.values()].map((s) => ({ ...s.info }));
+  }
+  async kill(id: string): Promise<void> {
+    const s = this.sandboxes.get(id);
+    if (!s) return;
+    Object.assign(s.info, { state: 'stopped', pid: 0 });
+    for (const p of s.ptys) p.kill('SIGKILL');
+    s.ptys.clear();
+  }
+  async delete(id: string): Promise<void> {
+    this.calls.push(`delete ${id}`);
+    await this.kill(id);
+    this.sandboxes.delete(id);
+  }
+
+  private running(id: string): FakeSandbox {
+    const s = this.sandboxes.get(id);
+    if (!s) throw new SandboxdError('not_found', 'Sandbox not found');
+    if (s.info.state !== 'running') throw new SandboxdError('conflict', 'Sandbox is not running');
+    return s;
+  }
+
+  async exec(id: string, command: string, options: ExecOptions = {}): Promise<ExecResult> {
+    const s = this.running(id);
+    return runFakeCommand(command, {
+      env: { ...s.spec.env, ...options.env }, cwd: options.cwd ?? '/', fs: this.fsOf(s),
+      timeoutMs: options.timeoutMs ?? 60_000, maxOutputBytes: options.maxOutputBytes ?? 1_048_576,
+    });
+  }
+  async execBackground(id: string, command: string, options: Omit<ExecOptions, 'timeoutMs' | 'maxOutputBytes'> = {}): Promise<{ pid: number }> {
+    const s = this.running(id);
+    void runFakeCommand(command, {
+      env: { ...s.spec.env, ...options.env }, cwd: options.cwd ?? '/', fs: this.fsOf(s), timeoutMs: 0, maxOutputBytes: 1_048_576, background: true,
+    });
+    return { pid: s.nextPid++ };
+  }
+  async execTty(id: string, options: TtyOptions): Promise<PtyProcess> {
+    const s = this.running(id);
+    const pty = new FakePty(s.nextPid++, {
+      env: { ...s.spec.env, ...options.env }, cwd: options.cwd ?? '/', fs: this.fsOf(s), timeoutMs: 60_000, maxOutputBytes: 1_048_576,
+      tty: { cols: options.cols, rows: options.rows },
+    });
+    s.ptys.add(pty);
+    pty.onExit(() => s.ptys.delete(pty));
+    return pty;
+  }
+
+  /** Files of a sandbox: volume mounts first, then its own root layer. */
+  private fsOf(s: FakeSandbox): FakeFs {
+    const locate = (path: string): [Map<string, string>, string] => {
+      for (const v of s.spec.volumes) {
+        if (path === v.mountPath || path.startsWith(`${v.mountPath}/`)) return [this.volumes.get(v.name)!.files, path.slice(v.mountPath.length)];
+      }
+      return [s.files, path];
+    };
+    return {
+      read: (path) => {
+        const [m, k] = locate(path);
+        return m.get(k);
+      },
+      write: (path, data, append) => {
+        const [m, k] = locate(path);
+        m.set(k, (append ? (m.get(k) ?? '') : '') + data);
+      },
+    };
+  }
+
+  async ensureVolume(name: string, sizeGb: number): Promise<VolumeInfo> {
+    const have = this.volumes.get(name);
+    if (have && have.sizeGb !== sizeGb) throw new SandboxdError('conflict', `Volume ${name} exists with sizeGb ${have.sizeGb}`);
+    if (!have) this.volumes.set(name, { sizeGb, files: new Map() });
+    return { name, sizeGb, mountedBy: this.mountedBy(name) };
+  }
+  async listVolumes(): Promise<VolumeInfo[]> {
+    return [...this.volumes].map(([name, v]) => ({ name, sizeGb: v.sizeGb, mountedBy: this.mountedBy(name) }));
+  }
+  async deleteVolume(name: string): Promise<void> {
+    if (!this.volumes.has(name)) throw new SandboxdError('not_found', 'Volume not found');
+    if (this.mountedBy(name).length) throw new SandboxdError('conflict', `Volume ${name} is in use`);
+    this.volumes.delete(name);
+  }
+  private mountedBy(name: string): string[] {
+    return [...this.sandboxes.values()].filter((s) => s.info.state === 'running' && s.spec.volumes.some((v) => v.name === name)).map((s) => s.info.id);
+  }
+
+  /** Forgets a sandbox as a crashed runtime would; for tests. */
+  lose(id: string): void {
+    this.sandboxes.delete(id);
+  }
+  async close(): Promise<void> {}
+}
+
+/** Builds a fake driver. */
+export function createFakeDriver(opts: FakeDriverOptions = {}): FakeDriver {
+  return new FakeDriver(opts);
+}

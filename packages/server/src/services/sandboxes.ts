@@ -1,0 +1,168 @@
+import { LIMITS, SandboxdError, type SandboxCreate, type SandboxListQuery, type ValidationProblem } from '@sandboxd/protocol';
+import { billedMinutes, refundMinutes } from '../domain/billing.js';
+import { newSandboxId } from '../domain/ids.js';
+import { newSandboxName } from '../domain/names.js';
+import { driverVolumeName, mountPathProblem, type MountRecord, type SandboxRecord } from '../domain/sandbox.js';
+import type { AccountRecord } from '../store/store.js';
+import { planOf, type ServiceDeps } from './context.js';
+
+/** Errors of `driver.create` that mean "the request was wrong", not "the runtime failed". */
+const CLIENT_KINDS = new Set(['template_not_found', 'validation', 'conflict']);
+
+/**
+ * Sandboxes of an account: create (atomic reservation, then the driver), list, get,
+ * delete, stop. Another account's sandbox is `not_found`, exactly like a missing one.
+ */
+export class SandboxService {
+  private readonly goneListeners: Array<(id: string) => void> = [];
+  constructor(private readonly d: ServiceDeps) {}
+
+  /** Registers a listener called when a sandbox stops or is removed (terminals close on it). */
+  onGone(listener: (sandboxId: string) => void): void {
+    this.goneListeners.push(listener);
+  }
+
+  /**
+   * Creates a sandbox and resolves once it is started. Throws `validation` (400),
+   * `insufficient_tokens` (402), `concurrency_limit` (403), `template_not_found` (404),
+   * `conflict` (409, volume of another size), `internal`. Tokens are refunded on failure.
+   */
+  async create(account: AccountRecord, req: SandboxCreate): Promise<SandboxRecord> {
+    const plan = planOf(this.d.config, account.plan);
+    const timeoutMs = req.timeoutMs ?? LIMITS.defaultTimeoutMs;
+    if (timeoutMs > plan.maxLifetimeMs) {
+      throw badRequest(`timeoutMs must be at most ${plan.maxLifetimeMs} on plan ${account.plan}`, '/timeoutMs', { max: plan.maxLifetimeMs });
+    }
+    const { mounts, sizes } = parseVolumes(req.volumes ?? {});
+    const now = this.d.clock.now();
+    const record = await this.d.store.reserveSandbox(
+      {
+        id: newSandboxId(), accountId: account.id, name: newSandboxName(), image: req.image, region: this.d.config.region,
+        env: req.env ?? {}, volumes: mounts, createdAt: now,
+        state: 'creating', stopAt: now + timeoutMs, reservedMinutes: 0, endedAt: null, details: null,
+      },
+      { minutes: billedMinutes(timeoutMs), concurrency: plan.concurrency, volumes: sizes, newName: newSandboxName },
+    );
+    const log = this.d.log.child({ sandboxId: record.id, accountId: account.id });
+    try {
+      await this.d.driver.create({
+        id: record.id,
+        image: record.image,
+        env: record.env,
+        volumes: record.volumes.map((m) => ({ name: driverVolumeName(account.id, m.name), mountPath: m.mountPath, sizeGb: m.sizeGb })),
+        limits: plan.limits,
+        hostname: record.name,
+      });
+    } catch (e) {
+      await this.failCreate(record, e, log);
+      throw e instanceof SandboxdError && e.kind !== 'internal' ? e : new SandboxdError('internal', 'The runtime failed to start the sandbox', { sandboxId: record.id });
+    }
+    const started = await this.d.store.updateSandbox(record.id, { state: 'started', expectStates: ['creating'], at: this.d.clock.now() });
+    log.info({ image: record.image, stopAt: new Date(started.stopAt).toISOString() }, 'sandbox started');
+    return started;
+  }
+
+  private async failCreate(record: SandboxRecord, e: unknown, log: ServiceDeps['log']): Promise<void> {
+    const clientError = e instanceof SandboxdError && CLIENT_KINDS.has(e.kind);
+    if (clientError) log.info({ kind: (e as SandboxdError).kind }, 'sandbox create refused by runtime');
+    else log.error({ err: e }, 'sandbox create failed');
+    await this.d.driver.delete(record.id).catch((err) => log.warn({ err }, 'cleanup after failed create'));
+    const at = this.d.clock.now();
+    const details = { reason: 'create_failed', message: e instanceof Error ? e.message : String(e) };
+    await this.d.store.updateSandbox(record.id, { state: 'error', endedAt: at, details, ledgerDelta: record.reservedMinutes, ledgerReason: 'sandbox.refund', at });
+    if (clientError) await this.d.store.deleteSandbox(record.id);
+  }
+
+  /** The sandbox of this account; `not_found` otherwise (also while it is being created). */
+  async get(accountId: string, id: string): Promise<SandboxRecord> {
+    const r = await this.d.store.getSandbox(id);
+    if (!r || r.accountId !== accountId || r.state === 'creating') throw new SandboxdError('not_found', 'Sandbox not found');
+    return r;
+  }
+
+  /** A page of the account's sandboxes, newest first. */
+  async list(accountId: string, q: SandboxListQuery) {
+    const states = q.state ? [q.state] : (['started', 'stopped', 'error'] as const);
+    return this.d.store.listSandboxes(accountId, { states: [...states], limit: q.limit ?? LIMITS.defaultPageSize, cursor: q.cursor });
+  }
+
+  /** Kills the sandbox if running and removes its record. `not_found`. */
+  async delete(accountId: string, id: string): Promise<void> {
+    const r = await this.get(accountId, id);
+    if (r.state === 'started') await this.stop(r, { reason: 'deleted' });
+    else await this.d.driver.delete(r.id);
+    await this.d.store.deleteSandbox(r.id);
+    this.d.log.info({ sandboxId: r.id }, 'sandbox deleted');
+    this.emitGone(r.id);
+  }
+
+  /**
+   * Stops a started sandbox: the driver discards it (volumes kept), the record becomes
+   * `stopped` and unused whole minutes are refunded. A sandbox already stopped by someone
+   * else is left as is. Driver failures propagate and leave the record `started`.
+   */
+  async stop(r: SandboxRecord, opts: { reason: string }): Promise<SandboxRecord | null> {
+    await this.d.driver.delete(r.id);
+    const at = this.d.clock.now();
+    const refund = refundMinutes(r.reservedMinutes, { createdAt: r.createdAt, at: Math.min(at, r.stopAt) });
+    try {
+      const out = await this.d.store.updateSandbox(
+        r.id,
+        { state: 'stopped', endedAt: at, details: { reason: opts.reason }, ledgerDelta: refund, ledgerReason: 'sandbox.refund', expectStates: ['started'], at },
+      );
+      this.d.log.info({ sandboxId: r.id, reason: opts.reason, refund }, 'sandbox stopped');
+      this.emitGone(r.id);
+      return out;
+    } catch (e) {
+      if (e instanceof SandboxdError && (e.kind === 'conflict' || e.kind === 'not_found')) return null;
+      throw e;
+    }
+  }
+
+  /**
+   * Records that the runtime lost a sandbox: `error`, unused minutes refunded (all of them
+   * with `fullRefund`, for a create whose client never got an answer).
+   */
+  async markLost(r: SandboxRecord, message: string, opts: { fullRefund?: boolean } = {}): Promise<void> {
+    const at = this.d.clock.now();
+    const refund = opts.fullRefund ? r.reservedMinutes : refundMinutes(r.reservedMinutes, { createdAt: r.createdAt, at: Math.min(at, r.stopAt) });
+    await this.d.store
+      .updateSandbox(r.id, { state: 'error', endedAt: at, details: { reason: 'lost', message }, ledgerDelta: refund, ledgerReason: 'sandbox.refund', expectStates: [r.state], at })
+      .catch((e) => this.d.log.warn({ err: e, sandboxId: r.id }, 'markLost'));
+    this.emitGone(r.id);
+  }
+
+  private emitGone(id: string): void {
+    for (const l of this.goneListeners) {
+      try {
+        l(id);
+      } catch (err) {
+        this.d.log.error({ err, sandboxId: id }, 'onGone listener failed');
+      }
+    }
+  }
+}
+
+function badRequest(message: string, path: string, extra: Record<string, unknown> = {}): SandboxdError {
+  return new SandboxdError('validation', message, [{ in: 'body', path, message, ...extra }]);
+}
+
+/** Turns the request's volume map into mounts (sizes resolved later) and requested sizes. */
+function parseVolumes(v: NonNullable<SandboxCreate['volumes']>): { mounts: MountRecord[]; sizes: Array<{ name: string; sizeGb: number | null }> } {
+  const problems: ValidationProblem[] = [];
+  const mounts: MountRecord[] = [];
+  const sizes = new Map<string, number | null>();
+  for (const [mountPath, spec] of Object.entries(v)) {
+    const ptr = `/volumes/${mountPath.replace(/~/g, '~0').replace(/\//g, '~1')}`;
+    const p = mountPathProblem(mountPath);
+    if (p) problems.push({ in: 'body', path: ptr, message: `mount path ${p}` });
+    const name = typeof spec === 'string' ? spec : spec.name;
+    const size = typeof spec === 'string' ? null : (spec.sizeGb ?? null);
+    const seen = sizes.get(name);
+    if (seen !== undefined && seen !== null && size !== null && seen !== size) problems.push({ in: 'body', path: ptr, message: `volume ${name} is given two sizes` });
+    sizes.set(name, size ?? seen ?? null);
+    mounts.push({ mountPath, name, sizeGb: size ?? 1 });
+  }
+  if (problems.length) throw new SandboxdError('validation', problems.map((p) => `${p.path}: ${p.message}`).join('; '), problems);
+  return { mounts, sizes: [...sizes].map(([name, sizeGb]) => ({ name, sizeGb })) };
+}

@@ -1,0 +1,38 @@
+import { SandboxdError } from '@sandboxd/protocol';
+import { billedMinutes } from '../domain/billing.js';
+import type { AccountRecord } from '../store/store.js';
+import { planOf, type ServiceDeps } from './context.js';
+import type { SandboxService } from './sandboxes.js';
+
+/**
+ * `PATCH .../timeout`: sets `stopAt = now + timeoutMs` and settles the ledger in whole
+ * minutes from creation (extension debits, reduction refunds). Throws `not_found`,
+ * `conflict` (not started), `validation` (past the plan's lifetime; the message names the
+ * largest timeoutMs allowed now), `insufficient_tokens`. `timeoutMs: 0` stops at once.
+ */
+export class TimeoutService {
+  constructor(private readonly d: ServiceDeps, private readonly sandboxes: SandboxService) {}
+
+  async set(account: AccountRecord, req: { id: string; timeoutMs: number }): Promise<{ id: string; stopAt: number }> {
+    const { id, timeoutMs } = req;
+    const r = await this.sandboxes.get(account.id, id);
+    if (r.state !== 'started') throw new SandboxdError('conflict', `Sandbox is ${r.state}`, { state: r.state });
+    const plan = planOf(this.d.config, account.plan);
+    const now = this.d.clock.now();
+    const stopAt = now + timeoutMs;
+    if (stopAt - r.createdAt > plan.maxLifetimeMs) {
+      const max = Math.max(0, plan.maxLifetimeMs - (now - r.createdAt));
+      const message = `timeoutMs must be at most ${max} now: plan ${account.plan} allows ${plan.maxLifetimeMs} ms from creation`;
+      throw new SandboxdError('validation', message, [{ in: 'body', path: '/timeoutMs', message, max }]);
+    }
+    const minutes = billedMinutes(stopAt - r.createdAt);
+    const delta = r.reservedMinutes - minutes;
+    const next = await this.d.store.updateSandbox(
+      r.id,
+      { stopAt, ledgerDelta: delta, ledgerReason: delta < 0 ? 'sandbox.extend' : 'sandbox.reduce', expectStates: ['started'], at: now },
+    );
+    this.d.log.info({ sandboxId: r.id, stopAt: new Date(stopAt).toISOString(), ledgerDelta: delta }, 'sandbox timeout set');
+    if (stopAt <= now) await this.sandboxes.stop(next, { reason: 'timeout' });
+    return { id: r.id, stopAt };
+  }
+}

@@ -1,0 +1,11 @@
+import { sql as initial } from './001-initial.js';
+
+/** A schema step; `version` is stored in SQLite's `user_version` once applied. */
+export interface Migration {
+  version: number;
+  name: string;
+  sql: string;
+}
+
+/** Every migration, in order. Append only; never edit an applied one. */
+export const MIGRATIONS: readonly Migration[] = [{ version: 1, name: 'initial', sql: initial }];

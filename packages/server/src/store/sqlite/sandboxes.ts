@@ -1,0 +1,176 @@
+import { SandboxdError } from '@sandboxd/protocol';
+import { assertTransition, type SandboxRecord, type SandboxRecordState } from '../../domain/sandbox.js';
+import type { Page, PageRequest, Reservation, SandboxUpdate, VolumeRecord } from '../store.js';
+import type { Db } from './open.js';
+import { decodeCursor, encodeCursor, toSandbox, type SandboxRow } from './rows.js';
+
+const LIVE = "('creating', 'started')";
+
+/** Sandbox, mount and volume persistence; decisions happen inside IMMEDIATE transactions. */
+export class SqliteSandboxes {
+  constructor(private readonly db: Db) {}
+
+  balance(accountId: string): number {
+    return (this.db.prepare('SELECT COALESCE(SUM(delta), 0) AS b FROM ledger WHERE account_id = ?').get(accountId) as { b: number }).b;
+  }
+
+  reserve(record: SandboxRecord, r: Reservation & { newName: () => string }): SandboxRecord {
+    return this.db.transaction(() => {
+      const balance = this.balance(record.accountId);
+      if (balance < r.minutes) {
+        throw new SandboxdError('insufficient_tokens', `Insufficient tokens: ${r.minutes} needed, ${balance} available`, { required: r.minutes, balance });
+      }
+      const live = this.countLive(record.accountId);
+      if (live >= r.concurrency) {
+        throw new SandboxdError('concurrency_limit', `Concurrency limit reached: ${r.concurrency} sandboxes running`, { limit: r.concurrency });
+      }
+      const volumes = record.volumes.map((m) => ({ ...m }));
+      for (const m of volumes) {
+        const want = r.volumes.find((v) => v.name === m.name)?.sizeGb ?? null;
+        const existing = this.getVolume(record.accountId, m.name);
+        if (existing && want !== null && existing.sizeGb !== want) {
+          throw new SandboxdError('conflict', `Volume ${m.name} exists with sizeGb ${existing.sizeGb}`, { name: m.name, sizeGb: existing.sizeGb });
+        }
+        m.sizeGb = existing?.sizeGb ?? want ?? 1;
+        if (!existing) this.createVolume({ accountId: record.accountId, name: m.name, sizeGb: m.sizeGb, createdAt: record.createdAt });
+      }
+      const out = { ...record, volumes, reservedMinutes: r.minutes, state: 'creating' as const };
+      this.insertWithUniqueName(out, r.newName);
+      const mount = this.db.prepare('INSERT INTO sandbox_mounts (sandbox_id, account_id, volume_name, mount_path) VALUES (?, ?, ?, ?)');
+      for (const m of volumes) mount.run(out.id, out.accountId, m.name, m.mountPath);
+      this.db
+        .prepare('INSERT INTO ledger (account_id, delta, reason, sandbox_id, created_at) VALUES (?, ?, ?, ?, ?)')
+        .run(out.accountId, -r.minutes, 'sandbox.create', out.id, out.createdAt);
+      return out;
+    }).immediate();
+  }
+
+  private insertWithUniqueName(rec: SandboxRecord, newName: () => string): void {
+    const stmt = this.db.prepare(
+      `INSERT INTO sandboxes (id, account_id, name, image, region, env_json, volumes_json, created_at, state, stop_at, reserved_minutes, ended_at, details_json)
+       VALUES (@id, @accountId, @name, @image, @region, @env, @volumes, @createdAt, @state, @stopAt, @reservedMinutes, @endedAt, @details)`,
+    );
+    for (let attempt = 0; ; attempt++) {
+      try {
+        stmt.run({ ...rec, env: JSON.stringify(rec.env), volumes: JSON.stringify(rec.volumes), details: rec.details ? JSON.stringify(rec.details) : null });
+        return;
+      } catch (e) {
+        const code = (e as { code?: string }).code;
+        if (code !== 'SQLITE_CONSTRAINT_UNIQUE' || attempt > 20 || !/name/.test(String((e as Error).message))) throw e;
+        rec.name = newName();
+      }
+    }
+  }
+
+  get(id: string): SandboxRecord | null {
+    const r = this.db.prepare('SELECT * FROM sandboxes WHERE id = ?').get(id) as SandboxRow | undefined;
+    return r ? toSandbox(r) : null;
+  }
+
+  list(accountId: string, q: PageRequest & { states: SandboxRecordState[] }): Page<SandboxRecord> {
+    const args: unknown[] = [accountId, ...q.states];
+    let where = `account_id = ? AND state IN (${q.states.map(() => '?').join(', ')})`;
+    if (q.cursor) {
+      const [t, id] = decodeCursor(q.cursor);
+      where += ' AND (created_at < ? OR (created_at = ? AND id < ?))';
+      args.push(t, t, String(id));
+    }
+    const rows = this.db.prepare(`SELECT * FROM sandboxes WHERE ${where} ORDER BY created_at DESC, id DESC LIMIT ?`).all(...args, q.limit + 1) as SandboxRow[];
+    const items = rows.slice(0, q.limit).map(toSandbox);
+    const last = items.at(-1);
+    return rows.length > q.limit && last ? { items, nextCursor: encodeCursor([last.createdAt, last.id]) } : { items };
+  }
+
+  listByState(states: SandboxRecordState[]): SandboxRecord[] {
+    const rows = this.db.prepare(`SELECT * FROM sandboxes WHERE state IN (${states.map(() => '?').join(', ')})`).all(...states) as SandboxRow[];
+    return rows.map(toSandbox);
+  }
+
+  listExpired(now: number): SandboxRecord[] {
+    return (this.db.prepare("SELECT * FROM sandboxes WHERE state = 'started' AND stop_at <= ? ORDER BY stop_at").all(now) as SandboxRow[]).map(toSandbox);
+  }
+
+  update(id: string, u: SandboxUpdate): SandboxRecord {
+    return this.db.transaction(() => {
+      const cur = this.get(id);
+      if (!cur) throw new SandboxdError('not_found', 'Sandbox not found');
+      if (u.expectStates && !u.expectStates.includes(cur.state)) {
+        throw new SandboxdError('conflict', `Sandbox is ${cur.state === 'creating' ? 'starting' : cur.state}`, { state: cur.state });
+      }
+      if (u.state && u.state !== cur.state) assertTransition(cur.state, u.state);
+      const delta = u.ledgerDelta ?? 0;
+      if (delta < 0) {
+        const balance = this.balance(cur.accountId);
+        if (balance < -delta) throw new SandboxdError('insufficient_tokens', `Insufficient tokens: ${-delta} needed, ${balance} available`, { required: -delta, balance });
+      }
+      const next: SandboxRecord = {
+        ...cur,
+        state: u.state ?? cur.state,
+        stopAt: u.stopAt ?? cur.stopAt,
+        endedAt: u.endedAt !== undefined ? u.endedAt : cur.endedAt,
+        details: u.details !== undefined ? u.details : cur.details,
+        reservedMinutes: cur.reservedMinutes - delta,
+      };
+      this.db
+        .prepare('UPDATE sandboxes SET state = ?, stop_at = ?, ended_at = ?, details_json = ?, reserved_minutes = ? WHERE id = ?')
+        .run(next.state, next.stopAt, next.endedAt, next.details ? JSON.stringify(next.details) : null, next.reservedMinutes, id);
+      if (delta !== 0) {
+        this.db
+          .prepare('INSERT INTO ledger (account_id, delta, reason, sandbox_id, created_at) VALUES (?, ?, ?, ?, ?)')
+          .run(cur.accountId, delta, u.ledgerReason ?? (delta < 0 ? 'sandbox.extend' : 'sandbox.refund'), id, u.at);
+      }
+      return next;
+    }).immediate();
+  }
+
+  delete(id: string): void {
+    this.db.prepare('DELETE FROM sandboxes WHERE id = ?').run(id);
+  }
+
+  purgeEnded(cutoff: number): number {
+    return this.db.prepare("DELETE FROM sandboxes WHERE state IN ('stopped', 'error') AND ended_at IS NOT NULL AND ended_at < ?").run(cutoff).changes;
+  }
+
+  countByState(): Record<SandboxRecordState, number> {
+    const out: Record<SandboxRecordState, number> = { creating: 0, started: 0, stopped: 0, error: 0 };
+    for (const r of this.db.prepare('SELECT state, COUNT(*) AS n FROM sandboxes GROUP BY state').all() as { state: SandboxRecordState; n: number }[]) out[r.state] = r.n;
+    return out;
+  }
+
+  countLive(accountId: string): number {
+    return (this.db.prepare(`SELECT COUNT(*) AS n FROM sandboxes WHERE account_id = ? AND state IN ${LIVE}`).get(accountId) as { n: number }).n;
+  }
+
+  listVolumes(accountId: string): Array<VolumeRecord & { mountedBy: string[] }> {
+    const vols = this.db.prepare('SELECT * FROM volumes WHERE account_id = ? ORDER BY name').all(accountId) as { account_id: string; name: string; size_gb: number; created_at: number }[];
+    const mounts = this.db
+      .prepare(`SELECT m.volume_name AS v, m.sandbox_id AS s FROM sandbox_mounts m JOIN sandboxes x ON x.id = m.sandbox_id WHERE m.account_id = ? AND x.state IN ${LIVE}`)
+      .all(accountId) as { v: string; s: string }[];
+    return vols.map((v) => ({
+      accountId: v.account_id,
+      name: v.name,
+      sizeGb: v.size_gb,
+      createdAt: v.created_at,
+      mountedBy: [...new Set(mounts.filter((m) => m.v === v.name).map((m) => m.s))],
+    }));
+  }
+
+  getVolume(accountId: string, name: string): VolumeRecord | null {
+    const v = this.db.prepare('SELECT * FROM volumes WHERE account_id = ? AND name = ?').get(accountId, name) as { size_gb: number; created_at: number } | undefined;
+    return v ? { accountId, name, sizeGb: v.size_gb, createdAt: v.created_at } : null;
+  }
+
+  createVolume(v: VolumeRecord): void {
+    this.db.prepare('INSERT OR IGNORE INTO volumes (account_id, name, size_gb, created_at) VALUES (?, ?, ?, ?)').run(v.accountId, v.name, v.sizeGb, v.createdAt);
+  }
+
+  deleteVolume(accountId: string, name: string): boolean {
+    return this.db.transaction(() => {
+      const users = this.db
+        .prepare(`SELECT DISTINCT m.sandbox_id AS s FROM sandbox_mounts m JOIN sandboxes x ON x.id = m.sandbox_id WHERE m.account_id = ? AND m.volume_name = ? AND x.state IN ${LIVE}`)
+        .all(accountId, name) as { s: string }[];
+      if (users.length) throw new SandboxdError('conflict', `Volume ${name} is mounted by ${users.length} running sandbox(es)`, { mountedBy: users.map((u) => u.s) });
+      return this.db.prepare('DELETE FROM volumes WHERE account_id = ? AND name = ?').run(accountId, name).changes > 0;
+    }).immediate();
+  }
+}

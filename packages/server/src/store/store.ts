@@ -1,0 +1,152 @@
+import type { LedgerReason } from '../domain/billing.js';
+import type { SandboxRecord, SandboxRecordState } from '../domain/sandbox.js';
+
+/** An account as stored. */
+export interface AccountRecord {
+  id: string;
+  email: string;
+  /** `scrypt$...`, or null for an account that cannot log in with a password. */
+  passwordHash: string | null;
+  plan: string;
+  admin: boolean;
+  createdAt: number;
+}
+
+export interface ApiKeyRecord {
+  id: string;
+  accountId: string;
+  name: string;
+  prefix: string;
+  /** sha256 hex of the key. */
+  keyHash: string;
+  createdAt: number;
+  lastUsedAt: number | null;
+}
+
+export interface LedgerRow {
+  id: number;
+  accountId: string;
+  delta: number;
+  reason: LedgerReason;
+  sandboxId: string | null;
+  createdAt: number;
+}
+
+export interface VolumeRecord {
+  accountId: string;
+  name: string;
+  sizeGb: number;
+  createdAt: number;
+}
+
+export interface EventRecord {
+  accountId: string;
+  event: string;
+  metadata: Record<string, unknown>;
+  createdAt: number;
+}
+
+/** A page request: newest first; the cursor is opaque to callers. */
+export interface PageRequest {
+  limit: number;
+  cursor?: string;
+}
+export interface Page<T> {
+  items: T[];
+  nextCursor?: string;
+}
+
+/** What `reserveSandbox` needs to decide atomically. */
+export interface Reservation {
+  /** Tokens to debit (> 0). */
+  minutes: number;
+  /** Plan concurrency limit: live (`creating`+`started`) sandboxes allowed. */
+  concurrency: number;
+  /** Volumes to create if missing; size given explicitly, or null to accept any existing size. */
+  volumes: Array<{ name: string; sizeGb: number | null }>;
+  /** Makes another name when the record's name is taken in the account. */
+  newName: () => string;
+}
+
+/** A status change of a sandbox together with its ledger effect, applied atomically. */
+export interface SandboxUpdate {
+  /** When this happens (epoch ms); the time of the ledger row. */
+  at: number;
+  state?: SandboxRecordState;
+  stopAt?: number;
+  endedAt?: number | null;
+  details?: Record<string, unknown> | null;
+  /** Tokens: negative debits (checked against the balance, 402), positive refunds. */
+  ledgerDelta?: number;
+  ledgerReason?: LedgerReason;
+  /** Only apply when the record is currently in one of these states; else `conflict`. */
+  expectStates?: SandboxRecordState[];
+}
+
+/**
+ * Persistence of sandboxd. Every method is atomic; those that decide something (reserve,
+ * update with a debit) take their decision inside one transaction. Errors are
+ * `SandboxdError`s: `insufficient_tokens`, `concurrency_limit`, `conflict`, `not_found`.
+ */
+export interface Store {
+  // accounts
+  createAccount(a: AccountRecord, grant: { tokens: number; reason: LedgerReason }): Promise<void>;
+  getAccount(id: string): Promise<AccountRecord | null>;
+  getAccountByEmail(email: string): Promise<AccountRecord | null>;
+  listAccounts(): Promise<AccountRecord[]>;
+  countAccounts(): Promise<number>;
+  setAccountPlan(id: string, plan: string): Promise<void>;
+  // sessions and one-time login links (token hashes only)
+  createSession(s: { tokenHash: string; accountId: string; createdAt: number; expiresAt: number }): Promise<void>;
+  getSession(tokenHash: string, now: number): Promise<{ accountId: string } | null>;
+  deleteSession(tokenHash: string): Promise<void>;
+  createLoginLink(l: { tokenHash: string; accountId: string; expiresAt: number }): Promise<void>;
+  /** Marks the link used and returns its account, or null if unknown, used or expired. */
+  consumeLoginLink(tokenHash: string, now: number): Promise<string | null>;
+  // api keys
+  createApiKey(k: ApiKeyRecord): Promise<void>;
+  listApiKeys(accountId: string): Promise<ApiKeyRecord[]>;
+  findApiKeyByHash(keyHash: string): Promise<ApiKeyRecord | null>;
+  touchApiKey(id: string, at: number): Promise<void>;
+  /** False when no such key of that account. */
+  deleteApiKey(accountId: string, id: string): Promise<boolean>;
+  // ledger
+  addLedger(row: Omit<LedgerRow, 'id'>): Promise<number>;
+  balance(accountId: string): Promise<number>;
+  listLedger(accountId: string, page: PageRequest): Promise<Page<LedgerRow>>;
+  // sandboxes
+  /**
+   * In one transaction: checks balance >= minutes (else `insufficient_tokens`), live count
+   * < concurrency (else `concurrency_limit`), volume sizes (else `conflict`); then inserts
+   * the record (state `creating`), the mounts, missing volumes and the debit row. Returns
+   * the record as stored (mount sizes resolved, name possibly changed).
+   */
+  reserveSandbox(record: SandboxRecord, r: Reservation): Promise<SandboxRecord>;
+  getSandbox(id: string): Promise<SandboxRecord | null>;
+  listSandboxes(accountId: string, q: PageRequest & { states: SandboxRecordState[] }): Promise<Page<SandboxRecord>>;
+  /** Every sandbox in one of `states`, any account (reaper). */
+  listSandboxesByState(states: SandboxRecordState[]): Promise<SandboxRecord[]>;
+  /** `started` sandboxes with stopAt <= now (reaper). */
+  listExpired(now: number): Promise<SandboxRecord[]>;
+  /** Applies `u` atomically; returns the new record. `not_found`, `conflict`, `insufficient_tokens`. */
+  updateSandbox(id: string, u: SandboxUpdate): Promise<SandboxRecord>;
+  /** Removes the record and its mounts (ledger rows stay). */
+  deleteSandbox(id: string): Promise<void>;
+  /** Removes `stopped`/`error` records that ended before `cutoff`; returns how many. */
+  purgeEnded(cutoff: number): Promise<number>;
+  countByState(): Promise<Record<SandboxRecordState, number>>;
+  countLive(accountId: string): Promise<number>;
+  // volumes
+  listVolumes(accountId: string): Promise<Array<VolumeRecord & { mountedBy: string[] }>>;
+  getVolume(accountId: string, name: string): Promise<VolumeRecord | null>;
+  createVolume(v: VolumeRecord): Promise<void>;
+  /** `conflict` while a live sandbox mounts it; false when missing. */
+  deleteVolume(accountId: string, name: string): Promise<boolean>;
+  // events
+  addEvent(e: EventRecord): Promise<void>;
+  listEvents(accountId: string, limit: number): Promise<EventRecord[]>;
+  // misc
+  getMeta(key: string): Promise<string | null>;
+  setMeta(key: string, value: string): Promise<void>;
+  close(): void;
+}

@@ -1,0 +1,144 @@
+/**
+ * Starts the real server process for black-box tests and talks to it over HTTP.
+ * Env: SANDBOXD_E2E_RUNTIME (`fake` default, `local` for the crun driver),
+ * SANDBOXD_E2E_IMAGE (default `local/busybox:latest`).
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createWriteStream, mkdtempSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export const RUNTIME = process.env.SANDBOXD_E2E_RUNTIME ?? 'fake';
+export const IMAGE = process.env.SANDBOXD_E2E_IMAGE ?? 'local/busybox:latest';
+const ROOT = resolve(fileURLToPath(import.meta.url), '../../..');
+export const ADMIN_KEY = `sk_${'e2eAdminKey0'.repeat(4).slice(0, 40)}`;
+
+/** API keys of accounts made per data dir, so stop() can delete what they left running. */
+const keysByDir = new Map<string, Set<string>>();
+
+/** A free TCP port on 127.0.0.1. */
+export function freePort(): Promise<number> {
+  return new Promise((res, rej) => {
+    const s = createServer();
+    s.unref();
+    s.on('error', rej);
+    s.listen(0, '127.0.0.1', () => {
+      const port = (s.address() as { port: number }).port;
+      s.close(() => res(port));
+    });
+  });
+}
+
+export interface Server {
+  baseUrl: string;
+  port: number;
+  dataDir: string;
+  proc: ChildProcess;
+  stdout: () => string;
+  /** Sends a signal to the server process (by its pid) and waits for it to exit (bounded). */
+  kill(signal?: NodeJS.Signals, waitMs?: number): Promise<number | null>;
+  /** Deletes every sandbox and volume of the accounts the tests made (SIGTERM leaves sandboxes running). */
+  cleanup(): Promise<void>;
+  /** Cleans up, SIGTERM, then removes the data dir unless `keepData`. */
+  stop(opts?: { keepData?: boolean }): Promise<void>;
+  /** fetch with the admin key (or `key`, or none with key: null). */
+  api(method: string, path: string, o?: { body?: unknown; raw?: string; key?: string | null; headers?: Record<string, string> }): Promise<{ status: number; body: any; headers: Headers; text: string }>;
+}
+
+/** Starts `node --import tsx packages/server/src/main.ts` and waits for /healthz (bounded). */
+export async function startServer(o: { dataDir?: string; env?: Record<string, string>; port?: number } = {}): Promise<Server> {
+  const dataDir = o.dataDir ?? mkdtempSync(join(tmpdir(), 'sandboxd-e2e-'));
+  const port = o.port ?? (await freePort());
+  const env = {
+    ...process.env,
+    SANDBOXD_RUNTIME: RUNTIME,
+    SANDBOXD_DATA_DIR: dataDir,
+    SANDBOXD_HOST: '127.0.0.1',
+    SANDBOXD_PORT: String(port),
+    SANDBOXD_BOOTSTRAP_API_KEY: ADMIN_KEY,
+    SANDBOXD_LOG_LEVEL: 'warn',
+    ...o.env,
+  };
+  if (!keysByDir.has(dataDir)) keysByDir.set(dataDir, new Set([ADMIN_KEY]));
+  const proc = spawn(process.execPath, ['--import', 'tsx', 'packages/server/src/main.ts'], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  proc.stdout!.on('data', (b) => (out += b));
+  proc.stderr!.pipe(createWriteStream(join(dataDir, `server-${proc.pid}.stderr.log`)));
+  const exited = new Promise<number | null>((r) => proc.once('exit', (code) => r(code)));
+  const baseUrl = `http://127.0.0.1:${port}`;
+  const deadline = Date.now() + (RUNTIME === 'local' ? 60_000 : 20_000);
+  for (;;) {
+    if (proc.exitCode !== null) throw new Error(`server exited with ${proc.exitCode}; see ${dataDir}`);
+    try {
+      if ((await fetch(`${baseUrl}/healthz`)).status === 200) break;
+    } catch {
+      /* not listening yet */
+    }
+    if (Date.now() > deadline) {
+      proc.kill('SIGKILL');
+      throw new Error('server did not become healthy in time');
+    }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  const server: Server = {
+    baseUrl, port, dataDir, proc,
+    stdout: () => out,
+    async kill(signal = 'SIGTERM', waitMs = 15_000) {
+      if (proc.exitCode !== null || proc.signalCode !== null) return proc.exitCode;
+      process.kill(proc.pid!, signal);
+      const t = new Promise<'timeout'>((r) => setTimeout(() => r('timeout'), waitMs).unref());
+      const r = await Promise.race([exited, t]);
+      if (r === 'timeout') {
+        process.kill(proc.pid!, 'SIGKILL');
+        return exited;
+      }
+      return r;
+    },
+    async stop(opts = {}) {
+      if (proc.exitCode === null && proc.signalCode === null) await server.cleanup().catch(() => {});
+      await server.kill('SIGTERM');
+      if (!opts.keepData && !process.env.SANDBOXD_E2E_KEEP) rmSync(dataDir, { recursive: true, force: true });
+    },
+    async cleanup() {
+      for (const key of keysByDir.get(dataDir) ?? []) {
+        const list = await server.api('GET', '/api/v1/sandboxes?state=started&limit=1000', { key });
+        for (const sb of list.body?.sandboxes ?? []) await server.api('DELETE', `/api/v1/sandboxes/${sb.id}`, { key });
+        const vols = await server.api('GET', '/api/v1/volumes', { key });
+        for (const v of vols.body?.volumes ?? []) await server.api('DELETE', `/api/v1/volumes/${v.name}`, { key });
+      }
+    },
+    async api(method, path, a = {}) {
+      const headers: Record<string, string> = { ...(a.headers ?? {}) };
+      const key = a.key === undefined ? ADMIN_KEY : a.key;
+      if (key !== null) headers.authorization = `Bearer ${key}`;
+      let body: string | undefined = a.raw;
+      if (a.body !== undefined) body = JSON.stringify(a.body);
+      if (body !== undefined && !headers['content-type']) headers['content-type'] = 'application/json';
+      const res = await fetch(`${baseUrl}${path}`, { method, headers, body, redirect: 'manual', signal: AbortSignal.timeout(120_000) });
+      const text = await res.text();
+      let parsed: unknown = undefined;
+      try {
+        parsed = text ? JSON.parse(text) : undefined;
+      } catch {
+        parsed = undefined;
+      }
+      return { status: res.status, body: parsed, headers: res.headers, text };
+    },
+  };
+  return server;
+}
+
+/** Creates an account through the admin API; returns its id and a fresh API key. */
+export async function newAccount(s: Server, o: { tokens?: number; plan?: string } = {}): Promise<{ id: string; key: string }> {
+  const email = `e2e-${Date.now()}-${Math.random().toString(36).slice(2)}@example.com`;
+  const a = await s.api('POST', '/api/v1/admin/accounts', { body: { email, password: 'password123', ...o } });
+  if (a.status !== 201) throw new Error(`create account: ${a.status} ${a.text}`);
+  const login = await s.api('POST', '/api/v1/auth/login', { key: null, body: { email, password: 'password123' } });
+  const cookie = String(login.headers.get('set-cookie')).split(';')[0];
+  const k = await s.api('POST', '/api/v1/keys', { key: null, body: { name: 'e2e' }, headers: { cookie, origin: s.baseUrl } });
+  if (k.status !== 201) throw new Error(`create key: ${k.status} ${k.text}`);
+  keysByDir.get(s.dataDir)?.add(k.body.key);
+  return { id: a.body.account.id, key: k.body.key };
+}
