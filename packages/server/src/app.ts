@@ -3,6 +3,7 @@ import pino, { type Logger } from 'pino';
 import type { Config } from './config.js';
 import { OffsetClock, systemClock, type Clock } from './domain/clock.js';
 import { createHttpServer } from './http/server.js';
+import { FrontDoor } from './http/front-door.js';
 import { Metrics } from './http/metrics.js';
 import { Reaper } from './lifecycle/reaper.js';
 import type { RuntimeDriver } from './runtime/driver.js';
@@ -30,6 +31,8 @@ export interface BuildAppOptions {
 /** The assembled server. Nothing runs until {@link Sandboxd.start}. */
 export interface Sandboxd {
   http: FastifyInstance;
+  /** Where the proxy and WebSocket features claim raw requests and upgrades. */
+  frontDoor: FrontDoor;
   services: Services;
   reaper: Reaper;
   store: Store;
@@ -58,6 +61,7 @@ export function buildApp(opts: BuildAppOptions): Sandboxd {
   let ready = false;
   const self: Sandboxd = {
     http: undefined as unknown as FastifyInstance,
+    frontDoor: new FrontDoor(),
     services, reaper, store, driver, clock, metrics, log,
     async start() {
       await driver.init();
@@ -86,7 +90,7 @@ export function buildApp(opts: BuildAppOptions): Sandboxd {
   };
   self.http = createHttpServer(
     { services, config, metrics, reaper, testClock, isReady: () => ready },
-    { logger: log, extraRoutes: (opts.extraRoutes ?? []).map((r) => (app: FastifyInstance) => r(app, self)) },
+    { logger: log, frontDoor: self.frontDoor, extraRoutes: (opts.extraRoutes ?? []).map((r) => (app: FastifyInstance) => r(app, self)) },
   );
   return self;
 }

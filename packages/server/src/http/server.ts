@@ -11,6 +11,7 @@ import { authRoutes } from './routes/auth.js';
 import { sandboxRoutes } from './routes/sandboxes.js';
 import { systemRoutes } from './routes/system.js';
 import { validatorCompiler } from './validation.js';
+import type { FrontDoor } from './front-door.js';
 
 /** API version in the OpenAPI document. */
 export const API_VERSION = '1.0.0';
@@ -21,9 +22,10 @@ export const API_VERSION = '1.0.0';
  */
 export function createHttpServer(
   deps: Omit<HttpDeps, 'openapi'>,
-  opts: { logger: Logger; extraRoutes?: Array<(app: FastifyInstance) => Promise<void> | void> },
+  opts: { logger: Logger; frontDoor: FrontDoor; extraRoutes?: Array<(app: FastifyInstance) => Promise<void> | void> },
 ): FastifyInstance {
   const app = Fastify({
+    serverFactory: opts.frontDoor.serverFactory,
     loggerInstance: opts.logger as unknown as FastifyBaseLogger,
     bodyLimit: LIMITS.maxBodyBytes,
     return503OnClosing: true,

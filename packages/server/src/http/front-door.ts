@@ -1,0 +1,50 @@
+import { createServer, STATUS_CODES, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { Duplex } from 'node:stream';
+
+export type RequestMatcher = (req: IncomingMessage) => boolean;
+export type RequestHandler = (req: IncomingMessage, res: ServerResponse) => void;
+export type UpgradeHandler = (req: IncomingMessage, socket: Duplex, head: Buffer) => void;
+
+/**
+ * The raw HTTP entry in front of fastify. Features that must see requests before fastify
+ * routes them claim them here: the port proxy claims requests by Host header, and
+ * WebSocket upgrades go to the first feature whose matcher accepts them (terminals, the
+ * proxy). An upgrade nobody claims is answered 404 with the error body. Claims are made
+ * at start-up, before the server listens.
+ */
+export class FrontDoor {
+  private readonly requests: { match: RequestMatcher; handle: RequestHandler }[] = [];
+  private readonly upgrades: { match: RequestMatcher; handle: UpgradeHandler }[] = [];
+
+  claimRequests(match: RequestMatcher, handle: RequestHandler): void {
+    this.requests.push({ match, handle });
+  }
+
+  claimUpgrades(match: RequestMatcher, handle: UpgradeHandler): void {
+    this.upgrades.push({ match, handle });
+  }
+
+  /** For fastify's `serverFactory` option: the HTTP server with the claims in front. */
+  readonly serverFactory = (fastifyHandler: RequestHandler): Server => {
+    const server = createServer((req, res) => {
+      const claim = this.requests.find((c) => c.match(req));
+      (claim ? claim.handle : fastifyHandler)(req, res);
+    });
+    server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+      socket.on('error', () => socket.destroy());
+      const claim = this.upgrades.find((c) => c.match(req));
+      if (claim) claim.handle(req, socket, head);
+      else rejectUpgrade(socket, 404, `No WebSocket endpoint at ${req.url?.split('?')[0] ?? '/'}`);
+    });
+    return server;
+  };
+}
+
+/** Answers an upgrade request with a plain HTTP error carrying the `{code, message}` body. */
+export function rejectUpgrade(socket: Duplex, status: number, message: string, details?: unknown): void {
+  const body = JSON.stringify(details === undefined ? { code: status, message } : { code: status, message, details });
+  socket.end(
+    `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? 'Error'}\r\nContent-Type: application/json\r\n` +
+    `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+  );
+}
