@@ -6,3 +6,4 @@ export * from './terminal.js';
 export * from './events.js';
 export * from './account.js';
 export * from './auth.js';
+export * from './images.js';

@@ -131,6 +131,27 @@ export interface VolumeInfo {
   mountedBy: string[];
 }
 
+/** Progress of an image pull or build; `bytes` counts what was downloaded or written so far. */
+export interface ImageProgress {
+  phase: 'pulling' | 'bootstrapping' | 'packing' | 'unpacking' | 'done';
+  bytes?: number;
+  totalBytes?: number;
+}
+
+/**
+ * Image operations an administrator triggers explicitly. Throws like the driver:
+ * `template_not_found` (unknown image or tag), `validation` (bad ref, unreadable archive),
+ * `internal` (the tool failed). Concurrent calls for one ref share the work.
+ */
+export interface DriverImageStore {
+  /** Pulls `ref` from its registry even if cached, so a moved tag is followed. */
+  pull(ref: string, opts?: { onProgress?: (p: ImageProgress) => void }): Promise<ImageInfo>;
+  /** Imports an OCI archive or `docker save` tar at `path`, named `ref` (default: the name it records). */
+  importArchive(path: string, ref?: string): Promise<ImageInfo>;
+  /** (Re)builds one of the images this host builds offline (`local/...`). */
+  build(ref: string, opts?: { onProgress?: (p: ImageProgress) => void }): Promise<ImageInfo>;
+}
+
 /** What `recover()` found after a restart. */
 export interface RecoveryReport {
   adopted: string[];
@@ -149,6 +170,8 @@ export interface RuntimeDriver {
   /** Resolves an image, pulling or building it if needed. Throws `template_not_found`. */
   resolveImage(ref: string): Promise<ImageInfo>;
   listImages(): Promise<ImageInfo[]>;
+  /** Explicit image management (pull, import, build); absent when the runtime has none. */
+  readonly images?: DriverImageStore;
 
   /**
    * Creates and starts a sandbox; resolves once a command can run in it.

@@ -3,6 +3,7 @@ import { AuthService } from './auth.js';
 import type { ServiceDeps } from './context.js';
 import { EventService } from './events.js';
 import { ExecService } from './exec.js';
+import { ImageService } from './images.js';
 import { SandboxService } from './sandboxes.js';
 import { TimeoutService } from './timeout.js';
 import { VolumeService } from './volumes.js';
@@ -16,6 +17,7 @@ export interface Services {
   auth: AuthService;
   events: EventService;
   volumes: VolumeService;
+  images: ImageService;
 }
 
 /** Builds the services; called by the composition root only. */
@@ -29,6 +31,7 @@ export function createServices(d: ServiceDeps): Services {
     auth: new AuthService(d),
     events: new EventService(d),
     volumes: new VolumeService(d),
+    images: new ImageService(d),
   };
 }
 

@@ -4,6 +4,7 @@ import type {
   SandboxSpec, TtyOptions, VolumeInfo,
 } from '../driver.js';
 import { mountPathProblem } from '../../domain/sandbox.js';
+import { fakeImage, FakeImageStore } from './images.js';
 import { FakePty } from './pty.js';
 import { runFakeCommand, type FakeFs } from './shell.js';
 
@@ -37,14 +38,17 @@ interface FakeSandbox {
 export class FakeDriver implements RuntimeDriver {
   private readonly sandboxes = new Map<string, FakeSandbox>();
   private readonly volumes = new Map<string, { sizeGb: number; files: Map<string, string> }>();
-  private readonly images: Set<string>;
+  private readonly known: Set<string>;
+  /** Pull, import and build against a fake registry; see {@link FakeImageStore}. */
+  readonly images: FakeImageStore;
   /** Next `create` fails with this error (then it is cleared); for tests. */
   failNextCreate: Error | null = null;
   /** Calls seen, for assertions. */
   readonly calls: string[] = [];
 
   constructor(private readonly opts: FakeDriverOptions = {}) {
-    this.images = new Set([...FAKE_IMAGES, ...(opts.images ?? [])]);
+    this.known = new Set([...FAKE_IMAGES, ...(opts.images ?? [])]);
+    this.images = new FakeImageStore(this.known);
   }
 
   async init(): Promise<void> {}
@@ -53,11 +57,11 @@ export class FakeDriver implements RuntimeDriver {
   }
 
   async resolveImage(ref: string): Promise<ImageInfo> {
-    if (!this.images.has(ref)) throw new SandboxdError('template_not_found', 'Template not found', { image: ref });
-    return { ref, digest: `sha256:${Buffer.from(ref).toString('hex').padEnd(64, '0').slice(0, 64)}`, env: { PATH: '/usr/bin:/bin' }, workingDir: '/', user: '0:0', sizeBytes: 1 };
+    if (!this.known.has(ref)) throw new SandboxdError('template_not_found', 'Template not found', { image: ref });
+    return fakeImage(ref);
   }
   async listImages(): Promise<ImageInfo[]> {
-    return Promise.all([...this.images].map((r) => this.resolveImage(r)));
+    return Promise.all([...this.known].map((r) => this.resolveImage(r)));
   }
 
   async create(spec: SandboxSpec): Promise<RuntimeSandbox> {
