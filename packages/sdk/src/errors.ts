@@ -1,0 +1,113 @@
+/**
+ * Typed errors rebuilt from the server's error body `{code, message, details?}` and the
+ * protocol's error-kind table, so a kind without a class fails to compile.
+ */
+import { ERROR_STATUS, type ErrorKind } from '@sandboxd/protocol';
+
+/** What an error is about: a server error kind, or a failure to get any answer. */
+export type SandboxdErrorKind = ErrorKind | 'connection' | 'timeout' | 'unknown';
+
+/** Base of every error the SDK throws for a failed call. */
+export class SandboxdApiError extends Error {
+  /** HTTP status; 0 when no answer arrived (connection failure or timeout). */
+  readonly status: number;
+  /** The `code` of the error body (the HTTP status number), or 0. */
+  readonly code: number;
+  /** The `details` of the error body, as sent. */
+  readonly details: unknown;
+  readonly kind: SandboxdErrorKind;
+  /** How long the server asked to wait before a retry (Retry-After), when it said. */
+  retryAfterMs?: number;
+  constructor(message: string, o: { status: number; code?: number; details?: unknown; kind?: SandboxdErrorKind; cause?: unknown }) {
+    super(message, o.cause === undefined ? undefined : { cause: o.cause });
+    this.name = new.target.name;
+    this.status = o.status;
+    this.code = o.code ?? o.status;
+    this.details = o.details;
+    this.kind = o.kind ?? 'unknown';
+  }
+}
+
+/** One field problem of a 400 answer. */
+export interface ValidationProblem {
+  in: string;
+  path: string;
+  message: string;
+  allowed?: unknown[];
+}
+
+/** 400: the request was malformed or failed validation; `problems` lists each field. */
+export class ValidationError extends SandboxdApiError {
+  get problems(): ValidationProblem[] {
+    return Array.isArray(this.details) ? (this.details as ValidationProblem[]) : [];
+  }
+}
+/** 401: no, bad or revoked credentials. */
+export class AuthenticationError extends SandboxdApiError {}
+/** 402: not enough tokens for the requested lifetime. */
+export class InsufficientTokensError extends SandboxdApiError {}
+/** 403: the account's concurrency limit of started sandboxes is reached. */
+export class ConcurrencyLimitError extends SandboxdApiError {}
+/** 404: the resource does not exist (or belongs to another account). */
+export class NotFoundError extends SandboxdApiError {}
+/** 404 on create: the image (template) does not exist; `details.image` names it. */
+export class TemplateNotFoundError extends NotFoundError {}
+/** 409: wrong state (e.g. the sandbox is stopped) or a conflicting resource. */
+export class ConflictError extends SandboxdApiError {}
+/** 413: the request body is too large. */
+export class PayloadTooLargeError extends SandboxdApiError {}
+/** 429: rate limited; `retryAfterMs` when the server said. */
+export class RateLimitError extends SandboxdApiError {}
+/** 5xx: the server failed; the message leaks no internals. */
+export class ServerError extends SandboxdApiError {}
+/** 503: the server is starting or shutting down. */
+export class ServiceUnavailableError extends ServerError {}
+/** No answer: the server could not be reached or the connection broke. */
+export class ConnectionError extends SandboxdApiError {}
+/** No answer within the request timeout. */
+export class RequestTimeoutError extends ConnectionError {}
+
+type ErrorClass = new (message: string, o: ConstructorParameters<typeof SandboxdApiError>[1]) => SandboxdApiError;
+
+const CLASS_BY_KIND: Record<ErrorKind, ErrorClass> = {
+  validation: ValidationError,
+  unauthorized: AuthenticationError,
+  insufficient_tokens: InsufficientTokensError,
+  concurrency_limit: ConcurrencyLimitError,
+  not_found: NotFoundError,
+  template_not_found: TemplateNotFoundError,
+  conflict: ConflictError,
+  payload_too_large: PayloadTooLargeError,
+  rate_limited: RateLimitError,
+  internal: ServerError,
+  unavailable: ServiceUnavailableError,
+};
+
+function kindOf(status: number, message: string, details: unknown): ErrorKind | undefined {
+  const kinds = (Object.keys(ERROR_STATUS) as ErrorKind[]).filter((k) => ERROR_STATUS[k] === status);
+  if (kinds.includes('template_not_found')) {
+    const d = details as { image?: unknown } | null | undefined;
+    const isTemplate = /template/i.test(message) || (typeof d === 'object' && d !== null && 'image' in d);
+    return isTemplate ? 'template_not_found' : 'not_found';
+  }
+  return kinds[0];
+}
+
+/**
+ * The typed error of an error answer. `body` is the parsed JSON (or anything else: then a
+ * message is made from the status). Unknown 5xx become ServerError, other unknown statuses
+ * SandboxdApiError.
+ */
+export function errorFromResponse(status: number, body: unknown, opts: { statusText?: string; retryAfter?: string | null } = {}): SandboxdApiError {
+  const b = (typeof body === 'object' && body !== null ? body : {}) as { code?: unknown; message?: unknown; details?: unknown };
+  const message = typeof b.message === 'string' && b.message !== '' ? b.message : `HTTP ${status}${opts.statusText ? ` ${opts.statusText}` : ''}`;
+  const code = typeof b.code === 'number' ? b.code : status;
+  const kind = kindOf(status, message, b.details);
+  const Cls = kind ? CLASS_BY_KIND[kind] : status >= 500 ? ServerError : SandboxdApiError;
+  const err = new Cls(message, { status, code, details: b.details, kind: kind ?? (status >= 500 ? 'internal' : 'unknown') });
+  if (opts.retryAfter) {
+    const s = Number(opts.retryAfter);
+    if (Number.isFinite(s) && s >= 0) err.retryAfterMs = s * 1000;
+  }
+  return err;
+}

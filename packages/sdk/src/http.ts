@@ -1,0 +1,159 @@
+/**
+ * The HTTP core of the SDK: auth headers, per-request timeouts, typed errors, and bounded
+ * retries of idempotent reads. Uses only fetch, so it runs in Node and browsers.
+ */
+import { resolveConfig, type ClientOptions, type ResolvedConfig } from './config.js';
+import { ConnectionError, errorFromResponse, RequestTimeoutError, SandboxdApiError } from './errors.js';
+
+/** Options of one request. */
+export interface RequestOptions {
+  /** Query parameters; `undefined` values are left out. */
+  query?: Record<string, string | number | boolean | undefined>;
+  /** A JSON body. */
+  json?: unknown;
+  /** A raw body (Blob, bytes, stream) sent with `contentType`. */
+  body?: Blob | ArrayBuffer | Uint8Array | ReadableStream<Uint8Array> | string;
+  contentType?: string;
+  headers?: Record<string, string>;
+  /** Overrides the client's per-request timeout, ms. Covers reading the body too. */
+  timeoutMs?: number;
+  /** Aborts the request; the promise rejects with the signal's reason. */
+  signal?: AbortSignal;
+}
+
+const RETRY_STATUSES = new Set([429, 502, 503, 504]);
+const IDEMPOTENT = new Set(['GET', 'HEAD']);
+const MAX_BACKOFF_MS = 4_000;
+const MAX_RETRY_AFTER_MS = 10_000;
+
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const t = setTimeout(done, ms);
+    function done() {
+      signal?.removeEventListener('abort', onAbort);
+      resolve();
+    }
+    function onAbort() {
+      clearTimeout(t);
+      reject(signal!.reason);
+    }
+    signal?.addEventListener('abort', onAbort, { once: true });
+  });
+}
+
+/** Backoff before retry `n` (0-based): full jitter over 250 ms * 2^n, capped; Retry-After wins when given. */
+function backoffMs(n: number, retryAfterMs: number | undefined): number {
+  if (retryAfterMs !== undefined) return Math.min(retryAfterMs, MAX_RETRY_AFTER_MS);
+  return Math.random() * Math.min(250 * 2 ** n, MAX_BACKOFF_MS);
+}
+
+async function readJson(res: Response): Promise<unknown> {
+  const text = await res.text();
+  if (text === '') return undefined;
+  try {
+    return JSON.parse(text);
+  } catch {
+    return text;
+  }
+}
+
+/** Sends requests to one server with one set of credentials. Safe to share. */
+export class HttpClient {
+  readonly config: ResolvedConfig;
+
+  /** Throws TypeError for a malformed `apiUrl` or when no fetch exists. */
+  constructor(options: ClientOptions = {}) {
+    this.config = resolveConfig(options);
+  }
+
+  /** The absolute URL of an API path such as `/api/v1/sandboxes`. */
+  url(path: string, query?: RequestOptions['query']): string {
+    const q = new URLSearchParams();
+    for (const [k, v] of Object.entries(query ?? {})) if (v !== undefined) q.set(k, String(v));
+    const qs = q.toString();
+    return `${this.config.apiUrl}${path}${qs ? `?${qs}` : ''}`;
+  }
+
+  /** Headers that authenticate a request (empty without an API key). */
+  authHeaders(): Record<string, string> {
+    return this.config.apiKey ? { authorization: `Bearer ${this.config.apiKey}` } : {};
+  }
+
+  /** Sends a request and parses the JSON answer (`undefined` for 204). Throws {@link SandboxdApiError} subclasses. */
+  request<T>(method: string, path: string, opts: RequestOptions = {}): Promise<T> {
+    return this.call(method, path, opts, async (res) => (res.status === 204 ? undefined : await readJson(res)) as T);
+  }
+
+  /**
+   * Sends a request and hands a successful response to `read`, within the same timeout.
+   * GET and HEAD are retried (bounded, with backoff) on connection errors and 429/502/503/504;
+   * nothing else is ever retried, so a create cannot run twice.
+   */
+  async call<T>(method: string, path: string, opts: RequestOptions, read: (res: Response) => Promise<T>): Promise<T> {
+    const retries = IDEMPOTENT.has(method) ? this.config.maxRetries : 0;
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await this.once(method, path, opts, read);
+      } catch (e) {
+        const retryable = (e instanceof ConnectionError && !(e instanceof RequestTimeoutError)) || (e instanceof SandboxdApiError && RETRY_STATUSES.has(e.status));
+        if (!retryable || attempt >= retries) throw e;
+        await sleep(backoffMs(attempt, (e as SandboxdApiError).retryAfterMs), opts.signal);
+      }
+    }
+  }
+
+  private async once<T>(method: string, path: string, opts: RequestOptions, read: (res: Response) => Promise<T>): Promise<T> {
+    const headers: Record<string, string> = { accept: 'application/json', ...this.config.headers, ...this.authHeaders(), ...(opts.headers ?? {}) };
+    let body: BodyInit | undefined;
+    if (opts.json !== undefined) {
+      body = JSON.stringify(opts.json);
+      headers['content-type'] = 'application/json';
+    } else if (opts.body !== undefined) {
+      body = opts.body as BodyInit;
+      if (opts.contentType) headers['content-type'] = opts.contentType;
+    }
+    const ctrl = new AbortController();
+    let timedOut = false;
+    const timeoutMs = opts.timeoutMs ?? this.config.timeoutMs;
+    const timer = setTimeout(() => {
+      timedOut = true;
+      ctrl.abort();
+    }, timeoutMs);
+    const onAbort = () => ctrl.abort(opts.signal!.reason);
+    if (opts.signal?.aborted) onAbort();
+    opts.signal?.addEventListener('abort', onAbort, { once: true });
+    const init: RequestInit & { duplex?: 'half' } = { method, headers, body, signal: ctrl.signal };
+    if (typeof ReadableStream !== 'undefined' && body instanceof ReadableStream) init.duplex = 'half';
+    if (!this.config.apiKey) init.credentials = 'include';
+    try {
+      let res: Response;
+      try {
+        res = await this.config.fetch(this.url(path, opts.query), init);
+      } catch (e) {
+        throw this.noAnswer(e, { timedOut, timeoutMs, method, path, signal: opts.signal });
+      }
+      if (!res.ok) {
+        const parsed = await readJson(res).catch(() => undefined);
+        throw errorFromResponse(res.status, parsed, { statusText: res.statusText, retryAfter: res.headers.get('retry-after') });
+      }
+      try {
+        return await read(res);
+      } catch (e) {
+        if (e instanceof SandboxdApiError) throw e;
+        throw this.noAnswer(e, { timedOut, timeoutMs, method, path, signal: opts.signal });
+      }
+    } finally {
+      clearTimeout(timer);
+      opts.signal?.removeEventListener('abort', onAbort);
+    }
+  }
+
+  private noAnswer(e: unknown, c: { timedOut: boolean; timeoutMs: number; method: string; path: string; signal?: AbortSignal }): unknown {
+    if (c.signal?.aborted && !c.timedOut) return c.signal.reason ?? e;
+    if (c.timedOut) {
+      return new RequestTimeoutError(`${c.method} ${c.path} got no answer within ${c.timeoutMs} ms`, { status: 0, kind: 'timeout', cause: e });
+    }
+    const why = (e as { cause?: { code?: string; message?: string } })?.cause?.code ?? (e as Error)?.message ?? String(e);
+    return new ConnectionError(`Cannot reach the sandboxd API at ${this.config.apiUrl} (${why})`, { status: 0, kind: 'connection', cause: e });
+  }
+}

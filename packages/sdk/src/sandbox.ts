@@ -1,0 +1,168 @@
+/**
+ * The Sandbox class: create, find, run commands in, extend and delete sandboxes.
+ */
+import type { ClientOptions } from './config.js';
+import { HttpClient } from './http.js';
+import { Terminals } from './terminal.js';
+import type { ExecOptions, ExecResult, SandboxCreateParams, SandboxInfo, SandboxListPage, SandboxListQuery } from './types.js';
+
+/** Where a static method sends its request: client options, or an existing client (anything with `http`). */
+export type Connection = ClientOptions | { readonly http: HttpClient };
+
+/** The HTTP client of a connection. */
+export function httpOf(c: Connection | undefined): HttpClient {
+  return c && 'http' in c && c.http instanceof HttpClient ? c.http : new HttpClient(c as ClientOptions | undefined);
+}
+
+/** Options of {@link Sandbox.exec} beyond the wire options. */
+export interface ExecCallOptions extends ExecOptions {
+  /** Aborts the request (the command keeps running in the sandbox until its own timeout). */
+  signal?: AbortSignal;
+}
+
+/** Extra time the HTTP request of a foreground exec gets beyond the command's own timeout. */
+const EXEC_GRACE_MS = 15_000;
+const DEFAULT_EXEC_TIMEOUT_MS = 60_000;
+/** Page size and page bound of {@link Sandbox.list}. */
+const LIST_PAGE = 1000;
+const MAX_PAGES = 100;
+
+function pick<T extends object>(o: T, keys: readonly (keyof T)[]): Partial<T> {
+  const out: Partial<T> = {};
+  for (const k of keys) if (o[k] !== undefined) out[k] = o[k];
+  return out;
+}
+
+/** A sandbox. Its fields are the server's description as of the last call that returned it. */
+export class Sandbox {
+  /** The server's description; `refresh()` updates it. */
+  info: SandboxInfo;
+  /** Interactive terminals of this sandbox. */
+  readonly terminals: Terminals;
+
+  private constructor(info: SandboxInfo, readonly http: HttpClient) {
+    this.info = info;
+    this.terminals = new Terminals(http, info.id);
+  }
+
+  /** Wraps a description returned by the server (e.g. from a raw list). */
+  static from(info: SandboxInfo, connection?: Connection): Sandbox {
+    return new Sandbox(info, httpOf(connection));
+  }
+
+  /**
+   * Creates a sandbox and resolves once a command can run in it. Never retried: one call
+   * starts at most one sandbox. Throws ValidationError, InsufficientTokensError,
+   * ConcurrencyLimitError, TemplateNotFoundError, ConflictError (volume size mismatch).
+   */
+  static async create(params: SandboxCreateParams, connection?: Connection): Promise<Sandbox> {
+    const http = httpOf(connection);
+    const body = pick(params, ['image', 'env', 'volumes', 'timeoutMs']);
+    const r = await http.request<{ sandbox: SandboxInfo }>('POST', '/api/v1/sandboxes', { json: body });
+    return new Sandbox(r.sandbox, http);
+  }
+
+  /** One sandbox by id; throws NotFoundError. */
+  static async get(id: string, connection?: Connection): Promise<Sandbox> {
+    const http = httpOf(connection);
+    const r = await http.request<{ sandbox: SandboxInfo }>('GET', `/api/v1/sandboxes/${encodeURIComponent(id)}`);
+    return new Sandbox(r.sandbox, http);
+  }
+
+  /** One page of sandboxes, newest first; pass `nextCursor` back as `cursor` for the next. */
+  static async listPage(query: SandboxListQuery = {}, connection?: Connection): Promise<{ sandboxes: Sandbox[]; nextCursor?: string }> {
+    const http = httpOf(connection);
+    const page = await http.request<SandboxListPage>('GET', '/api/v1/sandboxes', { query: pick(query, ['state', 'limit', 'cursor']) });
+    return { sandboxes: page.sandboxes.map((s) => new Sandbox(s, http)), nextCursor: page.nextCursor };
+  }
+
+  /** Every sandbox of the account (optionally of one `state`), newest first, following pages (at most 100,000). */
+  static async list(query: Pick<SandboxListQuery, 'state'> = {}, connection?: Connection): Promise<Sandbox[]> {
+    const http = httpOf(connection);
+    const out: Sandbox[] = [];
+    let cursor: string | undefined;
+    for (let i = 0; i < MAX_PAGES; i++) {
+      const page = await Sandbox.listPage({ state: query.state, limit: LIST_PAGE, cursor }, { http });
+      out.push(...page.sandboxes);
+      cursor = page.nextCursor;
+      if (!cursor) break;
+    }
+    return out;
+  }
+
+  get id(): string {
+    return this.info.id;
+  }
+  get name(): string {
+    return this.info.name;
+  }
+  /** `started`, `stopped` or `error`, as of the last refresh. */
+  get state(): SandboxInfo['state'] {
+    return this.info.state;
+  }
+  get image(): string {
+    return this.info.image;
+  }
+  get createdAt(): Date {
+    return new Date(this.info.createdAt);
+  }
+  /** When the sandbox is due to stop. */
+  get stopAt(): Date {
+    return new Date(this.info.stopAt);
+  }
+
+  /** Reloads the description from the server; throws NotFoundError once deleted. */
+  async refresh(): Promise<SandboxInfo> {
+    const r = await this.http.request<{ sandbox: SandboxInfo }>('GET', `/api/v1/sandboxes/${encodeURIComponent(this.id)}`);
+    this.info = r.sandbox;
+    return this.info;
+  }
+
+  /**
+   * Runs `/bin/sh -c command` with the sandbox env (merged with `env`). Foreground waits up
+   * to `timeoutMs` (default 60000; exit code 124 on expiry) and the HTTP request waits that
+   * long plus a grace period. `background: true` answers at once with `pid`. A failing
+   * command is not an error: check `exitCode`/`success`. Throws ConflictError when the
+   * sandbox is not started, NotFoundError, ValidationError.
+   */
+  async exec(command: string, opts: ExecCallOptions = {}): Promise<ExecResult> {
+    const options = pick(opts, ['background', 'cwd', 'env', 'timeoutMs']);
+    const requestMs = opts.background ? undefined : Math.max(this.http.config.timeoutMs, (opts.timeoutMs ?? DEFAULT_EXEC_TIMEOUT_MS) + EXEC_GRACE_MS);
+    return this.http.request<ExecResult>('POST', `/api/v1/sandboxes/${encodeURIComponent(this.id)}/exec`, {
+      json: { command, options },
+      timeoutMs: requestMs,
+      signal: opts.signal,
+    });
+  }
+
+  /**
+   * Sets the sandbox to stop `ms` from now (0 stops it at once). Resolves with the new
+   * stop time. Throws ValidationError past the plan's lifetime (the message names the
+   * largest value allowed), InsufficientTokensError, ConflictError when stopped.
+   */
+  async setTimeout(ms: number): Promise<Date> {
+    const r = await this.http.request<{ id: string; stopAt: string }>('PATCH', `/api/v1/sandboxes/${encodeURIComponent(this.id)}/timeout`, { json: { timeoutMs: ms } });
+    this.info = { ...this.info, stopAt: r.stopAt };
+    return new Date(r.stopAt);
+  }
+
+  /** Kills the sandbox and removes its record (named volumes are kept). Throws NotFoundError. */
+  async delete(): Promise<void> {
+    await this.http.request('DELETE', `/api/v1/sandboxes/${encodeURIComponent(this.id)}`);
+  }
+
+  /**
+   * The public address of `port` in the sandbox, from `publicAccessUrlTemplate`, with the
+   * scheme of the API URL (`http://8080-sbx_....sandbox.localhost:8080`).
+   */
+  publicUrl(port: number): string {
+    if (!Number.isInteger(port) || port < 1 || port > 65535) throw new RangeError(`port must be an integer from 1 to 65535 (got ${port})`);
+    const scheme = new URL(this.http.config.apiUrl).protocol;
+    return `${scheme}//${this.info.publicAccessUrlTemplate.replace('{{PORT}}', String(port))}`;
+  }
+
+  /** The description as plain JSON. */
+  toJSON(): SandboxInfo {
+    return this.info;
+  }
+}
