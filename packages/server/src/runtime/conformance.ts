@@ -6,7 +6,7 @@ import type { PtyProcess, RuntimeDriver, SandboxSpec } from './driver.js';
 /**
  * The behaviour every RuntimeDriver must show, the in-memory fake included. Commands used
  * here stay within a small vocabulary a fake can interpret: `echo` (with `>&2` and `> file`),
- * `cat file`, `printenv NAME`, `pwd`, `stty size` (on a PTY), `exit N`, `sleep N`, `kill -9 $$`, `head -c N /dev/zero`.
+ * `cat file`, `echo "$NAME"`, `pwd`, `stty size` (on a PTY), `exit N`, `sleep N`, `kill -9 $$`, `head -c N /dev/zero`.
  */
 export interface ConformanceTarget {
   name: string;
@@ -83,9 +83,9 @@ export function runDriverConformance(target: ConformanceTarget): void {
         assert.deepEqual([r.stdout, r.stderr, r.exitCode, r.truncated, r.timedOut], ['out\n', 'err\n', 3, false, false]);
       });
       it('gives every command the sandbox env, merged under the exec env', async () => {
-        assert.equal((await driver.exec(id, 'printenv GREETING')).stdout, 'hello\n');
-        assert.equal((await driver.exec(id, 'printenv GREETING', { env: { GREETING: 'over' } })).stdout, 'over\n');
-        assert.equal((await driver.exec(id, 'printenv SHARED', { env: { OTHER: '1' } })).stdout, 'sandbox\n');
+        assert.equal((await driver.exec(id, 'echo "$GREETING"')).stdout, 'hello\n');
+        assert.equal((await driver.exec(id, 'echo "$GREETING"', { env: { GREETING: 'over' } })).stdout, 'over\n');
+        assert.equal((await driver.exec(id, 'echo "$SHARED"', { env: { OTHER: '1' } })).stdout, 'sandbox\n');
       });
       it('runs in the requested working directory', async () => {
         assert.equal((await driver.exec(id, 'pwd', { cwd: '/tmp' })).stdout, '/tmp\n');
@@ -117,7 +117,7 @@ export function runDriverConformance(target: ConformanceTarget): void {
         assert.ok(pty.pid > 1);
         const exited = new Promise<{ exitCode: number; signal: string | null }>((r) => pty.onExit(r));
         const hello = waitFor(pty, /\bhello\b/);
-        pty.write('printenv GREETING\r'); // the echo of the typed line does not contain "hello"
+        pty.write('echo "$GREETING"\r'); // the echo of the typed line does not contain "hello"
         await hello;
         pty.resize(120, 40);
         const size = waitFor(pty, /\b40 120\b/);

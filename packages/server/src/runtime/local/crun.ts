@@ -150,7 +150,16 @@ export class Crun {
     const args = ['--root', this.root, 'exec', '--detach', '--cwd', o.cwd, '--user', o.user, '--pid-file', o.pidFile];
     for (const e of o.env) args.push('--env', e);
     args.push(id, ...argv);
-    await execFileP(this.binary, args);
+    // No pipes: the detached process would inherit them and keep them open for its life.
+    const log = `${o.pidFile}.log`;
+    const code = await new Promise<number | null>((resolve, reject) => {
+      const child = spawn(this.binary, [`--log=file:${log}`, ...args], { stdio: 'ignore' });
+      child.on('error', reject);
+      child.on('exit', resolve);
+    });
+    const why = await readFile(log, 'utf8').catch(() => '');
+    await rm(log, { force: true });
+    if (code !== 0) throw new Error(`crun exec --detach failed (${code}): ${why.trim().split('\n').slice(-2).join('; ')}`);
     const pid = Number((await readFile(o.pidFile, 'utf8')).trim());
     await rm(o.pidFile, { force: true });
     return pid;

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { connect, createServer, type Server } from 'node:net';
 import { after, before, describe, it } from 'node:test';
-import { rmSync } from 'node:fs';
+import { readFileSync, rmSync } from 'node:fs';
 import { runDriverConformance, testId } from '../conformance.js';
 import type { SandboxSpec } from '../driver.js';
 import type { LocalDriver } from './driver.js';
@@ -114,13 +114,30 @@ describe('local driver isolation', () => {
     assert.equal((await sh(a, 'head -c 10 /proc/kcore | wc -c')).stdout.trim(), '0');
   });
 
-  it('contains a fork bomb and a memory hog, and the neighbour stays responsive', async () => {
+  const cgroupFile = (id: string, ctl: string, file: string) =>
+    readFileSync(`/sys/fs/cgroup/${ctl}/sandboxd-test-iso/${id}/${file}`, 'utf8');
+
+  it('kills a memory hog inside its own memory limit', async () => {
+    const hog = await driver.create(spec());
+    // tail keeps its one endless line in memory: it grows until the cgroup's OOM killer stops it.
+    const r = await sh(hog.id, 'head -c 400m /dev/zero | tail > /dev/null; echo rc=$?', 30_000);
+    assert.match(r.stdout, /rc=137/);
+    assert.match(cgroupFile(hog.id, 'memory', 'memory.oom_control'), /oom_kill [1-9]/);
+    assert.equal((await sh(b, 'echo alive')).stdout, 'alive\n');
+    await driver.delete(hog.id);
+  });
+
+  it('contains a fork bomb at its pids limit while the neighbour stays responsive', async () => {
     const bomb = await driver.create(spec());
     await driver.execBackground(bomb.id, 'f() { f | f & }; f');
-    const hog = await sh(bomb.id, 'head -c 400m /dev/zero | tail > /dev/null; echo rc=$?', 30_000);
-    assert.doesNotMatch(hog.stdout, /rc=0/);
-    const neighbour = await sh(b, 'echo alive');
-    assert.equal(neighbour.stdout, 'alive\n');
+    let pids = 0;
+    for (let i = 0; i < 100 && pids < LIMITS.pids - 2; i++) {
+      pids = Number(cgroupFile(bomb.id, 'pids', 'pids.current'));
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    assert.ok(pids >= LIMITS.pids - 2, `bomb reached only ${pids} pids`);
+    assert.ok(Number(cgroupFile(bomb.id, 'pids', 'pids.current')) <= LIMITS.pids);
+    assert.equal((await sh(b, 'echo alive')).stdout, 'alive\n');
     await driver.delete(bomb.id);
   });
 

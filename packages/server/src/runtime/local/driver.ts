@@ -102,6 +102,7 @@ export class LocalDriver implements RuntimeDriver {
     if (!existsSync(this.opts.initPath)) throw new SandboxdError('internal', `${this.opts.initPath} is missing: install Debian's catatonit (npm run setup does)`);
     await mkdir(this.stateDir, { recursive: true });
     await mkdir(this.crun.root, { recursive: true });
+    await checkTraversable(this.opts.dataDir);
     await this.network.init();
     this.seccomp = buildSeccompProfile({ capabilities: SANDBOX_CAPABILITIES });
   }
@@ -335,6 +336,23 @@ export class LocalDriver implements RuntimeDriver {
 
   private async listStateIds(): Promise<string[]> {
     try { return (await readdir(this.stateDir)).filter((n) => ID_RE.test(n)); } catch { return []; }
+  }
+}
+
+/**
+ * Sandbox roots and bind sources live under `dir`; crun mounts them from inside the
+ * sandbox's user namespace, where host root is nobody, so every folder on the way must be
+ * searchable by others. Throws with the folder to fix.
+ */
+async function checkTraversable(dir: string): Promise<void> {
+  const { stat } = await import('node:fs/promises');
+  const { dirname, resolve } = await import('node:path');
+  for (let d = resolve(dir); ; d = dirname(d)) {
+    const st = await stat(d);
+    if ((st.mode & 0o001) === 0) {
+      throw new SandboxdError('internal', `${d} is not searchable by other users (mode ${(st.mode & 0o777).toString(8)}); sandboxes run as unprivileged uids and need to traverse it: chmod o+x ${d}`);
+    }
+    if (d === dirname(d)) return;
   }
 }
 

@@ -1,4 +1,4 @@
-import { mkdtempSync } from 'node:fs';
+import { chmodSync, mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { LocalDriver, type LocalDriverOptions } from './driver.js';
@@ -11,14 +11,15 @@ export const TEST_IMAGE_DIR = process.env.SANDBOXD_TEST_IMAGE_DIR ?? resolve(imp
  * test files never collide with each other or with a running server. Call
  * `driver.destroyAll()` and remove `dataDir` when done.
  */
-export function makeTestDriver(tag: string, over: Partial<LocalDriverOptions> = {}): { driver: LocalDriver; dataDir: string; runDir: string } {
+export function makeTestDriver(tag: string, over: Partial<LocalDriverOptions> = {}): { driver: LocalDriver; options: LocalDriverOptions; dataDir: string; runDir: string } {
   const base = mkdtempSync(join(tmpdir(), `sbxd-${tag}-`));
+  chmodSync(base, 0o711); // sandboxes' user namespaces must traverse it
   const dataDir = join(base, 'data');
   const runDir = join(base, 'run');
   const n = [...tag].reduce((a, c) => (a * 31 + c.charCodeAt(0)) % 200, 7);
-  const driver = new LocalDriver({
-    dataDir, runDir, imageDir: TEST_IMAGE_DIR, bridge: `sbxt${n}`, subnet: `10.89.${n}.0/24`,
+  const options: LocalDriverOptions = {
+    dataDir, runDir, imageDir: TEST_IMAGE_DIR, bridge: `sbxt${n}`, subnet: `10.91.${n}.0/24`,
     uidRangeStart: 10_000_000 + n * 100 * 65536, cgroupParent: `sandboxd-test-${tag}`, ...over,
-  });
-  return { driver, dataDir: base, runDir };
+  };
+  return { driver: new LocalDriver(options), options, dataDir: base, runDir };
 }

@@ -1,0 +1,55 @@
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { rmSync } from 'node:fs';
+import { after, before, it } from 'node:test';
+import { LocalDriver, type LocalDriverOptions } from './driver.js';
+import { makeTestDriver } from './test-support.js';
+
+let base: string;
+let driver: LocalDriver;
+let opts: LocalDriverOptions;
+
+before(() => {
+  const made = makeTestDriver('crash');
+  base = made.dataDir;
+  opts = made.options;
+});
+after(async () => {
+  await driver?.destroyAll();
+  rmSync(base, { recursive: true, force: true });
+});
+
+it('after a kill -9 mid-create, a new process adopts the finished sandboxes and cleans the rest', async () => {
+  const child = spawn(process.execPath, ['--import', 'tsx', new URL('./testdata/crash-child.ts', import.meta.url).pathname, JSON.stringify(opts)], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const created: string[] = [];
+  await new Promise<void>((resolve, reject) => {
+    const t = setTimeout(() => reject(new Error(`child created only ${created.length} sandboxes`)), 120_000);
+    child.stdout.on('data', (d: Buffer) => {
+      for (const m of d.toString().matchAll(/created (\S+)/g)) created.push(m[1]);
+      // Kill it a moment into the create after the third: somewhere inside a create.
+      if (created.length >= 3 && !child.killed) setTimeout(() => { child.kill('SIGKILL'); clearTimeout(t); resolve(); }, 40);
+    });
+    child.on('exit', () => { clearTimeout(t); resolve(); });
+  });
+  await new Promise((r) => child.exitCode !== null || child.signalCode !== null ? r(null) : child.on('exit', r));
+
+  driver = new LocalDriver(opts);
+  await driver.init();
+  const report = await driver.recover();
+  for (const id of created) assert.ok(report.adopted.includes(id), `${id} was answered as created but not adopted`);
+  const live = await driver.list();
+  assert.deepEqual(live.map((s) => s.id).sort(), report.adopted.sort());
+  for (const s of live) {
+    assert.equal(s.state, 'running');
+    assert.equal((await driver.exec(s.id, 'echo ok')).stdout, 'ok\n');
+  }
+  // Data synced to a volume before the kill is intact; the volume is still shared correctly.
+  assert.equal((await driver.exec('crash_0', 'cat /data/f')).stdout, 'durable\n');
+  const vol = (await driver.listVolumes()).find((v) => v.name === 'crashvol');
+  assert.deepEqual(vol?.mountedBy.sort(), live.filter((s) => Number(s.id.split('_')[1]) % 2 === 0).map((s) => s.id).sort());
+  // Everything half made was removed: a fresh create with the next id works.
+  const next = `crash_${created.length}`;
+  await driver.delete(next);
+  const s = await driver.create({ id: next, image: 'local/busybox:latest', env: {}, volumes: [], limits: { memoryBytes: 64 << 20, cpus: 0.5, pids: 32, rootDiskBytes: 64 << 20 } });
+  assert.equal(s.state, 'running');
+});
