@@ -76,6 +76,11 @@ export class Sandbox {
     return { sandboxes: page.sandboxes.map((s) => new Sandbox(s, http)), nextCursor: page.nextCursor };
   }
 
+  /** Deletes sandbox `id` without fetching it first; throws NotFoundError. See {@link Sandbox.prototype.delete}. */
+  static async delete(id: string, connection?: Connection): Promise<void> {
+    await httpOf(connection).request('DELETE', `/api/v1/sandboxes/${encodeURIComponent(id)}`);
+  }
+
   /** Every sandbox of the account (optionally of one `state`), newest first, following pages (at most 100,000). */
   static async list(query: Pick<SandboxListQuery, 'state'> = {}, connection?: Connection): Promise<Sandbox[]> {
     const http = httpOf(connection);
@@ -148,7 +153,7 @@ export class Sandbox {
 
   /** Kills the sandbox and removes its record (named volumes are kept). Throws NotFoundError. */
   async delete(): Promise<void> {
-    await this.http.request('DELETE', `/api/v1/sandboxes/${encodeURIComponent(this.id)}`);
+    await Sandbox.delete(this.id, this);
   }
 
   /**

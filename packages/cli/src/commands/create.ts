@@ -1,0 +1,56 @@
+import { Command } from 'commander';
+import { Sandbox, type SandboxCreateParams } from '@sandboxd/sdk';
+import { withExamples, type Context } from '../context.js';
+import { CliError, collect, parseDuration, parseEnv, printJson, relative } from '../ui.js';
+
+/** Default image of `sbx create`. */
+export const DEFAULT_IMAGE = 'local/debian:bookworm';
+
+/** Parses `name:/path` or `name:/path:sizeGb` into the volume map of a create. */
+export function parseVolumes(specs: string[]): SandboxCreateParams['volumes'] {
+  if (specs.length === 0) return undefined;
+  const out: NonNullable<SandboxCreateParams['volumes']> = {};
+  for (const s of specs) {
+    const m = /^([^:]+):(\/[^]*?)(?::(\d+))?$/.exec(s);
+    if (!m) throw new CliError(`--volume must be name:/path or name:/path:sizeGb (got "${s}")`);
+    out[m[2]] = m[3] ? { name: m[1], sizeGb: Number(m[3]) } : m[1];
+  }
+  return out;
+}
+
+/** `sbx create`: starts a sandbox and prints its id and public URL template. */
+export function createCommand(ctx: Context): Command {
+  const cmd = new Command('create')
+    .description('create a sandbox and print its id and public URL template')
+    .option('-i, --image <ref>', 'container image', DEFAULT_IMAGE)
+    .option('-e, --env <KEY=VALUE>', 'environment variable (repeatable)', collect)
+    .option('-v, --volume <name:/path[:sizeGb]>', 'named volume to mount (repeatable)', collect)
+    .option('-t, --timeout <duration>', 'lifetime: ms, or with s/m/h (default 10m)')
+    .option('-q, --quiet', 'print only the id')
+    .option('--json', 'print the sandbox as JSON')
+    .action(async (o: { image: string; env?: string[]; volume?: string[]; timeout?: string; quiet?: boolean; json?: boolean }) => {
+      const params: SandboxCreateParams = { image: o.image };
+      const env = parseEnv(o.env ?? []);
+      const volumes = parseVolumes(o.volume ?? []);
+      if (env) params.env = env;
+      if (volumes) params.volumes = volumes;
+      if (o.timeout !== undefined) params.timeoutMs = parseDuration(o.timeout, '--timeout');
+      const client = ctx.client();
+      const sb = await Sandbox.create(params, client);
+      if (o.json) return printJson(sb.info);
+      if (o.quiet) return void process.stdout.write(`${sb.id}\n`);
+      const p = ctx.out;
+      const scheme = new URL(client.apiUrl).protocol;
+      process.stdout.write(
+        `Created sandbox ${p.bold(sb.id)} (${sb.name})\n` +
+          `  image     ${sb.image}\n` +
+          `  stops at  ${sb.info.stopAt} (${relative(sb.info.stopAt)})\n` +
+          `  URL       ${scheme}//${sb.info.publicAccessUrlTemplate}\n`,
+      );
+    });
+  return withExamples(
+    cmd,
+    'sbx create',
+    'sbx create --image local/busybox:latest --env GREETING=hi --volume data:/data --timeout 30m',
+  );
+}

@@ -1,0 +1,71 @@
+/**
+ * `sbx`, the sandboxd command line. One file per verb under commands/; every verb talks
+ * to the server through `@sandboxd/sdk`. Errors print as one line, `error: <message>`,
+ * with a non-zero exit code.
+ */
+import { Command, CommanderError } from 'commander';
+import { SandboxdApiError } from '@sandboxd/sdk';
+import { createContext } from './context.js';
+import { createCommand } from './commands/create.js';
+import { execCommand } from './commands/exec.js';
+import { imagesCommand } from './commands/images.js';
+import { keysCommand } from './commands/keys.js';
+import { loginCommand } from './commands/login.js';
+import { lsCommand } from './commands/ls.js';
+import { rmCommand } from './commands/rm.js';
+import { shellCommand } from './commands/shell.js';
+import { timeoutCommand } from './commands/timeout.js';
+import { volumesCommand } from './commands/volumes.js';
+import { CliError } from './ui.js';
+
+const VERSION = '0.1.0';
+
+/** One readable line for any error; API errors add the image or field they are about. */
+export function errorMessage(e: unknown): string {
+  if (e instanceof SandboxdApiError) {
+    const d = e.details as { image?: unknown } | undefined;
+    const image = d && typeof d === 'object' && typeof d.image === 'string' && !e.message.includes(d.image) ? `: ${d.image}` : '';
+    return `${e.message}${image}`.replace(/\s*\n\s*/g, ' ');
+  }
+  if (e instanceof Error) return e.message.replace(/\s*\n\s*/g, ' ');
+  return String(e);
+}
+
+/** The program with every verb, each with `--help` and an example. */
+export function buildProgram(): Command {
+  const program = new Command('sbx')
+    .description('sandboxd from the command line: create sandboxes, run commands, open shells')
+    .version(VERSION)
+    .option('--api-url <url>', 'server address (default: SANDBOX_API_URL, the stored login, http://localhost:8080)')
+    .option('--no-color', 'no colour (also: NO_COLOR=1)')
+    .showSuggestionAfterError()
+    .addHelpText('after', '\nThe API key comes from SANDBOX_API_KEY or `sbx login`.\n\nExample:\n  $ sbx create -q | xargs -I{} sbx exec {} -- echo hello\n');
+  const ctx = createContext(program);
+  for (const cmd of [
+    loginCommand(ctx), createCommand(ctx), lsCommand(ctx), execCommand(ctx), shellCommand(ctx), timeoutCommand(ctx),
+    rmCommand(ctx), imagesCommand(ctx), volumesCommand(ctx), keysCommand(ctx),
+  ]) program.addCommand(cmd);
+  const setup = (c: Command) => {
+    c.exitOverride();
+    c.configureOutput({ outputError: (text, write) => write(text.startsWith('error:') ? text : `error: ${text}`) });
+    c.commands.forEach(setup);
+  };
+  setup(program);
+  return program;
+}
+
+/** Runs `sbx` with `argv` (as in process.argv) and sets the exit code. */
+export async function main(argv: string[]): Promise<void> {
+  try {
+    await buildProgram().parseAsync(argv);
+  } catch (e) {
+    if (e instanceof CommanderError) {
+      // Commander has printed help, the version or its own error line already.
+      process.exitCode = e.exitCode;
+      return;
+    }
+    process.stderr.write(`error: ${errorMessage(e)}\n`);
+    process.exitCode = e instanceof CliError ? e.exitCode : 1;
+  }
+}
+
