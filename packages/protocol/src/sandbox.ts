@@ -51,6 +51,16 @@ export const VolumeMap = Type.Record(Type.String({ pattern: '^/[^\\u0000]{0,255}
   title: 'VolumeMap',
 });
 
+/**
+ * Beyond the spec: who may reach the sandbox's ports through `publicAccessUrlTemplate`.
+ * Public by default; with `public: false` a request needs the owner's API key in
+ * `X-Sandboxd-Key` or a link from `POST /api/v1/sandboxes/{id}/ports/{port}/link`.
+ */
+export const PortsOptions = Type.Object(
+  { public: Type.Optional(Type.Boolean({ description: 'Default true: anyone with the URL reaches the ports.' })) },
+  { title: 'PortsOptions', additionalProperties: false },
+);
+
 /** The body of `POST /api/v1/sandboxes`. */
 export const SandboxCreateSchema = Type.Object(
   {
@@ -58,6 +68,7 @@ export const SandboxCreateSchema = Type.Object(
     timeoutMs: Type.Optional(Type.Integer({ minimum: 0, description: `Default ${LIMITS.defaultTimeoutMs}; at most the plan's lifetime.` })),
     env: Type.Optional(EnvMap),
     volumes: Type.Optional(VolumeMap),
+    ports: Type.Optional(PortsOptions),
   },
   { title: 'SandboxCreate', additionalProperties: false },
 );
@@ -98,3 +109,25 @@ export type TimeoutRequest = Static<typeof TimeoutRequestSchema>;
 /** The answer of the timeout update. */
 export const TimeoutReplySchema = Type.Object({ id: Type.String(), stopAt: DateTime }, { title: 'TimeoutReply', additionalProperties: false });
 export type TimeoutReply = Static<typeof TimeoutReplySchema>;
+
+/** Path parameters of `POST /api/v1/sandboxes/{id}/ports/{port}/link`. */
+export const PortLinkParamsSchema = Type.Object(
+  { id: Type.String({ minLength: 1, maxLength: 64 }), port: Type.Integer({ minimum: 1, maximum: 65535 }) },
+  { additionalProperties: false },
+);
+
+/** Body of the port link request; `{}` (or no body) takes the default lifetime. */
+export const PortLinkRequestSchema = Type.Object(
+  {
+    expiresInMs: Type.Optional(Type.Integer({ minimum: 1000, maximum: 604_800_000, description: 'Lifetime of the link; default 3600000 (1 hour), at most 7 days.' })),
+  },
+  { title: 'PortLinkRequest', additionalProperties: false },
+);
+export type PortLinkRequest = Static<typeof PortLinkRequestSchema>;
+
+/** A signed link to one port of a sandbox: opening it sets a cookie for that host, then redirects. */
+export const PortLinkReplySchema = Type.Object(
+  { url: Type.String(), expiresAt: DateTime },
+  { title: 'PortLink', additionalProperties: false },
+);
+export type PortLinkReply = Static<typeof PortLinkReplySchema>;

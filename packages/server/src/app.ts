@@ -6,6 +6,7 @@ import { createHttpServer } from './http/server.js';
 import { FrontDoor } from './http/front-door.js';
 import { Metrics } from './http/metrics.js';
 import { Reaper } from './lifecycle/reaper.js';
+import { attachPortProxy } from './proxy/index.js';
 import type { RuntimeDriver } from './runtime/driver.js';
 import { createFakeDriver } from './runtime/fake/driver.js';
 import { bootstrap, type BootstrapResult } from './services/bootstrap.js';
@@ -92,6 +93,8 @@ export function buildApp(opts: BuildAppOptions): Sandboxd {
     { services, config, metrics, reaper, testClock, isReady: () => ready },
     { logger: log, frontDoor: self.frontDoor, extraRoutes: (opts.extraRoutes ?? []).map((r) => (app: FastifyInstance) => r(app, self)) },
   );
+  // Claimed before any extra route registers, so sandbox hosts never reach other claims.
+  attachPortProxy(self, config);
   return self;
 }
 

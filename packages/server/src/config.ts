@@ -50,6 +50,8 @@ export interface Config {
   /** Registry credentials by host[:port] (config file only, never env). */
   registryCredentials: Record<string, { username: string; password: string }>;
   terminalIdleMs: number;
+  /** Port proxy: how long to wait for a sandbox's response headers (and the connect) before answering 504. */
+  proxyTimeoutMs: number;
   plans: Record<string, PlanConfig>;
   defaultPlan: string;
   signupEnabled: boolean;
@@ -127,6 +129,7 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
       .split(',').map((x) => x.trim()).filter(Boolean),
     registryCredentials: overrides.registryCredentials ?? (file.registryCredentials as Config['registryCredentials'] | undefined) ?? {},
     terminalIdleMs: pick('terminalIdleMs', 'SANDBOXD_TERMINAL_IDLE_MS', int('SANDBOXD_TERMINAL_IDLE_MS', 1, 2 ** 31), 1_800_000),
+    proxyTimeoutMs: pick('proxyTimeoutMs', 'SANDBOXD_PROXY_TIMEOUT_MS', int('SANDBOXD_PROXY_TIMEOUT_MS', 1, 2 ** 31), 30_000),
     plans,
     defaultPlan: pick('defaultPlan', 'SANDBOXD_DEFAULT_PLAN', String, 'FREE'),
     signupEnabled: pick('signupEnabled', 'SANDBOXD_SIGNUP_ENABLED', bool('SANDBOXD_SIGNUP_ENABLED'), true),

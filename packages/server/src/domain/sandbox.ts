@@ -21,6 +21,8 @@ export interface SandboxSpecRecord {
   env: Record<string, string>;
   volumes: MountRecord[];
   createdAt: number;
+  /** Whether `publicAccessUrlTemplate` is open to anyone; absent means true. */
+  portsPublic?: boolean;
 }
 
 /** Mutable status of a sandbox. Changed only through {@link assertTransition}. */

@@ -5,6 +5,8 @@ import { newSandboxName } from '../domain/names.js';
 import { driverVolumeName, mountPathProblem, type MountRecord, type SandboxRecord } from '../domain/sandbox.js';
 import type { AccountRecord } from '../store/store.js';
 import { planOf, type ServiceDeps } from './context.js';
+import { join } from 'node:path';
+import { LINK_PARAM, LINK_TTL, PortLinks } from '../proxy/links.js';
 
 /** Errors of `driver.create` that mean "the request was wrong", not "the runtime failed". */
 const CLIENT_KINDS = new Set(['template_not_found', 'validation', 'conflict']);
@@ -15,7 +17,11 @@ const CLIENT_KINDS = new Set(['template_not_found', 'validation', 'conflict']);
  */
 export class SandboxService {
   private readonly goneListeners: Array<(id: string) => void> = [];
-  constructor(private readonly d: ServiceDeps) {}
+  /** Signs and checks port links; the secret lives in `<dataDir>/proxy-link.key`. */
+  readonly portLinks: PortLinks;
+  constructor(private readonly d: ServiceDeps) {
+    this.portLinks = new PortLinks({ secretPath: join(d.config.dataDir, 'proxy-link.key') });
+  }
 
   /** Registers a listener called when a sandbox stops or is removed (terminals close on it). */
   onGone(listener: (sandboxId: string) => void): void {
@@ -38,7 +44,7 @@ export class SandboxService {
     const record = await this.d.store.reserveSandbox(
       {
         id: newSandboxId(), accountId: account.id, name: newSandboxName(), image: req.image, region: this.d.config.region,
-        env: req.env ?? {}, volumes: mounts, createdAt: now,
+        env: req.env ?? {}, volumes: mounts, createdAt: now, portsPublic: req.ports?.public !== false,
         state: 'creating', stopAt: now + timeoutMs, reservedMinutes: 0, endedAt: null, details: null,
       },
       { minutes: billedMinutes(timeoutMs), concurrency: plan.concurrency, volumes: sizes, newName: newSandboxName },
@@ -78,6 +84,20 @@ export class SandboxService {
     const r = await this.d.store.getSandbox(id);
     if (!r || r.accountId !== accountId || r.state === 'creating') throw new SandboxdError('not_found', 'Sandbox not found');
     return r;
+  }
+
+  /**
+   * A signed link to `port` of a started sandbox of this account, valid `expiresInMs`
+   * (default 1 h): `<scheme>://<port>-<id>.<publicHost>/?sandboxd_token=...`. Opening it
+   * sets a cookie for that host and redirects; it opens private ports and works on public
+   * ones. `not_found`, `conflict` (not started).
+   */
+  async portLink(accountId: string, req: { id: string; port: number; expiresInMs?: number; scheme: 'http' | 'https' }): Promise<{ url: string; expiresAt: number }> {
+    const r = await this.get(accountId, req.id);
+    if (r.state !== 'started') throw new SandboxdError('conflict', `Sandbox is ${r.state}`, { state: r.state });
+    const expiresAt = this.d.clock.now() + (req.expiresInMs ?? LINK_TTL.defaultMs);
+    const token = this.portLinks.sign({ sandboxId: r.id, port: req.port, expiresAt });
+    return { url: `${req.scheme}://${req.port}-${r.id}.${this.d.config.publicHost}/?${LINK_PARAM}=${token}`, expiresAt };
   }
 
   /** A page of the account's sandboxes, newest first. */

@@ -1,6 +1,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import {
-  ExecRequestSchema, ExecResultSchema, SandboxCreateSchema, SandboxListQuerySchema, SandboxListSchema,
+  ExecRequestSchema, ExecResultSchema, PortLinkParamsSchema, PortLinkReplySchema, PortLinkRequestSchema,
+  SandboxCreateSchema, SandboxListQuerySchema, SandboxListSchema,
   SandboxParamsSchema, SandboxReplySchema, TimeoutReplySchema, TimeoutRequestSchema,
 } from '@sandboxd/protocol';
 import { Type } from 'typebox';
@@ -75,5 +76,19 @@ export const sandboxRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d)
     } finally {
       end();
     }
+  });
+
+  app.post('/api/v1/sandboxes/:id/ports/:port/link', {
+    schema: { params: PortLinkParamsSchema, body: PortLinkRequestSchema, response: { 200: PortLinkReplySchema } },
+    config: { operationId: 'createPortLink', summary: 'Sign an expiring link to a port of the sandbox (opens private ports)', tags, errors: [400, 401, 404, 409] },
+    // An empty POST takes the defaults.
+    preValidation: async (req) => {
+      req.body ??= {};
+    },
+  }, async (req) => {
+    const link = await sandboxes.portLink(principalOf(req).account.id, {
+      id: req.params.id, port: req.params.port, expiresInMs: req.body.expiresInMs, scheme: req.protocol === 'https' ? 'https' : 'http',
+    });
+    return { url: link.url, expiresAt: new Date(link.expiresAt).toISOString() };
   });
 };

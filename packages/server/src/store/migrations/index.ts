@@ -1,4 +1,5 @@
 import { sql as initial } from './001-initial.js';
+import { sql as privatePorts } from './002-private-ports.js';
 
 /** A schema step; `version` is stored in SQLite's `user_version` once applied. */
 export interface Migration {
@@ -8,4 +9,7 @@ export interface Migration {
 }
 
 /** Every migration, in order. Append only; never edit an applied one. */
-export const MIGRATIONS: readonly Migration[] = [{ version: 1, name: 'initial', sql: initial }];
+export const MIGRATIONS: readonly Migration[] = [
+  { version: 1, name: 'initial', sql: initial },
+  { version: 2, name: 'private-ports', sql: privatePorts },
+];

@@ -8,6 +8,7 @@ export interface SandboxRow {
   id: string; account_id: string; name: string; image: string; region: string;
   env_json: string; volumes_json: string; created_at: number; state: string;
   stop_at: number; reserved_minutes: number; ended_at: number | null; details_json: string | null;
+  ports_public: number;
 }
 
 export function toSandbox(r: SandboxRow): SandboxRecord {
@@ -20,6 +21,7 @@ export function toSandbox(r: SandboxRow): SandboxRecord {
     env: JSON.parse(r.env_json),
     volumes: JSON.parse(r.volumes_json),
     createdAt: r.created_at,
+    portsPublic: r.ports_public !== 0,
     state: r.state as SandboxRecordState,
     stopAt: r.stop_at,
     reservedMinutes: r.reserved_minutes,

@@ -34,7 +34,7 @@ export class SqliteSandboxes {
         m.sizeGb = existing?.sizeGb ?? want ?? 1;
         if (!existing) this.createVolume({ accountId: record.accountId, name: m.name, sizeGb: m.sizeGb, createdAt: record.createdAt });
       }
-      const out = { ...record, volumes, reservedMinutes: r.minutes, state: 'creating' as const };
+      const out = { ...record, volumes, portsPublic: record.portsPublic !== false, reservedMinutes: r.minutes, state: 'creating' as const };
       this.insertWithUniqueName(out, r.newName);
       const mount = this.db.prepare('INSERT INTO sandbox_mounts (sandbox_id, account_id, volume_name, mount_path) VALUES (?, ?, ?, ?)');
       for (const m of volumes) mount.run(out.id, out.accountId, m.name, m.mountPath);
@@ -47,12 +47,13 @@ export class SqliteSandboxes {
 
   private insertWithUniqueName(rec: SandboxRecord, newName: () => string): void {
     const stmt = this.db.prepare(
-      `INSERT INTO sandboxes (id, account_id, name, image, region, env_json, volumes_json, created_at, state, stop_at, reserved_minutes, ended_at, details_json)
-       VALUES (@id, @accountId, @name, @image, @region, @env, @volumes, @createdAt, @state, @stopAt, @reservedMinutes, @endedAt, @details)`,
+      `INSERT INTO sandboxes (id, account_id, name, image, region, env_json, volumes_json, created_at, state, stop_at, reserved_minutes, ended_at, details_json, ports_public)
+       VALUES (@id, @accountId, @name, @image, @region, @env, @volumes, @createdAt, @state, @stopAt, @reservedMinutes, @endedAt, @details, @portsPublicInt)`,
     );
     for (let attempt = 0; ; attempt++) {
       try {
-        stmt.run({ ...rec, env: JSON.stringify(rec.env), volumes: JSON.stringify(rec.volumes), details: rec.details ? JSON.stringify(rec.details) : null });
+        const { portsPublic, ...row } = rec;
+        stmt.run({ ...row, env: JSON.stringify(rec.env), volumes: JSON.stringify(rec.volumes), details: rec.details ? JSON.stringify(rec.details) : null, portsPublicInt: portsPublic === false ? 0 : 1 });
         return;
       } catch (e) {
         const code = (e as { code?: string }).code;

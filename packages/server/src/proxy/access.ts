@@ -1,0 +1,96 @@
+import type { IncomingMessage } from 'node:http';
+import type { TLSSocket } from 'node:tls';
+import { KEY_HEADER, readCookie } from './headers.js';
+import { LINK_COOKIE, LINK_PARAM, type PortLinks } from './links.js';
+import { ProxyError } from './reply.js';
+
+/** What the proxy does with a request after the access check. */
+export type AccessDecision =
+  /** Forward it, with `path` as the request target (a link token taken out of the query). */
+  | { kind: 'forward'; path: string }
+  /** Answer 302 to `location` setting `cookie` (a link opened by a browser). */
+  | { kind: 'redirect'; location: string; cookie: string };
+
+/** What the access check needs to know about the sandbox and the request. */
+export interface AccessRequest {
+  req: IncomingMessage;
+  sandboxId: string;
+  port: number;
+  accountId: string;
+  portsPublic: boolean;
+  /** True for an upgrade (WebSocket): never redirected. */
+  upgrade: boolean;
+}
+
+/** Options of {@link PortAccess}. */
+export interface PortAccessOptions {
+  links: PortLinks;
+  /** The account id of an API key, or null when the key is unknown. */
+  accountOfKey: (key: string) => Promise<string | null>;
+  now: () => number;
+}
+
+/**
+ * Who may use a sandbox port. Public ports (the default): everyone, and the request goes
+ * on untouched. Private ports: the owner's API key in `X-Sandboxd-Key`, or a link token
+ * (from `POST /api/v1/sandboxes/{id}/ports/{port}/link`) in the `sandboxd_token` query
+ * parameter or cookie. A browser opening a link (GET or HEAD, not an upgrade) is sent a
+ * host-only HttpOnly cookie and redirected to the same URL without the token; other
+ * requests with the token in the query are forwarded with the parameter removed.
+ * Throws {@link ProxyError} 401 when no valid credential is shown.
+ */
+export class PortAccess {
+  constructor(private readonly opts: PortAccessOptions) {}
+
+  async check(a: AccessRequest): Promise<AccessDecision> {
+    const url = a.req.url ?? '/';
+    if (a.portsPublic) return { kind: 'forward', path: url };
+    const where = { sandboxId: a.sandboxId, port: a.port };
+    const key = a.req.headers[KEY_HEADER];
+    if (typeof key === 'string' && key !== '') {
+      const owner = await this.opts.accountOfKey(key.trim());
+      if (owner !== a.accountId) throw new ProxyError(401, `The key in X-Sandboxd-Key does not open port ${a.port} of sandbox ${a.sandboxId}`, where);
+      return { kind: 'forward', path: url };
+    }
+    const q = url.indexOf('?');
+    const pairs = q === -1 ? [] : url.slice(q + 1).split('&');
+    const isToken = (p: string) => p.split('=')[0] === LINK_PARAM;
+    const tokenPair = pairs.find(isToken);
+    if (tokenPair !== undefined) {
+      const fromQuery = decodeURIComponentSafe(tokenPair.slice(LINK_PARAM.length + 1));
+      if (!this.valid(fromQuery, a)) throw new ProxyError(401, 'This link is invalid or has expired; ask for a new one', where);
+      // Other parameters are kept byte for byte.
+      const rest = pairs.filter((p) => !isToken(p)).join('&');
+      const path = `${url.slice(0, q)}${rest ? `?${rest}` : ''}`;
+      const method = a.req.method ?? 'GET';
+      if (a.upgrade || (method !== 'GET' && method !== 'HEAD')) return { kind: 'forward', path };
+      return { kind: 'redirect', location: path, cookie: this.cookie(fromQuery, a.req) };
+    }
+    const fromCookie = readCookie(a.req, LINK_COOKIE);
+    if (fromCookie !== undefined && this.valid(fromCookie, a)) return { kind: 'forward', path: url };
+    throw new ProxyError(
+      401,
+      `Port ${a.port} of sandbox ${a.sandboxId} is private: send the owner's API key in X-Sandboxd-Key, ` +
+        `or open a link from POST /api/v1/sandboxes/${a.sandboxId}/ports/${a.port}/link`,
+      where,
+    );
+  }
+
+  private valid(token: string, a: AccessRequest): boolean {
+    return this.opts.links.verify(token, { sandboxId: a.sandboxId, port: a.port, now: this.opts.now() });
+  }
+
+  private cookie(token: string, req: IncomingMessage): string {
+    const maxAge = this.opts.links.remainingSeconds(token, this.opts.now());
+    const secure = (req.socket as TLSSocket).encrypted ? '; Secure' : '';
+    return `${LINK_COOKIE}=${token}; Path=/; Max-Age=${maxAge}; HttpOnly; SameSite=Lax${secure}`;
+  }
+}
+
+function decodeURIComponentSafe(s: string): string {
+  try {
+    return decodeURIComponent(s);
+  } catch {
+    return '';
+  }
+}

@@ -1,0 +1,92 @@
+import type { IncomingMessage } from 'node:http';
+import type { TLSSocket } from 'node:tls';
+import { LINK_COOKIE } from './links.js';
+
+/** Header carrying the owner's API key to a private port; never forwarded to the sandbox. */
+export const KEY_HEADER = 'x-sandboxd-key';
+
+/** Hop-by-hop headers (RFC 9110 7.6.1) plus those the proxy sets or consumes itself. */
+const HOP_BY_HOP = new Set([
+  'connection', 'keep-alive', 'proxy-connection', 'proxy-authenticate', 'proxy-authorization',
+  'te', 'trailer', 'transfer-encoding', 'upgrade', 'expect',
+]);
+const SET_BY_PROXY = new Set(['x-forwarded-for', 'x-forwarded-proto', 'x-forwarded-host', KEY_HEADER]);
+
+/**
+ * The header list sent to the sandbox, as flat `[name, value, ...]` in the client's order
+ * and spelling: hop-by-hop headers and those named in `Connection` dropped (kept for an
+ * upgrade: `Connection: Upgrade` and `Upgrade`), the proxy's credentials removed (the key
+ * header, the link cookie), `Host` kept as sent, and `X-Forwarded-For` (appended to the
+ * client's chain), `X-Forwarded-Proto` and `X-Forwarded-Host` (both replaced) added.
+ */
+export function upstreamHeaders(req: IncomingMessage, opts: { upgrade: boolean }): string[] {
+  const named = connectionTokens(req.headers.connection);
+  const out: string[] = [];
+  const chain: string[] = [];
+  const raw = req.rawHeaders;
+  for (let i = 0; i < raw.length; i += 2) {
+    const name = raw[i];
+    const lower = name.toLowerCase();
+    const value = raw[i + 1];
+    if (lower === 'x-forwarded-for') chain.push(value);
+    if (HOP_BY_HOP.has(lower) || SET_BY_PROXY.has(lower) || (named.has(lower) && lower !== 'host')) continue;
+    if (lower === 'cookie') {
+      const kept = withoutCookie(value, LINK_COOKIE);
+      if (kept) out.push(name, kept);
+      continue;
+    }
+    out.push(name, value);
+  }
+  if (opts.upgrade) out.push('Connection', 'Upgrade', 'Upgrade', req.headers.upgrade ?? 'websocket');
+  chain.push(clientAddress(req));
+  out.push('X-Forwarded-For', chain.join(', '));
+  out.push('X-Forwarded-Proto', (req.socket as TLSSocket).encrypted ? 'https' : 'http');
+  out.push('X-Forwarded-Host', req.headers.host ?? '');
+  return out;
+}
+
+/** The sandbox's response headers for the client, flat, with hop-by-hop headers dropped. */
+export function downstreamHeaders(res: IncomingMessage): string[] {
+  const named = connectionTokens(res.headers.connection);
+  const out: string[] = [];
+  const raw = res.rawHeaders;
+  for (let i = 0; i < raw.length; i += 2) {
+    const lower = raw[i].toLowerCase();
+    if (HOP_BY_HOP.has(lower) || named.has(lower)) continue;
+    out.push(raw[i], raw[i + 1]);
+  }
+  return out;
+}
+
+/** The `Cookie` header value without the cookie `name`; empty when nothing is left. */
+export function withoutCookie(header: string, name: string): string {
+  return header
+    .split(';')
+    .map((p) => p.trim())
+    .filter((p) => p !== '' && p.split('=')[0].trim() !== name)
+    .join('; ');
+}
+
+/** The value of cookie `name` in the request, if any. */
+export function readCookie(req: IncomingMessage, name: string): string | undefined {
+  for (const part of (req.headers.cookie ?? '').split(';')) {
+    const eq = part.indexOf('=');
+    if (eq !== -1 && part.slice(0, eq).trim() === name) return part.slice(eq + 1).trim();
+  }
+  return undefined;
+}
+
+/** The client's IP without the IPv4-mapped prefix. */
+export function clientAddress(req: IncomingMessage): string {
+  const a = req.socket.remoteAddress ?? '';
+  return a.startsWith('::ffff:') ? a.slice(7) : a;
+}
+
+function connectionTokens(v: string | undefined): Set<string> {
+  const s = new Set<string>();
+  for (const t of (v ?? '').split(',')) {
+    const x = t.trim().toLowerCase();
+    if (x) s.add(x);
+  }
+  return s;
+}

@@ -1,0 +1,149 @@
+import { Agent } from 'node:http';
+import { isIPv4 } from 'node:net';
+import type { RuntimeDriver } from '../runtime/driver.js';
+import type { Store } from '../store/store.js';
+import { ProxyError } from './reply.js';
+
+/** Where a sandbox's ports are, and who may reach them. */
+export interface ProxyTarget {
+  sandboxId: string;
+  accountId: string;
+  /** IPv4 of the sandbox on the host bridge, from the runtime record. */
+  address: string;
+  /** False when the sandbox was created with private ports. */
+  portsPublic: boolean;
+  /** Keep-alive connections to this sandbox only; destroyed when it goes. */
+  agent: Agent;
+}
+
+/** Options of {@link SandboxTargets}. */
+export interface SandboxTargetsOptions {
+  store: Pick<Store, 'getSandbox'>;
+  driver: Pick<RuntimeDriver, 'inspect'>;
+  /**
+   * CIDR every sandbox address must lie in (the local runtime's subnet), its network,
+   * first (the host's gateway) and broadcast addresses excluded; null when sandboxes have
+   * no reachable address (the fake runtime), so the proxy never connects anywhere.
+   */
+  allowedSubnet: string | null;
+  /** How long a resolved target is reused before store and runtime are asked again. Default 1000 ms. */
+  cacheMs?: number;
+  now?: () => number;
+}
+
+interface Entry {
+  target: ProxyTarget;
+  checkedAt: number;
+}
+
+/**
+ * Resolves a sandbox id to its {@link ProxyTarget}: the record must exist and be
+ * `started` (any account: public is public), and the runtime must report it running with
+ * an address allowed by {@link SandboxTargetsOptions.allowedSubnet}. Answers are cached
+ * briefly (the runtime's inspect is costly); {@link forget} drops one at once and is
+ * called when a sandbox stops or is removed. Concurrent lookups of one id share one query.
+ */
+export class SandboxTargets {
+  private readonly entries = new Map<string, Entry>();
+  private readonly pending = new Map<string, Promise<ProxyTarget>>();
+  private readonly subnet: { base: number; mask: number } | null;
+  private readonly cacheMs: number;
+  private readonly now: () => number;
+  private closed = false;
+
+  constructor(private readonly opts: SandboxTargetsOptions) {
+    this.subnet = opts.allowedSubnet ? parseCidr(opts.allowedSubnet) : null;
+    this.cacheMs = opts.cacheMs ?? 1000;
+    this.now = opts.now ?? Date.now;
+  }
+
+  /** The target of a started sandbox. Throws {@link ProxyError} 404 (unknown, not started) or 502 (no usable address). */
+  resolve(sandboxId: string): Promise<ProxyTarget> {
+    const hit = this.entries.get(sandboxId);
+    if (hit && this.now() - hit.checkedAt < this.cacheMs) return Promise.resolve(hit.target);
+    let p = this.pending.get(sandboxId);
+    if (!p) {
+      p = this.lookup(sandboxId).finally(() => this.pending.delete(sandboxId));
+      this.pending.set(sandboxId, p);
+    }
+    return p;
+  }
+
+  /** Drops the cached target of a sandbox and closes its pooled connections. */
+  forget(sandboxId: string): void {
+    const e = this.entries.get(sandboxId);
+    this.entries.delete(sandboxId);
+    e?.target.agent.destroy();
+  }
+
+  /** Forgets every target; later lookups fail with 404. */
+  close(): void {
+    this.closed = true;
+    for (const id of [...this.entries.keys()]) this.forget(id);
+  }
+
+  private async lookup(sandboxId: string): Promise<ProxyTarget> {
+    const rec = this.closed ? null : await this.opts.store.getSandbox(sandboxId);
+    if (!rec || rec.state !== 'started') {
+      this.forget(sandboxId);
+      throw new ProxyError(404, `No running sandbox ${sandboxId}`, { sandboxId });
+    }
+    const rt = await this.opts.driver.inspect(sandboxId);
+    if (!rt || rt.state !== 'running') {
+      this.forget(sandboxId);
+      throw new ProxyError(404, `No running sandbox ${sandboxId}`, { sandboxId });
+    }
+    if (!this.addressAllowed(rt.address)) {
+      this.forget(sandboxId);
+      throw new ProxyError(502, `Sandbox ${sandboxId} has no network address the proxy may use`, { sandboxId });
+    }
+    const prev = this.entries.get(sandboxId);
+    let target: ProxyTarget;
+    if (prev && prev.target.address === rt.address && prev.target.accountId === rec.accountId) {
+      target = { ...prev.target, portsPublic: rec.portsPublic !== false };
+    } else {
+      prev?.target.agent.destroy();
+      target = { sandboxId, accountId: rec.accountId, address: rt.address, portsPublic: rec.portsPublic !== false, agent: newAgent() };
+    }
+    if (this.closed) {
+      target.agent.destroy();
+      throw new ProxyError(404, `No running sandbox ${sandboxId}`, { sandboxId });
+    }
+    this.entries.set(sandboxId, { target, checkedAt: this.now() });
+    if (this.entries.size > 4096) this.sweep();
+    return target;
+  }
+
+  /** Whether the proxy may connect to `ip` at all. */
+  addressAllowed(ip: string): boolean {
+    if (!isIPv4(ip)) return false;
+    const n = ipToInt(ip);
+    if (!this.subnet) return false;
+    const { base, mask } = this.subnet;
+    if (((n & mask) >>> 0) !== base) return false;
+    const last = (base | (~mask >>> 0)) >>> 0;
+    return mask === 0xffffffff || (n !== base && n !== base + 1 && n !== last);
+  }
+
+  private sweep(): void {
+    const now = this.now();
+    for (const [id, e] of this.entries) if (now - e.checkedAt >= this.cacheMs) this.forget(id);
+  }
+}
+
+function newAgent(): Agent {
+  // Idle pooled connections are dropped after a few seconds; sandboxes come and go.
+  return new Agent({ keepAlive: true, keepAliveMsecs: 1000, maxFreeSockets: 32, timeout: 5000, scheduling: 'lifo' });
+}
+
+function ipToInt(ip: string): number {
+  return ip.split('.').reduce((acc, o) => ((acc << 8) | Number(o)) >>> 0, 0);
+}
+
+function parseCidr(cidr: string): { base: number; mask: number } {
+  const [ip, bitsS] = cidr.split('/');
+  const bits = Number(bitsS ?? 32);
+  if (!isIPv4(ip) || !Number.isInteger(bits) || bits < 0 || bits > 32) throw new Error(`not an IPv4 CIDR: ${cidr}`);
+  const mask = bits === 0 ? 0 : (0xffffffff << (32 - bits)) >>> 0;
+  return { base: (ipToInt(ip) & mask) >>> 0, mask };
+}
