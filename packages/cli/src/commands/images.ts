@@ -2,7 +2,7 @@ import { createReadStream, statSync } from 'node:fs';
 import { basename } from 'node:path';
 import { Readable } from 'node:stream';
 import { Command } from 'commander';
-import type { BuildableImage, ImageInfo } from '@sandboxd/sdk';
+import { NotFoundError, TemplateNotFoundError, type BuildableImage, type ImageInfo } from '@sandboxd/sdk';
 import { withExamples, type Context } from '../context.js';
 import { ProgressLine } from '../progress.js';
 import { CliError, formatBytes, printJson, table } from '../ui.js';
@@ -25,6 +25,20 @@ async function withProgress(title: string, json: boolean | undefined, job: (p: P
   if (json) printJson(img);
 }
 
+/** Wraps an action so that the 404 non-admins get reads as what it means. */
+function adminOnly<A extends unknown[]>(fn: (...a: A) => Promise<void>): (...a: A) => Promise<void> {
+  return async (...a) => {
+    try {
+      await fn(...a);
+    } catch (e) {
+      if (e instanceof NotFoundError && !(e instanceof TemplateNotFoundError) && /route/i.test(e.message)) {
+        throw new CliError('the images commands need the API key of an admin account');
+      }
+      throw e;
+    }
+  };
+}
+
 /** `sbx images pull|ls|import|build`: the server's image cache (admin only). */
 export function imagesCommand(ctx: Context): Command {
   const images = new Command('images').description("manage the server's images (admin only)");
@@ -34,10 +48,10 @@ export function imagesCommand(ctx: Context): Command {
       .description('pull an image from its registry, even if cached')
       .argument('<ref>', 'image reference, e.g. debian:bookworm or 127.0.0.1:5000/tools:1')
       .option('--json', 'print the image as JSON')
-      .action(async (ref: string, o: { json?: boolean }) => {
+      .action(adminOnly(async (ref: string, o: { json?: boolean }) => {
         const client = ctx.client();
         await withProgress(`pull ${ref}`, o.json, (p) => client.images.pull(ref, { onProgress: (e) => p.update(e) }), 'pulled');
-      }),
+      })),
     'sbx images pull debian:bookworm',
   ));
 
@@ -46,12 +60,12 @@ export function imagesCommand(ctx: Context): Command {
       .alias('list')
       .description('list cached images')
       .option('--json', 'print the images as JSON')
-      .action(async (o: { json?: boolean }) => {
+      .action(adminOnly(async (o: { json?: boolean }) => {
         const list = await ctx.client().images.list();
         if (o.json) return printJson(list);
         if (list.length === 0) return void process.stdout.write('No images.\n');
         process.stdout.write(table(['REF', 'DIGEST', 'SIZE'], list.map((i) => [i.ref, short(i.digest), formatBytes(i.sizeBytes)]), ctx.out));
-      }),
+      })),
     'sbx images ls',
   ));
 
@@ -61,7 +75,7 @@ export function imagesCommand(ctx: Context): Command {
       .argument('<file>', 'the .tar file')
       .option('--ref <ref>', 'name to give the image (default: the name the archive records)')
       .option('--json', 'print the image as JSON')
-      .action(async (file: string, o: { ref?: string; json?: boolean }) => {
+      .action(adminOnly(async (file: string, o: { ref?: string; json?: boolean }) => {
         let size: number;
         try {
           size = statSync(file).size;
@@ -81,7 +95,7 @@ export function imagesCommand(ctx: Context): Command {
           const body = (Readable.toWeb(createReadStream(file)) as ReadableStream<Uint8Array>).pipeThrough(count);
           return client.images.import(body, { ref: o.ref });
         }, 'imported');
-      }),
+      })),
     'sbx images import ./tools.tar --ref tools:1',
   ));
 
@@ -90,11 +104,11 @@ export function imagesCommand(ctx: Context): Command {
       .description(`build one of ${BUILDABLE.join(', ')} offline on the server`)
       .argument('<ref>', BUILDABLE.join(' or '))
       .option('--json', 'print the image as JSON')
-      .action(async (ref: string, o: { json?: boolean }) => {
+      .action(adminOnly(async (ref: string, o: { json?: boolean }) => {
         if (!BUILDABLE.includes(ref)) throw new CliError(`only ${BUILDABLE.join(' and ')} can be built`);
         const client = ctx.client();
         await withProgress(`build ${ref}`, o.json, (p) => client.images.build(ref as BuildableImage, { onProgress: (e) => p.update(e) }), 'built');
-      }),
+      })),
     'sbx images build local/busybox:latest',
   ));
   return images;
