@@ -61,6 +61,7 @@ export class Terminal {
     const path = `/api/v1/sandboxes/${encodeURIComponent(this.sandboxId)}/terminals/${encodeURIComponent(this.id)}/ws`;
     const url = this.http.url(path, { replay: opts.replay ? '1' : undefined }).replace(/^http/i, 'ws');
     const started = new Promise<void>((resolve, reject) => (this.started = { resolve, reject }));
+    started.catch(() => {}); // a socket refused before open rejects it unawaited
     const timeoutMs = this.http.config.timeoutMs;
     const timer = setTimeout(() => this.started?.reject(new ConnectionError(`Terminal ${this.id} sent no ready message within ${timeoutMs} ms`, { status: 0, kind: 'timeout' })), timeoutMs);
     try {
