@@ -1,0 +1,272 @@
+/*
+ * idmap-mount: sandboxd's mount helper for the local (crun) runtime.
+ *
+ *   idmap-mount bind   <uidBase> <size> <src> <dst> [<src> <dst>]...
+ *       Idmapped bind of each <src> at <dst> (which must exist): id N on disk shows as
+ *       uidBase+N (0 <= N < size) through the new mount, and writes by host uid uidBase+N
+ *       land on disk as N. One short-lived child provides the user namespace.
+ *   idmap-mount loopmount <image> <dst> <ext4 options>
+ *       Attaches <image> to a free loop device (autoclear) and mounts it as ext4 at <dst>
+ *       with nodev,nosuid. The loop device goes away with the last unmount.
+ *   idmap-mount rootfs <template> <dir> <uidBase> <size> <lowerDir> [<volume>...]
+ *       Per-sandbox root layer (layout in rootfs.ts): sparse copy of <template> to <dir>.img,
+ *       loop-mounted at <dir> (made 0710 root:uidBase), layer/upper owned by uidBase,
+ *       <lowerDir> idmapped read-only at <dir>/lower, each <volume> idmapped at
+ *       <dir>/volumes/<index>, overlayfs at <dir>/rootfs, then <dir>/lower detached again
+ *       (overlayfs keeps its own private clone of each layer).
+ *   idmap-mount umount [--strict] [--shutdown=<ext4 root>] <path>...
+ *       Unmounts each path in order; a busy mount is detached lazily, or with --strict left
+ *       mounted (exit 1, "Device or resource busy"). Not mounted or missing: ignored.
+ *       --shutdown first makes the ext4 mounted at that path drop all unwritten data (only
+ *       for throw-away file systems: unmounting is then instant).
+ *
+ * Exit 0 on success; otherwise one line on stderr and exit 1. Nothing is rolled back here:
+ * the caller cleans up from what /proc/self/mountinfo and /sys/block/loop* show.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/loop.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#ifndef EXT4_SUPER_MAGIC
+#define EXT4_SUPER_MAGIC 0xEF53
+#endif
+#define EXT4_IOC_SHUTDOWN _IOR('X', 125, unsigned int)
+#define EXT4_GOING_FLAGS_NOLOGFLUSH 0x2
+
+static void die(const char *fmt, ...) {
+  int e = errno;
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("idmap-mount: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  if (e) fprintf(stderr, ": %s", strerror(e));
+  fputc('\n', stderr);
+  exit(1);
+}
+
+static unsigned long num(const char *s, const char *what) {
+  char *end;
+  errno = 0;
+  unsigned long v = strtoul(s, &end, 10);
+  if (errno || *end || end == s) { errno = 0; die("bad %s '%s'", what, s); }
+  return v;
+}
+
+static void write_file(const char *path, const char *text) {
+  int fd = open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) die("open %s", path);
+  ssize_t n = write(fd, text, strlen(text));
+  if (n != (ssize_t)strlen(text)) die("write %s", path);
+  close(fd);
+}
+
+/* A user namespace mapping 0..size-1 to uidBase.. (uids and gids); returns its fd. */
+static int make_userns(unsigned long base, unsigned long size) {
+  int go[2];
+  if (pipe2(go, O_CLOEXEC)) die("pipe");
+  int ready[2];
+  if (pipe2(ready, O_CLOEXEC)) die("pipe");
+  pid_t pid = fork();
+  if (pid < 0) die("fork");
+  if (pid == 0) {
+    close(go[1]);
+    close(ready[0]);
+    char c = unshare(CLONE_NEWUSER) ? 'x' : 'k';
+    if (write(ready[1], &c, 1) != 1) _exit(1);
+    if (read(go[0], &c, 1) < 0) _exit(1); /* wait until the parent holds the ns fd */
+    _exit(0);
+  }
+  close(ready[1]);
+  close(go[0]);
+  char c = 0;
+  if (read(ready[0], &c, 1) != 1 || c != 'k') { errno = 0; die("child could not unshare a user namespace"); }
+  char path[64], map[96];
+  snprintf(map, sizeof map, "0 %lu %lu\n", base, size);
+  snprintf(path, sizeof path, "/proc/%d/uid_map", (int)pid);
+  write_file(path, map);
+  snprintf(path, sizeof path, "/proc/%d/gid_map", (int)pid);
+  write_file(path, map);
+  snprintf(path, sizeof path, "/proc/%d/ns/user", (int)pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) die("open %s", path);
+  close(go[1]); /* child sees EOF and exits */
+  close(ready[0]);
+  while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {}
+  return fd;
+}
+
+static void idmapped_bind(int userns, const char *src, const char *dst, unsigned long long extra) {
+  int fd = open_tree(AT_FDCWD, src, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+  if (fd < 0) die("open_tree %s", src);
+  struct mount_attr attr = { .attr_set = MOUNT_ATTR_IDMAP | extra, .userns_fd = (unsigned long long)userns };
+  if (mount_setattr(fd, "", AT_EMPTY_PATH, &attr, sizeof attr)) die("mount_setattr idmap %s", src);
+  if (move_mount(fd, "", AT_FDCWD, dst, MOVE_MOUNT_F_EMPTY_PATH)) die("move_mount to %s", dst);
+  close(fd);
+}
+
+/* Attaches image to a free loop device with autoclear; returns the open device fd. */
+static int loop_attach(const char *image, char *dev, size_t devlen) {
+  int img = open(image, O_RDWR | O_CLOEXEC);
+  if (img < 0) die("open %s", image);
+  int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
+  if (ctl < 0) die("open /dev/loop-control");
+  for (int attempt = 0; attempt < 64; attempt++) {
+    int n = ioctl(ctl, LOOP_CTL_GET_FREE);
+    if (n < 0) die("LOOP_CTL_GET_FREE");
+    snprintf(dev, devlen, "/dev/loop%d", n);
+    int lfd = open(dev, O_RDWR | O_CLOEXEC);
+    if (lfd < 0) { if (errno == ENOENT || errno == ENXIO) continue; die("open %s", dev); }
+    struct loop_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.fd = (unsigned)img;
+    cfg.block_size = 4096;
+    cfg.info.lo_flags = LO_FLAGS_AUTOCLEAR | LO_FLAGS_DIRECT_IO;
+    strncpy((char *)cfg.info.lo_file_name, image, LO_NAME_SIZE - 1);
+    if (ioctl(lfd, LOOP_CONFIGURE, &cfg) == 0) { close(img); close(ctl); return lfd; }
+    int e = errno;
+    close(lfd);
+    if (e == EBUSY) continue; /* another process took it first */
+    if (e == EINVAL) { /* no direct I/O on this backing file system: retry buffered */
+      lfd = open(dev, O_RDWR | O_CLOEXEC);
+      if (lfd < 0) continue;
+      cfg.info.lo_flags = LO_FLAGS_AUTOCLEAR;
+      if (ioctl(lfd, LOOP_CONFIGURE, &cfg) == 0) { close(img); close(ctl); return lfd; }
+      e = errno;
+      close(lfd);
+      if (e == EBUSY) continue;
+    }
+    errno = e;
+    die("LOOP_CONFIGURE %s", dev);
+  }
+  errno = 0;
+  die("no free loop device after 64 attempts");
+  return -1;
+}
+
+static void loop_mount(const char *image, const char *dst, const char *opts) {
+  char dev[64];
+  int lfd = loop_attach(image, dev, sizeof dev);
+  if (mount(dev, dst, "ext4", MS_NODEV | MS_NOSUID, opts)) die("mount %s (%s) at %s", image, dev, dst);
+  close(lfd); /* the mount holds the device now; autoclear detaches it on the last unmount */
+}
+
+/* Sparse copy: only the data extents of src are copied; holes stay holes. */
+static void sparse_copy(const char *src, const char *dst) {
+  int in = open(src, O_RDONLY | O_CLOEXEC);
+  if (in < 0) die("open %s", src);
+  struct stat st;
+  if (fstat(in, &st)) die("stat %s", src);
+  int out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (out < 0) die("create %s", dst);
+  if (ftruncate(out, st.st_size)) die("truncate %s", dst);
+  off_t pos = 0;
+  while (pos < st.st_size) {
+    off_t data = lseek(in, pos, SEEK_DATA);
+    if (data < 0) { if (errno == ENXIO) break; die("SEEK_DATA %s", src); }
+    off_t hole = lseek(in, data, SEEK_HOLE);
+    if (hole < 0) die("SEEK_HOLE %s", src);
+    off_t ip = data, op = data;
+    while (ip < hole) {
+      ssize_t n = copy_file_range(in, &ip, out, &op, (size_t)(hole - ip), 0);
+      if (n < 0 && (errno == EXDEV || errno == EOPNOTSUPP || errno == ENOSYS || errno == EINVAL)) {
+        char buf[65536]; /* file systems without copy_file_range between them */
+        size_t want = (size_t)(hole - ip) < sizeof buf ? (size_t)(hole - ip) : sizeof buf;
+        n = pread(in, buf, want, ip);
+        if (n > 0 && pwrite(out, buf, (size_t)n, op) != n) die("write %s", dst);
+        if (n > 0) { ip += n; op += n; }
+      }
+      if (n < 0) die("copy %s", dst);
+      if (n == 0) break;
+    }
+    pos = hole;
+  }
+  close(in);
+  if (close(out)) die("close %s", dst);
+}
+
+/* Per-sandbox root layer; the layout is made by the template (see rootfs.ts). */
+static void rootfs(char **argv, int argc) {
+  const char *tmpl = argv[2], *dir = argv[3], *lower = argv[6];
+  unsigned long base = num(argv[4], "uidBase"), size = num(argv[5], "size");
+  int userns = make_userns(base, size);
+  char img[4096];
+  if (snprintf(img, sizeof img, "%s.img", dir) >= (int)sizeof img) { errno = ENAMETOOLONG; die("%s", dir); }
+  if (mkdir(dir, 0700) && errno != EEXIST) die("mkdir %s", dir);
+  sparse_copy(tmpl, img);
+  loop_mount(img, dir, "noinit_itable,discard");
+  if (chdir(dir)) die("chdir %s", dir);
+  /* Only host root and the sandbox's root group may enter: crun resolves paths as the latter. */
+  if (chown(".", 0, (gid_t)base) || chmod(".", 0710)) die("chown/chmod %s", dir);
+  if (chown("layer/upper", (uid_t)base, (gid_t)base)) die("chown %s/layer/upper", dir);
+  idmapped_bind(userns, lower, "lower", MOUNT_ATTR_RDONLY | MOUNT_ATTR_NODEV);
+  for (int i = 7; i < argc; i++) {
+    char dst[64];
+    snprintf(dst, sizeof dst, "volumes/%d", i - 7);
+    if (mkdir(dst, 0700)) die("mkdir %s/%s", dir, dst);
+    idmapped_bind(userns, argv[i], dst, 0);
+  }
+  /* Relative layer paths: overlayfs resolves them from our cwd, so no escaping is needed. */
+  if (mount("overlay", "rootfs", "overlay", MS_NODEV, "lowerdir=lower,upperdir=layer/upper,workdir=layer/work,volatile"))
+    die("mount overlay at %s/rootfs", dir);
+  if (umount2("lower", MNT_DETACH)) die("umount %s/lower", dir);
+}
+
+/* Makes the ext4 file system mounted at path fail all further I/O without writing back:
+ * unmounting it is then instant. For throw-away file systems only. */
+static void shutdown_fs(const char *path) {
+  int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) { if (errno == ENOENT) return; die("open %s", path); }
+  struct statfs sf;
+  struct stat st;
+  if (fstatfs(fd, &sf) || fstat(fd, &st)) die("stat %s", path);
+  /* Only the root (inode 2) of an ext4 on a loop device (major 7), never a path on one. */
+  if (sf.f_type == EXT4_SUPER_MAGIC && st.st_ino == 2 && major(st.st_dev) == 7) {
+    unsigned int flags = EXT4_GOING_FLAGS_NOLOGFLUSH;
+    if (ioctl(fd, EXT4_IOC_SHUTDOWN, &flags)) die("shutdown %s", path);
+  }
+  close(fd);
+}
+
+int main(int argc, char **argv) {
+  const char *cmd = argc > 1 ? argv[1] : "";
+  if (!strcmp(cmd, "bind") && argc >= 6 && argc % 2 == 0) {
+    int userns = make_userns(num(argv[2], "uidBase"), num(argv[3], "size"));
+    for (int i = 4; i < argc; i += 2) idmapped_bind(userns, argv[i], argv[i + 1], 0);
+    return 0;
+  }
+  if (!strcmp(cmd, "loopmount") && argc == 5) { loop_mount(argv[2], argv[3], argv[4]); return 0; }
+  if (!strcmp(cmd, "rootfs") && argc >= 7) { rootfs(argv, argc); return 0; }
+  if (!strcmp(cmd, "umount")) {
+    int i = 2, strict = 0;
+    for (; i < argc && !strncmp(argv[i], "--", 2); i++) {
+      if (!strcmp(argv[i], "--strict")) strict = 1;
+      else if (!strncmp(argv[i], "--shutdown=", 11)) shutdown_fs(argv[i] + 11);
+      else { errno = 0; die("unknown option %s", argv[i]); }
+    }
+    for (; i < argc; i++) {
+      if (umount2(argv[i], UMOUNT_NOFOLLOW) == 0 || errno == EINVAL || errno == ENOENT) continue;
+      if (errno != EBUSY || strict || umount2(argv[i], MNT_DETACH | UMOUNT_NOFOLLOW)) die("umount %s", argv[i]);
+    }
+    return 0;
+  }
+  errno = 0;
+  die("usage: bind <uidBase> <size> <src> <dst>... | loopmount <image> <dst> <opts> | "
+      "rootfs <template> <dir> <uidBase> <size> <lower> [<volume>...] | "
+      "umount [--strict] [--shutdown=<ext4 root>] <path>...");
+  return 1;
+}
