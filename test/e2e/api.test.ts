@@ -57,7 +57,7 @@ describe('sandbox API over HTTP', { timeout: 180_000 }, () => {
     assert.deepEqual(e.body, { stdout: 'hello\n', stderr: '', exitCode: 0, success: true });
     const fail = await s.api('POST', `/api/v1/sandboxes/${sb.id}/exec`, { key, body: { command: 'exit 3' } });
     assert.deepEqual(fail.body, { stdout: '', stderr: '', exitCode: 3, success: false });
-    const env = await s.api('POST', `/api/v1/sandboxes/${sb.id}/exec`, { key, body: { command: 'printenv GREETING', options: { env: { GREETING: 'over' }, cwd: '/', timeoutMs: 5000 } } });
+    const env = await s.api('POST', `/api/v1/sandboxes/${sb.id}/exec`, { key, body: { command: 'echo "$GREETING"', options: { env: { GREETING: 'over' }, cwd: '/', timeoutMs: 5000 } } });
     assert.equal(env.body.stdout, 'over\n');
     const bg = await s.api('POST', `/api/v1/sandboxes/${sb.id}/exec`, { key, body: { command: 'sleep 30', options: { background: true } } });
     assert.equal(bg.status, 200);

@@ -9,6 +9,7 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { localEnv, teardownLocal } from './local-runtime.js';
 
 export const RUNTIME = process.env.SANDBOXD_E2E_RUNTIME ?? 'fake';
 export const IMAGE = process.env.SANDBOXD_E2E_IMAGE ?? 'local/busybox:latest';
@@ -59,6 +60,7 @@ export async function startServer(o: { dataDir?: string; env?: Record<string, st
     SANDBOXD_PORT: String(port),
     SANDBOXD_BOOTSTRAP_API_KEY: ADMIN_KEY,
     SANDBOXD_LOG_LEVEL: 'warn',
+    ...(RUNTIME === 'local' ? localEnv(dataDir) : {}),
     ...o.env,
   };
   if (!keysByDir.has(dataDir)) keysByDir.set(dataDir, new Set([ADMIN_KEY]));
@@ -99,6 +101,7 @@ export async function startServer(o: { dataDir?: string; env?: Record<string, st
     async stop(opts = {}) {
       if (proc.exitCode === null && proc.signalCode === null) await server.cleanup().catch(() => {});
       await server.kill('SIGTERM');
+      if (RUNTIME === 'local' && !opts.keepData) await teardownLocal(dataDir);
       if (!opts.keepData && !process.env.SANDBOXD_E2E_KEEP) rmSync(dataDir, { recursive: true, force: true });
     },
     async cleanup() {

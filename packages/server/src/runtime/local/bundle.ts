@@ -41,8 +41,8 @@ export interface BundleOptions {
   initPath: string;
   /** Host files bound read-only over /etc/hosts, /etc/hostname, /etc/resolv.conf. */
   etcFiles: { hosts: string; hostname: string; resolv?: string };
-  /** Volume binds (sources already idmapped for this sandbox). */
-  volumes: { source: string; destination: string }[];
+  /** Volume binds (sources already idmapped for this sandbox), as OCI mount entries. */
+  volumes: BundleMount[];
   seccomp: OciSeccomp;
   /** cgroup path relative to each hierarchy's root. */
   cgroupsPath: string;
@@ -69,9 +69,7 @@ export function buildOciConfig(o: BundleOptions): Record<string, unknown> {
     { destination: '/etc/hostname', type: 'bind', source: o.etcFiles.hostname, options: ro },
   ];
   if (o.etcFiles.resolv) mounts.push({ destination: '/etc/resolv.conf', type: 'bind', source: o.etcFiles.resolv, options: ro });
-  for (const v of o.volumes) {
-    mounts.push({ destination: v.destination, type: 'bind', source: v.source, options: ['rbind', 'rw', 'nosuid', 'nodev'] });
-  }
+  mounts.push(...o.volumes);
   const cpuPeriod = 100_000;
   return {
     ociVersion: '1.0.2',

@@ -12,11 +12,9 @@ import { resolveImageUser } from './image-user.js';
 import { ImageStore } from './images/store.js';
 import { NetworkManager } from './network.js';
 import { spawnTty } from './pty.js';
-import { RootfsManager } from './rootfs.js';
+import { RootfsManager, volumeOciMount } from './rootfs.js';
 import { buildSeccompProfile, type OciSeccomp } from './seccomp.js';
 import { VolumeStore } from './volumes.js';
-import { idmappedBind } from './idmap.js';
-import { unmountUnder } from './mounts.js';
 import type { Config } from '../../config.js';
 
 export interface LocalDriverOptions {
@@ -153,11 +151,16 @@ export class LocalDriver implements RuntimeDriver {
       await mkdir(dir, { recursive: true });
       await this.writeRecord(partial);
       partial.user = resolveImageUser(image.rootfsDir, image.user);
-      const [root, net, volumes] = await Promise.all([
-        this.roots.prepare({ id: spec.id, lowerDir: image.rootfsDir, rootDiskBytes: spec.limits.rootDiskBytes, uidBase }),
+      const volumePaths: string[] = [];
+      for (const v of spec.volumes) {
+        await this.volumes.ensure(v.name, v.sizeGb);
+        volumePaths.push(await this.volumes.acquire(v.name, spec.id));
+      }
+      const [root, net] = await Promise.all([
+        this.roots.prepare({ id: spec.id, lowerDir: image.rootfsDir, rootDiskBytes: spec.limits.rootDiskBytes, uidBase, volumes: volumePaths }),
         this.network.attach(spec.id),
-        this.mountVolumes(spec, dir, uidBase),
       ]);
+      const volumes = root.volumes.map((staged, i) => volumeOciMount(staged, spec.volumes[i].mountPath));
       partial.address = net.address;
       partial.netnsPath = net.netnsPath;
       const hostname = spec.hostname ?? spec.id;
@@ -272,26 +275,12 @@ export class LocalDriver implements RuntimeDriver {
     }
   }
 
-  private async mountVolumes(spec: SandboxSpec, dir: string, uidBase: number): Promise<{ source: string; destination: string }[]> {
-    const out: { source: string; destination: string }[] = [];
-    for (const [i, v] of spec.volumes.entries()) {
-      await this.volumes.ensure(v.name, v.sizeGb);
-      const hostPath = await this.volumes.acquire(v.name, spec.id);
-      const staged = join(dir, 'volumes', String(i));
-      await mkdir(staged, { recursive: true });
-      await idmappedBind(hostPath, staged, { uidBase });
-      out.push({ source: staged, destination: v.mountPath });
-    }
-    return out;
-  }
-
   /** Frees everything of `id` that exists, in reverse order of creation. Idempotent. */
   private async teardown(id: string, rec: SandboxRecord | null | undefined): Promise<void> {
     await this.crun.delete(id).catch(() => this.crun.kill(id).then(() => this.crun.delete(id)));
     const dir = join(this.stateDir, id);
-    await unmountUnder(join(dir, 'volumes'));
-    for (const v of rec?.spec.volumes ?? []) await this.volumes.release(v.name, id).catch(() => undefined);
     await this.roots.release(id);
+    for (const v of rec?.spec.volumes ?? []) await this.volumes.release(v.name, id).catch(() => undefined);
     await this.network.detach(id);
     await rm(dir, { recursive: true, force: true });
     this.records.delete(id);
