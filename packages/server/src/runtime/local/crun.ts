@@ -53,9 +53,10 @@ export class Crun {
   }
 
   /** Creates and starts container `id` from `bundle`, detached; resolves once PID 1 runs. */
-  async run(id: string, bundle: string): Promise<void> {
+  async run(id: string, bundle: string): Promise<number> {
     const log = join(bundle, 'crun.log');
-    const args = [this.binary, '--root', this.root, `--log=file:${log}`, 'run', '--detach', '--bundle', bundle, id];
+    const pidFile = join(bundle, 'init.pid');
+    const args = [this.binary, '--root', this.root, `--log=file:${log}`, 'run', '--detach', '--pid-file', pidFile, '--bundle', bundle, id];
     const [cmd, argv] = this.hybrid
       ? ['unshare', ['-m', '--propagation', 'private', '--', 'sh', '-c', 'umount /sys/fs/cgroup/unified && exec "$@"', 'sh', ...args]]
       : [args[0], args.slice(1)];
@@ -70,6 +71,7 @@ export class Crun {
       const why = await readFile(log, 'utf8').catch(() => '');
       throw new Error(`crun run ${id} failed (${code}): ${why.trim().split('\n').slice(-3).join('; ')}`);
     }
+    return Number((await readFile(pidFile, 'utf8')).trim());
   }
 
   async state(id: string): Promise<CrunState | null> {
@@ -189,6 +191,21 @@ export function parentPid(pid: number): number {
     return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
   } catch {
     return 0;
+  }
+}
+
+/**
+ * Start time of host process `pid` (clock ticks since boot), or null when it is gone or a
+ * zombie. A pid plus its start time names one process for good, even after pid reuse.
+ */
+export function processStart(pid: number): number | null {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    if (fields[0] === 'Z' || fields[0] === 'X') return null;
+    return Number(fields[19]);
+  } catch {
+    return null;
   }
 }
 

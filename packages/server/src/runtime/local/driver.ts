@@ -7,7 +7,7 @@ import type {
   SandboxSpec, TtyOptions, VolumeInfo,
 } from '../driver.js';
 import { buildOciConfig, ID_RANGE_SIZE, SANDBOX_CAPABILITIES } from './bundle.js';
-import { Crun, nsPid } from './crun.js';
+import { Crun, nsPid, processStart } from './crun.js';
 import { resolveImageUser } from './image-user.js';
 import { ImageStore } from './images/store.js';
 import { NetworkManager } from './network.js';
@@ -52,6 +52,9 @@ interface SandboxRecord {
   /** Full environment, KEY=VALUE. */
   env: string[];
   phase: 'creating' | 'ready';
+  /** Host pid of the sandbox's init and its start time, to tell "running" without asking crun. */
+  initPid: number;
+  initStart: number | null;
 }
 
 const ID_RE = /^[a-z0-9_]{1,64}$/;
@@ -113,8 +116,8 @@ export class LocalDriver implements RuntimeDriver {
     for (const id of ids) {
       const rec = await this.readRecord(id);
       const c = running.get(id);
-      if (rec && rec.phase === 'ready' && c && c.status === 'running') {
-        this.records.set(id, rec);
+      if (rec && rec.phase === 'ready' && c && c.status === 'running' && processStart(c.pid) !== null) {
+        this.records.set(id, { ...rec, initPid: c.pid, initStart: processStart(c.pid) });
         report.adopted.push(id);
       } else {
         await this.teardown(id, rec);
@@ -138,6 +141,7 @@ export class LocalDriver implements RuntimeDriver {
     if (!ID_RE.test(spec.id)) throw new SandboxdError('validation', `sandbox id "${spec.id}" must match ${ID_RE}`);
     if (this.records.has(spec.id) || existsSync(join(this.stateDir, spec.id))) throw new SandboxdError('conflict', `sandbox ${spec.id} exists`);
     for (const v of spec.volumes) checkMountPath(v.mountPath);
+    checkLimits(spec.limits);
     const image = await this.images.resolve(spec.image);
     const slot = this.allocSlot();
     const uidBase = this.opts.uidRangeStart + slot * ID_RANGE_SIZE;
@@ -145,6 +149,7 @@ export class LocalDriver implements RuntimeDriver {
     const partial: SandboxRecord = {
       spec, slot, uidBase, address: '', netnsPath: '', imageDigest: image.digest, createdAt: new Date().toISOString(),
       workingDir: image.workingDir || '/', user: '0:0', env: mergeEnv(image.env, spec.env), phase: 'creating',
+      initPid: 0, initStart: null,
     };
     this.records.set(spec.id, partial);
     try {
@@ -177,7 +182,8 @@ export class LocalDriver implements RuntimeDriver {
         cgroupsPath: `/${this.opts.cgroupParent}/${spec.id}`,
       });
       await writeFile(join(dir, 'config.json'), JSON.stringify(config));
-      await this.crun.run(spec.id, dir);
+      partial.initPid = await this.crun.run(spec.id, dir);
+      partial.initStart = processStart(partial.initPid);
       partial.phase = 'ready';
       await this.writeRecord(partial);
       return (await this.inspect(spec.id))!;
@@ -191,11 +197,10 @@ export class LocalDriver implements RuntimeDriver {
   async inspect(id: string): Promise<RuntimeSandbox | null> {
     const rec = this.records.get(id);
     if (!rec || rec.phase !== 'ready') return null;
-    const st = await this.crun.state(id);
-    const running = st?.status === 'running';
+    const running = isAlive(rec);
     return {
       id, image: rec.spec.image, imageDigest: rec.imageDigest, state: running ? 'running' : 'stopped',
-      address: rec.address, pid: running ? st!.pid : 0, createdAt: new Date(rec.createdAt),
+      address: rec.address, pid: running ? rec.initPid : 0, createdAt: new Date(rec.createdAt),
       workingDir: rec.workingDir, user: rec.user,
     };
   }
@@ -210,9 +215,9 @@ export class LocalDriver implements RuntimeDriver {
   }
 
   async kill(id: string): Promise<void> {
-    this.require(id);
+    const rec = this.require(id);
     await this.crun.kill(id, 'KILL');
-    for (let i = 0; i < 100 && (await this.crun.state(id))?.status === 'running'; i++) await sleep(10);
+    for (let i = 0; i < 200 && isAlive(rec); i++) await sleep(5);
   }
 
   async delete(id: string): Promise<void> {
@@ -279,9 +284,11 @@ export class LocalDriver implements RuntimeDriver {
   private async teardown(id: string, rec: SandboxRecord | null | undefined): Promise<void> {
     await this.crun.delete(id).catch(() => this.crun.kill(id).then(() => this.crun.delete(id)));
     const dir = join(this.stateDir, id);
-    await this.roots.release(id);
-    for (const v of rec?.spec.volumes ?? []) await this.volumes.release(v.name, id).catch(() => undefined);
-    await this.network.detach(id);
+    const releaseStorage = async () => {
+      await this.roots.release(id);
+      for (const v of rec?.spec.volumes ?? []) await this.volumes.release(v.name, id).catch(() => undefined);
+    };
+    await Promise.all([releaseStorage(), this.network.detach(id)]);
     await rm(dir, { recursive: true, force: true });
     this.records.delete(id);
   }
@@ -309,7 +316,7 @@ export class LocalDriver implements RuntimeDriver {
 
   private async requireRunning(id: string): Promise<SandboxRecord> {
     const rec = this.require(id);
-    if ((await this.crun.state(id))?.status !== 'running') throw new SandboxdError('conflict', `sandbox ${id} is not running`);
+    if (!isAlive(rec)) throw new SandboxdError('conflict', `sandbox ${id} is not running`);
     return rec;
   }
 
@@ -343,6 +350,19 @@ async function checkTraversable(dir: string): Promise<void> {
     }
     if (d === dirname(d)) return;
   }
+}
+
+function isAlive(rec: SandboxRecord): boolean {
+  return rec.initPid > 0 && rec.initStart !== null && processStart(rec.initPid) === rec.initStart;
+}
+
+/** Rejects limits the kernel would refuse or that could not run a shell. */
+export function checkLimits(l: SandboxSpec['limits']): void {
+  const bad = (field: string, rule: string, value: number) => new SandboxdError('validation', `limits.${field} must be ${rule}, got ${value}`, { field, value });
+  if (!Number.isSafeInteger(l.memoryBytes) || l.memoryBytes < 16 << 20) throw bad('memoryBytes', 'an integer of at least 16 MiB', l.memoryBytes);
+  if (!(l.cpus >= 0.01 && l.cpus <= 1024)) throw bad('cpus', 'between 0.01 and 1024', l.cpus);
+  if (!Number.isSafeInteger(l.pids) || l.pids < 8) throw bad('pids', 'an integer of at least 8', l.pids);
+  if (!Number.isSafeInteger(l.rootDiskBytes) || l.rootDiskBytes < 32 << 20) throw bad('rootDiskBytes', 'an integer of at least 32 MiB', l.rootDiskBytes);
 }
 
 function toImageInfo(i: ImageInfo): ImageInfo {
