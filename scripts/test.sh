@@ -4,6 +4,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export SANDBOXD_TEST_IMAGE_DIR="$PWD/.sandboxd-test/images"
+# Black-box tests drive the real server on the real runtime unless told otherwise.
+export SANDBOXD_E2E_RUNTIME="${SANDBOXD_E2E_RUNTIME:-local}"
 bash scripts/setup.sh --image-dir "$SANDBOXD_TEST_IMAGE_DIR" || exit 1
 bash scripts/check.sh || { echo "npm test: type check failed"; exit 1; }
 
