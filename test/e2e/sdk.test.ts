@@ -3,12 +3,27 @@
  * for crun). Typed errors are provoked for real, one per status.
  */
 import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { copyFileSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { after, before, describe, it } from 'node:test';
 import {
   AuthenticationError, ConcurrencyLimitError, ConflictError, InsufficientTokensError, NotFoundError, PayloadTooLargeError,
   Sandbox, SandboxdApiError, SandboxdClient, TemplateNotFoundError, ValidationError, type ImageProgress,
 } from '@sandboxd/sdk';
 import { ADMIN_KEY, IMAGE, newAccount, RUNTIME, startServer, type Server } from './harness.js';
+
+const ROOT = resolve(fileURLToPath(import.meta.url), '../../..');
+
+/** Runs a program to completion (bounded); rejects with its output on a non-zero exit. */
+function run(file: string, args: string[], o: { cwd: string; env?: Record<string, string> }): Promise<{ stdout: string; stderr: string }> {
+  return new Promise((res, rej) => {
+    execFile(file, args, { cwd: o.cwd, env: { ...process.env, ...o.env }, timeout: 180_000, maxBuffer: 16 << 20 }, (err, stdout, stderr) =>
+      err ? rej(new Error(`${file} ${args.join(' ')}: ${err.message}\n${stdout}\n${stderr}`)) : res({ stdout, stderr }));
+  });
+}
 
 describe('SDK against the real server', { timeout: 300_000 }, () => {
   let s: Server;
@@ -217,6 +232,30 @@ describe('SDK against the real server', { timeout: 300_000 }, () => {
       assert.ok(!(await sb.terminals.list()).some((x) => x.id === second.id));
     } finally {
       await sb.delete();
+    }
+  });
+
+  it('onboarding: build and pack the SDK, install the tarball in a new project, run examples/hello.mjs', async () => {
+    await run(process.execPath, ['--import', 'tsx', 'packages/sdk/scripts/build.ts'], { cwd: ROOT });
+    const dir = mkdtempSync(join(tmpdir(), 'sbx-onboarding-'));
+    try {
+      await run('npm', ['pack', join(ROOT, 'packages/sdk/dist'), '--pack-destination', dir], { cwd: dir });
+      const tarball = readdirSync(dir).find((f) => f.endsWith('.tgz'));
+      assert.ok(tarball, 'npm pack made no tarball');
+      const app = join(dir, 'app');
+      await run('mkdir', [app], { cwd: dir });
+      writeFileSync(join(app, 'package.json'), JSON.stringify({ name: 'hello-sandboxd', private: true, type: 'module' }));
+      await run('npm', ['install', '--offline', '--no-audit', '--no-fund', join(dir, tarball)], { cwd: app });
+      copyFileSync(join(ROOT, 'examples/hello.mjs'), join(app, 'hello.mjs'));
+      const { stdout } = await run(process.execPath, ['hello.mjs'], { cwd: app, env: { SANDBOX_API_KEY: key, SANDBOX_API_URL: s.baseUrl, SANDBOX_IMAGE: IMAGE } });
+      const id = /^created (sbx_[a-z2-7]{20}) /m.exec(stdout)?.[1];
+      assert.ok(id, stdout);
+      assert.match(stdout, /^Hello from sandboxd!$/m);
+      assert.match(stdout, /^exit code 0$/m);
+      assert.match(stdout, new RegExp(`^deleted ${id}$`, 'm'));
+      await assert.rejects(Sandbox.get(id, client), NotFoundError);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 

@@ -2,7 +2,8 @@
  * Typed errors rebuilt from the server's error body `{code, message, details?}` and the
  * protocol's error-kind table, so a kind without a class fails to compile.
  */
-import { ERROR_STATUS, type ErrorKind } from '@sandboxd/protocol/errors';
+import { ERROR_STATUS } from '@sandboxd/protocol/errors';
+import type { ErrorKind } from './types.js';
 
 /** What an error is about: a server error kind, or a failure to get any answer. */
 export type SandboxdErrorKind = ErrorKind | 'connection' | 'timeout' | 'unknown';

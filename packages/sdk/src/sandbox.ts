@@ -57,7 +57,7 @@ export class Sandbox {
    */
   static async create(params: SandboxCreateParams, connection?: Connection): Promise<Sandbox> {
     const http = httpOf(connection);
-    const body = pick(params, ['image', 'env', 'volumes', 'timeoutMs']);
+    const body = Object.fromEntries(Object.entries(params).filter(([, v]) => v !== undefined));
     const r = await http.request<{ sandbox: SandboxInfo }>('POST', '/api/v1/sandboxes', { json: body });
     return new Sandbox(r.sandbox, http);
   }
