@@ -192,7 +192,7 @@ describe('sbx against the real server', { timeout: 300_000 }, () => {
     made.push(id);
     const hello = await sbx(['exec', id, '--', 'echo', 'hello world']);
     assert.deepEqual([hello.code, hello.stdout, hello.stderr], [0, 'hello world\n', '']);
-    const env = await sbx(['exec', '--env', 'NAME=x1', '--cwd', '/tmp', id, '--', 'printenv NAME; pwd']);
+    const env = await sbx(['exec', '--env', 'NAME=x1', '--cwd', '/tmp', id, '--', 'echo $NAME; pwd']);
     assert.equal(env.stdout, 'x1\n/tmp\n');
     assert.equal((await sbx(['exec', id, '--', 'exit 7'])).code, 7);
     const missing = await sbx(['exec', id, '--', 'no-such-command-here']);

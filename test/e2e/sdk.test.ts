@@ -59,7 +59,7 @@ describe('SDK against the real server', { timeout: 300_000 }, () => {
     const fail = await sb.exec('exit 3');
     assert.equal(fail.exitCode, 3);
     assert.equal(fail.success, false);
-    const opts = await sb.exec('printenv GREETING; pwd', { env: { GREETING: 'over' }, cwd: '/tmp', timeoutMs: 10_000 });
+    const opts = await sb.exec('echo $GREETING; pwd', { env: { GREETING: 'over' }, cwd: '/tmp', timeoutMs: 10_000 });
     assert.equal(opts.stdout, 'over\n/tmp\n');
     const bg = await sb.exec('sleep 5', { background: true });
     assert.equal(bg.exitCode, 0);
@@ -200,7 +200,7 @@ describe('SDK against the real server', { timeout: 300_000 }, () => {
         check();
       });
 
-      term.write('printenv MARK\r');
+      term.write('echo $MARK\r');
       await waitFor(/zz-output-zz/);
       term.write('stty size\r');
       await waitFor(/30 100/);

@@ -135,7 +135,7 @@ export class Terminal {
     this.settle.reject(this.lost);
   }
 
-  /** Sends keyboard input (strings as UTF-8), always as a binary frame. Throws ConnectionError once closed. */
+  /** Sends keyboard input (strings as UTF-8), always as a binary frame. Throws ConnectionError once exited or closed. */
   write(data: string | Uint8Array): void {
     this.socket().send(typeof data === 'string' ? encoder.encode(data) : data);
   }
@@ -190,6 +190,7 @@ export class Terminal {
   }
 
   private socket(): WebSocketLike {
+    if (this.exitInfo) throw new ConnectionError(`Terminal ${this.id} has exited (exit code ${this.exitInfo.exitCode})`, { status: 0, kind: 'connection' });
     if (!this.ws || this.ws.readyState !== 1) throw this.lost ?? new ConnectionError(`Terminal ${this.id} is not connected`, { status: 0, kind: 'connection' });
     return this.ws;
   }
