@@ -38,6 +38,7 @@ export function buildProgram(): Command {
     .version(VERSION)
     .option('--api-url <url>', 'server address (default: SANDBOX_API_URL, the stored login, http://localhost:8080)')
     .option('--no-color', 'no colour (also: NO_COLOR=1)')
+    .enablePositionalOptions()
     .showSuggestionAfterError()
     .addHelpText('after', '\nThe API key comes from SANDBOX_API_KEY or `sbx login`.\n\nExample:\n  $ sbx create -q | xargs -I{} sbx exec {} -- echo hello\n');
   const ctx = createContext(program);

@@ -153,7 +153,8 @@ export class HttpClient {
     if (c.timedOut) {
       return new RequestTimeoutError(`${c.method} ${c.path} got no answer within ${c.timeoutMs} ms`, { status: 0, kind: 'timeout', cause: e });
     }
-    const why = (e as { cause?: { code?: string; message?: string } })?.cause?.code ?? (e as Error)?.message ?? String(e);
+    const cause = (e as { cause?: { code?: string; message?: string } })?.cause;
+    const why = cause?.code ?? cause?.message ?? (e as Error)?.message ?? String(e);
     return new ConnectionError(`Cannot reach the sandboxd API at ${this.config.apiUrl} (${why})`, { status: 0, kind: 'connection', cause: e });
   }
 }
