@@ -151,10 +151,8 @@ describe('sbx against the real server', { timeout: 300_000 }, () => {
   });
 
   it('login stores key and URL with mode 600, checks the key, and later verbs use it', async () => {
-    const bad = await sbx(['login', '--key', 'sk_wrong'], { env: { SANDBOX_API_KEY: undefined } });
-    oneErrorLine(bad, /rejected this API key/);
-    const noLogin = await sbx(['ls'], { env: { SANDBOX_API_KEY: undefined } });
-    oneErrorLine(noLogin, /not logged in/);
+    oneErrorLine(await sbx(['login', '--key', 'sk_wrong'], { env: { SANDBOX_API_KEY: undefined } }), /rejected this API key/);
+    oneErrorLine(await sbx(['ls'], { env: { SANDBOX_API_KEY: undefined } }), /not logged in/);
 
     const r = await sbx(['--api-url', s.baseUrl, 'login'], { env: { SANDBOX_API_KEY: undefined, SANDBOX_API_URL: undefined }, input: `${key}\n` });
     assert.equal(r.code, 0, r.stderr);
@@ -267,11 +265,14 @@ describe('sbx against the real server', { timeout: 300_000 }, () => {
     }
   });
 
-  it('colour only on a TTY, and never with NO_COLOR', async () => {
-    const tty = await onPty(['ls'], []);
+  it('on a TTY: colour unless NO_COLOR, and login prompts for the key without echo', async () => {
+    const login = await onPty(['login'], [{ expect: 'API key for ' }, { send: `${key}\r` }, { expect: 'Logged in' }], { SANDBOX_API_KEY: undefined });
+    assert.equal(login.exit, 0, login.output);
+    assert.ok(!login.output.includes(key), 'the key is not echoed');
+    const tty = await onPty(['keys', 'ls'], []);
     assert.equal(tty.exit, 0, tty.output);
     assert.match(tty.output, ANSI);
-    const plain = await onPty(['ls'], [], { NO_COLOR: '1' });
+    const plain = await onPty(['keys', 'ls'], [], { NO_COLOR: '1' });
     assert.equal(plain.exit, 0, plain.output);
     assert.doesNotMatch(plain.output, ANSI);
   });

@@ -112,8 +112,8 @@ export async function promptSecret(question: string): Promise<string> {
     for await (const chunk of stdin) data += chunk;
     return data.split('\n')[0].trim();
   }
+  stdin.setRawMode(true); // before the prompt: keys typed right after it must not echo
   process.stderr.write(question);
-  stdin.setRawMode(true);
   stdin.resume();
   stdin.setEncoding('utf8');
   try {
