@@ -5,6 +5,7 @@ import { OffsetClock, systemClock, type Clock } from './domain/clock.js';
 import { createHttpServer } from './http/server.js';
 import { FrontDoor } from './http/front-door.js';
 import { Metrics } from './http/metrics.js';
+import { terminalFeature } from './http/terminal-ws.js';
 import { Reaper } from './lifecycle/reaper.js';
 import { attachPortProxy } from './proxy/index.js';
 import type { RuntimeDriver } from './runtime/driver.js';
@@ -91,7 +92,7 @@ export function buildApp(opts: BuildAppOptions): Sandboxd {
   };
   self.http = createHttpServer(
     { services, config, metrics, reaper, testClock, isReady: () => ready },
-    { logger: log, frontDoor: self.frontDoor, extraRoutes: (opts.extraRoutes ?? []).map((r) => (app: FastifyInstance) => r(app, self)) },
+    { logger: log, frontDoor: self.frontDoor, extraRoutes: [terminalFeature, ...(opts.extraRoutes ?? [])].map((r) => (app: FastifyInstance) => r(app, self)) },
   );
   // Claimed before any extra route registers, so sandbox hosts never reach other claims.
   attachPortProxy(self, config);

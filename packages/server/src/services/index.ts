@@ -5,6 +5,7 @@ import { EventService } from './events.js';
 import { ExecService } from './exec.js';
 import { ImageService } from './images.js';
 import { SandboxService } from './sandboxes.js';
+import { TerminalService } from './terminals.js';
 import { TimeoutService } from './timeout.js';
 import { VolumeService } from './volumes.js';
 
@@ -18,6 +19,7 @@ export interface Services {
   events: EventService;
   volumes: VolumeService;
   images: ImageService;
+  terminals: TerminalService;
 }
 
 /** Builds the services; called by the composition root only. */
@@ -32,6 +34,7 @@ export function createServices(d: ServiceDeps): Services {
     events: new EventService(d),
     volumes: new VolumeService(d),
     images: new ImageService(d),
+    terminals: new TerminalService(d, sandboxes),
   };
 }
 

@@ -35,7 +35,9 @@ export class FakePty implements PtyProcess {
     if (this.exited) return;
     const r = await runFakeCommand(cmd, { ...this.ctx, timeoutMs: 60_000 });
     this.emit((r.stdout + r.stderr).replace(/\n/g, '\r\n'));
-    if (/^\s*(exit|kill -9)\b/.test(cmd.split(';').at(-1) ?? '')) return this.finish(r.exitCode, null);
+    const last = cmd.split(';').at(-1) ?? '';
+    if (/^\s*kill -9\b/.test(last)) return this.finish(r.exitCode, 'SIGKILL');
+    if (/^\s*exit\b/.test(last)) return this.finish(r.exitCode, null);
     this.emit('$ ');
   }
 

@@ -21,12 +21,16 @@ export interface FakeShellContext {
 }
 
 const SIGNAL_EXIT = Symbol('exit');
+/** Shells `command -v` finds, and folders `test -d` finds, in every fake sandbox. */
+const FAKE_SHELLS = new Set(['sh', 'bash']);
+const FAKE_DIRS = new Set(['/', '/root', '/tmp', '/home', '/etc', '/bin', '/usr', '/var']);
 
 /**
  * The fake driver's tiny shell. Statements split on `;`; each is one command with
  * optional `>&2`, `> file` or `>> file`. Commands: `echo [-n]`, `printenv [X]`, `pwd`,
  * `cat FILE`, `true`, `false`, `exit N`, `sleep S`, `kill -9 $$` (exit 137),
- * `head -c N /dev/zero`, `stty size`. `$VAR`, `${VAR}` and `$$` expand; quotes group.
+ * `head -c N /dev/zero`, `stty size`, `command -v X` (knows `sh` and `bash`), `test -d P` /
+ * `test -x P` (standard folders and the two shells). `$VAR`, `${VAR}` and `$$` expand; quotes group.
  * Anything else exits 127, as `sh` does.
  */
 export async function runFakeCommand(script: string, ctx: FakeShellContext): Promise<ExecResult> {
@@ -99,6 +103,15 @@ async function runOne([cmd, ...args]: string[], ctx: FakeShellContext, started: 
       const n = Number(args[1]);
       if (args[0] !== '-c' || args[2] !== '/dev/zero' || !Number.isInteger(n) || n < 0) return { out: '', err: 'head: unsupported\n', code: 1 };
       return ok('\0'.repeat(Math.min(n, 64 * 1024 * 1024)));
+    }
+    case 'command': {
+      const found = args[0] === '-v' && args[1] !== undefined && FAKE_SHELLS.has(args[1]);
+      return found ? ok(`/bin/${args[1]}\n`) : { out: '', err: '', code: 1 };
+    }
+    case 'test': {
+      const p = args[1] ?? '';
+      const yes = (args[0] === '-d' && FAKE_DIRS.has(p.replace(/(.)\/+$/, '$1'))) || (args[0] === '-x' && FAKE_SHELLS.has(p.replace(/^\/(usr\/)?bin\//, '')));
+      return { out: '', err: '', code: yes ? 0 : 1 };
     }
     case 'stty':
       return ctx.tty && args[0] === 'size' ? ok(`${ctx.tty.rows} ${ctx.tty.cols}\n`) : { out: '', err: 'stty: not a tty\n', code: 1 };

@@ -1,0 +1,211 @@
+import type { ExitMessage, ServerControlMessage, Shell } from '@sandboxd/protocol';
+import type { Logger } from 'pino';
+import type { PtyProcess } from '../runtime/driver.js';
+import { RingBuffer } from './terminal-ring.js';
+
+/** Output kept for `?replay=1` and for the first client, bytes. */
+export const REPLAY_BYTES = 64 * 1024;
+/** A client with this much output unsent is "behind"; the PTY pauses only while every client is. */
+export const CLIENT_HIGH_WATER_BYTES = 1024 * 1024;
+/** A paused PTY resumes once some client has less than this unsent. */
+export const CLIENT_LOW_WATER_BYTES = 256 * 1024;
+/** A client with more than this unsent is dropped (close 1013) instead of stalling the others. */
+export const CLIENT_MAX_BUFFER_BYTES = 4 * 1024 * 1024;
+/** Close codes the session uses. */
+export const CLOSE = { normal: 1000, goingAway: 1001, tooSlow: 1013 } as const;
+/** Terminal sizes accepted by create and resize. */
+export const MAX_TERMINAL_SIZE = 1000;
+
+/** One connected viewer of a terminal (a WebSocket in production); transport-agnostic. */
+export interface TerminalClient {
+  /** Terminal output bytes (a binary frame). */
+  sendOutput(chunk: Buffer): void;
+  /** A control message (a text frame). */
+  sendControl(msg: ServerControlMessage): void;
+  /** Bytes queued for this client and not yet handed to the network. */
+  readonly bufferedBytes: number;
+  /** Ends the connection; the client's `detach` follows. */
+  close(code: number, reason: string): void;
+}
+
+/** What `attach` returns: the client's way to type, resize, report progress and leave. */
+export interface TerminalAttachment {
+  input(data: Buffer | string): void;
+  /** Ignores sizes outside 1..1000 (never throws). */
+  resize(cols: number, rows: number): void;
+  /** Call after output was handed to the network, so a paused PTY can resume. */
+  written(): void;
+  detach(): void;
+}
+
+/** Immutable facts of a terminal. */
+export interface TerminalInfo {
+  id: string;
+  sandboxId: string;
+  accountId: string;
+  shell: Shell;
+  createdAt: number;
+}
+
+/**
+ * One PTY and the clients watching it. Output goes to every client in order and into a
+ * 64 KiB ring. Backpressure: the PTY is paused only while EVERY client is behind
+ * (>= 1 MiB unsent); a client more than 4 MiB behind while another keeps up is dropped
+ * with close 1013, so a slow client never stalls a fast one and memory per client stays
+ * bounded. With no client the output flows into the ring only. Single-threaded; no
+ * method throws.
+ */
+export class TerminalSession {
+  status: 'active' | 'exited' = 'active';
+  exit: { exitCode: number; signal: string | null } | null = null;
+  private readonly clients = new Set<TerminalClient>();
+  private readonly ring = new RingBuffer(REPLAY_BYTES);
+  private everAttached = false;
+  private paused = false;
+  /** Set while the last output is flushed at exit: no more pausing. */
+  private ending = false;
+
+  /** `onClientsChanged` runs whenever the client count changes (idle timer bookkeeping). */
+  constructor(
+    readonly info: TerminalInfo,
+    private readonly pty: PtyProcess,
+    private readonly log: Logger,
+    private readonly onClientsChanged: (s: TerminalSession) => void,
+  ) {
+    pty.onData((chunk) => this.output(chunk));
+    pty.onExit((e) => this.end(e, 'shell exited'));
+  }
+
+  get pid(): number {
+    return this.pty.pid;
+  }
+
+  get clientCount(): number {
+    return this.clients.size;
+  }
+
+  /**
+   * Adds a client: it gets `ready`, then the ring when `replay` is set or when it is the
+   * first client ever (so the first prompt is not lost), then live output. A client of an
+   * exited terminal gets `exit` and is closed with 1000.
+   */
+  attach(client: TerminalClient, opts: { replay?: boolean } = {}): TerminalAttachment {
+    const noop: TerminalAttachment = { input() {}, resize() {}, written() {}, detach() {} };
+    if (this.status === 'exited') {
+      safe(() => client.sendControl(this.exitMessage()));
+      safe(() => client.close(CLOSE.normal, 'shell exited'));
+      return noop;
+    }
+    safe(() => client.sendControl({ type: 'ready', pid: this.pty.pid, shell: this.info.shell }));
+    if ((opts.replay || !this.everAttached) && this.ring.length) safe(() => client.sendOutput(this.ring.snapshot()));
+    this.everAttached = true;
+    this.clients.add(client);
+    this.onClientsChanged(this);
+    this.flowControl();
+    let attached = true;
+    return {
+      input: (data) => {
+        if (attached && this.status === 'active') safe(() => this.pty.write(data), this.log);
+      },
+      resize: (cols, rows) => {
+        if (!attached || this.status !== 'active' || !validSize(cols) || !validSize(rows)) return;
+        safe(() => this.pty.resize(cols, rows), this.log);
+      },
+      written: () => this.rebalance(),
+      detach: () => {
+        if (!attached) return;
+        attached = false;
+        if (this.clients.delete(client)) {
+          this.onClientsChanged(this);
+          this.flowControl();
+        }
+      },
+    };
+  }
+
+  /**
+   * Ends the terminal from outside (delete, idle cleanup, sandbox gone, shutdown): kills
+   * the shell, sends `exit` to every client and closes them with `code`. Idempotent.
+   */
+  terminate(reason: string, code: number = CLOSE.normal): void {
+    if (this.status === 'active') safe(() => this.pty.kill('SIGKILL'), this.log);
+    this.end({ exitCode: 137, signal: 'SIGKILL' }, reason, code);
+  }
+
+  private output(chunk: Buffer): void {
+    if (this.status !== 'active') return;
+    this.ring.write(chunk);
+    for (const c of this.clients) safe(() => c.sendOutput(chunk));
+    this.rebalance();
+  }
+
+  /**
+   * Drops clients more than 4 MiB behind, but only while another client keeps up (else
+   * every client is behind and the PTY pauses instead), then pauses or resumes the PTY.
+   */
+  private rebalance(): void {
+    if (this.status !== 'active') return;
+    let keepingUp = false;
+    for (const c of this.clients) if (c.bufferedBytes < CLIENT_HIGH_WATER_BYTES) keepingUp = true;
+    if (keepingUp) for (const c of this.clients) if (c.bufferedBytes > CLIENT_MAX_BUFFER_BYTES) this.drop(c);
+    this.flowControl();
+  }
+
+  private drop(c: TerminalClient): void {
+    this.clients.delete(c);
+    this.log.info({ terminalId: this.info.id, bufferedBytes: c.bufferedBytes }, 'terminal client dropped: too slow');
+    safe(() => c.close(CLOSE.tooSlow, `too slow: more than ${CLIENT_MAX_BUFFER_BYTES >> 20} MiB of output unread; reconnect with ?replay=1`));
+    this.onClientsChanged(this);
+  }
+
+  /** Pauses the PTY while every client is behind; resumes when one has caught up (or none is left). */
+  private flowControl(): void {
+    if (this.status !== 'active' || this.ending) return;
+    let least = Infinity;
+    for (const c of this.clients) least = Math.min(least, c.bufferedBytes);
+    if (!this.paused && this.clients.size > 0 && least >= CLIENT_HIGH_WATER_BYTES) {
+      this.paused = true;
+      safe(() => this.pty.pause(), this.log);
+    } else if (this.paused && (this.clients.size === 0 || least < CLIENT_LOW_WATER_BYTES)) {
+      this.paused = false;
+      safe(() => this.pty.resume(), this.log);
+    }
+  }
+
+  private end(e: { exitCode: number; signal: string | null }, reason: string, code: number = CLOSE.normal): void {
+    if (this.status === 'exited') return;
+    // Output still queued in a paused PTY is delivered synchronously before `exit`.
+    this.ending = true;
+    if (this.paused) {
+      this.paused = false;
+      safe(() => this.pty.resume(), this.log);
+    }
+    this.status = 'exited';
+    this.exit = { exitCode: e.exitCode, signal: e.signal };
+    this.log.info({ terminalId: this.info.id, ...this.exit, reason }, 'terminal ended');
+    const msg = this.exitMessage();
+    for (const c of this.clients) {
+      safe(() => c.sendControl(msg));
+      safe(() => c.close(code, reason));
+    }
+    this.clients.clear();
+    this.onClientsChanged(this);
+  }
+
+  private exitMessage(): ExitMessage {
+    return { type: 'exit', exitCode: this.exit?.exitCode ?? 0, signal: this.exit?.signal ?? null };
+  }
+}
+
+function validSize(n: unknown): n is number {
+  return typeof n === 'number' && Number.isInteger(n) && n >= 1 && n <= MAX_TERMINAL_SIZE;
+}
+
+/** Runs `fn`; a throw (a closed socket, a dead PTY) is logged, never propagated. */
+function safe(fn: () => void, log?: Logger): void {
+  try {
+    fn();
+  } catch (err) {
+    log?.debug({ err }, 'terminal: ignored error');
+  }
+}

@@ -1,0 +1,169 @@
+import { SandboxdError, type TerminalCreate } from '@sandboxd/protocol';
+import { newTerminalId } from '../domain/ids.js';
+import type { SandboxRecord } from '../domain/sandbox.js';
+import type { ServiceDeps } from './context.js';
+import type { SandboxService } from './sandboxes.js';
+import { resolveLaunch } from './terminal-probe.js';
+import { CLOSE, TerminalSession } from './terminal-session.js';
+
+/** Terminals one sandbox may hold (active and exited); the oldest exited one is evicted first. */
+export const MAX_TERMINALS_PER_SANDBOX = 32;
+/** Environment every terminal's shell gets on top of the sandbox env. */
+const TERMINAL_ENV = { TERM: 'xterm-256color' };
+
+/**
+ * Interactive terminals: one real PTY per terminal, started with `driver.execTty` inside
+ * the sandbox's isolation. Terminals live in memory only (they do not survive a server
+ * restart). Another account's sandbox or terminal is `not_found`. A terminal with no
+ * client for `config.terminalIdleMs` is deleted; never while a client is connected. When
+ * the sandbox stops or is deleted, every terminal gets `exit` and is closed.
+ */
+export class TerminalService {
+  private readonly terminals = new Map<string, TerminalSession>();
+  private readonly idleTimers = new Map<string, NodeJS.Timeout>();
+  /** Creates in flight per sandbox, counted against the per-sandbox limit. */
+  private readonly pending = new Map<string, number>();
+
+  constructor(private readonly d: ServiceDeps, private readonly sandboxes: SandboxService) {
+    sandboxes.onGone((sandboxId) => this.closeSandbox(sandboxId, 'sandbox stopped'));
+  }
+
+  /**
+   * Starts a shell on a new PTY (defaults: see terminal-probe.ts; 80 x 24) and resolves once
+   * it runs. Throws `not_found`, `conflict` (sandbox not started, or the sandbox already
+   * holds {@link MAX_TERMINALS_PER_SANDBOX} terminals none of which can be evicted),
+   * `validation` (shell or cwd missing in the image).
+   */
+  async create(accountId: string, sandboxId: string, req: TerminalCreate): Promise<TerminalSession> {
+    const sb = await this.startedSandbox(accountId, sandboxId);
+    this.reserveSlot(sb.id);
+    try {
+      const runtime = await this.d.driver.inspect(sb.id);
+      const launch = await resolveLaunch(this.d.driver, sb.id, { shell: req.shell, cwd: req.cwd, imageWorkingDir: runtime?.workingDir });
+      const pty = await this.d.driver.execTty(sb.id, {
+        argv: [launch.shellPath], env: TERMINAL_ENV, cwd: launch.cwd, cols: req.cols ?? 80, rows: req.rows ?? 24,
+      });
+      const id = newTerminalId();
+      const log = this.d.log.child({ sandboxId: sb.id, terminalId: id });
+      const info = { id, sandboxId: sb.id, accountId, shell: launch.shell, createdAt: this.d.clock.now() };
+      const session = new TerminalSession(info, pty, log, (s) => this.clientsChanged(s));
+      const still = await this.d.store.getSandbox(sb.id);
+      if (still?.state !== 'started') {
+        session.terminate('sandbox stopped');
+        throw notStarted(still?.state ?? 'stopped');
+      }
+      this.terminals.set(id, session);
+      this.clientsChanged(session);
+      log.info({ shell: launch.shell, cwd: launch.cwd, pid: pty.pid }, 'terminal created');
+      return session;
+    } finally {
+      const left = (this.pending.get(sb.id) ?? 1) - 1;
+      if (left > 0) this.pending.set(sb.id, left);
+      else this.pending.delete(sb.id);
+    }
+  }
+
+  /** The active terminals of a sandbox, oldest first. Throws `not_found`. */
+  async list(accountId: string, sandboxId: string): Promise<TerminalSession[]> {
+    const sb = await this.sandboxes.get(accountId, sandboxId);
+    return this.ofSandbox(sb.id).filter((t) => t.status === 'active');
+  }
+
+  /** One terminal, active or exited. Throws `not_found`. */
+  async get(accountId: string, sandboxId: string, terminalId: string): Promise<TerminalSession> {
+    const sb = await this.sandboxes.get(accountId, sandboxId);
+    return this.find(sb.id, terminalId);
+  }
+
+  /** Kills the shell (clients get `exit`, then close 1000) and forgets the terminal. Throws `not_found`. */
+  async delete(accountId: string, sandboxId: string, terminalId: string): Promise<void> {
+    const t = await this.get(accountId, sandboxId, terminalId);
+    this.remove(t, 'terminal deleted');
+  }
+
+  /**
+   * The terminal a WebSocket may attach to: `not_found` for an unknown (or another
+   * account's) sandbox or terminal, `conflict` when the sandbox is not `started`.
+   */
+  async forAttach(accountId: string, sandboxId: string, terminalId: string): Promise<TerminalSession> {
+    const sb = await this.startedSandbox(accountId, sandboxId);
+    return this.find(sb.id, terminalId);
+  }
+
+  /** Ends every terminal (server shutdown): clients are closed with 1001, shells killed. */
+  closeAll(reason = 'server shutting down'): void {
+    for (const t of [...this.terminals.values()]) this.remove(t, reason, CLOSE.goingAway);
+  }
+
+  /** Terminals currently held (active and exited), for metrics and tests. */
+  get size(): number {
+    return this.terminals.size;
+  }
+
+  private async startedSandbox(accountId: string, sandboxId: string): Promise<SandboxRecord> {
+    const sb = await this.sandboxes.get(accountId, sandboxId);
+    if (sb.state !== 'started' || sb.stopAt <= this.d.clock.now()) throw notStarted(sb.state === 'started' ? 'stopping' : sb.state);
+    return sb;
+  }
+
+  private find(sandboxId: string, terminalId: string): TerminalSession {
+    const t = this.terminals.get(terminalId);
+    if (!t || t.info.sandboxId !== sandboxId) throw new SandboxdError('not_found', 'Terminal not found');
+    return t;
+  }
+
+  private ofSandbox(sandboxId: string): TerminalSession[] {
+    return [...this.terminals.values()].filter((t) => t.info.sandboxId === sandboxId);
+  }
+
+  /** Counts a create against the limit, evicting the oldest idle exited terminal when full. */
+  private reserveSlot(sandboxId: string): void {
+    const held = this.ofSandbox(sandboxId);
+    const pending = this.pending.get(sandboxId) ?? 0;
+    if (held.length + pending >= MAX_TERMINALS_PER_SANDBOX) {
+      const victim = held.find((t) => t.status === 'exited' && t.clientCount === 0);
+      if (!victim) {
+        throw new SandboxdError('conflict', `A sandbox holds at most ${MAX_TERMINALS_PER_SANDBOX} terminals; delete one first`, { limit: MAX_TERMINALS_PER_SANDBOX });
+      }
+      this.remove(victim, 'evicted');
+    }
+    this.pending.set(sandboxId, pending + 1);
+  }
+
+  private closeSandbox(sandboxId: string, reason: string): void {
+    for (const t of this.ofSandbox(sandboxId)) this.remove(t, reason);
+  }
+
+  private remove(t: TerminalSession, reason: string, code: number = CLOSE.normal): void {
+    this.terminals.delete(t.info.id);
+    this.clearIdle(t.info.id);
+    t.terminate(reason, code);
+  }
+
+  /** The idle clock runs exactly while a held terminal has no client. */
+  private clientsChanged(t: TerminalSession): void {
+    const id = t.info.id;
+    if (!this.terminals.has(id)) return this.clearIdle(id);
+    if (t.clientCount > 0) return this.clearIdle(id);
+    if (this.idleTimers.has(id)) return;
+    const timer = setTimeout(() => {
+      this.idleTimers.delete(id);
+      if (this.terminals.get(id) === t && t.clientCount === 0) {
+        this.d.log.info({ sandboxId: t.info.sandboxId, terminalId: id }, 'terminal idle: cleaned up');
+        this.remove(t, 'idle');
+      }
+    }, this.d.config.terminalIdleMs);
+    timer.unref();
+    this.idleTimers.set(id, timer);
+  }
+
+  private clearIdle(id: string): void {
+    const timer = this.idleTimers.get(id);
+    if (timer) clearTimeout(timer);
+    this.idleTimers.delete(id);
+  }
+}
+
+function notStarted(state: string): SandboxdError {
+  return new SandboxdError('conflict', `Sandbox is ${state}, not started`, { state });
+}
