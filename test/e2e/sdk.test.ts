@@ -4,7 +4,7 @@
  */
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { copyFileSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, mkdtempSync, openAsBlob, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -14,6 +14,7 @@ import {
   Sandbox, SandboxdApiError, SandboxdClient, TemplateNotFoundError, ValidationError, type ImageProgress,
 } from '@sandboxd/sdk';
 import { ADMIN_KEY, IMAGE, newAccount, RUNTIME, startServer, type Server } from './harness.js';
+import { TEST_IMAGE_DIR } from './local-runtime.js';
 
 const ROOT = resolve(fileURLToPath(import.meta.url), '../../..');
 
@@ -155,25 +156,34 @@ describe('SDK against the real server', { timeout: 300_000 }, () => {
     assert.equal(built.ref, 'local/busybox:latest');
     assert.match(built.digest, /^sha256:[0-9a-f]{64}$/);
     assert.ok(seen.length > 0 && seen.every((p) => p.type === 'progress'));
-    if (RUNTIME !== 'fake') return; // pull needs a registry, import an OCI archive: see the fake's contract
-
-    const pulled: ImageProgress[] = [];
-    const img = await admin.images.pull('docker.io/library/alpine:3.20', { onProgress: (p) => pulled.push(p) });
-    assert.equal(img.ref, 'docker.io/library/alpine:3.20');
-    assert.ok(pulled.some((p) => p.phase === 'pulling' && typeof p.bytes === 'number'));
-    assert.equal((await admin.images.pull('docker.io/library/alpine:3.21')).ref, 'docker.io/library/alpine:3.21');
-    const missing = await admin.images.pull('example.com/notfound:1', { onProgress: () => {} }).catch((e: unknown) => e);
-    assert.ok(missing instanceof TemplateNotFoundError, String(missing));
-
-    const tar = new Uint8Array(1024);
-    tar.set(new TextEncoder().encode('file.txt'), 0);
-    tar.set(new TextEncoder().encode('ustar'), 257);
-    const imported = await admin.images.import(new Blob([tar]), { ref: 'sdk/imported:1' });
-    assert.equal(imported.ref, 'sdk/imported:1');
     const junk = await admin.images.import(new Uint8Array([1, 2, 3]), { ref: 'x:1' }).catch((e: unknown) => e);
     assert.ok(junk instanceof ValidationError, String(junk));
-    const sb = await Sandbox.create({ image: 'sdk/imported:1' }, client);
-    await sb.delete();
+    const dir = mkdtempSync(join(tmpdir(), 'sbx-image-'));
+    try {
+      let archive: Blob;
+      if (RUNTIME === 'fake') {
+        const pulled: ImageProgress[] = [];
+        const img = await admin.images.pull('docker.io/library/alpine:3.20', { onProgress: (p) => pulled.push(p) });
+        assert.equal(img.ref, 'docker.io/library/alpine:3.20');
+        assert.ok(pulled.some((p) => p.phase === 'pulling' && typeof p.bytes === 'number'));
+        assert.equal((await admin.images.pull('docker.io/library/alpine:3.21')).ref, 'docker.io/library/alpine:3.21');
+        const missing = await admin.images.pull('example.com/notfound:1', { onProgress: () => {} }).catch((e: unknown) => e);
+        assert.ok(missing instanceof TemplateNotFoundError, String(missing));
+        const tar = new Uint8Array(1024);
+        tar.set(new TextEncoder().encode('ustar'), 257);
+        archive = new Blob([tar]);
+      } else {
+        // A real OCI archive: the layout of the busybox image this host built, as a tar.
+        await run('tar', ['-cf', join(dir, 'bb.tar'), '-C', join(TEST_IMAGE_DIR, 'layouts', 'busybox_latest'), 'oci-layout', 'index.json', 'blobs'], { cwd: dir });
+        archive = await openAsBlob(join(dir, 'bb.tar'));
+      }
+      assert.equal((await admin.images.import(archive, { ref: 'sdk/imported:1' })).ref, 'sdk/imported:1');
+      const sb = await Sandbox.create({ image: 'sdk/imported:1' }, client);
+      assert.equal((await sb.exec('echo imported')).stdout, 'imported\n');
+      await sb.delete();
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('terminals: type, see output, resize, list, exit with a code, close', async (t) => {
