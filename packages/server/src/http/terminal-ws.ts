@@ -128,10 +128,15 @@ export class TerminalGateway {
     }
   }
 
-  /** Stops the heartbeat; sockets are closed by `TerminalService.closeAll`. */
-  close(): void {
+  /**
+   * Stops the heartbeat. Sockets get their close frame from `TerminalService.closeAll`;
+   * those still open `graceMs` later are cut, so server shutdown never waits on a client.
+   */
+  close(graceMs = 1000): void {
     clearInterval(this.heartbeat);
-    for (const ws of this.live) if (ws.readyState !== WebSocket.OPEN) ws.terminate();
+    setTimeout(() => {
+      for (const ws of this.live) ws.terminate();
+    }, graceMs).unref();
   }
 }
 

@@ -194,6 +194,22 @@ describe('TerminalSession', () => {
     assert.equal(s.clientCount, 1);
   });
 
+  it('when every client is far behind nobody is dropped (the PTY pauses); the first to catch up gets the others dropped', () => {
+    const { pty, s } = make();
+    const a = new StubClient(false);
+    const b = new StubClient(false);
+    const ha = s.attach(a);
+    s.attach(b);
+    pty.emit(Buffer.alloc(CLIENT_MAX_BUFFER_BYTES * 2));
+    assert.equal(pty.paused, true);
+    assert.deepEqual([a.closed, b.closed], [null, null]);
+    a.bufferedBytes = 0;
+    ha.written();
+    assert.equal(b.closed?.code, 1013);
+    assert.equal(a.closed, null);
+    assert.equal(pty.paused, false);
+  });
+
   it('output with no client flows into the ring (64 KiB), never pauses', () => {
     const { pty, s } = make();
     for (let i = 0; i < 10; i++) pty.emit(Buffer.alloc(32 * 1024, 48 + i));

@@ -47,7 +47,11 @@ export class TerminalService {
       const log = this.d.log.child({ sandboxId: sb.id, terminalId: id });
       const info = { id, sandboxId: sb.id, accountId, shell: launch.shell, createdAt: this.d.clock.now() };
       const session = new TerminalSession(info, pty, log, (s) => this.clientsChanged(s));
-      const still = await this.d.store.getSandbox(sb.id);
+      // The sandbox may have stopped while the shell started; its onGone has passed us by.
+      const still = await this.d.store.getSandbox(sb.id).catch((e) => {
+        session.terminate('create failed');
+        throw e;
+      });
       if (still?.state !== 'started') {
         session.terminate('sandbox stopped');
         throw notStarted(still?.state ?? 'stopped');
