@@ -7,14 +7,16 @@ export type Db = Database.Database;
 
 /**
  * Opens (creating if needed) the SQLite file at `path` (or `:memory:`) with WAL,
- * synchronous=FULL (an answered write survives kill -9 and power loss), foreign keys on,
+ * synchronous=NORMAL (an answered write is in the WAL before the reply, so it survives a
+ * kill -9 of the server; only an OS crash or power cut can drop the last commits, which is
+ * the price of not blocking the event loop on an fsync per commit), foreign keys on,
  * and applies pending migrations, each in its own transaction.
  */
 export function openDatabase(path: string, opts: { migrations?: readonly Migration[] } = {}): Db {
   if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true });
   const db = new Database(path);
   db.pragma('journal_mode = WAL');
-  db.pragma('synchronous = FULL');
+  db.pragma('synchronous = NORMAL');
   db.pragma('foreign_keys = ON');
   db.pragma('busy_timeout = 5000');
   migrate(db, opts.migrations ?? MIGRATIONS);

@@ -1,0 +1,99 @@
+/**
+ * API benchmark: what the HTTP API adds on top of the runtime, measured side by side in the
+ * same run. The server is the real one (own process, local runtime); the floor is the same
+ * driver called directly from this process on the same host, interleaved run by run.
+ *
+ *   time-to-interactive = POST /sandboxes answered, then the first POST exec answered
+ *   exec round trip     = POST exec `true` over HTTP vs driver.exec
+ *   GET throughput      = GET /sandboxes/{id} with 16 requests in flight, for a fixed count
+ *
+ * Env: BENCH_RUNS (default 50).
+ */
+import { rmSync } from 'node:fs';
+import { makeTestDriver } from '../packages/server/src/runtime/local/test-support.js';
+import { newAccount, RUNTIME, startServer } from '../test/e2e/harness.js';
+import { report, summarize, timeMs } from './stats.js';
+
+if (RUNTIME !== 'local') throw new Error('run with SANDBOXD_E2E_RUNTIME=local (npm run bench sets it)');
+const RUNS = Number(process.env.BENCH_RUNS ?? 50);
+const PARALLEL = 10;
+const IMAGE = 'local/busybox:latest';
+const LIMITS = { memoryBytes: 2 * 1024 ** 3, cpus: 1, pids: 512, rootDiskBytes: 10 * 1024 ** 3 };
+
+const server = await startServer({ env: { SANDBOXD_RUNTIME: 'local', SANDBOXD_LOG_LEVEL: 'error' } });
+const { driver, dataDir } = makeTestDriver('apibench');
+await driver.init();
+await driver.recover();
+const { key } = await newAccount(server, { plan: 'PRO', tokens: 100_000 });
+const api = async (method: string, path: string, body?: unknown) => {
+  const r = await server.api(method, path, { key, body });
+  if (r.status >= 300) throw new Error(`${method} ${path}: ${r.status} ${r.text}`);
+  return r.body;
+};
+
+const apiTti = async () => {
+  let id = '';
+  const ms = await timeMs(async () => {
+    id = (await api('POST', '/api/v1/sandboxes', { image: IMAGE, timeoutMs: 600_000 })).sandbox.id;
+    await api('POST', `/api/v1/sandboxes/${id}/exec`, { command: 'true' });
+  });
+  return { ms, id };
+};
+let seq = 0;
+const driverTti = async () => {
+  const id = `apibench_${process.pid}_${seq++}`;
+  const ms = await timeMs(async () => {
+    await driver.create({ id, image: IMAGE, env: {}, volumes: [], limits: LIMITS });
+    await driver.exec(id, 'true');
+  });
+  return { ms, id };
+};
+
+const s = { apiTti: [] as number[], rtTti: [] as number[], apiExec: [] as number[], rtExec: [] as number[], apiPar: [] as number[], rtPar: [] as number[] };
+try {
+  for (let i = 0; i < RUNS + 2; i++) {
+    const a = await apiTti();
+    const r = await driverTti();
+    const ae = await timeMs(() => api('POST', `/api/v1/sandboxes/${a.id}/exec`, { command: 'true' }));
+    const re = await timeMs(() => driver.exec(r.id, 'true'));
+    await api('DELETE', `/api/v1/sandboxes/${a.id}`);
+    await driver.delete(r.id);
+    if (i < 2) continue; // warm-up
+    s.apiTti.push(a.ms); s.rtTti.push(r.ms); s.apiExec.push(ae); s.rtExec.push(re);
+  }
+  for (let round = 0; round < Math.max(1, Math.round(RUNS / PARALLEL)); round++) {
+    const a = await Promise.all(Array.from({ length: PARALLEL }, apiTti));
+    for (const x of a) { s.apiPar.push(x.ms); await api('DELETE', `/api/v1/sandboxes/${x.id}`); }
+    const r = await Promise.all(Array.from({ length: PARALLEL }, driverTti));
+    for (const x of r) { s.rtPar.push(x.ms); await driver.delete(x.id); }
+  }
+
+  const target = (await api('POST', '/api/v1/sandboxes', { image: IMAGE })).sandbox.id;
+  const GETS = 4000; const INFLIGHT = 16;
+  let next = 0;
+  const getMs = await timeMs(() => Promise.all(Array.from({ length: INFLIGHT }, async () => {
+    while (next++ < GETS) await api('GET', `/api/v1/sandboxes/${target}`);
+  })));
+  await api('DELETE', `/api/v1/sandboxes/${target}`);
+
+  const row = (step: string, a: number[], r: number[]) => {
+    const sa = summarize(a); const sr = summarize(r);
+    return { step, 'api p50 ms': sa.p50, 'api p99 ms': sa.p99, 'runtime p50 ms': sr.p50, 'runtime p99 ms': sr.p99, 'added p50 ms': sa.p50 - sr.p50 };
+  };
+  report('api', [
+    row('time-to-interactive, sequential', s.apiTti, s.rtTti),
+    row(`time-to-interactive, ${PARALLEL}-way parallel`, s.apiPar, s.rtPar),
+    row('exec round trip (true)', s.apiExec, s.rtExec),
+  ], {
+    runs: RUNS,
+    ttiSequential: { api: summarize(s.apiTti), runtime: summarize(s.rtTti) },
+    ttiParallel: { parallel: PARALLEL, api: summarize(s.apiPar), runtime: summarize(s.rtPar) },
+    exec: { api: summarize(s.apiExec), runtime: summarize(s.rtExec) },
+    getThroughput: { requests: GETS, inFlight: INFLIGHT, perSecond: GETS / (getMs / 1000) },
+  });
+  report('api GET throughput', [{ measure: `GET /sandboxes/{id}, ${INFLIGHT} in flight`, 'requests/s': GETS / (getMs / 1000) }], { perSecond: GETS / (getMs / 1000) });
+} finally {
+  await driver.destroyAll();
+  rmSync(dataDir, { recursive: true, force: true });
+  await server.stop();
+}
