@@ -23,7 +23,8 @@ export class TermClient {
   /** Output as text, cut to its last 1 MiB. */
   text = '';
   closeInfo: { code: number; reason: string } | null = null;
-  private lastFrameChars = 0;
+  /** The last 32-64 KiB of output: searched per frame (slicing the big `text` would flatten it). */
+  private recent = '';
   readonly closed: Promise<{ code: number; reason: string }>;
   private readonly decoder = new StringDecoder('utf8');
   private waiters = new Set<() => void>();
@@ -33,7 +34,8 @@ export class TermClient {
       if (isBinary) {
         this.receivedBytes += data.length;
         const chars = this.decoder.write(data);
-        this.lastFrameChars = chars.length;
+        this.recent += chars;
+        if (this.recent.length > 65536) this.recent = this.recent.slice(-32768);
         this.text += chars;
         if (this.text.length > 2 * TEXT_KEEP) this.text = this.text.slice(-TEXT_KEEP);
       } else {
@@ -109,12 +111,12 @@ export class TermClient {
 
   /**
    * Waits until the output matches `re`: first against the kept text, then against the
-   * end of it (last frame + 1 KiB), so streaming megabytes stays linear.
+   * last 32 KiB or more, so streaming megabytes stays linear.
    */
   waitForOutput(re: RegExp, timeoutMs?: number): Promise<void> {
     let first = true;
     return this.waitFor(() => {
-      const hay = first ? this.text : this.text.slice(-(this.lastFrameChars + 1024));
+      const hay = first ? this.text : this.recent;
       first = false;
       return re.test(hay);
     }, `output ${re}`, timeoutMs);
