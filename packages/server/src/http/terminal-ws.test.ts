@@ -170,7 +170,7 @@ describe('terminal routes and WebSocket (real ws clients, fake driver)', () => {
     const del = await t.req({ method: 'DELETE', url: `/api/v1/sandboxes/${sb}/terminals/${one.terminal.id}` });
     assert.equal(del.statusCode, 204);
     assert.equal(del.body, '');
-    assert.equal((await c1.control('exit')).signal, 'SIGKILL');
+    assert.deepEqual(await c1.control('exit'), { type: 'exit', exitCode: 129, signal: 'SIGHUP' });
     assert.equal((await c1.closed).code, 1000);
     assert.equal((await t.req({ method: 'GET', url: `/api/v1/sandboxes/${sb}/terminals/${one.terminal.id}` })).statusCode, 404);
     assert.equal((await t.req({ method: 'DELETE', url: `/api/v1/sandboxes/${sb}/terminals/${one.terminal.id}` })).statusCode, 404);

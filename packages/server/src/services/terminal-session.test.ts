@@ -5,7 +5,8 @@ import type { ServerControlMessage } from '@sandboxd/protocol';
 import type { PtyProcess } from '../runtime/driver.js';
 import { RingBuffer } from './terminal-ring.js';
 import {
-  CLIENT_HIGH_WATER_BYTES, CLIENT_LOW_WATER_BYTES, CLIENT_MAX_BUFFER_BYTES, REPLAY_BYTES, TerminalSession, type TerminalClient,
+  CLIENT_HIGH_WATER_BYTES, CLIENT_LOW_WATER_BYTES, CLIENT_MAX_BUFFER_BYTES, HANGUP_GRACE_MS, REPLAY_BYTES, TerminalSession,
+  type TerminalClient,
 } from './terminal-session.js';
 
 /** A PTY driven by the test: `emit` output, `exit` the process; records calls. */
@@ -140,16 +141,23 @@ describe('TerminalSession', () => {
     assert.equal(s.clientCount, 0);
   });
 
-  it('terminate kills the shell and reports SIGKILL; later PTY exit is ignored', () => {
+  it('terminate hangs the shell up (SIGHUP, SIGKILL after a grace) and reports SIGHUP; a later PTY exit is ignored', async (t) => {
+    t.mock.timers.enable({ apis: ['setTimeout'] });
     const { pty, s } = make();
     const a = new StubClient(true);
     s.attach(a);
     s.terminate('terminal deleted');
-    assert.deepEqual(pty.killed, ['SIGKILL']);
-    assert.deepEqual(a.controls.at(-1), { type: 'exit', exitCode: 137, signal: 'SIGKILL' });
+    assert.deepEqual(pty.killed, ['SIGHUP']);
+    assert.deepEqual(a.controls.at(-1), { type: 'exit', exitCode: 129, signal: 'SIGHUP' });
     assert.deepEqual(a.closed, { code: 1000, reason: 'terminal deleted' });
-    pty.exit(0);
-    assert.deepEqual(s.exit, { exitCode: 137, signal: 'SIGKILL' });
+    t.mock.timers.tick(HANGUP_GRACE_MS);
+    assert.deepEqual(pty.killed, ['SIGHUP', 'SIGKILL'], 'still there after the grace');
+    const second = make();
+    second.s.terminate('idle');
+    second.pty.exit(129, 'SIGHUP');
+    t.mock.timers.tick(HANGUP_GRACE_MS);
+    assert.deepEqual(second.pty.killed, ['SIGHUP'], 'gone in time: no SIGKILL');
+    assert.deepEqual(s.exit, { exitCode: 129, signal: 'SIGHUP' });
   });
 
   it('a slow client is dropped with 1013 past 4 MiB while a fast one gets everything; the PTY never pauses for it', () => {

@@ -13,6 +13,8 @@ export const CLIENT_LOW_WATER_BYTES = 256 * 1024;
 export const CLIENT_MAX_BUFFER_BYTES = 4 * 1024 * 1024;
 /** Close codes the session uses. */
 export const CLOSE = { normal: 1000, goingAway: 1001, tooSlow: 1013 } as const;
+/** After the hang-up (SIGHUP) of a terminated shell, how long before SIGKILL. */
+export const HANGUP_GRACE_MS = 2000;
 /** Terminal sizes accepted by create and resize. */
 export const MAX_TERMINAL_SIZE = 1000;
 
@@ -64,6 +66,8 @@ export class TerminalSession {
   private paused = false;
   /** Set while the last output is flushed at exit: no more pausing. */
   private ending = false;
+  private ptyExited = false;
+  private killTimer: NodeJS.Timeout | null = null;
 
   /** `onClientsChanged` runs whenever the client count changes (idle timer bookkeeping). */
   constructor(
@@ -73,7 +77,11 @@ export class TerminalSession {
     private readonly onClientsChanged: (s: TerminalSession) => void,
   ) {
     pty.onData((chunk) => this.output(chunk));
-    pty.onExit((e) => this.end(e, 'shell exited'));
+    pty.onExit((e) => {
+      this.ptyExited = true;
+      if (this.killTimer) clearTimeout(this.killTimer);
+      this.end(e, 'shell exited');
+    });
   }
 
   get pid(): number {
@@ -124,12 +132,20 @@ export class TerminalSession {
   }
 
   /**
-   * Ends the terminal from outside (delete, idle cleanup, sandbox gone, shutdown): kills
-   * the shell, sends `exit` to every client and closes them with `code`. Idempotent.
+   * Ends the terminal from outside (delete, idle cleanup, sandbox gone, shutdown) like a
+   * hang-up: the shell gets SIGHUP (bash passes it on to its jobs), then SIGKILL after
+   * {@link HANGUP_GRACE_MS} if it is still there. Every client gets `exit` (129, `SIGHUP`)
+   * at once and is closed with `code`. Idempotent.
    */
   terminate(reason: string, code: number = CLOSE.normal): void {
-    if (this.status === 'active') safe(() => this.pty.kill('SIGKILL'), this.log);
-    this.end({ exitCode: 137, signal: 'SIGKILL' }, reason, code);
+    if (this.status === 'active' && !this.ptyExited) {
+      safe(() => this.pty.kill('SIGHUP'), this.log);
+      this.killTimer = setTimeout(() => {
+        if (!this.ptyExited) safe(() => this.pty.kill('SIGKILL'), this.log);
+      }, HANGUP_GRACE_MS);
+      this.killTimer.unref();
+    }
+    this.end({ exitCode: 129, signal: 'SIGHUP' }, reason, code);
   }
 
   private output(chunk: Buffer): void {
