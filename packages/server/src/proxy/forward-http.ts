@@ -1,9 +1,9 @@
-import { request, type IncomingMessage, type ServerResponse } from 'node:http';
-import type { Socket } from 'node:net';
-import { pipeline } from 'node:stream';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { downstreamHeaders, upstreamHeaders } from './headers.js';
+import { BodyDecoder, framingOf, MAX_HEAD_BYTES, parseResponseHead, type Framing, type ResponseHead } from './http1.js';
 import { ProxyError, sendError, timeoutError, upstreamError } from './reply.js';
 import type { ProxyTarget } from './targets.js';
+import type { UpstreamConn } from './upstream.js';
 
 /** Where and how one request is forwarded. */
 export interface HttpForward {
@@ -11,25 +11,28 @@ export interface HttpForward {
   port: number;
   /** Origin-form request target sent to the sandbox. */
   path: string;
-  /** Wait for the connection and then for the response headers (each), in ms; then 504. */
+  /** Wait for the connection, then (once the request is sent) for the response head, in ms; then 504. */
   timeoutMs: number;
   /** Called once with a refusal the client was told about (for logs). */
   onRefused?: (err: ProxyError) => void;
 }
 
 /**
- * Forwards one HTTP/1.1 request to the sandbox and its response back, streaming both
- * bodies with backpressure (`pipe`/`pipeline`; nothing is buffered whole), response
- * headers flushed at once so event streams start immediately. Connection errors answer
- * 502, no connection or no response headers within `timeoutMs` (counted from the
- * connection, then from the end of the request body) 504. A failure after the response
- * started cuts the client connection; a client that goes away cuts the sandbox connection.
- * A request without a body that meets a pooled connection the sandbox had just closed is
- * retried once on a fresh one.
+ * Forwards one HTTP/1.1 request to the sandbox over a pooled keep-alive connection and
+ * relays the answer, streaming both bodies with backpressure and never holding more than
+ * one read buffer of the response: the next read from the sandbox waits until the last one
+ * reached the client's socket. Response headers are flushed at once, so event streams
+ * start immediately. Before the response starts: connection errors answer 502, silence
+ * past `timeoutMs` 504, an answer that is not HTTP/1.x 502. After it started, a failure on
+ * either side cuts the other. A request without a body that meets a pooled connection the
+ * sandbox had just closed is retried once on a fresh one.
  */
 export function forwardHttp(req: IncomingMessage, res: ServerResponse, f: HttpForward): void {
   const where = { sandboxId: f.target.sandboxId, port: f.port };
-  const bodyless = !req.headers['transfer-encoding'] && (req.headers['content-length'] === undefined || req.headers['content-length'] === '0');
+  const method = req.method ?? 'GET';
+  const chunkedBody = req.headers['transfer-encoding'] !== undefined;
+  const hasBody = chunkedBody || Number(req.headers['content-length'] ?? 0) > 0;
+  const head = requestHead(req, f.path, chunkedBody);
   /** waiting: no answer yet; refused: the proxy answered; streaming: the sandbox's answer is being relayed. */
   let phase: 'waiting' | 'refused' | 'streaming' = 'waiting';
   const refuse = (err: ProxyError) => {
@@ -39,80 +42,168 @@ export function forwardHttp(req: IncomingMessage, res: ServerResponse, f: HttpFo
     sendError(req, res, err);
   };
 
-  const attempt = (retriesLeft: number): void => {
-    const up = request({
-      host: f.target.address, port: f.port, method: req.method, path: f.path, agent: f.target.agent,
-      headers: upstreamHeaders(req, { upgrade: false }) as unknown as Record<string, string>, setHost: false,
-    });
-    // One timer: first the connection, then (once connected and the body is sent) the response headers.
-    let timer: NodeJS.Timeout | undefined;
-    let connected = false;
+  const attempt = (fresh: boolean): void => {
+    const conn: UpstreamConn = f.target.pool.acquire(f.port, { fresh });
+    const sock = conn.socket;
+    const retryable = conn.reused && !hasBody;
+    let connected = !sock.connecting;
     let sent = false;
+    let gotBytes = false;
+    let headBuf: Buffer | null = null;
+    let decoder: BodyDecoder | null = null;
+    let framing: Framing = { kind: 'close' };
+    let reusable = false;
+    let bodyDone = false;
+    let over = false;
+    let timer: NodeJS.Timeout | undefined;
+
     const arm = () => {
       clearTimeout(timer);
-      if (phase !== 'waiting') return;
-      timer = setTimeout(() => {
-        refuse(timeoutError(where, f.timeoutMs));
-        up.destroy();
-      }, f.timeoutMs);
+      if (phase === 'waiting') timer = setTimeout(() => (refuse(timeoutError(where, f.timeoutMs)), end(false)), f.timeoutMs);
     };
-    const disarm = () => clearTimeout(timer);
-    arm();
+    /** Ends this attempt: the connection goes back to the pool only after a clean, complete exchange. */
+    const end = (clean: boolean) => {
+      if (over) return;
+      over = true;
+      clearTimeout(timer);
+      sock.off('connect', onConnect).off('error', onError).off('end', onEof).off('drain', onDrain);
+      req.off('data', onReqData).off('end', onReqEnd);
+      res.off('close', onClientClose);
+      conn.onData = null;
+      if (clean && reusable && sent && !sock.destroyed) f.target.pool.release(conn);
+      else sock.destroy();
+    };
+    const fail = (e: NodeJS.ErrnoException | null) => {
+      if (phase === 'waiting' && !gotBytes && retryable && (e === null || e.code === 'ECONNRESET' || e.code === 'EPIPE')) {
+        end(false);
+        attempt(true);
+        return;
+      }
+      if (phase === 'waiting') refuse(e ? upstreamError(e, where) : upstreamError(Object.assign(new Error('eof'), { code: 'EOF' }), where));
+      else if (phase === 'streaming' && !res.writableEnded) res.destroy();
+      end(false);
+    };
+    const invalid = (e: Error) => {
+      if (phase === 'waiting') refuse(new ProxyError(502, `Sandbox ${where.sandboxId} sent an invalid HTTP answer on port ${where.port}: ${e.message}`, { ...where, reason: 'invalid_response' }));
+      else if (!res.writableEnded) res.destroy();
+      end(false);
+    };
+
+    /** Relays body bytes (views of the read buffer or of the copied head); false pauses reading until they are flushed. */
+    const relay = (input: Buffer): boolean => {
+      const fed = decoder!.feed(input);
+      if (fed.done) {
+        bodyDone = true;
+        if (fed.extra > 0) reusable = false;
+      }
+      if (fed.data.length === 0) {
+        if (bodyDone) res.end(() => end(true));
+        return !bodyDone;
+      }
+      for (let i = 0; i < fed.data.length - 1; i++) res.write(fed.data[i]);
+      res.write(fed.data[fed.data.length - 1], () => {
+        if (over) return;
+        if (bodyDone) end(true);
+        else sock.resume();
+      });
+      if (bodyDone) res.end();
+      return false;
+    };
+
+    const start = (h: ResponseHead): void => {
+      clearTimeout(timer);
+      ({ framing, keepAlive: reusable } = framingOf(h, method));
+      decoder = new BodyDecoder(framing);
+      res.writeHead(h.statusCode, h.statusMessage || undefined, downstreamHeaders(h.rawHeaders, { dropLength: framing.kind === 'chunked' }));
+      phase = 'streaming';
+      res.flushHeaders();
+    };
+
+    conn.onData = (n, buf) => {
+      gotBytes = true;
+      try {
+        if (decoder) return relay(buf.subarray(0, n));
+        headBuf = headBuf ? Buffer.concat([headBuf, buf.subarray(0, n)]) : Buffer.from(buf.subarray(0, n));
+        for (;;) {
+          const endAt = headBuf.indexOf('\r\n\r\n');
+          if (endAt > MAX_HEAD_BYTES || (endAt === -1 && headBuf.length > MAX_HEAD_BYTES)) throw new Error('response head too large');
+          if (endAt === -1) return true;
+          const h = parseResponseHead(headBuf.toString('latin1', 0, endAt));
+          headBuf = headBuf.subarray(endAt + 4);
+          if (h.statusCode === 101) throw new Error('101 Switching Protocols without an upgrade');
+          if (h.statusCode >= 200) {
+            start(h);
+            break;
+          }
+          // 1xx informational (100, 103): not relayed; the final answer follows.
+        }
+        const rest = headBuf;
+        headBuf = null;
+        if (decoder!.empty) {
+          if (rest.length > 0) reusable = false;
+          bodyDone = true;
+          res.end(() => end(true));
+          return false;
+        }
+        return rest.length ? relay(rest) : true;
+      } catch (e) {
+        invalid(e as Error);
+        return false;
+      }
+    };
+
     const onConnect = () => {
       connected = true;
       if (sent) arm();
-      else disarm(); // a long upload is not a slow sandbox
+      else clearTimeout(timer); // a long upload is not a slow sandbox
     };
-    up.on('socket', (s: Socket) => {
-      s.setNoDelay(true);
-      if (s.connecting) s.once('connect', onConnect);
-      else onConnect();
-    });
-    up.on('finish', () => {
+    const onError = (e: NodeJS.ErrnoException) => fail(e);
+    const onEof = () => {
+      if (decoder && framing.kind === 'close' && !bodyDone && phase === 'streaming') {
+        bodyDone = true;
+        res.end(() => end(false));
+        return;
+      }
+      if (!bodyDone) fail(null);
+    };
+    const onDrain = () => req.resume();
+    const onReqData = (d: Buffer) => {
+      if (chunkedBody) sock.write(`${d.length.toString(16)}\r\n`);
+      const ok = sock.write(d);
+      if (chunkedBody) sock.write('\r\n');
+      if (!ok) req.pause();
+    };
+    const onReqEnd = () => {
+      if (chunkedBody) sock.write('0\r\n\r\n');
       sent = true;
-      if (connected) arm();
-    });
+      if (connected && phase === 'waiting' && !decoder) arm();
+    };
+    const onClientClose = () => {
+      if (!res.writableFinished) end(false);
+    };
 
-    up.on('response', (upRes) => {
-      disarm();
-      if (phase !== 'waiting') {
-        upRes.destroy();
-        return;
-      }
-      phase = 'streaming';
-      res.writeHead(upRes.statusCode ?? 502, upRes.statusMessage, downstreamHeaders(upRes));
-      res.flushHeaders();
-      pipeline(upRes, res, () => {
-        // Finished, or one side failed (pipeline destroyed the other); free the sandbox side too.
-        if (!res.writableFinished) up.destroy();
-      });
-    });
-
-    up.on('error', (e: NodeJS.ErrnoException) => {
-      disarm();
-      if (phase === 'streaming') {
-        if (!res.writableFinished) res.destroy();
-        return;
-      }
-      if (phase === 'refused') return;
-      if (retriesLeft > 0 && bodyless && up.reusedSocket && e.code === 'ECONNRESET') {
-        attempt(retriesLeft - 1);
-        return;
-      }
-      refuse(upstreamError(e, where));
-    });
-
-    res.once('close', () => {
-      disarm();
-      if (!res.writableFinished) up.destroy();
-    });
-    if (bodyless) {
-      up.end();
+    arm();
+    if (sock.connecting) sock.once('connect', onConnect);
+    sock.on('error', onError).on('end', onEof).on('drain', onDrain);
+    res.on('close', onClientClose);
+    sock.write(head);
+    if (hasBody) {
+      req.on('data', onReqData).on('end', onReqEnd);
       req.resume();
     } else {
-      req.pipe(up);
-      req.once('error', () => up.destroy());
+      req.resume();
+      onReqEnd();
     }
+    if (connected) sock.resume();
   };
-  attempt(1);
+  attempt(false);
+}
+
+/** The request line and headers sent to the sandbox (HTTP/1.1, keep-alive). */
+function requestHead(req: IncomingMessage, path: string, chunkedBody: boolean): string {
+  const h = upstreamHeaders(req, { upgrade: false });
+  let s = `${req.method} ${path} HTTP/1.1\r\n`;
+  for (let i = 0; i < h.length; i += 2) s += `${h[i]}: ${h[i + 1]}\r\n`;
+  if (chunkedBody) s += 'Transfer-Encoding: chunked\r\n';
+  return `${s}Connection: keep-alive\r\n\r\n`;
 }

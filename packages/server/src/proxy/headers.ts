@@ -45,15 +45,20 @@ export function upstreamHeaders(req: IncomingMessage, opts: { upgrade: boolean }
   return out;
 }
 
-/** The sandbox's response headers for the client, flat, with hop-by-hop headers dropped. */
-export function downstreamHeaders(res: IncomingMessage): string[] {
-  const named = connectionTokens(res.headers.connection);
+/**
+ * The sandbox's response headers for the client, flat, with hop-by-hop headers and those
+ * named in `Connection` dropped; `Content-Length` too when the body was chunked (the
+ * client gets it re-framed).
+ */
+export function downstreamHeaders(rawHeaders: string[], opts: { dropLength: boolean }): string[] {
+  let connection = '';
+  for (let i = 0; i < rawHeaders.length; i += 2) if (rawHeaders[i].toLowerCase() === 'connection') connection += `,${rawHeaders[i + 1]}`;
+  const named = connectionTokens(connection);
   const out: string[] = [];
-  const raw = res.rawHeaders;
-  for (let i = 0; i < raw.length; i += 2) {
-    const lower = raw[i].toLowerCase();
-    if (HOP_BY_HOP.has(lower) || named.has(lower)) continue;
-    out.push(raw[i], raw[i + 1]);
+  for (let i = 0; i < rawHeaders.length; i += 2) {
+    const lower = rawHeaders[i].toLowerCase();
+    if (HOP_BY_HOP.has(lower) || named.has(lower) || (opts.dropLength && lower === 'content-length')) continue;
+    out.push(rawHeaders[i], rawHeaders[i + 1]);
   }
   return out;
 }

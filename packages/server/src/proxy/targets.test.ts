@@ -60,7 +60,7 @@ describe('SandboxTargets', () => {
     tick(1000);
     const again = await t.resolve(ID);
     assert.equal(calls.driver, 2, 'expired');
-    assert.equal(again.agent, a.agent, 'same address keeps the pooled connections');
+    assert.equal(again.pool, a.pool, 'same address keeps the pooled connections');
     rec.state = 'stopped';
     t.forget(ID);
     assert.equal(await statusOf(t.resolve(ID)), 404);

@@ -1,8 +1,8 @@
-import { Agent } from 'node:http';
 import { isIPv4 } from 'node:net';
 import type { RuntimeDriver } from '../runtime/driver.js';
 import type { Store } from '../store/store.js';
 import { ProxyError } from './reply.js';
+import { UpstreamPool } from './upstream.js';
 
 /** Where a sandbox's ports are, and who may reach them. */
 export interface ProxyTarget {
@@ -12,8 +12,8 @@ export interface ProxyTarget {
   address: string;
   /** False when the sandbox was created with private ports. */
   portsPublic: boolean;
-  /** Keep-alive connections to this sandbox only; destroyed when it goes. */
-  agent: Agent;
+  /** Keep-alive connections to this sandbox only; closed when it goes. */
+  pool: UpstreamPool;
 }
 
 /** Options of {@link SandboxTargets}. */
@@ -73,7 +73,7 @@ export class SandboxTargets {
   forget(sandboxId: string): void {
     const e = this.entries.get(sandboxId);
     this.entries.delete(sandboxId);
-    e?.target.agent.destroy();
+    e?.target.pool.destroy();
   }
 
   /** Forgets every target; later lookups fail with 404. */
@@ -102,11 +102,11 @@ export class SandboxTargets {
     if (prev && prev.target.address === rt.address && prev.target.accountId === rec.accountId) {
       target = { ...prev.target, portsPublic: rec.portsPublic !== false };
     } else {
-      prev?.target.agent.destroy();
-      target = { sandboxId, accountId: rec.accountId, address: rt.address, portsPublic: rec.portsPublic !== false, agent: newAgent() };
+      prev?.target.pool.destroy();
+      target = { sandboxId, accountId: rec.accountId, address: rt.address, portsPublic: rec.portsPublic !== false, pool: new UpstreamPool(rt.address) };
     }
     if (this.closed) {
-      target.agent.destroy();
+      target.pool.destroy();
       throw new ProxyError(404, `No running sandbox ${sandboxId}`, { sandboxId });
     }
     this.entries.set(sandboxId, { target, checkedAt: this.now() });
@@ -129,11 +129,6 @@ export class SandboxTargets {
     const now = this.now();
     for (const [id, e] of this.entries) if (now - e.checkedAt >= this.cacheMs) this.forget(id);
   }
-}
-
-function newAgent(): Agent {
-  // Idle pooled connections are dropped after a few seconds; sandboxes come and go.
-  return new Agent({ keepAlive: true, keepAliveMsecs: 1000, maxFreeSockets: 32, timeout: 5000, scheduling: 'lifo' });
 }
 
 function ipToInt(ip: string): number {
