@@ -1,12 +1,13 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { chmodSync, chownSync, lstatSync, mkdirSync, mkdtempSync, realpathSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, lstatSync, mkdirSync, mkdtempSync, realpathSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
 import { SandboxdError } from '@sandboxd/protocol';
 import { checkMapping, idmappedBind, idmappedBinds, idmappedOciBind } from './idmap.js';
-import { hostSnapshot, loopDetach, loopsUnder, mountsUnder, snapshotDiff, unmount, unmountUnder, type HostSnapshot } from './mounts.js';
+import { removeAndCheckLeaks } from './test-support.js';
+import { hostSnapshot, mountsUnder, unmount, type HostSnapshot } from './mounts.js';
 
 const root = realpathSync(mkdtempSync(join(tmpdir(), 'sbx-idmap-')));
 const src = join(root, 'src');
@@ -33,12 +34,7 @@ before(async () => {
 });
 
 after(async () => {
-  await unmountUnder(root).catch(() => undefined);
-  await loopDetach((await loopsUnder(root).catch(() => [])).map((l) => l.device)).catch(() => undefined);
-  rmSync(root, { recursive: true, force: true });
-  const d = snapshotDiff(snap, await hostSnapshot(), root);
-  if (d.others.length) console.log(`# other host activity meanwhile (not ours):\n# ${d.others.join('\n# ')}`);
-  assert.deepEqual(d.mine, [], 'mounts or loop devices leaked');
+  await removeAndCheckLeaks(root, snap);
 });
 
 describe('idmappedBind', () => {

@@ -1,14 +1,15 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { chmodSync, copyFileSync, existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import { chmodSync, copyFileSync, existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { tmpdir } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { SandboxdError } from '@sandboxd/protocol';
 import { RootfsManager, volumeOciMount } from './rootfs.js';
 import { idmappedOciBind } from './idmap.js';
-import { hostSnapshot, loopDetach, loopsUnder, mountsUnder, readMounts, snapshotDiff, unmountUnder, type HostSnapshot } from './mounts.js';
+import { removeAndCheckLeaks } from './test-support.js';
+import { hostSnapshot, loopsUnder, mountsUnder, readMounts, type HostSnapshot } from './mounts.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const repo = resolve(here, '../../../../..');
@@ -44,12 +45,7 @@ before(async () => {
 after(async () => {
   await sh('crun', ['--root', crunState, 'delete', '-f', crunId]).catch(() => undefined);
   for (const id of await mgr.list().catch(() => [] as string[])) await mgr.release(id).catch(() => undefined);
-  await unmountUnder(root).catch(() => undefined);
-  await loopDetach((await loopsUnder(root).catch(() => [])).map((l) => l.device)).catch(() => undefined);
-  rmSync(root, { recursive: true, force: true });
-  const d = snapshotDiff(snap, await hostSnapshot(), root);
-  if (d.others.length) console.log(`# other host activity meanwhile (not ours):\n# ${d.others.join('\n# ')}`);
-  assert.deepEqual(d.mine, [], 'mounts or loop devices leaked');
+  await removeAndCheckLeaks(root, snap);
 });
 
 describe('RootfsManager', () => {

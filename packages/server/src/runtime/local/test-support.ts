@@ -1,7 +1,9 @@
-import { chmodSync, mkdtempSync } from 'node:fs';
+import assert from 'node:assert/strict';
+import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { LocalDriver, type LocalDriverOptions } from './driver.js';
+import { hostSnapshot, loopDetach, loopsUnder, snapshotDiff, unmountUnder, type HostSnapshot } from './mounts.js';
 
 /** The image cache shared by test runs (built by `npm test`'s set-up). */
 export const TEST_IMAGE_DIR = process.env.SANDBOXD_TEST_IMAGE_DIR ?? resolve(import.meta.dirname, '../../../../../.sandboxd-test/images');
@@ -22,4 +24,18 @@ export function makeTestDriver(tag: string, over: Partial<LocalDriverOptions> = 
     uidRangeStart: 10_000_000 + n * 100 * 65536, cgroupParent: `sandboxd-test-${tag}`, ...over,
   };
   return { driver: new LocalDriver(options), options, dataDir: base, runDir };
+}
+
+/**
+ * Test teardown for storage tests: unmounts and detaches everything under `root`, removes
+ * it, and fails if the host gained mounts or loop devices there since `snap`. Changes made
+ * meanwhile by other processes are printed, not failed on.
+ */
+export async function removeAndCheckLeaks(root: string, snap: HostSnapshot): Promise<void> {
+  await unmountUnder(root).catch(() => undefined);
+  await loopDetach((await loopsUnder(root).catch(() => [])).map((l) => l.device)).catch(() => undefined);
+  rmSync(root, { recursive: true, force: true });
+  const d = snapshotDiff(snap, await hostSnapshot(), root);
+  if (d.others.length) console.log(`# other host activity meanwhile (not ours):\n# ${d.others.join('\n# ')}`);
+  assert.deepEqual(d.mine, [], 'mounts or loop devices leaked');
 }

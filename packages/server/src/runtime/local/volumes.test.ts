@@ -7,7 +7,8 @@ import { tmpdir } from 'node:os';
 import { SandboxdError } from '@sandboxd/protocol';
 import { VolumeStore } from './volumes.js';
 import { idmappedBind } from './idmap.js';
-import { hostSnapshot, loopDetach, loopsUnder, mountsUnder, run, snapshotDiff, unmount, unmountUnder, type HostSnapshot } from './mounts.js';
+import { removeAndCheckLeaks } from './test-support.js';
+import { hostSnapshot, loopsUnder, mountsUnder, run, unmount, type HostSnapshot } from './mounts.js';
 
 const root = realpathSync(mkdtempSync(join(tmpdir(), 'sbx-volumes-')));
 const SMALL = 0.0625; // 64 MiB, in GiB
@@ -34,12 +35,7 @@ before(async () => {
 after(async () => {
   for (const c of children) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
   await new Promise((r) => setTimeout(r, 50));
-  await unmountUnder(root).catch(() => undefined);
-  await loopDetach((await loopsUnder(root).catch(() => [])).map((l) => l.device)).catch(() => undefined);
-  rmSync(root, { recursive: true, force: true });
-  const d = snapshotDiff(snap, await hostSnapshot(), root);
-  if (d.others.length) console.log(`# other host activity meanwhile (not ours):\n# ${d.others.join('\n# ')}`);
-  assert.deepEqual(d.mine, [], 'mounts or loop devices leaked');
+  await removeAndCheckLeaks(root, snap);
 });
 
 describe('VolumeStore', () => {
