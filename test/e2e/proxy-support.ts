@@ -52,6 +52,11 @@ export async function startLocalServer(env: Record<string, string> = {}): Promis
       SANDBOXD_RUNTIME: 'local', SANDBOXD_IMAGE_DIR: o.imageDir, SANDBOXD_RUN_DIR: o.runDir!, SANDBOXD_BRIDGE: o.bridge!,
       SANDBOXD_SUBNET: o.subnet!, SANDBOXD_UID_RANGE_START: String(o.uidRangeStart), SANDBOXD_CGROUP_PARENT: o.cgroupParent!, ...env,
     },
+  }).catch(async (e) => {
+    // A server that died during start-up may have set up its bridge already.
+    await new LocalDriver(o).destroyAll().catch(() => {});
+    rmSync(dataDir, { recursive: true, force: true });
+    throw e;
   });
   return Object.assign(s, {
     subnet: o.subnet!,

@@ -1,6 +1,6 @@
 import type { IncomingMessage } from 'node:http';
 import type { TLSSocket } from 'node:tls';
-import { KEY_HEADER, readCookie } from './headers.js';
+import { KEY_HEADER, readCookies } from './headers.js';
 import { LINK_COOKIE, LINK_PARAM, type PortLinks } from './links.js';
 import { ProxyError } from './reply.js';
 
@@ -66,8 +66,7 @@ export class PortAccess {
       if (a.upgrade || (method !== 'GET' && method !== 'HEAD')) return { kind: 'forward', path };
       return { kind: 'redirect', location: path, cookie: this.cookie(fromQuery, a.req) };
     }
-    const fromCookie = readCookie(a.req, LINK_COOKIE);
-    if (fromCookie !== undefined && this.valid(fromCookie, a)) return { kind: 'forward', path: url };
+    if (readCookies(a.req, LINK_COOKIE).some((t) => this.valid(t, a))) return { kind: 'forward', path: url };
     throw new ProxyError(
       401,
       `Port ${a.port} of sandbox ${a.sandboxId} is private: send the owner's API key in X-Sandboxd-Key, ` +

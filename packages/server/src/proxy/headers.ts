@@ -72,13 +72,17 @@ export function withoutCookie(header: string, name: string): string {
     .join('; ');
 }
 
-/** The value of cookie `name` in the request, if any. */
-export function readCookie(req: IncomingMessage, name: string): string | undefined {
+/**
+ * Every value of cookie `name` in the request. There can be several: a page on another
+ * sandbox host may set one for the parent domain, which the browser then sends too.
+ */
+export function readCookies(req: IncomingMessage, name: string): string[] {
+  const out: string[] = [];
   for (const part of (req.headers.cookie ?? '').split(';')) {
     const eq = part.indexOf('=');
-    if (eq !== -1 && part.slice(0, eq).trim() === name) return part.slice(eq + 1).trim();
+    if (eq !== -1 && part.slice(0, eq).trim() === name) out.push(part.slice(eq + 1).trim());
   }
-  return undefined;
+  return out;
 }
 
 /** The client's IP without the IPv4-mapped prefix. */

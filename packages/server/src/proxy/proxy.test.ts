@@ -175,7 +175,7 @@ describe('port proxy: HTTP (127.0.0.1 stands in for the sandbox)', () => {
     assert.match(cookie, /^sandboxd_token=[^;]+; Path=\/; Max-Age=\d+; HttpOnly; SameSite=Lax$/);
     assert.doesNotMatch(cookie, /Domain=/i, 'host-only: no other sandbox or port gets it');
     const jar = cookie.split(';')[0];
-    const withCookie = await get(f.port, f.host(IDS.priv), { path: '/echo', headers: { cookie: `${jar}; app=1` } });
+    const withCookie = await get(f.port, f.host(IDS.priv), { path: '/echo', headers: { cookie: `sandboxd_token=planted-by-another-sandbox; ${jar}; app=1` } });
     assert.equal(withCookie.status, 200);
     assert.equal(JSON.parse(withCookie.body).headers.cookie, 'app=1');
     const post = await get(f.port, f.host(IDS.priv), { method: 'POST', path: `/echo?sandboxd_token=${token}`, body: 'x' });
