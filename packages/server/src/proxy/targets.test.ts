@@ -61,6 +61,13 @@ describe('SandboxTargets', () => {
     const again = await t.resolve(ID);
     assert.equal(calls.driver, 2, 'expired');
     assert.equal(again.pool, a.pool, 'same address keeps the pooled connections');
+    tick(1000);
+    const racing = t.resolve(ID);
+    t.forget(ID); // the sandbox went while the lookup was in flight
+    assert.equal(await statusOf(racing), 404, 'a lookup overtaken by forget() neither answers nor caches');
+    assert.equal(calls.driver, 3);
+    await t.resolve(ID);
+    assert.equal(calls.driver, 4, 'nothing stale was cached');
     rec.state = 'stopped';
     t.forget(ID);
     assert.equal(await statusOf(t.resolve(ID)), 404);

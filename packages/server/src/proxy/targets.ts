@@ -46,6 +46,8 @@ interface Entry {
 export class SandboxTargets {
   private readonly entries = new Map<string, Entry>();
   private readonly pending = new Map<string, Promise<ProxyTarget>>();
+  /** Ids forgotten while a lookup was in flight: that lookup must not cache what it found. */
+  private readonly stale = new Set<string>();
   private readonly subnet: { base: number; mask: number } | null;
   private readonly cacheMs: number;
   private readonly now: () => number;
@@ -63,7 +65,10 @@ export class SandboxTargets {
     if (hit && this.now() - hit.checkedAt < this.cacheMs) return Promise.resolve(hit.target);
     let p = this.pending.get(sandboxId);
     if (!p) {
-      p = this.lookup(sandboxId).finally(() => this.pending.delete(sandboxId));
+      p = this.lookup(sandboxId).finally(() => {
+        this.pending.delete(sandboxId);
+        this.stale.delete(sandboxId);
+      });
       this.pending.set(sandboxId, p);
     }
     return p;
@@ -74,6 +79,7 @@ export class SandboxTargets {
     const e = this.entries.get(sandboxId);
     this.entries.delete(sandboxId);
     e?.target.pool.destroy();
+    if (this.pending.has(sandboxId)) this.stale.add(sandboxId);
   }
 
   /** Forgets every target; later lookups fail with 404. */
@@ -105,7 +111,7 @@ export class SandboxTargets {
       prev?.target.pool.destroy();
       target = { sandboxId, accountId: rec.accountId, address: rt.address, portsPublic: rec.portsPublic !== false, pool: new UpstreamPool(rt.address) };
     }
-    if (this.closed) {
+    if (this.closed || this.stale.has(sandboxId)) {
       target.pool.destroy();
       throw new ProxyError(404, `No running sandbox ${sandboxId}`, { sandboxId });
     }
