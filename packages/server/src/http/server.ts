@@ -8,6 +8,7 @@ import { buildOpenApi, collectRoutes } from './openapi.js';
 import { accountRoutes } from './routes/account.js';
 import { adminRoutes } from './routes/admin.js';
 import { authRoutes } from './routes/auth.js';
+import { consoleRoutes } from './routes/console.js';
 import { imageRoutes } from './routes/images.js';
 import { sandboxRoutes } from './routes/sandboxes.js';
 import { systemRoutes } from './routes/system.js';
@@ -64,6 +65,7 @@ export function createHttpServer(
   app.register(accountRoutes, full);
   app.register(adminRoutes, full);
   app.register(imageRoutes, full);
+  app.register(consoleRoutes, full);
   for (const r of opts.extraRoutes ?? []) app.register(async (child) => r(child));
   return app;
 }

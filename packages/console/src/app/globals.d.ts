@@ -1,0 +1,2 @@
+/** The content of examples/hello.mjs, put in by the bundler. */
+declare const __HELLO_MJS__: string;

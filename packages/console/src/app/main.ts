@@ -1,0 +1,161 @@
+/**
+ * The console's entry: the page frame (header, navigation, sign-out), the sign-in page and
+ * a small History-API router. Pages render into `<main>` and return a cleanup function.
+ */
+import './csp.js';
+import '@xterm/xterm/css/xterm.css';
+import './styles.css';
+import { AuthenticationError, type AccountInfo } from '@sandboxd/sdk';
+import { bootSignedIn } from './csp.js';
+import { client, errorText, listEvents, signIn, signOut } from './api.js';
+import { h, notice, setChildren } from './dom.js';
+import { renderKeys } from './pages/keys.js';
+import { renderOnboarding } from './pages/onboarding.js';
+import { renderSandbox } from './pages/sandbox.js';
+import { renderSandboxes } from './pages/sandboxes.js';
+
+/** What every page gets: the account and navigation. */
+export interface PageContext {
+  account: AccountInfo;
+  navigate(path: string): void;
+  refreshAccount(): Promise<AccountInfo>;
+}
+
+/** A page: renders into `main`, may return a cleanup called when the user leaves it. */
+export type Page = (main: HTMLElement, ctx: PageContext, params: Record<string, string>) => Promise<(() => void) | void>;
+
+const root = document.getElementById('app')!;
+let account: AccountInfo | null = null;
+let cleanup: (() => void) | void;
+
+const NAV = [
+  { path: '/onboarding', label: 'Get started' },
+  { path: '/sandboxes', label: 'Sandboxes' },
+  { path: '/keys', label: 'API keys' },
+];
+
+function navigate(path: string, replace = false): void {
+  if (replace) history.replaceState(null, '', path);
+  else history.pushState(null, '', path);
+  void route();
+}
+
+function frame(acc: AccountInfo): HTMLElement {
+  const main = h('main', { id: 'main', tabindex: -1 });
+  const here = location.pathname;
+  const nav = h('nav', { 'aria-label': 'Main' }, h('ul', {}, ...NAV.map((n) => h('li', {},
+    h('a', { href: n.path, 'aria-current': here.startsWith(n.path) ? 'page' : null }, n.label)))));
+  const out = h('button', { type: 'button', class: 'btn ghost small', onclick: async () => {
+    await signOut().catch(() => {});
+    account = null;
+    navigate('/login');
+  } }, 'Sign out');
+  const header = h('header', { class: 'top' },
+    h('a', { class: 'brand', href: '/', 'aria-label': 'sandboxd home' }, h('span', { class: 'logo', 'aria-hidden': 'true' }, '>_'), 'sandboxd'),
+    nav,
+    h('div', { class: 'who' }, h('span', { class: 'email', title: acc.email }, acc.email), out));
+  setChildren(root, header, main);
+  return main;
+}
+
+async function loginPage(): Promise<void> {
+  const main = h('main', { id: 'main', class: 'login', tabindex: -1 });
+  setChildren(root, main);
+  const email = h('input', { type: 'email', name: 'email', autocomplete: 'username', required: true, id: 'email' });
+  const password = h('input', { type: 'password', name: 'password', autocomplete: 'current-password', required: true, id: 'password' });
+  const status = h('div', { 'aria-live': 'polite' });
+  const submit = h('button', { type: 'submit', class: 'btn primary wide' }, 'Sign in');
+  const form = h('form', { class: 'card login-card', 'aria-labelledby': 'login-title' },
+    h('div', { class: 'brand big' }, h('span', { class: 'logo', 'aria-hidden': 'true' }, '>_'), 'sandboxd'),
+    h('h1', { id: 'login-title' }, 'Sign in to your console'),
+    h('div', { class: 'field' }, h('label', { for: 'email' }, 'Email'), email),
+    h('div', { class: 'field' }, h('label', { for: 'password' }, 'Password'), password),
+    status, submit,
+    h('p', { class: 'hint' }, 'First start? Open the one-time login link the server printed on its console.'));
+  form.addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    submit.disabled = true;
+    setChildren(status);
+    try {
+      account = await signIn(email.value, password.value);
+      navigate('/', true);
+    } catch (e) {
+      setChildren(status, notice('error', e instanceof AuthenticationError ? 'Wrong email or password.' : errorText(e)));
+    } finally {
+      submit.disabled = false;
+    }
+  });
+  main.append(form);
+  email.focus();
+}
+
+const ROUTES: Array<[RegExp, Page]> = [
+  [/^\/onboarding$/, renderOnboarding],
+  [/^\/keys$/, renderKeys],
+  [/^\/sandboxes(?:\/new)?$/, renderSandboxes],
+  [/^\/sandboxes\/(?<id>sbx_[a-z0-9]+)$/, renderSandbox],
+];
+
+async function home(): Promise<string> {
+  const events = await listEvents().catch(() => []);
+  const done = events.some((e) => e.event === 'onboarding.completed' || e.event === 'onboarding.skipped');
+  return done ? '/sandboxes' : '/onboarding';
+}
+
+async function route(): Promise<void> {
+  if (typeof cleanup === 'function') cleanup();
+  cleanup = undefined;
+  const path = location.pathname.replace(/\/+$/, '') || '/';
+  if (!account) {
+    if (path !== '/login') return navigate('/login', true);
+    return loginPage();
+  }
+  if (path === '/' || path === '/login') return navigate(await home(), true);
+  const match = ROUTES.map(([re, page]) => ({ m: re.exec(path), page })).find((r) => r.m);
+  const main = frame(account);
+  if (!match) {
+    setChildren(main, h('h1', {}, 'Not found'), h('p', {}, h('a', { href: '/sandboxes' }, 'Back to sandboxes')));
+    return;
+  }
+  const ctx: PageContext = {
+    account,
+    navigate: (p) => navigate(p),
+    refreshAccount: async () => (account = ctx.account = await client.account.get()),
+  };
+  try {
+    cleanup = await match.page(main, ctx, (match.m!.groups ?? {}) as Record<string, string>);
+  } catch (e) {
+    if (e instanceof AuthenticationError) {
+      account = null;
+      return navigate('/login', true);
+    }
+    main.append(notice('error', errorText(e)));
+  }
+}
+
+// Same-origin links are routed here instead of loading a page.
+document.addEventListener('click', (ev) => {
+  const a = (ev.target as Element).closest?.('a');
+  if (!a || ev.defaultPrevented || ev.button !== 0 || ev.metaKey || ev.ctrlKey || ev.shiftKey || a.target || a.hasAttribute('download')) return;
+  const url = new URL(a.href, location.href);
+  if (url.origin !== location.origin || url.pathname.startsWith('/api/')) return;
+  ev.preventDefault();
+  navigate(url.pathname + url.search);
+});
+window.addEventListener('popstate', () => void route());
+
+async function start(): Promise<void> {
+  if (bootSignedIn) {
+    try {
+      account = await client.account.get();
+    } catch (e) {
+      if (!(e instanceof AuthenticationError)) {
+        setChildren(root, h('main', { id: 'main' }, notice('error', `Cannot reach the server: ${errorText(e)}`)));
+        return;
+      }
+    }
+  }
+  await route();
+}
+
+void start();

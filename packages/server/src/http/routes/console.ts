@@ -1,0 +1,67 @@
+import { randomBytes } from 'node:crypto';
+import { buildConsole } from '@sandboxd/console';
+import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
+import { parseCookies, SESSION_COOKIE } from '../cookies.js';
+import type { HttpDeps } from '../deps.js';
+
+/** Browser paths of the console; each answers index.html (the app routes on the client). */
+export const CONSOLE_PAGES = ['/', '/login', '/onboarding', '/keys', '/sandboxes', '/sandboxes/new', '/sandboxes/:id'];
+
+/** The Content-Security-Policy of the console; `nonce` only lets xterm.js add its own style elements. */
+export function consoleCsp(nonce: string): string {
+  return [
+    "default-src 'none'",
+    "script-src 'self'",
+    `style-src 'self' 'nonce-${nonce}'`,
+    "img-src 'self'",
+    "font-src 'self'",
+    "connect-src 'self'",
+    "manifest-src 'self'",
+    "base-uri 'none'",
+    "form-action 'self'",
+    "frame-ancestors 'none'",
+  ].join('; ');
+}
+
+function commonHeaders(reply: FastifyReply): FastifyReply {
+  return reply
+    .header('x-content-type-options', 'nosniff')
+    .header('referrer-policy', 'no-referrer')
+    .header('x-frame-options', 'DENY')
+    .header('cross-origin-opener-policy', 'same-origin');
+}
+
+/**
+ * The browser console at `/`: index.html for the console's pages (never for `/api/`,
+ * `/healthz` or `/metrics`, which keep their own answers) and the bundle under `/assets/`.
+ * The bundle is built at start when its sources changed (cached in packages/console/dist).
+ */
+export const consoleRoutes: FastifyPluginAsync<HttpDeps> = async (app, d) => {
+  const assets = await buildConsole();
+  const config = { auth: 'none' as const, hide: true };
+
+  const page = async (req: FastifyRequest, reply: FastifyReply) => {
+    const nonce = randomBytes(18).toString('base64');
+    const token = parseCookies(req.headers.cookie)[SESSION_COOKIE];
+    // Tells the app whether to ask for the account, so a signed-out visit makes no 401 request.
+    const signedIn = token ? await d.services.auth.fromSession(token).then(() => true, () => false) : false;
+    const html = assets.indexHtml.replace('%NONCE%', nonce).replace('%BOOT%', signedIn ? 'signed-in' : 'signed-out');
+    return commonHeaders(reply)
+      .header('content-security-policy', consoleCsp(nonce))
+      .header('cache-control', 'no-store')
+      .type('text/html; charset=utf-8')
+      .send(html);
+  };
+  for (const url of CONSOLE_PAGES) app.get(url, { config }, page);
+
+  app.get<{ Params: { file: string } }>('/assets/:file', { config }, async (req, reply) => {
+    const f = assets.files.get(req.params.file);
+    if (!f) return reply.code(404).type('application/json').send({ code: 404, message: `No console asset ${req.params.file}` });
+    // Names carry a content hash, except the icon.
+    const immutable = f.name !== 'favicon.svg';
+    return commonHeaders(reply)
+      .header('cache-control', immutable ? 'public, max-age=31536000, immutable' : 'public, max-age=3600')
+      .type(f.contentType)
+      .send(f.body);
+  });
+};
