@@ -12,8 +12,11 @@ describe('private ports and port links (composed app, fake driver)', () => {
   const dataDir = mkdtempSync(join(tmpdir(), 'sbxd-link-'));
   before(async () => (t = await makeTestApp({ dataDir })));
   after(async () => {
-    await t.close();
-    rmSync(dataDir, { recursive: true, force: true });
+    try {
+      await t?.close();
+    } finally {
+      rmSync(dataDir, { recursive: true, force: true });
+    }
   });
   const create = async (body: Record<string, unknown>) => t.req({ method: 'POST', url: '/api/v1/sandboxes', payload: { image: 'local/busybox:latest', ...body } });
 
