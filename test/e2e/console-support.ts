@@ -41,6 +41,18 @@ export async function launch(): Promise<Browser> {
     throw e;
   }
   context.setDefaultTimeout(30_000);
+  // Keeps every WebSocket the page opens, so a test can cut them as a network drop would.
+  await context.addInitScript(() => {
+    const Native = window.WebSocket;
+    const all: WebSocket[] = [];
+    (window as unknown as { __sockets: WebSocket[] }).__sockets = all;
+    window.WebSocket = class extends Native {
+      constructor(url: string | URL, protocols?: string | string[]) {
+        super(url, protocols);
+        all.push(this);
+      }
+    };
+  });
   const page = context.pages()[0] ?? (await context.newPage());
   const errors: string[] = [];
   page.on('console', (m) => {
@@ -73,6 +85,23 @@ export async function screenLines(page: Page): Promise<string[]> {
 export async function waitForLine(page: Page, line: string, timeout = 30_000): Promise<void> {
   await page.waitForFunction((want) => [...document.querySelectorAll('.term-panel:not([hidden]) .xterm-rows > div')]
     .some((r) => (r.textContent ?? '').replace(/\u00a0/g, ' ').trim() === want), line, { timeout });
+}
+
+/** Closes every open WebSocket of the page (as a dropped network would end them); returns how many sockets were opened so far. */
+export async function dropSockets(page: Page): Promise<number> {
+  return page.evaluate(() => {
+    const all = (window as unknown as { __sockets: WebSocket[] }).__sockets;
+    for (const ws of all) if (ws.readyState === WebSocket.OPEN) ws.close(4000, 'test: network drop');
+    return all.length;
+  });
+}
+
+/** How many WebSockets the page has opened, and how many of them are open now. */
+export async function socketCount(page: Page): Promise<{ opened: number; open: number }> {
+  return page.evaluate(() => {
+    const all = (window as unknown as { __sockets: WebSocket[] }).__sockets;
+    return { opened: all.length, open: all.filter((w) => w.readyState === WebSocket.OPEN).length };
+  });
 }
 
 /** Types a command into the visible terminal and presses Enter. */

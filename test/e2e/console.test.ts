@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { IMAGE, startServer, type Server } from './harness.js';
-import { launch, PHONE, screenLines, typeCommand, waitForLine, type Browser } from './console-support.js';
+import { dropSockets, launch, PHONE, screenLines, socketCount, typeCommand, waitForLine, type Browser } from './console-support.js';
 
 const EMAIL = `console-${Date.now()}@example.com`;
 const PASSWORD = 'console-password-1';
@@ -189,13 +189,33 @@ describe('browser console', { timeout: 600_000 }, () => {
     await waitForLine(page, 'hi');
     await b.shoot('sandbox-detail');
 
+    // A dropped connection: both tabs reconnect, and the screen is redrawn from the replay.
+    const opened = await dropSockets(page);
+    await page.waitForFunction((n) => {
+      const all = (window as unknown as { __sockets: WebSocket[] }).__sockets;
+      return all.length >= n + 2 && all.slice(n).filter((w) => w.readyState === WebSocket.OPEN).length === 2;
+    }, opened, { timeout: 60_000 });
+    await page.locator('.term-panel:not([hidden])[data-state="connected"]').waitFor();
+    await waitForLine(page, 'hi');
+    await typeCommand(page, 'echo back-$((1+1))');
+    await waitForLine(page, 'back-2');
+    assert.equal((await socketCount(page)).open, 2);
+
+    // The shell of tab 2 ends: its exit code is shown, and it leaves the terminal list.
+    await page.getByRole('tab', { name: 'Shell 2' }).click();
+    await page.locator('.term-panel:not([hidden])[data-state="connected"]').waitFor();
+    await typeCommand(page, 'exit 3');
+    await page.locator('.term-panel:not([hidden])[data-state="exited"]').waitFor();
+    assert.equal(await page.locator('.term-panel:not([hidden]) .term-status').textContent(), 'Shell exited with code 3.');
+    assert.deepEqual((await s.api('GET', `/api/v1/sandboxes/${id}/terminals`, { key })).body.terminals.map((t: { id: string }) => t.id).length, 1);
+
     await page.getByRole('link', { name: 'Sandboxes', exact: true }).first().click();
     await page.locator(`tr[data-sandbox-id="${id}"] time.countdown`).waitFor();
     await b.shoot('sandboxes');
     await page.locator(`tr[data-sandbox-id="${id}"] a`).click();
     await page.locator('.term-panel:not([hidden])[data-state="connected"]').waitFor({ timeout: 60_000 });
-    await waitForLine(page, 'hi'); // replayed
-    assert.equal(await page.getByRole('tab').count(), 2, 'returning re-attaches both shells');
+    await waitForLine(page, 'back-2'); // replayed
+    assert.equal(await page.getByRole('tab').count(), 1, 'returning re-attaches the running shell');
 
     await page.getByRole('button', { name: 'Delete sandbox' }).click();
     await page.getByRole('button', { name: 'Confirm delete' }).click();
