@@ -12,8 +12,9 @@ import { chromium, type BrowserContext, type Page } from 'playwright-core';
 const ROOT = resolve(fileURLToPath(import.meta.url), '../../..');
 /** Where screenshots go (git-ignored). */
 export const SHOTS = join(ROOT, 'artifacts/screenshots');
-/** Viewports the pages are shot at. */
+/** The laptop viewport the pages are shot at. */
 export const DESKTOP = { width: 1280, height: 800 };
+/** The narrow phone viewport the pages are shot at. */
 export const PHONE = { width: 390, height: 844 };
 const FLAGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'];
 

@@ -54,7 +54,10 @@ describe('browser console', { timeout: 600_000 }, () => {
     const html = await page.text();
     const js = /src="(\/assets\/app-[^"]+\.js)"/.exec(html)![1];
     const css = /href="(\/assets\/app-[^"]+\.css)"/.exec(html)![1];
-    assert.match((await fetch(url(js))).headers.get('content-type')!, /^text\/javascript/);
+    const script = await fetch(url(js), { headers: { 'accept-encoding': 'gzip' } });
+    assert.match(script.headers.get('content-type')!, /^text\/javascript/);
+    assert.equal(script.headers.get('content-encoding'), 'gzip');
+    assert.match(await script.text(), /xterm/); // fetch decompresses
     assert.match((await fetch(url(css))).headers.get('content-type')!, /^text\/css/);
     const api = await fetch(url('/api/v1/nope'));
     assert.equal(api.status, 404);

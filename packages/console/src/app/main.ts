@@ -124,6 +124,8 @@ async function route(): Promise<void> {
   };
   try {
     cleanup = await match.page(main, ctx, (match.m!.groups ?? {}) as Record<string, string>);
+    // After a navigation the clicked link is gone: start keyboard and screen-reader users at the page.
+    if (document.activeElement === document.body) main.focus({ preventScroll: true });
   } catch (e) {
     if (e instanceof AuthenticationError) {
       account = null;

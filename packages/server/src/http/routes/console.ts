@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
-import { buildConsole } from '@sandboxd/console';
+import { gzipSync } from 'node:zlib';
+import { buildConsole, type ConsoleAssets } from '@sandboxd/console';
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import { parseCookies, SESSION_COOKIE } from '../cookies.js';
 import type { HttpDeps } from '../deps.js';
@@ -23,6 +24,18 @@ export function consoleCsp(nonce: string): string {
   ].join('; ');
 }
 
+let loading: Promise<ConsoleAssets> | null = null;
+const gzipped = new WeakMap<Buffer, Buffer>();
+
+/** The bundle, built or read once per process (every server in a test process shares it). */
+function loadOnce(): Promise<ConsoleAssets> {
+  loading ??= buildConsole().catch((e) => {
+    loading = null;
+    throw e;
+  });
+  return loading;
+}
+
 function commonHeaders(reply: FastifyReply): FastifyReply {
   return reply
     .header('x-content-type-options', 'nosniff')
@@ -37,7 +50,7 @@ function commonHeaders(reply: FastifyReply): FastifyReply {
  * The bundle is built at start when its sources changed (cached in packages/console/dist).
  */
 export const consoleRoutes: FastifyPluginAsync<HttpDeps> = async (app, d) => {
-  const assets = await buildConsole();
+  const assets = await loadOnce();
   const config = { auth: 'none' as const, hide: true };
 
   const page = async (req: FastifyRequest, reply: FastifyReply) => {
@@ -59,9 +72,16 @@ export const consoleRoutes: FastifyPluginAsync<HttpDeps> = async (app, d) => {
     if (!f) return reply.code(404).type('application/json').send({ code: 404, message: `No console asset ${req.params.file}` });
     // Names carry a content hash, except the icon.
     const immutable = f.name !== 'favicon.svg';
-    return commonHeaders(reply)
+    commonHeaders(reply)
       .header('cache-control', immutable ? 'public, max-age=31536000, immutable' : 'public, max-age=3600')
-      .type(f.contentType)
-      .send(f.body);
+      .header('vary', 'accept-encoding')
+      .type(f.contentType);
+    // Compressed on first use: the script is mostly xterm.js and shrinks about four times.
+    let gz = gzipped.get(f.body);
+    if (!gz) gzipped.set(f.body, (gz = gzipSync(f.body, { level: 9 })));
+    if (/\bgzip\b/.test(String(req.headers['accept-encoding'] ?? '')) && gz.length < f.body.length) {
+      return reply.header('content-encoding', 'gzip').send(gz);
+    }
+    return reply.send(f.body);
   });
 };
