@@ -62,7 +62,10 @@ export function buildOciConfig(o: BundleOptions): Record<string, unknown> {
     { destination: '/dev/pts', type: 'devpts', source: 'devpts', options: ['nosuid', 'noexec', 'newinstance', 'ptmxmode=0666', 'mode=0620'] },
     { destination: '/dev/shm', type: 'tmpfs', source: 'shm', options: ['nosuid', 'noexec', 'nodev', 'mode=1777', 'size=65536k'] },
     { destination: '/dev/mqueue', type: 'mqueue', source: 'mqueue', options: ['nosuid', 'noexec', 'nodev'] },
-    { destination: '/sys', type: 'sysfs', source: 'sysfs', options: ['nosuid', 'noexec', 'nodev', 'ro'] },
+    // A fresh sysfs cannot be mounted: the netns belongs to the host's user namespace. A
+    // recursive read-only bind of the host's /sys (with MASKED_PATHS over it) is what crun
+    // falls back to on its own; runc needs it spelled out.
+    { destination: '/sys', type: 'bind', source: '/sys', options: ['rbind', 'rro', 'nosuid', 'noexec', 'nodev'] },
     { destination: '/sys/fs/cgroup', type: 'cgroup', source: 'cgroup', options: ['nosuid', 'noexec', 'nodev', 'relatime', 'ro'] },
     { destination: '/dev/init', type: 'bind', source: o.initPath, options: ['rbind', 'ro', 'nosuid', 'nodev'] },
     { destination: '/etc/hosts', type: 'bind', source: o.etcFiles.hosts, options: ro },
