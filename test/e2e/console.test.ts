@@ -167,6 +167,8 @@ describe('browser console', { timeout: 600_000 }, () => {
     await waitForLine(page, 'hi');
     await typeCommand(page, 'echo "$GREETING"');
     await waitForLine(page, 'hello from env');
+    await page.keyboard.press('F6'); // leaves the terminal for its tab
+    assert.equal(await page.evaluate(() => document.activeElement?.getAttribute('role')), 'tab');
 
     // Resize: the PTY follows the window.
     const panel = page.locator('.term-panel:not([hidden])');

@@ -41,7 +41,8 @@ export class TerminalTabs {
     const add = h('button', { type: 'button', class: 'btn small new-term', onclick: () => void this.add() }, '+ New terminal');
     this.el = h('section', { class: 'card terminals', 'aria-labelledby': 'term-title' },
       h('div', { class: 'term-head' }, h('h2', { id: 'term-title' }, 'Terminal'), add),
-      h('div', { class: 'tabbar' }, this.list), this.message, this.panels);
+      h('div', { class: 'tabbar' }, this.list), this.message, this.panels,
+      h('p', { class: 'hint' }, 'F6 moves focus from the terminal back to its tab.'));
     this.observer.observe(this.panels);
     window.addEventListener('online', this.onOnline);
   }
@@ -111,6 +112,15 @@ export class TerminalTabs {
     this.select(tab, false);
     xterm.open(screen);
     this.fitActive();
+    // The terminal takes Tab and Escape; F6 hands focus back to the page (no keyboard trap).
+    xterm.attachCustomKeyEventHandler((ev) => {
+      if (ev.key !== 'F6') return true;
+      if (ev.type === 'keydown') {
+        ev.preventDefault();
+        tabBtn.focus();
+      }
+      return false;
+    });
     xterm.onData((d) => {
       if (tab.state === 'connected') tab.conn?.write(d);
     });

@@ -75,6 +75,7 @@ export const renderSandbox: Page = async (main, ctx, params) => {
       await sb.delete();
       terminals.sandboxGone();
       main.classList.add('deleted');
+      del.textContent = 'Deleted';
       for (const b of main.querySelectorAll<HTMLButtonElement>('.lifetime button, .new-term')) b.disabled = true;
       setChildren(stateEl, stateBadge('deleted'));
       setChildren(stopsIn, h('span', { class: 'dim' }, 'deleted'));
