@@ -231,4 +231,24 @@ describe('browser console', { timeout: 600_000 }, () => {
     await b.shoot('sandbox-deleted');
     noConsoleErrors();
   });
+  it('skipping onboarding is stored, and / then opens the sandboxes', async () => {
+    const { page } = b;
+    const email = `skip-${Date.now()}@example.com`;
+    assert.equal((await s.api('POST', '/api/v1/admin/accounts', { body: { email, password: PASSWORD } })).status, 201);
+    await page.getByRole('button', { name: 'Sign out' }).click();
+    await page.getByLabel('Email').fill(email);
+    await page.getByLabel('Password').fill(PASSWORD);
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.getByText('Step 1 of 8').waitFor();
+    await page.getByRole('button', { name: 'Skip onboarding' }).click();
+    await page.getByRole('heading', { name: 'Sandboxes', exact: true }).waitFor();
+    const login = await s.api('POST', '/api/v1/auth/login', { key: null, body: { email, password: PASSWORD } });
+    const cookie = String(login.headers.get('set-cookie')).split(';')[0];
+    const events = (await s.api('GET', '/api/v1/events', { key: null, headers: { cookie } })).body.events.map((e: { event: string }) => e.event);
+    assert.deepEqual(events, ['onboarding.started', STEPS[0], 'onboarding.skipped']);
+    await page.goto(url('/'));
+    await page.getByRole('heading', { name: 'Sandboxes', exact: true }).waitFor();
+    assert.equal(new URL(page.url()).pathname, '/sandboxes');
+    noConsoleErrors();
+  });
 });

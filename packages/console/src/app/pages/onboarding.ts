@@ -77,13 +77,16 @@ export const renderOnboarding: Page = async (main, ctx) => {
   const reached = new Set(events.map((e) => e.event));
   const progress = progressFrom(events);
   const status = h('div', { class: 'track-status', 'aria-live': 'polite' });
+  // One event at a time, so they are stored in the order the user reached them.
+  let queue: Promise<void> = Promise.resolve();
   const report = (event: EventKind, metadata: Record<string, unknown> = {}) => {
-    if (reached.has(event) && !event.endsWith('completed')) return Promise.resolve();
+    if (reached.has(event)) return queue;
     reached.add(event);
-    return track(event, metadata).catch((e) => {
+    queue = queue.then(() => track(event, metadata)).catch((e) => {
       reached.delete(event);
       setChildren(status, notice('error', `Could not record progress: ${errorText(e)}`));
     });
+    return queue;
   };
   if (!progress.started) await report('onboarding.started');
 
@@ -105,7 +108,7 @@ export const renderOnboarding: Page = async (main, ctx) => {
   const head = h('div', { class: 'page-head' },
     h('div', {}, h('h1', {}, 'Get started'), h('p', { class: 'sub' }, progress.done ? 'You have finished onboarding. The steps stay here for reference.' : 'Eight short steps to your first sandbox.')),
     h('button', { type: 'button', class: 'btn ghost', onclick: async () => {
-      await report('onboarding.skipped', { atStep: current + 1 });
+      if (!progress.done) await report('onboarding.skipped', { atStep: current + 1 });
       ctx.navigate('/sandboxes');
     } }, progress.done ? 'Go to sandboxes' : 'Skip onboarding'));
   setChildren(main, head, status, h('div', { class: 'onboarding' }, h('nav', { 'aria-label': 'Onboarding steps' }, list), panel));
