@@ -79,11 +79,14 @@ describe('browser console', { timeout: 600_000 }, () => {
     noConsoleErrors();
   });
 
-  it('signs in with email and password and walks the whole onboarding, resuming after a reload', async () => {
+  it('signs in with email and password (keyboard only) and walks the whole onboarding, resuming after a reload', async () => {
     const { page } = b;
-    await page.getByLabel('Email').fill(EMAIL);
-    await page.getByLabel('Password').fill(PASSWORD);
-    await page.getByRole('button', { name: 'Sign in' }).click();
+    // Keyboard only: the email field has focus; Tab to the password; Enter submits.
+    assert.equal(await page.evaluate(() => document.activeElement?.id), 'email');
+    await page.keyboard.type(EMAIL);
+    await page.keyboard.press('Tab');
+    await page.keyboard.type(PASSWORD);
+    await page.keyboard.press('Enter');
     await page.getByText('Step 1 of 8').waitFor();
     await b.shoot('onboarding-1-welcome');
     const next = () => page.getByRole('button', { name: 'Continue' }).click();
@@ -192,6 +195,8 @@ describe('browser console', { timeout: 600_000 }, () => {
     assert.equal(terms.length, 2);
     await page.getByRole('tab', { name: 'Shell 1' }).click();
     await waitForLine(page, 'hi');
+    await typeCommand(page, 'id');
+    await page.waitForFunction(() => [...document.querySelectorAll('.term-panel:not([hidden]) .xterm-rows > div')].some((r) => r.textContent?.startsWith('uid=0')));
     await b.shoot('sandbox-detail');
 
     // A dropped connection: both tabs reconnect, and the screen is redrawn from the replay.

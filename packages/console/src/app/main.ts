@@ -141,6 +141,7 @@ document.addEventListener('click', (ev) => {
   if (!a || ev.defaultPrevented || ev.button !== 0 || ev.metaKey || ev.ctrlKey || ev.shiftKey || a.target || a.hasAttribute('download')) return;
   const url = new URL(a.href, location.href);
   if (url.origin !== location.origin || url.pathname.startsWith('/api/')) return;
+  if (url.hash && url.pathname === location.pathname) return; // in-page links (the skip link)
   ev.preventDefault();
   navigate(url.pathname + url.search);
 });
