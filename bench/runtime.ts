@@ -13,7 +13,7 @@ import { execFile } from 'node:child_process';
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { Crun } from '../packages/server/src/runtime/local/crun.js';
+import { OciRuntime } from '../packages/server/src/runtime/local/oci-runtime.js';
 import { makeTestDriver } from '../packages/server/src/runtime/local/test-support.js';
 import { report, summarize, timeMs } from './stats.js';
 
@@ -28,7 +28,7 @@ await driver.recover();
 const image = await driver.images.resolve('local/busybox:latest');
 
 const floorRoot = join(dataDir, 'floor');
-const floor = new Crun({ root: join(floorRoot, 'crun') });
+const floor = new OciRuntime({ root: join(floorRoot, 'crun'), binary: 'crun' });
 const bundle = join(floorRoot, 'bundle');
 mkdirSync(bundle, { recursive: true });
 writeFileSync(join(bundle, 'config.json'), JSON.stringify({

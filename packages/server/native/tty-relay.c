@@ -170,7 +170,8 @@ int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
   int ctl_open = fcntl(CTL, F_SETFD, FD_CLOEXEC) == 0;
   fcntl(STATUS, F_SETFD, FD_CLOEXEC);
-  int cn = cn_open(), exit_st = -1;
+  int cn = cn_open(), exit_st = -1, detached = 0;
+  for (int i = 6; i < argc; i++) detached |= !strcmp(argv[i], "--detach"); /* runc: exec returns at once */
   int ls = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (ls < 0 || bind(ls, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(ls, 1) < 0) die("console socket");
 
@@ -224,15 +225,16 @@ int main(int argc, char **argv) {
   int in_open = 1, done = master < 0;
   fcntl(1, F_SETFL, fcntl(1, F_GETFL) | O_NONBLOCK);
   while (!done) {
-    struct pollfd p[6] = {
+    struct pollfd p[7] = {
       { .fd = in_open && !in_len && master >= 0 ? 0 : -1, .events = POLLIN },
       { .fd = master >= 0 && (!out_len || in_len) ? master : -1, .events = (short)((out_len ? 0 : POLLIN) | (in_len ? POLLOUT : 0)) },
       { .fd = out_len ? 1 : -1, .events = POLLOUT },
       { .fd = ctl_open ? CTL : -1, .events = POLLIN },
       { .fd = crun_fd, .events = POLLIN },
       { .fd = cn, .events = POLLIN },
+      { .fd = detached ? pidfd : -1, .events = POLLIN }, /* the process itself exited */
     };
-    if (poll(p, 6, -1) < 0) {
+    if (poll(p, 7, -1) < 0) {
       if (errno == EINTR) continue;
       die("poll");
     }
@@ -273,12 +275,17 @@ int main(int argc, char **argv) {
       if (n < 0 && errno == EPIPE && master >= 0) close(master), master = -1; /* reader gone: hang up */
     }
     if (p[5].revents) cn_read(cn, hostpid, &exit_st);
-    if (p[4].revents) done = 1;
+    if (p[4].revents) { /* the runtime exited: done, unless it only detached from a live process */
+      while (waitpid(crun, &wst, 0) < 0 && errno == EINTR) {}
+      close(crun_fd), crun_fd = -1, crun = 0;
+      done = !detached || pidfd < 0 || !WIFEXITED(wst) || WEXITSTATUS(wst) != 0;
+    }
+    if (p[6].revents) done = 1;
   }
 
   /* crun has exited: deliver what is left (blocking writes), waiting up to 50 ms for bytes
      in flight; a background process that keeps writing is cut off after 1024 reads. */
-  while (waitpid(crun, &wst, 0) < 0 && errno == EINTR) {}
+  while (crun > 0 && waitpid(crun, &wst, 0) < 0 && errno == EINTR) {}
   fcntl(1, F_SETFL, fcntl(1, F_GETFL) & ~O_NONBLOCK);
   if (out_len && write_all(1, out + out_off, out_len - out_off) < 0 && master >= 0) close(master), master = -1;
   for (int i = 0; master >= 0 && i < 1024 && poll(&(struct pollfd){ .fd = master, .events = POLLIN }, 1, 50) > 0; i++) {
@@ -288,6 +295,11 @@ int main(int argc, char **argv) {
   }
   if (cn >= 0) cn_read(cn, hostpid, &exit_st), cn_ctl(cn, PROC_CN_MCAST_IGNORE);
 
+  if (detached && hostpid > 0) { /* the runtime's status says nothing of the process: the kernel's does */
+    if (exit_st >= 0 && WIFSIGNALED(exit_st)) status("signal %d\n", WTERMSIG(exit_st));
+    else status("exit %d\n", exit_st >= 0 ? WEXITSTATUS(exit_st) : 255);
+    return 0;
+  }
   int code = WIFEXITED(wst) ? WEXITSTATUS(wst) : 255;
   if (WIFSIGNALED(wst)) fprintf(stderr, "tty-relay: crun killed by signal %d\n", WTERMSIG(wst));
   if (code > 128 && exit_st >= 0 && WIFSIGNALED(exit_st) && 128 + WTERMSIG(exit_st) == code)

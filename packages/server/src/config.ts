@@ -41,6 +41,8 @@ export interface Config {
   subnet: string;
   /** Local runtime: volatile state (crun's root). */
   runDir: string;
+  /** Local runtime: the OCI runtime binary; unset = crun when installed, else runc. */
+  ociRuntime?: 'crun' | 'runc';
   /** Local runtime: cgroup folder holding every sandbox's cgroup. */
   cgroupParent: string;
   /** Local runtime: first host uid of the per-sandbox 65536-id ranges. */
@@ -123,6 +125,7 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
     bridge: pick('bridge', 'SANDBOXD_BRIDGE', String, 'sbx0'),
     subnet: pick('subnet', 'SANDBOXD_SUBNET', String, '10.89.0.0/16'),
     runDir: resolve(pick('runDir', 'SANDBOXD_RUN_DIR', String, '/run/sandboxd')),
+    ociRuntime: pick<'crun' | 'runc' | undefined>('ociRuntime', 'SANDBOXD_OCI_RUNTIME', oneOf('SANDBOXD_OCI_RUNTIME', ['crun', 'runc'] as const), undefined),
     cgroupParent: pick('cgroupParent', 'SANDBOXD_CGROUP_PARENT', String, 'sandboxd'),
     uidRangeStart: pick('uidRangeStart', 'SANDBOXD_UID_RANGE_START', int('SANDBOXD_UID_RANGE_START', 65536, 2 ** 31), 100_000),
     insecureRegistries: overrides.insecureRegistries ?? (env.SANDBOXD_INSECURE_REGISTRIES ?? (file.insecureRegistries as string[] | undefined)?.join(',') ?? '')

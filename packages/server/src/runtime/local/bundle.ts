@@ -36,7 +36,8 @@ export interface BundleOptions {
   limits: ResourceLimits;
   /** Host uid/gid that sandbox uid/gid 0 maps to. */
   uidBase: number;
-  netnsPath: string;
+  /** Network namespace to join; unset: the runtime makes a new one. */
+  netnsPath?: string;
   /** Host path of a static init (catatonit), bound read-only at /dev/init. */
   initPath: string;
   /** Host files bound read-only over /etc/hosts, /etc/hostname, /etc/resolv.conf. */
@@ -95,7 +96,7 @@ export function buildOciConfig(o: BundleOptions): Record<string, unknown> {
       gidMappings: [{ containerID: 0, hostID: o.uidBase, size: ID_RANGE_SIZE }],
       namespaces: [
         { type: 'pid' }, { type: 'ipc' }, { type: 'uts' }, { type: 'mount' }, { type: 'cgroup' },
-        { type: 'user' }, { type: 'network', path: o.netnsPath },
+        { type: 'user' }, o.netnsPath ? { type: 'network', path: o.netnsPath } : { type: 'network' },
       ],
       resources: {
         devices: [{ allow: false, access: 'rwm' }],

@@ -8,21 +8,23 @@ import type { LocalDriver } from './driver.js';
 import { makeTestDriver } from './test-support.js';
 
 const cleanup: string[] = [];
-runDriverConformance({
-  name: 'local (crun)',
-  image: 'local/busybox:latest',
-  make: async () => {
-    const { driver, dataDir } = makeTestDriver('conf');
-    cleanup.push(dataDir);
-    await driver.init();
-    await driver.recover();
-    return driver;
-  },
-  destroy: async (d) => {
-    await (d as LocalDriver).destroyAll();
-    for (const dir of cleanup.splice(0)) rmSync(dir, { recursive: true, force: true });
-  },
-});
+for (const ociRuntime of ['crun', 'runc'] as const) {
+  runDriverConformance({
+    name: `local (${ociRuntime})`,
+    image: 'local/busybox:latest',
+    make: async () => {
+      const { driver, dataDir } = makeTestDriver(`conf${ociRuntime}`, { ociRuntime });
+      cleanup.push(dataDir);
+      await driver.init();
+      await driver.recover();
+      return driver;
+    },
+    destroy: async (d) => {
+      await (d as LocalDriver).destroyAll();
+      for (const dir of cleanup.splice(0)) rmSync(dir, { recursive: true, force: true });
+    },
+  });
+}
 
 const LIMITS = { memoryBytes: 128 * 1024 * 1024, cpus: 0.5, pids: 64, rootDiskBytes: 64 * 1024 * 1024 };
 

@@ -7,7 +7,7 @@ import type {
   SandboxSpec, TtyOptions, VolumeInfo,
 } from '../driver.js';
 import { buildOciConfig, ID_RANGE_SIZE, SANDBOX_CAPABILITIES } from './bundle.js';
-import { Crun, nsPid, processStart } from './crun.js';
+import { defaultOciRuntime, OciRuntime, nsPid, processStart, type OciRuntimeName } from './oci-runtime.js';
 import { resolveImageUser } from './image-user.js';
 import { ImageStore } from './images/store.js';
 import { NetworkManager } from './network.js';
@@ -35,6 +35,8 @@ export interface LocalDriverOptions {
   insecureRegistries?: string[];
   /** Static init bound at /dev/init. Default `/usr/bin/catatonit`. */
   initPath?: string;
+  /** OCI runtime; default crun when installed, else runc. */
+  ociRuntime?: OciRuntimeName;
 }
 
 /** What the driver keeps on disk per sandbox, so a restarted process can adopt it. */
@@ -76,13 +78,13 @@ export function checkMountPath(p: string): void {
  */
 export class LocalDriver implements RuntimeDriver {
   readonly images: ImageStore;
-  private readonly crun: Crun;
+  private readonly crun: OciRuntime;
   private readonly network: NetworkManager;
   private readonly roots: RootfsManager;
   private readonly volumes: VolumeStore;
   private readonly records = new Map<string, SandboxRecord>();
   private readonly stateDir: string;
-  private readonly opts: Required<Omit<LocalDriverOptions, 'registryCredentials' | 'insecureRegistries'>>;
+  private readonly opts: Required<Omit<LocalDriverOptions, 'registryCredentials' | 'insecureRegistries' | 'ociRuntime'>>;
   private seccomp: OciSeccomp | undefined;
 
   constructor(opts: LocalDriverOptions) {
@@ -92,7 +94,8 @@ export class LocalDriver implements RuntimeDriver {
     } as LocalDriver['opts'];
     this.stateDir = join(opts.dataDir, 'sandboxes');
     this.images = new ImageStore({ dir: opts.imageDir, credentials: opts.registryCredentials, insecureRegistries: opts.insecureRegistries });
-    this.crun = new Crun({ root: join(this.opts.runDir, 'crun') });
+    const runtime = opts.ociRuntime ?? defaultOciRuntime();
+    this.crun = new OciRuntime({ root: join(this.opts.runDir, runtime), binary: runtime });
     this.network = new NetworkManager({ bridge: this.opts.bridge, subnet: this.opts.subnet, egress: this.opts.egress });
     this.roots = new RootfsManager({ dir: join(opts.dataDir, 'roots') });
     this.volumes = new VolumeStore({ dir: join(opts.dataDir, 'volumes') });
@@ -161,16 +164,19 @@ export class LocalDriver implements RuntimeDriver {
         await this.volumes.ensure(v.name, v.sizeGb);
         volumePaths.push(await this.volumes.acquire(v.name, spec.id));
       }
-      const [root, net] = await Promise.all([
+      // crun joins a netns made beforehand. runc joins the user namespace first and then
+      // cannot enter a netns owned by the host's, so it makes its own, wired after start.
+      const netFirst = this.crun.binary === 'crun';
+      const [root, early] = await Promise.all([
         this.roots.prepare({ id: spec.id, lowerDir: image.rootfsDir, rootDiskBytes: spec.limits.rootDiskBytes, uidBase, volumes: volumePaths }),
-        this.network.attach(spec.id),
+        netFirst ? this.network.attach(spec.id) : Promise.resolve(null),
       ]);
       const volumes = root.volumes.map((staged, i) => volumeOciMount(staged, spec.volumes[i].mountPath));
-      partial.address = net.address;
-      partial.netnsPath = net.netnsPath;
       const hostname = spec.hostname ?? spec.id;
       const etc = { hosts: join(dir, 'hosts'), hostname: join(dir, 'hostname'), resolv: undefined as string | undefined };
-      await writeFile(etc.hosts, `127.0.0.1\tlocalhost\n::1\tlocalhost\n${net.address}\t${hostname}\n`);
+      // Rewritten in place (same inode, so the bind mount shows it) once the address is known.
+      const writeHosts = (address: string) => writeFile(etc.hosts, `127.0.0.1\tlocalhost\n::1\tlocalhost\n${address ? `${address}\t${hostname}\n` : ''}`);
+      await writeHosts(early?.address ?? '');
       await writeFile(etc.hostname, `${hostname}\n`);
       if (this.opts.egress === 'nat' && existsSync('/etc/resolv.conf')) {
         etc.resolv = join(dir, 'resolv.conf');
@@ -178,11 +184,15 @@ export class LocalDriver implements RuntimeDriver {
       }
       const config = buildOciConfig({
         id: spec.id, hostname, rootfs: root.rootfs, env: partial.env, limits: spec.limits, uidBase,
-        netnsPath: net.netnsPath, initPath: this.opts.initPath, etcFiles: etc, volumes, seccomp: this.seccomp!,
+        netnsPath: early?.netnsPath, initPath: this.opts.initPath, etcFiles: etc, volumes, seccomp: this.seccomp!,
         cgroupsPath: `/${this.opts.cgroupParent}/${spec.id}`,
       });
       await writeFile(join(dir, 'config.json'), JSON.stringify(config));
       partial.initPid = await this.crun.run(spec.id, dir);
+      const net = early ?? (await this.network.attach(spec.id, { pid: partial.initPid }));
+      if (!early) await writeHosts(net.address);
+      partial.address = net.address;
+      partial.netnsPath = net.netnsPath;
       partial.initStart = processStart(partial.initPid);
       partial.phase = 'ready';
       await this.writeRecord(partial);
@@ -249,6 +259,7 @@ export class LocalDriver implements RuntimeDriver {
     return spawnTty({
       crunArgv: this.crun.argv, containerId: id, argv: options.argv, env: Object.fromEntries(mergeEnvList(rec.env, options.env).map(splitEnv)),
       cwd: options.cwd ?? rec.workingDir, user: rec.user, cols: options.cols, rows: options.rows,
+      detach: this.crun.binary === 'runc',
     });
   }
 
@@ -392,7 +403,7 @@ function sleep(ms: number): Promise<void> {
 export function createLocalDriver(config: Readonly<Config>): LocalDriver {
   return new LocalDriver({
     dataDir: config.dataDir, imageDir: config.imageDir, runDir: config.runDir, bridge: config.bridge, subnet: config.subnet,
-    egress: config.egress, uidRangeStart: config.uidRangeStart, cgroupParent: config.cgroupParent,
+    egress: config.egress, uidRangeStart: config.uidRangeStart, cgroupParent: config.cgroupParent, ociRuntime: config.ociRuntime,
     insecureRegistries: [...config.insecureRegistries], registryCredentials: { ...config.registryCredentials },
   });
 }

@@ -25,6 +25,8 @@ export interface AttachPlan {
   address: string;
   prefixLen: number;
   gateway: string;
+  /** Name the netns of this running process instead of making a new one (`ip netns attach`). */
+  pid?: number;
 }
 
 /** A `sh` invocation for `runTool`: argv plus the texts for stdin and fd 3. */
@@ -35,7 +37,8 @@ export interface ShellCommand {
 }
 
 /**
- * The one command that builds a sandbox network: netns `sbx-<id>`; a veth pair made with its
+ * The one command that builds a sandbox network: netns `sbx-<id>` (new, or the netns of
+ * process `pid`, for runtimes that make it themselves); a veth pair made with its
  * sandbox end already inside (named eth0, MAC from the id) and its host end on the bridge as
  * an isolated, locked port that learns and floods nothing; a static FDB entry (the only
  * source MAC the locked port lets in) and a permanent neighbour entry, so the host reaches
@@ -47,7 +50,7 @@ export function attachCommand(p: AttachPlan): ShellCommand {
   const ns = netnsName(p.id);
   const mac = sandboxMac(p.id);
   const host = [
-    `netns add ${ns}`,
+    p.pid ? `netns attach ${ns} ${p.pid}` : `netns add ${ns}`,
     `link add ${veth} master ${p.bridge} type veth peer name eth0 netns ${ns} address ${mac}`,
     `link set ${veth} alias sandboxd:${p.id} addrgenmode none`,
     `link set ${veth} type bridge_slave isolated on learning off flood off locked on`,

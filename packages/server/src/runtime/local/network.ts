@@ -109,13 +109,16 @@ export class NetworkManager {
   /**
    * Creates netns `sbx-<id>` with eth0 (a free subnet address, default route via the
    * gateway), lo up and IPv6 off, joined to the bridge. Resolves once crun can join
-   * `netnsPath`. Throws `validation` (bad id), `conflict` (the id's netns or port exists),
-   * `internal` (not initialised, pool exhausted, a tool failed; nothing is left behind).
+   * `netnsPath`. With `pid`, the netns is that running process's own (named, not made), for
+   * runtimes that create the netns themselves. Throws `validation` (bad id), `conflict`
+   * (the id's netns or port exists), `internal` (not initialised, pool exhausted, a tool
+   * failed; nothing is left behind).
    */
-  async attach(id: string): Promise<SandboxNet> {
+  async attach(id: string, opts: { pid?: number } = {}): Promise<SandboxNet> {
     checkSandboxId(id);
     if (!this.#ready) throw new SandboxdError('internal', 'network: init() must run before attach()');
-    return this.#locked(id, () => this.#attach(id));
+    if (opts.pid !== undefined && !(Number.isSafeInteger(opts.pid) && opts.pid > 1)) throw new SandboxdError('validation', `network: bad pid ${opts.pid}`);
+    return this.#locked(id, () => this.#attach(id, opts.pid));
   }
 
   /** Removes the netns, veth pair, FDB and neighbour entries of `id`. Unknown id: no-op. */
@@ -174,7 +177,7 @@ export class NetworkManager {
     this.#cursor = this.#plan.first;
   }
 
-  async #attach(id: string): Promise<SandboxNet> {
+  async #attach(id: string, pid?: number): Promise<SandboxNet> {
     const veth = hostVethName(id);
     if (this.#nets.has(id) || existsSync(netnsPath(id)) || existsSync(`/sys/class/net/${veth}`)) {
       throw new SandboxdError('conflict', `network of sandbox ${id} exists`);
@@ -183,7 +186,7 @@ export class NetworkManager {
     const addr = this.#allocate(id);
     const net = this.#describe(id, intToIp(addr));
     try {
-      await this.#create(id, net.address);
+      await this.#create(id, net.address, pid);
     } catch (e) {
       await this.#remove(id).catch(() => {});
       throw e;
@@ -192,9 +195,9 @@ export class NetworkManager {
     return net;
   }
 
-  async #create(id: string, address: string): Promise<void> {
+  async #create(id: string, address: string, pid?: number): Promise<void> {
     const { bridge } = this.#opts;
-    const cmd = attachCommand({ id, bridge, address, prefixLen: this.#plan.prefix.len, gateway: this.#gateway });
+    const cmd = attachCommand({ id, bridge, address, prefixLen: this.#plan.prefix.len, gateway: this.#gateway, pid });
     await runTool('sh', cmd.args, { input: cmd.input, fd3: cmd.fd3 });
   }
 

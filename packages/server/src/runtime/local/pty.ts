@@ -40,6 +40,11 @@ export interface SpawnTtyOptions {
   user?: string;
   cols: number;
   rows: number;
+  /**
+   * Pass `--detach` to the runtime (runc accepts a console socket only when detaching); the
+   * relay then follows the process itself and reads its exit status from the kernel.
+   */
+  detach?: boolean;
 }
 
 type ExitInfo = { exitCode: number; signal: string | null };
@@ -70,7 +75,7 @@ export async function spawnTty(opts: SpawnTtyOptions): Promise<PtyProcess> {
   const dir = mkdtempSync(join(tmpdir(), 'sbx-tty-'));
   const sock = join(dir, 's');
   const pidFile = join(dir, 'p');
-  const crun = [...opts.crunArgv, 'exec', '--tty', '--console-socket', sock, '--pid-file', pidFile];
+  const crun = [...opts.crunArgv, 'exec', '--tty', ...(opts.detach ? ['--detach'] : []), '--console-socket', sock, '--pid-file', pidFile];
   if (opts.cwd !== undefined) crun.push('--cwd', opts.cwd);
   for (const [k, v] of Object.entries(opts.env ?? {})) crun.push('--env', `${k}=${v}`);
   if (opts.user !== undefined) crun.push('--user', opts.user);

@@ -36,18 +36,34 @@ function hybridNeedsUnmount(): boolean {
   }
 }
 
-/** A thin wrapper over the `crun` binary with its own state root. */
-export class Crun {
-  readonly root: string;
-  readonly binary: string;
-  private readonly hybrid = hybridNeedsUnmount();
+export type OciRuntimeName = 'crun' | 'runc';
 
-  constructor(opts: { root: string; binary?: string }) {
+/** crun when installed, else runc (slower to start, but runs where crun does not). */
+export function defaultOciRuntime(): OciRuntimeName {
+  return ['/usr/bin/crun', '/usr/local/bin/crun'].some((p) => existsSync(p)) ? 'crun' : 'runc';
+}
+
+/**
+ * A thin wrapper over an OCI runtime binary with its own state root: crun, or runc, whose
+ * command lines agree on everything used here but the log flag.
+ */
+export class OciRuntime {
+  readonly root: string;
+  readonly binary: OciRuntimeName;
+  private readonly hybrid: boolean;
+
+  constructor(opts: { root: string; binary?: OciRuntimeName }) {
     this.root = opts.root;
-    this.binary = opts.binary ?? 'crun';
+    this.binary = opts.binary ?? defaultOciRuntime();
+    this.hybrid = this.binary === 'crun' && hybridNeedsUnmount();
   }
 
-  /** argv prefix for `crun --root <root>` (used by the PTY relay too). */
+  /** The global flag that sends the runtime's own error messages to `path`. */
+  private logFlag(path: string): string[] {
+    return this.binary === 'crun' ? [`--log=file:${path}`] : ['--log', path];
+  }
+
+  /** argv prefix `<runtime> --root <root>` (used by the PTY relay too). */
   get argv(): string[] {
     return [this.binary, '--root', this.root];
   }
@@ -56,7 +72,7 @@ export class Crun {
   async run(id: string, bundle: string): Promise<number> {
     const log = join(bundle, 'crun.log');
     const pidFile = join(bundle, 'init.pid');
-    const args = [this.binary, '--root', this.root, `--log=file:${log}`, 'run', '--detach', '--pid-file', pidFile, '--bundle', bundle, id];
+    const args = [this.binary, '--root', this.root, ...this.logFlag(log), 'run', '--detach', '--pid-file', pidFile, '--bundle', bundle, id];
     const [cmd, argv] = this.hybrid
       ? ['unshare', ['-m', '--propagation', 'private', '--', 'sh', '-c', 'umount /sys/fs/cgroup/unified && exec "$@"', 'sh', ...args]]
       : [args[0], args.slice(1)];
@@ -69,7 +85,7 @@ export class Crun {
     });
     if (code !== 0) {
       const why = await readFile(log, 'utf8').catch(() => '');
-      throw new Error(`crun run ${id} failed (${code}): ${why.trim().split('\n').slice(-3).join('; ')}`);
+      throw new Error(`${this.binary} run ${id} failed (${code}): ${why.trim().split('\n').slice(-3).join('; ')}`);
     }
     return Number((await readFile(pidFile, 'utf8')).trim());
   }
@@ -155,13 +171,13 @@ export class Crun {
     // No pipes: the detached process would inherit them and keep them open for its life.
     const log = `${o.pidFile}.log`;
     const code = await new Promise<number | null>((resolve, reject) => {
-      const child = spawn(this.binary, [`--log=file:${log}`, ...args], { stdio: 'ignore' });
+      const child = spawn(this.binary, [...this.logFlag(log), ...args], { stdio: 'ignore' });
       child.on('error', reject);
       child.on('exit', resolve);
     });
     const why = await readFile(log, 'utf8').catch(() => '');
     await rm(log, { force: true });
-    if (code !== 0) throw new Error(`crun exec --detach failed (${code}): ${why.trim().split('\n').slice(-2).join('; ')}`);
+    if (code !== 0) throw new Error(`${this.binary} exec --detach failed (${code}): ${why.trim().split('\n').slice(-2).join('; ')}`);
     const pid = Number((await readFile(o.pidFile, 'utf8')).trim());
     await rm(o.pidFile, { force: true });
     return pid;
