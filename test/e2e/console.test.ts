@@ -166,6 +166,24 @@ describe('browser console', { timeout: 600_000 }, () => {
     assert.equal((await s.api('GET', `/api/v1/sandboxes/${id}`, { key })).body.sandbox.state, 'started');
     await page.locator('.term-panel[data-state="connected"]').waitFor({ timeout: 60_000 });
 
+    // Lifetime: longer, shorter, and the server's limit shown at the field.
+    const stopAt = async () => Date.parse((await s.api('GET', `/api/v1/sandboxes/${id}`, { key })).body.sandbox.stopAt);
+    const before = await stopAt();
+    await page.getByRole('button', { name: '+10 min' }).click();
+    await page.getByText('Lifetime updated').waitFor();
+    const longer = await stopAt();
+    assert.ok(longer > before, 'extended');
+    await page.getByLabel('Stop in (minutes from now)').fill('120');
+    await page.getByRole('button', { name: 'Set lifetime' }).click();
+    await page.locator('#lifetime-error').getByText(/timeoutMs must be at most/).waitFor();
+    noConsoleErrors([/status of 400/]);
+    await page.getByRole('button', { name: '−5 min' }).click();
+    await page.waitForFunction(() => !document.querySelector('#lifetime-error:not([hidden])'));
+    assert.ok((await stopAt()) < longer, 'shortened');
+    const portUrl = await page.locator('.port-link a').getAttribute('href');
+    assert.equal(portUrl, `http://8000-${id}.sandbox.localhost:${s.port}`);
+    await page.getByText('1 / 5').waitFor(); // running sandboxes of the plan's limit
+
     await typeCommand(page, 'echo hi');
     await waitForLine(page, 'hi');
     await typeCommand(page, 'echo "$GREETING"');

@@ -2,7 +2,7 @@
  * One sandbox: details, lifetime (extend or shorten), delete, public port links, the
  * account's balance and concurrency, and the web terminals.
  */
-import { Sandbox, ValidationError } from '@sandboxd/sdk';
+import { NotFoundError, Sandbox, ValidationError } from '@sandboxd/sdk';
 import { client, errorText } from '../api.js';
 import { countdown, field, formatDate, h, notice, setChildren, setFieldError } from '../dom.js';
 import type { Page } from '../main.js';
@@ -105,5 +105,20 @@ export const renderSandbox: Page = async (main, ctx, params) => {
       h('section', { class: 'card', 'aria-labelledby': 'a-title' }, h('h2', { id: 'a-title' }, 'Account'), figures)),
     sb.state === 'started' ? terminals.el : h('section', { class: 'card' }, h('h2', {}, 'Terminal'), h('p', { class: 'empty' }, `The sandbox is ${sb.state}; terminals need a started sandbox.`)));
   if (sb.state === 'started') await terminals.init();
-  return () => terminals.dispose();
+  // The state changes by itself at stopAt (or by another client): follow it.
+  let gone = false;
+  const poll = setInterval(() => {
+    if (gone || main.classList.contains('deleted')) return;
+    sb.refresh().then(showState, (e) => {
+      if (!(e instanceof NotFoundError)) return;
+      gone = true;
+      terminals.sandboxGone();
+      setChildren(stateEl, stateBadge('deleted'));
+      setChildren(stopsIn, h('span', { class: 'dim' }, 'deleted'));
+    });
+  }, 10_000);
+  return () => {
+    clearInterval(poll);
+    terminals.dispose();
+  };
 };
