@@ -1,10 +1,10 @@
 /**
- * Bundles the console with esbuild into `packages/console/dist/`, once per change of its
- * sources: a fingerprint of the inputs is stored beside the bundle, and a later call with
- * the same inputs only reads the files back (a few ms), so the server can call this at start.
+ * Bundles the console with esbuild into `packages/console/dist/<fingerprint>/`, once per
+ * change of its inputs: a later call with the same inputs only reads the files back (a few
+ * ms), so the server can call this at start.
  */
 import { createHash } from 'node:crypto';
-import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { basename, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -60,19 +60,17 @@ function readBuilt(dir: string): ConsoleAssets {
 }
 
 /**
- * The console bundle, built into `dist/` when its inputs changed since the last build.
- * Safe when several processes call it at once: each builds into its own folder and renames.
+ * The console bundle, built into `dist/<fingerprint>/` when no build of the current inputs
+ * exists. Safe when several processes start at once: each builds into its own temporary
+ * folder and renames it into place; whoever comes second uses the first one's build.
  */
 export async function buildConsole(opts: { outDir?: string; force?: boolean } = {}): Promise<ConsoleAssets> {
-  const out = opts.outDir ?? join(CONSOLE_DIR, 'dist');
+  const root = opts.outDir ?? join(CONSOLE_DIR, 'dist');
   const stamp = fingerprint();
-  try {
-    if (!opts.force && readFileSync(join(out, 'STAMP'), 'utf8') === stamp) return readBuilt(out);
-  } catch {
-    /* not built yet */
-  }
+  const out = join(root, stamp);
+  if (!opts.force && existsSync(join(out, 'STAMP'))) return readBuilt(out);
   const { build } = await import('esbuild');
-  const tmp = `${out}.tmp-${process.pid}-${Date.now()}`;
+  const tmp = join(root, `.tmp-${process.pid}-${Date.now()}-${Math.random().toString(36).slice(2)}`);
   mkdirSync(join(tmp, 'assets'), { recursive: true });
   try {
     const result = await build({
@@ -99,13 +97,15 @@ export async function buildConsole(opts: { outDir?: string; force?: boolean } = 
     writeFileSync(join(tmp, 'index.html'), html);
     writeFileSync(join(tmp, 'assets', 'favicon.svg'), readFileSync(join(APP, 'favicon.svg')));
     writeFileSync(join(tmp, 'STAMP'), stamp);
-    rmSync(out, { recursive: true, force: true });
+    if (opts.force) rmSync(out, { recursive: true, force: true });
     try {
       renameSync(tmp, out);
     } catch (e) {
-      // Another process renamed its build first: same inputs, same output; use it.
-      if (!statSync(join(out, 'STAMP'), { throwIfNoEntry: false })) throw e;
+      // Another process put the same build in place first: use it.
+      if (!existsSync(join(out, 'STAMP'))) throw e;
     }
+    // Builds of older sources are of no use any more.
+    for (const d of readdirSync(root)) if (d !== stamp && !d.startsWith('.tmp-')) rmSync(join(root, d), { recursive: true, force: true });
     return readBuilt(out);
   } finally {
     rmSync(tmp, { recursive: true, force: true });
