@@ -69,6 +69,11 @@ export function runDriverConformance(target: ConformanceTarget): void {
       await rejectsWith(driver.create(spec({ image: 'local/no-such-image:latest' })), 'template_not_found');
       const s = await driver.create(spec());
       await rejectsWith(driver.create(spec({ id: s.id })), 'conflict');
+      // Two creates of one id at once: exactly one wins.
+      const twin = spec();
+      const both = await Promise.allSettled([driver.create(twin), driver.create(twin)]);
+      assert.equal(both.filter((r) => r.status === 'fulfilled').length, 1);
+      await driver.delete(twin.id);
       await rejectsWith(driver.create(spec({ volumes: [{ name: `v_${seq++}`, mountPath: '/proc/x', sizeGb: 1 }] })), 'validation');
       await driver.delete(s.id);
     });

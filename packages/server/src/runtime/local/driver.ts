@@ -83,6 +83,8 @@ export class LocalDriver implements RuntimeDriver {
   private readonly roots: RootfsManager;
   private readonly volumes: VolumeStore;
   private readonly records = new Map<string, SandboxRecord>();
+  /** Ids between create's first check and its record: a second create of one id must see them. */
+  private readonly reserved = new Set<string>();
   private readonly stateDir: string;
   private readonly opts: Required<Omit<LocalDriverOptions, 'registryCredentials' | 'insecureRegistries' | 'ociRuntime'>>;
   private seccomp: OciSeccomp | undefined;
@@ -142,9 +144,20 @@ export class LocalDriver implements RuntimeDriver {
 
   async create(spec: SandboxSpec): Promise<RuntimeSandbox> {
     if (!ID_RE.test(spec.id)) throw new SandboxdError('validation', `sandbox id "${spec.id}" must match ${ID_RE}`);
-    if (this.records.has(spec.id) || existsSync(join(this.stateDir, spec.id))) throw new SandboxdError('conflict', `sandbox ${spec.id} exists`);
     for (const v of spec.volumes) checkMountPath(v.mountPath);
     checkLimits(spec.limits);
+    if (this.records.has(spec.id) || this.reserved.has(spec.id) || existsSync(join(this.stateDir, spec.id))) {
+      throw new SandboxdError('conflict', `sandbox ${spec.id} exists`);
+    }
+    this.reserved.add(spec.id);
+    try {
+      return await this.createReserved(spec);
+    } finally {
+      this.reserved.delete(spec.id);
+    }
+  }
+
+  private async createReserved(spec: SandboxSpec): Promise<RuntimeSandbox> {
     const image = await this.images.resolve(spec.image);
     const slot = this.allocSlot();
     const uidBase = this.opts.uidRangeStart + slot * ID_RANGE_SIZE;
