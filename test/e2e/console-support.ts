@@ -23,8 +23,8 @@ export interface Browser {
   context: BrowserContext;
   page: Page;
   errors: string[];
-  /** Saves `<name>-desktop.png` and `<name>-phone.png` (full page), then restores the desktop size. */
-  shoot(name: string): Promise<void>;
+  /** Saves `<name>-desktop.png` and `<name>-phone.png` (full page), then restores the desktop size; `dark` adds `<name>-dark.png`. */
+  shoot(name: string, opts?: { dark?: boolean }): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -62,8 +62,13 @@ export async function launch(): Promise<Browser> {
   page.on('pageerror', (e) => errors.push(`page error: ${e.message}`));
   return {
     context, page, errors,
-    async shoot(name) {
+    async shoot(name, opts = {}) {
       await page.screenshot({ path: join(SHOTS, `${name}-desktop.png`), fullPage: true });
+      if (opts.dark) {
+        await page.emulateMedia({ colorScheme: 'dark' });
+        await page.screenshot({ path: join(SHOTS, `${name}-dark.png`), fullPage: true });
+        await page.emulateMedia({ colorScheme: 'light' });
+      }
       await page.setViewportSize(PHONE);
       await page.waitForTimeout(300); // let the terminal refit; only the picture depends on it
       await page.screenshot({ path: join(SHOTS, `${name}-phone.png`), fullPage: true });

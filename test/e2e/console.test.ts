@@ -101,7 +101,7 @@ describe('browser console', { timeout: 600_000 }, () => {
     key = (await page.locator('.code.secret pre').textContent())!.trim();
     assert.match(key, /^sk_[A-Za-z0-9]{40}$/);
     await page.getByRole('button', { name: 'Copy API key' }).waitFor();
-    await b.shoot('onboarding-4-token');
+    await b.shoot('onboarding-4-token', { dark: true });
     await next();
     await page.getByText(`export SANDBOX_API_KEY=${key}`).waitFor();
     await next();
@@ -215,7 +215,7 @@ describe('browser console', { timeout: 600_000 }, () => {
     await waitForLine(page, 'hi');
     await typeCommand(page, 'id');
     await page.waitForFunction(() => [...document.querySelectorAll('.term-panel:not([hidden]) .xterm-rows > div')].some((r) => r.textContent?.startsWith('uid=0')));
-    await b.shoot('sandbox-detail');
+    await b.shoot('sandbox-detail', { dark: true });
 
     // A dropped connection: both tabs reconnect, and the screen is redrawn from the replay.
     const opened = await dropSockets(page);
