@@ -102,7 +102,10 @@ async function home(): Promise<string> {
   return done ? '/sandboxes' : '/onboarding';
 }
 
+let generation = 0;
+
 async function route(): Promise<void> {
+  const gen = ++generation;
   if (typeof cleanup === 'function') cleanup();
   cleanup = undefined;
   const path = location.pathname.replace(/\/+$/, '') || '/';
@@ -123,10 +126,14 @@ async function route(): Promise<void> {
     refreshAccount: async () => (account = ctx.account = await client.account.get()),
   };
   try {
-    cleanup = await match.page(main, ctx, (match.m!.groups ?? {}) as Record<string, string>);
+    const done = await match.page(main, ctx, (match.m!.groups ?? {}) as Record<string, string>);
+    // The user may have moved on while this page loaded: then it is cleaned up at once.
+    if (gen !== generation) return void (typeof done === 'function' && done());
+    cleanup = done;
     // After a navigation the clicked link is gone: start keyboard and screen-reader users at the page.
     if (document.activeElement === document.body) main.focus({ preventScroll: true });
   } catch (e) {
+    if (gen !== generation) return;
     if (e instanceof AuthenticationError) {
       account = null;
       return navigate('/login', true);
