@@ -254,15 +254,18 @@ describe('browser console', { timeout: 600_000 }, () => {
     await b.shoot('sandbox-deleted');
     noConsoleErrors();
   });
-  it('skipping onboarding is stored, and / then opens the sandboxes', async () => {
+  it('signs up; skipping onboarding is stored, and / then opens the sandboxes', async () => {
     const { page } = b;
     const email = `skip-${Date.now()}@example.com`;
-    assert.equal((await s.api('POST', '/api/v1/admin/accounts', { body: { email, password: PASSWORD } })).status, 201);
     await page.getByRole('button', { name: 'Sign out' }).click();
+    await page.getByRole('link', { name: 'Create one' }).click();
+    await page.getByRole('heading', { name: 'Create your account' }).waitFor();
+    await b.shoot('signup');
     await page.getByLabel('Email').fill(email);
     await page.getByLabel('Password').fill(PASSWORD);
-    await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.getByRole('button', { name: 'Create account' }).click();
     await page.getByText('Step 1 of 8').waitFor();
+    await page.getByText(email).waitFor();
     await page.getByRole('button', { name: 'Skip onboarding' }).click();
     await page.getByRole('heading', { name: 'Sandboxes', exact: true }).waitFor();
     const login = await s.api('POST', '/api/v1/auth/login', { key: null, body: { email, password: PASSWORD } });

@@ -20,6 +20,12 @@ export async function signIn(email: string, password: string): Promise<AccountIn
   return client.account.get();
 }
 
+/** Creates an account on the server's default plan; the server sets the session cookie. */
+export async function signUp(email: string, password: string): Promise<AccountInfo> {
+  await client.http.request('POST', '/api/v1/auth/signup', { json: { email, password } });
+  return client.account.get();
+}
+
 /** Ends the session. */
 export async function signOut(): Promise<void> {
   await client.http.request('POST', '/api/v1/auth/logout');

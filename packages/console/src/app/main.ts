@@ -7,9 +7,10 @@ import '@xterm/xterm/css/xterm.css';
 import './styles.css';
 import { AuthenticationError, type AccountInfo } from '@sandboxd/sdk';
 import { bootSignedIn } from './csp.js';
-import { client, errorText, listEvents, signIn, signOut } from './api.js';
+import { client, errorText, listEvents, signOut } from './api.js';
 import { h, notice, setChildren } from './dom.js';
 import { renderKeys } from './pages/keys.js';
+import { renderLogin } from './pages/login.js';
 import { renderOnboarding } from './pages/onboarding.js';
 import { renderSandbox } from './pages/sandbox.js';
 import { renderSandboxes } from './pages/sandboxes.js';
@@ -58,37 +59,6 @@ function frame(acc: AccountInfo): HTMLElement {
   return main;
 }
 
-async function loginPage(): Promise<void> {
-  const main = h('main', { id: 'main', class: 'login', tabindex: -1 });
-  setChildren(root, main);
-  const email = h('input', { type: 'email', name: 'email', autocomplete: 'username', required: true, id: 'email' });
-  const password = h('input', { type: 'password', name: 'password', autocomplete: 'current-password', required: true, id: 'password' });
-  const status = h('div', { 'aria-live': 'polite' });
-  const submit = h('button', { type: 'submit', class: 'btn primary wide' }, 'Sign in');
-  const form = h('form', { class: 'card login-card', 'aria-labelledby': 'login-title' },
-    h('div', { class: 'brand big' }, h('span', { class: 'logo', 'aria-hidden': 'true' }, '>_'), 'sandboxd'),
-    h('h1', { id: 'login-title' }, 'Sign in to your console'),
-    h('div', { class: 'field' }, h('label', { for: 'email' }, 'Email'), email),
-    h('div', { class: 'field' }, h('label', { for: 'password' }, 'Password'), password),
-    status, submit,
-    h('p', { class: 'hint' }, 'First start? Open the one-time login link the server printed on its console.'));
-  form.addEventListener('submit', async (ev) => {
-    ev.preventDefault();
-    submit.disabled = true;
-    setChildren(status);
-    try {
-      account = await signIn(email.value, password.value);
-      navigate('/', true);
-    } catch (e) {
-      setChildren(status, notice('error', e instanceof AuthenticationError ? 'Wrong email or password.' : errorText(e)));
-    } finally {
-      submit.disabled = false;
-    }
-  });
-  main.append(form);
-  email.focus();
-}
-
 const ROUTES: Array<[RegExp, Page]> = [
   [/^\/onboarding$/, renderOnboarding],
   [/^\/keys$/, renderKeys],
@@ -110,10 +80,13 @@ async function route(): Promise<void> {
   cleanup = undefined;
   const path = location.pathname.replace(/\/+$/, '') || '/';
   if (!account) {
-    if (path !== '/login') return navigate('/login', true);
-    return loginPage();
+    if (path !== '/login' && path !== '/signup') return navigate('/login', true);
+    return renderLogin(root, path === '/signup' ? 'signup' : 'signin', (acc) => {
+      account = acc;
+      navigate('/', true);
+    });
   }
-  if (path === '/' || path === '/login') return navigate(await home(), true);
+  if (path === '/' || path === '/login' || path === '/signup') return navigate(await home(), true);
   const match = ROUTES.map(([re, page]) => ({ m: re.exec(path), page })).find((r) => r.m);
   const main = frame(account);
   if (!match) {

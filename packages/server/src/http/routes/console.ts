@@ -6,7 +6,7 @@ import { parseCookies, SESSION_COOKIE } from '../cookies.js';
 import type { HttpDeps } from '../deps.js';
 
 /** Browser paths of the console; each answers index.html (the app routes on the client). */
-export const CONSOLE_PAGES = ['/', '/login', '/onboarding', '/keys', '/sandboxes', '/sandboxes/new', '/sandboxes/:id'];
+export const CONSOLE_PAGES = ['/', '/login', '/signup', '/onboarding', '/keys', '/sandboxes', '/sandboxes/new', '/sandboxes/:id'];
 
 /** The Content-Security-Policy of the console; `nonce` only lets xterm.js add its own style elements. */
 export function consoleCsp(nonce: string): string {
