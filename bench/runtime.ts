@@ -22,7 +22,7 @@ const RUNS = Number(process.env.BENCH_RUNS ?? 50);
 const ALIVE = Number(process.env.BENCH_ALIVE ?? 200);
 const LIMITS = { memoryBytes: 2 * 1024 ** 3, cpus: 1, pids: 512, rootDiskBytes: 10 * 1024 ** 3 };
 
-const { driver, dataDir } = makeTestDriver('bench');
+const { driver, dataDir, options } = makeTestDriver('bench');
 await driver.init();
 await driver.recover();
 const image = await driver.images.resolve('local/busybox:latest');
@@ -75,7 +75,7 @@ try {
   const after = memAvailable();
   const kernelAfter = meminfo();
   let cgroupBytes = 0;
-  for (const id of alive) cgroupBytes += Number(readFileSync(`/sys/fs/cgroup/memory/sandboxd-test-bench/${id}/memory.usage_in_bytes`, 'utf8'));
+  for (const id of alive) cgroupBytes += Number(readFileSync(`/sys/fs/cgroup/memory/${options.cgroupParent}/${id}/memory.usage_in_bytes`, 'utf8'));
   const MiB = 1024 * 1024;
   const hostPerSandbox = (before - after) / ALIVE / MiB;
   const cgroupPerSandbox = cgroupBytes / ALIVE / MiB;

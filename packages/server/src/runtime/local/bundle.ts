@@ -36,8 +36,14 @@ export interface BundleOptions {
   limits: ResourceLimits;
   /** Host uid/gid that sandbox uid/gid 0 maps to. */
   uidBase: number;
-  /** Network namespace to join; unset: the runtime makes a new one. */
+  /** Network namespace to join (made and owned by the host); unset: the runtime makes one. */
   netnsPath?: string;
+  /**
+   * Bind the host's /sys (read-only, recursively) instead of mounting a new sysfs, which is
+   * impossible when the netns belongs to the host; `maskedNetPaths` then hide its devices.
+   */
+  hostSysfs?: boolean;
+  maskedNetPaths?: string[];
   /** Host path of a static init (catatonit), bound read-only at /dev/init. */
   initPath: string;
   /** Host files bound read-only over /etc/hosts, /etc/hostname, /etc/resolv.conf. */
@@ -63,10 +69,9 @@ export function buildOciConfig(o: BundleOptions): Record<string, unknown> {
     { destination: '/dev/pts', type: 'devpts', source: 'devpts', options: ['nosuid', 'noexec', 'newinstance', 'ptmxmode=0666', 'mode=0620'] },
     { destination: '/dev/shm', type: 'tmpfs', source: 'shm', options: ['nosuid', 'noexec', 'nodev', 'mode=1777', 'size=65536k'] },
     { destination: '/dev/mqueue', type: 'mqueue', source: 'mqueue', options: ['nosuid', 'noexec', 'nodev'] },
-    // A fresh sysfs cannot be mounted: the netns belongs to the host's user namespace. A
-    // recursive read-only bind of the host's /sys (with MASKED_PATHS over it) is what crun
-    // falls back to on its own; runc needs it spelled out.
-    { destination: '/sys', type: 'bind', source: '/sys', options: ['rbind', 'rro', 'nosuid', 'noexec', 'nodev'] },
+    o.hostSysfs
+      ? { destination: '/sys', type: 'bind', source: '/sys', options: ['rbind', 'rro', 'nosuid', 'noexec', 'nodev'] }
+      : { destination: '/sys', type: 'sysfs', source: 'sysfs', options: ['nosuid', 'noexec', 'nodev', 'ro'] },
     { destination: '/sys/fs/cgroup', type: 'cgroup', source: 'cgroup', options: ['nosuid', 'noexec', 'nodev', 'relatime', 'ro'] },
     { destination: '/dev/init', type: 'bind', source: o.initPath, options: ['rbind', 'ro', 'nosuid', 'nodev'] },
     { destination: '/etc/hosts', type: 'bind', source: o.etcFiles.hosts, options: ro },
@@ -106,7 +111,7 @@ export function buildOciConfig(o: BundleOptions): Record<string, unknown> {
       },
       cgroupsPath: o.cgroupsPath,
       seccomp: o.seccomp,
-      maskedPaths: MASKED_PATHS,
+      maskedPaths: o.hostSysfs ? [...MASKED_PATHS, ...(o.maskedNetPaths ?? [])] : MASKED_PATHS,
       readonlyPaths: READONLY_PATHS,
     },
   };

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { connect, createServer, type Server } from 'node:net';
 import { after, before, describe, it } from 'node:test';
-import { readFileSync, rmSync } from 'node:fs';
+import { readdirSync, readFileSync, rmSync } from 'node:fs';
 import { runDriverConformance, testId } from '../conformance.js';
 import type { SandboxSpec } from '../driver.js';
 import type { LocalDriver } from './driver.js';
@@ -29,13 +29,15 @@ for (const ociRuntime of ['crun', 'runc'] as const) {
 const LIMITS = { memoryBytes: 128 * 1024 * 1024, cpus: 0.5, pids: 64, rootDiskBytes: 64 * 1024 * 1024 };
 
 describe('local driver isolation', () => {
-  let driver: LocalDriver; let base: string;
+  let driver: LocalDriver; let base: string; let cgroupParent = '';
   let hostServer: Server; let hostPort = 0;
   const spec = (over: Partial<SandboxSpec> = {}): SandboxSpec => ({ id: testId('iso'), image: 'local/busybox:latest', env: {}, volumes: [], limits: LIMITS, ...over });
   let a: string; let b: string; let bAddr: string;
 
   before(async () => {
-    ({ driver, dataDir: base } = makeTestDriver('iso'));
+    let options;
+    ({ driver, dataDir: base, options } = makeTestDriver('iso'));
+    cgroupParent = options.cgroupParent!;
     await driver.init();
     await driver.recover();
     hostServer = createServer((s) => s.end('host-secret\n'));
@@ -67,6 +69,13 @@ describe('local driver isolation', () => {
     assert.equal(inside, 0);
     assert.ok(outside >= 100_000, `root maps to host uid ${outside}`);
     assert.equal(uid, '0');
+  });
+
+  it('sees no host or sibling network device, in /sys or through netlink', async () => {
+    const host = readdirSync('/sys/class/net').filter((n) => n !== 'lo');
+    assert.ok(host.length >= 3, `host devices: ${host}`); // eth0, the bridge, the other sandbox's veth
+    const seen = (await sh(a, 'ls /sys/class/net; find /sys/devices /sys/class -maxdepth 6 2>/dev/null | grep "/net/" ; ip -o link')).stdout;
+    for (const name of host) assert.ok(!new RegExp(`\\b${name}\\b(?!@)`).test(seen.replace(/eth0@if\d+/g, '')), `${name} is visible inside: ${seen}`);
   });
 
   it('cannot reach the host services, on any host address', async () => {
@@ -117,7 +126,7 @@ describe('local driver isolation', () => {
   });
 
   const cgroupFile = (id: string, ctl: string, file: string) =>
-    readFileSync(`/sys/fs/cgroup/${ctl}/sandboxd-test-iso/${id}/${file}`, 'utf8');
+    readFileSync(`/sys/fs/cgroup/${ctl}/${cgroupParent}/${id}/${file}`, 'utf8');
 
   it('kills a memory hog inside its own memory limit', async () => {
     const hog = await driver.create(spec());

@@ -1,6 +1,6 @@
 import { mkdir, readdir, readFile, rm, rmdir, writeFile, rename } from 'node:fs/promises';
-import { existsSync, readFileSync } from 'node:fs';
-import { join, posix } from 'node:path';
+import { existsSync, readdirSync, readFileSync, realpathSync } from 'node:fs';
+import { dirname, join, posix } from 'node:path';
 import { SandboxdError } from '@sandboxd/protocol';
 import type {
   ExecOptions, ExecResult, ImageInfo, PtyProcess, RecoveryReport, RuntimeDriver, RuntimeSandbox,
@@ -88,6 +88,8 @@ export class LocalDriver implements RuntimeDriver {
   private readonly stateDir: string;
   private readonly opts: Required<Omit<LocalDriverOptions, 'registryCredentials' | 'insecureRegistries' | 'ociRuntime'>>;
   private seccomp: OciSeccomp | undefined;
+  /** Host network device folders in /sys, hidden where the host's sysfs is bound in. */
+  private maskedNetPaths: string[] = [];
 
   constructor(opts: LocalDriverOptions) {
     this.opts = {
@@ -111,6 +113,7 @@ export class LocalDriver implements RuntimeDriver {
     await checkTraversable(this.opts.dataDir);
     await this.network.init();
     this.seccomp = buildSeccompProfile({ capabilities: SANDBOX_CAPABILITIES });
+    this.maskedNetPaths = hostNetDevicePaths();
   }
 
   async recover(): Promise<RecoveryReport> {
@@ -177,8 +180,9 @@ export class LocalDriver implements RuntimeDriver {
         await this.volumes.ensure(v.name, v.sizeGb);
         volumePaths.push(await this.volumes.acquire(v.name, spec.id));
       }
-      // crun joins a netns made beforehand. runc joins the user namespace first and then
-      // cannot enter a netns owned by the host's, so it makes its own, wired after start.
+      // crun joins a netns made beforehand, owned by the host (runtime-made ones showed an
+      // intermittent setns EPERM on the first execs). runc joins the user namespace first and
+      // cannot enter such a netns, so under runc the runtime makes it and it is wired after start.
       const netFirst = this.crun.binary === 'crun';
       const [root, early] = await Promise.all([
         this.roots.prepare({ id: spec.id, lowerDir: image.rootfsDir, rootDiskBytes: spec.limits.rootDiskBytes, uidBase, volumes: volumePaths }),
@@ -197,7 +201,7 @@ export class LocalDriver implements RuntimeDriver {
       }
       const config = buildOciConfig({
         id: spec.id, hostname, rootfs: root.rootfs, env: partial.env, limits: spec.limits, uidBase,
-        netnsPath: early?.netnsPath, initPath: this.opts.initPath, etcFiles: etc, volumes, seccomp: this.seccomp!,
+        netnsPath: early?.netnsPath, hostSysfs: early !== null, maskedNetPaths: this.maskedNetPaths, initPath: this.opts.initPath, etcFiles: etc, volumes, seccomp: this.seccomp!,
         cgroupsPath: `/${this.opts.cgroupParent}/${spec.id}`,
       });
       await writeFile(join(dir, 'config.json'), JSON.stringify(config));
@@ -374,6 +378,22 @@ async function checkTraversable(dir: string): Promise<void> {
     }
     if (d === dirname(d)) return;
   }
+}
+
+/**
+ * Every /sys folder that shows a host network device: all of /sys/class/net and
+ * /sys/devices/virtual/net (bridges, veths of every sandbox), and the real device folder of
+ * each physical interface (its `net` folder under /sys/devices/...).
+ */
+export function hostNetDevicePaths(): string[] {
+  const out = new Set(['/sys/class/net', '/sys/devices/virtual/net']);
+  for (const name of readdirSync('/sys/class/net')) {
+    try {
+      const real = realpathSync(`/sys/class/net/${name}`);
+      if (!real.startsWith('/sys/devices/virtual/')) out.add(dirname(real));
+    } catch { /* gone meanwhile */ }
+  }
+  return [...out];
 }
 
 function isAlive(rec: SandboxRecord): boolean {

@@ -18,10 +18,11 @@ export function makeTestDriver(tag: string, over: Partial<LocalDriverOptions> = 
   chmodSync(base, 0o711); // sandboxes' user namespaces must traverse it
   const dataDir = join(base, 'data');
   const runDir = join(base, 'run');
-  const n = [...tag].reduce((a, c) => (a * 31 + c.charCodeAt(0)) % 200, 7);
+  // Salted with the pid so two runs of one test file at once get different bridges.
+  const n = [...`${tag}/${process.pid}`].reduce((a, c) => (a * 31 + c.charCodeAt(0)) % 200, 7);
   const options: LocalDriverOptions = {
     dataDir, runDir, imageDir: TEST_IMAGE_DIR, bridge: `sbxt${n}`, subnet: `10.91.${n}.0/24`,
-    uidRangeStart: 10_000_000 + n * 100 * 65536, cgroupParent: `sandboxd-test-${tag}`, ...over,
+    uidRangeStart: 10_000_000 + n * 100 * 65536, cgroupParent: `sandboxd-test-${tag}-${n}`, ...over,
   };
   return { driver: new LocalDriver(options), options, dataDir: base, runDir };
 }
