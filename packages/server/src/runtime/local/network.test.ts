@@ -169,7 +169,7 @@ describe('NetworkManager (real kernel objects)', () => {
     assert.deepEqual(await nm.list(), []);
   });
 
-  it('attaches fast (median of 50 sequential attach/detach)', async (t) => {
+  it('50 sequential attach/detach cycles leave nothing behind (times printed, not asserted)', async (t) => {
     const attachMs: number[] = [];
     const detachMs: number[] = [];
     for (const id of ids('p', 50)) {
@@ -182,8 +182,8 @@ describe('NetworkManager (real kernel objects)', () => {
     }
     const median = (v: number[]): number => [...v].sort((p, q) => p - q)[v.length >> 1];
     t.diagnostic(`attach median ${median(attachMs).toFixed(1)} ms, detach median ${median(detachMs).toFixed(1)} ms`);
-    // Target is < 15 ms on an idle host; the bound here leaves room for a loaded CI machine.
-    assert.ok(median(attachMs) < 60, `attach median ${median(attachMs)} ms`);
+    // Tests never assert on timing (bench/ measures); what must hold is that nothing is left.
+    assert.deepEqual(await nm.list(), []);
   });
 
   it('refuses a subnet the host already routes, before touching anything', async () => {
