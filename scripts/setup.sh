@@ -12,7 +12,7 @@ fail() { echo "sandboxd set-up: $*" >&2; exit 1; }
 command -v node >/dev/null || fail "node is missing: install Node.js 20 or newer."
 node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)' || fail "Node.js 20 or newer is needed; this is $(node --version)."
 
-PKGS="crun runc catatonit skopeo umoci mmdebstrap busybox-static docker-registry e2fsprogs iproute2 nftables golang-github-containers-common util-linux ca-certificates chromium"
+PKGS="crun runc catatonit skopeo umoci mmdebstrap busybox-static docker-registry e2fsprogs iproute2 nftables golang-github-containers-common util-linux ca-certificates chromium libseccomp-dev"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

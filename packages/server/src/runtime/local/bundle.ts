@@ -51,6 +51,8 @@ export interface BundleOptions {
   /** Volume binds (sources already idmapped for this sandbox), as OCI mount entries. */
   volumes: BundleMount[];
   seccomp: OciSeccomp;
+  /** The same profile precompiled to BPF, base64; crun loads it instead of compiling `seccomp`. */
+  seccompBpfBase64?: string;
   /** cgroup path relative to each hierarchy's root. */
   cgroupsPath: string;
 }
@@ -95,6 +97,7 @@ export function buildOciConfig(o: BundleOptions): Record<string, unknown> {
     },
     root: { path: o.rootfs, readonly: false },
     hostname: o.hostname,
+    ...(o.seccompBpfBase64 ? { annotations: { 'run.oci.seccomp_bpf_data': o.seccompBpfBase64 } } : {}),
     mounts,
     linux: {
       uidMappings: [{ containerID: 0, hostID: o.uidBase, size: ID_RANGE_SIZE }],

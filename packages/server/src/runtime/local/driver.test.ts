@@ -105,6 +105,31 @@ describe('local driver isolation', () => {
     assert.doesNotMatch(r.stdout, /from-b/);
   });
 
+  it('its seccomp filter refuses the denied syscalls with EPERM and lets the rest through', async () => {
+    const deb = await driver.create(spec({ image: 'local/debian:bookworm' }));
+    // x86_64 numbers: keyctl 250, add_key 248, bpf 321, perf_event_open 298, userfaultfd 323,
+    // unshare 272, mount 165, setns 308, init_module 175, kexec_load 246, clone3 435; getppid 110.
+    const py = `
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+def call(nr, *a):
+    r = libc.syscall(nr, *a)
+    return 0 if r >= 0 else ctypes.get_errno()
+for name, nr in [("keyctl", 250), ("add_key", 248), ("bpf", 321), ("perf_event_open", 298), ("userfaultfd", 323),
+                 ("unshare", 272), ("mount", 165), ("setns", 308), ("init_module", 175), ("kexec_load", 246), ("clone3", 435), ("getppid", 110)]:
+    print(name, call(nr, 0, 0, 0, 0, 0))
+`;
+    const r = await driver.exec(deb.id, `python3 -c '${py}'`, { timeoutMs: 20_000 });
+    const got = Object.fromEntries(r.stdout.trim().split('\n').map((l) => l.split(' ')).map(([k, v]) => [k, Number(v)]));
+    const EPERM = 1; const ENOSYS = 38;
+    for (const name of ['keyctl', 'add_key', 'bpf', 'perf_event_open', 'userfaultfd', 'unshare', 'mount', 'setns', 'init_module', 'kexec_load']) {
+      assert.equal(got[name], EPERM, `${name}: errno ${got[name]} (${r.stderr})`);
+    }
+    assert.equal(got.clone3, ENOSYS);
+    assert.equal(got.getppid, 0);
+    await driver.delete(deb.id);
+  });
+
   it('cannot mount, load modules, make or reach raw devices, or change sysctls', async () => {
     const checks: [string, RegExp][] = [
       ['mount -t tmpfs none /mnt', /rc=[1-9]/],

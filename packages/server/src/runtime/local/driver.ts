@@ -13,7 +13,7 @@ import { ImageStore } from './images/store.js';
 import { NetworkManager } from './network.js';
 import { spawnTty } from './pty.js';
 import { RootfsManager, volumeOciMount } from './rootfs.js';
-import { buildSeccompProfile, type OciSeccomp } from './seccomp.js';
+import { buildSeccompProfile, compileSeccompBpf, type OciSeccomp } from './seccomp.js';
 import { VolumeStore } from './volumes.js';
 import type { Config } from '../../config.js';
 
@@ -88,6 +88,8 @@ export class LocalDriver implements RuntimeDriver {
   private readonly stateDir: string;
   private readonly opts: Required<Omit<LocalDriverOptions, 'registryCredentials' | 'insecureRegistries' | 'ociRuntime'>>;
   private seccomp: OciSeccomp | undefined;
+  /** `seccomp` precompiled for crun (runc compiles the profile itself). */
+  private seccompBpf: string | undefined;
   /** Host network device folders in /sys, hidden where the host's sysfs is bound in. */
   private maskedNetPaths: string[] = [];
 
@@ -113,6 +115,7 @@ export class LocalDriver implements RuntimeDriver {
     await checkTraversable(this.opts.dataDir);
     await this.network.init();
     this.seccomp = buildSeccompProfile({ capabilities: SANDBOX_CAPABILITIES });
+    if (this.crun.binary === 'crun') this.seccompBpf = compileSeccompBpf(this.seccomp).toString('base64');
     this.maskedNetPaths = hostNetDevicePaths();
   }
 
@@ -201,7 +204,7 @@ export class LocalDriver implements RuntimeDriver {
       }
       const config = buildOciConfig({
         id: spec.id, hostname, rootfs: root.rootfs, env: partial.env, limits: spec.limits, uidBase,
-        netnsPath: early?.netnsPath, hostSysfs: early !== null, maskedNetPaths: this.maskedNetPaths, initPath: this.opts.initPath, etcFiles: etc, volumes, seccomp: this.seccomp!,
+        netnsPath: early?.netnsPath, hostSysfs: early !== null, maskedNetPaths: this.maskedNetPaths, initPath: this.opts.initPath, etcFiles: etc, volumes, seccomp: this.seccomp!, seccompBpfBase64: this.seccompBpf,
         cgroupsPath: `/${this.opts.cgroupParent}/${spec.id}`,
       });
       await writeFile(join(dir, 'config.json'), JSON.stringify(config));

@@ -1,5 +1,5 @@
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdirSync, statSync, renameSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, statSync, renameSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -19,7 +19,9 @@ export function nativeBin(name: string): string {
   if (existsSync(bin) && statSync(bin).mtimeMs >= statSync(src).mtimeMs) return bin;
   mkdirSync(NATIVE_BIN_DIR, { recursive: true });
   const tmp = `${bin}.tmp${process.pid}`;
-  execFileSync('cc', ['-O2', '-Wall', '-Werror', '-o', tmp, src], { stdio: ['ignore', 'inherit', 'inherit'] });
+  // Link flags a helper needs sit in its first line: /* cc-flags: -lseccomp */
+  const flags = /^\/\* cc-flags: (.*) \*\//.exec(readFileSync(src, 'utf8'))?.[1].trim().split(/\s+/) ?? [];
+  execFileSync('cc', ['-O2', '-Wall', '-Werror', '-o', tmp, src, ...flags], { stdio: ['ignore', 'inherit', 'inherit'] });
   renameSync(tmp, bin);
   return bin;
 }

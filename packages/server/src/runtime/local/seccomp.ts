@@ -1,4 +1,6 @@
+import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
+import { nativeBin } from './native.js';
 
 /** Where Debian's containers-common ships the seccomp profile podman uses. */
 export const CONTAINERS_SECCOMP_PROFILE = '/usr/share/containers/seccomp.json';
@@ -79,4 +81,24 @@ export function buildSeccompProfile(opts: { capabilities: string[]; profilePath?
     architectures: ['SCMP_ARCH_X86_64', 'SCMP_ARCH_X86', 'SCMP_ARCH_X32'],
     syscalls: out,
   };
+}
+
+/**
+ * Compiles `profile` to the raw BPF program (with libseccomp, as crun would), for crun's
+ * `run.oci.seccomp_bpf_data` annotation: crun then loads it as is instead of compiling the
+ * profile again for every sandbox, which costs ~15 ms of each start here. Synchronous; call
+ * once at start-up. Throws for an action other than allow/errno.
+ */
+export function compileSeccompBpf(profile: OciSeccomp): Buffer {
+  const act = (action: string, errno: number | undefined) => {
+    if (action === 'SCMP_ACT_ALLOW') return 'allow 0';
+    if (action === 'SCMP_ACT_ERRNO') return `errno ${errno ?? 1}`;
+    throw new Error(`seccomp action ${action} cannot be precompiled`);
+  };
+  const lines = [`default ${act(profile.defaultAction, profile.defaultErrnoRet)}`];
+  for (const rule of profile.syscalls) {
+    const args = (rule.args ?? []).map((a) => `${a.index} ${a.op.replace('SCMP_CMP_', '')} ${a.value} ${a.valueTwo}`);
+    for (const name of rule.names) lines.push(`rule ${name} ${act(rule.action, rule.errnoRet)} ${args.length} ${args.join(' ')}`.trimEnd());
+  }
+  return execFileSync(nativeBin('seccomp-bpf'), { input: lines.join('\n') + '\n', maxBuffer: 16 * 1024 * 1024 });
 }

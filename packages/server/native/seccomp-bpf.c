@@ -1,0 +1,75 @@
+/* cc-flags: -lseccomp */
+/*
+ * seccomp-bpf: compiles a seccomp profile to the raw BPF program the kernel loads, with
+ * libseccomp, the way crun does from the OCI config (default action, x86_64 + x86 + x32,
+ * one rule per line). crun then loads it from the run.oci.seccomp_bpf_data annotation
+ * instead of compiling the profile again for every sandbox (~15 ms each).
+ *
+ * stdin, one directive per line:
+ *   default allow|errno <errno>
+ *   rule <syscall> allow|errno <errno> <nargs> [<index> <op> <a> <b>]...
+ *     op: NE LT LE EQ GE GT MASKED_EQ (a = value, or mask for MASKED_EQ; b = valueTwo)
+ * stdout: the BPF program. Exit 0, or 1 with a message on stderr.
+ * Syscalls unknown to this kernel's table are skipped, as crun does.
+ */
+#include <errno.h>
+#include <seccomp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static uint32_t action(const char *name, long err) {
+  return strcmp(name, "allow") == 0 ? SCMP_ACT_ALLOW : SCMP_ACT_ERRNO((uint16_t)err);
+}
+
+static int op(const char *s, enum scmp_compare *out) {
+  static const struct { const char *name; enum scmp_compare op; } ops[] = {
+    { "NE", SCMP_CMP_NE }, { "LT", SCMP_CMP_LT }, { "LE", SCMP_CMP_LE }, { "EQ", SCMP_CMP_EQ },
+    { "GE", SCMP_CMP_GE }, { "GT", SCMP_CMP_GT }, { "MASKED_EQ", SCMP_CMP_MASKED_EQ },
+  };
+  for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+    if (strcmp(s, ops[i].name) == 0) { *out = ops[i].op; return 0; }
+  return -1;
+}
+
+int main(void) {
+  char line[4096], word[64], name[128];
+  long err;
+  scmp_filter_ctx ctx = NULL;
+  for (int n = 1; fgets(line, sizeof line, stdin); n++) {
+    int used = 0;
+    if (!ctx) {
+      if (sscanf(line, "default %63s %ld", word, &err) != 2) { fprintf(stderr, "line %d: expected default\n", n); return 1; }
+      if (!(ctx = seccomp_init(action(word, err)))) { fprintf(stderr, "seccomp_init failed\n"); return 1; }
+      if (seccomp_arch_add(ctx, SCMP_ARCH_X86) < 0 || seccomp_arch_add(ctx, SCMP_ARCH_X32) < 0) { fprintf(stderr, "arch_add failed\n"); return 1; }
+      continue;
+    }
+    int nargs;
+    if (sscanf(line, "rule %127s %63s %ld %d%n", name, word, &err, &nargs, &used) != 4 || nargs < 0 || nargs > 6) {
+      fprintf(stderr, "line %d: bad rule\n", n);
+      return 1;
+    }
+    struct scmp_arg_cmp args[6];
+    char *p = line + used;
+    for (int i = 0; i < nargs; i++) {
+      unsigned idx; char opname[16]; unsigned long long a, b; int k = 0;
+      if (sscanf(p, " %u %15s %llu %llu%n", &idx, opname, &a, &b, &k) != 4 || idx > 5 || op(opname, &args[i].op) < 0) {
+        fprintf(stderr, "line %d: bad argument %d\n", n, i);
+        return 1;
+      }
+      args[i].arg = idx; args[i].datum_a = a; args[i].datum_b = b;
+      p += k;
+    }
+    int nr = seccomp_syscall_resolve_name(name);
+    if (nr == __NR_SCMP_ERROR) continue;
+    int rc = seccomp_rule_add_array(ctx, action(word, err), nr, (unsigned)nargs, args);
+    /* -EACCES: the rule's action is the default one; nothing to add. */
+    if (rc < 0 && rc != -EACCES && rc != -EEXIST) { fprintf(stderr, "line %d: %s: %s\n", n, name, strerror(-rc)); return 1; }
+  }
+  if (!ctx) { fprintf(stderr, "empty profile\n"); return 1; }
+  if (seccomp_export_bpf(ctx, STDOUT_FILENO) < 0) { fprintf(stderr, "export failed\n"); return 1; }
+  seccomp_release(ctx);
+  return 0;
+}
