@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import { mkdir, readdir, readFile, rm, rmdir, writeFile, rename } from 'node:fs/promises';
 import { existsSync, readdirSync, readFileSync, realpathSync } from 'node:fs';
 import { dirname, join, posix } from 'node:path';
@@ -10,7 +11,7 @@ import { buildOciConfig, ID_RANGE_SIZE, SANDBOX_CAPABILITIES } from './bundle.js
 import { defaultOciRuntime, OciRuntime, nsPid, processStart, type OciRuntimeName } from './oci-runtime.js';
 import { resolveImageUser } from './image-user.js';
 import { ImageStore } from './images/store.js';
-import { NetworkManager } from './network.js';
+import { NetworkManager, type SandboxNet } from './network.js';
 import { spawnTty } from './pty.js';
 import { RootfsManager, volumeOciMount } from './rootfs.js';
 import { buildSeccompProfile, compileSeccompBpf, type OciSeccomp } from './seccomp.js';
@@ -37,6 +38,8 @@ export interface LocalDriverOptions {
   initPath?: string;
   /** OCI runtime; default crun when installed, else runc. */
   ociRuntime?: OciRuntimeName;
+  /** Networks kept made ahead of need, so creating a sandbox does not wait for one (crun only). Default 2. */
+  netPoolSize?: number;
 }
 
 /** What the driver keeps on disk per sandbox, so a restarted process can adopt it. */
@@ -46,6 +49,8 @@ interface SandboxRecord {
   uidBase: number;
   address: string;
   netnsPath: string;
+  /** Id the network was attached under: the sandbox's own, or a pooled one's. */
+  netId?: string;
   imageDigest: string;
   createdAt: string;
   workingDir: string;
@@ -60,6 +65,8 @@ interface SandboxRecord {
 }
 
 const ID_RE = /^[a-z0-9_]{1,64}$/;
+/** Ids of pooled networks; sandbox ids never take this form (the service makes `sbx_...`). */
+const POOL_PREFIX = 'netpool_';
 const FORBIDDEN_MOUNT_ROOTS = ['/proc', '/sys', '/dev', '/etc/hosts', '/etc/hostname', '/etc/resolv.conf'];
 
 /** Checks a volume mount path: absolute, normalised, not `/` and not a kernel/runtime path. */
@@ -87,6 +94,10 @@ export class LocalDriver implements RuntimeDriver {
   private readonly reserved = new Set<string>();
   private readonly stateDir: string;
   private readonly opts: Required<Omit<LocalDriverOptions, 'registryCredentials' | 'insecureRegistries' | 'ociRuntime'>>;
+  /** Networks made ahead of need; their ids start with POOL_PREFIX. */
+  private readonly netPool: SandboxNet[] = [];
+  private poolFill: Promise<void> | null = null;
+  private closed = false;
   private seccomp: OciSeccomp | undefined;
   /** `seccomp` precompiled for crun (runc compiles the profile itself). */
   private seccompBpf: string | undefined;
@@ -96,7 +107,7 @@ export class LocalDriver implements RuntimeDriver {
   constructor(opts: LocalDriverOptions) {
     this.opts = {
       runDir: '/run/sandboxd', bridge: 'sbx0', subnet: '10.89.0.0/16', egress: 'none', uidRangeStart: 100_000,
-      cgroupParent: 'sandboxd', initPath: '/usr/bin/catatonit', ...opts,
+      cgroupParent: 'sandboxd', initPath: '/usr/bin/catatonit', netPoolSize: 2, ...opts,
     } as LocalDriver['opts'];
     this.stateDir = join(opts.dataDir, 'sandboxes');
     this.images = new ImageStore({ dir: opts.imageDir, credentials: opts.registryCredentials, insecureRegistries: opts.insecureRegistries });
@@ -124,19 +135,30 @@ export class LocalDriver implements RuntimeDriver {
     const running = new Map((await this.crun.list()).map((c) => [c.id, c]));
     const ids = new Set<string>([...running.keys(), ...(await this.listStateIds()), ...(await this.roots.list())]);
     for (const n of await this.network.list()) ids.add(n.id);
+    const adopt = new Map<string, SandboxRecord>();
+    const found = new Map<string, SandboxRecord | null>();
     for (const id of ids) {
       const rec = await this.readRecord(id);
+      found.set(id, rec);
       const c = running.get(id);
       if (rec && rec.phase === 'ready' && c && c.status === 'running' && processStart(c.pid) !== null) {
-        this.records.set(id, { ...rec, initPid: c.pid, initStart: processStart(c.pid) });
+        adopt.set(id, { ...rec, initPid: c.pid, initStart: processStart(c.pid) });
+      }
+    }
+    // A pooled network in use by an adopted sandbox stays; every other leftover goes.
+    const netsInUse = new Set([...adopt.values()].map((r) => r.netId ?? r.spec.id));
+    for (const [id, rec] of found) {
+      if (adopt.has(id)) {
+        this.records.set(id, adopt.get(id)!);
         report.adopted.push(id);
-      } else {
+      } else if (!netsInUse.has(id)) {
         await this.teardown(id, rec);
-        report.cleaned.push(id);
+        if (!id.startsWith(POOL_PREFIX)) report.cleaned.push(id);
       }
     }
     const live = new Map([...this.records].map(([id, r]) => [id, r.spec.volumes.map((v) => v.name)]));
     await this.volumes.recover(live);
+    void this.fillNetPool();
     return report;
   }
 
@@ -149,7 +171,9 @@ export class LocalDriver implements RuntimeDriver {
   }
 
   async create(spec: SandboxSpec): Promise<RuntimeSandbox> {
-    if (!ID_RE.test(spec.id)) throw new SandboxdError('validation', `sandbox id "${spec.id}" must match ${ID_RE}`);
+    if (!ID_RE.test(spec.id) || spec.id.startsWith(POOL_PREFIX)) {
+      throw new SandboxdError('validation', `sandbox id "${spec.id}" must match ${ID_RE} and not start with ${POOL_PREFIX}`);
+    }
     for (const v of spec.volumes) checkMountPath(v.mountPath);
     checkLimits(spec.limits);
     if (this.records.has(spec.id) || this.reserved.has(spec.id) || existsSync(join(this.stateDir, spec.id))) {
@@ -187,9 +211,11 @@ export class LocalDriver implements RuntimeDriver {
       // intermittent setns EPERM on the first execs). runc joins the user namespace first and
       // cannot enter such a netns, so under runc the runtime makes it and it is wired after start.
       const netFirst = this.crun.binary === 'crun';
+      const pooled = netFirst ? this.takePooledNet() : undefined;
+      if (pooled) partial.netId = pooled.id; // from here on, teardown frees it
       const [root, early] = await Promise.all([
         this.roots.prepare({ id: spec.id, lowerDir: image.rootfsDir, rootDiskBytes: spec.limits.rootDiskBytes, uidBase, volumes: volumePaths }),
-        netFirst ? this.network.attach(spec.id) : Promise.resolve(null),
+        netFirst ? (pooled ?? this.network.attach(spec.id)) : null,
       ]);
       const volumes = root.volumes.map((staged, i) => volumeOciMount(staged, spec.volumes[i].mountPath));
       const hostname = spec.hostname ?? spec.id;
@@ -210,6 +236,7 @@ export class LocalDriver implements RuntimeDriver {
       await writeFile(join(dir, 'config.json'), JSON.stringify(config));
       partial.initPid = await this.crun.run(spec.id, dir);
       const net = early ?? (await this.network.attach(spec.id, { pid: partial.initPid }));
+      partial.netId = net.id;
       if (!early) await writeHosts(net.address);
       partial.address = net.address;
       partial.netnsPath = net.netnsPath;
@@ -296,12 +323,18 @@ export class LocalDriver implements RuntimeDriver {
     return this.volumes.delete(name);
   }
 
+  /** Pooled networks stay on the host; the next `recover()` removes them. */
   async close(): Promise<void> {
+    this.closed = true;
+    await this.poolFill;
     this.records.clear();
   }
 
   /** Removes every trace of the driver from the host: sandboxes, bridge, rules, cgroup folder. For tests and uninstall. */
   async destroyAll(): Promise<void> {
+    this.closed = true;
+    await this.poolFill;
+    for (const n of this.netPool.splice(0)) await this.network.detach(n.id);
     for (const id of [...this.records.keys()]) await this.delete(id);
     await this.recover();
     for (const id of [...this.records.keys()]) await this.delete(id);
@@ -309,6 +342,34 @@ export class LocalDriver implements RuntimeDriver {
     for (const ctl of await readdir('/sys/fs/cgroup').catch(() => [] as string[])) {
       await rmdir(`/sys/fs/cgroup/${ctl}/${this.opts.cgroupParent}`).catch(() => undefined);
     }
+  }
+
+  /** A network made ahead of need, or undefined; starts refilling the pool. crun only. */
+  private takePooledNet(): SandboxNet | undefined {
+    const net = this.netPool.shift();
+    void this.fillNetPool();
+    return net;
+  }
+
+  /**
+   * Tops the pool up to `netPoolSize`, one network at a time, in the background. The pool
+   * is an optimisation: a failure leaves it short and create attaches on demand. Pooled
+   * networks left by a crash are removed by `recover()`.
+   */
+  private fillNetPool(): Promise<void> {
+    if (this.poolFill || this.closed || this.crun.binary !== 'crun') return this.poolFill ?? Promise.resolve();
+    this.poolFill = (async () => {
+      try {
+        while (!this.closed && this.netPool.length < this.opts.netPoolSize) {
+          this.netPool.push(await this.network.attach(`${POOL_PREFIX}${randomBytes(6).toString('hex')}`));
+        }
+      } catch {
+        /* create attaches on demand */
+      } finally {
+        this.poolFill = null;
+      }
+    })();
+    return this.poolFill;
   }
 
   /** Frees everything of `id` that exists, in reverse order of creation. Idempotent. */
@@ -319,7 +380,7 @@ export class LocalDriver implements RuntimeDriver {
       await this.roots.release(id);
       for (const v of rec?.spec.volumes ?? []) await this.volumes.release(v.name, id).catch(() => undefined);
     };
-    await Promise.all([releaseStorage(), this.network.detach(id)]);
+    await Promise.all([releaseStorage(), this.network.detach(rec?.netId ?? id)]);
     await rm(dir, { recursive: true, force: true });
     this.records.delete(id);
   }

@@ -42,7 +42,10 @@ it('after a kill -9 mid-create, a new process adopts the finished sandboxes and 
   for (const s of live) {
     assert.equal(s.state, 'running');
     assert.equal((await driver.exec(s.id, 'echo ok')).stdout, 'ok\n');
+    // Its network (pooled or its own) survived recovery with its address.
+    assert.match((await driver.exec(s.id, 'ip -o -4 addr show eth0')).stdout, new RegExp(`inet ${s.address.replace(/\./g, '\\.')}/`));
   }
+
   // Data synced to a volume before the kill is intact; the volume is still shared correctly.
   assert.equal((await driver.exec('crash_0', 'cat /data/f')).stdout, 'durable\n');
   const vol = (await driver.listVolumes()).find((v) => v.name === 'crashvol');
