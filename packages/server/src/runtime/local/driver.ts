@@ -51,6 +51,8 @@ interface SandboxRecord {
   netnsPath: string;
   /** Id the network was attached under: the sandbox's own, or a pooled one's. */
   netId?: string;
+  /** Id the root layer was prepared under: the sandbox's own, or a pooled one's. */
+  rootId?: string;
   imageDigest: string;
   createdAt: string;
   workingDir: string;
@@ -65,8 +67,12 @@ interface SandboxRecord {
 }
 
 const ID_RE = /^[a-z0-9_]{1,64}$/;
-/** Ids of pooled networks; sandbox ids never take this form (the service makes `sbx_...`). */
+/** Ids of pooled networks and roots; sandbox ids never take these forms (the service makes `sbx_...`). */
 const POOL_PREFIX = 'netpool_';
+const ROOT_POOL_PREFIX = 'rootpool_';
+
+/** A root layer prepared ahead of need, with the uid slot it was prepared for. */
+interface PooledRoot { id: string; slot: number; lowerDir: string; rootDiskBytes: number; rootfs: string }
 const FORBIDDEN_MOUNT_ROOTS = ['/proc', '/sys', '/dev', '/etc/hosts', '/etc/hostname', '/etc/resolv.conf'];
 
 /** Checks a volume mount path: absolute, normalised, not `/` and not a kernel/runtime path. */
@@ -96,6 +102,11 @@ export class LocalDriver implements RuntimeDriver {
   private readonly opts: Required<Omit<LocalDriverOptions, 'registryCredentials' | 'insecureRegistries' | 'ociRuntime'>>;
   /** Networks made ahead of need; their ids start with POOL_PREFIX. */
   private readonly netPool: SandboxNet[] = [];
+  /** Roots prepared ahead of need for the last (image, size) created without volumes, with their uid slot. */
+  private readonly rootPool: PooledRoot[] = [];
+  /** Slots of roots being prepared for the pool. */
+  private readonly poolSlots = new Set<number>();
+  private rootWant: { lowerDir: string; rootDiskBytes: number } | null = null;
   private poolFill: Promise<void> | null = null;
   private closed = false;
   private seccomp: OciSeccomp | undefined;
@@ -145,15 +156,15 @@ export class LocalDriver implements RuntimeDriver {
         adopt.set(id, { ...rec, initPid: c.pid, initStart: processStart(c.pid) });
       }
     }
-    // A pooled network in use by an adopted sandbox stays; every other leftover goes.
-    const netsInUse = new Set([...adopt.values()].map((r) => r.netId ?? r.spec.id));
+    // A pooled network or root in use by an adopted sandbox stays; every other leftover goes.
+    const netsInUse = new Set([...adopt.values()].flatMap((r) => [r.netId ?? r.spec.id, r.rootId ?? r.spec.id]));
     for (const [id, rec] of found) {
       if (adopt.has(id)) {
         this.records.set(id, adopt.get(id)!);
         report.adopted.push(id);
       } else if (!netsInUse.has(id)) {
         await this.teardown(id, rec);
-        if (!id.startsWith(POOL_PREFIX)) report.cleaned.push(id);
+        if (!id.startsWith(POOL_PREFIX) && !id.startsWith(ROOT_POOL_PREFIX)) report.cleaned.push(id);
       }
     }
     const live = new Map([...this.records].map(([id, r]) => [id, r.spec.volumes.map((v) => v.name)]));
@@ -171,8 +182,8 @@ export class LocalDriver implements RuntimeDriver {
   }
 
   async create(spec: SandboxSpec): Promise<RuntimeSandbox> {
-    if (!ID_RE.test(spec.id) || spec.id.startsWith(POOL_PREFIX)) {
-      throw new SandboxdError('validation', `sandbox id "${spec.id}" must match ${ID_RE} and not start with ${POOL_PREFIX}`);
+    if (!ID_RE.test(spec.id) || spec.id.startsWith(POOL_PREFIX) || spec.id.startsWith(ROOT_POOL_PREFIX)) {
+      throw new SandboxdError('validation', `sandbox id "${spec.id}" must match ${ID_RE} and not start with ${POOL_PREFIX} or ${ROOT_POOL_PREFIX}`);
     }
     for (const v of spec.volumes) checkMountPath(v.mountPath);
     checkLimits(spec.limits);
@@ -189,13 +200,15 @@ export class LocalDriver implements RuntimeDriver {
 
   private async createReserved(spec: SandboxSpec): Promise<RuntimeSandbox> {
     const image = await this.images.resolve(spec.image);
-    const slot = this.allocSlot();
+    if (spec.volumes.length === 0) this.rootWant = { lowerDir: image.rootfsDir, rootDiskBytes: spec.limits.rootDiskBytes };
+    const pooledRoot = spec.volumes.length === 0 ? this.takePooledRoot(image.rootfsDir, spec.limits.rootDiskBytes) : undefined;
+    const slot = pooledRoot?.slot ?? this.allocSlot();
     const uidBase = this.opts.uidRangeStart + slot * ID_RANGE_SIZE;
     const dir = join(this.stateDir, spec.id);
     const partial: SandboxRecord = {
       spec, slot, uidBase, address: '', netnsPath: '', imageDigest: image.digest, createdAt: new Date().toISOString(),
       workingDir: image.workingDir || '/', user: '0:0', env: mergeEnv(image.env, spec.env), phase: 'creating',
-      initPid: 0, initStart: null,
+      initPid: 0, initStart: null, rootId: pooledRoot?.id,
     };
     this.records.set(spec.id, partial);
     try {
@@ -214,7 +227,8 @@ export class LocalDriver implements RuntimeDriver {
       const pooled = netFirst ? this.takePooledNet() : undefined;
       if (pooled) partial.netId = pooled.id; // from here on, teardown frees it
       const [root, early] = await Promise.all([
-        this.roots.prepare({ id: spec.id, lowerDir: image.rootfsDir, rootDiskBytes: spec.limits.rootDiskBytes, uidBase, volumes: volumePaths }),
+        pooledRoot ? { rootfs: pooledRoot.rootfs, volumes: [] as string[] }
+          : this.roots.prepare({ id: spec.id, lowerDir: image.rootfsDir, rootDiskBytes: spec.limits.rootDiskBytes, uidBase, volumes: volumePaths }),
         netFirst ? (pooled ?? this.network.attach(spec.id)) : null,
       ]);
       const volumes = root.volumes.map((staged, i) => volumeOciMount(staged, spec.volumes[i].mountPath));
@@ -335,6 +349,7 @@ export class LocalDriver implements RuntimeDriver {
     this.closed = true;
     await this.poolFill;
     for (const n of this.netPool.splice(0)) await this.network.detach(n.id);
+    for (const r of this.rootPool.splice(0)) await this.roots.release(r.id);
     for (const id of [...this.records.keys()]) await this.delete(id);
     await this.recover();
     for (const id of [...this.records.keys()]) await this.delete(id);
@@ -351,20 +366,48 @@ export class LocalDriver implements RuntimeDriver {
     return net;
   }
 
+  /** A root prepared ahead of need for this image and size, or undefined; starts refilling. */
+  private takePooledRoot(lowerDir: string, rootDiskBytes: number): PooledRoot | undefined {
+    const i = this.rootPool.findIndex((r) => r.lowerDir === lowerDir && r.rootDiskBytes === rootDiskBytes);
+    const root = i >= 0 ? this.rootPool.splice(i, 1)[0] : undefined;
+    void this.fillNetPool();
+    return root;
+  }
+
   /**
-   * Tops the pool up to `netPoolSize`, one network at a time, in the background. The pool
-   * is an optimisation: a failure leaves it short and create attaches on demand. Pooled
-   * networks left by a crash are removed by `recover()`.
+   * In the background, one at a time: tops the network pool up to `netPoolSize` (crun
+   * only), and keeps one root prepared for the last image and size created without volumes
+   * (dropping roots prepared for others). The pools are an optimisation: a failure leaves
+   * them short and create makes what it needs. Leftovers of a crash go in `recover()`.
    */
   private fillNetPool(): Promise<void> {
-    if (this.poolFill || this.closed || this.crun.binary !== 'crun') return this.poolFill ?? Promise.resolve();
+    if (this.poolFill || this.closed) return this.poolFill ?? Promise.resolve();
     this.poolFill = (async () => {
       try {
-        while (!this.closed && this.netPool.length < this.opts.netPoolSize) {
-          this.netPool.push(await this.network.attach(`${POOL_PREFIX}${randomBytes(6).toString('hex')}`));
+        while (!this.closed) {
+          if (this.crun.binary === 'crun' && this.netPool.length < this.opts.netPoolSize) {
+            this.netPool.push(await this.network.attach(`${POOL_PREFIX}${randomBytes(6).toString('hex')}`));
+            continue;
+          }
+          const want = this.rootWant;
+          const stale = this.rootPool.findIndex((r) => !want || r.lowerDir !== want.lowerDir || r.rootDiskBytes !== want.rootDiskBytes);
+          if (stale >= 0) {
+            await this.roots.release(this.rootPool.splice(stale, 1)[0].id);
+            continue;
+          }
+          if (!want || this.opts.netPoolSize === 0 || this.rootPool.length >= 1) break;
+          const slot = this.allocSlot();
+          this.poolSlots.add(slot);
+          try {
+            const id = `${ROOT_POOL_PREFIX}${randomBytes(6).toString('hex')}`;
+            const { rootfs } = await this.roots.prepare({ id, lowerDir: want.lowerDir, rootDiskBytes: want.rootDiskBytes, uidBase: this.opts.uidRangeStart + slot * ID_RANGE_SIZE });
+            this.rootPool.push({ id, slot, lowerDir: want.lowerDir, rootDiskBytes: want.rootDiskBytes, rootfs });
+          } finally {
+            this.poolSlots.delete(slot);
+          }
         }
       } catch {
-        /* create attaches on demand */
+        /* create makes what it needs */
       } finally {
         this.poolFill = null;
       }
@@ -377,7 +420,7 @@ export class LocalDriver implements RuntimeDriver {
     await this.crun.delete(id).catch(() => this.crun.kill(id).then(() => this.crun.delete(id)));
     const dir = join(this.stateDir, id);
     const releaseStorage = async () => {
-      await this.roots.release(id);
+      await this.roots.release(rec?.rootId ?? id);
       for (const v of rec?.spec.volumes ?? []) await this.volumes.release(v.name, id).catch(() => undefined);
     };
     await Promise.all([releaseStorage(), this.network.detach(rec?.netId ?? id)]);
@@ -386,7 +429,7 @@ export class LocalDriver implements RuntimeDriver {
   }
 
   private allocSlot(): number {
-    const used = new Set([...this.records.values()].map((r) => r.slot));
+    const used = new Set([...this.records.values()].map((r) => r.slot).concat(this.rootPool.map((r) => r.slot), [...this.poolSlots]));
     let slot = 0;
     while (used.has(slot)) slot++;
     return slot;
