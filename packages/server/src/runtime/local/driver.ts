@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { mkdir, readdir, readFile, rm, rmdir, writeFile, rename } from 'node:fs/promises';
-import { existsSync, readdirSync, readFileSync, realpathSync } from 'node:fs';
-import { dirname, join, posix } from 'node:path';
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { SandboxdError } from '@sandboxd/protocol';
 import type {
   ExecOptions, ExecResult, ImageInfo, PtyProcess, RecoveryReport, RuntimeDriver, RuntimeSandbox,
@@ -17,6 +17,8 @@ import { RootfsManager, volumeOciMount } from './rootfs.js';
 import { buildSeccompProfile, compileSeccompBpf, type OciSeccomp } from './seccomp.js';
 import { VolumeStore } from './volumes.js';
 import type { Config } from '../../config.js';
+import { checkLimits, checkMountPath, checkTraversable, mergeEnv, mergeEnvList, splitEnv } from './sandbox-checks.js';
+import { hostNetDevicePaths } from './host-sysfs.js';
 
 export interface LocalDriverOptions {
   /** Sandbox state, roots and volumes live here. */
@@ -73,18 +75,6 @@ const ROOT_POOL_PREFIX = 'rootpool_';
 
 /** A root layer prepared ahead of need, with the uid slot it was prepared for. */
 interface PooledRoot { id: string; slot: number; lowerDir: string; rootDiskBytes: number; rootfs: string }
-const FORBIDDEN_MOUNT_ROOTS = ['/proc', '/sys', '/dev', '/etc/hosts', '/etc/hostname', '/etc/resolv.conf'];
-
-/** Checks a volume mount path: absolute, normalised, not `/` and not a kernel/runtime path. */
-export function checkMountPath(p: string): void {
-  const bad = (why: string) => new SandboxdError('validation', `volume mount path "${p}" ${why}`, { path: p });
-  if (!p.startsWith('/')) throw bad('must be absolute');
-  if (p.includes('\0') || p.split('/').some((s) => s === '..' || s === '.')) throw bad('must not contain "." or ".." segments');
-  const norm = posix.normalize(p).replace(/\/+$/, '');
-  if (norm === '') throw bad('must not be the root directory');
-  if (FORBIDDEN_MOUNT_ROOTS.some((r) => norm === r || norm.startsWith(`${r}/`))) throw bad('is reserved by the runtime');
-}
-
 /**
  * The local runtime driver: crun sandboxes with user namespaces, seccomp, cgroup limits,
  * an isolated bridge network, size-capped copy-on-write roots and loop-backed volumes.
@@ -470,69 +460,12 @@ export class LocalDriver implements RuntimeDriver {
   }
 }
 
-/**
- * Sandbox roots and bind sources live under `dir`; crun mounts them from inside the
- * sandbox's user namespace, where host root is nobody, so every folder on the way must be
- * searchable by others. Throws with the folder to fix.
- */
-async function checkTraversable(dir: string): Promise<void> {
-  const { stat } = await import('node:fs/promises');
-  const { dirname, resolve } = await import('node:path');
-  for (let d = resolve(dir); ; d = dirname(d)) {
-    const st = await stat(d);
-    if ((st.mode & 0o001) === 0) {
-      throw new SandboxdError('internal', `${d} is not searchable by other users (mode ${(st.mode & 0o777).toString(8)}); sandboxes run as unprivileged uids and need to traverse it: chmod o+x ${d}`);
-    }
-    if (d === dirname(d)) return;
-  }
-}
-
-/**
- * Every /sys folder that shows a host network device: all of /sys/class/net and
- * /sys/devices/virtual/net (bridges, veths of every sandbox), and the real device folder of
- * each physical interface (its `net` folder under /sys/devices/...).
- */
-export function hostNetDevicePaths(): string[] {
-  const out = new Set(['/sys/class/net', '/sys/devices/virtual/net']);
-  for (const name of readdirSync('/sys/class/net')) {
-    try {
-      const real = realpathSync(`/sys/class/net/${name}`);
-      if (!real.startsWith('/sys/devices/virtual/')) out.add(dirname(real));
-    } catch { /* gone meanwhile */ }
-  }
-  return [...out];
-}
-
 function isAlive(rec: SandboxRecord): boolean {
   return rec.initPid > 0 && rec.initStart !== null && processStart(rec.initPid) === rec.initStart;
 }
 
-/** Rejects limits the kernel would refuse or that could not run a shell. */
-export function checkLimits(l: SandboxSpec['limits']): void {
-  const bad = (field: string, rule: string, value: number) => new SandboxdError('validation', `limits.${field} must be ${rule}, got ${value}`, { field, value });
-  if (!Number.isSafeInteger(l.memoryBytes) || l.memoryBytes < 16 << 20) throw bad('memoryBytes', 'an integer of at least 16 MiB', l.memoryBytes);
-  if (!(l.cpus >= 0.01 && l.cpus <= 1024)) throw bad('cpus', 'between 0.01 and 1024', l.cpus);
-  if (!Number.isSafeInteger(l.pids) || l.pids < 8) throw bad('pids', 'an integer of at least 8', l.pids);
-  if (!Number.isSafeInteger(l.rootDiskBytes) || l.rootDiskBytes < 32 << 20) throw bad('rootDiskBytes', 'an integer of at least 32 MiB', l.rootDiskBytes);
-}
-
 function toImageInfo(i: ImageInfo): ImageInfo {
   return { ref: i.ref, digest: i.digest, env: i.env, workingDir: i.workingDir, user: i.user, sizeBytes: i.sizeBytes };
-}
-
-function splitEnv(kv: string): [string, string] {
-  const i = kv.indexOf('=');
-  return [kv.slice(0, i), kv.slice(i + 1)];
-}
-
-/** Image env overlaid by sandbox env, as KEY=VALUE in a stable order. */
-export function mergeEnv(base: Record<string, string>, over: Record<string, string>): string[] {
-  return Object.entries({ ...base, ...over }).map(([k, v]) => `${k}=${v}`);
-}
-
-function mergeEnvList(base: string[], over?: Record<string, string>): string[] {
-  if (!over || Object.keys(over).length === 0) return base;
-  return mergeEnv(Object.fromEntries(base.map(splitEnv)), over);
 }
 
 function sleep(ms: number): Promise<void> {
