@@ -147,19 +147,19 @@ export class LocalDriver implements RuntimeDriver {
       }
     }
     // A pooled network or root in use by an adopted sandbox stays; every other leftover goes.
-    const netsInUse = new Set([...adopt.values()].flatMap((r) => [r.netId ?? r.spec.id, r.rootId ?? r.spec.id]));
+    const inUse = new Set([...adopt.values()].flatMap((r) => [r.netId ?? r.spec.id, r.rootId ?? r.spec.id]));
     for (const [id, rec] of found) {
       if (adopt.has(id)) {
         this.records.set(id, adopt.get(id)!);
         report.adopted.push(id);
-      } else if (!netsInUse.has(id)) {
+      } else if (!inUse.has(id)) {
         await this.teardown(id, rec);
         if (!id.startsWith(POOL_PREFIX) && !id.startsWith(ROOT_POOL_PREFIX)) report.cleaned.push(id);
       }
     }
     const live = new Map([...this.records].map(([id, r]) => [id, r.spec.volumes.map((v) => v.name)]));
     await this.volumes.recover(live);
-    void this.fillNetPool();
+    void this.fillPools();
     return report;
   }
 
@@ -190,8 +190,12 @@ export class LocalDriver implements RuntimeDriver {
 
   private async createReserved(spec: SandboxSpec): Promise<RuntimeSandbox> {
     const image = await this.images.resolve(spec.image);
-    if (spec.volumes.length === 0) this.rootWant = { lowerDir: image.rootfsDir, rootDiskBytes: spec.limits.rootDiskBytes };
-    const pooledRoot = spec.volumes.length === 0 ? this.takePooledRoot(image.rootfsDir, spec.limits.rootDiskBytes) : undefined;
+    // Roots are pooled only for creates without volumes (volumes are staged while preparing).
+    let pooledRoot: PooledRoot | undefined;
+    if (spec.volumes.length === 0) {
+      this.rootWant = { lowerDir: image.rootfsDir, rootDiskBytes: spec.limits.rootDiskBytes };
+      pooledRoot = this.takePooledRoot(image.rootfsDir, spec.limits.rootDiskBytes);
+    }
     const slot = pooledRoot?.slot ?? this.allocSlot();
     const uidBase = this.opts.uidRangeStart + slot * ID_RANGE_SIZE;
     const dir = join(this.stateDir, spec.id);
@@ -352,7 +356,7 @@ export class LocalDriver implements RuntimeDriver {
   /** A network made ahead of need, or undefined; starts refilling the pool. crun only. */
   private takePooledNet(): SandboxNet | undefined {
     const net = this.netPool.shift();
-    void this.fillNetPool();
+    void this.fillPools();
     return net;
   }
 
@@ -360,7 +364,7 @@ export class LocalDriver implements RuntimeDriver {
   private takePooledRoot(lowerDir: string, rootDiskBytes: number): PooledRoot | undefined {
     const i = this.rootPool.findIndex((r) => r.lowerDir === lowerDir && r.rootDiskBytes === rootDiskBytes);
     const root = i >= 0 ? this.rootPool.splice(i, 1)[0] : undefined;
-    void this.fillNetPool();
+    void this.fillPools();
     return root;
   }
 
@@ -370,7 +374,7 @@ export class LocalDriver implements RuntimeDriver {
    * (dropping roots prepared for others). The pools are an optimisation: a failure leaves
    * them short and create makes what it needs. Leftovers of a crash go in `recover()`.
    */
-  private fillNetPool(): Promise<void> {
+  private fillPools(): Promise<void> {
     if (this.poolFill || this.closed) return this.poolFill ?? Promise.resolve();
     this.poolFill = (async () => {
       try {
