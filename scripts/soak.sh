@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# npm run test:soak: the long suites, outside CI. The full load (200 sandboxes, 500 exec/s for
+# 2 minutes, 50 terminals streaming; test/soak/load.ts), then the SANDBOXD_SOAK=1 variants of
+# test/security/*.test.ts, and fails if the host is left with anything it did not have before.
+# Env: SOAK_LOAD_ARGS overrides the load's arguments (see `node --import tsx test/soak/load.ts --help`).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export SANDBOXD_TEST_IMAGE_DIR="$PWD/.sandboxd-test/images"
+export SANDBOXD_E2E_RUNTIME=local
+export SANDBOXD_SOAK=1
+bash scripts/setup.sh --image-dir "$SANDBOXD_TEST_IMAGE_DIR" || exit 1
+
+before=$(mktemp); after=$(mktemp)
+bash scripts/host-snapshot.sh > "$before"
+rc=0
+# shellcheck disable=SC2086
+node --import tsx test/soak/load.ts ${SOAK_LOAD_ARGS:---sandboxes 200 --rate 500 --duration 120 --terminals 50} || rc=1
+mapfile -t files < <(find test/security -name '*.test.ts' 2>/dev/null | sort)
+if [ "${#files[@]}" -gt 0 ]; then
+  node --import tsx --test --test-concurrency=1 --test-reporter=spec "${files[@]}" || rc=1
+fi
+bash scripts/host-snapshot.sh > "$after"
+if ! diff -u "$before" "$after" > "$after.diff"; then
+  echo "npm run test:soak: the host changed (- before, + after):"
+  cat "$after.diff"
+  rc=1
+fi
+rm -f "$before" "$after" "$after.diff"
+exit $rc
