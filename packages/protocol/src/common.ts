@@ -17,6 +17,11 @@ export const LIMITS = {
   /** Page size bounds of list operations. */
   maxPageSize: 1000,
   defaultPageSize: 100,
+  /**
+   * Largest `command`, and largest `NAME=value` environment entry, in UTF-8 bytes: Linux's
+   * MAX_ARG_STRLEN (128 KiB) less the terminating NUL. Longer ones could never be exec'd.
+   */
+  maxArgBytes: 131_071,
   /** Largest number of volumes one sandbox may mount. */
   maxVolumesPerSandbox: 16,
 } as const;

@@ -16,7 +16,7 @@ export const ExecOptionsSchema = Type.Object(
 /** The body of `POST /api/v1/sandboxes/{id}/exec`: runs `/bin/sh -c command`. */
 export const ExecRequestSchema = Type.Object(
   {
-    command: Type.String({ minLength: 1, pattern: '^[^\\u0000]+$' }),
+    command: Type.String({ minLength: 1, maxLength: LIMITS.maxArgBytes, pattern: '^[^\\u0000]+$', description: `At most ${LIMITS.maxArgBytes} bytes in UTF-8.` }),
     options: Type.Optional(ExecOptionsSchema),
   },
   { title: 'ExecRequest', additionalProperties: false },

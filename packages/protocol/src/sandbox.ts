@@ -37,8 +37,8 @@ export const VolumeObjectSpec = Type.Object(
 export const VolumeSpec = Type.Union([VolumeName, VolumeObjectSpec], { title: 'VolumeSpec' });
 export type VolumeSpecWire = Static<typeof VolumeSpec>;
 
-/** Environment variables: string to string; names hold no `=` or NUL. */
-export const EnvMap = Type.Record(Type.String({ pattern: '^[^=\\u0000]{1,256}$' }), Type.String({ pattern: '^[^\\u0000]*$' }), {
+/** Environment variables: string to string; names hold no `=` or NUL; each `NAME=value` at most 131,071 UTF-8 bytes. */
+export const EnvMap = Type.Record(Type.String({ pattern: '^[^=\\u0000]{1,256}$' }), Type.String({ pattern: '^[^\\u0000]*$', maxLength: LIMITS.maxArgBytes }), {
   additionalProperties: false,
   maxProperties: 256,
   title: 'EnvMap',

@@ -5,6 +5,7 @@ import { OffsetClock, systemClock, type Clock } from './domain/clock.js';
 import { createHttpServer } from './http/server.js';
 import { FrontDoor } from './http/front-door.js';
 import { Metrics } from './http/metrics.js';
+import { RateLimits } from './http/rate-limit.js';
 import { terminalFeature } from './http/terminal-ws.js';
 import { Reaper } from './lifecycle/reaper.js';
 import { attachPortProxy } from './proxy/index.js';
@@ -26,6 +27,8 @@ export interface BuildAppOptions {
   store?: Store;
   /** Default: pino at `config.logLevel` to stderr. */
   logger?: Logger;
+  /** Time of the rate limits, ms (default `performance.now`; tests move it by hand). */
+  rateLimitNow?: () => number;
   /** Route modules of other features (terminals, proxy), registered on the same server. */
   extraRoutes?: Array<(app: FastifyInstance, app2: Sandboxd) => Promise<void> | void>;
 }
@@ -41,6 +44,8 @@ export interface Sandboxd {
   driver: RuntimeDriver;
   clock: Clock;
   metrics: Metrics;
+  /** Request rate limits and login/sign-up throttles (real monotonic time, not `clock`). */
+  rateLimits: RateLimits;
   log: Logger;
   /** Driver init + recover, reconcile the store with it, bootstrap an empty database, start the reaper. */
   start(): Promise<{ bootstrap: BootstrapResult | null }>;
@@ -60,11 +65,12 @@ export function buildApp(opts: BuildAppOptions): Sandboxd {
   const services = createServices(deps);
   const reaper = new Reaper(deps, services.sandboxes);
   const metrics = new Metrics(store);
+  const rateLimits = new RateLimits(config.rateLimit, opts.rateLimitNow ?? (() => performance.now()));
   let ready = false;
   const self: Sandboxd = {
     http: undefined as unknown as FastifyInstance,
     frontDoor: new FrontDoor(),
-    services, reaper, store, driver, clock, metrics, log,
+    services, reaper, store, driver, clock, metrics, rateLimits, log,
     async start() {
       await driver.init();
       const recovered = await driver.recover();
@@ -91,7 +97,7 @@ export function buildApp(opts: BuildAppOptions): Sandboxd {
     },
   };
   self.http = createHttpServer(
-    { services, config, metrics, reaper, testClock, isReady: () => ready },
+    { services, config, metrics, rateLimits, reaper, testClock, isReady: () => ready },
     { logger: log, frontDoor: self.frontDoor, extraRoutes: [terminalFeature, ...(opts.extraRoutes ?? [])].map((r) => (app: FastifyInstance) => r(app, self)) },
   );
   // Claimed before any extra route registers, so sandbox hosts never reach other claims.

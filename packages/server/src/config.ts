@@ -22,6 +22,38 @@ export interface PlanConfig {
   limits: PlanSandboxLimits;
 }
 
+/**
+ * Request rate limits (`SANDBOXD_RATE_LIMIT_*`); a rate or count of 0 turns that limit off.
+ * The port proxy, /healthz and /metrics are never limited.
+ */
+export interface RateLimitConfig {
+  /** API requests per second per account, sustained (`_ACCOUNT_PER_SEC`), and the burst (`_ACCOUNT_BURST`). */
+  accountPerSec: number;
+  accountBurst: number;
+  /** Requests per second per client IP without valid credentials (`_IP_PER_SEC`), and the burst (`_IP_BURST`). */
+  ipPerSec: number;
+  ipBurst: number;
+  /** Failed logins per email (`_LOGIN_FAILURES_PER_EMAIL`) and per IP (`_LOGIN_FAILURES_PER_IP`) within the window. */
+  loginFailuresPerEmail: number;
+  loginFailuresPerIp: number;
+  /** Sign-up attempts per IP within the window (`_SIGNUPS_PER_IP`). */
+  signupsPerIp: number;
+  /** The sliding window of the login and sign-up counts, ms (`_AUTH_WINDOW_MS`). */
+  authWindowMs: number;
+}
+
+/** Defaults: far above heavy use of one account (a load of 500 exec/s never meets them). */
+export const DEFAULT_RATE_LIMITS: RateLimitConfig = {
+  accountPerSec: 1000,
+  accountBurst: 2000,
+  ipPerSec: 100,
+  ipBurst: 1000,
+  loginFailuresPerEmail: 10,
+  loginFailuresPerIp: 50,
+  signupsPerIp: 10,
+  authWindowMs: 900_000,
+};
+
 /** The whole server configuration; built once by {@link loadConfig}, frozen. */
 export interface Config {
   port: number;
@@ -52,6 +84,8 @@ export interface Config {
   /** Registry credentials by host[:port] (config file only, never env). */
   registryCredentials: Record<string, { username: string; password: string }>;
   terminalIdleMs: number;
+  /** Below this many MiB free on the data dir's file system, creates, execs and terminals answer 507; 0 = no floor. */
+  minFreeMb: number;
   /** Port proxy: how long to wait for a sandbox's response headers (and the connect) before answering 504. */
   proxyTimeoutMs: number;
   plans: Record<string, PlanConfig>;
@@ -67,6 +101,7 @@ export interface Config {
   /** Grace period of SIGTERM before in-flight requests are cut. */
   shutdownGraceMs: number;
   bootstrap: { apiKey?: string; adminEmail?: string; adminPassword?: string };
+  rateLimit: RateLimitConfig;
   /** Enables `POST /api/v1/_test/clock`. Never on by default. */
   testClock: boolean;
   logLevel: string;
@@ -132,6 +167,7 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
       .split(',').map((x) => x.trim()).filter(Boolean),
     registryCredentials: overrides.registryCredentials ?? (file.registryCredentials as Config['registryCredentials'] | undefined) ?? {},
     terminalIdleMs: pick('terminalIdleMs', 'SANDBOXD_TERMINAL_IDLE_MS', int('SANDBOXD_TERMINAL_IDLE_MS', 1, 2 ** 31), 1_800_000),
+    minFreeMb: pick('minFreeMb', 'SANDBOXD_MIN_FREE_MB', int('SANDBOXD_MIN_FREE_MB', 0, 2 ** 30), 256),
     proxyTimeoutMs: pick('proxyTimeoutMs', 'SANDBOXD_PROXY_TIMEOUT_MS', int('SANDBOXD_PROXY_TIMEOUT_MS', 1, 2 ** 31), 30_000),
     plans,
     defaultPlan: pick('defaultPlan', 'SANDBOXD_DEFAULT_PLAN', String, 'FREE'),
@@ -146,6 +182,7 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
       adminEmail: env.SANDBOXD_BOOTSTRAP_ADMIN_EMAIL || undefined,
       adminPassword: env.SANDBOXD_BOOTSTRAP_ADMIN_PASSWORD || undefined,
     },
+    rateLimit: rateLimits(env, file.rateLimit, overrides.rateLimit),
     testClock: pick('testClock', 'SANDBOXD_TEST_CLOCK', bool('SANDBOXD_TEST_CLOCK'), false),
     logLevel: pick('logLevel', 'SANDBOXD_LOG_LEVEL', String, 'info'),
   };
@@ -164,6 +201,18 @@ function validate(cfg: Config): void {
   if (cfg.bootstrap.adminPassword !== undefined && cfg.bootstrap.adminPassword.length < 8) {
     throw new ConfigError('SANDBOXD_BOOTSTRAP_ADMIN_PASSWORD must have at least 8 characters');
   }
+}
+
+/** `SANDBOXD_RATE_LIMIT_<FIELD>` (e.g. `_ACCOUNT_PER_SEC`) over the file's `rateLimit` over the defaults. */
+function rateLimits(env: Env, fromFile: unknown, fromOverrides?: Partial<RateLimitConfig>): RateLimitConfig {
+  const file = (fromFile ?? {}) as Record<string, unknown>;
+  const out = { ...DEFAULT_RATE_LIMITS };
+  for (const k of Object.keys(out) as Array<keyof RateLimitConfig>) {
+    const name = `SANDBOXD_RATE_LIMIT_${k.replace(/[A-Z]/g, (c) => `_${c}`).toUpperCase()}`;
+    const raw = fromOverrides?.[k] ?? (env[name] || undefined) ?? file[k];
+    if (raw !== undefined) out[k] = parseIntStrict(name, String(raw), k === 'authWindowMs' ? 1 : 0, 2 ** 40);
+  }
+  return out;
 }
 
 function mergePlans(fromFile?: Record<string, Partial<PlanConfig>>, fromOverrides?: Record<string, PlanConfig>): Record<string, PlanConfig> {

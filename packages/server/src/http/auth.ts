@@ -2,6 +2,7 @@ import { SandboxdError } from '@sandboxd/protocol';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { AuthService, Principal } from '../services/auth.js';
 import { parseCookies, SESSION_COOKIE } from './cookies.js';
+import { limitAccount, limitIp, type RateLimits } from './rate-limit.js';
 
 /** Who may call a route: anyone, any account, or admins only (others get 404). */
 export type AuthLevel = 'none' | 'account' | 'admin';
@@ -15,6 +16,8 @@ declare module 'fastify' {
     summary?: string;
     tags?: string[];
     hide?: boolean;
+    /** `false`: never rate limited (health and metrics). */
+    rateLimit?: boolean;
   }
   interface FastifyRequest {
     principal: Principal | null;
@@ -27,13 +30,24 @@ const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
  * Authenticates every routed request before validation: `Authorization: Bearer <key>`
  * or `X-API-Key: <key>`, else the session cookie. A state-changing request that relies on
  * the cookie must carry a same-origin `Origin` (CSRF). Unknown routes skip this (404).
+ * Rate limits come first: an authenticated request is charged to its account, anything
+ * else (public routes, unknown routes, failed credentials) to its client address; routes
+ * with `rateLimit: false` (health, metrics) are never limited.
  */
-export function registerAuth(app: FastifyInstance, auth: AuthService): void {
+export function registerAuth(app: FastifyInstance, auth: AuthService, limits: RateLimits): void {
   app.decorateRequest('principal', null);
   app.addHook('onRequest', async (req) => {
-    const level = req.routeOptions.config?.auth ?? 'account';
-    if (!req.routeOptions.url || level === 'none') return;
-    req.principal = await authenticate(req, auth);
+    const config = req.routeOptions.config;
+    if (config?.rateLimit === false) return;
+    const level = config?.auth ?? 'account';
+    if (!req.routeOptions.url || level === 'none') return limitIp(limits, req.ip);
+    try {
+      req.principal = await authenticate(req, auth);
+    } catch (e) {
+      limitIp(limits, req.ip); // a flood of bad credentials meets the address's limit (429), not endless 401s
+      throw e;
+    }
+    limitAccount(limits, req.principal.account.id);
     if (level === 'admin' && !req.principal.account.admin) throw new SandboxdError('not_found', 'Route not found');
   });
 }

@@ -6,12 +6,14 @@ import type { Reaper } from '../lifecycle/reaper.js';
 import type { Principal } from '../services/auth.js';
 import type { Services } from '../services/index.js';
 import type { Metrics } from './metrics.js';
+import type { RateLimits } from './rate-limit.js';
 
 /** What route modules receive. */
 export interface HttpDeps {
   services: Services;
   config: Readonly<Config>;
   metrics: Metrics;
+  rateLimits: RateLimits;
   reaper: Reaper;
   /** Present only when `SANDBOXD_TEST_CLOCK=1`. */
   testClock: OffsetClock | null;

@@ -36,4 +36,11 @@ describe('formatProblems', () => {
       { in: 'body', path: '/volumes/~1a/sizeGb', message: 'must be >= 1' },
     ]);
   });
+  it('names unknown fields even when the validator stopped before its summary error', () => {
+    const capped = Array.from({ length: 8 }, (_, i) => ({ keyword: 'boolean', schemaPath: '#/additionalProperties', instancePath: `/k${i}`, message: 'schema is false' }));
+    const p = formatProblems(capped, 'query');
+    assert.equal(p.length, 8);
+    assert.deepEqual(p[0], { in: 'query', path: '/k0', message: 'is not an allowed field' });
+    assert.deepEqual(formatProblems([], 'body'), [{ in: 'body', path: '', message: 'is invalid' }]);
+  });
 });

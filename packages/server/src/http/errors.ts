@@ -3,6 +3,7 @@ import type { FastifyError } from 'fastify';
 
 interface SchemaError {
   keyword?: string;
+  schemaPath?: string;
   instancePath?: string;
   message?: string;
   params?: Record<string, unknown>;
@@ -69,7 +70,13 @@ export function formatProblems(errors: SchemaError[], part: string): ValidationP
   };
   for (const e of errors) {
     const path = e.instancePath ?? '';
-    if (e.keyword === 'boolean') continue; // duplicate of additionalProperties
+    if (e.keyword === 'boolean') {
+      // `additionalProperties: false` fails per unknown field; the summary error naming them
+      // all comes last and is cut off when the validator stops at its error cap.
+      if (/\/additionalProperties$/.test(e.schemaPath ?? '')) push({ in: part, path, message: 'is not an allowed field' });
+      continue;
+    }
+
     if (e.keyword === 'additionalProperties') {
       const names = (e.params?.additionalProperties as string[] | undefined) ?? [];
       for (const n of names) push({ in: part, path: `${path}/${escapePointer(n)}`, message: 'is not an allowed field' });
@@ -95,6 +102,7 @@ export function formatProblems(errors: SchemaError[], part: string): ValidationP
     }
     push({ in: part, path, message: e.message ?? 'is invalid' });
   }
+  if (!out.length) out.push({ in: part, path: '', message: 'is invalid' });
   return out;
 }
 

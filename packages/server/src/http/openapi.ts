@@ -10,7 +10,8 @@ interface CollectedRoute {
 
 const REASONS: Record<number, string> = {
   400: 'Bad request or validation error', 401: 'Missing or invalid credentials', 402: 'Insufficient tokens',
-  403: 'Concurrency limit reached', 404: 'Not found', 409: 'Wrong state or conflict', 413: 'Body over 1 MiB', 500: 'Internal error',
+  403: 'Concurrency limit reached', 404: 'Not found', 409: 'Wrong state or conflict', 413: 'Body over 1 MiB',
+  429: 'Rate limited; Retry-After (seconds) and details.retryAfterMs say when to retry', 500: 'Internal error',
 };
 
 /** Records every route registered after this call, for {@link buildOpenApi}. */
@@ -56,7 +57,8 @@ export function buildOpenApi(routes: CollectedRoute[], opts: { version: string }
       const isEmpty = (schema as { type?: string }).type === 'null';
       responses[code] = isEmpty ? { description: 'No content' } : { description: 'Success', content: { 'application/json': { schema: hoist(schema) } } };
     }
-    for (const code of r.config.errors ?? []) {
+    // Every operation but health may answer 429 (rate limits, see docs/api.md).
+    for (const code of new Set([...(r.config.errors ?? []), ...(r.config.rateLimit === false ? [] : [429])])) {
       responses[String(code)] = { description: REASONS[code] ?? 'Error', content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } } };
     }
     const op: Record<string, unknown> = { operationId: r.config.operationId, summary: r.config.summary, tags: r.config.tags };

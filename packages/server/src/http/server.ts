@@ -1,3 +1,4 @@
+import { STATUS_CODES } from 'node:http';
 import { LIMITS } from '@sandboxd/protocol';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from 'fastify';
 import type { Logger } from 'pino';
@@ -13,6 +14,7 @@ import { imageRoutes } from './routes/images.js';
 import { sandboxRoutes } from './routes/sandboxes.js';
 import { systemRoutes } from './routes/system.js';
 import { validatorCompiler } from './validation.js';
+import { retryAfterSeconds } from './rate-limit.js';
 import type { FrontDoor } from './front-door.js';
 
 /** API version in the OpenAPI document. */
@@ -40,6 +42,19 @@ export function createHttpServer(
       const message = status === 404 ? 'Not found' : 'Malformed URL';
       (reply as FastifyReply).code(status).type('application/json').send({ code: status, message });
     },
+    // Requests node's parser refuses (headers over 16 KiB, malformed HTTP) get the same body too.
+    clientErrorHandler: (err: NodeJS.ErrnoException, socket) => {
+      if (err.code === 'ECONNRESET' || socket.destroyed) return;
+      const [status, message] = err.code === 'HPE_HEADER_OVERFLOW'
+        ? [431, 'Request line and headers are larger than 16 KiB (URL, cookies and other headers together)']
+        : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? [408, 'Request not received in time'] : [400, 'Malformed HTTP request'];
+      deps.metrics.errors.inc({ code: String(status) });
+      const body = JSON.stringify({ code: status, message });
+      if (socket.writable) {
+        socket.write(`HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
+      }
+      socket.destroy();
+    },
   });
   app.setValidatorCompiler(validatorCompiler);
 
@@ -48,6 +63,8 @@ export function createHttpServer(
     deps.metrics.errors.inc({ code: String(status) });
     if (internal) req.log.error({ err }, 'request failed');
     else if (status >= 500) req.log.warn({ code: status, msg: body.message }, 'request refused');
+    const retryAfter = retryAfterSeconds(body);
+    if (retryAfter) reply.header('retry-after', retryAfter);
     reply.code(status).type('application/json').send(body);
   });
   app.setNotFoundHandler((req, reply) => {
@@ -58,7 +75,7 @@ export function createHttpServer(
   const routes = collectRoutes(app);
   let doc: Record<string, unknown> | null = null;
   const full: HttpDeps = { ...deps, openapi: () => (doc ??= buildOpenApi(routes, { version: API_VERSION })) };
-  registerAuth(app, deps.services.auth);
+  registerAuth(app, deps.services.auth, deps.rateLimits);
   app.register(systemRoutes, full);
   app.register(authRoutes, full);
   app.register(sandboxRoutes, full);

@@ -11,6 +11,8 @@ import type { TerminalService } from '../services/terminals.js';
 import { authenticate, sameOrigin } from './auth.js';
 import { toHttpError } from './errors.js';
 import { rejectUpgrade } from './front-door.js';
+import type { Metrics } from './metrics.js';
+import { limitAccount, limitIp, retryAfterSeconds, type RateLimits } from './rate-limit.js';
 import { terminalRoutes } from './routes/terminals.js';
 
 /** Largest client message (keyboard input or paste), bytes. */
@@ -33,7 +35,7 @@ export class TerminalGateway {
   private readonly alive = new WeakSet<WebSocket>();
   private readonly heartbeat: NodeJS.Timeout;
 
-  constructor(private readonly d: { terminals: TerminalService; auth: AuthService; log: Logger }) {
+  constructor(private readonly d: { terminals: TerminalService; auth: AuthService; log: Logger; limits?: RateLimits; metrics?: Metrics }) {
     this.heartbeat = setInterval(() => this.ping(), HEARTBEAT_MS);
     this.heartbeat.unref();
   }
@@ -62,7 +64,9 @@ export class TerminalGateway {
       }
     } catch (e) {
       const { status, body } = toHttpError(e);
-      if (!socket.destroyed) rejectUpgrade(socket, status, body.message, body.details);
+      this.d.metrics?.errors.inc({ code: String(status) });
+      const retryAfter = retryAfterSeconds(body);
+      if (!socket.destroyed) rejectUpgrade(socket, status, body.message, body.details, retryAfter ? { 'Retry-After': retryAfter } : {});
       return;
     }
     if (socket.destroyed) return;
@@ -73,11 +77,19 @@ export class TerminalGateway {
   /** API key headers first; a session cookie only with a same-origin `Origin` (CSRF). */
   private async authenticate(req: IncomingMessage) {
     const r = req as unknown as FastifyRequest;
-    const principal = await authenticate(r, this.d.auth);
-    const byKey = req.headers.authorization !== undefined || (typeof req.headers['x-api-key'] === 'string' && req.headers['x-api-key'] !== '');
-    if (!byKey && !sameOrigin(r)) {
-      throw new SandboxdError('unauthorized', 'A WebSocket authenticated by session cookie must carry a same-origin Origin header');
+    const limits = this.d.limits;
+    let principal;
+    try {
+      principal = await authenticate(r, this.d.auth);
+      const byKey = req.headers.authorization !== undefined || (typeof req.headers['x-api-key'] === 'string' && req.headers['x-api-key'] !== '');
+      if (!byKey && !sameOrigin(r)) {
+        throw new SandboxdError('unauthorized', 'A WebSocket authenticated by session cookie must carry a same-origin Origin header');
+      }
+    } catch (e) {
+      if (limits) limitIp(limits, req.socket.remoteAddress);
+      throw e;
     }
+    if (limits) limitAccount(limits, principal.account.id);
     return principal;
   }
 
@@ -168,7 +180,7 @@ function decode(s: string): string {
  */
 export async function terminalFeature(app: FastifyInstance, sd: Sandboxd): Promise<void> {
   const { terminals, auth } = sd.services;
-  const gateway = new TerminalGateway({ terminals, auth, log: sd.log });
+  const gateway = new TerminalGateway({ terminals, auth, log: sd.log, limits: sd.rateLimits, metrics: sd.metrics });
   sd.frontDoor.claimUpgrades(gateway.matches, gateway.handleUpgrade);
   app.addHook('preClose', async () => {
     terminals.closeAll();

@@ -21,12 +21,12 @@ export interface TestApp {
 }
 
 /** Builds and starts a {@link TestApp}. */
-export async function makeTestApp(overrides: Partial<Config> = {}, opts: { driver?: FakeDriver } = {}): Promise<TestApp> {
+export async function makeTestApp(overrides: Partial<Config> = {}, opts: { driver?: FakeDriver; rateLimitNow?: () => number } = {}): Promise<TestApp> {
   const adminKey = 'sk_' + 'A'.repeat(40);
   const config = loadConfig({}, { runtime: 'fake', dbPath: ':memory:', dataDir: '/nonexistent', bootstrap: { apiKey: adminKey }, port: 8080, ...overrides });
   const driver = opts.driver ?? new FakeDriver();
   const clock = new ManualClock(Date.UTC(2030, 0, 1));
-  const app = buildApp({ config, driver, clock, store: new SqliteStore(':memory:'), logger: pino({ level: 'silent' }) });
+  const app = buildApp({ config, driver, clock, store: new SqliteStore(':memory:'), logger: pino({ level: 'silent' }), rateLimitNow: opts.rateLimitNow });
   await app.start();
   await app.reaper.stop(); // tests drive the reaper by hand
   await app.http.ready();

@@ -1,6 +1,6 @@
 import { LIMITS, SandboxdError, type ExecRequest, type ExecResult } from '@sandboxd/protocol';
 import type { ServiceDeps } from './context.js';
-import type { SandboxService } from './sandboxes.js';
+import { envProblems, type SandboxService } from './sandboxes.js';
 
 /**
  * Runs `/bin/sh -c command` in a started sandbox. Foreground waits (default 60 s, exit
@@ -12,6 +12,10 @@ export class ExecService {
 
   async run(accountId: string, req: ExecRequest & { sandboxId: string }): Promise<ExecResult> {
     const r = await this.sandboxes.get(accountId, req.sandboxId);
+    const problems = envProblems(req.options?.env, '/options/env');
+    const commandBytes = Buffer.byteLength(req.command);
+    if (commandBytes > LIMITS.maxArgBytes) problems.unshift({ in: 'body', path: '/command', message: `is ${commandBytes} bytes; at most ${LIMITS.maxArgBytes}` });
+    if (problems.length) throw new SandboxdError('validation', problems.map((p) => `${p.path}: ${p.message}`).join('; '), problems);
     if (r.state !== 'started' || r.stopAt <= this.d.clock.now()) {
       throw new SandboxdError('conflict', `Sandbox is ${r.state === 'started' ? 'stopping' : r.state}`, { state: r.state });
     }

@@ -39,6 +39,8 @@ export class SandboxService {
     if (timeoutMs > plan.maxLifetimeMs) {
       throw badRequest(`timeoutMs must be at most ${plan.maxLifetimeMs} on plan ${account.plan}`, '/timeoutMs', { max: plan.maxLifetimeMs });
     }
+    const tooLong = envProblems(req.env, '/env');
+    if (tooLong.length) throw new SandboxdError('validation', tooLong.map((p) => `${p.path}: ${p.message}`).join('; '), tooLong);
     const { mounts, sizes } = parseVolumes(req.volumes ?? {});
     const now = this.d.clock.now();
     const record = await this.d.store.reserveSandbox(
@@ -161,6 +163,21 @@ export class SandboxService {
       }
     }
   }
+}
+
+/**
+ * Entries `NAME=value` longer than {@link LIMITS.maxArgBytes} in UTF-8: execve refuses
+ * them (E2BIG), so a sandbox or command given one could never start.
+ */
+export function envProblems(env: Record<string, string> | undefined, base: string): ValidationProblem[] {
+  const out: ValidationProblem[] = [];
+  for (const [k, v] of Object.entries(env ?? {})) {
+    const bytes = Buffer.byteLength(k) + 1 + Buffer.byteLength(v);
+    if (bytes > LIMITS.maxArgBytes) {
+      out.push({ in: 'body', path: `${base}/${k.replace(/~/g, '~0').replace(/\//g, '~1')}`, message: `NAME=value is ${bytes} bytes; at most ${LIMITS.maxArgBytes}` });
+    }
+  }
+  return out;
 }
 
 function badRequest(message: string, path: string, extra: Record<string, unknown> = {}): SandboxdError {

@@ -5,20 +5,40 @@ import { Type } from 'typebox';
 import { summary } from '../../services/accounts.js';
 import { parseCookies, SESSION_COOKIE, sessionCookie } from '../cookies.js';
 import type { HttpDeps } from '../deps.js';
+import { clientKey, rateLimited, type Verdict } from '../rate-limit.js';
 
 const tags = ['auth'];
 
 /** Browser sessions: login, logout, sign-up and the one-time login link. */
 export const authRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) => {
   const { auth, accounts } = d.services;
+  const limits = d.rateLimits;
+  /** The first refusal among `verdicts` (the longest wait), as a 429. */
+  const refuse = (name: 'login' | 'signup', verdicts: Verdict[]) => {
+    const waits = verdicts.flatMap((v) => (v.ok ? [] : [v.retryAfterMs]));
+    if (waits.length) throw rateLimited(name, Math.max(...waits), limits.config);
+  };
   const setSession = (req: FastifyRequest, reply: FastifyReply, token: string) =>
     reply.header('set-cookie', sessionCookie(token, { maxAgeSec: d.config.sessionTtlMs / 1000, secure: req.protocol === 'https' }));
 
   app.post('/api/v1/auth/login', {
     schema: { body: LoginSchema, response: { 200: AccountReplySchema } },
-    config: { auth: 'none', operationId: 'login', summary: 'Log in; sets the session cookie', tags, errors: [400, 401] },
+    config: { auth: 'none', operationId: 'login', summary: 'Log in; sets the session cookie', tags, errors: [400, 401, 429] },
   }, async (req, reply) => {
-    const { account, token } = await auth.login(req.body.email, req.body.password);
+    // Throttled before the password is hashed: failures per email and per address.
+    const email = req.body.email.trim().toLowerCase();
+    const ip = clientKey(req.ip);
+    refuse('login', [limits.loginByEmail.check(email), limits.loginByIp.check(ip)]);
+    let session: Awaited<ReturnType<typeof auth.login>>;
+    try {
+      session = await auth.login(req.body.email, req.body.password);
+    } catch (e) {
+      limits.loginByEmail.record(email);
+      limits.loginByIp.record(ip);
+      throw e;
+    }
+    limits.loginByEmail.clear(email);
+    const { account, token } = session;
     setSession(req, reply, token);
     return { account: summary(account) };
   });
@@ -35,8 +55,13 @@ export const authRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) =>
 
   app.post('/api/v1/auth/signup', {
     schema: { body: SignupSchema, response: { 201: AccountReplySchema } },
-    config: { auth: 'none', operationId: 'signup', summary: 'Create an account on the default plan; sets the session cookie', tags, errors: [400, 404, 409] },
+    config: { auth: 'none', operationId: 'signup', summary: 'Create an account on the default plan; sets the session cookie', tags, errors: [400, 404, 409, 429] },
   }, async (req, reply) => {
+    if (d.config.signupEnabled) {
+      const ip = clientKey(req.ip);
+      refuse('signup', [limits.signupByIp.check(ip)]);
+      limits.signupByIp.record(ip);
+    }
     const account = await accounts.signup(req.body.email, req.body.password);
     setSession(req, reply, await auth.newSession(account.id));
     return reply.code(201).send({ account: summary(account) });

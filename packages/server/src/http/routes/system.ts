@@ -7,13 +7,13 @@ import type { HttpDeps } from '../deps.js';
 export const systemRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) => {
   app.get('/healthz', {
     schema: { response: { 200: Type.Object({ status: Type.Literal('ok') }) } },
-    config: { auth: 'none', operationId: 'health', summary: '200 once the server can create sandboxes', tags: ['system'], errors: [503] },
+    config: { auth: 'none', rateLimit: false, operationId: 'health', summary: '200 once the server can create sandboxes', tags: ['system'], errors: [503] },
   }, async () => {
     if (!d.isReady()) throw new SandboxdError('unavailable', 'Starting');
     return { status: 'ok' as const };
   });
 
-  app.get('/metrics', { config: { auth: 'none', hide: true } }, async (_req, reply) => {
+  app.get('/metrics', { config: { auth: 'none', rateLimit: false, hide: true } }, async (_req, reply) => {
     reply.header('content-type', d.metrics.registry.contentType);
     return d.metrics.registry.metrics();
   });
