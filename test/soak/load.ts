@@ -59,15 +59,17 @@ export interface LoadOptions {
   rssFlatMiB: number;
   image: string;
   logLevel: string;
-  /** NODE_OPTIONS of the server process only (e.g. `--cpu-prof --cpu-prof-dir=/tmp/p`). */
+  /** NODE_OPTIONS of the server process only (e.g. `--max-old-space-size=512`). */
   serverNodeOptions: string;
+  /** Writes a CPU profile of the server over the load phase to this directory ('' = none). */
+  cpuProfileDir: string;
   /** Extra SANDBOXD_* env of the server. */
   serverEnv: Record<string, string>;
 }
 
 export const DEFAULTS: LoadOptions = {
   sandboxes: 200, rate: 500, durationS: 120, terminals: 50, termLinesPerS: 20, createParallel: 8, maxInFlight: 1000,
-  lateMs: 10, sampleEveryS: 5, rssFlatMiB: 16, image: 'local/busybox:latest', logLevel: 'warn', serverNodeOptions: '', serverEnv: {},
+  lateMs: 10, sampleEveryS: 5, rssFlatMiB: 16, image: 'local/busybox:latest', logLevel: 'warn', serverNodeOptions: '', cpuProfileDir: '', serverEnv: {},
 };
 
 export interface Pcts { n: number; p50: number; p90: number; p99: number; max: number }
@@ -77,10 +79,18 @@ export interface MinuteRow {
   latency: Pcts;
   /** ms from send to answer. */
   service: Pcts;
-  completedPerS: number; serverCpuPct: number; hostCpuPct: number; rssMiB: number;
+  completedPerS: number; serverCpuPct: number; sandboxCpuPct: number; clientCpuPct: number; hostCpuPct: number; rssMiB: number;
+  /** CPU ms per answered exec in the server process and in the sandboxes (terminal loops included). */
+  serverCpuMsPerExec: number; sandboxCpuMsPerExec: number;
 }
 export interface TerminalResult { sandboxId: string; linesExpected: number; linesOk: number; badLines: number; ended: boolean; bytes: number; error?: string }
-export interface Sample { runS: number; tS: number; phase: string; rssMiB: number; heapUsedMiB: number | null; fds: number | null; lagP99Ms: number | null; serverCpuPct: number; hostCpuPct: number }
+export interface Sample {
+  runS: number; tS: number; phase: string; rssMiB: number; heapUsedMiB: number | null; fds: number | null; lagP99Ms: number | null;
+  /** CPU since the previous sample, % of one core: the server process, every process in the sandboxes' cgroups, this client. */
+  serverCpuPct: number; sandboxCpuPct: number | null; clientCpuPct: number;
+  /** Busy share of all the host's CPUs, %. */
+  hostCpuPct: number;
+}
 export interface LoadResult {
   options: Omit<LoadOptions, 'serverEnv'>;
   slot: number;
@@ -136,7 +146,8 @@ export const MAX_SANDBOXES = 550;
 class Http {
   readonly agent: Agent;
   constructor(private readonly base: URL, private readonly key: string, maxSockets: number) {
-    this.agent = new Agent({ keepAlive: true, maxSockets, maxFreeSockets: maxSockets });
+    // Idle sockets are closed after 30 s, as clients should (below the server's keep-alive timeout).
+    this.agent = new Agent({ keepAlive: true, maxSockets, maxFreeSockets: maxSockets, timeout: 30_000 });
   }
   call(method: string, path: string, body?: unknown, timeoutMs = 90_000): Promise<{ status: number; body: any; text: string }> {
     return new Promise((res, rej) => {
@@ -221,8 +232,10 @@ class StreamCheck {
     else this.badLines++;
   }
   /** Resolves at the end marker or close, or after `ms`. */
-  wait(ms: number): Promise<void> {
-    return Promise.race([this.done, sleep(ms)]);
+  async wait(ms: number): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([this.done, new Promise<void>((r) => (timer = setTimeout(r, ms)))]);
+    clearTimeout(timer);
   }
 }
 
@@ -237,6 +250,14 @@ function hostTicks(): { busy: number; total: number } {
   return { busy: total - f[3] - (f[4] ?? 0), total };
 }
 const TICK = 100; // USER_HZ
+/** ns of CPU used by every process under cgroup folder `parent` (v1 cpuacct, else v2 cpu.stat), or null. */
+function cgroupCpuNs(parent: string): number | null {
+  try { return Number(readFileSync(`/sys/fs/cgroup/cpuacct/${parent}/cpuacct.usage`, 'utf8')); } catch { /* v2? */ }
+  try {
+    const m = /^usage_usec (\d+)$/m.exec(readFileSync(`/sys/fs/cgroup/${parent}/cpu.stat`, 'utf8'));
+    return m ? Number(m[1]) * 1000 : null;
+  } catch { return null; }
+}
 const NCPU = readFileSync('/proc/cpuinfo', 'utf8').split('\n').filter((l) => l.startsWith('processor')).length || 1;
 
 function vmRssMiB(pid: number): number {
@@ -308,7 +329,8 @@ export async function runLoad(opt: Partial<LoadOptions> = {}, say: (s: string) =
         SANDBOXD_RUNTIME: 'local', SANDBOXD_CONFIG: join(base, 'config.json'), SANDBOXD_LOG_LEVEL: o.logLevel,
         SANDBOXD_IMAGE_DIR: drv.imageDir, SANDBOXD_RUN_DIR: drv.runDir!, SANDBOXD_BRIDGE: drv.bridge!, SANDBOXD_SUBNET: drv.subnet!,
         SANDBOXD_UID_RANGE_START: String(drv.uidRangeStart), SANDBOXD_CGROUP_PARENT: drv.cgroupParent!,
-        NODE_OPTIONS: o.serverNodeOptions, ...o.serverEnv,
+        NODE_OPTIONS: [o.serverNodeOptions, o.cpuProfileDir ? `--import ${pathToFileURL(join(import.meta.dirname, 'cpu-profile.mjs')).href}` : ''].join(' ').trim(),
+        ...(o.cpuProfileDir ? { SOAK_PROFILE_DIR: resolve(o.cpuProfileDir) } : {}), ...o.serverEnv,
       },
     });
     pid = server.proc.pid!;
@@ -322,16 +344,20 @@ export async function runLoad(opt: Partial<LoadOptions> = {}, say: (s: string) =
     const http = new Http(new URL(server.baseUrl), acct.key, o.maxInFlight + 64);
 
     // Sampler: RSS from /proc, heap/fds/lag from /metrics, CPU of the server and the host.
-    let lastCpu = { t: performance.now(), server: cpuTicks(pid), host: hostTicks() };
+    const cpuNow = () => ({ t: performance.now(), server: cpuTicks(pid), host: hostTicks(), sandboxes: cgroupCpuNs(drv.cgroupParent!), client: process.cpuUsage() });
+    let lastCpu = cpuNow();
     let sampling = false;
     const sample = async () => {
       if (sampling || !server || server.proc.exitCode !== null) return;
       sampling = true;
       try {
         const now = performance.now();
-        const cpu = { t: now, server: cpuTicks(pid), host: hostTicks() };
+        const cpu = cpuNow();
         const dt = (cpu.t - lastCpu.t) / 1000;
         const serverCpuPct = dt > 0 ? ((cpu.server - lastCpu.server) / TICK / dt) * 100 : 0;
+        const sandboxCpuPct = dt > 0 && cpu.sandboxes !== null && lastCpu.sandboxes !== null ? ((cpu.sandboxes - lastCpu.sandboxes) / 1e9 / dt) * 100 : null;
+        const cu = process.cpuUsage(lastCpu.client);
+        const clientCpuPct = dt > 0 ? ((cu.user + cu.system) / 1e6 / dt) * 100 : 0;
         const hostCpuPct = cpu.host.total > lastCpu.host.total ? ((cpu.host.busy - lastCpu.host.busy) / (cpu.host.total - lastCpu.host.total)) * 100 : 0;
         lastCpu = cpu;
         const rssMiB = vmRssMiB(pid);
@@ -341,7 +367,7 @@ export async function runLoad(opt: Partial<LoadOptions> = {}, say: (s: string) =
         const lag = metric(text, 'sandboxd_process_nodejs_eventloop_lag_p99_seconds');
         samples.push({
           runS: (now - wall0) / 1000, tS: t0 ? (now - t0) / 1000 : NaN, phase, rssMiB, heapUsedMiB: heap === null ? null : heap / MiB,
-          fds: metric(text, 'sandboxd_process_process_open_fds'), lagP99Ms: lag === null ? null : lag * 1000, serverCpuPct, hostCpuPct,
+          fds: metric(text, 'sandboxd_process_process_open_fds'), lagP99Ms: lag === null ? null : lag * 1000, serverCpuPct, sandboxCpuPct, clientCpuPct, hostCpuPct,
         });
       } catch { /* the server may be exiting */ } finally { sampling = false; }
     };
@@ -409,6 +435,7 @@ export async function runLoad(opt: Partial<LoadOptions> = {}, say: (s: string) =
         .finally(() => inFlight--);
     };
     t0 = performance.now() + 200;
+    if (o.cpuProfileDir) process.kill(pid, 'SIGUSR2'); // starts the profiler (cpu-profile.mjs)
     for (const c of checks) if (c) c.ws.send(Buffer.from(`sh /tmp/stream.sh ${c.k} ${Math.ceil(o.durationS)} ${o.termLinesPerS}\r`));
     const hardEnd = t0 + o.durationS * 1000 + 30_000;
     while (next < total && performance.now() < hardEnd) {
@@ -422,6 +449,7 @@ export async function runLoad(opt: Partial<LoadOptions> = {}, say: (s: string) =
     }
     for (; next < total; next++) status[next] = 1; // only past the hard end
     const lastStart = performance.now();
+    if (o.cpuProfileDir) process.kill(pid, 'SIGUSR2'); // writes the profile of the load phase
     say(`# all starts sent; waiting for ${inFlight} in flight`);
     for (let i = 0; i < 1200 && inFlight > 0; i++) await sleep(100);
     phase = 'drain';
@@ -473,8 +501,11 @@ export async function runLoad(opt: Partial<LoadOptions> = {}, say: (s: string) =
       const avg = (f: (x: Sample) => number) => (ss.length ? ss.reduce((a, x) => a + f(x), 0) / ss.length : NaN);
       minutes.push({
         minute: m + 1, due: hi - lo, started: st, late, missed: miss, ok, errors: errs, latency: pcts(l), service: pcts(s2),
-        completedPerS: completed / ((winHi - winLo) / 1000), serverCpuPct: avg((x) => x.serverCpuPct), hostCpuPct: avg((x) => x.hostCpuPct),
+        completedPerS: completed / ((winHi - winLo) / 1000), serverCpuPct: avg((x) => x.serverCpuPct), sandboxCpuPct: avg((x) => x.sandboxCpuPct ?? NaN),
+        clientCpuPct: avg((x) => x.clientCpuPct), hostCpuPct: avg((x) => x.hostCpuPct),
         rssMiB: ss.length ? pcts(ss.map((x) => x.rssMiB)).p50 : NaN,
+        serverCpuMsPerExec: (avg((x) => x.serverCpuPct) * 10) / (completed / ((winHi - winLo) / 1000) || NaN),
+        sandboxCpuMsPerExec: (avg((x) => x.sandboxCpuPct ?? NaN) * 10) / (completed / ((winHi - winLo) / 1000) || NaN),
       });
     }
     // Memory: median RSS over the second half of minute 1 vs of the last minute (warm-up excluded).
@@ -581,21 +612,24 @@ export function printResult(r: LoadResult, say: (s: string) => void = (s) => con
   };
   say(`\n## load\n${table(rows)}`);
   if (r.minutes?.length) {
-    const m = [['minute', 'due', 'started', 'late', 'missed', 'ok', 'errors', 'ok/s', 'p50 ms', 'p90 ms', 'p99 ms', 'max ms', 'svc p50', 'svc p99', 'server CPU %', 'host CPU %', 'RSS MiB']];
+    const m = [['minute', 'due', 'started', 'late', 'missed', 'ok', 'errors', 'ok/s', 'p50 ms', 'p90 ms', 'p99 ms', 'max ms', 'svc p50', 'svc p99',
+      'CPU % server', 'sandboxes', 'client', `host (${NCPU} CPUs)`, 'CPU ms/exec server', 'sandboxes', 'RSS MiB']];
     for (const x of r.minutes) {
       m.push([String(x.minute), String(x.due), String(x.started), String(x.late), String(x.missed), String(x.ok), String(x.errors), f1(x.completedPerS),
-        f1(x.latency.p50), f1(x.latency.p90), f1(x.latency.p99), f1(x.latency.max), f1(x.service.p50), f1(x.service.p99), f1(x.serverCpuPct), f1(x.hostCpuPct), f1(x.rssMiB)]);
+        f1(x.latency.p50), f1(x.latency.p90), f1(x.latency.p99), f1(x.latency.max), f1(x.service.p50), f1(x.service.p99),
+        f1(x.serverCpuPct), f1(x.sandboxCpuPct), f1(x.clientCpuPct), f1(x.hostCpuPct), x.serverCpuMsPerExec.toFixed(2), x.sandboxCpuMsPerExec.toFixed(2), f1(x.rssMiB)]);
     }
     say(`\n${table(m)}`);
   }
   if (r.memory?.samples.length) {
-    say(`\nsamples (t s from load start: RSS MiB / heap MiB / fds / lag p99 ms / server CPU % / host CPU %):`);
-    say(r.memory.samples.map((s) => `${s.phase}@${s.tS.toFixed(0)}: ${f1(s.rssMiB)}/${f1(s.heapUsedMiB)}/${s.fds ?? '-'}/${f1(s.lagP99Ms)}/${f1(s.serverCpuPct)}/${f1(s.hostCpuPct)}`).join('  '));
+    say(`\nsamples (t s from load start: RSS MiB / heap MiB / fds / lag p99 ms / CPU % server / sandboxes / client / host):`);
+    say(r.memory.samples.map((s) => `${s.phase}@${s.tS.toFixed(0)}: ${f1(s.rssMiB)}/${f1(s.heapUsedMiB)}/${s.fds ?? '-'}/${f1(s.lagP99Ms)}/${f1(s.serverCpuPct)}/${f1(s.sandboxCpuPct)}/${f1(s.clientCpuPct)}/${f1(s.hostCpuPct)}`).join('  '));
   }
   if (r.errorSamples.length) say(`\nerror samples:\n  ${r.errorSamples.join('\n  ')}`);
   if (r.host.others.length) say(`\nother host activity meanwhile (not this run's):\n  ${r.host.others.slice(0, 20).join('\n  ')}`);
   const { samples: _s, ...memory } = r.memory ?? { samples: [] };
-  say(`SOAK load ${JSON.stringify({ ...r, memory, samples: r.memory?.samples.map((s) => [s.phase, +s.tS.toFixed(1), +s.rssMiB.toFixed(1), s.heapUsedMiB === null ? null : +s.heapUsedMiB.toFixed(1), s.fds, s.serverCpuPct | 0, s.hostCpuPct | 0]) })}`);
+  say(`SOAK load ${JSON.stringify({ ...r, memory, host: { ...r.host, others: r.host.others.length },
+    sampleColumns: ['phase', 'tS', 'rssMiB', 'heapUsedMiB', 'fds', 'lagP99Ms', 'serverCpuPct', 'sandboxCpuPct', 'clientCpuPct', 'hostCpuPct'], samples: r.memory?.samples.map((s) => [s.phase, +s.tS.toFixed(1), +s.rssMiB.toFixed(1), s.heapUsedMiB === null ? null : +s.heapUsedMiB.toFixed(1), s.fds, s.lagP99Ms === null ? null : +s.lagP99Ms.toFixed(1), s.serverCpuPct | 0, (s.sandboxCpuPct ?? -1) | 0, s.clientCpuPct | 0, s.hostCpuPct | 0]) })}`);
 }
 
 const HELP = `Usage: node --import tsx test/soak/load.ts [options]
@@ -611,7 +645,9 @@ const HELP = `Usage: node --import tsx test/soak/load.ts [options]
   --rss-flat MiB       largest RSS growth minute 1 -> last minute called flat (default ${DEFAULTS.rssFlatMiB})
   --image REF          (default ${DEFAULTS.image})
   --log-level L        server log level (default ${DEFAULTS.logLevel})
-  --server-node-options "..."  NODE_OPTIONS of the server only, e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof"
+  --server-node-options "..."  NODE_OPTIONS of the server only, e.g. "--max-old-space-size=512"
+  --cpu-profile DIR    CPU profile of the server over the load's starts, to DIR/server-<pid>-0.cpuprofile
+                       (summary: node --import tsx test/soak/profile-summary.ts FILE)
 Exit status: 0 when there were no errors and memory was flat (or the run was under 2 minutes).
 Needs root, crun and the test images (npm test's set-up; SANDBOXD_TEST_IMAGE_DIR).`;
 
@@ -635,6 +671,7 @@ function parseArgs(argv: string[]): Partial<LoadOptions> | null {
     else if (a === '--image') o.image = v;
     else if (a === '--log-level') o.logLevel = v;
     else if (a === '--server-node-options') o.serverNodeOptions = v;
+    else if (a === '--cpu-profile') o.cpuProfileDir = v;
     else throw new Error(`unknown option ${a} (see --help)`);
   }
   return o;
