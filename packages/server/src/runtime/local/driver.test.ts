@@ -55,11 +55,11 @@ describe('local driver isolation', () => {
 
   const sh = (id: string, cmd: string, timeoutMs = 20_000) => driver.exec(id, cmd, { timeoutMs });
 
-  it('sees only its own processes, with an init as PID 1', async () => {
+  it('sees only its own processes, with the exec agent as PID 1', async () => {
     const r = await sh(a, 'ls -d /proc/[0-9]* | wc -l; cat /proc/1/cmdline | tr "\\0" " "');
     const [count, cmdline] = r.stdout.trim().split('\n');
     assert.ok(Number(count) <= 5, `saw ${count} processes`);
-    assert.match(cmdline, /^\/dev\/init -P/);
+    assert.match(cmdline, /^\/dev\/sandboxd-agent --init/);
   });
 
   it('runs root as an unprivileged host uid in its own user namespace', async () => {

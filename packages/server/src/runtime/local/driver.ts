@@ -19,6 +19,7 @@ import { VolumeStore } from './volumes.js';
 import type { Config } from '../../config.js';
 import { checkLimits, checkMountPath, checkTraversable, mergeEnv, mergeEnvList, splitEnv } from './sandbox-checks.js';
 import { hostNetDevicePaths } from './host-sysfs.js';
+import { AgentGoneError, agentBinary, ExecAgent } from './exec-agent.js';
 
 export interface LocalDriverOptions {
   /** Sandbox state, roots and volumes live here. */
@@ -36,8 +37,6 @@ export interface LocalDriverOptions {
   cgroupParent?: string;
   registryCredentials?: Record<string, { username: string; password: string }>;
   insecureRegistries?: string[];
-  /** Static init bound at /dev/init. Default `/usr/bin/catatonit`. */
-  initPath?: string;
   /** OCI runtime; default crun when installed, else runc. */
   ociRuntime?: OciRuntimeName;
   /** Networks kept made ahead of need, so creating a sandbox does not wait for one (crun only). Default 2. */
@@ -86,6 +85,9 @@ export class LocalDriver implements RuntimeDriver {
   private readonly roots: RootfsManager;
   private readonly volumes: VolumeStore;
   private readonly records = new Map<string, SandboxRecord>();
+  /** Each running sandbox's exec agent, started at its first exec. */
+  private readonly agents = new Map<string, Promise<ExecAgent>>();
+  private agentPath: string | undefined;
   /** Ids between create's first check and its record: a second create of one id must see them. */
   private readonly reserved = new Set<string>();
   private readonly stateDir: string;
@@ -108,7 +110,7 @@ export class LocalDriver implements RuntimeDriver {
   constructor(opts: LocalDriverOptions) {
     this.opts = {
       runDir: '/run/sandboxd', bridge: 'sbx0', subnet: '10.89.0.0/16', egress: 'none', uidRangeStart: 100_000,
-      cgroupParent: 'sandboxd', initPath: '/usr/bin/catatonit', netPoolSize: 2, ...opts,
+      cgroupParent: 'sandboxd', netPoolSize: 2, ...opts,
     } as LocalDriver['opts'];
     this.stateDir = join(opts.dataDir, 'sandboxes');
     this.images = new ImageStore({ dir: opts.imageDir, credentials: opts.registryCredentials, insecureRegistries: opts.insecureRegistries });
@@ -121,7 +123,6 @@ export class LocalDriver implements RuntimeDriver {
 
   async init(): Promise<void> {
     if (process.getuid?.() !== 0) throw new SandboxdError('internal', 'the local runtime needs root (run sandboxd as root)');
-    if (!existsSync(this.opts.initPath)) throw new SandboxdError('internal', `${this.opts.initPath} is missing: install Debian's catatonit (npm run setup does)`);
     await mkdir(this.stateDir, { recursive: true });
     await mkdir(this.crun.root, { recursive: true });
     await checkTraversable(this.opts.dataDir);
@@ -129,6 +130,7 @@ export class LocalDriver implements RuntimeDriver {
     this.seccomp = buildSeccompProfile({ capabilities: SANDBOX_CAPABILITIES });
     if (this.crun.binary === 'crun') this.seccompBpf = compileSeccompBpf(this.seccomp).toString('base64');
     this.maskedNetPaths = hostNetDevicePaths();
+    this.agentPath = agentBinary();
   }
 
   async recover(): Promise<RecoveryReport> {
@@ -238,11 +240,14 @@ export class LocalDriver implements RuntimeDriver {
       }
       const config = buildOciConfig({
         id: spec.id, hostname, rootfs: root.rootfs, env: partial.env, limits: spec.limits, uidBase,
-        netnsPath: early?.netnsPath, hostSysfs: early !== null, maskedNetPaths: this.maskedNetPaths, initPath: this.opts.initPath, etcFiles: etc, volumes, seccomp: this.seccomp!, seccompBpfBase64: this.seccompBpf,
+        netnsPath: early?.netnsPath, hostSysfs: early !== null, maskedNetPaths: this.maskedNetPaths, agentPath: this.agentPath!, etcFiles: etc, volumes, seccomp: this.seccomp!, seccompBpfBase64: this.seccompBpf,
         cgroupsPath: `/${this.opts.cgroupParent}/${spec.id}`,
       });
       await writeFile(join(dir, 'config.json'), JSON.stringify(config));
-      partial.initPid = await this.crun.run(spec.id, dir);
+      partial.initPid = await this.crun.run(spec.id, dir, {
+        // PID 1 is the exec agent: its channel is ready for the first exec without a runtime call.
+        onChannel: (input, output) => this.adoptAgent(spec.id, ExecAgent.attach(input, output)),
+      });
       const net = early ?? (await this.network.attach(spec.id, { pid: partial.initPid }));
       partial.netId = net.id;
       if (!early) await writeHosts(net.address);
@@ -281,6 +286,7 @@ export class LocalDriver implements RuntimeDriver {
 
   async kill(id: string): Promise<void> {
     const rec = this.require(id);
+    this.dropAgent(id);
     await this.crun.kill(id, 'KILL');
     for (let i = 0; i < 200 && isAlive(rec); i++) await sleep(5);
   }
@@ -290,11 +296,30 @@ export class LocalDriver implements RuntimeDriver {
     await this.teardown(id, rec);
   }
 
+  /**
+   * Runs `/bin/sh -c command` through the sandbox's exec agent (one fork + execve inside the
+   * sandbox; the agent is started by the OCI runtime at the first exec). Falls back to a
+   * `<runtime> exec` per command when the agent cannot start.
+   */
   async exec(id: string, command: string, options: ExecOptions = {}): Promise<ExecResult> {
     const rec = await this.requireRunning(id);
-    return this.crun.exec(id, ['/bin/sh', '-c', command], {
-      env: mergeEnvList(rec.env, options.env), cwd: options.cwd ?? rec.workingDir, user: rec.user,
-      timeoutMs: options.timeoutMs ?? 60_000, maxOutputBytes: options.maxOutputBytes ?? 1024 * 1024,
+    const env = mergeEnvList(rec.env, options.env);
+    const cwd = options.cwd ?? rec.workingDir;
+    const timeoutMs = options.timeoutMs ?? 60_000;
+    const maxOutputBytes = options.maxOutputBytes ?? 1024 * 1024;
+    const argv = ['/bin/sh', '-c', command];
+    for (let attempt = 0; ; attempt++) {
+      const agent = await this.agent(id, rec);
+      if (!agent) break;
+      try {
+        return await agent.exec(argv, { user: rec.user, env, cwd, timeoutMs, maxOutputBytes });
+      } catch (e) {
+        // The agent was gone before the command started: once more with a new one.
+        if (!(e instanceof AgentGoneError) || attempt > 0) throw e;
+      }
+    }
+    return this.crun.exec(id, argv, {
+      env, cwd, user: rec.user, timeoutMs, maxOutputBytes,
       pidFile: join(this.stateDir, id, `exec-${process.hrtime.bigint()}.pid`),
       cgroupProcs: () => this.cgroupProcs(id),
     });
@@ -302,11 +327,57 @@ export class LocalDriver implements RuntimeDriver {
 
   async execBackground(id: string, command: string, options: Omit<ExecOptions, 'timeoutMs' | 'maxOutputBytes'> = {}): Promise<{ pid: number }> {
     const rec = await this.requireRunning(id);
-    const hostPid = await this.crun.execDetached(id, ['/bin/sh', '-c', command], {
-      env: mergeEnvList(rec.env, options.env), cwd: options.cwd ?? rec.workingDir, user: rec.user,
-      pidFile: join(this.stateDir, id, `bg-${process.hrtime.bigint()}.pid`),
+    const env = mergeEnvList(rec.env, options.env);
+    const cwd = options.cwd ?? rec.workingDir;
+    const argv = ['/bin/sh', '-c', command];
+    for (let attempt = 0; ; attempt++) {
+      const agent = await this.agent(id, rec);
+      if (!agent) break;
+      try {
+        return { pid: await agent.execBackground(argv, { user: rec.user, env, cwd }) };
+      } catch (e) {
+        if (!(e instanceof AgentGoneError) || attempt > 0) throw e;
+      }
+    }
+    const hostPid = await this.crun.execDetached(id, argv, {
+      env, cwd, user: rec.user, pidFile: join(this.stateDir, id, `bg-${process.hrtime.bigint()}.pid`),
     });
     try { return { pid: nsPid(hostPid) }; } catch { return { pid: 0 }; /* already exited */ }
+  }
+
+  /**
+   * The live exec agent of sandbox `id`, starting one when there is none or the last one
+   * died (killed from inside, say). Null when none can start; the caller then uses the
+   * runtime's own exec, which also reports why the sandbox cannot run anything.
+   */
+  private async agent(id: string, rec: SandboxRecord): Promise<ExecAgent | null> {
+    if (!this.agentPath) return null;
+    const current = this.agents.get(id);
+    if (current) {
+      const a = await current.catch(() => null);
+      if (a?.alive) return a;
+      if (this.agents.get(id) !== current) return this.agent(id, rec);
+      this.agents.delete(id);
+    }
+    const started = ExecAgent.start(this.crun.argv, id, { user: rec.user, env: rec.env });
+    this.agents.set(id, started);
+    try {
+      return await started;
+    } catch {
+      if (this.agents.get(id) === started) this.agents.delete(id);
+      return null;
+    }
+  }
+
+  private adoptAgent(id: string, agent: Promise<ExecAgent>): void {
+    agent.catch(() => undefined); // a dead channel is found (and replaced) at the next exec
+    this.agents.set(id, agent);
+  }
+
+  private dropAgent(id: string): void {
+    const a = this.agents.get(id);
+    this.agents.delete(id);
+    void a?.then((x) => x.close(), () => undefined);
   }
 
   async execTty(id: string, options: TtyOptions): Promise<PtyProcess> {
@@ -334,6 +405,7 @@ export class LocalDriver implements RuntimeDriver {
   /** Pooled networks stay on the host; the next `recover()` removes them. */
   async close(): Promise<void> {
     this.closed = true;
+    for (const id of [...this.agents.keys()]) this.dropAgent(id);
     await this.poolFill;
     this.records.clear();
   }
@@ -411,6 +483,7 @@ export class LocalDriver implements RuntimeDriver {
 
   /** Frees everything of `id` that exists, in reverse order of creation. Idempotent. */
   private async teardown(id: string, rec: SandboxRecord | null | undefined): Promise<void> {
+    this.dropAgent(id);
     await this.crun.delete(id).catch(() => this.crun.kill(id).then(() => this.crun.delete(id)));
     const dir = join(this.stateDir, id);
     const releaseStorage = async () => {

@@ -4,6 +4,7 @@ import { readFile, rm } from 'node:fs/promises';
 import { promisify } from 'node:util';
 import { join } from 'node:path';
 import { constants as osConstants } from 'node:os';
+import type { Readable, Writable } from 'node:stream';
 
 const execFileP = promisify(execFile);
 
@@ -68,18 +69,29 @@ export class OciRuntime {
     return [this.binary, '--root', this.root];
   }
 
-  /** Creates and starts container `id` from `bundle`, detached; resolves once PID 1 runs. */
-  async run(id: string, bundle: string): Promise<number> {
+  /**
+   * Creates and starts container `id` from `bundle`, detached; resolves to PID 1's host pid
+   * once it runs. With `onChannel`, PID 1 gets a pipe pair on its stdin/stdout (the exec
+   * agent's channel), handed to `onChannel` as soon as the runtime is spawned.
+   */
+  async run(id: string, bundle: string, o: { onChannel?: (input: Writable, output: Readable) => void } = {}): Promise<number> {
     const log = join(bundle, 'crun.log');
     const pidFile = join(bundle, 'init.pid');
     const args = [this.binary, '--root', this.root, ...this.logFlag(log), 'run', '--detach', '--pid-file', pidFile, '--bundle', bundle, id];
     const [cmd, argv] = this.hybrid
       ? ['unshare', ['-m', '--propagation', 'private', '--', 'sh', '-c', 'umount /sys/fs/cgroup/unified && exec "$@"', 'sh', ...args]]
       : [args[0], args.slice(1)];
-    // No pipes: the container's init inherits crun's stdio and would hold a pipe open for
-    // its whole life. crun's own errors go to the log file.
+    // The container's init inherits the runtime's stdio and holds it for its whole life:
+    // pipes only for a channel that is meant to live that long. The runtime's own errors go
+    // to the log file.
     const code = await new Promise<number | null>((resolve, reject) => {
-      const child = spawn(cmd, argv, { stdio: 'ignore' });
+      const child = spawn(cmd, argv, { stdio: o.onChannel ? ['pipe', 'pipe', 'ignore'] : 'ignore' });
+      if (o.onChannel) {
+        // Node destroys a child's stdin when the child exits; PID 1 goes on reading it.
+        const input = child.stdin!;
+        (child as { stdin: Writable | null }).stdin = null;
+        o.onChannel(input, child.stdout!);
+      }
       child.on('error', reject);
       child.on('exit', (c) => resolve(c));
     });

@@ -155,7 +155,14 @@ export class VolumeStore {
       if (holders.length) throw new SandboxdError('conflict', `volume ${name} is mounted by ${holders.join(', ')}`, { mountedBy: holders });
       await unmount([this.mountPath(name)], { strict: true });
       if (await isMountPoint(this.mountPath(name))) throw new SandboxdError('conflict', `volume ${name} is mounted more than once`);
-      const loops = await loopsUnder(join(this.dirOf(name), 'volume.img'));
+      // The kernel detaches an autoclear loop device from a work queue after the last
+      // unmount (a sandbox's mount namespace may go a moment after its processes): wait a
+      // little for that before calling it busy.
+      let loops = await loopsUnder(join(this.dirOf(name), 'volume.img'));
+      for (let i = 0; i < 40 && loops.length; i++) {
+        await new Promise((r) => setTimeout(r, 50));
+        loops = await loopsUnder(join(this.dirOf(name), 'volume.img'));
+      }
       if (loops.length) throw new SandboxdError('conflict', `volume ${name} is still in use by the kernel (${loops.map((l) => l.device).join(', ')})`);
       await rm(this.dirOf(name), { recursive: true, force: true });
     });

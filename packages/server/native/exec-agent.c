@@ -1,0 +1,450 @@
+/* cc-flags: -static */
+/*
+ * exec-agent: runs commands inside one sandbox on behalf of the server.
+ *
+ * Started once per sandbox by `crun exec --detach` (so it holds the sandbox's namespaces,
+ * cgroup, user, capabilities, seccomp filter and no_new_privs, which every command it
+ * starts inherits), with fd 0 and fd 1 connected to the server. It then answers many
+ * exec requests without a runtime process per command: a fork + execve inside the sandbox
+ * instead of a `crun exec` on the host.
+ *
+ * With `--init` it is the sandbox's PID 1 instead (started by `crun run`, the channel on its
+ * stdio): it then also reaps every orphan, and when the channel closes (the server went
+ * away) it stays, as a plain init; the next server starts a second agent with `crun exec`.
+ *
+ * The control fds are moved above 2 with close-on-exec and 0..2 become /dev/null, so no
+ * command ever holds the channel. EOF on the channel ends a non-init agent; commands
+ * already started go on, reparented to the sandbox's init.
+ *
+ * Wire format, both directions: frames of
+ *   u32 len (bytes after this field, little-endian) | u8 type | u32 id | payload
+ * server -> agent
+ *   EXEC (1): u32 timeoutMs (0 = none) | u32 maxOutputBytes | u32 flags (1 = background)
+ *             | u32 uid | u32 gid | u32 argc | u32 envc | cwd\0 argv[0]\0 .. env[0]\0 ..
+ *             The command runs as uid:gid with no supplementary groups; without HOME in
+ *             env it gets the home of uid from the sandbox's /etc/passwd (else /).
+ * agent -> server
+ *   HELLO (0, id 0): u32 protocol version, sent once at start.
+ *   STARTED (1): u32 pid (in the sandbox's pid namespace). Last frame of a background exec.
+ *   STDOUT (2) / STDERR (3): raw bytes; each stream stops at maxOutputBytes (rest drained).
+ *   EXIT (4): i32 exitCode (code, 128 + signal, or 124 on timeout) | u32 flags
+ *             (1 = output truncated, 2 = timed out). Last frame of a foreground exec.
+ *   FAILED (5): i32 exitCode (126, or 127 when not found) | message. Nothing was started.
+ * A foreground command is done when its process exits; output still arriving from its
+ * background children is collected for at most GRACE_MS after that. On timeout the
+ * process group and every descendant still linked by parent pid get SIGKILL.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <grp.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define PROTOCOL_VERSION 1
+#define MAX_FRAME (16u << 20)
+#define MAX_EXECS 256
+#define GRACE_MS 200
+#define CHUNK 65536
+
+enum { T_EXEC = 1 };
+enum { R_HELLO = 0, R_STARTED = 1, R_STDOUT = 2, R_STDERR = 3, R_EXIT = 4, R_FAILED = 5 };
+
+struct exec {
+  int used;
+  uint32_t id;
+  pid_t pid;
+  int fd[2];        /* stdout, stderr read ends; -1 when closed */
+  uint32_t len[2];  /* bytes forwarded per stream */
+  uint32_t max_out;
+  int truncated, timed_out, exited, status;
+  int64_t deadline_ms;  /* timeout; 0 = none */
+  int64_t grace_ms;     /* after exit: stop waiting for output; 0 = not yet */
+};
+
+static int ctl_in = -1, ctl_out = -1;
+static int init_mode;
+static struct exec execs[MAX_EXECS];
+
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void put32(unsigned char *p, uint32_t v) { p[0] = v; p[1] = v >> 8; p[2] = v >> 16; p[3] = v >> 24; }
+static uint32_t get32(const unsigned char *p) { return p[0] | p[1] << 8 | p[2] << 16 | (uint32_t)p[3] << 24; }
+
+/* The server went away (or spoke nonsense): a plain agent ends, an init stays as an init. */
+static void channel_closed(void) {
+  if (!init_mode) _exit(0);
+  if (ctl_in >= 0) close(ctl_in);
+  if (ctl_out >= 0) close(ctl_out);
+  ctl_in = ctl_out = -1;
+}
+
+static void write_all(const void *buf, size_t n) {
+  const char *p = buf;
+  while (n > 0 && ctl_out >= 0) {
+    ssize_t w = write(ctl_out, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) { channel_closed(); return; }
+    p += w; n -= (size_t)w;
+  }
+}
+
+static void send_frame(int type, uint32_t id, const void *a, size_t alen, const void *b, size_t blen) {
+  if (ctl_out < 0) return;
+  unsigned char h[9];
+  put32(h, (uint32_t)(5 + alen + blen)); h[4] = (unsigned char)type; put32(h + 5, id);
+  write_all(h, 9);
+  if (alen) write_all(a, alen);
+  if (blen) write_all(b, blen);
+}
+
+static void send_u32(int type, uint32_t id, uint32_t v) {
+  unsigned char p[4]; put32(p, v);
+  send_frame(type, id, p, 4, NULL, 0);
+}
+
+static void send_exit(struct exec *e) {
+  int code;
+  if (e->timed_out) code = 124;
+  else if (WIFSIGNALED(e->status)) code = 128 + WTERMSIG(e->status);
+  else code = WEXITSTATUS(e->status);
+  unsigned char p[8]; put32(p, (uint32_t)code); put32(p + 4, (e->truncated ? 1u : 0u) | (e->timed_out ? 2u : 0u));
+  send_frame(R_EXIT, e->id, p, 8, NULL, 0);
+}
+
+static void send_failed(uint32_t id, int code, const char *what, int err) {
+  char msg[512];
+  int n = snprintf(msg, sizeof msg, "%s: %s", what, strerror(err));
+  unsigned char p[4]; put32(p, (uint32_t)code);
+  send_frame(R_FAILED, id, p, 4, msg, n < 0 ? 0 : (size_t)n);
+}
+
+static void close_fd(struct exec *e, int i) {
+  if (e->fd[i] >= 0) { close(e->fd[i]); e->fd[i] = -1; }
+}
+
+static void finish_if_done(struct exec *e) {
+  if (!e->used || !e->exited || e->fd[0] >= 0 || e->fd[1] >= 0) return;
+  send_exit(e);
+  e->used = 0;
+}
+
+/* Parent pid of `pid` from /proc/<pid>/stat, or 0. */
+static pid_t parent_of(pid_t pid) {
+  char path[64], buf[512];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buf[n] = 0;
+  char *rp = strrchr(buf, ')');
+  if (!rp) return 0;
+  int ppid = 0; char state;
+  if (sscanf(rp + 2, "%c %d", &state, &ppid) != 2) return 0;
+  return ppid;
+}
+
+/*
+ * SIGKILL to `root`, its process group and every process descending from it. Each one is
+ * stopped when found, so none can fork or be reparented (by its parent dying) before the
+ * walk is complete; then all of them are killed.
+ */
+static void kill_tree(pid_t root) {
+  enum { MAXP = 4096 };
+  static pid_t victims[MAXP];
+  int nv = 0;
+  victims[nv++] = root;
+  kill(-root, SIGSTOP);
+  kill(root, SIGSTOP);
+  for (int round = 0, grew = 1; grew && round < 64; round++) {
+    grew = 0;
+    DIR *d = opendir("/proc");
+    if (!d) break;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+      pid_t p = (pid_t)atoi(de->d_name);
+      if (p <= 1 || p == getpid()) continue;
+      int known = 0;
+      for (int i = 0; i < nv; i++) if (victims[i] == p) { known = 1; break; }
+      if (known) continue;
+      pid_t pp = parent_of(p);
+      for (int i = 0; i < nv; i++) {
+        if (victims[i] == pp && nv < MAXP) { victims[nv++] = p; kill(p, SIGSTOP); grew = 1; break; }
+      }
+    }
+    closedir(d);
+  }
+  kill(-root, SIGKILL);
+  for (int i = 0; i < nv; i++) kill(victims[i], SIGKILL);
+}
+
+static struct exec *find_pid(pid_t pid) {
+  for (int i = 0; i < MAX_EXECS; i++) if (execs[i].used && execs[i].pid == pid) return &execs[i];
+  return NULL;
+}
+
+/* "HOME=<dir>" for uid from the sandbox's /etc/passwd, else "HOME=/". Runs in the child. */
+static void home_of(uid_t uid, char *out, size_t cap) {
+  snprintf(out, cap, "HOME=/");
+  int fd = open("/etc/passwd", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  static char buf[65536];
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return;
+  buf[n] = 0;
+  for (char *line = buf; line && *line; ) {
+    char *next = strchr(line, '\n');
+    if (next) *next++ = 0;
+    /* name:pw:uid:gid:gecos:home:shell */
+    char *f[7] = {0}; int k = 0;
+    for (char *c = line; k < 7; k++) { f[k] = c; c = strchr(c, ':'); if (!c) { k++; break; } *c++ = 0; }
+    if (k >= 6 && f[2] && f[5] && *f[2] && (uid_t)strtoul(f[2], NULL, 10) == uid && f[5][0] == '/') {
+      snprintf(out, cap, "HOME=%s", f[5]);
+      return;
+    }
+    line = next;
+  }
+}
+
+/*
+ * Starts one command. The child reports a failed chdir/execve through a close-on-exec
+ * pipe, so the parent knows before answering whether anything runs.
+ */
+static void start_exec(uint32_t id, const unsigned char *p, uint32_t n) {
+  if (n < 28) { send_failed(id, 126, "bad request", EINVAL); return; }
+  uint32_t timeout_ms = get32(p), max_out = get32(p + 4), flags = get32(p + 8);
+  uid_t uid = get32(p + 12); gid_t gid = get32(p + 16);
+  uint32_t argc = get32(p + 20), envc = get32(p + 24);
+  const char *s = (const char *)p + 28, *end = (const char *)p + n;
+  if (argc < 1 || argc > 65536 || envc > 65536) { send_failed(id, 126, "bad request", EINVAL); return; }
+  size_t total = 1 + (size_t)argc + envc;
+  char **strs = calloc(total + 3, sizeof(char *));
+  if (!strs) { send_failed(id, 126, "agent", ENOMEM); return; }
+  for (size_t i = 0; i < total; i++) {
+    const char *z = memchr(s, 0, (size_t)(end - s));
+    if (!z) { free(strs); send_failed(id, 126, "bad request", EINVAL); return; }
+    strs[i] = (char *)s; s = z + 1;
+  }
+  const char *cwd = strs[0];
+  char **argv = &strs[1];
+  char **envp = &strs[1 + argc];
+  /* argv and envp must each end in NULL: shift env one slot to make room. */
+  memmove(envp + 1, envp, envc * sizeof(char *));
+  envp[0] = NULL; envp += 1; envp[envc] = NULL;
+  int has_home = 0;
+  for (uint32_t i = 0; i < envc; i++) if (strncmp(envp[i], "HOME=", 5) == 0) { has_home = 1; break; }
+  int background = flags & 1;
+
+  struct exec *e = NULL;
+  if (!background) {
+    for (int i = 0; i < MAX_EXECS; i++) if (!execs[i].used) { e = &execs[i]; break; }
+    if (!e) { free(strs); send_failed(id, 126, "agent", EAGAIN); return; }
+  }
+  int out[2] = {-1, -1}, err[2] = {-1, -1}, rep[2] = {-1, -1};
+  if (pipe2(rep, O_CLOEXEC) < 0 || (!background && (pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0))) {
+    int en = errno;
+    for (int i = 0; i < 2; i++) { if (rep[i] >= 0) close(rep[i]); if (out[i] >= 0) close(out[i]); if (err[i] >= 0) close(err[i]); }
+    free(strs); send_failed(id, 126, "pipe", en); return;
+  }
+  pid_t pid = fork();
+  if (pid < 0) {
+    int en = errno;
+    close(rep[0]); close(rep[1]);
+    if (!background) { close(out[0]); close(out[1]); close(err[0]); close(err[1]); }
+    free(strs); send_failed(id, 126, "fork", en); return;
+  }
+  if (pid == 0) {
+    sigset_t none; sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    signal(SIGPIPE, SIG_DFL);
+    setsid();
+    int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+    dup2(null, 0);
+    dup2(background ? null : out[1], 1);
+    dup2(background ? null : err[1], 2);
+    int stage = 0, en = 0;
+    /* Like `crun exec`: HOME from the user's passwd entry unless the env sets it. */
+    char home[4096 + 8];
+    if (!has_home) { home_of(uid, home, sizeof home); envp[envc] = home; envp[envc + 1] = NULL; }
+    if ((getuid() != uid || getgid() != gid) && (setgroups(0, NULL) < 0 || setgid(gid) < 0 || setuid(uid) < 0)) { en = errno; stage = 3; }
+    else if (chdir(cwd) < 0) { en = errno; stage = 1; }
+    else { execve(argv[0], argv, envp); en = errno; stage = 2; }
+    int msg[2] = {stage, en};
+    if (write(rep[1], msg, sizeof msg) < 0) { /* nothing to do */ }
+    _exit(127);
+  }
+  close(rep[1]);
+  if (!background) { close(out[1]); close(err[1]); }
+  int msg[2]; ssize_t r;
+  do r = read(rep[0], msg, sizeof msg); while (r < 0 && errno == EINTR);
+  close(rep[0]);
+  if (r == (ssize_t)sizeof msg) {
+    /* Not started: reap it here so the SIGCHLD path does not see an unknown child. */
+    waitpid(pid, NULL, 0);
+    if (!background) { close(out[0]); close(err[0]); }
+    free(strs);
+    send_failed(id, msg[1] == ENOENT && msg[0] == 2 ? 127 : 126, msg[0] == 1 ? "chdir" : msg[0] == 3 ? "setuid" : "execve", msg[1]);
+    return;
+  }
+  free(strs);
+  send_u32(R_STARTED, id, (uint32_t)pid);
+  if (background) return; /* reaped silently when it ends */
+  memset(e, 0, sizeof *e);
+  e->used = 1; e->id = id; e->pid = pid; e->max_out = max_out;
+  e->fd[0] = out[0]; e->fd[1] = err[0];
+  fcntl(out[0], F_SETFL, O_NONBLOCK); fcntl(err[0], F_SETFL, O_NONBLOCK);
+  e->deadline_ms = timeout_ms ? now_ms() + timeout_ms : 0;
+}
+
+/* Forwards what stream i of e has, up to its cap; closes the stream at EOF. */
+static void drain(struct exec *e, int i) {
+  static char buf[CHUNK];
+  for (int rounds = 0; rounds < 16 && e->fd[i] >= 0; rounds++) {
+    ssize_t n = read(e->fd[i], buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) return;
+    if (n <= 0) { close_fd(e, i); return; }
+    uint32_t room = e->max_out > e->len[i] ? e->max_out - e->len[i] : 0;
+    uint32_t take = (uint32_t)n < room ? (uint32_t)n : room;
+    if (take < (uint32_t)n) e->truncated = 1;
+    if (take) { send_frame(i == 0 ? R_STDOUT : R_STDERR, e->id, buf, take, NULL, 0); e->len[i] += take; }
+  }
+}
+
+static void reap(void) {
+  for (;;) {
+    int status;
+    pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid <= 0) return;
+    struct exec *e = find_pid(pid);
+    if (!e) continue; /* a background command */
+    e->exited = 1; e->status = status;
+    e->grace_ms = now_ms() + GRACE_MS;
+  }
+}
+
+/* Reads one whole frame from the server into a growing buffer; returns 0 at EOF. */
+static unsigned char *inbuf;
+static size_t inlen, incap;
+
+static int read_ctl(void) {
+  if (incap - inlen < CHUNK) {
+    size_t cap = incap ? incap * 2 : 2 * CHUNK;
+    unsigned char *nb = realloc(inbuf, cap);
+    if (!nb) _exit(1);
+    inbuf = nb; incap = cap;
+  }
+  ssize_t n = read(ctl_in, inbuf + inlen, incap - inlen);
+  if (n < 0 && (errno == EINTR || errno == EAGAIN)) return 1;
+  if (n <= 0) return 0;
+  inlen += (size_t)n;
+  while (inlen >= 4 && ctl_in >= 0) {
+    uint32_t len = get32(inbuf);
+    if (len < 5 || len > MAX_FRAME) return 0; /* not our server */
+    if (inlen < 4 + (size_t)len) break;
+    if (inbuf[4] == T_EXEC) start_exec(get32(inbuf + 5), inbuf + 9, len - 5);
+    memmove(inbuf, inbuf + 4 + len, inlen - 4 - len);
+    inlen -= 4 + len;
+  }
+  if (incap > 4 * CHUNK && inlen < CHUNK) { /* give back a buffer grown for one big request */
+    unsigned char *nb = realloc(inbuf, 2 * CHUNK);
+    if (nb) { inbuf = nb; incap = 2 * CHUNK; }
+  }
+  return 1;
+}
+
+int main(int argc, char **argv) {
+  init_mode = argc > 1 && strcmp(argv[1], "--init") == 0;
+  /* Not dumpable: the sandbox's root (no CAP_SYS_PTRACE) can neither ptrace the agent nor
+   * open its /proc/<pid>/fd to take the channel. Commands are dumpable again after execve. */
+  prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+  ctl_in = fcntl(0, F_DUPFD_CLOEXEC, 3);
+  ctl_out = fcntl(1, F_DUPFD_CLOEXEC, 3);
+  if (ctl_in < 0 || ctl_out < 0) {
+    if (!init_mode) return 1;
+    channel_closed(); /* an init without a channel is still an init */
+  }
+  int null = open("/dev/null", O_RDWR);
+  if (null >= 0) {
+    dup2(null, 0); dup2(null, 1); dup2(null, 2);
+    if (null > 2) close(null);
+  }
+  /* Nothing else from the runtime may reach a command. */
+  DIR *d = opendir("/proc/self/fd");
+  if (d) {
+    int dfd = dirfd(d);
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+      int fd = atoi(de->d_name);
+      if (fd > 2 && fd != ctl_in && fd != ctl_out && fd != dfd) fcntl(fd, F_SETFD, FD_CLOEXEC);
+    }
+    closedir(d);
+  }
+  signal(SIGPIPE, SIG_IGN);
+  sigset_t chld; sigemptyset(&chld); sigaddset(&chld, SIGCHLD);
+  sigprocmask(SIG_BLOCK, &chld, NULL);
+  int sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (sfd < 0) return 1;
+  fcntl(ctl_in, F_SETFL, O_NONBLOCK);
+  send_u32(R_HELLO, 0, PROTOCOL_VERSION);
+
+  struct pollfd pfd[2 + 2 * MAX_EXECS];
+  struct exec *owner[2 + 2 * MAX_EXECS];
+  int stream[2 + 2 * MAX_EXECS];
+  for (;;) {
+    int64_t now = now_ms(), wait = -1;
+    for (int i = 0; i < MAX_EXECS; i++) {
+      struct exec *e = &execs[i];
+      if (!e->used) continue;
+      if (e->deadline_ms && !e->exited) {
+        if (e->deadline_ms <= now) { e->timed_out = 1; e->deadline_ms = 0; kill_tree(e->pid); }
+        else if (wait < 0 || e->deadline_ms - now < wait) wait = e->deadline_ms - now;
+      }
+      if (e->exited) {
+        if (e->grace_ms <= now) { close_fd(e, 0); close_fd(e, 1); }
+        else if (wait < 0 || e->grace_ms - now < wait) wait = e->grace_ms - now;
+      }
+      finish_if_done(e);
+    }
+    int n = 0;
+    /* A negative fd is skipped by poll: a closed channel (init mode) just goes quiet. */
+    pfd[n] = (struct pollfd){ .fd = ctl_in, .events = POLLIN }; owner[n] = NULL; n++;
+    pfd[n] = (struct pollfd){ .fd = sfd, .events = POLLIN }; owner[n] = NULL; n++;
+    for (int i = 0; i < MAX_EXECS; i++) {
+      for (int k = 0; k < 2; k++) {
+        if (!execs[i].used || execs[i].fd[k] < 0) continue;
+        pfd[n] = (struct pollfd){ .fd = execs[i].fd[k], .events = POLLIN };
+        owner[n] = &execs[i]; stream[n] = k; n++;
+      }
+    }
+    if (poll(pfd, (nfds_t)n, (int)wait) < 0) {
+      if (errno == EINTR) continue;
+      if (!init_mode) return 1;
+      usleep(10000); /* an init never exits; do not spin either */
+    }
+    for (int i = 2; i < n; i++) if (pfd[i].revents) drain(owner[i], stream[i]);
+    if (pfd[1].revents) {
+      struct signalfd_siginfo si;
+      while (read(sfd, &si, sizeof si) == (ssize_t)sizeof si) { }
+      reap();
+    }
+    if (pfd[0].revents && ctl_in >= 0 && !read_ctl()) channel_closed();
+  }
+}
