@@ -44,8 +44,11 @@ export interface BundleOptions {
    */
   hostSysfs?: boolean;
   maskedNetPaths?: string[];
-  /** Host path of a static init (catatonit), bound read-only at /dev/init. */
-  initPath: string;
+  /**
+   * Host path of the static exec agent (native/exec-agent.c), bound read-only at
+   * /dev/sandboxd-agent; it is PID 1 (`--init`) and runs the sandbox's commands.
+   */
+  agentPath: string;
   /** Host files bound read-only over /etc/hosts, /etc/hostname, /etc/resolv.conf. */
   etcFiles: { hosts: string; hostname: string; resolv?: string };
   /** Volume binds (sources already idmapped for this sandbox), as OCI mount entries. */
@@ -59,7 +62,7 @@ export interface BundleOptions {
 
 /**
  * The OCI runtime config of a sandbox: its own pid, mount, uts, ipc, cgroup, network and
- * user namespaces; catatonit as PID 1 in pause mode; seccomp; a reduced capability set;
+ * user namespaces; the exec agent as PID 1 (an init that reaps orphans and runs commands); seccomp; a reduced capability set;
  * no_new_privs; masked and read-only /proc and /sys paths; memory, CPU and pid limits.
  */
 export function buildOciConfig(o: BundleOptions): Record<string, unknown> {
@@ -75,7 +78,7 @@ export function buildOciConfig(o: BundleOptions): Record<string, unknown> {
       ? { destination: '/sys', type: 'bind', source: '/sys', options: ['rbind', 'rro', 'nosuid', 'noexec', 'nodev'] }
       : { destination: '/sys', type: 'sysfs', source: 'sysfs', options: ['nosuid', 'noexec', 'nodev', 'ro'] },
     { destination: '/sys/fs/cgroup', type: 'cgroup', source: 'cgroup', options: ['nosuid', 'noexec', 'nodev', 'relatime', 'ro'] },
-    { destination: '/dev/init', type: 'bind', source: o.initPath, options: ['rbind', 'ro', 'nosuid', 'nodev'] },
+    { destination: '/dev/sandboxd-agent', type: 'bind', source: o.agentPath, options: ['rbind', 'ro', 'nosuid', 'nodev'] },
     { destination: '/etc/hosts', type: 'bind', source: o.etcFiles.hosts, options: ro },
     { destination: '/etc/hostname', type: 'bind', source: o.etcFiles.hostname, options: ro },
   ];
@@ -87,7 +90,7 @@ export function buildOciConfig(o: BundleOptions): Record<string, unknown> {
     process: {
       terminal: false,
       user: { uid: 0, gid: 0 },
-      args: ['/dev/init', '-P'],
+      args: ['/dev/sandboxd-agent', '--init'],
       env: o.env,
       cwd: '/',
       capabilities: { bounding: caps, effective: caps, permitted: caps, inheritable: [], ambient: [] },
