@@ -56,6 +56,9 @@ function safeMessage(m: unknown): string {
   return typeof m === 'string' && m.length > 0 ? m.slice(0, 300) : 'Bad request';
 }
 
+/** Longest field path a problem names (paths echo keys of the request). */
+const MAX_PATH_CHARS = 300;
+
 /**
  * Turns schema errors into one problem per field: unknown fields are named, union
  * branches collapse to the branch that got furthest, enums list the allowed values.
@@ -65,6 +68,8 @@ export function formatProblems(errors: SchemaError[], part: string): ValidationP
   const out: ValidationProblem[] = [];
   const seen = new Set<string>();
   const push = (p: ValidationProblem) => {
+    // Field names come from the request: a 100 KB unknown key is named, not echoed in full.
+    if (p.path.length > MAX_PATH_CHARS) p = { ...p, path: `${p.path.slice(0, MAX_PATH_CHARS)}...(${p.path.length - MAX_PATH_CHARS} more characters)` };
     const key = `${p.path}\u0000${p.message}`;
     if (!seen.has(key)) (seen.add(key), out.push(p));
   };

@@ -1,4 +1,4 @@
-import { STATUS_CODES } from 'node:http';
+import { STATUS_CODES, type IncomingMessage } from 'node:http';
 import { LIMITS } from '@sandboxd/protocol';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from 'fastify';
 import type { Logger } from 'pino';
@@ -65,6 +65,7 @@ export function createHttpServer(
     else if (status >= 500) req.log.warn({ code: status, msg: body.message }, 'request refused');
     const retryAfter = retryAfterSeconds(body);
     if (retryAfter) reply.header('retry-after', retryAfter);
+    if (status === 413 && !req.raw.complete) lingerOnUnreadBody(req.raw, reply);
     reply.code(status).type('application/json').send(body);
   });
   app.setNotFoundHandler((req, reply) => {
@@ -85,4 +86,29 @@ export function createHttpServer(
   app.register(consoleRoutes, full);
   for (const r of opts.extraRoutes ?? []) app.register(async (child) => r(child));
   return app;
+}
+
+/** Most of an over-limit body the server reads and drops after its 413, and for how long. */
+const LINGER_BYTES = 64 * 1024 * 1024;
+const LINGER_MS = 10_000;
+
+/**
+ * A 413 is sent before the body is read. Closing then (fastify asks for `Connection:
+ * close`) resets a connection the client is still writing to, and the reset can destroy
+ * the 413 before the client reads it: the client sees ECONNRESET instead. So the
+ * connection stays open while the rest of the body is read and dropped, at most
+ * {@link LINGER_BYTES} or {@link LINGER_MS}; past either it is cut.
+ */
+function lingerOnUnreadBody(raw: IncomingMessage, reply: FastifyReply): void {
+  reply.removeHeader('connection');
+  let dropped = 0;
+  const cut = () => raw.socket?.destroy();
+  const timer = setTimeout(cut, LINGER_MS);
+  timer.unref();
+  raw.on('data', (chunk: Buffer) => {
+    dropped += chunk.length;
+    if (dropped > LINGER_BYTES) cut();
+  });
+  raw.once('end', () => clearTimeout(timer));
+  raw.once('close', () => clearTimeout(timer));
 }
