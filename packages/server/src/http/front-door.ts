@@ -1,6 +1,9 @@
 import { createServer, STATUS_CODES, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 
+/** Idle keep-alive connections are closed after this (fastify's default, above common proxies' 60 s). */
+export const KEEP_ALIVE_TIMEOUT_MS = 72_000;
+
 export type RequestMatcher = (req: IncomingMessage) => boolean;
 export type RequestHandler = (req: IncomingMessage, res: ServerResponse) => void;
 export type UpgradeHandler = (req: IncomingMessage, socket: Duplex, head: Buffer) => void;
@@ -24,12 +27,18 @@ export class FrontDoor {
     this.upgrades.push({ match, handle });
   }
 
-  /** For fastify's `serverFactory` option: the HTTP server with the claims in front. */
-  readonly serverFactory = (fastifyHandler: RequestHandler): Server => {
+  /**
+   * For fastify's `serverFactory` option: the HTTP server with the claims in front. Fastify
+   * applies its `keepAliveTimeout` (72 s) only to servers it makes itself, so it is applied
+   * here: with node's 5 s, a client reusing a connection idle for ~5 s (a burst after a lull)
+   * races the server's close and gets ECONNRESET on a request the server never saw.
+   */
+  readonly serverFactory = (fastifyHandler: RequestHandler, opts: { keepAliveTimeout?: number } = {}): Server => {
     const server = createServer((req, res) => {
       const claim = this.requests.find((c) => c.match(req));
       (claim ? claim.handle : fastifyHandler)(req, res);
     });
+    server.keepAliveTimeout = opts.keepAliveTimeout ?? KEEP_ALIVE_TIMEOUT_MS;
     server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
       socket.on('error', () => socket.destroy());
       const claim = this.upgrades.find((c) => c.match(req));
