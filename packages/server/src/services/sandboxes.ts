@@ -200,6 +200,16 @@ function parseVolumes(v: NonNullable<SandboxCreate['volumes']>): { mounts: Mount
     sizes.set(name, size ?? seen ?? null);
     mounts.push({ mountPath, name, sizeGb: size ?? 1 });
   }
+  // A mount path below another volume's would be resolved by the runtime through that
+  // volume's content, which other sandboxes of the account may write (symlinks planted
+  // there would decide where, or whether, this one is mounted): refused.
+  for (const inner of mounts) {
+    const outer = mounts.find((o) => o !== inner && inner.mountPath.startsWith(`${o.mountPath}/`));
+    if (outer) {
+      const ptr = `/volumes/${inner.mountPath.replace(/~/g, '~0').replace(/\//g, '~1')}`;
+      problems.push({ in: 'body', path: ptr, message: `mount path must not be inside another volume's mount path (${outer.mountPath})` });
+    }
+  }
   if (problems.length) throw new SandboxdError('validation', problems.map((p) => `${p.path}: ${p.message}`).join('; '), problems);
   return { mounts, sizes: [...sizes].map(([name, sizeGb]) => ({ name, sizeGb })) };
 }

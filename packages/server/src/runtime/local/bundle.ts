@@ -17,6 +17,11 @@ export const MASKED_PATHS = [
   '/proc/timer_list', '/proc/timer_stats', '/proc/sched_debug', '/proc/scsi', '/proc/kallsyms',
   '/proc/interrupts', '/proc/config.gz', '/sys/firmware', '/sys/devices/virtual/powercap',
   '/sys/kernel', '/sys/fs/selinux', '/sys/dev/block',
+  // Block devices are host-wide: each loop device names its backing file (another sandbox's
+  // root or an account's volume, under the host's data dir), and their I/O counters show
+  // what other sandboxes do.
+  '/sys/block', '/sys/class/block', '/sys/devices/virtual/block', '/sys/class/bdi', '/sys/devices/virtual/bdi',
+  '/sys/fs/ext4', '/proc/diskstats', '/proc/partitions',
 ];
 export const READONLY_PATHS = [
   '/proc/bus', '/proc/fs', '/proc/irq', '/proc/sys', '/proc/sysrq-trigger',
