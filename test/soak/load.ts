@@ -12,7 +12,15 @@
  *      `lateMs` after it was due is counted late; when `maxInFlight` requests are already
  *      waiting, the start is dropped and counted missed (never queued, so the load never turns
  *      into a closed loop). Latency counts from the time the exec was due;
- *   4. samples the server's VmRSS (/proc/<pid>/status), heap and fds (/metrics) and CPU;
+ *   4. samples the server's VmRSS (/proc/<pid>/status), heap and fds (/metrics), the CPU of
+ *      the server, of the sandboxes' cgroups, of this client and of the host. Memory is
+ *      "flat" when the median RSS over the second half of the last minute is less than
+ *      `rssFlatMiB` (16) above that of minute 1 (the first half-minute is warm-up). Why 16 MiB:
+ *      V8's old space grows in steps and drops at each major collection, so under this load
+ *      RSS saw-tooths by 30-50 MiB within a minute (measured: 175 -> 234 -> 190 MiB); the
+ *      half-minute medians are steadier, and a leak of 560 bytes per exec at 500 exec/s
+ *      (16 MiB a minute) passes the bar. Smaller leaks show in the printed slope and in the
+ *      heap floor per minute (the smallest heap in use sampled, i.e. after collections);
  *   5. checks every terminal got every line, in order, and its end marker; deletes the
  *      terminals and sandboxes, stops the server, removes its host set-up and compares the
  *      host with a snapshot taken before (lines naming this run's bridge, subnet, data
@@ -80,6 +88,8 @@ export interface MinuteRow {
   /** ms from send to answer. */
   service: Pcts;
   completedPerS: number; serverCpuPct: number; sandboxCpuPct: number; clientCpuPct: number; hostCpuPct: number; rssMiB: number;
+  /** Smallest heap in use sampled in the minute: the floor after collections, where a leak shows. */
+  heapFloorMiB: number;
   /** CPU ms per answered exec in the server process and in the sandboxes (terminal loops included). */
   serverCpuMsPerExec: number; sandboxCpuMsPerExec: number;
 }
@@ -498,12 +508,16 @@ export async function runLoad(opt: Partial<LoadOptions> = {}, say: (s: string) =
       let completed = 0;
       for (const n of okIdx) if (doneAt[n] >= winLo && doneAt[n] < winHi) completed++;
       const ss = samples.filter((x) => x.phase === 'load' && x.tS >= m * 60 && x.tS < (m + 1) * 60);
-      const avg = (f: (x: Sample) => number) => (ss.length ? ss.reduce((a, x) => a + f(x), 0) / ss.length : NaN);
+      const avg = (f: (x: Sample) => number) => {
+        const v = ss.map(f).filter((x) => !Number.isNaN(x));
+        return v.length ? v.reduce((a, x) => a + x, 0) / v.length : NaN;
+      };
       minutes.push({
         minute: m + 1, due: hi - lo, started: st, late, missed: miss, ok, errors: errs, latency: pcts(l), service: pcts(s2),
         completedPerS: completed / ((winHi - winLo) / 1000), serverCpuPct: avg((x) => x.serverCpuPct), sandboxCpuPct: avg((x) => x.sandboxCpuPct ?? NaN),
         clientCpuPct: avg((x) => x.clientCpuPct), hostCpuPct: avg((x) => x.hostCpuPct),
         rssMiB: ss.length ? pcts(ss.map((x) => x.rssMiB)).p50 : NaN,
+        heapFloorMiB: Math.min(...ss.map((x) => x.heapUsedMiB ?? Infinity)),
         serverCpuMsPerExec: (avg((x) => x.serverCpuPct) * 10) / (completed / ((winHi - winLo) / 1000) || NaN),
         sandboxCpuMsPerExec: (avg((x) => x.sandboxCpuPct ?? NaN) * 10) / (completed / ((winHi - winLo) / 1000) || NaN),
       });
@@ -613,11 +627,11 @@ export function printResult(r: LoadResult, say: (s: string) => void = (s) => con
   say(`\n## load\n${table(rows)}`);
   if (r.minutes?.length) {
     const m = [['minute', 'due', 'started', 'late', 'missed', 'ok', 'errors', 'ok/s', 'p50 ms', 'p90 ms', 'p99 ms', 'max ms', 'svc p50', 'svc p99',
-      'CPU % server', 'sandboxes', 'client', `host (${NCPU} CPUs)`, 'CPU ms/exec server', 'sandboxes', 'RSS MiB']];
+      'CPU % server', 'sandboxes', 'client', `host (${NCPU} CPUs)`, 'CPU ms/exec server', 'sandboxes', 'RSS MiB', 'heap floor MiB']];
     for (const x of r.minutes) {
       m.push([String(x.minute), String(x.due), String(x.started), String(x.late), String(x.missed), String(x.ok), String(x.errors), f1(x.completedPerS),
         f1(x.latency.p50), f1(x.latency.p90), f1(x.latency.p99), f1(x.latency.max), f1(x.service.p50), f1(x.service.p99),
-        f1(x.serverCpuPct), f1(x.sandboxCpuPct), f1(x.clientCpuPct), f1(x.hostCpuPct), x.serverCpuMsPerExec.toFixed(2), x.sandboxCpuMsPerExec.toFixed(2), f1(x.rssMiB)]);
+        f1(x.serverCpuPct), f1(x.sandboxCpuPct), f1(x.clientCpuPct), f1(x.hostCpuPct), x.serverCpuMsPerExec.toFixed(2), x.sandboxCpuMsPerExec.toFixed(2), f1(x.rssMiB), f1(Number.isFinite(x.heapFloorMiB) ? x.heapFloorMiB : NaN)]);
     }
     say(`\n${table(m)}`);
   }
