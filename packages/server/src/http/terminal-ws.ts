@@ -17,6 +17,8 @@ import { terminalRoutes } from './routes/terminals.js';
 
 /** Largest client message (keyboard input or paste), bytes. */
 export const MAX_INPUT_MESSAGE_BYTES = 1024 * 1024;
+/** After a protocol error's close frame, how long the client has to answer it before the socket is cut. */
+const CLOSE_GRACE_MS = 5000;
 /** Ping period; a client that missed the previous ping's pong is cut. */
 const HEARTBEAT_MS = 30_000;
 const PATH = /^\/api\/v1\/sandboxes\/([^/]+)\/terminals\/([^/]+)\/ws\/?$/;
@@ -112,7 +114,12 @@ export class TerminalGateway {
     ws.on('pong', () => this.alive.add(ws));
     ws.on('error', (err) => {
       this.d.log.debug({ err, terminalId: session.info.id }, 'terminal socket error');
-      ws.terminate();
+      // A protocol error (invalid UTF-8, a message over 1 MiB, a malformed frame) has already
+      // sent its close frame (1007, 1009, 1002) and ws drops whatever else arrives. Cutting
+      // the socket at once would reset a connection the client is still writing to, and the
+      // reset can destroy the close frame before the client reads it (it would see 1006).
+      if (ws.readyState === WebSocket.CLOSING) setTimeout(() => ws.terminate(), CLOSE_GRACE_MS).unref();
+      else ws.terminate();
     });
     ws.on('close', () => {
       this.live.delete(ws);
