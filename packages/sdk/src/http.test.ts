@@ -2,8 +2,8 @@
 import assert from 'node:assert/strict';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { after, describe, it } from 'node:test';
-import { ConnectionError, RequestTimeoutError, ServerError, ServiceUnavailableError, ValidationError } from './errors.js';
-import { HttpClient } from './http.js';
+import { ConnectionError, errorFromResponse, RateLimitError, RequestTimeoutError, ServerError, ServiceUnavailableError, ValidationError } from './errors.js';
+import { HttpClient, retryWaitMs } from './http.js';
 
 interface Stub {
   url: string;
@@ -73,6 +73,20 @@ describe('HttpClient', () => {
     const c = new HttpClient({ apiUrl: s.url, apiKey: 'k', maxRetries: 2 });
     await assert.rejects(c.request('GET', '/x'), (e: unknown) => e instanceof ServiceUnavailableError && e.message === 'Starting');
     assert.equal(s.seen.length, 3);
+  });
+
+  it('retries a GET after 429 as the server asks, to the millisecond when details say', async () => {
+    const s = await stub((n, _req, res) => (n === 0 ? json(res, 429, { code: 429, message: 'slow down', details: { limit: 'account', retryAfterMs: 20 } }, { 'retry-after': '1' }) : json(res, 200, { n })));
+    const c = new HttpClient({ apiUrl: s.url, apiKey: 'k' });
+    assert.deepEqual(await c.request('GET', '/api/v1/sandboxes'), { n: 1 });
+    const limited = errorFromResponse(429, { code: 429, message: 'x', details: { retryAfterMs: 20 } }, { retryAfter: '1' });
+    assert.ok(limited instanceof RateLimitError);
+    assert.equal(retryWaitMs(limited, 0), 20, 'details.retryAfterMs wins over the whole seconds of Retry-After');
+    assert.equal(retryWaitMs(errorFromResponse(429, { code: 429, message: 'x' }, { retryAfter: '2' }), 0), 2000);
+    assert.equal(retryWaitMs(errorFromResponse(429, { code: 429, message: 'x', details: { retryAfterMs: 900_000 } }, { retryAfter: '900' }), 0), 10_000, 'capped');
+    const posted = await stub((_n, _req, res) => json(res, 429, { code: 429, message: 'slow down', details: { retryAfterMs: 1 } }));
+    await assert.rejects(new HttpClient({ apiUrl: posted.url, apiKey: 'k' }).request('POST', '/api/v1/auth/login', { json: {} }), RateLimitError);
+    assert.equal(posted.seen.length, 1, 'a POST is never retried, not even after 429');
   });
 
   it('never retries a POST (a create must not run twice)', async () => {

@@ -41,9 +41,16 @@ function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   });
 }
 
-/** Backoff before retry `n` (0-based): full jitter over 250 ms * 2^n, capped; Retry-After wins when given. */
-function backoffMs(n: number, retryAfterMs: number | undefined): number {
-  if (retryAfterMs !== undefined) return Math.min(retryAfterMs, MAX_RETRY_AFTER_MS);
+/**
+ * Wait before retry `n` (0-based) after `e`: what the server asked for when it said
+ * (a 429's `details.retryAfterMs`, to the millisecond, else `Retry-After`), at most 10 s;
+ * else full jitter over 250 ms * 2^n, capped at 4 s.
+ */
+export function retryWaitMs(e: unknown, n: number): number {
+  const err = e instanceof SandboxdApiError ? e : undefined;
+  const precise = (err?.details as { retryAfterMs?: unknown } | null | undefined)?.retryAfterMs;
+  const asked = err?.status === 429 && typeof precise === 'number' && Number.isFinite(precise) && precise >= 0 ? precise : err?.retryAfterMs;
+  if (asked !== undefined) return Math.min(asked, MAX_RETRY_AFTER_MS);
   return Math.random() * Math.min(250 * 2 ** n, MAX_BACKOFF_MS);
 }
 
@@ -97,7 +104,7 @@ export class HttpClient {
       } catch (e) {
         const retryable = (e instanceof ConnectionError && !(e instanceof RequestTimeoutError)) || (e instanceof SandboxdApiError && RETRY_STATUSES.has(e.status));
         if (!retryable || attempt >= retries) throw e;
-        await sleep(backoffMs(attempt, (e as SandboxdApiError).retryAfterMs), opts.signal);
+        await sleep(retryWaitMs(e, attempt), opts.signal);
       }
     }
   }
