@@ -165,3 +165,47 @@ export function table(rows: Array<Record<string, string | number>>): string {
 }
 
 export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** One entry of {@link tarArchive}. */
+export interface TarEntry { name: string; type: 'file' | 'dir' | 'symlink' | 'fifo' | 'char'; data?: Buffer | string; link?: string; mode?: number; dev?: [number, number] }
+
+/** A ustar archive of `entries` (enough for image layers and docker-save archives). */
+export function tarArchive(entries: TarEntry[]): Buffer {
+  const blocks: Buffer[] = [];
+  const typeflag = { file: '0', symlink: '2', char: '3', dir: '5', fifo: '6' } as const;
+  for (const e of entries) {
+    const data = e.type === 'file' ? Buffer.from(e.data ?? '') : Buffer.alloc(0);
+    const h = Buffer.alloc(512);
+    const put = (s: string, off: number, len: number) => h.write(s, off, len, 'utf8');
+    const oct = (n: number, off: number, len: number) => put(`${n.toString(8).padStart(len - 1, '0')}\0`, off, len);
+    put(e.name, 0, 100);
+    oct(e.mode ?? (e.type === 'dir' ? 0o755 : 0o644), 100, 8);
+    oct(0, 108, 8); oct(0, 116, 8); oct(data.length, 124, 12); oct(0, 136, 12);
+    put(' '.repeat(8), 148, 8);
+    put(typeflag[e.type], 156, 1);
+    if (e.link) put(e.link, 157, 100);
+    put('ustar\x0000', 257, 8);
+    if (e.dev) { oct(e.dev[0], 329, 8); oct(e.dev[1], 337, 8); }
+    let sum = 0;
+    for (const b of h) sum += b;
+    put(`${sum.toString(8).padStart(6, '0')}\0 `, 148, 8);
+    blocks.push(h, data, Buffer.alloc((512 - (data.length % 512)) % 512));
+  }
+  blocks.push(Buffer.alloc(1024));
+  return Buffer.concat(blocks);
+}
+
+/** A `docker save` archive of a one-layer image tagged `tag` whose config has `User: user`. */
+export function dockerArchive(tag: string, layer: TarEntry[], user: string): Buffer {
+  const layerTar = tarArchive(layer);
+  const digest = createHash('sha256').update(layerTar).digest('hex');
+  const config = Buffer.from(JSON.stringify({ architecture: 'amd64', os: 'linux', config: { User: user, Cmd: ['/bin/sh'] }, rootfs: { type: 'layers', diff_ids: [`sha256:${digest}`] } }));
+  const cdigest = createHash('sha256').update(config).digest('hex');
+  const manifest = JSON.stringify([{ Config: `${cdigest}.json`, RepoTags: [tag], Layers: [`${digest}/layer.tar`] }]);
+  return tarArchive([
+    { name: `${cdigest}.json`, type: 'file', data: config },
+    { name: `${digest}/`, type: 'dir' },
+    { name: `${digest}/layer.tar`, type: 'file', data: layerTar },
+    { name: 'manifest.json', type: 'file', data: manifest },
+  ]);
+}

@@ -12,9 +12,11 @@ import { connect, createServer, type Server as NetServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import { spawnSync } from 'node:child_process';
 import { TermClient, terminalUrl } from '../../packages/server/src/http/terminal-testkit.js';
-import { newAccount, RUNTIME, startServer, type Server } from '../e2e/harness.js';
-import { Api, BUSYBOX, DEBIAN, hashAll, hostAddresses, hostBinaries, hostListeningSockets, sleep, SOAK, table } from './escape-support.js';
+import { TEST_IMAGE_DIR } from '../e2e/local-runtime.js';
+import { ADMIN_KEY, newAccount, RUNTIME, startServer, type Server } from '../e2e/harness.js';
+import { Api, BUSYBOX, DEBIAN, dockerArchive, hashAll, hostAddresses, hostBinaries, hostListeningSockets, sleep, SOAK, table, type TarEntry } from './escape-support.js';
 
 const local = RUNTIME === 'local';
 
@@ -404,7 +406,7 @@ print(json.dumps(out))' ${Buffer.from(JSON.stringify(names)).toString('base64')}
     const id = await api.create({ image: DEBIAN });
     try {
       const watch = await api.putProbe(id, 'exe-watch.py');
-      const arg = Buffer.from(JSON.stringify({ phases: [['/usr/bin/dash', 25], ['/usr/bin/bash', 25]] })).toString('base64');
+      const arg = Buffer.from(JSON.stringify({ phases: [['/usr/bin/dash', 25, 3], ['/usr/bin/bash', 25, 8]] })).toString('base64');
       await api.background(id, `exec python3 ${watch} ${arg} > /tmp/exe-watch.log 2>&1`);
       await sleep(1500); // python starts and swaps /bin/sh
       // Phase 0: the next exec runs `/bin/sh`, now `#!/proc/self/exe`.
@@ -435,6 +437,8 @@ print(json.dumps(out))' ${Buffer.from(JSON.stringify(names)).toString('base64')}
       console.log(table(got.caught.map((x) => ({ phase: x.phase, pid: x.pid, name: x.status.Name ?? '', uid: (x.status.Uid ?? '').split(/\s+/)[0], exe: x.exe, tries: JSON.stringify(x.tries) }))));
       const WRITES = ['wronly', 'rdwr', 'append', 'trunc', 'opath_reopen_wr'];
       for (const x of got.caught) for (const how of WRITES) assert.notEqual(x.tries[how], 'OPENED', `pid ${x.pid} (${x.exe}) opened for writing by ${how}`);
+      // Nor may such a process show the sandbox its root, cwd or fds on the host.
+      for (const x of got.caught) assert.deepEqual(x.tries.outside, [], `pid ${x.pid} (${x.exe}) exposes host files`);
       // The attack must have had a target, or it proves nothing: the runtime's binary ran in
       // the sandbox for the exec (phase 0) and for the terminal (phase 1). If the exec path
       // changes so that no outside binary ever runs inside, revisit this assertion.
@@ -527,6 +531,71 @@ print(json.dumps(out))' ${Buffer.from(JSON.stringify(names)).toString('base64')}
     assert.doesNotMatch(r.stdout, /\bloop\d+\b/, `sees the host's loop devices: ${r.stdout.slice(0, 400)}`);
     const m = await api.exec(a, 'cat /proc/self/mountinfo /proc/mounts');
     for (const other of [b, bb]) assert.ok(!m.stdout.includes(other), `sees sandbox ${other} in its mounts`);
+  });
+
+  it('an image whose /etc/passwd is a FIFO, a link to /dev/zero or whose /etc links to the host\'s cannot stall the server or read host files', async () => {
+    // Images come from anywhere (any user's create pulls them): their files are read on the
+    // host to resolve a named User. Imported here through the admin API into a server with
+    // its own image cache, so that the shared one is left alone.
+    const imageDir = mkdtempSync(join(tmpdir(), 'sandboxd-escape-images-'));
+    const s2 = await startServer({ env: { SANDBOXD_IMAGE_DIR: imageDir } });
+    try {
+      const images: Array<[string, TarEntry[], string]> = [
+        ['local/evil-fifo:1', [{ name: 'etc/', type: 'dir' }, { name: 'etc/passwd', type: 'fifo' }, { name: 'etc/group', type: 'fifo' }], 'evil:evil'],
+        ['local/evil-zero:1', [{ name: 'etc/', type: 'dir' }, { name: 'etc/passwd', type: 'symlink', link: '/dev/zero' }, { name: 'etc/group', type: 'symlink', link: '/dev/zero' }], 'evil'],
+        ['local/evil-hostetc:1', [{ name: 'etc', type: 'symlink', link: '/etc' }], 'root:shadow'],
+        ['local/evil-updir:1', [{ name: 'etc', type: 'symlink', link: '../../../../../../../../etc' }], 'daemon'],
+      ];
+      const rows: Array<Record<string, string | number>> = [];
+      for (const [ref, layer, user] of images) {
+        const imp = await fetch(`${s2.baseUrl}/api/v1/images/import?ref=${encodeURIComponent(ref)}`, {
+          method: 'POST', headers: { authorization: `Bearer ${ADMIN_KEY}`, 'content-type': 'application/x-tar' }, body: new Uint8Array(dockerArchive(ref, layer, user)), signal: AbortSignal.timeout(60_000),
+        });
+        assert.equal(imp.status, 200, `import ${ref}: ${await imp.text()}`);
+        const create = s2.api('POST', '/api/v1/sandboxes', { body: { image: ref, timeoutMs: 60_000 } });
+        // The server keeps answering while the create runs.
+        const t0 = performance.now();
+        const health = await fetch(`${s2.baseUrl}/healthz`, { signal: AbortSignal.timeout(10_000) }).then((r) => r.status, (e: Error) => e.name);
+        const r = await create;
+        rows.push({ image: ref, user, healthz: health, create: r.status, ms: Math.round(performance.now() - t0), message: String(r.body?.message ?? '').slice(0, 70) });
+        assert.equal(health, 200, `the server stalled on ${ref}`);
+        assert.equal(r.status, 400, `${ref}: ${r.status} ${r.text}`);
+        assert.match(r.body.message, /not in the image/);
+      }
+      console.log(table(rows));
+      // Setuid-root files and device nodes of an image: unusable inside (no_new_privs, nodev),
+      // and out of reach of the host's unprivileged users (the cache is root's alone).
+      const busybox = readdirSync(join(TEST_IMAGE_DIR, 'by-digest')).map((d) => join(TEST_IMAGE_DIR, 'by-digest', d, 'rootfs/bin/busybox')).find((p) => existsSync(p));
+      assert.ok(busybox, 'busybox binary of the test image');
+      const suidRef = 'local/evil-suid:1';
+      const suid = await fetch(`${s2.baseUrl}/api/v1/images/import?ref=${encodeURIComponent(suidRef)}`, {
+        method: 'POST', headers: { authorization: `Bearer ${ADMIN_KEY}`, 'content-type': 'application/x-tar' }, signal: AbortSignal.timeout(60_000),
+        body: new Uint8Array(dockerArchive(suidRef, [
+          { name: 'bin/', type: 'dir' }, { name: 'bin/busybox', type: 'file', data: readFileSync(busybox!), mode: 0o4755 }, { name: 'bin/sh', type: 'symlink', link: 'busybox' },
+          { name: 'tmp/', type: 'dir', mode: 0o1777 }, { name: 'null-from-image', type: 'char', dev: [1, 3], mode: 0o666 },
+        ], '1000:1000')),
+      });
+      assert.equal(suid.status, 200, await suid.text());
+      const c = await s2.api('POST', '/api/v1/sandboxes', { body: { image: suidRef, timeoutMs: 60_000 } });
+      assert.equal(c.status, 201, c.text);
+      const r = await s2.api('POST', `/api/v1/sandboxes/${c.body.sandbox.id}/exec`, { body: { command: 'id -u; ls -l /bin/busybox; /bin/busybox id -u; /bin/busybox grep NoNewPrivs /proc/self/status; (echo x > /null-from-image) 2>&1; echo rc=$?' } });
+      assert.equal(r.status, 200, r.text);
+      console.log(`# setuid image, inside: ${JSON.stringify(r.body.stdout)}`);
+      const [uid, ls, setuidRun, nnp] = r.body.stdout.split('\n');
+      assert.equal(uid, '1000');
+      assert.match(ls, /^-rwsr-xr-x/, 'the setuid bit is there');
+      assert.equal(setuidRun, '1000', 'a setuid-root binary of the image gave root');
+      assert.match(nnp, /NoNewPrivs:\s+1/);
+      assert.match(r.body.stdout, /rc=[1-9]/, 'a device node of the image opened');
+      assert.equal((statSync(imageDir).mode & 0o777), 0o700, 'image cache mode');
+      const nobody = spawnSync('setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', '--', 'ls', join(imageDir, 'by-digest')], { encoding: 'utf8' });
+      assert.notEqual(nobody.status, 0, `an unprivileged host user lists the image cache: ${nobody.stdout}`);
+      const rss = Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${s2.proc.pid}/status`, 'utf8'))?.[1]) * 1024;
+      assert.ok(rss < 1024 * 2 ** 20, `server RSS ${rss}`);
+    } finally {
+      await s2.stop();
+      rmSync(imageDir, { recursive: true, force: true });
+    }
   });
 
   describe('volumes', () => {

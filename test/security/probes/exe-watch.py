@@ -5,7 +5,8 @@ library that binary needs and the sandbox lacks keeps it parked in the dynamic l
 so it can be inspected at leisure. Every process whose executable is not a file of this
 sandbox is then opened for writing through /proc/<pid>/exe in every way known; nothing is
 ever written. Restores the shells and removes the FIFOs before it ends.
-Argument: base64 JSON {"phases": [["/usr/bin/dash", 20], ["/usr/bin/bash", 20]]}.
+Argument: base64 JSON {"phases": [[shell to swap, at most seconds, seconds after the first catch], ...]}.
+A phase also ends 1 s after a binary was parked in the loader.
 Writes /tmp/exe-watch.phase<N> when phase N is over and /tmp/exe-watch.json at the end."""
 import base64, json, os, stat, sys, time
 
@@ -46,7 +47,44 @@ def attack(pid):
     except OSError as e:
         r['opath'] = e.errno
     r['rdonly'] = try_open(link, os.O_RDONLY)
+    r['outside'] = outside_links(pid)
     return r
+
+
+ROOT = os.stat('/')
+
+
+def outside_links(pid):
+    """root, cwd and fds of pid that are readable here and are not the same file at the same
+    path inside the sandbox (a runtime process still holding the host's root or files)."""
+    out = []
+    try:
+        st = os.stat(f'/proc/{pid}/root')
+        if (st.st_dev, st.st_ino) != (ROOT.st_dev, ROOT.st_ino):
+            out.append('root')
+    except OSError:
+        pass
+    links = [f'/proc/{pid}/cwd']
+    try:
+        links += [f'/proc/{pid}/fd/{n}' for n in os.listdir(f'/proc/{pid}/fd')]
+    except OSError:
+        pass
+    for l in links:
+        try:
+            t = os.readlink(l)
+            real = os.stat(l)
+        except OSError:
+            continue
+        if not t.startswith('/') or t.endswith(' (deleted)'):
+            continue
+        try:
+            here = os.stat(t)
+            if (here.st_dev, here.st_ino) == (real.st_dev, real.st_ino):
+                continue
+        except OSError:
+            pass
+        out.append(l + ' -> ' + t)
+    return out
 
 
 def foreign(pid):
@@ -99,7 +137,7 @@ for lib in LIBS:
         fifos.append(p)
 sigs = set()
 try:
-    for n, (target, seconds) in enumerate(spec['phases']):
+    for n, (target, seconds, settle) in enumerate(spec['phases']):
         real = target + '.escape-real'
         os.rename(target, real)
         with open(target, 'w') as f:
@@ -107,8 +145,8 @@ try:
         os.chmod(target, 0o755)
         try:
             deadline = time.time() + seconds
-            parked_at = 0.0
-            while time.time() < deadline and not (parked_at and time.time() > parked_at + 1.0):
+            parked_at = first_at = 0.0
+            while time.time() < deadline and not (parked_at and time.time() > parked_at + 1.0) and not (first_at and time.time() > first_at + settle):
                 for p in os.listdir('/proc'):
                     if not p.isdigit() or int(p) in (1, me):
                         continue
@@ -121,6 +159,7 @@ try:
                         continue
                     sigs.add(sig)
                     caught.append({'phase': n, 'pid': p, 'exe': f[1], 'status': st, 'tries': attack(p)})
+                    first_at = first_at or time.time()
                     if not f[1].startswith('readlink'):
                         parked_at = parked_at or time.time()  # the runtime's binary, parked in the loader: let it go
                         release()

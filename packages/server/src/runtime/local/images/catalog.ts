@@ -11,7 +11,7 @@
  * only after its image, so whatever is found here is whole.
  */
 import { createHash } from 'node:crypto';
-import { mkdirSync } from 'node:fs';
+import { chmodSync, mkdirSync } from 'node:fs';
 import { readdir, rename, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { readJsonIfExists } from './source.js';
@@ -35,6 +35,11 @@ export class Catalog {
     this.refs = join(root, 'refs');
     this.layouts = join(root, 'layouts');
     for (const d of [root, this.byDigest, this.refs, this.layouts]) mkdirSync(d, { recursive: true });
+    // Images are unpacked as real root, exactly as their layers say: setuid-root binaries and
+    // device nodes of any image anyone asked for lie below. Nobody but root may reach them
+    // (sandboxes see images only through idmapped nodev mounts that root makes, and run
+    // with no_new_privs).
+    chmodSync(root, 0o700);
   }
 
   imageDir(digest: string): string {
