@@ -96,6 +96,10 @@ describe('SlidingWindow (injected clock)', () => {
     assert.deepEqual(w.check('e'), { ok: false, retryAfterMs: 100 });
     w.clear('e');
     assert.equal(w.check('e').ok, true);
+    // a fractional clock (performance.now) still gives whole milliseconds
+    const f = new SlidingWindow({ max: 1, windowMs: 1000, now: () => 0.25 });
+    f.record('x');
+    assert.deepEqual(f.check('x'), { ok: false, retryAfterMs: 1000 });
   });
 
   it('drops keys whose events left the window; bounded; max 0 is off', () => {

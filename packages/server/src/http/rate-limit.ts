@@ -87,7 +87,7 @@ export class SlidingWindow {
     const now = this.o.now();
     const list = this.live(key, now);
     if (!list || list.length < this.o.max) return OK;
-    return { ok: false, retryAfterMs: Math.max(1, list[list.length - this.o.max] + this.o.windowMs - now) };
+    return { ok: false, retryAfterMs: Math.max(1, Math.ceil(list[list.length - this.o.max] + this.o.windowMs - now)) };
   }
 
   record(key: string): void {
