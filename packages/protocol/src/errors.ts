@@ -14,6 +14,8 @@ export const ERROR_STATUS = {
   rate_limited: 429,
   internal: 500,
   unavailable: 503,
+  /** The server's data dir is out of space: not the client's fault, and no retry helps until space is freed. */
+  insufficient_storage: 507,
 } as const satisfies Record<string, number>;
 
 export type ErrorKind = keyof typeof ERROR_STATUS;

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { ERROR_STATUS, type ErrorKind } from '@sandboxd/protocol';
 import {
-  AuthenticationError, ConcurrencyLimitError, ConflictError, errorFromResponse, InsufficientTokensError, NotFoundError,
+  AuthenticationError, ConcurrencyLimitError, ConflictError, errorFromResponse, InsufficientStorageError, InsufficientTokensError, NotFoundError,
   PayloadTooLargeError, RateLimitError, SandboxdApiError, ServerError, ServiceUnavailableError, TemplateNotFoundError,
   ValidationError,
 } from './errors.js';
@@ -20,6 +20,7 @@ describe('errorFromResponse', () => {
     rate_limited: RateLimitError,
     internal: ServerError,
     unavailable: ServiceUnavailableError,
+    insufficient_storage: InsufficientStorageError,
   };
 
   for (const [kind, status] of Object.entries(ERROR_STATUS) as [ErrorKind, number][]) {

@@ -63,6 +63,8 @@ export class RateLimitError extends SandboxdApiError {}
 export class ServerError extends SandboxdApiError {}
 /** 503: the server is starting or shutting down. */
 export class ServiceUnavailableError extends ServerError {}
+/** 507: the server is out of storage; it refuses work that needs disk space until space is freed. */
+export class InsufficientStorageError extends ServerError {}
 /** No answer: the server could not be reached or the connection broke. */
 export class ConnectionError extends SandboxdApiError {}
 /** No answer within the request timeout. */
@@ -82,6 +84,7 @@ const CLASS_BY_KIND: Record<ErrorKind, ErrorClass> = {
   rate_limited: RateLimitError,
   internal: ServerError,
   unavailable: ServiceUnavailableError,
+  insufficient_storage: InsufficientStorageError,
 };
 
 function kindOf(status: number, message: string, details: unknown): ErrorKind | undefined {

@@ -17,7 +17,7 @@ export { DEFAULT_API_URL, DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_MS, type ClientOp
 export type { WebSocketConstructor, WebSocketLike } from './websocket.js';
 export {
   SandboxdApiError, ValidationError, AuthenticationError, InsufficientTokensError, ConcurrencyLimitError, NotFoundError,
-  TemplateNotFoundError, ConflictError, PayloadTooLargeError, RateLimitError, ServerError, ServiceUnavailableError,
+  TemplateNotFoundError, ConflictError, PayloadTooLargeError, RateLimitError, ServerError, ServiceUnavailableError, InsufficientStorageError,
   ConnectionError, RequestTimeoutError, errorFromResponse, type SandboxdErrorKind, type ValidationProblem,
 } from './errors.js';
 export type * from './types.js';

@@ -1,5 +1,6 @@
 import { ERROR_STATUS, SandboxdError, type ErrorBody, type ErrorKind, type ValidationProblem } from '@sandboxd/protocol';
 import type { FastifyError } from 'fastify';
+import { isOutOfSpace, OUT_OF_STORAGE_MESSAGE } from '../domain/storage.js';
 
 interface SchemaError {
   keyword?: string;
@@ -14,10 +15,12 @@ const PART: Record<string, string> = { body: 'body', querystring: 'query', param
 /**
  * The ONE mapping from anything thrown to an HTTP status and Error body. SandboxdError
  * answers as it says; fastify's validation, body-limit, media-type and JSON errors become
- * 400/413; anything else is a 500 that leaks nothing (`internal: true` tells the caller
- * to log it).
+ * 400/413; a full disk is a 507; anything else is a 500 that leaks nothing (`internal: true`
+ * tells the caller to log it).
  */
 export function toHttpError(err: unknown): { status: number; body: ErrorBody; internal: boolean } {
+  // A full disk (ENOSPC, SQLITE_FULL) anywhere below is the server's condition, not a bug: 507.
+  if ((!(err instanceof SandboxdError) || err.kind === 'internal') && isOutOfSpace(err)) return http('insufficient_storage', OUT_OF_STORAGE_MESSAGE);
   if (err instanceof SandboxdError) {
     return { status: err.status, body: err.toBody(), internal: err.kind === 'internal' };
   }

@@ -12,6 +12,7 @@ const REASONS: Record<number, string> = {
   400: 'Bad request or validation error', 401: 'Missing or invalid credentials', 402: 'Insufficient tokens',
   403: 'Concurrency limit reached', 404: 'Not found', 409: 'Wrong state or conflict', 413: 'Body over 1 MiB',
   429: 'Rate limited; Retry-After (seconds) and details.retryAfterMs say when to retry', 500: 'Internal error',
+  507: 'The server is out of storage (works again once space is freed)',
 };
 
 /** Records every route registered after this call, for {@link buildOpenApi}. */

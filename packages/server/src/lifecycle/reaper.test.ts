@@ -56,17 +56,32 @@ describe('Reaper', () => {
     assert.equal(await t.driver.inspect('orphan_1'), null);
   });
 
-  it('reconcile at startup: records left creating become error with a full refund', async () => {
+  it('reconcile: a record left creating by a create that is over becomes error with a full refund; one being created is left alone', async () => {
     const a = await setup();
+    // A create in progress: the runtime holds it until released.
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    const create = t.driver.create.bind(t.driver);
+    t.driver.create = async (spec) => (await gate, create(spec));
+    const inProgress = t.app.services.sandboxes.create(a, { image: 'local/busybox:latest', timeoutMs: 60_000 });
+    // A record no create stands behind (a crash, or a failed create the store could not record).
     const rec = await t.app.store.reserveSandbox(
       { id: 'sbx_aaaaaaaaaaaaaaaaaaaa', accountId: a.id, name: 'x-y-0001', image: 'i', region: 'local', env: {}, volumes: [], createdAt: t.clock.now(), state: 'creating', stopAt: t.clock.now() + 60_000, reservedMinutes: 0, endedAt: null, details: null },
       { minutes: 1, concurrency: 5, volumes: [], newName: () => 'x-y-0002' },
     );
-    const before = await t.app.store.balance(a.id);
-    assert.deepEqual((await t.app.reaper.reconcile()).abandoned, [], 'only at start-up');
-    const rep = await t.app.reaper.reconcile({ startup: true });
-    assert.deepEqual(rep.abandoned, [rec.id]);
-    assert.equal((await t.app.store.getSandbox(rec.id))!.state, 'error');
-    assert.equal(await t.app.store.balance(a.id), before + 1);
+    try {
+      for (let i = 0; i < 100 && (await t.app.store.listSandboxesByState(['creating'])).length < 2; i++) await new Promise((r) => setTimeout(r, 5));
+      assert.equal((await t.app.store.listSandboxesByState(['creating'])).length, 2, 'both records exist');
+      const before = await t.app.store.balance(a.id);
+      const rep = await t.app.reaper.reconcile();
+      assert.deepEqual(rep.abandoned, [rec.id]);
+      assert.equal((await t.app.store.getSandbox(rec.id))!.state, 'error');
+      assert.equal(await t.app.store.balance(a.id), before + 1);
+      assert.deepEqual((await t.app.reaper.reconcile({ startup: true })).abandoned, [], 'nothing left to abandon');
+    } finally {
+      release();
+      t.driver.create = create;
+    }
+    assert.equal((await inProgress).state, 'started', 'the create in progress was left alone');
   });
 });

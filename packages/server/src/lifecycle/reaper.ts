@@ -8,7 +8,7 @@ export interface ReconcileReport {
   expired: string[];
   /** Started records the runtime no longer had: now `error`. */
   lost: string[];
-  /** Records left in `creating` by a crash: now `error`, refunded. */
+  /** Records left in `creating` by a crash, or by a failed create the store could not record: now `error`, refunded. */
   abandoned: string[];
   /** Runtime sandboxes with no live record: deleted from the runtime. */
   orphans: string[];
@@ -75,9 +75,9 @@ export class Reaper {
   }
 
   /**
-   * Compares live records with the runtime and repairs. With `startup`, records still in
-   * `creating` are from a crashed process (their client never got 201): they are removed
-   * from the runtime and marked `error` with a full refund.
+   * Compares live records with the runtime and repairs. Records still in `creating` whose
+   * create is not in progress here (all of them at `startup`: a crashed process) never
+   * answered 201: they are removed from the runtime and marked `error` with a full refund.
    */
   reconcile(opts: { startup?: boolean } = {}): Promise<ReconcileReport> {
     return this.serial(async () => {
@@ -87,9 +87,11 @@ export class Reaper {
       const now = this.d.clock.now();
       for (const r of records) {
         if (r.state === 'creating') {
-          if (!opts.startup) continue;
+          // Checked in this order: once a create is over, its record no longer changes.
+          if (this.sandboxes.isCreating(r.id) || (await this.d.store.getSandbox(r.id))?.state !== 'creating') continue;
           await this.d.driver.delete(r.id).catch((err) => this.d.log.warn({ err, sandboxId: r.id }, 'delete abandoned'));
-          await this.sandboxes.markLost(r, 'the server stopped while the sandbox was being created', { fullRefund: true });
+          const why = opts.startup ? 'the server stopped while the sandbox was being created' : 'the sandbox could not be created';
+          await this.sandboxes.markLost(r, why, { fullRefund: true });
           report.abandoned.push(r.id);
         } else if (r.stopAt <= now) {
           if (await this.stopOne(r, 'timeout')) report.expired.push(r.id);

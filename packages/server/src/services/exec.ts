@@ -5,7 +5,8 @@ import { envProblems, type SandboxService } from './sandboxes.js';
 /**
  * Runs `/bin/sh -c command` in a started sandbox. Foreground waits (default 60 s, exit
  * 124 on timeout; 1 MiB per stream, then `truncated: true`); background answers at once
- * with `pid`. Throws `not_found`, `conflict` (not started).
+ * with `pid`. Throws `not_found`, `conflict` (not started), `insufficient_storage` (the data
+ * dir is nearly full).
  */
 export class ExecService {
   constructor(private readonly d: ServiceDeps, private readonly sandboxes: SandboxService) {}
@@ -19,6 +20,8 @@ export class ExecService {
     if (r.state !== 'started' || r.stopAt <= this.d.clock.now()) {
       throw new SandboxdError('conflict', `Sandbox is ${r.state === 'started' ? 'stopping' : r.state}`, { state: r.state });
     }
+    // Commands write to the sandbox's root layer, a sparse file on the data dir: refused when it is full.
+    await this.sandboxes.storage.check();
     const o = req.options ?? {};
     try {
       if (o.background) {

@@ -40,6 +40,39 @@ describe('SandboxService', () => {
     assert.equal(list[0].state, 'error');
   });
 
+  it('a full disk during create: 507 saying so, tokens refunded, no record and no volume it made', async () => {
+    const a = await account();
+    t.driver.failNextCreate = Object.assign(new Error("ENOSPC: no space left on device, open '/data/sandboxes/x/state.json'"), { code: 'ENOSPC' });
+    await assert.rejects(
+      t.app.services.sandboxes.create(a, { image: 'local/busybox:latest', volumes: { '/v': 'fresh' } }),
+      (e: SandboxdError) => e.kind === 'insufficient_storage' && e.status === 507 && /out of storage/.test(e.message) && !e.message.includes('/data'),
+    );
+    assert.equal(await t.app.store.balance(a.id), 1000);
+    assert.deepEqual((await t.app.services.sandboxes.list(a.id, {})).items, []);
+    assert.deepEqual(await t.app.services.volumes.list(a.id), [], 'the volume the create made is gone');
+    assert.equal((await t.app.services.sandboxes.create(a, { image: 'local/busybox:latest', volumes: { '/v': 'fresh' } })).state, 'started', 'works again');
+  });
+
+  it('a failed create the store cannot record stays creating until the reconciler finishes it', async () => {
+    const a = await account();
+    const update = t.app.store.updateSandbox.bind(t.app.store);
+    t.app.store.updateSandbox = async () => {
+      throw Object.assign(new Error('database or disk is full'), { code: 'SQLITE_FULL' });
+    };
+    try {
+      await assert.rejects(t.app.services.sandboxes.create(a, { image: 'local/busybox:latest' }), (e: SandboxdError) => e.kind === 'insufficient_storage');
+    } finally {
+      t.app.store.updateSandbox = update;
+    }
+    const left = (await t.app.store.listSandboxesByState(['creating'])).filter((r) => r.accountId === a.id);
+    assert.equal(left.length, 1);
+    assert.equal(t.driver.calls.filter((c) => c === `delete ${left[0].id}`).length, 1, 'the runtime side was undone at once');
+    assert.equal(await t.app.store.countLive(a.id), 1, 'it still counts until reconciled');
+    assert.deepEqual((await t.app.reaper.reconcile()).abandoned, [left[0].id]);
+    assert.equal(await t.app.store.balance(a.id), 1000, 'refunded');
+    assert.equal(await t.app.store.countLive(a.id), 0);
+  });
+
   it('402 before 403, and 403 at the concurrency limit', async () => {
     const poor = await account(0);
     await assert.rejects(t.app.services.sandboxes.create(poor, { image: 'local/busybox:latest' }), (e: SandboxdError) => e.kind === 'insufficient_tokens');

@@ -5,8 +5,10 @@ import { newSandboxName } from '../domain/names.js';
 import { driverVolumeName, mountPathProblem, type MountRecord, type SandboxRecord } from '../domain/sandbox.js';
 import type { AccountRecord } from '../store/store.js';
 import { planOf, type ServiceDeps } from './context.js';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { LINK_PARAM, LINK_TTL, PortLinks } from '../proxy/links.js';
+import { isOutOfSpace, outOfStorage } from '../domain/storage.js';
+import { StorageGuard } from './storage.js';
 
 /** Errors of `driver.create` that mean "the request was wrong", not "the runtime failed". */
 const CLIENT_KINDS = new Set(['template_not_found', 'validation', 'conflict']);
@@ -19,8 +21,18 @@ export class SandboxService {
   private readonly goneListeners: Array<(id: string) => void> = [];
   /** Signs and checks port links; the secret lives in `<dataDir>/proxy-link.key`. */
   readonly portLinks: PortLinks;
+  /** Refuses creates, execs and terminals (507) while the data dir is nearly full. */
+  readonly storage: StorageGuard;
+  /** Ids whose create is in progress in this process; any other `creating` record is abandoned. */
+  private readonly creating = new Set<string>();
   constructor(private readonly d: ServiceDeps) {
     this.portLinks = new PortLinks({ secretPath: join(d.config.dataDir, 'proxy-link.key') });
+    this.storage = new StorageGuard([d.config.dataDir, dirname(d.config.dbPath)], d.config.minFreeMb * 2 ** 20);
+  }
+
+  /** True while this process is creating sandbox `id` (the reconciler leaves such records alone). */
+  isCreating(id: string): boolean {
+    return this.creating.has(id);
   }
 
   /** Registers a listener called when a sandbox stops or is removed (terminals close on it). */
@@ -31,7 +43,9 @@ export class SandboxService {
   /**
    * Creates a sandbox and resolves once it is started. Throws `validation` (400),
    * `insufficient_tokens` (402), `concurrency_limit` (403), `template_not_found` (404),
-   * `conflict` (409, volume of another size), `internal`. Tokens are refunded on failure.
+   * `conflict` (409, volume of another size), `insufficient_storage` (507), `internal`.
+   * Tokens are refunded on failure; a create refused for the request or for storage leaves
+   * no record and no volume it made.
    */
   async create(account: AccountRecord, req: SandboxCreate): Promise<SandboxRecord> {
     const plan = planOf(this.d.config, account.plan);
@@ -42,10 +56,24 @@ export class SandboxService {
     const tooLong = envProblems(req.env, '/env');
     if (tooLong.length) throw new SandboxdError('validation', tooLong.map((p) => `${p.path}: ${p.message}`).join('; '), tooLong);
     const { mounts, sizes } = parseVolumes(req.volumes ?? {});
+    await this.storage.check();
+    const id = newSandboxId();
+    this.creating.add(id);
+    try {
+      return await this.createReserving(id, account, req, plan, timeoutMs, mounts, sizes);
+    } finally {
+      this.creating.delete(id);
+    }
+  }
+
+  private async createReserving(
+    id: string, account: AccountRecord, req: SandboxCreate, plan: ReturnType<typeof planOf>, timeoutMs: number,
+    mounts: MountRecord[], sizes: Array<{ name: string; sizeGb: number | null }>,
+  ): Promise<SandboxRecord> {
     const now = this.d.clock.now();
     const record = await this.d.store.reserveSandbox(
       {
-        id: newSandboxId(), accountId: account.id, name: newSandboxName(), image: req.image, region: this.d.config.region,
+        id, accountId: account.id, name: newSandboxName(), image: req.image, region: this.d.config.region,
         env: req.env ?? {}, volumes: mounts, createdAt: now, portsPublic: req.ports?.public !== false,
         state: 'creating', stopAt: now + timeoutMs, reservedMinutes: 0, endedAt: null, details: null,
       },
@@ -63,22 +91,58 @@ export class SandboxService {
       });
     } catch (e) {
       await this.failCreate(record, e, log);
+      if (isOutOfSpace(e)) throw outOfStorage();
       throw e instanceof SandboxdError && e.kind !== 'internal' ? e : new SandboxdError('internal', 'The runtime failed to start the sandbox', { sandboxId: record.id });
     }
-    const started = await this.d.store.updateSandbox(record.id, { state: 'started', expectStates: ['creating'], at: this.d.clock.now() });
+    let started: SandboxRecord;
+    try {
+      started = await this.d.store.updateSandbox(record.id, { state: 'started', expectStates: ['creating'], at: this.d.clock.now() });
+    } catch (e) {
+      // Running, but not recorded (a full disk): the client hears of no sandbox, so none may stay.
+      await this.failCreate(record, e, log);
+      throw isOutOfSpace(e) ? outOfStorage() : e;
+    }
     log.info({ image: record.image, stopAt: new Date(started.stopAt).toISOString() }, 'sandbox started');
     return started;
   }
 
+  /**
+   * Undoes a create that will not answer 201: runtime pieces, tokens (refunded), the record
+   * (kept as `error` when the runtime failed, removed when the request or the disk was at
+   * fault) and volumes this create made. When the store cannot record it (a full disk), the
+   * record stays `creating` and the reconciler finishes the job once this create is over.
+   */
   private async failCreate(record: SandboxRecord, e: unknown, log: ServiceDeps['log']): Promise<void> {
     const clientError = e instanceof SandboxdError && CLIENT_KINDS.has(e.kind);
+    const noSpace = isOutOfSpace(e);
     if (clientError) log.info({ kind: (e as SandboxdError).kind }, 'sandbox create refused by runtime');
+    else if (noSpace) log.warn({ err: e }, 'sandbox create failed: out of storage');
     else log.error({ err: e }, 'sandbox create failed');
     await this.d.driver.delete(record.id).catch((err) => log.warn({ err }, 'cleanup after failed create'));
     const at = this.d.clock.now();
     const details = { reason: 'create_failed', message: e instanceof Error ? e.message : String(e) };
-    await this.d.store.updateSandbox(record.id, { state: 'error', endedAt: at, details, ledgerDelta: record.reservedMinutes, ledgerReason: 'sandbox.refund', at });
-    if (clientError) await this.d.store.deleteSandbox(record.id);
+    try {
+      await this.d.store.updateSandbox(record.id, { state: 'error', endedAt: at, details, ledgerDelta: record.reservedMinutes, ledgerReason: 'sandbox.refund', expectStates: ['creating'], at });
+      if (clientError || noSpace) await this.d.store.deleteSandbox(record.id);
+      await this.dropNewVolumes(record, log);
+    } catch (err) {
+      log.error({ err }, 'recording a failed create failed; the reconciler will finish it');
+    }
+  }
+
+  /** Deletes the volumes the reservation of `record` made, unless another sandbox uses them. */
+  private async dropNewVolumes(record: SandboxRecord, log: ServiceDeps['log']): Promise<void> {
+    for (const name of new Set(record.volumes.map((m) => m.name))) {
+      const v = await this.d.store.getVolume(record.accountId, name);
+      if (!v || v.createdAt !== record.createdAt) continue;
+      try {
+        await this.d.store.deleteVolume(record.accountId, name);
+        await this.d.driver.deleteVolume(driverVolumeName(record.accountId, name));
+      } catch (err) {
+        if (!(err instanceof SandboxdError && (err.kind === 'conflict' || err.kind === 'not_found'))) throw err;
+        log.info({ volume: name, kind: err.kind }, 'volume of a failed create kept');
+      }
+    }
   }
 
   /** The sandbox of this account; `not_found` otherwise (also while it is being created). */

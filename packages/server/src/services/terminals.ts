@@ -32,10 +32,12 @@ export class TerminalService {
    * Starts a shell on a new PTY (defaults: see terminal-probe.ts; 80 x 24) and resolves once
    * it runs. Throws `not_found`, `conflict` (sandbox not started, or the sandbox already
    * holds {@link MAX_TERMINALS_PER_SANDBOX} terminals none of which can be evicted),
-   * `validation` (shell or cwd missing in the image).
+   * `validation` (shell or cwd missing in the image), `insufficient_storage` (the data dir
+   * is nearly full).
    */
   async create(accountId: string, sandboxId: string, req: TerminalCreate): Promise<TerminalSession> {
     const sb = await this.startedSandbox(accountId, sandboxId);
+    await this.sandboxes.storage.check();
     this.reserveSlot(sb.id);
     try {
       const runtime = await this.d.driver.inspect(sb.id);

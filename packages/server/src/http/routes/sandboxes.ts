@@ -22,7 +22,7 @@ export const sandboxRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d)
 
   app.post('/api/v1/sandboxes', {
     schema: { body: SandboxCreateSchema, response: { 201: SandboxReplySchema } },
-    config: { operationId: 'createSandbox', summary: 'Create a sandbox', tags, errors: [400, 401, 402, 403, 404, 409] },
+    config: { operationId: 'createSandbox', summary: 'Create a sandbox', tags, errors: [400, 401, 402, 403, 404, 409, 507] },
   }, async (req, reply) => {
     const end = d.metrics.createSeconds.startTimer();
     try {
@@ -68,7 +68,7 @@ export const sandboxRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d)
 
   app.post('/api/v1/sandboxes/:id/exec', {
     schema: { params: SandboxParamsSchema, body: ExecRequestSchema, response: { 200: ExecResultSchema } },
-    config: { operationId: 'execCommand', summary: 'Run /bin/sh -c command in the sandbox', tags, errors: [400, 401, 404, 409] },
+    config: { operationId: 'execCommand', summary: 'Run /bin/sh -c command in the sandbox', tags, errors: [400, 401, 404, 409, 507] },
   }, async (req) => {
     const end = d.metrics.execSeconds.startTimer({ mode: req.body.options?.background ? 'background' : 'foreground' });
     try {

@@ -47,7 +47,7 @@ export const terminalRoutes: FastifyPluginAsyncTypebox<TerminalRouteDeps> = asyn
 
   app.post('/api/v1/sandboxes/:id/terminals', {
     schema: { params: SandboxParamsSchema, body: TerminalCreateSchema, response: { 201: TerminalCreatedSchema } },
-    config: { operationId: 'createTerminal', summary: 'Start a shell on a new PTY in the sandbox', tags, errors: [400, 401, 404, 409] },
+    config: { operationId: 'createTerminal', summary: 'Start a shell on a new PTY in the sandbox', tags, errors: [400, 401, 404, 409, 507] },
   }, async (req, reply) => {
     const t = await terminals.create(principalOf(req).account.id, req.params.id, req.body);
     const terminal = { id: t.info.id, sandboxId: t.info.sandboxId, shell: t.info.shell, status: t.status, createdAt: iso(t.info.createdAt) };

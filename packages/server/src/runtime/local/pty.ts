@@ -192,6 +192,9 @@ class RelayPty implements PtyProcess {
     if (word === 'pid' && !this.started) {
       this.pid = n;
       this.started = true;
+      // The relay has unlinked the socket and the pid file by now: drop the folder at once,
+      // so a server killed while the terminal runs leaves nothing in the temp dir.
+      rmSync(this.dir, { recursive: true, force: true });
       if (this.queue.length) this.stdout.pause();
       this.resolve(this);
     } else if (word === 'exit') this.status = { exitCode: n, signal: null };
