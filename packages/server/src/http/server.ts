@@ -2,6 +2,7 @@ import { STATUS_CODES, type IncomingMessage } from 'node:http';
 import { LIMITS } from '@sandboxd/protocol';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from 'fastify';
 import type { Logger } from 'pino';
+import { AccessLog } from './access-log.js';
 import { registerAuth } from './auth.js';
 import type { HttpDeps } from './deps.js';
 import { toHttpError } from './errors.js';
@@ -31,6 +32,7 @@ export function createHttpServer(
   const app = Fastify({
     serverFactory: opts.frontDoor.serverFactory,
     loggerInstance: opts.logger as unknown as FastifyBaseLogger,
+    logController: new AccessLog(),
     bodyLimit: LIMITS.maxBodyBytes,
     return503OnClosing: true,
     forceCloseConnections: 'idle',
