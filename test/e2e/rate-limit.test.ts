@@ -87,7 +87,7 @@ describe(`rate limits e2e (${RUNTIME})`, { timeout: 180_000 }, () => {
     assert.equal((await login(emailB, 'password123')).status, 200, 'another email logs in');
     for (let i = 0; i < 3; i++) assert.equal((await login(`nobody${i}@example.com`, 'whatever1')).status, 401);
     assert429(await login(emailB, 'password123'), 'login'); // 6 failures from this address
-    assert.equal((await s.api('GET', '/api/v1/account', { key: a.key })).status, 200, 'API keys are not affected by login throttling');
+    assert.equal((await s.api('GET', '/api/v1/account', { key: b.key })).status, 200, 'API keys are not affected by login throttling');
   });
 
   it('sign-ups: 2 per address, then 429 and no account', async () => {

@@ -340,7 +340,7 @@ describe(`terminal WebSocket fuzz (${RUNTIME})`, { timeout: 600_000 }, () => {
     await Promise.all(clients.map((c) => c.control('ready')));
     assert.equal(await clientCount(), n + 1);
     if (local) {
-      observer.type(`\n${SINK_END}\n`); // ends the sink: the shell is back
+      observer.type(`\n${SINK_END}\n\n`); // ends the sink (sed reads a line ahead): the shell is back
       await observer.waitForOutput(/AFTER-42/);
     }
     observer.resize(100, 30);
