@@ -239,7 +239,54 @@ print(json.dumps({'res': res, 'procs': procs, 'pidns': os.readlink('/proc/self/n
     const others = Object.entries(got.procs).filter(([p]) => p !== '1').map(([, c]) => c);
     assert.ok(!others.some((c) => /\bnode\b|crun|runc|systemd|sshd|sandboxd(?!-agent)/.test(c)), `a host process is visible: ${others.join(' | ')}`);
     assert.notEqual(got.pidns, readlinkSync('/proc/self/ns/pid'), 'shares the host pid namespace');
+    // PID 1 is a host binary that starts every command: its memory and files are off limits too.
+    const p1 = await api.exec(a, `python3 -c '
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+def sc(*a):
+    r = libc.syscall(*[ctypes.c_long(x) for x in a])
+    return 0 if r >= 0 else ctypes.get_errno()
+buf = ctypes.create_string_buffer(64)
+iov = (ctypes.c_void_p * 2)(ctypes.addressof(buf), 64)
+res = [sc(101, 0x4206, 1, 0, 0), sc(310, 1, ctypes.addressof(iov), 1, ctypes.addressof(iov), 1, 0), sc(311, 1, ctypes.addressof(iov), 1, ctypes.addressof(iov), 1, 0)]
+for p in ("/proc/1/mem", "/proc/1/environ", "/proc/1/cwd/", "/proc/1/root/", "/proc/1/map_files/"):
+    try:
+        (os.listdir if p.endswith("/") else (lambda x: open(x, "rb").read(16)))(p); res.append("OPENED " + p)
+    except OSError as e:
+        res.append(e.errno)
+for n in os.listdir("/proc/1/fd"):  # the numbers are listed; what they point to must not be
+    try:
+        res.append("OPENED fd %s -> %s" % (n, os.readlink("/proc/1/fd/" + n)))
+    except OSError as e:
+        res.append(e.errno)
+print(res)'`);
+    assert.equal(p1.exitCode, 0, p1.stderr);
+    console.log(`# PID 1: ptrace seize, process_vm_readv, process_vm_writev, /proc/1/{mem,environ,cwd,root,map_files}, each /proc/1/fd link: ${p1.stdout.trim()}`);
+    assert.doesNotMatch(p1.stdout, /OPENED|\[0,|, 0,|, 0\]/, `PID 1 reachable: ${p1.stdout}`);
     assert.equal((await api.exec(b, 'pgrep -f "sleep 3601" >/dev/null && echo alive')).stdout, 'alive\n');
+  });
+
+  it('a deleted sandbox leaves no process on the host, however its processes detached themselves', async () => {
+    const id = await api.create({ image: BUSYBOX });
+    const base = Number((await api.exec(id, 'cat /proc/self/uid_map')).stdout.trim().split(/\s+/)[1]);
+    assert.ok(base >= 65536, `uid base ${base}`);
+    await api.background(id, "setsid sh -c 'trap \"\" HUP TERM; while :; do sleep 1; done' >/dev/null 2>&1 &");
+    await api.background(id, "(sh -c 'sleep 3600 </dev/null >/dev/null 2>&1 &' &)");
+    await api.background(id, 'exec sleep 3601');
+    const inRange = () => readdirSync('/proc').filter((p) => /^\d+$/.test(p)).filter((p) => {
+      try {
+        const st = readFileSync(`/proc/${p}/status`, 'utf8');
+        const uid = Number(/^Uid:\s+(\d+)/m.exec(st)?.[1]);
+        return uid >= base && uid < base + 65536 && !/^State:\s+Z/m.test(st); // a zombie runs nothing; the host's init reaps it
+      } catch { return false; }
+    });
+    let before: string[] = [];
+    for (let i = 0; i < 50 && before.length < 5; i++) { before = inRange(); if (before.length < 5) await sleep(100); }
+    assert.ok(before.length >= 5, `control: sees the sandbox's processes on the host (${before.length})`);
+    await api.delete(id);
+    let left = inRange();
+    for (let i = 0; i < 50 && left.length; i++) { await sleep(100); left = inRange(); }
+    assert.deepEqual(left, [], 'processes of the deleted sandbox are still running on the host');
   });
 
   describe('network', () => {
@@ -623,6 +670,19 @@ print(json.dumps(out))' ${Buffer.from(JSON.stringify(names)).toString('base64')}
       // Siblings and prefixes that are not parents are fine.
       const ok = await api.create({ image: BUSYBOX, volumes: { '/data': 'vouter', '/data2': 'vinner', '/etc/app': 'vthird' } });
       await api.delete(ok);
+    });
+
+    it("another account's volume of the same name is a different volume", async () => {
+      const other = new Api(s, (await newAccount(s, { tokens: 1000 })).key);
+      const mine = await api.create({ image: BUSYBOX, volumes: { '/data': 'samename' } });
+      assert.equal((await api.exec(mine, 'echo secret-of-account-a > /data/secret && sync && echo ok')).stdout, 'ok\n');
+      const theirs = await other.create({ image: BUSYBOX, volumes: { '/data': 'samename' } });
+      assert.equal((await other.exec(theirs, 'ls -A /data | grep -v lost+found; cat /data/secret 2>&1 | head -1')).stdout.includes('secret-of-account-a'), false);
+      assert.equal((await other.s.api('DELETE', '/api/v1/volumes/samename', { key: other.key })).status, 409, 'mounted: their own volume');
+      await other.delete(theirs);
+      await api.delete(mine);
+      assert.equal((await other.s.api('DELETE', '/api/v1/volumes/samename', { key: other.key })).status, 204);
+      assert.equal((await s.api('DELETE', '/api/v1/volumes/samename', { key: api.key })).status, 204);
     });
 
     it('symlinks planted and swapped in a shared volume while another sandbox mounts it touch nothing on the host', async () => {
