@@ -1,4 +1,4 @@
-import { statfs } from 'node:fs/promises';
+import { statfsSync } from 'node:fs';
 import { outOfStorage } from '../domain/storage.js';
 
 /**
@@ -15,12 +15,17 @@ export class StorageGuard {
     this.paths = [...new Set(paths)];
   }
 
-  /** Free bytes of the fullest watched file system (Infinity when none can be read). */
+  /**
+   * Free bytes of the fullest watched file system (Infinity when none can be read). Every
+   * exec asks, so this is a synchronous statfs (~3 us; SQLite already does synchronous I/O
+   * on the same folder): the promise version hands each call to a pool thread, and waking
+   * it cost the event loop ~0.17 ms per exec under the load suite (8% of its time at 500/s).
+   */
   async freeBytes(): Promise<number> {
     let min = Number.POSITIVE_INFINITY;
     for (const p of this.paths) {
       try {
-        const s = await statfs(p);
+        const s = statfsSync(p);
         min = Math.min(min, s.bavail * s.bsize);
       } catch {
         /* not made yet (tests, a fresh data dir): nothing to guard */
