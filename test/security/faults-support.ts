@@ -11,6 +11,7 @@ import { closeSync, existsSync, mkdtempSync, openSync, readdirSync, readFileSync
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { hostVethName } from '../../packages/server/src/runtime/local/network-addr.js';
+import { driverVolumeName } from '../../packages/server/src/domain/sandbox.js';
 import { LocalDriver } from '../../packages/server/src/runtime/local/driver.js';
 import { localOptions } from '../e2e/local-runtime.js';
 import type { Server } from '../e2e/harness.js';
@@ -148,6 +149,23 @@ function isScopeNetns(line: string, subnetPrefix: string): boolean {
   const m = /^netns (\S+)/.exec(line);
   if (!m) return false;
   return sh('ip', ['-n', m[1], '-4', '-o', 'addr', 'show']).includes(` ${subnetPrefix}`);
+}
+
+/**
+ * Volumes of an account that are half-made: listed without their disk image, or a disk
+ * image of the account that is not listed. Empty when every volume is whole.
+ */
+export async function halfMadeVolumes(s: Server, key: string, accountId: string, dataDir: string): Promise<string[]> {
+  const r = await s.api('GET', '/api/v1/volumes', { key });
+  if (r.status !== 200) throw new Error(`volumes: ${r.status} ${r.text}`);
+  const listed = new Set<string>((r.body.volumes as Array<{ name: string }>).map((v) => driverVolumeName(accountId, v.name)));
+  const dir = join(dataDir, 'volumes');
+  const onDisk = new Set(readdirSync(dir).filter((d) => d.startsWith(`${driverVolumeName(accountId, '')}`) && existsSync(join(dir, d, 'volume.img'))));
+  return [
+    ...[...listed].filter((v) => !onDisk.has(v)).map((v) => `listed without a disk: ${v}`),
+    ...[...onDisk].filter((v) => !listed.has(v)).map((v) => `disk without a record: ${v}`),
+    ...readdirSync(dir).filter((d) => d.startsWith('.tmp')).map((d) => `half-made image: ${d}`),
+  ];
 }
 
 /** A ledger entry as GET /api/v1/account/ledger answers it. */

@@ -66,8 +66,8 @@ describe('Reaper', () => {
     const inProgress = t.app.services.sandboxes.create(a, { image: 'local/busybox:latest', timeoutMs: 60_000 });
     // A record no create stands behind (a crash, or a failed create the store could not record).
     const rec = await t.app.store.reserveSandbox(
-      { id: 'sbx_aaaaaaaaaaaaaaaaaaaa', accountId: a.id, name: 'x-y-0001', image: 'i', region: 'local', env: {}, volumes: [], createdAt: t.clock.now(), state: 'creating', stopAt: t.clock.now() + 60_000, reservedMinutes: 0, endedAt: null, details: null },
-      { minutes: 1, concurrency: 5, volumes: [], newName: () => 'x-y-0002' },
+      { id: 'sbx_aaaaaaaaaaaaaaaaaaaa', accountId: a.id, name: 'x-y-0001', image: 'i', region: 'local', env: {}, volumes: [{ mountPath: '/v', name: 'made_by_it', sizeGb: 1 }], createdAt: t.clock.now(), state: 'creating', stopAt: t.clock.now() + 60_000, reservedMinutes: 0, endedAt: null, details: null },
+      { minutes: 1, concurrency: 5, volumes: [{ name: 'made_by_it', sizeGb: null }], newName: () => 'x-y-0002' },
     );
     try {
       for (let i = 0; i < 100 && (await t.app.store.listSandboxesByState(['creating'])).length < 2; i++) await new Promise((r) => setTimeout(r, 5));
@@ -77,6 +77,7 @@ describe('Reaper', () => {
       assert.deepEqual(rep.abandoned, [rec.id]);
       assert.equal((await t.app.store.getSandbox(rec.id))!.state, 'error');
       assert.equal(await t.app.store.balance(a.id), before + 1);
+      assert.equal(await t.app.store.getVolume(a.id, 'made_by_it'), null, 'the volume it reserved but never made is forgotten');
       assert.deepEqual((await t.app.reaper.reconcile({ startup: true })).abandoned, [], 'nothing left to abandon');
     } finally {
       release();

@@ -8,7 +8,7 @@ export interface ReconcileReport {
   expired: string[];
   /** Started records the runtime no longer had: now `error`. */
   lost: string[];
-  /** Records left in `creating` by a crash, or by a failed create the store could not record: now `error`, refunded. */
+  /** Records left in `creating` by a crash, or by a failed create the store could not record: now `error`, refunded, new volumes they did not get to make forgotten. */
   abandoned: string[];
   /** Runtime sandboxes with no live record: deleted from the runtime. */
   orphans: string[];
@@ -85,6 +85,7 @@ export class Reaper {
       const records = await this.d.store.listSandboxesByState(['creating', 'started']);
       const runtime = new Map((await this.d.driver.list()).map((s) => [s.id, s]));
       const now = this.d.clock.now();
+      const abandoned: SandboxRecord[] = [];
       for (const r of records) {
         if (r.state === 'creating') {
           // Checked in this order: once a create is over, its record no longer changes.
@@ -92,6 +93,7 @@ export class Reaper {
           await this.d.driver.delete(r.id).catch((err) => this.d.log.warn({ err, sandboxId: r.id }, 'delete abandoned'));
           const why = opts.startup ? 'the server stopped while the sandbox was being created' : 'the sandbox could not be created';
           await this.sandboxes.markLost(r, why, { fullRefund: true });
+          abandoned.push(r);
           report.abandoned.push(r.id);
         } else if (r.stopAt <= now) {
           if (await this.stopOne(r, 'timeout')) report.expired.push(r.id);
@@ -101,6 +103,8 @@ export class Reaper {
           report.lost.push(r.id);
         }
       }
+      // Once none of them is live any more, so that two abandoned creates of one new volume let it go.
+      for (const r of abandoned) await this.sandboxes.dropNewVolumes(r).catch((err) => this.d.log.warn({ err, sandboxId: r.id }, 'volumes of an abandoned create'));
       const known = new Set(records.map((r) => r.id));
       for (const id of runtime.keys()) {
         if (known.has(id)) continue;

@@ -45,7 +45,7 @@ export class SandboxService {
    * `insufficient_tokens` (402), `concurrency_limit` (403), `template_not_found` (404),
    * `conflict` (409, volume of another size), `insufficient_storage` (507), `internal`.
    * Tokens are refunded on failure; a create refused for the request or for storage leaves
-   * no record and no volume it made.
+   * no record, nor a record of a volume it did not get to make.
    */
   async create(account: AccountRecord, req: SandboxCreate): Promise<SandboxRecord> {
     const plan = planOf(this.d.config, account.plan);
@@ -109,7 +109,7 @@ export class SandboxService {
   /**
    * Undoes a create that will not answer 201: runtime pieces, tokens (refunded), the record
    * (kept as `error` when the runtime failed, removed when the request or the disk was at
-   * fault) and volumes this create made. When the store cannot record it (a full disk), the
+   * fault) and new volumes it did not get to make. When the store cannot record it (a full disk), the
    * record stays `creating` and the reconciler finishes the job once this create is over.
    */
   private async failCreate(record: SandboxRecord, e: unknown, log: ServiceDeps['log']): Promise<void> {
@@ -124,26 +124,32 @@ export class SandboxService {
     try {
       await this.d.store.updateSandbox(record.id, { state: 'error', endedAt: at, details, ledgerDelta: record.reservedMinutes, ledgerReason: 'sandbox.refund', expectStates: ['creating'], at });
       if (clientError || noSpace) await this.d.store.deleteSandbox(record.id);
-      await this.dropNewVolumes(record, log);
+      await this.dropNewVolumes(record);
     } catch (err) {
       log.error({ err }, 'recording a failed create failed; the reconciler will finish it');
     }
   }
 
-  /** Deletes the volumes the reservation of `record` made, unless another sandbox uses them. */
-  private async dropNewVolumes(record: SandboxRecord, log: ServiceDeps['log']): Promise<void> {
-    for (const name of new Set(record.volumes.map((m) => m.name))) {
+  /**
+   * Forgets the volumes the reservation of `record` made (a create that never answered 201)
+   * when no disk was made for them and no live sandbox uses them: a volume that reached the
+   * disk is kept, since a sandbox created meanwhile may have written to it.
+   */
+  async dropNewVolumes(record: SandboxRecord): Promise<void> {
+    const names = [...new Set(record.volumes.map((m) => m.name))];
+    if (!names.length) return;
+    const onDisk = new Set((await this.d.driver.listVolumes()).map((v) => v.name));
+    for (const name of names) {
       const v = await this.d.store.getVolume(record.accountId, name);
-      if (!v || v.createdAt !== record.createdAt) continue;
+      if (!v || v.createdAt !== record.createdAt || onDisk.has(driverVolumeName(record.accountId, name))) continue;
       try {
         await this.d.store.deleteVolume(record.accountId, name);
-        await this.d.driver.deleteVolume(driverVolumeName(record.accountId, name));
       } catch (err) {
-        if (!(err instanceof SandboxdError && (err.kind === 'conflict' || err.kind === 'not_found'))) throw err;
-        log.info({ volume: name, kind: err.kind }, 'volume of a failed create kept');
+        if (!(err instanceof SandboxdError && err.kind === 'conflict')) throw err; // live again: kept
       }
     }
   }
+
 
   /** The sandbox of this account; `not_found` otherwise (also while it is being created). */
   async get(accountId: string, id: string): Promise<SandboxRecord> {
