@@ -111,3 +111,28 @@ export function assertError(a: { status: number; body: any; text: string }, stat
   assert.deepEqual(Object.keys(a.body).filter((k) => !['code', 'message', 'details'].includes(k)), [], `${what}: only code, message, details`);
   if (names) assert.match(`${a.body.message} ${JSON.stringify(a.body.details ?? '')}`, names, `${what}: the answer names what was wrong`);
 }
+
+export interface ServerMemory {
+  rss: number;
+  /** V8 heap in use. */
+  heapUsed: number;
+  /** Memory outside the V8 heap held by JS objects (Buffers). */
+  external: number;
+}
+
+/**
+ * The server's memory once garbage is collected: an idle V8 runs no GC, so dead Buffers
+ * count as `external` until something allocates. 300 requests for the OpenAPI document
+ * (~100 KB each) make it collect; then RSS (from /proc) and heap and external (from
+ * /metrics) are read.
+ */
+export async function settledMemory(baseUrl: string, pid: number, key: string): Promise<ServerMemory> {
+  const headers = { authorization: `Bearer ${key}` };
+  for (let i = 0; i < 300; i++) await (await fetch(`${baseUrl}/api/v1/openapi.json`, { headers })).arrayBuffer();
+  const m = await (await fetch(`${baseUrl}/metrics`)).text();
+  const v = (name: string) => Number(new RegExp(`^sandboxd_process_nodejs_${name} (\\d+)`, 'm').exec(m)?.[1] ?? NaN);
+  return { rss: rssBytes(pid), heapUsed: v('heap_size_used_bytes'), external: v('external_memory_bytes') };
+}
+
+export const showMemory = (m: ServerMemory) => `RSS ${MiB(m.rss)}, JS heap ${MiB(m.heapUsed)}, external ${MiB(m.external)}`;
+

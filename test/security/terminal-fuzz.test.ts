@@ -20,7 +20,7 @@ import fc from 'fast-check';
 import WebSocket from 'ws';
 import { TermClient, terminalUrl } from '../../packages/server/src/http/terminal-testkit.js';
 import { ADMIN_KEY, IMAGE, RUNTIME, startServer, type Server } from '../e2e/harness.js';
-import { MiB, rssBytes } from './abuse-support.js';
+import { MiB, settledMemory, showMemory, type ServerMemory } from './abuse-support.js';
 
 const SOAK = process.env.SANDBOXD_SOAK === '1';
 const RUNS = Number(process.env.SANDBOXD_FUZZ_RUNS ?? (SOAK ? 600 : 40));
@@ -212,7 +212,7 @@ describe(`terminal WebSocket fuzz (${RUNTIME})`, { timeout: 600_000 }, () => {
   let terminalId = '';
   let url = '';
   let observer: TermClient;
-  let rssStart = 0;
+  let memStart: ServerMemory;
   let frames = 0;
   let bytes = 0;
   let connections = 0;
@@ -244,7 +244,7 @@ describe(`terminal WebSocket fuzz (${RUNTIME})`, { timeout: 600_000 }, () => {
       observer.type(`stty raw -echo; echo READY-$((2*3)); sed -n '/^${SINK_END}$/q'; stty sane; echo AFTER-$((6*7))\r`);
       await observer.waitForOutput(/READY-6/);
     }
-    rssStart = rssBytes(s.proc.pid!);
+    memStart = await settledMemory(s.baseUrl, s.proc.pid!, ADMIN_KEY);
   });
   after(async () => {
     observer?.close();
@@ -351,9 +351,11 @@ describe(`terminal WebSocket fuzz (${RUNTIME})`, { timeout: 600_000 }, () => {
     await Promise.all(clients.map((c) => within(c.closed, 20_000, 'close')));
     await settleClients(1);
     await assertAlive();
-    const rssEnd = rssBytes(s.proc.pid!);
-    console.log(`# ${connections} connections in all; server RSS ${MiB(rssStart)} -> ${MiB(rssEnd)}`);
-    // Generous: V8 keeps freed heap; every fuzz run held up to 1.2 MiB of frames.
-    assert.ok(rssEnd - rssStart < 200 * 2 ** 20, `RSS grew by ${MiB(rssEnd - rssStart)}`);
+    const memEnd = await settledMemory(s.baseUrl, s.proc.pid!, ADMIN_KEY);
+    console.log(`# ${connections} connections in all; server memory before: ${showMemory(memStart)}; after: ${showMemory(memEnd)}`);
+    // Once collected, the frames are gone; RSS only loosely (V8 and malloc keep freed pages).
+    assert.ok(memEnd.heapUsed - memStart.heapUsed < 64 * 2 ** 20, `JS heap grew by ${MiB(memEnd.heapUsed - memStart.heapUsed)}`);
+    assert.ok(memEnd.external - memStart.external < 64 * 2 ** 20, `external memory grew by ${MiB(memEnd.external - memStart.external)}`);
+    assert.ok(memEnd.rss - memStart.rss < 256 * 2 ** 20, `RSS grew by ${MiB(memEnd.rss - memStart.rss)}`);
   });
 });
