@@ -40,6 +40,8 @@ export interface RateLimitConfig {
   signupsPerIp: number;
   /** The sliding window of the login and sign-up counts, ms (`_AUTH_WINDOW_MS`). */
   authWindowMs: number;
+  /** Terminal WebSockets one account may hold open at once (`_TERMINAL_SOCKETS_PER_ACCOUNT`). */
+  terminalSocketsPerAccount: number;
 }
 
 /** Defaults: far above heavy use of one account (a load of 500 exec/s never meets them). */
@@ -52,6 +54,7 @@ export const DEFAULT_RATE_LIMITS: RateLimitConfig = {
   loginFailuresPerIp: 50,
   signupsPerIp: 10,
   authWindowMs: 900_000,
+  terminalSocketsPerAccount: 256,
 };
 
 /** The whole server configuration; built once by {@link loadConfig}, frozen. */

@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { DEFAULT_RATE_LIMITS, loadConfig, type RateLimitConfig } from '../config.js';
 import { clientKey, SlidingWindow, TokenBuckets } from './rate-limit.js';
+import { refusedUpgrade, TermClient, terminalUrl } from './terminal-testkit.js';
 import { makeTestApp, type TestApp } from './testkit.js';
 
 /** A clock the test moves by hand. */
@@ -156,7 +157,7 @@ describe('rate limits in the HTTP API (inject, moved clock)', () => {
   const c = manual();
   const limits: RateLimitConfig = {
     accountPerSec: 1, accountBurst: 5, ipPerSec: 1, ipBurst: 4,
-    loginFailuresPerEmail: 3, loginFailuresPerIp: 6, signupsPerIp: 2, authWindowMs: 60_000,
+    loginFailuresPerEmail: 3, loginFailuresPerIp: 6, signupsPerIp: 2, authWindowMs: 60_000, terminalSocketsPerAccount: 3,
   };
   const errors429 = async () => Number(/sandboxd_http_errors_total\{code="429"\} (\d+)/.exec((await t.req({ method: 'GET', url: '/metrics', key: null })).body)?.[1] ?? 0);
   before(async () => {
@@ -247,5 +248,38 @@ describe('rate limits in the HTTP API (inject, moved clock)', () => {
     assert.equal(r.json().details.limit, 'signup');
     assert.equal((await t.req({ method: 'GET', url: '/api/v1/admin/accounts' })).json().accounts.some((a: { email: string }) => a.email === 's2@example.com'), false);
     assert.equal((await signup(3, '10.3.0.2')).statusCode, 201);
+  });
+
+  it('terminal sockets per account: past the cap the upgrade is refused (429) until one closes; others unaffected', async () => {
+    const base = await t.app.http.listen({ host: '127.0.0.1', port: 0 });
+    c.advance(60_000);
+    const acct = await t.newAccount();
+    c.advance(60_000);
+    const sb = (await t.req({ method: 'POST', url: '/api/v1/sandboxes', key: acct.key, payload: { image: 'local/busybox:latest' } })).json().sandbox.id;
+    const term = (await t.req({ method: 'POST', url: `/api/v1/sandboxes/${sb}/terminals`, key: acct.key, payload: {} })).json().terminal.id;
+    const url = terminalUrl(base, sb, term);
+    const auth = { authorization: `Bearer ${acct.key}` };
+    c.advance(60_000);
+    const open = [await TermClient.connect(url, auth), await TermClient.connect(url, auth), await TermClient.connect(url, auth)];
+    const refused = await refusedUpgrade(url, auth);
+    assert.equal(refused.status, 429);
+    assert.deepEqual((refused.body as { details: unknown }).details, { limit: 'connections', max: 3 });
+    c.advance(60_000);
+    const sb2 = (await t.req({ method: 'POST', url: '/api/v1/sandboxes', payload: { image: 'local/busybox:latest' } })).json().sandbox.id;
+    const term2 = (await t.req({ method: 'POST', url: `/api/v1/sandboxes/${sb2}/terminals`, payload: {} })).json().terminal.id;
+    const admin = await TermClient.connect(terminalUrl(base, sb2, term2), { authorization: `Bearer ${t.adminKey}` });
+    await admin.control('ready');
+    admin.close();
+    open[0].close();
+    await open[0].closed;
+    c.advance(60_000);
+    let again: TermClient | null = null;
+    for (let i = 0; i < 50 && !again; i++) {
+      again = await TermClient.connect(url, auth).catch(() => null); // the server counts the socket until it has closed its side
+      if (!again) await new Promise((r) => setTimeout(r, 20));
+    }
+    assert.ok(again, 'a slot is free again once a socket closed');
+    for (const x of [...open.slice(1), again]) x.close();
+    await Promise.all([...open.slice(1), again].map((x) => x.closed));
   });
 });

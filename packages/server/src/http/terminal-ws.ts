@@ -34,6 +34,8 @@ const PATH = /^\/api\/v1\/sandboxes\/([^/]+)\/terminals\/([^/]+)\/ws\/?$/;
 export class TerminalGateway {
   private readonly wss = new WebSocketServer({ noServer: true, maxPayload: MAX_INPUT_MESSAGE_BYTES, perMessageDeflate: false, clientTracking: false });
   private readonly live = new Set<WebSocket>();
+  /** Open (or opening) terminal sockets per account, against `terminalSocketsPerAccount`. */
+  private readonly perAccount = new Map<string, number>();
   private readonly alive = new WeakSet<WebSocket>();
   private readonly heartbeat: NodeJS.Timeout;
 
@@ -57,12 +59,18 @@ export class TerminalGateway {
     const url = new URL(req.url ?? '/', 'http://x');
     const [, sandboxId, terminalId] = PATH.exec(url.pathname)!;
     let session: TerminalSession;
+    let accountId: string;
     try {
       const replayParam = url.searchParams.get('replay');
       const principal = await this.authenticate(req);
       session = await this.d.terminals.forAttach(principal.account.id, decode(sandboxId), decode(terminalId));
       if (replayParam !== null && replayParam !== '0' && replayParam !== '1') {
         throw new SandboxdError('validation', 'replay must be 0 or 1');
+      }
+      accountId = principal.account.id;
+      const max = this.d.limits?.config.terminalSocketsPerAccount ?? 0;
+      if (max > 0 && (this.perAccount.get(accountId) ?? 0) >= max) {
+        throw new SandboxdError('rate_limited', `This account already has ${max} terminal connections open; close one first`, { limit: 'connections', max });
       }
     } catch (e) {
       const { status, body } = toHttpError(e);
@@ -72,6 +80,13 @@ export class TerminalGateway {
       return;
     }
     if (socket.destroyed) return;
+    // Counted from here (synchronously after the check) until the socket closes, handshake failures included.
+    this.perAccount.set(accountId, (this.perAccount.get(accountId) ?? 0) + 1);
+    socket.once('close', () => {
+      const n = (this.perAccount.get(accountId) ?? 1) - 1;
+      if (n > 0) this.perAccount.set(accountId, n);
+      else this.perAccount.delete(accountId);
+    });
     const replay = url.searchParams.get('replay') === '1';
     this.wss.handleUpgrade(req, socket, head, (ws) => this.connect(ws, session, replay));
   }
