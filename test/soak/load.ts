@@ -279,6 +279,13 @@ function metric(text: string, name: string): number | null {
   return m ? Number(m[1]) : null;
 }
 
+/** Mount points under `dir`, deepest first (from /proc/self/mountinfo, octal escapes decoded). */
+function mountsUnder(dir: string): string[] {
+  return readFileSync('/proc/self/mountinfo', 'utf8').split('\n').map((l) => l.split(' ')[4])
+    .filter((m): m is string => !!m).map((m) => m.replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(parseInt(o, 8))))
+    .filter((m) => m.startsWith(`${dir}/`)).sort((x, y) => y.length - x.length);
+}
+
 function hostSnapshot(): string[] {
   return execFileSync('bash', [join(ROOT, 'scripts/host-snapshot.sh')], { encoding: 'utf8', maxBuffer: 64 * MiB }).split('\n').filter(Boolean);
 }
@@ -569,7 +576,15 @@ export async function runLoad(opt: Partial<LoadOptions> = {}, say: (s: string) =
     if (sampler) clearInterval(sampler);
     if (server) await server.stop({ keepData: true }).catch((e) => err('server_stop', (e as Error).message));
     await new LocalDriver(drv).destroyAll().catch((e) => err('teardown', (e as Error).message));
-    if (!process.env.SANDBOXD_E2E_KEEP) rmSync(base, { recursive: true, force: true });
+    // rm -r crosses mount points: never run it over something still mounted.
+    for (const m of mountsUnder(base)) {
+      try { execFileSync('umount', [m], { stdio: 'ignore' }); } catch { /* reported below */ }
+    }
+    const stillMounted = mountsUnder(base);
+    for (const m of stillMounted) err('teardown', `still mounted after teardown: ${m}`);
+    if (!process.env.SANDBOXD_E2E_KEEP && stillMounted.length === 0) {
+      try { rmSync(base, { recursive: true, force: true }); } catch (e) { err('teardown', (e as Error).message); }
+    }
   }
   // The host as found: lines of this run are leaks; the rest is other processes' activity.
   const after = hostSnapshot();
