@@ -5,6 +5,8 @@
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { connect } from 'node:net';
+import { join } from 'node:path';
+import WebSocket from 'ws';
 
 /** Resident memory of a process, from /proc (bytes). */
 export function rssBytes(pid: number): number {
@@ -120,15 +122,37 @@ export interface ServerMemory {
   external: number;
 }
 
+/** Env for `startServer` that opens the V8 inspector on a free loopback port, so tests can force a GC. */
+export const INSPECTABLE = { NODE_OPTIONS: `${process.env.NODE_OPTIONS ?? ''} --inspect=127.0.0.1:0`.trim() };
+
+/** Forces a full GC in a server started with {@link INSPECTABLE} (its inspector URL is in its stderr log). */
+async function collectGarbage(dataDir: string, pid: number): Promise<void> {
+  const log = readFileSync(join(dataDir, `server-${pid}.stderr.log`), 'utf8');
+  const url = /Debugger listening on (ws:\/\/127\.0\.0\.1:\d+\/[\w-]+)/.exec(log)?.[1];
+  if (!url) throw new Error('the server has no inspector: start it with INSPECTABLE');
+  const ws = new WebSocket(url);
+  try {
+    await new Promise<void>((resolve, reject) => {
+      const t = setTimeout(() => reject(new Error('inspector: no answer')), 30_000);
+      ws.on('error', reject);
+      ws.on('open', () => ws.send(JSON.stringify({ id: 1, method: 'HeapProfiler.collectGarbage' })));
+      ws.on('message', (d: Buffer) => {
+        if (JSON.parse(d.toString()).id === 1) (clearTimeout(t), resolve());
+      });
+    });
+  } finally {
+    ws.close();
+  }
+}
+
 /**
- * The server's memory once garbage is collected: an idle V8 runs no GC, so dead Buffers
- * count as `external` until something allocates. 300 requests for the OpenAPI document
- * (~100 KB each) make it collect; then RSS (from /proc) and heap and external (from
- * /metrics) are read.
+ * The server's memory after a forced full GC: RSS (from /proc), and V8 heap in use and
+ * memory outside it held by live objects (Buffers), from /metrics. Without the GC an idle
+ * V8 keeps dead Buffers counted for as long as nothing allocates.
  */
-export async function settledMemory(baseUrl: string, pid: number, key: string): Promise<ServerMemory> {
-  const headers = { authorization: `Bearer ${key}` };
-  for (let i = 0; i < 300; i++) await (await fetch(`${baseUrl}/api/v1/openapi.json`, { headers })).arrayBuffer();
+export async function settledMemory(baseUrl: string, s: { dataDir: string; proc: { pid?: number } }): Promise<ServerMemory> {
+  const pid = s.proc.pid!;
+  await collectGarbage(s.dataDir, pid);
   const m = await (await fetch(`${baseUrl}/metrics`)).text();
   const v = (name: string) => Number(new RegExp(`^sandboxd_process_nodejs_${name} (\\d+)`, 'm').exec(m)?.[1] ?? NaN);
   return { rss: rssBytes(pid), heapUsed: v('heap_size_used_bytes'), external: v('external_memory_bytes') };

@@ -18,7 +18,7 @@ import { terminalRoutes } from './routes/terminals.js';
 /** Largest client message (keyboard input or paste), bytes. */
 export const MAX_INPUT_MESSAGE_BYTES = 1024 * 1024;
 /** After a protocol error's close frame, how long the client has to answer it before the socket is cut. */
-const CLOSE_GRACE_MS = 5000;
+const CLOSE_GRACE_MS = 2000;
 /** Ping period; a client that missed the previous ping's pong is cut. */
 const HEARTBEAT_MS = 30_000;
 const PATH = /^\/api\/v1\/sandboxes\/([^/]+)\/terminals\/([^/]+)\/ws\/?$/;
@@ -133,8 +133,10 @@ export class TerminalGateway {
       // sent its close frame (1007, 1009, 1002) and ws drops whatever else arrives. Cutting
       // the socket at once would reset a connection the client is still writing to, and the
       // reset can destroy the close frame before the client reads it (it would see 1006).
-      if (ws.readyState === WebSocket.CLOSING) setTimeout(() => ws.terminate(), CLOSE_GRACE_MS).unref();
-      else ws.terminate();
+      if (ws.readyState !== WebSocket.CLOSING) return ws.terminate();
+      const cut = setTimeout(() => ws.terminate(), CLOSE_GRACE_MS);
+      cut.unref();
+      ws.once('close', () => clearTimeout(cut)); // the timer would keep the socket and its buffers alive
     });
     ws.on('close', () => {
       this.live.delete(ws);
