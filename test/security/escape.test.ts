@@ -43,16 +43,23 @@ describe('escape suite (through the API, from inside sandboxes)', { skip: !local
 
   it('mount, unshare, setns, pivot_root, chroot, modules, kexec, keyrings, bpf, perf, userfaultfd, io_uring, raw sockets: all refused', async () => {
     const got = await api.runProbe<Record<string, number>>(a, 'syscalls.py', {});
-    const EPERM = 1; const ENOSYS = 38; const EACCES = 13;
+    const EPERM = 1; const ENOSYS = 38; const EACCES = 13; const EAFNOSUPPORT = 97;
     const allowed = new Map<string, number[]>([
       // clone with a namespace flag falls to the profile's default action (ENOSYS); clone3 is ENOSYS on purpose
       ...['NEWUSER', 'NEWNS', 'NEWNET', 'NEWPID', 'NEWUTS', 'NEWIPC', 'NEWCGROUP'].map((n) => [`clone ${n}`, [EPERM, ENOSYS]] as [string, number[]]),
       ['clone3', [ENOSYS]],
       ['io_uring_setup', [EPERM, ENOSYS]],
+      // AF_VSOCK reaches the hypervisor and the host's vsock services: refused in every form
+      ['socket vsock stream', [EAFNOSUPPORT]], ['socket vsock dgram', [EAFNOSUPPORT]], ['socket vsock, family + 2^32', [ENOSYS, EAFNOSUPPORT]],
+      ['i386 socketcall vsock', [ENOSYS, EAFNOSUPPORT]], ['i386 socket vsock', [EAFNOSUPPORT]],
       ['socket packet raw', [EPERM, EACCES]], ['socket inet raw icmp', [EPERM, EACCES]], ['socket inet raw tcp', [EPERM, EACCES]], ['socket inet6 raw', [EPERM, EACCES, 97 /* EAFNOSUPPORT: no IPv6 */]],
     ]);
     const rows = Object.entries(got).map(([call, errno]) => ({ call, errno }));
     console.log(table(rows));
+    // 32-bit x86 code runs where the kernel has IA32 emulation (else the probes cannot run).
+    // It cannot make sockets at all with crun (seccomp.ts, SYS_SOCKET): inet is printed only.
+    for (const k of Object.keys(got).filter((x) => x.startsWith('i386') && typeof got[x] !== 'number')) delete got[k];
+    delete got['i386 socket inet (allowed)'];
     for (const [call, errno] of Object.entries(got)) {
       if (call === 'ptrace traceme') continue; // inside the sandbox only: allowed
       const ok = allowed.get(call) ?? [EPERM];

@@ -11,6 +11,13 @@
  *     op: NE LT LE EQ GE GT MASKED_EQ (a = value, or mask for MASKED_EQ; b = valueTwo)
  * stdout: the BPF program. Exit 0, or 1 with a message on stderr.
  * Syscalls unknown to this kernel's table are skipped, as crun does.
+ *
+ * The i386 part is a filter of its own, merged in at the end. libseccomp adds an i386 rule on
+ * `socket` (and the other socket calls) also as a rule on `socketcall(SYS_SOCKET)` without its
+ * argument filters (socketcall passes them in memory): the first such rule decides what
+ * socketcall(SYS_SOCKET) does, and a later rule of another action collides (EEXIST) and is
+ * dropped. In one shared filter that dropped the rule for x86_64 too; apart, only i386 is
+ * affected, and the profile orders its rules for it (see seccomp.ts, AF_VSOCK).
  */
 #include <errno.h>
 #include <seccomp.h>
@@ -37,13 +44,16 @@ static int op(const char *s, enum scmp_compare *out) {
 int main(void) {
   char line[4096], word[64], name[128];
   long err;
-  scmp_filter_ctx ctx = NULL;
+  scmp_filter_ctx ctx = NULL, ctx32 = NULL;
   for (int n = 1; fgets(line, sizeof line, stdin); n++) {
     int used = 0;
     if (!ctx) {
       if (sscanf(line, "default %63s %ld", word, &err) != 2) { fprintf(stderr, "line %d: expected default\n", n); return 1; }
-      if (!(ctx = seccomp_init(action(word, err)))) { fprintf(stderr, "seccomp_init failed\n"); return 1; }
-      if (seccomp_arch_add(ctx, SCMP_ARCH_X86) < 0 || seccomp_arch_add(ctx, SCMP_ARCH_X32) < 0) { fprintf(stderr, "arch_add failed\n"); return 1; }
+      if (!(ctx = seccomp_init(action(word, err))) || !(ctx32 = seccomp_init(action(word, err)))) { fprintf(stderr, "seccomp_init failed\n"); return 1; }
+      if (seccomp_arch_add(ctx, SCMP_ARCH_X32) < 0 || seccomp_arch_remove(ctx32, SCMP_ARCH_NATIVE) < 0 || seccomp_arch_add(ctx32, SCMP_ARCH_X86) < 0) {
+        fprintf(stderr, "arch_add failed\n");
+        return 1;
+      }
       continue;
     }
     int nargs;
@@ -64,11 +74,15 @@ int main(void) {
     }
     int nr = seccomp_syscall_resolve_name(name);
     if (nr == __NR_SCMP_ERROR) continue;
-    int rc = seccomp_rule_add_array(ctx, action(word, err), nr, (unsigned)nargs, args);
-    /* -EACCES: the rule's action is the default one; nothing to add. */
-    if (rc < 0 && rc != -EACCES && rc != -EEXIST) { fprintf(stderr, "line %d: %s: %s\n", n, name, strerror(-rc)); return 1; }
+    scmp_filter_ctx both[2] = { ctx, ctx32 };
+    for (int i = 0; i < 2; i++) {
+      int rc = seccomp_rule_add_array(both[i], action(word, err), nr, (unsigned)nargs, args);
+      /* -EACCES: the rule's action is the default one; nothing to add. */
+      if (rc < 0 && rc != -EACCES && rc != -EEXIST) { fprintf(stderr, "line %d: %s%s: %s\n", n, name, i ? " (i386)" : "", strerror(-rc)); return 1; }
+    }
   }
   if (!ctx) { fprintf(stderr, "empty profile\n"); return 1; }
+  if (seccomp_merge(ctx, ctx32) < 0) { fprintf(stderr, "merge failed\n"); return 1; }
   if (seccomp_export_bpf(ctx, STDOUT_FILENO) < 0) { fprintf(stderr, "export failed\n"); return 1; }
   seccomp_release(ctx);
   return 0;

@@ -5,6 +5,17 @@ base64 JSON {"cd_fds": true} to also `chdir` through each directory fd of this p
 Prints {"procs": n, "links": n, "leaks": [...], "self_cwd": ..., "seen": {...}}."""
 import base64, json, os, stat, sys
 
+def _refuse_on_host():
+    """These probes attack the machine they run on: only ever inside a sandbox, whose root is
+    an unprivileged uid of the host (a uid_map not starting with "0 0")."""
+    with open('/proc/self/uid_map') as f:
+        first = f.read().split()
+    if first[:2] == ['0', '0']:
+        raise SystemExit('refusing to run outside a sandbox')
+
+
+_refuse_on_host()
+
 opts = json.loads(base64.b64decode(sys.argv[1])) if len(sys.argv) > 1 else {}
 leaks, seen, links, procs = [], {}, 0, 0
 root_st = os.stat('/')
