@@ -17,7 +17,7 @@ import { RootfsManager, volumeOciMount } from './rootfs.js';
 import { buildSeccompProfile, compileSeccompBpf, type OciSeccomp } from './seccomp.js';
 import { VolumeStore } from './volumes.js';
 import type { Config } from '../../config.js';
-import { checkLimits, checkMountPath, checkTraversable, mergeEnv, mergeEnvList, splitEnv } from './sandbox-checks.js';
+import { checkLimits, checkMountPath, checkMountPathsDisjoint, checkTraversable, mergeEnv, mergeEnvList, splitEnv } from './sandbox-checks.js';
 import { hostNetDevicePaths } from './host-sysfs.js';
 import { AgentGoneError, agentBinary, ExecAgent } from './exec-agent.js';
 
@@ -178,6 +178,7 @@ export class LocalDriver implements RuntimeDriver {
       throw new SandboxdError('validation', `sandbox id "${spec.id}" must match ${ID_RE} and not start with ${POOL_PREFIX} or ${ROOT_POOL_PREFIX}`);
     }
     for (const v of spec.volumes) checkMountPath(v.mountPath);
+    checkMountPathsDisjoint(spec.volumes.map((v) => v.mountPath));
     checkLimits(spec.limits);
     if (this.records.has(spec.id) || this.reserved.has(spec.id) || existsSync(join(this.stateDir, spec.id))) {
       throw new SandboxdError('conflict', `sandbox ${spec.id} exists`);

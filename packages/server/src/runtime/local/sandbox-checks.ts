@@ -18,6 +18,22 @@ export function checkMountPath(p: string): void {
 }
 
 /**
+ * Throws `validation` when one mount path is the same as, or inside, another: the inner
+ * mount's target would be resolved through the outer volume's content, which other
+ * sandboxes sharing that volume can rewrite (symlinks planted there).
+ */
+export function checkMountPathsDisjoint(paths: string[]): void {
+  const norm = paths.map((p) => posix.normalize(p).replace(/\/+$/, ''));
+  for (let i = 0; i < norm.length; i++) {
+    for (let j = 0; j < norm.length; j++) {
+      if (i !== j && (norm[i] === norm[j] ? i > j : norm[i].startsWith(`${norm[j]}/`))) {
+        throw new SandboxdError('validation', `volume mount path "${paths[i]}" is inside (or the same as) "${paths[j]}"`, { path: paths[i] });
+      }
+    }
+  }
+}
+
+/**
  * Sandbox roots and bind sources live under `dir`; crun mounts them from inside the
  * sandbox's user namespace, where host root is nobody, so every folder on the way must be
  * searchable by others. Throws with the folder to fix.
