@@ -333,6 +333,43 @@ describe(`terminal WebSocket fuzz (${RUNTIME})`, { timeout: 600_000 }, () => {
     await assertAlive();
   });
 
+  it('input a program does not read is not piled up in the server: the sender is paused, then everything arrives', async () => {
+    const t = await s.api('POST', `/api/v1/sandboxes/${sandboxId}/terminals`, { body: {} });
+    assert.equal(t.status, 201, t.text);
+    const c = await TermClient.connect(terminalUrl(s.baseUrl, sandboxId, t.body.terminal.id), auth);
+    connections++;
+    await c.control('ready');
+    const MIB = local ? 40 : 1; // the fake runtime's shell echoes byte by byte
+    const go = local ? '/tmp/go-abuse' : '';
+    if (local) {
+      c.type(`stty raw -echo; echo WAIT-$((2*2)); while [ ! -e ${go} ]; do sleep 0.1; done; head -c ${MIB * 1024 * 1024} > /dev/null; stty sane; echo DRAINED-$((3*3))\r`);
+      await c.waitForOutput(/WAIT-4/);
+    }
+    const before = await settledMemory(s.baseUrl, s);
+    const chunk = Buffer.alloc(1024 * 1024, 0x61);
+    for (let i = 0; i < MIB; i++) c.ws.send(chunk, { binary: true });
+    // The server stops reading: what it has not taken stays queued in this client.
+    let last = -1;
+    for (let i = 0; i < 100 && c.ws.bufferedAmount !== last; i++) {
+      last = c.ws.bufferedAmount;
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    const held = await settledMemory(s.baseUrl, s);
+    console.log(`# ${MIB} MiB typed into a program that does not read: ${MiB(c.ws.bufferedAmount)} still queued in the client; server ${showMemory(held)}`);
+    if (local) {
+      // Kernel socket buffers on loopback take up to ~10 MiB of it; the server must not take the rest.
+      assert.ok(c.ws.bufferedAmount > (MIB - 20) * 1024 * 1024, 'the server stopped reading that client');
+      assert.ok(held.external - before.external < 8 * 2 ** 20, `the server holds ${MiB(held.external - before.external)} of it`);
+      assert.equal((await s.api('POST', `/api/v1/sandboxes/${sandboxId}/exec`, { body: { command: `touch ${go}` } })).status, 200);
+      await c.waitForOutput(/DRAINED-9/, 60_000); // head read every byte: nothing was lost on the way
+    }
+    assert.equal(c.closeInfo, null);
+    c.close();
+    await within(c.closed, 20_000, 'close');
+    assert.equal((await s.api('DELETE', `/api/v1/sandboxes/${sandboxId}/terminals/${t.body.terminal.id}`)).status, 204);
+    await assertAlive();
+  });
+
   it('many clients on one terminal, then the terminal still runs commands and resizes for every one of them', async () => {
     const n = SOAK ? 200 : 48;
     const clients = await Promise.all(Array.from({ length: n }, () => TermClient.connect(url, auth)));

@@ -37,6 +37,8 @@ export class TerminalGateway {
   /** Open (or opening) terminal sockets per account, against `terminalSocketsPerAccount`. */
   private readonly perAccount = new Map<string, number>();
   private readonly alive = new WeakSet<WebSocket>();
+  /** Sockets whose reading the terminal paused (its program is not reading input). */
+  private readonly inputPaused = new WeakSet<WebSocket>();
   private readonly heartbeat: NodeJS.Timeout;
 
   constructor(private readonly d: { terminals: TerminalService; auth: AuthService; log: Logger; limits?: RateLimits; metrics?: Metrics }) {
@@ -125,6 +127,15 @@ export class TerminalGateway {
         return ws.bufferedAmount;
       },
       close: (code, reason) => ws.close(code, reason),
+      // Paused by the terminal, not dead: the heartbeat leaves it alone (its pongs wait unread).
+      pauseInput: () => {
+        this.inputPaused.add(ws);
+        ws.pause();
+      },
+      resumeInput: () => {
+        this.inputPaused.delete(ws);
+        ws.resume();
+      },
     };
     ws.on('pong', () => this.alive.add(ws));
     ws.on('error', (err) => {
@@ -155,7 +166,7 @@ export class TerminalGateway {
 
   private ping(): void {
     for (const ws of this.live) {
-      if (!this.alive.has(ws)) {
+      if (!this.alive.has(ws) && !this.inputPaused.has(ws)) {
         ws.terminate();
         continue;
       }

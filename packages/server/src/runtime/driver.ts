@@ -102,7 +102,13 @@ export interface TtyOptions {
 export interface PtyProcess {
   /** Pid of the process as seen inside the sandbox. */
   readonly pid: number;
-  write(data: string | Uint8Array): void;
+  /**
+   * Keyboard input. Returns false once input is queued because the program is not reading
+   * it (as a stream's write does): callers stop sending until `onDrain`.
+   */
+  write(data: string | Uint8Array): boolean;
+  /** Called whenever queued input has been handed on (after `write` returned false). */
+  onDrain(listener: () => void): void;
   resize(cols: number, rows: number): void;
   /** Output bytes; called in order. Pausing lets callers apply backpressure. */
   onData(listener: (chunk: Buffer) => void): void;

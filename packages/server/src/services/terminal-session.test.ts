@@ -18,8 +18,19 @@ class StubPty implements PtyProcess {
   killed: string[] = [];
   private data: Array<(b: Buffer) => void> = [];
   private exits: Array<(e: { exitCode: number; signal: string | null }) => void> = [];
+  /** What write answers: false means input is queued (the program is not reading). */
+  accepts = true;
+  private drains: Array<() => void> = [];
   write(d: string | Uint8Array) {
     this.written.push(Buffer.from(d).toString());
+    return this.accepts;
+  }
+  onDrain(l: () => void) {
+    this.drains.push(l);
+  }
+  drain() {
+    this.accepts = true;
+    for (const l of this.drains) l();
   }
   resize(c: number, r: number) {
     this.sizes.push([c, r]);
@@ -226,5 +237,31 @@ describe('TerminalSession', () => {
     s.attach(c, { replay: true });
     assert.equal(c.text().length, REPLAY_BYTES);
     assert.equal(c.text().at(-1), '9');
+  });
+
+  it('input the program does not read pauses every client (and newcomers) until the PTY drains; exit resumes them', () => {
+    const { pty, s } = make();
+    const events: string[] = [];
+    const client = (name: string) => Object.assign(new StubClient(true), {
+      pauseInput: () => events.push(`${name} paused`),
+      resumeInput: () => events.push(`${name} resumed`),
+    });
+    const a = s.attach(client('a'));
+    s.attach(client('b'));
+    a.input('fits');
+    assert.deepEqual(events, []);
+    pty.accepts = false;
+    a.input('x'.repeat(1 << 20));
+    assert.deepEqual(events, ['a paused', 'b paused']);
+    a.input('more'); // what a client sent before its pause took effect still goes to the PTY, once
+    s.attach(client('c'));
+    assert.deepEqual(events, ['a paused', 'b paused', 'c paused']);
+    pty.drain();
+    assert.deepEqual(events.slice(3), ['a resumed', 'b resumed', 'c resumed']);
+    pty.accepts = false;
+    a.input('again');
+    pty.exit(0);
+    assert.deepEqual(events.slice(6), ['a paused', 'b paused', 'c paused', 'a resumed', 'b resumed', 'c resumed']);
+    assert.equal(pty.written.at(-1), 'again');
   });
 });

@@ -28,6 +28,12 @@ export interface TerminalClient {
   readonly bufferedBytes: number;
   /** Ends the connection; the client's `detach` follows. */
   close(code: number, reason: string): void;
+  /**
+   * Stop reading this client's input (the program is not reading what was typed), and go
+   * on. Without them input from a client is taken however much piles up.
+   */
+  pauseInput?(): void;
+  resumeInput?(): void;
 }
 
 /** What `attach` returns: the client's way to type, resize, report progress and leave. */
@@ -68,6 +74,8 @@ export class TerminalSession {
   private ending = false;
   private ptyExited = false;
   private killTimer: NodeJS.Timeout | null = null;
+  /** Input is queued in front of the PTY (its program is not reading): every client is paused. */
+  private inputBlocked = false;
 
   /** `onClientsChanged` runs whenever the client count changes (idle timer bookkeeping). */
   constructor(
@@ -77,6 +85,7 @@ export class TerminalSession {
     private readonly onClientsChanged: (s: TerminalSession) => void,
   ) {
     pty.onData((chunk) => this.output(chunk));
+    pty.onDrain(() => this.inputDrained());
     pty.onExit((e) => {
       this.ptyExited = true;
       if (this.killTimer) clearTimeout(this.killTimer);
@@ -107,13 +116,20 @@ export class TerminalSession {
     safe(() => client.sendControl({ type: 'ready', pid: this.pty.pid, shell: this.info.shell }));
     if ((opts.replay || !this.everAttached) && this.ring.length) safe(() => client.sendOutput(this.ring.snapshot()));
     this.everAttached = true;
+    if (this.inputBlocked) safe(() => client.pauseInput?.());
     this.clients.add(client);
     this.onClientsChanged(this);
     this.flowControl();
     let attached = true;
     return {
       input: (data) => {
-        if (attached && this.status === 'active') safe(() => this.pty.write(data), this.log);
+        if (!attached || this.status !== 'active') return;
+        safe(() => {
+          if (this.pty.write(data) || this.inputBlocked) return;
+          // The program is not reading its input: stop reading every client until it has.
+          this.inputBlocked = true;
+          for (const c of this.clients) safe(() => c.pauseInput?.());
+        }, this.log);
       },
       resize: (cols, rows) => {
         if (!attached || this.status !== 'active' || !validSize(cols) || !validSize(rows)) return;
@@ -146,6 +162,12 @@ export class TerminalSession {
       this.killTimer.unref();
     }
     this.end({ exitCode: 129, signal: 'SIGHUP' }, reason, code);
+  }
+
+  private inputDrained(): void {
+    if (!this.inputBlocked) return;
+    this.inputBlocked = false;
+    for (const c of this.clients) safe(() => c.resumeInput?.());
   }
 
   private output(chunk: Buffer): void {
@@ -201,6 +223,7 @@ export class TerminalSession {
     this.log.info({ terminalId: this.info.id, ...this.exit, reason }, 'terminal ended');
     const msg = this.exitMessage();
     for (const c of this.clients) {
+      if (this.inputBlocked) safe(() => c.resumeInput?.()); // so the close handshake is read
       safe(() => c.sendControl(msg));
       safe(() => c.close(code, reason));
     }

@@ -16,8 +16,11 @@ export class FakePty implements PtyProcess {
     setImmediate(() => this.emit('$ '));
   }
 
-  write(data: string | Uint8Array): void {
-    if (this.exited) return;
+  /** Never queues: the fake shell takes input at once. */
+  onDrain(): void {}
+
+  write(data: string | Uint8Array): boolean {
+    if (this.exited) return true;
     for (const c of typeof data === 'string' ? data : Buffer.from(data).toString()) {
       if (c === '\r' || c === '\n') {
         const cmd = this.line;
@@ -29,6 +32,7 @@ export class FakePty implements PtyProcess {
         this.emit(c);
       }
     }
+    return true;
   }
 
   private async run(cmd: string): Promise<void> {

@@ -236,8 +236,12 @@ class RelayPty implements PtyProcess {
     for (const l of this.exitListeners) l(exit);
   }
 
-  write(data: string | Uint8Array): void {
-    if (!this.exited) this.stdin.write(data);
+  write(data: string | Uint8Array): boolean {
+    return this.exited ? true : this.stdin.write(data);
+  }
+
+  onDrain(listener: () => void): void {
+    this.stdin.on('drain', listener);
   }
 
   resize(cols: number, rows: number): void {
