@@ -48,10 +48,14 @@ export function scopeOf(harnessDir: string, dataDir = harnessDir): Scope {
 export function freshDataDir(): string {
   for (let i = 0; i < 50; i++) {
     const dir = mkdtempSync(join(tmpdir(), 'sandboxd-e2e-'));
-    const o = localOptions(dir);
-    const busy = existsSync(`/sys/class/net/${o.bridge}`) || readdirSync('/sys/fs/cgroup').some((c) => existsSync(join('/sys/fs/cgroup', c, o.cgroupParent!)));
+    let busy = true;
+    try {
+      const o = localOptions(dir);
+      busy = existsSync(`/sys/class/net/${o.bridge}`) || readdirSync('/sys/fs/cgroup').some((c) => existsSync(join('/sys/fs/cgroup', c, o.cgroupParent!)));
+    } finally {
+      if (busy) rmSync(dir, { recursive: true, force: true });
+    }
     if (!busy) return dir;
-    rmSync(dir, { recursive: true, force: true });
   }
   throw new Error('no free e2e slot: 50 servers seem to run on this host');
 }

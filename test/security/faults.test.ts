@@ -9,7 +9,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { TermClient, terminalUrl } from '../../packages/server/src/http/terminal-testkit.js';
-import { existsSync, readdirSync, rmSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { IMAGE, newAccount, RUNTIME, startServer, type Server } from '../e2e/harness.js';
 import {
@@ -31,6 +31,20 @@ const MINUTES = TIMEOUT_MS / 60_000;
 const TOKENS = 100_000;
 
 type Api = Awaited<ReturnType<Server['api']>>;
+
+/**
+ * Starts the server again on the same data dir (on a fresh port: the old one may have been
+ * taken by anything on this busy host since the kill); a failed start says why (its log's tail).
+ */
+async function restart(old: Server): Promise<Server> {
+  try {
+    return await startServer({ dataDir: old.dataDir });
+  } catch (e) {
+    const logs = readdirSync(old.dataDir).filter((f) => f.endsWith('.stderr.log')).map((f) => join(old.dataDir, f));
+    const newest = logs.sort((a, b) => statSync(b).mtimeMs - statSync(a).mtimeMs)[0];
+    throw new Error(`${(e as Error).message}; its log ends: ${newest ? readFileSync(newest, 'utf8').slice(-3000) : '(none)'}`);
+  }
+}
 
 /** What deleted sandboxes still have on the host, given 10 s to finish going (a leak stays). */
 async function leftovers(scope: Scope, ids: Iterable<string>): Promise<Array<[string, string[]]>> {
@@ -141,7 +155,7 @@ describe('faults: kill -9 and disk full', { skip: !local && 'needs SANDBOXD_E2E_
 
         // Restart on the same data dir.
         const t0 = Date.now();
-        s = await startServer({ dataDir: s.dataDir, port: s.port });
+        s = await restart(s);
         const recoveryMs = Date.now() - t0;
 
         // Every sandbox a create reserved is either started, listed and working, or fully cleaned.
