@@ -75,6 +75,7 @@ export function buildApp(opts: BuildAppOptions): Sandboxd {
       await driver.init();
       const recovered = await driver.recover();
       log.info({ adopted: recovered.adopted.length, cleaned: recovered.cleaned.length }, 'runtime recovered');
+      if (recovered.failed?.length) log.warn({ failed: recovered.failed }, 'some leftovers could not be removed; the next start tries again');
       await reaper.reconcile({ startup: true });
       await reaper.tick();
       const b = await bootstrap(deps, services);

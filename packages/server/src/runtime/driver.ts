@@ -162,6 +162,8 @@ export interface DriverImageStore {
 export interface RecoveryReport {
   adopted: string[];
   cleaned: string[];
+  /** Leftovers whose removal failed this time (the next start tries again). */
+  failed?: Array<{ id: string; message: string }>;
 }
 
 export interface RuntimeDriver {

@@ -153,4 +153,18 @@ describe('exec agent (in a sandbox)', () => {
     assert.equal(killed.exitCode, 137, 'the command running when its agent died answers as killed');
     assert.equal((await driver.exec('agent_a', 'echo replaced')).stdout, 'replaced\n');
   });
+
+  it('without the agent, commands run through the runtime\'s own exec with the same results', async () => {
+    await driver.close();
+    driver = new LocalDriver({ ...made.options, execAgent: false });
+    await driver.init();
+    await driver.recover();
+    assert.deepEqual(await driver.exec('agent_a', 'echo out; echo err >&2; exit 3'), { stdout: 'out\n', stderr: 'err\n', exitCode: 3, truncated: false, timedOut: false });
+    const slow = await driver.exec('agent_a', 'sleep 30', { timeoutMs: 300 });
+    assert.equal(slow.exitCode, 124);
+    const { pid } = await driver.execBackground('agent_a', 'sleep 30');
+    assert.ok(pid > 1);
+    const agents = (await driver.exec('agent_a', 'for f in /proc/[0-9]*/cmdline; do [ "$(head -c 19 $f)" = /dev/sandboxd-agent ] && echo $f; done')).stdout.trim().split('\n');
+    assert.deepEqual(agents, ['/proc/1/cmdline'], 'no second agent was started');
+  });
 });
