@@ -313,10 +313,10 @@ static void start_exec(uint32_t id, const unsigned char *p, uint32_t n) {
   e->deadline_ms = timeout_ms ? now_ms() + timeout_ms : 0;
 }
 
-/* Forwards what stream i of e has, up to its cap; closes the stream at EOF. */
-static void drain(struct exec *e, int i) {
+/* Forwards what stream i of e has (at most `rounds` reads), up to its cap; closes the stream at EOF. */
+static void drain(struct exec *e, int i, int rounds) {
   static char buf[CHUNK];
-  for (int rounds = 0; rounds < 16 && e->fd[i] >= 0; rounds++) {
+  for (int r = 0; r < rounds && e->fd[i] >= 0; r++) {
     ssize_t n = read(e->fd[i], buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && errno == EAGAIN) return;
@@ -418,7 +418,13 @@ int main(int argc, char **argv) {
         else if (wait < 0 || e->deadline_ms - now < wait) wait = e->deadline_ms - now;
       }
       if (e->exited) {
-        if (e->grace_ms <= now) { close_fd(e, 0); close_fd(e, 1); }
+        if (e->grace_ms <= now) {
+          /* What the command wrote before it exited is in the pipes already: take all of it
+           * (the loop may have been away for longer than the grace), then stop waiting for
+           * its background children. */
+          drain(e, 0, 32); drain(e, 1, 32); /* 2 MiB: more than a pipe holds */
+          close_fd(e, 0); close_fd(e, 1);
+        }
         else if (wait < 0 || e->grace_ms - now < wait) wait = e->grace_ms - now;
       }
       finish_if_done(e);
@@ -439,7 +445,7 @@ int main(int argc, char **argv) {
       if (!init_mode) return 1;
       usleep(10000); /* an init never exits; do not spin either */
     }
-    for (int i = 2; i < n; i++) if (pfd[i].revents) drain(owner[i], stream[i]);
+    for (int i = 2; i < n; i++) if (pfd[i].revents) drain(owner[i], stream[i], 16);
     if (pfd[1].revents) {
       struct signalfd_siginfo si;
       while (read(sfd, &si, sizeof si) == (ssize_t)sizeof si) { }

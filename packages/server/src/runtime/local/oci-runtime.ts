@@ -169,7 +169,9 @@ export class OciRuntime {
       // A background child of the command may keep the pipes open; the command is done when
       // crun exec exits, so wait only briefly for the rest of its output after that.
       child.on('exit', () => {
-        grace = setTimeout(() => { child.stdout.destroy(); child.stderr.destroy(); finish(); }, 200);
+        // Output already in the pipes is read in the poll phase that follows this timer
+        // phase; stop only after it (the event loop may have been away longer than 200 ms).
+        grace = setTimeout(() => setImmediate(() => { child.stdout.destroy(); child.stderr.destroy(); finish(); }), 200);
       });
       child.on('close', finish);
     });
