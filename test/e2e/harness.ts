@@ -71,8 +71,14 @@ export async function startServer(o: { dataDir?: string; env?: Record<string, st
   const exited = new Promise<number | null>((r) => proc.once('exit', (code) => r(code)));
   const baseUrl = `http://127.0.0.1:${port}`;
   const deadline = Date.now() + (RUNTIME === 'local' ? 60_000 : 20_000);
+  // A server that fails to start may have set up part of the host (bridge, nft table, cgroups)
+  // for a data dir nobody will stop: undo it, unless the caller owns the dir (a restart).
+  const failed = async (message: string): Promise<never> => {
+    if (RUNTIME === 'local' && !o.dataDir) await exited.then(() => teardownLocal(dataDir)).catch(() => {});
+    throw new Error(message);
+  };
   for (;;) {
-    if (proc.exitCode !== null) throw new Error(`server exited with ${proc.exitCode}; see ${dataDir}`);
+    if (proc.exitCode !== null) await failed(`server exited with ${proc.exitCode}; see ${dataDir}`);
     try {
       if ((await fetch(`${baseUrl}/healthz`)).status === 200) break;
     } catch {
@@ -80,7 +86,7 @@ export async function startServer(o: { dataDir?: string; env?: Record<string, st
     }
     if (Date.now() > deadline) {
       proc.kill('SIGKILL');
-      throw new Error('server did not become healthy in time');
+      await failed('server did not become healthy in time');
     }
     await new Promise((r) => setTimeout(r, 50));
   }
