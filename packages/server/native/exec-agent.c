@@ -47,6 +47,7 @@
 #include <grp.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -93,23 +94,21 @@ static void channel_closed(void) {
   ctl_in = ctl_out = -1;
 }
 
-static void write_all(const void *buf, size_t n) {
-  const char *p = buf;
-  while (n > 0 && ctl_out >= 0) {
-    ssize_t w = write(ctl_out, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) { channel_closed(); return; }
-    p += w; n -= (size_t)w;
-  }
-}
-
+/* One frame, one writev: every write wakes the server, so a frame is never split. */
 static void send_frame(int type, uint32_t id, const void *a, size_t alen, const void *b, size_t blen) {
   if (ctl_out < 0) return;
   unsigned char h[9];
   put32(h, (uint32_t)(5 + alen + blen)); h[4] = (unsigned char)type; put32(h + 5, id);
-  write_all(h, 9);
-  if (alen) write_all(a, alen);
-  if (blen) write_all(b, blen);
+  struct iovec iov[3] = { { h, 9 }, { (void *)a, alen }, { (void *)b, blen } };
+  int n = 3;
+  struct iovec *v = iov;
+  while (n > 0 && ctl_out >= 0) {
+    ssize_t w = writev(ctl_out, v, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) { channel_closed(); return; }
+    while (n > 0 && (size_t)w >= v->iov_len) { w -= (ssize_t)v->iov_len; v++; n--; }
+    if (n > 0) { v->iov_base = (char *)v->iov_base + w; v->iov_len -= (size_t)w; }
+  }
 }
 
 static void send_u32(int type, uint32_t id, uint32_t v) {
