@@ -1,7 +1,9 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { it } from 'node:test';
-import { resolve } from 'node:path';
+import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
 
 const ROOT = resolve(import.meta.dirname, '../..');
 
@@ -21,10 +23,16 @@ it('set-up is idempotent: a second run on a prepared host installs nothing', () 
 });
 
 it('the local driver refuses to start without root with a clear error', () => {
-  const script = `import { LocalDriver } from './packages/server/src/runtime/local/driver.ts';
-    try { await new LocalDriver({ dataDir: '/tmp', imageDir: '/tmp' }).init(); } catch (e) { console.log(e.message); }`;
-  const r = spawnSync('setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', process.execPath, '--import', 'tsx', '--input-type=module', '-e', script], {
-    cwd: ROOT, encoding: 'utf8', timeout: 60_000,
-  });
-  assert.match(r.stdout, /needs root/);
+  const dir = mkdtempSync(join(tmpdir(), 'sbxd-noroot-'));
+  chmodSync(dir, 0o777);
+  try {
+    const script = `import { LocalDriver } from './packages/server/src/runtime/local/driver.ts';
+      try { await new LocalDriver({ dataDir: '${dir}/data', imageDir: '${dir}/images' }).init(); } catch (e) { console.log(e.message); }`;
+    const r = spawnSync('setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', process.execPath, '--import', 'tsx', '--input-type=module', '-e', script], {
+      cwd: ROOT, encoding: 'utf8', timeout: 60_000,
+    });
+    assert.match(r.stdout, /needs root/, r.stderr);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });

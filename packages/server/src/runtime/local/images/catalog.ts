@@ -36,10 +36,11 @@ export class Catalog {
     this.layouts = join(root, 'layouts');
     for (const d of [root, this.byDigest, this.refs, this.layouts]) mkdirSync(d, { recursive: true });
     // Images are unpacked as real root, exactly as their layers say: setuid-root binaries and
-    // device nodes of any image anyone asked for lie below. Nobody but root may reach them
-    // (sandboxes see images only through idmapped nodev mounts that root makes, and run
-    // with no_new_privs).
-    chmodSync(root, 0o700);
+    // device nodes of any image anyone asked for lie below by-digest/. Nobody but root may
+    // reach them (sandboxes see images only through idmapped nodev mounts that root makes,
+    // and run with no_new_privs). The folder is always ours, never a shared one like /tmp;
+    // without root the driver refuses to start anyway (init says why).
+    if (process.getuid?.() === 0) chmodSync(this.byDigest, 0o700);
   }
 
   imageDir(digest: string): string {
