@@ -323,8 +323,10 @@ export class LocalDriver implements RuntimeDriver {
       try {
         return await agent.exec(argv, { user: rec.user, env, cwd, timeoutMs, maxOutputBytes });
       } catch (e) {
-        // The agent was gone before the command started: once more with a new one.
-        if (!(e instanceof AgentGoneError) || attempt > 0) throw e;
+        if (!(e instanceof AgentGoneError)) throw e;
+        // The agent was gone before the command said a word: once more with a new one. Twice
+        // in a row means the command itself kills its agent: it ran, and was killed with it.
+        if (attempt > 0) return { stdout: '', stderr: 'sandboxd: the exec agent died with the command\n', exitCode: 137, truncated: false, timedOut: false };
       }
     }
     return this.crun.exec(id, argv, {

@@ -29,7 +29,10 @@ const R_HELLO = 0, R_STARTED = 1, R_STDOUT = 2, R_STDERR = 3, R_EXIT = 4, R_FAIL
 
 interface Pending {
   background: boolean;
-  /** The agent said the command runs (before that, a broken channel means it never ran). */
+  /**
+   * The agent said the command runs (STARTED, output or EXIT). Before that a broken channel
+   * means it never ran, or died within its first 2 ms without a word: the caller retries.
+   */
   started: boolean;
   maxOutputBytes: number;
   out: Buffer[]; err: Buffer[]; outLen: number; errLen: number; truncated: boolean;
@@ -173,6 +176,7 @@ export class ExecAgent {
       p.started = true;
       if (p.background) { this.pending.delete(id); p.resolve(payload.length >= 4 ? payload.readUInt32LE(0) : 0); }
     } else if (type === R_STDOUT || type === R_STDERR) {
+      p.started = true;
       const out = type === R_STDOUT;
       const room = p.maxOutputBytes - (out ? p.outLen : p.errLen);
       const take = payload.subarray(0, Math.max(0, room));
