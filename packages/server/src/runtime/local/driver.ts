@@ -71,6 +71,8 @@ interface SandboxRecord {
 
 const ID_RE = /^[a-z0-9_]{1,64}$/;
 /** Ids of pooled networks and roots; sandbox ids never take these forms (the service makes `sbx_...`). */
+/** How long after a create takes from the pools their refill starts. */
+const POOL_REFILL_DELAY_MS = 50;
 const POOL_PREFIX = 'netpool_';
 const ROOT_POOL_PREFIX = 'rootpool_';
 
@@ -102,6 +104,7 @@ export class LocalDriver implements RuntimeDriver {
   private readonly poolSlots = new Set<number>();
   private rootWant: { lowerDir: string; rootDiskBytes: number } | null = null;
   private poolFill: Promise<void> | null = null;
+  private fillTimer: NodeJS.Timeout | null = null;
   private closed = false;
   private seccomp: OciSeccomp | undefined;
   /** `seccomp` precompiled for crun (runc compiles the profile itself). */
@@ -417,6 +420,7 @@ export class LocalDriver implements RuntimeDriver {
   /** Pooled networks stay on the host; the next `recover()` removes them. */
   async close(): Promise<void> {
     this.closed = true;
+    if (this.fillTimer) clearTimeout(this.fillTimer);
     for (const id of [...this.agents.keys()]) this.dropAgent(id);
     await this.poolFill;
     this.records.clear();
@@ -425,6 +429,7 @@ export class LocalDriver implements RuntimeDriver {
   /** Removes every trace of the driver from the host: sandboxes, bridge, rules, cgroup folder. For tests and uninstall. */
   async destroyAll(): Promise<void> {
     this.closed = true;
+    if (this.fillTimer) clearTimeout(this.fillTimer);
     await this.poolFill;
     for (const n of this.netPool.splice(0)) await this.network.detach(n.id);
     for (const r of this.rootPool.splice(0)) await this.roots.release(r.id);
@@ -440,7 +445,7 @@ export class LocalDriver implements RuntimeDriver {
   /** A network made ahead of need, or undefined; starts refilling the pool. crun only. */
   private takePooledNet(): SandboxNet | undefined {
     const net = this.netPool.shift();
-    void this.fillPools();
+    this.scheduleFill();
     return net;
   }
 
@@ -448,7 +453,7 @@ export class LocalDriver implements RuntimeDriver {
   private takePooledRoot(lowerDir: string, rootDiskBytes: number): PooledRoot | undefined {
     const i = this.rootPool.findIndex((r) => r.lowerDir === lowerDir && r.rootDiskBytes === rootDiskBytes);
     const root = i >= 0 ? this.rootPool.splice(i, 1)[0] : undefined;
-    void this.fillPools();
+    this.scheduleFill();
     return root;
   }
 
@@ -458,6 +463,17 @@ export class LocalDriver implements RuntimeDriver {
    * (dropping roots prepared for others). The pools are an optimisation: a failure leaves
    * them short and create makes what it needs. Leftovers of a crash go in `recover()`.
    */
+  /**
+   * Refills the pools a moment after a create took from them: the refill spawns `ip`, `mkfs`
+   * and mounts, and would otherwise compete with that create and with its first exec, which
+   * usually follows at once.
+   */
+  private scheduleFill(): void {
+    if (this.fillTimer || this.closed) return;
+    this.fillTimer = setTimeout(() => { this.fillTimer = null; void this.fillPools(); }, POOL_REFILL_DELAY_MS);
+    this.fillTimer.unref();
+  }
+
   private fillPools(): Promise<void> {
     if (this.poolFill || this.closed) return this.poolFill ?? Promise.resolve();
     this.poolFill = (async () => {
