@@ -641,7 +641,7 @@ print(json.dumps(out))' ${Buffer.from(JSON.stringify(names)).toString('base64')}
       assert.equal(setuidRun, '1000', 'a setuid-root binary of the image gave root');
       assert.match(nnp, /NoNewPrivs:\s+1/);
       assert.match(r.body.stdout, /rc=[1-9]/, 'a device node of the image opened');
-      assert.equal((statSync(imageDir).mode & 0o777), 0o700, 'image cache mode');
+      assert.equal((statSync(join(imageDir, 'by-digest')).mode & 0o777), 0o700, 'mode of the unpacked images\' folder');
       const nobody = spawnSync('setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', '--', 'ls', join(imageDir, 'by-digest')], { encoding: 'utf8' });
       assert.notEqual(nobody.status, 0, `an unprivileged host user lists the image cache: ${nobody.stdout}`);
       const rss = Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${s2.proc.pid}/status`, 'utf8'))?.[1]) * 1024;
