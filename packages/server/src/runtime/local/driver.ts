@@ -8,7 +8,7 @@ import type {
   SandboxSpec, TtyOptions, VolumeInfo,
 } from '../driver.js';
 import { buildOciConfig, ID_RANGE_SIZE, SANDBOX_CAPABILITIES } from './bundle.js';
-import { defaultOciRuntime, OciRuntime, nsPid, processStart, type OciRuntimeName } from './oci-runtime.js';
+import { defaultOciRuntime, OciRuntime, processStart, type OciRuntimeName } from './oci-runtime.js';
 import { resolveImageUser } from './image-user.js';
 import { ImageStore } from './images/store.js';
 import { NetworkManager, type SandboxNet } from './network.js';
@@ -19,7 +19,8 @@ import { VolumeStore } from './volumes.js';
 import type { Config } from '../../config.js';
 import { checkLimits, checkMountPath, checkMountPathsDisjoint, checkTraversable, mergeEnv, mergeEnvList, splitEnv } from './sandbox-checks.js';
 import { hostNetDevicePaths } from './host-sysfs.js';
-import { AgentGoneError, agentBinary, ExecAgent } from './exec-agent.js';
+import { agentBinary, ExecAgent } from './exec-agent.js';
+import { SandboxCommands } from './commands.js';
 
 export interface LocalDriverOptions {
   /** Sandbox state, roots and volumes live here. */
@@ -89,8 +90,7 @@ export class LocalDriver implements RuntimeDriver {
   private readonly roots: RootfsManager;
   private readonly volumes: VolumeStore;
   private readonly records = new Map<string, SandboxRecord>();
-  /** Each running sandbox's exec agent, started at its first exec. */
-  private readonly agents = new Map<string, Promise<ExecAgent>>();
+  private readonly commands: SandboxCommands;
   private agentPath: string | undefined;
   /** Ids between create's first check and its record: a second create of one id must see them. */
   private readonly reserved = new Set<string>();
@@ -121,6 +121,9 @@ export class LocalDriver implements RuntimeDriver {
     this.images = new ImageStore({ dir: opts.imageDir, credentials: opts.registryCredentials, insecureRegistries: opts.insecureRegistries });
     const runtime = opts.ociRuntime ?? defaultOciRuntime();
     this.crun = new OciRuntime({ root: join(this.opts.runDir, runtime), binary: runtime });
+    this.commands = new SandboxCommands({
+      runtime: this.crun, runDir: this.opts.runDir, useAgent: this.opts.execAgent !== false, cgroupProcs: (id) => this.cgroupProcs(id),
+    });
     this.network = new NetworkManager({ bridge: this.opts.bridge, subnet: this.opts.subnet, egress: this.opts.egress });
     this.roots = new RootfsManager({ dir: join(opts.dataDir, 'roots') });
     this.volumes = new VolumeStore({ dir: join(opts.dataDir, 'volumes') });
@@ -258,7 +261,7 @@ export class LocalDriver implements RuntimeDriver {
       await writeFile(join(dir, 'config.json'), JSON.stringify(config));
       partial.initPid = await this.crun.run(spec.id, dir, {
         // PID 1 is the exec agent: its channel is ready for the first exec without a runtime call.
-        onChannel: (input, output) => this.adoptAgent(spec.id, ExecAgent.attach(input, output)),
+        onChannel: (input, output) => this.commands.adopt(spec.id, ExecAgent.attach(input, output)),
       });
       const net = early ?? (await this.network.attach(spec.id, { pid: partial.initPid }));
       partial.netId = net.id;
@@ -298,7 +301,7 @@ export class LocalDriver implements RuntimeDriver {
 
   async kill(id: string): Promise<void> {
     const rec = this.require(id);
-    this.dropAgent(id);
+    this.commands.drop(id);
     await this.crun.kill(id, 'KILL');
     for (let i = 0; i < 200 && isAlive(rec); i++) await sleep(5);
   }
@@ -308,91 +311,13 @@ export class LocalDriver implements RuntimeDriver {
     await this.teardown(id, rec);
   }
 
-  /**
-   * Runs `/bin/sh -c command` through the sandbox's exec agent (one fork + execve inside the
-   * sandbox; the agent is started by the OCI runtime at the first exec). Falls back to a
-   * `<runtime> exec` per command when the agent cannot start.
-   */
+  /** Through the sandbox's exec agent; see commands.ts. */
   async exec(id: string, command: string, options: ExecOptions = {}): Promise<ExecResult> {
-    const rec = await this.requireRunning(id);
-    const env = mergeEnvList(rec.env, options.env);
-    const cwd = options.cwd ?? rec.workingDir;
-    const timeoutMs = options.timeoutMs ?? 60_000;
-    const maxOutputBytes = options.maxOutputBytes ?? 1024 * 1024;
-    const argv = ['/bin/sh', '-c', command];
-    for (let attempt = 0; ; attempt++) {
-      const agent = await this.agent(id, rec);
-      if (!agent) break;
-      try {
-        return await agent.exec(argv, { user: rec.user, env, cwd, timeoutMs, maxOutputBytes });
-      } catch (e) {
-        if (!(e instanceof AgentGoneError)) throw e;
-        // The agent was gone before the command said a word: once more with a new one. Twice
-        // in a row means the command itself kills its agent: it ran, and was killed with it.
-        if (attempt > 0) return { stdout: '', stderr: 'sandboxd: the exec agent died with the command\n', exitCode: 137, truncated: false, timedOut: false };
-      }
-    }
-    return this.crun.exec(id, argv, {
-      env, cwd, user: rec.user, timeoutMs, maxOutputBytes,
-      // On the run dir (tmpfs): a full data dir must not fail the command or show its path.
-      pidFile: join(this.opts.runDir, 'exec', `${id}-${process.hrtime.bigint()}.pid`),
-      cgroupProcs: () => this.cgroupProcs(id),
-    });
+    return this.commands.exec(await this.requireRunning(id), command, options);
   }
 
   async execBackground(id: string, command: string, options: Omit<ExecOptions, 'timeoutMs' | 'maxOutputBytes'> = {}): Promise<{ pid: number }> {
-    const rec = await this.requireRunning(id);
-    const env = mergeEnvList(rec.env, options.env);
-    const cwd = options.cwd ?? rec.workingDir;
-    const argv = ['/bin/sh', '-c', command];
-    for (let attempt = 0; ; attempt++) {
-      const agent = await this.agent(id, rec);
-      if (!agent) break;
-      try {
-        return { pid: await agent.execBackground(argv, { user: rec.user, env, cwd }) };
-      } catch (e) {
-        if (!(e instanceof AgentGoneError) || attempt > 0) throw e;
-      }
-    }
-    const hostPid = await this.crun.execDetached(id, argv, {
-      env, cwd, user: rec.user, pidFile: join(this.opts.runDir, 'exec', `${id}-bg-${process.hrtime.bigint()}.pid`),
-    });
-    try { return { pid: nsPid(hostPid) }; } catch { return { pid: 0 }; /* already exited */ }
-  }
-
-  /**
-   * The live exec agent of sandbox `id`, starting one when there is none or the last one
-   * died (killed from inside, say). Null when none can start; the caller then uses the
-   * runtime's own exec, which also reports why the sandbox cannot run anything.
-   */
-  private async agent(id: string, rec: SandboxRecord): Promise<ExecAgent | null> {
-    if (!this.agentPath || this.opts.execAgent === false) return null;
-    const current = this.agents.get(id);
-    if (current) {
-      const a = await current.catch(() => null);
-      if (a?.alive) return a;
-      if (this.agents.get(id) !== current) return this.agent(id, rec);
-      this.agents.delete(id);
-    }
-    const started = ExecAgent.start(this.crun.argv, id, { user: rec.user, env: rec.env });
-    this.agents.set(id, started);
-    try {
-      return await started;
-    } catch {
-      if (this.agents.get(id) === started) this.agents.delete(id);
-      return null;
-    }
-  }
-
-  private adoptAgent(id: string, agent: Promise<ExecAgent>): void {
-    agent.catch(() => undefined); // a dead channel is found (and replaced) at the next exec
-    this.agents.set(id, agent);
-  }
-
-  private dropAgent(id: string): void {
-    const a = this.agents.get(id);
-    this.agents.delete(id);
-    void a?.then((x) => x.close(), () => undefined);
+    return this.commands.execBackground(await this.requireRunning(id), command, options);
   }
 
   async execTty(id: string, options: TtyOptions): Promise<PtyProcess> {
@@ -421,7 +346,7 @@ export class LocalDriver implements RuntimeDriver {
   async close(): Promise<void> {
     this.closed = true;
     if (this.fillTimer) clearTimeout(this.fillTimer);
-    for (const id of [...this.agents.keys()]) this.dropAgent(id);
+    this.commands.dropAll();
     await this.poolFill;
     this.records.clear();
   }
@@ -511,7 +436,7 @@ export class LocalDriver implements RuntimeDriver {
 
   /** Frees everything of `id` that exists, in reverse order of creation. Idempotent. */
   private async teardown(id: string, rec: SandboxRecord | null | undefined): Promise<void> {
-    this.dropAgent(id);
+    this.commands.drop(id);
     await this.crun.delete(id).catch(() => this.crun.kill(id).then(() => this.crun.delete(id)));
     const dir = join(this.stateDir, id);
     const releaseStorage = async () => {
