@@ -1,4 +1,5 @@
 import type { ResourceLimits } from '../driver.js';
+import { AGENT_PATH } from './exec-agent.js';
 import type { OciSeccomp } from './seccomp.js';
 
 /**
@@ -83,7 +84,7 @@ export function buildOciConfig(o: BundleOptions): Record<string, unknown> {
       ? { destination: '/sys', type: 'bind', source: '/sys', options: ['rbind', 'rro', 'nosuid', 'noexec', 'nodev'] }
       : { destination: '/sys', type: 'sysfs', source: 'sysfs', options: ['nosuid', 'noexec', 'nodev', 'ro'] },
     { destination: '/sys/fs/cgroup', type: 'cgroup', source: 'cgroup', options: ['nosuid', 'noexec', 'nodev', 'relatime', 'ro'] },
-    { destination: '/dev/sandboxd-agent', type: 'bind', source: o.agentPath, options: ['rbind', 'ro', 'nosuid', 'nodev'] },
+    { destination: AGENT_PATH, type: 'bind', source: o.agentPath, options: ['rbind', 'ro', 'nosuid', 'nodev'] },
     { destination: '/etc/hosts', type: 'bind', source: o.etcFiles.hosts, options: ro },
     { destination: '/etc/hostname', type: 'bind', source: o.etcFiles.hostname, options: ro },
   ];
@@ -95,7 +96,7 @@ export function buildOciConfig(o: BundleOptions): Record<string, unknown> {
     process: {
       terminal: false,
       user: { uid: 0, gid: 0 },
-      args: ['/dev/sandboxd-agent', '--init'],
+      args: [AGENT_PATH, '--init'],
       env: o.env,
       cwd: '/',
       capabilities: { bounding: caps, effective: caps, permitted: caps, inheritable: [], ambient: [] },

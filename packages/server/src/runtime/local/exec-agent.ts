@@ -1,6 +1,7 @@
 import { spawn } from 'node:child_process';
 import type { Readable, Writable } from 'node:stream';
 import { nativeBin } from './native.js';
+import { keepStdin } from './oci-runtime.js';
 
 /** Where the agent binary is bind-mounted (read-only) inside every sandbox. */
 export const AGENT_PATH = '/dev/sandboxd-agent';
@@ -74,10 +75,7 @@ export class ExecAgent {
     for (const e of o.env) args.push('--env', e);
     args.push(id, AGENT_PATH);
     const child = spawn(bin, args, { stdio: ['pipe', 'pipe', 'ignore'] });
-    // Node destroys a child's stdin when the child exits; the agent outlives the runtime.
-    const input = child.stdin!;
-    (child as { stdin: Writable | null }).stdin = null;
-    const agent = ExecAgent.attach(input, child.stdout!, o.timeoutMs);
+    const agent = ExecAgent.attach(keepStdin(child), child.stdout!, o.timeoutMs);
     const exited = new Promise<never>((_, reject) => {
       child.on('error', reject);
       child.on('exit', (code) => { if (code !== 0) reject(new Error(`${bin} exec --detach (agent) exited ${code}`)); });

@@ -1,4 +1,4 @@
-import { execFile, spawn } from 'node:child_process';
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { readFile, rm } from 'node:fs/promises';
 import { promisify } from 'node:util';
@@ -86,12 +86,7 @@ export class OciRuntime {
     // to the log file.
     const code = await new Promise<number | null>((resolve, reject) => {
       const child = spawn(cmd, argv, { stdio: o.onChannel ? ['pipe', 'pipe', 'ignore'] : 'ignore' });
-      if (o.onChannel) {
-        // Node destroys a child's stdin when the child exits; PID 1 goes on reading it.
-        const input = child.stdin!;
-        (child as { stdin: Writable | null }).stdin = null;
-        o.onChannel(input, child.stdout!);
-      }
+      if (o.onChannel) o.onChannel(keepStdin(child), child.stdout!);
       child.on('error', reject);
       child.on('exit', (c) => resolve(c));
     });
@@ -212,6 +207,16 @@ export class OciRuntime {
     }
     for (const p of victims) { try { process.kill(p, 'SIGKILL'); } catch { /* already gone */ } }
   }
+}
+
+/**
+ * Takes `child`'s stdin pipe for a process that outlives `child` (the runtime exits as soon
+ * as the container's process runs, and Node destroys a child's stdin when the child exits).
+ */
+export function keepStdin(child: ChildProcess): Writable {
+  const input = child.stdin!;
+  (child as { stdin: Writable | null }).stdin = null;
+  return input;
 }
 
 /** Parent pid of host process `pid`, or 0 when it is gone. */
