@@ -112,6 +112,12 @@ static void send_frame(int type, uint32_t id, const void *a, size_t alen, const 
   while (n > 0 && ctl_out >= 0) {
     ssize_t w = writev(ctl_out, v, n);
     if (w < 0 && errno == EINTR) continue;
+    /* The channel may be one socket on both fds, non-blocking for the reads: wait until it takes more. */
+    if (w < 0 && errno == EAGAIN) {
+      struct pollfd p = { .fd = ctl_out, .events = POLLOUT };
+      if (poll(&p, 1, -1) < 0 && errno != EINTR) { channel_closed(); return; }
+      continue;
+    }
     if (w <= 0) { channel_closed(); return; }
     while (n > 0 && (size_t)w >= v->iov_len) { w -= (ssize_t)v->iov_len; v++; n--; }
     if (n > 0) { v->iov_base = (char *)v->iov_base + w; v->iov_len -= (size_t)w; }

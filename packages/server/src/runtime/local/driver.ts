@@ -261,7 +261,7 @@ export class LocalDriver implements RuntimeDriver {
       await writeFile(join(dir, 'config.json'), JSON.stringify(config));
       partial.initPid = await this.crun.run(spec.id, dir, {
         // PID 1 is the exec agent: its channel is ready for the first exec without a runtime call.
-        onChannel: (input, output) => this.commands.adopt(spec.id, ExecAgent.attach(input, output)),
+        onChannel: (channel) => this.commands.adopt(spec.id, ExecAgent.attach(channel, channel)),
       });
       const net = early ?? (await this.network.attach(spec.id, { pid: partial.initPid }));
       partial.netId = net.id;

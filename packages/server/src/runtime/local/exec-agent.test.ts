@@ -3,6 +3,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync, rmSync } from 'node:fs';
 import { after, before, describe, it } from 'node:test';
 import { agentBinary, ExecAgent } from './exec-agent.js';
+import { HostSpawner } from './spawner.js';
 import { LocalDriver } from './driver.js';
 import { makeTestDriver } from './test-support.js';
 
@@ -54,6 +55,24 @@ describe('exec agent (host process)', () => {
     assert.equal(pids.length, 2);
     for (let i = 0; i < 100 && !pids.every(gone); i++) await new Promise((res) => setTimeout(res, 20));
     for (const p of pids) assert.ok(gone(p), `process ${p} of the timed-out command still runs`);
+  });
+
+  it('on one socket for both directions (how the server starts it), a flood arrives whole', async () => {
+    // The agent's reads are non-blocking, and with a socket on fds 0 and 1 so are its writes:
+    // a full socket buffer must make it wait, not drop the channel (it answered 137 before).
+    const sp = new HostSpawner();
+    let attached: Promise<ExecAgent> | undefined;
+    const ran = sp.run(agentBinary(), [], { channel: (s) => { attached = ExecAgent.attach(s, s); } });
+    try {
+      for (let i = 0; i < 100 && !attached; i++) await new Promise((res) => setTimeout(res, 10));
+      const a = await attached!;
+      const rs = await Promise.all(Array.from({ length: 3 }, () => a.exec(['/bin/sh', '-c', 'yes flood | head -c 3000000'], { ...base, maxOutputBytes: 4 << 20 })));
+      for (const r of rs) assert.deepEqual([r.exitCode, r.stdout.length, r.truncated], [0, 3_000_000, false]);
+      a.close();
+      assert.equal((await ran).code, 0, 'EOF on the channel ends a plain agent');
+    } finally {
+      sp.close();
+    }
   });
 
   it('caps each stream and says so, draining the rest', async () => {

@@ -1,7 +1,6 @@
-import { spawn } from 'node:child_process';
 import type { Readable, Writable } from 'node:stream';
 import { nativeBin } from './native.js';
-import { keepStdin } from './oci-runtime.js';
+import { HostSpawner } from './spawner.js';
 
 /** Where the agent binary is bind-mounted (read-only) inside every sandbox. */
 export const AGENT_PATH = '/dev/sandboxd-agent';
@@ -74,15 +73,18 @@ export class ExecAgent {
     const args = [...pre, 'exec', '--detach', '--cwd', '/', '--user', o.user];
     for (const e of o.env) args.push('--env', e);
     args.push(id, AGENT_PATH);
-    const child = spawn(bin, args, { stdio: ['pipe', 'pipe', 'ignore'] });
-    const agent = ExecAgent.attach(keepStdin(child), child.stdout!, o.timeoutMs);
-    const exited = new Promise<never>((_, reject) => {
-      child.on('error', reject);
-      child.on('exit', (code) => { if (code !== 0) reject(new Error(`${bin} exec --detach (agent) exited ${code}`)); });
+    let agent: Promise<ExecAgent> | undefined;
+    const ran = HostSpawner.shared().run(bin, args, {
+      channel: (s) => { agent = ExecAgent.attach(s, s, o.timeoutMs); },
+      timeoutMs: o.timeoutMs ?? 10_000,
     });
-    exited.catch(() => undefined); // settles after the race when the agent won
-    return Promise.race([agent, exited]).catch(async (e: Error) => {
-      void agent.then((a) => a.close(), () => undefined);
+    // The runtime exits once the agent runs; the channel is handed over by then.
+    return ran.then((r) => {
+      if (r.code !== 0) throw new Error(`${bin} exec --detach (agent) exited ${r.timedOut ? 'on timeout' : r.code}`);
+      if (!agent) throw new AgentGoneError('exec agent channel never arrived');
+      return agent;
+    }).catch((e: Error) => {
+      void agent?.then((a) => a.close(), () => undefined);
       throw e;
     });
   }

@@ -4,11 +4,11 @@
  * under a path (from /sys/block/loop*). Reading the kernel's own tables is what makes
  * crash recovery possible: nothing here keeps state of its own.
  */
-import { execFile } from 'node:child_process';
 import { readFileSync, readdirSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { SandboxdError } from '@sandboxd/protocol';
 import { nativeBin } from './native.js';
+import { HostSpawner, type SpawnResult } from './spawner.js';
 
 /** One line of /proc/self/mountinfo, with paths unescaped. */
 export interface MountEntry {
@@ -124,15 +124,22 @@ export async function loopsUnder(path?: string): Promise<LoopDevice[]> {
   return out.sort((a, b) => a.device.localeCompare(b.device, 'en', { numeric: true }));
 }
 
-/** Runs a program with a time limit; rejects with SandboxdError('internal') naming stderr. */
-export function run(file: string, args: string[], timeoutMs = 30_000): Promise<string> {
-  return new Promise((resolve, reject) => {
-    execFile(file, args, { timeout: timeoutMs, killSignal: 'SIGKILL', maxBuffer: 1 << 20 }, (err, stdout, stderr) => {
-      if (!err) return resolve(stdout);
-      const why = stderr.trim() || (err.killed ? `timed out after ${timeoutMs} ms` : err.message);
-      reject(new SandboxdError('internal', `${file.split('/').pop()} ${args[0] ?? ''} failed: ${why}`));
-    });
-  });
+/**
+ * Runs a program (through the host spawner) with a time limit; resolves with its stdout,
+ * rejects with SandboxdError('internal') naming stderr.
+ */
+export async function run(file: string, args: string[], timeoutMs = 30_000): Promise<string> {
+  const name = `${file.split('/').pop()} ${args[0] ?? ''}`;
+  let r: SpawnResult;
+  try {
+    r = await HostSpawner.shared().run(file, args, { timeoutMs });
+  } catch (e) {
+    throw new SandboxdError('internal', `${name} failed: ${(e as Error).message}`);
+  }
+  if (r.code === 0 && !r.truncated) return r.stdout.toString();
+  const why = r.timedOut ? `timed out after ${timeoutMs} ms`
+    : r.stderr.toString().trim() || (r.truncated ? 'more than 1 MiB of output' : r.signal ? `killed by signal ${r.signal}` : `exit code ${r.code}`);
+  throw new SandboxdError('internal', `${name} failed: ${why}`);
 }
 
 let helper: string | undefined;

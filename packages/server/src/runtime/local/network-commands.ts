@@ -1,10 +1,10 @@
 import { hostVethName, netnsName, netnsPath, sandboxMac } from './network-addr.js';
 
 /**
- * One process per attach (a spawn from node costs ~2 ms, a fork from sh much less): the
- * host-side `ip -batch` arrives on stdin, then the static FDB entry and IPv6 off on the host
- * port; inside the netns IPv6 goes off before the sandbox-side `ip -batch`, which arrives on
- * fd 3. $1 = sandbox MAC, $2 = host veth, $3 = netns path.
+ * One process per attach (a fork from sh costs less than a spawn): the host-side
+ * `ip -batch` arrives on stdin, then the static FDB entry and IPv6 off on the host port;
+ * inside the netns IPv6 goes off before the sandbox-side `ip -batch`, whose script is $4.
+ * $1 = sandbox MAC, $2 = host veth, $3 = netns path.
  */
 const ATTACH_SCRIPT = [
   'ip -batch -',
@@ -13,8 +13,8 @@ const ATTACH_SCRIPT = [
   `exec nsenter --net="$3" sh -c '${[
     'echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6',
     'echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6',
-    'exec ip -batch - 0<&3 3<&-',
-  ].join(' && ')}'`,
+    'printf %s "$1" | ip -batch -',
+  ].join(' && ')}' sh "$4"`,
 ].join(' && ');
 
 /** What {@link attachCommand} needs to know about one sandbox. */
@@ -29,11 +29,10 @@ export interface AttachPlan {
   pid?: number;
 }
 
-/** A `sh` invocation for `runTool`: argv plus the texts for stdin and fd 3. */
+/** A `sh` invocation for `runTool`: argv plus the text for stdin. */
 export interface ShellCommand {
   args: string[];
   input: string;
-  fd3: string;
 }
 
 /**
@@ -64,8 +63,7 @@ export function attachCommand(p: AttachPlan): ShellCommand {
     `route add default via ${p.gateway}`,
   ];
   return {
-    args: ['-c', ATTACH_SCRIPT, 'sh', mac, veth, netnsPath(p.id)],
+    args: ['-c', ATTACH_SCRIPT, 'sh', mac, veth, netnsPath(p.id), inside.join('\n') + '\n'],
     input: host.join('\n') + '\n',
-    fd3: inside.join('\n') + '\n',
   };
 }

@@ -1,12 +1,10 @@
-import { spawn } from 'node:child_process';
 import { SandboxdError } from '@sandboxd/protocol';
+import { HostSpawner, type SpawnResult } from './spawner.js';
 
 /** Options of {@link runTool}. */
 export interface RunToolOptions {
   /** Written to the tool's stdin (e.g. an `ip -batch -` script); stdin is /dev/null without it. */
   input?: string;
-  /** Written to the tool's fd 3 (a socket: read it with `<&3`, not via /dev/fd/3). */
-  fd3?: string;
   /** The tool is killed with SIGKILL after this long. Default 10000. */
   timeoutMs?: number;
   /** Resolve with the output instead of throwing when the tool exits non-zero. Default false. */
@@ -22,49 +20,27 @@ export interface ToolResult {
 }
 
 /**
- * Runs a host tool (`ip`, `bridge`, `nft`, `nsenter`) without a shell and collects its output.
+ * Runs a host tool (`ip`, `bridge`, `nft`, `nsenter`) without a shell, through the host
+ * spawner, and collects its output (up to 4 MiB per stream).
  * Throws `SandboxdError('internal')` naming the tool and its stderr when it cannot be
  * started, times out, or (unless `allowFailure`) exits non-zero.
  */
-export function runTool(cmd: string, args: string[], options: RunToolOptions = {}): Promise<ToolResult> {
-  const { input, fd3, timeoutMs = 10_000, allowFailure = false } = options;
-  return new Promise((resolve, reject) => {
-    const stdio: ('pipe' | 'ignore')[] = [input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'];
-    if (fd3 !== undefined) stdio.push('pipe');
-    const child = spawn(cmd, args, { stdio });
-    const out: Buffer[] = [];
-    const err: Buffer[] = [];
-    let timedOut = false;
-    const timer = setTimeout(() => {
-      timedOut = true;
-      child.kill('SIGKILL');
-    }, timeoutMs);
-    child.stdout!.on('data', (d: Buffer) => out.push(d));
-    child.stderr!.on('data', (d: Buffer) => err.push(d));
-    // A tool that exits early closes its input; its exit code tells what went wrong.
-    for (const [fd, text] of [[0, input], [3, fd3]] as const) {
-      if (text === undefined) continue;
-      const stream = child.stdio[fd] as NodeJS.WritableStream & NodeJS.EventEmitter;
-      stream.on('error', () => {});
-      stream.end(text);
-    }
-    child.on('error', (e) => {
-      clearTimeout(timer);
-      reject(new SandboxdError('internal', `network: cannot run ${cmd}: ${e.message}`));
-    });
-    child.on('close', (code) => {
-      clearTimeout(timer);
-      const result = { stdout: Buffer.concat(out).toString(), stderr: Buffer.concat(err).toString(), code: code ?? -1 };
-      if (timedOut) {
-        reject(new SandboxdError('internal', `network: ${cmd} ${args.join(' ')} timed out after ${timeoutMs} ms`));
-      } else if (result.code !== 0 && !allowFailure) {
-        const why = result.stderr.trim().split('\n').slice(-3).join('; ');
-        reject(new SandboxdError('internal', `network: ${cmd} ${args.join(' ')} failed (${result.code}): ${why}`));
-      } else {
-        resolve(result);
-      }
-    });
-  });
+export async function runTool(cmd: string, args: string[], options: RunToolOptions = {}): Promise<ToolResult> {
+  const { input, timeoutMs = 10_000, allowFailure = false } = options;
+  let r: SpawnResult;
+  try {
+    r = await HostSpawner.shared().run(cmd, args, { input, timeoutMs, maxOutputBytes: 4 << 20 });
+  } catch (e) {
+    throw new SandboxdError('internal', `network: cannot run ${cmd}: ${(e as Error).message}`);
+  }
+  const result = { stdout: r.stdout.toString(), stderr: r.stderr.toString(), code: r.code };
+  if (r.timedOut) throw new SandboxdError('internal', `network: ${cmd} ${args.join(' ')} timed out after ${timeoutMs} ms`);
+  if (r.truncated) throw new SandboxdError('internal', `network: ${cmd} ${args.join(' ')} printed more than 4 MiB`);
+  if (result.code !== 0 && !allowFailure) {
+    const why = result.stderr.trim().split('\n').slice(-3).join('; ');
+    throw new SandboxdError('internal', `network: ${cmd} ${args.join(' ')} failed (${result.code}): ${why}`);
+  }
+  return result;
 }
 
 /** Runs `cmd args` and parses its stdout as JSON (`ip -j ...`); empty output is `[]`. */

@@ -198,7 +198,7 @@ export class NetworkManager {
   async #create(id: string, address: string, pid?: number): Promise<void> {
     const { bridge } = this.#opts;
     const cmd = attachCommand({ id, bridge, address, prefixLen: this.#plan.prefix.len, gateway: this.#gateway, pid });
-    await runTool('sh', cmd.args, { input: cmd.input, fd3: cmd.fd3 });
+    await runTool('sh', cmd.args, { input: cmd.input });
   }
 
   async #remove(id: string): Promise<void> {

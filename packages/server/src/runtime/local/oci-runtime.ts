@@ -1,12 +1,13 @@
-import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { readFile, rm } from 'node:fs/promises';
-import { promisify } from 'node:util';
+import type { Socket } from 'node:net';
 import { join } from 'node:path';
 import { constants as osConstants } from 'node:os';
-import type { Readable, Writable } from 'node:stream';
+import { HostSpawner } from './spawner.js';
 
-const execFileP = promisify(execFile);
+/** A runtime call that takes longer than this is killed (a hung runtime must not hang a create). */
+const RUNTIME_TIMEOUT_MS = 120_000;
 
 export interface CrunState { id: string; pid: number; status: 'created' | 'running' | 'stopped' | 'paused' | string; bundle: string }
 
@@ -71,10 +72,10 @@ export class OciRuntime {
 
   /**
    * Creates and starts container `id` from `bundle`, detached; resolves to PID 1's host pid
-   * once it runs. With `onChannel`, PID 1 gets a pipe pair on its stdin/stdout (the exec
-   * agent's channel), handed to `onChannel` as soon as the runtime is spawned.
+   * once it runs. With `onChannel`, PID 1 gets a socket to this process on its stdin and
+   * stdout (the exec agent's channel), handed to `onChannel` before the runtime starts.
    */
-  async run(id: string, bundle: string, o: { onChannel?: (input: Writable, output: Readable) => void } = {}): Promise<number> {
+  async run(id: string, bundle: string, o: { onChannel?: (channel: Socket) => void } = {}): Promise<number> {
     const log = join(bundle, 'crun.log');
     const pidFile = join(bundle, 'init.pid');
     const args = [this.binary, '--root', this.root, ...this.logFlag(log), 'run', '--detach', '--pid-file', pidFile, '--bundle', bundle, id];
@@ -82,25 +83,26 @@ export class OciRuntime {
       ? ['unshare', ['-m', '--propagation', 'private', '--', 'sh', '-c', 'umount /sys/fs/cgroup/unified && exec "$@"', 'sh', ...args]]
       : [args[0], args.slice(1)];
     // The container's init inherits the runtime's stdio and holds it for its whole life:
-    // pipes only for a channel that is meant to live that long. The runtime's own errors go
-    // to the log file.
-    const code = await new Promise<number | null>((resolve, reject) => {
-      const child = spawn(cmd, argv, { stdio: o.onChannel ? ['pipe', 'pipe', 'ignore'] : 'ignore' });
-      if (o.onChannel) o.onChannel(keepStdin(child), child.stdout!);
-      child.on('error', reject);
-      child.on('exit', (c) => resolve(c));
-    });
-    if (code !== 0) {
+    // a channel only when it is meant to live that long, else /dev/null. The runtime's own
+    // errors go to the log file.
+    const r = await HostSpawner.shared().run(cmd, argv, { quiet: !o.onChannel, channel: o.onChannel, timeoutMs: RUNTIME_TIMEOUT_MS });
+    if (r.code !== 0) {
       const why = await readFile(log, 'utf8').catch(() => '');
-      throw new Error(`${this.binary} run ${id} failed (${code}): ${why.trim().split('\n').slice(-3).join('; ')}`);
+      throw new Error(`${this.binary} run ${id} failed (${r.timedOut ? 'timed out' : r.code}): ${why.trim().split('\n').slice(-3).join('; ')}`);
     }
     return Number((await readFile(pidFile, 'utf8')).trim());
   }
 
+  /** Runs the runtime with `args` after `--root`; resolves with its stdout, rejects naming its stderr. */
+  private async call(args: string[]): Promise<string> {
+    const r = await HostSpawner.shared().run(this.binary, ['--root', this.root, ...args], { timeoutMs: RUNTIME_TIMEOUT_MS, maxOutputBytes: 4 << 20 });
+    if (r.code === 0 && !r.truncated) return r.stdout.toString();
+    throw new Error(`${this.binary} ${args[0]} failed (${r.timedOut ? 'timed out' : r.code}): ${r.stderr.toString().trim().split('\n').slice(-2).join('; ')}`);
+  }
+
   async state(id: string): Promise<CrunState | null> {
     try {
-      const { stdout } = await execFileP(this.binary, ['--root', this.root, 'state', id]);
-      return JSON.parse(stdout) as CrunState;
+      return JSON.parse(await this.call(['state', id])) as CrunState;
     } catch {
       return null;
     }
@@ -108,19 +110,19 @@ export class OciRuntime {
 
   async list(): Promise<CrunState[]> {
     if (!existsSync(this.root)) return [];
-    const { stdout } = await execFileP(this.binary, ['--root', this.root, 'list', '--format', 'json']);
+    const stdout = await this.call(['list', '--format', 'json']);
     const parsed = stdout.trim() ? (JSON.parse(stdout) as CrunState[] | null) : [];
     return parsed ?? [];
   }
 
   /** Sends `signal` to every process of the container. */
   async kill(id: string, signal = 'KILL'): Promise<void> {
-    await execFileP(this.binary, ['--root', this.root, 'kill', '--all', id, signal]).catch(() => undefined);
+    await this.call(['kill', '--all', id, signal]).catch(() => undefined);
   }
 
   /** Removes the container, killing it first if needed. Unknown id: no-op. */
   async delete(id: string): Promise<void> {
-    await execFileP(this.binary, ['--root', this.root, 'delete', '--force', id]).catch(async (e: Error) => {
+    await this.call(['delete', '--force', id]).catch(async (e: Error) => {
       if (!(await this.state(id))) return;
       throw e;
     });
@@ -179,11 +181,7 @@ export class OciRuntime {
     args.push(id, ...argv);
     // No pipes: the detached process would inherit them and keep them open for its life.
     const log = `${o.pidFile}.log`;
-    const code = await new Promise<number | null>((resolve, reject) => {
-      const child = spawn(this.binary, [...this.logFlag(log), ...args], { stdio: 'ignore' });
-      child.on('error', reject);
-      child.on('exit', resolve);
-    });
+    const { code } = await HostSpawner.shared().run(this.binary, [...this.logFlag(log), ...args], { quiet: true, timeoutMs: RUNTIME_TIMEOUT_MS });
     const why = await readFile(log, 'utf8').catch(() => '');
     await rm(log, { force: true });
     if (code !== 0) throw new Error(`${this.binary} exec --detach failed (${code}): ${why.trim().split('\n').slice(-2).join('; ')}`);
@@ -207,16 +205,6 @@ export class OciRuntime {
     }
     for (const p of victims) { try { process.kill(p, 'SIGKILL'); } catch { /* already gone */ } }
   }
-}
-
-/**
- * Takes `child`'s stdin pipe for a process that outlives `child` (the runtime exits as soon
- * as the container's process runs, and Node destroys a child's stdin when the child exits).
- */
-export function keepStdin(child: ChildProcess): Writable {
-  const input = child.stdin!;
-  (child as { stdin: Writable | null }).stdin = null;
-  return input;
 }
 
 /** Parent pid of host process `pid`, or 0 when it is gone. */

@@ -1,0 +1,83 @@
+import assert from 'node:assert/strict';
+import { once } from 'node:events';
+import { test } from 'node:test';
+import type { Socket } from 'node:net';
+import { HostSpawner, SpawnError } from './spawner.js';
+
+const sp = new HostSpawner();
+test.after(() => sp.close());
+
+test('exit code, stdout and stderr kept apart', async () => {
+  const r = await sp.run('sh', ['-c', 'echo out; echo err >&2; exit 3']);
+  assert.deepEqual([r.code, r.signal, r.timedOut, r.truncated, r.stdout.toString(), r.stderr.toString()], [3, 0, false, false, 'out\n', 'err\n']);
+});
+
+test('input arrives on stdin, then EOF; 1 MiB round trip', async () => {
+  const big = Buffer.alloc(1 << 20, 'abcdefgh');
+  const r = await sp.run('cat', [], { input: big, maxOutputBytes: 2 << 20 });
+  assert.equal(r.code, 0);
+  assert.ok(r.stdout.equals(big));
+  assert.equal((await sp.run('cat', [])).stdout.length, 0, 'no input: /dev/null');
+});
+
+test('output past maxOutputBytes is dropped and said', async () => {
+  const r = await sp.run('sh', ['-c', 'head -c 100000 /dev/zero'], { maxOutputBytes: 1000 });
+  assert.equal(r.stdout.length, 1000);
+  assert.equal(r.truncated, true);
+  assert.equal(r.code, 0);
+});
+
+test('a timeout kills the program, even when something it started holds its output', async () => {
+  const r = await sp.run('sh', ['-c', 'sleep 30 & echo $!; exec sleep 30'], { timeoutMs: 200 });
+  assert.equal(r.timedOut, true);
+  assert.equal(r.signal, 9);
+  assert.equal(r.code, -1);
+  const orphan = Number(r.stdout.toString().trim());
+  assert.ok(orphan > 0);
+  process.kill(orphan, 'SIGKILL');
+});
+
+test('a program that cannot start is a SpawnError with its errno; nothing runs', async () => {
+  await assert.rejects(sp.run('/nonexistent/program', []), (e: unknown) => e instanceof SpawnError && e.errno === 2 && /nonexistent/.test(e.message));
+  assert.equal((await sp.run('true', [])).code, 0, 'the spawner goes on');
+});
+
+test('programs get exactly fds 0-2, default signal handling and an empty mask', async () => {
+  const r = await sp.run('sh', ['-c', 'ls /proc/$$/fd; grep -E "^Sig(Blk|Ign)" /proc/$$/status']);
+  assert.deepEqual(r.stdout.toString().trim().split('\n'), ['0', '1', '2', 'SigBlk:\t0000000000000000', 'SigIgn:\t0000000000000000']);
+});
+
+test('quiet: output goes to /dev/null', async () => {
+  const r = await sp.run('sh', ['-c', 'echo out; echo err >&2'], { quiet: true });
+  assert.deepEqual([r.code, r.stdout.length, r.stderr.length], [0, 0, 0]);
+});
+
+test('channel: stdin and stdout are one socket to this process', async () => {
+  const chunks: Buffer[] = [];
+  let handed: (s: Socket) => void = () => undefined;
+  const got = new Promise<Socket>((resolve) => { handed = resolve; });
+  // The reader attaches inside the callback: data flows as soon as it returns.
+  const r = sp.run('sh', ['-c', 'echo hello; read line; echo "got:$line"'], { channel: (s) => { s.on('data', (d) => chunks.push(d)); handed(s); } });
+  const sock = await got;
+  for (let i = 0; i < 100 && !Buffer.concat(chunks).toString().includes('hello\n'); i++) await once(sock, 'data');
+  sock.write('ping\n');
+  await once(sock, 'close');
+  assert.equal(Buffer.concat(chunks).toString(), 'hello\ngot:ping\n');
+  assert.equal((await r).code, 0);
+});
+
+test('many at once, each answer to its own request', async () => {
+  const rs = await Promise.all(Array.from({ length: 60 }, (_, i) => sp.run('sh', ['-c', `echo ${i}`])));
+  assert.deepEqual(rs.map((r) => r.stdout.toString()), Array.from({ length: 60 }, (_, i) => `${i}\n`));
+});
+
+test('a killed spawner fails what was in flight and is started again', async () => {
+  const inFlight = sp.run('sleep', ['5']);
+  const pid = sp.pid;
+  assert.ok(pid > 0);
+  process.kill(pid, 'SIGKILL');
+  await assert.rejects(inFlight, /went away/);
+  const r = await sp.run('echo', ['again']);
+  assert.equal(r.stdout.toString(), 'again\n');
+  assert.notEqual(sp.pid, pid);
+});
