@@ -1,7 +1,8 @@
 /**
  * API benchmark: what the HTTP API adds on top of the runtime, measured side by side in the
  * same run. The server is the real one (own process, local runtime); the floor is the same
- * driver called directly from this process on the same host, interleaved run by run.
+ * driver called directly from this process on the same host, making sandboxes with the
+ * same limits (the bench account's plan), the two taking turns run by run.
  *
  *   time-to-interactive = POST /sandboxes answered, then the first POST exec answered
  *   exec round trip     = POST exec `true` over HTTP vs driver.exec, in alternating blocks
@@ -11,6 +12,7 @@
  * Env: BENCH_RUNS (default 50).
  */
 import { rmSync } from 'node:fs';
+import { DEFAULT_PLANS } from '../packages/server/src/config.js';
 import { makeTestDriver } from '../packages/server/src/runtime/local/test-support.js';
 import { newAccount, RUNTIME, startServer } from '../test/e2e/harness.js';
 import { report, summarize, timeMs } from './stats.js';
@@ -19,7 +21,9 @@ if (RUNTIME !== 'local') throw new Error('run with SANDBOXD_E2E_RUNTIME=local (n
 const RUNS = Number(process.env.BENCH_RUNS ?? 50);
 const PARALLEL = 10;
 const IMAGE = 'local/busybox:latest';
-const LIMITS = { memoryBytes: 2 * 1024 ** 3, cpus: 1, pids: 512, rootDiskBytes: 10 * 1024 ** 3 };
+// The floor makes the same sandboxes as the API does for the bench's account: PRO's limits.
+const PLAN = 'PRO';
+const LIMITS = DEFAULT_PLANS[PLAN].limits;
 
 // The GET throughput run goes past one account's default rate limit (1,000/s): raised, not off,
 // so the limiter's own cost stays in the figure.
@@ -27,7 +31,7 @@ const server = await startServer({ env: { SANDBOXD_RUNTIME: 'local', SANDBOXD_LO
 const { driver, dataDir } = makeTestDriver('apibench');
 await driver.init();
 await driver.recover();
-const { key } = await newAccount(server, { plan: 'PRO', tokens: 100_000 });
+const { key } = await newAccount(server, { plan: PLAN, tokens: 100_000 });
 const api = async (method: string, path: string, body?: unknown) => {
   const r = await server.api(method, path, { key, body });
   if (r.status >= 300) throw new Error(`${method} ${path}: ${r.status} ${r.text}`);
@@ -54,16 +58,18 @@ const driverTti = async () => {
 
 const s = { apiTti: [] as number[], rtTti: [] as number[], apiExec: [] as number[], rtExec: [] as number[], apiPar: [] as number[], rtPar: [] as number[] };
 try {
+  // The sides take turns, each create following the other side's delete (whose teardown the
+  // kernel partly finishes in the background).
+  const apiSide = async () => { const a = await apiTti(); await api('DELETE', `/api/v1/sandboxes/${a.id}`); return a.ms; };
+  const driverSide = async () => { const r = await driverTti(); await driver.delete(r.id); return r.ms; };
   for (let i = 0; i < RUNS + 2; i++) {
-    const a = await apiTti();
-    const r = await driverTti();
-    await api('DELETE', `/api/v1/sandboxes/${a.id}`);
-    await driver.delete(r.id);
+    const a = await apiSide();
+    const r = await driverSide();
     if (i < 2) continue; // warm-up
-    s.apiTti.push(a.ms); s.rtTti.push(r.ms);
+    s.apiTti.push(a); s.rtTti.push(r);
   }
-  // Exec in steady state: one sandbox each, pools refilled (a refill spawns processes in the
-  // process that made the sandbox, and this process is also the HTTP client).
+  // Exec in steady state: one sandbox each, after the pools refilled (a refill is work in
+  // the process that made the sandbox, and this process is also the HTTP client).
   {
     const a = (await api('POST', '/api/v1/sandboxes', { image: IMAGE, timeoutMs: 600_000 })).sandbox.id as string;
     const r = `apibench_${process.pid}_exec`;
