@@ -1,9 +1,12 @@
 /**
  * The HTTP core of the SDK: auth headers, per-request timeouts, typed errors, and bounded
- * retries of idempotent reads. Uses only fetch, so it runs in Node and browsers.
+ * retries of idempotent reads. Uses fetch, so it runs in Node and browsers; in Node, JSON
+ * requests go over node:http with keep-alive instead (see node-transport.ts), unless a
+ * `fetch` option was given.
  */
 import { resolveConfig, type ClientOptions, type ResolvedConfig } from './config.js';
 import { ConnectionError, errorFromResponse, RequestTimeoutError, SandboxdApiError } from './errors.js';
+import { nodeTransport, type NodeTransport } from './node-transport.js';
 
 /** Options of one request. */
 export interface RequestOptions {
@@ -55,7 +58,10 @@ export function retryWaitMs(e: unknown, n: number): number {
 }
 
 async function readJson(res: Response): Promise<unknown> {
-  const text = await res.text();
+  return parseJson(await res.text());
+}
+
+function parseJson(text: string): unknown {
   if (text === '') return undefined;
   try {
     return JSON.parse(text);
@@ -68,9 +74,13 @@ async function readJson(res: Response): Promise<unknown> {
 export class HttpClient {
   readonly config: ResolvedConfig;
 
+  /** Set in Node when no `fetch` option was given: JSON requests use it. */
+  private readonly node: NodeTransport | undefined;
+
   /** Throws TypeError for a malformed `apiUrl` or when no fetch exists. */
   constructor(options: ClientOptions = {}) {
     this.config = resolveConfig(options);
+    this.node = options.fetch ? undefined : sharedNodeTransport();
   }
 
   /** The absolute URL of an API path such as `/api/v1/sandboxes`. */
@@ -88,6 +98,8 @@ export class HttpClient {
 
   /** Sends a request and parses the JSON answer (`undefined` for 204). Throws {@link SandboxdApiError} subclasses. */
   request<T>(method: string, path: string, opts: RequestOptions = {}): Promise<T> {
+    const node = this.node;
+    if (node && opts.body === undefined) return this.retrying(method, opts, () => this.onceNode<T>(node, method, path, opts));
     return this.call(method, path, opts, async (res) => (res.status === 204 ? undefined : await readJson(res)) as T);
   }
 
@@ -96,48 +108,85 @@ export class HttpClient {
    * GET and HEAD are retried (bounded, with backoff) on connection errors and 429/502/503/504;
    * nothing else is ever retried, so a create cannot run twice.
    */
-  async call<T>(method: string, path: string, opts: RequestOptions, read: (res: Response) => Promise<T>): Promise<T> {
+  call<T>(method: string, path: string, opts: RequestOptions, read: (res: Response) => Promise<T>): Promise<T> {
+    return this.retrying(method, opts, () => this.once(method, path, opts, read));
+  }
+
+  private async retrying<T>(method: string, opts: RequestOptions, attempt: () => Promise<T>): Promise<T> {
     const retries = IDEMPOTENT.has(method) ? this.config.maxRetries : 0;
-    for (let attempt = 0; ; attempt++) {
+    for (let n = 0; ; n++) {
       try {
-        return await this.once(method, path, opts, read);
+        return await attempt();
       } catch (e) {
         const retryable = (e instanceof ConnectionError && !(e instanceof RequestTimeoutError)) || (e instanceof SandboxdApiError && RETRY_STATUSES.has(e.status));
-        if (!retryable || attempt >= retries) throw e;
-        await sleep(retryWaitMs(e, attempt), opts.signal);
+        if (!retryable || n >= retries) throw e;
+        await sleep(retryWaitMs(e, n), opts.signal);
       }
     }
   }
 
-  private async once<T>(method: string, path: string, opts: RequestOptions, read: (res: Response) => Promise<T>): Promise<T> {
+  /** Headers, a timeout and the caller's signal joined into one abort signal, for one attempt. */
+  private begin(opts: RequestOptions) {
     const headers: Record<string, string> = { accept: 'application/json', ...this.config.headers, ...this.authHeaders(), ...(opts.headers ?? {}) };
-    let body: BodyInit | undefined;
-    if (opts.json !== undefined) {
-      body = JSON.stringify(opts.json);
-      headers['content-type'] = 'application/json';
-    } else if (opts.body !== undefined) {
-      body = opts.body as BodyInit;
-      if (opts.contentType) headers['content-type'] = opts.contentType;
-    }
     const ctrl = new AbortController();
-    let timedOut = false;
-    const timeoutMs = opts.timeoutMs ?? this.config.timeoutMs;
+    const state = { timedOut: false, timeoutMs: opts.timeoutMs ?? this.config.timeoutMs };
     const timer = setTimeout(() => {
-      timedOut = true;
+      state.timedOut = true;
       ctrl.abort();
-    }, timeoutMs);
+    }, state.timeoutMs);
     const onAbort = () => ctrl.abort(opts.signal!.reason);
     if (opts.signal?.aborted) onAbort();
     opts.signal?.addEventListener('abort', onAbort, { once: true });
-    const init: RequestInit & { duplex?: 'half' } = { method, headers, body, signal: ctrl.signal };
+    const end = () => {
+      clearTimeout(timer);
+      opts.signal?.removeEventListener('abort', onAbort);
+    };
+    return { headers, signal: ctrl.signal, state, end };
+  }
+
+  private async onceNode<T>(node: NodeTransport, method: string, path: string, opts: RequestOptions): Promise<T> {
+    const a = this.begin(opts);
+    let body: string | undefined;
+    if (opts.json !== undefined) {
+      body = JSON.stringify(opts.json);
+      a.headers['content-type'] = 'application/json';
+    }
+    try {
+      let res: Awaited<ReturnType<NodeTransport>>;
+      try {
+        res = await node(this.url(path, opts.query), { method, headers: a.headers, body, signal: a.signal });
+      } catch (e) {
+        throw this.noAnswer(e, { ...a.state, method, path, signal: opts.signal });
+      }
+      if (res.status < 200 || res.status > 299) {
+        throw errorFromResponse(res.status, parseJson(res.text), { statusText: res.statusText, retryAfter: res.header('retry-after') });
+      }
+      return (res.status === 204 ? undefined : parseJson(res.text)) as T;
+    } finally {
+      a.end();
+    }
+  }
+
+  private async once<T>(method: string, path: string, opts: RequestOptions, read: (res: Response) => Promise<T>): Promise<T> {
+    const a = this.begin(opts);
+    let body: BodyInit | undefined;
+    if (opts.json !== undefined) {
+      body = JSON.stringify(opts.json);
+      a.headers['content-type'] = 'application/json';
+    } else if (opts.body !== undefined) {
+      body = opts.body as BodyInit;
+      if (opts.contentType) a.headers['content-type'] = opts.contentType;
+    }
+    const init: RequestInit & { duplex?: 'half' } = { method, headers: a.headers, body, signal: a.signal };
     if (typeof ReadableStream !== 'undefined' && body instanceof ReadableStream) init.duplex = 'half';
     if (!this.config.apiKey) init.credentials = 'include';
+    const c = () => ({ ...a.state, method, path, signal: opts.signal });
     try {
       let res: Response;
       try {
         res = await this.config.fetch(this.url(path, opts.query), init);
       } catch (e) {
-        throw this.noAnswer(e, { timedOut, timeoutMs, method, path, signal: opts.signal });
+        throw this.noAnswer(e, c());
       }
       if (!res.ok) {
         const parsed = await readJson(res).catch(() => undefined);
@@ -147,11 +196,10 @@ export class HttpClient {
         return await read(res);
       } catch (e) {
         if (e instanceof SandboxdApiError) throw e;
-        throw this.noAnswer(e, { timedOut, timeoutMs, method, path, signal: opts.signal });
+        throw this.noAnswer(e, c());
       }
     } finally {
-      clearTimeout(timer);
-      opts.signal?.removeEventListener('abort', onAbort);
+      a.end();
     }
   }
 
@@ -160,8 +208,16 @@ export class HttpClient {
     if (c.timedOut) {
       return new RequestTimeoutError(`${c.method} ${c.path} got no answer within ${c.timeoutMs} ms`, { status: 0, kind: 'timeout', cause: e });
     }
+    // fetch puts the system error in `cause`; node:http throws it itself.
     const cause = (e as { cause?: { code?: string; message?: string } })?.cause;
-    const why = cause?.code ?? cause?.message ?? (e as Error)?.message ?? String(e);
+    const why = cause?.code ?? cause?.message ?? (e as { code?: string })?.code ?? (e as Error)?.message ?? String(e);
     return new ConnectionError(`Cannot reach the sandboxd API at ${this.config.apiUrl} (${why})`, { status: 0, kind: 'connection', cause: e });
   }
+}
+
+let shared: NodeTransport | null | undefined;
+/** One transport (and keep-alive pool) for every client of the process. */
+function sharedNodeTransport(): NodeTransport | undefined {
+  if (shared === undefined) shared = nodeTransport() ?? null;
+  return shared ?? undefined;
 }
