@@ -522,7 +522,7 @@ print(json.dumps(out))' ${Buffer.from(JSON.stringify(names)).toString('base64')}
   it('CVE-2024-21626: no fd, cwd or root of any process started by exec, background exec or a terminal points outside the sandbox', async () => {
     const fds = await api.putProbe(a, 'fds.py');
     // A background process and a terminal shell stay alive while the probes look at them.
-    await api.background(a, `python3 ${fds} > /tmp/fds-bg.json 2>&1; exec sleep 600`);
+    await api.background(a, `python3 ${fds} > /tmp/fds-bg.part 2>&1; mv /tmp/fds-bg.part /tmp/fds-bg.json; exec sleep 600`);
     const t = await s.api('POST', `/api/v1/sandboxes/${a}/terminals`, { key: api.key, body: { shell: 'bash' } });
     assert.equal(t.status, 201, t.text);
     const c = await TermClient.connect(terminalUrl(s.baseUrl, a, t.body.terminal.id), { authorization: `Bearer ${api.key}` });
@@ -535,7 +535,13 @@ print(json.dumps(out))' ${Buffer.from(JSON.stringify(names)).toString('base64')}
       for (const l of cdLines) assert.match(l, /^cd \d+: \/(dev\/pts|proc|$)/, `cd through a terminal fd: ${l}`);
       type Fds = { procs: number; links: number; leaks: unknown[]; self_cwd: string; cd: unknown[]; seen: Record<string, string[]> };
       const fg = await api.runProbe<Fds>(a, 'fds.py', { cd_fds: true });
-      const bg = JSON.parse((await api.exec(a, 'cat /tmp/fds-bg.json')).stdout) as Fds;
+      // The background probe runs alongside the terminal's; on a loaded host it may finish last.
+      let bgOut = '';
+      for (let i = 0; i < 300 && !bgOut; i++) {
+        bgOut = (await api.exec(a, 'cat /tmp/fds-bg.json 2>/dev/null')).stdout;
+        if (!bgOut) await new Promise((res) => setTimeout(res, 100));
+      }
+      const bg = JSON.parse(bgOut) as Fds;
       const term = JSON.parse((await api.exec(a, 'cat /tmp/fds-term.json')).stdout) as Fds;
       console.log(table([['exec', fg], ['background', bg], ['terminal', term]].map(([k, v]) => ({ started_by: k as string, processes: (v as Fds).procs, links: (v as Fds).links, leaks: (v as Fds).leaks.length, fd_targets: JSON.stringify((v as Fds).seen.fd ?? []).slice(0, 120) }))));
       for (const [k, v] of [['exec', fg], ['background', bg], ['terminal', term]] as const) {

@@ -1,7 +1,8 @@
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import { test } from 'node:test';
-import type { Socket } from 'node:net';
+import { readFileSync } from 'node:fs';
+import { connect, type Socket } from 'node:net';
 import { HostSpawner, SpawnError } from './spawner.js';
 
 const sp = new HostSpawner();
@@ -64,6 +65,19 @@ test('channel: stdin and stdout are one socket to this process', async () => {
   await once(sock, 'close');
   assert.equal(Buffer.concat(chunks).toString(), 'hello\ngot:ping\n');
   assert.equal((await r).code, 0);
+});
+
+test('a connection to the channel socket without a token handed out for a spawn is closed', async () => {
+  await sp.run('true', [], { channel: () => undefined }); // the socket exists from the first channel on
+  const name = readFileSync('/proc/net/unix', 'utf8').split('\n').map((l) => l.trim().split(/\s+/)[7])
+    .find((p) => p?.startsWith(`@sandboxd-spawner-${process.pid}-`))!.replace(/@+$/, '').slice(1);
+  const c = connect(`\0${name}`);
+  c.on('error', () => undefined);
+  await once(c, 'connect');
+  c.write(Buffer.alloc(16, 7));
+  await once(c, 'close');
+  const again = await sp.run('echo', ['ok']);
+  assert.equal(again.stdout.toString(), 'ok\n', 'the spawner goes on');
 });
 
 test('many at once, each answer to its own request', async () => {
