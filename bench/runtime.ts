@@ -3,21 +3,20 @@
  * the same run, interleaved so machine drift hits both alike.
  *
  *   floor  = `crun run -d` of the shared read-only image rootfs with catatonit as PID 1,
- *            then `crun exec true` (no user namespace, network, seccomp, limits or disk)
+ *            then `crun exec true` (no user namespace, network, seccomp, limits or disk),
+ *            both started through the spawner as the driver starts its programs
  *   driver = LocalDriver.create (user namespace, own netns on the bridge, seccomp, cgroup
  *            limits, size-capped copy-on-write root) then exec `true`
  *
  * Env: BENCH_RUNS (default 50), BENCH_ALIVE (default 200).
  */
-import { execFile } from 'node:child_process';
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { promisify } from 'node:util';
 import { OciRuntime } from '../packages/server/src/runtime/local/oci-runtime.js';
+import { HostSpawner } from '../packages/server/src/runtime/local/spawner.js';
 import { makeTestDriver } from '../packages/server/src/runtime/local/test-support.js';
 import { report, summarize, timeMs } from './stats.js';
 
-const execFileP = promisify(execFile);
 const RUNS = Number(process.env.BENCH_RUNS ?? 50);
 const ALIVE = Number(process.env.BENCH_ALIVE ?? 200);
 const LIMITS = { memoryBytes: 2 * 1024 ** 3, cpus: 1, pids: 512, rootDiskBytes: 10 * 1024 ** 3 };
@@ -43,7 +42,12 @@ writeFileSync(join(bundle, 'config.json'), JSON.stringify({
   ],
   linux: { namespaces: [{ type: 'pid' }, { type: 'ipc' }, { type: 'uts' }, { type: 'mount' }, { type: 'network' }] },
 }));
-const bareExec = (id: string) => execFileP('crun', ['--root', floor.root, 'exec', id, 'true']);
+// Started the way the driver starts its programs (the spawner): node's own spawn forks this
+// whole process, which would put the bench's memory size into the floor.
+const bareExec = async (id: string) => {
+  const r = await HostSpawner.shared().run('crun', ['--root', floor.root, 'exec', id, 'true']);
+  if (r.code !== 0) throw new Error(`crun exec: ${r.code} ${r.stderr.toString()}`);
+};
 
 const s = { floorCreate: [] as number[], driverCreate: [] as number[], floorExec: [] as number[], driverExec: [] as number[], floorDelete: [] as number[], driverDelete: [] as number[] };
 const spec = (i: number) => ({ id: `bench_${process.pid}_${i}`, image: 'local/busybox:latest', env: {}, volumes: [], limits: LIMITS });
