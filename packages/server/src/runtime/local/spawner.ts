@@ -110,7 +110,10 @@ export class HostSpawner {
     head.writeUInt32LE(1 + args.length, 25);
     head.writeUInt32LE(channelName.length, 29);
     const frame = Buffer.concat([head, input, channelName, strings]);
-    if (frame.length - 4 > MAX_FRAME) throw new SpawnError(file, 7 /* E2BIG */, `${file}: arguments and input too long`);
+    if (frame.length - 4 > MAX_FRAME) {
+      if (token) this.channels.delete(token);
+      throw new SpawnError(file, 7 /* E2BIG */, `${file}: arguments and input too long`);
+    }
     const result = new Promise<SpawnResult>((resolve, reject) => {
       this.pending.set(id, { file, resolve, reject });
       this.holdOpen();
@@ -120,7 +123,11 @@ export class HostSpawner {
       const r = await result;
       // The connection was made before the program started, but its arrival here races
       // with the answer: a caller learns the program ended only after it has the channel.
-      if (handedOver) await Promise.race([handedOver, new Promise((res) => setTimeout(res, TOKEN_WAIT_MS))]);
+      if (handedOver) {
+        let timer: NodeJS.Timeout | undefined;
+        await Promise.race([handedOver, new Promise((res) => { timer = setTimeout(res, TOKEN_WAIT_MS); timer.unref(); })]);
+        clearTimeout(timer);
+      }
       return r;
     } finally {
       if (token) this.channels.delete(token);
