@@ -125,38 +125,43 @@ export class HttpClient {
     }
   }
 
-  /** Headers, a timeout and the caller's signal joined into one abort signal, for one attempt. */
-  private begin(opts: RequestOptions) {
+  /**
+   * One attempt's set-up: headers (with the content type of a JSON body), the JSON body, a
+   * timeout and the caller's signal joined into one abort signal; `noAnswer` turns what the
+   * transport threw into the error to throw; `end` clears the timer.
+   */
+  private begin(method: string, path: string, opts: RequestOptions) {
     const headers: Record<string, string> = { accept: 'application/json', ...this.config.headers, ...this.authHeaders(), ...(opts.headers ?? {}) };
+    const json = opts.json === undefined ? undefined : JSON.stringify(opts.json);
+    if (json !== undefined) headers['content-type'] = 'application/json';
     const ctrl = new AbortController();
-    const state = { timedOut: false, timeoutMs: opts.timeoutMs ?? this.config.timeoutMs };
+    let timedOut = false;
+    const timeoutMs = opts.timeoutMs ?? this.config.timeoutMs;
     const timer = setTimeout(() => {
-      state.timedOut = true;
+      timedOut = true;
       ctrl.abort();
-    }, state.timeoutMs);
+    }, timeoutMs);
     const onAbort = () => ctrl.abort(opts.signal!.reason);
     if (opts.signal?.aborted) onAbort();
     opts.signal?.addEventListener('abort', onAbort, { once: true });
-    const end = () => {
-      clearTimeout(timer);
-      opts.signal?.removeEventListener('abort', onAbort);
+    return {
+      headers, json, signal: ctrl.signal,
+      noAnswer: (e: unknown) => this.noAnswer(e, { timedOut, timeoutMs, method, path, signal: opts.signal }),
+      end: () => {
+        clearTimeout(timer);
+        opts.signal?.removeEventListener('abort', onAbort);
+      },
     };
-    return { headers, signal: ctrl.signal, state, end };
   }
 
   private async onceNode<T>(node: NodeTransport, method: string, path: string, opts: RequestOptions): Promise<T> {
-    const a = this.begin(opts);
-    let body: string | undefined;
-    if (opts.json !== undefined) {
-      body = JSON.stringify(opts.json);
-      a.headers['content-type'] = 'application/json';
-    }
+    const a = this.begin(method, path, opts);
     try {
       let res: Awaited<ReturnType<NodeTransport>>;
       try {
-        res = await node(this.url(path, opts.query), { method, headers: a.headers, body, signal: a.signal });
+        res = await node(this.url(path, opts.query), { method, headers: a.headers, body: a.json, signal: a.signal });
       } catch (e) {
-        throw this.noAnswer(e, { ...a.state, method, path, signal: opts.signal });
+        throw a.noAnswer(e);
       }
       if (res.status < 200 || res.status > 299) {
         throw errorFromResponse(res.status, parseJson(res.text), { statusText: res.statusText, retryAfter: res.header('retry-after') });
@@ -168,25 +173,21 @@ export class HttpClient {
   }
 
   private async once<T>(method: string, path: string, opts: RequestOptions, read: (res: Response) => Promise<T>): Promise<T> {
-    const a = this.begin(opts);
-    let body: BodyInit | undefined;
-    if (opts.json !== undefined) {
-      body = JSON.stringify(opts.json);
-      a.headers['content-type'] = 'application/json';
-    } else if (opts.body !== undefined) {
+    const a = this.begin(method, path, opts);
+    let body: BodyInit | undefined = a.json;
+    if (body === undefined && opts.body !== undefined) {
       body = opts.body as BodyInit;
       if (opts.contentType) a.headers['content-type'] = opts.contentType;
     }
     const init: RequestInit & { duplex?: 'half' } = { method, headers: a.headers, body, signal: a.signal };
     if (typeof ReadableStream !== 'undefined' && body instanceof ReadableStream) init.duplex = 'half';
     if (!this.config.apiKey) init.credentials = 'include';
-    const c = () => ({ ...a.state, method, path, signal: opts.signal });
     try {
       let res: Response;
       try {
         res = await this.config.fetch(this.url(path, opts.query), init);
       } catch (e) {
-        throw this.noAnswer(e, c());
+        throw a.noAnswer(e);
       }
       if (!res.ok) {
         const parsed = await readJson(res).catch(() => undefined);
@@ -196,7 +197,7 @@ export class HttpClient {
         return await read(res);
       } catch (e) {
         if (e instanceof SandboxdApiError) throw e;
-        throw this.noAnswer(e, c());
+        throw a.noAnswer(e);
       }
     } finally {
       a.end();

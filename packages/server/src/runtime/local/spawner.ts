@@ -89,9 +89,10 @@ export class HostSpawner {
     if (o.channel) {
       const { name } = await this.listen();
       const t = randomBytes(TOKEN_LEN);
-      token = t.toString('hex');
+      const key = t.toString('hex');
+      token = key;
       const take = o.channel;
-      handedOver = new Promise<void>((resolve) => this.channels.set(t.toString('hex'), (s) => { take(s); resolve(); }));
+      handedOver = new Promise<void>((resolve) => this.channels.set(key, (s) => { take(s); resolve(); }));
       flags = F_CHANNEL;
       input = t;
       channelName = Buffer.from(name);
