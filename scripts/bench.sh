@@ -4,7 +4,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export SANDBOXD_TEST_IMAGE_DIR="${SANDBOXD_TEST_IMAGE_DIR:-$PWD/.sandboxd-test/images}"
 export SANDBOXD_E2E_RUNTIME=local
-bash scripts/setup.sh --image-dir "$SANDBOXD_TEST_IMAGE_DIR"
+bash scripts/setup.sh --test --image-dir "$SANDBOXD_TEST_IMAGE_DIR"
+# shellcheck source=scripts/node-env.sh
+source scripts/node-env.sh
 # Default: every benchmark; or name some: npm run bench -- bench/api.ts
 if [ $# -eq 0 ]; then set -- bench/runtime.ts bench/api.ts bench/pty.ts bench/terminal.ts bench/proxy.ts; fi
 for b in "$@"; do

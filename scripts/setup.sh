@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
-# Idempotent set-up of the host and the project: Debian packages, npm dependencies, the
-# native helpers and the default images. `npm start` and `npm test` call it; it is quick
-# when everything is already there. Usage: scripts/setup.sh [--image-dir DIR] [--no-images]
+# Idempotent set-up of the host and the project: a supported Node.js, Debian packages, npm
+# dependencies, the native helpers and the default images. `npm start` and `npm test` call
+# it; it is quick when everything is already there.
+# Usage: scripts/setup.sh [--test] [--image-dir DIR] [--no-images]
+#   --test   also what the tests need: Chromium and a local OCI registry (Debian), and the
+#            npm devDependencies (linters, playwright-core, ...). Without it, only what serving needs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+for_tests=0
+if [ "${1:-}" = --test ]; then for_tests=1; shift; fi
 
 fail() { echo "sandboxd set-up: $*" >&2; exit 1; }
 
 [ "$(uname -s)" = Linux ] || fail "sandboxd runs sandboxes with Linux namespaces; this is $(uname -s)."
 [ "$(id -u)" = 0 ] || fail "run as root: the local runtime creates namespaces, cgroups, mounts and network devices (try: sudo npm start)."
-command -v node >/dev/null || fail "node is missing: install Node.js 20 or newer."
-node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)' || fail "Node.js 20 or newer is needed; this is $(node --version)."
 
-PKGS="crun runc catatonit skopeo umoci mmdebstrap busybox-static docker-registry e2fsprogs iproute2 nftables golang-github-containers-common util-linux ca-certificates chromium libseccomp-dev"
+PKGS="crun runc catatonit skopeo umoci mmdebstrap busybox-static e2fsprogs iproute2 nftables golang-github-containers-common util-linux ca-certificates libseccomp-dev"
+# Tests only: a real browser for the console suite, a real registry for the pull tests.
+[ "$for_tests" = 1 ] && PKGS="$PKGS chromium docker-registry"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
@@ -32,11 +38,28 @@ grep -qw ext4 /proc/filesystems || modprobe ext4 2>/dev/null || fail "the kernel
 # so that it is part of the host as set up rather than something a test run seems to leak.
 mountpoint -q /run/netns 2>/dev/null || { ip netns add sbxd-setup-probe && ip netns delete sbxd-setup-probe; }
 
-# Native addons compile from source against the system's Node headers.
-export npm_config_nodedir=/usr
-if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
-  echo "sandboxd set-up: installing npm dependencies"
-  npm ci --no-audit --no-fund --loglevel=error
+# Node.js 24+ first on PATH (fetched from the npm registry when the machine's is older);
+# native addons compile from source against its headers.
+# shellcheck source=scripts/node-env.sh
+source scripts/node-env.sh
+
+# npm dependencies: serving needs the production ones only; tests need the devDependencies
+# too. A stamp records what is installed, for which lock file and which Node (native addons
+# are built for one Node ABI).
+want="$([ "$for_tests" = 1 ] && echo full || echo prod) $("$SANDBOXD_NODE" -p process.versions.modules) $(sha256sum package-lock.json | cut -c1-16)"
+stamp=node_modules/.sandboxd-install
+have="$(cat "$stamp" 2>/dev/null || true)"
+# A full install also serves; a production one does not run the tests.
+if [ "$have" != "$want" ] && [ "$have" != "full ${want#* }" ]; then
+  echo "sandboxd set-up: installing npm dependencies ($([ "$for_tests" = 1 ] && echo 'with' || echo 'without') devDependencies, for Node $("$SANDBOXD_NODE" --version))"
+  # Any addon built from source is built against this Node's headers (not a nodedir of the
+  # machine's npm config, which may name an older Node's).
+  if [ "$for_tests" = 1 ]; then
+    npm_config_nodedir="$SANDBOXD_NODE_DIR" npm ci --no-audit --no-fund --loglevel=error
+  else
+    npm_config_nodedir="$SANDBOXD_NODE_DIR" npm ci --omit=dev --no-audit --no-fund --loglevel=error
+  fi
+  echo "$want" > "$stamp"
 fi
 
 exec node --import tsx scripts/prepare-host.ts "$@"

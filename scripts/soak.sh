@@ -8,7 +8,9 @@ cd "$(dirname "$0")/.."
 export SANDBOXD_TEST_IMAGE_DIR="$PWD/.sandboxd-test/images"
 export SANDBOXD_E2E_RUNTIME=local
 export SANDBOXD_SOAK=1
-bash scripts/setup.sh --image-dir "$SANDBOXD_TEST_IMAGE_DIR" || exit 1
+bash scripts/setup.sh --test --image-dir "$SANDBOXD_TEST_IMAGE_DIR" || exit 1
+# shellcheck source=scripts/node-env.sh
+source scripts/node-env.sh
 
 before=$(mktemp); after=$(mktemp)
 bash scripts/host-snapshot.sh > "$before"

@@ -4,7 +4,19 @@
  * OCI layout, an OCI archive and a `docker save` style archive.
  */
 import assert from 'node:assert/strict';
-import { chmod, chown, link, lstat, mkdir, readdir, readFile, readlink, stat, symlink, writeFile } from 'node:fs/promises';
+import {
+  chmod,
+  chown,
+  link,
+  lstat,
+  mkdir,
+  readdir,
+  readFile,
+  readlink,
+  stat,
+  symlink,
+  writeFile,
+} from 'node:fs/promises';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { SandboxdError } from '@sandboxd/protocol';
@@ -72,12 +84,15 @@ async function makeLayers(base: string): Promise<string[]> {
 
 async function walk(root: string): Promise<string[]> {
   const out: string[] = [];
-  for (const e of await readdir(root, { withFileTypes: true, recursive: true })) out.push(join(e.parentPath ?? e.path, e.name));
+  for (const e of await readdir(root, { withFileTypes: true, recursive: true })) out.push(join(e.parentPath, e.name));
   return out;
 }
 
 async function exists(p: string): Promise<boolean> {
-  return lstat(p).then(() => true, () => false);
+  return lstat(p).then(
+    () => true,
+    () => false,
+  );
 }
 
 /** Asserts every property the layers above promise. */
@@ -163,8 +178,15 @@ describe('layer semantics', () => {
     const policy = join(tmp.dir, 'policy.json');
     await writeFile(policy, JSON.stringify({ default: [{ type: 'insecureAcceptAnything' }] }));
     const env = toolEnv({ TMPDIR: tmp.dir });
-    await runTool('skopeo', ['--policy', policy, 'copy', '--quiet', `oci:${layout}:t`, `docker-archive:${docker}:sbx/layers:2`], { timeoutMs: 60_000, env });
-    await runTool('skopeo', ['--policy', policy, 'copy', '--quiet', `oci:${layout}:t`, `oci-archive:${oci}:t`], { timeoutMs: 60_000, env });
+    await runTool(
+      'skopeo',
+      ['--policy', policy, 'copy', '--quiet', `oci:${layout}:t`, `docker-archive:${docker}:sbx/layers:2`],
+      { timeoutMs: 60_000, env },
+    );
+    await runTool('skopeo', ['--policy', policy, 'copy', '--quiet', `oci:${layout}:t`, `oci-archive:${oci}:t`], {
+      timeoutMs: 60_000,
+      env,
+    });
     const s3 = new ImageStore({ dir: join(tmp.dir, 's3') });
     const d = await s3.importArchive(docker); // name taken from RepoTags
     assert.equal(d.canonicalRef, 'docker.io/sbx/layers:2');
@@ -192,7 +214,8 @@ describe('layer semantics', () => {
 
   test('bad imports are validation errors', async () => {
     const store = new ImageStore({ dir: join(tmp.dir, 's5') });
-    const isValidation = (re: RegExp) => (e: unknown) => e instanceof SandboxdError && e.kind === 'validation' && re.test(e.message);
+    const isValidation = (re: RegExp) => (e: unknown) =>
+      e instanceof SandboxdError && e.kind === 'validation' && re.test(e.message);
     await assert.rejects(store.importArchive(join(tmp.dir, 'nope.tar'), 'a/b:1'), isValidation(/no such file/));
     await writeFile(join(tmp.dir, 'junk.tar'), 'not a tar at all');
     await assert.rejects(store.importArchive(join(tmp.dir, 'junk.tar'), 'a/b:1'), isValidation(/tar|archive/));

@@ -27,7 +27,10 @@ async function dirBytes(dir: string): Promise<number> {
   let total = 0;
   for (const ent of await readdir(dir, { withFileTypes: true, recursive: true }).catch(() => [])) {
     if (!ent.isFile()) continue;
-    total += await stat(join(ent.parentPath ?? ent.path, ent.name)).then((s) => s.size, () => 0);
+    total += await stat(join(ent.parentPath, ent.name)).then(
+      (s) => s.size,
+      () => 0,
+    );
   }
   return total;
 }
