@@ -30,7 +30,10 @@ interface Endpoint {
   hostHeader: string;
 }
 
-async function sandbox(s: LocalServer, image: string): Promise<{ id: string; address: string; host: (p: number) => string }> {
+async function sandbox(
+  s: LocalServer,
+  image: string,
+): Promise<{ id: string; address: string; host: (p: number) => string }> {
   const c = await s.api('POST', '/api/v1/sandboxes', { body: { image, timeoutMs: 3_600_000 } });
   if (c.status !== 201) throw new Error(`create ${image}: ${c.text}`);
   const sb = c.body.sandbox;
@@ -43,8 +46,22 @@ async function sandbox(s: LocalServer, image: string): Promise<{ id: string; add
 /** MB/s of `streams` parallel curl downloads of `path` (aggregate). */
 async function download(e: Endpoint, path: string, streams: number): Promise<number> {
   const t = process.hrtime.bigint();
-  const outs = await Promise.all(Array.from({ length: streams }, () =>
-    run('curl', ['-sS', '-m', '120', '-o', '/dev/null', '-w', '%{http_code} %{size_download}', '--connect-to', `::${e.connect.host}:${e.connect.port}`, `http://${e.hostHeader}${path}`])));
+  const outs = await Promise.all(
+    Array.from({ length: streams }, () =>
+      run('curl', [
+        '-sS',
+        '-m',
+        '120',
+        '-o',
+        '/dev/null',
+        '-w',
+        '%{http_code} %{size_download}',
+        '--connect-to',
+        `::${e.connect.host}:${e.connect.port}`,
+        `http://${e.hostHeader}${path}`,
+      ]),
+    ),
+  );
   const s = Number(process.hrtime.bigint() - t) / 1e9;
   let bytes = 0;
   for (const o of outs) {
@@ -65,7 +82,9 @@ async function latencies(e: Endpoint, agent: Agent, path: string, n: number): Pr
         if (res.statusCode !== 200) reject(new Error(`GET ${path} answered ${res.statusCode}`));
         res.resume();
         res.on('end', () => resolve());
-      }).on('error', reject).end();
+      })
+        .on('error', reject)
+        .end();
     });
     out.push(Number(process.hrtime.bigint() - t) / 1e6);
   }
@@ -78,10 +97,14 @@ const s = await startLocalServer();
 try {
   const web = await sandbox(s, 'local/busybox:latest');
   const setup = await s.api('POST', `/api/v1/sandboxes/${web.id}/exec`, {
-    body: { command: `mkdir -p /www && dd if=/dev/zero of=/www/big bs=1M count=${BIG / MiB} 2>/dev/null && printf 0123456789abcdef > /www/small` },
+    body: {
+      command: `mkdir -p /www && dd if=/dev/zero of=/www/big bs=1M count=${BIG / MiB} 2>/dev/null && printf 0123456789abcdef > /www/small`,
+    },
   });
   if (setup.body?.exitCode !== 0) throw new Error(`setup: ${setup.text}`);
-  await s.api('POST', `/api/v1/sandboxes/${web.id}/exec`, { body: { command: 'busybox httpd -f -p 8000 -h /www', options: { background: true } } });
+  await s.api('POST', `/api/v1/sandboxes/${web.id}/exec`, {
+    body: { command: 'busybox httpd -f -p 8000 -h /www', options: { background: true } },
+  });
   const app = await sandbox(s, 'local/debian:bookworm');
   await startPyApp(s, app.id, 8000);
   await waitListening(s, web.host(8000), '/small');
@@ -107,7 +130,10 @@ try {
   const lat: Record<string, number[]> = { appDirect: [], appProxy: [], webDirect: [], webProxy: [] };
   const agents = [new Agent({ keepAlive: true, maxSockets: 1 }), new Agent({ keepAlive: true, maxSockets: 1 })];
   const block = 100;
-  for (const [name, ep, path] of [['app', appEp, '/bytes?n=16'], ['web', webEp, '/small']] as const) {
+  for (const [name, ep, path] of [
+    ['app', appEp, '/bytes?n=16'],
+    ['web', webEp, '/small'],
+  ] as const) {
     await latencies(ep.direct, agents[0], path, 200); // warm-up, not counted
     await latencies(ep.proxy, agents[1], path, 200);
     for (let done = 0; done < REQUESTS; done += block) {
@@ -123,15 +149,53 @@ try {
   const addedApp = sum.appProxy.p50 - sum.appDirect.p50;
   const addedWeb = sum.webProxy.p50 - sum.webDirect.p50;
   const rows = [
-    { metric: 'throughput, 1 stream (MB/s, median)', direct: median(tput.direct1), proxy: median(tput.proxy1), 'proxy/direct': `${(ratio1 * 100).toFixed(0)}%`, target: '>= 70%' },
-    { metric: 'throughput, 4 streams (MB/s, median)', direct: median(tput.direct4), proxy: median(tput.proxy4), 'proxy/direct': `${(ratio4 * 100).toFixed(0)}%`, target: '>= 70%' },
-    { metric: 'GET keep-alive (python) p50 ms', direct: sum.appDirect.p50, proxy: sum.appProxy.p50, 'proxy/direct': `+${addedApp.toFixed(3)} ms`, target: '<= +1 ms' },
-    { metric: 'GET keep-alive (python) p99 ms', direct: sum.appDirect.p99, proxy: sum.appProxy.p99, 'proxy/direct': `+${(sum.appProxy.p99 - sum.appDirect.p99).toFixed(3)} ms`, target: '' },
-    { metric: 'GET new connection (busybox) p50 ms', direct: sum.webDirect.p50, proxy: sum.webProxy.p50, 'proxy/direct': `+${addedWeb.toFixed(3)} ms`, target: '<= +1 ms' },
-    { metric: 'GET new connection (busybox) p99 ms', direct: sum.webDirect.p99, proxy: sum.webProxy.p99, 'proxy/direct': `+${(sum.webProxy.p99 - sum.webDirect.p99).toFixed(3)} ms`, target: '' },
+    {
+      metric: 'throughput, 1 stream (MB/s, median)',
+      direct: median(tput.direct1),
+      proxy: median(tput.proxy1),
+      'proxy/direct': `${(ratio1 * 100).toFixed(0)}%`,
+      target: '>= 70%',
+    },
+    {
+      metric: 'throughput, 4 streams (MB/s, median)',
+      direct: median(tput.direct4),
+      proxy: median(tput.proxy4),
+      'proxy/direct': `${(ratio4 * 100).toFixed(0)}%`,
+      target: '>= 70%',
+    },
+    {
+      metric: 'GET keep-alive (python) p50 ms',
+      direct: sum.appDirect.p50,
+      proxy: sum.appProxy.p50,
+      'proxy/direct': `+${addedApp.toFixed(3)} ms`,
+      target: '<= +1 ms',
+    },
+    {
+      metric: 'GET keep-alive (python) p99 ms',
+      direct: sum.appDirect.p99,
+      proxy: sum.appProxy.p99,
+      'proxy/direct': `+${(sum.appProxy.p99 - sum.appDirect.p99).toFixed(3)} ms`,
+      target: '',
+    },
+    {
+      metric: 'GET new connection (busybox) p50 ms',
+      direct: sum.webDirect.p50,
+      proxy: sum.webProxy.p50,
+      'proxy/direct': `+${addedWeb.toFixed(3)} ms`,
+      target: '<= +1 ms',
+    },
+    {
+      metric: 'GET new connection (busybox) p99 ms',
+      direct: sum.webDirect.p99,
+      proxy: sum.webProxy.p99,
+      'proxy/direct': `+${(sum.webProxy.p99 - sum.webDirect.p99).toFixed(3)} ms`,
+      target: '',
+    },
   ];
   report('proxy', rows, {
-    rounds: ROUNDS, requests: REQUESTS, bigBytes: BIG,
+    rounds: ROUNDS,
+    requests: REQUESTS,
+    bigBytes: BIG,
     throughputMBps: Object.fromEntries(Object.entries(tput).map(([k, v]) => [k, median(v)])),
     throughputRatio: { oneStream: ratio1, fourStreams: ratio4 },
     latencyMs: sum,

@@ -30,18 +30,27 @@ const floorRoot = join(dataDir, 'floor');
 const floor = new OciRuntime({ root: join(floorRoot, 'crun'), binary: 'crun' });
 const bundle = join(floorRoot, 'bundle');
 mkdirSync(bundle, { recursive: true });
-writeFileSync(join(bundle, 'config.json'), JSON.stringify({
-  ociVersion: '1.0.2',
-  process: { terminal: false, user: { uid: 0, gid: 0 }, args: ['/dev/init', '-P'], env: ['PATH=/bin:/usr/bin'], cwd: '/' },
-  root: { path: image.rootfsDir, readonly: true },
-  hostname: 'floor',
-  mounts: [
-    { destination: '/proc', type: 'proc', source: 'proc' },
-    { destination: '/dev', type: 'tmpfs', source: 'tmpfs', options: ['nosuid', 'mode=755'] },
-    { destination: '/dev/init', type: 'bind', source: '/usr/bin/catatonit', options: ['rbind', 'ro'] },
-  ],
-  linux: { namespaces: [{ type: 'pid' }, { type: 'ipc' }, { type: 'uts' }, { type: 'mount' }, { type: 'network' }] },
-}));
+writeFileSync(
+  join(bundle, 'config.json'),
+  JSON.stringify({
+    ociVersion: '1.0.2',
+    process: {
+      terminal: false,
+      user: { uid: 0, gid: 0 },
+      args: ['/dev/init', '-P'],
+      env: ['PATH=/bin:/usr/bin'],
+      cwd: '/',
+    },
+    root: { path: image.rootfsDir, readonly: true },
+    hostname: 'floor',
+    mounts: [
+      { destination: '/proc', type: 'proc', source: 'proc' },
+      { destination: '/dev', type: 'tmpfs', source: 'tmpfs', options: ['nosuid', 'mode=755'] },
+      { destination: '/dev/init', type: 'bind', source: '/usr/bin/catatonit', options: ['rbind', 'ro'] },
+    ],
+    linux: { namespaces: [{ type: 'pid' }, { type: 'ipc' }, { type: 'uts' }, { type: 'mount' }, { type: 'network' }] },
+  }),
+);
 // Started the way the driver starts its programs (the spawner): node's own spawn forks this
 // whole process, which would put the bench's memory size into the floor.
 const bareExec = async (id: string) => {
@@ -49,41 +58,81 @@ const bareExec = async (id: string) => {
   if (r.code !== 0) throw new Error(`crun exec: ${r.code} ${r.stderr.toString()}`);
 };
 
-const s = { floorCreate: [] as number[], driverCreate: [] as number[], floorExec: [] as number[], driverExec: [] as number[], floorDelete: [] as number[], driverDelete: [] as number[] };
-const spec = (i: number) => ({ id: `bench_${process.pid}_${i}`, image: 'local/busybox:latest', env: {}, volumes: [], limits: LIMITS });
+const s = {
+  floorCreate: [] as number[],
+  driverCreate: [] as number[],
+  floorExec: [] as number[],
+  driverExec: [] as number[],
+  floorDelete: [] as number[],
+  driverDelete: [] as number[],
+};
+const spec = (i: number) => ({
+  id: `bench_${process.pid}_${i}`,
+  image: 'local/busybox:latest',
+  env: {},
+  volumes: [],
+  limits: LIMITS,
+});
 
 try {
   for (let i = 0; i < RUNS + 3; i++) {
     const warm = i < 3; // first runs warm caches and are not counted
     const fid = `floor_${process.pid}_${i}`;
-    const fc = await timeMs(async () => { await floor.run(fid, bundle); await bareExec(fid); });
+    const fc = await timeMs(async () => {
+      await floor.run(fid, bundle);
+      await bareExec(fid);
+    });
     const fe = await timeMs(() => bareExec(fid));
     const fd = await timeMs(() => floor.delete(fid));
     const sp = spec(i);
-    const dc = await timeMs(async () => { await driver.create(sp); await driver.exec(sp.id, 'true'); });
+    const dc = await timeMs(async () => {
+      await driver.create(sp);
+      await driver.exec(sp.id, 'true');
+    });
     const de = await timeMs(() => driver.exec(sp.id, 'true'));
     const dd = await timeMs(() => driver.delete(sp.id));
     if (warm) continue;
-    s.floorCreate.push(fc); s.floorExec.push(fe); s.floorDelete.push(fd);
-    s.driverCreate.push(dc); s.driverExec.push(de); s.driverDelete.push(dd);
+    s.floorCreate.push(fc);
+    s.floorExec.push(fe);
+    s.floorDelete.push(fd);
+    s.driverCreate.push(dc);
+    s.driverExec.push(de);
+    s.driverDelete.push(dd);
   }
 
-  const meminfo = () => Object.fromEntries(readFileSync('/proc/meminfo', 'utf8').split('\n').filter(Boolean)
-    .map((l) => { const [k, v] = l.split(/:\s+/); return [k, Number.parseInt(v, 10) * 1024]; })) as Record<string, number>;
+  const meminfo = () =>
+    Object.fromEntries(
+      readFileSync('/proc/meminfo', 'utf8')
+        .split('\n')
+        .filter(Boolean)
+        .map((l) => {
+          const [k, v] = l.split(/:\s+/);
+          return [k, Number.parseInt(v, 10) * 1024];
+        }),
+    ) as Record<string, number>;
   const memAvailable = () => meminfo().MemAvailable;
   const kernelBefore = meminfo();
   const before = memAvailable();
   const alive: string[] = [];
-  for (let i = 0; i < ALIVE; i++) { const sp = spec(10_000 + i); await driver.create(sp); alive.push(sp.id); }
+  for (let i = 0; i < ALIVE; i++) {
+    const sp = spec(10_000 + i);
+    await driver.create(sp);
+    alive.push(sp.id);
+  }
   await new Promise((r) => setTimeout(r, 2000));
   const after = memAvailable();
   const kernelAfter = meminfo();
   let cgroupBytes = 0;
-  for (const id of alive) cgroupBytes += Number(readFileSync(`/sys/fs/cgroup/memory/${options.cgroupParent}/${id}/memory.usage_in_bytes`, 'utf8'));
+  for (const id of alive)
+    cgroupBytes += Number(
+      readFileSync(`/sys/fs/cgroup/memory/${options.cgroupParent}/${id}/memory.usage_in_bytes`, 'utf8'),
+    );
   const MiB = 1024 * 1024;
   const hostPerSandbox = (before - after) / ALIVE / MiB;
   const cgroupPerSandbox = cgroupBytes / ALIVE / MiB;
-  const aliveDelete = await timeMs(async () => { for (const id of alive) await driver.delete(id); });
+  const aliveDelete = await timeMs(async () => {
+    for (const id of alive) await driver.delete(id);
+  });
 
   const rows = [
     row('create -> first exec', s.driverCreate, s.floorCreate),
@@ -91,19 +140,30 @@ try {
     row('delete', s.driverDelete, s.floorDelete),
   ];
   report('runtime', rows, {
-    runs: RUNS, createToFirstExec: { driver: summarize(s.driverCreate), floor: summarize(s.floorCreate) },
+    runs: RUNS,
+    createToFirstExec: { driver: summarize(s.driverCreate), floor: summarize(s.floorCreate) },
     exec: { driver: summarize(s.driverExec), floor: summarize(s.floorExec) },
     delete: { driver: summarize(s.driverDelete), floor: summarize(s.floorDelete) },
     idle: { sandboxes: ALIVE, deleteAllMs: aliveDelete },
   });
   const kernel = (k: string) => (kernelAfter[k] - kernelBefore[k]) / ALIVE / MiB;
   const kernelPerSandbox = kernel('SUnreclaim') + kernel('KernelStack') + kernel('PageTables') + kernel('Percpu');
-  report('idle sandboxes', [
-    { measure: 'sandbox cgroup memory (its processes, page cache)', 'MiB / sandbox': cgroupPerSandbox },
-    { measure: 'kernel: unreclaimable slab + stacks + page tables + percpu', 'MiB / sandbox': kernelPerSandbox },
-    { measure: 'total', 'MiB / sandbox': cgroupPerSandbox + kernelPerSandbox },
-    { measure: `(machine-wide MemAvailable drop; other processes move it)`, 'MiB / sandbox': hostPerSandbox },
-  ], { sandboxes: ALIVE, totalMiBPerSandbox: cgroupPerSandbox + kernelPerSandbox, cgroupMiBPerSandbox: cgroupPerSandbox, kernelMiBPerSandbox: kernelPerSandbox, memAvailableDropMiBPerSandbox: hostPerSandbox });
+  report(
+    'idle sandboxes',
+    [
+      { measure: 'sandbox cgroup memory (its processes, page cache)', 'MiB / sandbox': cgroupPerSandbox },
+      { measure: 'kernel: unreclaimable slab + stacks + page tables + percpu', 'MiB / sandbox': kernelPerSandbox },
+      { measure: 'total', 'MiB / sandbox': cgroupPerSandbox + kernelPerSandbox },
+      { measure: `(machine-wide MemAvailable drop; other processes move it)`, 'MiB / sandbox': hostPerSandbox },
+    ],
+    {
+      sandboxes: ALIVE,
+      totalMiBPerSandbox: cgroupPerSandbox + kernelPerSandbox,
+      cgroupMiBPerSandbox: cgroupPerSandbox,
+      kernelMiBPerSandbox: kernelPerSandbox,
+      memAvailableDropMiBPerSandbox: hostPerSandbox,
+    },
+  );
 } finally {
   for (const c of await floor.list()) await floor.delete(c.id);
   await driver.destroyAll();
@@ -111,6 +171,14 @@ try {
 }
 
 function row(step: string, d: number[], f: number[]): Record<string, string | number> {
-  const sd = summarize(d); const sf = summarize(f);
-  return { step, 'driver p50 ms': sd.p50, 'driver p99 ms': sd.p99, 'floor p50 ms': sf.p50, 'floor p99 ms': sf.p99, 'ratio p50': sd.p50 / sf.p50 };
+  const sd = summarize(d);
+  const sf = summarize(f);
+  return {
+    step,
+    'driver p50 ms': sd.p50,
+    'driver p99 ms': sd.p99,
+    'floor p50 ms': sf.p50,
+    'floor p99 ms': sf.p99,
+    'ratio p50': sd.p50 / sf.p50,
+  };
 }

@@ -5,11 +5,21 @@ export function percentile(sorted: number[], p: number): number {
   return sorted[i];
 }
 
-export interface Summary { n: number; p50: number; p99: number; mean: number }
+export interface Summary {
+  n: number;
+  p50: number;
+  p99: number;
+  mean: number;
+}
 
 export function summarize(samples: number[]): Summary {
   const s = [...samples].sort((a, b) => a - b);
-  return { n: s.length, p50: percentile(s, 50), p99: percentile(s, 99), mean: s.reduce((a, b) => a + b, 0) / (s.length || 1) };
+  return {
+    n: s.length,
+    p50: percentile(s, 50),
+    p99: percentile(s, 99),
+    mean: s.reduce((a, b) => a + b, 0) / (s.length || 1),
+  };
 }
 
 /** Milliseconds taken by `fn`. */

@@ -36,7 +36,10 @@ const wait = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** A bare host PTY: `script` runs `cmd` with `sh -c` on a new PTY and relays it over pipes. */
 function hostTerm(cmd: string): Term & { exited: Promise<void> } {
-  const c = spawn('script', ['-qfc', cmd, '/dev/null'], { stdio: ['pipe', 'pipe', 'ignore'], env: { PATH: '/usr/bin:/bin', TERM: 'xterm-256color', HOME: '/tmp' } });
+  const c = spawn('script', ['-qfc', cmd, '/dev/null'], {
+    stdio: ['pipe', 'pipe', 'ignore'],
+    env: { PATH: '/usr/bin:/bin', TERM: 'xterm-256color', HOME: '/tmp' },
+  });
   const exited = new Promise<void>((r) => c.once('close', () => r()));
   return {
     write: (s) => c.stdin.write(s),
@@ -95,16 +98,20 @@ async function main(s: Server) {
   /** A new terminal over the WebSocket; records create and connect-to-ready times. */
   async function wsTerm(): Promise<Term & { client: Client }> {
     let id = '';
-    createMs.push(await timeMs(async () => {
-      const r = await s.api('POST', `/api/v1/sandboxes/${sb}/terminals`, { body: { shell: 'bash' } });
-      if (r.status !== 201) throw new Error(`create terminal: ${r.status} ${r.text}`);
-      id = r.body.terminal.id;
-    }));
+    createMs.push(
+      await timeMs(async () => {
+        const r = await s.api('POST', `/api/v1/sandboxes/${sb}/terminals`, { body: { shell: 'bash' } });
+        if (r.status !== 201) throw new Error(`create terminal: ${r.status} ${r.text}`);
+        id = r.body.terminal.id;
+      }),
+    );
     let client!: Client;
-    readyMs.push(await timeMs(async () => {
-      client = await TermClient.connect(terminalUrl(s.baseUrl, sb, id), auth);
-      await client.control('ready');
-    }));
+    readyMs.push(
+      await timeMs(async () => {
+        client = await TermClient.connect(terminalUrl(s.baseUrl, sb, id), auth);
+        await client.control('ready');
+      }),
+    );
     return {
       client,
       write: (x) => client.type(x),
@@ -119,7 +126,10 @@ async function main(s: Server) {
   for (let i = 0; i < 10; i++) await (await wsTerm()).stop(); // create/connect samples
 
   const lat: Record<string, number[]> = {};
-  for (const [name, cmd] of [['cat', 'exec cat'], ['bash', 'exec bash --norc --noprofile']] as const) {
+  for (const [name, cmd] of [
+    ['cat', 'exec cat'],
+    ['bash', 'exec bash --norc --noprofile'],
+  ] as const) {
     const w = await wsTerm();
     w.write(`${cmd}\r`);
     lat[`websocket echo ${name}`] = await echoLatency(w, KEYS);
@@ -151,18 +161,31 @@ async function main(s: Server) {
   const rows: Record<string, string | number>[] = [];
   const row = (measure: string, s?: ReturnType<typeof summarize>, t?: { bytes: number; s: number }) =>
     rows.push({
-      measure, n: s?.n ?? '', 'p50 ms': s ? s.p50.toFixed(3) : '', 'p99 ms': s ? s.p99.toFixed(3) : '',
-      'MB/s': t ? (t.bytes / 1e6 / t.s).toFixed(1) : '', 'bytes out': t ? t.bytes : '', s: t ? t.s.toFixed(2) : '',
+      measure,
+      n: s?.n ?? '',
+      'p50 ms': s ? s.p50.toFixed(3) : '',
+      'p99 ms': s ? s.p99.toFixed(3) : '',
+      'MB/s': t ? (t.bytes / 1e6 / t.s).toFixed(1) : '',
+      'bytes out': t ? t.bytes : '',
+      s: t ? t.s.toFixed(2) : '',
     });
   row('terminal create (POST, bash)', summarize(createMs));
   row('connect to ready', summarize(readyMs));
   for (const [k, v] of Object.entries(lat)) row(k, summarize(v));
   for (const [k, v] of Object.entries(tp)) row(k, undefined, v);
   report('terminal', rows, {
-    image: IMAGE, keys: KEYS, payloadBytes: BYTES,
-    createMs: summarize(createMs), readyMs: summarize(readyMs),
+    image: IMAGE,
+    keys: KEYS,
+    payloadBytes: BYTES,
+    createMs: summarize(createMs),
+    readyMs: summarize(readyMs),
     echoMs: Object.fromEntries(Object.entries(lat).map(([k, v]) => [k, summarize(v)])),
-    throughput: Object.fromEntries(Object.entries(tp).map(([k, v]) => [k, { bytes: v.bytes, s: v.s, mbPerS: v.bytes / 1e6 / v.s, payloadMbPerS: BYTES / 1e6 / v.s }])),
+    throughput: Object.fromEntries(
+      Object.entries(tp).map(([k, v]) => [
+        k,
+        { bytes: v.bytes, s: v.s, mbPerS: v.bytes / 1e6 / v.s, payloadMbPerS: BYTES / 1e6 / v.s },
+      ]),
+    ),
   });
 }
 

@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
-# npm run check: type-check everything, and fail when spec/openapi.json drifts from the schemas.
+# npm run check: type-check everything, lint and format-check (Biome), and fail when
+# spec/openapi.json drifts from the schemas.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/node-env.sh
+source scripts/node-env.sh
 npx tsc -p .
-if [ -f scripts/gen-openapi.ts ]; then node --import tsx scripts/gen-openapi.ts --check; fi
+npx biome check --error-on-warnings .
+node --import tsx scripts/gen-openapi.ts --check

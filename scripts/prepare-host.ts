@@ -10,11 +10,16 @@ import { ImageStore } from '../packages/server/src/runtime/local/images/store.js
 import { ensureDefaultImages } from '../packages/server/src/runtime/local/images/defaults.js';
 
 const args = process.argv.slice(2);
-const flag = (name: string) => { const i = args.indexOf(name); return i >= 0 ? args[i + 1] : undefined; };
+const flag = (name: string) => {
+  const i = args.indexOf(name);
+  return i >= 0 ? args[i + 1] : undefined;
+};
 
 for (const f of readdirSync(NATIVE_SRC_DIR).filter((n) => n.endsWith('.c'))) nativeBin(f.slice(0, -2));
 
 if (!args.includes('--no-images')) {
-  const dir = resolve(flag('--image-dir') ?? process.env.SANDBOXD_IMAGE_DIR ?? resolve(process.env.SANDBOXD_DATA_DIR ?? 'data', 'images'));
+  const dir = resolve(
+    flag('--image-dir') ?? process.env.SANDBOXD_IMAGE_DIR ?? resolve(process.env.SANDBOXD_DATA_DIR ?? 'data', 'images'),
+  );
   await ensureDefaultImages(new ImageStore({ dir }), (msg: string) => console.log(`sandboxd set-up: ${msg}`));
 }

@@ -6,7 +6,16 @@ import { IMAGE, newAccount, startServer, type Server } from './harness.js';
 const ISO = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/;
 
 function assertSandbox(sb: Record<string, unknown>) {
-  assert.deepEqual(Object.keys(sb).sort(), ['createdAt', 'id', 'image', 'name', 'publicAccessUrlTemplate', 'region', 'state', 'stopAt']);
+  assert.deepEqual(Object.keys(sb).sort(), [
+    'createdAt',
+    'id',
+    'image',
+    'name',
+    'publicAccessUrlTemplate',
+    'region',
+    'state',
+    'stopAt',
+  ]);
   assert.match(String(sb.id), /^sbx_[a-z2-7]{20}$/);
   assert.match(String(sb.name), /^[a-z]+-[a-z]+-\d{4}$/);
   assert.match(String(sb.createdAt), ISO);
@@ -52,14 +61,23 @@ describe('sandbox API over HTTP', { timeout: 180_000 }, () => {
     assert.equal(l.body.count, l.body.sandboxes.length);
     l.body.sandboxes.forEach(assertSandbox);
 
-    const e = await s.api('POST', `/api/v1/sandboxes/${sb.id}/exec`, { key, body: { command: 'echo $GREETING', options: { background: false } } });
+    const e = await s.api('POST', `/api/v1/sandboxes/${sb.id}/exec`, {
+      key,
+      body: { command: 'echo $GREETING', options: { background: false } },
+    });
     assert.equal(e.status, 200);
     assert.deepEqual(e.body, { stdout: 'hello\n', stderr: '', exitCode: 0, success: true });
     const fail = await s.api('POST', `/api/v1/sandboxes/${sb.id}/exec`, { key, body: { command: 'exit 3' } });
     assert.deepEqual(fail.body, { stdout: '', stderr: '', exitCode: 3, success: false });
-    const env = await s.api('POST', `/api/v1/sandboxes/${sb.id}/exec`, { key, body: { command: 'echo "$GREETING"', options: { env: { GREETING: 'over' }, cwd: '/', timeoutMs: 5000 } } });
+    const env = await s.api('POST', `/api/v1/sandboxes/${sb.id}/exec`, {
+      key,
+      body: { command: 'echo "$GREETING"', options: { env: { GREETING: 'over' }, cwd: '/', timeoutMs: 5000 } },
+    });
     assert.equal(env.body.stdout, 'over\n');
-    const bg = await s.api('POST', `/api/v1/sandboxes/${sb.id}/exec`, { key, body: { command: 'sleep 30', options: { background: true } } });
+    const bg = await s.api('POST', `/api/v1/sandboxes/${sb.id}/exec`, {
+      key,
+      body: { command: 'sleep 30', options: { background: true } },
+    });
     assert.equal(bg.status, 200);
     assert.deepEqual(Object.keys(bg.body).sort(), ['exitCode', 'pid', 'stderr', 'stdout', 'success']);
     assert.equal(bg.body.success, true);
@@ -81,17 +99,29 @@ describe('sandbox API over HTTP', { timeout: 180_000 }, () => {
   it('list: state filter, limit and nextCursor paging, newest first', async () => {
     const { key: k } = await newAccount(s, { tokens: 1000 });
     const ids: string[] = [];
-    for (let i = 0; i < 3; i++) ids.push((await s.api('POST', '/api/v1/sandboxes', { key: k, body: { image: IMAGE, timeoutMs: 60_000 } })).body.sandbox.id);
+    for (let i = 0; i < 3; i++)
+      ids.push(
+        (await s.api('POST', '/api/v1/sandboxes', { key: k, body: { image: IMAGE, timeoutMs: 60_000 } })).body.sandbox
+          .id,
+      );
     await s.api('PATCH', `/api/v1/sandboxes/${ids[0]}/timeout`, { key: k, body: { timeoutMs: 0 } });
     const p1 = await s.api('GET', '/api/v1/sandboxes?limit=2', { key: k });
     assert.equal(p1.body.count, 2);
     assert.ok(p1.body.nextCursor);
-    const p2 = await s.api('GET', `/api/v1/sandboxes?limit=2&cursor=${encodeURIComponent(p1.body.nextCursor)}`, { key: k });
+    const p2 = await s.api('GET', `/api/v1/sandboxes?limit=2&cursor=${encodeURIComponent(p1.body.nextCursor)}`, {
+      key: k,
+    });
     assert.equal(p2.body.count, 1);
     assert.equal(p2.body.nextCursor, undefined);
-    assert.deepEqual([...p1.body.sandboxes, ...p2.body.sandboxes].map((x: { id: string }) => x.id), [...ids].reverse());
+    assert.deepEqual(
+      [...p1.body.sandboxes, ...p2.body.sandboxes].map((x: { id: string }) => x.id),
+      [...ids].reverse(),
+    );
     const stopped = await s.api('GET', '/api/v1/sandboxes?state=stopped', { key: k });
-    assert.deepEqual(stopped.body.sandboxes.map((x: { id: string; state: string }) => [x.id, x.state]), [[ids[0], 'stopped']]);
+    assert.deepEqual(
+      stopped.body.sandboxes.map((x: { id: string; state: string }) => [x.id, x.state]),
+      [[ids[0], 'stopped']],
+    );
     assert.equal((await s.api('GET', '/api/v1/sandboxes?state=started', { key: k })).body.count, 2);
   });
 
@@ -107,20 +137,38 @@ describe('sandbox API over HTTP', { timeout: 180_000 }, () => {
     assertError(await s.api('GET', '/api/v1/nothing/here', { key }), 404);
     const small = await newAccount(s, { tokens: 1000 });
     const made = [];
-    for (let i = 0; i < 5; i++) made.push(await s.api('POST', '/api/v1/sandboxes', { key: small.key, body: { image: IMAGE, timeoutMs: 60_000 } }));
+    for (let i = 0; i < 5; i++)
+      made.push(
+        await s.api('POST', '/api/v1/sandboxes', { key: small.key, body: { image: IMAGE, timeoutMs: 60_000 } }),
+      );
     assert.ok(made.every((m) => m.status === 201));
     assertError(await s.api('POST', '/api/v1/sandboxes', { key: small.key, body: { image: IMAGE } }), 403);
     const id = made[0].body.sandbox.id;
     await s.api('PATCH', `/api/v1/sandboxes/${id}/timeout`, { key: small.key, body: { timeoutMs: 0 } });
-    assertError(await s.api('PATCH', `/api/v1/sandboxes/${id}/timeout`, { key: small.key, body: { timeoutMs: 1000 } }), 409);
-    assertError(await s.api('POST', `/api/v1/sandboxes/${id}/exec`, { key: small.key, body: { command: 'true' } }), 409);
+    assertError(
+      await s.api('PATCH', `/api/v1/sandboxes/${id}/timeout`, { key: small.key, body: { timeoutMs: 1000 } }),
+      409,
+    );
+    assertError(
+      await s.api('POST', `/api/v1/sandboxes/${id}/exec`, { key: small.key, body: { command: 'true' } }),
+      409,
+    );
     assertError(await s.api('GET', `/api/v1/sandboxes/${made[1].body.sandbox.id}`, { key }), 404); // another account's
   });
 
   it('account, keys, volumes, events, auth and admin', async () => {
     const a = await newAccount(s, { tokens: 500 });
     const acct = await s.api('GET', '/api/v1/account', { key: a.key });
-    assert.deepEqual(Object.keys(acct.body).sort(), ['admin', 'balance', 'createdAt', 'email', 'id', 'limits', 'plan', 'usage']);
+    assert.deepEqual(Object.keys(acct.body).sort(), [
+      'admin',
+      'balance',
+      'createdAt',
+      'email',
+      'id',
+      'limits',
+      'plan',
+      'usage',
+    ]);
     assert.equal(acct.body.plan, 'FREE');
     assert.equal(acct.body.balance, 500);
     const k = await s.api('POST', '/api/v1/keys', { key: a.key, body: { name: 'second' } });
@@ -131,22 +179,58 @@ describe('sandbox API over HTTP', { timeout: 180_000 }, () => {
     assert.equal((await s.api('DELETE', `/api/v1/keys/${k.body.id}`, { key: a.key })).status, 204);
     assertError(await s.api('GET', '/api/v1/account', { key: k.body.key }), 401);
 
-    const v = await s.api('POST', '/api/v1/sandboxes', { key: a.key, body: { image: IMAGE, timeoutMs: 60_000, volumes: { '/data': { name: 'data_1', sizeGb: 2 } } } });
+    const v = await s.api('POST', '/api/v1/sandboxes', {
+      key: a.key,
+      body: { image: IMAGE, timeoutMs: 60_000, volumes: { '/data': { name: 'data_1', sizeGb: 2 } } },
+    });
     assert.equal(v.status, 201);
-    assertError(await s.api('POST', '/api/v1/sandboxes', { key: a.key, body: { image: IMAGE, volumes: { '/d': { name: 'data_1', sizeGb: 3 } } } }), 409);
+    assertError(
+      await s.api('POST', '/api/v1/sandboxes', {
+        key: a.key,
+        body: { image: IMAGE, volumes: { '/d': { name: 'data_1', sizeGb: 3 } } },
+      }),
+      409,
+    );
     const vols = await s.api('GET', '/api/v1/volumes', { key: a.key });
-    assert.deepEqual(vols.body.volumes.map((x: { name: string; sizeGb: number; mountedBy: string[] }) => [x.name, x.sizeGb, x.mountedBy]), [['data_1', 2, [v.body.sandbox.id]]]);
+    assert.deepEqual(
+      vols.body.volumes.map((x: { name: string; sizeGb: number; mountedBy: string[] }) => [
+        x.name,
+        x.sizeGb,
+        x.mountedBy,
+      ]),
+      [['data_1', 2, [v.body.sandbox.id]]],
+    );
     assertError(await s.api('DELETE', '/api/v1/volumes/data_1', { key: a.key }), 409);
     await s.api('DELETE', `/api/v1/sandboxes/${v.body.sandbox.id}`, { key: a.key });
     assert.equal((await s.api('DELETE', '/api/v1/volumes/data_1', { key: a.key })).status, 204);
 
-    assert.deepEqual((await s.api('POST', '/api/v1/events/track', { key: a.key, body: { event: 'onboarding.step_1_welcome', metadata: {} } })).body, { success: true });
-    assertError(await s.api('POST', '/api/v1/events/track', { key: a.key, body: { event: 'onboarding.step_9', metadata: {} } }), 400);
-    assertError(await s.api('POST', '/api/v1/events/track', { key: null, body: { event: 'onboarding.started', metadata: {} } }), 401);
+    assert.deepEqual(
+      (
+        await s.api('POST', '/api/v1/events/track', {
+          key: a.key,
+          body: { event: 'onboarding.step_1_welcome', metadata: {} },
+        })
+      ).body,
+      { success: true },
+    );
+    assertError(
+      await s.api('POST', '/api/v1/events/track', { key: a.key, body: { event: 'onboarding.step_9', metadata: {} } }),
+      400,
+    );
+    assertError(
+      await s.api('POST', '/api/v1/events/track', { key: null, body: { event: 'onboarding.started', metadata: {} } }),
+      401,
+    );
 
     assertError(await s.api('GET', '/api/v1/admin/accounts', { key: a.key }), 404);
     assert.equal((await s.api('GET', '/api/v1/admin/accounts')).status, 200);
-    assertError(await s.api('POST', '/api/v1/auth/login', { key: null, body: { email: 'nobody@example.com', password: 'whatever1' } }), 401);
+    assertError(
+      await s.api('POST', '/api/v1/auth/login', {
+        key: null,
+        body: { email: 'nobody@example.com', password: 'whatever1' },
+      }),
+      401,
+    );
     const doc = await s.api('GET', '/api/v1/openapi.json', { key: null });
     assert.equal(doc.body.openapi, '3.1.0');
     assert.match((await s.api('GET', '/metrics', { key: null })).text, /sandboxd_sandboxes/);

@@ -6,7 +6,8 @@ import { IMAGE, newAccount, startServer, type Server } from './harness.js';
 describe('boundaries', { timeout: 180_000 }, () => {
   let s: Server;
   let key: string;
-  const create = (body: unknown, raw?: string) => s.api('POST', '/api/v1/sandboxes', { key, body: raw === undefined ? body : undefined, raw });
+  const create = (body: unknown, raw?: string) =>
+    s.api('POST', '/api/v1/sandboxes', { key, body: raw === undefined ? body : undefined, raw });
   const cleanup = async (r: { status: number; body: any }) => {
     if (r.status === 201) await s.api('DELETE', `/api/v1/sandboxes/${r.body.sandbox.id}`, { key });
   };
@@ -32,9 +33,19 @@ describe('boundaries', { timeout: 180_000 }, () => {
   });
 
   it('sizeGb: 0 -> 400, 1 -> 201, 100 -> 201, 101 -> 400, 1.5 -> 400', async () => {
-    const cases: Array<[number, number]> = [[0, 400], [1, 201], [100, 201], [101, 400], [1.5, 400]];
+    const cases: Array<[number, number]> = [
+      [0, 400],
+      [1, 201],
+      [100, 201],
+      [101, 400],
+      [1.5, 400],
+    ];
     for (const [sizeGb, status] of cases) {
-      const r = await create({ image: IMAGE, timeoutMs: 60_000, volumes: { '/v': { name: `size_${String(sizeGb).replace('.', '_')}`, sizeGb } } });
+      const r = await create({
+        image: IMAGE,
+        timeoutMs: 60_000,
+        volumes: { '/v': { name: `size_${String(sizeGb).replace('.', '_')}`, sizeGb } },
+      });
       assert.equal(r.status, status, `sizeGb ${sizeGb}: ${r.text}`);
       if (status === 400) assert.equal(r.body.details[0].path, '/volumes/~1v/sizeGb');
       await cleanup(r);
@@ -44,7 +55,10 @@ describe('boundaries', { timeout: 180_000 }, () => {
   it('timeoutMs on FREE: -1 -> 400, 0 -> 201, 3600000 -> 201, 3600001 -> 400 naming the max', async () => {
     const neg = await create({ image: IMAGE, timeoutMs: -1 });
     assert.equal(neg.status, 400);
-    assert.deepEqual(neg.body.details.map((d: { path: string }) => d.path), ['/timeoutMs']);
+    assert.deepEqual(
+      neg.body.details.map((d: { path: string }) => d.path),
+      ['/timeoutMs'],
+    );
     const zero = await create({ image: IMAGE, timeoutMs: 0 });
     assert.equal(zero.status, 201);
     assert.equal(zero.body.sandbox.stopAt, zero.body.sandbox.createdAt);
@@ -71,9 +85,15 @@ describe('boundaries', { timeout: 180_000 }, () => {
     const missing = await create({});
     assert.equal(missing.status, 400);
     assert.deepEqual(missing.body.details, [{ in: 'body', path: '/image', message: 'is required' }]);
-    const exec = await s.api('POST', '/api/v1/sandboxes/sbx_aaaaaaaaaaaaaaaaaaaa/exec', { key, body: { command: 'true', options: { background: true, shell: 'zsh' } } });
+    const exec = await s.api('POST', '/api/v1/sandboxes/sbx_aaaaaaaaaaaaaaaaaaaa/exec', {
+      key,
+      body: { command: 'true', options: { background: true, shell: 'zsh' } },
+    });
     assert.equal(exec.status, 400);
-    const patch = await s.api('PATCH', '/api/v1/sandboxes/sbx_aaaaaaaaaaaaaaaaaaaa/timeout', { key, body: { timeoutMs: 1, extra: true } });
+    const patch = await s.api('PATCH', '/api/v1/sandboxes/sbx_aaaaaaaaaaaaaaaaaaaa/timeout', {
+      key,
+      body: { timeoutMs: 1, extra: true },
+    });
     assert.equal(patch.status, 400);
   });
 
@@ -94,17 +114,28 @@ describe('boundaries', { timeout: 180_000 }, () => {
       assert.equal(r.status, 400, raw);
       assert.equal(r.body.code, 400);
     }
-    const txt = await s.api('POST', '/api/v1/sandboxes', { key, raw: 'image=x', headers: { 'content-type': 'application/x-www-form-urlencoded' } });
+    const txt = await s.api('POST', '/api/v1/sandboxes', {
+      key,
+      raw: 'image=x',
+      headers: { 'content-type': 'application/x-www-form-urlencoded' },
+    });
     assert.equal(txt.status, 400);
     assert.equal(txt.body.code, 400);
-    const empty = await s.api('POST', '/api/v1/sandboxes', { key, raw: '', headers: { 'content-type': 'application/json' } });
+    const empty = await s.api('POST', '/api/v1/sandboxes', {
+      key,
+      raw: '',
+      headers: { 'content-type': 'application/json' },
+    });
     assert.equal(empty.status, 400);
   });
 
   it('PATCH timeoutMs: -1 -> 400; beyond the lifetime -> 400 naming the largest allowed', async () => {
     const c = await create({ image: IMAGE, timeoutMs: 60_000 });
     const id = c.body.sandbox.id;
-    assert.equal((await s.api('PATCH', `/api/v1/sandboxes/${id}/timeout`, { key, body: { timeoutMs: -1 } })).status, 400);
+    assert.equal(
+      (await s.api('PATCH', `/api/v1/sandboxes/${id}/timeout`, { key, body: { timeoutMs: -1 } })).status,
+      400,
+    );
     const over = await s.api('PATCH', `/api/v1/sandboxes/${id}/timeout`, { key, body: { timeoutMs: 3_600_000 } });
     assert.equal(over.status, 400);
     const allowed = Number(/at most (\d+)/.exec(over.body.message)?.[1]);

@@ -12,6 +12,7 @@ import { after, before, describe, it } from 'node:test';
 import { ADMIN_KEY, IMAGE, newAccount, RUNTIME, startServer, type Server } from './harness.js';
 
 const SBX = resolve(fileURLToPath(import.meta.url), '../../../packages/cli/bin/sbx.js');
+// biome-ignore lint/suspicious/noControlCharactersInRegex: ESC starts an ANSI sequence
 const ANSI = /\x1b\[/;
 
 /**
@@ -19,7 +20,7 @@ const ANSI = /\x1b\[/;
  * {resize: [cols, rows]}, and {send, until: regex}, which sends again each second until the
  * regex shows (20 s bound): a SIGWINCH and the next keystroke race, by nature.
  */
-const PTY_DRIVER = String.raw`
+const PTY_DRIVER = `
 import fcntl, json, os, re, select, struct, subprocess, sys, termios, time
 steps, env, argv = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3:]
 master, slave = os.openpty()
@@ -90,7 +91,16 @@ describe('sbx against the real server', { timeout: 300_000 }, () => {
 
   const env = (extra: Record<string, string | undefined> = {}) => {
     const e: Record<string, string> = {};
-    for (const [k, v] of Object.entries({ ...process.env, HOME: home, XDG_CONFIG_HOME: '', SANDBOX_API_KEY: undefined, SANDBOX_API_URL: undefined, NO_COLOR: undefined, FORCE_COLOR: undefined, ...extra })) {
+    for (const [k, v] of Object.entries({
+      ...process.env,
+      HOME: home,
+      XDG_CONFIG_HOME: '',
+      SANDBOX_API_KEY: undefined,
+      SANDBOX_API_URL: undefined,
+      NO_COLOR: undefined,
+      FORCE_COLOR: undefined,
+      ...extra,
+    })) {
       if (v !== undefined && v !== '') e[k] = v;
     }
     return e;
@@ -99,22 +109,34 @@ describe('sbx against the real server', { timeout: 300_000 }, () => {
   /** Runs sbx to completion (bounded) with `input` on stdin. */
   const sbx = (args: string[], o: { env?: Record<string, string | undefined>; input?: string } = {}): Promise<Run> =>
     new Promise((res, rej) => {
-      const p = spawn(SBX, args, { env: env({ SANDBOX_API_URL: s.baseUrl, SANDBOX_API_KEY: key, ...o.env }), stdio: ['pipe', 'pipe', 'pipe'] });
+      const p = spawn(SBX, args, {
+        env: env({ SANDBOX_API_URL: s.baseUrl, SANDBOX_API_KEY: key, ...o.env }),
+        stdio: ['pipe', 'pipe', 'pipe'],
+      });
       let stdout = '';
       let stderr = '';
       p.stdout.on('data', (b) => (stdout += b));
       p.stderr.on('data', (b) => (stderr += b));
       const timer = setTimeout(() => p.kill('SIGKILL'), 120_000);
       p.on('error', rej);
-      p.on('close', (code) => (clearTimeout(timer), res({ code, stdout, stderr })));
+      p.on('close', (code) => {
+        clearTimeout(timer);
+        res({ code, stdout, stderr });
+      });
       p.stdin.end(o.input ?? '');
     });
 
   /** Runs sbx on a PTY through the python driver. */
-  const onPty = (args: string[], steps: unknown[], extraEnv: Record<string, string | undefined> = {}): Promise<{ exit: number; output: string; error: string | null }> =>
+  const onPty = (
+    args: string[],
+    steps: unknown[],
+    extraEnv: Record<string, string | undefined> = {},
+  ): Promise<{ exit: number; output: string; error: string | null }> =>
     new Promise((res, rej) => {
       const e = env({ SANDBOX_API_URL: s.baseUrl, SANDBOX_API_KEY: key, TERM: 'xterm', ...extraEnv });
-      const p = spawn('python3', ['-c', PTY_DRIVER, JSON.stringify(steps), JSON.stringify(e), SBX, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+      const p = spawn('python3', ['-c', PTY_DRIVER, JSON.stringify(steps), JSON.stringify(e), SBX, ...args], {
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
       let out = '';
       let err = '';
       p.stdout.on('data', (b) => (out += b));
@@ -151,10 +173,16 @@ describe('sbx against the real server', { timeout: 300_000 }, () => {
   });
 
   it('login stores key and URL with mode 600, checks the key, and later verbs use it', async () => {
-    oneErrorLine(await sbx(['login', '--key', 'sk_wrong'], { env: { SANDBOX_API_KEY: undefined } }), /rejected this API key/);
+    oneErrorLine(
+      await sbx(['login', '--key', 'sk_wrong'], { env: { SANDBOX_API_KEY: undefined } }),
+      /rejected this API key/,
+    );
     oneErrorLine(await sbx(['ls'], { env: { SANDBOX_API_KEY: undefined } }), /not logged in/);
 
-    const r = await sbx(['--api-url', s.baseUrl, 'login'], { env: { SANDBOX_API_KEY: undefined, SANDBOX_API_URL: undefined }, input: `${key}\n` });
+    const r = await sbx(['--api-url', s.baseUrl, 'login'], {
+      env: { SANDBOX_API_KEY: undefined, SANDBOX_API_URL: undefined },
+      input: `${key}\n`,
+    });
     assert.equal(r.code, 0, r.stderr);
     assert.match(r.stdout, /Logged in to .* as e2e-/);
     const file = join(home, '.config', 'sandboxd', 'config.json');
@@ -165,7 +193,17 @@ describe('sbx against the real server', { timeout: 300_000 }, () => {
   });
 
   it('create prints the id and URL template; ls shows it as a table and JSON', async () => {
-    const r = await sbx(['create', '--image', IMAGE, '--env', 'GREETING=hi', '--volume', 'cli_vol:/data', '--timeout', '5m']);
+    const r = await sbx([
+      'create',
+      '--image',
+      IMAGE,
+      '--env',
+      'GREETING=hi',
+      '--volume',
+      'cli_vol:/data',
+      '--timeout',
+      '5m',
+    ]);
     assert.equal(r.code, 0, r.stderr);
     const id = /Created sandbox (sbx_[a-z2-7]{20})/.exec(r.stdout)?.[1];
     assert.ok(id, r.stdout);
@@ -210,16 +248,38 @@ describe('sbx against the real server', { timeout: 300_000 }, () => {
   });
 
   it('errors are one readable line with a non-zero exit code', async () => {
-    oneErrorLine(await sbx(['create', '--image', 'local/no-such-image:1']), /^error: Template not found: local\/no-such-image:1$/);
+    oneErrorLine(
+      await sbx(['create', '--image', 'local/no-such-image:1']),
+      /^error: Template not found: local\/no-such-image:1$/,
+    );
     oneErrorLine(await sbx(['exec', 'sbx_aaaaaaaaaaaaaaaaaaaa', '--', 'true']), /Sandbox not found/);
-    oneErrorLine(await sbx(['ls'], { env: { SANDBOX_API_URL: 'http://127.0.0.1:1' } }), /Cannot reach the sandboxd API at http:\/\/127\.0\.0\.1:1/);
+    oneErrorLine(
+      await sbx(['ls'], { env: { SANDBOX_API_URL: 'http://127.0.0.1:1' } }),
+      /Cannot reach the sandboxd API at http:\/\/127\.0\.0\.1:1/,
+    );
     oneErrorLine(await sbx(['create', '--env', 'NOEQUALS']), /KEY=VALUE/);
     oneErrorLine(await sbx(['frobnicate']), /unknown command/);
   });
 
   it('every verb has --help with an example', async () => {
-    const verbs = [['login'], ['create'], ['ls'], ['exec'], ['shell'], ['timeout'], ['rm'], ['images', 'pull'], ['images', 'ls'],
-      ['images', 'import'], ['images', 'build'], ['volumes', 'ls'], ['volumes', 'rm'], ['keys', 'create'], ['keys', 'ls'], ['keys', 'revoke']];
+    const verbs = [
+      ['login'],
+      ['create'],
+      ['ls'],
+      ['exec'],
+      ['shell'],
+      ['timeout'],
+      ['rm'],
+      ['images', 'pull'],
+      ['images', 'ls'],
+      ['images', 'import'],
+      ['images', 'build'],
+      ['volumes', 'ls'],
+      ['volumes', 'rm'],
+      ['keys', 'create'],
+      ['keys', 'ls'],
+      ['keys', 'revoke'],
+    ];
     for (const v of verbs) {
       const r = await sbx([...v, '--help']);
       assert.equal(r.code, 0, v.join(' '));
@@ -266,7 +326,9 @@ describe('sbx against the real server', { timeout: 300_000 }, () => {
   });
 
   it('on a TTY: colour unless NO_COLOR, and login prompts for the key without echo', async () => {
-    const login = await onPty(['login'], [{ expect: 'API key for ' }, { send: `${key}\r` }, { expect: 'Logged in' }], { SANDBOX_API_KEY: undefined });
+    const login = await onPty(['login'], [{ expect: 'API key for ' }, { send: `${key}\r` }, { expect: 'Logged in' }], {
+      SANDBOX_API_KEY: undefined,
+    });
     assert.equal(login.exit, 0, login.output);
     assert.ok(!login.output.includes(key), 'the key is not echoed');
     const tty = await onPty(['keys', 'ls'], []);
@@ -281,19 +343,25 @@ describe('sbx against the real server', { timeout: 300_000 }, () => {
     const id = (await sbx(['create', '-q', '--image', IMAGE])).stdout.trim();
     made.push(id);
     await s.api('PATCH', `/api/v1/sandboxes/${id}/timeout`, { key, body: { timeoutMs: 300_000 } });
-    const r = await onPty(['shell', id], [
-      { expect: '[$#] ' },
-      { send: 'echo cli-shell-$((6*7))\r' },
-      { expect: RUNTIME === 'fake' ? 'cli-shell-' : 'cli-shell-42' },
-      { send: 'stty size\r' },
-      { expect: '30 100' },
-      { resize: [120, 40] },
-      { send: 'stty size\r', until: '40 120' },
-      { send: 'exit 5\r' },
-    ]);
+    const r = await onPty(
+      ['shell', id],
+      [
+        { expect: '[$#] ' },
+        { send: 'echo cli-shell-$((6*7))\r' },
+        { expect: RUNTIME === 'fake' ? 'cli-shell-' : 'cli-shell-42' },
+        { send: 'stty size\r' },
+        { expect: '30 100' },
+        { resize: [120, 40] },
+        { send: 'stty size\r', until: '40 120' },
+        { send: 'exit 5\r' },
+      ],
+    );
     assert.equal(r.error, null, r.output);
     assert.equal(r.exit, 5, r.output);
     const left = await s.api('GET', `/api/v1/sandboxes/${id}/terminals`, { key });
-    assert.deepEqual(left.body.terminals.filter((t: { status: string }) => t.status === 'active'), []);
+    assert.deepEqual(
+      left.body.terminals.filter((t: { status: string }) => t.status === 'active'),
+      [],
+    );
   });
 });

@@ -16,7 +16,16 @@ export const SHOTS = join(ROOT, 'artifacts/screenshots');
 export const DESKTOP = { width: 1280, height: 800 };
 /** The narrow phone viewport the pages are shot at. */
 export const PHONE = { width: 390, height: 844 };
-const FLAGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'];
+const FLAGS = [
+  '--headless',
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-quic',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+  '--no-first-run',
+];
 
 /** A browser with one page; `errors` collects console errors and uncaught page errors. */
 export interface Browser {
@@ -35,7 +44,11 @@ export async function launch(): Promise<Browser> {
   let context: BrowserContext;
   try {
     context = await chromium.launchPersistentContext(profile, {
-      executablePath: '/usr/bin/chromium', headless: true, args: FLAGS, viewport: DESKTOP, timeout: 60_000,
+      executablePath: '/usr/bin/chromium',
+      headless: true,
+      args: FLAGS,
+      viewport: DESKTOP,
+      timeout: 60_000,
     });
   } catch (e) {
     rmSync(profile, { recursive: true, force: true });
@@ -61,7 +74,9 @@ export async function launch(): Promise<Browser> {
   });
   page.on('pageerror', (e) => errors.push(`page error: ${e.message}`));
   return {
-    context, page, errors,
+    context,
+    page,
+    errors,
     async shoot(name, opts = {}) {
       await page.screenshot({ path: join(SHOTS, `${name}-desktop.png`), fullPage: true });
       if (opts.dark) {
@@ -84,13 +99,21 @@ export async function launch(): Promise<Browser> {
 
 /** The lines of the visible terminal screen, spaces normalised and trailing blanks cut. */
 export async function screenLines(page: Page): Promise<string[]> {
-  return page.$$eval('.term-panel:not([hidden]) .xterm-rows > div', (rows) => rows.map((r) => (r.textContent ?? '').replace(/\u00a0/g, ' ').trimEnd()));
+  return page.$$eval('.term-panel:not([hidden]) .xterm-rows > div', (rows) =>
+    rows.map((r) => (r.textContent ?? '').replace(/\u00a0/g, ' ').trimEnd()),
+  );
 }
 
 /** Waits (bounded) until a line of the visible terminal is exactly `line`. */
 export async function waitForLine(page: Page, line: string, timeout = 30_000): Promise<void> {
-  await page.waitForFunction((want) => [...document.querySelectorAll('.term-panel:not([hidden]) .xterm-rows > div')]
-    .some((r) => (r.textContent ?? '').replace(/\u00a0/g, ' ').trim() === want), line, { timeout });
+  await page.waitForFunction(
+    (want) =>
+      [...document.querySelectorAll('.term-panel:not([hidden]) .xterm-rows > div')].some(
+        (r) => (r.textContent ?? '').replace(/\u00a0/g, ' ').trim() === want,
+      ),
+    line,
+    { timeout },
+  );
 }
 
 /** Closes every open WebSocket of the page (as a dropped network would end them); returns how many sockets were opened so far. */

@@ -7,12 +7,29 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { IMAGE, startServer, type Server } from './harness.js';
-import { dropSockets, launch, PHONE, screenLines, socketCount, typeCommand, waitForLine, type Browser } from './console-support.js';
+import {
+  dropSockets,
+  launch,
+  PHONE,
+  screenLines,
+  socketCount,
+  typeCommand,
+  waitForLine,
+  type Browser,
+} from './console-support.js';
 
 const EMAIL = `console-${Date.now()}@example.com`;
 const PASSWORD = 'console-password-1';
-const STEPS = ['welcome', 'setup_workspace', 'verify_nodejs', 'create_token', 'export_token', 'install_sdk', 'create_script', 'run_script']
-  .map((s, i) => `onboarding.step_${i + 1}_${s}`);
+const STEPS = [
+  'welcome',
+  'setup_workspace',
+  'verify_nodejs',
+  'create_token',
+  'export_token',
+  'install_sdk',
+  'create_script',
+  'run_script',
+].map((s, i) => `onboarding.step_${i + 1}_${s}`);
 
 describe('browser console', { timeout: 600_000 }, () => {
   let s: Server;
@@ -31,7 +48,9 @@ describe('browser console', { timeout: 600_000 }, () => {
 
   before(async () => {
     s = await startServer();
-    const a = await s.api('POST', '/api/v1/admin/accounts', { body: { email: EMAIL, password: PASSWORD, tokens: 10_000 } });
+    const a = await s.api('POST', '/api/v1/admin/accounts', {
+      body: { email: EMAIL, password: PASSWORD, tokens: 10_000 },
+    });
     assert.equal(a.status, 201, a.text);
     b = await launch();
   });
@@ -113,7 +132,8 @@ describe('browser console', { timeout: 600_000 }, () => {
     await page.getByText('Step 8 of 8').waitFor();
 
     // Everything up to step 8 is stored; a reload resumes there.
-    const events = async () => (await s.api('GET', '/api/v1/events', { key })).body.events.map((e: { event: string }) => e.event) as string[];
+    const events = async () =>
+      (await s.api('GET', '/api/v1/events', { key })).body.events.map((e: { event: string }) => e.event) as string[];
     for (let i = 0; i < 100 && (await events()).length < 9; i++) await new Promise((r) => setTimeout(r, 100));
     assert.deepEqual(await events(), ['onboarding.started', ...STEPS]);
     await page.reload();
@@ -175,7 +195,10 @@ describe('browser console', { timeout: 600_000 }, () => {
     assert.ok(longer > before, 'extended');
     await page.getByLabel('Stop in (minutes from now)').fill('120');
     await page.getByRole('button', { name: 'Set lifetime' }).click();
-    await page.locator('#lifetime-error').getByText(/timeoutMs must be at most/).waitFor();
+    await page
+      .locator('#lifetime-error')
+      .getByText(/timeoutMs must be at most/)
+      .waitFor();
     noConsoleErrors([/status of 400/]);
     await page.getByRole('button', { name: '−5 min' }).click();
     await page.waitForFunction(() => !document.querySelector('#lifetime-error:not([hidden])'));
@@ -195,12 +218,18 @@ describe('browser console', { timeout: 600_000 }, () => {
     const panel = page.locator('.term-panel:not([hidden])');
     const cols = Number(await panel.getAttribute('data-cols'));
     await page.setViewportSize(PHONE);
-    await page.waitForFunction((c) => Number(document.querySelector('.term-panel:not([hidden])')?.getAttribute('data-cols')) < c, cols);
+    await page.waitForFunction(
+      (c) => Number(document.querySelector('.term-panel:not([hidden])')?.getAttribute('data-cols')) < c,
+      cols,
+    );
     const [rows2, cols2] = [await panel.getAttribute('data-rows'), await panel.getAttribute('data-cols')];
     await typeCommand(page, 'stty size');
     await waitForLine(page, `${rows2} ${cols2}`);
     await page.setViewportSize({ width: 1280, height: 800 });
-    await page.waitForFunction((c) => Number(document.querySelector('.term-panel:not([hidden])')?.getAttribute('data-cols')) > c, Number(cols2));
+    await page.waitForFunction(
+      (c) => Number(document.querySelector('.term-panel:not([hidden])')?.getAttribute('data-cols')) > c,
+      Number(cols2),
+    );
 
     // A second tab is a second shell.
     await page.getByRole('button', { name: '+ New terminal' }).click();
@@ -214,15 +243,23 @@ describe('browser console', { timeout: 600_000 }, () => {
     await page.getByRole('tab', { name: 'Shell 1' }).click();
     await waitForLine(page, 'hi');
     await typeCommand(page, 'id');
-    await page.waitForFunction(() => [...document.querySelectorAll('.term-panel:not([hidden]) .xterm-rows > div')].some((r) => r.textContent?.startsWith('uid=0')));
+    await page.waitForFunction(() =>
+      [...document.querySelectorAll('.term-panel:not([hidden]) .xterm-rows > div')].some((r) =>
+        r.textContent?.startsWith('uid=0'),
+      ),
+    );
     await b.shoot('sandbox-detail', { dark: true });
 
     // A dropped connection: both tabs reconnect, and the screen is redrawn from the replay.
     const opened = await dropSockets(page);
-    await page.waitForFunction((n) => {
-      const all = (window as unknown as { __sockets: WebSocket[] }).__sockets;
-      return all.length >= n + 2 && all.slice(n).filter((w) => w.readyState === WebSocket.OPEN).length === 2;
-    }, opened, { timeout: 60_000 });
+    await page.waitForFunction(
+      (n) => {
+        const all = (window as unknown as { __sockets: WebSocket[] }).__sockets;
+        return all.length >= n + 2 && all.slice(n).filter((w) => w.readyState === WebSocket.OPEN).length === 2;
+      },
+      opened,
+      { timeout: 60_000 },
+    );
     await page.locator('.term-panel:not([hidden])[data-state="connected"]').waitFor();
     await waitForLine(page, 'hi');
     await typeCommand(page, 'echo back-$((1+1))');
@@ -234,8 +271,15 @@ describe('browser console', { timeout: 600_000 }, () => {
     await page.locator('.term-panel:not([hidden])[data-state="connected"]').waitFor();
     await typeCommand(page, 'exit 3');
     await page.locator('.term-panel:not([hidden])[data-state="exited"]').waitFor();
-    assert.equal(await page.locator('.term-panel:not([hidden]) .term-status').textContent(), 'Shell exited with code 3.');
-    assert.deepEqual((await s.api('GET', `/api/v1/sandboxes/${id}/terminals`, { key })).body.terminals.map((t: { id: string }) => t.id).length, 1);
+    assert.equal(
+      await page.locator('.term-panel:not([hidden]) .term-status').textContent(),
+      'Shell exited with code 3.',
+    );
+    assert.deepEqual(
+      (await s.api('GET', `/api/v1/sandboxes/${id}/terminals`, { key })).body.terminals.map((t: { id: string }) => t.id)
+        .length,
+      1,
+    );
 
     await page.getByRole('link', { name: 'Sandboxes', exact: true }).first().click();
     await page.locator(`tr[data-sandbox-id="${id}"] time.countdown`).waitFor();
@@ -249,7 +293,10 @@ describe('browser console', { timeout: 600_000 }, () => {
     await page.getByRole('button', { name: 'Confirm delete' }).click();
     await page.getByText('Sandbox deleted').waitFor();
     await page.locator('.term-panel:not([hidden])[data-state="exited"]').waitFor();
-    assert.match((await page.locator('.term-panel:not([hidden]) .term-status').textContent())!, /Shell exited with code \d+/);
+    assert.match(
+      (await page.locator('.term-panel:not([hidden]) .term-status').textContent())!,
+      /Shell exited with code \d+/,
+    );
     assert.equal((await s.api('GET', `/api/v1/sandboxes/${id}`, { key })).status, 404);
     await b.shoot('sandbox-deleted');
     noConsoleErrors();
@@ -270,7 +317,9 @@ describe('browser console', { timeout: 600_000 }, () => {
     await page.getByRole('heading', { name: 'Sandboxes', exact: true }).waitFor();
     const login = await s.api('POST', '/api/v1/auth/login', { key: null, body: { email, password: PASSWORD } });
     const cookie = String(login.headers.get('set-cookie')).split(';')[0];
-    const events = (await s.api('GET', '/api/v1/events', { key: null, headers: { cookie } })).body.events.map((e: { event: string }) => e.event);
+    const events = (await s.api('GET', '/api/v1/events', { key: null, headers: { cookie } })).body.events.map(
+      (e: { event: string }) => e.event,
+    );
     assert.deepEqual(events, ['onboarding.started', STEPS[0], 'onboarding.skipped']);
     await page.goto(url('/'));
     await page.getByRole('heading', { name: 'Sandboxes', exact: true }).waitFor();

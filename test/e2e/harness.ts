@@ -45,11 +45,17 @@ export interface Server {
   /** Cleans up, SIGTERM, then removes the data dir unless `keepData`. */
   stop(opts?: { keepData?: boolean }): Promise<void>;
   /** fetch with the admin key (or `key`, or none with key: null). */
-  api(method: string, path: string, o?: { body?: unknown; raw?: string; key?: string | null; headers?: Record<string, string> }): Promise<{ status: number; body: any; headers: Headers; text: string }>;
+  api(
+    method: string,
+    path: string,
+    o?: { body?: unknown; raw?: string; key?: string | null; headers?: Record<string, string> },
+  ): Promise<{ status: number; body: any; headers: Headers; text: string }>;
 }
 
 /** Starts `node --import tsx packages/server/src/main.ts` and waits for /healthz (bounded). */
-export async function startServer(o: { dataDir?: string; env?: Record<string, string>; port?: number } = {}): Promise<Server> {
+export async function startServer(
+  o: { dataDir?: string; env?: Record<string, string>; port?: number } = {},
+): Promise<Server> {
   const dataDir = o.dataDir ?? mkdtempSync(join(tmpdir(), 'sandboxd-e2e-'));
   const port = o.port ?? (await freePort());
   const env = {
@@ -64,7 +70,11 @@ export async function startServer(o: { dataDir?: string; env?: Record<string, st
     ...o.env,
   };
   if (!keysByDir.has(dataDir)) keysByDir.set(dataDir, new Set([ADMIN_KEY]));
-  const proc = spawn(process.execPath, ['--import', 'tsx', 'packages/server/src/main.ts'], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
+  const proc = spawn(process.execPath, ['--import', 'tsx', 'packages/server/src/main.ts'], {
+    cwd: ROOT,
+    env,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   let out = '';
   proc.stdout!.on('data', (b) => (out += b));
   proc.stderr!.pipe(createWriteStream(join(dataDir, `server-${proc.pid}.stderr.log`)));
@@ -91,7 +101,10 @@ export async function startServer(o: { dataDir?: string; env?: Record<string, st
     await new Promise((r) => setTimeout(r, 50));
   }
   const server: Server = {
-    baseUrl, port, dataDir, proc,
+    baseUrl,
+    port,
+    dataDir,
+    proc,
     stdout: () => out,
     async kill(signal = 'SIGTERM', waitMs = 15_000) {
       if (proc.exitCode !== null || proc.signalCode !== null) return proc.exitCode;
@@ -125,9 +138,15 @@ export async function startServer(o: { dataDir?: string; env?: Record<string, st
       let body: string | undefined = a.raw;
       if (a.body !== undefined) body = JSON.stringify(a.body);
       if (body !== undefined && !headers['content-type']) headers['content-type'] = 'application/json';
-      const res = await fetch(`${baseUrl}${path}`, { method, headers, body, redirect: 'manual', signal: AbortSignal.timeout(120_000) });
+      const res = await fetch(`${baseUrl}${path}`, {
+        method,
+        headers,
+        body,
+        redirect: 'manual',
+        signal: AbortSignal.timeout(120_000),
+      });
       const text = await res.text();
-      let parsed: unknown = undefined;
+      let parsed: unknown;
       try {
         parsed = text ? JSON.parse(text) : undefined;
       } catch {
@@ -140,13 +159,20 @@ export async function startServer(o: { dataDir?: string; env?: Record<string, st
 }
 
 /** Creates an account through the admin API; returns its id and a fresh API key. */
-export async function newAccount(s: Server, o: { tokens?: number; plan?: string } = {}): Promise<{ id: string; key: string }> {
+export async function newAccount(
+  s: Server,
+  o: { tokens?: number; plan?: string } = {},
+): Promise<{ id: string; key: string }> {
   const email = `e2e-${Date.now()}-${Math.random().toString(36).slice(2)}@example.com`;
   const a = await s.api('POST', '/api/v1/admin/accounts', { body: { email, password: 'password123', ...o } });
   if (a.status !== 201) throw new Error(`create account: ${a.status} ${a.text}`);
   const login = await s.api('POST', '/api/v1/auth/login', { key: null, body: { email, password: 'password123' } });
   const cookie = String(login.headers.get('set-cookie')).split(';')[0];
-  const k = await s.api('POST', '/api/v1/keys', { key: null, body: { name: 'e2e' }, headers: { cookie, origin: s.baseUrl } });
+  const k = await s.api('POST', '/api/v1/keys', {
+    key: null,
+    body: { name: 'e2e' },
+    headers: { cookie, origin: s.baseUrl },
+  });
   if (k.status !== 201) throw new Error(`create key: ${k.status} ${k.text}`);
   keysByDir.get(s.dataDir)?.add(k.body.key);
   return { id: a.body.account.id, key: k.body.key };

@@ -6,7 +6,11 @@ import { describe, it } from 'node:test';
 import { IMAGE, newAccount, startServer } from './harness.js';
 
 const ledgerOf = async (s: Awaited<ReturnType<typeof startServer>>, key: string) =>
-  (await s.api('GET', '/api/v1/account/ledger?limit=1000', { key })).body.entries as Array<{ delta: number; reason: string; sandboxId: string | null }>;
+  (await s.api('GET', '/api/v1/account/ledger?limit=1000', { key })).body.entries as Array<{
+    delta: number;
+    reason: string;
+    sandboxId: string | null;
+  }>;
 
 describe('lifecycle', { timeout: 300_000 }, () => {
   it('PATCH timeout with a moved clock: 400 names the max, billing follows, reaper stops at stopAt, purge after 24 h', async () => {
@@ -35,7 +39,10 @@ describe('lifecycle', { timeout: 300_000 }, () => {
       const g = await s.api('GET', `/api/v1/sandboxes/${id}`, { key });
       assert.equal(g.body.sandbox.state, 'stopped');
       assert.equal(g.body.sandbox.stopAt, ok.body.stopAt);
-      assert.equal((await s.api('PATCH', `/api/v1/sandboxes/${id}/timeout`, { key, body: { timeoutMs: 1000 } })).status, 409);
+      assert.equal(
+        (await s.api('PATCH', `/api/v1/sandboxes/${id}/timeout`, { key, body: { timeoutMs: 1000 } })).status,
+        409,
+      );
       assert.equal((await s.api('GET', '/api/v1/account', { key })).body.balance, 940, 'full lifetime used: no refund');
       const reasons = (await ledgerOf(s, key)).map((e) => `${e.reason}:${e.delta}`);
       assert.deepEqual(reasons.reverse(), ['signup:1000', 'sandbox.create:-10', 'sandbox.extend:-50']);
@@ -66,7 +73,10 @@ describe('lifecycle', { timeout: 300_000 }, () => {
       }
       assert.ok(seen > 0, 'stopped');
       console.log(`# stopped ${seen - stopAt} ms after stopAt (observed by polling every 50 ms)`);
-      assert.equal((await s.api('POST', `/api/v1/sandboxes/${c.body.sandbox.id}/exec`, { key, body: { command: 'true' } })).status, 409);
+      assert.equal(
+        (await s.api('POST', `/api/v1/sandboxes/${c.body.sandbox.id}/exec`, { key, body: { command: 'true' } })).status,
+        409,
+      );
     } finally {
       await s.stop();
     }
@@ -76,7 +86,11 @@ describe('lifecycle', { timeout: 300_000 }, () => {
     const s = await startServer();
     try {
       const { key } = await newAccount(s, { tokens: 1000 });
-      const rs = await Promise.all(Array.from({ length: 50 }, () => s.api('POST', '/api/v1/sandboxes', { key, body: { image: IMAGE, timeoutMs: 60_000 } })));
+      const rs = await Promise.all(
+        Array.from({ length: 50 }, () =>
+          s.api('POST', '/api/v1/sandboxes', { key, body: { image: IMAGE, timeoutMs: 60_000 } }),
+        ),
+      );
       const codes = rs.map((r) => r.status);
       assert.equal(codes.filter((c) => c === 201).length, 5, codes.join(','));
       assert.equal(codes.filter((c) => c === 403).length, 45);
@@ -113,10 +127,19 @@ describe('lifecycle', { timeout: 300_000 }, () => {
         assert.equal(g.status, 200, `sandbox ${id} lost`);
       }
       const entries = await ledgerOf(s2, key);
-      for (const id of answered) assert.ok(entries.some((e) => e.sandboxId === id && e.reason === 'sandbox.create'), `debit of ${id} lost`);
+      for (const id of answered)
+        assert.ok(
+          entries.some((e) => e.sandboxId === id && e.reason === 'sandbox.create'),
+          `debit of ${id} lost`,
+        );
       const balance = (await s2.api('GET', '/api/v1/account', { key })).body.balance;
-      assert.equal(balance, entries.reduce((a, e) => a + e.delta, 0));
-      const creating = (await s2.api('GET', '/api/v1/sandboxes?limit=1000', { key })).body.sandboxes.filter((x: { state: string }) => !['started', 'stopped', 'error'].includes(x.state));
+      assert.equal(
+        balance,
+        entries.reduce((a, e) => a + e.delta, 0),
+      );
+      const creating = (await s2.api('GET', '/api/v1/sandboxes?limit=1000', { key })).body.sandboxes.filter(
+        (x: { state: string }) => !['started', 'stopped', 'error'].includes(x.state),
+      );
       assert.deepEqual(creating, []);
     } finally {
       await s2.stop();
@@ -128,7 +151,10 @@ describe('lifecycle', { timeout: 300_000 }, () => {
     try {
       const { key } = await newAccount(s, { tokens: 100 });
       const c = await s.api('POST', '/api/v1/sandboxes', { key, body: { image: IMAGE } });
-      const inflight = s.api('POST', `/api/v1/sandboxes/${c.body.sandbox.id}/exec`, { key, body: { command: 'sleep 1' } });
+      const inflight = s.api('POST', `/api/v1/sandboxes/${c.body.sandbox.id}/exec`, {
+        key,
+        body: { command: 'sleep 1' },
+      });
       await new Promise((r) => setTimeout(r, 200));
       const code = s.kill('SIGTERM');
       const r = await inflight;
@@ -153,7 +179,10 @@ describe('lifecycle', { timeout: 300_000 }, () => {
       assert.match(String(r.headers.get('set-cookie')), /sandboxd_session=/);
       assert.equal((await fetch(link!, { redirect: 'manual' })).status, 401, 'one-time');
       const token = new URL(link!).searchParams.get('token')!;
-      const logs = readdirSync(s.dataDir).filter((f) => f.endsWith('.stderr.log')).map((f) => readFileSync(join(s.dataDir, f), 'utf8')).join('');
+      const logs = readdirSync(s.dataDir)
+        .filter((f) => f.endsWith('.stderr.log'))
+        .map((f) => readFileSync(join(s.dataDir, f), 'utf8'))
+        .join('');
       assert.ok(logs.length > 0);
       assert.ok(!logs.includes(key!) && !logs.includes(token), 'secrets leaked into logs');
     } finally {

@@ -14,10 +14,18 @@ import { promisify } from 'node:util';
 import WebSocket from 'ws';
 import { rawRequest } from '../../packages/server/src/proxy/test-fixture.js';
 import { ADMIN_KEY, newAccount } from './harness.js';
-import { hget, localUnavailable, startLocalServer, startPyApp, waitListening, type LocalServer } from './proxy-support.js';
+import {
+  hget,
+  localUnavailable,
+  startLocalServer,
+  startPyApp,
+  waitListening,
+  type LocalServer,
+} from './proxy-support.js';
 
 const run = promisify(execFile);
-const curl = async (...args: string[]) => (await run('curl', ['-sS', '-m', '60', ...args], { maxBuffer: 1 << 20 })).stdout;
+const curl = async (...args: string[]) =>
+  (await run('curl', ['-sS', '-m', '60', ...args], { maxBuffer: 1 << 20 })).stdout;
 const skip = localUnavailable();
 const statusOf = (raw: string) => Number(/^HTTP\/1\.[01] (\d{3})/.exec(raw)?.[1] ?? 0);
 
@@ -32,7 +40,11 @@ describe('port proxy e2e: escapes and private ports (local runtime)', { skip: sk
     const c = await s.api('POST', '/api/v1/sandboxes', { key, body: { image, ...body } });
     assert.equal(c.status, 201, c.text);
     const sb = c.body.sandbox;
-    return { id: sb.id as string, name: sb.name as string, host: (p: number) => sb.publicAccessUrlTemplate.replace('{{PORT}}', String(p)) as string };
+    return {
+      id: sb.id as string,
+      name: sb.name as string,
+      host: (p: number) => sb.publicAccessUrlTemplate.replace('{{PORT}}', String(p)) as string,
+    };
   };
   const echo = async (host: string, headers: Record<string, string> = {}) => {
     const r = await hget(s.port, host, { path: '/echo', headers });
@@ -40,7 +52,10 @@ describe('port proxy e2e: escapes and private ports (local runtime)', { skip: sk
   };
 
   before(async () => {
-    canary = createServer((c) => (canaryHits++, c.destroy()));
+    canary = createServer((c) => {
+      canaryHits++;
+      c.destroy();
+    });
     await new Promise<void>((r) => canary.listen(0, '0.0.0.0', () => r()));
     canaryPort = (canary.address() as { port: number }).port;
     s = await startLocalServer();
@@ -60,7 +75,7 @@ describe('port proxy e2e: escapes and private ports (local runtime)', { skip: sk
     canary?.close();
   });
 
-  it('Host tricks never reach the host or another address: the target is always the sandbox\'s own', async () => {
+  it("Host tricks never reach the host or another address: the target is always the sandbox's own", async () => {
     const app = sbx.app.host(8000);
     const gateway = s.subnet.replace(/0\/24$/, '1');
     // 'api': left to the API (not the proxy's: no X-Sandboxd-Proxy, nothing relayed).
@@ -83,7 +98,10 @@ describe('port proxy e2e: escapes and private ports (local runtime)', { skip: sk
       [`GET / HTTP/1.1\r\nHost: ${sbx.app.host(canaryPort + 65536)}\r\n\r\n`, 400],
       [`CONNECT 127.0.0.1:${canaryPort} HTTP/1.1\r\nHost: ${app}\r\n\r\n`, 0], // no tunnel: the connection is closed
       [`GET / HTTP/1.1\r\nHost: 127.0.0.1:${canaryPort}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n`, 'api'],
-      [`GET http://127.0.0.1:${canaryPort}/ HTTP/1.1\r\nHost: ${app}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n`, 400],
+      [
+        `GET http://127.0.0.1:${canaryPort}/ HTTP/1.1\r\nHost: ${app}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n`,
+        400,
+      ],
     ];
     for (const [raw, want] of cases) {
       const out = await rawRequest(s.port, raw);
@@ -93,7 +111,7 @@ describe('port proxy e2e: escapes and private ports (local runtime)', { skip: sk
     assert.equal(canaryHits, 0, 'the host service was never contacted');
   });
 
-  it('case and a trailing dot name the same sandbox; another account\'s public sandbox is public', async () => {
+  it("case and a trailing dot name the same sandbox; another account's public sandbox is public", async () => {
     for (const h of [sbx.app.host(8000).toUpperCase(), sbx.app.host(8000).replace(`:${s.port}`, `.:${s.port}`)]) {
       const r = await echo(h);
       assert.equal(r.body.hostname, sbx.app.name, h);
@@ -103,7 +121,7 @@ describe('port proxy e2e: escapes and private ports (local runtime)', { skip: sk
     assert.equal(theirs.body.hostname, sbx.theirs.name);
   });
 
-  it('private ports: 401 (JSON or page) without credentials or with another account\'s key; the owner\'s key opens', async () => {
+  it("private ports: 401 (JSON or page) without credentials or with another account's key; the owner's key opens", async () => {
     const h = sbx.priv.host(8000);
     const none = await echo(h);
     assert.equal(none.status, 401);
@@ -119,25 +137,56 @@ describe('port proxy e2e: escapes and private ports (local runtime)', { skip: sk
   it('private ports: a signed link sets a cookie and redirects (curl -L), for that port only; WebSockets too', async () => {
     const other = await s.api('POST', `/api/v1/sandboxes/${sbx.priv.id}/ports/8000/link`);
     assert.equal(other.status, 404, 'only the owner mints links');
-    const l = await s.api('POST', `/api/v1/sandboxes/${sbx.priv.id}/ports/8000/link`, { key: owner.key, body: { expiresInMs: 600_000 } });
+    const l = await s.api('POST', `/api/v1/sandboxes/${sbx.priv.id}/ports/8000/link`, {
+      key: owner.key,
+      body: { expiresInMs: 600_000 },
+    });
     assert.equal(l.status, 200);
     assert.match(l.body.url, new RegExp(`^http://${sbx.priv.host(8000)}/\\?sandboxd_token=`));
     const dir = mkdtempSync(join(tmpdir(), 'sbxd-jar-'));
     try {
       const jar = join(dir, 'jar');
-      const out = await curl('-L', '-c', jar, '-b', jar, '-D', join(dir, 'headers'), `${l.body.url.replace('/?', '/echo?')}&keep=1`);
+      const out = await curl(
+        '-L',
+        '-c',
+        jar,
+        '-b',
+        jar,
+        '-D',
+        join(dir, 'headers'),
+        `${l.body.url.replace('/?', '/echo?')}&keep=1`,
+      );
       const body = JSON.parse(out);
       assert.equal(body.path, '/echo?keep=1', 'the token is taken out of the URL');
       assert.equal(body.headers.Cookie, undefined, 'the link cookie never reaches the sandbox');
-      assert.match(readFileSync(join(dir, 'headers'), 'utf8'), /^HTTP\/1\.1 302 Found\r\n[\s\S]*set-cookie: sandboxd_token=[^;]+; Path=\/; Max-Age=\d+; HttpOnly; SameSite=Lax/im);
+      assert.match(
+        readFileSync(join(dir, 'headers'), 'utf8'),
+        /^HTTP\/1\.1 302 Found\r\n[\s\S]*set-cookie: sandboxd_token=[^;]+; Path=\/; Max-Age=\d+; HttpOnly; SameSite=Lax/im,
+      );
       const again = JSON.parse(await curl('-b', jar, `http://${sbx.priv.host(8000)}/echo`));
       assert.equal(again.hostname, sbx.priv.name);
-      const cookie = readFileSync(jar, 'utf8').split('\n').find((x) => x.includes('sandboxd_token'))!.split('\t');
+      const cookie = readFileSync(jar, 'utf8')
+        .split('\n')
+        .find((x) => x.includes('sandboxd_token'))!
+        .split('\t');
       const token = cookie[cookie.length - 1];
-      assert.equal((await echo(sbx.priv.host(8001), { cookie: `sandboxd_token=${token}` })).status, 401, 'another port needs its own link');
-      const ws = new WebSocket(`ws://127.0.0.1:${s.port}/ws`, { headers: { host: sbx.priv.host(8000), cookie: `sandboxd_token=${token}` }, handshakeTimeout: 20_000 });
-      await new Promise((r, j) => (ws.once('open', r), ws.once('error', j)));
-      const back = await new Promise<string>((r) => (ws.once('message', (m: Buffer) => r(m.toString())), ws.send('private hello')));
+      assert.equal(
+        (await echo(sbx.priv.host(8001), { cookie: `sandboxd_token=${token}` })).status,
+        401,
+        'another port needs its own link',
+      );
+      const ws = new WebSocket(`ws://127.0.0.1:${s.port}/ws`, {
+        headers: { host: sbx.priv.host(8000), cookie: `sandboxd_token=${token}` },
+        handshakeTimeout: 20_000,
+      });
+      await new Promise((r, j) => {
+        ws.once('open', r);
+        ws.once('error', j);
+      });
+      const back = await new Promise<string>((r) => {
+        ws.once('message', (m: Buffer) => r(m.toString()));
+        ws.send('private hello');
+      });
       assert.equal(back, 'private hello');
       ws.close();
     } finally {

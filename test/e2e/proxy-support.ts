@@ -29,8 +29,13 @@ export function localUnavailable(): string | null {
 function localOptions(dataDir: string): LocalDriverOptions {
   const n = [...dataDir].reduce((a, c) => (a * 31 + c.charCodeAt(0)) % 20, 3);
   return {
-    dataDir, imageDir: IMAGE_DIR, runDir: join(dataDir, 'run'), bridge: `sbxp${n}`, subnet: `10.94.${n}.0/24`,
-    uidRangeStart: 1_750_000_000 + n * 17_000_000, cgroupParent: `sandboxd-proxy-e2e-${n}`,
+    dataDir,
+    imageDir: IMAGE_DIR,
+    runDir: join(dataDir, 'run'),
+    bridge: `sbxp${n}`,
+    subnet: `10.94.${n}.0/24`,
+    uidRangeStart: 1_750_000_000 + n * 17_000_000,
+    cgroupParent: `sandboxd-proxy-e2e-${n}`,
   };
 }
 
@@ -49,8 +54,14 @@ export async function startLocalServer(env: Record<string, string> = {}): Promis
   const s = await startServer({
     dataDir,
     env: {
-      SANDBOXD_RUNTIME: 'local', SANDBOXD_IMAGE_DIR: o.imageDir, SANDBOXD_RUN_DIR: o.runDir!, SANDBOXD_BRIDGE: o.bridge!,
-      SANDBOXD_SUBNET: o.subnet!, SANDBOXD_UID_RANGE_START: String(o.uidRangeStart), SANDBOXD_CGROUP_PARENT: o.cgroupParent!, ...env,
+      SANDBOXD_RUNTIME: 'local',
+      SANDBOXD_IMAGE_DIR: o.imageDir,
+      SANDBOXD_RUN_DIR: o.runDir!,
+      SANDBOXD_BRIDGE: o.bridge!,
+      SANDBOXD_SUBNET: o.subnet!,
+      SANDBOXD_UID_RANGE_START: String(o.uidRangeStart),
+      SANDBOXD_CGROUP_PARENT: o.cgroupParent!,
+      ...env,
     },
   }).catch(async (e) => {
     // A server that died during start-up may have set up its bridge already.
@@ -169,14 +180,25 @@ ThreadingHTTPServer(('0.0.0.0', int(sys.argv[1])), H).serve_forever()
 
 /** Writes {@link PY_APP} into the sandbox and starts it in the background on `port`. */
 export async function startPyApp(s: Server, id: string, port: number, key?: string): Promise<void> {
-  const w = await s.api('POST', `/api/v1/sandboxes/${id}/exec`, { key, body: { command: `mkdir -p /app && cat > /app/app.py <<'PYEOF'\n${PY_APP}\nPYEOF` } });
+  const w = await s.api('POST', `/api/v1/sandboxes/${id}/exec`, {
+    key,
+    body: { command: `mkdir -p /app && cat > /app/app.py <<'PYEOF'\n${PY_APP}\nPYEOF` },
+  });
   if (w.body?.exitCode !== 0) throw new Error(`writing the app failed: ${w.text}`);
-  const r = await s.api('POST', `/api/v1/sandboxes/${id}/exec`, { key, body: { command: `python3 /app/app.py ${port} >/tmp/app.log 2>&1`, options: { background: true } } });
+  const r = await s.api('POST', `/api/v1/sandboxes/${id}/exec`, {
+    key,
+    body: { command: `python3 /app/app.py ${port} >/tmp/app.log 2>&1`, options: { background: true } },
+  });
   if (r.status !== 200) throw new Error(`starting the app failed: ${r.text}`);
 }
 
 /** Polls `path` through the proxy until it answers something else than 502 (bounded: 15 s). */
-export async function waitListening(s: Server, host: string, path = '/', extra: Record<string, string> = {}): Promise<void> {
+export async function waitListening(
+  s: Server,
+  host: string,
+  path = '/',
+  extra: Record<string, string> = {},
+): Promise<void> {
   for (let i = 0; i < 150; i++) {
     const r = await hget(s.port, host, { path, headers: extra }).catch(() => null);
     if (r && r.status !== 502) return;
@@ -193,17 +215,24 @@ export interface Reply {
 }
 
 /** An HTTP request to 127.0.0.1:`port` with the given Host header (Node's http client). */
-export function hget(port: number, host: string, o: { path?: string; method?: string; headers?: Record<string, string>; body?: string } = {}): Promise<Reply> {
+export function hget(
+  port: number,
+  host: string,
+  o: { path?: string; method?: string; headers?: Record<string, string>; body?: string } = {},
+): Promise<Reply> {
   return new Promise((res, rej) => {
     const headers: Record<string, string> = { host, ...o.headers };
     if (o.body !== undefined) headers['content-length'] = String(Buffer.byteLength(o.body));
-    const req = request({ host: '127.0.0.1', port, method: o.method ?? 'GET', path: o.path ?? '/', headers, agent: false }, (r) => {
-      let body = '';
-      r.setEncoding('utf8');
-      r.on('data', (c) => (body += c));
-      r.on('end', () => res({ status: r.statusCode ?? 0, headers: r.headers, body }));
-      r.on('error', rej);
-    });
+    const req = request(
+      { host: '127.0.0.1', port, method: o.method ?? 'GET', path: o.path ?? '/', headers, agent: false },
+      (r) => {
+        let body = '';
+        r.setEncoding('utf8');
+        r.on('data', (c) => (body += c));
+        r.on('end', () => res({ status: r.statusCode ?? 0, headers: r.headers, body }));
+        r.on('error', rej);
+      },
+    );
     req.setTimeout(60_000, () => req.destroy(new Error('request timed out')));
     req.on('error', rej);
     req.end(o.body);
@@ -223,9 +252,12 @@ export function rssBytes(pid: number): number {
  * Node ships undici without exposing it.
  */
 export function loopbackDispatcher(): { close(): Promise<void> } {
-  const g = (globalThis as Record<symbol, { constructor: new (o: unknown) => { close(): Promise<void> } } | undefined>)[Symbol.for('undici.globalDispatcher.1')];
+  const g = (globalThis as Record<symbol, { constructor: new (o: unknown) => { close(): Promise<void> } } | undefined>)[
+    Symbol.for('undici.globalDispatcher.1')
+  ];
   if (!g) throw new Error('call fetch once before loopbackDispatcher()');
   type Cb = (e: Error | null, a: string | Array<{ address: string; family: number }>, f?: number) => void;
-  const lookup = (_host: string, o: { all?: boolean }, cb: Cb) => (o?.all ? cb(null, [{ address: '127.0.0.1', family: 4 }]) : cb(null, '127.0.0.1', 4));
+  const lookup = (_host: string, o: { all?: boolean }, cb: Cb) =>
+    o?.all ? cb(null, [{ address: '127.0.0.1', family: 4 }]) : cb(null, '127.0.0.1', 4);
   return new g.constructor({ connect: { lookup } });
 }

@@ -8,15 +8,23 @@ import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { request } from 'node:http';
-import { createServer, type Server as TcpServer } from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import { promisify } from 'node:util';
 import WebSocket from 'ws';
-import { newAccount } from './harness.js';
-import { hget, localUnavailable, loopbackDispatcher, rssBytes, startLocalServer, startPyApp, waitListening, type LocalServer } from './proxy-support.js';
+import {
+  hget,
+  localUnavailable,
+  loopbackDispatcher,
+  rssBytes,
+  startLocalServer,
+  startPyApp,
+  waitListening,
+  type LocalServer,
+} from './proxy-support.js';
 
 const run = promisify(execFile);
-const curl = async (...args: string[]) => (await run('curl', ['-sS', '-m', '60', ...args], { maxBuffer: 1 << 20 })).stdout;
+const curl = async (...args: string[]) =>
+  (await run('curl', ['-sS', '-m', '60', ...args], { maxBuffer: 1 << 20 })).stdout;
 const MiB = 1024 * 1024;
 const skip = localUnavailable();
 
@@ -24,27 +32,28 @@ describe('port proxy e2e (local runtime)', { skip: skip ?? false }, () => {
   let s: LocalServer;
   let web: { id: string; url: (p: number) => string };
   let app: { id: string; name: string; url: (p: number) => string };
-  let canary: TcpServer;
-  let canaryPort = 0;
-  let canaryHits = 0;
   const host = (url: string) => url.replace(/^http:\/\//, '');
   const sandbox = async (image: string, o: { key?: string; body?: Record<string, unknown> } = {}) => {
     const c = await s.api('POST', '/api/v1/sandboxes', { key: o.key, body: { image, ...o.body } });
     assert.equal(c.status, 201, c.text);
     const sb = c.body.sandbox;
-    return { id: sb.id as string, name: sb.name as string, url: (p: number) => `http://${sb.publicAccessUrlTemplate.replace('{{PORT}}', String(p))}` };
+    return {
+      id: sb.id as string,
+      name: sb.name as string,
+      url: (p: number) => `http://${sb.publicAccessUrlTemplate.replace('{{PORT}}', String(p))}`,
+    };
   };
 
   before(async () => {
-    // A host service the proxy must never be tricked into reaching.
-    canary = createServer((c) => (canaryHits++, c.destroy()));
-    await new Promise<void>((r) => canary.listen(0, '0.0.0.0', () => r()));
-    canaryPort = (canary.address() as { port: number }).port;
     s = await startLocalServer({ SANDBOXD_PROXY_TIMEOUT_MS: '2000' });
     web = await sandbox('local/busybox:latest');
-    const page = await s.api('POST', `/api/v1/sandboxes/${web.id}/exec`, { body: { command: `mkdir -p /www && echo "hello from ${web.id}" > /www/index.html` } });
+    const page = await s.api('POST', `/api/v1/sandboxes/${web.id}/exec`, {
+      body: { command: `mkdir -p /www && echo "hello from ${web.id}" > /www/index.html` },
+    });
     assert.equal(page.body.exitCode, 0);
-    await s.api('POST', `/api/v1/sandboxes/${web.id}/exec`, { body: { command: 'busybox httpd -f -p 8000 -h /www', options: { background: true } } });
+    await s.api('POST', `/api/v1/sandboxes/${web.id}/exec`, {
+      body: { command: 'busybox httpd -f -p 8000 -h /www', options: { background: true } },
+    });
     app = await sandbox('local/debian:bookworm');
     await startPyApp(s, app.id, 8000);
     await waitListening(s, host(web.url(8000)));
@@ -52,7 +61,6 @@ describe('port proxy e2e (local runtime)', { skip: skip ?? false }, () => {
   });
   after(async () => {
     await s?.teardown();
-    canary?.close();
   });
 
   it('busybox httpd through the template URL: curl (*.localhost, --resolve), Node fetch, Node http with Host', async () => {
@@ -73,7 +81,9 @@ describe('port proxy e2e (local runtime)', { skip: skip ?? false }, () => {
 
   it('any method reaches the sandbox with Host kept and X-Forwarded-For/Proto/Host set', async () => {
     const h = host(app.url(8000));
-    const echo = JSON.parse((await hget(s.port, h, { path: '/echo?a=1', headers: { 'x-forwarded-for': '198.51.100.7' } })).body);
+    const echo = JSON.parse(
+      (await hget(s.port, h, { path: '/echo?a=1', headers: { 'x-forwarded-for': '198.51.100.7' } })).body,
+    );
     assert.equal(echo.path, '/echo?a=1');
     assert.equal(echo.hostname, app.name);
     assert.equal(echo.headers.host, h);
@@ -91,17 +101,24 @@ describe('port proxy e2e (local runtime)', { skip: skip ?? false }, () => {
     const chunk = Buffer.alloc(MiB, 5);
     const want = createHash('sha256');
     const body = await new Promise<string>((resolve, reject) => {
-      const req = request({ host: '127.0.0.1', port: s.port, method: 'POST', path: '/upload', headers: { host: host(app.url(8000)) } }, (res) => {
-        let b = '';
-        res.on('data', (c) => (b += c));
-        res.on('end', () => resolve(b));
-      });
+      const req = request(
+        { host: '127.0.0.1', port: s.port, method: 'POST', path: '/upload', headers: { host: host(app.url(8000)) } },
+        (res) => {
+          let b = '';
+          res.on('data', (c) => (b += c));
+          res.on('end', () => resolve(b));
+        },
+      );
       req.on('error', reject);
       let i = 0;
       const pump = (): void => {
         for (; i < 64; i++) {
           want.update(chunk);
-          if (!req.write(chunk)) return void (i++, req.once('drain', pump));
+          if (!req.write(chunk)) {
+            i++;
+            req.once('drain', pump);
+            return;
+          }
         }
         req.end();
       };
@@ -118,60 +135,89 @@ describe('port proxy e2e (local runtime)', { skip: skip ?? false }, () => {
     const base = rssBytes(pid);
     let peak = base;
     const sampler = setInterval(() => (peak = Math.max(peak, rssBytes(pid))), 20);
-    const out = await curl('-o', '/dev/null', '-w', '%{http_code} %{size_download}', url).finally(() => clearInterval(sampler));
+    const out = await curl('-o', '/dev/null', '-w', '%{http_code} %{size_download}', url).finally(() =>
+      clearInterval(sampler),
+    );
     assert.equal(out, `200 ${100 * MiB}`);
-    t.diagnostic(`server RSS ${(base / MiB).toFixed(1)} MiB before, peak +${((peak - base) / MiB).toFixed(1)} MiB during a 100 MiB download`);
+    t.diagnostic(
+      `server RSS ${(base / MiB).toFixed(1)} MiB before, peak +${((peak - base) / MiB).toFixed(1)} MiB during a 100 MiB download`,
+    );
     assert.ok(peak - base < 48 * MiB, `server RSS grew ${((peak - base) / MiB).toFixed(1)} MiB for a 100 MiB download`);
 
     // A client that reads one chunk and stops: backpressure must hold the sandbox back.
     const paused = rssBytes(pid);
     let stalledPeak = paused;
     const total = await new Promise<number>((resolve, reject) => {
-      request({ host: '127.0.0.1', port: s.port, path: `/bytes?n=${100 * MiB}`, headers: { host: host(app.url(8000)) } }, (res) => {
-        let n = 0;
-        res.once('data', (c: Buffer) => {
-          n += c.length;
-          res.pause();
-          let samples = 0;
-          const t = setInterval(() => {
-            stalledPeak = Math.max(stalledPeak, rssBytes(pid));
-            if (++samples < 25) return;
-            clearInterval(t);
-            res.on('data', (d: Buffer) => (n += d.length));
-            res.resume();
-          }, 40);
-        });
-        res.on('end', () => resolve(n));
-        res.on('error', reject);
-      }).on('error', reject).end();
+      request(
+        { host: '127.0.0.1', port: s.port, path: `/bytes?n=${100 * MiB}`, headers: { host: host(app.url(8000)) } },
+        (res) => {
+          let n = 0;
+          res.once('data', (c: Buffer) => {
+            n += c.length;
+            res.pause();
+            let samples = 0;
+            const t = setInterval(() => {
+              stalledPeak = Math.max(stalledPeak, rssBytes(pid));
+              if (++samples < 25) return;
+              clearInterval(t);
+              res.on('data', (d: Buffer) => (n += d.length));
+              res.resume();
+            }, 40);
+          });
+          res.on('end', () => resolve(n));
+          res.on('error', reject);
+        },
+      )
+        .on('error', reject)
+        .end();
     });
     assert.equal(total, 100 * MiB);
-    t.diagnostic(`server RSS peak +${((stalledPeak - paused) / MiB).toFixed(1)} MiB while the reader was stalled for 1 s`);
-    assert.ok(stalledPeak - paused < 32 * MiB, `server RSS grew ${((stalledPeak - paused) / MiB).toFixed(1)} MiB while the reader was stalled`);
+    t.diagnostic(
+      `server RSS peak +${((stalledPeak - paused) / MiB).toFixed(1)} MiB while the reader was stalled for 1 s`,
+    );
+    assert.ok(
+      stalledPeak - paused < 32 * MiB,
+      `server RSS grew ${((stalledPeak - paused) / MiB).toFixed(1)} MiB while the reader was stalled`,
+    );
   });
 
   it('server-sent events arrive as they are sent', async () => {
     const h = host(app.url(8000));
     const chunks: string[] = [];
     await new Promise<void>((resolve, reject) => {
-      request({ host: '127.0.0.1', port: s.port, path: '/sse', headers: { host: h, accept: 'text/event-stream' } }, (res) => {
-        assert.equal(res.headers['content-type'], 'text/event-stream');
-        res.setEncoding('utf8');
-        res.on('data', (c: string) => {
-          chunks.push(c);
-          if (chunks.length === 1) void hget(s.port, h, { path: '/release' }); // the sandbox still holds the stream open
-        });
-        res.on('end', () => resolve());
-      }).on('error', reject).end();
+      request(
+        { host: '127.0.0.1', port: s.port, path: '/sse', headers: { host: h, accept: 'text/event-stream' } },
+        (res) => {
+          assert.equal(res.headers['content-type'], 'text/event-stream');
+          res.setEncoding('utf8');
+          res.on('data', (c: string) => {
+            chunks.push(c);
+            if (chunks.length === 1) void hget(s.port, h, { path: '/release' }); // the sandbox still holds the stream open
+          });
+          res.on('end', () => resolve());
+        },
+      )
+        .on('error', reject)
+        .end();
     });
     assert.equal(chunks[0], 'data: one\n\n');
     assert.equal(chunks.join(''), 'data: one\n\ndata: two\n\n');
   });
 
   it('a WebSocket echo server in the sandbox, through the proxy', async () => {
-    const ws = new WebSocket(`ws://127.0.0.1:${s.port}/ws`, { headers: { host: host(app.url(8000)) }, handshakeTimeout: 20_000 });
-    await new Promise((r, j) => (ws.once('open', r), ws.once('error', j)));
-    const roundTrip = (d: string | Buffer) => new Promise<Buffer>((r) => (ws.once('message', (m: Buffer) => r(m)), ws.send(d)));
+    const ws = new WebSocket(`ws://127.0.0.1:${s.port}/ws`, {
+      headers: { host: host(app.url(8000)) },
+      handshakeTimeout: 20_000,
+    });
+    await new Promise((r, j) => {
+      ws.once('open', r);
+      ws.once('error', j);
+    });
+    const roundTrip = (d: string | Buffer) =>
+      new Promise<Buffer>((r) => {
+        ws.once('message', (m: Buffer) => r(m));
+        ws.send(d);
+      });
     assert.equal((await roundTrip('hello sandbox')).toString(), 'hello sandbox');
     const big = createHash('sha512').update('x').digest().subarray(0, 64);
     const payload = Buffer.concat(Array.from({ length: 4096 }, () => big));

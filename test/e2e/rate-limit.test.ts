@@ -25,9 +25,17 @@ describe(`rate limits e2e (${RUNTIME})`, { timeout: 180_000 }, () => {
   let a: { id: string; key: string };
   let b: { id: string; key: string };
   const emailOf = async (key: string) => (await s.api('GET', '/api/v1/account', { key })).body.email as string;
-  const errors429 = async () => Number(/sandboxd_http_errors_total\{code="429"\} (\d+)/.exec((await s.api('GET', '/metrics', { key: null })).text)?.[1] ?? 0);
+  const errors429 = async () =>
+    Number(
+      /sandboxd_http_errors_total\{code="429"\} (\d+)/.exec(
+        (await s.api('GET', '/metrics', { key: null })).text,
+      )?.[1] ?? 0,
+    );
   /** The 429 in the error shape with Retry-After = ceil(details.retryAfterMs / 1000) >= 1; returns retryAfterMs. */
-  const assert429 = (r: { status: number; body: any; text: string; headers: Headers | Record<string, unknown> }, limit: string): number => {
+  const assert429 = (
+    r: { status: number; body: any; text: string; headers: Headers | Record<string, unknown> },
+    limit: string,
+  ): number => {
     assertError(r, 429, /Too many/, `limited by ${limit}`);
     assert.equal(r.body.details.limit, limit);
     const ms = r.body.details.retryAfterMs;
@@ -50,26 +58,43 @@ describe(`rate limits e2e (${RUNTIME})`, { timeout: 180_000 }, () => {
     const t0 = Date.now();
     const answers = await Promise.all([
       ...Array.from({ length: 20 }, () => s.api('GET', '/api/v1/sandboxes', { key: a.key })),
-      ...Array.from({ length: 6 }, () => s.api('POST', '/api/v1/sandboxes', { key: a.key, body: { image: IMAGE, timeoutMs: 60_000 } })),
+      ...Array.from({ length: 6 }, () =>
+        s.api('POST', '/api/v1/sandboxes', { key: a.key, body: { image: IMAGE, timeoutMs: 60_000 } }),
+      ),
     ]);
     const elapsedS = (Date.now() - t0) / 1000;
     const limited = answers.filter((r) => r.status === 429);
     const served = answers.length - limited.length;
     assert.ok(limited.length >= 1, 'some were refused');
-    assert.ok(served <= 10 + Math.ceil(elapsedS * 2) + 1, `${served} served in ${elapsedS} s: at most the burst plus the refill`);
+    assert.ok(
+      served <= 10 + Math.ceil(elapsedS * 2) + 1,
+      `${served} served in ${elapsedS} s: at most the burst plus the refill`,
+    );
     let wait = 0;
     for (const r of limited) wait = Math.max(wait, assert429(r, 'account'));
-    assert.ok(answers.every((r) => r.status === 200 || r.status === 201 || r.status === 429), answers.map((r) => r.status).join(','));
+    assert.ok(
+      answers.every((r) => r.status === 200 || r.status === 201 || r.status === 429),
+      answers.map((r) => r.status).join(','),
+    );
     assert.equal((await s.api('GET', '/api/v1/account', { key: b.key })).status, 200, 'another account is unaffected');
-    for (let i = 0; i < 30; i++) assert.equal((await s.api('GET', '/healthz', { key: null })).status, 200, 'health is never limited');
+    for (let i = 0; i < 30; i++)
+      assert.equal((await s.api('GET', '/healthz', { key: null })).status, 200, 'health is never limited');
     assert.ok((await errors429()) >= before429 + limited.length, '429s are counted in /metrics');
     await new Promise((r) => setTimeout(r, wait + 50));
     const list = await s.api('GET', '/api/v1/sandboxes?state=started', { key: a.key });
     assert.equal(list.status, 200, 'served again after the announced wait');
     const created = answers.filter((r) => r.status === 201).map((r) => r.body.sandbox.id as string);
-    assert.deepEqual(list.body.sandboxes.map((x: { id: string }) => x.id).sort(), [...created].sort(), 'a refused create made no sandbox');
+    assert.deepEqual(
+      list.body.sandboxes.map((x: { id: string }) => x.id).sort(),
+      [...created].sort(),
+      'a refused create made no sandbox',
+    );
     await new Promise((r) => setTimeout(r, 1000));
-    assert.equal((await s.api('GET', '/api/v1/account', { key: a.key })).body.balance, balance - created.length, 'nor charged a token');
+    assert.equal(
+      (await s.api('GET', '/api/v1/account', { key: a.key })).body.balance,
+      balance - created.length,
+      'nor charged a token',
+    );
     for (const id of created) {
       await new Promise((r) => setTimeout(r, 600)); // stays under 2/s
       assert.equal((await s.api('DELETE', `/api/v1/sandboxes/${id}`, { key: a.key })).status, 204);
@@ -79,7 +104,8 @@ describe(`rate limits e2e (${RUNTIME})`, { timeout: 180_000 }, () => {
   it('failed logins: an email is locked after 3 (even with the right password), others log in; then the address after 6', async () => {
     const emailA = await emailOf(a.key);
     const emailB = await emailOf(b.key);
-    const login = (email: string, password: string) => s.api('POST', '/api/v1/auth/login', { key: null, body: { email, password } });
+    const login = (email: string, password: string) =>
+      s.api('POST', '/api/v1/auth/login', { key: null, body: { email, password } });
     for (let i = 0; i < 3; i++) assertError(await login(emailA, 'wrong-password'), 401, /Wrong email or password/);
     const locked = await login(emailA, 'password123');
     assert.ok(assert429(locked, 'login') > 800_000, 'locked for most of the 15 min window');
@@ -87,11 +113,19 @@ describe(`rate limits e2e (${RUNTIME})`, { timeout: 180_000 }, () => {
     assert.equal((await login(emailB, 'password123')).status, 200, 'another email logs in');
     for (let i = 0; i < 3; i++) assert.equal((await login(`nobody${i}@example.com`, 'whatever1')).status, 401);
     assert429(await login(emailB, 'password123'), 'login'); // 6 failures from this address
-    assert.equal((await s.api('GET', '/api/v1/account', { key: b.key })).status, 200, 'API keys are not affected by login throttling');
+    assert.equal(
+      (await s.api('GET', '/api/v1/account', { key: b.key })).status,
+      200,
+      'API keys are not affected by login throttling',
+    );
   });
 
   it('sign-ups: 2 per address, then 429 and no account', async () => {
-    const signup = (n: number) => s.api('POST', '/api/v1/auth/signup', { key: null, body: { email: `rl-signup-${n}-${Date.now()}@example.com`, password: 'password123' } });
+    const signup = (n: number) =>
+      s.api('POST', '/api/v1/auth/signup', {
+        key: null,
+        body: { email: `rl-signup-${n}-${Date.now()}@example.com`, password: 'password123' },
+      });
     assert.equal((await signup(1)).status, 201);
     assert.equal((await signup(2)).status, 201);
     const r = await signup(3);
@@ -101,16 +135,30 @@ describe(`rate limits e2e (${RUNTIME})`, { timeout: 180_000 }, () => {
   });
 
   it('per address without valid credentials: bad keys, public routes and terminal upgrades meet 429; valid keys do not', async () => {
-    const answers = await Promise.all(Array.from({ length: 40 }, (_, i) =>
-      s.api('GET', i % 2 ? '/api/v1/sandboxes' : '/api/v1/openapi.json', { key: i % 4 === 1 ? 'sk_not_a_real_key_000000000000000000000' : null })));
+    const answers = await Promise.all(
+      Array.from({ length: 40 }, (_, i) =>
+        s.api('GET', i % 2 ? '/api/v1/sandboxes' : '/api/v1/openapi.json', {
+          key: i % 4 === 1 ? 'sk_not_a_real_key_000000000000000000000' : null,
+        }),
+      ),
+    );
     const limited = answers.filter((r) => r.status === 429);
     assert.ok(limited.length >= 1, 'some were refused');
     for (const r of limited) assert429(r, 'ip');
     const upgrade = await rawRequest(s.baseUrl, {
       path: '/api/v1/sandboxes/sbx_aaaaaaaaaaaaaaaaaaaa/terminals/term_aaaaaaaaaaaaaaaa/ws',
-      headers: { upgrade: 'websocket', connection: 'Upgrade', 'sec-websocket-key': 'dGhlIHNhbXBsZSBub25jZQ==', 'sec-websocket-version': '13' },
+      headers: {
+        upgrade: 'websocket',
+        connection: 'Upgrade',
+        'sec-websocket-key': 'dGhlIHNhbXBsZSBub25jZQ==',
+        'sec-websocket-version': '13',
+      },
     });
     assert429(upgrade, 'ip');
-    assert.equal((await s.api('GET', '/api/v1/account', { key: b.key })).status, 200, 'a valid key is charged to its account, not the address');
+    assert.equal(
+      (await s.api('GET', '/api/v1/account', { key: b.key })).status,
+      200,
+      'a valid key is charged to its account, not the address',
+    );
   });
 });

@@ -10,8 +10,18 @@ import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { after, before, describe, it } from 'node:test';
 import {
-  AuthenticationError, ConcurrencyLimitError, ConflictError, InsufficientTokensError, NotFoundError, PayloadTooLargeError,
-  Sandbox, SandboxdApiError, SandboxdClient, TemplateNotFoundError, ValidationError, type ImageProgress,
+  AuthenticationError,
+  ConcurrencyLimitError,
+  ConflictError,
+  InsufficientTokensError,
+  NotFoundError,
+  PayloadTooLargeError,
+  Sandbox,
+  SandboxdApiError,
+  SandboxdClient,
+  TemplateNotFoundError,
+  ValidationError,
+  type ImageProgress,
 } from '@sandboxd/sdk';
 import { ADMIN_KEY, IMAGE, newAccount, RUNTIME, startServer, type Server } from './harness.js';
 import { TEST_IMAGE_DIR } from './local-runtime.js';
@@ -19,10 +29,21 @@ import { TEST_IMAGE_DIR } from './local-runtime.js';
 const ROOT = resolve(fileURLToPath(import.meta.url), '../../..');
 
 /** Runs a program to completion (bounded); rejects with its output on a non-zero exit. */
-function run(file: string, args: string[], o: { cwd: string; env?: Record<string, string> }): Promise<{ stdout: string; stderr: string }> {
+function run(
+  file: string,
+  args: string[],
+  o: { cwd: string; env?: Record<string, string> },
+): Promise<{ stdout: string; stderr: string }> {
   return new Promise((res, rej) => {
-    execFile(file, args, { cwd: o.cwd, env: { ...process.env, ...o.env }, timeout: 180_000, maxBuffer: 16 << 20 }, (err, stdout, stderr) =>
-      err ? rej(new Error(`${file} ${args.join(' ')}: ${err.message}\n${stdout}\n${stderr}`)) : res({ stdout, stderr }));
+    execFile(
+      file,
+      args,
+      { cwd: o.cwd, env: { ...process.env, ...o.env }, timeout: 180_000, maxBuffer: 16 << 20 },
+      (err, stdout, stderr) =>
+        err
+          ? rej(new Error(`${file} ${args.join(' ')}: ${err.message}\n${stdout}\n${stderr}`))
+          : res({ stdout, stderr }),
+    );
   });
 }
 
@@ -45,7 +66,10 @@ describe('SDK against the real server', { timeout: 300_000 }, () => {
     try {
       sb = await Sandbox.create({ image: IMAGE, env: { GREETING: 'hello' }, timeoutMs: 120_000 });
     } finally {
-      for (const [k, v] of [['SANDBOX_API_KEY', saved.key], ['SANDBOX_API_URL', saved.url]] as const) {
+      for (const [k, v] of [
+        ['SANDBOX_API_KEY', saved.key],
+        ['SANDBOX_API_URL', saved.url],
+      ] as const) {
         if (v === undefined) delete process.env[k];
         else process.env[k] = v;
       }
@@ -82,14 +106,22 @@ describe('SDK against the real server', { timeout: 300_000 }, () => {
     assert.deepEqual((await Sandbox.get(sb.id, client)).info, sb.info);
 
     await sb.delete();
-    await assert.rejects(Sandbox.get(sb.id, client), (e: unknown) => e instanceof NotFoundError && e.status === 404 && e.code === 404);
+    await assert.rejects(
+      Sandbox.get(sb.id, client),
+      (e: unknown) => e instanceof NotFoundError && e.status === 404 && e.code === 404,
+    );
   });
 
   it('rebuilds typed errors from real answers: 400, 401, 402, 403, 404, 409, 413', async () => {
-    const bad = await Sandbox.create({ image: IMAGE, volumes: { '/data': 'Bad-Name' } }, client).catch((e: unknown) => e);
+    const bad = await Sandbox.create({ image: IMAGE, volumes: { '/data': 'Bad-Name' } }, client).catch(
+      (e: unknown) => e,
+    );
     assert.ok(bad instanceof ValidationError, String(bad));
     assert.equal(bad.status, 400);
-    assert.ok(bad.problems.some((p) => p.path.startsWith('/volumes')), JSON.stringify(bad.details));
+    assert.ok(
+      bad.problems.some((p) => p.path.startsWith('/volumes')),
+      JSON.stringify(bad.details),
+    );
 
     const anon = new SandboxdClient({ apiKey: 'sk_not_a_real_key', apiUrl: s.baseUrl });
     await assert.rejects(Sandbox.list({}, anon), AuthenticationError);
@@ -106,7 +138,10 @@ describe('SDK against the real server', { timeout: 300_000 }, () => {
     const made: Sandbox[] = [];
     try {
       for (let i = 0; i < limit; i++) made.push(await Sandbox.create({ image: IMAGE }, limited));
-      await assert.rejects(Sandbox.create({ image: IMAGE }, limited), (e: unknown) => e instanceof ConcurrencyLimitError && e.status === 403);
+      await assert.rejects(
+        Sandbox.create({ image: IMAGE }, limited),
+        (e: unknown) => e instanceof ConcurrencyLimitError && e.status === 403,
+      );
     } finally {
       for (const m of made) await m.delete();
     }
@@ -167,14 +202,28 @@ describe('SDK against the real server', { timeout: 300_000 }, () => {
         assert.equal(img.ref, 'docker.io/library/alpine:3.20');
         assert.ok(pulled.some((p) => p.phase === 'pulling' && typeof p.bytes === 'number'));
         assert.equal((await admin.images.pull('docker.io/library/alpine:3.21')).ref, 'docker.io/library/alpine:3.21');
-        const missing = await admin.images.pull('example.com/notfound:1', { onProgress: () => {} }).catch((e: unknown) => e);
+        const missing = await admin.images
+          .pull('example.com/notfound:1', { onProgress: () => {} })
+          .catch((e: unknown) => e);
         assert.ok(missing instanceof TemplateNotFoundError, String(missing));
         const tar = new Uint8Array(1024);
         tar.set(new TextEncoder().encode('ustar'), 257);
         archive = new Blob([tar]);
       } else {
         // A real OCI archive: the layout of the busybox image this host built, as a tar.
-        await run('tar', ['-cf', join(dir, 'bb.tar'), '-C', join(TEST_IMAGE_DIR, 'layouts', 'busybox_latest'), 'oci-layout', 'index.json', 'blobs'], { cwd: dir });
+        await run(
+          'tar',
+          [
+            '-cf',
+            join(dir, 'bb.tar'),
+            '-C',
+            join(TEST_IMAGE_DIR, 'layouts', 'busybox_latest'),
+            'oci-layout',
+            'index.json',
+            'blobs',
+          ],
+          { cwd: dir },
+        );
         archive = await openAsBlob(join(dir, 'bb.tar'));
       }
       assert.equal((await admin.images.import(archive, { ref: 'sdk/imported:1' })).ref, 'sdk/imported:1');
@@ -190,7 +239,8 @@ describe('SDK against the real server', { timeout: 300_000 }, () => {
     const sb = await Sandbox.create({ image: IMAGE, env: { MARK: 'zz-output-zz' } }, client);
     try {
       const probe = await sb.terminals.list().catch((e: unknown) => e);
-      if (probe instanceof NotFoundError && /route/i.test(probe.message)) return t.skip('terminal routes are not served yet');
+      if (probe instanceof NotFoundError && /route/i.test(probe.message))
+        return t.skip('terminal routes are not served yet');
       const term = await sb.terminals.create({ cols: 100, rows: 30 });
       assert.match(term.id, /^term_[a-z2-7]{16}$/);
       assert.ok(term.pid > 0);
@@ -201,14 +251,21 @@ describe('SDK against the real server', { timeout: 300_000 }, () => {
         out += dec.decode(c, { stream: true });
         for (const w of waiters) w();
       });
-      const waitFor = (re: RegExp) => new Promise<void>((resolve, reject) => {
-        const check = () => {
-          if (re.test(out)) (waiters.delete(check), clearTimeout(timer), resolve());
-        };
-        const timer = setTimeout(() => (waiters.delete(check), reject(new Error(`no ${re} in output: ${JSON.stringify(out.slice(-500))}`))), 20_000);
-        waiters.add(check);
-        check();
-      });
+      const waitFor = (re: RegExp) =>
+        new Promise<void>((resolve, reject) => {
+          const check = () => {
+            if (!re.test(out)) return;
+            waiters.delete(check);
+            clearTimeout(timer);
+            resolve();
+          };
+          const timer = setTimeout(() => {
+            waiters.delete(check);
+            reject(new Error(`no ${re} in output: ${JSON.stringify(out.slice(-500))}`));
+          }, 20_000);
+          waiters.add(check);
+          check();
+        });
 
       term.write('echo $MARK\r');
       await waitFor(/zz-output-zz/);
@@ -223,7 +280,10 @@ describe('SDK against the real server', { timeout: 300_000 }, () => {
       assert.equal(term.exit, undefined);
 
       const listed = await sb.terminals.list();
-      assert.deepEqual(listed.find((x) => x.id === term.id), { id: term.id, shell: term.shell, status: 'active', clientCount: 1 });
+      assert.deepEqual(
+        listed.find((x) => x.id === term.id),
+        { id: term.id, shell: term.shell, status: 'active', clientCount: 1 },
+      );
       const got = await sb.terminals.get(term.id);
       assert.equal(got.sandboxId, sb.id);
 
@@ -254,10 +314,16 @@ describe('SDK against the real server', { timeout: 300_000 }, () => {
       assert.ok(tarball, 'npm pack made no tarball');
       const app = join(dir, 'app');
       await run('mkdir', [app], { cwd: dir });
-      writeFileSync(join(app, 'package.json'), JSON.stringify({ name: 'hello-sandboxd', private: true, type: 'module' }));
+      writeFileSync(
+        join(app, 'package.json'),
+        JSON.stringify({ name: 'hello-sandboxd', private: true, type: 'module' }),
+      );
       await run('npm', ['install', '--offline', '--no-audit', '--no-fund', join(dir, tarball)], { cwd: app });
       copyFileSync(join(ROOT, 'examples/hello.mjs'), join(app, 'hello.mjs'));
-      const { stdout } = await run(process.execPath, ['hello.mjs'], { cwd: app, env: { SANDBOX_API_KEY: key, SANDBOX_API_URL: s.baseUrl, SANDBOX_IMAGE: IMAGE } });
+      const { stdout } = await run(process.execPath, ['hello.mjs'], {
+        cwd: app,
+        env: { SANDBOX_API_KEY: key, SANDBOX_API_URL: s.baseUrl, SANDBOX_IMAGE: IMAGE },
+      });
       const id = /^created (sbx_[a-z2-7]{20}) /m.exec(stdout)?.[1];
       assert.ok(id, stdout);
       assert.match(stdout, /^Hello from sandboxd!$/m);

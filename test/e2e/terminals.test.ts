@@ -11,7 +11,8 @@ import { ADMIN_KEY, IMAGE, RUNTIME, startServer, type Server } from './harness.j
 const local = RUNTIME === 'local';
 const auth = { authorization: `Bearer ${ADMIN_KEY}` };
 
-const rssBytes = (pid: number) => Number(/VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? 0) * 1024;
+const rssBytes = (pid: number) =>
+  Number(/VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? 0) * 1024;
 
 describe(`terminals e2e (${RUNTIME})`, { timeout: 600_000 }, () => {
   let s: Server;
@@ -27,7 +28,8 @@ describe(`terminals e2e (${RUNTIME})`, { timeout: 600_000 }, () => {
     assert.equal(c.status, 201, c.text);
     return c.body as { terminal: { id: string; shell: string }; wsUrl: string };
   };
-  const connect = (sb: string, id: string, query = '') => TermClient.connect(terminalUrl(s.baseUrl, sb, id, query), auth);
+  const connect = (sb: string, id: string, query = '') =>
+    TermClient.connect(terminalUrl(s.baseUrl, sb, id, query), auth);
   const getTerminal = (sb: string, id: string) => s.api('GET', `/api/v1/sandboxes/${sb}/terminals/${id}`);
 
   before(async () => {
@@ -101,9 +103,15 @@ describe(`terminals e2e (${RUNTIME})`, { timeout: 600_000 }, () => {
     assert.equal((none.body as { code: number }).code, 401);
     assert.equal((await refusedUpgrade(url, { authorization: 'Bearer sk_wrongwrongwrongwrongwrong' })).status, 401);
     assert.equal((await refusedUpgrade(terminalUrl(s.baseUrl, sb, 'term_aaaaaaaaaaaaaaaa'), auth)).status, 404);
-    assert.equal((await refusedUpgrade(terminalUrl(s.baseUrl, 'sbx_aaaaaaaaaaaaaaaaaaaa', terminal.id), auth)).status, 404);
+    assert.equal(
+      (await refusedUpgrade(terminalUrl(s.baseUrl, 'sbx_aaaaaaaaaaaaaaaaaaaa', terminal.id), auth)).status,
+      404,
+    );
     const email = `term-${Date.now()}@example.com`;
-    assert.equal((await s.api('POST', '/api/v1/admin/accounts', { body: { email, password: 'password123', tokens: 100 } })).status, 201);
+    assert.equal(
+      (await s.api('POST', '/api/v1/admin/accounts', { body: { email, password: 'password123', tokens: 100 } })).status,
+      201,
+    );
     const login = await s.api('POST', '/api/v1/auth/login', { key: null, body: { email, password: 'password123' } });
     const cookie = String(login.headers.get('set-cookie')).split(';')[0];
     assert.equal((await refusedUpgrade(url, { cookie, origin: s.baseUrl })).status, 404, "another account's terminal");
@@ -111,7 +119,11 @@ describe(`terminals e2e (${RUNTIME})`, { timeout: 600_000 }, () => {
     const own = await s.api('POST', '/api/v1/sandboxes', { key: null, headers, body: { image: IMAGE } });
     assert.equal(own.status, 201, own.text);
     try {
-      const ot = await s.api('POST', `/api/v1/sandboxes/${own.body.sandbox.id}/terminals`, { key: null, headers, body: {} });
+      const ot = await s.api('POST', `/api/v1/sandboxes/${own.body.sandbox.id}/terminals`, {
+        key: null,
+        headers,
+        body: {},
+      });
       const ourl = terminalUrl(s.baseUrl, own.body.sandbox.id, ot.body.terminal.id);
       assert.equal((await refusedUpgrade(ourl, { cookie, origin: 'https://evil.example' })).status, 401);
       const ok = await TermClient.connect(ourl, { cookie, origin: s.baseUrl });
@@ -155,7 +167,9 @@ describe(`terminals e2e (${RUNTIME})`, { timeout: 600_000 }, () => {
     const sampler = setInterval(() => (rssMax = Math.max(rssMax, rssBytes(s.proc.pid!))), 50);
     // The fake shell prints at most 1 MiB per command line, so it gets 24 lines of 1 MB.
     const size = local ? 200 * 1024 * 1024 : 24_000_000;
-    fast.type(local ? 'yes | head -c 200M; echo DONE-$TERM\r' : `${'head -c 1000000 /dev/zero\r'.repeat(24)}echo DONE-$TERM\r`);
+    fast.type(
+      local ? 'yes | head -c 200M; echo DONE-$TERM\r' : `${'head -c 1000000 /dev/zero\r'.repeat(24)}echo DONE-$TERM\r`,
+    );
     try {
       await fast.control('ready');
       let dropped = false;
@@ -187,7 +201,8 @@ describe(`terminal idle cleanup e2e (${RUNTIME})`, { timeout: 300_000 }, () => {
     const s = await startServer({ env: { SANDBOXD_TERMINAL_IDLE_MS: '1500' } });
     try {
       const sb = (await s.api('POST', '/api/v1/sandboxes', { body: { image: IMAGE } })).body.sandbox.id;
-      const mk = async () => (await s.api('POST', `/api/v1/sandboxes/${sb}/terminals`, { body: {} })).body.terminal.id as string;
+      const mk = async () =>
+        (await s.api('POST', `/api/v1/sandboxes/${sb}/terminals`, { body: {} })).body.terminal.id as string;
       const idle = await mk();
       const watched = await mk();
       const c = await TermClient.connect(terminalUrl(s.baseUrl, sb, watched), auth);

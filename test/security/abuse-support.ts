@@ -35,12 +35,17 @@ export function rawRequest(
   const body = o.body === undefined ? undefined : Buffer.isBuffer(o.body) ? o.body : Buffer.from(o.body);
   const headers: Record<string, string> = { host: url.host, ...(o.headers ?? {}) };
   if (body !== undefined) headers['content-length'] = String(body.length);
-  const head = `${o.method ?? 'GET'} ${o.path} HTTP/1.1\r\n${Object.entries(headers).map(([k, v]) => `${k}: ${v}\r\n`).join('')}\r\n`;
+  const head = `${o.method ?? 'GET'} ${o.path} HTTP/1.1\r\n${Object.entries(headers)
+    .map(([k, v]) => `${k}: ${v}\r\n`)
+    .join('')}\r\n`;
   return new Promise((resolve, reject) => {
     const sock = connect(Number(url.port), url.hostname);
     const chunks: Buffer[] = [];
     let done = false;
-    const timer = setTimeout(() => finish(new Error(`${o.method ?? 'GET'} ${o.path.slice(0, 80)}: no answer in time`)), o.timeoutMs ?? 60_000);
+    const timer = setTimeout(
+      () => finish(new Error(`${o.method ?? 'GET'} ${o.path.slice(0, 80)}: no answer in time`)),
+      o.timeoutMs ?? 60_000,
+    );
     const finish = (err: Error | null) => {
       if (done) return;
       const parsed = parseAnswer(Buffer.concat(chunks));
@@ -55,8 +60,12 @@ export function rawRequest(
       chunks.push(c);
       if (parseAnswer(Buffer.concat(chunks))) finish(null);
     });
-    sock.on('end', () => finish(new Error(`${o.method ?? 'GET'} ${o.path.slice(0, 80)}: closed without a complete answer`)));
-    sock.on('close', () => finish(new Error(`${o.method ?? 'GET'} ${o.path.slice(0, 80)}: closed without a complete answer`)));
+    sock.on('end', () =>
+      finish(new Error(`${o.method ?? 'GET'} ${o.path.slice(0, 80)}: closed without a complete answer`)),
+    );
+    sock.on('close', () =>
+      finish(new Error(`${o.method ?? 'GET'} ${o.path.slice(0, 80)}: closed without a complete answer`)),
+    );
     sock.on('error', () => {}); // a write cut by an early answer; 'close' follows
     sock.write(head);
     if (body !== undefined) sock.write(body);
@@ -104,14 +113,28 @@ function parseAnswer(buf: Buffer): RawAnswer | null {
 }
 
 /** The answer is `status`, in the `{code, message, details?}` shape, and its message or details match `names`. */
-export function assertError(a: { status: number; body: any; text: string }, status: number, names?: RegExp, what = ''): void {
+export function assertError(
+  a: { status: number; body: any; text: string },
+  status: number,
+  names?: RegExp,
+  what = '',
+): void {
   assert.equal(a.status, status, `${what}: ${a.status} ${a.text.slice(0, 300)}`);
   assert.ok(a.body && typeof a.body === 'object', `${what}: error body is JSON: ${a.text.slice(0, 200)}`);
   assert.equal(a.body.code, status, `${what}: code repeats the status`);
   assert.equal(typeof a.body.message, 'string');
   assert.ok(a.body.message.length > 0 && a.body.message.length <= 2000, `${what}: a short message`);
-  assert.deepEqual(Object.keys(a.body).filter((k) => !['code', 'message', 'details'].includes(k)), [], `${what}: only code, message, details`);
-  if (names) assert.match(`${a.body.message} ${JSON.stringify(a.body.details ?? '')}`, names, `${what}: the answer names what was wrong`);
+  assert.deepEqual(
+    Object.keys(a.body).filter((k) => !['code', 'message', 'details'].includes(k)),
+    [],
+    `${what}: only code, message, details`,
+  );
+  if (names)
+    assert.match(
+      `${a.body.message} ${JSON.stringify(a.body.details ?? '')}`,
+      names,
+      `${what}: the answer names what was wrong`,
+    );
 }
 
 export interface ServerMemory {
@@ -137,7 +160,9 @@ async function collectGarbage(dataDir: string, pid: number): Promise<void> {
       ws.on('error', reject);
       ws.on('open', () => ws.send(JSON.stringify({ id: 1, method: 'HeapProfiler.collectGarbage' })));
       ws.on('message', (d: Buffer) => {
-        if (JSON.parse(d.toString()).id === 1) (clearTimeout(t), resolve());
+        if (JSON.parse(d.toString()).id !== 1) return;
+        clearTimeout(t);
+        resolve();
       });
     });
   } finally {
@@ -150,7 +175,10 @@ async function collectGarbage(dataDir: string, pid: number): Promise<void> {
  * memory outside it held by live objects (Buffers), from /metrics. Without the GC an idle
  * V8 keeps dead Buffers counted for as long as nothing allocates.
  */
-export async function settledMemory(baseUrl: string, s: { dataDir: string; proc: { pid?: number } }): Promise<ServerMemory> {
+export async function settledMemory(
+  baseUrl: string,
+  s: { dataDir: string; proc: { pid?: number } },
+): Promise<ServerMemory> {
   const pid = s.proc.pid!;
   await collectGarbage(s.dataDir, pid);
   const m = await (await fetch(`${baseUrl}/metrics`)).text();
@@ -158,5 +186,5 @@ export async function settledMemory(baseUrl: string, s: { dataDir: string; proc:
   return { rss: rssBytes(pid), heapUsed: v('heap_size_used_bytes'), external: v('external_memory_bytes') };
 }
 
-export const showMemory = (m: ServerMemory) => `RSS ${MiB(m.rss)}, JS heap ${MiB(m.heapUsed)}, external ${MiB(m.external)}`;
-
+export const showMemory = (m: ServerMemory) =>
+  `RSS ${MiB(m.rss)}, JS heap ${MiB(m.heapUsed)}, external ${MiB(m.external)}`;

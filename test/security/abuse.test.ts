@@ -22,7 +22,10 @@ const LIMITS = { memoryBytes: 2 * GiB, cpus: 1, pids: 512, rootDiskBytes: SOAK ?
 const PROBES = Number(process.env.SANDBOXD_ABUSE_PROBES) || (SOAK ? 100 : 20);
 const WINDOW_MS = SOAK ? 20_000 : 2_000;
 
-describe('resource abuse leaves the host and other sandboxes answering', { skip: !local && 'needs SANDBOXD_E2E_RUNTIME=local', timeout: 900_000 }, () => {
+describe('resource abuse leaves the host and other sandboxes answering', {
+  skip: !local && 'needs SANDBOXD_E2E_RUNTIME=local',
+  timeout: 900_000,
+}, () => {
   let s: Server;
   let api: Api;
   let probe = '';
@@ -31,8 +34,10 @@ describe('resource abuse leaves the host and other sandboxes answering', { skip:
   const rows: Array<Record<string, string | number>> = [];
   const cfgDir = mkdtempSync(join(tmpdir(), 'sandboxd-abuse-cfg-'));
 
-  const cgroupFile = (ctl: string, id: string, file: string) => readFileSync(`/sys/fs/cgroup/${ctl}/${cgroupParent}/${id}/${file}`, 'utf8');
-  const serverRss = () => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${s.proc.pid}/status`, 'utf8'))?.[1] ?? 0) * 1024;
+  const cgroupFile = (ctl: string, id: string, file: string) =>
+    readFileSync(`/sys/fs/cgroup/${ctl}/${cgroupParent}/${id}/${file}`, 'utf8');
+  const serverRss = () =>
+    Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${s.proc.pid}/status`, 'utf8'))?.[1] ?? 0) * 1024;
   /**
    * p50 of the probe sandbox's exec latency and of /healthz, over at least PROBES execs and
    * WINDOW_MS (so that a window spans the abuse's cycles), at most 500 execs.
@@ -50,13 +55,25 @@ describe('resource abuse leaves the host and other sandboxes answering', { skip:
     return { exec: p50(execs), health: p50(health), n: execs.length };
   };
   /** Measures the probe sandbox just before an abuse starts. */
-  const baseline = async () => { base = await measure(); };
+  const baseline = async () => {
+    base = await measure();
+  };
   /** Measures it while the abuse runs; records a row (`contained` is read after the measurement). */
   const during = async (abuse: string, contained: () => string) => {
     const now = await measure();
     const ratio = now.exec / base.exec;
-    rows.push({ abuse, 'p50 before ms': base.exec.toFixed(1), 'p50 during ms': now.exec.toFixed(1), ratio: ratio.toFixed(2), execs: now.n, 'healthz ratio': (now.health / base.health).toFixed(2), contained: contained() });
-    console.log(`# ${abuse}: probe exec p50 ${base.exec.toFixed(1)} -> ${now.exec.toFixed(1)} ms (x${ratio.toFixed(2)}, ${now.n} execs), healthz p50 x${(now.health / base.health).toFixed(2)}`);
+    rows.push({
+      abuse,
+      'p50 before ms': base.exec.toFixed(1),
+      'p50 during ms': now.exec.toFixed(1),
+      ratio: ratio.toFixed(2),
+      execs: now.n,
+      'healthz ratio': (now.health / base.health).toFixed(2),
+      contained: contained(),
+    });
+    console.log(
+      `# ${abuse}: probe exec p50 ${base.exec.toFixed(1)} -> ${now.exec.toFixed(1)} ms (x${ratio.toFixed(2)}, ${now.n} execs), healthz p50 x${(now.health / base.health).toFixed(2)}`,
+    );
   };
   /** The probe still answers right after the abuse is gone. */
   const recovered = async () => {
@@ -65,13 +82,20 @@ describe('resource abuse leaves the host and other sandboxes answering', { skip:
 
   before(async () => {
     const cfg = join(cfgDir, 'config.json');
-    writeFileSync(cfg, JSON.stringify({ plans: { ABUSE: { concurrency: 10, maxLifetimeMs: 3_600_000, signupTokens: 10_000, limits: LIMITS } } }));
+    writeFileSync(
+      cfg,
+      JSON.stringify({
+        plans: { ABUSE: { concurrency: 10, maxLifetimeMs: 3_600_000, signupTokens: 10_000, limits: LIMITS } },
+      }),
+    );
     s = await startServer({ env: { SANDBOXD_CONFIG: cfg } });
     cgroupParent = localOptions(s.dataDir).cgroupParent!;
     api = new Api(s, (await newAccount(s, { tokens: 100_000, plan: 'ABUSE' })).key);
     probe = await api.create({ image: BUSYBOX });
     await execLatencies(api, probe, 5); // warm
-    console.log(`# limits ${JSON.stringify(LIMITS)}; each figure is the p50 of at least ${PROBES} sequential execs over at least ${WINDOW_MS} ms`);
+    console.log(
+      `# limits ${JSON.stringify(LIMITS)}; each figure is the p50 of at least ${PROBES} sequential execs over at least ${WINDOW_MS} ms`,
+    );
   });
   after(async () => {
     if (rows.length) console.log(table(rows));
@@ -83,14 +107,19 @@ describe('resource abuse leaves the host and other sandboxes answering', { skip:
     const x = await api.create({ image: BUSYBOX });
     await baseline();
     await api.background(x, 'f() { f | f & }; f');
-    let refused = 0; let peak = 0;
+    let refused = 0;
+    let peak = 0;
     for (let i = 0; i < 400 && refused === 0; i++) {
       peak = Math.max(peak, Number(cgroupFile('pids', x, 'pids.current')));
       refused = Number(/max (\d+)/.exec(cgroupFile('pids', x, 'pids.events'))?.[1] ?? 0);
       if (refused === 0) await sleep(25);
     }
     assert.ok(refused > 0, `no fork was refused at the pids limit (peak ${peak})`);
-    await during('fork bomb', () => `pids ${Number(cgroupFile('pids', x, 'pids.current'))}/${LIMITS.pids}, refused forks ${/max (\d+)/.exec(cgroupFile('pids', x, 'pids.events'))?.[1]}`);
+    await during(
+      'fork bomb',
+      () =>
+        `pids ${Number(cgroupFile('pids', x, 'pids.current'))}/${LIMITS.pids}, refused forks ${/max (\d+)/.exec(cgroupFile('pids', x, 'pids.events'))?.[1]}`,
+    );
     assert.ok(Number(cgroupFile('pids', x, 'pids.current')) <= LIMITS.pids);
     const t0 = performance.now();
     await api.delete(x);
@@ -111,7 +140,11 @@ describe('resource abuse leaves the host and other sandboxes answering', { skip:
       if (kills === 0) await sleep(25);
     }
     assert.ok(kills > 0, 'the hog was never OOM-killed');
-    await during('memory hog', () => `max usage ${(Number(cgroupFile('memory', x, 'memory.max_usage_in_bytes')) / GiB).toFixed(2)} GiB of ${LIMITS.memoryBytes / GiB}, OOM kills ${/oom_kill (\d+)/.exec(cgroupFile('memory', x, 'memory.oom_control'))?.[1]}`);
+    await during(
+      'memory hog',
+      () =>
+        `max usage ${(Number(cgroupFile('memory', x, 'memory.max_usage_in_bytes')) / GiB).toFixed(2)} GiB of ${LIMITS.memoryBytes / GiB}, OOM kills ${/oom_kill (\d+)/.exec(cgroupFile('memory', x, 'memory.oom_control'))?.[1]}`,
+    );
     assert.ok(Number(cgroupFile('memory', x, 'memory.max_usage_in_bytes')) <= LIMITS.memoryBytes);
     const one = await api.exec(x, 'python3 /tmp/hog.py; echo rc=$?', { timeoutMs: 60_000 });
     assert.match(one.stdout, /rc=137/, 'a foreground hog is killed by SIGKILL (137)');
@@ -124,17 +157,28 @@ describe('resource abuse leaves the host and other sandboxes answering', { skip:
     const x = await api.create({ image: BUSYBOX, volumes: { '/data': { name: 'fill', sizeGb: 1 } } });
     await baseline();
     const rounds = SOAK ? 30 : 6;
-    const pid = await api.background(x, `i=0; while [ $i -lt ${rounds} ]; do i=$((i+1)); dd if=/dev/zero of=/data/f bs=1M count=1500 2>/dev/null; sync; rm -f /data/f; done`);
+    const pid = await api.background(
+      x,
+      `i=0; while [ $i -lt ${rounds} ]; do i=$((i+1)); dd if=/dev/zero of=/data/f bs=1M count=1500 2>/dev/null; sync; rm -f /data/f; done`,
+    );
     await sleep(1000);
     await during('volume filled past its cap', () => 'ENOSPC at 1 GiB');
     await api.exec(x, `kill ${pid}; sleep 0.2; rm -f /data/f`);
-    const r = await api.exec(x, 'dd if=/dev/zero of=/data/big bs=1M count=1500 2>&1; echo rc=$?; df -k /data | tail -1', { timeoutMs: 120_000 });
+    const r = await api.exec(
+      x,
+      'dd if=/dev/zero of=/data/big bs=1M count=1500 2>&1; echo rc=$?; df -k /data | tail -1',
+      { timeoutMs: 120_000 },
+    );
     assert.match(r.stdout, /No space left on device/);
     assert.match(r.stdout, /rc=1/);
     const volDir = join(s.dataDir, 'volumes');
-    const img = readdirSync(volDir).filter((d) => d.endsWith('__fill')).map((d) => join(volDir, d, 'volume.img'))[0];
+    const img = readdirSync(volDir)
+      .filter((d) => d.endsWith('__fill'))
+      .map((d) => join(volDir, d, 'volume.img'))[0];
     const st = statSync(img);
-    console.log(`# volume image on the host: apparent ${(st.size / GiB).toFixed(2)} GiB, allocated ${(st.blocks * 512 / GiB).toFixed(2)} GiB`);
+    console.log(
+      `# volume image on the host: apparent ${(st.size / GiB).toFixed(2)} GiB, allocated ${((st.blocks * 512) / GiB).toFixed(2)} GiB`,
+    );
     assert.ok(st.blocks * 512 <= 1 * GiB + (1 << 20), `volume file takes ${st.blocks * 512} bytes on the host`);
     assert.equal((await api.exec(x, 'rm /data/big && echo freed')).stdout, 'freed\n');
     await api.delete(x);
@@ -147,7 +191,10 @@ describe('resource abuse leaves the host and other sandboxes answering', { skip:
     await baseline();
     const mb = Math.round((LIMITS.rootDiskBytes * 1.5) / 2 ** 20);
     const rounds = SOAK ? 10 : 4;
-    const pid = await api.background(x, `i=0; while [ $i -lt ${rounds} ]; do i=$((i+1)); dd if=/dev/zero of=/fill bs=1M count=${mb} 2>/dev/null; sync; rm -f /fill; done`);
+    const pid = await api.background(
+      x,
+      `i=0; while [ $i -lt ${rounds} ]; do i=$((i+1)); dd if=/dev/zero of=/fill bs=1M count=${mb} 2>/dev/null; sync; rm -f /fill; done`,
+    );
     await sleep(1000);
     await during('root layer filled past its cap', () => `ENOSPC at ${LIMITS.rootDiskBytes / GiB} GiB`);
     await api.exec(x, `kill ${pid}; sleep 0.2; rm -f /fill`);
@@ -172,7 +219,9 @@ describe('resource abuse leaves the host and other sandboxes answering', { skip:
     for (let i = 0; i < 8; i++) bgPids.push(await api.background(x, 'exec yes escape-flood'));
     const t = await s.api('POST', `/api/v1/sandboxes/${x}/terminals`, { key: api.key, body: { shell: 'sh' } });
     assert.equal(t.status, 201, t.text);
-    const tc = await TermClient.connect(terminalUrl(s.baseUrl, x, t.body.terminal.id), { authorization: `Bearer ${api.key}` });
+    const tc = await TermClient.connect(terminalUrl(s.baseUrl, x, t.body.terminal.id), {
+      authorization: `Bearer ${api.key}`,
+    });
     await tc.control('ready');
     tc.type('yes terminal-flood\r');
     await tc.waitForOutput(/terminal-flood\r\nterminal-flood/);
@@ -189,7 +238,8 @@ describe('resource abuse leaves the host and other sandboxes answering', { skip:
       assert.equal(Buffer.byteLength(r.body.stdout), 1024 * 1024, 'stdout is cut at 1 MiB');
     }
     const rssAfter = serverRss();
-    rows[rows.length - 1].contained = `4 x ${fgSeconds} s of yes cut at 1 MiB each; server RSS ${(rssBefore / 2 ** 20).toFixed(0)} -> ${(rssAfter / 2 ** 20).toFixed(0)} MiB`;
+    rows[rows.length - 1].contained =
+      `4 x ${fgSeconds} s of yes cut at 1 MiB each; server RSS ${(rssBefore / 2 ** 20).toFixed(0)} -> ${(rssAfter / 2 ** 20).toFixed(0)} MiB`;
     console.log(`# server RSS ${(rssBefore / 2 ** 20).toFixed(0)} -> ${(rssAfter / 2 ** 20).toFixed(0)} MiB`);
     assert.ok(rssAfter - rssBefore < 512 * 2 ** 20, 'the server kept the flood in memory');
     await api.delete(x);

@@ -14,10 +14,24 @@ import { randomBytes } from 'node:crypto';
 import { after, before, describe, it } from 'node:test';
 import { refusedUpgrade, TermClient, terminalUrl } from '../../packages/server/src/http/terminal-testkit.js';
 import { ADMIN_KEY, IMAGE, newAccount, RUNTIME, startServer, type Server } from '../e2e/harness.js';
-import { assertError, INSPECTABLE, MiB, rawRequest, settledMemory, showMemory, type RawAnswer } from './abuse-support.js';
+import {
+  assertError,
+  INSPECTABLE,
+  MiB,
+  rawRequest,
+  settledMemory,
+  showMemory,
+  type RawAnswer,
+} from './abuse-support.js';
 
 /** The routes decisions.md lets anyone call: log in and out, sign up, the first-start link, health. */
-const PUBLIC = new Set(['POST /api/v1/auth/login', 'POST /api/v1/auth/signup', 'POST /api/v1/auth/logout', 'GET /api/v1/auth/link', 'GET /healthz']);
+const PUBLIC = new Set([
+  'POST /api/v1/auth/login',
+  'POST /api/v1/auth/signup',
+  'POST /api/v1/auth/logout',
+  'GET /api/v1/auth/link',
+  'GET /healthz',
+]);
 const UNSAFE = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
 /** The WebSocket upgrade is checked with real upgrades, not plain GETs. */
 const WS_OPERATION = 'connectTerminal';
@@ -62,11 +76,17 @@ function exampleOf(schema: any, components: Record<string, any>, depth = 0): unk
       for (const k of schema.required ?? []) out[k] = exampleOf(schema.properties?.[k], components, depth + 1);
       return out;
     }
-    case 'array': return [];
-    case 'integer': case 'number': return schema.minimum ?? 1;
-    case 'boolean': return false;
-    case 'string': return 'x'.repeat(Math.max(1, schema.minLength ?? 1));
-    default: return {};
+    case 'array':
+      return [];
+    case 'integer':
+    case 'number':
+      return schema.minimum ?? 1;
+    case 'boolean':
+      return false;
+    case 'string':
+      return 'x'.repeat(Math.max(1, schema.minLength ?? 1));
+    default:
+      return {};
   }
 }
 
@@ -80,7 +100,7 @@ describe(`API abuse (${RUNTIME})`, { timeout: 300_000 }, () => {
   let sandboxId = '';
   let terminalId = '';
   const volume = `abuse_${randomBytes(4).toString('hex')}`;
-  let routes: Route[] = [];
+  const routes: Route[] = [];
   let sent = 0;
 
   /** Strings of account A that no answer to anyone else may contain. */
@@ -137,10 +157,20 @@ describe(`API abuse (${RUNTIME})`, { timeout: 300_000 }, () => {
     const all = {
       accounts: await get('/api/v1/admin/accounts', ADMIN_KEY),
       images: await get('/api/v1/images', ADMIN_KEY),
-      ...Object.fromEntries(await Promise.all([A, B].flatMap((x, i) => [
-        ['account', '/api/v1/account'], ['ledger', '/api/v1/account/ledger?limit=1000'], ['sandboxes', '/api/v1/sandboxes?limit=1000'],
-        ['keys', '/api/v1/keys'], ['volumes', '/api/v1/volumes'], ['events', '/api/v1/events'],
-      ].map(async ([name, path]) => [`${'AB'[i]}.${name}`, await get(path, x.key)])))),
+      ...Object.fromEntries(
+        await Promise.all(
+          [A, B].flatMap((x, i) =>
+            [
+              ['account', '/api/v1/account'],
+              ['ledger', '/api/v1/account/ledger?limit=1000'],
+              ['sandboxes', '/api/v1/sandboxes?limit=1000'],
+              ['keys', '/api/v1/keys'],
+              ['volumes', '/api/v1/volumes'],
+              ['events', '/api/v1/events'],
+            ].map(async ([name, path]) => [`${'AB'[i]}.${name}`, await get(path, x.key)]),
+          ),
+        ),
+      ),
       terminals: await get(`/api/v1/sandboxes/${sandboxId}/terminals`, A.key),
       terminal: await get(`/api/v1/sandboxes/${sandboxId}/terminals/${terminalId}`, A.key),
     };
@@ -154,7 +184,10 @@ describe(`API abuse (${RUNTIME})`, { timeout: 300_000 }, () => {
     A = { ...a, email: emailA, cookie: await login(emailA) };
     const b = await newAccount(s, { tokens: 1000 });
     B = { ...b, cookie: await login((await s.api('GET', '/api/v1/account', { key: b.key })).body.email) };
-    const c = await s.api('POST', '/api/v1/sandboxes', { key: A.key, body: { image: IMAGE, timeoutMs: 1_800_000, volumes: { '/data': volume } } });
+    const c = await s.api('POST', '/api/v1/sandboxes', {
+      key: A.key,
+      body: { image: IMAGE, timeoutMs: 1_800_000, volumes: { '/data': volume } },
+    });
     assert.equal(c.status, 201, c.text);
     sandboxId = c.body.sandbox.id;
     const t = await s.api('POST', `/api/v1/sandboxes/${sandboxId}/terminals`, { key: A.key, body: {} });
@@ -165,14 +198,20 @@ describe(`API abuse (${RUNTIME})`, { timeout: 300_000 }, () => {
     assert.equal((await s.api('DELETE', `/api/v1/keys/${k.body.id}`, { key: A.key })).status, 204);
     keyIdA = (await s.api('GET', '/api/v1/keys', { key: A.key })).body.keys[0].id;
     loggedOutCookie = await login(emailA);
-    assert.equal((await s.api('POST', '/api/v1/auth/logout', { key: null, headers: { cookie: loggedOutCookie } })).status, 204);
+    assert.equal(
+      (await s.api('POST', '/api/v1/auth/logout', { key: null, headers: { cookie: loggedOutCookie } })).status,
+      204,
+    );
 
     const doc = (await s.api('GET', '/api/v1/openapi.json', { key: null })).body;
     components = doc.components.schemas;
     for (const [template, ops] of Object.entries(doc.paths as Record<string, Record<string, any>>)) {
       for (const [method, op] of Object.entries(ops)) {
         routes.push({
-          method: method.toUpperCase(), template, op: op.operationId, admin: (op.tags ?? []).includes('admin') || (op.tags ?? []).includes('images'),
+          method: method.toUpperCase(),
+          template,
+          op: op.operationId,
+          admin: (op.tags ?? []).includes('admin') || (op.tags ?? []).includes('images'),
           bodySchema: op.requestBody?.content?.['application/json']?.schema,
         });
       }
@@ -184,18 +223,32 @@ describe(`API abuse (${RUNTIME})`, { timeout: 300_000 }, () => {
     assert.ok(routes.length >= 30, `only ${routes.length} operations in the document`);
     const listed = new Set(routes.map((r) => `${r.method} ${r.template}`));
     for (const p of PUBLIC) assert.ok(listed.has(p), `${p} is public but not in the document`);
-    assert.ok(routes.some((r) => r.op === WS_OPERATION), 'the terminal WebSocket is documented');
-    console.log(`# ${routes.length} operations, ${routes.filter((r) => !PUBLIC.has(`${r.method} ${r.template}`)).length} need credentials`);
+    assert.ok(
+      routes.some((r) => r.op === WS_OPERATION),
+      'the terminal WebSocket is documented',
+    );
+    console.log(
+      `# ${routes.length} operations, ${routes.filter((r) => !PUBLIC.has(`${r.method} ${r.template}`)).length} need credentials`,
+    );
   });
 
   it('positive controls: the owner reaches every resource route and the admin every admin route (so the refusals below mean something)', async () => {
-    for (const r of routes.filter((x) => x.method === 'GET' && !PUBLIC.has(`${x.method} ${x.template}`) && x.op !== WS_OPERATION)) {
+    for (const r of routes.filter(
+      (x) => x.method === 'GET' && !PUBLIC.has(`${x.method} ${x.template}`) && x.op !== WS_OPERATION,
+    )) {
       const a = await send(r, { authorization: `Bearer ${r.admin ? ADMIN_KEY : A.key}` });
       assert.equal(a.status, 200, `${r.method} ${r.template}: ${a.text.slice(0, 200)}`);
     }
-    const viaCookie = await s.api('POST', '/api/v1/events/track', { key: null, body: VALID_BODIES.trackEvent, headers: { cookie: A.cookie, origin: s.baseUrl } });
+    const viaCookie = await s.api('POST', '/api/v1/events/track', {
+      key: null,
+      body: VALID_BODIES.trackEvent,
+      headers: { cookie: A.cookie, origin: s.baseUrl },
+    });
     assert.equal(viaCookie.status, 200, 'a same-origin cookie request may change state');
-    const ws = await TermClient.connect(terminalUrl(s.baseUrl, sandboxId, terminalId), { cookie: A.cookie, origin: s.baseUrl });
+    const ws = await TermClient.connect(terminalUrl(s.baseUrl, sandboxId, terminalId), {
+      cookie: A.cookie,
+      origin: s.baseUrl,
+    });
     await ws.control('ready');
     ws.close();
     await ws.closed;
@@ -257,8 +310,16 @@ describe(`API abuse (${RUNTIME})`, { timeout: 300_000 }, () => {
         continue;
       }
       const who: Array<[string, Record<string, string>]> = r.admin
-        ? [['A key (not admin)', { authorization: `Bearer ${A.key}` }], ['A session (not admin)', { cookie: A.cookie, origin: s.baseUrl }], ['B key', { authorization: `Bearer ${B.key}` }]]
-        : [['B key', { authorization: `Bearer ${B.key}` }], ['B key in X-API-Key', { 'x-api-key': B.key }], ['B session', { cookie: B.cookie, origin: s.baseUrl }]];
+        ? [
+            ['A key (not admin)', { authorization: `Bearer ${A.key}` }],
+            ['A session (not admin)', { cookie: A.cookie, origin: s.baseUrl }],
+            ['B key', { authorization: `Bearer ${B.key}` }],
+          ]
+        : [
+            ['B key', { authorization: `Bearer ${B.key}` }],
+            ['B key in X-API-Key', { 'x-api-key': B.key }],
+            ['B session', { cookie: B.cookie, origin: s.baseUrl }],
+          ];
       for (const [what, headers] of who) {
         if (r.op === WS_OPERATION) {
           const u = await refusedUpgrade(terminalUrl(s.baseUrl, sandboxId, terminalId), headers);
@@ -297,11 +358,20 @@ describe(`API abuse (${RUNTIME})`, { timeout: 300_000 }, () => {
           sent++;
           assert.equal(u.status, 401, `upgrade with the cookie and ${what}`);
         } else if (UNSAFE.has(r.method)) {
-          assertError(await send(r, headers), 401, /same-origin Origin/, `${r.method} ${r.template} with the cookie and ${what}`);
+          assertError(
+            await send(r, headers),
+            401,
+            /same-origin Origin/,
+            `${r.method} ${r.template} with the cookie and ${what}`,
+          );
         } else {
           const a = await send(r, headers);
           assert.ok(a.status === 200 || a.status === 404, `${r.method} ${r.template}: ${a.status}`); // admin routes: A is no admin
-          assert.equal(a.headers['access-control-allow-origin'], undefined, 'no CORS grant: a cross-site page cannot read it');
+          assert.equal(
+            a.headers['access-control-allow-origin'],
+            undefined,
+            'no CORS grant: a cross-site page cannot read it',
+          );
           assert.equal(a.headers['access-control-allow-credentials'], undefined);
         }
         checked++;
@@ -317,7 +387,8 @@ describe(`API abuse (${RUNTIME})`, { timeout: 300_000 }, () => {
       sent++;
       assert.ok(a.status < 500 && a.status !== 404, `${r.method} ${r.template}: ${a.status}`);
     }
-    for (const p of ['/metrics', '/api/v1/openapi.json', '/']) assert.equal((await rawRequest(s.baseUrl, { path: p })).status, 200, p);
+    for (const p of ['/metrics', '/api/v1/openapi.json', '/'])
+      assert.equal((await rawRequest(s.baseUrl, { path: p })).status, 200, p);
     const m = await rawRequest(s.baseUrl, { path: '/metrics' });
     assertNoLeak(m.text, '/metrics');
   });
@@ -330,56 +401,286 @@ describe(`API abuse (${RUNTIME})`, { timeout: 300_000 }, () => {
     let deepArray = '1';
     for (let i = 0; i < 100_000; i++) deepArray = `[${deepArray}]`;
     const deepObject = `${'{"a":'.repeat(50_000)}1${'}'.repeat(50_000)}`;
-    const manyKeys = (n: number, v: (i: number) => unknown) => Object.fromEntries(Array.from({ length: n }, (_, i) => [`K${i}`, v(i)]));
-    const cases: Array<{ what: string; method?: string; path: string; headers?: Record<string, string>; body?: string | object | Buffer; status: number; names?: RegExp }> = [
-      { what: 'env of 10 MB', method: 'POST', path: '/api/v1/sandboxes', body: { image: IMAGE, env: { BIG: 'x'.repeat(10 * 2 ** 20) } }, status: 413, names: /larger than 1 MiB/ },
-      { what: 'command of 10 MB', method: 'POST', path: exec, body: { command: 'x'.repeat(10 * 2 ** 20) }, status: 413, names: /larger than 1 MiB/ },
-      { what: '10,000 volumes', method: 'POST', path: '/api/v1/sandboxes', body: { image: IMAGE, volumes: Object.fromEntries(Array.from({ length: 10_000 }, (_, i) => [`/v${i}`, `v${i}`])) }, status: 400, names: /\/volumes.*16/ },
-      { what: '10,000 env keys', method: 'POST', path: '/api/v1/sandboxes', body: { image: IMAGE, env: manyKeys(10_000, () => '1') }, status: 400, names: /\/env.*256/ },
-      { what: 'an env entry of 200 KB (under the body limit)', method: 'POST', path: '/api/v1/sandboxes', body: { image: IMAGE, env: { BIG: 'x'.repeat(200_000) } }, status: 400, names: /\/env\/BIG/ },
-      { what: 'an env entry of 70,000 two-byte characters (140 KB)', method: 'POST', path: '/api/v1/sandboxes', body: { image: IMAGE, env: { BIG: 'é'.repeat(70_000) } }, status: 400, names: /\/env\/BIG.*140\d{3} bytes/ },
-      { what: '256 env entries of 3.9 KB (a legal 1 MiB env) with one too many', method: 'POST', path: '/api/v1/sandboxes', body: { image: IMAGE, env: manyKeys(257, () => 'y'.repeat(3900)) }, status: 400, names: /\/env/ },
-      { what: 'a command of 200 KB', method: 'POST', path: exec, body: { command: 'x'.repeat(200_000) }, status: 400, names: /\/command/ },
-      { what: 'a command of 70,000 two-byte characters', method: 'POST', path: exec, body: { command: `echo ${'é'.repeat(70_000)}` }, status: 400, names: /\/command.*bytes/ },
-      { what: 'an exec env entry of 200 KB', method: 'POST', path: exec, body: { command: 'true', options: { env: { BIG: 'x'.repeat(200_000) } } }, status: 400, names: /\/options\/env\/BIG/ },
-      { what: 'a background exec with an env entry of 140 KB', method: 'POST', path: exec, body: { command: 'true', options: { background: true, env: { BIG: 'é'.repeat(70_000) } } }, status: 400, names: /\/options\/env\/BIG/ },
-      { what: 'a terminal cwd of 100 KB', method: 'POST', path: `/api/v1/sandboxes/${sandboxId}/terminals`, body: { cwd: `/${'d'.repeat(100_000)}` }, status: 400, names: /\/cwd/ },
-      { what: 'a volume mount path of 10 KB', method: 'POST', path: '/api/v1/sandboxes', body: { image: IMAGE, volumes: { [`/${'m'.repeat(10_000)}`]: 'v' } }, status: 400, names: /\/volumes/ },
-      { what: 'an image reference of 900 KB', method: 'POST', path: '/api/v1/sandboxes', body: { image: 'i'.repeat(900_000) }, status: 400, names: /\/image/ },
-      { what: 'event metadata nested 100,000 deep', method: 'POST', path: '/api/v1/events/track', body: `{"event":"onboarding.started","metadata":{"a":${deepArray}}}`, status: 400, names: /metadata.*deeper/ },
-      { what: 'event metadata of objects nested 50,000 deep', method: 'POST', path: '/api/v1/events/track', body: `{"event":"onboarding.started","metadata":${deepObject}}`, status: 400, names: /metadata.*deeper/ },
-      { what: 'event metadata of 900 KB', method: 'POST', path: '/api/v1/events/track', body: { event: 'onboarding.started', metadata: { a: 'm'.repeat(900_000) } }, status: 400, names: /metadata.*bytes/ },
-      { what: 'a create body nested 100,000 deep', method: 'POST', path: '/api/v1/sandboxes', body: `{"image":"x","env":{"A":${deepArray}}}`, status: 400, names: /\/env\/A/ },
-      { what: 'a body that is a 100,000-deep array', method: 'POST', path: '/api/v1/sandboxes', body: deepArray, status: 400, names: /object/ },
-      { what: 'an unknown field named by 100 KB', method: 'POST', path: '/api/v1/sandboxes', body: { image: IMAGE, ['f'.repeat(100_000)]: 1 }, status: 400, names: /more characters/ },
-      { what: '60,000 unknown fields', method: 'POST', path: '/api/v1/sandboxes', body: { image: IMAGE, ...Object.fromEntries(Array.from({ length: 60_000 }, (_, i) => [`k${i}`, 1])) }, status: 400, names: /\/k0.*not an allowed field/ },
-      { what: '900 KB of whitespace before {}', method: 'POST', path: '/api/v1/sandboxes', body: `${' '.repeat(900_000)}{}`, status: 400, names: /\/image.*required/ },
-      { what: 'a 500,000-digit timeoutMs', method: 'POST', path: '/api/v1/sandboxes', body: `{"image":"${IMAGE}","timeoutMs":${'9'.repeat(500_000)}}`, status: 400, names: /\/timeoutMs/ },
-      { what: 'a __proto__ key', method: 'POST', path: '/api/v1/sandboxes', body: `{"image":"${IMAGE}","__proto__":{"admin":true}}`, status: 400, names: /Malformed JSON|__proto__/ },
-      { what: 'a truncated body', method: 'POST', path: '/api/v1/sandboxes', body: `{"image":"${IMAGE}","env":{"A":"`, status: 400, names: /Malformed JSON/ },
-      { what: 'a body that is not UTF-8', method: 'POST', path: '/api/v1/sandboxes', body: Buffer.from([0x7b, 0x22, 0xff, 0xfe, 0x22, 0x3a, 0x31, 0x7d]), status: 400 },
+    const manyKeys = (n: number, v: (i: number) => unknown) =>
+      Object.fromEntries(Array.from({ length: n }, (_, i) => [`K${i}`, v(i)]));
+    const cases: Array<{
+      what: string;
+      method?: string;
+      path: string;
+      headers?: Record<string, string>;
+      body?: string | object | Buffer;
+      status: number;
+      names?: RegExp;
+    }> = [
+      {
+        what: 'env of 10 MB',
+        method: 'POST',
+        path: '/api/v1/sandboxes',
+        body: { image: IMAGE, env: { BIG: 'x'.repeat(10 * 2 ** 20) } },
+        status: 413,
+        names: /larger than 1 MiB/,
+      },
+      {
+        what: 'command of 10 MB',
+        method: 'POST',
+        path: exec,
+        body: { command: 'x'.repeat(10 * 2 ** 20) },
+        status: 413,
+        names: /larger than 1 MiB/,
+      },
+      {
+        what: '10,000 volumes',
+        method: 'POST',
+        path: '/api/v1/sandboxes',
+        body: {
+          image: IMAGE,
+          volumes: Object.fromEntries(Array.from({ length: 10_000 }, (_, i) => [`/v${i}`, `v${i}`])),
+        },
+        status: 400,
+        names: /\/volumes.*16/,
+      },
+      {
+        what: '10,000 env keys',
+        method: 'POST',
+        path: '/api/v1/sandboxes',
+        body: { image: IMAGE, env: manyKeys(10_000, () => '1') },
+        status: 400,
+        names: /\/env.*256/,
+      },
+      {
+        what: 'an env entry of 200 KB (under the body limit)',
+        method: 'POST',
+        path: '/api/v1/sandboxes',
+        body: { image: IMAGE, env: { BIG: 'x'.repeat(200_000) } },
+        status: 400,
+        names: /\/env\/BIG/,
+      },
+      {
+        what: 'an env entry of 70,000 two-byte characters (140 KB)',
+        method: 'POST',
+        path: '/api/v1/sandboxes',
+        body: { image: IMAGE, env: { BIG: 'é'.repeat(70_000) } },
+        status: 400,
+        names: /\/env\/BIG.*140\d{3} bytes/,
+      },
+      {
+        what: '256 env entries of 3.9 KB (a legal 1 MiB env) with one too many',
+        method: 'POST',
+        path: '/api/v1/sandboxes',
+        body: { image: IMAGE, env: manyKeys(257, () => 'y'.repeat(3900)) },
+        status: 400,
+        names: /\/env/,
+      },
+      {
+        what: 'a command of 200 KB',
+        method: 'POST',
+        path: exec,
+        body: { command: 'x'.repeat(200_000) },
+        status: 400,
+        names: /\/command/,
+      },
+      {
+        what: 'a command of 70,000 two-byte characters',
+        method: 'POST',
+        path: exec,
+        body: { command: `echo ${'é'.repeat(70_000)}` },
+        status: 400,
+        names: /\/command.*bytes/,
+      },
+      {
+        what: 'an exec env entry of 200 KB',
+        method: 'POST',
+        path: exec,
+        body: { command: 'true', options: { env: { BIG: 'x'.repeat(200_000) } } },
+        status: 400,
+        names: /\/options\/env\/BIG/,
+      },
+      {
+        what: 'a background exec with an env entry of 140 KB',
+        method: 'POST',
+        path: exec,
+        body: { command: 'true', options: { background: true, env: { BIG: 'é'.repeat(70_000) } } },
+        status: 400,
+        names: /\/options\/env\/BIG/,
+      },
+      {
+        what: 'a terminal cwd of 100 KB',
+        method: 'POST',
+        path: `/api/v1/sandboxes/${sandboxId}/terminals`,
+        body: { cwd: `/${'d'.repeat(100_000)}` },
+        status: 400,
+        names: /\/cwd/,
+      },
+      {
+        what: 'a volume mount path of 10 KB',
+        method: 'POST',
+        path: '/api/v1/sandboxes',
+        body: { image: IMAGE, volumes: { [`/${'m'.repeat(10_000)}`]: 'v' } },
+        status: 400,
+        names: /\/volumes/,
+      },
+      {
+        what: 'an image reference of 900 KB',
+        method: 'POST',
+        path: '/api/v1/sandboxes',
+        body: { image: 'i'.repeat(900_000) },
+        status: 400,
+        names: /\/image/,
+      },
+      {
+        what: 'event metadata nested 100,000 deep',
+        method: 'POST',
+        path: '/api/v1/events/track',
+        body: `{"event":"onboarding.started","metadata":{"a":${deepArray}}}`,
+        status: 400,
+        names: /metadata.*deeper/,
+      },
+      {
+        what: 'event metadata of objects nested 50,000 deep',
+        method: 'POST',
+        path: '/api/v1/events/track',
+        body: `{"event":"onboarding.started","metadata":${deepObject}}`,
+        status: 400,
+        names: /metadata.*deeper/,
+      },
+      {
+        what: 'event metadata of 900 KB',
+        method: 'POST',
+        path: '/api/v1/events/track',
+        body: { event: 'onboarding.started', metadata: { a: 'm'.repeat(900_000) } },
+        status: 400,
+        names: /metadata.*bytes/,
+      },
+      {
+        what: 'a create body nested 100,000 deep',
+        method: 'POST',
+        path: '/api/v1/sandboxes',
+        body: `{"image":"x","env":{"A":${deepArray}}}`,
+        status: 400,
+        names: /\/env\/A/,
+      },
+      {
+        what: 'a body that is a 100,000-deep array',
+        method: 'POST',
+        path: '/api/v1/sandboxes',
+        body: deepArray,
+        status: 400,
+        names: /object/,
+      },
+      {
+        what: 'an unknown field named by 100 KB',
+        method: 'POST',
+        path: '/api/v1/sandboxes',
+        body: { image: IMAGE, ['f'.repeat(100_000)]: 1 },
+        status: 400,
+        names: /more characters/,
+      },
+      {
+        what: '60,000 unknown fields',
+        method: 'POST',
+        path: '/api/v1/sandboxes',
+        body: { image: IMAGE, ...Object.fromEntries(Array.from({ length: 60_000 }, (_, i) => [`k${i}`, 1])) },
+        status: 400,
+        names: /\/k0.*not an allowed field/,
+      },
+      {
+        what: '900 KB of whitespace before {}',
+        method: 'POST',
+        path: '/api/v1/sandboxes',
+        body: `${' '.repeat(900_000)}{}`,
+        status: 400,
+        names: /\/image.*required/,
+      },
+      {
+        what: 'a 500,000-digit timeoutMs',
+        method: 'POST',
+        path: '/api/v1/sandboxes',
+        body: `{"image":"${IMAGE}","timeoutMs":${'9'.repeat(500_000)}}`,
+        status: 400,
+        names: /\/timeoutMs/,
+      },
+      {
+        what: 'a __proto__ key',
+        method: 'POST',
+        path: '/api/v1/sandboxes',
+        body: `{"image":"${IMAGE}","__proto__":{"admin":true}}`,
+        status: 400,
+        names: /Malformed JSON|__proto__/,
+      },
+      {
+        what: 'a truncated body',
+        method: 'POST',
+        path: '/api/v1/sandboxes',
+        body: `{"image":"${IMAGE}","env":{"A":"`,
+        status: 400,
+        names: /Malformed JSON/,
+      },
+      {
+        what: 'a body that is not UTF-8',
+        method: 'POST',
+        path: '/api/v1/sandboxes',
+        body: Buffer.from([0x7b, 0x22, 0xff, 0xfe, 0x22, 0x3a, 0x31, 0x7d]),
+        status: 400,
+      },
       { what: 'a URL of 20 KB', path: `/api/v1/sandboxes/${'u'.repeat(20_000)}`, status: 431, names: /16 KiB/ },
-      { what: 'a header of 20 KB', path: '/api/v1/account', headers: { 'x-junk': 'j'.repeat(20_000) }, status: 431, names: /16 KiB/ },
+      {
+        what: 'a header of 20 KB',
+        path: '/api/v1/account',
+        headers: { 'x-junk': 'j'.repeat(20_000) },
+        status: 431,
+        names: /16 KiB/,
+      },
       { what: 'a path parameter of 10 KB', path: `/api/v1/sandboxes/${'p'.repeat(10_000)}`, status: 404 },
-      { what: 'a session cookie of 15 KB', path: '/api/v1/account', headers: { cookie: `sandboxd_session=${'c'.repeat(15_000)}` }, status: 401 },
-      { what: '1,000 unknown query parameters', path: `/api/v1/sandboxes?${Array.from({ length: 1000 }, (_, i) => `q${i}=1`).join('&')}`, status: 400, names: /\/q0.*not an allowed field/ },
-      { what: 'a cursor of 10 KB', path: `/api/v1/sandboxes?cursor=${'c'.repeat(10_000)}`, status: 400, names: /\/cursor/ },
-      { what: 'limit given 1,000 times', path: `/api/v1/sandboxes?${'limit=1&'.repeat(1000)}`, status: 400, names: /\/limit/ },
+      {
+        what: 'a session cookie of 15 KB',
+        path: '/api/v1/account',
+        headers: { cookie: `sandboxd_session=${'c'.repeat(15_000)}` },
+        status: 401,
+      },
+      {
+        what: '1,000 unknown query parameters',
+        path: `/api/v1/sandboxes?${Array.from({ length: 1000 }, (_, i) => `q${i}=1`).join('&')}`,
+        status: 400,
+        names: /\/q0.*not an allowed field/,
+      },
+      {
+        what: 'a cursor of 10 KB',
+        path: `/api/v1/sandboxes?cursor=${'c'.repeat(10_000)}`,
+        status: 400,
+        names: /\/cursor/,
+      },
+      {
+        what: 'limit given 1,000 times',
+        path: `/api/v1/sandboxes?${'limit=1&'.repeat(1000)}`,
+        status: 400,
+        names: /\/limit/,
+      },
       { what: 'limit=1e400', path: '/api/v1/sandboxes?limit=1e400', status: 400, names: /\/limit/ },
-      { what: 'a query of 15 KB of percent-escapes', path: `/api/v1/sandboxes?state=${'%FF'.repeat(4000)}`, status: 400, names: /\/state/ },
+      {
+        what: 'a query of 15 KB of percent-escapes',
+        path: `/api/v1/sandboxes?state=${'%FF'.repeat(4000)}`,
+        status: 400,
+        names: /\/state/,
+      },
     ];
     for (const c of cases) {
-      const body = c.body === undefined || typeof c.body === 'string' || Buffer.isBuffer(c.body) ? c.body : JSON.stringify(c.body);
+      const body =
+        c.body === undefined || typeof c.body === 'string' || Buffer.isBuffer(c.body) ? c.body : JSON.stringify(c.body);
       const headers = { ...(c.headers?.cookie ? {} : body === undefined ? key : json), ...(c.headers ?? {}) };
-      const a = await rawRequest(s.baseUrl, { method: c.method ?? 'GET', path: c.path, headers, body }).catch((e: Error) => {
-        throw new Error(`${c.what}: ${e.message}`);
-      });
+      const a = await rawRequest(s.baseUrl, { method: c.method ?? 'GET', path: c.path, headers, body }).catch(
+        (e: Error) => {
+          throw new Error(`${c.what}: ${e.message}`);
+        },
+      );
       sent++;
       assertError(a, c.status, c.names, c.what);
       assert.ok(a.text.length < 8192, `${c.what}: the answer stays small (${a.text.length} bytes)`);
       assertNoLeak(a.text.replace(new RegExp(sandboxId, 'g'), ''), c.what);
     }
-    const many = await rawRequest(s.baseUrl, { path: '/api/v1/account', headers: { ...key, ...Object.fromEntries(Array.from({ length: 500 }, (_, i) => [`x-h${i}`, 'v'])) } });
+    const many = await rawRequest(s.baseUrl, {
+      path: '/api/v1/account',
+      headers: { ...key, ...Object.fromEntries(Array.from({ length: 500 }, (_, i) => [`x-h${i}`, 'v'])) },
+    });
     assert.equal(many.status, 200, '500 small headers are fine');
     assert.deepEqual(await snapshot(), before, 'an oversize request created or charged something');
   });
@@ -392,9 +693,15 @@ describe(`API abuse (${RUNTIME})`, { timeout: 300_000 }, () => {
     for (let i = 0; i < 100_000; i++) deep = `[${deep}]`;
     const bodies = {
       big: JSON.stringify({ image: IMAGE, env: { BIG: 'x'.repeat(10 * 2 ** 20) } }),
-      envKeys: JSON.stringify({ image: IMAGE, env: Object.fromEntries(Array.from({ length: 10_000 }, (_, i) => [`K${i}`, 'v'])) }),
+      envKeys: JSON.stringify({
+        image: IMAGE,
+        env: Object.fromEntries(Array.from({ length: 10_000 }, (_, i) => [`K${i}`, 'v'])),
+      }),
       deep: `{"event":"onboarding.started","metadata":{"a":${deep}}}`,
-      wide: JSON.stringify({ image: IMAGE, ...Object.fromEntries(Array.from({ length: 60_000 }, (_, i) => [`k${i}`, 1])) }),
+      wide: JSON.stringify({
+        image: IMAGE,
+        ...Object.fromEntries(Array.from({ length: 60_000 }, (_, i) => [`k${i}`, 1])),
+      }),
       command: JSON.stringify({ command: 'é'.repeat(100_000) }),
     };
     const SOAK = process.env.SANDBOXD_SOAK === '1';
@@ -422,15 +729,23 @@ describe(`API abuse (${RUNTIME})`, { timeout: 300_000 }, () => {
     const floodMs = Date.now() - t0;
     const memAfter = await settledMemory(s.baseUrl, s);
     sent += n;
-    console.log(`# flood: ${n} oversize requests (${[...statuses].map(([k, v]) => `${v} x ${k}`).join(', ')}) in ${floodMs} ms`);
+    console.log(
+      `# flood: ${n} oversize requests (${[...statuses].map(([k, v]) => `${v} x ${k}`).join(', ')}) in ${floodMs} ms`,
+    );
     console.log(`# server memory before: ${showMemory(memBefore)}; after: ${showMemory(memAfter)}`);
     console.log(`# requests sent by this suite: ${sent}`);
     assert.equal(s.proc.exitCode, null, 'the server is still running');
     assert.equal((await s.api('GET', '/healthz', { key: null })).status, 200);
     assert.equal((await s.api('GET', `/api/v1/sandboxes/${sandboxId}`, { key: A.key })).body.sandbox.state, 'started');
     // After a full GC what the floods left is small; RSS only loosely (V8 and malloc keep freed pages).
-    assert.ok(memAfter.heapUsed - memBefore.heapUsed < 32 * 2 ** 20, `JS heap grew by ${MiB(memAfter.heapUsed - memBefore.heapUsed)}`);
-    assert.ok(memAfter.external - memBefore.external < 32 * 2 ** 20, `external memory grew by ${MiB(memAfter.external - memBefore.external)}`);
+    assert.ok(
+      memAfter.heapUsed - memBefore.heapUsed < 32 * 2 ** 20,
+      `JS heap grew by ${MiB(memAfter.heapUsed - memBefore.heapUsed)}`,
+    );
+    assert.ok(
+      memAfter.external - memBefore.external < 32 * 2 ** 20,
+      `external memory grew by ${MiB(memAfter.external - memBefore.external)}`,
+    );
     assert.ok(memAfter.rss - memBefore.rss < 256 * 2 ** 20, `RSS grew by ${MiB(memAfter.rss - memBefore.rss)}`);
   });
 });

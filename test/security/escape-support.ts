@@ -18,11 +18,21 @@ export const BUSYBOX = 'local/busybox:latest';
 /** `SANDBOXD_SOAK=1`: longer variants (more rounds, real plan sizes). */
 export const SOAK = process.env.SANDBOXD_SOAK === '1';
 
-export interface ExecResult { stdout: string; stderr: string; exitCode: number; success: boolean; truncated?: boolean; pid?: number }
+export interface ExecResult {
+  stdout: string;
+  stderr: string;
+  exitCode: number;
+  success: boolean;
+  truncated?: boolean;
+  pid?: number;
+}
 
 /** A client for one account. */
 export class Api {
-  constructor(readonly s: Server, readonly key: string) {}
+  constructor(
+    readonly s: Server,
+    readonly key: string,
+  ) {}
 
   async create(body: Record<string, unknown>): Promise<string> {
     const r = await this.s.api('POST', '/api/v1/sandboxes', { key: this.key, body: { timeoutMs: 900_000, ...body } });
@@ -36,8 +46,15 @@ export class Api {
   }
 
   /** POST exec; returns the status and body (not asserted). */
-  async execRaw(id: string, command: string, options: Record<string, unknown> = {}): Promise<{ status: number; body: ExecResult & { code?: number; message?: string } }> {
-    const r = await this.s.api('POST', `/api/v1/sandboxes/${id}/exec`, { key: this.key, body: { command, options: { timeoutMs: 60_000, ...options } } });
+  async execRaw(
+    id: string,
+    command: string,
+    options: Record<string, unknown> = {},
+  ): Promise<{ status: number; body: ExecResult & { code?: number; message?: string } }> {
+    const r = await this.s.api('POST', `/api/v1/sandboxes/${id}/exec`, {
+      key: this.key,
+      body: { command, options: { timeoutMs: 60_000, ...options } },
+    });
     return { status: r.status, body: r.body };
   }
 
@@ -95,7 +112,12 @@ export async function execLatencies(api: Api, id: string, n = 20): Promise<numbe
 }
 
 /** One listening socket of the host, from /proc/net/{tcp,tcp6,udp,udp6}. */
-export interface HostSocket { proto: 'tcp' | 'udp'; family: 4 | 6; address: string; port: number }
+export interface HostSocket {
+  proto: 'tcp' | 'udp';
+  family: 4 | 6;
+  address: string;
+  port: number;
+}
 
 function hexToAddr(hex: string, family: 4 | 6): string {
   if (family === 4) return [3, 2, 1, 0].map((i) => parseInt(hex.slice(i * 2, i * 2 + 2), 16)).join('.');
@@ -111,9 +133,18 @@ function hexToAddr(hex: string, family: 4 | 6): string {
 /** Every TCP socket in LISTEN and every bound UDP socket of the host's network namespace. */
 export function hostListeningSockets(): HostSocket[] {
   const out: HostSocket[] = [];
-  for (const [file, proto, family] of [['tcp', 'tcp', 4], ['tcp6', 'tcp', 6], ['udp', 'udp', 4], ['udp6', 'udp', 6]] as const) {
+  for (const [file, proto, family] of [
+    ['tcp', 'tcp', 4],
+    ['tcp6', 'tcp', 6],
+    ['udp', 'udp', 4],
+    ['udp6', 'udp', 6],
+  ] as const) {
     let text = '';
-    try { text = readFileSync(`/proc/net/${file}`, 'utf8'); } catch { continue; }
+    try {
+      text = readFileSync(`/proc/net/${file}`, 'utf8');
+    } catch {
+      continue;
+    }
     for (const line of text.split('\n').slice(1)) {
       const f = line.trim().split(/\s+/);
       if (f.length < 4) continue;
@@ -145,7 +176,15 @@ export function sha256File(path: string): string {
  * every sandbox, sandboxd's native helpers and node itself.
  */
 export function hostBinaries(): string[] {
-  const bins = ['/usr/bin/crun', '/usr/local/bin/crun', '/usr/bin/runc', '/usr/sbin/runc', '/usr/bin/catatonit', '/usr/libexec/podman/catatonit', process.execPath];
+  const bins = [
+    '/usr/bin/crun',
+    '/usr/local/bin/crun',
+    '/usr/bin/runc',
+    '/usr/sbin/runc',
+    '/usr/bin/catatonit',
+    '/usr/libexec/podman/catatonit',
+    process.execPath,
+  ];
   const helpers = join(ROOT, 'build/bin');
   if (existsSync(helpers)) for (const f of readdirSync(helpers)) if (!f.includes('.tmp')) bins.push(join(helpers, f));
   return bins.filter((b) => existsSync(b));
@@ -161,13 +200,22 @@ export function table(rows: Array<Record<string, string | number>>): string {
   const cols = Object.keys(rows[0]);
   const w = cols.map((c) => Math.max(c.length, ...rows.map((r) => String(r[c]).length)));
   const line = (vals: string[]) => vals.map((v, i) => v.padEnd(w[i])).join('  ');
-  return [line(cols), line(w.map((n) => '-'.repeat(n))), ...rows.map((r) => line(cols.map((c) => String(r[c]))))].map((l) => `# ${l}`).join('\n');
+  return [line(cols), line(w.map((n) => '-'.repeat(n))), ...rows.map((r) => line(cols.map((c) => String(r[c]))))]
+    .map((l) => `# ${l}`)
+    .join('\n');
 }
 
 export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** One entry of {@link tarArchive}. */
-export interface TarEntry { name: string; type: 'file' | 'dir' | 'symlink' | 'fifo' | 'char'; data?: Buffer | string; link?: string; mode?: number; dev?: [number, number] }
+export interface TarEntry {
+  name: string;
+  type: 'file' | 'dir' | 'symlink' | 'fifo' | 'char';
+  data?: Buffer | string;
+  link?: string;
+  mode?: number;
+  dev?: [number, number];
+}
 
 /** A ustar archive of `entries` (enough for image layers and docker-save archives). */
 export function tarArchive(entries: TarEntry[]): Buffer {
@@ -180,12 +228,18 @@ export function tarArchive(entries: TarEntry[]): Buffer {
     const oct = (n: number, off: number, len: number) => put(`${n.toString(8).padStart(len - 1, '0')}\0`, off, len);
     put(e.name, 0, 100);
     oct(e.mode ?? (e.type === 'dir' ? 0o755 : 0o644), 100, 8);
-    oct(0, 108, 8); oct(0, 116, 8); oct(data.length, 124, 12); oct(0, 136, 12);
+    oct(0, 108, 8);
+    oct(0, 116, 8);
+    oct(data.length, 124, 12);
+    oct(0, 136, 12);
     put(' '.repeat(8), 148, 8);
     put(typeflag[e.type], 156, 1);
     if (e.link) put(e.link, 157, 100);
     put('ustar\x0000', 257, 8);
-    if (e.dev) { oct(e.dev[0], 329, 8); oct(e.dev[1], 337, 8); }
+    if (e.dev) {
+      oct(e.dev[0], 329, 8);
+      oct(e.dev[1], 337, 8);
+    }
     let sum = 0;
     for (const b of h) sum += b;
     put(`${sum.toString(8).padStart(6, '0')}\0 `, 148, 8);
@@ -199,7 +253,14 @@ export function tarArchive(entries: TarEntry[]): Buffer {
 export function dockerArchive(tag: string, layer: TarEntry[], user: string): Buffer {
   const layerTar = tarArchive(layer);
   const digest = createHash('sha256').update(layerTar).digest('hex');
-  const config = Buffer.from(JSON.stringify({ architecture: 'amd64', os: 'linux', config: { User: user, Cmd: ['/bin/sh'] }, rootfs: { type: 'layers', diff_ids: [`sha256:${digest}`] } }));
+  const config = Buffer.from(
+    JSON.stringify({
+      architecture: 'amd64',
+      os: 'linux',
+      config: { User: user, Cmd: ['/bin/sh'] },
+      rootfs: { type: 'layers', diff_ids: [`sha256:${digest}`] },
+    }),
+  );
   const cdigest = createHash('sha256').update(config).digest('hex');
   const manifest = JSON.stringify([{ Config: `${cdigest}.json`, RepoTags: [tag], Layers: [`${digest}/layer.tar`] }]);
   return tarArchive([

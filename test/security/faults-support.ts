@@ -37,7 +37,14 @@ export interface Scope {
  */
 export function scopeOf(harnessDir: string, dataDir = harnessDir): Scope {
   const o = localOptions(harnessDir);
-  return { dataDir, runDir: o.runDir!, bridge: o.bridge!, subnet: o.subnet!, cgroupParent: o.cgroupParent!, uidRangeStart: o.uidRangeStart! };
+  return {
+    dataDir,
+    runDir: o.runDir!,
+    bridge: o.bridge!,
+    subnet: o.subnet!,
+    cgroupParent: o.cgroupParent!,
+    uidRangeStart: o.uidRangeStart!,
+  };
 }
 
 /**
@@ -51,7 +58,9 @@ export function freshDataDir(): string {
     let busy = true;
     try {
       const o = localOptions(dir);
-      busy = existsSync(`/sys/class/net/${o.bridge}`) || readdirSync('/sys/fs/cgroup').some((c) => existsSync(join('/sys/fs/cgroup', c, o.cgroupParent!)));
+      busy =
+        existsSync(`/sys/class/net/${o.bridge}`) ||
+        readdirSync('/sys/fs/cgroup').some((c) => existsSync(join('/sys/fs/cgroup', c, o.cgroupParent!)));
     } finally {
       if (busy) rmSync(dir, { recursive: true, force: true });
     }
@@ -72,11 +81,18 @@ function sh(cmd: string, args: string[]): string {
 
 /** `scripts/host-snapshot.sh`, one line per host object. */
 export function hostSnapshot(): string[] {
-  return execFileSync('bash', [join(ROOT, 'scripts/host-snapshot.sh')], { encoding: 'utf8', timeout: 60_000 }).split('\n').filter(Boolean);
+  return execFileSync('bash', [join(ROOT, 'scripts/host-snapshot.sh')], { encoding: 'utf8', timeout: 60_000 })
+    .split('\n')
+    .filter(Boolean);
 }
 
 /** Host processes: pid, real uid, cgroup lines and command line (processes that vanish are skipped). */
-interface Proc { pid: number; uid: number; cgroup: string; cmd: string }
+interface Proc {
+  pid: number;
+  uid: number;
+  cgroup: string;
+  cmd: string;
+}
 function processes(): Proc[] {
   const out: Proc[] = [];
   for (const e of readdirSync('/proc')) {
@@ -105,7 +121,13 @@ export function scopeProcesses(scope: Scope, opts: { exceptPids?: number[] } = {
   const except = new Set(opts.exceptPids ?? []);
   return processes()
     .filter((p) => !except.has(p.pid) && p.pid !== process.pid)
-    .filter((p) => (p.uid >= lo && p.uid < hi) || p.cgroup.includes(`/${scope.cgroupParent}/`) || p.cmd.includes(scope.runDir) || p.cmd.includes(`${scope.dataDir}/`))
+    .filter(
+      (p) =>
+        (p.uid >= lo && p.uid < hi) ||
+        p.cgroup.includes(`/${scope.cgroupParent}/`) ||
+        p.cmd.includes(scope.runDir) ||
+        p.cmd.includes(`${scope.dataDir}/`),
+    )
     .map((p) => `pid ${p.pid} uid ${p.uid}: ${p.cmd.slice(0, 200)}`);
 }
 
@@ -115,7 +137,9 @@ export function scopeProcesses(scope: Scope, opts: { exceptPids?: number[] } = {
  * An id with an empty list is fully cleaned.
  */
 export function sandboxTraces(scope: Scope, ids: Iterable<string>): Map<string, string[]> {
-  const mounts = readFileSync('/proc/self/mountinfo', 'utf8').split('\n').map((l) => l.split(' ')[4] ?? '');
+  const mounts = readFileSync('/proc/self/mountinfo', 'utf8')
+    .split('\n')
+    .map((l) => l.split(' ')[4] ?? '');
   const loops = sh('losetup', ['-a', '-O', 'NAME,BACK-FILE', '--noheadings']).split('\n').filter(Boolean);
   const procs = processes();
   const controllers = readdirSync('/sys/fs/cgroup').map((c) => join('/sys/fs/cgroup', c));
@@ -131,9 +155,11 @@ export function sandboxTraces(scope: Scope, ids: Iterable<string>): Map<string, 
     check(`/run/netns/sbx-${id}`, 'netns');
     check(`/sys/class/net/${hostVethName(id)}`, 'veth');
     for (const c of controllers) check(join(c, scope.cgroupParent, id), 'cgroup');
-    for (const m of mounts) if (m.includes(`/${id}/`) || m.endsWith(`/${id}`) || m.endsWith(`sbx-${id}`)) t.push(`mount ${m}`);
+    for (const m of mounts)
+      if (m.includes(`/${id}/`) || m.endsWith(`/${id}`) || m.endsWith(`sbx-${id}`)) t.push(`mount ${m}`);
     for (const l of loops) if (l.includes(`/roots/${id}.img`)) t.push(`loop ${l}`);
-    for (const p of procs) if (p.cgroup.includes(`/${scope.cgroupParent}/${id}`)) t.push(`process ${p.pid}: ${p.cmd.slice(0, 120)}`);
+    for (const p of procs)
+      if (p.cgroup.includes(`/${scope.cgroupParent}/${id}`)) t.push(`process ${p.pid}: ${p.cmd.slice(0, 120)}`);
     out.set(id, t);
   }
   return out;
@@ -145,7 +171,11 @@ export function scopeDiff(before: string[], after: string[], scope: Scope, ids: 
   const subnetPrefix = scope.subnet.replace(/\.0\/\d+$/, '.');
   const keys = [scope.dataDir, scope.runDir, scope.cgroupParent, subnetPrefix, ` ${scope.bridge}`, `${scope.bridge} `];
   const idKeys = [...ids].flatMap((id) => [id, hostVethName(id)]);
-  return after.filter((l) => !had.has(l) && (keys.some((k) => l.includes(k)) || idKeys.some((k) => l.includes(k)) || isScopeNetns(l, subnetPrefix)));
+  return after.filter(
+    (l) =>
+      !had.has(l) &&
+      (keys.some((k) => l.includes(k)) || idKeys.some((k) => l.includes(k)) || isScopeNetns(l, subnetPrefix)),
+  );
 }
 
 /** A netns line of the snapshot whose eth0 has an address of the scope's subnet. */
@@ -162,18 +192,31 @@ function isScopeNetns(line: string, subnetPrefix: string): boolean {
 export async function halfMadeVolumes(s: Server, key: string, accountId: string, dataDir: string): Promise<string[]> {
   const r = await s.api('GET', '/api/v1/volumes', { key });
   if (r.status !== 200) throw new Error(`volumes: ${r.status} ${r.text}`);
-  const listed = new Set<string>((r.body.volumes as Array<{ name: string }>).map((v) => driverVolumeName(accountId, v.name)));
+  const listed = new Set<string>(
+    (r.body.volumes as Array<{ name: string }>).map((v) => driverVolumeName(accountId, v.name)),
+  );
   const dir = join(dataDir, 'volumes');
-  const onDisk = new Set(readdirSync(dir).filter((d) => d.startsWith(`${driverVolumeName(accountId, '')}`) && existsSync(join(dir, d, 'volume.img'))));
+  const onDisk = new Set(
+    readdirSync(dir).filter(
+      (d) => d.startsWith(`${driverVolumeName(accountId, '')}`) && existsSync(join(dir, d, 'volume.img')),
+    ),
+  );
   return [
     ...[...listed].filter((v) => !onDisk.has(v)).map((v) => `listed without a disk: ${v}`),
     ...[...onDisk].filter((v) => !listed.has(v)).map((v) => `disk without a record: ${v}`),
-    ...readdirSync(dir).filter((d) => d.startsWith('.tmp')).map((d) => `half-made image: ${d}`),
+    ...readdirSync(dir)
+      .filter((d) => d.startsWith('.tmp'))
+      .map((d) => `half-made image: ${d}`),
   ];
 }
 
 /** A ledger entry as GET /api/v1/account/ledger answers it. */
-export interface LedgerEntry { id: number; delta: number; reason: string; sandboxId: string | null }
+export interface LedgerEntry {
+  id: number;
+  delta: number;
+  reason: string;
+  sandboxId: string | null;
+}
 
 /** The whole ledger of the account of `key` (every page) and its balance. */
 export async function ledgerOf(s: Server, key: string): Promise<{ balance: number; entries: LedgerEntry[] }> {

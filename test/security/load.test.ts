@@ -15,7 +15,8 @@ import { describe, it } from 'node:test';
 const IMAGE_DIR = process.env.SANDBOXD_TEST_IMAGE_DIR ?? resolve(import.meta.dirname, '../../.sandboxd-test/images');
 
 function unavailable(): string | null {
-  if ((process.env.SANDBOXD_E2E_RUNTIME ?? 'fake') !== 'local') return 'needs SANDBOXD_E2E_RUNTIME=local (npm test sets it)';
+  if ((process.env.SANDBOXD_E2E_RUNTIME ?? 'fake') !== 'local')
+    return 'needs SANDBOXD_E2E_RUNTIME=local (npm test sets it)';
   if (process.getuid?.() !== 0) return 'the local runtime needs root';
   try {
     execFileSync('crun', ['--version'], { stdio: 'ignore' });
@@ -26,10 +27,22 @@ function unavailable(): string | null {
   return null;
 }
 
-describe('load, short: 20 sandboxes, ~50 exec/s for 10 s, 5 terminals streaming', { skip: unavailable() ?? false }, () => {
-  it('answers every exec with its output, streams every terminal line, leaves the host as found', { timeout: 120_000 }, async () => {
+describe('load, short: 20 sandboxes, ~50 exec/s for 10 s, 5 terminals streaming', {
+  skip: unavailable() ?? false,
+}, () => {
+  it('answers every exec with its output, streams every terminal line, leaves the host as found', {
+    timeout: 120_000,
+  }, async () => {
     const { runLoad, printResult } = await import('../soak/load.js');
-    const r = await runLoad({ sandboxes: 20, rate: 50, durationS: 10, terminals: 5, termLinesPerS: 20, createParallel: 4, sampleEveryS: 2 });
+    const r = await runLoad({
+      sandboxes: 20,
+      rate: 50,
+      durationS: 10,
+      terminals: 5,
+      termLinesPerS: 20,
+      createParallel: 4,
+      sampleEveryS: 2,
+    });
     printResult(r);
 
     assert.deepEqual(r.errors, {}, `errors: ${r.errorSamples.join('; ')}`);

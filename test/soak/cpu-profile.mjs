@@ -14,7 +14,9 @@ if (dir) {
   let n = 0;
   process.on('SIGUSR2', () => {
     if (!on) {
-      session.post('Profiler.enable', () => session.post('Profiler.setSamplingInterval', { interval: 500 }, () => session.post('Profiler.start')));
+      session.post('Profiler.enable', () =>
+        session.post('Profiler.setSamplingInterval', { interval: 500 }, () => session.post('Profiler.start')),
+      );
       on = true;
       return;
     }

@@ -30,7 +30,16 @@
  * Run: node --import tsx test/soak/load.ts --help
  */
 import { execFileSync } from 'node:child_process';
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { Agent, request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -76,28 +85,75 @@ export interface LoadOptions {
 }
 
 export const DEFAULTS: LoadOptions = {
-  sandboxes: 200, rate: 500, durationS: 120, terminals: 50, termLinesPerS: 20, createParallel: 8, maxInFlight: 1000,
-  lateMs: 10, sampleEveryS: 5, rssFlatMiB: 16, image: 'local/busybox:latest', logLevel: 'warn', serverNodeOptions: '', cpuProfileDir: '', serverEnv: {},
+  sandboxes: 200,
+  rate: 500,
+  durationS: 120,
+  terminals: 50,
+  termLinesPerS: 20,
+  createParallel: 8,
+  maxInFlight: 1000,
+  lateMs: 10,
+  sampleEveryS: 5,
+  rssFlatMiB: 16,
+  image: 'local/busybox:latest',
+  logLevel: 'warn',
+  serverNodeOptions: '',
+  cpuProfileDir: '',
+  serverEnv: {},
 };
 
-export interface Pcts { n: number; p50: number; p90: number; p99: number; max: number }
+export interface Pcts {
+  n: number;
+  p50: number;
+  p90: number;
+  p99: number;
+  max: number;
+}
 export interface MinuteRow {
-  minute: number; due: number; started: number; late: number; missed: number; ok: number; errors: number;
+  minute: number;
+  due: number;
+  started: number;
+  late: number;
+  missed: number;
+  ok: number;
+  errors: number;
   /** ms from due time to answer. */
   latency: Pcts;
   /** ms from send to answer. */
   service: Pcts;
-  completedPerS: number; serverCpuPct: number; sandboxCpuPct: number; clientCpuPct: number; hostCpuPct: number; rssMiB: number;
+  completedPerS: number;
+  serverCpuPct: number;
+  sandboxCpuPct: number;
+  clientCpuPct: number;
+  hostCpuPct: number;
+  rssMiB: number;
   /** Smallest heap in use sampled in the minute: the floor after collections, where a leak shows. */
   heapFloorMiB: number;
   /** CPU ms per answered exec in the server process and in the sandboxes (terminal loops included). */
-  serverCpuMsPerExec: number; sandboxCpuMsPerExec: number;
+  serverCpuMsPerExec: number;
+  sandboxCpuMsPerExec: number;
 }
-export interface TerminalResult { sandboxId: string; linesExpected: number; linesOk: number; badLines: number; ended: boolean; bytes: number; error?: string }
+export interface TerminalResult {
+  sandboxId: string;
+  linesExpected: number;
+  linesOk: number;
+  badLines: number;
+  ended: boolean;
+  bytes: number;
+  error?: string;
+}
 export interface Sample {
-  runS: number; tS: number; phase: string; rssMiB: number; heapUsedMiB: number | null; fds: number | null; lagP99Ms: number | null;
+  runS: number;
+  tS: number;
+  phase: string;
+  rssMiB: number;
+  heapUsedMiB: number | null;
+  fds: number | null;
+  lagP99Ms: number | null;
   /** CPU since the previous sample, % of one core: the server process, every process in the sandboxes' cgroups, this client. */
-  serverCpuPct: number; sandboxCpuPct: number | null; clientCpuPct: number;
+  serverCpuPct: number;
+  sandboxCpuPct: number | null;
+  clientCpuPct: number;
   /** Busy share of all the host's CPUs, %. */
   hostCpuPct: number;
 }
@@ -115,8 +171,24 @@ export interface LoadResult {
   latency: Pcts;
   service: Pcts;
   minutes: MinuteRow[];
-  terminals: { count: number; ok: number; bytes: number; linesExpected: number; linesOk: number; failures: TerminalResult[]; createMs: Pcts };
-  memory: { minute1MiB: number | null; lastMinuteMiB: number | null; growthMiB: number | null; thresholdMiB: number; flat: boolean | null; slopeMiBPerMin: number | null; samples: Sample[] };
+  terminals: {
+    count: number;
+    ok: number;
+    bytes: number;
+    linesExpected: number;
+    linesOk: number;
+    failures: TerminalResult[];
+    createMs: Pcts;
+  };
+  memory: {
+    minute1MiB: number | null;
+    lastMinuteMiB: number | null;
+    growthMiB: number | null;
+    thresholdMiB: number;
+    flat: boolean | null;
+    slopeMiBPerMin: number | null;
+    samples: Sample[];
+  };
   create: { ms: Pcts; totalS: number; failed: number };
   delete: { ms: Pcts; totalS: number; failed: number };
   client: { cpuPct: number };
@@ -127,7 +199,8 @@ const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 export function pcts(xs: ArrayLike<number>): Pcts {
   const s = Float64Array.from(xs).sort();
-  const at = (p: number) => (s.length ? s[Math.min(s.length - 1, Math.max(0, Math.ceil((p / 100) * s.length) - 1))] : NaN);
+  const at = (p: number) =>
+    s.length ? s[Math.min(s.length - 1, Math.max(0, Math.ceil((p / 100) * s.length) - 1))] : NaN;
   return { n: s.length, p50: at(50), p90: at(90), p99: at(99), max: s.length ? s[s.length - 1] : NaN };
 }
 
@@ -143,8 +216,13 @@ function pickSlot(dataDir: string): { k: number; opts: LocalDriverOptions } {
     return {
       k,
       opts: {
-        dataDir, imageDir: IMAGE_DIR, runDir: join(dataDir, 'run'), bridge: `sbxl${k}`, subnet: `10.93.${4 * k}.0/22`,
-        uidRangeStart: 1_650_000_000 + k * 36_700_000, cgroupParent: `sandboxd-load-${k}`,
+        dataDir,
+        imageDir: IMAGE_DIR,
+        runDir: join(dataDir, 'run'),
+        bridge: `sbxl${k}`,
+        subnet: `10.93.${4 * k}.0/22`,
+        uidRangeStart: 1_650_000_000 + k * 36_700_000,
+        cgroupParent: `sandboxd-load-${k}`,
       },
     };
   }
@@ -155,26 +233,45 @@ export const MAX_SANDBOXES = 550;
 /** Keep-alive HTTP JSON client (node:http; lighter than fetch at hundreds of requests a second). */
 class Http {
   readonly agent: Agent;
-  constructor(private readonly base: URL, private readonly key: string, maxSockets: number) {
+  constructor(
+    private readonly base: URL,
+    private readonly key: string,
+    maxSockets: number,
+  ) {
     // Idle sockets are closed after 30 s, as clients should (below the server's keep-alive timeout).
     this.agent = new Agent({ keepAlive: true, maxSockets, maxFreeSockets: maxSockets, timeout: 30_000 });
   }
-  call(method: string, path: string, body?: unknown, timeoutMs = 90_000): Promise<{ status: number; body: any; text: string }> {
+  call(
+    method: string,
+    path: string,
+    body?: unknown,
+    timeoutMs = 90_000,
+  ): Promise<{ status: number; body: any; text: string }> {
     return new Promise((res, rej) => {
       const data = body === undefined ? undefined : JSON.stringify(body);
       const headers: Record<string, string | number> = { authorization: `Bearer ${this.key}` };
-      if (data !== undefined) { headers['content-type'] = 'application/json'; headers['content-length'] = Buffer.byteLength(data); }
-      const req = request({ host: this.base.hostname, port: this.base.port, method, path, headers, agent: this.agent }, (r) => {
-        const chunks: Buffer[] = [];
-        r.on('data', (c: Buffer) => chunks.push(c));
-        r.on('end', () => {
-          const text = Buffer.concat(chunks).toString('utf8');
-          let parsed: unknown;
-          try { parsed = text ? JSON.parse(text) : undefined; } catch { parsed = undefined; }
-          res({ status: r.statusCode ?? 0, body: parsed, text });
-        });
-        r.on('error', rej);
-      });
+      if (data !== undefined) {
+        headers['content-type'] = 'application/json';
+        headers['content-length'] = Buffer.byteLength(data);
+      }
+      const req = request(
+        { host: this.base.hostname, port: this.base.port, method, path, headers, agent: this.agent },
+        (r) => {
+          const chunks: Buffer[] = [];
+          r.on('data', (c: Buffer) => chunks.push(c));
+          r.on('end', () => {
+            const text = Buffer.concat(chunks).toString('utf8');
+            let parsed: unknown;
+            try {
+              parsed = text ? JSON.parse(text) : undefined;
+            } catch {
+              parsed = undefined;
+            }
+            res({ status: r.statusCode ?? 0, body: parsed, text });
+          });
+          r.on('error', rej);
+        },
+      );
       req.setTimeout(timeoutMs, () => req.destroy(new Error(`client timeout after ${timeoutMs} ms`)));
       req.on('error', rej);
       req.end(data);
@@ -183,16 +280,28 @@ class Http {
 }
 
 /** Runs `fn` over `items` with at most `n` at once; returns per-item ms and failures. */
-async function bounded<T>(items: T[], n: number, fn: (x: T, i: number) => Promise<void>): Promise<{ ms: number[]; failed: string[] }> {
-  const ms: number[] = []; const failed: string[] = [];
+async function bounded<T>(
+  items: T[],
+  n: number,
+  fn: (x: T, i: number) => Promise<void>,
+): Promise<{ ms: number[]; failed: string[] }> {
+  const ms: number[] = [];
+  const failed: string[] = [];
   let next = 0;
-  await Promise.all(Array.from({ length: Math.min(n, items.length) }, async () => {
-    while (next < items.length) {
-      const i = next++;
-      const t = performance.now();
-      try { await fn(items[i], i); ms.push(performance.now() - t); } catch (e) { failed.push(`${i}: ${(e as Error).message}`); }
-    }
-  }));
+  await Promise.all(
+    Array.from({ length: Math.min(n, items.length) }, async () => {
+      while (next < items.length) {
+        const i = next++;
+        const t = performance.now();
+        try {
+          await fn(items[i], i);
+          ms.push(performance.now() - t);
+        } catch (e) {
+          failed.push(`${i}: ${(e as Error).message}`);
+        }
+      }
+    }),
+  );
   return { ms, failed };
 }
 
@@ -208,32 +317,55 @@ const PAD = 'abcdefghijklmnopqrstuvwxyz0123456789';
 
 /** One terminal client: counts bytes and checks the numbered lines as they stream in. */
 class StreamCheck {
-  bytes = 0; linesOk = 0; badLines = 0; ended = false; endCount = -1; ready = false;
+  bytes = 0;
+  linesOk = 0;
+  badLines = 0;
+  ended = false;
+  endCount = -1;
+  ready = false;
   closed: { code: number; reason: string } | null = null;
   private partial = '';
   private readonly done: Promise<void>;
   private resolveDone!: () => void;
-  constructor(readonly k: number, readonly ws: WebSocket) {
+  constructor(
+    readonly k: number,
+    readonly ws: WebSocket,
+  ) {
     this.done = new Promise((r) => (this.resolveDone = r));
     ws.on('message', (d: Buffer, binary: boolean) => {
       if (!binary) {
-        try { if (JSON.parse(d.toString()).type === 'ready') this.ready = true; } catch { /* counted below */ }
+        try {
+          if (JSON.parse(d.toString()).type === 'ready') this.ready = true;
+        } catch {
+          /* counted below */
+        }
         return;
       }
       this.bytes += d.length;
       const lines = (this.partial + d.toString('latin1')).split('\n');
       this.partial = lines.pop()!;
-      if (this.partial.length > 65536) { this.badLines++; this.partial = ''; }
+      if (this.partial.length > 65536) {
+        this.badLines++;
+        this.partial = '';
+      }
       for (const raw of lines) this.line(raw.replace(/\r$/, ''));
     });
-    ws.on('close', (code, reason) => { this.closed = { code, reason: reason.toString() }; this.resolveDone(); });
+    ws.on('close', (code, reason) => {
+      this.closed = { code, reason: reason.toString() };
+      this.resolveDone();
+    });
     ws.on('error', () => {});
   }
   private line(l: string): void {
     const end = /^T(\d+):END:(\d+)$/.exec(l);
     if (end) {
-      if (Number(end[1]) !== this.k) { this.badLines++; return; }
-      this.ended = true; this.endCount = Number(end[2]); this.resolveDone();
+      if (Number(end[1]) !== this.k) {
+        this.badLines++;
+        return;
+      }
+      this.ended = true;
+      this.endCount = Number(end[2]);
+      this.resolveDone();
       return;
     }
     const m = /^T(\d+):(\d+):(.*)$/.exec(l);
@@ -262,13 +394,22 @@ function hostTicks(): { busy: number; total: number } {
 const TICK = 100; // USER_HZ
 /** ns of CPU used by every process under cgroup folder `parent` (v1 cpuacct, else v2 cpu.stat), or null. */
 function cgroupCpuNs(parent: string): number | null {
-  try { return Number(readFileSync(`/sys/fs/cgroup/cpuacct/${parent}/cpuacct.usage`, 'utf8')); } catch { /* v2? */ }
+  try {
+    return Number(readFileSync(`/sys/fs/cgroup/cpuacct/${parent}/cpuacct.usage`, 'utf8'));
+  } catch {
+    /* v2? */
+  }
   try {
     const m = /^usage_usec (\d+)$/m.exec(readFileSync(`/sys/fs/cgroup/${parent}/cpu.stat`, 'utf8'));
     return m ? Number(m[1]) * 1000 : null;
-  } catch { return null; }
+  } catch {
+    return null;
+  }
 }
-const NCPU = readFileSync('/proc/cpuinfo', 'utf8').split('\n').filter((l) => l.startsWith('processor')).length || 1;
+const NCPU =
+  readFileSync('/proc/cpuinfo', 'utf8')
+    .split('\n')
+    .filter((l) => l.startsWith('processor')).length || 1;
 
 function vmRssMiB(pid: number): number {
   const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
@@ -281,13 +422,19 @@ function metric(text: string, name: string): number | null {
 
 /** Mount points under `dir`, deepest first (from /proc/self/mountinfo, octal escapes decoded). */
 function mountsUnder(dir: string): string[] {
-  return readFileSync('/proc/self/mountinfo', 'utf8').split('\n').map((l) => l.split(' ')[4])
-    .filter((m): m is string => !!m).map((m) => m.replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(parseInt(o, 8))))
-    .filter((m) => m.startsWith(`${dir}/`)).sort((x, y) => y.length - x.length);
+  return readFileSync('/proc/self/mountinfo', 'utf8')
+    .split('\n')
+    .map((l) => l.split(' ')[4])
+    .filter((m): m is string => !!m)
+    .map((m) => m.replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(parseInt(o, 8))))
+    .filter((m) => m.startsWith(`${dir}/`))
+    .sort((x, y) => y.length - x.length);
 }
 
 function hostSnapshot(): string[] {
-  return execFileSync('bash', [join(ROOT, 'scripts/host-snapshot.sh')], { encoding: 'utf8', maxBuffer: 64 * MiB }).split('\n').filter(Boolean);
+  return execFileSync('bash', [join(ROOT, 'scripts/host-snapshot.sh')], { encoding: 'utf8', maxBuffer: 64 * MiB })
+    .split('\n')
+    .filter(Boolean);
 }
 
 /** Processes left that belong to this run: in its cgroup folder, or naming its data dir. */
@@ -299,13 +446,18 @@ function leftProcesses(dataDir: string, cgroupParent: string): string[] {
       const cg = readFileSync(`/proc/${p}/cgroup`, 'utf8');
       const cmd = readFileSync(`/proc/${p}/cmdline`, 'utf8').replace(/\0/g, ' ').trim();
       if (cg.includes(`/${cgroupParent}/`) || cmd.includes(dataDir)) out.push(`${p} ${cmd.slice(0, 200)}`);
-    } catch { /* gone */ }
+    } catch {
+      /* gone */
+    }
   }
   return out;
 }
 
 /** Runs the load; never throws for load errors (they are in the result), only for set-up failures. */
-export async function runLoad(opt: Partial<LoadOptions> = {}, say: (s: string) => void = (s) => console.log(s)): Promise<LoadResult> {
+export async function runLoad(
+  opt: Partial<LoadOptions> = {},
+  say: (s: string) => void = (s) => console.log(s),
+): Promise<LoadResult> {
   const o: LoadOptions = { ...DEFAULTS, ...opt };
   if (o.sandboxes < 1 || o.sandboxes > MAX_SANDBOXES) throw new Error(`sandboxes must be 1..${MAX_SANDBOXES}`);
   if (o.terminals > o.sandboxes) throw new Error('terminals must be <= sandboxes (one per sandbox)');
@@ -316,9 +468,19 @@ export async function runLoad(opt: Partial<LoadOptions> = {}, say: (s: string) =
   const dataDir = join(base, 'data');
   const { k: slot, opts: drv } = pickSlot(dataDir);
   const leaseMs = (o.durationS + 900) * 1000;
-  writeFileSync(join(base, 'config.json'), JSON.stringify({
-    plans: { LOAD: { maxLifetimeMs: 86_400_000, concurrency: o.sandboxes + 5, signupTokens: 0, limits: { memoryBytes: 512 * MiB, cpus: 1, pids: 256, rootDiskBytes: 256 * MiB } } },
-  }));
+  writeFileSync(
+    join(base, 'config.json'),
+    JSON.stringify({
+      plans: {
+        LOAD: {
+          maxLifetimeMs: 86_400_000,
+          concurrency: o.sandboxes + 5,
+          signupTokens: 0,
+          limits: { memoryBytes: 512 * MiB, cpus: 1, pids: 256, rootDiskBytes: 256 * MiB },
+        },
+      },
+    }),
+  );
   mkdirSync(dataDir);
   chmodSync(dataDir, 0o711);
   const sbIds: string[] = [];
@@ -343,11 +505,23 @@ export async function runLoad(opt: Partial<LoadOptions> = {}, say: (s: string) =
     server = await startServer({
       dataDir,
       env: {
-        SANDBOXD_RUNTIME: 'local', SANDBOXD_CONFIG: join(base, 'config.json'), SANDBOXD_LOG_LEVEL: o.logLevel,
-        SANDBOXD_IMAGE_DIR: drv.imageDir, SANDBOXD_RUN_DIR: drv.runDir!, SANDBOXD_BRIDGE: drv.bridge!, SANDBOXD_SUBNET: drv.subnet!,
-        SANDBOXD_UID_RANGE_START: String(drv.uidRangeStart), SANDBOXD_CGROUP_PARENT: drv.cgroupParent!,
-        NODE_OPTIONS: [o.serverNodeOptions, o.cpuProfileDir ? `--import ${pathToFileURL(join(import.meta.dirname, 'cpu-profile.mjs')).href}` : ''].join(' ').trim(),
-        ...(o.cpuProfileDir ? { SOAK_PROFILE_DIR: resolve(o.cpuProfileDir) } : {}), ...o.serverEnv,
+        SANDBOXD_RUNTIME: 'local',
+        SANDBOXD_CONFIG: join(base, 'config.json'),
+        SANDBOXD_LOG_LEVEL: o.logLevel,
+        SANDBOXD_IMAGE_DIR: drv.imageDir,
+        SANDBOXD_RUN_DIR: drv.runDir!,
+        SANDBOXD_BRIDGE: drv.bridge!,
+        SANDBOXD_SUBNET: drv.subnet!,
+        SANDBOXD_UID_RANGE_START: String(drv.uidRangeStart),
+        SANDBOXD_CGROUP_PARENT: drv.cgroupParent!,
+        NODE_OPTIONS: [
+          o.serverNodeOptions,
+          o.cpuProfileDir ? `--import ${pathToFileURL(join(import.meta.dirname, 'cpu-profile.mjs')).href}` : '',
+        ]
+          .join(' ')
+          .trim(),
+        ...(o.cpuProfileDir ? { SOAK_PROFILE_DIR: resolve(o.cpuProfileDir) } : {}),
+        ...o.serverEnv,
       },
     });
     pid = server.proc.pid!;
@@ -355,13 +529,22 @@ export async function runLoad(opt: Partial<LoadOptions> = {}, say: (s: string) =
     const acct = await newAccount(server);
     const patch = await admin.call('PATCH', `/api/v1/admin/accounts/${acct.id}`, { plan: 'LOAD' });
     if (patch.status !== 200) throw new Error(`admin plan change: ${patch.status} ${patch.text}`);
-    const grant = await admin.call('POST', `/api/v1/admin/accounts/${acct.id}/tokens`, { tokens: o.sandboxes * Math.ceil(leaseMs / 60_000) + 100, reason: 'load test' });
+    const grant = await admin.call('POST', `/api/v1/admin/accounts/${acct.id}/tokens`, {
+      tokens: o.sandboxes * Math.ceil(leaseMs / 60_000) + 100,
+      reason: 'load test',
+    });
     if (grant.status !== 200) throw new Error(`admin grant: ${grant.status} ${grant.text}`);
     admin.agent.destroy();
     const http = new Http(new URL(server.baseUrl), acct.key, o.maxInFlight + 64);
 
     // Sampler: RSS from /proc, heap/fds/lag from /metrics, CPU of the server and the host.
-    const cpuNow = () => ({ t: performance.now(), server: cpuTicks(pid), host: hostTicks(), sandboxes: cgroupCpuNs(drv.cgroupParent!), client: process.cpuUsage() });
+    const cpuNow = () => ({
+      t: performance.now(),
+      server: cpuTicks(pid),
+      host: hostTicks(),
+      sandboxes: cgroupCpuNs(drv.cgroupParent!),
+      client: process.cpuUsage(),
+    });
     let lastCpu = cpuNow();
     let sampling = false;
     const sample = async () => {
@@ -372,21 +555,44 @@ export async function runLoad(opt: Partial<LoadOptions> = {}, say: (s: string) =
         const cpu = cpuNow();
         const dt = (cpu.t - lastCpu.t) / 1000;
         const serverCpuPct = dt > 0 ? ((cpu.server - lastCpu.server) / TICK / dt) * 100 : 0;
-        const sandboxCpuPct = dt > 0 && cpu.sandboxes !== null && lastCpu.sandboxes !== null ? ((cpu.sandboxes - lastCpu.sandboxes) / 1e9 / dt) * 100 : null;
+        const sandboxCpuPct =
+          dt > 0 && cpu.sandboxes !== null && lastCpu.sandboxes !== null
+            ? ((cpu.sandboxes - lastCpu.sandboxes) / 1e9 / dt) * 100
+            : null;
         const cu = process.cpuUsage(lastCpu.client);
         const clientCpuPct = dt > 0 ? ((cu.user + cu.system) / 1e6 / dt) * 100 : 0;
-        const hostCpuPct = cpu.host.total > lastCpu.host.total ? ((cpu.host.busy - lastCpu.host.busy) / (cpu.host.total - lastCpu.host.total)) * 100 : 0;
+        const hostCpuPct =
+          cpu.host.total > lastCpu.host.total
+            ? ((cpu.host.busy - lastCpu.host.busy) / (cpu.host.total - lastCpu.host.total)) * 100
+            : 0;
         lastCpu = cpu;
         const rssMiB = vmRssMiB(pid);
         let text = '';
-        try { text = (await http.call('GET', '/metrics', undefined, 10_000)).text; } catch { /* sample without it */ }
+        try {
+          text = (await http.call('GET', '/metrics', undefined, 10_000)).text;
+        } catch {
+          /* sample without it */
+        }
         const heap = metric(text, 'sandboxd_process_nodejs_heap_size_used_bytes');
         const lag = metric(text, 'sandboxd_process_nodejs_eventloop_lag_p99_seconds');
         samples.push({
-          runS: (now - wall0) / 1000, tS: t0 ? (now - t0) / 1000 : NaN, phase, rssMiB, heapUsedMiB: heap === null ? null : heap / MiB,
-          fds: metric(text, 'sandboxd_process_process_open_fds'), lagP99Ms: lag === null ? null : lag * 1000, serverCpuPct, sandboxCpuPct, clientCpuPct, hostCpuPct,
+          runS: (now - wall0) / 1000,
+          tS: t0 ? (now - t0) / 1000 : NaN,
+          phase,
+          rssMiB,
+          heapUsedMiB: heap === null ? null : heap / MiB,
+          fds: metric(text, 'sandboxd_process_process_open_fds'),
+          lagP99Ms: lag === null ? null : lag * 1000,
+          serverCpuPct,
+          sandboxCpuPct,
+          clientCpuPct,
+          hostCpuPct,
         });
-      } catch { /* the server may be exiting */ } finally { sampling = false; }
+      } catch {
+        /* the server may be exiting */
+      } finally {
+        sampling = false;
+      }
     };
     sampler = setInterval(() => void sample(), o.sampleEveryS * 1000);
 
@@ -400,7 +606,9 @@ export async function runLoad(opt: Partial<LoadOptions> = {}, say: (s: string) =
     });
     const createS = (performance.now() - createT) / 1000;
     for (const f of created.failed) err('create', f);
-    say(`# created ${sbIds.length}/${o.sandboxes} sandboxes in ${createS.toFixed(1)} s (p50 ${pcts(created.ms).p50.toFixed(0)} ms)`);
+    say(
+      `# created ${sbIds.length}/${o.sandboxes} sandboxes in ${createS.toFixed(1)} s (p50 ${pcts(created.ms).p50.toFixed(0)} ms)`,
+    );
     result.create = { ms: pcts(created.ms), totalS: createS, failed: created.failed.length };
     if (sbIds.length === 0) throw new Error(`no sandbox could be created: ${created.failed[0]}`);
 
@@ -409,14 +617,20 @@ export async function runLoad(opt: Partial<LoadOptions> = {}, say: (s: string) =
     const checks: StreamCheck[] = [];
     const termIds = new Map<StreamCheck, string>();
     const termSetup = await bounded(sbIds.slice(0, o.terminals), Math.min(o.createParallel, 8), async (sb, k) => {
-      const w = await http.call('POST', `/api/v1/sandboxes/${sb}/exec`, { command: `cat > /tmp/stream.sh <<'EOF'\n${STREAM_SCRIPT}EOF` });
+      const w = await http.call('POST', `/api/v1/sandboxes/${sb}/exec`, {
+        command: `cat > /tmp/stream.sh <<'EOF'\n${STREAM_SCRIPT}EOF`,
+      });
       if (w.status !== 200 || w.body?.exitCode !== 0) throw new Error(`write stream script: ${w.status} ${w.text}`);
       const t = await http.call('POST', `/api/v1/sandboxes/${sb}/terminals`, { shell: 'sh', cols: 200, rows: 50 });
       if (t.status !== 201) throw new Error(`create terminal: ${t.status} ${t.text}`);
       const url = `${server!.baseUrl.replace(/^http/, 'ws')}/api/v1/sandboxes/${sb}/terminals/${t.body.terminal.id}/ws`;
       const ws = new WebSocket(url, { headers: { authorization: `Bearer ${acct.key}` }, handshakeTimeout: 20_000 });
       const c = new StreamCheck(k, ws);
-      await new Promise<void>((res, rej) => { ws.once('open', () => res()); ws.once('error', rej); ws.once('unexpected-response', (_q, r) => rej(new Error(`upgrade ${r.statusCode}`))); });
+      await new Promise<void>((res, rej) => {
+        ws.once('open', () => res());
+        ws.once('error', rej);
+        ws.once('unexpected-response', (_q, r) => rej(new Error(`upgrade ${r.statusCode}`)));
+      });
       for (let i = 0; i < 200 && !c.ready; i++) await sleep(25);
       if (!c.ready) throw new Error('no ready message within 5 s');
       checks[k] = c;
@@ -435,31 +649,58 @@ export async function runLoad(opt: Partial<LoadOptions> = {}, say: (s: string) =
     const lateness = new Float64Array(total).fill(NaN);
     const doneAt = new Float64Array(total).fill(NaN);
     const status = new Uint8Array(total); // 0 not started, 1 missed, 2 in flight, 3 ok, 4 error
-    let inFlight = 0; let next = 0;
+    let inFlight = 0;
+    let next = 0;
     const fire = (n: number) => {
       const sb = sbIds[n % sbIds.length];
       const sent = performance.now();
       lateness[n] = sent - dueAt(n);
-      status[n] = 2; inFlight++;
-      http.call('POST', `/api/v1/sandboxes/${sb}/exec`, { command: `echo ${n}` }).then((r) => {
-        const end = performance.now();
-        if (r.status !== 200) err(`http_${r.status}`, `${sb}: ${r.text}`);
-        else if (r.body?.exitCode !== 0) err('exit_code', `${sb}: ${r.text}`);
-        else if (r.body.stdout !== `${n}\n`) err('wrong_output', `${sb}: ${JSON.stringify(r.body.stdout)} for ${n}`);
-        else { status[n] = 3; lat[n] = end - dueAt(n); svc[n] = end - sent; doneAt[n] = end; return; }
-        status[n] = 4; doneAt[n] = end;
-      }, (e: Error) => { err(/timeout/.test(e.message) ? 'client_timeout' : `network_${(e as NodeJS.ErrnoException).code ?? 'error'}`, e.message); status[n] = 4; doneAt[n] = performance.now(); })
+      status[n] = 2;
+      inFlight++;
+      http
+        .call('POST', `/api/v1/sandboxes/${sb}/exec`, { command: `echo ${n}` })
+        .then(
+          (r) => {
+            const end = performance.now();
+            if (r.status !== 200) err(`http_${r.status}`, `${sb}: ${r.text}`);
+            else if (r.body?.exitCode !== 0) err('exit_code', `${sb}: ${r.text}`);
+            else if (r.body.stdout !== `${n}\n`)
+              err('wrong_output', `${sb}: ${JSON.stringify(r.body.stdout)} for ${n}`);
+            else {
+              status[n] = 3;
+              lat[n] = end - dueAt(n);
+              svc[n] = end - sent;
+              doneAt[n] = end;
+              return;
+            }
+            status[n] = 4;
+            doneAt[n] = end;
+          },
+          (e: Error) => {
+            err(
+              /timeout/.test(e.message) ? 'client_timeout' : `network_${(e as NodeJS.ErrnoException).code ?? 'error'}`,
+              e.message,
+            );
+            status[n] = 4;
+            doneAt[n] = performance.now();
+          },
+        )
         .finally(() => inFlight--);
     };
     t0 = performance.now() + 200;
     if (o.cpuProfileDir) process.kill(pid, 'SIGUSR2'); // starts the profiler (cpu-profile.mjs)
-    for (const c of checks) if (c) c.ws.send(Buffer.from(`sh /tmp/stream.sh ${c.k} ${Math.ceil(o.durationS)} ${o.termLinesPerS}\r`));
+    for (const c of checks)
+      if (c) c.ws.send(Buffer.from(`sh /tmp/stream.sh ${c.k} ${Math.ceil(o.durationS)} ${o.termLinesPerS}\r`));
     const hardEnd = t0 + o.durationS * 1000 + 30_000;
     while (next < total && performance.now() < hardEnd) {
       const now = performance.now();
       const due = Math.min(total, Math.floor(((now - t0) * o.rate) / 1000) + 1);
       for (; next < due; next++) {
-        if (inFlight >= o.maxInFlight) { status[next] = 1; lateness[next] = now - dueAt(next); continue; }
+        if (inFlight >= o.maxInFlight) {
+          status[next] = 1;
+          lateness[next] = now - dueAt(next);
+          continue;
+        }
         fire(next);
       }
       await sleep(Math.max(0, Math.min(2, dueAt(next) - performance.now())));
@@ -478,12 +719,25 @@ export async function runLoad(opt: Partial<LoadOptions> = {}, say: (s: string) =
       if (!c) continue;
       await c.wait(Math.max(0, termDeadline - performance.now()));
       const expected = Math.ceil(o.durationS) * o.termLinesPerS;
-      const r: TerminalResult = { sandboxId: sbIds[c.k], linesExpected: expected, linesOk: c.linesOk, badLines: c.badLines, ended: c.ended, bytes: c.bytes };
-      if (!c.ended) r.error = c.closed ? `closed ${c.closed.code} ${c.closed.reason} before its end marker` : 'no end marker in time';
-      else if (c.endCount !== expected || c.linesOk !== expected || c.badLines) r.error = `printed ${c.endCount}, got ${c.linesOk} in order, ${c.badLines} bad`;
+      const r: TerminalResult = {
+        sandboxId: sbIds[c.k],
+        linesExpected: expected,
+        linesOk: c.linesOk,
+        badLines: c.badLines,
+        ended: c.ended,
+        bytes: c.bytes,
+      };
+      if (!c.ended)
+        r.error = c.closed
+          ? `closed ${c.closed.code} ${c.closed.reason} before its end marker`
+          : 'no end marker in time';
+      else if (c.endCount !== expected || c.linesOk !== expected || c.badLines)
+        r.error = `printed ${c.endCount}, got ${c.linesOk} in order, ${c.badLines} bad`;
       if (r.error) err('terminal', `${r.sandboxId}: ${r.error}`);
       termResults.push(r);
-      const del = await http.call('DELETE', `/api/v1/sandboxes/${sbIds[c.k]}/terminals/${termIds.get(c)}`).catch((e: Error) => ({ status: 0, text: e.message }));
+      const del = await http
+        .call('DELETE', `/api/v1/sandboxes/${sbIds[c.k]}/terminals/${termIds.get(c)}`)
+        .catch((e: Error) => ({ status: 0, text: e.message }));
       if (del.status !== 204) err('terminal_delete', `${del.status} ${del.text}`);
       c.ws.terminate();
     }
@@ -501,17 +755,28 @@ export async function runLoad(opt: Partial<LoadOptions> = {}, say: (s: string) =
     const minutes: MinuteRow[] = [];
     const nMin = Math.ceil(o.durationS / 60);
     for (let m = 0; m < nMin; m++) {
-      const lo = Math.ceil((m * 60 * o.rate)); const hi = Math.min(total, Math.ceil(((m + 1) * 60 * o.rate)));
-      const l: number[] = []; const s2: number[] = [];
-      let st = 0; let late = 0; let miss = 0; let ok = 0; let errs = 0;
+      const lo = Math.ceil(m * 60 * o.rate);
+      const hi = Math.min(total, Math.ceil((m + 1) * 60 * o.rate));
+      const l: number[] = [];
+      const s2: number[] = [];
+      let st = 0;
+      let late = 0;
+      let miss = 0;
+      let ok = 0;
+      let errs = 0;
       for (let n = lo; n < hi; n++) {
         if (status[n] >= 2) st++;
         if (status[n] === 1) miss++;
         if (lateness[n] > o.lateMs && status[n] >= 2) late++;
-        if (status[n] === 3) { ok++; l.push(lat[n]); s2.push(svc[n]); }
+        if (status[n] === 3) {
+          ok++;
+          l.push(lat[n]);
+          s2.push(svc[n]);
+        }
         if (status[n] === 4) errs++;
       }
-      const winLo = t0 + m * 60_000; const winHi = Math.min(t0 + (m + 1) * 60_000, t0 + o.durationS * 1000);
+      const winLo = t0 + m * 60_000;
+      const winHi = Math.min(t0 + (m + 1) * 60_000, t0 + o.durationS * 1000);
       let completed = 0;
       for (const n of okIdx) if (doneAt[n] >= winLo && doneAt[n] < winHi) completed++;
       const ss = samples.filter((x) => x.phase === 'load' && x.tS >= m * 60 && x.tS < (m + 1) * 60);
@@ -520,9 +785,20 @@ export async function runLoad(opt: Partial<LoadOptions> = {}, say: (s: string) =
         return v.length ? v.reduce((a, x) => a + x, 0) / v.length : NaN;
       };
       minutes.push({
-        minute: m + 1, due: hi - lo, started: st, late, missed: miss, ok, errors: errs, latency: pcts(l), service: pcts(s2),
-        completedPerS: completed / ((winHi - winLo) / 1000), serverCpuPct: avg((x) => x.serverCpuPct), sandboxCpuPct: avg((x) => x.sandboxCpuPct ?? NaN),
-        clientCpuPct: avg((x) => x.clientCpuPct), hostCpuPct: avg((x) => x.hostCpuPct),
+        minute: m + 1,
+        due: hi - lo,
+        started: st,
+        late,
+        missed: miss,
+        ok,
+        errors: errs,
+        latency: pcts(l),
+        service: pcts(s2),
+        completedPerS: completed / ((winHi - winLo) / 1000),
+        serverCpuPct: avg((x) => x.serverCpuPct),
+        sandboxCpuPct: avg((x) => x.sandboxCpuPct ?? NaN),
+        clientCpuPct: avg((x) => x.clientCpuPct),
+        hostCpuPct: avg((x) => x.hostCpuPct),
         rssMiB: ss.length ? pcts(ss.map((x) => x.rssMiB)).p50 : NaN,
         heapFloorMiB: Math.min(...ss.map((x) => x.heapUsedMiB ?? Infinity)),
         serverCpuMsPerExec: (avg((x) => x.serverCpuPct) * 10) / (completed / ((winHi - winLo) / 1000) || NaN),
@@ -530,15 +806,19 @@ export async function runLoad(opt: Partial<LoadOptions> = {}, say: (s: string) =
       });
     }
     // Memory: median RSS over the second half of minute 1 vs of the last minute (warm-up excluded).
-    const half = (m: number) => samples.filter((x) => x.phase === 'load' && x.tS >= m * 60 + 30 && x.tS < (m + 1) * 60).map((x) => x.rssMiB);
-    const m1 = half(0); const mL = half(nMin - 1);
+    const half = (m: number) =>
+      samples.filter((x) => x.phase === 'load' && x.tS >= m * 60 + 30 && x.tS < (m + 1) * 60).map((x) => x.rssMiB);
+    const m1 = half(0);
+    const mL = half(nMin - 1);
     const med = (xs: number[]) => (xs.length ? pcts(xs).p50 : null);
     const growth = nMin >= 2 && m1.length && mL.length ? med(mL)! - med(m1)! : null;
     const loadS = samples.filter((x) => x.phase === 'load' && x.tS >= 0);
     let slope: number | null = null;
     if (loadS.length >= 3) {
-      const mx = loadS.reduce((a, x) => a + x.tS, 0) / loadS.length; const my = loadS.reduce((a, x) => a + x.rssMiB, 0) / loadS.length;
-      const num = loadS.reduce((a, x) => a + (x.tS - mx) * (x.rssMiB - my), 0); const den = loadS.reduce((a, x) => a + (x.tS - mx) ** 2, 0);
+      const mx = loadS.reduce((a, x) => a + x.tS, 0) / loadS.length;
+      const my = loadS.reduce((a, x) => a + x.rssMiB, 0) / loadS.length;
+      const num = loadS.reduce((a, x) => a + (x.tS - mx) * (x.rssMiB - my), 0);
+      const den = loadS.reduce((a, x) => a + (x.tS - mx) ** 2, 0);
       slope = den > 0 ? (num / den) * 60 : null;
     }
     result = {
@@ -546,31 +826,58 @@ export async function runLoad(opt: Partial<LoadOptions> = {}, say: (s: string) =
       requestedPerS: o.rate,
       startedPerS: started / Math.max(0.001, (Math.min(lastStart, t0 + o.durationS * 1000) - t0) / 1000),
       achievedPerS: okIdx.length / Math.max(0.001, (lastDone - t0) / 1000),
-      execs: { due: total, started, ok: okIdx.length, late: lateN, missed, lateness: pcts(Array.from(lateness).filter((x) => !Number.isNaN(x))) },
+      execs: {
+        due: total,
+        started,
+        ok: okIdx.length,
+        late: lateN,
+        missed,
+        lateness: pcts(Array.from(lateness).filter((x) => !Number.isNaN(x))),
+      },
       latency: pcts(okIdx.map((n) => lat[n])),
       service: pcts(okIdx.map((n) => svc[n])),
       minutes,
       terminals: {
-        count: termResults.length, ok: termResults.filter((r) => !r.error).length, bytes: termResults.reduce((a, r) => a + r.bytes, 0),
-        linesExpected: termResults.reduce((a, r) => a + r.linesExpected, 0), linesOk: termResults.reduce((a, r) => a + r.linesOk, 0),
-        failures: termResults.filter((r) => r.error), createMs: termCreateMs,
+        count: termResults.length,
+        ok: termResults.filter((r) => !r.error).length,
+        bytes: termResults.reduce((a, r) => a + r.bytes, 0),
+        linesExpected: termResults.reduce((a, r) => a + r.linesExpected, 0),
+        linesOk: termResults.reduce((a, r) => a + r.linesOk, 0),
+        failures: termResults.filter((r) => r.error),
+        createMs: termCreateMs,
       },
       memory: {
-        minute1MiB: med(m1), lastMinuteMiB: med(mL), growthMiB: growth, thresholdMiB: o.rssFlatMiB,
-        flat: growth === null ? null : growth < o.rssFlatMiB, slopeMiBPerMin: slope, samples,
+        minute1MiB: med(m1),
+        lastMinuteMiB: med(mL),
+        growthMiB: growth,
+        thresholdMiB: o.rssFlatMiB,
+        flat: growth === null ? null : growth < o.rssFlatMiB,
+        slopeMiBPerMin: slope,
+        samples,
       },
     };
 
     // Delete.
     phase = 'delete';
-    try { veths = execFileSync('ip', ['-o', 'link', 'show', 'master', drv.bridge!], { encoding: 'utf8' }).split('\n').map((l) => l.split(': ')[1]?.split('@')[0]).filter(Boolean) as string[]; } catch { /* none */ }
+    try {
+      veths = execFileSync('ip', ['-o', 'link', 'show', 'master', drv.bridge!], { encoding: 'utf8' })
+        .split('\n')
+        .map((l) => l.split(': ')[1]?.split('@')[0])
+        .filter(Boolean) as string[];
+    } catch {
+      /* none */
+    }
     const deleteT = performance.now();
     const deleted = await bounded(sbIds, o.createParallel, async (sb) => {
       const r = await http.call('DELETE', `/api/v1/sandboxes/${sb}`);
       if (r.status !== 204) throw new Error(`delete ${sb}: ${r.status} ${r.text}`);
     });
     for (const f of deleted.failed) err('delete', f);
-    result.delete = { ms: pcts(deleted.ms), totalS: (performance.now() - deleteT) / 1000, failed: deleted.failed.length };
+    result.delete = {
+      ms: pcts(deleted.ms),
+      totalS: (performance.now() - deleteT) / 1000,
+      failed: deleted.failed.length,
+    };
     http.agent.destroy();
   } finally {
     if (sampler) clearInterval(sampler);
@@ -578,19 +885,38 @@ export async function runLoad(opt: Partial<LoadOptions> = {}, say: (s: string) =
     await new LocalDriver(drv).destroyAll().catch((e) => err('teardown', (e as Error).message));
     // rm -r crosses mount points: never run it over something still mounted.
     for (const m of mountsUnder(base)) {
-      try { execFileSync('umount', [m], { stdio: 'ignore' }); } catch { /* reported below */ }
+      try {
+        execFileSync('umount', [m], { stdio: 'ignore' });
+      } catch {
+        /* reported below */
+      }
     }
     const stillMounted = mountsUnder(base);
     for (const m of stillMounted) err('teardown', `still mounted after teardown: ${m}`);
     if (!process.env.SANDBOXD_E2E_KEEP && stillMounted.length === 0) {
-      try { rmSync(base, { recursive: true, force: true }); } catch (e) { err('teardown', (e as Error).message); }
+      try {
+        rmSync(base, { recursive: true, force: true });
+      } catch (e) {
+        err('teardown', (e as Error).message);
+      }
     }
   }
   // The host as found: lines of this run are leaks; the rest is other processes' activity.
   const after = hostSnapshot();
-  const b = new Set(before); const a = new Set(after);
-  const diff = [...after.filter((l) => !b.has(l)).map((l) => `+ ${l}`), ...before.filter((l) => !a.has(l)).map((l) => `- ${l}`)];
-  const ours = [drv.bridge!, base, drv.cgroupParent!, drv.subnet!.replace(/\.0\/22$/, '.'), ...veths, ...sbIds.flatMap((id) => [id, hostVethName(id)])];
+  const b = new Set(before);
+  const a = new Set(after);
+  const diff = [
+    ...after.filter((l) => !b.has(l)).map((l) => `+ ${l}`),
+    ...before.filter((l) => !a.has(l)).map((l) => `- ${l}`),
+  ];
+  const ours = [
+    drv.bridge!,
+    base,
+    drv.cgroupParent!,
+    drv.subnet!.replace(/\.0\/22$/, '.'),
+    ...veths,
+    ...sbIds.flatMap((id) => [id, hostVethName(id)]),
+  ];
   const leaks = diff.filter((l) => ours.some((x) => l.includes(x)));
   const others = diff.filter((l) => !leaks.includes(l));
   const left = leftProcesses(base, drv.cgroupParent!);
@@ -599,7 +925,9 @@ export async function runLoad(opt: Partial<LoadOptions> = {}, say: (s: string) =
   const cpu = process.cpuUsage(clientCpu0);
   return {
     options: { ...o, serverEnv: undefined } as unknown as LoadResult['options'],
-    slot, errors, errorSamples,
+    slot,
+    errors,
+    errorSamples,
     client: { cpuPct: ((cpu.user + cpu.system) / 1000 / (performance.now() - wall0)) * 100 },
     host: { leaks, others, leftProcesses: left },
     ...(result as Omit<LoadResult, 'errors' | 'errorSamples' | 'client' | 'host' | 'options' | 'slot'>),
@@ -612,53 +940,180 @@ const f1 = (x: number | null | undefined) => (x === null || x === undefined || N
 export function printResult(r: LoadResult, say: (s: string) => void = (s) => console.log(s)): void {
   const rows: string[][] = [['measure', 'value']];
   const add = (k: string, v: string) => rows.push([k, v]);
-  add('sandboxes / terminals / duration', `${r.options.sandboxes} / ${r.options.terminals} / ${r.options.durationS} s (slot ${r.slot}, ${NCPU} CPUs)`);
-  add('exec/s requested / started / achieved (ok)', `${r.requestedPerS} / ${f1(r.startedPerS)} / ${f1(r.achievedPerS)}`);
+  add(
+    'sandboxes / terminals / duration',
+    `${r.options.sandboxes} / ${r.options.terminals} / ${r.options.durationS} s (slot ${r.slot}, ${NCPU} CPUs)`,
+  );
+  add(
+    'exec/s requested / started / achieved (ok)',
+    `${r.requestedPerS} / ${f1(r.startedPerS)} / ${f1(r.achievedPerS)}`,
+  );
   if (r.execs) {
     add('execs due / started / ok', `${r.execs.due} / ${r.execs.started} / ${r.execs.ok}`);
-    add(`starts late (> ${r.options.lateMs} ms) / missed (${r.options.maxInFlight} in flight)`, `${r.execs.late} / ${r.execs.missed}`);
-    add('start lateness p50 / p99 / max ms', `${f1(r.execs.lateness.p50)} / ${f1(r.execs.lateness.p99)} / ${f1(r.execs.lateness.max)}`);
-    add('exec latency from due p50 / p90 / p99 / max ms', `${f1(r.latency.p50)} / ${f1(r.latency.p90)} / ${f1(r.latency.p99)} / ${f1(r.latency.max)}`);
-    add('exec service time p50 / p90 / p99 / max ms', `${f1(r.service.p50)} / ${f1(r.service.p90)} / ${f1(r.service.p99)} / ${f1(r.service.max)}`);
+    add(
+      `starts late (> ${r.options.lateMs} ms) / missed (${r.options.maxInFlight} in flight)`,
+      `${r.execs.late} / ${r.execs.missed}`,
+    );
+    add(
+      'start lateness p50 / p99 / max ms',
+      `${f1(r.execs.lateness.p50)} / ${f1(r.execs.lateness.p99)} / ${f1(r.execs.lateness.max)}`,
+    );
+    add(
+      'exec latency from due p50 / p90 / p99 / max ms',
+      `${f1(r.latency.p50)} / ${f1(r.latency.p90)} / ${f1(r.latency.p99)} / ${f1(r.latency.max)}`,
+    );
+    add(
+      'exec service time p50 / p90 / p99 / max ms',
+      `${f1(r.service.p50)} / ${f1(r.service.p90)} / ${f1(r.service.p99)} / ${f1(r.service.max)}`,
+    );
   }
   add('errors', Object.keys(r.errors).length ? JSON.stringify(r.errors) : 'none');
   if (r.terminals) {
-    add('terminals ok / lines in order / bytes received', `${r.terminals.ok}/${r.terminals.count} / ${r.terminals.linesOk}/${r.terminals.linesExpected} / ${r.terminals.bytes}`);
+    add(
+      'terminals ok / lines in order / bytes received',
+      `${r.terminals.ok}/${r.terminals.count} / ${r.terminals.linesOk}/${r.terminals.linesExpected} / ${r.terminals.bytes}`,
+    );
     add('terminal create+connect p50 / max ms', `${f1(r.terminals.createMs.p50)} / ${f1(r.terminals.createMs.max)}`);
   }
   if (r.memory) {
-    add('server RSS minute 1 / last minute (median, 2nd half) MiB', `${f1(r.memory.minute1MiB)} / ${f1(r.memory.lastMinuteMiB)}`);
-    add('RSS growth / threshold MiB: flat?', `${f1(r.memory.growthMiB)} / ${r.memory.thresholdMiB}: ${r.memory.flat === null ? 'n/a (< 2 minutes)' : r.memory.flat ? 'yes' : 'NO'}`);
+    add(
+      'server RSS minute 1 / last minute (median, 2nd half) MiB',
+      `${f1(r.memory.minute1MiB)} / ${f1(r.memory.lastMinuteMiB)}`,
+    );
+    add(
+      'RSS growth / threshold MiB: flat?',
+      `${f1(r.memory.growthMiB)} / ${r.memory.thresholdMiB}: ${r.memory.flat === null ? 'n/a (< 2 minutes)' : r.memory.flat ? 'yes' : 'NO'}`,
+    );
     add('RSS slope over the load MiB/min', f1(r.memory.slopeMiBPerMin));
   }
-  if (r.create) add('create p50 / p99 / max ms; total s', `${f1(r.create.ms.p50)} / ${f1(r.create.ms.p99)} / ${f1(r.create.ms.max)}; ${f1(r.create.totalS)}`);
-  if (r.delete) add('delete p50 / p99 / max ms; total s', `${f1(r.delete.ms.p50)} / ${f1(r.delete.ms.p99)} / ${f1(r.delete.ms.max)}; ${f1(r.delete.totalS)}`);
+  if (r.create)
+    add(
+      'create p50 / p99 / max ms; total s',
+      `${f1(r.create.ms.p50)} / ${f1(r.create.ms.p99)} / ${f1(r.create.ms.max)}; ${f1(r.create.totalS)}`,
+    );
+  if (r.delete)
+    add(
+      'delete p50 / p99 / max ms; total s',
+      `${f1(r.delete.ms.p50)} / ${f1(r.delete.ms.p99)} / ${f1(r.delete.ms.max)}; ${f1(r.delete.totalS)}`,
+    );
   add('load client CPU % of one core (whole run)', f1(r.client.cpuPct));
-  add('host: leaks / processes left / other activity', `${r.host.leaks.length} / ${r.host.leftProcesses.length} / ${r.host.others.length} lines`);
+  add(
+    'host: leaks / processes left / other activity',
+    `${r.host.leaks.length} / ${r.host.leftProcesses.length} / ${r.host.others.length} lines`,
+  );
   const table = (t: string[][]) => {
     const w = t[0].map((_, i) => Math.max(...t.map((x) => x[i].length)));
-    return t.map((x, j) => x.map((c, i) => c.padEnd(w[i])).join('  ') + (j === 0 ? `\n${w.map((n) => '-'.repeat(n)).join('  ')}` : '')).join('\n');
+    return t
+      .map(
+        (x, j) =>
+          x.map((c, i) => c.padEnd(w[i])).join('  ') + (j === 0 ? `\n${w.map((n) => '-'.repeat(n)).join('  ')}` : ''),
+      )
+      .join('\n');
   };
   say(`\n## load\n${table(rows)}`);
   if (r.minutes?.length) {
-    const m = [['minute', 'due', 'started', 'late', 'missed', 'ok', 'errors', 'ok/s', 'p50 ms', 'p90 ms', 'p99 ms', 'max ms', 'svc p50', 'svc p99',
-      'CPU % server', 'sandboxes', 'client', `host (${NCPU} CPUs)`, 'CPU ms/exec server', 'sandboxes', 'RSS MiB', 'heap floor MiB']];
+    const m = [
+      [
+        'minute',
+        'due',
+        'started',
+        'late',
+        'missed',
+        'ok',
+        'errors',
+        'ok/s',
+        'p50 ms',
+        'p90 ms',
+        'p99 ms',
+        'max ms',
+        'svc p50',
+        'svc p99',
+        'CPU % server',
+        'sandboxes',
+        'client',
+        `host (${NCPU} CPUs)`,
+        'CPU ms/exec server',
+        'sandboxes',
+        'RSS MiB',
+        'heap floor MiB',
+      ],
+    ];
     for (const x of r.minutes) {
-      m.push([String(x.minute), String(x.due), String(x.started), String(x.late), String(x.missed), String(x.ok), String(x.errors), f1(x.completedPerS),
-        f1(x.latency.p50), f1(x.latency.p90), f1(x.latency.p99), f1(x.latency.max), f1(x.service.p50), f1(x.service.p99),
-        f1(x.serverCpuPct), f1(x.sandboxCpuPct), f1(x.clientCpuPct), f1(x.hostCpuPct), x.serverCpuMsPerExec.toFixed(2), x.sandboxCpuMsPerExec.toFixed(2), f1(x.rssMiB), f1(Number.isFinite(x.heapFloorMiB) ? x.heapFloorMiB : NaN)]);
+      m.push([
+        String(x.minute),
+        String(x.due),
+        String(x.started),
+        String(x.late),
+        String(x.missed),
+        String(x.ok),
+        String(x.errors),
+        f1(x.completedPerS),
+        f1(x.latency.p50),
+        f1(x.latency.p90),
+        f1(x.latency.p99),
+        f1(x.latency.max),
+        f1(x.service.p50),
+        f1(x.service.p99),
+        f1(x.serverCpuPct),
+        f1(x.sandboxCpuPct),
+        f1(x.clientCpuPct),
+        f1(x.hostCpuPct),
+        x.serverCpuMsPerExec.toFixed(2),
+        x.sandboxCpuMsPerExec.toFixed(2),
+        f1(x.rssMiB),
+        f1(Number.isFinite(x.heapFloorMiB) ? x.heapFloorMiB : NaN),
+      ]);
     }
     say(`\n${table(m)}`);
   }
   if (r.memory?.samples.length) {
-    say(`\nsamples (t s from load start: RSS MiB / heap MiB / fds / lag p99 ms / CPU % server / sandboxes / client / host):`);
-    say(r.memory.samples.map((s) => `${s.phase}@${s.tS.toFixed(0)}: ${f1(s.rssMiB)}/${f1(s.heapUsedMiB)}/${s.fds ?? '-'}/${f1(s.lagP99Ms)}/${f1(s.serverCpuPct)}/${f1(s.sandboxCpuPct)}/${f1(s.clientCpuPct)}/${f1(s.hostCpuPct)}`).join('  '));
+    say(
+      `\nsamples (t s from load start: RSS MiB / heap MiB / fds / lag p99 ms / CPU % server / sandboxes / client / host):`,
+    );
+    say(
+      r.memory.samples
+        .map(
+          (s) =>
+            `${s.phase}@${s.tS.toFixed(0)}: ${f1(s.rssMiB)}/${f1(s.heapUsedMiB)}/${s.fds ?? '-'}/${f1(s.lagP99Ms)}/${f1(s.serverCpuPct)}/${f1(s.sandboxCpuPct)}/${f1(s.clientCpuPct)}/${f1(s.hostCpuPct)}`,
+        )
+        .join('  '),
+    );
   }
   if (r.errorSamples.length) say(`\nerror samples:\n  ${r.errorSamples.join('\n  ')}`);
-  if (r.host.others.length) say(`\nother host activity meanwhile (not this run's):\n  ${r.host.others.slice(0, 20).join('\n  ')}`);
+  if (r.host.others.length)
+    say(`\nother host activity meanwhile (not this run's):\n  ${r.host.others.slice(0, 20).join('\n  ')}`);
   const { samples: _s, ...memory } = r.memory ?? { samples: [] };
-  say(`SOAK load ${JSON.stringify({ ...r, memory, host: { ...r.host, others: r.host.others.length },
-    sampleColumns: ['phase', 'tS', 'rssMiB', 'heapUsedMiB', 'fds', 'lagP99Ms', 'serverCpuPct', 'sandboxCpuPct', 'clientCpuPct', 'hostCpuPct'], samples: r.memory?.samples.map((s) => [s.phase, +s.tS.toFixed(1), +s.rssMiB.toFixed(1), s.heapUsedMiB === null ? null : +s.heapUsedMiB.toFixed(1), s.fds, s.lagP99Ms === null ? null : +s.lagP99Ms.toFixed(1), s.serverCpuPct | 0, (s.sandboxCpuPct ?? -1) | 0, s.clientCpuPct | 0, s.hostCpuPct | 0]) })}`);
+  say(
+    `SOAK load ${JSON.stringify({
+      ...r,
+      memory,
+      host: { ...r.host, others: r.host.others.length },
+      sampleColumns: [
+        'phase',
+        'tS',
+        'rssMiB',
+        'heapUsedMiB',
+        'fds',
+        'lagP99Ms',
+        'serverCpuPct',
+        'sandboxCpuPct',
+        'clientCpuPct',
+        'hostCpuPct',
+      ],
+      samples: r.memory?.samples.map((s) => [
+        s.phase,
+        +s.tS.toFixed(1),
+        +s.rssMiB.toFixed(1),
+        s.heapUsedMiB === null ? null : +s.heapUsedMiB.toFixed(1),
+        s.fds,
+        s.lagP99Ms === null ? null : +s.lagP99Ms.toFixed(1),
+        s.serverCpuPct | 0,
+        (s.sandboxCpuPct ?? -1) | 0,
+        s.clientCpuPct | 0,
+        s.hostCpuPct | 0,
+      ]),
+    })}`,
+  );
 }
 
 const HELP = `Usage: node --import tsx test/soak/load.ts [options]
@@ -684,12 +1139,21 @@ function parseArgs(argv: string[]): Partial<LoadOptions> | null {
   const o: Partial<LoadOptions> = {};
   const num = (k: keyof LoadOptions, v: string) => {
     const n = Number(v);
-    if (!Number.isFinite(n) || n < 0 || (n === 0 && k !== 'terminals')) throw new Error(`--${String(k)}: not a positive number: ${v}`);
+    if (!Number.isFinite(n) || n < 0 || (n === 0 && k !== 'terminals'))
+      throw new Error(`--${String(k)}: not a positive number: ${v}`);
     (o as Record<string, unknown>)[k] = n;
   };
   const map: Record<string, keyof LoadOptions> = {
-    '--sandboxes': 'sandboxes', '--rate': 'rate', '--duration': 'durationS', '--terminals': 'terminals', '--term-lines': 'termLinesPerS',
-    '--create-parallel': 'createParallel', '--max-in-flight': 'maxInFlight', '--late-ms': 'lateMs', '--sample': 'sampleEveryS', '--rss-flat': 'rssFlatMiB',
+    '--sandboxes': 'sandboxes',
+    '--rate': 'rate',
+    '--duration': 'durationS',
+    '--terminals': 'terminals',
+    '--term-lines': 'termLinesPerS',
+    '--create-parallel': 'createParallel',
+    '--max-in-flight': 'maxInFlight',
+    '--late-ms': 'lateMs',
+    '--sample': 'sampleEveryS',
+    '--rss-flat': 'rssFlatMiB',
   };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
@@ -708,8 +1172,16 @@ function parseArgs(argv: string[]): Partial<LoadOptions> | null {
 
 if (process.argv[1] && import.meta.url === pathToFileURL(resolve(process.argv[1])).href) {
   let o: Partial<LoadOptions> | null;
-  try { o = parseArgs(process.argv.slice(2)); } catch (e) { console.error((e as Error).message); process.exit(2); }
-  if (!o) { console.log(HELP); process.exit(0); }
+  try {
+    o = parseArgs(process.argv.slice(2));
+  } catch (e) {
+    console.error((e as Error).message);
+    process.exit(2);
+  }
+  if (!o) {
+    console.log(HELP);
+    process.exit(0);
+  }
   const r = await runLoad(o);
   printResult(r);
   process.exit(Object.keys(r.errors).length === 0 && r.memory?.flat !== false ? 0 : 1);

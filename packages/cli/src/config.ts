@@ -35,7 +35,10 @@ export function loadLogin(path = configPath()): StoredLogin {
   }
   try {
     const v = JSON.parse(text) as StoredLogin;
-    return { apiUrl: typeof v.apiUrl === 'string' ? v.apiUrl : undefined, apiKey: typeof v.apiKey === 'string' ? v.apiKey : undefined };
+    return {
+      apiUrl: typeof v.apiUrl === 'string' ? v.apiUrl : undefined,
+      apiKey: typeof v.apiKey === 'string' ? v.apiKey : undefined,
+    };
   } catch {
     throw new CliError(`${path} is not valid JSON; fix it or run "sbx login" again`);
   }

@@ -30,5 +30,8 @@ export function createContext(program: Command): Context {
 
 /** Appends an `Example:` section to a verb's `--help`. */
 export function withExamples(cmd: Command, ...lines: string[]): Command {
-  return cmd.addHelpText('after', `\nExample${lines.length > 1 ? 's' : ''}:\n${lines.map((l) => `  $ ${l}`).join('\n')}\n`);
+  return cmd.addHelpText(
+    'after',
+    `\nExample${lines.length > 1 ? 's' : ''}:\n${lines.map((l) => `  $ ${l}`).join('\n')}\n`,
+  );
 }

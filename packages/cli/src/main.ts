@@ -24,7 +24,8 @@ const VERSION = '0.1.0';
 export function errorMessage(e: unknown): string {
   if (e instanceof SandboxdApiError) {
     const d = e.details as { image?: unknown } | undefined;
-    const image = d && typeof d === 'object' && typeof d.image === 'string' && !e.message.includes(d.image) ? `: ${d.image}` : '';
+    const image =
+      d && typeof d === 'object' && typeof d.image === 'string' && !e.message.includes(d.image) ? `: ${d.image}` : '';
     return `${e.message}${image}`.replace(/\s*\n\s*/g, ' ');
   }
   if (e instanceof Error) return e.message.replace(/\s*\n\s*/g, ' ');
@@ -40,12 +41,24 @@ export function buildProgram(): Command {
     .option('--no-color', 'no colour (also: NO_COLOR=1)')
     .enablePositionalOptions()
     .showSuggestionAfterError()
-    .addHelpText('after', '\nThe API key comes from SANDBOX_API_KEY or `sbx login`.\n\nExample:\n  $ sbx create -q | xargs -I{} sbx exec {} -- echo hello\n');
+    .addHelpText(
+      'after',
+      '\nThe API key comes from SANDBOX_API_KEY or `sbx login`.\n\nExample:\n  $ sbx create -q | xargs -I{} sbx exec {} -- echo hello\n',
+    );
   const ctx = createContext(program);
   for (const cmd of [
-    loginCommand(ctx), createCommand(ctx), lsCommand(ctx), execCommand(ctx), shellCommand(ctx), timeoutCommand(ctx),
-    rmCommand(ctx), imagesCommand(ctx), volumesCommand(ctx), keysCommand(ctx),
-  ]) program.addCommand(cmd);
+    loginCommand(ctx),
+    createCommand(ctx),
+    lsCommand(ctx),
+    execCommand(ctx),
+    shellCommand(ctx),
+    timeoutCommand(ctx),
+    rmCommand(ctx),
+    imagesCommand(ctx),
+    volumesCommand(ctx),
+    keysCommand(ctx),
+  ])
+    program.addCommand(cmd);
   const setup = (c: Command) => {
     c.exitOverride();
     c.configureOutput({ outputError: (text, write) => write(text.startsWith('error:') ? text : `error: ${text}`) });
@@ -69,4 +82,3 @@ export async function main(argv: string[]): Promise<void> {
     process.exitCode = e instanceof CliError ? e.exitCode : 1;
   }
 }
-

@@ -40,7 +40,10 @@ export class ProgressLine {
   /** Records a report; prints a new line on a phase change when not on a TTY. */
   update(s: ProgressState): void {
     this.state = s;
-    if (this.tty) return this.render();
+    if (this.tty) {
+      this.render();
+      return;
+    }
     if (s.phase !== this.lastPhase) {
       this.lastPhase = s.phase;
       process.stderr.write(`${this.title}: ${s.phase}${this.sizes()}\n`);

@@ -6,7 +6,10 @@ import type { WriteStream } from 'node:tty';
 
 /** An error meant for the user: printed as `error: <message>`, exit code `exitCode`. */
 export class CliError extends Error {
-  constructor(message: string, readonly exitCode = 1) {
+  constructor(
+    message: string,
+    readonly exitCode = 1,
+  ) {
     super(message);
   }
 }
@@ -33,19 +36,34 @@ export interface Palette {
 /** A palette for `stream`. */
 export function palette(stream: NodeJS.WriteStream): Palette {
   const on = colorEnabled(stream);
-  const sgr = (open: number, close: number): Paint => (s) => (on ? `\x1b[${open}m${s}\x1b[${close}m` : s);
-  return { bold: sgr(1, 22), dim: sgr(2, 22), red: sgr(31, 39), green: sgr(32, 39), yellow: sgr(33, 39), cyan: sgr(36, 39) };
+  const sgr =
+    (open: number, close: number): Paint =>
+    (s) =>
+      on ? `\x1b[${open}m${s}\x1b[${close}m` : s;
+  return {
+    bold: sgr(1, 22),
+    dim: sgr(2, 22),
+    red: sgr(31, 39),
+    green: sgr(32, 39),
+    yellow: sgr(33, 39),
+    cyan: sgr(36, 39),
+  };
 }
 
 // eslint-disable-next-line no-control-regex
+// biome-ignore lint/suspicious/noControlCharactersInRegex: ESC starts the ANSI sequences this strips
 const ANSI = /\x1b\[[0-9;]*m/g;
 const width = (s: string) => s.replace(ANSI, '').length;
 
 /** Rows under a bold header, columns padded to their widest cell (cells may carry colour). */
 export function table(header: string[], rows: string[][], p: Palette): string {
   const widths = header.map((h, i) => Math.max(width(h), ...rows.map((r) => width(r[i] ?? ''))));
-  const line = (cells: string[]) => cells.map((c, i) => (i === cells.length - 1 ? c : c + ' '.repeat(widths[i] - width(c)))).join('  ').trimEnd();
-  return [p.bold(line(header)), ...rows.map(line)].join('\n') + '\n';
+  const line = (cells: string[]) =>
+    cells
+      .map((c, i) => (i === cells.length - 1 ? c : c + ' '.repeat(widths[i] - width(c))))
+      .join('  ')
+      .trimEnd();
+  return `${[p.bold(line(header)), ...rows.map(line)].join('\n')}\n`;
 }
 
 /** `1536` -> `1.5 KiB`. */
@@ -53,7 +71,10 @@ export function formatBytes(n: number): string {
   const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
   let v = n;
   let i = 0;
-  while (v >= 1024 && i < units.length - 1) (v /= 1024), i++;
+  while (v >= 1024 && i < units.length - 1) {
+    v /= 1024;
+    i++;
+  }
   return i === 0 ? `${v} B` : `${v.toFixed(1)} ${units[i]}`;
 }
 

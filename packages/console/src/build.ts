@@ -35,14 +35,23 @@ const TYPES: Record<string, string> = {
 };
 
 function walk(dir: string): string[] {
-  return readdirSync(dir, { withFileTypes: true }).flatMap((e) => (e.isDirectory() ? walk(join(dir, e.name)) : [join(dir, e.name)]));
+  return readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
+    e.isDirectory() ? walk(join(dir, e.name)) : [join(dir, e.name)],
+  );
 }
 
 /** A hash of every input of the bundle: app sources, the SDK and protocol sources, the example, the xterm version. */
 function fingerprint(): string {
   const h = createHash('sha256');
-  const inputs = [APP, join(REPO, 'packages/sdk/src'), join(REPO, 'packages/protocol/src')].flatMap(walk).filter((f) => !f.endsWith('.test.ts'));
-  for (const f of [...inputs, HELLO, join(REPO, 'node_modules/@xterm/xterm/package.json'), join(REPO, 'node_modules/@xterm/addon-fit/package.json')].sort()) {
+  const inputs = [APP, join(REPO, 'packages/sdk/src'), join(REPO, 'packages/protocol/src')]
+    .flatMap(walk)
+    .filter((f) => !f.endsWith('.test.ts'));
+  for (const f of [
+    ...inputs,
+    HELLO,
+    join(REPO, 'node_modules/@xterm/xterm/package.json'),
+    join(REPO, 'node_modules/@xterm/addon-fit/package.json'),
+  ].sort()) {
     h.update(f).update('\0').update(readFileSync(f)).update('\0');
   }
   return h.digest('hex').slice(0, 20);
@@ -55,7 +64,8 @@ function typeOf(name: string): string {
 
 function readBuilt(dir: string): ConsoleAssets {
   const files = new Map<string, ConsoleFile>();
-  for (const f of readdirSync(join(dir, 'assets'))) files.set(f, { name: f, contentType: typeOf(f), body: readFileSync(join(dir, 'assets', f)) });
+  for (const f of readdirSync(join(dir, 'assets')))
+    files.set(f, { name: f, contentType: typeOf(f), body: readFileSync(join(dir, 'assets', f)) });
   return { indexHtml: readFileSync(join(dir, 'index.html'), 'utf8'), files };
 }
 
@@ -93,7 +103,9 @@ export async function buildConsole(opts: { outDir?: string; force?: boolean } = 
     const js = names.find((n) => n.endsWith('.js'));
     const css = names.find((n) => n.endsWith('.css'));
     if (!js || !css) throw new Error(`console build produced no script or stylesheet: ${names.join(', ')}`);
-    const html = readFileSync(join(APP, 'index.html'), 'utf8').replaceAll('%APP_JS%', `/assets/${js}`).replaceAll('%APP_CSS%', `/assets/${css}`);
+    const html = readFileSync(join(APP, 'index.html'), 'utf8')
+      .replaceAll('%APP_JS%', `/assets/${js}`)
+      .replaceAll('%APP_CSS%', `/assets/${css}`);
     writeFileSync(join(tmp, 'index.html'), html);
     writeFileSync(join(tmp, 'assets', 'favicon.svg'), readFileSync(join(APP, 'favicon.svg')));
     writeFileSync(join(tmp, 'STAMP'), stamp);
@@ -105,7 +117,8 @@ export async function buildConsole(opts: { outDir?: string; force?: boolean } = 
       if (!existsSync(join(out, 'STAMP'))) throw e;
     }
     // Builds of older sources are of no use any more.
-    for (const d of readdirSync(root)) if (d !== stamp && !d.startsWith('.tmp-')) rmSync(join(root, d), { recursive: true, force: true });
+    for (const d of readdirSync(root))
+      if (d !== stamp && !d.startsWith('.tmp-')) rmSync(join(root, d), { recursive: true, force: true });
     return readBuilt(out);
   } finally {
     rmSync(tmp, { recursive: true, force: true });

@@ -27,10 +27,7 @@ export const AccountSchema = Type.Object(
     createdAt: DateTime,
     balance: Type.Integer({ description: 'Tokens; the sum of the ledger.' }),
     limits: PlanLimitsSchema,
-    usage: Type.Object(
-      { startedSandboxes: Type.Integer(), volumes: Type.Integer() },
-      { additionalProperties: false },
-    ),
+    usage: Type.Object({ startedSandboxes: Type.Integer(), volumes: Type.Integer() }, { additionalProperties: false }),
   },
   { title: 'Account', additionalProperties: false },
 );
@@ -77,8 +74,14 @@ export const KeyCreatedSchema = Type.Object(
   { id: Type.String(), name: Type.String(), prefix: Type.String(), createdAt: DateTime, key: Type.String() },
   { title: 'ApiKeyCreated', additionalProperties: false },
 );
-export const KeyListSchema = Type.Object({ keys: Type.Array(KeySchema) }, { title: 'ApiKeyList', additionalProperties: false });
-export const KeyParamsSchema = Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 }) }, { additionalProperties: false });
+export const KeyListSchema = Type.Object(
+  { keys: Type.Array(KeySchema) },
+  { title: 'ApiKeyList', additionalProperties: false },
+);
+export const KeyParamsSchema = Type.Object(
+  { id: Type.String({ minLength: 1, maxLength: 64 }) },
+  { additionalProperties: false },
+);
 export type KeyCreated = Static<typeof KeyCreatedSchema>;
 export type ApiKey = Static<typeof KeySchema>;
 
@@ -92,6 +95,12 @@ export const VolumeSchema = Type.Object(
   },
   { title: 'Volume', additionalProperties: false },
 );
-export const VolumeListSchema = Type.Object({ volumes: Type.Array(VolumeSchema) }, { title: 'VolumeList', additionalProperties: false });
-export const VolumeParamsSchema = Type.Object({ name: Type.String({ minLength: 1, maxLength: 64 }) }, { additionalProperties: false });
+export const VolumeListSchema = Type.Object(
+  { volumes: Type.Array(VolumeSchema) },
+  { title: 'VolumeList', additionalProperties: false },
+);
+export const VolumeParamsSchema = Type.Object(
+  { name: Type.String({ minLength: 1, maxLength: 64 }) },
+  { additionalProperties: false },
+);
 export type Volume = Static<typeof VolumeSchema>;

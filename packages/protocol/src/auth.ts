@@ -6,7 +6,10 @@ const email = Type.String({ minLength: 3, maxLength: 254, pattern: '^[^\\s@]+@[^
 const password = Type.String({ minLength: 8, maxLength: 1024 });
 
 /** The body of `POST /api/v1/auth/login`; success sets the session cookie. */
-export const LoginSchema = Type.Object({ email, password: Type.String({ minLength: 1, maxLength: 1024 }) }, { title: 'Login', additionalProperties: false });
+export const LoginSchema = Type.Object(
+  { email, password: Type.String({ minLength: 1, maxLength: 1024 }) },
+  { title: 'Login', additionalProperties: false },
+);
 /** The body of `POST /api/v1/auth/signup`; success sets the session cookie. */
 export const SignupSchema = Type.Object({ email, password }, { title: 'Signup', additionalProperties: false });
 export type Login = Static<typeof LoginSchema>;
@@ -19,10 +22,16 @@ export const AccountSummarySchema = Type.Object(
 );
 export type AccountSummary = Static<typeof AccountSummarySchema>;
 /** `{ account }`, the answer of login, signup and admin account operations. */
-export const AccountReplySchema = Type.Object({ account: AccountSummarySchema }, { title: 'AccountReply', additionalProperties: false });
+export const AccountReplySchema = Type.Object(
+  { account: AccountSummarySchema },
+  { title: 'AccountReply', additionalProperties: false },
+);
 
 /** Query of the one-time login link printed at first start. */
-export const LoginLinkQuerySchema = Type.Object({ token: Type.String({ minLength: 1, maxLength: 200 }) }, { additionalProperties: false });
+export const LoginLinkQuerySchema = Type.Object(
+  { token: Type.String({ minLength: 1, maxLength: 200 }) },
+  { additionalProperties: false },
+);
 
 /** The body of `POST /api/v1/admin/accounts`. */
 export const AdminAccountCreateSchema = Type.Object(
@@ -30,14 +39,23 @@ export const AdminAccountCreateSchema = Type.Object(
     email,
     password,
     plan: Type.Optional(PlanName),
-    tokens: Type.Optional(Type.Integer({ minimum: 0, maximum: 1_000_000_000, description: "Initial grant; default the plan's signupTokens." })),
+    tokens: Type.Optional(
+      Type.Integer({
+        minimum: 0,
+        maximum: 1_000_000_000,
+        description: "Initial grant; default the plan's signupTokens.",
+      }),
+    ),
     admin: Type.Optional(Type.Boolean()),
   },
   { title: 'AdminAccountCreate', additionalProperties: false },
 );
 export type AdminAccountCreate = Static<typeof AdminAccountCreateSchema>;
 /** The body of `PATCH /api/v1/admin/accounts/{id}`. */
-export const AdminAccountPatchSchema = Type.Object({ plan: PlanName }, { title: 'AdminAccountPatch', additionalProperties: false });
+export const AdminAccountPatchSchema = Type.Object(
+  { plan: PlanName },
+  { title: 'AdminAccountPatch', additionalProperties: false },
+);
 /** The body of `POST /api/v1/admin/accounts/{id}/tokens`: a grant (or, negative, a charge). */
 export const AdminGrantSchema = Type.Object(
   {
@@ -46,10 +64,20 @@ export const AdminGrantSchema = Type.Object(
   },
   { title: 'AdminGrant', additionalProperties: false },
 );
-export const AdminGrantReplySchema = Type.Object({ balance: Type.Integer() }, { title: 'AdminGrantReply', additionalProperties: false });
+export const AdminGrantReplySchema = Type.Object(
+  { balance: Type.Integer() },
+  { title: 'AdminGrantReply', additionalProperties: false },
+);
 /** An admin listing row: the summary plus balance. */
 export const AdminAccountListSchema = Type.Object(
-  { accounts: Type.Array(Type.Object({ ...AccountSummarySchema.properties, balance: Type.Integer() }, { additionalProperties: false })) },
+  {
+    accounts: Type.Array(
+      Type.Object({ ...AccountSummarySchema.properties, balance: Type.Integer() }, { additionalProperties: false }),
+    ),
+  },
   { title: 'AdminAccountList', additionalProperties: false },
 );
-export const AccountParamsSchema = Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 }) }, { additionalProperties: false });
+export const AccountParamsSchema = Type.Object(
+  { id: Type.String({ minLength: 1, maxLength: 64 }) },
+  { additionalProperties: false },
+);

@@ -59,10 +59,21 @@ export interface ValidationProblem {
 }
 
 /** `{ success: true }`, the answer of operations with nothing else to say. */
-export const SuccessReply = Type.Object({ success: Type.Literal(true) }, { title: 'Success', additionalProperties: false });
+export const SuccessReply = Type.Object(
+  { success: Type.Literal(true) },
+  { title: 'Success', additionalProperties: false },
+);
 
 /** Paging query shared by list operations. */
 export const PageQuery = {
-  limit: Type.Optional(Type.Integer({ minimum: 1, maximum: LIMITS.maxPageSize, description: `Page size, default ${LIMITS.defaultPageSize}.` })),
-  cursor: Type.Optional(Type.String({ minLength: 1, maxLength: 200, description: 'Opaque; the `nextCursor` of the previous page.' })),
+  limit: Type.Optional(
+    Type.Integer({
+      minimum: 1,
+      maximum: LIMITS.maxPageSize,
+      description: `Page size, default ${LIMITS.defaultPageSize}.`,
+    }),
+  ),
+  cursor: Type.Optional(
+    Type.String({ minLength: 1, maxLength: 200, description: 'Opaque; the `nextCursor` of the previous page.' }),
+  ),
 };

@@ -28,10 +28,17 @@ export type TrackEvent = Static<typeof TrackEventSchema>;
 
 /** One stored event, as the account's event list answers it. */
 export const StoredEventSchema = Type.Object(
-  { event: Type.String(), metadata: Type.Record(Type.String(), Type.Unknown()), createdAt: Type.String({ format: 'date-time' }) },
+  {
+    event: Type.String(),
+    metadata: Type.Record(Type.String(), Type.Unknown()),
+    createdAt: Type.String({ format: 'date-time' }),
+  },
   { title: 'StoredEvent', additionalProperties: false },
 );
 
 /** `{ events }`, oldest first. */
-export const EventListSchema = Type.Object({ events: Type.Array(StoredEventSchema) }, { title: 'EventList', additionalProperties: false });
+export const EventListSchema = Type.Object(
+  { events: Type.Array(StoredEventSchema) },
+  { title: 'EventList', additionalProperties: false },
+);
 export type EventList = Static<typeof EventListSchema>;

@@ -8,7 +8,13 @@ export const ExecOptionsSchema = Type.Object(
     background: Type.Optional(Type.Boolean({ description: 'Default false. When true, answers at once with `pid`.' })),
     cwd: Type.Optional(Type.String({ minLength: 1, maxLength: 4096, pattern: '^[^\\u0000]+$' })),
     env: Type.Optional(EnvMap),
-    timeoutMs: Type.Optional(Type.Integer({ minimum: 1, maximum: LIMITS.maxExecTimeoutMs, description: `Foreground only; default ${LIMITS.defaultExecTimeoutMs}; on expiry exitCode is 124.` })),
+    timeoutMs: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        maximum: LIMITS.maxExecTimeoutMs,
+        description: `Foreground only; default ${LIMITS.defaultExecTimeoutMs}; on expiry exitCode is 124.`,
+      }),
+    ),
   },
   { title: 'ExecOptions', additionalProperties: false },
 );
@@ -16,7 +22,12 @@ export const ExecOptionsSchema = Type.Object(
 /** The body of `POST /api/v1/sandboxes/{id}/exec`: runs `/bin/sh -c command`. */
 export const ExecRequestSchema = Type.Object(
   {
-    command: Type.String({ minLength: 1, maxLength: LIMITS.maxArgBytes, pattern: '^[^\\u0000]+$', description: `At most ${LIMITS.maxArgBytes} bytes in UTF-8.` }),
+    command: Type.String({
+      minLength: 1,
+      maxLength: LIMITS.maxArgBytes,
+      pattern: '^[^\\u0000]+$',
+      description: `At most ${LIMITS.maxArgBytes} bytes in UTF-8.`,
+    }),
     options: Type.Optional(ExecOptionsSchema),
   },
   { title: 'ExecRequest', additionalProperties: false },

@@ -32,23 +32,38 @@ export const ImageSchema = Type.Object(
 export type Image = Static<typeof ImageSchema>;
 
 /** `{ images }`, the answer of `GET /api/v1/images`. */
-export const ImageListSchema = Type.Object({ images: Type.Array(ImageSchema) }, { title: 'ImageList', additionalProperties: false });
+export const ImageListSchema = Type.Object(
+  { images: Type.Array(ImageSchema) },
+  { title: 'ImageList', additionalProperties: false },
+);
 export type ImageList = Static<typeof ImageListSchema>;
 
 /** `{ image }`, the answer of pull, build and import when progress is not streamed. */
-export const ImageReplySchema = Type.Object({ image: ImageSchema }, { title: 'ImageReply', additionalProperties: false });
+export const ImageReplySchema = Type.Object(
+  { image: ImageSchema },
+  { title: 'ImageReply', additionalProperties: false },
+);
 export type ImageReply = Static<typeof ImageReplySchema>;
 
 /** The body of `POST /api/v1/images/pull`: pulls even when cached, so a moved tag is followed. */
-export const ImagePullSchema = Type.Object({ ref: ImageRefString }, { title: 'ImagePull', additionalProperties: false });
+export const ImagePullSchema = Type.Object(
+  { ref: ImageRefString },
+  { title: 'ImagePull', additionalProperties: false },
+);
 export type ImagePull = Static<typeof ImagePullSchema>;
 
 /** The body of `POST /api/v1/images/build`: (re)builds one of {@link BUILDABLE_IMAGES}. */
-export const ImageBuildSchema = Type.Object({ ref: Type.Enum([...BUILDABLE_IMAGES]) }, { title: 'ImageBuild', additionalProperties: false });
+export const ImageBuildSchema = Type.Object(
+  { ref: Type.Enum([...BUILDABLE_IMAGES]) },
+  { title: 'ImageBuild', additionalProperties: false },
+);
 export type ImageBuild = Static<typeof ImageBuildSchema>;
 
 /** Query of `POST /api/v1/images/import`: the name to give the image (default: the name the archive records). */
-export const ImageImportQuerySchema = Type.Object({ ref: Type.Optional(ImageRefString) }, { additionalProperties: false });
+export const ImageImportQuerySchema = Type.Object(
+  { ref: Type.Optional(ImageRefString) },
+  { additionalProperties: false },
+);
 export type ImageImportQuery = Static<typeof ImageImportQuerySchema>;
 
 /**

@@ -28,7 +28,13 @@ export const VolumeName = Type.String({ pattern: VOLUME_NAME_PATTERN, title: 'Vo
 export const VolumeObjectSpec = Type.Object(
   {
     name: VolumeName,
-    sizeGb: Type.Optional(Type.Integer({ minimum: 1, maximum: 100, description: 'Default 1 for a new volume; an existing volume keeps its size.' })),
+    sizeGb: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        maximum: 100,
+        description: 'Default 1 for a new volume; an existing volume keeps its size.',
+      }),
+    ),
   },
   { title: 'VolumeObjectSpec', additionalProperties: false },
 );
@@ -38,11 +44,15 @@ export const VolumeSpec = Type.Union([VolumeName, VolumeObjectSpec], { title: 'V
 export type VolumeSpecWire = Static<typeof VolumeSpec>;
 
 /** Environment variables: string to string; names hold no `=` or NUL; each `NAME=value` at most 131,071 UTF-8 bytes. */
-export const EnvMap = Type.Record(Type.String({ pattern: '^[^=\\u0000]{1,256}$' }), Type.String({ pattern: '^[^\\u0000]*$', maxLength: LIMITS.maxArgBytes }), {
-  additionalProperties: false,
-  maxProperties: 256,
-  title: 'EnvMap',
-});
+export const EnvMap = Type.Record(
+  Type.String({ pattern: '^[^=\\u0000]{1,256}$' }),
+  Type.String({ pattern: '^[^\\u0000]*$', maxLength: LIMITS.maxArgBytes }),
+  {
+    additionalProperties: false,
+    maxProperties: 256,
+    title: 'EnvMap',
+  },
+);
 
 /** Mount path (absolute) to volume specification. */
 export const VolumeMap = Type.Record(Type.String({ pattern: '^/[^\\u0000]{0,255}$' }), VolumeSpec, {
@@ -65,7 +75,9 @@ export const PortsOptions = Type.Object(
 export const SandboxCreateSchema = Type.Object(
   {
     image: Type.String({ minLength: 1, maxLength: 512 }),
-    timeoutMs: Type.Optional(Type.Integer({ minimum: 0, description: `Default ${LIMITS.defaultTimeoutMs}; at most the plan's lifetime.` })),
+    timeoutMs: Type.Optional(
+      Type.Integer({ minimum: 0, description: `Default ${LIMITS.defaultTimeoutMs}; at most the plan's lifetime.` }),
+    ),
     env: Type.Optional(EnvMap),
     volumes: Type.Optional(VolumeMap),
     ports: Type.Optional(PortsOptions),
@@ -75,7 +87,10 @@ export const SandboxCreateSchema = Type.Object(
 export type SandboxCreate = Static<typeof SandboxCreateSchema>;
 
 /** `{ sandbox }`, the answer of create (201) and get. */
-export const SandboxReplySchema = Type.Object({ sandbox: SandboxSchema }, { title: 'SandboxReply', additionalProperties: false });
+export const SandboxReplySchema = Type.Object(
+  { sandbox: SandboxSchema },
+  { title: 'SandboxReply', additionalProperties: false },
+);
 export type SandboxReply = Static<typeof SandboxReplySchema>;
 
 /** Query of `GET /api/v1/sandboxes`. */
@@ -97,7 +112,10 @@ export const SandboxListSchema = Type.Object(
 export type SandboxList = Static<typeof SandboxListSchema>;
 
 /** The `{id}` path parameter of sandbox operations. */
-export const SandboxParamsSchema = Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 }) }, { additionalProperties: false });
+export const SandboxParamsSchema = Type.Object(
+  { id: Type.String({ minLength: 1, maxLength: 64 }) },
+  { additionalProperties: false },
+);
 
 /** The body of `PATCH /api/v1/sandboxes/{id}/timeout`; counted from now. */
 export const TimeoutRequestSchema = Type.Object(
@@ -107,7 +125,10 @@ export const TimeoutRequestSchema = Type.Object(
 export type TimeoutRequest = Static<typeof TimeoutRequestSchema>;
 
 /** The answer of the timeout update. */
-export const TimeoutReplySchema = Type.Object({ id: Type.String(), stopAt: DateTime }, { title: 'TimeoutReply', additionalProperties: false });
+export const TimeoutReplySchema = Type.Object(
+  { id: Type.String(), stopAt: DateTime },
+  { title: 'TimeoutReply', additionalProperties: false },
+);
 export type TimeoutReply = Static<typeof TimeoutReplySchema>;
 
 /** Path parameters of `POST /api/v1/sandboxes/{id}/ports/{port}/link`. */
@@ -119,7 +140,13 @@ export const PortLinkParamsSchema = Type.Object(
 /** Body of the port link request; `{}` (or no body) takes the default lifetime. */
 export const PortLinkRequestSchema = Type.Object(
   {
-    expiresInMs: Type.Optional(Type.Integer({ minimum: 1000, maximum: 604_800_000, description: 'Lifetime of the link; default 3600000 (1 hour), at most 7 days.' })),
+    expiresInMs: Type.Optional(
+      Type.Integer({
+        minimum: 1000,
+        maximum: 604_800_000,
+        description: 'Lifetime of the link; default 3600000 (1 hour), at most 7 days.',
+      }),
+    ),
   },
   { title: 'PortLinkRequest', additionalProperties: false },
 );

@@ -27,7 +27,10 @@ export type TerminalCreate = Static<typeof TerminalCreateSchema>;
 /** The answer of terminal create: the terminal and its `wss` address. */
 export const TerminalCreatedSchema = Type.Object(
   {
-    terminal: Type.Object({ id, sandboxId: Type.String(), shell, status, createdAt: DateTime }, { additionalProperties: false }),
+    terminal: Type.Object(
+      { id, sandboxId: Type.String(), shell, status, createdAt: DateTime },
+      { additionalProperties: false },
+    ),
     wsUrl: Type.String(),
   },
   { title: 'TerminalCreated', additionalProperties: false },
@@ -35,10 +38,16 @@ export const TerminalCreatedSchema = Type.Object(
 export type TerminalCreated = Static<typeof TerminalCreatedSchema>;
 
 /** One item of the terminal list. */
-export const TerminalListItemSchema = Type.Object({ id, shell, status, clientCount }, { title: 'TerminalListItem', additionalProperties: false });
+export const TerminalListItemSchema = Type.Object(
+  { id, shell, status, clientCount },
+  { title: 'TerminalListItem', additionalProperties: false },
+);
 
 /** `{ terminals }` of a sandbox. */
-export const TerminalListSchema = Type.Object({ terminals: Type.Array(TerminalListItemSchema) }, { title: 'TerminalList', additionalProperties: false });
+export const TerminalListSchema = Type.Object(
+  { terminals: Type.Array(TerminalListItemSchema) },
+  { title: 'TerminalList', additionalProperties: false },
+);
 export type TerminalList = Static<typeof TerminalListSchema>;
 
 /** One terminal, as get answers it. */
@@ -55,7 +64,10 @@ export const TerminalParamsSchema = Type.Object(
 );
 
 /** Query of the terminal WebSocket: `replay=1` sends the last 64 KiB of output first. */
-export const TerminalWsQuerySchema = Type.Object({ replay: Type.Optional(Type.Enum(['0', '1'])) }, { additionalProperties: false });
+export const TerminalWsQuerySchema = Type.Object(
+  { replay: Type.Optional(Type.Enum(['0', '1'])) },
+  { additionalProperties: false },
+);
 
 /** Client to server control message (text frame). */
 export const ResizeMessageSchema = Type.Object(
@@ -63,7 +75,10 @@ export const ResizeMessageSchema = Type.Object(
   { title: 'ResizeMessage' },
 );
 /** Server to client: the terminal is ready. */
-export const ReadyMessageSchema = Type.Object({ type: Type.Literal('ready'), pid: Type.Integer(), shell: Type.String() }, { title: 'ReadyMessage' });
+export const ReadyMessageSchema = Type.Object(
+  { type: Type.Literal('ready'), pid: Type.Integer(), shell: Type.String() },
+  { title: 'ReadyMessage' },
+);
 /** Server to client: the process exited; the server closes with 1000 next. */
 export const ExitMessageSchema = Type.Object(
   { type: Type.Literal('exit'), exitCode: Type.Integer(), signal: Type.Union([Type.Null(), Type.String()]) },

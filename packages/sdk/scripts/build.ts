@@ -38,12 +38,14 @@ await build({
   target: 'es2022',
   sourcemap: true,
   logLevel: 'warning',
-  plugins: [{
-    name: 'pure-protocol',
-    setup(b) {
-      b.onResolve({ filter: /^@sandboxd\/protocol/ }, () => ({ sideEffects: false }));
+  plugins: [
+    {
+      name: 'pure-protocol',
+      setup(b) {
+        b.onResolve({ filter: /^@sandboxd\/protocol/ }, () => ({ sideEffects: false }));
+      },
     },
-  }],
+  ],
 });
 const js = readFileSync(join(DIST, 'index.js'), 'utf8');
 if (/from\s*["']node:|import\(["']node:/.test(js)) fail('the bundle imports a node: module; browsers cannot load it');
@@ -73,11 +75,17 @@ program.emit(undefined, (file, text) => {
 // 3. types.d.ts with every alias expanded (they point into @sandboxd/protocol and typebox).
 const checker = program.getTypeChecker();
 const typesFile = program.getSourceFile(join(SRC, 'types.ts')) ?? fail('src/types.ts is missing');
-const flags = ts.TypeFormatFlags.NoTruncation | ts.TypeFormatFlags.InTypeAlias | ts.TypeFormatFlags.UseSingleQuotesForStringLiteralType;
+const flags =
+  ts.TypeFormatFlags.NoTruncation |
+  ts.TypeFormatFlags.InTypeAlias |
+  ts.TypeFormatFlags.UseSingleQuotesForStringLiteralType;
 const out: string[] = ['/** Wire types of sandboxd, expanded from the protocol schemas when the SDK was built. */'];
 for (const st of typesFile.statements) {
   if (!ts.isTypeAliasDeclaration(st)) continue;
-  const doc = ts.getJSDocCommentsAndTags(st).map((d) => d.getText(typesFile)).join('\n');
+  const doc = ts
+    .getJSDocCommentsAndTags(st)
+    .map((d) => d.getText(typesFile))
+    .join('\n');
   if (doc) out.push(doc);
   out.push(`export type ${st.name.text} = ${checker.typeToString(checker.getTypeAtLocation(st.name), st, flags)};`);
 }
@@ -86,7 +94,9 @@ writeFileSync(join(DIST, 'types.d.ts'), `${out.join('\n')}\n`);
 // 4. No declaration may reach outside the package.
 for (const f of readdirSync(DIST, { recursive: true }) as string[]) {
   if (!f.endsWith('.d.ts')) continue;
-  const text = readFileSync(join(DIST, f), 'utf8').replace(/\/\*[\s\S]*?\*\//g, '').replace(/\/\/.*$/gm, '');
+  const text = readFileSync(join(DIST, f), 'utf8')
+    .replace(/\/\*[\s\S]*?\*\//g, '')
+    .replace(/\/\/.*$/gm, '');
   for (const m of text.matchAll(/(?:from|import\()\s*['"]([^'"]+)['"]/g)) {
     if (!m[1].startsWith('.')) fail(`${f} imports "${m[1]}", which the package does not ship`);
   }
@@ -109,4 +119,6 @@ const manifest = {
 };
 writeFileSync(join(DIST, 'package.json'), `${JSON.stringify(manifest, null, 2)}\n`);
 cpSync(join(ROOT, 'README.md'), join(DIST, 'README.md'));
-process.stdout.write(`sdk build: wrote ${relative(process.cwd(), DIST) || DIST} (index.js ${(js.length / 1024).toFixed(1)} KiB)\n`);
+process.stdout.write(
+  `sdk build: wrote ${relative(process.cwd(), DIST) || DIST} (index.js ${(js.length / 1024).toFixed(1)} KiB)\n`,
+);

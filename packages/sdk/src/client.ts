@@ -6,7 +6,13 @@ import { HttpClient } from './http.js';
 import { ImagesApi } from './images.js';
 import { Sandbox } from './sandbox.js';
 import type {
-  AccountInfo, ApiKeyCreated, ApiKeyInfo, EventKind, SandboxCreateParams, SandboxListQuery, VolumeInfo,
+  AccountInfo,
+  ApiKeyCreated,
+  ApiKeyInfo,
+  EventKind,
+  SandboxCreateParams,
+  SandboxListQuery,
+  VolumeInfo,
 } from './types.js';
 
 /** `client.sandboxes`: the static methods of {@link Sandbox}, bound to this client. */

@@ -61,7 +61,8 @@ export function isNode(): boolean {
 /** Applies defaults: options, then the environment, then the page's origin, then localhost:8080. */
 export function resolveConfig(o: ClientOptions = {}): ResolvedConfig {
   const apiUrl = (o.apiUrl ?? env('SANDBOX_API_URL') ?? pageOrigin() ?? DEFAULT_API_URL).replace(/\/+$/, '');
-  if (!/^https?:\/\//i.test(apiUrl)) throw new TypeError(`apiUrl must start with http:// or https:// (got "${apiUrl}")`);
+  if (!/^https?:\/\//i.test(apiUrl))
+    throw new TypeError(`apiUrl must start with http:// or https:// (got "${apiUrl}")`);
   const f = o.fetch ?? (globalThis.fetch as typeof fetch | undefined);
   if (!f) throw new TypeError('No fetch implementation: pass the fetch option (Node 18+ and browsers have one)');
   return {

@@ -2,8 +2,19 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { ERROR_STATUS, type ErrorKind } from '@sandboxd/protocol';
 import {
-  AuthenticationError, ConcurrencyLimitError, ConflictError, errorFromResponse, InsufficientStorageError, InsufficientTokensError, NotFoundError,
-  PayloadTooLargeError, RateLimitError, SandboxdApiError, ServerError, ServiceUnavailableError, TemplateNotFoundError,
+  AuthenticationError,
+  ConcurrencyLimitError,
+  ConflictError,
+  errorFromResponse,
+  InsufficientStorageError,
+  InsufficientTokensError,
+  NotFoundError,
+  PayloadTooLargeError,
+  RateLimitError,
+  SandboxdApiError,
+  ServerError,
+  ServiceUnavailableError,
+  TemplateNotFoundError,
   ValidationError,
 } from './errors.js';
 
@@ -39,8 +50,14 @@ describe('errorFromResponse', () => {
   }
 
   it('404 is a template error when the message or details say so, else plain not found', () => {
-    assert.ok(errorFromResponse(404, { code: 404, message: 'Template not found', details: { image: 'x:1' } }) instanceof TemplateNotFoundError);
-    assert.ok(errorFromResponse(404, { code: 404, message: 'No such thing', details: { image: 'x:1' } }) instanceof TemplateNotFoundError);
+    assert.ok(
+      errorFromResponse(404, { code: 404, message: 'Template not found', details: { image: 'x:1' } }) instanceof
+        TemplateNotFoundError,
+    );
+    assert.ok(
+      errorFromResponse(404, { code: 404, message: 'No such thing', details: { image: 'x:1' } }) instanceof
+        TemplateNotFoundError,
+    );
     const plain = errorFromResponse(404, { code: 404, message: 'Sandbox not found' });
     assert.ok(plain instanceof NotFoundError && !(plain instanceof TemplateNotFoundError));
     assert.ok(errorFromResponse(404, { code: 404, message: 'Template not found' }) instanceof NotFoundError);
@@ -66,6 +83,9 @@ describe('errorFromResponse', () => {
 
   it('Retry-After (seconds) becomes retryAfterMs', () => {
     assert.equal(errorFromResponse(429, { code: 429, message: 'slow down' }, { retryAfter: '2' }).retryAfterMs, 2000);
-    assert.equal(errorFromResponse(429, { code: 429, message: 'slow down' }, { retryAfter: 'soon' }).retryAfterMs, undefined);
+    assert.equal(
+      errorFromResponse(429, { code: 429, message: 'slow down' }, { retryAfter: 'soon' }).retryAfterMs,
+      undefined,
+    );
   });
 });

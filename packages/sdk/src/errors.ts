@@ -19,7 +19,10 @@ export class SandboxdApiError extends Error {
   readonly kind: SandboxdErrorKind;
   /** How long the server asked to wait before a retry (Retry-After), when it said. */
   retryAfterMs?: number;
-  constructor(message: string, o: { status: number; code?: number; details?: unknown; kind?: SandboxdErrorKind; cause?: unknown }) {
+  constructor(
+    message: string,
+    o: { status: number; code?: number; details?: unknown; kind?: SandboxdErrorKind; cause?: unknown },
+  ) {
     super(message, o.cause === undefined ? undefined : { cause: o.cause });
     this.name = new.target.name;
     this.status = o.status;
@@ -102,13 +105,29 @@ function kindOf(status: number, message: string, details: unknown): ErrorKind | 
  * message is made from the status). Unknown 5xx become ServerError, other unknown statuses
  * SandboxdApiError.
  */
-export function errorFromResponse(status: number, body: unknown, opts: { statusText?: string; retryAfter?: string | null } = {}): SandboxdApiError {
-  const b = (typeof body === 'object' && body !== null ? body : {}) as { code?: unknown; message?: unknown; details?: unknown };
-  const message = typeof b.message === 'string' && b.message !== '' ? b.message : `HTTP ${status}${opts.statusText ? ` ${opts.statusText}` : ''}`;
+export function errorFromResponse(
+  status: number,
+  body: unknown,
+  opts: { statusText?: string; retryAfter?: string | null } = {},
+): SandboxdApiError {
+  const b = (typeof body === 'object' && body !== null ? body : {}) as {
+    code?: unknown;
+    message?: unknown;
+    details?: unknown;
+  };
+  const message =
+    typeof b.message === 'string' && b.message !== ''
+      ? b.message
+      : `HTTP ${status}${opts.statusText ? ` ${opts.statusText}` : ''}`;
   const code = typeof b.code === 'number' ? b.code : status;
   const kind = kindOf(status, message, b.details);
   const Cls = kind ? CLASS_BY_KIND[kind] : status >= 500 ? ServerError : SandboxdApiError;
-  const err = new Cls(message, { status, code, details: b.details, kind: kind ?? (status >= 500 ? 'internal' : 'unknown') });
+  const err = new Cls(message, {
+    status,
+    code,
+    details: b.details,
+    kind: kind ?? (status >= 500 ? 'internal' : 'unknown'),
+  });
   if (opts.retryAfter) {
     const s = Number(opts.retryAfter);
     if (Number.isFinite(s) && s >= 0) err.retryAfterMs = s * 1000;

@@ -52,7 +52,10 @@ function sleep(ms: number, signal?: AbortSignal): Promise<void> {
 export function retryWaitMs(e: unknown, n: number): number {
   const err = e instanceof SandboxdApiError ? e : undefined;
   const precise = (err?.details as { retryAfterMs?: unknown } | null | undefined)?.retryAfterMs;
-  const asked = err?.status === 429 && typeof precise === 'number' && Number.isFinite(precise) && precise >= 0 ? precise : err?.retryAfterMs;
+  const asked =
+    err?.status === 429 && typeof precise === 'number' && Number.isFinite(precise) && precise >= 0
+      ? precise
+      : err?.retryAfterMs;
   if (asked !== undefined) return Math.min(asked, MAX_RETRY_AFTER_MS);
   return Math.random() * Math.min(250 * 2 ** n, MAX_BACKOFF_MS);
 }
@@ -99,7 +102,8 @@ export class HttpClient {
   /** Sends a request and parses the JSON answer (`undefined` for 204). Throws {@link SandboxdApiError} subclasses. */
   request<T>(method: string, path: string, opts: RequestOptions = {}): Promise<T> {
     const node = this.node;
-    if (node && opts.body === undefined) return this.retrying(method, opts, () => this.onceNode<T>(node, method, path, opts));
+    if (node && opts.body === undefined)
+      return this.retrying(method, opts, () => this.onceNode<T>(node, method, path, opts));
     return this.call(method, path, opts, async (res) => (res.status === 204 ? undefined : await readJson(res)) as T);
   }
 
@@ -118,7 +122,9 @@ export class HttpClient {
       try {
         return await attempt();
       } catch (e) {
-        const retryable = (e instanceof ConnectionError && !(e instanceof RequestTimeoutError)) || (e instanceof SandboxdApiError && RETRY_STATUSES.has(e.status));
+        const retryable =
+          (e instanceof ConnectionError && !(e instanceof RequestTimeoutError)) ||
+          (e instanceof SandboxdApiError && RETRY_STATUSES.has(e.status));
         if (!retryable || n >= retries) throw e;
         await sleep(retryWaitMs(e, n), opts.signal);
       }
@@ -131,7 +137,12 @@ export class HttpClient {
    * transport threw into the error to throw; `end` clears the timer.
    */
   private begin(method: string, path: string, opts: RequestOptions) {
-    const headers: Record<string, string> = { accept: 'application/json', ...this.config.headers, ...this.authHeaders(), ...(opts.headers ?? {}) };
+    const headers: Record<string, string> = {
+      accept: 'application/json',
+      ...this.config.headers,
+      ...this.authHeaders(),
+      ...(opts.headers ?? {}),
+    };
     const json = opts.json === undefined ? undefined : JSON.stringify(opts.json);
     if (json !== undefined) headers['content-type'] = 'application/json';
     const ctrl = new AbortController();
@@ -145,7 +156,9 @@ export class HttpClient {
     if (opts.signal?.aborted) onAbort();
     opts.signal?.addEventListener('abort', onAbort, { once: true });
     return {
-      headers, json, signal: ctrl.signal,
+      headers,
+      json,
+      signal: ctrl.signal,
       noAnswer: (e: unknown) => this.noAnswer(e, { timedOut, timeoutMs, method, path, signal: opts.signal }),
       end: () => {
         clearTimeout(timer);
@@ -164,7 +177,10 @@ export class HttpClient {
         throw a.noAnswer(e);
       }
       if (res.status < 200 || res.status > 299) {
-        throw errorFromResponse(res.status, parseJson(res.text), { statusText: res.statusText, retryAfter: res.header('retry-after') });
+        throw errorFromResponse(res.status, parseJson(res.text), {
+          statusText: res.statusText,
+          retryAfter: res.header('retry-after'),
+        });
       }
       return (res.status === 204 ? undefined : parseJson(res.text)) as T;
     } finally {
@@ -172,7 +188,12 @@ export class HttpClient {
     }
   }
 
-  private async once<T>(method: string, path: string, opts: RequestOptions, read: (res: Response) => Promise<T>): Promise<T> {
+  private async once<T>(
+    method: string,
+    path: string,
+    opts: RequestOptions,
+    read: (res: Response) => Promise<T>,
+  ): Promise<T> {
     const a = this.begin(method, path, opts);
     let body: BodyInit | undefined = a.json;
     if (body === undefined && opts.body !== undefined) {
@@ -191,7 +212,10 @@ export class HttpClient {
       }
       if (!res.ok) {
         const parsed = await readJson(res).catch(() => undefined);
-        throw errorFromResponse(res.status, parsed, { statusText: res.statusText, retryAfter: res.headers.get('retry-after') });
+        throw errorFromResponse(res.status, parsed, {
+          statusText: res.statusText,
+          retryAfter: res.headers.get('retry-after'),
+        });
       }
       try {
         return await read(res);
@@ -204,15 +228,26 @@ export class HttpClient {
     }
   }
 
-  private noAnswer(e: unknown, c: { timedOut: boolean; timeoutMs: number; method: string; path: string; signal?: AbortSignal }): unknown {
+  private noAnswer(
+    e: unknown,
+    c: { timedOut: boolean; timeoutMs: number; method: string; path: string; signal?: AbortSignal },
+  ): unknown {
     if (c.signal?.aborted && !c.timedOut) return c.signal.reason ?? e;
     if (c.timedOut) {
-      return new RequestTimeoutError(`${c.method} ${c.path} got no answer within ${c.timeoutMs} ms`, { status: 0, kind: 'timeout', cause: e });
+      return new RequestTimeoutError(`${c.method} ${c.path} got no answer within ${c.timeoutMs} ms`, {
+        status: 0,
+        kind: 'timeout',
+        cause: e,
+      });
     }
     // fetch puts the system error in `cause`; node:http throws it itself.
     const cause = (e as { cause?: { code?: string; message?: string } })?.cause;
     const why = cause?.code ?? cause?.message ?? (e as { code?: string })?.code ?? (e as Error)?.message ?? String(e);
-    return new ConnectionError(`Cannot reach the sandboxd API at ${this.config.apiUrl} (${why})`, { status: 0, kind: 'connection', cause: e });
+    return new ConnectionError(`Cannot reach the sandboxd API at ${this.config.apiUrl} (${why})`, {
+      status: 0,
+      kind: 'connection',
+      cause: e,
+    });
   }
 }
 

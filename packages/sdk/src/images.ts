@@ -43,8 +43,7 @@ async function readProgress(res: Response, onProgress: (p: ImageProgress) => voi
   for (;;) {
     const { value, done } = await reader.read();
     buf += done ? dec.decode() : dec.decode(value, { stream: true });
-    let nl: number;
-    while ((nl = buf.indexOf('\n')) >= 0) {
+    for (let nl = buf.indexOf('\n'); nl >= 0; nl = buf.indexOf('\n')) {
       const image = handle(buf.slice(0, nl));
       buf = buf.slice(nl + 1);
       if (image) {
@@ -83,7 +82,10 @@ export class ImagesApi {
    * to stream a file without reading it into memory. Throws ValidationError
    * (unreadable archive, or no `ref` and the archive names none), PayloadTooLargeError.
    */
-  async import(archive: Blob | ArrayBuffer | Uint8Array | ReadableStream<Uint8Array>, opts: ImageImportOptions = {}): Promise<ImageInfo> {
+  async import(
+    archive: Blob | ArrayBuffer | Uint8Array | ReadableStream<Uint8Array>,
+    opts: ImageImportOptions = {},
+  ): Promise<ImageInfo> {
     const r = await this.http.request<{ image: ImageInfo }>('POST', '/api/v1/images/import', {
       query: { ref: opts.ref },
       body: archive,
@@ -99,7 +101,8 @@ export class ImagesApi {
     const onProgress = opts.onProgress;
     if (!onProgress) return (await this.http.request<{ image: ImageInfo }>('POST', path, base)).image;
     return this.http.call('POST', path, { ...base, headers: { accept: 'application/x-ndjson' } }, async (res) => {
-      if (!(res.headers.get('content-type') ?? '').includes('ndjson')) return ((await res.json()) as { image: ImageInfo }).image;
+      if (!(res.headers.get('content-type') ?? '').includes('ndjson'))
+        return ((await res.json()) as { image: ImageInfo }).image;
       return readProgress(res, onProgress);
     });
   }

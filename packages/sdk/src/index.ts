@@ -13,11 +13,32 @@ export { Terminal, Terminals, type TerminalConnectOptions } from './terminal.js'
 export { SandboxdClient, SandboxesApi, VolumesApi, AccountApi, KeysApi, EventsApi } from './client.js';
 export { ImagesApi, IMAGE_JOB_TIMEOUT_MS, type ImageJobOptions, type ImageImportOptions } from './images.js';
 export { HttpClient, type RequestOptions } from './http.js';
-export { DEFAULT_API_URL, DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_MS, type ClientOptions, type ResolvedConfig } from './config.js';
+export {
+  DEFAULT_API_URL,
+  DEFAULT_MAX_RETRIES,
+  DEFAULT_TIMEOUT_MS,
+  type ClientOptions,
+  type ResolvedConfig,
+} from './config.js';
 export type { WebSocketConstructor, WebSocketLike } from './websocket.js';
 export {
-  SandboxdApiError, ValidationError, AuthenticationError, InsufficientTokensError, ConcurrencyLimitError, NotFoundError,
-  TemplateNotFoundError, ConflictError, PayloadTooLargeError, RateLimitError, ServerError, ServiceUnavailableError, InsufficientStorageError,
-  ConnectionError, RequestTimeoutError, errorFromResponse, type SandboxdErrorKind, type ValidationProblem,
+  SandboxdApiError,
+  ValidationError,
+  AuthenticationError,
+  InsufficientTokensError,
+  ConcurrencyLimitError,
+  NotFoundError,
+  TemplateNotFoundError,
+  ConflictError,
+  PayloadTooLargeError,
+  RateLimitError,
+  ServerError,
+  ServiceUnavailableError,
+  InsufficientStorageError,
+  ConnectionError,
+  RequestTimeoutError,
+  errorFromResponse,
+  type SandboxdErrorKind,
+  type ValidationProblem,
 } from './errors.js';
 export type * from './types.js';

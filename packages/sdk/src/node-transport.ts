@@ -41,47 +41,59 @@ interface ClientRequest extends Emitter {
 }
 interface HttpModule {
   Agent: new (o: { keepAlive: boolean }) => unknown;
-  request(url: URL, o: { method: string; headers: Record<string, string | number>; agent: unknown; signal: AbortSignal }, onResponse: (res: IncomingMessage) => void): ClientRequest;
+  request(
+    url: URL,
+    o: { method: string; headers: Record<string, string | number>; agent: unknown; signal: AbortSignal },
+    onResponse: (res: IncomingMessage) => void,
+  ): ClientRequest;
 }
 
 /** The transport, or undefined outside Node (or in a Node without getBuiltinModule). */
 export function nodeTransport(): NodeTransport | undefined {
-  const getBuiltin = (globalThis as { process?: { getBuiltinModule?: (id: string) => unknown } }).process?.getBuiltinModule;
+  const getBuiltin = (globalThis as { process?: { getBuiltinModule?: (id: string) => unknown } }).process
+    ?.getBuiltinModule;
   if (typeof getBuiltin !== 'function') return undefined;
   const http = getBuiltin('node:http') as HttpModule | undefined;
   const https = getBuiltin('node:https') as HttpModule | undefined;
   if (!http?.request || !https?.request) return undefined;
   // Idle sockets are unref'd by the agent: a kept connection never holds a program open.
   const agents = { 'http:': new http.Agent({ keepAlive: true }), 'https:': new https.Agent({ keepAlive: true }) };
-  return (url, r) => new Promise<NodeAnswer>((resolve, reject) => {
-    const u = new URL(url);
-    const secure = u.protocol === 'https:';
-    const headers: Record<string, string | number> = { ...r.headers };
-    if (r.body !== undefined) headers['content-length'] = new TextEncoder().encode(r.body).length;
-    const req = (secure ? https : http).request(u, { method: r.method, headers, agent: secure ? agents['https:'] : agents['http:'], signal: r.signal }, (res) => {
-      const chunks: Uint8Array[] = [];
-      let ended = false;
-      res.on('data', (c: Uint8Array) => chunks.push(c));
-      res.on('error', (e: Error) => reject(e));
-      res.on('end', () => {
-        ended = true;
-        if (!res.complete) return reject(cutShort());
-        resolve({
-          status: res.statusCode ?? 0,
-          statusText: res.statusMessage ?? '',
-          header: (name) => {
-            const v = res.headers[name.toLowerCase()];
-            return v === undefined ? null : Array.isArray(v) ? v.join(', ') : String(v);
-          },
-          text: decode(chunks),
-        });
-      });
-      // A connection that dies mid-answer may close the response without an error.
-      res.on('close', () => { if (!ended) reject(cutShort()); });
+  return (url, r) =>
+    new Promise<NodeAnswer>((resolve, reject) => {
+      const u = new URL(url);
+      const secure = u.protocol === 'https:';
+      const headers: Record<string, string | number> = { ...r.headers };
+      if (r.body !== undefined) headers['content-length'] = new TextEncoder().encode(r.body).length;
+      const req = (secure ? https : http).request(
+        u,
+        { method: r.method, headers, agent: secure ? agents['https:'] : agents['http:'], signal: r.signal },
+        (res) => {
+          const chunks: Uint8Array[] = [];
+          let ended = false;
+          res.on('data', (c: Uint8Array) => chunks.push(c));
+          res.on('error', (e: Error) => reject(e));
+          res.on('end', () => {
+            ended = true;
+            if (!res.complete) return reject(cutShort());
+            resolve({
+              status: res.statusCode ?? 0,
+              statusText: res.statusMessage ?? '',
+              header: (name) => {
+                const v = res.headers[name.toLowerCase()];
+                return v === undefined ? null : Array.isArray(v) ? v.join(', ') : String(v);
+              },
+              text: decode(chunks),
+            });
+          });
+          // A connection that dies mid-answer may close the response without an error.
+          res.on('close', () => {
+            if (!ended) reject(cutShort());
+          });
+        },
+      );
+      req.on('error', (e: Error) => reject(e));
+      req.end(r.body);
     });
-    req.on('error', (e: Error) => reject(e));
-    req.end(r.body);
-  });
 }
 
 function cutShort(): Error {

@@ -4,7 +4,14 @@
 import type { ClientOptions } from './config.js';
 import { HttpClient } from './http.js';
 import { Terminals } from './terminal.js';
-import type { ExecOptions, ExecResult, SandboxCreateParams, SandboxInfo, SandboxListPage, SandboxListQuery } from './types.js';
+import type {
+  ExecOptions,
+  ExecResult,
+  SandboxCreateParams,
+  SandboxInfo,
+  SandboxListPage,
+  SandboxListQuery,
+} from './types.js';
 
 /** Where a static method sends its request: client options, or an existing client (anything with `http`). */
 export type Connection = ClientOptions | { readonly http: HttpClient };
@@ -40,7 +47,10 @@ export class Sandbox {
   /** Interactive terminals of this sandbox. */
   readonly terminals: Terminals;
 
-  private constructor(info: SandboxInfo, readonly http: HttpClient) {
+  private constructor(
+    info: SandboxInfo,
+    readonly http: HttpClient,
+  ) {
     this.info = info;
     this.terminals = new Terminals(http, info.id);
   }
@@ -70,9 +80,14 @@ export class Sandbox {
   }
 
   /** One page of sandboxes, newest first; pass `nextCursor` back as `cursor` for the next. */
-  static async listPage(query: SandboxListQuery = {}, connection?: Connection): Promise<{ sandboxes: Sandbox[]; nextCursor?: string }> {
+  static async listPage(
+    query: SandboxListQuery = {},
+    connection?: Connection,
+  ): Promise<{ sandboxes: Sandbox[]; nextCursor?: string }> {
     const http = httpOf(connection);
-    const page = await http.request<SandboxListPage>('GET', '/api/v1/sandboxes', { query: pick(query, ['state', 'limit', 'cursor']) });
+    const page = await http.request<SandboxListPage>('GET', '/api/v1/sandboxes', {
+      query: pick(query, ['state', 'limit', 'cursor']),
+    });
     return { sandboxes: page.sandboxes.map((s) => new Sandbox(s, http)), nextCursor: page.nextCursor };
   }
 
@@ -118,7 +133,10 @@ export class Sandbox {
 
   /** Reloads the description from the server; throws NotFoundError once deleted. */
   async refresh(): Promise<SandboxInfo> {
-    const r = await this.http.request<{ sandbox: SandboxInfo }>('GET', `/api/v1/sandboxes/${encodeURIComponent(this.id)}`);
+    const r = await this.http.request<{ sandbox: SandboxInfo }>(
+      'GET',
+      `/api/v1/sandboxes/${encodeURIComponent(this.id)}`,
+    );
     this.info = r.sandbox;
     return this.info;
   }
@@ -132,7 +150,9 @@ export class Sandbox {
    */
   async exec(command: string, opts: ExecCallOptions = {}): Promise<ExecResult> {
     const options = pick(opts, ['background', 'cwd', 'env', 'timeoutMs']);
-    const requestMs = opts.background ? undefined : Math.max(this.http.config.timeoutMs, (opts.timeoutMs ?? DEFAULT_EXEC_TIMEOUT_MS) + EXEC_GRACE_MS);
+    const requestMs = opts.background
+      ? undefined
+      : Math.max(this.http.config.timeoutMs, (opts.timeoutMs ?? DEFAULT_EXEC_TIMEOUT_MS) + EXEC_GRACE_MS);
     return this.http.request<ExecResult>('POST', `/api/v1/sandboxes/${encodeURIComponent(this.id)}/exec`, {
       json: { command, options },
       timeoutMs: requestMs,
@@ -146,7 +166,11 @@ export class Sandbox {
    * largest value allowed), InsufficientTokensError, ConflictError when stopped.
    */
   async setTimeout(ms: number): Promise<Date> {
-    const r = await this.http.request<{ id: string; stopAt: string }>('PATCH', `/api/v1/sandboxes/${encodeURIComponent(this.id)}/timeout`, { json: { timeoutMs: ms } });
+    const r = await this.http.request<{ id: string; stopAt: string }>(
+      'PATCH',
+      `/api/v1/sandboxes/${encodeURIComponent(this.id)}/timeout`,
+      { json: { timeoutMs: ms } },
+    );
     this.info = { ...this.info, stopAt: r.stopAt };
     return new Date(r.stopAt);
   }
@@ -161,7 +185,8 @@ export class Sandbox {
    * scheme of the API URL (`http://8080-sbx_....sandbox.localhost:8080`).
    */
   publicUrl(port: number): string {
-    if (!Number.isInteger(port) || port < 1 || port > 65535) throw new RangeError(`port must be an integer from 1 to 65535 (got ${port})`);
+    if (!Number.isInteger(port) || port < 1 || port > 65535)
+      throw new RangeError(`port must be an integer from 1 to 65535 (got ${port})`);
     const scheme = new URL(this.http.config.apiUrl).protocol;
     return `${scheme}//${this.info.publicAccessUrlTemplate.replace('{{PORT}}', String(port))}`;
   }

@@ -41,7 +41,11 @@ export class Terminal {
   private settle!: { resolve: (e: TerminalExit) => void; reject: (e: Error) => void };
   private started: { resolve: () => void; reject: (e: Error) => void } | undefined;
 
-  private constructor(private readonly http: HttpClient, readonly sandboxId: string, readonly id: string) {
+  private constructor(
+    private readonly http: HttpClient,
+    readonly sandboxId: string,
+    readonly id: string,
+  ) {
     this.settled = new Promise((resolve, reject) => (this.settle = { resolve, reject }));
     this.settled.catch(() => {}); // only `wait()` callers see the rejection
   }
@@ -51,7 +55,12 @@ export class Terminal {
    * message (or `exit`, for a terminal whose shell has ended). Throws NotFoundError,
    * ConflictError (sandbox not started), AuthenticationError, ConnectionError.
    */
-  static async connect(http: HttpClient, sandboxId: string, terminalId: string, opts: TerminalConnectOptions = {}): Promise<Terminal> {
+  static async connect(
+    http: HttpClient,
+    sandboxId: string,
+    terminalId: string,
+    opts: TerminalConnectOptions = {},
+  ): Promise<Terminal> {
     const t = new Terminal(http, sandboxId, terminalId);
     await t.open(opts);
     return t;
@@ -63,7 +72,16 @@ export class Terminal {
     const started = new Promise<void>((resolve, reject) => (this.started = { resolve, reject }));
     started.catch(() => {}); // a socket refused before open rejects it unawaited
     const timeoutMs = this.http.config.timeoutMs;
-    const timer = setTimeout(() => this.started?.reject(new ConnectionError(`Terminal ${this.id} sent no ready message within ${timeoutMs} ms`, { status: 0, kind: 'timeout' })), timeoutMs);
+    const timer = setTimeout(
+      () =>
+        this.started?.reject(
+          new ConnectionError(`Terminal ${this.id} sent no ready message within ${timeoutMs} ms`, {
+            status: 0,
+            kind: 'timeout',
+          }),
+        ),
+      timeoutMs,
+    );
     try {
       this.ws = await openWebSocket(url, {
         headers: this.http.authHeaders(),
@@ -79,7 +97,8 @@ export class Terminal {
           }
           return errorFromResponse(status, parsed);
         },
-        onFailed: (why) => new ConnectionError(`Cannot connect to terminal ${this.id}: ${why}`, { status: 0, kind: 'connection' }),
+        onFailed: (why) =>
+          new ConnectionError(`Cannot connect to terminal ${this.id}: ${why}`, { status: 0, kind: 'connection' }),
       });
       await started;
     } catch (e) {
@@ -114,7 +133,8 @@ export class Terminal {
     if (this.dataListeners.size === 0) {
       this.pending.push(bytes);
       this.pendingBytes += bytes.length;
-      while (this.pendingBytes > MAX_PENDING_BYTES && this.pending.length > 1) this.pendingBytes -= this.pending.shift()!.length;
+      while (this.pendingBytes > MAX_PENDING_BYTES && this.pending.length > 1)
+        this.pendingBytes -= this.pending.shift()!.length;
       return;
     }
     for (const fn of this.dataListeners) fn(bytes);
@@ -130,7 +150,10 @@ export class Terminal {
 
   private onClose(code: number, reason: string): void {
     if (this.exitInfo) return;
-    this.lost = new ConnectionError(`Terminal ${this.id} connection closed (code ${code}${reason ? `: ${reason}` : ''})`, { status: 0, kind: 'connection' });
+    this.lost = new ConnectionError(
+      `Terminal ${this.id} connection closed (code ${code}${reason ? `: ${reason}` : ''})`,
+      { status: 0, kind: 'connection' },
+    );
     this.started?.reject(this.lost);
     this.settle.reject(this.lost);
   }
@@ -142,7 +165,8 @@ export class Terminal {
 
   /** Resizes the PTY to `cols` x `rows` (integers >= 1). */
   resize(cols: number, rows: number): void {
-    if (!Number.isInteger(cols) || !Number.isInteger(rows) || cols < 1 || rows < 1) throw new RangeError('cols and rows must be integers >= 1');
+    if (!Number.isInteger(cols) || !Number.isInteger(rows) || cols < 1 || rows < 1)
+      throw new RangeError('cols and rows must be integers >= 1');
     this.socket().send(JSON.stringify({ type: 'resize', cols, rows }));
   }
 
@@ -179,7 +203,8 @@ export class Terminal {
 
   /** Closes this connection only; the shell keeps running and can be reconnected. */
   disconnect(): void {
-    if (!this.exitInfo && !this.lost) this.lost = new ConnectionError(`Terminal ${this.id} was disconnected`, { status: 0, kind: 'connection' });
+    if (!this.exitInfo && !this.lost)
+      this.lost = new ConnectionError(`Terminal ${this.id} was disconnected`, { status: 0, kind: 'connection' });
     this.ws?.close(1000);
   }
 
@@ -190,15 +215,23 @@ export class Terminal {
   }
 
   private socket(): WebSocketLike {
-    if (this.exitInfo) throw new ConnectionError(`Terminal ${this.id} has exited (exit code ${this.exitInfo.exitCode})`, { status: 0, kind: 'connection' });
-    if (!this.ws || this.ws.readyState !== 1) throw this.lost ?? new ConnectionError(`Terminal ${this.id} is not connected`, { status: 0, kind: 'connection' });
+    if (this.exitInfo)
+      throw new ConnectionError(`Terminal ${this.id} has exited (exit code ${this.exitInfo.exitCode})`, {
+        status: 0,
+        kind: 'connection',
+      });
+    if (this.ws?.readyState !== 1)
+      throw this.lost ?? new ConnectionError(`Terminal ${this.id} is not connected`, { status: 0, kind: 'connection' });
     return this.ws;
   }
 }
 
 async function deleteTerminal(http: HttpClient, sandboxId: string, id: string): Promise<void> {
   try {
-    await http.request('DELETE', `/api/v1/sandboxes/${encodeURIComponent(sandboxId)}/terminals/${encodeURIComponent(id)}`);
+    await http.request(
+      'DELETE',
+      `/api/v1/sandboxes/${encodeURIComponent(sandboxId)}/terminals/${encodeURIComponent(id)}`,
+    );
   } catch (e) {
     if (!(e instanceof NotFoundError)) throw e;
   }
@@ -206,7 +239,10 @@ async function deleteTerminal(http: HttpClient, sandboxId: string, id: string): 
 
 /** The terminals of one sandbox (`sandbox.terminals`). */
 export class Terminals {
-  constructor(private readonly http: HttpClient, private readonly sandboxId: string) {}
+  constructor(
+    private readonly http: HttpClient,
+    private readonly sandboxId: string,
+  ) {}
 
   private path(id?: string): string {
     const base = `/api/v1/sandboxes/${encodeURIComponent(this.sandboxId)}/terminals`;
@@ -220,7 +256,8 @@ export class Terminals {
    */
   async create(params: TerminalCreateParams = {}, opts: TerminalConnectOptions = {}): Promise<Terminal> {
     const body: TerminalCreateParams = {};
-    for (const k of ['shell', 'cwd', 'cols', 'rows'] as const) if (params[k] !== undefined) (body as Record<string, unknown>)[k] = params[k];
+    for (const k of ['shell', 'cwd', 'cols', 'rows'] as const)
+      if (params[k] !== undefined) (body as Record<string, unknown>)[k] = params[k];
     const created = await this.http.request<{ terminal: { id: string } }>('POST', this.path(), { json: body });
     try {
       return await Terminal.connect(this.http, this.sandboxId, created.terminal.id, opts);

@@ -11,21 +11,28 @@ export interface WebSocketLike {
   readonly readyState: number;
   send(data: string | ArrayBufferLike | Uint8Array): void;
   close(code?: number, reason?: string): void;
+  // biome-ignore lint/suspicious/noExplicitAny: the DOM, ws and undici WebSockets type their events differently
   addEventListener(type: string, listener: (ev: any) => void): void;
 }
 
 /** A WebSocket constructor; the second argument carries headers in Node (`ws`, undici). */
+// biome-ignore lint/suspicious/noExplicitAny: the DOM, ws and undici WebSockets type their constructor options differently
 export type WebSocketConstructor = new (url: string, protocolsOrOptions?: any) => WebSocketLike;
 
 // Kept in a variable so bundlers leave the import alone.
 const WS_PACKAGE = 'ws';
 
 /** Picks the implementation; rejects when none exists (Node 20 without `ws` installed). */
-export async function loadWebSocket(given?: WebSocketConstructor): Promise<{ ctor: WebSocketConstructor; headers: boolean }> {
+export async function loadWebSocket(
+  given?: WebSocketConstructor,
+): Promise<{ ctor: WebSocketConstructor; headers: boolean }> {
   if (given) return { ctor: given, headers: isNode() };
   if (isNode()) {
     try {
-      const mod = (await import(/* @vite-ignore */ WS_PACKAGE)) as { WebSocket?: WebSocketConstructor; default?: WebSocketConstructor };
+      const mod = (await import(/* @vite-ignore */ WS_PACKAGE)) as {
+        WebSocket?: WebSocketConstructor;
+        default?: WebSocketConstructor;
+      };
       const ctor = mod.WebSocket ?? mod.default;
       if (ctor) return { ctor, headers: true };
     } catch {
@@ -34,7 +41,9 @@ export async function loadWebSocket(given?: WebSocketConstructor): Promise<{ cto
   }
   const g = (globalThis as { WebSocket?: WebSocketConstructor }).WebSocket;
   if (g) return { ctor: g, headers: isNode() };
-  throw new TypeError('No WebSocket implementation: install the "ws" package (npm install ws) or pass the WebSocket option');
+  throw new TypeError(
+    'No WebSocket implementation: install the "ws" package (npm install ws) or pass the WebSocket option',
+  );
 }
 
 /** Options of {@link openWebSocket}. */
@@ -63,7 +72,9 @@ export async function openWebSocket(url: string, o: OpenOptions): Promise<WebSoc
   ws.binaryType = 'arraybuffer';
   // Attached before open: frames that arrive with the handshake are not lost.
   ws.addEventListener('message', (ev: { data: unknown }) => o.onMessage(ev.data));
-  ws.addEventListener('close', (ev: { code?: number; reason?: string }) => o.onClose(ev?.code ?? 1006, ev?.reason ?? ''));
+  ws.addEventListener('close', (ev: { code?: number; reason?: string }) =>
+    o.onClose(ev?.code ?? 1006, ev?.reason ?? ''),
+  );
   return new Promise((resolve, reject) => {
     let settled = false;
     const fail = (err: Error) => {
@@ -71,6 +82,7 @@ export async function openWebSocket(url: string, o: OpenOptions): Promise<WebSoc
       settled = true;
       reject(err);
     };
+    // biome-ignore lint/suspicious/noExplicitAny: each ws event has its own listener arguments
     const node = ws as unknown as { on?: (ev: string, fn: (...a: any[]) => void) => void; terminate?: () => void };
     if (typeof node.on === 'function') {
       // `ws` shows the refused answer; read its body for a typed error.
@@ -93,7 +105,11 @@ export async function openWebSocket(url: string, o: OpenOptions): Promise<WebSoc
       settled = true;
       resolve(ws);
     });
-    ws.addEventListener('error', (ev: { message?: string; error?: Error }) => fail(o.onFailed(ev?.message ?? ev?.error?.message ?? 'connection failed')));
-    ws.addEventListener('close', (ev: { code?: number }) => fail(o.onFailed(`closed with code ${ev?.code ?? 'unknown'} before opening`)));
+    ws.addEventListener('error', (ev: { message?: string; error?: Error }) =>
+      fail(o.onFailed(ev?.message ?? ev?.error?.message ?? 'connection failed')),
+    );
+    ws.addEventListener('close', (ev: { code?: number }) =>
+      fail(o.onFailed(`closed with code ${ev?.code ?? 'unknown'} before opening`)),
+    );
   });
 }

@@ -70,12 +70,20 @@ export function buildApp(opts: BuildAppOptions): Sandboxd {
   const self: Sandboxd = {
     http: undefined as unknown as FastifyInstance,
     frontDoor: new FrontDoor(),
-    services, reaper, store, driver, clock, metrics, rateLimits, log,
+    services,
+    reaper,
+    store,
+    driver,
+    clock,
+    metrics,
+    rateLimits,
+    log,
     async start() {
       await driver.init();
       const recovered = await driver.recover();
       log.info({ adopted: recovered.adopted.length, cleaned: recovered.cleaned.length }, 'runtime recovered');
-      if (recovered.failed?.length) log.warn({ failed: recovered.failed }, 'some leftovers could not be removed; the next start tries again');
+      if (recovered.failed?.length)
+        log.warn({ failed: recovered.failed }, 'some leftovers could not be removed; the next start tries again');
       await reaper.reconcile({ startup: true });
       await reaper.tick();
       const b = await bootstrap(deps, services);
@@ -99,7 +107,11 @@ export function buildApp(opts: BuildAppOptions): Sandboxd {
   };
   self.http = createHttpServer(
     { services, config, metrics, rateLimits, reaper, testClock, isReady: () => ready },
-    { logger: log, frontDoor: self.frontDoor, extraRoutes: [terminalFeature, ...(opts.extraRoutes ?? [])].map((r) => (app: FastifyInstance) => r(app, self)) },
+    {
+      logger: log,
+      frontDoor: self.frontDoor,
+      extraRoutes: [terminalFeature, ...(opts.extraRoutes ?? [])].map((r) => (app: FastifyInstance) => r(app, self)),
+    },
   );
   // Claimed before any extra route registers, so sandbox hosts never reach other claims.
   attachPortProxy(self, config);
@@ -108,15 +120,26 @@ export function buildApp(opts: BuildAppOptions): Sandboxd {
 
 /** Structured logs to stderr; credentials and one-time tokens are redacted. */
 export function createLogger(level: string): Logger {
-  return pino({
-    level,
-    redact: { paths: ['req.headers.authorization', 'req.headers["x-api-key"]', 'req.headers.cookie', 'res.headers["set-cookie"]'], censor: '[redacted]' },
-    serializers: {
-      req: (req: { method: string; url: string; socket?: { remoteAddress?: string } }) => ({
-        method: req.method,
-        url: req.url.replace(/([?&](?:token|key)=)[^&]*/gi, '$1[redacted]'),
-        remoteAddress: req.socket?.remoteAddress,
-      }),
+  return pino(
+    {
+      level,
+      redact: {
+        paths: [
+          'req.headers.authorization',
+          'req.headers["x-api-key"]',
+          'req.headers.cookie',
+          'res.headers["set-cookie"]',
+        ],
+        censor: '[redacted]',
+      },
+      serializers: {
+        req: (req: { method: string; url: string; socket?: { remoteAddress?: string } }) => ({
+          method: req.method,
+          url: req.url.replace(/([?&](?:token|key)=)[^&]*/gi, '$1[redacted]'),
+          remoteAddress: req.socket?.remoteAddress,
+        }),
+      },
     },
-  }, pino.destination({ dest: 2, sync: true }));
+    pino.destination({ dest: 2, sync: true }),
+  );
 }

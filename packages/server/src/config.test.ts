@@ -14,7 +14,12 @@ describe('loadConfig', () => {
     assert.equal(c.region, 'local');
     assert.equal(c.terminalIdleMs, 1_800_000);
     assert.equal(c.imageDir, join(c.dataDir, 'images'));
-    assert.deepEqual(c.plans.FREE.limits, { memoryBytes: 2 * 1024 ** 3, cpus: 1, pids: 512, rootDiskBytes: 10 * 1024 ** 3 });
+    assert.deepEqual(c.plans.FREE.limits, {
+      memoryBytes: 2 * 1024 ** 3,
+      cpus: 1,
+      pids: 512,
+      rootDiskBytes: 10 * 1024 ** 3,
+    });
     assert.equal(c.plans.FREE.concurrency, 5);
     assert.equal(c.plans.PRO.maxLifetimeMs, 86_400_000);
     assert.equal(c.testClock, false);
@@ -22,7 +27,12 @@ describe('loadConfig', () => {
   });
 
   it('reads SANDBOXD_* and rejects bad values by name', () => {
-    const c = loadConfig({ SANDBOXD_PORT: '9000', SANDBOXD_DATA_DIR: '/tmp/x', SANDBOXD_TEST_CLOCK: '1', SANDBOXD_RUNTIME: 'fake' });
+    const c = loadConfig({
+      SANDBOXD_PORT: '9000',
+      SANDBOXD_DATA_DIR: '/tmp/x',
+      SANDBOXD_TEST_CLOCK: '1',
+      SANDBOXD_RUNTIME: 'fake',
+    });
     assert.equal(c.port, 9000);
     assert.equal(c.dbPath, '/tmp/x/sandboxd.db');
     assert.equal(c.publicHost, 'sandbox.localhost:9000');
@@ -37,7 +47,10 @@ describe('loadConfig', () => {
     const dir = mkdtempSync(join(tmpdir(), 'sbx-cfg-'));
     try {
       const f = join(dir, 'c.json');
-      writeFileSync(f, JSON.stringify({ port: 7000, defaultPlan: 'TEAM', plans: { TEAM: { concurrency: 10, limits: { cpus: 2 } } } }));
+      writeFileSync(
+        f,
+        JSON.stringify({ port: 7000, defaultPlan: 'TEAM', plans: { TEAM: { concurrency: 10, limits: { cpus: 2 } } } }),
+      );
       const c = loadConfig({ SANDBOXD_CONFIG: f });
       assert.equal(c.port, 7000);
       assert.equal(c.plans.TEAM.concurrency, 10);

@@ -163,23 +163,73 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
     bridge: pick('bridge', 'SANDBOXD_BRIDGE', String, 'sbx0'),
     subnet: pick('subnet', 'SANDBOXD_SUBNET', String, '10.89.0.0/16'),
     runDir: resolve(pick('runDir', 'SANDBOXD_RUN_DIR', String, '/run/sandboxd')),
-    ociRuntime: pick<'crun' | 'runc' | undefined>('ociRuntime', 'SANDBOXD_OCI_RUNTIME', oneOf('SANDBOXD_OCI_RUNTIME', ['crun', 'runc'] as const), undefined),
+    ociRuntime: pick<'crun' | 'runc' | undefined>(
+      'ociRuntime',
+      'SANDBOXD_OCI_RUNTIME',
+      oneOf('SANDBOXD_OCI_RUNTIME', ['crun', 'runc'] as const),
+      undefined,
+    ),
     cgroupParent: pick('cgroupParent', 'SANDBOXD_CGROUP_PARENT', String, 'sandboxd'),
-    uidRangeStart: pick('uidRangeStart', 'SANDBOXD_UID_RANGE_START', int('SANDBOXD_UID_RANGE_START', 65536, 2 ** 31), 100_000),
-    insecureRegistries: overrides.insecureRegistries ?? (env.SANDBOXD_INSECURE_REGISTRIES ?? (file.insecureRegistries as string[] | undefined)?.join(',') ?? '')
-      .split(',').map((x) => x.trim()).filter(Boolean),
-    registryCredentials: overrides.registryCredentials ?? (file.registryCredentials as Config['registryCredentials'] | undefined) ?? {},
-    terminalIdleMs: pick('terminalIdleMs', 'SANDBOXD_TERMINAL_IDLE_MS', int('SANDBOXD_TERMINAL_IDLE_MS', 1, 2 ** 31), 1_800_000),
+    uidRangeStart: pick(
+      'uidRangeStart',
+      'SANDBOXD_UID_RANGE_START',
+      int('SANDBOXD_UID_RANGE_START', 65536, 2 ** 31),
+      100_000,
+    ),
+    insecureRegistries:
+      overrides.insecureRegistries ??
+      (env.SANDBOXD_INSECURE_REGISTRIES ?? (file.insecureRegistries as string[] | undefined)?.join(',') ?? '')
+        .split(',')
+        .map((x) => x.trim())
+        .filter(Boolean),
+    registryCredentials:
+      overrides.registryCredentials ?? (file.registryCredentials as Config['registryCredentials'] | undefined) ?? {},
+    terminalIdleMs: pick(
+      'terminalIdleMs',
+      'SANDBOXD_TERMINAL_IDLE_MS',
+      int('SANDBOXD_TERMINAL_IDLE_MS', 1, 2 ** 31),
+      1_800_000,
+    ),
     minFreeMb: pick('minFreeMb', 'SANDBOXD_MIN_FREE_MB', int('SANDBOXD_MIN_FREE_MB', 0, 2 ** 30), 256),
-    proxyTimeoutMs: pick('proxyTimeoutMs', 'SANDBOXD_PROXY_TIMEOUT_MS', int('SANDBOXD_PROXY_TIMEOUT_MS', 1, 2 ** 31), 30_000),
+    proxyTimeoutMs: pick(
+      'proxyTimeoutMs',
+      'SANDBOXD_PROXY_TIMEOUT_MS',
+      int('SANDBOXD_PROXY_TIMEOUT_MS', 1, 2 ** 31),
+      30_000,
+    ),
     plans,
     defaultPlan: pick('defaultPlan', 'SANDBOXD_DEFAULT_PLAN', String, 'FREE'),
     signupEnabled: pick('signupEnabled', 'SANDBOXD_SIGNUP_ENABLED', bool('SANDBOXD_SIGNUP_ENABLED'), true),
-    sessionTtlMs: pick('sessionTtlMs', 'SANDBOXD_SESSION_TTL_MS', int('SANDBOXD_SESSION_TTL_MS', 60_000, 2 ** 40), 7 * 86_400_000),
-    stoppedRetentionMs: pick('stoppedRetentionMs', 'SANDBOXD_STOPPED_RETENTION_MS', int('SANDBOXD_STOPPED_RETENTION_MS', 0, 2 ** 40), 86_400_000),
-    reaperIntervalMs: pick('reaperIntervalMs', 'SANDBOXD_REAPER_INTERVAL_MS', int('SANDBOXD_REAPER_INTERVAL_MS', 10, 1000), 250),
-    reconcileIntervalMs: pick('reconcileIntervalMs', 'SANDBOXD_RECONCILE_INTERVAL_MS', int('SANDBOXD_RECONCILE_INTERVAL_MS', 100, 2 ** 31), 30_000),
-    shutdownGraceMs: pick('shutdownGraceMs', 'SANDBOXD_SHUTDOWN_GRACE_MS', int('SANDBOXD_SHUTDOWN_GRACE_MS', 0, 600_000), 30_000),
+    sessionTtlMs: pick(
+      'sessionTtlMs',
+      'SANDBOXD_SESSION_TTL_MS',
+      int('SANDBOXD_SESSION_TTL_MS', 60_000, 2 ** 40),
+      7 * 86_400_000,
+    ),
+    stoppedRetentionMs: pick(
+      'stoppedRetentionMs',
+      'SANDBOXD_STOPPED_RETENTION_MS',
+      int('SANDBOXD_STOPPED_RETENTION_MS', 0, 2 ** 40),
+      86_400_000,
+    ),
+    reaperIntervalMs: pick(
+      'reaperIntervalMs',
+      'SANDBOXD_REAPER_INTERVAL_MS',
+      int('SANDBOXD_REAPER_INTERVAL_MS', 10, 1000),
+      250,
+    ),
+    reconcileIntervalMs: pick(
+      'reconcileIntervalMs',
+      'SANDBOXD_RECONCILE_INTERVAL_MS',
+      int('SANDBOXD_RECONCILE_INTERVAL_MS', 100, 2 ** 31),
+      30_000,
+    ),
+    shutdownGraceMs: pick(
+      'shutdownGraceMs',
+      'SANDBOXD_SHUTDOWN_GRACE_MS',
+      int('SANDBOXD_SHUTDOWN_GRACE_MS', 0, 600_000),
+      30_000,
+    ),
     bootstrap: overrides.bootstrap ?? {
       apiKey: env.SANDBOXD_BOOTSTRAP_API_KEY || undefined,
       adminEmail: env.SANDBOXD_BOOTSTRAP_ADMIN_EMAIL || undefined,
@@ -195,7 +245,9 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
 
 function validate(cfg: Config): void {
   if (!cfg.plans[cfg.defaultPlan]) {
-    throw new ConfigError(`defaultPlan "${cfg.defaultPlan}" is not a configured plan (${Object.keys(cfg.plans).join(', ')})`);
+    throw new ConfigError(
+      `defaultPlan "${cfg.defaultPlan}" is not a configured plan (${Object.keys(cfg.plans).join(', ')})`,
+    );
   }
   const key = cfg.bootstrap.apiKey;
   if (key !== undefined && !/^sk_[A-Za-z0-9]{20,100}$/.test(key)) {
@@ -218,17 +270,23 @@ function rateLimits(env: Env, fromFile: unknown, fromOverrides?: Partial<RateLim
   return out;
 }
 
-function mergePlans(fromFile?: Record<string, Partial<PlanConfig>>, fromOverrides?: Record<string, PlanConfig>): Record<string, PlanConfig> {
+function mergePlans(
+  fromFile?: Record<string, Partial<PlanConfig>>,
+  fromOverrides?: Record<string, PlanConfig>,
+): Record<string, PlanConfig> {
   const out: Record<string, PlanConfig> = structuredClone(DEFAULT_PLANS);
   for (const [name, p] of Object.entries({ ...fromFile, ...fromOverrides })) {
-    if (!/^[A-Z][A-Z0-9_]{0,31}$/.test(name)) throw new ConfigError(`plan name "${name}" must match ^[A-Z][A-Z0-9_]{0,31}$`);
+    if (!/^[A-Z][A-Z0-9_]{0,31}$/.test(name))
+      throw new ConfigError(`plan name "${name}" must match ^[A-Z][A-Z0-9_]{0,31}$`);
     const base = out[name] ?? DEFAULT_PLANS.FREE;
     const plan: PlanConfig = { ...base, ...p, limits: { ...base.limits, ...(p.limits ?? {}) } };
     for (const [k, v] of Object.entries({ ...plan, ...plan.limits })) {
       if (k === 'limits') continue;
-      if (typeof v !== 'number' || !Number.isFinite(v) || v < 0) throw new ConfigError(`plans.${name}.${k} must be a non-negative number`);
+      if (typeof v !== 'number' || !Number.isFinite(v) || v < 0)
+        throw new ConfigError(`plans.${name}.${k} must be a non-negative number`);
     }
-    if (plan.limits.cpus <= 0 || plan.concurrency < 1) throw new ConfigError(`plans.${name}: cpus and concurrency must be positive`);
+    if (plan.limits.cpus <= 0 || plan.concurrency < 1)
+      throw new ConfigError(`plans.${name}: cpus and concurrency must be positive`);
     out[name] = plan;
   }
   return out;
@@ -253,7 +311,8 @@ function parseIntStrict(name: string, s: string, min: number, max: number): numb
 
 function oneOf<T extends string>(name: string, values: readonly T[]) {
   return (s: string): T => {
-    if (!(values as readonly string[]).includes(s)) throw new ConfigError(`${name} must be one of ${values.join(', ')}, got "${s}"`);
+    if (!(values as readonly string[]).includes(s))
+      throw new ConfigError(`${name} must be one of ${values.join(', ')}, got "${s}"`);
     return s as T;
   };
 }

@@ -11,10 +11,14 @@ async function createDriver(config: Readonly<Config>): Promise<RuntimeDriver> {
   try {
     mod = await import('./runtime/local/driver.js');
   } catch (e) {
-    throw new ConfigError(`runtime "local" could not be loaded (${(e as Error).message}); set SANDBOXD_RUNTIME=fake for a server without sandboxes`);
+    throw new ConfigError(
+      `runtime "local" could not be loaded (${(e as Error).message}); set SANDBOXD_RUNTIME=fake for a server without sandboxes`,
+    );
   }
   if (typeof mod.createLocalDriver !== 'function') {
-    throw new ConfigError('runtime "local" is not available yet: runtime/local/driver.ts exports no createLocalDriver(config); set SANDBOXD_RUNTIME=fake');
+    throw new ConfigError(
+      'runtime "local" is not available yet: runtime/local/driver.ts exports no createLocalDriver(config); set SANDBOXD_RUNTIME=fake',
+    );
   }
   return mod.createLocalDriver(config);
 }
@@ -52,6 +56,6 @@ async function main(): Promise<void> {
 }
 
 main().catch((e) => {
-  process.stderr.write(`sandboxd: ${e instanceof ConfigError ? e.message : (e as Error).stack ?? String(e)}\n`);
+  process.stderr.write(`sandboxd: ${e instanceof ConfigError ? e.message : ((e as Error).stack ?? String(e))}\n`);
   process.exit(1);
 });

@@ -11,7 +11,7 @@ export function parseVolumes(specs: string[]): SandboxCreateParams['volumes'] {
   if (specs.length === 0) return undefined;
   const out: NonNullable<SandboxCreateParams['volumes']> = {};
   for (const s of specs) {
-    const m = /^([^:]+):(\/[^]*?)(?::(\d+))?$/.exec(s);
+    const m = /^([^:]+):(\/[\s\S]*?)(?::(\d+))?$/.exec(s);
     if (!m) throw new CliError(`--volume must be name:/path or name:/path:sizeGb (got "${s}")`);
     out[m[2]] = m[3] ? { name: m[1], sizeGb: Number(m[3]) } : m[1];
   }
@@ -28,26 +28,35 @@ export function createCommand(ctx: Context): Command {
     .option('-t, --timeout <duration>', 'lifetime: ms, or with s/m/h (default 10m)')
     .option('-q, --quiet', 'print only the id')
     .option('--json', 'print the sandbox as JSON')
-    .action(async (o: { image: string; env?: string[]; volume?: string[]; timeout?: string; quiet?: boolean; json?: boolean }) => {
-      const params: SandboxCreateParams = { image: o.image };
-      const env = parseEnv(o.env ?? []);
-      const volumes = parseVolumes(o.volume ?? []);
-      if (env) params.env = env;
-      if (volumes) params.volumes = volumes;
-      if (o.timeout !== undefined) params.timeoutMs = parseDuration(o.timeout, '--timeout');
-      const client = ctx.client();
-      const sb = await Sandbox.create(params, client);
-      if (o.json) return printJson(sb.info);
-      if (o.quiet) return void process.stdout.write(`${sb.id}\n`);
-      const p = ctx.out;
-      const scheme = new URL(client.apiUrl).protocol;
-      process.stdout.write(
-        `Created sandbox ${p.bold(sb.id)} (${sb.name})\n` +
-          `  image     ${sb.image}\n` +
-          `  stops at  ${sb.info.stopAt} (${relative(sb.info.stopAt)})\n` +
-          `  URL       ${scheme}//${sb.info.publicAccessUrlTemplate}\n`,
-      );
-    });
+    .action(
+      async (o: {
+        image: string;
+        env?: string[];
+        volume?: string[];
+        timeout?: string;
+        quiet?: boolean;
+        json?: boolean;
+      }) => {
+        const params: SandboxCreateParams = { image: o.image };
+        const env = parseEnv(o.env ?? []);
+        const volumes = parseVolumes(o.volume ?? []);
+        if (env) params.env = env;
+        if (volumes) params.volumes = volumes;
+        if (o.timeout !== undefined) params.timeoutMs = parseDuration(o.timeout, '--timeout');
+        const client = ctx.client();
+        const sb = await Sandbox.create(params, client);
+        if (o.json) return printJson(sb.info);
+        if (o.quiet) return void process.stdout.write(`${sb.id}\n`);
+        const p = ctx.out;
+        const scheme = new URL(client.apiUrl).protocol;
+        process.stdout.write(
+          `Created sandbox ${p.bold(sb.id)} (${sb.name})\n` +
+            `  image     ${sb.image}\n` +
+            `  stops at  ${sb.info.stopAt} (${relative(sb.info.stopAt)})\n` +
+            `  URL       ${scheme}//${sb.info.publicAccessUrlTemplate}\n`,
+        );
+      },
+    );
   return withExamples(
     cmd,
     'sbx create',

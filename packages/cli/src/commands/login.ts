@@ -25,7 +25,9 @@ export function loginCommand(ctx: Context): Command {
       });
       saveLogin({ apiUrl, apiKey });
       const p = ctx.out;
-      process.stdout.write(`Logged in to ${p.bold(apiUrl)} as ${p.bold(account.email)} (plan ${account.plan}, ${account.balance} tokens)\n`);
+      process.stdout.write(
+        `Logged in to ${p.bold(apiUrl)} as ${p.bold(account.email)} (plan ${account.plan}, ${account.balance} tokens)\n`,
+      );
       process.stdout.write(p.dim(`Saved to ${configPath()}\n`));
     });
   return withExamples(cmd, 'sbx login --api-url http://localhost:8080', 'echo "$SANDBOX_API_KEY" | sbx login');

@@ -15,4 +15,5 @@ if (nonce && !nonce.startsWith('%')) {
 }
 
 /** Whether the server saw a valid session cookie when it sent the page. */
-export const bootSignedIn = document.querySelector<HTMLMetaElement>('meta[name="sandboxd-boot"]')?.content === 'signed-in';
+export const bootSignedIn =
+  document.querySelector<HTMLMetaElement>('meta[name="sandboxd-boot"]')?.content === 'signed-in';

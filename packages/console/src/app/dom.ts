@@ -4,7 +4,11 @@ type Child = Node | string | null | undefined | false;
 type Attrs = Record<string, string | number | boolean | null | undefined | EventListener>;
 
 /** Creates an element: `h('button', { class: 'x', onclick: fn }, 'Text')`. `on*` attributes become listeners. */
-export function h<K extends keyof HTMLElementTagNameMap>(tag: K, attrs: Attrs = {}, ...children: Child[]): HTMLElementTagNameMap[K] {
+export function h<K extends keyof HTMLElementTagNameMap>(
+  tag: K,
+  attrs: Attrs = {},
+  ...children: Child[]
+): HTMLElementTagNameMap[K] {
   const el = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs)) {
     if (v === null || v === undefined || v === false) continue;
@@ -46,7 +50,12 @@ export function formatDate(iso: string | null | undefined): string {
 
 /** A `<time>` that counts down to `stopAt`; every one on the page is updated once a second. */
 export function countdown(stopAt: string, opts: { prefix?: string } = {}): HTMLElement {
-  const el = h('time', { datetime: stopAt, class: 'countdown', 'data-stop-at': stopAt, 'data-prefix': opts.prefix ?? '' });
+  const el = h('time', {
+    datetime: stopAt,
+    class: 'countdown',
+    'data-stop-at': stopAt,
+    'data-prefix': opts.prefix ?? '',
+  });
   tick(el);
   return el;
 }
@@ -62,9 +71,12 @@ setInterval(() => document.querySelectorAll<HTMLElement>('time.countdown').forEa
 /** A block of code with a Copy button. */
 export function codeBlock(text: string, opts: { label?: string; secret?: boolean } = {}): HTMLElement {
   const code = h('code', {}, text);
-  return h('div', { class: `code${opts.secret ? ' secret' : ''}` },
+  return h(
+    'div',
+    { class: `code${opts.secret ? ' secret' : ''}` },
     h('pre', { tabindex: 0, 'aria-label': opts.label ?? 'Code' }, code),
-    copyButton(text, opts.label));
+    copyButton(text, opts.label),
+  );
 }
 
 /** A button that copies `text` and says so (falls back to selecting it when the clipboard is not allowed). */
@@ -90,13 +102,24 @@ export function notice(kind: 'info' | 'error' | 'success', text: string): HTMLEl
 }
 
 /** A labelled form field; the hint and the error are announced with the input. */
-export function field(id: string, label: string, input: HTMLInputElement | HTMLTextAreaElement | HTMLSelectElement, hint?: string): HTMLElement {
+export function field(
+  id: string,
+  label: string,
+  input: HTMLInputElement | HTMLTextAreaElement | HTMLSelectElement,
+  hint?: string,
+): HTMLElement {
   input.id = id;
   const err = h('p', { class: 'field-error', id: `${id}-error`, hidden: true });
   const described = [hint ? `${id}-hint` : '', `${id}-error`].filter(Boolean).join(' ');
   input.setAttribute('aria-describedby', described);
-  return h('div', { class: 'field', 'data-field': id },
-    h('label', { for: id }, label), input, hint ? h('p', { class: 'hint', id: `${id}-hint` }, hint) : null, err);
+  return h(
+    'div',
+    { class: 'field', 'data-field': id },
+    h('label', { for: id }, label),
+    input,
+    hint ? h('p', { class: 'hint', id: `${id}-hint` }, hint) : null,
+    err,
+  );
 }
 
 /** Shows (or clears, with null) the error of a field made by {@link field}. */

@@ -22,12 +22,12 @@ export interface PageContext {
   refreshAccount(): Promise<AccountInfo>;
 }
 
-/** A page: renders into `main`, may return a cleanup called when the user leaves it. */
-export type Page = (main: HTMLElement, ctx: PageContext, params: Record<string, string>) => Promise<(() => void) | void>;
+/** A page: renders into `main`; a function it resolves to is called when the user leaves it. */
+export type Page = (main: HTMLElement, ctx: PageContext, params: Record<string, string>) => Promise<unknown>;
 
 const root = document.getElementById('app')!;
 let account: AccountInfo | null = null;
-let cleanup: (() => void) | void;
+let cleanup: (() => void) | undefined;
 
 const NAV = [
   { path: '/onboarding', label: 'Get started' },
@@ -44,17 +44,42 @@ function navigate(path: string, replace = false): void {
 function frame(acc: AccountInfo): HTMLElement {
   const main = h('main', { id: 'main', tabindex: -1 });
   const here = location.pathname;
-  const nav = h('nav', { 'aria-label': 'Main' }, h('ul', {}, ...NAV.map((n) => h('li', {},
-    h('a', { href: n.path, 'aria-current': here.startsWith(n.path) ? 'page' : null }, n.label)))));
-  const out = h('button', { type: 'button', class: 'btn ghost small', onclick: async () => {
-    await signOut().catch(() => {});
-    account = null;
-    navigate('/login');
-  } }, 'Sign out');
-  const header = h('header', { class: 'top' },
-    h('a', { class: 'brand', href: '/', 'aria-label': 'sandboxd home' }, h('span', { class: 'logo', 'aria-hidden': 'true' }, '>_'), 'sandboxd'),
+  const nav = h(
+    'nav',
+    { 'aria-label': 'Main' },
+    h(
+      'ul',
+      {},
+      ...NAV.map((n) =>
+        h('li', {}, h('a', { href: n.path, 'aria-current': here.startsWith(n.path) ? 'page' : null }, n.label)),
+      ),
+    ),
+  );
+  const out = h(
+    'button',
+    {
+      type: 'button',
+      class: 'btn ghost small',
+      onclick: async () => {
+        await signOut().catch(() => {});
+        account = null;
+        navigate('/login');
+      },
+    },
+    'Sign out',
+  );
+  const header = h(
+    'header',
+    { class: 'top' },
+    h(
+      'a',
+      { class: 'brand', href: '/', 'aria-label': 'sandboxd home' },
+      h('span', { class: 'logo', 'aria-hidden': 'true' }, '>_'),
+      'sandboxd',
+    ),
     nav,
-    h('div', { class: 'who' }, h('span', { class: 'email', title: acc.email }, acc.email), out));
+    h('div', { class: 'who' }, h('span', { class: 'email', title: acc.email }, acc.email), out),
+  );
   setChildren(root, header, main);
   return main;
 }
@@ -99,9 +124,13 @@ async function route(): Promise<void> {
     refreshAccount: async () => (account = ctx.account = await client.account.get()),
   };
   try {
-    const done = await match.page(main, ctx, (match.m!.groups ?? {}) as Record<string, string>);
+    const result = await match.page(main, ctx, (match.m!.groups ?? {}) as Record<string, string>);
+    const done = typeof result === 'function' ? (result as () => void) : undefined;
     // The user may have moved on while this page loaded: then it is cleaned up at once.
-    if (gen !== generation) return void (typeof done === 'function' && done());
+    if (gen !== generation) {
+      done?.();
+      return;
+    }
     cleanup = done;
     // After a navigation the clicked link is gone: start keyboard and screen-reader users at the page.
     if (document.activeElement === document.body) main.focus({ preventScroll: true });
@@ -118,7 +147,17 @@ async function route(): Promise<void> {
 // Same-origin links are routed here instead of loading a page.
 document.addEventListener('click', (ev) => {
   const a = (ev.target as Element).closest?.('a');
-  if (!a || ev.defaultPrevented || ev.button !== 0 || ev.metaKey || ev.ctrlKey || ev.shiftKey || a.target || a.hasAttribute('download')) return;
+  if (
+    !a ||
+    ev.defaultPrevented ||
+    ev.button !== 0 ||
+    ev.metaKey ||
+    ev.ctrlKey ||
+    ev.shiftKey ||
+    a.target ||
+    a.hasAttribute('download')
+  )
+    return;
   const url = new URL(a.href, location.href);
   if (url.origin !== location.origin || url.pathname.startsWith('/api/')) return;
   if (url.hash && url.pathname === location.pathname) return; // in-page links (the skip link)

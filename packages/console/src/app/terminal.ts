@@ -35,14 +35,25 @@ export class TerminalTabs {
   private count = 0;
   private disposed = false;
   private readonly observer = new ResizeObserver(() => this.fitActive());
-  private readonly onOnline = () => this.tabs.forEach((t) => t.state === 'reconnecting' && void this.reconnect(t, 0));
+  private readonly onOnline = () => {
+    for (const t of this.tabs) if (t.state === 'reconnecting') void this.reconnect(t, 0);
+  };
 
   constructor(private readonly sandbox: Sandbox) {
-    const add = h('button', { type: 'button', class: 'btn small new-term', onclick: () => void this.add() }, '+ New terminal');
-    this.el = h('section', { class: 'card terminals', 'aria-labelledby': 'term-title' },
+    const add = h(
+      'button',
+      { type: 'button', class: 'btn small new-term', onclick: () => void this.add() },
+      '+ New terminal',
+    );
+    this.el = h(
+      'section',
+      { class: 'card terminals', 'aria-labelledby': 'term-title' },
       h('div', { class: 'term-head' }, h('h2', { id: 'term-title' }, 'Terminal'), add),
-      h('div', { class: 'tabbar' }, this.list), this.message, this.panels,
-      h('p', { class: 'hint' }, 'F6 moves focus from the terminal back to its tab.'));
+      h('div', { class: 'tabbar' }, this.list),
+      this.message,
+      this.panels,
+      h('p', { class: 'hint' }, 'F6 moves focus from the terminal back to its tab.'),
+    );
     this.observer.observe(this.panels);
     window.addEventListener('online', this.onOnline);
   }
@@ -86,20 +97,38 @@ export class TerminalTabs {
 
   /** The sandbox is gone: no more reconnecting. Tabs still connected get their exit from the server. */
   sandboxGone(): void {
-    for (const t of this.tabs) if (t.state === 'reconnecting' || t.state === 'connecting') this.setState(t, 'closed', 'Sandbox deleted; terminal closed.');
+    for (const t of this.tabs)
+      if (t.state === 'reconnecting' || t.state === 'connecting')
+        this.setState(t, 'closed', 'Sandbox deleted; terminal closed.');
   }
 
   private newTab(id: string): Tab {
     const n = ++this.count;
     const tabId = `term-tab-${n}`;
     const panelId = `term-panel-${n}`;
-    const tabBtn = h('button', { type: 'button', role: 'tab', id: tabId, 'aria-controls': panelId, class: 'tab' }, `Shell ${n}`, h('span', { class: 'dot', 'aria-hidden': 'true' }));
+    const tabBtn = h(
+      'button',
+      { type: 'button', role: 'tab', id: tabId, 'aria-controls': panelId, class: 'tab' },
+      `Shell ${n}`,
+      h('span', { class: 'dot', 'aria-hidden': 'true' }),
+    );
     const close = h('button', { type: 'button', class: 'tab-close', 'aria-label': `Close shell ${n}` }, '×');
     const item = h('div', { class: 'tab-item' }, tabBtn, close);
     const status = h('p', { class: 'term-status', role: 'status' });
     const screen = h('div', { class: 'term-screen' });
-    const panel = h('div', { role: 'tabpanel', id: panelId, 'aria-labelledby': tabId, class: 'term-panel', 'data-terminal-id': id }, screen, status);
-    const xterm = new XTerm({ cursorBlink: true, fontSize: 14, fontFamily: 'ui-monospace, "SF Mono", Menlo, Consolas, "DejaVu Sans Mono", monospace', theme: THEME, scrollback: 5000 });
+    const panel = h(
+      'div',
+      { role: 'tabpanel', id: panelId, 'aria-labelledby': tabId, class: 'term-panel', 'data-terminal-id': id },
+      screen,
+      status,
+    );
+    const xterm = new XTerm({
+      cursorBlink: true,
+      fontSize: 14,
+      fontFamily: 'ui-monospace, "SF Mono", Menlo, Consolas, "DejaVu Sans Mono", monospace',
+      theme: THEME,
+      scrollback: 5000,
+    });
     const fit = new FitAddon();
     xterm.loadAddon(fit);
     const tab: Tab = { id, n, xterm, fit, conn: null, state: 'connecting', tab: tabBtn, item, panel, status };
@@ -176,7 +205,10 @@ export class TerminalTabs {
   }
 
   private wire(tab: Tab, conn: Terminal): void {
-    if (this.disposed) return conn.disconnect();
+    if (this.disposed) {
+      conn.disconnect();
+      return;
+    }
     tab.conn = conn;
     conn.onData((bytes) => tab.xterm.write(bytes));
     conn.onExit(({ exitCode, signal }) => {

@@ -88,7 +88,9 @@ export function mountPathProblem(p: string): string | null {
   if (!p.startsWith('/')) return 'must be an absolute path';
   if (p === '/') return 'must not be /';
   const parts = p.split('/').slice(1);
-  if (parts.some((x) => x === '' || x === '.' || x === '..')) return 'must be normalized (no empty, . or .. segments, no trailing /)';
-  if (FORBIDDEN_MOUNT_ROOTS.some((r) => p === r || p.startsWith(`${r}/`))) return `must not be under ${FORBIDDEN_MOUNT_ROOTS.join(', ')}`;
+  if (parts.some((x) => x === '' || x === '.' || x === '..'))
+    return 'must be normalized (no empty, . or .. segments, no trailing /)';
+  if (FORBIDDEN_MOUNT_ROOTS.some((r) => p === r || p.startsWith(`${r}/`)))
+    return `must not be under ${FORBIDDEN_MOUNT_ROOTS.join(', ')}`;
   return null;
 }

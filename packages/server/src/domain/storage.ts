@@ -7,10 +7,12 @@ const NO_SPACE_CODES = new Set(['ENOSPC', 'EDQUOT', 'SQLITE_FULL']);
  * write" when write(2) to its image file stops early, which for a regular file means the
  * disk filled up).
  */
-const NO_SPACE_TEXT = /\bENOSPC\b|\bEDQUOT\b|No space left on device|Disk quota exceeded|database or disk is full|\bshort write\b/i;
+const NO_SPACE_TEXT =
+  /\bENOSPC\b|\bEDQUOT\b|No space left on device|Disk quota exceeded|database or disk is full|\bshort write\b/i;
 
 /** What a client is told when the server cannot store what a request needs. */
-export const OUT_OF_STORAGE_MESSAGE = 'The server is out of storage; requests that need disk space fail until an operator frees some';
+export const OUT_OF_STORAGE_MESSAGE =
+  'The server is out of storage; requests that need disk space fail until an operator frees some';
 
 /** True when `e`, or an error in its `cause` chain, says a disk is full. */
 export function isOutOfSpace(e: unknown): boolean {

@@ -63,10 +63,17 @@ export async function authenticate(req: FastifyRequest, auth: AuthService): Prom
   }
   if (typeof xKey === 'string' && xKey !== '') return auth.fromApiKey(xKey.trim());
   const token = parseCookies(req.headers.cookie)[SESSION_COOKIE];
-  if (!token) throw new SandboxdError('unauthorized', 'Missing credentials: send "Authorization: Bearer <API key>" or "X-API-Key: <API key>"');
+  if (!token)
+    throw new SandboxdError(
+      'unauthorized',
+      'Missing credentials: send "Authorization: Bearer <API key>" or "X-API-Key: <API key>"',
+    );
   const p = await auth.fromSession(token);
   if (!SAFE_METHODS.has(req.method) && !sameOrigin(req)) {
-    throw new SandboxdError('unauthorized', 'A request authenticated by session cookie must carry a same-origin Origin header');
+    throw new SandboxdError(
+      'unauthorized',
+      'A request authenticated by session cookie must carry a same-origin Origin header',
+    );
   }
   return p;
 }

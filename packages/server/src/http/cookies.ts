@@ -23,7 +23,13 @@ export function parseCookies(header: string | undefined): Record<string, string>
 
 /** A Set-Cookie value: HttpOnly, SameSite=Lax, Path=/; `maxAgeSec: 0` deletes it. */
 export function sessionCookie(value: string, opts: { maxAgeSec: number; secure: boolean }): string {
-  const parts = [`${SESSION_COOKIE}=${encodeURIComponent(value)}`, 'Path=/', 'HttpOnly', 'SameSite=Lax', `Max-Age=${Math.max(0, Math.floor(opts.maxAgeSec))}`];
+  const parts = [
+    `${SESSION_COOKIE}=${encodeURIComponent(value)}`,
+    'Path=/',
+    'HttpOnly',
+    'SameSite=Lax',
+    `Max-Age=${Math.max(0, Math.floor(opts.maxAgeSec))}`,
+  ];
   if (opts.secure) parts.push('Secure');
   return parts.join('; ');
 }

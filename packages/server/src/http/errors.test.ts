@@ -14,8 +14,14 @@ describe('toHttpError', () => {
     assert.equal(r.internal, true);
   });
   it('maps fastify body errors', () => {
-    assert.equal(toHttpError(Object.assign(new Error('x'), { code: 'FST_ERR_CTP_BODY_TOO_LARGE', statusCode: 413 })).status, 413);
-    assert.equal(toHttpError(Object.assign(new Error('x'), { code: 'FST_ERR_CTP_INVALID_MEDIA_TYPE', statusCode: 415 })).status, 400);
+    assert.equal(
+      toHttpError(Object.assign(new Error('x'), { code: 'FST_ERR_CTP_BODY_TOO_LARGE', statusCode: 413 })).status,
+      413,
+    );
+    assert.equal(
+      toHttpError(Object.assign(new Error('x'), { code: 'FST_ERR_CTP_INVALID_MEDIA_TYPE', statusCode: 415 })).status,
+      400,
+    );
   });
 });
 
@@ -37,7 +43,12 @@ describe('formatProblems', () => {
     ]);
   });
   it('names unknown fields even when the validator stopped before its summary error', () => {
-    const capped = Array.from({ length: 8 }, (_, i) => ({ keyword: 'boolean', schemaPath: '#/additionalProperties', instancePath: `/k${i}`, message: 'schema is false' }));
+    const capped = Array.from({ length: 8 }, (_, i) => ({
+      keyword: 'boolean',
+      schemaPath: '#/additionalProperties',
+      instancePath: `/k${i}`,
+      message: 'schema is false',
+    }));
     const p = formatProblems(capped, 'query');
     assert.equal(p.length, 8);
     assert.deepEqual(p[0], { in: 'query', path: '/k0', message: 'is not an allowed field' });

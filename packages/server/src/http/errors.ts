@@ -1,4 +1,10 @@
-import { ERROR_STATUS, SandboxdError, type ErrorBody, type ErrorKind, type ValidationProblem } from '@sandboxd/protocol';
+import {
+  ERROR_STATUS,
+  SandboxdError,
+  type ErrorBody,
+  type ErrorKind,
+  type ValidationProblem,
+} from '@sandboxd/protocol';
 import type { FastifyError } from 'fastify';
 import { isOutOfSpace, OUT_OF_STORAGE_MESSAGE } from '../domain/storage.js';
 
@@ -20,7 +26,8 @@ const PART: Record<string, string> = { body: 'body', querystring: 'query', param
  */
 export function toHttpError(err: unknown): { status: number; body: ErrorBody; internal: boolean } {
   // A full disk (ENOSPC, SQLITE_FULL) anywhere below is the server's condition, not a bug: 507.
-  if ((!(err instanceof SandboxdError) || err.kind === 'internal') && isOutOfSpace(err)) return http('insufficient_storage', OUT_OF_STORAGE_MESSAGE);
+  if ((!(err instanceof SandboxdError) || err.kind === 'internal') && isOutOfSpace(err))
+    return http('insufficient_storage', OUT_OF_STORAGE_MESSAGE);
   if (err instanceof SandboxdError) {
     return { status: err.status, body: err.toBody(), internal: err.kind === 'internal' };
   }
@@ -72,22 +79,28 @@ export function formatProblems(errors: SchemaError[], part: string): ValidationP
   const seen = new Set<string>();
   const push = (p: ValidationProblem) => {
     // Field names come from the request: a 100 KB unknown key is named, not echoed in full.
-    if (p.path.length > MAX_PATH_CHARS) p = { ...p, path: `${p.path.slice(0, MAX_PATH_CHARS)}...(${p.path.length - MAX_PATH_CHARS} more characters)` };
+    if (p.path.length > MAX_PATH_CHARS)
+      p = { ...p, path: `${p.path.slice(0, MAX_PATH_CHARS)}...(${p.path.length - MAX_PATH_CHARS} more characters)` };
     const key = `${p.path}\u0000${p.message}`;
-    if (!seen.has(key)) (seen.add(key), out.push(p));
+    if (!seen.has(key)) {
+      seen.add(key);
+      out.push(p);
+    }
   };
   for (const e of errors) {
     const path = e.instancePath ?? '';
     if (e.keyword === 'boolean') {
       // `additionalProperties: false` fails per unknown field; the summary error naming them
       // all comes last and is cut off when the validator stops at its error cap.
-      if (/\/additionalProperties$/.test(e.schemaPath ?? '')) push({ in: part, path, message: 'is not an allowed field' });
+      if (/\/additionalProperties$/.test(e.schemaPath ?? ''))
+        push({ in: part, path, message: 'is not an allowed field' });
       continue;
     }
 
     if (e.keyword === 'additionalProperties') {
       const names = (e.params?.additionalProperties as string[] | undefined) ?? [];
-      for (const n of names) push({ in: part, path: `${path}/${escapePointer(n)}`, message: 'is not an allowed field' });
+      for (const n of names)
+        push({ in: part, path: `${path}/${escapePointer(n)}`, message: 'is not an allowed field' });
       continue;
     }
     if (e.keyword === 'anyOf') {
@@ -100,11 +113,18 @@ export function formatProblems(errors: SchemaError[], part: string): ValidationP
       if (deeper || e.keyword === 'type') continue; // the other branch explains better
     }
     if (e.keyword === 'enum') {
-      push({ in: part, path, message: 'must be one of the allowed values', allowed: e.params?.allowedValues as unknown[] });
+      push({
+        in: part,
+        path,
+        message: 'must be one of the allowed values',
+        allowed: e.params?.allowedValues as unknown[],
+      });
       continue;
     }
     if (e.keyword === 'required') {
-      const missing = (e.params?.requiredProperties as string[] | undefined) ?? [String(e.params?.missingProperty ?? '')];
+      const missing = (e.params?.requiredProperties as string[] | undefined) ?? [
+        String(e.params?.missingProperty ?? ''),
+      ];
       for (const n of missing) push({ in: part, path: `${path}/${escapePointer(n)}`, message: 'is required' });
       continue;
     }

@@ -50,11 +50,19 @@ export class FrontDoor {
 }
 
 /** Answers an upgrade request with a plain HTTP error carrying the `{code, message}` body. */
-export function rejectUpgrade(socket: Duplex, status: number, message: string, details?: unknown, headers: Record<string, string> = {}): void {
+export function rejectUpgrade(
+  socket: Duplex,
+  status: number,
+  message: string,
+  details?: unknown,
+  headers: Record<string, string> = {},
+): void {
   const body = JSON.stringify(details === undefined ? { code: status, message } : { code: status, message, details });
-  const extra = Object.entries(headers).map(([k, v]) => `${k}: ${v}\r\n`).join('');
+  const extra = Object.entries(headers)
+    .map(([k, v]) => `${k}: ${v}\r\n`)
+    .join('');
   socket.end(
     `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? 'Error'}\r\nContent-Type: application/json\r\n${extra}` +
-    `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+      `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
   );
 }

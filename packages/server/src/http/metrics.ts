@@ -24,7 +24,12 @@ export class Metrics {
       buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5, 30, 60],
       registers: [this.registry],
     });
-    this.errors = new Counter({ name: 'sandboxd_http_errors_total', help: 'Error responses by code.', labelNames: ['code'], registers: [this.registry] });
+    this.errors = new Counter({
+      name: 'sandboxd_http_errors_total',
+      help: 'Error responses by code.',
+      labelNames: ['code'],
+      registers: [this.registry],
+    });
     new Gauge({
       name: 'sandboxd_sandboxes',
       help: 'Sandbox records by state.',

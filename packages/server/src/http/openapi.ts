@@ -9,9 +9,15 @@ interface CollectedRoute {
 }
 
 const REASONS: Record<number, string> = {
-  400: 'Bad request or validation error', 401: 'Missing or invalid credentials', 402: 'Insufficient tokens',
-  403: 'Concurrency limit reached', 404: 'Not found', 409: 'Wrong state or conflict', 413: 'Body over 1 MiB',
-  429: 'Rate limited; Retry-After (seconds) and details.retryAfterMs say when to retry', 500: 'Internal error',
+  400: 'Bad request or validation error',
+  401: 'Missing or invalid credentials',
+  402: 'Insufficient tokens',
+  403: 'Concurrency limit reached',
+  404: 'Not found',
+  409: 'Wrong state or conflict',
+  413: 'Body over 1 MiB',
+  429: 'Rate limited; Retry-After (seconds) and details.retryAfterMs say when to retry',
+  500: 'Internal error',
   507: 'The server is out of storage (works again once space is freed)',
 };
 
@@ -21,7 +27,8 @@ export function collectRoutes(app: FastifyInstance): CollectedRoute[] {
   app.addHook('onRoute', (r) => {
     const config = (r.config ?? {}) as CollectedRoute['config'];
     if (config.hide || r.method === 'HEAD') return;
-    for (const m of [r.method].flat()) routes.push({ method: m.toLowerCase(), url: r.url, schema: (r.schema ?? {}) as Record<string, unknown>, config });
+    for (const m of [r.method].flat())
+      routes.push({ method: m.toLowerCase(), url: r.url, schema: (r.schema ?? {}) as Record<string, unknown>, config });
   });
   return routes;
 }
@@ -47,26 +54,45 @@ export function buildOpenApi(routes: CollectedRoute[], opts: { version: string }
   for (const r of [...routes].sort((a, b) => a.url.localeCompare(b.url) || a.method.localeCompare(b.method))) {
     const path = r.url.replace(/:([A-Za-z0-9_]+)/g, '{$1}');
     const params: unknown[] = [];
-    for (const [where, key] of [['path', 'params'], ['query', 'querystring']] as const) {
+    for (const [where, key] of [
+      ['path', 'params'],
+      ['query', 'querystring'],
+    ] as const) {
       const props = (r.schema[key] as { properties?: Record<string, unknown>; required?: string[] } | undefined) ?? {};
       for (const [name, schema] of Object.entries(props.properties ?? {})) {
-        params.push({ name, in: where, required: where === 'path' || (props.required ?? []).includes(name), schema: hoist(schema) });
+        params.push({
+          name,
+          in: where,
+          required: where === 'path' || (props.required ?? []).includes(name),
+          schema: hoist(schema),
+        });
       }
     }
     const responses: Record<string, unknown> = {};
     for (const [code, schema] of Object.entries((r.schema.response as Record<string, unknown>) ?? {})) {
       const isEmpty = (schema as { type?: string }).type === 'null';
-      responses[code] = isEmpty ? { description: 'No content' } : { description: 'Success', content: { 'application/json': { schema: hoist(schema) } } };
+      responses[code] = isEmpty
+        ? { description: 'No content' }
+        : { description: 'Success', content: { 'application/json': { schema: hoist(schema) } } };
     }
     // Every operation but health may answer 429 (rate limits, see docs/api.md).
     for (const code of new Set([...(r.config.errors ?? []), ...(r.config.rateLimit === false ? [] : [429])])) {
-      responses[String(code)] = { description: REASONS[code] ?? 'Error', content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } } };
+      responses[String(code)] = {
+        description: REASONS[code] ?? 'Error',
+        content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } },
+      };
     }
-    const op: Record<string, unknown> = { operationId: r.config.operationId, summary: r.config.summary, tags: r.config.tags };
+    const op: Record<string, unknown> = {
+      operationId: r.config.operationId,
+      summary: r.config.summary,
+      tags: r.config.tags,
+    };
     if (params.length) op.parameters = params;
-    if (r.schema.body) op.requestBody = { required: true, content: { 'application/json': { schema: hoist(r.schema.body) } } };
+    if (r.schema.body)
+      op.requestBody = { required: true, content: { 'application/json': { schema: hoist(r.schema.body) } } };
     op.responses = responses;
-    (paths[path] ??= {})[r.method] = op;
+    paths[path] ??= {};
+    paths[path][r.method] = op;
   }
   hoist(ErrorBodySchema);
   return {

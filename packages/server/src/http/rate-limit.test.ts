@@ -8,7 +8,12 @@ import { makeTestApp, type TestApp } from './testkit.js';
 /** A clock the test moves by hand. */
 function manual(start = 1_000_000) {
   let t = start;
-  return { now: () => t, advance: (ms: number) => void (t += ms) };
+  return {
+    now: () => t,
+    advance: (ms: number) => {
+      t += ms;
+    },
+  };
 }
 
 describe('TokenBuckets (injected clock)', () => {
@@ -37,7 +42,11 @@ describe('TokenBuckets (injected clock)', () => {
 
   it('sustains exactly its rate: 1000/s with a burst of 2000 serves 2000 + 1000 per second', () => {
     const c = manual();
-    const b = new TokenBuckets({ perSec: DEFAULT_RATE_LIMITS.accountPerSec, burst: DEFAULT_RATE_LIMITS.accountBurst, now: c.now });
+    const b = new TokenBuckets({
+      perSec: DEFAULT_RATE_LIMITS.accountPerSec,
+      burst: DEFAULT_RATE_LIMITS.accountBurst,
+      now: c.now,
+    });
     let ok = 0;
     // 10 s of 1,500 requests/s, 1 ms apart in groups of 1.5
     for (let ms = 0; ms < 10_000; ms++) {
@@ -135,10 +144,16 @@ describe('clientKey', () => {
 describe('rate limit config', () => {
   it('defaults, SANDBOXD_RATE_LIMIT_* variables, and bad values named', () => {
     assert.deepEqual(loadConfig({}).rateLimit, DEFAULT_RATE_LIMITS);
-    assert.ok(DEFAULT_RATE_LIMITS.accountPerSec >= 1000 && DEFAULT_RATE_LIMITS.accountBurst >= 2000, 'a 500 exec/s load never meets the default');
+    assert.ok(
+      DEFAULT_RATE_LIMITS.accountPerSec >= 1000 && DEFAULT_RATE_LIMITS.accountBurst >= 2000,
+      'a 500 exec/s load never meets the default',
+    );
     const c = loadConfig({
-      SANDBOXD_RATE_LIMIT_ACCOUNT_PER_SEC: '5', SANDBOXD_RATE_LIMIT_ACCOUNT_BURST: '7', SANDBOXD_RATE_LIMIT_IP_PER_SEC: '0',
-      SANDBOXD_RATE_LIMIT_LOGIN_FAILURES_PER_EMAIL: '3', SANDBOXD_RATE_LIMIT_AUTH_WINDOW_MS: '60000',
+      SANDBOXD_RATE_LIMIT_ACCOUNT_PER_SEC: '5',
+      SANDBOXD_RATE_LIMIT_ACCOUNT_BURST: '7',
+      SANDBOXD_RATE_LIMIT_IP_PER_SEC: '0',
+      SANDBOXD_RATE_LIMIT_LOGIN_FAILURES_PER_EMAIL: '3',
+      SANDBOXD_RATE_LIMIT_AUTH_WINDOW_MS: '60000',
     });
     assert.equal(c.rateLimit.accountPerSec, 5);
     assert.equal(c.rateLimit.accountBurst, 7);
@@ -147,7 +162,10 @@ describe('rate limit config', () => {
     assert.equal(c.rateLimit.authWindowMs, 60_000);
     assert.equal(c.rateLimit.signupsPerIp, DEFAULT_RATE_LIMITS.signupsPerIp);
     assert.throws(() => loadConfig({ SANDBOXD_RATE_LIMIT_IP_BURST: 'many' }), /SANDBOXD_RATE_LIMIT_IP_BURST/);
-    assert.throws(() => loadConfig({ SANDBOXD_RATE_LIMIT_ACCOUNT_PER_SEC: '-1' }), /SANDBOXD_RATE_LIMIT_ACCOUNT_PER_SEC/);
+    assert.throws(
+      () => loadConfig({ SANDBOXD_RATE_LIMIT_ACCOUNT_PER_SEC: '-1' }),
+      /SANDBOXD_RATE_LIMIT_ACCOUNT_PER_SEC/,
+    );
     assert.throws(() => loadConfig({ SANDBOXD_RATE_LIMIT_AUTH_WINDOW_MS: '0' }), /SANDBOXD_RATE_LIMIT_AUTH_WINDOW_MS/);
   });
 });
@@ -156,10 +174,22 @@ describe('rate limits in the HTTP API (inject, moved clock)', () => {
   let t: TestApp;
   const c = manual();
   const limits: RateLimitConfig = {
-    accountPerSec: 1, accountBurst: 5, ipPerSec: 1, ipBurst: 4,
-    loginFailuresPerEmail: 3, loginFailuresPerIp: 6, signupsPerIp: 2, authWindowMs: 60_000, terminalSocketsPerAccount: 3,
+    accountPerSec: 1,
+    accountBurst: 5,
+    ipPerSec: 1,
+    ipBurst: 4,
+    loginFailuresPerEmail: 3,
+    loginFailuresPerIp: 6,
+    signupsPerIp: 2,
+    authWindowMs: 60_000,
+    terminalSocketsPerAccount: 3,
   };
-  const errors429 = async () => Number(/sandboxd_http_errors_total\{code="429"\} (\d+)/.exec((await t.req({ method: 'GET', url: '/metrics', key: null })).body)?.[1] ?? 0);
+  const errors429 = async () =>
+    Number(
+      /sandboxd_http_errors_total\{code="429"\} (\d+)/.exec(
+        (await t.req({ method: 'GET', url: '/metrics', key: null })).body,
+      )?.[1] ?? 0,
+    );
   before(async () => {
     t = await makeTestApp({ rateLimit: limits, signupEnabled: true }, { rateLimitNow: c.now });
   });
@@ -171,7 +201,8 @@ describe('rate limits in the HTTP API (inject, moved clock)', () => {
     c.advance(60_000);
     const b = await t.newAccount();
     c.advance(60_000);
-    for (let i = 0; i < 5; i++) assert.equal((await t.req({ method: 'GET', url: '/api/v1/account', key: a.key })).statusCode, 200);
+    for (let i = 0; i < 5; i++)
+      assert.equal((await t.req({ method: 'GET', url: '/api/v1/account', key: a.key })).statusCode, 200);
     const before429 = await errors429();
     const r = await t.req({ method: 'GET', url: '/api/v1/account', key: a.key });
     assert.equal(r.statusCode, 429);
@@ -182,11 +213,25 @@ describe('rate limits in the HTTP API (inject, moved clock)', () => {
     assert.deepEqual(body.details, { limit: 'account', retryAfterMs: 1000 });
     assert.match(body.message, /Too many requests for this account.*retry in 1 s/);
     // a refused request is not run: a create is refused before validation and billing
-    const create = await t.req({ method: 'POST', url: '/api/v1/sandboxes', key: a.key, payload: { image: 'local/busybox:latest' } });
+    const create = await t.req({
+      method: 'POST',
+      url: '/api/v1/sandboxes',
+      key: a.key,
+      payload: { image: 'local/busybox:latest' },
+    });
     assert.equal(create.statusCode, 429);
     assert.equal(await errors429(), before429 + 2, '429s are counted in /metrics by code');
-    assert.equal((await t.req({ method: 'GET', url: '/api/v1/account', key: b.key })).statusCode, 200, 'another account is unaffected');
-    for (let i = 0; i < 20; i++) assert.equal((await t.req({ method: 'GET', url: '/healthz', key: null })).statusCode, 200, 'health is never limited');
+    assert.equal(
+      (await t.req({ method: 'GET', url: '/api/v1/account', key: b.key })).statusCode,
+      200,
+      'another account is unaffected',
+    );
+    for (let i = 0; i < 20; i++)
+      assert.equal(
+        (await t.req({ method: 'GET', url: '/healthz', key: null })).statusCode,
+        200,
+        'health is never limited',
+      );
     c.advance(1000);
     const after = await t.req({ method: 'GET', url: '/api/v1/account', key: a.key });
     assert.equal(after.statusCode, 200, 'one token after the announced wait');
@@ -197,33 +242,67 @@ describe('rate limits in the HTTP API (inject, moved clock)', () => {
   it('per IP without valid credentials: bad keys and public routes, by address', async () => {
     c.advance(60_000);
     const ip = (remoteAddress: string) => ({ remoteAddress });
-    for (let i = 0; i < 4; i++) assert.equal((await t.req({ method: 'GET', url: '/api/v1/sandboxes', key: `sk_${'x'.repeat(40)}`, ...ip('10.0.0.1') })).statusCode, 401);
+    for (let i = 0; i < 4; i++)
+      assert.equal(
+        (await t.req({ method: 'GET', url: '/api/v1/sandboxes', key: `sk_${'x'.repeat(40)}`, ...ip('10.0.0.1') }))
+          .statusCode,
+        401,
+      );
     const r = await t.req({ method: 'GET', url: '/api/v1/sandboxes', key: null, ...ip('10.0.0.1') });
     assert.equal(r.statusCode, 429);
     assert.equal(r.json().details.limit, 'ip');
-    assert.equal((await t.req({ method: 'GET', url: '/api/v1/openapi.json', key: null, ...ip('10.0.0.1') })).statusCode, 429, 'public routes count too');
-    assert.equal((await t.req({ method: 'GET', url: '/api/v1/nope', key: null, ...ip('10.0.0.1') })).statusCode, 429, 'unknown routes count too');
-    assert.equal((await t.req({ method: 'GET', url: '/api/v1/sandboxes', key: null, ...ip('10.0.0.2') })).statusCode, 401, 'another address is unaffected');
+    assert.equal(
+      (await t.req({ method: 'GET', url: '/api/v1/openapi.json', key: null, ...ip('10.0.0.1') })).statusCode,
+      429,
+      'public routes count too',
+    );
+    assert.equal(
+      (await t.req({ method: 'GET', url: '/api/v1/nope', key: null, ...ip('10.0.0.1') })).statusCode,
+      429,
+      'unknown routes count too',
+    );
+    assert.equal(
+      (await t.req({ method: 'GET', url: '/api/v1/sandboxes', key: null, ...ip('10.0.0.2') })).statusCode,
+      401,
+      'another address is unaffected',
+    );
     const acct = await t.newAccount();
-    assert.equal((await t.req({ method: 'GET', url: '/api/v1/sandboxes', key: acct.key, ...ip('10.0.0.1') })).statusCode, 200, 'valid credentials are charged to the account, not the address');
+    assert.equal(
+      (await t.req({ method: 'GET', url: '/api/v1/sandboxes', key: acct.key, ...ip('10.0.0.1') })).statusCode,
+      200,
+      'valid credentials are charged to the account, not the address',
+    );
   });
 
   it('login: failures per email, then 429 even with the right password; other emails and addresses unaffected; success clears', async () => {
     c.advance(120_000);
     const email = 'victim@example.com';
     await t.req({ method: 'POST', url: '/api/v1/admin/accounts', payload: { email, password: 'rightpassword' } });
-    await t.req({ method: 'POST', url: '/api/v1/admin/accounts', payload: { email: 'bystander@example.com', password: 'rightpassword' } });
-    const login = (e: string, password: string, remoteAddress = '10.1.0.1') => t.req({ method: 'POST', url: '/api/v1/auth/login', key: null, payload: { email: e, password }, remoteAddress });
+    await t.req({
+      method: 'POST',
+      url: '/api/v1/admin/accounts',
+      payload: { email: 'bystander@example.com', password: 'rightpassword' },
+    });
+    const login = (e: string, password: string, remoteAddress = '10.1.0.1') =>
+      t.req({ method: 'POST', url: '/api/v1/auth/login', key: null, payload: { email: e, password }, remoteAddress });
     c.advance(10_000);
     for (let i = 0; i < 3; i++) {
       assert.equal((await login(email, 'wrong')).statusCode, 401);
       c.advance(1000);
     }
     const blocked = await login('Victim@Example.com', 'rightpassword', '10.1.0.2');
-    assert.equal(blocked.statusCode, 429, 'the email is locked for a while, whatever the case, the password or the address');
+    assert.equal(
+      blocked.statusCode,
+      429,
+      'the email is locked for a while, whatever the case, the password or the address',
+    );
     assert.equal(blocked.json().details.limit, 'login');
     assert.equal(blocked.headers['retry-after'], '57');
-    assert.equal((await login('bystander@example.com', 'rightpassword', '10.1.0.2')).statusCode, 200, 'another email logs in');
+    assert.equal(
+      (await login('bystander@example.com', 'rightpassword', '10.1.0.2')).statusCode,
+      200,
+      'another email logs in',
+    );
     c.advance(57_000);
     assert.equal((await login(email, 'rightpassword')).statusCode, 200, 'after the window');
     // per address: 6 failures over several emails block that address only
@@ -239,14 +318,25 @@ describe('rate limits in the HTTP API (inject, moved clock)', () => {
   it('sign-up: per address', async () => {
     c.advance(120_000);
     const signup = (n: number, remoteAddress: string) =>
-      t.req({ method: 'POST', url: '/api/v1/auth/signup', key: null, payload: { email: `s${n}@example.com`, password: 'password123' }, remoteAddress });
+      t.req({
+        method: 'POST',
+        url: '/api/v1/auth/signup',
+        key: null,
+        payload: { email: `s${n}@example.com`, password: 'password123' },
+        remoteAddress,
+      });
     assert.equal((await signup(1, '10.3.0.1')).statusCode, 201);
     c.advance(5000);
     assert.equal((await signup(1, '10.3.0.1')).statusCode, 409, 'a taken email counts as an attempt');
     const r = await signup(2, '10.3.0.1');
     assert.equal(r.statusCode, 429);
     assert.equal(r.json().details.limit, 'signup');
-    assert.equal((await t.req({ method: 'GET', url: '/api/v1/admin/accounts' })).json().accounts.some((a: { email: string }) => a.email === 's2@example.com'), false);
+    assert.equal(
+      (await t.req({ method: 'GET', url: '/api/v1/admin/accounts' }))
+        .json()
+        .accounts.some((a: { email: string }) => a.email === 's2@example.com'),
+      false,
+    );
     assert.equal((await signup(3, '10.3.0.2')).statusCode, 201);
   });
 
@@ -255,18 +345,34 @@ describe('rate limits in the HTTP API (inject, moved clock)', () => {
     c.advance(60_000);
     const acct = await t.newAccount();
     c.advance(60_000);
-    const sb = (await t.req({ method: 'POST', url: '/api/v1/sandboxes', key: acct.key, payload: { image: 'local/busybox:latest' } })).json().sandbox.id;
-    const term = (await t.req({ method: 'POST', url: `/api/v1/sandboxes/${sb}/terminals`, key: acct.key, payload: {} })).json().terminal.id;
+    const sb = (
+      await t.req({
+        method: 'POST',
+        url: '/api/v1/sandboxes',
+        key: acct.key,
+        payload: { image: 'local/busybox:latest' },
+      })
+    ).json().sandbox.id;
+    const term = (
+      await t.req({ method: 'POST', url: `/api/v1/sandboxes/${sb}/terminals`, key: acct.key, payload: {} })
+    ).json().terminal.id;
     const url = terminalUrl(base, sb, term);
     const auth = { authorization: `Bearer ${acct.key}` };
     c.advance(60_000);
-    const open = [await TermClient.connect(url, auth), await TermClient.connect(url, auth), await TermClient.connect(url, auth)];
+    const open = [
+      await TermClient.connect(url, auth),
+      await TermClient.connect(url, auth),
+      await TermClient.connect(url, auth),
+    ];
     const refused = await refusedUpgrade(url, auth);
     assert.equal(refused.status, 429);
     assert.deepEqual((refused.body as { details: unknown }).details, { limit: 'connections', max: 3 });
     c.advance(60_000);
-    const sb2 = (await t.req({ method: 'POST', url: '/api/v1/sandboxes', payload: { image: 'local/busybox:latest' } })).json().sandbox.id;
-    const term2 = (await t.req({ method: 'POST', url: `/api/v1/sandboxes/${sb2}/terminals`, payload: {} })).json().terminal.id;
+    const sb2 = (
+      await t.req({ method: 'POST', url: '/api/v1/sandboxes', payload: { image: 'local/busybox:latest' } })
+    ).json().sandbox.id;
+    const term2 = (await t.req({ method: 'POST', url: `/api/v1/sandboxes/${sb2}/terminals`, payload: {} })).json()
+      .terminal.id;
     const admin = await TermClient.connect(terminalUrl(base, sb2, term2), { authorization: `Bearer ${t.adminKey}` });
     await admin.control('ready');
     admin.close();

@@ -98,7 +98,8 @@ export class SlidingWindow {
     list.push(now);
     if (list.length > this.o.max) list.splice(0, list.length - this.o.max);
     this.events.delete(key);
-    if (this.events.size >= (this.o.maxKeys ?? DEFAULT_MAX_KEYS)) this.events.delete(this.events.keys().next().value as string);
+    if (this.events.size >= (this.o.maxKeys ?? DEFAULT_MAX_KEYS))
+      this.events.delete(this.events.keys().next().value as string);
     this.events.set(key, list);
   }
 
@@ -118,7 +119,8 @@ export class SlidingWindow {
   private sweep(now: number): void {
     if (now - this.lastSweep < Math.min(this.o.windowMs, 60_000)) return;
     this.lastSweep = now;
-    for (const [k, list] of this.events) if (!list.length || list[list.length - 1] <= now - this.o.windowMs) this.events.delete(k);
+    for (const [k, list] of this.events)
+      if (!list.length || list[list.length - 1] <= now - this.o.windowMs) this.events.delete(k);
   }
 }
 
@@ -135,7 +137,10 @@ export function clientKey(ip: string | undefined): string {
   const h = head ? head.split(':') : [];
   const t = tail ? tail.split(':') : [];
   const groups = ip.includes('::') ? [...h, ...Array(Math.max(0, 8 - h.length - t.length)).fill('0'), ...t] : h;
-  return `${groups.slice(0, 4).map((g) => g.replace(/^0+(?=.)/, '')).join(':')}::/64`;
+  return `${groups
+    .slice(0, 4)
+    .map((g) => g.replace(/^0+(?=.)/, ''))
+    .join(':')}::/64`;
 }
 
 /** Every limit of one server, built from its config. */
@@ -146,7 +151,10 @@ export class RateLimits {
   readonly loginByIp: SlidingWindow;
   readonly signupByIp: SlidingWindow;
 
-  constructor(readonly config: RateLimitConfig, now: () => number) {
+  constructor(
+    readonly config: RateLimitConfig,
+    now: () => number,
+  ) {
     this.account = new TokenBuckets({ perSec: config.accountPerSec, burst: config.accountBurst, now });
     this.ip = new TokenBuckets({ perSec: config.ipPerSec, burst: config.ipBurst, now });
     const windowMs = config.authWindowMs;
@@ -161,9 +169,12 @@ export type LimitName = 'account' | 'ip' | 'login' | 'signup';
 
 const WHY: Record<LimitName, (c: RateLimitConfig) => string> = {
   account: (c) => `Too many requests for this account (at most ${c.accountPerSec}/s, bursts of ${c.accountBurst})`,
-  ip: (c) => `Too many requests without valid credentials from this address (at most ${c.ipPerSec}/s, bursts of ${c.ipBurst})`,
-  login: (c) => `Too many failed logins for this email or from this address (at most ${c.loginFailuresPerEmail} per email and ${c.loginFailuresPerIp} per address in ${Math.round(c.authWindowMs / 60_000)} min)`,
-  signup: (c) => `Too many sign-ups from this address (at most ${c.signupsPerIp} in ${Math.round(c.authWindowMs / 60_000)} min)`,
+  ip: (c) =>
+    `Too many requests without valid credentials from this address (at most ${c.ipPerSec}/s, bursts of ${c.ipBurst})`,
+  login: (c) =>
+    `Too many failed logins for this email or from this address (at most ${c.loginFailuresPerEmail} per email and ${c.loginFailuresPerIp} per address in ${Math.round(c.authWindowMs / 60_000)} min)`,
+  signup: (c) =>
+    `Too many sign-ups from this address (at most ${c.signupsPerIp} in ${Math.round(c.authWindowMs / 60_000)} min)`,
 };
 
 /** The 429 of a refused verdict: `details` carries `limit` and `retryAfterMs` (the server adds `Retry-After`). */

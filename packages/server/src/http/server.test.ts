@@ -11,14 +11,31 @@ describe('HTTP API (inject, fake driver)', () => {
     const c = await t.req({ method: 'POST', url: '/api/v1/sandboxes', payload: { image: 'local/busybox:latest' } });
     assert.equal(c.statusCode, 201);
     const sb = c.json().sandbox;
-    assert.deepEqual(Object.keys(sb).sort(), ['createdAt', 'id', 'image', 'name', 'publicAccessUrlTemplate', 'region', 'state', 'stopAt']);
+    assert.deepEqual(Object.keys(sb).sort(), [
+      'createdAt',
+      'id',
+      'image',
+      'name',
+      'publicAccessUrlTemplate',
+      'region',
+      'state',
+      'stopAt',
+    ]);
     assert.equal(sb.publicAccessUrlTemplate, `{{PORT}}-${sb.id}.sandbox.localhost:8080`);
     assert.equal((await t.req({ method: 'GET', url: `/api/v1/sandboxes/${sb.id}` })).json().sandbox.id, sb.id);
     const list = (await t.req({ method: 'GET', url: '/api/v1/sandboxes?state=started&limit=10' })).json();
     assert.equal(list.count, list.sandboxes.length);
-    const ex = await t.req({ method: 'POST', url: `/api/v1/sandboxes/${sb.id}/exec`, payload: { command: 'echo ok', options: { background: false } } });
+    const ex = await t.req({
+      method: 'POST',
+      url: `/api/v1/sandboxes/${sb.id}/exec`,
+      payload: { command: 'echo ok', options: { background: false } },
+    });
     assert.deepEqual(ex.json(), { stdout: 'ok\n', stderr: '', exitCode: 0, success: true });
-    const to = await t.req({ method: 'PATCH', url: `/api/v1/sandboxes/${sb.id}/timeout`, payload: { timeoutMs: 1000 } });
+    const to = await t.req({
+      method: 'PATCH',
+      url: `/api/v1/sandboxes/${sb.id}/timeout`,
+      payload: { timeoutMs: 1000 },
+    });
     assert.deepEqual(Object.keys(to.json()).sort(), ['id', 'stopAt']);
     const del = await t.req({ method: 'DELETE', url: `/api/v1/sandboxes/${sb.id}` });
     assert.equal(del.statusCode, 204);
@@ -33,9 +50,26 @@ describe('HTTP API (inject, fake driver)', () => {
     assert.equal(none.statusCode, 401);
     assert.equal(none.json().code, 401);
     assert.equal((await t.req({ method: 'GET', url: '/api/v1/sandboxes', key: 'sk_wrong' })).statusCode, 401);
-    assert.equal((await t.req({ method: 'GET', url: '/api/v1/sandboxes', headers: { authorization: 'Basic abc' } })).statusCode, 401);
-    assert.equal((await t.req({ method: 'GET', url: '/api/v1/sandboxes', key: null, headers: { 'x-api-key': t.adminKey } })).statusCode, 200);
-    assert.equal((await t.req({ method: 'POST', url: '/api/v1/events/track', key: null, payload: { event: 'onboarding.started', metadata: {} } })).statusCode, 401);
+    assert.equal(
+      (await t.req({ method: 'GET', url: '/api/v1/sandboxes', headers: { authorization: 'Basic abc' } })).statusCode,
+      401,
+    );
+    assert.equal(
+      (await t.req({ method: 'GET', url: '/api/v1/sandboxes', key: null, headers: { 'x-api-key': t.adminKey } }))
+        .statusCode,
+      200,
+    );
+    assert.equal(
+      (
+        await t.req({
+          method: 'POST',
+          url: '/api/v1/events/track',
+          key: null,
+          payload: { event: 'onboarding.started', metadata: {} },
+        })
+      ).statusCode,
+      401,
+    );
   });
 
   it('keys: create shows the key once, list hides it, the key works, delete revokes it', async () => {
@@ -47,7 +81,9 @@ describe('HTTP API (inject, fake driver)', () => {
     const l = (await t.req({ method: 'GET', url: '/api/v1/keys' })).json();
     assert.ok(l.keys.every((x: Record<string, unknown>) => !('key' in x)));
     assert.equal((await t.req({ method: 'GET', url: '/api/v1/account', key: k.key })).statusCode, 200);
-    const listed = (await t.req({ method: 'GET', url: '/api/v1/keys' })).json().keys.find((x: { id: string }) => x.id === k.id);
+    const listed = (await t.req({ method: 'GET', url: '/api/v1/keys' }))
+      .json()
+      .keys.find((x: { id: string }) => x.id === k.id);
     assert.ok(listed.lastUsedAt);
     assert.equal((await t.req({ method: 'DELETE', url: `/api/v1/keys/${k.id}` })).statusCode, 204);
     assert.equal((await t.req({ method: 'GET', url: '/api/v1/account', key: k.key })).statusCode, 401);
@@ -55,24 +91,79 @@ describe('HTTP API (inject, fake driver)', () => {
   });
 
   it('session: signup sets a cookie; cookie GET works; POST needs a same-origin Origin; logout ends it', async () => {
-    const s = await t.req({ method: 'POST', url: '/api/v1/auth/signup', key: null, payload: { email: 'web@example.com', password: 'hunter2hunter2' } });
+    const s = await t.req({
+      method: 'POST',
+      url: '/api/v1/auth/signup',
+      key: null,
+      payload: { email: 'web@example.com', password: 'hunter2hunter2' },
+    });
     assert.equal(s.statusCode, 201);
     const setCookie = String(s.headers['set-cookie']);
     assert.match(setCookie, /HttpOnly/);
     assert.match(setCookie, /SameSite=Lax/);
     const cookie = setCookie.split(';')[0];
-    assert.equal((await t.req({ method: 'GET', url: '/api/v1/account', key: null, headers: { cookie } })).json().email, 'web@example.com');
+    assert.equal(
+      (await t.req({ method: 'GET', url: '/api/v1/account', key: null, headers: { cookie } })).json().email,
+      'web@example.com',
+    );
     const ev = { event: 'onboarding.started', metadata: {} };
-    assert.equal((await t.req({ method: 'POST', url: '/api/v1/events/track', key: null, headers: { cookie }, payload: ev })).statusCode, 401);
-    assert.equal((await t.req({ method: 'POST', url: '/api/v1/events/track', key: null, headers: { cookie, origin: 'http://evil.example' }, payload: ev })).statusCode, 401);
-    assert.equal((await t.req({ method: 'POST', url: '/api/v1/events/track', key: null, headers: { cookie, origin: 'http://localhost:80', host: 'localhost:80' }, payload: ev })).statusCode, 200);
-    assert.equal((await t.req({ method: 'POST', url: '/api/v1/auth/logout', key: null, headers: { cookie } })).statusCode, 204);
-    assert.equal((await t.req({ method: 'GET', url: '/api/v1/account', key: null, headers: { cookie } })).statusCode, 401);
-    const dup = await t.req({ method: 'POST', url: '/api/v1/auth/signup', key: null, payload: { email: 'web@example.com', password: 'hunter2hunter2' } });
+    assert.equal(
+      (await t.req({ method: 'POST', url: '/api/v1/events/track', key: null, headers: { cookie }, payload: ev }))
+        .statusCode,
+      401,
+    );
+    assert.equal(
+      (
+        await t.req({
+          method: 'POST',
+          url: '/api/v1/events/track',
+          key: null,
+          headers: { cookie, origin: 'http://evil.example' },
+          payload: ev,
+        })
+      ).statusCode,
+      401,
+    );
+    assert.equal(
+      (
+        await t.req({
+          method: 'POST',
+          url: '/api/v1/events/track',
+          key: null,
+          headers: { cookie, origin: 'http://localhost:80', host: 'localhost:80' },
+          payload: ev,
+        })
+      ).statusCode,
+      200,
+    );
+    assert.equal(
+      (await t.req({ method: 'POST', url: '/api/v1/auth/logout', key: null, headers: { cookie } })).statusCode,
+      204,
+    );
+    assert.equal(
+      (await t.req({ method: 'GET', url: '/api/v1/account', key: null, headers: { cookie } })).statusCode,
+      401,
+    );
+    const dup = await t.req({
+      method: 'POST',
+      url: '/api/v1/auth/signup',
+      key: null,
+      payload: { email: 'web@example.com', password: 'hunter2hunter2' },
+    });
     assert.equal(dup.statusCode, 409);
-    const login = await t.req({ method: 'POST', url: '/api/v1/auth/login', key: null, payload: { email: 'web@example.com', password: 'wrong-password' } });
+    const login = await t.req({
+      method: 'POST',
+      url: '/api/v1/auth/login',
+      key: null,
+      payload: { email: 'web@example.com', password: 'wrong-password' },
+    });
     assert.equal(login.statusCode, 401);
-    const ok = await t.req({ method: 'POST', url: '/api/v1/auth/login', key: null, payload: { email: 'WEB@example.com', password: 'hunter2hunter2' } });
+    const ok = await t.req({
+      method: 'POST',
+      url: '/api/v1/auth/login',
+      key: null,
+      payload: { email: 'WEB@example.com', password: 'hunter2hunter2' },
+    });
     assert.equal(ok.statusCode, 200);
   });
 
@@ -88,23 +179,57 @@ describe('HTTP API (inject, fake driver)', () => {
   it('admin routes are 404 for non-admins; admin can change plan and grant tokens', async () => {
     const a = await t.newAccount({ tokens: 0 });
     assert.equal((await t.req({ method: 'GET', url: '/api/v1/admin/accounts', key: a.key })).statusCode, 404);
-    assert.equal((await t.req({ method: 'PATCH', url: `/api/v1/admin/accounts/${a.id}`, payload: { plan: 'NOPE' } })).statusCode, 400);
-    assert.equal((await t.req({ method: 'PATCH', url: `/api/v1/admin/accounts/${a.id}`, payload: { plan: 'PRO' } })).json().account.plan, 'PRO');
-    assert.equal((await t.req({ method: 'POST', url: `/api/v1/admin/accounts/${a.id}/tokens`, payload: { tokens: 50 } })).json().balance, 50);
+    assert.equal(
+      (await t.req({ method: 'PATCH', url: `/api/v1/admin/accounts/${a.id}`, payload: { plan: 'NOPE' } })).statusCode,
+      400,
+    );
+    assert.equal(
+      (await t.req({ method: 'PATCH', url: `/api/v1/admin/accounts/${a.id}`, payload: { plan: 'PRO' } })).json().account
+        .plan,
+      'PRO',
+    );
+    assert.equal(
+      (await t.req({ method: 'POST', url: `/api/v1/admin/accounts/${a.id}/tokens`, payload: { tokens: 50 } })).json()
+        .balance,
+      50,
+    );
     const acct = (await t.req({ method: 'GET', url: '/api/v1/account', key: a.key })).json();
     assert.equal(acct.limits.concurrency, 50);
     assert.equal(acct.balance, 50);
     const ledger = (await t.req({ method: 'GET', url: '/api/v1/account/ledger', key: a.key })).json();
-    assert.deepEqual(ledger.entries.map((e: { delta: number }) => e.delta), [50]);
+    assert.deepEqual(
+      ledger.entries.map((e: { delta: number }) => e.delta),
+      [50],
+    );
   });
 
   it('error shapes: validation details, malformed JSON, 413, unknown route, unknown query field', async () => {
-    const v = await t.req({ method: 'POST', url: '/api/v1/sandboxes', payload: { image: 'x', bogus: 1, env: { A: 1 } } });
+    const v = await t.req({
+      method: 'POST',
+      url: '/api/v1/sandboxes',
+      payload: { image: 'x', bogus: 1, env: { A: 1 } },
+    });
     assert.equal(v.statusCode, 400);
-    assert.deepEqual(v.json().details.map((d: { path: string }) => d.path).sort(), ['/bogus', '/env/A']);
-    const m = await t.req({ method: 'POST', url: '/api/v1/sandboxes', payload: '{"image":', headers: { 'content-type': 'application/json' } });
+    assert.deepEqual(
+      v
+        .json()
+        .details.map((d: { path: string }) => d.path)
+        .sort(),
+      ['/bogus', '/env/A'],
+    );
+    const m = await t.req({
+      method: 'POST',
+      url: '/api/v1/sandboxes',
+      payload: '{"image":',
+      headers: { 'content-type': 'application/json' },
+    });
     assert.deepEqual(m.json(), { code: 400, message: 'Malformed JSON body' });
-    const big = await t.req({ method: 'POST', url: '/api/v1/sandboxes', payload: JSON.stringify({ image: 'x'.repeat(1_100_000) }), headers: { 'content-type': 'application/json' } });
+    const big = await t.req({
+      method: 'POST',
+      url: '/api/v1/sandboxes',
+      payload: JSON.stringify({ image: 'x'.repeat(1_100_000) }),
+      headers: { 'content-type': 'application/json' },
+    });
     assert.equal(big.statusCode, 413);
     assert.equal(big.json().code, 413);
     const nf = await t.req({ method: 'GET', url: '/api/v1/nothing' });
@@ -118,15 +243,32 @@ describe('HTTP API (inject, fake driver)', () => {
     const bad = await t.req({ method: 'POST', url: '/api/v1/events/track', payload: { event: 'nope', metadata: {} } });
     assert.equal(bad.statusCode, 400);
     assert.equal(bad.json().details[0].allowed.length, 11);
-    const big = await t.req({ method: 'POST', url: '/api/v1/events/track', payload: { event: 'onboarding.completed', metadata: { x: 'y'.repeat(9000) } } });
+    const big = await t.req({
+      method: 'POST',
+      url: '/api/v1/events/track',
+      payload: { event: 'onboarding.completed', metadata: { x: 'y'.repeat(9000) } },
+    });
     assert.equal(big.statusCode, 400);
-    assert.deepEqual((await t.req({ method: 'POST', url: '/api/v1/events/track', payload: { event: 'onboarding.completed', metadata: { step: 3 } } })).json(), { success: true });
+    assert.deepEqual(
+      (
+        await t.req({
+          method: 'POST',
+          url: '/api/v1/events/track',
+          payload: { event: 'onboarding.completed', metadata: { step: 3 } },
+        })
+      ).json(),
+      { success: true },
+    );
     const evs = (await t.req({ method: 'GET', url: '/api/v1/events' })).json().events;
     assert.equal(evs.at(-1).event, 'onboarding.completed');
   });
 
   it('volumes: listed with mountedBy; delete 409 while mounted, 204 after', async () => {
-    const c = await t.req({ method: 'POST', url: '/api/v1/sandboxes', payload: { image: 'local/busybox:latest', volumes: { '/data': { name: 'shared', sizeGb: 2 } } } });
+    const c = await t.req({
+      method: 'POST',
+      url: '/api/v1/sandboxes',
+      payload: { image: 'local/busybox:latest', volumes: { '/data': { name: 'shared', sizeGb: 2 } } },
+    });
     const id = c.json().sandbox.id;
     const vols = (await t.req({ method: 'GET', url: '/api/v1/volumes' })).json().volumes;
     assert.deepEqual(vols.find((v: { name: string }) => v.name === 'shared').mountedBy, [id]);

@@ -38,7 +38,7 @@ export function createHttpServer(
     forceCloseConnections: 'idle',
     routerOptions: { ignoreTrailingSlash: true, maxParamLength: 200 },
     // Router-level failures (bad URL encoding, over-long path parameters) use the same body.
-    frameworkErrors: (err, req, reply) => {
+    frameworkErrors: (err, _req, reply) => {
       const status = err.code === 'FST_ERR_MAX_PARAM_LENGTH' ? 404 : 400;
       deps.metrics.errors.inc({ code: String(status) });
       const message = status === 404 ? 'Not found' : 'Malformed URL';
@@ -47,13 +47,18 @@ export function createHttpServer(
     // Requests node's parser refuses (headers over 16 KiB, malformed HTTP) get the same body too.
     clientErrorHandler: (err: NodeJS.ErrnoException, socket) => {
       if (err.code === 'ECONNRESET' || socket.destroyed) return;
-      const [status, message] = err.code === 'HPE_HEADER_OVERFLOW'
-        ? [431, 'Request line and headers are larger than 16 KiB (URL, cookies and other headers together)']
-        : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? [408, 'Request not received in time'] : [400, 'Malformed HTTP request'];
+      const [status, message] =
+        err.code === 'HPE_HEADER_OVERFLOW'
+          ? [431, 'Request line and headers are larger than 16 KiB (URL, cookies and other headers together)']
+          : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+            ? [408, 'Request not received in time']
+            : [400, 'Malformed HTTP request'];
       deps.metrics.errors.inc({ code: String(status) });
       const body = JSON.stringify({ code: status, message });
       if (socket.writable) {
-        socket.write(`HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
+        socket.write(
+          `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+        );
       }
       socket.destroy();
     },
@@ -72,7 +77,10 @@ export function createHttpServer(
   });
   app.setNotFoundHandler((req, reply) => {
     deps.metrics.errors.inc({ code: '404' });
-    reply.code(404).type('application/json').send({ code: 404, message: `Route ${req.method} ${req.url.split('?')[0]} not found` });
+    reply
+      .code(404)
+      .type('application/json')
+      .send({ code: 404, message: `Route ${req.method} ${req.url.split('?')[0]} not found` });
   });
 
   const routes = collectRoutes(app);

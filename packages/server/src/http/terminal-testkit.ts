@@ -9,7 +9,10 @@ const TEXT_KEEP = 1024 * 1024;
 
 /** An upgrade refused with plain HTTP. */
 export class UpgradeRefused extends Error {
-  constructor(readonly status: number, readonly body: unknown) {
+  constructor(
+    readonly status: number,
+    readonly body: unknown,
+  ) {
     super(`upgrade refused: ${status} ${JSON.stringify(body)}`);
   }
 }
@@ -103,7 +106,11 @@ export class TermClient {
       };
       const timer = setTimeout(() => {
         this.waiters.delete(check);
-        reject(new Error(`timed out waiting for ${what}; output tail: ${JSON.stringify(this.text.slice(-300))}; close: ${JSON.stringify(this.closeInfo)}`));
+        reject(
+          new Error(
+            `timed out waiting for ${what}; output tail: ${JSON.stringify(this.text.slice(-300))}; close: ${JSON.stringify(this.closeInfo)}`,
+          ),
+        );
       }, timeoutMs);
       this.waiters.add(check);
     });
@@ -115,11 +122,15 @@ export class TermClient {
    */
   waitForOutput(re: RegExp, timeoutMs?: number): Promise<void> {
     let first = true;
-    return this.waitFor(() => {
-      const hay = first ? this.text : this.recent;
-      first = false;
-      return re.test(hay);
-    }, `output ${re}`, timeoutMs);
+    return this.waitFor(
+      () => {
+        const hay = first ? this.text : this.recent;
+        first = false;
+        return re.test(hay);
+      },
+      `output ${re}`,
+      timeoutMs,
+    );
   }
 
   /** The control message of `type`, once it arrives. */
@@ -152,7 +163,10 @@ export function terminalUrl(baseUrl: string, sandboxId: string, terminalId: stri
 }
 
 /** Connects expecting a refusal; returns its status and body. */
-export async function refusedUpgrade(url: string, headers: Record<string, string> = {}): Promise<{ status: number; body: unknown }> {
+export async function refusedUpgrade(
+  url: string,
+  headers: Record<string, string> = {},
+): Promise<{ status: number; body: unknown }> {
   try {
     const c = await TermClient.connect(url, headers);
     c.close();

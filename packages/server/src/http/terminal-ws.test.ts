@@ -10,11 +10,15 @@ describe('terminal routes and WebSocket (real ws clients, fake driver)', () => {
   let base: string;
   const auth = () => ({ authorization: `Bearer ${t.adminKey}` });
   const newSandbox = async (key?: string) =>
-    (await t.req({ method: 'POST', url: '/api/v1/sandboxes', payload: { image: 'local/busybox:latest' }, key })).json().sandbox.id as string;
+    (await t.req({ method: 'POST', url: '/api/v1/sandboxes', payload: { image: 'local/busybox:latest' }, key })).json()
+      .sandbox.id as string;
   const newTerminal = async (sb: string, payload?: object, key?: string) => {
     const r = await t.req({ method: 'POST', url: `/api/v1/sandboxes/${sb}/terminals`, payload, key });
     assert.equal(r.statusCode, 201, r.body);
-    return r.json() as { terminal: { id: string; sandboxId: string; shell: string; status: string; createdAt: string }; wsUrl: string };
+    return r.json() as {
+      terminal: { id: string; sandboxId: string; shell: string; status: string; createdAt: string };
+      wsUrl: string;
+    };
   };
 
   before(async () => {
@@ -29,7 +33,11 @@ describe('terminal routes and WebSocket (real ws clients, fake driver)', () => {
 
   it('create (empty body): 201 with the spec fields, term_ id and ws:// / wss:// wsUrl on the request host', async () => {
     const sb = await newSandbox();
-    const c = await t.req({ method: 'POST', url: `/api/v1/sandboxes/${sb}/terminals`, headers: { host: 'box.example:9000' } });
+    const c = await t.req({
+      method: 'POST',
+      url: `/api/v1/sandboxes/${sb}/terminals`,
+      headers: { host: 'box.example:9000' },
+    });
     assert.equal(c.statusCode, 201, c.body);
     const { terminal, wsUrl } = c.json();
     assert.deepEqual(Object.keys(terminal).sort(), ['createdAt', 'id', 'sandboxId', 'shell', 'status']);
@@ -37,7 +45,12 @@ describe('terminal routes and WebSocket (real ws clients, fake driver)', () => {
     assert.equal(terminal.shell, 'bash');
     assert.equal(terminal.status, 'active');
     assert.equal(wsUrl, `ws://box.example:9000/api/v1/sandboxes/${sb}/terminals/${terminal.id}/ws`);
-    const tls = await t.req({ method: 'POST', url: `/api/v1/sandboxes/${sb}/terminals`, payload: { shell: 'sh', cols: 100, rows: 30 }, headers: { host: 'h', 'x-forwarded-proto': 'https' } });
+    const tls = await t.req({
+      method: 'POST',
+      url: `/api/v1/sandboxes/${sb}/terminals`,
+      payload: { shell: 'sh', cols: 100, rows: 30 },
+      headers: { host: 'h', 'x-forwarded-proto': 'https' },
+    });
     assert.match(tls.json().wsUrl, /^wss:\/\/h\/api\/v1\/sandboxes\//);
     assert.equal(tls.json().terminal.shell, 'sh');
   });
@@ -52,11 +65,23 @@ describe('terminal routes and WebSocket (real ws clients, fake driver)', () => {
     assert.equal(cwd.statusCode, 400);
     assert.match(cwd.json().message, /cwd "\/no\/such"/);
     for (const payload of [{ cols: 0 }, { rows: 1.5 }, { shell: 'pwsh' }, { cwd: 'relative' }, { extra: 1 }]) {
-      assert.equal((await t.req({ method: 'POST', url: `/api/v1/sandboxes/${sb}/terminals`, payload })).statusCode, 400, JSON.stringify(payload));
+      assert.equal(
+        (await t.req({ method: 'POST', url: `/api/v1/sandboxes/${sb}/terminals`, payload })).statusCode,
+        400,
+        JSON.stringify(payload),
+      );
     }
-    assert.equal((await t.req({ method: 'POST', url: '/api/v1/sandboxes/sbx_aaaaaaaaaaaaaaaaaaaa/terminals', payload: {} })).statusCode, 404);
+    assert.equal(
+      (await t.req({ method: 'POST', url: '/api/v1/sandboxes/sbx_aaaaaaaaaaaaaaaaaaaa/terminals', payload: {} }))
+        .statusCode,
+      404,
+    );
     const other = await t.newAccount({ tokens: 100 });
-    assert.equal((await t.req({ method: 'POST', url: `/api/v1/sandboxes/${sb}/terminals`, payload: {}, key: other.key })).statusCode, 404);
+    assert.equal(
+      (await t.req({ method: 'POST', url: `/api/v1/sandboxes/${sb}/terminals`, payload: {}, key: other.key }))
+        .statusCode,
+      404,
+    );
     await t.req({ method: 'PATCH', url: `/api/v1/sandboxes/${sb}/timeout`, payload: { timeoutMs: 0 } });
     const stopped = await t.req({ method: 'POST', url: `/api/v1/sandboxes/${sb}/terminals`, payload: {} });
     assert.equal(stopped.statusCode, 409);
@@ -79,7 +104,11 @@ describe('terminal routes and WebSocket (real ws clients, fake driver)', () => {
     await c.waitForOutput(/43 132/);
     c.type('echo {"a":1}\r', { text: true });
     await c.waitForOutput(/\{a:1\}|\{"a":1\}/);
-    assert.deepEqual(parseControl(Buffer.from(' {"type":"resize","cols":1,"rows":1}')), { type: 'resize', cols: 1, rows: 1 });
+    assert.deepEqual(parseControl(Buffer.from(' {"type":"resize","cols":1,"rows":1}')), {
+      type: 'resize',
+      cols: 1,
+      rows: 1,
+    });
     assert.equal(parseControl(Buffer.from('{"a":1}')), null);
     assert.equal(parseControl(Buffer.from('[1]')), null);
     assert.equal(parseControl(Buffer.from('{oops')), null);
@@ -89,7 +118,9 @@ describe('terminal routes and WebSocket (real ws clients, fake driver)', () => {
     assert.deepEqual(c.textFrames, []);
     const g = await t.req({ method: 'GET', url: `/api/v1/sandboxes/${sb}/terminals/${terminal.id}` });
     assert.equal(g.json().status, 'exited');
-    assert.deepEqual((await t.req({ method: 'GET', url: `/api/v1/sandboxes/${sb}/terminals` })).json(), { terminals: [] });
+    assert.deepEqual((await t.req({ method: 'GET', url: `/api/v1/sandboxes/${sb}/terminals` })).json(), {
+      terminals: [],
+    });
     const late = await TermClient.connect(terminalUrl(base, sb, terminal.id), auth());
     assert.deepEqual(await late.closed, { code: 1000, reason: 'shell exited' });
     assert.deepEqual(late.controls, [{ type: 'exit', exitCode: 3, signal: null }]);
@@ -103,7 +134,8 @@ describe('terminal routes and WebSocket (real ws clients, fake driver)', () => {
     const b = await TermClient.connect(url, auth());
     await a.control('ready');
     await b.control('ready');
-    const get = async () => (await t.req({ method: 'GET', url: `/api/v1/sandboxes/${sb}/terminals/${terminal.id}` })).json();
+    const get = async () =>
+      (await t.req({ method: 'GET', url: `/api/v1/sandboxes/${sb}/terminals/${terminal.id}` })).json();
     assert.equal((await get()).clientCount, 2);
     b.type('echo from-b\r');
     await a.waitForOutput(/from-b\r\n/);
@@ -129,22 +161,50 @@ describe('terminal routes and WebSocket (real ws clients, fake driver)', () => {
     const bad = await refusedUpgrade(url, { authorization: 'Bearer sk_nope' });
     assert.deepEqual(bad, { status: 401, body: { code: 401, message: (bad.body as { message: string }).message } });
     assert.equal((await refusedUpgrade(terminalUrl(base, sb, 'term_aaaaaaaaaaaaaaaa'), auth())).status, 404);
-    assert.equal((await refusedUpgrade(terminalUrl(base, 'sbx_aaaaaaaaaaaaaaaaaaaa', terminal.id), auth())).status, 404);
+    assert.equal(
+      (await refusedUpgrade(terminalUrl(base, 'sbx_aaaaaaaaaaaaaaaaaaaa', terminal.id), auth())).status,
+      404,
+    );
     const other = await t.newAccount({ tokens: 100 });
     assert.equal((await refusedUpgrade(url, { authorization: `Bearer ${other.key}` })).status, 404);
     const sb2 = await newSandbox();
     const t2 = await newTerminal(sb2);
-    assert.equal((await refusedUpgrade(terminalUrl(base, sb, t2.terminal.id), auth())).status, 404, 'terminal of another sandbox');
+    assert.equal(
+      (await refusedUpgrade(terminalUrl(base, sb, t2.terminal.id), auth())).status,
+      404,
+      'terminal of another sandbox',
+    );
     assert.equal((await refusedUpgrade(`${url}?replay=yes`, auth())).status, 400);
     // Session cookie: accepted with a same-origin Origin only.
     const email = `cookie-${Date.now()}@example.com`;
-    await t.req({ method: 'POST', url: '/api/v1/admin/accounts', payload: { email, password: 'password123', tokens: 100 } });
-    const login = await t.req({ method: 'POST', url: '/api/v1/auth/login', key: null, payload: { email, password: 'password123' } });
+    await t.req({
+      method: 'POST',
+      url: '/api/v1/admin/accounts',
+      payload: { email, password: 'password123', tokens: 100 },
+    });
+    const login = await t.req({
+      method: 'POST',
+      url: '/api/v1/auth/login',
+      key: null,
+      payload: { email, password: 'password123' },
+    });
     const cookie = String(login.headers['set-cookie']).split(';')[0];
-    const mine = await t.req({ method: 'POST', url: '/api/v1/sandboxes', key: null, headers: { cookie, origin: 'http://localhost:80', host: 'localhost:80' }, payload: { image: 'local/busybox:latest' } });
+    const mine = await t.req({
+      method: 'POST',
+      url: '/api/v1/sandboxes',
+      key: null,
+      headers: { cookie, origin: 'http://localhost:80', host: 'localhost:80' },
+      payload: { image: 'local/busybox:latest' },
+    });
     assert.equal(mine.statusCode, 201, mine.body);
     const msb = mine.json().sandbox.id;
-    const mt = await t.req({ method: 'POST', url: `/api/v1/sandboxes/${msb}/terminals`, key: null, headers: { cookie, origin: 'http://localhost:80', host: 'localhost:80' }, payload: {} });
+    const mt = await t.req({
+      method: 'POST',
+      url: `/api/v1/sandboxes/${msb}/terminals`,
+      key: null,
+      headers: { cookie, origin: 'http://localhost:80', host: 'localhost:80' },
+      payload: {},
+    });
     const murl = terminalUrl(base, msb, mt.json().terminal.id);
     assert.equal((await refusedUpgrade(murl, { cookie, origin: 'https://evil.example' })).status, 401);
     assert.equal((await refusedUpgrade(murl, { cookie })).status, 401, 'no Origin');
@@ -172,8 +232,14 @@ describe('terminal routes and WebSocket (real ws clients, fake driver)', () => {
     assert.equal(del.body, '');
     assert.deepEqual(await c1.control('exit'), { type: 'exit', exitCode: 129, signal: 'SIGHUP' });
     assert.equal((await c1.closed).code, 1000);
-    assert.equal((await t.req({ method: 'GET', url: `/api/v1/sandboxes/${sb}/terminals/${one.terminal.id}` })).statusCode, 404);
-    assert.equal((await t.req({ method: 'DELETE', url: `/api/v1/sandboxes/${sb}/terminals/${one.terminal.id}` })).statusCode, 404);
+    assert.equal(
+      (await t.req({ method: 'GET', url: `/api/v1/sandboxes/${sb}/terminals/${one.terminal.id}` })).statusCode,
+      404,
+    );
+    assert.equal(
+      (await t.req({ method: 'DELETE', url: `/api/v1/sandboxes/${sb}/terminals/${one.terminal.id}` })).statusCode,
+      404,
+    );
     assert.equal((await t.req({ method: 'DELETE', url: `/api/v1/sandboxes/${sb}` })).statusCode, 204);
     assert.equal((await c2.control('exit')).type, 'exit');
     assert.equal((await c2.closed).code, 1000);
@@ -185,14 +251,17 @@ describe('terminal routes and WebSocket (real ws clients, fake driver)', () => {
     const watched = await newTerminal(sb);
     const c = await TermClient.connect(terminalUrl(base, sb, watched.terminal.id), auth());
     await c.control('ready');
-    const status = async (id: string) => (await t.req({ method: 'GET', url: `/api/v1/sandboxes/${sb}/terminals/${id}` })).statusCode;
-    for (let i = 0; i < 200 && (await status(idle.terminal.id)) === 200; i++) await new Promise((r) => setTimeout(r, 25));
+    const status = async (id: string) =>
+      (await t.req({ method: 'GET', url: `/api/v1/sandboxes/${sb}/terminals/${id}` })).statusCode;
+    for (let i = 0; i < 200 && (await status(idle.terminal.id)) === 200; i++)
+      await new Promise((r) => setTimeout(r, 25));
     assert.equal(await status(idle.terminal.id), 404, 'cleaned up');
     await new Promise((r) => setTimeout(r, 600)); // two idle periods with a client connected
     assert.equal(await status(watched.terminal.id), 200, 'kept while connected');
     c.close();
     await c.closed;
-    for (let i = 0; i < 200 && (await status(watched.terminal.id)) === 200; i++) await new Promise((r) => setTimeout(r, 25));
+    for (let i = 0; i < 200 && (await status(watched.terminal.id)) === 200; i++)
+      await new Promise((r) => setTimeout(r, 25));
     assert.equal(await status(watched.terminal.id), 404, 'cleaned up after the last client left');
   });
 
@@ -212,8 +281,11 @@ describe('terminal routes and WebSocket (real ws clients, fake driver)', () => {
   it('shutdown closes connected clients with 1001', async () => {
     const t2 = await makeTestApp();
     const base2 = await t2.app.http.listen({ host: '127.0.0.1', port: 0 });
-    const sb = (await t2.req({ method: 'POST', url: '/api/v1/sandboxes', payload: { image: 'local/busybox:latest' } })).json().sandbox.id;
-    const term = (await t2.req({ method: 'POST', url: `/api/v1/sandboxes/${sb}/terminals`, payload: {} })).json().terminal.id;
+    const sb = (
+      await t2.req({ method: 'POST', url: '/api/v1/sandboxes', payload: { image: 'local/busybox:latest' } })
+    ).json().sandbox.id;
+    const term = (await t2.req({ method: 'POST', url: `/api/v1/sandboxes/${sb}/terminals`, payload: {} })).json()
+      .terminal.id;
     const c = await TermClient.connect(terminalUrl(base2, sb, term), { authorization: `Bearer ${t2.adminKey}` });
     await c.control('ready');
     await t2.close();

@@ -5,7 +5,7 @@ import type { Duplex } from 'node:stream';
 import type { Logger } from 'pino';
 import { WebSocket, WebSocketServer, type RawData } from 'ws';
 import type { Sandboxd } from '../app.js';
-import type { AuthService } from '../services/auth.js';
+import type { AuthService, Principal } from '../services/auth.js';
 import type { TerminalAttachment, TerminalClient, TerminalSession } from '../services/terminal-session.js';
 import type { TerminalService } from '../services/terminals.js';
 import { authenticate, sameOrigin } from './auth.js';
@@ -32,7 +32,12 @@ const PATH = /^\/api\/v1\/sandboxes\/([^/]+)\/terminals\/([^/]+)\/ws\/?$/;
  * string `type` is a control message (`resize`; other types are ignored).
  */
 export class TerminalGateway {
-  private readonly wss = new WebSocketServer({ noServer: true, maxPayload: MAX_INPUT_MESSAGE_BYTES, perMessageDeflate: false, clientTracking: false });
+  private readonly wss = new WebSocketServer({
+    noServer: true,
+    maxPayload: MAX_INPUT_MESSAGE_BYTES,
+    perMessageDeflate: false,
+    clientTracking: false,
+  });
   private readonly live = new Set<WebSocket>();
   /** Open (or opening) terminal sockets per account, against `terminalSocketsPerAccount`. */
   private readonly perAccount = new Map<string, number>();
@@ -41,7 +46,15 @@ export class TerminalGateway {
   private readonly inputPaused = new WeakSet<WebSocket>();
   private readonly heartbeat: NodeJS.Timeout;
 
-  constructor(private readonly d: { terminals: TerminalService; auth: AuthService; log: Logger; limits?: RateLimits; metrics?: Metrics }) {
+  constructor(
+    private readonly d: {
+      terminals: TerminalService;
+      auth: AuthService;
+      log: Logger;
+      limits?: RateLimits;
+      metrics?: Metrics;
+    },
+  ) {
     this.heartbeat = setInterval(() => this.ping(), HEARTBEAT_MS);
     this.heartbeat.unref();
   }
@@ -72,13 +85,18 @@ export class TerminalGateway {
       accountId = principal.account.id;
       const max = this.d.limits?.config.terminalSocketsPerAccount ?? 0;
       if (max > 0 && (this.perAccount.get(accountId) ?? 0) >= max) {
-        throw new SandboxdError('rate_limited', `This account already has ${max} terminal connections open; close one first`, { limit: 'connections', max });
+        throw new SandboxdError(
+          'rate_limited',
+          `This account already has ${max} terminal connections open; close one first`,
+          { limit: 'connections', max },
+        );
       }
     } catch (e) {
       const { status, body } = toHttpError(e);
       this.d.metrics?.errors.inc({ code: String(status) });
       const retryAfter = retryAfterSeconds(body);
-      if (!socket.destroyed) rejectUpgrade(socket, status, body.message, body.details, retryAfter ? { 'Retry-After': retryAfter } : {});
+      if (!socket.destroyed)
+        rejectUpgrade(socket, status, body.message, body.details, retryAfter ? { 'Retry-After': retryAfter } : {});
       return;
     }
     if (socket.destroyed) return;
@@ -97,12 +115,17 @@ export class TerminalGateway {
   private async authenticate(req: IncomingMessage) {
     const r = req as unknown as FastifyRequest;
     const limits = this.d.limits;
-    let principal;
+    let principal: Principal;
     try {
       principal = await authenticate(r, this.d.auth);
-      const byKey = req.headers.authorization !== undefined || (typeof req.headers['x-api-key'] === 'string' && req.headers['x-api-key'] !== '');
+      const byKey =
+        req.headers.authorization !== undefined ||
+        (typeof req.headers['x-api-key'] === 'string' && req.headers['x-api-key'] !== '');
       if (!byKey && !sameOrigin(r)) {
-        throw new SandboxdError('unauthorized', 'A WebSocket authenticated by session cookie must carry a same-origin Origin header');
+        throw new SandboxdError(
+          'unauthorized',
+          'A WebSocket authenticated by session cookie must carry a same-origin Origin header',
+        );
       }
     } catch (e) {
       if (limits) limitIp(limits, req.socket.remoteAddress);
@@ -194,7 +217,8 @@ export function parseControl(text: Buffer): { type: string; [k: string]: unknown
   if (text[i] !== 0x7b /* { */) return null;
   try {
     const v: unknown = JSON.parse(text.toString('utf8'));
-    if (v && typeof v === 'object' && !Array.isArray(v) && typeof (v as { type?: unknown }).type === 'string') return v as { type: string };
+    if (v && typeof v === 'object' && !Array.isArray(v) && typeof (v as { type?: unknown }).type === 'string')
+      return v as { type: string };
   } catch {
     /* not JSON: keyboard input */
   }

@@ -21,12 +21,32 @@ export interface TestApp {
 }
 
 /** Builds and starts a {@link TestApp}. */
-export async function makeTestApp(overrides: Partial<Config> = {}, opts: { driver?: FakeDriver; rateLimitNow?: () => number } = {}): Promise<TestApp> {
-  const adminKey = 'sk_' + 'A'.repeat(40);
-  const config = loadConfig({}, { runtime: 'fake', dbPath: ':memory:', dataDir: '/nonexistent', bootstrap: { apiKey: adminKey }, port: 8080, ...overrides });
+export async function makeTestApp(
+  overrides: Partial<Config> = {},
+  opts: { driver?: FakeDriver; rateLimitNow?: () => number } = {},
+): Promise<TestApp> {
+  const adminKey = `sk_${'A'.repeat(40)}`;
+  const config = loadConfig(
+    {},
+    {
+      runtime: 'fake',
+      dbPath: ':memory:',
+      dataDir: '/nonexistent',
+      bootstrap: { apiKey: adminKey },
+      port: 8080,
+      ...overrides,
+    },
+  );
   const driver = opts.driver ?? new FakeDriver();
   const clock = new ManualClock(Date.UTC(2030, 0, 1));
-  const app = buildApp({ config, driver, clock, store: new SqliteStore(':memory:'), logger: pino({ level: 'silent' }), rateLimitNow: opts.rateLimitNow });
+  const app = buildApp({
+    config,
+    driver,
+    clock,
+    store: new SqliteStore(':memory:'),
+    logger: pino({ level: 'silent' }),
+    rateLimitNow: opts.rateLimitNow,
+  });
   await app.start();
   await app.reaper.stop(); // tests drive the reaper by hand
   await app.http.ready();
@@ -38,10 +58,18 @@ export async function makeTestApp(overrides: Partial<Config> = {}, opts: { drive
   };
   let n = 0;
   return {
-    app, driver, clock, adminKey, req,
+    app,
+    driver,
+    clock,
+    adminKey,
+    req,
     async newAccount(o = {}) {
       const email = `user${++n}-${Date.now()}@example.com`;
-      const r = await req({ method: 'POST', url: '/api/v1/admin/accounts', payload: { email, password: 'password123', ...o } });
+      const r = await req({
+        method: 'POST',
+        url: '/api/v1/admin/accounts',
+        payload: { email, password: 'password123', ...o },
+      });
       if (r.statusCode !== 201) throw new Error(`newAccount: ${r.statusCode} ${r.body}`);
       const id = r.json().account.id as string;
       const k = await app.services.auth.createKey(id, 'test');

@@ -12,7 +12,10 @@ const cache = new WeakMap<object, Validator>();
  */
 export const validatorCompiler: FastifySchemaCompiler<TSchema> = ({ schema, httpPart }) => {
   let check = cache.get(schema);
-  if (!check) cache.set(schema, (check = Compile(schema)));
+  if (!check) {
+    check = Compile(schema);
+    cache.set(schema, check);
+  }
   const c = check;
   return (value: unknown) => {
     const v = httpPart === 'body' ? value : convertStrings(schema as Record<string, unknown>, value);

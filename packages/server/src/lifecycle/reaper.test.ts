@@ -14,7 +14,11 @@ describe('Reaper', () => {
 
   it('stops a sandbox once stopAt has passed, not before, and keeps volumes', async () => {
     const a = await setup();
-    const s = await t.app.services.sandboxes.create(a, { image: 'local/busybox:latest', timeoutMs: 60_000, volumes: { '/v': 'keep' } });
+    const s = await t.app.services.sandboxes.create(a, {
+      image: 'local/busybox:latest',
+      timeoutMs: 60_000,
+      volumes: { '/v': 'keep' },
+    });
     t.clock.advance(59_999);
     assert.deepEqual(await t.app.reaper.tick(), []);
     t.clock.advance(1);
@@ -43,7 +47,13 @@ describe('Reaper', () => {
     const a = await setup();
     const lost = await t.app.services.sandboxes.create(a, { image: 'local/busybox:latest', timeoutMs: 600_000 });
     const expired = await t.app.services.sandboxes.create(a, { image: 'local/busybox:latest', timeoutMs: 60_000 });
-    await t.driver.create({ id: 'orphan_1', image: 'local/busybox:latest', env: {}, volumes: [], limits: { memoryBytes: 1, cpus: 1, pids: 1, rootDiskBytes: 1 } });
+    await t.driver.create({
+      id: 'orphan_1',
+      image: 'local/busybox:latest',
+      env: {},
+      volumes: [],
+      limits: { memoryBytes: 1, cpus: 1, pids: 1, rootDiskBytes: 1 },
+    });
     t.driver.lose(lost.id);
     t.clock.advance(60_000);
     const before = await t.app.store.balance(a.id);
@@ -62,22 +72,44 @@ describe('Reaper', () => {
     let release!: () => void;
     const gate = new Promise<void>((r) => (release = r));
     const create = t.driver.create.bind(t.driver);
-    t.driver.create = async (spec) => (await gate, create(spec));
+    t.driver.create = async (spec) => {
+      await gate;
+      return create(spec);
+    };
     const inProgress = t.app.services.sandboxes.create(a, { image: 'local/busybox:latest', timeoutMs: 60_000 });
     // A record no create stands behind (a crash, or a failed create the store could not record).
     const rec = await t.app.store.reserveSandbox(
-      { id: 'sbx_aaaaaaaaaaaaaaaaaaaa', accountId: a.id, name: 'x-y-0001', image: 'i', region: 'local', env: {}, volumes: [{ mountPath: '/v', name: 'made_by_it', sizeGb: 1 }], createdAt: t.clock.now(), state: 'creating', stopAt: t.clock.now() + 60_000, reservedMinutes: 0, endedAt: null, details: null },
+      {
+        id: 'sbx_aaaaaaaaaaaaaaaaaaaa',
+        accountId: a.id,
+        name: 'x-y-0001',
+        image: 'i',
+        region: 'local',
+        env: {},
+        volumes: [{ mountPath: '/v', name: 'made_by_it', sizeGb: 1 }],
+        createdAt: t.clock.now(),
+        state: 'creating',
+        stopAt: t.clock.now() + 60_000,
+        reservedMinutes: 0,
+        endedAt: null,
+        details: null,
+      },
       { minutes: 1, concurrency: 5, volumes: [{ name: 'made_by_it', sizeGb: null }], newName: () => 'x-y-0002' },
     );
     try {
-      for (let i = 0; i < 100 && (await t.app.store.listSandboxesByState(['creating'])).length < 2; i++) await new Promise((r) => setTimeout(r, 5));
+      for (let i = 0; i < 100 && (await t.app.store.listSandboxesByState(['creating'])).length < 2; i++)
+        await new Promise((r) => setTimeout(r, 5));
       assert.equal((await t.app.store.listSandboxesByState(['creating'])).length, 2, 'both records exist');
       const before = await t.app.store.balance(a.id);
       const rep = await t.app.reaper.reconcile();
       assert.deepEqual(rep.abandoned, [rec.id]);
       assert.equal((await t.app.store.getSandbox(rec.id))!.state, 'error');
       assert.equal(await t.app.store.balance(a.id), before + 1);
-      assert.equal(await t.app.store.getVolume(a.id, 'made_by_it'), null, 'the volume it reserved but never made is forgotten');
+      assert.equal(
+        await t.app.store.getVolume(a.id, 'made_by_it'),
+        null,
+        'the volume it reserved but never made is forgotten',
+      );
       assert.deepEqual((await t.app.reaper.reconcile({ startup: true })).abandoned, [], 'nothing left to abandon');
     } finally {
       release();

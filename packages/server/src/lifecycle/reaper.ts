@@ -31,7 +31,10 @@ export class Reaper {
   private lastPurge = Number.NEGATIVE_INFINITY;
   private readonly failedUntil = new Map<string, number>();
 
-  constructor(private readonly d: ServiceDeps, private readonly sandboxes: SandboxService) {}
+  constructor(
+    private readonly d: ServiceDeps,
+    private readonly sandboxes: SandboxService,
+  ) {}
 
   /** Starts the timers (unref'd: they never keep the process alive). */
   start(): void {
@@ -90,8 +93,12 @@ export class Reaper {
         if (r.state === 'creating') {
           // Checked in this order: once a create is over, its record no longer changes.
           if (this.sandboxes.isCreating(r.id) || (await this.d.store.getSandbox(r.id))?.state !== 'creating') continue;
-          await this.d.driver.delete(r.id).catch((err) => this.d.log.warn({ err, sandboxId: r.id }, 'delete abandoned'));
-          const why = opts.startup ? 'the server stopped while the sandbox was being created' : 'the sandbox could not be created';
+          await this.d.driver
+            .delete(r.id)
+            .catch((err) => this.d.log.warn({ err, sandboxId: r.id }, 'delete abandoned'));
+          const why = opts.startup
+            ? 'the server stopped while the sandbox was being created'
+            : 'the sandbox could not be created';
           await this.sandboxes.markLost(r, why, { fullRefund: true });
           abandoned.push(r);
           report.abandoned.push(r.id);
@@ -104,7 +111,10 @@ export class Reaper {
         }
       }
       // Once none of them is live any more, so that two abandoned creates of one new volume let it go.
-      for (const r of abandoned) await this.sandboxes.dropNewVolumes(r).catch((err) => this.d.log.warn({ err, sandboxId: r.id }, 'volumes of an abandoned create'));
+      for (const r of abandoned)
+        await this.sandboxes
+          .dropNewVolumes(r)
+          .catch((err) => this.d.log.warn({ err, sandboxId: r.id }, 'volumes of an abandoned create'));
       const known = new Set(records.map((r) => r.id));
       for (const id of runtime.keys()) {
         if (known.has(id)) continue;

@@ -49,7 +49,12 @@ export class PortAccess {
     const key = a.req.headers[KEY_HEADER];
     if (typeof key === 'string' && key !== '') {
       const owner = await this.opts.accountOfKey(key.trim());
-      if (owner !== a.accountId) throw new ProxyError(401, `The key in X-Sandboxd-Key does not open port ${a.port} of sandbox ${a.sandboxId}`, where);
+      if (owner !== a.accountId)
+        throw new ProxyError(
+          401,
+          `The key in X-Sandboxd-Key does not open port ${a.port} of sandbox ${a.sandboxId}`,
+          where,
+        );
       return { kind: 'forward', path: url };
     }
     const q = url.indexOf('?');
@@ -58,7 +63,8 @@ export class PortAccess {
     const tokenPair = pairs.find(isToken);
     if (tokenPair !== undefined) {
       const fromQuery = decodeURIComponentSafe(tokenPair.slice(LINK_PARAM.length + 1));
-      if (!this.valid(fromQuery, a)) throw new ProxyError(401, 'This link is invalid or has expired; ask for a new one', where);
+      if (!this.valid(fromQuery, a))
+        throw new ProxyError(401, 'This link is invalid or has expired; ask for a new one', where);
       // Other parameters are kept byte for byte.
       const rest = pairs.filter((p) => !isToken(p)).join('&');
       const path = `${url.slice(0, q)}${rest ? `?${rest}` : ''}`;

@@ -5,7 +5,9 @@ import { after, before, describe, it } from 'node:test';
 import { get, IDS, startFixture, type Fixture } from './test-fixture.js';
 
 /** A TCP server playing a sandbox byte for byte: `answer` gets each request head and its index on that connection. */
-async function rawSandbox(answer: (sock: Socket, head: string, nth: number) => void): Promise<{ port: number; conns: () => number; close: () => Promise<void> }> {
+async function rawSandbox(
+  answer: (sock: Socket, head: string, nth: number) => void,
+): Promise<{ port: number; conns: () => number; close: () => Promise<void> }> {
   let conns = 0;
   const sockets = new Set<Socket>();
   const server: Server = createServer((sock) => {
@@ -50,7 +52,13 @@ describe('port proxy: its HTTP/1.1 client towards the sandbox', () => {
   };
 
   it('reuses one keep-alive connection, also after a HEAD whose Content-Length has no body', async () => {
-    const s = await sandbox((sock, head) => sock.write(head.startsWith('HEAD') ? 'HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n' : 'HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok'));
+    const s = await sandbox((sock, head) =>
+      sock.write(
+        head.startsWith('HEAD')
+          ? 'HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n'
+          : 'HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok',
+      ),
+    );
     for (let i = 0; i < 4; i++) assert.equal((await get(f.port, s.host)).body, 'ok');
     const h = await get(f.port, s.host, { method: 'HEAD' });
     assert.deepEqual([h.status, h.headers['content-length'], h.body], [200, '1000', '']);
@@ -59,7 +67,9 @@ describe('port proxy: its HTTP/1.1 client towards the sandbox', () => {
   });
 
   it('a pooled connection the sandbox drops is retried once for a request without a body, never for one with a body', async () => {
-    const s = await sandbox((sock, _head, nth) => (nth === 0 ? sock.write('HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok') : sock.destroy()));
+    const s = await sandbox((sock, _head, nth) =>
+      nth === 0 ? sock.write('HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok') : sock.destroy(),
+    );
     assert.equal((await get(f.port, s.host)).status, 200);
     assert.equal((await get(f.port, s.host)).status, 200, 'retried on a fresh connection');
     assert.equal(s.conns(), 2);
@@ -68,13 +78,19 @@ describe('port proxy: its HTTP/1.1 client towards the sandbox', () => {
   });
 
   it('chunked, close-delimited and 103-preceded answers reach the client re-framed', async () => {
-    const chunked = await sandbox((sock) => sock.write('HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 999\r\n\r\n3\r\nabc\r\n2;x=y\r\nde\r\n0\r\nT: x\r\n\r\n'));
+    const chunked = await sandbox((sock) =>
+      sock.write(
+        'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 999\r\n\r\n3\r\nabc\r\n2;x=y\r\nde\r\n0\r\nT: x\r\n\r\n',
+      ),
+    );
     const c = await get(f.port, chunked.host);
     assert.deepEqual([c.status, c.body, c.headers['content-length']], [200, 'abcde', undefined]);
     const closing = await sandbox((sock) => sock.end('HTTP/1.0 200 OK\r\nX-Old: 1\r\n\r\nuntil the end'));
     const e = await get(f.port, closing.host);
     assert.deepEqual([e.status, e.body, e.headers['x-old']], [200, 'until the end', '1']);
-    const hints = await sandbox((sock) => sock.write('HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nbody'));
+    const hints = await sandbox((sock) =>
+      sock.write('HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nbody'),
+    );
     const h = await get(f.port, hints.host);
     assert.deepEqual([h.status, h.body], [200, 'body']);
   });
@@ -109,15 +125,22 @@ describe('port proxy: its HTTP/1.1 client towards the sandbox', () => {
         res.on('end', () => resolve(`ended after ${n}`));
         res.on('error', () => resolve('cut'));
         res.on('aborted', () => resolve('cut'));
-      }).on('error', () => resolve('cut')).end();
+      })
+        .on('error', () => resolve('cut'))
+        .end();
     });
     assert.equal(outcome, 'cut');
   });
 
   it('an answer sent before the upload finished reaches the client', async () => {
-    const s = await sandbox((sock) => sock.end('HTTP/1.1 413 Payload Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n'));
+    const s = await sandbox((sock) =>
+      sock.end('HTTP/1.1 413 Payload Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n'),
+    );
     const status = await new Promise<number>((resolve, reject) => {
-      const req = request({ host: '127.0.0.1', port: f.port, method: 'PUT', headers: { host: s.host }, agent: false }, (res) => resolve(res.statusCode ?? 0));
+      const req = request(
+        { host: '127.0.0.1', port: f.port, method: 'PUT', headers: { host: s.host }, agent: false },
+        (res) => resolve(res.statusCode ?? 0),
+      );
       req.on('error', (e) => (req.writableEnded ? undefined : reject(e)));
       const chunk = Buffer.alloc(256 * 1024);
       let i = 0;

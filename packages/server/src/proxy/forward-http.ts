@@ -59,7 +59,11 @@ export function forwardHttp(req: IncomingMessage, res: ServerResponse, f: HttpFo
 
     const arm = () => {
       clearTimeout(timer);
-      if (phase === 'waiting') timer = setTimeout(() => (refuse(timeoutError(where, f.timeoutMs)), end(false)), f.timeoutMs);
+      if (phase === 'waiting')
+        timer = setTimeout(() => {
+          refuse(timeoutError(where, f.timeoutMs));
+          end(false);
+        }, f.timeoutMs);
     };
     /** Ends this attempt: the connection goes back to the pool only after a clean, complete exchange. */
     const end = (clean: boolean) => {
@@ -74,17 +78,30 @@ export function forwardHttp(req: IncomingMessage, res: ServerResponse, f: HttpFo
       else sock.destroy();
     };
     const fail = (e: NodeJS.ErrnoException | null) => {
-      if (phase === 'waiting' && !gotBytes && retryable && (e === null || e.code === 'ECONNRESET' || e.code === 'EPIPE')) {
+      if (
+        phase === 'waiting' &&
+        !gotBytes &&
+        retryable &&
+        (e === null || e.code === 'ECONNRESET' || e.code === 'EPIPE')
+      ) {
         end(false);
         attempt(true);
         return;
       }
-      if (phase === 'waiting') refuse(e ? upstreamError(e, where) : upstreamError(Object.assign(new Error('eof'), { code: 'EOF' }), where));
+      if (phase === 'waiting')
+        refuse(e ? upstreamError(e, where) : upstreamError(Object.assign(new Error('eof'), { code: 'EOF' }), where));
       else if (phase === 'streaming' && !res.writableEnded) res.destroy();
       end(false);
     };
     const invalid = (e: Error) => {
-      if (phase === 'waiting') refuse(new ProxyError(502, `Sandbox ${where.sandboxId} sent an invalid HTTP answer on port ${where.port}: ${e.message}`, { ...where, reason: 'invalid_response' }));
+      if (phase === 'waiting')
+        refuse(
+          new ProxyError(
+            502,
+            `Sandbox ${where.sandboxId} sent an invalid HTTP answer on port ${where.port}: ${e.message}`,
+            { ...where, reason: 'invalid_response' },
+          ),
+        );
       else if (!res.writableEnded) res.destroy();
       end(false);
     };
@@ -114,7 +131,11 @@ export function forwardHttp(req: IncomingMessage, res: ServerResponse, f: HttpFo
       clearTimeout(timer);
       ({ framing, keepAlive: reusable } = framingOf(h, method));
       decoder = new BodyDecoder(framing);
-      res.writeHead(h.statusCode, h.statusMessage || undefined, downstreamHeaders(h.rawHeaders, { dropLength: framing.kind === 'chunked' }));
+      res.writeHead(
+        h.statusCode,
+        h.statusMessage || undefined,
+        downstreamHeaders(h.rawHeaders, { dropLength: framing.kind === 'chunked' }),
+      );
       phase = 'streaming';
       res.flushHeaders();
     };
@@ -126,7 +147,8 @@ export function forwardHttp(req: IncomingMessage, res: ServerResponse, f: HttpFo
         headBuf = headBuf ? Buffer.concat([headBuf, buf.subarray(0, n)]) : Buffer.from(buf.subarray(0, n));
         for (;;) {
           const endAt = headBuf.indexOf('\r\n\r\n');
-          if (endAt > MAX_HEAD_BYTES || (endAt === -1 && headBuf.length > MAX_HEAD_BYTES)) throw new Error('response head too large');
+          if (endAt > MAX_HEAD_BYTES || (endAt === -1 && headBuf.length > MAX_HEAD_BYTES))
+            throw new Error('response head too large');
           if (endAt === -1) return true;
           const h = parseResponseHead(headBuf.toString('latin1', 0, endAt));
           headBuf = headBuf.subarray(endAt + 4);

@@ -2,7 +2,7 @@ import type { IncomingMessage } from 'node:http';
 import { connect } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { upstreamHeaders } from './headers.js';
-import { ProxyError, timeoutError, upstreamError, writeUpgradeError } from './reply.js';
+import { type ProxyError, timeoutError, upstreamError, writeUpgradeError } from './reply.js';
 import type { ProxyTarget } from './targets.js';
 
 /** Where one upgrade request (WebSocket) is forwarded. */

@@ -7,8 +7,16 @@ export const KEY_HEADER = 'x-sandboxd-key';
 
 /** Hop-by-hop headers (RFC 9110 7.6.1) plus those the proxy sets or consumes itself. */
 const HOP_BY_HOP = new Set([
-  'connection', 'keep-alive', 'proxy-connection', 'proxy-authenticate', 'proxy-authorization',
-  'te', 'trailer', 'transfer-encoding', 'upgrade', 'expect',
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'proxy-authenticate',
+  'proxy-authorization',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+  'expect',
 ]);
 const SET_BY_PROXY = new Set(['x-forwarded-for', 'x-forwarded-proto', 'x-forwarded-host', KEY_HEADER]);
 
@@ -52,7 +60,8 @@ export function upstreamHeaders(req: IncomingMessage, opts: { upgrade: boolean }
  */
 export function downstreamHeaders(rawHeaders: string[], opts: { dropLength: boolean }): string[] {
   let connection = '';
-  for (let i = 0; i < rawHeaders.length; i += 2) if (rawHeaders[i].toLowerCase() === 'connection') connection += `,${rawHeaders[i + 1]}`;
+  for (let i = 0; i < rawHeaders.length; i += 2)
+    if (rawHeaders[i].toLowerCase() === 'connection') connection += `,${rawHeaders[i + 1]}`;
   const named = connectionTokens(connection);
   const out: string[] = [];
   for (let i = 0; i < rawHeaders.length; i += 2) {

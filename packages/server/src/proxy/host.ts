@@ -62,7 +62,10 @@ export class PublicHosts {
     const label = name.slice(0, -this.suffix.length);
     const l = LABEL.exec(label);
     if (!l) throw new ProxyError(400, `Host must be <port>-<sandboxId>${this.suffix}`, { host: req.headers.host });
-    if (!validPort(l[1])) throw new ProxyError(400, `Port ${l[1]} is out of range: ports are 1-65535 without leading zeros`, { port: l[1] });
+    if (!validPort(l[1]))
+      throw new ProxyError(400, `Port ${l[1]} is out of range: ports are 1-65535 without leading zeros`, {
+        port: l[1],
+      });
     const sandboxId = l[2];
     if (!SANDBOX_ID.test(sandboxId)) throw new ProxyError(404, `No sandbox ${sandboxId}`, { sandboxId });
     return { sandboxId, port: Number(l[1]) };
@@ -77,6 +80,7 @@ export function validPort(s: string): boolean {
 
 function countHostHeaders(req: IncomingMessage): number {
   let n = 0;
-  for (let i = 0; i < req.rawHeaders.length; i += 2) if (req.rawHeaders[i].length === 4 && req.rawHeaders[i].toLowerCase() === 'host') n++;
+  for (let i = 0; i < req.rawHeaders.length; i += 2)
+    if (req.rawHeaders[i].length === 4 && req.rawHeaders[i].toLowerCase() === 'host') n++;
   return n;
 }

@@ -26,23 +26,57 @@ function decode(framing: Framing, wire: string, cuts: number[] = []): { body: st
 describe('HTTP/1.1 response reading', () => {
   it('parses a head, keeping header order, case and duplicates', () => {
     const h = parseResponseHead('HTTP/1.1 201 Made It\r\nSet-Cookie: a=1\r\nX-Y:  spaced  \r\nset-cookie: b=2');
-    assert.deepEqual(h, { statusCode: 201, statusMessage: 'Made It', minor: 1, rawHeaders: ['Set-Cookie', 'a=1', 'X-Y', 'spaced', 'set-cookie', 'b=2'] });
+    assert.deepEqual(h, {
+      statusCode: 201,
+      statusMessage: 'Made It',
+      minor: 1,
+      rawHeaders: ['Set-Cookie', 'a=1', 'X-Y', 'spaced', 'set-cookie', 'b=2'],
+    });
     assert.equal(parseResponseHead('HTTP/1.0 200').statusMessage, '');
-    for (const bad of ['HTTP/2 200 OK', 'HTTP/1.1 20 OK', 'ICY 200 OK', 'HTTP/1.1 200 OK\r\n folded', 'HTTP/1.1 200 OK\r\nBad Name: x', 'HTTP/1.1 200 OK\r\nX: a\x00b', 'HTTP/1.1 200 OK\r\nnocolon']) {
+    for (const bad of [
+      'HTTP/2 200 OK',
+      'HTTP/1.1 20 OK',
+      'ICY 200 OK',
+      'HTTP/1.1 200 OK\r\n folded',
+      'HTTP/1.1 200 OK\r\nBad Name: x',
+      'HTTP/1.1 200 OK\r\nX: a\x00b',
+      'HTTP/1.1 200 OK\r\nnocolon',
+    ]) {
       assert.throws(() => parseResponseHead(bad), Error, JSON.stringify(bad));
     }
   });
 
   it('decides framing and reuse as RFC 9112 says', () => {
     const f = (head: string, method = 'GET') => framingOf(parseResponseHead(head), method);
-    assert.deepEqual(f('HTTP/1.1 200 OK\r\nContent-Length: 5'), { framing: { kind: 'length', length: 5 }, keepAlive: true });
-    assert.deepEqual(f('HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\nContent-Length: 5'), { framing: { kind: 'length', length: 5 }, keepAlive: true });
-    assert.deepEqual(f('HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 9'), { framing: { kind: 'chunked' }, keepAlive: true });
-    assert.deepEqual(f('HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 1'), { framing: { kind: 'length', length: 1 }, keepAlive: false });
-    assert.deepEqual(f('HTTP/1.0 200 OK\r\nContent-Length: 1'), { framing: { kind: 'length', length: 1 }, keepAlive: false });
-    assert.deepEqual(f('HTTP/1.0 200 OK\r\nConnection: Keep-Alive\r\nContent-Length: 1'), { framing: { kind: 'length', length: 1 }, keepAlive: true });
+    assert.deepEqual(f('HTTP/1.1 200 OK\r\nContent-Length: 5'), {
+      framing: { kind: 'length', length: 5 },
+      keepAlive: true,
+    });
+    assert.deepEqual(f('HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\nContent-Length: 5'), {
+      framing: { kind: 'length', length: 5 },
+      keepAlive: true,
+    });
+    assert.deepEqual(f('HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 9'), {
+      framing: { kind: 'chunked' },
+      keepAlive: true,
+    });
+    assert.deepEqual(f('HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 1'), {
+      framing: { kind: 'length', length: 1 },
+      keepAlive: false,
+    });
+    assert.deepEqual(f('HTTP/1.0 200 OK\r\nContent-Length: 1'), {
+      framing: { kind: 'length', length: 1 },
+      keepAlive: false,
+    });
+    assert.deepEqual(f('HTTP/1.0 200 OK\r\nConnection: Keep-Alive\r\nContent-Length: 1'), {
+      framing: { kind: 'length', length: 1 },
+      keepAlive: true,
+    });
     assert.deepEqual(f('HTTP/1.1 200 OK'), { framing: { kind: 'close' }, keepAlive: false });
-    assert.deepEqual(f('HTTP/1.1 200 OK\r\nContent-Length: 10', 'HEAD'), { framing: { kind: 'none' }, keepAlive: true });
+    assert.deepEqual(f('HTTP/1.1 200 OK\r\nContent-Length: 10', 'HEAD'), {
+      framing: { kind: 'none' },
+      keepAlive: true,
+    });
     for (const s of [204, 304]) assert.equal(f(`HTTP/1.1 ${s} X\r\nContent-Length: 10`).framing.kind, 'none');
     assert.throws(() => f('HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2'), /conflicting/);
     assert.throws(() => f('HTTP/1.1 200 OK\r\nContent-Length: -1'), /malformed/);
@@ -58,7 +92,8 @@ describe('HTTP/1.1 response reading', () => {
       }
     }
     assert.deepEqual(decode({ kind: 'chunked' }, '0\r\n\r\n'), { body: '', done: true, extra: 0 });
-    for (const bad of ['x\r\n', '5\r\nhelloXX\r\n', `${'1'.repeat(5000)}`]) assert.throws(() => decode({ kind: 'chunked' }, bad), Error, bad);
+    for (const bad of ['x\r\n', '5\r\nhelloXX\r\n', `${'1'.repeat(5000)}`])
+      assert.throws(() => decode({ kind: 'chunked' }, bad), Error, bad);
   });
 
   it('length and close framing: exact bytes, then what follows is extra', () => {

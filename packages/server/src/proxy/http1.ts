@@ -27,6 +27,7 @@ export function parseResponseHead(text: string): ResponseHead {
   const rawHeaders: string[] = [];
   for (let i = 1; i < lines.length; i++) {
     const h = HEADER_LINE.exec(lines[i]);
+    // biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what a header value must not hold
     if (!h || /[\0-\x08\x0a-\x1f\x7f]/.test(h[2])) throw new Error('malformed header line');
     rawHeaders.push(h[1], h[2]);
   }
@@ -50,7 +51,13 @@ export function framingOf(head: ResponseHead, method: string): { framing: Framin
     const value = head.rawHeaders[i + 1];
     if (name === 'transfer-encoding') te = te === null ? value : `${te}, ${value}`;
     else if (name === 'content-length') for (const v of value.split(',')) lengths.add(v.trim());
-    else if (name === 'connection') connection.push(...value.toLowerCase().split(',').map((s) => s.trim()));
+    else if (name === 'connection')
+      connection.push(
+        ...value
+          .toLowerCase()
+          .split(',')
+          .map((s) => s.trim()),
+      );
   }
   const keepAlive = head.minor === 1 ? !connection.includes('close') : connection.includes('keep-alive');
   const s = head.statusCode;

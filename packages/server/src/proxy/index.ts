@@ -23,10 +23,20 @@ export function attachPortProxy(app: Sandboxd, config: Readonly<Config>): PortPr
   app.services.sandboxes.onGone((id) => targets.forget(id));
   const access = new PortAccess({
     links: app.services.sandboxes.portLinks,
-    accountOfKey: (key) => app.services.auth.fromApiKey(key).then((p) => p.account.id, () => null),
+    accountOfKey: (key) =>
+      app.services.auth.fromApiKey(key).then(
+        (p) => p.account.id,
+        () => null,
+      ),
     now: () => app.clock.now(),
   });
-  const proxy = new PortProxy({ publicHost: config.publicHost, timeoutMs: config.proxyTimeoutMs, targets, access, log: app.log.child({ component: 'proxy' }) });
+  const proxy = new PortProxy({
+    publicHost: config.publicHost,
+    timeoutMs: config.proxyTimeoutMs,
+    targets,
+    access,
+    log: app.log.child({ component: 'proxy' }),
+  });
   proxy.attach(app.frontDoor);
   app.http.addHook('preClose', (done) => {
     proxy.close();

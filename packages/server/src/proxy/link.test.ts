@@ -18,7 +18,8 @@ describe('private ports and port links (composed app, fake driver)', () => {
       rmSync(dataDir, { recursive: true, force: true });
     }
   });
-  const create = async (body: Record<string, unknown>) => t.req({ method: 'POST', url: '/api/v1/sandboxes', payload: { image: 'local/busybox:latest', ...body } });
+  const create = async (body: Record<string, unknown>) =>
+    t.req({ method: 'POST', url: '/api/v1/sandboxes', payload: { image: 'local/busybox:latest', ...body } });
 
   it('ports are public by default; "ports": {"public": false} is stored; the reply keeps the spec shape', async () => {
     const pub = (await create({})).json().sandbox;
@@ -26,7 +27,16 @@ describe('private ports and port links (composed app, fake driver)', () => {
     const c = await create({ ports: { public: false } });
     assert.equal(c.statusCode, 201);
     const priv = c.json().sandbox;
-    assert.deepEqual(Object.keys(priv).sort(), ['createdAt', 'id', 'image', 'name', 'publicAccessUrlTemplate', 'region', 'state', 'stopAt']);
+    assert.deepEqual(Object.keys(priv).sort(), [
+      'createdAt',
+      'id',
+      'image',
+      'name',
+      'publicAccessUrlTemplate',
+      'region',
+      'state',
+      'stopAt',
+    ]);
     assert.equal((await t.app.store.getSandbox(priv.id))!.portsPublic, false);
     assert.equal((await create({ ports: { public: false, other: 1 } })).statusCode, 400);
     assert.equal((await create({ ports: { public: 'no' } })).statusCode, 400);
@@ -37,21 +47,40 @@ describe('private ports and port links (composed app, fake driver)', () => {
     const r = await t.req({ method: 'POST', url: `/api/v1/sandboxes/${sb.id}/ports/8000/link` });
     assert.equal(r.statusCode, 200);
     const { url, expiresAt } = r.json();
-    const m = new RegExp(`^http://8000-${sb.id}\\.sandbox\\.localhost:8080/\\?sandboxd_token=(\\d+\\.[A-Za-z0-9_-]+)$`).exec(url);
+    const m = new RegExp(
+      `^http://8000-${sb.id}\\.sandbox\\.localhost:8080/\\?sandboxd_token=(\\d+\\.[A-Za-z0-9_-]+)$`,
+    ).exec(url);
     assert.ok(m, url);
     assert.equal(new Date(expiresAt).getTime(), t.clock.now() + 3_600_000);
     const links = t.app.services.sandboxes.portLinks;
     assert.equal(links.verify(m[1], { sandboxId: sb.id, port: 8000, now: t.clock.now() }), true);
     assert.equal(links.verify(m[1], { sandboxId: sb.id, port: 8001, now: t.clock.now() }), false);
-    const short = await t.req({ method: 'POST', url: `/api/v1/sandboxes/${sb.id}/ports/3000/link`, payload: { expiresInMs: 5000 } });
+    const short = await t.req({
+      method: 'POST',
+      url: `/api/v1/sandboxes/${sb.id}/ports/3000/link`,
+      payload: { expiresInMs: 5000 },
+    });
     assert.equal(new Date(short.json().expiresAt).getTime(), t.clock.now() + 5000);
-    for (const [port, body] of [['0', {}], ['65536', {}], ['http', {}], ['80', { expiresInMs: 10 }], ['80', { expiresInMs: 10 ** 10 }], ['80', { x: 1 }]] as const) {
+    for (const [port, body] of [
+      ['0', {}],
+      ['65536', {}],
+      ['http', {}],
+      ['80', { expiresInMs: 10 }],
+      ['80', { expiresInMs: 10 ** 10 }],
+      ['80', { x: 1 }],
+    ] as const) {
       const bad = await t.req({ method: 'POST', url: `/api/v1/sandboxes/${sb.id}/ports/${port}/link`, payload: body });
       assert.equal(bad.statusCode, 400, `${port} ${JSON.stringify(body)}`);
     }
     const other = await t.newAccount();
-    assert.equal((await t.req({ method: 'POST', url: `/api/v1/sandboxes/${sb.id}/ports/80/link`, key: other.key })).statusCode, 404);
-    assert.equal((await t.req({ method: 'POST', url: `/api/v1/sandboxes/${sb.id}/ports/80/link`, key: null })).statusCode, 401);
+    assert.equal(
+      (await t.req({ method: 'POST', url: `/api/v1/sandboxes/${sb.id}/ports/80/link`, key: other.key })).statusCode,
+      404,
+    );
+    assert.equal(
+      (await t.req({ method: 'POST', url: `/api/v1/sandboxes/${sb.id}/ports/80/link`, key: null })).statusCode,
+      401,
+    );
     await t.req({ method: 'PATCH', url: `/api/v1/sandboxes/${sb.id}/timeout`, payload: { timeoutMs: 0 } });
     assert.equal((await t.req({ method: 'POST', url: `/api/v1/sandboxes/${sb.id}/ports/80/link` })).statusCode, 409);
   });
@@ -65,7 +94,10 @@ describe('private ports and port links (composed app, fake driver)', () => {
     assert.equal(r.status, 502);
     assert.match(JSON.parse(r.body).message, /no network address/);
     assert.equal((await get(port, host.replace(sb.id, `sbx_${'z'.repeat(20)}`))).status, 404);
-    const api = await get(port, `127.0.0.1:${port}`, { path: '/api/v1/sandboxes', headers: { authorization: `Bearer ${t.adminKey}` } });
+    const api = await get(port, `127.0.0.1:${port}`, {
+      path: '/api/v1/sandboxes',
+      headers: { authorization: `Bearer ${t.adminKey}` },
+    });
     assert.equal(api.status, 200, 'other hosts still reach the API');
   });
 });

@@ -20,7 +20,8 @@ describe('PortLinks', () => {
     assert.equal(links.verify(t, { ...g, sandboxId: `sbx_${'b'.repeat(20)}`, now: 0 }), false, 'other sandbox');
     const [, mac] = t.split('.');
     assert.equal(links.verify(`3000.${mac}`, { ...g, now: 0 }), false, 'expiry changed');
-    for (const bad of ['', 'x', `2000.${mac}x`, `2000.${mac.slice(1)}`, `-1.${mac}`]) assert.equal(links.verify(bad, { ...g, now: 0 }), false, bad);
+    for (const bad of ['', 'x', `2000.${mac}x`, `2000.${mac.slice(1)}`, `-1.${mac}`])
+      assert.equal(links.verify(bad, { ...g, now: 0 }), false, bad);
     assert.equal(links.remainingSeconds(t, 500), 1);
   });
 

@@ -44,7 +44,9 @@ export class PortLinks {
   }
 
   private mac(g: { sandboxId: string; port: number; expiresAt: number }): string {
-    return createHmac('sha256', this.key()).update(`sandboxd-port-link/v1\n${g.sandboxId}\n${g.port}\n${g.expiresAt}`).digest('base64url');
+    return createHmac('sha256', this.key())
+      .update(`sandboxd-port-link/v1\n${g.sandboxId}\n${g.port}\n${g.expiresAt}`)
+      .digest('base64url');
   }
 
   private key(): Buffer {

@@ -13,8 +13,13 @@ describe('port proxy: HTTP (127.0.0.1 stands in for the sandbox)', () => {
     const r = await get(f.port, f.host(IDS.pub), {
       path: '/echo?q=1',
       headers: {
-        'x-forwarded-for': '203.0.113.9', 'x-forwarded-proto': 'https', 'x-sandboxd-key': OWNER_KEY,
-        connection: 'keep-alive, x-drop-me', 'x-drop-me': '1', cookie: 'app=1; sandboxd_token=secret; other=2', authorization: 'Bearer app-own',
+        'x-forwarded-for': '203.0.113.9',
+        'x-forwarded-proto': 'https',
+        'x-sandboxd-key': OWNER_KEY,
+        connection: 'keep-alive, x-drop-me',
+        'x-drop-me': '1',
+        cookie: 'app=1; sandboxd_token=secret; other=2',
+        authorization: 'Bearer app-own',
       },
     });
     assert.equal(r.status, 200);
@@ -27,7 +32,7 @@ describe('port proxy: HTTP (127.0.0.1 stands in for the sandbox)', () => {
     assert.equal(echo.headers['x-sandboxd-key'], undefined);
     assert.equal(echo.headers['x-drop-me'], undefined);
     assert.equal(echo.headers.cookie, 'app=1; other=2');
-    assert.equal(echo.headers.authorization, 'Bearer app-own', 'the app\'s own auth passes through');
+    assert.equal(echo.headers.authorization, 'Bearer app-own', "the app's own auth passes through");
   });
 
   it('every method, status, reason and repeated response header pass through', async () => {
@@ -48,11 +53,14 @@ describe('port proxy: HTTP (127.0.0.1 stands in for the sandbox)', () => {
     const chunk = Buffer.alloc(1024 * 1024, 7);
     const want = createHash('sha256');
     const up = await new Promise<string>((resolve, reject) => {
-      const req = request({ host: '127.0.0.1', port: f.port, method: 'POST', path: '/upload', headers: { host: f.host(IDS.pub) } }, (res) => {
-        let b = '';
-        res.on('data', (c) => (b += c));
-        res.on('end', () => resolve(b));
-      });
+      const req = request(
+        { host: '127.0.0.1', port: f.port, method: 'POST', path: '/upload', headers: { host: f.host(IDS.pub) } },
+        (res) => {
+          let b = '';
+          res.on('data', (c) => (b += c));
+          res.on('end', () => resolve(b));
+        },
+      );
       req.on('error', reject);
       let i = 0;
       const pump = () => {
@@ -69,12 +77,17 @@ describe('port proxy: HTTP (127.0.0.1 stands in for the sandbox)', () => {
 
     const total = 64 * 1024 * 1024;
     const got = await new Promise<number>((resolve, reject) => {
-      request({ host: '127.0.0.1', port: f.port, path: `/download?bytes=${total}`, headers: { host: f.host(IDS.pub) } }, (res) => {
-        let n = 0;
-        res.on('data', (c: Buffer) => (n += c.length));
-        res.on('end', () => resolve(n));
-        res.on('error', reject);
-      }).on('error', reject).end();
+      request(
+        { host: '127.0.0.1', port: f.port, path: `/download?bytes=${total}`, headers: { host: f.host(IDS.pub) } },
+        (res) => {
+          let n = 0;
+          res.on('data', (c: Buffer) => (n += c.length));
+          res.on('end', () => resolve(n));
+          res.on('error', reject);
+        },
+      )
+        .on('error', reject)
+        .end();
     });
     assert.equal(got, total);
   });
@@ -82,15 +95,25 @@ describe('port proxy: HTTP (127.0.0.1 stands in for the sandbox)', () => {
   it('server-sent events arrive one by one, before the stream ends', async () => {
     const events: string[] = [];
     await new Promise<void>((resolve, reject) => {
-      request({ host: '127.0.0.1', port: f.port, path: '/sse', headers: { host: f.host(IDS.pub), accept: 'text/event-stream' } }, (res) => {
-        assert.equal(res.headers['content-type'], 'text/event-stream');
-        res.setEncoding('utf8');
-        res.on('data', (c: string) => {
-          events.push(c);
-          if (events.length === 1) f.releaseSse(); // the first event came while the sandbox still holds the stream
-        });
-        res.on('end', () => resolve());
-      }).on('error', reject).end();
+      request(
+        {
+          host: '127.0.0.1',
+          port: f.port,
+          path: '/sse',
+          headers: { host: f.host(IDS.pub), accept: 'text/event-stream' },
+        },
+        (res) => {
+          assert.equal(res.headers['content-type'], 'text/event-stream');
+          res.setEncoding('utf8');
+          res.on('data', (c: string) => {
+            events.push(c);
+            if (events.length === 1) f.releaseSse(); // the first event came while the sandbox still holds the stream
+          });
+          res.on('end', () => resolve());
+        },
+      )
+        .on('error', reject)
+        .end();
     });
     assert.deepEqual(events.join('').split('\n\n').filter(Boolean), ['data: one', 'data: two']);
     assert.equal(events[0], 'data: one\n\n');
@@ -112,7 +135,9 @@ describe('port proxy: HTTP (127.0.0.1 stands in for the sandbox)', () => {
     const body = JSON.parse(refused.body);
     assert.equal(body.message, `Nothing is listening on port ${f.closedPort} of sandbox ${IDS.pub}`);
     assert.deepEqual(body.details, { sandboxId: IDS.pub, port: f.closedPort, reason: 'ECONNREFUSED' });
-    const page = await get(f.port, f.host(IDS.pub, f.closedPort), { headers: { accept: 'text/html,application/xhtml+xml' } });
+    const page = await get(f.port, f.host(IDS.pub, f.closedPort), {
+      headers: { accept: 'text/html,application/xhtml+xml' },
+    });
     assert.equal(page.status, 502);
     assert.match(String(page.headers['content-type']), /^text\/html/);
     assert.match(page.body, /<h1>502 Bad Gateway<\/h1>/);
@@ -156,11 +181,14 @@ describe('port proxy: HTTP (127.0.0.1 stands in for the sandbox)', () => {
     assert.equal(f.seen.length, before + 2);
   });
 
-  it('private ports: 401 without credentials, owner key opens, another account\'s key does not', async () => {
+  it("private ports: 401 without credentials, owner key opens, another account's key does not", async () => {
     const none = await get(f.port, f.host(IDS.priv), { path: '/echo' });
     assert.equal(none.status, 401);
     assert.match(JSON.parse(none.body).message, /private/);
-    assert.equal((await get(f.port, f.host(IDS.priv), { path: '/echo', headers: { 'x-sandboxd-key': OTHER_KEY } })).status, 401);
+    assert.equal(
+      (await get(f.port, f.host(IDS.priv), { path: '/echo', headers: { 'x-sandboxd-key': OTHER_KEY } })).status,
+      401,
+    );
     const ok = await get(f.port, f.host(IDS.priv), { path: '/echo', headers: { 'x-sandboxd-key': OWNER_KEY } });
     assert.equal(ok.status, 200);
     assert.equal(JSON.parse(ok.body).headers['x-sandboxd-key'], undefined, 'the key never reaches the sandbox');
@@ -175,17 +203,31 @@ describe('port proxy: HTTP (127.0.0.1 stands in for the sandbox)', () => {
     assert.match(cookie, /^sandboxd_token=[^;]+; Path=\/; Max-Age=\d+; HttpOnly; SameSite=Lax$/);
     assert.doesNotMatch(cookie, /Domain=/i, 'host-only: no other sandbox or port gets it');
     const jar = cookie.split(';')[0];
-    const withCookie = await get(f.port, f.host(IDS.priv), { path: '/echo', headers: { cookie: `sandboxd_token=planted-by-another-sandbox; ${jar}; app=1` } });
+    const withCookie = await get(f.port, f.host(IDS.priv), {
+      path: '/echo',
+      headers: { cookie: `sandboxd_token=planted-by-another-sandbox; ${jar}; app=1` },
+    });
     assert.equal(withCookie.status, 200);
     assert.equal(JSON.parse(withCookie.body).headers.cookie, 'app=1');
-    const post = await get(f.port, f.host(IDS.priv), { method: 'POST', path: `/echo?sandboxd_token=${token}`, body: 'x' });
+    const post = await get(f.port, f.host(IDS.priv), {
+      method: 'POST',
+      path: `/echo?sandboxd_token=${token}`,
+      body: 'x',
+    });
     assert.equal(post.status, 200);
     assert.equal(JSON.parse(post.body).url, '/echo');
-    assert.equal((await get(f.port, f.host(IDS.priv, f.closedPort), { headers: { cookie: jar } })).status, 401, 'another port');
+    assert.equal(
+      (await get(f.port, f.host(IDS.priv, f.closedPort), { headers: { cookie: jar } })).status,
+      401,
+      'another port',
+    );
     const expired = f.links.sign({ sandboxId: IDS.priv, port: f.upPort, expiresAt: Date.now() - 1 });
     assert.equal((await get(f.port, f.host(IDS.priv), { path: `/?sandboxd_token=${expired}` })).status, 401);
     const forged = `${Date.now() + 60_000}.${token.split('.')[1]}`;
-    assert.equal((await get(f.port, f.host(IDS.priv), { headers: { cookie: `sandboxd_token=${forged}` } })).status, 401);
+    assert.equal(
+      (await get(f.port, f.host(IDS.priv), { headers: { cookie: `sandboxd_token=${forged}` } })).status,
+      401,
+    );
   });
 });
 

@@ -65,22 +65,48 @@ export class PortProxy {
 
   private async serve(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const { addr, target } = await this.prepare(req);
-    const d = await this.o.access.check({ req, ...addr, accountId: target.accountId, portsPublic: target.portsPublic, upgrade: false });
+    const d = await this.o.access.check({
+      req,
+      ...addr,
+      accountId: target.accountId,
+      portsPublic: target.portsPublic,
+      upgrade: false,
+    });
     if (d.kind === 'redirect') {
-      res.writeHead(302, { location: d.location, 'set-cookie': d.cookie, 'cache-control': 'no-store', 'content-length': 0 });
+      res.writeHead(302, {
+        location: d.location,
+        'set-cookie': d.cookie,
+        'cache-control': 'no-store',
+        'content-length': 0,
+      });
       res.end();
       return;
     }
-    forwardHttp(req, res, { target, port: addr.port, path: d.path, timeoutMs: this.o.timeoutMs, onRefused: (e) => this.logRefusal(e, req) });
+    forwardHttp(req, res, {
+      target,
+      port: addr.port,
+      path: d.path,
+      timeoutMs: this.o.timeoutMs,
+      onRefused: (e) => this.logRefusal(e, req),
+    });
   }
 
   private async tunnel(req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
     const { addr, target } = await this.prepare(req);
-    const d = await this.o.access.check({ req, ...addr, accountId: target.accountId, portsPublic: target.portsPublic, upgrade: true });
+    const d = await this.o.access.check({
+      req,
+      ...addr,
+      accountId: target.accountId,
+      portsPublic: target.portsPublic,
+      upgrade: true,
+    });
     if (d.kind !== 'forward') throw new ProxyError(400, 'Unexpected redirect of an upgrade');
     if (socket.destroyed) return;
     forwardUpgrade(req, socket, head, {
-      target, port: addr.port, path: d.path, timeoutMs: this.o.timeoutMs,
+      target,
+      port: addr.port,
+      path: d.path,
+      timeoutMs: this.o.timeoutMs,
       onRefused: (e) => this.logRefusal(e, req),
       onTunnel: (s) => this.track(s),
     });
@@ -89,7 +115,8 @@ export class PortProxy {
   /** Host -> sandbox port -> target; refuses absolute-form and other non-path request targets. */
   private async prepare(req: IncomingMessage): Promise<{ addr: PortAddress; target: ProxyTarget }> {
     const addr = this.hosts.parse(req);
-    if (!req.url?.startsWith('/')) throw new ProxyError(400, 'The request target must be a path (absolute-form and authority-form are refused)');
+    if (!req.url?.startsWith('/'))
+      throw new ProxyError(400, 'The request target must be a path (absolute-form and authority-form are refused)');
     return { addr, target: await this.o.targets.resolve(addr.sandboxId) };
   }
 

@@ -7,13 +7,19 @@ import type { Duplex } from 'node:stream';
  */
 export class ProxyError extends Error {
   override name = 'ProxyError';
-  constructor(readonly status: number, message: string, readonly details?: unknown) {
+  constructor(
+    readonly status: number,
+    message: string,
+    readonly details?: unknown,
+  ) {
     super(message);
   }
 
   /** The `{code, message, details?}` body every sandboxd error has. */
   toBody(): { code: number; message: string; details?: unknown } {
-    return this.details === undefined ? { code: this.status, message: this.message } : { code: this.status, message: this.message, details: this.details };
+    return this.details === undefined
+      ? { code: this.status, message: this.message }
+      : { code: this.status, message: this.message, details: this.details };
   }
 }
 
@@ -39,14 +45,23 @@ export function renderError(req: IncomingMessage, err: ProxyError): { type: stri
  * request body was not read, so unread bytes are never taken for the next request. When
  * the response has already started, the only honest signal left is to cut it.
  */
-export function sendError(req: IncomingMessage, res: ServerResponse, err: ProxyError, extraHeaders: Record<string, string> = {}): void {
+export function sendError(
+  req: IncomingMessage,
+  res: ServerResponse,
+  err: ProxyError,
+  extraHeaders: Record<string, string> = {},
+): void {
   if (res.headersSent) {
     res.destroy();
     return;
   }
   const { type, body } = renderError(req, err);
   const headers: Record<string, string | number> = {
-    'content-type': type, 'content-length': Buffer.byteLength(body), 'cache-control': 'no-store', 'x-sandboxd-proxy': 'error', ...extraHeaders,
+    'content-type': type,
+    'content-length': Buffer.byteLength(body),
+    'cache-control': 'no-store',
+    'x-sandboxd-proxy': 'error',
+    ...extraHeaders,
   };
   if (!req.complete) headers.connection = 'close';
   res.writeHead(err.status, headers);
@@ -59,7 +74,7 @@ export function writeUpgradeError(req: IncomingMessage, socket: Duplex, err: Pro
   const { type, body } = renderError(req, err);
   socket.end(
     `HTTP/1.1 ${err.status} ${STATUS_CODES[err.status] ?? 'Error'}\r\nContent-Type: ${type}\r\n` +
-    `Content-Length: ${Buffer.byteLength(body)}\r\nCache-Control: no-store\r\nX-Sandboxd-Proxy: error\r\nConnection: close\r\n\r\n${body}`,
+      `Content-Length: ${Buffer.byteLength(body)}\r\nCache-Control: no-store\r\nX-Sandboxd-Proxy: error\r\nConnection: close\r\n\r\n${body}`,
   );
 }
 
@@ -74,13 +89,21 @@ export function upstreamError(e: NodeJS.ErrnoException, where: { sandboxId: stri
     case 'EHOSTDOWN':
       return new ProxyError(502, `Sandbox ${where.sandboxId} is unreachable`, details);
     default:
-      return new ProxyError(502, `Sandbox ${where.sandboxId} closed the connection on port ${where.port} without a valid answer`, details);
+      return new ProxyError(
+        502,
+        `Sandbox ${where.sandboxId} closed the connection on port ${where.port} without a valid answer`,
+        details,
+      );
   }
 }
 
 /** The 504 of a sandbox that did not answer in time. */
 export function timeoutError(where: { sandboxId: string; port: number }, timeoutMs: number): ProxyError {
-  return new ProxyError(504, `Sandbox ${where.sandboxId} did not answer on port ${where.port} within ${timeoutMs} ms`, { sandboxId: where.sandboxId, port: where.port, timeoutMs });
+  return new ProxyError(504, `Sandbox ${where.sandboxId} did not answer on port ${where.port} within ${timeoutMs} ms`, {
+    sandboxId: where.sandboxId,
+    port: where.port,
+    timeoutMs,
+  });
 }
 
 function esc(s: string): string {

@@ -5,13 +5,25 @@ import { SandboxTargets } from './targets.js';
 
 const ID = `sbx_${'a'.repeat(20)}`;
 
-function make(o: { address?: string; state?: string; running?: boolean; subnet?: string } = { subnet: '10.89.0.0/16' }) {
+function make(
+  o: { address?: string; state?: string; running?: boolean; subnet?: string } = { subnet: '10.89.0.0/16' },
+) {
   const calls = { store: 0, driver: 0 };
   let now = 0;
   const rec = { id: ID, accountId: 'acc_1', state: o.state ?? 'started', portsPublic: true };
   const t = new SandboxTargets({
-    store: { getSandbox: async () => (calls.store++, rec as never) },
-    driver: { inspect: async () => (calls.driver++, { state: o.running === false ? 'stopped' : 'running', address: o.address ?? '10.89.0.5' } as never) },
+    store: {
+      getSandbox: async () => {
+        calls.store++;
+        return rec as never;
+      },
+    },
+    driver: {
+      inspect: async () => {
+        calls.driver++;
+        return { state: o.running === false ? 'stopped' : 'running', address: o.address ?? '10.89.0.5' } as never;
+      },
+    },
     allowedSubnet: 'subnet' in o ? (o.subnet ?? null) : '10.89.0.0/16',
     now: () => now,
   });
@@ -39,15 +51,31 @@ describe('SandboxTargets', () => {
     assert.equal(await statusOf(make({ running: false }).t.resolve(ID)), 404);
   });
 
-  it('refuses addresses outside the runtime subnet, and the host\'s own addresses in it', async () => {
+  it("refuses addresses outside the runtime subnet, and the host's own addresses in it", async () => {
     const subnet = '10.89.0.0/16';
-    for (const [address, want] of [['10.89.0.5', 200], ['10.89.255.254', 200], ['10.89.0.1', 502], ['10.89.0.0', 502], ['10.89.255.255', 502],
-      ['10.90.0.5', 502], ['127.0.0.1', 502], ['0.0.0.0', 502], ['', 502], ['::1', 502], ['10.89.0.5.nip.io', 502]] as const) {
+    for (const [address, want] of [
+      ['10.89.0.5', 200],
+      ['10.89.255.254', 200],
+      ['10.89.0.1', 502],
+      ['10.89.0.0', 502],
+      ['10.89.255.255', 502],
+      ['10.90.0.5', 502],
+      ['127.0.0.1', 502],
+      ['0.0.0.0', 502],
+      ['', 502],
+      ['::1', 502],
+      ['10.89.0.5.nip.io', 502],
+    ] as const) {
       assert.equal(await statusOf(make({ address, subnet }).t.resolve(ID)), want, address);
     }
     const none = make({ subnet: undefined }).t;
-    for (const a of ['10.88.0.2', '127.0.0.1', '0.0.0.0', '169.254.169.254']) assert.equal(none.addressAllowed(a), false, `no subnet: ${a}`);
-    assert.equal(make({ subnet: '127.0.0.1/32' }).t.addressAllowed('127.0.0.1'), true, 'a /32 is that one address (unit tests)');
+    for (const a of ['10.88.0.2', '127.0.0.1', '0.0.0.0', '169.254.169.254'])
+      assert.equal(none.addressAllowed(a), false, `no subnet: ${a}`);
+    assert.equal(
+      make({ subnet: '127.0.0.1/32' }).t.addressAllowed('127.0.0.1'),
+      true,
+      'a /32 is that one address (unit tests)',
+    );
   });
 
   it('caches briefly, shares concurrent lookups, and forgets at once', async () => {

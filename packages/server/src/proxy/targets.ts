@@ -90,12 +90,12 @@ export class SandboxTargets {
 
   private async lookup(sandboxId: string): Promise<ProxyTarget> {
     const rec = this.closed ? null : await this.opts.store.getSandbox(sandboxId);
-    if (!rec || rec.state !== 'started') {
+    if (rec?.state !== 'started') {
       this.forget(sandboxId);
       throw new ProxyError(404, `No running sandbox ${sandboxId}`, { sandboxId });
     }
     const rt = await this.opts.driver.inspect(sandboxId);
-    if (!rt || rt.state !== 'running') {
+    if (rt?.state !== 'running') {
       this.forget(sandboxId);
       throw new ProxyError(404, `No running sandbox ${sandboxId}`, { sandboxId });
     }
@@ -109,7 +109,13 @@ export class SandboxTargets {
       target = { ...prev.target, portsPublic: rec.portsPublic !== false };
     } else {
       prev?.target.pool.destroy();
-      target = { sandboxId, accountId: rec.accountId, address: rt.address, portsPublic: rec.portsPublic !== false, pool: new UpstreamPool(rt.address) };
+      target = {
+        sandboxId,
+        accountId: rec.accountId,
+        address: rt.address,
+        portsPublic: rec.portsPublic !== false,
+        pool: new UpstreamPool(rt.address),
+      };
     }
     if (this.closed || this.stale.has(sandboxId)) {
       target.pool.destroy();
@@ -126,7 +132,7 @@ export class SandboxTargets {
     const n = ipToInt(ip);
     if (!this.subnet) return false;
     const { base, mask } = this.subnet;
-    if (((n & mask) >>> 0) !== base) return false;
+    if ((n & mask) >>> 0 !== base) return false;
     const last = (base | (~mask >>> 0)) >>> 0;
     return mask === 0xffffffff || (n !== base && n !== base + 1 && n !== last);
   }

@@ -18,7 +18,12 @@ import { PortProxy } from './proxy.js';
 import { SandboxTargets } from './targets.js';
 
 /** Sandbox ids of the fixture: public, private (owner `acc_owner`), stopped, unknown. */
-export const IDS = { pub: `sbx_${'a'.repeat(20)}`, priv: `sbx_${'b'.repeat(20)}`, stopped: `sbx_${'c'.repeat(20)}`, unknown: `sbx_${'d'.repeat(20)}` };
+export const IDS = {
+  pub: `sbx_${'a'.repeat(20)}`,
+  priv: `sbx_${'b'.repeat(20)}`,
+  stopped: `sbx_${'c'.repeat(20)}`,
+  unknown: `sbx_${'d'.repeat(20)}`,
+};
 export const OWNER_KEY = 'sk_owner';
 export const OTHER_KEY = 'sk_other';
 export const PUBLIC_HOST = 'sandbox.localhost:8080';
@@ -51,7 +56,10 @@ export async function startFixture(o: { timeoutMs?: number } = {}): Promise<Fixt
     if (url.pathname === '/upload') {
       const h = createHash('sha256');
       let bytes = 0;
-      req.on('data', (c: Buffer) => ((bytes += c.length), h.update(c)));
+      req.on('data', (c: Buffer) => {
+        bytes += c.length;
+        h.update(c);
+      });
       req.on('end', () => res.end(JSON.stringify({ bytes, sha256: h.digest('hex') })));
     } else if (url.pathname === '/download') {
       sendBytes(res, Number(url.searchParams.get('bytes') ?? 0));
@@ -62,7 +70,16 @@ export async function startFixture(o: { timeoutMs?: number } = {}): Promise<Fixt
     } else if (url.pathname === '/slow') {
       held.add(req.socket);
     } else if (url.pathname === '/cookies') {
-      res.writeHead(201, 'Made', [['Set-Cookie', 'a=1'], ['Set-Cookie', 'b=2'], ['X-Custom', 'yes'], ['Connection', 'close, x-custom']].flat());
+      res.writeHead(
+        201,
+        'Made',
+        [
+          ['Set-Cookie', 'a=1'],
+          ['Set-Cookie', 'b=2'],
+          ['X-Custom', 'yes'],
+          ['Connection', 'close, x-custom'],
+        ].flat(),
+      );
       res.end('ok');
     } else {
       req.resume();
@@ -81,7 +98,12 @@ export async function startFixture(o: { timeoutMs?: number } = {}): Promise<Fixt
 
   const dataDir = mkdtempSync(join(tmpdir(), 'sbxd-proxy-'));
   const links = new PortLinks({ secretPath: join(dataDir, 'proxy-link.key') });
-  const record = (id: string, state: string, portsPublic: boolean) => ({ id, accountId: 'acc_owner', state, portsPublic });
+  const record = (id: string, state: string, portsPublic: boolean) => ({
+    id,
+    accountId: 'acc_owner',
+    state,
+    portsPublic,
+  });
   const records = new Map([
     [IDS.pub, record(IDS.pub, 'started', true)],
     [IDS.priv, record(IDS.priv, 'started', false)],
@@ -89,12 +111,24 @@ export async function startFixture(o: { timeoutMs?: number } = {}): Promise<Fixt
   ]);
   const targets = new SandboxTargets({
     store: { getSandbox: async (id: string) => (records.get(id) ?? null) as never },
-    driver: { inspect: async (id: string) => (records.get(id)?.state === 'started' ? ({ state: 'running', address: '127.0.0.1' } as never) : null) },
+    driver: {
+      inspect: async (id: string) =>
+        records.get(id)?.state === 'started' ? ({ state: 'running', address: '127.0.0.1' } as never) : null,
+    },
     allowedSubnet: '127.0.0.1/32',
   });
-  const keys = new Map([[OWNER_KEY, 'acc_owner'], [OTHER_KEY, 'acc_other']]);
+  const keys = new Map([
+    [OWNER_KEY, 'acc_owner'],
+    [OTHER_KEY, 'acc_other'],
+  ]);
   const access = new PortAccess({ links, accountOfKey: async (k) => keys.get(k) ?? null, now: Date.now });
-  const proxy = new PortProxy({ publicHost: PUBLIC_HOST, timeoutMs: o.timeoutMs ?? 30_000, targets, access, log: pino({ level: 'silent' }) });
+  const proxy = new PortProxy({
+    publicHost: PUBLIC_HOST,
+    timeoutMs: o.timeoutMs ?? 30_000,
+    targets,
+    access,
+    log: pino({ level: 'silent' }),
+  });
   const door = new FrontDoor();
   proxy.attach(door);
   const front = door.serverFactory((_req, res) => {
@@ -103,7 +137,11 @@ export async function startFixture(o: { timeoutMs?: number } = {}): Promise<Fixt
   });
   const port = await listen(front);
   return {
-    port, upPort, closedPort, seen, links,
+    port,
+    upPort,
+    closedPort,
+    seen,
+    links,
     releaseSse: () => release(),
     cutAll: () => proxy.close(),
     host: (id, p = upPort) => `${p}-${id}.${PUBLIC_HOST}`,
@@ -128,16 +166,31 @@ export interface Reply {
 }
 
 /** A request to the front server with the given Host (and options); the body is collected. */
-export function get(port: number, host: string, o: { path?: string; method?: string; headers?: Record<string, string>; body?: string } = {}): Promise<Reply> {
+export function get(
+  port: number,
+  host: string,
+  o: { path?: string; method?: string; headers?: Record<string, string>; body?: string } = {},
+): Promise<Reply> {
   return new Promise((resolve, reject) => {
-    const length: Record<string, string> = o.body === undefined ? {} : { 'content-length': String(Buffer.byteLength(o.body)) };
-    const req = request({ host: '127.0.0.1', port, path: o.path ?? '/', method: o.method ?? 'GET', headers: { host, ...length, ...o.headers }, agent: false }, (res) => {
-      let body = '';
-      res.setEncoding('utf8');
-      res.on('data', (c) => (body += c));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body }));
-      res.on('error', reject);
-    });
+    const length: Record<string, string> =
+      o.body === undefined ? {} : { 'content-length': String(Buffer.byteLength(o.body)) };
+    const req = request(
+      {
+        host: '127.0.0.1',
+        port,
+        path: o.path ?? '/',
+        method: o.method ?? 'GET',
+        headers: { host, ...length, ...o.headers },
+        agent: false,
+      },
+      (res) => {
+        let body = '';
+        res.setEncoding('utf8');
+        res.on('data', (c) => (body += c));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body }));
+        res.on('error', reject);
+      },
+    );
     req.setTimeout(20_000, () => req.destroy(new Error('test request timed out')));
     req.on('error', reject);
     req.end(o.body);

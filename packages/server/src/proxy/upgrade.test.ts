@@ -5,9 +5,16 @@ import WebSocket from 'ws';
 import { IDS, OWNER_KEY, startFixture, type Fixture } from './test-fixture.js';
 
 /** Opens a WebSocket to the front server with the given Host; resolves open, or the HTTP refusal. */
-function open(port: number, host: string, o: { path?: string; headers?: Record<string, string> } = {}): Promise<{ ws: WebSocket } | { status: number; body: string }> {
+function open(
+  port: number,
+  host: string,
+  o: { path?: string; headers?: Record<string, string> } = {},
+): Promise<{ ws: WebSocket } | { status: number; body: string }> {
   return new Promise((resolve, reject) => {
-    const ws = new WebSocket(`ws://127.0.0.1:${port}${o.path ?? '/ws'}`, { headers: { host, ...o.headers }, handshakeTimeout: 20_000 });
+    const ws = new WebSocket(`ws://127.0.0.1:${port}${o.path ?? '/ws'}`, {
+      headers: { host, ...o.headers },
+      handshakeTimeout: 20_000,
+    });
     ws.once('open', () => resolve({ ws }));
     ws.once('unexpected-response', (_req, res: IncomingMessage) => {
       let body = '';
@@ -60,7 +67,7 @@ describe('port proxy: WebSocket upgrades', () => {
     assert.match(JSON.parse(refused.body).message, new RegExp(`Nothing is listening on port ${f.closedPort}`));
   });
 
-  it('an upgrade for a host that is not a sandbox host is not the proxy\'s', async () => {
+  it("an upgrade for a host that is not a sandbox host is not the proxy's", async () => {
     const before = f.seen.length;
     const r = await open(f.port, `127.0.0.1:${f.upPort}`);
     assert.ok('status' in r);
@@ -74,7 +81,9 @@ describe('port proxy: WebSocket upgrades', () => {
     assert.ok('status' in none && none.status === 401);
     const token = f.links.sign({ sandboxId: IDS.priv, port: f.upPort, expiresAt: Date.now() + 60_000 });
     const ways: Array<{ path?: string; headers?: Record<string, string> }> = [
-      { headers: { 'x-sandboxd-key': OWNER_KEY } }, { path: `/ws?sandboxd_token=${token}` }, { headers: { cookie: `sandboxd_token=${token}` } },
+      { headers: { 'x-sandboxd-key': OWNER_KEY } },
+      { path: `/ws?sandboxd_token=${token}` },
+      { headers: { cookie: `sandboxd_token=${token}` } },
     ];
     for (const o of ways) {
       const r = await open(f.port, f.host(IDS.priv), o);
@@ -83,7 +92,10 @@ describe('port proxy: WebSocket upgrades', () => {
       r.ws.close();
     }
     assert.equal([...f.seen].reverse().find((s) => s.url.startsWith('/ws'))?.headers.cookie, undefined);
-    assert.ok(f.seen.every((s) => !s.url.includes('sandboxd_token')), 'the token never reaches the sandbox');
+    assert.ok(
+      f.seen.every((s) => !s.url.includes('sandboxd_token')),
+      'the token never reaches the sandbox',
+    );
   });
 });
 
@@ -107,7 +119,9 @@ describe('port proxy: WebSocket timeout and shutdown', () => {
         res.once('data', () => f.cutAll());
         res.on('error', () => resolve('cut'));
         res.on('end', () => resolve('ended'));
-      }).on('error', () => resolve('cut')).end();
+      })
+        .on('error', () => resolve('cut'))
+        .end();
     });
     assert.equal(await sse, 'cut');
     assert.equal(await closed, 1006);

@@ -21,10 +21,18 @@ export class UpstreamConn {
   /** True once it has carried a response and went back to the pool. */
   reused = false;
 
-  constructor(host: string, readonly port: number) {
+  constructor(
+    host: string,
+    readonly port: number,
+  ) {
     this.socket = connect({
-      host, port, noDelay: true,
-      onread: { buffer: Buffer.allocUnsafe(READ_BUFFER_BYTES), callback: (n: number, buf: Buffer) => this.received(n, buf) },
+      host,
+      port,
+      noDelay: true,
+      onread: {
+        buffer: Buffer.allocUnsafe(READ_BUFFER_BYTES),
+        callback: (n: number, buf: Buffer) => this.received(n, buf),
+      },
     } as NetConnectOpts);
   }
 
@@ -53,7 +61,10 @@ export class UpstreamPool {
   private readonly maxIdle: number;
   private readonly idleMs: number;
 
-  constructor(private readonly address: string, opts: UpstreamPoolOptions = {}) {
+  constructor(
+    private readonly address: string,
+    opts: UpstreamPoolOptions = {},
+  ) {
     this.maxIdle = opts.maxIdlePerPort ?? 8;
     this.idleMs = opts.idleMs ?? 4000;
   }

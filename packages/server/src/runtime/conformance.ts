@@ -31,10 +31,16 @@ async function rejectsWith(p: Promise<unknown>, kind: ErrorKind): Promise<void> 
 function waitFor(pty: PtyProcess, pattern: RegExp, timeoutMs = 5000): Promise<string> {
   return new Promise((resolve, reject) => {
     let seen = '';
-    const t = setTimeout(() => reject(new Error(`timed out waiting for ${pattern}; saw ${JSON.stringify(seen.slice(-300))}`)), timeoutMs);
+    const t = setTimeout(
+      () => reject(new Error(`timed out waiting for ${pattern}; saw ${JSON.stringify(seen.slice(-300))}`)),
+      timeoutMs,
+    );
     pty.onData((d) => {
       seen += d.toString();
-      if (pattern.test(seen)) { clearTimeout(t); resolve(seen); }
+      if (pattern.test(seen)) {
+        clearTimeout(t);
+        resolve(seen);
+      }
     });
   });
 }
@@ -50,10 +56,19 @@ export function runDriverConformance(target: ConformanceTarget): void {
   describe(`RuntimeDriver conformance: ${target.name}`, () => {
     let driver: RuntimeDriver;
     const spec = (over: Partial<SandboxSpec> = {}): SandboxSpec => ({
-      id: testId(), image: target.image, env: { GREETING: 'hello', SHARED: 'sandbox' }, volumes: [], limits: LIMITS, ...over,
+      id: testId(),
+      image: target.image,
+      env: { GREETING: 'hello', SHARED: 'sandbox' },
+      volumes: [],
+      limits: LIMITS,
+      ...over,
     });
-    before(async () => { driver = await target.make(); });
-    after(async () => { await target.destroy(driver); });
+    before(async () => {
+      driver = await target.make();
+    });
+    after(async () => {
+      await target.destroy(driver);
+    });
 
     it('creates a running sandbox that is listed and inspectable', async () => {
       const s = await driver.create(spec());
@@ -74,18 +89,28 @@ export function runDriverConformance(target: ConformanceTarget): void {
       const both = await Promise.allSettled([driver.create(twin), driver.create(twin)]);
       assert.equal(both.filter((r) => r.status === 'fulfilled').length, 1);
       await driver.delete(twin.id);
-      await rejectsWith(driver.create(spec({ volumes: [{ name: `v_${seq++}`, mountPath: '/proc/x', sizeGb: 1 }] })), 'validation');
+      await rejectsWith(
+        driver.create(spec({ volumes: [{ name: `v_${seq++}`, mountPath: '/proc/x', sizeGb: 1 }] })),
+        'validation',
+      );
       await driver.delete(s.id);
     });
 
     describe('exec', () => {
       let id: string;
-      before(async () => { id = (await driver.create(spec())).id; });
-      after(async () => { await driver.delete(id); });
+      before(async () => {
+        id = (await driver.create(spec())).id;
+      });
+      after(async () => {
+        await driver.delete(id);
+      });
 
       it('keeps stdout, stderr and exit code apart', async () => {
         const r = await driver.exec(id, 'echo out; echo err >&2; exit 3');
-        assert.deepEqual([r.stdout, r.stderr, r.exitCode, r.truncated, r.timedOut], ['out\n', 'err\n', 3, false, false]);
+        assert.deepEqual(
+          [r.stdout, r.stderr, r.exitCode, r.truncated, r.timedOut],
+          ['out\n', 'err\n', 3, false, false],
+        );
       });
       it('gives every command the sandbox env, merged under the exec env', async () => {
         assert.equal((await driver.exec(id, 'echo "$GREETING"')).stdout, 'hello\n');
@@ -152,7 +177,10 @@ export function runDriverConformance(target: ConformanceTarget): void {
       const b = await driver.create(spec({ volumes: [{ name, mountPath: '/mnt/shared', sizeGb: 1 }] }));
       assert.equal((await driver.exec(a.id, 'echo kept > /data/f.txt')).exitCode, 0);
       assert.equal((await driver.exec(b.id, 'cat /mnt/shared/f.txt')).stdout, 'kept\n');
-      assert.deepEqual((await driver.listVolumes()).find((v) => v.name === name)?.mountedBy.sort(), [a.id, b.id].sort());
+      assert.deepEqual(
+        (await driver.listVolumes()).find((v) => v.name === name)?.mountedBy.sort(),
+        [a.id, b.id].sort(),
+      );
       await rejectsWith(driver.deleteVolume(name), 'conflict');
       await driver.delete(a.id);
       await driver.delete(b.id);

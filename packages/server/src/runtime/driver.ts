@@ -197,7 +197,11 @@ export interface RuntimeDriver {
   /** Runs `/bin/sh -c command` in the foreground. Throws `not_found` / `conflict` (not running). */
   exec(id: string, command: string, options?: ExecOptions): Promise<ExecResult>;
   /** Starts `/bin/sh -c command` detached; it dies with the sandbox. Returns its in-sandbox pid. */
-  execBackground(id: string, command: string, options?: Omit<ExecOptions, 'timeoutMs' | 'maxOutputBytes'>): Promise<{ pid: number }>;
+  execBackground(
+    id: string,
+    command: string,
+    options?: Omit<ExecOptions, 'timeoutMs' | 'maxOutputBytes'>,
+  ): Promise<{ pid: number }>;
   /** Starts a process on a new PTY. */
   execTty(id: string, options: TtyOptions): Promise<PtyProcess>;
 

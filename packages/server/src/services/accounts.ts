@@ -22,7 +22,10 @@ export class AccountService {
   /** Creates an account on `plan` (default from config) with its grant as a ledger row. `conflict` on a taken email. */
   async create(a: NewAccount): Promise<AccountRecord> {
     const plan = a.plan ?? this.d.config.defaultPlan;
-    if (!this.d.config.plans[plan]) throw new SandboxdError('validation', `Unknown plan ${plan}`, [{ in: 'body', path: '/plan', message: 'is not a configured plan', allowed: Object.keys(this.d.config.plans) }]);
+    if (!this.d.config.plans[plan])
+      throw new SandboxdError('validation', `Unknown plan ${plan}`, [
+        { in: 'body', path: '/plan', message: 'is not a configured plan', allowed: Object.keys(this.d.config.plans) },
+      ]);
     const rec: AccountRecord = {
       id: newAccountId(),
       email: a.email.trim(),
@@ -56,7 +59,10 @@ export class AccountService {
 
   /** Moves an account to another configured plan. */
   async setPlan(id: string, plan: string): Promise<AccountRecord> {
-    if (!this.d.config.plans[plan]) throw new SandboxdError('validation', `Unknown plan ${plan}`, [{ in: 'body', path: '/plan', message: 'is not a configured plan', allowed: Object.keys(this.d.config.plans) }]);
+    if (!this.d.config.plans[plan])
+      throw new SandboxdError('validation', `Unknown plan ${plan}`, [
+        { in: 'body', path: '/plan', message: 'is not a configured plan', allowed: Object.keys(this.d.config.plans) },
+      ]);
     await this.d.store.setAccountPlan(id, plan);
     return this.get(id);
   }
@@ -64,7 +70,13 @@ export class AccountService {
   /** Adds `tokens` (may be negative) to the ledger; returns the new balance. */
   async grant(id: string, tokens: number): Promise<number> {
     await this.get(id);
-    await this.d.store.addLedger({ accountId: id, delta: tokens, reason: 'admin.grant', sandboxId: null, createdAt: this.d.clock.now() });
+    await this.d.store.addLedger({
+      accountId: id,
+      delta: tokens,
+      reason: 'admin.grant',
+      sandboxId: null,
+      createdAt: this.d.clock.now(),
+    });
     return this.d.store.balance(id);
   }
 

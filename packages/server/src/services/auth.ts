@@ -50,7 +50,12 @@ export class AuthService {
   async newSession(accountId: string): Promise<string> {
     const token = newSecretToken();
     const now = this.d.clock.now();
-    await this.d.store.createSession({ tokenHash: sha256Hex(token), accountId, createdAt: now, expiresAt: now + this.d.config.sessionTtlMs });
+    await this.d.store.createSession({
+      tokenHash: sha256Hex(token),
+      accountId,
+      createdAt: now,
+      expiresAt: now + this.d.config.sessionTtlMs,
+    });
     return token;
   }
 
@@ -61,7 +66,11 @@ export class AuthService {
   /** A one-time login token valid for `ttlMs` (default 24 h). */
   async newLoginLink(accountId: string, ttlMs = 86_400_000): Promise<string> {
     const token = newSecretToken();
-    await this.d.store.createLoginLink({ tokenHash: sha256Hex(token), accountId, expiresAt: this.d.clock.now() + ttlMs });
+    await this.d.store.createLoginLink({
+      tokenHash: sha256Hex(token),
+      accountId,
+      expiresAt: this.d.clock.now() + ttlMs,
+    });
     return token;
   }
 
@@ -73,9 +82,21 @@ export class AuthService {
   }
 
   /** Creates an API key; `key` is returned this once. `fixedKey` is for the bootstrap key only. */
-  async createKey(accountId: string, name: string, opts: { fixedKey?: string } = {}): Promise<ApiKeyRecord & { key: string }> {
+  async createKey(
+    accountId: string,
+    name: string,
+    opts: { fixedKey?: string } = {},
+  ): Promise<ApiKeyRecord & { key: string }> {
     const key = opts.fixedKey ?? newApiKey();
-    const rec: ApiKeyRecord = { id: newKeyId(), accountId, name, prefix: key.slice(0, 10), keyHash: sha256Hex(key), createdAt: this.d.clock.now(), lastUsedAt: null };
+    const rec: ApiKeyRecord = {
+      id: newKeyId(),
+      accountId,
+      name,
+      prefix: key.slice(0, 10),
+      keyHash: sha256Hex(key),
+      createdAt: this.d.clock.now(),
+      lastUsedAt: null,
+    };
     await this.d.store.createApiKey(rec);
     this.d.log.info({ accountId, keyId: rec.id }, 'api key created');
     return { ...rec, key };

@@ -16,7 +16,10 @@ export interface BootstrapResult {
  * (`SANDBOXD_BOOTSTRAP_API_KEY` or a new one) and a one-time login token. Returns null
  * when accounts already exist.
  */
-export async function bootstrap(d: ServiceDeps, svc: { accounts: AccountService; auth: AuthService }): Promise<BootstrapResult | null> {
+export async function bootstrap(
+  d: ServiceDeps,
+  svc: { accounts: AccountService; auth: AuthService },
+): Promise<BootstrapResult | null> {
   if ((await d.store.countAccounts()) > 0) return null;
   const b = d.config.bootstrap;
   const email = b.adminEmail ?? 'admin@localhost';

@@ -9,16 +9,27 @@ import { envProblems, type SandboxService } from './sandboxes.js';
  * dir is nearly full).
  */
 export class ExecService {
-  constructor(private readonly d: ServiceDeps, private readonly sandboxes: SandboxService) {}
+  constructor(
+    private readonly d: ServiceDeps,
+    private readonly sandboxes: SandboxService,
+  ) {}
 
   async run(accountId: string, req: ExecRequest & { sandboxId: string }): Promise<ExecResult> {
     const r = await this.sandboxes.get(accountId, req.sandboxId);
     const problems = envProblems(req.options?.env, '/options/env');
     const commandBytes = Buffer.byteLength(req.command);
-    if (commandBytes > LIMITS.maxArgBytes) problems.unshift({ in: 'body', path: '/command', message: `is ${commandBytes} bytes; at most ${LIMITS.maxArgBytes}` });
-    if (problems.length) throw new SandboxdError('validation', problems.map((p) => `${p.path}: ${p.message}`).join('; '), problems);
+    if (commandBytes > LIMITS.maxArgBytes)
+      problems.unshift({
+        in: 'body',
+        path: '/command',
+        message: `is ${commandBytes} bytes; at most ${LIMITS.maxArgBytes}`,
+      });
+    if (problems.length)
+      throw new SandboxdError('validation', problems.map((p) => `${p.path}: ${p.message}`).join('; '), problems);
     if (r.state !== 'started' || r.stopAt <= this.d.clock.now()) {
-      throw new SandboxdError('conflict', `Sandbox is ${r.state === 'started' ? 'stopping' : r.state}`, { state: r.state });
+      throw new SandboxdError('conflict', `Sandbox is ${r.state === 'started' ? 'stopping' : r.state}`, {
+        state: r.state,
+      });
     }
     // Commands write to the sandbox's root layer, a sparse file on the data dir: refused when it is full.
     await this.sandboxes.storage.check();
@@ -34,11 +45,17 @@ export class ExecService {
         timeoutMs: o.timeoutMs ?? LIMITS.defaultExecTimeoutMs,
         maxOutputBytes: LIMITS.maxExecOutputBytes,
       });
-      const out: ExecResult = { stdout: res.stdout, stderr: res.stderr, exitCode: res.exitCode, success: res.exitCode === 0 };
+      const out: ExecResult = {
+        stdout: res.stdout,
+        stderr: res.stderr,
+        exitCode: res.exitCode,
+        success: res.exitCode === 0,
+      };
       if (res.truncated) out.truncated = true;
       return out;
     } catch (e) {
-      if (e instanceof SandboxdError && e.kind === 'not_found') throw new SandboxdError('conflict', 'Sandbox is not running', { state: 'lost' });
+      if (e instanceof SandboxdError && e.kind === 'not_found')
+        throw new SandboxdError('conflict', 'Sandbox is not running', { state: 'lost' });
       throw e;
     }
   }

@@ -17,7 +17,14 @@ export interface ImageJobOptions {
 }
 
 function wire(i: ImageInfo): Image {
-  return { ref: i.ref, digest: i.digest, sizeBytes: i.sizeBytes, workingDir: i.workingDir, user: i.user, env: { ...i.env } };
+  return {
+    ref: i.ref,
+    digest: i.digest,
+    sizeBytes: i.sizeBytes,
+    workingDir: i.workingDir,
+    user: i.user,
+    env: { ...i.env },
+  };
 }
 
 /**

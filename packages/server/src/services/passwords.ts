@@ -3,7 +3,10 @@ import { randomBytes, scrypt as scryptCb, timingSafeEqual, type ScryptOptions } 
 const scrypt = (pw: string, salt: Buffer, len: number, o: ScryptOptions) =>
   new Promise<Buffer>((res, rej) => scryptCb(pw, salt, len, o, (e, k) => (e ? rej(e) : res(k))));
 
-const N = 16384, R = 8, P = 1, LEN = 32;
+const N = 16384,
+  R = 8,
+  P = 1,
+  LEN = 32;
 
 /** Hashes a password with scrypt; the result is self-describing (`scrypt$N$r$p$salt$hash`). */
 export async function hashPassword(password: string): Promise<string> {

@@ -1,4 +1,10 @@
-import { LIMITS, SandboxdError, type SandboxCreate, type SandboxListQuery, type ValidationProblem } from '@sandboxd/protocol';
+import {
+  LIMITS,
+  SandboxdError,
+  type SandboxCreate,
+  type SandboxListQuery,
+  type ValidationProblem,
+} from '@sandboxd/protocol';
 import { billedMinutes, refundMinutes } from '../domain/billing.js';
 import { newSandboxId } from '../domain/ids.js';
 import { newSandboxName } from '../domain/names.js';
@@ -51,10 +57,13 @@ export class SandboxService {
     const plan = planOf(this.d.config, account.plan);
     const timeoutMs = req.timeoutMs ?? LIMITS.defaultTimeoutMs;
     if (timeoutMs > plan.maxLifetimeMs) {
-      throw badRequest(`timeoutMs must be at most ${plan.maxLifetimeMs} on plan ${account.plan}`, '/timeoutMs', { max: plan.maxLifetimeMs });
+      throw badRequest(`timeoutMs must be at most ${plan.maxLifetimeMs} on plan ${account.plan}`, '/timeoutMs', {
+        max: plan.maxLifetimeMs,
+      });
     }
     const tooLong = envProblems(req.env, '/env');
-    if (tooLong.length) throw new SandboxdError('validation', tooLong.map((p) => `${p.path}: ${p.message}`).join('; '), tooLong);
+    if (tooLong.length)
+      throw new SandboxdError('validation', tooLong.map((p) => `${p.path}: ${p.message}`).join('; '), tooLong);
     const { mounts, sizes } = parseVolumes(req.volumes ?? {});
     await this.storage.check();
     const id = newSandboxId();
@@ -67,15 +76,31 @@ export class SandboxService {
   }
 
   private async createReserving(
-    id: string, account: AccountRecord, req: SandboxCreate, plan: ReturnType<typeof planOf>, timeoutMs: number,
-    mounts: MountRecord[], sizes: Array<{ name: string; sizeGb: number | null }>,
+    id: string,
+    account: AccountRecord,
+    req: SandboxCreate,
+    plan: ReturnType<typeof planOf>,
+    timeoutMs: number,
+    mounts: MountRecord[],
+    sizes: Array<{ name: string; sizeGb: number | null }>,
   ): Promise<SandboxRecord> {
     const now = this.d.clock.now();
     const record = await this.d.store.reserveSandbox(
       {
-        id, accountId: account.id, name: newSandboxName(), image: req.image, region: this.d.config.region,
-        env: req.env ?? {}, volumes: mounts, createdAt: now, portsPublic: req.ports?.public !== false,
-        state: 'creating', stopAt: now + timeoutMs, reservedMinutes: 0, endedAt: null, details: null,
+        id,
+        accountId: account.id,
+        name: newSandboxName(),
+        image: req.image,
+        region: this.d.config.region,
+        env: req.env ?? {},
+        volumes: mounts,
+        createdAt: now,
+        portsPublic: req.ports?.public !== false,
+        state: 'creating',
+        stopAt: now + timeoutMs,
+        reservedMinutes: 0,
+        endedAt: null,
+        details: null,
       },
       { minutes: billedMinutes(timeoutMs), concurrency: plan.concurrency, volumes: sizes, newName: newSandboxName },
     );
@@ -85,18 +110,28 @@ export class SandboxService {
         id: record.id,
         image: record.image,
         env: record.env,
-        volumes: record.volumes.map((m) => ({ name: driverVolumeName(account.id, m.name), mountPath: m.mountPath, sizeGb: m.sizeGb })),
+        volumes: record.volumes.map((m) => ({
+          name: driverVolumeName(account.id, m.name),
+          mountPath: m.mountPath,
+          sizeGb: m.sizeGb,
+        })),
         limits: plan.limits,
         hostname: record.name,
       });
     } catch (e) {
       await this.failCreate(record, e, log);
       if (isOutOfSpace(e)) throw outOfStorage();
-      throw e instanceof SandboxdError && e.kind !== 'internal' ? e : new SandboxdError('internal', 'The runtime failed to start the sandbox', { sandboxId: record.id });
+      throw e instanceof SandboxdError && e.kind !== 'internal'
+        ? e
+        : new SandboxdError('internal', 'The runtime failed to start the sandbox', { sandboxId: record.id });
     }
     let started: SandboxRecord;
     try {
-      started = await this.d.store.updateSandbox(record.id, { state: 'started', expectStates: ['creating'], at: this.d.clock.now() });
+      started = await this.d.store.updateSandbox(record.id, {
+        state: 'started',
+        expectStates: ['creating'],
+        at: this.d.clock.now(),
+      });
     } catch (e) {
       // Running, but not recorded (a full disk): the client hears of no sandbox, so none may stay.
       await this.failCreate(record, e, log);
@@ -122,7 +157,15 @@ export class SandboxService {
     const at = this.d.clock.now();
     const details = { reason: 'create_failed', message: e instanceof Error ? e.message : String(e) };
     try {
-      await this.d.store.updateSandbox(record.id, { state: 'error', endedAt: at, details, ledgerDelta: record.reservedMinutes, ledgerReason: 'sandbox.refund', expectStates: ['creating'], at });
+      await this.d.store.updateSandbox(record.id, {
+        state: 'error',
+        endedAt: at,
+        details,
+        ledgerDelta: record.reservedMinutes,
+        ledgerReason: 'sandbox.refund',
+        expectStates: ['creating'],
+        at,
+      });
       if (clientError || noSpace) await this.d.store.deleteSandbox(record.id);
       await this.dropNewVolumes(record);
     } catch (err) {
@@ -150,11 +193,11 @@ export class SandboxService {
     }
   }
 
-
   /** The sandbox of this account; `not_found` otherwise (also while it is being created). */
   async get(accountId: string, id: string): Promise<SandboxRecord> {
     const r = await this.d.store.getSandbox(id);
-    if (!r || r.accountId !== accountId || r.state === 'creating') throw new SandboxdError('not_found', 'Sandbox not found');
+    if (!r || r.accountId !== accountId || r.state === 'creating')
+      throw new SandboxdError('not_found', 'Sandbox not found');
     return r;
   }
 
@@ -164,18 +207,28 @@ export class SandboxService {
    * sets a cookie for that host and redirects; it opens private ports and works on public
    * ones. `not_found`, `conflict` (not started).
    */
-  async portLink(accountId: string, req: { id: string; port: number; expiresInMs?: number; scheme: 'http' | 'https' }): Promise<{ url: string; expiresAt: number }> {
+  async portLink(
+    accountId: string,
+    req: { id: string; port: number; expiresInMs?: number; scheme: 'http' | 'https' },
+  ): Promise<{ url: string; expiresAt: number }> {
     const r = await this.get(accountId, req.id);
     if (r.state !== 'started') throw new SandboxdError('conflict', `Sandbox is ${r.state}`, { state: r.state });
     const expiresAt = this.d.clock.now() + (req.expiresInMs ?? LINK_TTL.defaultMs);
     const token = this.portLinks.sign({ sandboxId: r.id, port: req.port, expiresAt });
-    return { url: `${req.scheme}://${req.port}-${r.id}.${this.d.config.publicHost}/?${LINK_PARAM}=${token}`, expiresAt };
+    return {
+      url: `${req.scheme}://${req.port}-${r.id}.${this.d.config.publicHost}/?${LINK_PARAM}=${token}`,
+      expiresAt,
+    };
   }
 
   /** A page of the account's sandboxes, newest first. */
   async list(accountId: string, q: SandboxListQuery) {
     const states = q.state ? [q.state] : (['started', 'stopped', 'error'] as const);
-    return this.d.store.listSandboxes(accountId, { states: [...states], limit: q.limit ?? LIMITS.defaultPageSize, cursor: q.cursor });
+    return this.d.store.listSandboxes(accountId, {
+      states: [...states],
+      limit: q.limit ?? LIMITS.defaultPageSize,
+      cursor: q.cursor,
+    });
   }
 
   /** Kills the sandbox if running and removes its record. `not_found`. */
@@ -198,10 +251,15 @@ export class SandboxService {
     const at = this.d.clock.now();
     const refund = refundMinutes(r.reservedMinutes, { createdAt: r.createdAt, at: Math.min(at, r.stopAt) });
     try {
-      const out = await this.d.store.updateSandbox(
-        r.id,
-        { state: 'stopped', endedAt: at, details: { reason: opts.reason }, ledgerDelta: refund, ledgerReason: 'sandbox.refund', expectStates: ['started'], at },
-      );
+      const out = await this.d.store.updateSandbox(r.id, {
+        state: 'stopped',
+        endedAt: at,
+        details: { reason: opts.reason },
+        ledgerDelta: refund,
+        ledgerReason: 'sandbox.refund',
+        expectStates: ['started'],
+        at,
+      });
       this.d.log.info({ sandboxId: r.id, reason: opts.reason, refund }, 'sandbox stopped');
       this.emitGone(r.id);
       return out;
@@ -217,9 +275,19 @@ export class SandboxService {
    */
   async markLost(r: SandboxRecord, message: string, opts: { fullRefund?: boolean } = {}): Promise<void> {
     const at = this.d.clock.now();
-    const refund = opts.fullRefund ? r.reservedMinutes : refundMinutes(r.reservedMinutes, { createdAt: r.createdAt, at: Math.min(at, r.stopAt) });
+    const refund = opts.fullRefund
+      ? r.reservedMinutes
+      : refundMinutes(r.reservedMinutes, { createdAt: r.createdAt, at: Math.min(at, r.stopAt) });
     await this.d.store
-      .updateSandbox(r.id, { state: 'error', endedAt: at, details: { reason: 'lost', message }, ledgerDelta: refund, ledgerReason: 'sandbox.refund', expectStates: [r.state], at })
+      .updateSandbox(r.id, {
+        state: 'error',
+        endedAt: at,
+        details: { reason: 'lost', message },
+        ledgerDelta: refund,
+        ledgerReason: 'sandbox.refund',
+        expectStates: [r.state],
+        at,
+      })
       .catch((e) => this.d.log.warn({ err: e, sandboxId: r.id }, 'markLost'));
     this.emitGone(r.id);
   }
@@ -244,7 +312,11 @@ export function envProblems(env: Record<string, string> | undefined, base: strin
   for (const [k, v] of Object.entries(env ?? {})) {
     const bytes = Buffer.byteLength(k) + 1 + Buffer.byteLength(v);
     if (bytes > LIMITS.maxArgBytes) {
-      out.push({ in: 'body', path: `${base}/${k.replace(/~/g, '~0').replace(/\//g, '~1')}`, message: `NAME=value is ${bytes} bytes; at most ${LIMITS.maxArgBytes}` });
+      out.push({
+        in: 'body',
+        path: `${base}/${k.replace(/~/g, '~0').replace(/\//g, '~1')}`,
+        message: `NAME=value is ${bytes} bytes; at most ${LIMITS.maxArgBytes}`,
+      });
     }
   }
   return out;
@@ -255,7 +327,10 @@ function badRequest(message: string, path: string, extra: Record<string, unknown
 }
 
 /** Turns the request's volume map into mounts (sizes resolved later) and requested sizes. */
-function parseVolumes(v: NonNullable<SandboxCreate['volumes']>): { mounts: MountRecord[]; sizes: Array<{ name: string; sizeGb: number | null }> } {
+function parseVolumes(v: NonNullable<SandboxCreate['volumes']>): {
+  mounts: MountRecord[];
+  sizes: Array<{ name: string; sizeGb: number | null }>;
+} {
   const problems: ValidationProblem[] = [];
   const mounts: MountRecord[] = [];
   const sizes = new Map<string, number | null>();
@@ -266,7 +341,8 @@ function parseVolumes(v: NonNullable<SandboxCreate['volumes']>): { mounts: Mount
     const name = typeof spec === 'string' ? spec : spec.name;
     const size = typeof spec === 'string' ? null : (spec.sizeGb ?? null);
     const seen = sizes.get(name);
-    if (seen !== undefined && seen !== null && size !== null && seen !== size) problems.push({ in: 'body', path: ptr, message: `volume ${name} is given two sizes` });
+    if (seen !== undefined && seen !== null && size !== null && seen !== size)
+      problems.push({ in: 'body', path: ptr, message: `volume ${name} is given two sizes` });
     sizes.set(name, size ?? seen ?? null);
     mounts.push({ mountPath, name, sizeGb: size ?? 1 });
   }
@@ -277,9 +353,14 @@ function parseVolumes(v: NonNullable<SandboxCreate['volumes']>): { mounts: Mount
     const outer = mounts.find((o) => o !== inner && inner.mountPath.startsWith(`${o.mountPath}/`));
     if (outer) {
       const ptr = `/volumes/${inner.mountPath.replace(/~/g, '~0').replace(/\//g, '~1')}`;
-      problems.push({ in: 'body', path: ptr, message: `mount path must not be inside another volume's mount path (${outer.mountPath})` });
+      problems.push({
+        in: 'body',
+        path: ptr,
+        message: `mount path must not be inside another volume's mount path (${outer.mountPath})`,
+      });
     }
   }
-  if (problems.length) throw new SandboxdError('validation', problems.map((p) => `${p.path}: ${p.message}`).join('; '), problems);
+  if (problems.length)
+    throw new SandboxdError('validation', problems.map((p) => `${p.path}: ${p.message}`).join('; '), problems);
   return { mounts, sizes: [...sizes].map(([name, sizeGb]) => ({ name, sizeGb })) };
 }

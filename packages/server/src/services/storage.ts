@@ -11,7 +11,10 @@ import { outOfStorage } from '../domain/storage.js';
  */
 export class StorageGuard {
   private readonly paths: string[];
-  constructor(paths: string[], private readonly minFreeBytes: number) {
+  constructor(
+    paths: string[],
+    private readonly minFreeBytes: number,
+  ) {
     this.paths = [...new Set(paths)];
   }
 

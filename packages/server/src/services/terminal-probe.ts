@@ -26,7 +26,8 @@ export async function resolveLaunch(
   sandboxId: string,
   req: { shell?: Shell; cwd?: string; imageWorkingDir?: string },
 ): Promise<TerminalLaunch> {
-  if (req.cwd !== undefined && !req.cwd.startsWith('/')) throw invalid('cwd', `cwd must be an absolute path, got "${req.cwd}"`);
+  if (req.cwd !== undefined && !req.cwd.startsWith('/'))
+    throw invalid('cwd', `cwd must be an absolute path, got "${req.cwd}"`);
   const shells: Shell[] = req.shell ? [req.shell] : ['bash', 'sh'];
   const wd = req.imageWorkingDir;
   const dirs = req.cwd !== undefined ? [req.cwd] : [...(wd && wd !== '/' ? [wd] : []), '/root'];
@@ -38,7 +39,7 @@ export async function resolveLaunch(
   if (si < 0) {
     throw req.shell
       ? invalid('shell', `shell "${req.shell}" is not installed in this sandbox's image`)
-      : invalid('shell', 'neither bash nor sh is installed in this sandbox\'s image');
+      : invalid('shell', "neither bash nor sh is installed in this sandbox's image");
   }
   const di = found.findIndex((f) => f.ok);
   if (req.cwd !== undefined && di < 0) throw invalid('cwd', `cwd "${req.cwd}" does not exist in the sandbox`);

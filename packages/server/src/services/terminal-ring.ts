@@ -17,7 +17,8 @@ export class RingBuffer {
   /** Appends `chunk`; when it is larger than the capacity only its tail is kept. */
   write(chunk: Uint8Array): void {
     if (chunk.length === 0) return;
-    const buf = (this.buf ??= Buffer.allocUnsafe(this.capacity));
+    this.buf ??= Buffer.allocUnsafe(this.capacity);
+    const buf = this.buf;
     const src = chunk.length > this.capacity ? chunk.subarray(chunk.length - this.capacity) : chunk;
     const first = Math.min(src.length, this.capacity - this.head);
     buf.set(src.subarray(0, first), this.head);

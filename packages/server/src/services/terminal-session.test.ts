@@ -5,7 +5,12 @@ import type { ServerControlMessage } from '@sandboxd/protocol';
 import type { PtyProcess } from '../runtime/driver.js';
 import { RingBuffer } from './terminal-ring.js';
 import {
-  CLIENT_HIGH_WATER_BYTES, CLIENT_LOW_WATER_BYTES, CLIENT_MAX_BUFFER_BYTES, HANGUP_GRACE_MS, REPLAY_BYTES, TerminalSession,
+  CLIENT_HIGH_WATER_BYTES,
+  CLIENT_LOW_WATER_BYTES,
+  CLIENT_MAX_BUFFER_BYTES,
+  HANGUP_GRACE_MS,
+  REPLAY_BYTES,
+  TerminalSession,
   type TerminalClient,
 } from './terminal-session.js';
 
@@ -80,7 +85,13 @@ class StubClient implements TerminalClient {
   }
 }
 
-const info = { id: 'term_aaaaaaaaaaaaaaaa', sandboxId: 'sbx_x', accountId: 'acc_x', shell: 'bash' as const, createdAt: 0 };
+const info = {
+  id: 'term_aaaaaaaaaaaaaaaa',
+  sandboxId: 'sbx_x',
+  accountId: 'acc_x',
+  shell: 'bash' as const,
+  createdAt: 0,
+};
 const make = () => {
   const pty = new StubPty();
   const changes: number[] = [];
@@ -128,7 +139,14 @@ describe('TerminalSession', () => {
     const { pty, s } = make();
     const h = s.attach(new StubClient(true));
     h.resize(100, 40);
-    for (const [c, r] of [[0, 10], [10, 1001], [1.5, 10], [NaN, 3], ['80', 24]] as Array<[number, number]>) h.resize(c, r);
+    for (const [c, r] of [
+      [0, 10],
+      [10, 1001],
+      [1.5, 10],
+      [NaN, 3],
+      ['80', 24],
+    ] as Array<[number, number]>)
+      h.resize(c, r);
     assert.deepEqual(pty.sizes, [[100, 40]]);
   });
 
@@ -242,10 +260,11 @@ describe('TerminalSession', () => {
   it('input the program does not read pauses every client (and newcomers) until the PTY drains; exit resumes them', () => {
     const { pty, s } = make();
     const events: string[] = [];
-    const client = (name: string) => Object.assign(new StubClient(true), {
-      pauseInput: () => events.push(`${name} paused`),
-      resumeInput: () => events.push(`${name} resumed`),
-    });
+    const client = (name: string) =>
+      Object.assign(new StubClient(true), {
+        pauseInput: () => events.push(`${name} paused`),
+        resumeInput: () => events.push(`${name} resumed`),
+      });
     const a = s.attach(client('a'));
     s.attach(client('b'));
     a.input('fits');

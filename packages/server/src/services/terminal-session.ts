@@ -192,7 +192,12 @@ export class TerminalSession {
   private drop(c: TerminalClient): void {
     this.clients.delete(c);
     this.log.info({ terminalId: this.info.id, bufferedBytes: c.bufferedBytes }, 'terminal client dropped: too slow');
-    safe(() => c.close(CLOSE.tooSlow, `too slow: more than ${CLIENT_MAX_BUFFER_BYTES >> 20} MiB of output unread; reconnect with ?replay=1`));
+    safe(() =>
+      c.close(
+        CLOSE.tooSlow,
+        `too slow: more than ${CLIENT_MAX_BUFFER_BYTES >> 20} MiB of output unread; reconnect with ?replay=1`,
+      ),
+    );
     this.onClientsChanged(this);
   }
 

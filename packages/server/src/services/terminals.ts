@@ -24,7 +24,10 @@ export class TerminalService {
   /** Creates in flight per sandbox, counted against the per-sandbox limit. */
   private readonly pending = new Map<string, number>();
 
-  constructor(private readonly d: ServiceDeps, private readonly sandboxes: SandboxService) {
+  constructor(
+    private readonly d: ServiceDeps,
+    private readonly sandboxes: SandboxService,
+  ) {
     sandboxes.onGone((sandboxId) => this.closeSandbox(sandboxId, 'sandbox stopped'));
   }
 
@@ -41,9 +44,17 @@ export class TerminalService {
     this.reserveSlot(sb.id);
     try {
       const runtime = await this.d.driver.inspect(sb.id);
-      const launch = await resolveLaunch(this.d.driver, sb.id, { shell: req.shell, cwd: req.cwd, imageWorkingDir: runtime?.workingDir });
+      const launch = await resolveLaunch(this.d.driver, sb.id, {
+        shell: req.shell,
+        cwd: req.cwd,
+        imageWorkingDir: runtime?.workingDir,
+      });
       const pty = await this.d.driver.execTty(sb.id, {
-        argv: [launch.shellPath], env: TERMINAL_ENV, cwd: launch.cwd, cols: req.cols ?? 80, rows: req.rows ?? 24,
+        argv: [launch.shellPath],
+        env: TERMINAL_ENV,
+        cwd: launch.cwd,
+        cols: req.cols ?? 80,
+        rows: req.rows ?? 24,
       });
       const id = newTerminalId();
       const log = this.d.log.child({ sandboxId: sb.id, terminalId: id });
@@ -108,7 +119,8 @@ export class TerminalService {
 
   private async startedSandbox(accountId: string, sandboxId: string): Promise<SandboxRecord> {
     const sb = await this.sandboxes.get(accountId, sandboxId);
-    if (sb.state !== 'started' || sb.stopAt <= this.d.clock.now()) throw notStarted(sb.state === 'started' ? 'stopping' : sb.state);
+    if (sb.state !== 'started' || sb.stopAt <= this.d.clock.now())
+      throw notStarted(sb.state === 'started' ? 'stopping' : sb.state);
     return sb;
   }
 
@@ -129,7 +141,11 @@ export class TerminalService {
     if (held.length + pending >= MAX_TERMINALS_PER_SANDBOX) {
       const victim = held.find((t) => t.status === 'exited' && t.clientCount === 0);
       if (!victim) {
-        throw new SandboxdError('conflict', `A sandbox holds at most ${MAX_TERMINALS_PER_SANDBOX} terminals; delete one first`, { limit: MAX_TERMINALS_PER_SANDBOX });
+        throw new SandboxdError(
+          'conflict',
+          `A sandbox holds at most ${MAX_TERMINALS_PER_SANDBOX} terminals; delete one first`,
+          { limit: MAX_TERMINALS_PER_SANDBOX },
+        );
       }
       this.remove(victim, 'evicted');
     }
@@ -149,8 +165,14 @@ export class TerminalService {
   /** The idle clock runs exactly while a held terminal has no client. */
   private clientsChanged(t: TerminalSession): void {
     const id = t.info.id;
-    if (!this.terminals.has(id)) return this.clearIdle(id);
-    if (t.clientCount > 0) return this.clearIdle(id);
+    if (!this.terminals.has(id)) {
+      this.clearIdle(id);
+      return;
+    }
+    if (t.clientCount > 0) {
+      this.clearIdle(id);
+      return;
+    }
     if (this.idleTimers.has(id)) return;
     const timer = setTimeout(() => {
       this.idleTimers.delete(id);

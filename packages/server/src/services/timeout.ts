@@ -11,7 +11,10 @@ import type { SandboxService } from './sandboxes.js';
  * largest timeoutMs allowed now), `insufficient_tokens`. `timeoutMs: 0` stops at once.
  */
 export class TimeoutService {
-  constructor(private readonly d: ServiceDeps, private readonly sandboxes: SandboxService) {}
+  constructor(
+    private readonly d: ServiceDeps,
+    private readonly sandboxes: SandboxService,
+  ) {}
 
   async set(account: AccountRecord, req: { id: string; timeoutMs: number }): Promise<{ id: string; stopAt: number }> {
     const { id, timeoutMs } = req;
@@ -27,11 +30,17 @@ export class TimeoutService {
     }
     const minutes = billedMinutes(stopAt - r.createdAt);
     const delta = r.reservedMinutes - minutes;
-    const next = await this.d.store.updateSandbox(
-      r.id,
-      { stopAt, ledgerDelta: delta, ledgerReason: delta < 0 ? 'sandbox.extend' : 'sandbox.reduce', expectStates: ['started'], at: now },
+    const next = await this.d.store.updateSandbox(r.id, {
+      stopAt,
+      ledgerDelta: delta,
+      ledgerReason: delta < 0 ? 'sandbox.extend' : 'sandbox.reduce',
+      expectStates: ['started'],
+      at: now,
+    });
+    this.d.log.info(
+      { sandboxId: r.id, stopAt: new Date(stopAt).toISOString(), ledgerDelta: delta },
+      'sandbox timeout set',
     );
-    this.d.log.info({ sandboxId: r.id, stopAt: new Date(stopAt).toISOString(), ledgerDelta: delta }, 'sandbox timeout set');
     if (stopAt <= now) await this.sandboxes.stop(next, { reason: 'timeout' });
     return { id: r.id, stopAt };
   }

@@ -8,7 +8,12 @@ export class VolumeService {
 
   async list(accountId: string): Promise<Volume[]> {
     const vols = await this.d.store.listVolumes(accountId);
-    return vols.map((v) => ({ name: v.name, sizeGb: v.sizeGb, createdAt: new Date(v.createdAt).toISOString(), mountedBy: v.mountedBy }));
+    return vols.map((v) => ({
+      name: v.name,
+      sizeGb: v.sizeGb,
+      createdAt: new Date(v.createdAt).toISOString(),
+      mountedBy: v.mountedBy,
+    }));
   }
 
   /** Deletes a volume and its data. `not_found`; `conflict` while a running sandbox mounts it. */
@@ -17,7 +22,10 @@ export class VolumeService {
     if (!v) throw new SandboxdError('not_found', 'Volume not found');
     const driverName = driverVolumeName(accountId, name);
     const inUse = (await this.d.driver.listVolumes()).find((x) => x.name === driverName)?.mountedBy ?? [];
-    if (inUse.length) throw new SandboxdError('conflict', `Volume ${name} is mounted by ${inUse.length} running sandbox(es)`, { mountedBy: inUse });
+    if (inUse.length)
+      throw new SandboxdError('conflict', `Volume ${name} is mounted by ${inUse.length} running sandbox(es)`, {
+        mountedBy: inUse,
+      });
     await this.d.store.deleteVolume(accountId, name);
     try {
       await this.d.driver.deleteVolume(driverName);

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { SandboxdError } from '@sandboxd/protocol';
+import type { SandboxdError } from '@sandboxd/protocol';
 import type { SandboxRecord } from '../domain/sandbox.js';
 import type { Store } from './store.js';
 
@@ -11,15 +11,29 @@ export interface StoreTarget {
 }
 
 const rec = (id: string, accountId: string, createdAt: number): SandboxRecord => ({
-  id, accountId, name: `n-${id}`, image: 'img', region: 'local', env: { A: '1' }, volumes: [], createdAt,
-  state: 'creating', stopAt: createdAt + 60_000, reservedMinutes: 0, endedAt: null, details: null,
+  id,
+  accountId,
+  name: `n-${id}`,
+  image: 'img',
+  region: 'local',
+  env: { A: '1' },
+  volumes: [],
+  createdAt,
+  state: 'creating',
+  stopAt: createdAt + 60_000,
+  reservedMinutes: 0,
+  endedAt: null,
+  details: null,
 });
 
 /** Registers the behaviour every Store must show with node's test runner. */
 export function runStoreConformance(target: StoreTarget): void {
   async function withStore(fn: (s: Store) => Promise<void>) {
     const s = await target.make();
-    await s.createAccount({ id: 'acc_a', email: 'a@x', passwordHash: null, plan: 'FREE', admin: false, createdAt: 1 }, { tokens: 10, reason: 'signup' });
+    await s.createAccount(
+      { id: 'acc_a', email: 'a@x', passwordHash: null, plan: 'FREE', admin: false, createdAt: 1 },
+      { tokens: 10, reason: 'signup' },
+    );
     try {
       await fn(s);
     } finally {
@@ -32,36 +46,64 @@ export function runStoreConformance(target: StoreTarget): void {
       withStore(async (s) => {
         await s.reserveSandbox(rec('s1', 'acc_a', 1), { minutes: 4, concurrency: 2, volumes: [], newName: () => 'x' });
         assert.equal(await s.balance('acc_a'), 6);
-        await assert.rejects(s.reserveSandbox(rec('s2', 'acc_a', 2), { minutes: 7, concurrency: 2, volumes: [], newName: () => 'x' }), (e: SandboxdError) => e.kind === 'insufficient_tokens');
+        await assert.rejects(
+          s.reserveSandbox(rec('s2', 'acc_a', 2), { minutes: 7, concurrency: 2, volumes: [], newName: () => 'x' }),
+          (e: SandboxdError) => e.kind === 'insufficient_tokens',
+        );
         await s.reserveSandbox(rec('s2', 'acc_a', 2), { minutes: 1, concurrency: 2, volumes: [], newName: () => 'x' });
-        await assert.rejects(s.reserveSandbox(rec('s3', 'acc_a', 3), { minutes: 1, concurrency: 2, volumes: [], newName: () => 'x' }), (e: SandboxdError) => e.kind === 'concurrency_limit');
+        await assert.rejects(
+          s.reserveSandbox(rec('s3', 'acc_a', 3), { minutes: 1, concurrency: 2, volumes: [], newName: () => 'x' }),
+          (e: SandboxdError) => e.kind === 'concurrency_limit',
+        );
         assert.equal(await s.countLive('acc_a'), 2);
       }));
 
     it('renames on a name clash within the account', () =>
       withStore(async (s) => {
-        await s.reserveSandbox(rec('s1', 'acc_a', 1), { minutes: 1, concurrency: 5, volumes: [], newName: () => 'other' });
-        const r2 = await s.reserveSandbox({ ...rec('s2', 'acc_a', 2), name: 'n-s1' }, { minutes: 1, concurrency: 5, volumes: [], newName: () => 'other' });
+        await s.reserveSandbox(rec('s1', 'acc_a', 1), {
+          minutes: 1,
+          concurrency: 5,
+          volumes: [],
+          newName: () => 'other',
+        });
+        const r2 = await s.reserveSandbox(
+          { ...rec('s2', 'acc_a', 2), name: 'n-s1' },
+          { minutes: 1, concurrency: 5, volumes: [], newName: () => 'other' },
+        );
         assert.equal(r2.name, 'other');
       }));
 
     it('update enforces the transition table, expectStates and the balance', () =>
       withStore(async (s) => {
         await s.reserveSandbox(rec('s1', 'acc_a', 1), { minutes: 1, concurrency: 5, volumes: [], newName: () => 'x' });
-        await assert.rejects(s.updateSandbox('s1', { state: 'stopped', at: 5 }), (e: SandboxdError) => e.kind === 'conflict');
+        await assert.rejects(
+          s.updateSandbox('s1', { state: 'stopped', at: 5 }),
+          (e: SandboxdError) => e.kind === 'conflict',
+        );
         await s.updateSandbox('s1', { state: 'started', at: 5 });
-        await assert.rejects(s.updateSandbox('s1', { ledgerDelta: -100, at: 5 }), (e: SandboxdError) => e.kind === 'insufficient_tokens');
+        await assert.rejects(
+          s.updateSandbox('s1', { ledgerDelta: -100, at: 5 }),
+          (e: SandboxdError) => e.kind === 'insufficient_tokens',
+        );
         const r = await s.updateSandbox('s1', { ledgerDelta: -2, stopAt: 99, at: 5 });
         assert.equal(r.reservedMinutes, 3);
         assert.equal(await s.balance('acc_a'), 7);
-        await assert.rejects(s.updateSandbox('s1', { state: 'stopped', expectStates: ['creating'], at: 5 }), (e: SandboxdError) => e.kind === 'conflict');
+        await assert.rejects(
+          s.updateSandbox('s1', { state: 'stopped', expectStates: ['creating'], at: 5 }),
+          (e: SandboxdError) => e.kind === 'conflict',
+        );
         await assert.rejects(s.updateSandbox('nope', { at: 5 }), (e: SandboxdError) => e.kind === 'not_found');
       }));
 
     it('lists newest first with a cursor and filters by state', () =>
       withStore(async (s) => {
         for (let i = 0; i < 5; i++) {
-          await s.reserveSandbox(rec(`s${i}`, 'acc_a', 100 + (i % 3)), { minutes: 1, concurrency: 10, volumes: [], newName: () => `z${i}` });
+          await s.reserveSandbox(rec(`s${i}`, 'acc_a', 100 + (i % 3)), {
+            minutes: 1,
+            concurrency: 10,
+            volumes: [],
+            newName: () => `z${i}`,
+          });
           await s.updateSandbox(`s${i}`, { state: 'started', at: 1 });
         }
         const seen: string[] = [];
@@ -73,16 +115,30 @@ export function runStoreConformance(target: StoreTarget): void {
         } while (cursor);
         assert.deepEqual(seen, ['s2', 's4', 's1', 's3', 's0']);
         assert.equal((await s.listSandboxes('acc_a', { states: ['stopped'], limit: 10 })).items.length, 0);
-        await assert.rejects(s.listSandboxes('acc_a', { states: ['started'], limit: 2, cursor: 'garbage' }), (e: SandboxdError) => e.kind === 'validation');
+        await assert.rejects(
+          s.listSandboxes('acc_a', { states: ['started'], limit: 2, cursor: 'garbage' }),
+          (e: SandboxdError) => e.kind === 'validation',
+        );
       }));
 
     it('volumes: size conflict on reserve, 409 on delete while mounted', () =>
       withStore(async (s) => {
         const r = { ...rec('s1', 'acc_a', 1), volumes: [{ mountPath: '/d', name: 'v', sizeGb: 1 }] };
-        await s.reserveSandbox(r, { minutes: 1, concurrency: 5, volumes: [{ name: 'v', sizeGb: 2 }], newName: () => 'x' });
-        assert.deepEqual((await s.listVolumes('acc_a')).map((v) => [v.name, v.sizeGb, v.mountedBy]), [['v', 2, ['s1']]]);
+        await s.reserveSandbox(r, {
+          minutes: 1,
+          concurrency: 5,
+          volumes: [{ name: 'v', sizeGb: 2 }],
+          newName: () => 'x',
+        });
+        assert.deepEqual(
+          (await s.listVolumes('acc_a')).map((v) => [v.name, v.sizeGb, v.mountedBy]),
+          [['v', 2, ['s1']]],
+        );
         const r2 = { ...rec('s2', 'acc_a', 2), volumes: [{ mountPath: '/d', name: 'v', sizeGb: 1 }] };
-        await assert.rejects(s.reserveSandbox(r2, { minutes: 1, concurrency: 5, volumes: [{ name: 'v', sizeGb: 3 }], newName: () => 'x' }), (e: SandboxdError) => e.kind === 'conflict');
+        await assert.rejects(
+          s.reserveSandbox(r2, { minutes: 1, concurrency: 5, volumes: [{ name: 'v', sizeGb: 3 }], newName: () => 'x' }),
+          (e: SandboxdError) => e.kind === 'conflict',
+        );
         await assert.rejects(s.deleteVolume('acc_a', 'v'), (e: SandboxdError) => e.kind === 'conflict');
         await s.updateSandbox('s1', { state: 'error', endedAt: 3, at: 3 });
         assert.equal(await s.deleteVolume('acc_a', 'v'), true);
@@ -96,14 +152,25 @@ export function runStoreConformance(target: StoreTarget): void {
         await s.createLoginLink({ tokenHash: 'l1', accountId: 'acc_a', expiresAt: 100 });
         assert.equal(await s.consumeLoginLink('l1', 50), 'acc_a');
         assert.equal(await s.consumeLoginLink('l1', 51), null);
-        await s.createApiKey({ id: 'k1', accountId: 'acc_a', name: 'n', prefix: 'sk_x', keyHash: 'kh', createdAt: 1, lastUsedAt: null });
+        await s.createApiKey({
+          id: 'k1',
+          accountId: 'acc_a',
+          name: 'n',
+          prefix: 'sk_x',
+          keyHash: 'kh',
+          createdAt: 1,
+          lastUsedAt: null,
+        });
         assert.equal((await s.findApiKeyByHash('kh'))?.id, 'k1');
         assert.equal(await s.deleteApiKey('acc_other', 'k1'), false);
         await s.touchApiKey('k1', 7);
         assert.equal((await s.listApiKeys('acc_a'))[0].lastUsedAt, 7);
         assert.equal(await s.deleteApiKey('acc_a', 'k1'), true);
         await assert.rejects(
-          s.createAccount({ id: 'acc_b', email: 'A@X', passwordHash: null, plan: 'FREE', admin: false, createdAt: 1 }, { tokens: 0, reason: 'signup' }),
+          s.createAccount(
+            { id: 'acc_b', email: 'A@X', passwordHash: null, plan: 'FREE', admin: false, createdAt: 1 },
+            { tokens: 0, reason: 'signup' },
+          ),
           (e: SandboxdError) => e.kind === 'conflict',
         );
       }));

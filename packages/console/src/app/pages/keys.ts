@@ -10,14 +10,42 @@ export const renderKeys: Page = async (main) => {
   const created = h('div', { 'aria-live': 'polite' });
   const tableWrap = h('div');
   const submit = h('button', { type: 'submit', class: 'btn primary' }, 'Create key');
-  const form = h('form', { class: 'card inline-form', 'aria-labelledby': 'new-key' },
+  const form = h(
+    'form',
+    { class: 'card inline-form', 'aria-labelledby': 'new-key' },
     h('h2', { id: 'new-key' }, 'New API key'),
-    h('div', { class: 'row' }, field('key-name', 'Name', name, 'A label to recognise it by.'), h('div', { class: 'row-end' }, submit)),
-    created);
-  setChildren(main,
-    h('div', { class: 'page-head' }, h('div', {}, h('h1', {}, 'API keys'), h('p', { class: 'sub' }, 'Keys authenticate the SDK, the CLI and the HTTP API as your account. They are stored hashed and shown only once.'))),
+    h(
+      'div',
+      { class: 'row' },
+      field('key-name', 'Name', name, 'A label to recognise it by.'),
+      h('div', { class: 'row-end' }, submit),
+    ),
+    created,
+  );
+  setChildren(
+    main,
+    h(
+      'div',
+      { class: 'page-head' },
+      h(
+        'div',
+        {},
+        h('h1', {}, 'API keys'),
+        h(
+          'p',
+          { class: 'sub' },
+          'Keys authenticate the SDK, the CLI and the HTTP API as your account. They are stored hashed and shown only once.',
+        ),
+      ),
+    ),
     form,
-    h('section', { class: 'card', 'aria-labelledby': 'keys-title' }, h('h2', { id: 'keys-title' }, 'Your keys'), tableWrap));
+    h(
+      'section',
+      { class: 'card', 'aria-labelledby': 'keys-title' },
+      h('h2', { id: 'keys-title' }, 'Your keys'),
+      tableWrap,
+    ),
+  );
 
   form.addEventListener('submit', async (ev) => {
     ev.preventDefault();
@@ -27,9 +55,11 @@ export const renderKeys: Page = async (main) => {
     try {
       const k = await client.keys.create(name.value.trim());
       name.value = '';
-      setChildren(created,
+      setChildren(
+        created,
         notice('success', `Key "${k.name}" created. Copy it now: it will not be shown again.`),
-        codeBlock(k.key, { label: 'new API key', secret: true }));
+        codeBlock(k.key, { label: 'new API key', secret: true }),
+      );
       await load();
     } catch (e) {
       setFieldError('key-name', errorText(e));
@@ -39,7 +69,11 @@ export const renderKeys: Page = async (main) => {
   });
 
   function row(k: ApiKeyInfo): HTMLElement {
-    const revoke = h('button', { type: 'button', class: 'btn danger small', 'aria-label': `Revoke key ${k.name}` }, 'Revoke');
+    const revoke = h(
+      'button',
+      { type: 'button', class: 'btn danger small', 'aria-label': `Revoke key ${k.name}` },
+      'Revoke',
+    );
     let armed = false;
     revoke.addEventListener('click', async () => {
       if (!armed) {
@@ -57,21 +91,39 @@ export const renderKeys: Page = async (main) => {
         revoke.disabled = false;
       }
     });
-    return h('tr', { 'data-key-id': k.id },
+    return h(
+      'tr',
+      { 'data-key-id': k.id },
       h('td', { 'data-label': 'Name' }, k.name),
       h('td', { 'data-label': 'Prefix' }, h('code', {}, `${k.prefix}…`)),
       h('td', { 'data-label': 'Created' }, formatDate(k.createdAt)),
       h('td', { 'data-label': 'Last used' }, formatDate(k.lastUsedAt)),
-      h('td', { class: 'end' }, revoke));
+      h('td', { class: 'end' }, revoke),
+    );
   }
 
   async function load(): Promise<void> {
     try {
       const keys = await client.keys.list();
       if (keys.length === 0) return setChildren(tableWrap, h('p', { class: 'empty' }, 'No keys yet.'));
-      setChildren(tableWrap, h('table', { class: 'list' },
-        h('thead', {}, h('tr', {}, ...['Name', 'Prefix', 'Created', 'Last used'].map((t) => h('th', { scope: 'col' }, t)), h('th', { scope: 'col' }, h('span', { class: 'sr-only' }, 'Actions')))),
-        h('tbody', {}, ...keys.map(row))));
+      setChildren(
+        tableWrap,
+        h(
+          'table',
+          { class: 'list' },
+          h(
+            'thead',
+            {},
+            h(
+              'tr',
+              {},
+              ...['Name', 'Prefix', 'Created', 'Last used'].map((t) => h('th', { scope: 'col' }, t)),
+              h('th', { scope: 'col' }, h('span', { class: 'sr-only' }, 'Actions')),
+            ),
+          ),
+          h('tbody', {}, ...keys.map(row)),
+        ),
+      );
     } catch (e) {
       setChildren(tableWrap, notice('error', errorText(e)));
     }

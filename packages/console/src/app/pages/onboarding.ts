@@ -24,51 +24,126 @@ interface StepState {
 const HELLO = __HELLO_MJS__.replace(/^(\/\/.*\n)+\n?/, '');
 
 const STEPS: Step[] = [
-  { event: 'onboarding.step_1_welcome', title: 'Welcome', body: () => [
-    h('p', {}, 'sandboxd runs isolated Linux sandboxes from container images on this server. In a few steps you will create an API key, install the TypeScript SDK and run a script that starts a sandbox and runs a command in it.'),
-    h('ul', { class: 'ticks' }, h('li', {}, 'Create, list and delete sandboxes'), h('li', {}, 'Run commands and open terminals'), h('li', {}, 'Persist files in named volumes')),
-  ] },
-  { event: 'onboarding.step_2_setup_workspace', title: 'Set up a workspace', body: () => [
-    h('p', {}, 'Make a folder for your first project and declare it an ES module project:'),
-    codeBlock('mkdir sandboxd-hello && cd sandboxd-hello\nnpm init -y\nnpm pkg set type=module', { label: 'workspace commands' }),
-  ] },
-  { event: 'onboarding.step_3_verify_nodejs', title: 'Verify Node.js', body: () => [
-    h('p', {}, 'The SDK needs Node.js 20 or newer. Check your version:'),
-    codeBlock('node --version', { label: 'Node.js version command' }),
-    h('p', { class: 'hint' }, 'It should print v20.0.0 or higher. If not, install a current Node.js LTS first.'),
-  ] },
-  { event: 'onboarding.step_4_create_token', title: 'Create an API key', body: (s) => [
-    h('p', {}, 'Scripts authenticate with an API key. Create one now: it is shown only once, so copy it somewhere safe.'),
-    s.key ? codeBlock(s.key, { label: 'API key', secret: true }) : h('button', { type: 'button', class: 'btn primary', onclick: () => void s.createKey() }, 'Create API key'),
-    s.keyStatus,
-  ] },
-  { event: 'onboarding.step_5_export_token', title: 'Export the key', body: (s) => [
-    h('p', {}, 'The SDK reads the key and the server address from the environment:'),
-    codeBlock(`export SANDBOX_API_KEY=${s.key ?? '<your API key>'}\nexport SANDBOX_API_URL=${s.origin}`, { label: 'export commands', secret: !!s.key }),
-    s.key ? null : h('p', { class: 'hint' }, 'Use the key you created in the previous step, or create another one under API keys.'),
-  ] },
-  { event: 'onboarding.step_6_install_sdk', title: 'Install the SDK', body: () => [
-    h('p', {}, 'Build the SDK package from your sandboxd checkout and install it into your workspace (Node 20 also needs ws for terminals):'),
-    codeBlock('npm run build -w @sandboxd/sdk --prefix /path/to/sandboxd\nnpm install /path/to/sandboxd/packages/sdk/dist ws', { label: 'install commands' }),
-  ] },
-  { event: 'onboarding.step_7_create_script', title: 'Create a script', body: () => [
-    h('p', {}, 'Save this as hello.mjs. It creates a sandbox, runs a command in it and deletes it:'),
-    codeBlock(HELLO, { label: 'hello.mjs' }),
-  ] },
-  { event: 'onboarding.step_8_run_script', title: 'Run it', body: () => [
-    codeBlock('node hello.mjs', { label: 'run command' }),
-    h('p', {}, 'You should see:'),
-    h('pre', { class: 'output', tabindex: 0, 'aria-label': 'Expected output' },
-      'created sbx_3kq7m2x5c4v6b7n8a9d2 (quiet-river-4821) from local/debian:bookworm\nHello from sandboxd!\nexit code 0\ndeleted sbx_3kq7m2x5c4v6b7n8a9d2'),
-  ] },
+  {
+    event: 'onboarding.step_1_welcome',
+    title: 'Welcome',
+    body: () => [
+      h(
+        'p',
+        {},
+        'sandboxd runs isolated Linux sandboxes from container images on this server. In a few steps you will create an API key, install the TypeScript SDK and run a script that starts a sandbox and runs a command in it.',
+      ),
+      h(
+        'ul',
+        { class: 'ticks' },
+        h('li', {}, 'Create, list and delete sandboxes'),
+        h('li', {}, 'Run commands and open terminals'),
+        h('li', {}, 'Persist files in named volumes'),
+      ),
+    ],
+  },
+  {
+    event: 'onboarding.step_2_setup_workspace',
+    title: 'Set up a workspace',
+    body: () => [
+      h('p', {}, 'Make a folder for your first project and declare it an ES module project:'),
+      codeBlock('mkdir sandboxd-hello && cd sandboxd-hello\nnpm init -y\nnpm pkg set type=module', {
+        label: 'workspace commands',
+      }),
+    ],
+  },
+  {
+    event: 'onboarding.step_3_verify_nodejs',
+    title: 'Verify Node.js',
+    body: () => [
+      h('p', {}, 'The SDK needs Node.js 20 or newer. Check your version:'),
+      codeBlock('node --version', { label: 'Node.js version command' }),
+      h('p', { class: 'hint' }, 'It should print v20.0.0 or higher. If not, install a current Node.js LTS first.'),
+    ],
+  },
+  {
+    event: 'onboarding.step_4_create_token',
+    title: 'Create an API key',
+    body: (s) => [
+      h(
+        'p',
+        {},
+        'Scripts authenticate with an API key. Create one now: it is shown only once, so copy it somewhere safe.',
+      ),
+      s.key
+        ? codeBlock(s.key, { label: 'API key', secret: true })
+        : h('button', { type: 'button', class: 'btn primary', onclick: () => void s.createKey() }, 'Create API key'),
+      s.keyStatus,
+    ],
+  },
+  {
+    event: 'onboarding.step_5_export_token',
+    title: 'Export the key',
+    body: (s) => [
+      h('p', {}, 'The SDK reads the key and the server address from the environment:'),
+      codeBlock(`export SANDBOX_API_KEY=${s.key ?? '<your API key>'}\nexport SANDBOX_API_URL=${s.origin}`, {
+        label: 'export commands',
+        secret: !!s.key,
+      }),
+      s.key
+        ? null
+        : h(
+            'p',
+            { class: 'hint' },
+            'Use the key you created in the previous step, or create another one under API keys.',
+          ),
+    ],
+  },
+  {
+    event: 'onboarding.step_6_install_sdk',
+    title: 'Install the SDK',
+    body: () => [
+      h(
+        'p',
+        {},
+        'Build the SDK package from your sandboxd checkout and install it into your workspace (Node 20 also needs ws for terminals):',
+      ),
+      codeBlock(
+        'npm run build -w @sandboxd/sdk --prefix /path/to/sandboxd\nnpm install /path/to/sandboxd/packages/sdk/dist ws',
+        { label: 'install commands' },
+      ),
+    ],
+  },
+  {
+    event: 'onboarding.step_7_create_script',
+    title: 'Create a script',
+    body: () => [
+      h('p', {}, 'Save this as hello.mjs. It creates a sandbox, runs a command in it and deletes it:'),
+      codeBlock(HELLO, { label: 'hello.mjs' }),
+    ],
+  },
+  {
+    event: 'onboarding.step_8_run_script',
+    title: 'Run it',
+    body: () => [
+      codeBlock('node hello.mjs', { label: 'run command' }),
+      h('p', {}, 'You should see:'),
+      h(
+        'pre',
+        { class: 'output', tabindex: 0, 'aria-label': 'Expected output' },
+        'created sbx_3kq7m2x5c4v6b7n8a9d2 (quiet-river-4821) from local/debian:bookworm\nHello from sandboxd!\nexit code 0\ndeleted sbx_3kq7m2x5c4v6b7n8a9d2',
+      ),
+    ],
+  },
 ];
 
 /** The furthest step reached (0-based) and whether onboarding was finished or skipped. */
 export function progressFrom(events: Array<{ event: string }>): { step: number; started: boolean; done: boolean } {
   const seen = new Set(events.map((e) => e.event));
   let step = 0;
-  STEPS.forEach((s, i) => seen.has(s.event) && (step = i));
-  return { step, started: seen.has('onboarding.started'), done: seen.has('onboarding.completed') || seen.has('onboarding.skipped') };
+  STEPS.forEach((s, i) => {
+    if (seen.has(s.event)) step = i;
+  });
+  return {
+    step,
+    started: seen.has('onboarding.started'),
+    done: seen.has('onboarding.completed') || seen.has('onboarding.skipped'),
+  };
 }
 
 /** The onboarding page. */
@@ -82,56 +157,121 @@ export const renderOnboarding: Page = async (main, ctx) => {
   const report = (event: EventKind, metadata: Record<string, unknown> = {}) => {
     if (reached.has(event)) return queue;
     reached.add(event);
-    queue = queue.then(() => track(event, metadata)).catch((e) => {
-      reached.delete(event);
-      setChildren(status, notice('error', `Could not record progress: ${errorText(e)}`));
-    });
+    queue = queue
+      .then(() => track(event, metadata))
+      .catch((e) => {
+        reached.delete(event);
+        setChildren(status, notice('error', `Could not record progress: ${errorText(e)}`));
+      });
     return queue;
   };
   if (!progress.started) await report('onboarding.started');
 
   let current = progress.step;
-  const state: StepState = { key: null, origin: location.origin, keyStatus: h('div', { 'aria-live': 'polite' }), createKey: async () => {
-    try {
-      const k = await client.keys.create(`onboarding ${new Date().toISOString().slice(0, 10)}`);
-      state.key = k.key;
-      show(current, false);
-      setChildren(state.keyStatus, notice('success', `Key "${k.name}" created. Copy it now: it will not be shown again.`));
-      state.keyStatus.querySelector<HTMLElement>('.notice')?.focus();
-    } catch (e) {
-      setChildren(state.keyStatus, notice('error', errorText(e)));
-    }
-  } };
+  const state: StepState = {
+    key: null,
+    origin: location.origin,
+    keyStatus: h('div', { 'aria-live': 'polite' }),
+    createKey: async () => {
+      try {
+        const k = await client.keys.create(`onboarding ${new Date().toISOString().slice(0, 10)}`);
+        state.key = k.key;
+        show(current, false);
+        setChildren(
+          state.keyStatus,
+          notice('success', `Key "${k.name}" created. Copy it now: it will not be shown again.`),
+        );
+        state.keyStatus.querySelector<HTMLElement>('.notice')?.focus();
+      } catch (e) {
+        setChildren(state.keyStatus, notice('error', errorText(e)));
+      }
+    },
+  };
 
   const list = h('ol', { class: 'steps' });
   const panel = h('section', { class: 'card step-panel', 'aria-live': 'polite' });
-  const head = h('div', { class: 'page-head' },
-    h('div', {}, h('h1', {}, 'Get started'), h('p', { class: 'sub' }, progress.done ? 'You have finished onboarding. The steps stay here for reference.' : 'Eight short steps to your first sandbox.')),
-    h('button', { type: 'button', class: 'btn ghost', onclick: async () => {
-      if (!progress.done) await report('onboarding.skipped', { atStep: current + 1 });
-      ctx.navigate('/sandboxes');
-    } }, progress.done ? 'Go to sandboxes' : 'Skip onboarding'));
-  setChildren(main, head, status, h('div', { class: 'onboarding' }, h('nav', { 'aria-label': 'Onboarding steps' }, list), panel));
+  const head = h(
+    'div',
+    { class: 'page-head' },
+    h(
+      'div',
+      {},
+      h('h1', {}, 'Get started'),
+      h(
+        'p',
+        { class: 'sub' },
+        progress.done
+          ? 'You have finished onboarding. The steps stay here for reference.'
+          : 'Eight short steps to your first sandbox.',
+      ),
+    ),
+    h(
+      'button',
+      {
+        type: 'button',
+        class: 'btn ghost',
+        onclick: async () => {
+          if (!progress.done) await report('onboarding.skipped', { atStep: current + 1 });
+          ctx.navigate('/sandboxes');
+        },
+      },
+      progress.done ? 'Go to sandboxes' : 'Skip onboarding',
+    ),
+  );
+  setChildren(
+    main,
+    head,
+    status,
+    h('div', { class: 'onboarding' }, h('nav', { 'aria-label': 'Onboarding steps' }, list), panel),
+  );
 
   function show(i: number, focus = true): void {
     current = i;
     void report(STEPS[i].event, { step: i + 1 });
-    setChildren(list, ...STEPS.map((s, j) => h('li', { class: j < i || reached.has(s.event) ? 'done' : '' },
-      h('button', { type: 'button', class: 'step-link', 'aria-current': j === i ? 'step' : null, disabled: j > progressMax() && !reached.has(s.event), onclick: () => show(j) },
-        h('span', { class: 'num', 'aria-hidden': 'true' }, String(j + 1)), s.title))));
+    setChildren(
+      list,
+      ...STEPS.map((s, j) =>
+        h(
+          'li',
+          { class: j < i || reached.has(s.event) ? 'done' : '' },
+          h(
+            'button',
+            {
+              type: 'button',
+              class: 'step-link',
+              'aria-current': j === i ? 'step' : null,
+              disabled: j > progressMax() && !reached.has(s.event),
+              onclick: () => show(j),
+            },
+            h('span', { class: 'num', 'aria-hidden': 'true' }, String(j + 1)),
+            s.title,
+          ),
+        ),
+      ),
+    );
     const last = i === STEPS.length - 1;
     const back = h('button', { type: 'button', class: 'btn', disabled: i === 0, onclick: () => show(i - 1) }, 'Back');
     const next = last
-      ? h('button', { type: 'button', class: 'btn primary', onclick: async () => {
-        await report('onboarding.completed', { steps: STEPS.length });
-        ctx.navigate('/sandboxes');
-      } }, 'Finish')
+      ? h(
+          'button',
+          {
+            type: 'button',
+            class: 'btn primary',
+            onclick: async () => {
+              await report('onboarding.completed', { steps: STEPS.length });
+              ctx.navigate('/sandboxes');
+            },
+          },
+          'Finish',
+        )
       : h('button', { type: 'button', class: 'btn primary', onclick: () => show(i + 1) }, 'Continue');
-    setChildren(panel,
+    setChildren(
+      panel,
       h('p', { class: 'eyebrow' }, `Step ${i + 1} of ${STEPS.length}`),
       h('h2', { id: 'step-title', tabindex: -1 }, STEPS[i].title),
       ...STEPS[i].body(state),
-      h('div', { class: 'actions' }, back, next));
+      h('div', { class: 'actions' }, back, next),
+    );
     if (focus) panel.querySelector<HTMLElement>('#step-title')?.focus();
   }
   const progressMax = () => Math.max(current, ...STEPS.map((s, j) => (reached.has(s.event) ? j : 0)));

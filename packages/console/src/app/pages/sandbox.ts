@@ -23,7 +23,13 @@ export const renderSandbox: Page = async (main, ctx, params) => {
   showState();
 
   // Lifetime: "stop N minutes from now", plus quick +10 / -5 minutes.
-  const minutes = h('input', { type: 'number', min: 0, step: 1, inputmode: 'numeric', value: Math.max(0, Math.round((sb.stopAt.getTime() - Date.now()) / 60_000)) });
+  const minutes = h('input', {
+    type: 'number',
+    min: 0,
+    step: 1,
+    inputmode: 'numeric',
+    value: Math.max(0, Math.round((sb.stopAt.getTime() - Date.now()) / 60_000)),
+  });
   const setLifetime = async (ms: number) => {
     setFieldError('lifetime', null);
     try {
@@ -34,26 +40,48 @@ export const renderSandbox: Page = async (main, ctx, params) => {
       setChildren(status, notice('success', `Lifetime updated: stops at ${formatDate(sb.info.stopAt)}.`));
       setChildren(figures, accountSummary(await ctx.refreshAccount()));
     } catch (e) {
-      setFieldError('lifetime', e instanceof ValidationError ? e.problems.map((p) => p.message).join(' ') || e.message : errorText(e));
+      setFieldError(
+        'lifetime',
+        e instanceof ValidationError ? e.problems.map((p) => p.message).join(' ') || e.message : errorText(e),
+      );
     }
   };
   const remaining = () => sb.stopAt.getTime() - Date.now();
-  const lifetime = h('form', { class: 'lifetime', 'aria-label': 'Lifetime', onsubmit: (ev: Event) => {
-    ev.preventDefault();
-    void setLifetime(Number(minutes.value) * 60_000);
-  } },
-  field('lifetime', 'Stop in (minutes from now)', minutes),
-  h('div', { class: 'row' },
-    h('button', { type: 'submit', class: 'btn' }, 'Set lifetime'),
-    h('button', { type: 'button', class: 'btn', onclick: () => void setLifetime(remaining() + 10 * 60_000) }, '+10 min'),
-    h('button', { type: 'button', class: 'btn', onclick: () => void setLifetime(remaining() - 5 * 60_000) }, '−5 min')));
+  const lifetime = h(
+    'form',
+    {
+      class: 'lifetime',
+      'aria-label': 'Lifetime',
+      onsubmit: (ev: Event) => {
+        ev.preventDefault();
+        void setLifetime(Number(minutes.value) * 60_000);
+      },
+    },
+    field('lifetime', 'Stop in (minutes from now)', minutes),
+    h(
+      'div',
+      { class: 'row' },
+      h('button', { type: 'submit', class: 'btn' }, 'Set lifetime'),
+      h(
+        'button',
+        { type: 'button', class: 'btn', onclick: () => void setLifetime(remaining() + 10 * 60_000) },
+        '+10 min',
+      ),
+      h(
+        'button',
+        { type: 'button', class: 'btn', onclick: () => void setLifetime(remaining() - 5 * 60_000) },
+        '−5 min',
+      ),
+    ),
+  );
 
   // Public ports: the template with a port filled in.
   const port = h('input', { type: 'number', min: 1, max: 65535, value: 8000, inputmode: 'numeric' });
   const portLink = h('p', { class: 'port-link' });
   const showPort = () => {
     const p = Number(port.value);
-    if (!Number.isInteger(p) || p < 1 || p > 65535) return setChildren(portLink, h('span', { class: 'dim' }, 'Enter a port from 1 to 65535.'));
+    if (!Number.isInteger(p) || p < 1 || p > 65535)
+      return setChildren(portLink, h('span', { class: 'dim' }, 'Enter a port from 1 to 65535.'));
     const url = `${location.protocol}//${sb.info.publicAccessUrlTemplate.replace('{{PORT}}', String(p))}`;
     setChildren(portLink, h('a', { href: url, target: '_blank', rel: 'noopener noreferrer', class: 'mono' }, url));
   };
@@ -79,7 +107,11 @@ export const renderSandbox: Page = async (main, ctx, params) => {
       for (const b of main.querySelectorAll<HTMLButtonElement>('.lifetime button, .new-term')) b.disabled = true;
       setChildren(stateEl, stateBadge('deleted'));
       setChildren(stopsIn, h('span', { class: 'dim' }, 'deleted'));
-      setChildren(status, notice('success', 'Sandbox deleted. Its terminals are closed.'), h('p', {}, h('a', { href: '/sandboxes' }, 'Back to sandboxes')));
+      setChildren(
+        status,
+        notice('success', 'Sandbox deleted. Its terminals are closed.'),
+        h('p', {}, h('a', { href: '/sandboxes' }, 'Back to sandboxes')),
+      );
       setChildren(figures, accountSummary(await ctx.refreshAccount()));
     } catch (e) {
       setChildren(status, notice('error', errorText(e)));
@@ -87,23 +119,60 @@ export const renderSandbox: Page = async (main, ctx, params) => {
     }
   });
 
-  const dl = (...rows: Array<[string, Node | string]>) => h('dl', { class: 'props' }, ...rows.flatMap(([k, v]) => [h('dt', {}, k), v instanceof HTMLElement && v.tagName === 'DD' ? v : h('dd', {}, v)]));
-  setChildren(main,
+  const dl = (...rows: Array<[string, Node | string]>) =>
+    h(
+      'dl',
+      { class: 'props' },
+      ...rows.flatMap(([k, v]) => [
+        h('dt', {}, k),
+        v instanceof HTMLElement && v.tagName === 'DD' ? v : h('dd', {}, v),
+      ]),
+    );
+  setChildren(
+    main,
     h('p', { class: 'crumbs' }, h('a', { href: '/sandboxes' }, 'Sandboxes'), ' / ', sb.name),
-    h('div', { class: 'page-head' },
+    h(
+      'div',
+      { class: 'page-head' },
       h('div', {}, h('h1', {}, sb.name, ' ', stateEl), h('p', { class: 'sub mono' }, sb.id)),
-      del),
+      del,
+    ),
     status,
-    h('div', { class: 'detail-grid' },
-      h('section', { class: 'card', 'aria-labelledby': 'd-title' }, h('h2', { id: 'd-title' }, 'Details'),
-        dl(['Image', h('span', { class: 'mono' }, sb.image)], ['Region', sb.info.region], ['Created', formatDate(sb.info.createdAt)], ['Stops in', stopsIn]),
-        sb.state === 'started' ? lifetime : null),
-      h('section', { class: 'card', 'aria-labelledby': 'p-title' }, h('h2', { id: 'p-title' }, 'Public ports'),
+    h(
+      'div',
+      { class: 'detail-grid' },
+      h(
+        'section',
+        { class: 'card', 'aria-labelledby': 'd-title' },
+        h('h2', { id: 'd-title' }, 'Details'),
+        dl(
+          ['Image', h('span', { class: 'mono' }, sb.image)],
+          ['Region', sb.info.region],
+          ['Created', formatDate(sb.info.createdAt)],
+          ['Stops in', stopsIn],
+        ),
+        sb.state === 'started' ? lifetime : null,
+      ),
+      h(
+        'section',
+        { class: 'card', 'aria-labelledby': 'p-title' },
+        h('h2', { id: 'p-title' }, 'Public ports'),
         h('p', { class: 'hint' }, 'A server listening on a port inside the sandbox is reachable at:'),
-        field('port', 'Port', port), portLink,
-        h('p', { class: 'hint' }, 'Template: ', h('code', {}, sb.info.publicAccessUrlTemplate))),
-      h('section', { class: 'card', 'aria-labelledby': 'a-title' }, h('h2', { id: 'a-title' }, 'Account'), figures)),
-    sb.state === 'started' ? terminals.el : h('section', { class: 'card' }, h('h2', {}, 'Terminal'), h('p', { class: 'empty' }, `The sandbox is ${sb.state}; terminals need a started sandbox.`)));
+        field('port', 'Port', port),
+        portLink,
+        h('p', { class: 'hint' }, 'Template: ', h('code', {}, sb.info.publicAccessUrlTemplate)),
+      ),
+      h('section', { class: 'card', 'aria-labelledby': 'a-title' }, h('h2', { id: 'a-title' }, 'Account'), figures),
+    ),
+    sb.state === 'started'
+      ? terminals.el
+      : h(
+          'section',
+          { class: 'card' },
+          h('h2', {}, 'Terminal'),
+          h('p', { class: 'empty' }, `The sandbox is ${sb.state}; terminals need a started sandbox.`),
+        ),
+  );
   if (sb.state === 'started') await terminals.init();
   // The state changes by itself at stopAt (or by another client): follow it.
   let gone = false;

@@ -1,7 +1,12 @@
 /** Sandboxes: the list (state, image, live countdown to stopAt) and the create form. */
 import {
-  ConcurrencyLimitError, InsufficientTokensError, TemplateNotFoundError, ValidationError,
-  type AccountInfo, type Sandbox, type SandboxCreateParams,
+  ConcurrencyLimitError,
+  InsufficientTokensError,
+  TemplateNotFoundError,
+  ValidationError,
+  type AccountInfo,
+  type Sandbox,
+  type SandboxCreateParams,
 } from '@sandboxd/sdk';
 import { client, errorText } from '../api.js';
 import { countdown, field, formatDate, h, notice, setChildren, setFieldError } from '../dom.js';
@@ -13,12 +18,20 @@ type FieldName = (typeof FIELDS)[number];
 /** Plan, token balance and concurrency use of the account, as a row of figures. */
 export function accountSummary(acc: AccountInfo): HTMLElement {
   const fig = (label: string, value: string, extra?: string) =>
-    h('div', { class: 'figure' }, h('dt', {}, label), h('dd', {}, value, extra ? h('span', { class: 'extra' }, extra) : null));
-  return h('dl', { class: 'figures', 'aria-label': 'Account' },
+    h(
+      'div',
+      { class: 'figure' },
+      h('dt', {}, label),
+      h('dd', {}, value, extra ? h('span', { class: 'extra' }, extra) : null),
+    );
+  return h(
+    'dl',
+    { class: 'figures', 'aria-label': 'Account' },
     fig('Plan', acc.plan),
     fig('Token balance', acc.balance.toLocaleString(), ' sandbox-minutes'),
     fig('Running sandboxes', `${acc.usage.startedSandboxes} / ${acc.limits.concurrency}`),
-    fig('Longest lifetime', `${Math.round(acc.limits.maxLifetimeMs / 60_000)} min`));
+    fig('Longest lifetime', `${Math.round(acc.limits.maxLifetimeMs / 60_000)} min`),
+  );
 }
 
 /** A state badge. */
@@ -27,9 +40,16 @@ export function stateBadge(state: string): HTMLElement {
 }
 
 /** Reads the create form into a request, or names the field that cannot be read. */
-function readForm(f: Record<FieldName, HTMLInputElement | HTMLTextAreaElement>): SandboxCreateParams | { field: FieldName; message: string } {
+function readForm(
+  f: Record<FieldName, HTMLInputElement | HTMLTextAreaElement>,
+): SandboxCreateParams | { field: FieldName; message: string } {
   const params: SandboxCreateParams = { image: f.image.value.trim() };
-  const lines = (s: string) => s.split('\n').map((l) => l.trim()).map((l, i) => [l, i + 1] as const).filter(([l]) => l !== '');
+  const lines = (s: string) =>
+    s
+      .split('\n')
+      .map((l) => l.trim())
+      .map((l, i) => [l, i + 1] as const)
+      .filter(([l]) => l !== '');
   const env: Record<string, string> = {};
   for (const [l, n] of lines(f.env.value)) {
     const i = l.indexOf('=');
@@ -40,7 +60,11 @@ function readForm(f: Record<FieldName, HTMLInputElement | HTMLTextAreaElement>):
   const volumes: NonNullable<SandboxCreateParams['volumes']> = {};
   for (const [l, n] of lines(f.volumes.value)) {
     const m = /^(\S+?)=([^:\s]+)(?::(\d+))?$/.exec(l);
-    if (!m) return { field: 'volumes', message: `Line ${n}: write /mount/path=volume_name or /mount/path=volume_name:sizeGb.` };
+    if (!m)
+      return {
+        field: 'volumes',
+        message: `Line ${n}: write /mount/path=volume_name or /mount/path=volume_name:sizeGb.`,
+      };
     volumes[m[1]] = m[3] ? { name: m[2], sizeGb: Number(m[3]) } : m[2];
   }
   if (Object.keys(volumes).length) params.volumes = volumes;
@@ -61,22 +85,34 @@ function fieldOf(path: string): FieldName | null {
 
 function createForm(onCreated: (sb: Sandbox) => void): HTMLFormElement {
   const inputs = {
-    image: h('input', { type: 'text', value: 'local/debian:bookworm', required: true, autocomplete: 'off', spellcheck: 'false' }),
+    image: h('input', {
+      type: 'text',
+      value: 'local/debian:bookworm',
+      required: true,
+      autocomplete: 'off',
+      spellcheck: 'false',
+    }),
     env: h('textarea', { rows: 3, placeholder: 'NAME=value', spellcheck: 'false' }),
     volumes: h('textarea', { rows: 2, placeholder: '/data=my_volume:1', spellcheck: 'false' }),
     timeoutMs: h('input', { type: 'number', min: 0, step: 1, value: 10, inputmode: 'numeric' }),
   };
   const status = h('div', { 'aria-live': 'polite' });
   const submit = h('button', { type: 'submit', class: 'btn primary' }, 'Create sandbox');
-  const form = h('form', { class: 'card create-form', 'aria-labelledby': 'create-title', novalidate: true },
+  const form = h(
+    'form',
+    { class: 'card create-form', 'aria-labelledby': 'create-title', novalidate: true },
     h('h2', { id: 'create-title' }, 'New sandbox'),
-    h('div', { class: 'grid2' },
+    h(
+      'div',
+      { class: 'grid2' },
       field('image', 'Image', inputs.image, 'An OCI image reference, e.g. local/debian:bookworm.'),
       field('timeoutMs', 'Lifetime (minutes)', inputs.timeoutMs, 'Stops by itself after this long; extend it later.'),
       field('env', 'Environment variables', inputs.env, 'One NAME=value per line.'),
-      field('volumes', 'Volumes', inputs.volumes, 'One /mount/path=name[:sizeGb] per line; created if missing.')),
+      field('volumes', 'Volumes', inputs.volumes, 'One /mount/path=name[:sizeGb] per line; created if missing.'),
+    ),
     status,
-    h('div', { class: 'actions' }, h('a', { class: 'btn', href: '/sandboxes' }, 'Cancel'), submit));
+    h('div', { class: 'actions' }, h('a', { class: 'btn', href: '/sandboxes' }, 'Cancel'), submit),
+  );
   form.addEventListener('submit', async (ev) => {
     ev.preventDefault();
     for (const f of FIELDS) setFieldError(f, null);
@@ -105,8 +141,12 @@ function createForm(onCreated: (sb: Sandbox) => void): HTMLFormElement {
         setFieldError('image', e.message);
         first = 'image';
       } else {
-        const hint = e instanceof InsufficientTokensError ? ' Shorten the lifetime or ask for more tokens.'
-          : e instanceof ConcurrencyLimitError ? ' Delete a running sandbox first.' : '';
+        const hint =
+          e instanceof InsufficientTokensError
+            ? ' Shorten the lifetime or ask for more tokens.'
+            : e instanceof ConcurrencyLimitError
+              ? ' Delete a running sandbox first.'
+              : '';
         status.append(notice('error', errorText(e) + hint));
       }
       if (first) inputs[first].focus();
@@ -123,29 +163,84 @@ export const renderSandboxes: Page = async (main, ctx) => {
   const creating = location.pathname.startsWith('/sandboxes/new');
   const summary = h('div');
   const listWrap = h('div', { 'aria-live': 'polite' });
-  setChildren(main,
-    h('div', { class: 'page-head' },
-      h('div', {}, h('h1', {}, 'Sandboxes'), h('p', { class: 'sub' }, 'Isolated Linux machines from container images, each with a lifetime.')),
-      creating ? null : h('a', { class: 'btn primary', href: '/sandboxes/new' }, 'New sandbox')),
+  setChildren(
+    main,
+    h(
+      'div',
+      { class: 'page-head' },
+      h(
+        'div',
+        {},
+        h('h1', {}, 'Sandboxes'),
+        h('p', { class: 'sub' }, 'Isolated Linux machines from container images, each with a lifetime.'),
+      ),
+      creating ? null : h('a', { class: 'btn primary', href: '/sandboxes/new' }, 'New sandbox'),
+    ),
     summary,
     creating ? createForm((sb) => ctx.navigate(`/sandboxes/${sb.id}`)) : null,
-    h('section', { class: 'card', 'aria-labelledby': 'list-title' }, h('h2', { id: 'list-title' }, 'All sandboxes'), listWrap));
+    h(
+      'section',
+      { class: 'card', 'aria-labelledby': 'list-title' },
+      h('h2', { id: 'list-title' }, 'All sandboxes'),
+      listWrap,
+    ),
+  );
   if (creating) main.querySelector<HTMLInputElement>('#image')?.focus();
 
   async function load(): Promise<void> {
     const [acc, sandboxes] = await Promise.all([ctx.refreshAccount(), client.sandboxes.list()]);
     setChildren(summary, accountSummary(acc));
     if (sandboxes.length === 0) {
-      return setChildren(listWrap, h('p', { class: 'empty' }, 'No sandboxes yet. ', creating ? null : h('a', { href: '/sandboxes/new' }, 'Create your first one.')));
+      return setChildren(
+        listWrap,
+        h(
+          'p',
+          { class: 'empty' },
+          'No sandboxes yet. ',
+          creating ? null : h('a', { href: '/sandboxes/new' }, 'Create your first one.'),
+        ),
+      );
     }
-    setChildren(listWrap, h('table', { class: 'list sandboxes' },
-      h('thead', {}, h('tr', {}, ...['Name', 'State', 'Image', 'Stops in', 'Created'].map((t) => h('th', { scope: 'col' }, t)))),
-      h('tbody', {}, ...sandboxes.map((sb) => h('tr', { 'data-sandbox-id': sb.id },
-        h('td', { 'data-label': 'Name' }, h('div', { class: 'cell' }, h('a', { href: `/sandboxes/${sb.id}` }, sb.name), h('div', { class: 'mono dim' }, sb.id))),
-        h('td', { 'data-label': 'State' }, stateBadge(sb.state)),
-        h('td', { 'data-label': 'Image', class: 'mono' }, sb.image),
-        h('td', { 'data-label': 'Stops in' }, sb.state === 'started' ? countdown(sb.info.stopAt) : h('span', { class: 'dim' }, '—')),
-        h('td', { 'data-label': 'Created' }, formatDate(sb.info.createdAt)))))));
+    setChildren(
+      listWrap,
+      h(
+        'table',
+        { class: 'list sandboxes' },
+        h(
+          'thead',
+          {},
+          h('tr', {}, ...['Name', 'State', 'Image', 'Stops in', 'Created'].map((t) => h('th', { scope: 'col' }, t))),
+        ),
+        h(
+          'tbody',
+          {},
+          ...sandboxes.map((sb) =>
+            h(
+              'tr',
+              { 'data-sandbox-id': sb.id },
+              h(
+                'td',
+                { 'data-label': 'Name' },
+                h(
+                  'div',
+                  { class: 'cell' },
+                  h('a', { href: `/sandboxes/${sb.id}` }, sb.name),
+                  h('div', { class: 'mono dim' }, sb.id),
+                ),
+              ),
+              h('td', { 'data-label': 'State' }, stateBadge(sb.state)),
+              h('td', { 'data-label': 'Image', class: 'mono' }, sb.image),
+              h(
+                'td',
+                { 'data-label': 'Stops in' },
+                sb.state === 'started' ? countdown(sb.info.stopAt) : h('span', { class: 'dim' }, '—'),
+              ),
+              h('td', { 'data-label': 'Created' }, formatDate(sb.info.createdAt)),
+            ),
+          ),
+        ),
+      ),
+    );
   }
   await load();
   const timer = setInterval(() => void load().catch(() => {}), 10_000);

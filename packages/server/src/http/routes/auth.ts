@@ -19,59 +19,96 @@ export const authRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) =>
     if (waits.length) throw rateLimited(name, Math.max(...waits), limits.config);
   };
   const setSession = (req: FastifyRequest, reply: FastifyReply, token: string) =>
-    reply.header('set-cookie', sessionCookie(token, { maxAgeSec: d.config.sessionTtlMs / 1000, secure: req.protocol === 'https' }));
+    reply.header(
+      'set-cookie',
+      sessionCookie(token, { maxAgeSec: d.config.sessionTtlMs / 1000, secure: req.protocol === 'https' }),
+    );
 
-  app.post('/api/v1/auth/login', {
-    schema: { body: LoginSchema, response: { 200: AccountReplySchema } },
-    config: { auth: 'none', operationId: 'login', summary: 'Log in; sets the session cookie', tags, errors: [400, 401, 429] },
-  }, async (req, reply) => {
-    // Throttled before the password is hashed: failures per email and per address.
-    const email = req.body.email.trim().toLowerCase();
-    const ip = clientKey(req.ip);
-    refuse('login', [limits.loginByEmail.check(email), limits.loginByIp.check(ip)]);
-    let session: Awaited<ReturnType<typeof auth.login>>;
-    try {
-      session = await auth.login(req.body.email, req.body.password);
-    } catch (e) {
-      limits.loginByEmail.record(email);
-      limits.loginByIp.record(ip);
-      throw e;
-    }
-    limits.loginByEmail.clear(email);
-    const { account, token } = session;
-    setSession(req, reply, token);
-    return { account: summary(account) };
-  });
-
-  app.post('/api/v1/auth/logout', {
-    schema: { response: { 204: Type.Null() } },
-    config: { auth: 'none', operationId: 'logout', summary: 'End the session of the cookie', tags, errors: [] },
-  }, async (req, reply) => {
-    const token = parseCookies(req.headers.cookie)[SESSION_COOKIE];
-    if (token) await auth.logout(token);
-    reply.header('set-cookie', sessionCookie('', { maxAgeSec: 0, secure: req.protocol === 'https' }));
-    return reply.code(204).send(null);
-  });
-
-  app.post('/api/v1/auth/signup', {
-    schema: { body: SignupSchema, response: { 201: AccountReplySchema } },
-    config: { auth: 'none', operationId: 'signup', summary: 'Create an account on the default plan; sets the session cookie', tags, errors: [400, 404, 409, 429] },
-  }, async (req, reply) => {
-    if (d.config.signupEnabled) {
+  app.post(
+    '/api/v1/auth/login',
+    {
+      schema: { body: LoginSchema, response: { 200: AccountReplySchema } },
+      config: {
+        auth: 'none',
+        operationId: 'login',
+        summary: 'Log in; sets the session cookie',
+        tags,
+        errors: [400, 401, 429],
+      },
+    },
+    async (req, reply) => {
+      // Throttled before the password is hashed: failures per email and per address.
+      const email = req.body.email.trim().toLowerCase();
       const ip = clientKey(req.ip);
-      refuse('signup', [limits.signupByIp.check(ip)]);
-      limits.signupByIp.record(ip);
-    }
-    const account = await accounts.signup(req.body.email, req.body.password);
-    setSession(req, reply, await auth.newSession(account.id));
-    return reply.code(201).send({ account: summary(account) });
-  });
+      refuse('login', [limits.loginByEmail.check(email), limits.loginByIp.check(ip)]);
+      let session: Awaited<ReturnType<typeof auth.login>>;
+      try {
+        session = await auth.login(req.body.email, req.body.password);
+      } catch (e) {
+        limits.loginByEmail.record(email);
+        limits.loginByIp.record(ip);
+        throw e;
+      }
+      limits.loginByEmail.clear(email);
+      const { account, token } = session;
+      setSession(req, reply, token);
+      return { account: summary(account) };
+    },
+  );
 
-  app.get('/api/v1/auth/link', {
-    schema: { querystring: LoginLinkQuerySchema },
-    config: { auth: 'none', operationId: 'loginLink', summary: 'Trade a one-time login link for a session; redirects to /', tags, errors: [400, 401] },
-  }, async (req, reply) => {
-    setSession(req, reply, await auth.consumeLoginLink(req.query.token));
-    return reply.redirect('/', 303);
-  });
+  app.post(
+    '/api/v1/auth/logout',
+    {
+      schema: { response: { 204: Type.Null() } },
+      config: { auth: 'none', operationId: 'logout', summary: 'End the session of the cookie', tags, errors: [] },
+    },
+    async (req, reply) => {
+      const token = parseCookies(req.headers.cookie)[SESSION_COOKIE];
+      if (token) await auth.logout(token);
+      reply.header('set-cookie', sessionCookie('', { maxAgeSec: 0, secure: req.protocol === 'https' }));
+      return reply.code(204).send(null);
+    },
+  );
+
+  app.post(
+    '/api/v1/auth/signup',
+    {
+      schema: { body: SignupSchema, response: { 201: AccountReplySchema } },
+      config: {
+        auth: 'none',
+        operationId: 'signup',
+        summary: 'Create an account on the default plan; sets the session cookie',
+        tags,
+        errors: [400, 404, 409, 429],
+      },
+    },
+    async (req, reply) => {
+      if (d.config.signupEnabled) {
+        const ip = clientKey(req.ip);
+        refuse('signup', [limits.signupByIp.check(ip)]);
+        limits.signupByIp.record(ip);
+      }
+      const account = await accounts.signup(req.body.email, req.body.password);
+      setSession(req, reply, await auth.newSession(account.id));
+      return reply.code(201).send({ account: summary(account) });
+    },
+  );
+
+  app.get(
+    '/api/v1/auth/link',
+    {
+      schema: { querystring: LoginLinkQuerySchema },
+      config: {
+        auth: 'none',
+        operationId: 'loginLink',
+        summary: 'Trade a one-time login link for a session; redirects to /',
+        tags,
+        errors: [400, 401],
+      },
+    },
+    async (req, reply) => {
+      setSession(req, reply, await auth.consumeLoginLink(req.query.token));
+      return reply.redirect('/', 303);
+    },
+  );
 };

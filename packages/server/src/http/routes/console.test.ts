@@ -14,7 +14,12 @@ describe('console routes', () => {
 
   it('answers index.html for every console page, with a fresh nonce in a strict CSP each time', async () => {
     const nonces = new Set<string>();
-    for (const url of [...CONSOLE_PAGES.filter((p) => !p.includes(':')), '/sandboxes/sbx_x', '/keys/', '/onboarding?x=1']) {
+    for (const url of [
+      ...CONSOLE_PAGES.filter((p) => !p.includes(':')),
+      '/sandboxes/sbx_x',
+      '/keys/',
+      '/onboarding?x=1',
+    ]) {
       const r = await get(url);
       assert.equal(r.statusCode, 200, url);
       assert.match(String(r.headers['content-type']), /^text\/html; charset=utf-8/);
@@ -42,7 +47,10 @@ describe('console routes', () => {
 
   it('serves the hashed bundle with its content types, gzip when accepted', async () => {
     const html = (await get('/')).body;
-    for (const [re, type] of [[/src="(\/assets\/app-[^"]+\.js)"/, 'text/javascript'], [/href="(\/assets\/app-[^"]+\.css)"/, 'text/css']] as const) {
+    for (const [re, type] of [
+      [/src="(\/assets\/app-[^"]+\.js)"/, 'text/javascript'],
+      [/href="(\/assets\/app-[^"]+\.css)"/, 'text/css'],
+    ] as const) {
       const url = re.exec(html)![1];
       const plain = await get(url);
       assert.match(String(plain.headers['content-type']), new RegExp(`^${type}`));
@@ -56,7 +64,8 @@ describe('console routes', () => {
   });
 
   it('tells the page whether its session cookie is valid', async () => {
-    const boot = async (cookie?: string) => /name="sandboxd-boot" content="([^"]+)"/.exec((await get('/', cookie ? { cookie } : {})).body)![1];
+    const boot = async (cookie?: string) =>
+      /name="sandboxd-boot" content="([^"]+)"/.exec((await get('/', cookie ? { cookie } : {})).body)![1];
     assert.equal(await boot(), 'signed-out');
     assert.equal(await boot('sandboxd_session=bogus'), 'signed-out');
     const { id } = await t.newAccount();
@@ -66,6 +75,9 @@ describe('console routes', () => {
 
   it('leaves the console out of the OpenAPI document', async () => {
     const paths = Object.keys((await get('/api/v1/openapi.json')).json().paths);
-    assert.ok(paths.every((p) => p.startsWith('/api/') || p === '/healthz'), paths.join(', '));
+    assert.ok(
+      paths.every((p) => p.startsWith('/api/') || p === '/healthz'),
+      paths.join(', '),
+    );
   });
 });

@@ -6,7 +6,16 @@ import { parseCookies, SESSION_COOKIE } from '../cookies.js';
 import type { HttpDeps } from '../deps.js';
 
 /** Browser paths of the console; each answers index.html (the app routes on the client). */
-export const CONSOLE_PAGES = ['/', '/login', '/signup', '/onboarding', '/keys', '/sandboxes', '/sandboxes/new', '/sandboxes/:id'];
+export const CONSOLE_PAGES = [
+  '/',
+  '/login',
+  '/signup',
+  '/onboarding',
+  '/keys',
+  '/sandboxes',
+  '/sandboxes/new',
+  '/sandboxes/:id',
+];
 
 /** The Content-Security-Policy of the console; `nonce` only lets xterm.js add its own style elements. */
 export function consoleCsp(nonce: string): string {
@@ -57,7 +66,12 @@ export const consoleRoutes: FastifyPluginAsync<HttpDeps> = async (app, d) => {
     const nonce = randomBytes(18).toString('base64');
     const token = parseCookies(req.headers.cookie)[SESSION_COOKIE];
     // Tells the app whether to ask for the account, so a signed-out visit makes no 401 request.
-    const signedIn = token ? await d.services.auth.fromSession(token).then(() => true, () => false) : false;
+    const signedIn = token
+      ? await d.services.auth.fromSession(token).then(
+          () => true,
+          () => false,
+        )
+      : false;
     const html = assets.indexHtml.replace('%NONCE%', nonce).replace('%BOOT%', signedIn ? 'signed-in' : 'signed-out');
     return commonHeaders(reply)
       .header('content-security-policy', consoleCsp(nonce))
@@ -69,7 +83,11 @@ export const consoleRoutes: FastifyPluginAsync<HttpDeps> = async (app, d) => {
 
   app.get<{ Params: { file: string } }>('/assets/:file', { config }, async (req, reply) => {
     const f = assets.files.get(req.params.file);
-    if (!f) return reply.code(404).type('application/json').send({ code: 404, message: `No console asset ${req.params.file}` });
+    if (!f)
+      return reply
+        .code(404)
+        .type('application/json')
+        .send({ code: 404, message: `No console asset ${req.params.file}` });
     // Names carry a content hash, except the icon.
     const immutable = f.name !== 'favicon.svg';
     commonHeaders(reply)
@@ -78,7 +96,10 @@ export const consoleRoutes: FastifyPluginAsync<HttpDeps> = async (app, d) => {
       .type(f.contentType);
     // Compressed on first use: the script is mostly xterm.js and shrinks about four times.
     let gz = gzipped.get(f.body);
-    if (!gz) gzipped.set(f.body, (gz = gzipSync(f.body, { level: 9 })));
+    if (!gz) {
+      gz = gzipSync(f.body, { level: 9 });
+      gzipped.set(f.body, gz);
+    }
     if (/\bgzip\b/.test(String(req.headers['accept-encoding'] ?? '')) && gz.length < f.body.length) {
       return reply.header('content-encoding', 'gzip').send(gz);
     }

@@ -1,8 +1,16 @@
 import { PassThrough, type Readable } from 'node:stream';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import {
-  IMAGE_ARCHIVE_MEDIA_TYPE, ImageBuildSchema, ImageImportQuerySchema, ImageListSchema, ImagePullSchema, ImageReplySchema,
-  NDJSON_MEDIA_TYPE, SandboxdError, type Image, type ImageProgressEvent,
+  IMAGE_ARCHIVE_MEDIA_TYPE,
+  ImageBuildSchema,
+  ImageImportQuerySchema,
+  ImageListSchema,
+  ImagePullSchema,
+  ImageReplySchema,
+  NDJSON_MEDIA_TYPE,
+  SandboxdError,
+  type Image,
+  type ImageProgressEvent,
 } from '@sandboxd/protocol';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { ImageProgress } from '../../runtime/driver.js';
@@ -34,14 +42,16 @@ async function runJob(
   reply.code(200).type(NDJSON_MEDIA_TYPE).header('cache-control', 'no-store').send(out);
   job((p) => {
     if (p.phase !== 'done') line({ type: 'progress', ...p });
-  }).then(
-    (image) => line({ type: 'done', image }),
-    (err: unknown) => {
-      const { body, internal } = toHttpError(err);
-      if (internal) req.log.error({ err }, 'image job failed');
-      line({ type: 'error', error: body });
-    },
-  ).finally(() => out.end());
+  })
+    .then(
+      (image) => line({ type: 'done', image }),
+      (err: unknown) => {
+        const { body, internal } = toHttpError(err);
+        if (internal) req.log.error({ err }, 'image job failed');
+        line({ type: 'error', error: body });
+      },
+    )
+    .finally(() => out.end());
   return reply as never; // already sent: fastify expects the reply back
 }
 
@@ -51,44 +61,81 @@ export const imageRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) =
   // The import body is a stream, handed to the service unread.
   app.addContentTypeParser(ARCHIVE_TYPES, (_req, payload, done) => done(null, payload));
 
-  app.get('/api/v1/images', {
-    schema: { response: { 200: ImageListSchema } },
-    config: { auth: 'admin', operationId: 'listImages', summary: 'List cached images (admin)', tags, errors: [401, 404] },
-  }, async () => ({ images: await images.list() }));
-
-  app.post('/api/v1/images/pull', {
-    schema: { body: ImagePullSchema, response: { 200: ImageReplySchema } },
-    config: {
-      auth: 'admin', operationId: 'pullImage', tags, errors: [400, 401, 404, 500],
-      summary: 'Pull an image from its registry (admin); Accept: application/x-ndjson streams progress lines',
+  app.get(
+    '/api/v1/images',
+    {
+      schema: { response: { 200: ImageListSchema } },
+      config: {
+        auth: 'admin',
+        operationId: 'listImages',
+        summary: 'List cached images (admin)',
+        tags,
+        errors: [401, 404],
+      },
     },
-  }, async (req, reply) => runJob(req, reply, (onProgress) => images.pull(req.body.ref, { onProgress })));
+    async () => ({ images: await images.list() }),
+  );
 
-  app.post('/api/v1/images/build', {
-    schema: { body: ImageBuildSchema, response: { 200: ImageReplySchema } },
-    config: {
-      auth: 'admin', operationId: 'buildImage', tags, errors: [400, 401, 404, 500],
-      summary: 'Build a local/ image offline (admin); Accept: application/x-ndjson streams progress lines',
+  app.post(
+    '/api/v1/images/pull',
+    {
+      schema: { body: ImagePullSchema, response: { 200: ImageReplySchema } },
+      config: {
+        auth: 'admin',
+        operationId: 'pullImage',
+        tags,
+        errors: [400, 401, 404, 500],
+        summary: 'Pull an image from its registry (admin); Accept: application/x-ndjson streams progress lines',
+      },
     },
-  }, async (req, reply) => runJob(req, reply, (onProgress) => images.build(req.body.ref, { onProgress })));
+    async (req, reply) => runJob(req, reply, (onProgress) => images.pull(req.body.ref, { onProgress })),
+  );
 
-  app.post('/api/v1/images/import', {
-    schema: { querystring: ImageImportQuerySchema, response: { 200: ImageReplySchema } },
-    config: {
-      auth: 'admin', operationId: 'importImage', tags, errors: [400, 401, 404, 413],
-      summary: 'Import an OCI archive or docker-save tar sent as the body (Content-Type: application/x-tar) (admin)',
+  app.post(
+    '/api/v1/images/build',
+    {
+      schema: { body: ImageBuildSchema, response: { 200: ImageReplySchema } },
+      config: {
+        auth: 'admin',
+        operationId: 'buildImage',
+        tags,
+        errors: [400, 401, 404, 500],
+        summary: 'Build a local/ image offline (admin); Accept: application/x-ndjson streams progress lines',
+      },
     },
-    onRequest: async (req) => {
-      const type = (req.headers['content-type'] ?? '').split(';')[0].trim().toLowerCase();
-      if (!ARCHIVE_TYPES.includes(type)) {
-        throw new SandboxdError('validation', `Content-Type must be ${IMAGE_ARCHIVE_MEDIA_TYPE}: send the image archive as the body`);
+    async (req, reply) => runJob(req, reply, (onProgress) => images.build(req.body.ref, { onProgress })),
+  );
+
+  app.post(
+    '/api/v1/images/import',
+    {
+      schema: { querystring: ImageImportQuerySchema, response: { 200: ImageReplySchema } },
+      config: {
+        auth: 'admin',
+        operationId: 'importImage',
+        tags,
+        errors: [400, 401, 404, 413],
+        summary: 'Import an OCI archive or docker-save tar sent as the body (Content-Type: application/x-tar) (admin)',
+      },
+      onRequest: async (req) => {
+        const type = (req.headers['content-type'] ?? '').split(';')[0].trim().toLowerCase();
+        if (!ARCHIVE_TYPES.includes(type)) {
+          throw new SandboxdError(
+            'validation',
+            `Content-Type must be ${IMAGE_ARCHIVE_MEDIA_TYPE}: send the image archive as the body`,
+          );
+        }
+      },
+    },
+    async (req) => {
+      const body = req.body as Readable | undefined;
+      if (!body || typeof (body as Readable).pipe !== 'function') {
+        throw new SandboxdError(
+          'validation',
+          `Send the image archive as the body (Content-Type: ${IMAGE_ARCHIVE_MEDIA_TYPE})`,
+        );
       }
+      return { image: await images.importArchive(body, req.query.ref) };
     },
-  }, async (req) => {
-    const body = req.body as Readable | undefined;
-    if (!body || typeof (body as Readable).pipe !== 'function') {
-      throw new SandboxdError('validation', `Send the image archive as the body (Content-Type: ${IMAGE_ARCHIVE_MEDIA_TYPE})`);
-    }
-    return { image: await images.importArchive(body, req.query.ref) };
-  });
+  );
 };

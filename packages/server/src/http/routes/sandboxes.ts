@@ -1,8 +1,17 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import {
-  ExecRequestSchema, ExecResultSchema, PortLinkParamsSchema, PortLinkReplySchema, PortLinkRequestSchema,
-  SandboxCreateSchema, SandboxListQuerySchema, SandboxListSchema,
-  SandboxParamsSchema, SandboxReplySchema, TimeoutReplySchema, TimeoutRequestSchema,
+  ExecRequestSchema,
+  ExecResultSchema,
+  PortLinkParamsSchema,
+  PortLinkReplySchema,
+  PortLinkRequestSchema,
+  SandboxCreateSchema,
+  SandboxListQuerySchema,
+  SandboxListSchema,
+  SandboxParamsSchema,
+  SandboxReplySchema,
+  TimeoutReplySchema,
+  TimeoutRequestSchema,
 } from '@sandboxd/protocol';
 import { Type } from 'typebox';
 import { toWireSandbox } from '../../domain/sandbox.js';
@@ -20,75 +29,136 @@ export const sandboxRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d)
     if (id) req.log = reply.log = req.log.child({ sandboxId: id });
   });
 
-  app.post('/api/v1/sandboxes', {
-    schema: { body: SandboxCreateSchema, response: { 201: SandboxReplySchema } },
-    config: { operationId: 'createSandbox', summary: 'Create a sandbox', tags, errors: [400, 401, 402, 403, 404, 409, 507] },
-  }, async (req, reply) => {
-    const end = d.metrics.createSeconds.startTimer();
-    try {
-      const r = await sandboxes.create(principalOf(req).account, req.body);
-      end({ outcome: 'ok' });
-      return reply.code(201).send({ sandbox: wire(r) });
-    } catch (e) {
-      end({ outcome: 'error' });
-      throw e;
-    }
-  });
-
-  app.get('/api/v1/sandboxes', {
-    schema: { querystring: SandboxListQuerySchema, response: { 200: SandboxListSchema } },
-    config: { operationId: 'listSandboxes', summary: 'List sandboxes, newest first', tags, errors: [400, 401] },
-  }, async (req) => {
-    const page = await sandboxes.list(principalOf(req).account.id, req.query);
-    const out: { count: number; sandboxes: ReturnType<typeof wire>[]; nextCursor?: string } = { count: page.items.length, sandboxes: page.items.map(wire) };
-    if (page.nextCursor) out.nextCursor = page.nextCursor;
-    return out;
-  });
-
-  app.get('/api/v1/sandboxes/:id', {
-    schema: { params: SandboxParamsSchema, response: { 200: SandboxReplySchema } },
-    config: { operationId: 'getSandbox', summary: 'Get a sandbox', tags, errors: [401, 404] },
-  }, async (req) => ({ sandbox: wire(await sandboxes.get(principalOf(req).account.id, req.params.id)) }));
-
-  app.delete('/api/v1/sandboxes/:id', {
-    schema: { params: SandboxParamsSchema, response: { 204: Type.Null() } },
-    config: { operationId: 'deleteSandbox', summary: 'Kill a sandbox and remove its record', tags, errors: [401, 404] },
-  }, async (req, reply) => {
-    await sandboxes.delete(principalOf(req).account.id, req.params.id);
-    return reply.code(204).send(null);
-  });
-
-  app.patch('/api/v1/sandboxes/:id/timeout', {
-    schema: { params: SandboxParamsSchema, body: TimeoutRequestSchema, response: { 200: TimeoutReplySchema } },
-    config: { operationId: 'updateSandboxTimeout', summary: 'Set stopAt = now + timeoutMs', tags, errors: [400, 401, 402, 404, 409] },
-  }, async (req) => {
-    const r = await timeout.set(principalOf(req).account, { id: req.params.id, timeoutMs: req.body.timeoutMs });
-    return { id: r.id, stopAt: new Date(r.stopAt).toISOString() };
-  });
-
-  app.post('/api/v1/sandboxes/:id/exec', {
-    schema: { params: SandboxParamsSchema, body: ExecRequestSchema, response: { 200: ExecResultSchema } },
-    config: { operationId: 'execCommand', summary: 'Run /bin/sh -c command in the sandbox', tags, errors: [400, 401, 404, 409, 507] },
-  }, async (req) => {
-    const end = d.metrics.execSeconds.startTimer({ mode: req.body.options?.background ? 'background' : 'foreground' });
-    try {
-      return await exec.run(principalOf(req).account.id, { ...req.body, sandboxId: req.params.id });
-    } finally {
-      end();
-    }
-  });
-
-  app.post('/api/v1/sandboxes/:id/ports/:port/link', {
-    schema: { params: PortLinkParamsSchema, body: PortLinkRequestSchema, response: { 200: PortLinkReplySchema } },
-    config: { operationId: 'createPortLink', summary: 'Sign an expiring link to a port of the sandbox (opens private ports)', tags, errors: [400, 401, 404, 409] },
-    // An empty POST takes the defaults.
-    preValidation: async (req) => {
-      req.body ??= {};
+  app.post(
+    '/api/v1/sandboxes',
+    {
+      schema: { body: SandboxCreateSchema, response: { 201: SandboxReplySchema } },
+      config: {
+        operationId: 'createSandbox',
+        summary: 'Create a sandbox',
+        tags,
+        errors: [400, 401, 402, 403, 404, 409, 507],
+      },
     },
-  }, async (req) => {
-    const link = await sandboxes.portLink(principalOf(req).account.id, {
-      id: req.params.id, port: req.params.port, expiresInMs: req.body.expiresInMs, scheme: req.protocol === 'https' ? 'https' : 'http',
-    });
-    return { url: link.url, expiresAt: new Date(link.expiresAt).toISOString() };
-  });
+    async (req, reply) => {
+      const end = d.metrics.createSeconds.startTimer();
+      try {
+        const r = await sandboxes.create(principalOf(req).account, req.body);
+        end({ outcome: 'ok' });
+        return reply.code(201).send({ sandbox: wire(r) });
+      } catch (e) {
+        end({ outcome: 'error' });
+        throw e;
+      }
+    },
+  );
+
+  app.get(
+    '/api/v1/sandboxes',
+    {
+      schema: { querystring: SandboxListQuerySchema, response: { 200: SandboxListSchema } },
+      config: { operationId: 'listSandboxes', summary: 'List sandboxes, newest first', tags, errors: [400, 401] },
+    },
+    async (req) => {
+      const page = await sandboxes.list(principalOf(req).account.id, req.query);
+      const out: { count: number; sandboxes: ReturnType<typeof wire>[]; nextCursor?: string } = {
+        count: page.items.length,
+        sandboxes: page.items.map(wire),
+      };
+      if (page.nextCursor) out.nextCursor = page.nextCursor;
+      return out;
+    },
+  );
+
+  app.get(
+    '/api/v1/sandboxes/:id',
+    {
+      schema: { params: SandboxParamsSchema, response: { 200: SandboxReplySchema } },
+      config: { operationId: 'getSandbox', summary: 'Get a sandbox', tags, errors: [401, 404] },
+    },
+    async (req) => ({ sandbox: wire(await sandboxes.get(principalOf(req).account.id, req.params.id)) }),
+  );
+
+  app.delete(
+    '/api/v1/sandboxes/:id',
+    {
+      schema: { params: SandboxParamsSchema, response: { 204: Type.Null() } },
+      config: {
+        operationId: 'deleteSandbox',
+        summary: 'Kill a sandbox and remove its record',
+        tags,
+        errors: [401, 404],
+      },
+    },
+    async (req, reply) => {
+      await sandboxes.delete(principalOf(req).account.id, req.params.id);
+      return reply.code(204).send(null);
+    },
+  );
+
+  app.patch(
+    '/api/v1/sandboxes/:id/timeout',
+    {
+      schema: { params: SandboxParamsSchema, body: TimeoutRequestSchema, response: { 200: TimeoutReplySchema } },
+      config: {
+        operationId: 'updateSandboxTimeout',
+        summary: 'Set stopAt = now + timeoutMs',
+        tags,
+        errors: [400, 401, 402, 404, 409],
+      },
+    },
+    async (req) => {
+      const r = await timeout.set(principalOf(req).account, { id: req.params.id, timeoutMs: req.body.timeoutMs });
+      return { id: r.id, stopAt: new Date(r.stopAt).toISOString() };
+    },
+  );
+
+  app.post(
+    '/api/v1/sandboxes/:id/exec',
+    {
+      schema: { params: SandboxParamsSchema, body: ExecRequestSchema, response: { 200: ExecResultSchema } },
+      config: {
+        operationId: 'execCommand',
+        summary: 'Run /bin/sh -c command in the sandbox',
+        tags,
+        errors: [400, 401, 404, 409, 507],
+      },
+    },
+    async (req) => {
+      const end = d.metrics.execSeconds.startTimer({
+        mode: req.body.options?.background ? 'background' : 'foreground',
+      });
+      try {
+        return await exec.run(principalOf(req).account.id, { ...req.body, sandboxId: req.params.id });
+      } finally {
+        end();
+      }
+    },
+  );
+
+  app.post(
+    '/api/v1/sandboxes/:id/ports/:port/link',
+    {
+      schema: { params: PortLinkParamsSchema, body: PortLinkRequestSchema, response: { 200: PortLinkReplySchema } },
+      config: {
+        operationId: 'createPortLink',
+        summary: 'Sign an expiring link to a port of the sandbox (opens private ports)',
+        tags,
+        errors: [400, 401, 404, 409],
+      },
+      // An empty POST takes the defaults.
+      preValidation: async (req) => {
+        req.body ??= {};
+      },
+    },
+    async (req) => {
+      const link = await sandboxes.portLink(principalOf(req).account.id, {
+        id: req.params.id,
+        port: req.params.port,
+        expiresInMs: req.body.expiresInMs,
+        scheme: req.protocol === 'https' ? 'https' : 'http',
+      });
+      return { url: link.url, expiresAt: new Date(link.expiresAt).toISOString() };
+    },
+  );
 };

@@ -5,13 +5,24 @@ import type { HttpDeps } from '../deps.js';
 
 /** Health, metrics, the OpenAPI document and (only with SANDBOXD_TEST_CLOCK=1) the test clock. */
 export const systemRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) => {
-  app.get('/healthz', {
-    schema: { response: { 200: Type.Object({ status: Type.Literal('ok') }) } },
-    config: { auth: 'none', rateLimit: false, operationId: 'health', summary: '200 once the server can create sandboxes', tags: ['system'], errors: [503] },
-  }, async () => {
-    if (!d.isReady()) throw new SandboxdError('unavailable', 'Starting');
-    return { status: 'ok' as const };
-  });
+  app.get(
+    '/healthz',
+    {
+      schema: { response: { 200: Type.Object({ status: Type.Literal('ok') }) } },
+      config: {
+        auth: 'none',
+        rateLimit: false,
+        operationId: 'health',
+        summary: '200 once the server can create sandboxes',
+        tags: ['system'],
+        errors: [503],
+      },
+    },
+    async () => {
+      if (!d.isReady()) throw new SandboxdError('unavailable', 'Starting');
+      return { status: 'ok' as const };
+    },
+  );
 
   app.get('/metrics', { config: { auth: 'none', rateLimit: false, hide: true } }, async (_req, reply) => {
     reply.header('content-type', d.metrics.registry.contentType);
@@ -22,13 +33,22 @@ export const systemRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) 
 
   if (d.testClock) {
     const clock = d.testClock;
-    app.post('/api/v1/_test/clock', {
-      schema: { body: Type.Object({ advanceMs: Type.Integer({ minimum: 0, maximum: 10 * 365 * 86_400_000 }) }, { additionalProperties: false }) },
-      config: { auth: 'none', hide: true },
-    }, async (req) => {
-      clock.advance(req.body.advanceMs);
-      const stopped = await d.reaper.tick();
-      return { now: new Date(clock.now()).toISOString(), stopped };
-    });
+    app.post(
+      '/api/v1/_test/clock',
+      {
+        schema: {
+          body: Type.Object(
+            { advanceMs: Type.Integer({ minimum: 0, maximum: 10 * 365 * 86_400_000 }) },
+            { additionalProperties: false },
+          ),
+        },
+        config: { auth: 'none', hide: true },
+      },
+      async (req) => {
+        clock.advance(req.body.advanceMs);
+        const stopped = await d.reaper.tick();
+        return { now: new Date(clock.now()).toISOString(), stopped };
+      },
+    );
   }
 };

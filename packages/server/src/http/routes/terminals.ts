@@ -1,7 +1,13 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import {
-  SandboxdError, SandboxParamsSchema, TerminalCreatedSchema, TerminalCreateSchema, TerminalListSchema,
-  TerminalParamsSchema, TerminalSchema, TerminalWsQuerySchema,
+  SandboxdError,
+  SandboxParamsSchema,
+  TerminalCreatedSchema,
+  TerminalCreateSchema,
+  TerminalListSchema,
+  TerminalParamsSchema,
+  TerminalSchema,
+  TerminalWsQuerySchema,
 } from '@sandboxd/protocol';
 import type { FastifyRequest } from 'fastify';
 import type { TLSSocket } from 'node:tls';
@@ -24,7 +30,10 @@ export interface TerminalRouteDeps {
  * `wss` when the request came over TLS or with `X-Forwarded-Proto: https`.
  */
 export function terminalWsUrl(req: FastifyRequest, t: TerminalSession, fallbackHost: () => string): string {
-  const forwarded = String(req.headers['x-forwarded-proto'] ?? '').split(',')[0].trim().toLowerCase();
+  const forwarded = String(req.headers['x-forwarded-proto'] ?? '')
+    .split(',')[0]
+    .trim()
+    .toLowerCase();
   const tls = (req.raw.socket as TLSSocket | undefined)?.encrypted === true || forwarded === 'https';
   const host = req.headers.host || fallbackHost();
   return `${tls ? 'wss' : 'ws'}://${host}/api/v1/sandboxes/${t.info.sandboxId}/terminals/${t.info.id}/ws`;
@@ -38,54 +47,115 @@ export const terminalRoutes: FastifyPluginAsyncTypebox<TerminalRouteDeps> = asyn
 
   app.addHook('preHandler', async (req, reply) => {
     const p = (req.params ?? {}) as { id?: string; terminalId?: string };
-    if (p.id) req.log = reply.log = req.log.child({ sandboxId: p.id, ...(p.terminalId ? { terminalId: p.terminalId } : {}) });
+    if (p.id)
+      req.log = reply.log = req.log.child({ sandboxId: p.id, ...(p.terminalId ? { terminalId: p.terminalId } : {}) });
   });
   // Every create field is optional, so an empty body (no Content-Type) means `{}`.
   app.addHook('preValidation', async (req) => {
     if (req.method === 'POST' && req.body === undefined) req.body = {};
   });
 
-  app.post('/api/v1/sandboxes/:id/terminals', {
-    schema: { params: SandboxParamsSchema, body: TerminalCreateSchema, response: { 201: TerminalCreatedSchema } },
-    config: { operationId: 'createTerminal', summary: 'Start a shell on a new PTY in the sandbox', tags, errors: [400, 401, 404, 409, 507] },
-  }, async (req, reply) => {
-    const t = await terminals.create(principalOf(req).account.id, req.params.id, req.body);
-    const terminal = { id: t.info.id, sandboxId: t.info.sandboxId, shell: t.info.shell, status: t.status, createdAt: iso(t.info.createdAt) };
-    return reply.code(201).send({ terminal, wsUrl: terminalWsUrl(req, t, d.fallbackHost) });
-  });
+  app.post(
+    '/api/v1/sandboxes/:id/terminals',
+    {
+      schema: { params: SandboxParamsSchema, body: TerminalCreateSchema, response: { 201: TerminalCreatedSchema } },
+      config: {
+        operationId: 'createTerminal',
+        summary: 'Start a shell on a new PTY in the sandbox',
+        tags,
+        errors: [400, 401, 404, 409, 507],
+      },
+    },
+    async (req, reply) => {
+      const t = await terminals.create(principalOf(req).account.id, req.params.id, req.body);
+      const terminal = {
+        id: t.info.id,
+        sandboxId: t.info.sandboxId,
+        shell: t.info.shell,
+        status: t.status,
+        createdAt: iso(t.info.createdAt),
+      };
+      return reply.code(201).send({ terminal, wsUrl: terminalWsUrl(req, t, d.fallbackHost) });
+    },
+  );
 
-  app.get('/api/v1/sandboxes/:id/terminals', {
-    schema: { params: SandboxParamsSchema, response: { 200: TerminalListSchema } },
-    config: { operationId: 'listTerminals', summary: 'List the active terminals of a sandbox', tags, errors: [401, 404] },
-  }, async (req) => {
-    const list = await terminals.list(principalOf(req).account.id, req.params.id);
-    return { terminals: list.map((t) => ({ id: t.info.id, shell: t.info.shell, status: t.status, clientCount: t.clientCount })) };
-  });
+  app.get(
+    '/api/v1/sandboxes/:id/terminals',
+    {
+      schema: { params: SandboxParamsSchema, response: { 200: TerminalListSchema } },
+      config: {
+        operationId: 'listTerminals',
+        summary: 'List the active terminals of a sandbox',
+        tags,
+        errors: [401, 404],
+      },
+    },
+    async (req) => {
+      const list = await terminals.list(principalOf(req).account.id, req.params.id);
+      return {
+        terminals: list.map((t) => ({
+          id: t.info.id,
+          shell: t.info.shell,
+          status: t.status,
+          clientCount: t.clientCount,
+        })),
+      };
+    },
+  );
 
-  app.get('/api/v1/sandboxes/:id/terminals/:terminalId', {
-    schema: { params: TerminalParamsSchema, response: { 200: TerminalSchema } },
-    config: { operationId: 'getTerminal', summary: 'Get a terminal (active or exited)', tags, errors: [401, 404] },
-  }, async (req) => {
-    const t = await terminals.get(principalOf(req).account.id, req.params.id, req.params.terminalId);
-    return { id: t.info.id, sandboxId: t.info.sandboxId, shell: t.info.shell, status: t.status, clientCount: t.clientCount, createdAt: iso(t.info.createdAt) };
-  });
+  app.get(
+    '/api/v1/sandboxes/:id/terminals/:terminalId',
+    {
+      schema: { params: TerminalParamsSchema, response: { 200: TerminalSchema } },
+      config: { operationId: 'getTerminal', summary: 'Get a terminal (active or exited)', tags, errors: [401, 404] },
+    },
+    async (req) => {
+      const t = await terminals.get(principalOf(req).account.id, req.params.id, req.params.terminalId);
+      return {
+        id: t.info.id,
+        sandboxId: t.info.sandboxId,
+        shell: t.info.shell,
+        status: t.status,
+        clientCount: t.clientCount,
+        createdAt: iso(t.info.createdAt),
+      };
+    },
+  );
 
-  app.delete('/api/v1/sandboxes/:id/terminals/:terminalId', {
-    schema: { params: TerminalParamsSchema, response: { 204: Type.Null() } },
-    config: { operationId: 'deleteTerminal', summary: 'Kill the shell and remove the terminal', tags, errors: [401, 404] },
-  }, async (req, reply) => {
-    await terminals.delete(principalOf(req).account.id, req.params.id, req.params.terminalId);
-    return reply.code(204).send(null);
-  });
+  app.delete(
+    '/api/v1/sandboxes/:id/terminals/:terminalId',
+    {
+      schema: { params: TerminalParamsSchema, response: { 204: Type.Null() } },
+      config: {
+        operationId: 'deleteTerminal',
+        summary: 'Kill the shell and remove the terminal',
+        tags,
+        errors: [401, 404],
+      },
+    },
+    async (req, reply) => {
+      await terminals.delete(principalOf(req).account.id, req.params.id, req.params.terminalId);
+      return reply.code(204).send(null);
+    },
+  );
 
   // Documentation of the WebSocket endpoint; upgrades never reach fastify (terminal-ws.ts claims them).
-  app.get('/api/v1/sandboxes/:id/terminals/:terminalId/ws', {
-    schema: { params: TerminalParamsSchema, querystring: TerminalWsQuerySchema, response: { 101: Type.Null() } },
-    config: {
-      operationId: 'connectTerminal', tags, errors: [400, 401, 404, 409],
-      summary: 'Upgrade to the terminal WebSocket (Upgrade: websocket); messages: ready, resize, exit, raw bytes',
+  app.get(
+    '/api/v1/sandboxes/:id/terminals/:terminalId/ws',
+    {
+      schema: { params: TerminalParamsSchema, querystring: TerminalWsQuerySchema, response: { 101: Type.Null() } },
+      config: {
+        operationId: 'connectTerminal',
+        tags,
+        errors: [400, 401, 404, 409],
+        summary: 'Upgrade to the terminal WebSocket (Upgrade: websocket); messages: ready, resize, exit, raw bytes',
+      },
     },
-  }, async () => {
-    throw new SandboxdError('validation', 'This endpoint needs a WebSocket upgrade: send "Connection: Upgrade" and "Upgrade: websocket"');
-  });
+    async () => {
+      throw new SandboxdError(
+        'validation',
+        'This endpoint needs a WebSocket upgrade: send "Connection: Upgrade" and "Upgrade: websocket"',
+      );
+    },
+  );
 };

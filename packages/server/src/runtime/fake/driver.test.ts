@@ -1,10 +1,13 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { SandboxdError } from '@sandboxd/protocol';
+import type { SandboxdError } from '@sandboxd/protocol';
 import { FakeDriver } from './driver.js';
 
 const spec = (id: string, image = 'local/busybox:latest') => ({
-  id, image, env: { GREETING: 'hi' }, volumes: [{ name: 'acc_x__v', mountPath: '/v', sizeGb: 1 }],
+  id,
+  image,
+  env: { GREETING: 'hi' },
+  volumes: [{ name: 'acc_x__v', mountPath: '/v', sizeGb: 1 }],
   limits: { memoryBytes: 1, cpus: 1, pids: 1, rootDiskBytes: 1 },
 });
 

@@ -1,7 +1,15 @@
 import { SandboxdError } from '@sandboxd/protocol';
 import type {
-  ExecOptions, ExecResult, ImageInfo, PtyProcess, RecoveryReport, RuntimeDriver, RuntimeSandbox,
-  SandboxSpec, TtyOptions, VolumeInfo,
+  ExecOptions,
+  ExecResult,
+  ImageInfo,
+  PtyProcess,
+  RecoveryReport,
+  RuntimeDriver,
+  RuntimeSandbox,
+  SandboxSpec,
+  TtyOptions,
+  VolumeInfo,
 } from '../driver.js';
 import { mountPathProblem } from '../../domain/sandbox.js';
 import { fakeImage, FakeImageStore } from './images.js';
@@ -80,12 +88,21 @@ export class FakeDriver implements RuntimeDriver {
     }
     for (const v of spec.volumes) {
       const have = this.volumes.get(v.name);
-      if (have && have.sizeGb !== v.sizeGb) throw new SandboxdError('conflict', `Volume ${v.name} exists with sizeGb ${have.sizeGb}`);
+      if (have && have.sizeGb !== v.sizeGb)
+        throw new SandboxdError('conflict', `Volume ${v.name} exists with sizeGb ${have.sizeGb}`);
     }
-    for (const v of spec.volumes) if (!this.volumes.has(v.name)) this.volumes.set(v.name, { sizeGb: v.sizeGb, files: new Map() });
+    for (const v of spec.volumes)
+      if (!this.volumes.has(v.name)) this.volumes.set(v.name, { sizeGb: v.sizeGb, files: new Map() });
     const info: RuntimeSandbox = {
-      id: spec.id, image: spec.image, imageDigest: image.digest, state: 'running', address: '10.88.0.2',
-      pid: 4242, createdAt: new Date(), workingDir: '/', user: '0:0',
+      id: spec.id,
+      image: spec.image,
+      imageDigest: image.digest,
+      state: 'running',
+      address: '10.88.0.2',
+      pid: 4242,
+      createdAt: new Date(),
+      workingDir: '/',
+      user: '0:0',
     };
     this.sandboxes.set(spec.id, { info, spec, nextPid: 100, files: new Map(), ptys: new Set() });
     return { ...info };
@@ -121,21 +138,37 @@ export class FakeDriver implements RuntimeDriver {
   async exec(id: string, command: string, options: ExecOptions = {}): Promise<ExecResult> {
     const s = this.running(id);
     return runFakeCommand(command, {
-      env: { ...s.spec.env, ...options.env }, cwd: options.cwd ?? '/', fs: this.fsOf(s),
-      timeoutMs: options.timeoutMs ?? 60_000, maxOutputBytes: options.maxOutputBytes ?? 1_048_576,
+      env: { ...s.spec.env, ...options.env },
+      cwd: options.cwd ?? '/',
+      fs: this.fsOf(s),
+      timeoutMs: options.timeoutMs ?? 60_000,
+      maxOutputBytes: options.maxOutputBytes ?? 1_048_576,
     });
   }
-  async execBackground(id: string, command: string, options: Omit<ExecOptions, 'timeoutMs' | 'maxOutputBytes'> = {}): Promise<{ pid: number }> {
+  async execBackground(
+    id: string,
+    command: string,
+    options: Omit<ExecOptions, 'timeoutMs' | 'maxOutputBytes'> = {},
+  ): Promise<{ pid: number }> {
     const s = this.running(id);
     void runFakeCommand(command, {
-      env: { ...s.spec.env, ...options.env }, cwd: options.cwd ?? '/', fs: this.fsOf(s), timeoutMs: 0, maxOutputBytes: 1_048_576, background: true,
+      env: { ...s.spec.env, ...options.env },
+      cwd: options.cwd ?? '/',
+      fs: this.fsOf(s),
+      timeoutMs: 0,
+      maxOutputBytes: 1_048_576,
+      background: true,
     });
     return { pid: s.nextPid++ };
   }
   async execTty(id: string, options: TtyOptions): Promise<PtyProcess> {
     const s = this.running(id);
     const pty = new FakePty(s.nextPid++, {
-      env: { ...s.spec.env, ...options.env }, cwd: options.cwd ?? '/', fs: this.fsOf(s), timeoutMs: 60_000, maxOutputBytes: 1_048_576,
+      env: { ...s.spec.env, ...options.env },
+      cwd: options.cwd ?? '/',
+      fs: this.fsOf(s),
+      timeoutMs: 60_000,
+      maxOutputBytes: 1_048_576,
       tty: { cols: options.cols, rows: options.rows },
     });
     s.ptys.add(pty);
@@ -147,7 +180,8 @@ export class FakeDriver implements RuntimeDriver {
   private fsOf(s: FakeSandbox): FakeFs {
     const locate = (path: string): [Map<string, string>, string] => {
       for (const v of s.spec.volumes) {
-        if (path === v.mountPath || path.startsWith(`${v.mountPath}/`)) return [this.volumes.get(v.name)!.files, path.slice(v.mountPath.length)];
+        if (path === v.mountPath || path.startsWith(`${v.mountPath}/`))
+          return [this.volumes.get(v.name)!.files, path.slice(v.mountPath.length)];
       }
       return [s.files, path];
     };
@@ -165,7 +199,8 @@ export class FakeDriver implements RuntimeDriver {
 
   async ensureVolume(name: string, sizeGb: number): Promise<VolumeInfo> {
     const have = this.volumes.get(name);
-    if (have && have.sizeGb !== sizeGb) throw new SandboxdError('conflict', `Volume ${name} exists with sizeGb ${have.sizeGb}`);
+    if (have && have.sizeGb !== sizeGb)
+      throw new SandboxdError('conflict', `Volume ${name} exists with sizeGb ${have.sizeGb}`);
     if (!have) this.volumes.set(name, { sizeGb, files: new Map() });
     return { name, sizeGb, mountedBy: this.mountedBy(name) };
   }
@@ -178,7 +213,9 @@ export class FakeDriver implements RuntimeDriver {
     this.volumes.delete(name);
   }
   private mountedBy(name: string): string[] {
-    return [...this.sandboxes.values()].filter((s) => s.info.state === 'running' && s.spec.volumes.some((v) => v.name === name)).map((s) => s.info.id);
+    return [...this.sandboxes.values()]
+      .filter((s) => s.info.state === 'running' && s.spec.volumes.some((v) => v.name === name))
+      .map((s) => s.info.id);
   }
 
   /** Forgets a sandbox as a crashed runtime would; for tests. */

@@ -25,8 +25,10 @@ export class FakeImageStore implements DriverImageStore {
   constructor(private readonly known: Set<string>) {}
 
   async pull(ref: string, opts: { onProgress?: (p: ImageProgress) => void } = {}): Promise<ImageInfo> {
-    if (ref.startsWith('local/')) throw new SandboxdError('validation', 'local/ images are built on this host, not pulled', { image: ref });
-    if (!/^[a-z0-9][a-z0-9._:/@-]*$/i.test(ref)) throw new SandboxdError('validation', `Invalid image reference "${ref}"`, { image: ref });
+    if (ref.startsWith('local/'))
+      throw new SandboxdError('validation', 'local/ images are built on this host, not pulled', { image: ref });
+    if (!/^[a-z0-9][a-z0-9._:/@-]*$/i.test(ref))
+      throw new SandboxdError('validation', `Invalid image reference "${ref}"`, { image: ref });
     if (ref.includes('notfound')) throw new SandboxdError('template_not_found', 'Template not found', { image: ref });
     for (const bytes of [0, 512, 1024]) opts.onProgress?.({ phase: 'pulling', bytes, totalBytes: 1024 });
     return this.finish(ref, opts.onProgress);
@@ -47,7 +49,8 @@ export class FakeImageStore implements DriverImageStore {
     } finally {
       await fh.close();
     }
-    if (head.subarray(257, 262).toString('latin1') !== 'ustar') throw new SandboxdError('validation', 'Cannot import image: not a tar archive');
+    if (head.subarray(257, 262).toString('latin1') !== 'ustar')
+      throw new SandboxdError('validation', 'Cannot import image: not a tar archive');
     if (!ref) throw new SandboxdError('validation', 'Cannot import image: the archive does not name it; pass a ref');
     this.known.add(ref);
     return fakeImage(ref);

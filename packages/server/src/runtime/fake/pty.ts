@@ -12,7 +12,10 @@ export class FakePty implements PtyProcess {
   private exited = false;
   private queue: Promise<void> = Promise.resolve();
 
-  constructor(readonly pid: number, private readonly ctx: FakeShellContext & { tty: { cols: number; rows: number } }) {
+  constructor(
+    readonly pid: number,
+    private readonly ctx: FakeShellContext & { tty: { cols: number; rows: number } },
+  ) {
     setImmediate(() => this.emit('$ '));
   }
 
@@ -69,6 +72,8 @@ export class FakePty implements PtyProcess {
   private finish(exitCode: number, signal: string | null): void {
     if (this.exited) return;
     this.exited = true;
-    setImmediate(() => this.exitListeners.forEach((l) => l({ exitCode, signal })));
+    setImmediate(() => {
+      for (const l of this.exitListeners) l({ exitCode, signal });
+    });
   }
 }

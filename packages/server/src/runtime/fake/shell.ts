@@ -47,8 +47,13 @@ export async function runFakeCommand(script: string, ctx: FakeShellContext): Pro
       exitCode = r.code;
       if (r.timedOut) timedOut = true;
       let out = r.out;
-      if (redirect?.kind === 'stderr') (stderr += out), (out = '');
-      else if (redirect?.kind === 'file') (ctx.fs.write(absolute(redirect.path, ctx.cwd), out, redirect.append), (out = ''));
+      if (redirect?.kind === 'stderr') {
+        stderr += out;
+        out = '';
+      } else if (redirect?.kind === 'file') {
+        ctx.fs.write(absolute(redirect.path, ctx.cwd), out, redirect.append);
+        out = '';
+      }
       stdout += out;
       stderr += r.err;
       if (r.exit) break;
@@ -56,7 +61,8 @@ export async function runFakeCommand(script: string, ctx: FakeShellContext): Pro
   } catch (e) {
     if (e !== SIGNAL_EXIT) throw e;
   }
-  const cap = (s: string) => (Buffer.byteLength(s) > ctx.maxOutputBytes ? Buffer.from(s).subarray(0, ctx.maxOutputBytes).toString() : s);
+  const cap = (s: string) =>
+    Buffer.byteLength(s) > ctx.maxOutputBytes ? Buffer.from(s).subarray(0, ctx.maxOutputBytes).toString() : s;
   const truncated = Buffer.byteLength(stdout) > ctx.maxOutputBytes || Buffer.byteLength(stderr) > ctx.maxOutputBytes;
   return { stdout: cap(stdout), stderr: cap(stderr), exitCode, truncated, timedOut };
 }
@@ -84,7 +90,12 @@ async function runOne([cmd, ...args]: string[], ctx: FakeShellContext, started: 
     case 'pwd':
       return ok(`${ctx.cwd}\n`);
     case 'printenv': {
-      if (args[0] === undefined) return ok(Object.entries(ctx.env).map(([k, v]) => `${k}=${v}\n`).join(''));
+      if (args[0] === undefined)
+        return ok(
+          Object.entries(ctx.env)
+            .map(([k, v]) => `${k}=${v}\n`)
+            .join(''),
+        );
       const v = ctx.env[args[0]];
       return v === undefined ? { out: '', err: '', code: 1 } : ok(`${v}\n`);
     }
@@ -98,10 +109,13 @@ async function runOne([cmd, ...args]: string[], ctx: FakeShellContext, started: 
       return { out: '', err: '', code: Number.isInteger(n) ? ((n % 256) + 256) % 256 : 2, exit: true };
     }
     case 'kill':
-      return args[0] === '-9' ? { out: '', err: '', code: 137, exit: true } : { out: '', err: 'kill: usage\n', code: 2 };
+      return args[0] === '-9'
+        ? { out: '', err: '', code: 137, exit: true }
+        : { out: '', err: 'kill: usage\n', code: 2 };
     case 'head': {
       const n = Number(args[1]);
-      if (args[0] !== '-c' || args[2] !== '/dev/zero' || !Number.isInteger(n) || n < 0) return { out: '', err: 'head: unsupported\n', code: 1 };
+      if (args[0] !== '-c' || args[2] !== '/dev/zero' || !Number.isInteger(n) || n < 0)
+        return { out: '', err: 'head: unsupported\n', code: 1 };
       return ok('\0'.repeat(Math.min(n, 64 * 1024 * 1024)));
     }
     case 'command': {
@@ -110,11 +124,15 @@ async function runOne([cmd, ...args]: string[], ctx: FakeShellContext, started: 
     }
     case 'test': {
       const p = args[1] ?? '';
-      const yes = (args[0] === '-d' && FAKE_DIRS.has(p.replace(/(.)\/+$/, '$1'))) || (args[0] === '-x' && FAKE_SHELLS.has(p.replace(/^\/(usr\/)?bin\//, '')));
+      const yes =
+        (args[0] === '-d' && FAKE_DIRS.has(p.replace(/(.)\/+$/, '$1'))) ||
+        (args[0] === '-x' && FAKE_SHELLS.has(p.replace(/^\/(usr\/)?bin\//, '')));
       return { out: '', err: '', code: yes ? 0 : 1 };
     }
     case 'stty':
-      return ctx.tty && args[0] === 'size' ? ok(`${ctx.tty.rows} ${ctx.tty.cols}\n`) : { out: '', err: 'stty: not a tty\n', code: 1 };
+      return ctx.tty && args[0] === 'size'
+        ? ok(`${ctx.tty.rows} ${ctx.tty.cols}\n`)
+        : { out: '', err: 'stty: not a tty\n', code: 1 };
     case 'sleep': {
       const ms = Number(args[0] ?? 0) * 1000;
       if (!(ms >= 0)) return { out: '', err: 'sleep: invalid time interval\n', code: 1 };
@@ -133,10 +151,16 @@ function splitStatements(s: string): string[] {
   let cur = '';
   let q: string | null = null;
   for (const c of s) {
-    if (q) (c === q && (q = null), (cur += c));
-    else if (c === "'" || c === '"') (q = c), (cur += c);
-    else if (c === ';' || c === '\n') (out.push(cur), (cur = ''));
-    else cur += c;
+    if (q) {
+      if (c === q) q = null;
+      cur += c;
+    } else if (c === "'" || c === '"') {
+      q = c;
+      cur += c;
+    } else if (c === ';' || c === '\n') {
+      out.push(cur);
+      cur = '';
+    } else cur += c;
   }
   out.push(cur);
   return out.map((x) => x.trim()).filter(Boolean);
@@ -154,15 +178,19 @@ function parseStatement(stmt: string, env: Record<string, string>): { words: str
     else if (m[3]) pendingFile = { append: m[3] === '>>' };
     else {
       const w = m[1] !== undefined ? m[1] : expand(m[2] ?? m[4], env);
-      if (pendingFile) (redirect = { kind: 'file', path: w, append: pendingFile.append }), (pendingFile = null);
-      else words.push(w);
+      if (pendingFile) {
+        redirect = { kind: 'file', path: w, append: pendingFile.append };
+        pendingFile = null;
+      } else words.push(w);
     }
   }
   return { words, redirect };
 }
 
 function expand(s: string, env: Record<string, string>): string {
-  return s.replace(/\$\$|\$([A-Za-z_][A-Za-z0-9_]*)|\$\{([A-Za-z_][A-Za-z0-9_]*)\}/g, (x, a, b) => (x === '$$' ? '1' : (env[a ?? b] ?? '')));
+  return s.replace(/\$\$|\$([A-Za-z_][A-Za-z0-9_]*)|\$\{([A-Za-z_][A-Za-z0-9_]*)\}/g, (x, a, b) =>
+    x === '$$' ? '1' : (env[a ?? b] ?? ''),
+  );
 }
 
 function absolute(p: string, cwd: string): string {

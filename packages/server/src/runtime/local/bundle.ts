@@ -8,30 +8,61 @@ import type { OciSeccomp } from './seccomp.js';
  * SYS_CHROOT. All of them are confined to the sandbox's user namespace.
  */
 export const SANDBOX_CAPABILITIES = [
-  'CAP_CHOWN', 'CAP_DAC_OVERRIDE', 'CAP_FOWNER', 'CAP_FSETID', 'CAP_KILL', 'CAP_SETGID',
-  'CAP_SETUID', 'CAP_SETPCAP', 'CAP_NET_BIND_SERVICE', 'CAP_SETFCAP', 'CAP_AUDIT_WRITE',
+  'CAP_CHOWN',
+  'CAP_DAC_OVERRIDE',
+  'CAP_FOWNER',
+  'CAP_FSETID',
+  'CAP_KILL',
+  'CAP_SETGID',
+  'CAP_SETUID',
+  'CAP_SETPCAP',
+  'CAP_NET_BIND_SERVICE',
+  'CAP_SETFCAP',
+  'CAP_AUDIT_WRITE',
 ];
 
 /** Paths of /proc and /sys hidden from sandboxes (as runc/podman do, plus a few more). */
 export const MASKED_PATHS = [
-  '/proc/acpi', '/proc/asound', '/proc/kcore', '/proc/keys', '/proc/latency_stats',
-  '/proc/timer_list', '/proc/timer_stats', '/proc/sched_debug', '/proc/scsi', '/proc/kallsyms',
-  '/proc/interrupts', '/proc/config.gz', '/sys/firmware', '/sys/devices/virtual/powercap',
-  '/sys/kernel', '/sys/fs/selinux', '/sys/dev/block',
+  '/proc/acpi',
+  '/proc/asound',
+  '/proc/kcore',
+  '/proc/keys',
+  '/proc/latency_stats',
+  '/proc/timer_list',
+  '/proc/timer_stats',
+  '/proc/sched_debug',
+  '/proc/scsi',
+  '/proc/kallsyms',
+  '/proc/interrupts',
+  '/proc/config.gz',
+  '/sys/firmware',
+  '/sys/devices/virtual/powercap',
+  '/sys/kernel',
+  '/sys/fs/selinux',
+  '/sys/dev/block',
   // Block devices are host-wide: each loop device names its backing file (another sandbox's
   // root or an account's volume, under the host's data dir), and their I/O counters show
   // what other sandboxes do.
-  '/sys/block', '/sys/class/block', '/sys/devices/virtual/block', '/sys/class/bdi', '/sys/devices/virtual/bdi',
-  '/sys/fs/ext4', '/proc/diskstats', '/proc/partitions',
+  '/sys/block',
+  '/sys/class/block',
+  '/sys/devices/virtual/block',
+  '/sys/class/bdi',
+  '/sys/devices/virtual/bdi',
+  '/sys/fs/ext4',
+  '/proc/diskstats',
+  '/proc/partitions',
 ];
-export const READONLY_PATHS = [
-  '/proc/bus', '/proc/fs', '/proc/irq', '/proc/sys', '/proc/sysrq-trigger',
-];
+export const READONLY_PATHS = ['/proc/bus', '/proc/fs', '/proc/irq', '/proc/sys', '/proc/sysrq-trigger'];
 
 /** Size of each sandbox's uid/gid range. */
 export const ID_RANGE_SIZE = 65536;
 
-export interface BundleMount { destination: string; type: string; source: string; options: string[] }
+export interface BundleMount {
+  destination: string;
+  type: string;
+  source: string;
+  options: string[];
+}
 
 export interface BundleOptions {
   id: string;
@@ -76,19 +107,40 @@ export function buildOciConfig(o: BundleOptions): Record<string, unknown> {
   const ro = ['rbind', 'ro', 'nosuid', 'nodev', 'noexec'];
   const mounts: BundleMount[] = [
     { destination: '/proc', type: 'proc', source: 'proc', options: ['nosuid', 'noexec', 'nodev'] },
-    { destination: '/dev', type: 'tmpfs', source: 'tmpfs', options: ['nosuid', 'strictatime', 'mode=755', 'size=65536k'] },
-    { destination: '/dev/pts', type: 'devpts', source: 'devpts', options: ['nosuid', 'noexec', 'newinstance', 'ptmxmode=0666', 'mode=0620'] },
-    { destination: '/dev/shm', type: 'tmpfs', source: 'shm', options: ['nosuid', 'noexec', 'nodev', 'mode=1777', 'size=65536k'] },
+    {
+      destination: '/dev',
+      type: 'tmpfs',
+      source: 'tmpfs',
+      options: ['nosuid', 'strictatime', 'mode=755', 'size=65536k'],
+    },
+    {
+      destination: '/dev/pts',
+      type: 'devpts',
+      source: 'devpts',
+      options: ['nosuid', 'noexec', 'newinstance', 'ptmxmode=0666', 'mode=0620'],
+    },
+    {
+      destination: '/dev/shm',
+      type: 'tmpfs',
+      source: 'shm',
+      options: ['nosuid', 'noexec', 'nodev', 'mode=1777', 'size=65536k'],
+    },
     { destination: '/dev/mqueue', type: 'mqueue', source: 'mqueue', options: ['nosuid', 'noexec', 'nodev'] },
     o.hostSysfs
       ? { destination: '/sys', type: 'bind', source: '/sys', options: ['rbind', 'rro', 'nosuid', 'noexec', 'nodev'] }
       : { destination: '/sys', type: 'sysfs', source: 'sysfs', options: ['nosuid', 'noexec', 'nodev', 'ro'] },
-    { destination: '/sys/fs/cgroup', type: 'cgroup', source: 'cgroup', options: ['nosuid', 'noexec', 'nodev', 'relatime', 'ro'] },
+    {
+      destination: '/sys/fs/cgroup',
+      type: 'cgroup',
+      source: 'cgroup',
+      options: ['nosuid', 'noexec', 'nodev', 'relatime', 'ro'],
+    },
     { destination: AGENT_PATH, type: 'bind', source: o.agentPath, options: ['rbind', 'ro', 'nosuid', 'nodev'] },
     { destination: '/etc/hosts', type: 'bind', source: o.etcFiles.hosts, options: ro },
     { destination: '/etc/hostname', type: 'bind', source: o.etcFiles.hostname, options: ro },
   ];
-  if (o.etcFiles.resolv) mounts.push({ destination: '/etc/resolv.conf', type: 'bind', source: o.etcFiles.resolv, options: ro });
+  if (o.etcFiles.resolv)
+    mounts.push({ destination: '/etc/resolv.conf', type: 'bind', source: o.etcFiles.resolv, options: ro });
   mounts.push(...o.volumes);
   const cpuPeriod = 100_000;
   return {
@@ -112,8 +164,13 @@ export function buildOciConfig(o: BundleOptions): Record<string, unknown> {
       uidMappings: [{ containerID: 0, hostID: o.uidBase, size: ID_RANGE_SIZE }],
       gidMappings: [{ containerID: 0, hostID: o.uidBase, size: ID_RANGE_SIZE }],
       namespaces: [
-        { type: 'pid' }, { type: 'ipc' }, { type: 'uts' }, { type: 'mount' }, { type: 'cgroup' },
-        { type: 'user' }, o.netnsPath ? { type: 'network', path: o.netnsPath } : { type: 'network' },
+        { type: 'pid' },
+        { type: 'ipc' },
+        { type: 'uts' },
+        { type: 'mount' },
+        { type: 'cgroup' },
+        { type: 'user' },
+        o.netnsPath ? { type: 'network', path: o.netnsPath } : { type: 'network' },
       ],
       resources: {
         devices: [{ allow: false, access: 'rwm' }],

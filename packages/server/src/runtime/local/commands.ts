@@ -23,15 +23,17 @@ export interface CommandTarget {
 export class SandboxCommands {
   private readonly agents = new Map<string, Promise<ExecAgent>>();
 
-  constructor(private readonly o: {
-    runtime: OciRuntime;
-    /** pid files of the fallback path go to `<runDir>/exec` (tmpfs: a full data dir must not fail a command) */
-    runDir: string;
-    /** false: every command through the runtime's own exec */
-    useAgent: boolean;
-    /** host pids in a sandbox's cgroup, to kill a fallback command's tree on timeout */
-    cgroupProcs: (id: string) => number[];
-  }) {}
+  constructor(
+    private readonly o: {
+      runtime: OciRuntime;
+      /** pid files of the fallback path go to `<runDir>/exec` (tmpfs: a full data dir must not fail a command) */
+      runDir: string;
+      /** false: every command through the runtime's own exec */
+      useAgent: boolean;
+      /** host pids in a sandbox's cgroup, to kill a fallback command's tree on timeout */
+      cgroupProcs: (id: string) => number[];
+    },
+  ) {}
 
   /** Takes the channel of an agent started with the sandbox (its PID 1). */
   adopt(id: string, agent: Promise<ExecAgent>): void {
@@ -43,7 +45,10 @@ export class SandboxCommands {
   drop(id: string): void {
     const a = this.agents.get(id);
     this.agents.delete(id);
-    void a?.then((x) => x.close(), () => undefined);
+    void a?.then(
+      (x) => x.close(),
+      () => undefined,
+    );
   }
 
   dropAll(): void {
@@ -66,19 +71,34 @@ export class SandboxCommands {
         if (!(e instanceof AgentGoneError)) throw e;
         // The agent was gone before the command said a word: once more with a new one. Twice
         // in a row means the command itself kills its agent: it ran, and was killed with it.
-        if (attempt > 0) return { stdout: '', stderr: 'sandboxd: the exec agent died with the command\n', exitCode: 137, truncated: false, timedOut: false };
+        if (attempt > 0)
+          return {
+            stdout: '',
+            stderr: 'sandboxd: the exec agent died with the command\n',
+            exitCode: 137,
+            truncated: false,
+            timedOut: false,
+          };
       }
     }
     const id = t.spec.id;
     return this.o.runtime.exec(id, argv, {
-      env, cwd, user: t.user, timeoutMs, maxOutputBytes,
+      env,
+      cwd,
+      user: t.user,
+      timeoutMs,
+      maxOutputBytes,
       pidFile: join(this.o.runDir, 'exec', `${id}-${process.hrtime.bigint()}.pid`),
       cgroupProcs: () => this.o.cgroupProcs(id),
     });
   }
 
   /** `/bin/sh -c command` detached; resolves to its in-sandbox pid. */
-  async execBackground(t: CommandTarget, command: string, options: Omit<ExecOptions, 'timeoutMs' | 'maxOutputBytes'> = {}): Promise<{ pid: number }> {
+  async execBackground(
+    t: CommandTarget,
+    command: string,
+    options: Omit<ExecOptions, 'timeoutMs' | 'maxOutputBytes'> = {},
+  ): Promise<{ pid: number }> {
     const env = mergeEnvList(t.env, options.env);
     const cwd = options.cwd ?? t.workingDir;
     const argv = ['/bin/sh', '-c', command];
@@ -93,9 +113,16 @@ export class SandboxCommands {
     }
     const id = t.spec.id;
     const hostPid = await this.o.runtime.execDetached(id, argv, {
-      env, cwd, user: t.user, pidFile: join(this.o.runDir, 'exec', `${id}-bg-${process.hrtime.bigint()}.pid`),
+      env,
+      cwd,
+      user: t.user,
+      pidFile: join(this.o.runDir, 'exec', `${id}-bg-${process.hrtime.bigint()}.pid`),
     });
-    try { return { pid: nsPid(hostPid) }; } catch { return { pid: 0 }; /* already exited */ }
+    try {
+      return { pid: nsPid(hostPid) };
+    } catch {
+      return { pid: 0 }; /* already exited */
+    }
   }
 
   /**

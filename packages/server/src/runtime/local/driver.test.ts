@@ -29,13 +29,25 @@ for (const ociRuntime of ['crun', 'runc'] as const) {
 const LIMITS = { memoryBytes: 128 * 1024 * 1024, cpus: 0.5, pids: 64, rootDiskBytes: 64 * 1024 * 1024 };
 
 describe('local driver isolation', () => {
-  let driver: LocalDriver; let base: string; let cgroupParent = '';
-  let hostServer: Server; let hostPort = 0;
-  const spec = (over: Partial<SandboxSpec> = {}): SandboxSpec => ({ id: testId('iso'), image: 'local/busybox:latest', env: {}, volumes: [], limits: LIMITS, ...over });
-  let a: string; let b: string; let bAddr: string;
+  let driver: LocalDriver;
+  let base: string;
+  let cgroupParent = '';
+  let hostServer: Server;
+  let hostPort = 0;
+  const spec = (over: Partial<SandboxSpec> = {}): SandboxSpec => ({
+    id: testId('iso'),
+    image: 'local/busybox:latest',
+    env: {},
+    volumes: [],
+    limits: LIMITS,
+    ...over,
+  });
+  let a: string;
+  let b: string;
+  let bAddr: string;
 
   before(async () => {
-    let options;
+    let options: ReturnType<typeof makeTestDriver>['options'];
     ({ driver, dataDir: base, options } = makeTestDriver('iso'));
     cgroupParent = options.cgroupParent!;
     await driver.init();
@@ -45,7 +57,8 @@ describe('local driver isolation', () => {
     hostPort = (hostServer.address() as { port: number }).port;
     a = (await driver.create(spec())).id;
     const sb = await driver.create(spec());
-    b = sb.id; bAddr = sb.address;
+    b = sb.id;
+    bAddr = sb.address;
   });
   after(async () => {
     hostServer.close();
@@ -74,8 +87,14 @@ describe('local driver isolation', () => {
   it('sees no host or sibling network device, in /sys or through netlink', async () => {
     const host = readdirSync('/sys/class/net').filter((n) => n !== 'lo');
     assert.ok(host.length >= 3, `host devices: ${host}`); // eth0, the bridge, the other sandbox's veth
-    const seen = (await sh(a, 'ls /sys/class/net; find /sys/devices /sys/class -maxdepth 6 2>/dev/null | grep "/net/" ; ip -o link')).stdout;
-    for (const name of host) assert.ok(!new RegExp(`\\b${name}\\b(?!@)`).test(seen.replace(/eth0@if\d+/g, '')), `${name} is visible inside: ${seen}`);
+    const seen = (
+      await sh(a, 'ls /sys/class/net; find /sys/devices /sys/class -maxdepth 6 2>/dev/null | grep "/net/" ; ip -o link')
+    ).stdout;
+    for (const name of host)
+      assert.ok(
+        !new RegExp(`\\b${name}\\b(?!@)`).test(seen.replace(/eth0@if\d+/g, '')),
+        `${name} is visible inside: ${seen}`,
+      );
   });
 
   it('cannot reach the host services, on any host address', async () => {
@@ -94,8 +113,11 @@ describe('local driver isolation', () => {
       hostSaw = await new Promise<string>((resolve) => {
         const s = connect(8000, bAddr);
         let got = '';
-        s.on('data', (d: Buffer) => { got += d.toString(); });
-        s.on('close', () => resolve(got)); s.on('error', () => resolve(''));
+        s.on('data', (d: Buffer) => {
+          got += d.toString();
+        });
+        s.on('close', () => resolve(got));
+        s.on('error', () => resolve(''));
         s.setTimeout(1000, () => s.destroy());
       });
       if (!hostSaw.includes('from-b')) await new Promise((r) => setTimeout(r, 50));
@@ -120,9 +142,27 @@ for name, nr in [("keyctl", 250), ("add_key", 248), ("bpf", 321), ("perf_event_o
     print(name, call(nr, 0, 0, 0, 0, 0))
 `;
     const r = await driver.exec(deb.id, `python3 -c '${py}'`, { timeoutMs: 20_000 });
-    const got = Object.fromEntries(r.stdout.trim().split('\n').map((l) => l.split(' ')).map(([k, v]) => [k, Number(v)]));
-    const EPERM = 1; const ENOSYS = 38;
-    for (const name of ['keyctl', 'add_key', 'bpf', 'perf_event_open', 'userfaultfd', 'unshare', 'mount', 'setns', 'init_module', 'kexec_load']) {
+    const got = Object.fromEntries(
+      r.stdout
+        .trim()
+        .split('\n')
+        .map((l) => l.split(' '))
+        .map(([k, v]) => [k, Number(v)]),
+    );
+    const EPERM = 1;
+    const ENOSYS = 38;
+    for (const name of [
+      'keyctl',
+      'add_key',
+      'bpf',
+      'perf_event_open',
+      'userfaultfd',
+      'unshare',
+      'mount',
+      'setns',
+      'init_module',
+      'kexec_load',
+    ]) {
       assert.equal(got[name], EPERM, `${name}: errno ${got[name]} (${r.stderr})`);
     }
     assert.equal(got.clone3, ENOSYS);
@@ -167,7 +207,8 @@ for name, nr in [("keyctl", 250), ("add_key", 248), ("bpf", 321), ("perf_event_o
     const bomb = await driver.create(spec());
     await driver.execBackground(bomb.id, 'f() { f | f & }; f');
     // pids.events counts the forks the kernel refused at the limit: the bomb hit the ceiling.
-    let refused = 0; let peak = 0;
+    let refused = 0;
+    let peak = 0;
     for (let i = 0; i < 200 && refused === 0; i++) {
       peak = Math.max(peak, Number(cgroupFile(bomb.id, 'pids', 'pids.current')));
       refused = Number(/max (\d+)/.exec(cgroupFile(bomb.id, 'pids', 'pids.events'))?.[1] ?? 0);
@@ -186,4 +227,3 @@ for name, nr in [("keyctl", 250), ("add_key", 248), ("bpf", 321), ("perf_event_o
     assert.equal((await sh(a, 'rm /big && echo ok')).stdout, 'ok\n');
   });
 });
-

@@ -4,8 +4,16 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { SandboxdError } from '@sandboxd/protocol';
 import type {
-  ExecOptions, ExecResult, ImageInfo, PtyProcess, RecoveryReport, RuntimeDriver, RuntimeSandbox,
-  SandboxSpec, TtyOptions, VolumeInfo,
+  ExecOptions,
+  ExecResult,
+  ImageInfo,
+  PtyProcess,
+  RecoveryReport,
+  RuntimeDriver,
+  RuntimeSandbox,
+  SandboxSpec,
+  TtyOptions,
+  VolumeInfo,
 } from '../driver.js';
 import { buildOciConfig, ID_RANGE_SIZE, SANDBOX_CAPABILITIES } from './bundle.js';
 import { defaultOciRuntime, OciRuntime, processStart, type OciRuntimeName } from './oci-runtime.js';
@@ -17,7 +25,15 @@ import { RootfsManager, volumeOciMount } from './rootfs.js';
 import { buildSeccompProfile, compileSeccompBpf, type OciSeccomp } from './seccomp.js';
 import { VolumeStore } from './volumes.js';
 import type { Config } from '../../config.js';
-import { checkLimits, checkMountPath, checkMountPathsDisjoint, checkTraversable, mergeEnv, mergeEnvList, splitEnv } from './sandbox-checks.js';
+import {
+  checkLimits,
+  checkMountPath,
+  checkMountPathsDisjoint,
+  checkTraversable,
+  mergeEnv,
+  mergeEnvList,
+  splitEnv,
+} from './sandbox-checks.js';
 import { hostNetDevicePaths } from './host-sysfs.js';
 import { agentBinary, ExecAgent } from './exec-agent.js';
 import { SandboxCommands } from './commands.js';
@@ -78,7 +94,13 @@ const POOL_PREFIX = 'netpool_';
 const ROOT_POOL_PREFIX = 'rootpool_';
 
 /** A root layer prepared ahead of need, with the uid slot it was prepared for. */
-interface PooledRoot { id: string; slot: number; lowerDir: string; rootDiskBytes: number; rootfs: string }
+interface PooledRoot {
+  id: string;
+  slot: number;
+  lowerDir: string;
+  rootDiskBytes: number;
+  rootfs: string;
+}
 /**
  * The local runtime driver: crun sandboxes with user namespaces, seccomp, cgroup limits,
  * an isolated bridge network, size-capped copy-on-write roots and loop-backed volumes.
@@ -95,7 +117,9 @@ export class LocalDriver implements RuntimeDriver {
   /** Ids between create's first check and its record: a second create of one id must see them. */
   private readonly reserved = new Set<string>();
   private readonly stateDir: string;
-  private readonly opts: Required<Omit<LocalDriverOptions, 'registryCredentials' | 'insecureRegistries' | 'ociRuntime'>>;
+  private readonly opts: Required<
+    Omit<LocalDriverOptions, 'registryCredentials' | 'insecureRegistries' | 'ociRuntime'>
+  >;
   /** Networks made ahead of need; their ids start with POOL_PREFIX. */
   private readonly netPool: SandboxNet[] = [];
   /** Roots prepared ahead of need for the last (image, size) created without volumes, with their uid slot. */
@@ -114,15 +138,28 @@ export class LocalDriver implements RuntimeDriver {
 
   constructor(opts: LocalDriverOptions) {
     this.opts = {
-      runDir: '/run/sandboxd', bridge: 'sbx0', subnet: '10.89.0.0/16', egress: 'none', uidRangeStart: 100_000,
-      cgroupParent: 'sandboxd', netPoolSize: 2, ...opts,
+      runDir: '/run/sandboxd',
+      bridge: 'sbx0',
+      subnet: '10.89.0.0/16',
+      egress: 'none',
+      uidRangeStart: 100_000,
+      cgroupParent: 'sandboxd',
+      netPoolSize: 2,
+      ...opts,
     } as LocalDriver['opts'];
     this.stateDir = join(opts.dataDir, 'sandboxes');
-    this.images = new ImageStore({ dir: opts.imageDir, credentials: opts.registryCredentials, insecureRegistries: opts.insecureRegistries });
+    this.images = new ImageStore({
+      dir: opts.imageDir,
+      credentials: opts.registryCredentials,
+      insecureRegistries: opts.insecureRegistries,
+    });
     const runtime = opts.ociRuntime ?? defaultOciRuntime();
     this.crun = new OciRuntime({ root: join(this.opts.runDir, runtime), binary: runtime });
     this.commands = new SandboxCommands({
-      runtime: this.crun, runDir: this.opts.runDir, useAgent: this.opts.execAgent !== false, cgroupProcs: (id) => this.cgroupProcs(id),
+      runtime: this.crun,
+      runDir: this.opts.runDir,
+      useAgent: this.opts.execAgent !== false,
+      cgroupProcs: (id) => this.cgroupProcs(id),
     });
     this.network = new NetworkManager({ bridge: this.opts.bridge, subnet: this.opts.subnet, egress: this.opts.egress });
     this.roots = new RootfsManager({ dir: join(opts.dataDir, 'roots') });
@@ -130,7 +167,8 @@ export class LocalDriver implements RuntimeDriver {
   }
 
   async init(): Promise<void> {
-    if (process.getuid?.() !== 0) throw new SandboxdError('internal', 'the local runtime needs root (run sandboxd as root)');
+    if (process.getuid?.() !== 0)
+      throw new SandboxdError('internal', 'the local runtime needs root (run sandboxd as root)');
     await mkdir(this.stateDir, { recursive: true });
     await mkdir(this.crun.root, { recursive: true });
     await mkdir(join(this.opts.runDir, 'exec'), { recursive: true, mode: 0o700 });
@@ -169,7 +207,8 @@ export class LocalDriver implements RuntimeDriver {
           await this.teardown(id, rec);
           if (!id.startsWith(POOL_PREFIX) && !id.startsWith(ROOT_POOL_PREFIX)) report.cleaned.push(id);
         } catch (e) {
-          (report.failed ??= []).push({ id, message: (e as Error).message });
+          report.failed ??= [];
+          report.failed.push({ id, message: (e as Error).message });
         }
       }
     }
@@ -189,7 +228,10 @@ export class LocalDriver implements RuntimeDriver {
 
   async create(spec: SandboxSpec): Promise<RuntimeSandbox> {
     if (!ID_RE.test(spec.id) || spec.id.startsWith(POOL_PREFIX) || spec.id.startsWith(ROOT_POOL_PREFIX)) {
-      throw new SandboxdError('validation', `sandbox id "${spec.id}" must match ${ID_RE} and not start with ${POOL_PREFIX} or ${ROOT_POOL_PREFIX}`);
+      throw new SandboxdError(
+        'validation',
+        `sandbox id "${spec.id}" must match ${ID_RE} and not start with ${POOL_PREFIX} or ${ROOT_POOL_PREFIX}`,
+      );
     }
     for (const v of spec.volumes) checkMountPath(v.mountPath);
     checkMountPathsDisjoint(spec.volumes.map((v) => v.mountPath));
@@ -217,9 +259,20 @@ export class LocalDriver implements RuntimeDriver {
     const uidBase = this.opts.uidRangeStart + slot * ID_RANGE_SIZE;
     const dir = join(this.stateDir, spec.id);
     const partial: SandboxRecord = {
-      spec, slot, uidBase, address: '', netnsPath: '', imageDigest: image.digest, createdAt: new Date().toISOString(),
-      workingDir: image.workingDir || '/', user: '0:0', env: mergeEnv(image.env, spec.env), phase: 'creating',
-      initPid: 0, initStart: null, rootId: pooledRoot?.id,
+      spec,
+      slot,
+      uidBase,
+      address: '',
+      netnsPath: '',
+      imageDigest: image.digest,
+      createdAt: new Date().toISOString(),
+      workingDir: image.workingDir || '/',
+      user: '0:0',
+      env: mergeEnv(image.env, spec.env),
+      phase: 'creating',
+      initPid: 0,
+      initStart: null,
+      rootId: pooledRoot?.id,
     };
     this.records.set(spec.id, partial);
     try {
@@ -238,15 +291,27 @@ export class LocalDriver implements RuntimeDriver {
       const pooled = netFirst ? this.takePooledNet() : undefined;
       if (pooled) partial.netId = pooled.id; // from here on, teardown frees it
       const [root, early] = await Promise.all([
-        pooledRoot ? { rootfs: pooledRoot.rootfs, volumes: [] as string[] }
-          : this.roots.prepare({ id: spec.id, lowerDir: image.rootfsDir, rootDiskBytes: spec.limits.rootDiskBytes, uidBase, volumes: volumePaths }),
+        pooledRoot
+          ? { rootfs: pooledRoot.rootfs, volumes: [] as string[] }
+          : this.roots.prepare({
+              id: spec.id,
+              lowerDir: image.rootfsDir,
+              rootDiskBytes: spec.limits.rootDiskBytes,
+              uidBase,
+              volumes: volumePaths,
+            }),
         netFirst ? (pooled ?? this.network.attach(spec.id)) : null,
       ]);
       const volumes = root.volumes.map((staged, i) => volumeOciMount(staged, spec.volumes[i].mountPath));
       const hostname = spec.hostname ?? spec.id;
-      const etc = { hosts: join(dir, 'hosts'), hostname: join(dir, 'hostname'), resolv: undefined as string | undefined };
+      const etc = {
+        hosts: join(dir, 'hosts'),
+        hostname: join(dir, 'hostname'),
+        resolv: undefined as string | undefined,
+      };
       // Rewritten in place (same inode, so the bind mount shows it) once the address is known.
-      const writeHosts = (address: string) => writeFile(etc.hosts, `127.0.0.1\tlocalhost\n::1\tlocalhost\n${address ? `${address}\t${hostname}\n` : ''}`);
+      const writeHosts = (address: string) =>
+        writeFile(etc.hosts, `127.0.0.1\tlocalhost\n::1\tlocalhost\n${address ? `${address}\t${hostname}\n` : ''}`);
       await writeHosts(early?.address ?? '');
       await writeFile(etc.hostname, `${hostname}\n`);
       if (this.opts.egress === 'nat' && existsSync('/etc/resolv.conf')) {
@@ -254,8 +319,20 @@ export class LocalDriver implements RuntimeDriver {
         await writeFile(etc.resolv, readFileSync('/etc/resolv.conf'));
       }
       const config = buildOciConfig({
-        id: spec.id, hostname, rootfs: root.rootfs, env: partial.env, limits: spec.limits, uidBase,
-        netnsPath: early?.netnsPath, hostSysfs: early !== null, maskedNetPaths: this.maskedNetPaths, agentPath: this.agentPath!, etcFiles: etc, volumes, seccomp: this.seccomp!, seccompBpfBase64: this.seccompBpf,
+        id: spec.id,
+        hostname,
+        rootfs: root.rootfs,
+        env: partial.env,
+        limits: spec.limits,
+        uidBase,
+        netnsPath: early?.netnsPath,
+        hostSysfs: early !== null,
+        maskedNetPaths: this.maskedNetPaths,
+        agentPath: this.agentPath!,
+        etcFiles: etc,
+        volumes,
+        seccomp: this.seccomp!,
+        seccompBpfBase64: this.seccompBpf,
         cgroupsPath: `/${this.opts.cgroupParent}/${spec.id}`,
       });
       await writeFile(join(dir, 'config.json'), JSON.stringify(config));
@@ -281,12 +358,18 @@ export class LocalDriver implements RuntimeDriver {
 
   async inspect(id: string): Promise<RuntimeSandbox | null> {
     const rec = this.records.get(id);
-    if (!rec || rec.phase !== 'ready') return null;
+    if (rec?.phase !== 'ready') return null;
     const running = isAlive(rec);
     return {
-      id, image: rec.spec.image, imageDigest: rec.imageDigest, state: running ? 'running' : 'stopped',
-      address: rec.address, pid: running ? rec.initPid : 0, createdAt: new Date(rec.createdAt),
-      workingDir: rec.workingDir, user: rec.user,
+      id,
+      image: rec.spec.image,
+      imageDigest: rec.imageDigest,
+      state: running ? 'running' : 'stopped',
+      address: rec.address,
+      pid: running ? rec.initPid : 0,
+      createdAt: new Date(rec.createdAt),
+      workingDir: rec.workingDir,
+      user: rec.user,
     };
   }
 
@@ -316,15 +399,25 @@ export class LocalDriver implements RuntimeDriver {
     return this.commands.exec(await this.requireRunning(id), command, options);
   }
 
-  async execBackground(id: string, command: string, options: Omit<ExecOptions, 'timeoutMs' | 'maxOutputBytes'> = {}): Promise<{ pid: number }> {
+  async execBackground(
+    id: string,
+    command: string,
+    options: Omit<ExecOptions, 'timeoutMs' | 'maxOutputBytes'> = {},
+  ): Promise<{ pid: number }> {
     return this.commands.execBackground(await this.requireRunning(id), command, options);
   }
 
   async execTty(id: string, options: TtyOptions): Promise<PtyProcess> {
     const rec = await this.requireRunning(id);
     return spawnTty({
-      crunArgv: this.crun.argv, containerId: id, argv: options.argv, env: Object.fromEntries(mergeEnvList(rec.env, options.env).map(splitEnv)),
-      cwd: options.cwd ?? rec.workingDir, user: rec.user, cols: options.cols, rows: options.rows,
+      crunArgv: this.crun.argv,
+      containerId: id,
+      argv: options.argv,
+      env: Object.fromEntries(mergeEnvList(rec.env, options.env).map(splitEnv)),
+      cwd: options.cwd ?? rec.workingDir,
+      user: rec.user,
+      cols: options.cols,
+      rows: options.rows,
       detach: this.crun.binary === 'runc',
     });
   }
@@ -395,7 +488,10 @@ export class LocalDriver implements RuntimeDriver {
    */
   private scheduleFill(): void {
     if (this.fillTimer || this.closed) return;
-    this.fillTimer = setTimeout(() => { this.fillTimer = null; void this.fillPools(); }, POOL_REFILL_DELAY_MS);
+    this.fillTimer = setTimeout(() => {
+      this.fillTimer = null;
+      void this.fillPools();
+    }, POOL_REFILL_DELAY_MS);
     this.fillTimer.unref();
   }
 
@@ -409,7 +505,9 @@ export class LocalDriver implements RuntimeDriver {
             continue;
           }
           const want = this.rootWant;
-          const stale = this.rootPool.findIndex((r) => !want || r.lowerDir !== want.lowerDir || r.rootDiskBytes !== want.rootDiskBytes);
+          const stale = this.rootPool.findIndex(
+            (r) => !want || r.lowerDir !== want.lowerDir || r.rootDiskBytes !== want.rootDiskBytes,
+          );
           if (stale >= 0) {
             await this.roots.release(this.rootPool.splice(stale, 1)[0].id);
             continue;
@@ -419,7 +517,12 @@ export class LocalDriver implements RuntimeDriver {
           this.poolSlots.add(slot);
           try {
             const id = `${ROOT_POOL_PREFIX}${randomBytes(6).toString('hex')}`;
-            const { rootfs } = await this.roots.prepare({ id, lowerDir: want.lowerDir, rootDiskBytes: want.rootDiskBytes, uidBase: this.opts.uidRangeStart + slot * ID_RANGE_SIZE });
+            const { rootfs } = await this.roots.prepare({
+              id,
+              lowerDir: want.lowerDir,
+              rootDiskBytes: want.rootDiskBytes,
+              uidBase: this.opts.uidRangeStart + slot * ID_RANGE_SIZE,
+            });
             this.rootPool.push({ id, slot, lowerDir: want.lowerDir, rootDiskBytes: want.rootDiskBytes, rootfs });
           } finally {
             this.poolSlots.delete(slot);
@@ -449,7 +552,14 @@ export class LocalDriver implements RuntimeDriver {
   }
 
   private allocSlot(): number {
-    const used = new Set([...this.records.values()].map((r) => r.slot).concat(this.rootPool.map((r) => r.slot), [...this.poolSlots]));
+    const used = new Set(
+      [...this.records.values()]
+        .map((r) => r.slot)
+        .concat(
+          this.rootPool.map((r) => r.slot),
+          [...this.poolSlots],
+        ),
+    );
     let slot = 0;
     while (used.has(slot)) slot++;
     return slot;
@@ -457,7 +567,10 @@ export class LocalDriver implements RuntimeDriver {
 
   private cgroupProcs(id: string): number[] {
     try {
-      return readFileSync(`/sys/fs/cgroup/pids/${this.opts.cgroupParent}/${id}/cgroup.procs`, 'utf8').split('\n').filter(Boolean).map(Number);
+      return readFileSync(`/sys/fs/cgroup/pids/${this.opts.cgroupParent}/${id}/cgroup.procs`, 'utf8')
+        .split('\n')
+        .filter(Boolean)
+        .map(Number);
     } catch {
       return [];
     }
@@ -465,7 +578,7 @@ export class LocalDriver implements RuntimeDriver {
 
   private require(id: string): SandboxRecord {
     const rec = this.records.get(id);
-    if (!rec || rec.phase !== 'ready') throw new SandboxdError('not_found', `sandbox ${id} not found`);
+    if (rec?.phase !== 'ready') throw new SandboxdError('not_found', `sandbox ${id} not found`);
     return rec;
   }
 
@@ -482,11 +595,19 @@ export class LocalDriver implements RuntimeDriver {
   }
 
   private async readRecord(id: string): Promise<SandboxRecord | null> {
-    try { return JSON.parse(await readFile(join(this.stateDir, id, 'state.json'), 'utf8')) as SandboxRecord; } catch { return null; }
+    try {
+      return JSON.parse(await readFile(join(this.stateDir, id, 'state.json'), 'utf8')) as SandboxRecord;
+    } catch {
+      return null;
+    }
   }
 
   private async listStateIds(): Promise<string[]> {
-    try { return (await readdir(this.stateDir)).filter((n) => ID_RE.test(n)); } catch { return []; }
+    try {
+      return (await readdir(this.stateDir)).filter((n) => ID_RE.test(n));
+    } catch {
+      return [];
+    }
   }
 }
 
@@ -505,8 +626,16 @@ function sleep(ms: number): Promise<void> {
 /** Builds the local driver from the server config (the composition root calls this). */
 export function createLocalDriver(config: Readonly<Config>): LocalDriver {
   return new LocalDriver({
-    dataDir: config.dataDir, imageDir: config.imageDir, runDir: config.runDir, bridge: config.bridge, subnet: config.subnet,
-    egress: config.egress, uidRangeStart: config.uidRangeStart, cgroupParent: config.cgroupParent, ociRuntime: config.ociRuntime,
-    insecureRegistries: [...config.insecureRegistries], registryCredentials: { ...config.registryCredentials },
+    dataDir: config.dataDir,
+    imageDir: config.imageDir,
+    runDir: config.runDir,
+    bridge: config.bridge,
+    subnet: config.subnet,
+    egress: config.egress,
+    uidRangeStart: config.uidRangeStart,
+    cgroupParent: config.cgroupParent,
+    ociRuntime: config.ociRuntime,
+    insecureRegistries: [...config.insecureRegistries],
+    registryCredentials: { ...config.registryCredentials },
   });
 }

@@ -31,24 +31,47 @@ describe('exec agent (host process)', () => {
     children.push(child);
     return { child, agent: await ExecAgent.attach(child.stdin!, child.stdout!) };
   };
-  const base = { user: `${process.getuid!()}:${process.getgid!()}`, env: ['PATH=/usr/bin:/bin'], cwd: '/', timeoutMs: 20_000, maxOutputBytes: 1 << 20 };
+  const base = {
+    user: `${process.getuid!()}:${process.getgid!()}`,
+    env: ['PATH=/usr/bin:/bin'],
+    cwd: '/',
+    timeoutMs: 20_000,
+    maxOutputBytes: 1 << 20,
+  };
   let agent: ExecAgent;
-  before(async () => { ({ agent } = await startAgent()); });
-  after(() => { for (const c of children) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL'); });
+  before(async () => {
+    ({ agent } = await startAgent());
+  });
+  after(() => {
+    for (const c of children) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
+  });
 
   it('keeps stdout, stderr and exit code apart, and reports 128+signal', async () => {
-    assert.deepEqual(await agent.exec(['/bin/sh', '-c', 'echo out; echo err >&2; exit 3'], base),
-      { stdout: 'out\n', stderr: 'err\n', exitCode: 3, truncated: false, timedOut: false });
+    assert.deepEqual(await agent.exec(['/bin/sh', '-c', 'echo out; echo err >&2; exit 3'], base), {
+      stdout: 'out\n',
+      stderr: 'err\n',
+      exitCode: 3,
+      truncated: false,
+      timedOut: false,
+    });
     assert.equal((await agent.exec(['/bin/sh', '-c', 'kill -TERM $$'], base)).exitCode, 143);
   });
 
   it('answers many commands at once, each with its own output', async () => {
-    const rs = await Promise.all(Array.from({ length: 40 }, (_, i) => agent.exec(['/bin/sh', '-c', `echo ${i}; exit ${i % 7}`], base)));
-    rs.forEach((r, i) => { assert.equal(r.stdout, `${i}\n`); assert.equal(r.exitCode, i % 7); });
+    const rs = await Promise.all(
+      Array.from({ length: 40 }, (_, i) => agent.exec(['/bin/sh', '-c', `echo ${i}; exit ${i % 7}`], base)),
+    );
+    rs.forEach((r, i) => {
+      assert.equal(r.stdout, `${i}\n`);
+      assert.equal(r.exitCode, i % 7);
+    });
   });
 
   it('on timeout answers 124 and kills the whole tree, daemons in their own group included', async () => {
-    const r = await agent.exec(['/bin/sh', '-c', 'sleep 60 & echo $!; setsid sleep 60 & echo $!; sleep 60'], { ...base, timeoutMs: 300 });
+    const r = await agent.exec(['/bin/sh', '-c', 'sleep 60 & echo $!; setsid sleep 60 & echo $!; sleep 60'], {
+      ...base,
+      timeoutMs: 300,
+    });
     assert.equal(r.exitCode, 124);
     assert.equal(r.timedOut, true);
     const pids = r.stdout.trim().split('\n').map(Number);
@@ -62,11 +85,19 @@ describe('exec agent (host process)', () => {
     // a full socket buffer must make it wait, not drop the channel (it answered 137 before).
     const sp = new HostSpawner();
     let attached: Promise<ExecAgent> | undefined;
-    const ran = sp.run(agentBinary(), [], { channel: (s) => { attached = ExecAgent.attach(s, s); } });
+    const ran = sp.run(agentBinary(), [], {
+      channel: (s) => {
+        attached = ExecAgent.attach(s, s);
+      },
+    });
     try {
       for (let i = 0; i < 100 && !attached; i++) await new Promise((res) => setTimeout(res, 10));
       const a = await attached!;
-      const rs = await Promise.all(Array.from({ length: 3 }, () => a.exec(['/bin/sh', '-c', 'yes flood | head -c 3000000'], { ...base, maxOutputBytes: 4 << 20 })));
+      const rs = await Promise.all(
+        Array.from({ length: 3 }, () =>
+          a.exec(['/bin/sh', '-c', 'yes flood | head -c 3000000'], { ...base, maxOutputBytes: 4 << 20 }),
+        ),
+      );
       for (const r of rs) assert.deepEqual([r.exitCode, r.stdout.length, r.truncated], [0, 3_000_000, false]);
       a.close();
       assert.equal((await ran).code, 0, 'EOF on the channel ends a plain agent');
@@ -76,7 +107,10 @@ describe('exec agent (host process)', () => {
   });
 
   it('caps each stream and says so, draining the rest', async () => {
-    const r = await agent.exec(['/bin/sh', '-c', 'head -c 300000 /dev/zero; echo tail >&2'], { ...base, maxOutputBytes: 1000 });
+    const r = await agent.exec(['/bin/sh', '-c', 'head -c 300000 /dev/zero; echo tail >&2'], {
+      ...base,
+      maxOutputBytes: 1000,
+    });
     assert.equal(r.stdout.length, 1000);
     assert.equal(r.stderr, 'tail\n');
     assert.equal(r.truncated, true);
@@ -94,15 +128,26 @@ describe('exec agent (host process)', () => {
 
   it('runs as the requested user with no extra groups, HOME from its passwd entry', async () => {
     const r = await agent.exec(['/bin/sh', '-c', 'id -u; id -G; echo "$HOME"'], { ...base, user: '65534:65534' });
-    const home = readFileSync('/etc/passwd', 'utf8').split('\n').find((l) => l.split(':')[2] === '65534')?.split(':')[5] ?? '/';
+    const home =
+      readFileSync('/etc/passwd', 'utf8')
+        .split('\n')
+        .find((l) => l.split(':')[2] === '65534')
+        ?.split(':')[5] ?? '/';
     assert.equal(r.stdout, `65534\n65534\n${home}\n`);
-    assert.equal((await agent.exec(['/bin/sh', '-c', 'echo "$HOME"'], { ...base, env: [...base.env, 'HOME=/x'] })).stdout, '/x\n');
+    assert.equal(
+      (await agent.exec(['/bin/sh', '-c', 'echo "$HOME"'], { ...base, env: [...base.env, 'HOME=/x'] })).stdout,
+      '/x\n',
+    );
   });
 
   it('gives commands exactly the env asked for, and none of its own descriptors', async () => {
     assert.equal((await agent.exec(['/usr/bin/env'], { ...base, env: ['A=1', 'HOME=/h'] })).stdout, 'A=1\nHOME=/h\n');
     const fds = (await agent.exec(['/bin/sh', '-c', 'ls /proc/self/fd'], base)).stdout.trim().split('\n').map(Number);
-    assert.deepEqual(fds.filter((f) => f > 3), [], `a command holds fds ${fds}`);
+    assert.deepEqual(
+      fds.filter((f) => f > 3),
+      [],
+      `a command holds fds ${fds}`,
+    );
   });
 
   it('starts background commands and answers with their pid at once', async () => {
@@ -150,11 +195,21 @@ describe('exec agent (in a sandbox)', () => {
   });
 
   it('is PID 1, and its channel is out of reach of the sandbox', async () => {
-    const r = await driver.exec('agent_a', 'cat /proc/1/cmdline | tr "\\0" " "; echo; n=0; for f in /proc/1/fd/*; do readlink $f >/dev/null 2>&1 && n=$((n+1)); done; echo $n; echo $(ls /proc/self/fd)');
+    const r = await driver.exec(
+      'agent_a',
+      'cat /proc/1/cmdline | tr "\\0" " "; echo; n=0; for f in /proc/1/fd/*; do readlink $f >/dev/null 2>&1 && n=$((n+1)); done; echo $n; echo $(ls /proc/self/fd)',
+    );
     const [cmdline, readable, ownFds] = r.stdout.split('\n');
     assert.match(cmdline, /^\/dev\/sandboxd-agent --init/);
     assert.equal(readable, '0', 'the agent is not dumpable: none of its fds can be read or opened');
-    assert.deepEqual(ownFds.trim().split(/\s+/).map(Number).filter((f) => f > 3), []);
+    assert.deepEqual(
+      ownFds
+        .trim()
+        .split(/\s+/)
+        .map(Number)
+        .filter((f) => f > 3),
+      [],
+    );
   });
 
   it('after a server restart a new agent serves execs, and is replaced when killed from inside', async () => {
@@ -165,25 +220,43 @@ describe('exec agent (in a sandbox)', () => {
     const first = await driver.exec('agent_a', 'echo again');
     assert.equal(first.stdout, 'again\n');
     // The adopted sandbox's PID 1 lost its channel; a second agent runs the commands now.
-    const agentPids = 'for f in /proc/[0-9]*/cmdline; do [ "$(head -c 19 $f)" = /dev/sandboxd-agent ] && p=${f#/proc/} && echo ${p%/cmdline}; done';
+    const agentPids =
+      // biome-ignore lint/suspicious/noTemplateCurlyInString: a shell parameter expansion, not a template
+      'for f in /proc/[0-9]*/cmdline; do [ "$(head -c 19 $f)" = /dev/sandboxd-agent ] && p=${f#/proc/} && echo ${p%/cmdline}; done';
     const agents = (await driver.exec('agent_a', agentPids)).stdout.trim().split('\n');
     assert.equal(agents.length, 2, `agents: ${agents}`);
-    const killed = await driver.exec('agent_a', `for p in $(${agentPids}); do [ $p != 1 ] && kill -9 $p; done; sleep 5`);
+    const killed = await driver.exec(
+      'agent_a',
+      `for p in $(${agentPids}); do [ $p != 1 ] && kill -9 $p; done; sleep 5`,
+    );
     assert.equal(killed.exitCode, 137, 'the command running when its agent died answers as killed');
     assert.equal((await driver.exec('agent_a', 'echo replaced')).stdout, 'replaced\n');
   });
 
-  it('without the agent, commands run through the runtime\'s own exec with the same results', async () => {
+  it("without the agent, commands run through the runtime's own exec with the same results", async () => {
     await driver.close();
     driver = new LocalDriver({ ...made.options, execAgent: false });
     await driver.init();
     await driver.recover();
-    assert.deepEqual(await driver.exec('agent_a', 'echo out; echo err >&2; exit 3'), { stdout: 'out\n', stderr: 'err\n', exitCode: 3, truncated: false, timedOut: false });
+    assert.deepEqual(await driver.exec('agent_a', 'echo out; echo err >&2; exit 3'), {
+      stdout: 'out\n',
+      stderr: 'err\n',
+      exitCode: 3,
+      truncated: false,
+      timedOut: false,
+    });
     const slow = await driver.exec('agent_a', 'sleep 30', { timeoutMs: 300 });
     assert.equal(slow.exitCode, 124);
     const { pid } = await driver.execBackground('agent_a', 'sleep 30');
     assert.ok(pid > 1);
-    const agents = (await driver.exec('agent_a', 'for f in /proc/[0-9]*/cmdline; do [ "$(head -c 19 $f)" = /dev/sandboxd-agent ] && echo $f; done')).stdout.trim().split('\n');
+    const agents = (
+      await driver.exec(
+        'agent_a',
+        'for f in /proc/[0-9]*/cmdline; do [ "$(head -c 19 $f)" = /dev/sandboxd-agent ] && echo $f; done',
+      )
+    ).stdout
+      .trim()
+      .split('\n');
     assert.deepEqual(agents, ['/proc/1/cmdline'], 'no second agent was started');
   });
 });

@@ -19,13 +19,24 @@ export interface AgentExecOptions {
   maxOutputBytes: number;
 }
 
-export interface AgentExecResult { stdout: string; stderr: string; exitCode: number; truncated: boolean; timedOut: boolean }
+export interface AgentExecResult {
+  stdout: string;
+  stderr: string;
+  exitCode: number;
+  truncated: boolean;
+  timedOut: boolean;
+}
 
 const PROTOCOL_VERSION = 1;
 /** Largest frame accepted from an agent: a chunk of output is at most 64 KiB. */
 const MAX_FRAME = 1 << 20;
 const T_EXEC = 1;
-const R_HELLO = 0, R_STARTED = 1, R_STDOUT = 2, R_STDERR = 3, R_EXIT = 4, R_FAILED = 5;
+const R_HELLO = 0,
+  R_STARTED = 1,
+  R_STDOUT = 2,
+  R_STDERR = 3,
+  R_EXIT = 4,
+  R_FAILED = 5;
 
 interface Pending {
   background: boolean;
@@ -35,7 +46,11 @@ interface Pending {
    */
   started: boolean;
   maxOutputBytes: number;
-  out: Buffer[]; err: Buffer[]; outLen: number; errLen: number; truncated: boolean;
+  out: Buffer[];
+  err: Buffer[];
+  outLen: number;
+  errLen: number;
+  truncated: boolean;
   resolve: (v: AgentExecResult | number) => void;
   reject: (e: Error) => void;
 }
@@ -56,7 +71,10 @@ export class ExecAgent {
   private buf: Buffer = Buffer.alloc(0);
   private gone: Error | null = null;
 
-  private constructor(private readonly input: Writable, private readonly output: Readable) {
+  private constructor(
+    private readonly input: Writable,
+    private readonly output: Readable,
+  ) {
     output.on('data', (d: Buffer) => this.onData(d));
     output.on('close', () => this.fail(new AgentGoneError('exec agent channel closed')));
     output.on('error', () => this.fail(new AgentGoneError('exec agent channel failed')));
@@ -68,25 +86,36 @@ export class ExecAgent {
    * global flags) with `exec --detach`, as `user`, and waits for its hello. Rejects when the
    * runtime refuses (e.g. the sandbox is not running) or the agent does not answer in time.
    */
-  static start(runtimeArgv: string[], id: string, o: { user: string; env: string[]; timeoutMs?: number }): Promise<ExecAgent> {
+  static start(
+    runtimeArgv: string[],
+    id: string,
+    o: { user: string; env: string[]; timeoutMs?: number },
+  ): Promise<ExecAgent> {
     const [bin, ...pre] = runtimeArgv;
     const args = [...pre, 'exec', '--detach', '--cwd', '/', '--user', o.user];
     for (const e of o.env) args.push('--env', e);
     args.push(id, AGENT_PATH);
     let agent: Promise<ExecAgent> | undefined;
     const ran = HostSpawner.shared().run(bin, args, {
-      channel: (s) => { agent = ExecAgent.attach(s, s, o.timeoutMs); },
+      channel: (s) => {
+        agent = ExecAgent.attach(s, s, o.timeoutMs);
+      },
       timeoutMs: o.timeoutMs ?? 10_000,
     });
     // The runtime exits once the agent runs; the channel is handed over by then.
-    return ran.then((r) => {
-      if (r.code !== 0) throw new Error(`${bin} exec --detach (agent) exited ${r.timedOut ? 'on timeout' : r.code}`);
-      if (!agent) throw new AgentGoneError('exec agent channel never arrived');
-      return agent;
-    }).catch((e: Error) => {
-      void agent?.then((a) => a.close(), () => undefined);
-      throw e;
-    });
+    return ran
+      .then((r) => {
+        if (r.code !== 0) throw new Error(`${bin} exec --detach (agent) exited ${r.timedOut ? 'on timeout' : r.code}`);
+        if (!agent) throw new AgentGoneError('exec agent channel never arrived');
+        return agent;
+      })
+      .catch((e: Error) => {
+        void agent?.then(
+          (a) => a.close(),
+          () => undefined,
+        );
+        throw e;
+      });
   }
 
   /**
@@ -97,9 +126,18 @@ export class ExecAgent {
   static attach(input: Writable, output: Readable, timeoutMs = 10_000): Promise<ExecAgent> {
     const agent = new ExecAgent(input, output);
     return new Promise<ExecAgent>((resolve, reject) => {
-      const timer = setTimeout(() => { agent.close(); reject(new AgentGoneError('exec agent did not say hello')); }, timeoutMs);
-      agent.onHello = () => { clearTimeout(timer); resolve(agent); };
-      agent.onGone = (e) => { clearTimeout(timer); reject(e); };
+      const timer = setTimeout(() => {
+        agent.close();
+        reject(new AgentGoneError('exec agent did not say hello'));
+      }, timeoutMs);
+      agent.onHello = () => {
+        clearTimeout(timer);
+        resolve(agent);
+      };
+      agent.onGone = (e) => {
+        clearTimeout(timer);
+        reject(e);
+      };
     });
   }
 
@@ -145,7 +183,18 @@ export class ExecAgent {
     head.writeUInt32LE(argv.length, 29);
     head.writeUInt32LE(o.env.length, 33);
     return new Promise((resolve, reject) => {
-      this.pending.set(id, { background, started: false, maxOutputBytes: o.maxOutputBytes, out: [], err: [], outLen: 0, errLen: 0, truncated: false, resolve, reject });
+      this.pending.set(id, {
+        background,
+        started: false,
+        maxOutputBytes: o.maxOutputBytes,
+        out: [],
+        err: [],
+        outLen: 0,
+        errLen: 0,
+        truncated: false,
+        resolve,
+        reject,
+      });
       this.input.write(Buffer.concat([head, strings]));
     });
   }
@@ -154,7 +203,10 @@ export class ExecAgent {
     this.buf = this.buf.length ? Buffer.concat([this.buf, d]) : d;
     while (this.buf.length >= 4 && !this.gone) {
       const len = this.buf.readUInt32LE(0);
-      if (len < 5 || len > MAX_FRAME) { this.close(); return; }
+      if (len < 5 || len > MAX_FRAME) {
+        this.close();
+        return;
+      }
       if (this.buf.length < 4 + len) break;
       const type = this.buf.readUInt8(4);
       const id = this.buf.readUInt32LE(5);
@@ -174,7 +226,10 @@ export class ExecAgent {
     if (!p) return;
     if (type === R_STARTED) {
       p.started = true;
-      if (p.background) { this.pending.delete(id); p.resolve(payload.length >= 4 ? payload.readUInt32LE(0) : 0); }
+      if (p.background) {
+        this.pending.delete(id);
+        p.resolve(payload.length >= 4 ? payload.readUInt32LE(0) : 0);
+      }
     } else if (type === R_STDOUT || type === R_STDERR) {
       p.started = true;
       const out = type === R_STDOUT;
@@ -183,19 +238,24 @@ export class ExecAgent {
       if (take.length < payload.length) p.truncated = true;
       // The payload is a view of the receive buffer: copy what is kept.
       if (take.length > 0) (out ? p.out : p.err).push(Buffer.from(take));
-      if (out) p.outLen += take.length; else p.errLen += take.length;
+      if (out) p.outLen += take.length;
+      else p.errLen += take.length;
     } else if (type === R_EXIT && payload.length >= 8) {
       this.pending.delete(id);
       const flags = payload.readUInt32LE(4);
       p.resolve({
-        stdout: Buffer.concat(p.out).toString('utf8'), stderr: Buffer.concat(p.err).toString('utf8'),
-        exitCode: payload.readInt32LE(0), truncated: p.truncated || (flags & 1) !== 0, timedOut: (flags & 2) !== 0,
+        stdout: Buffer.concat(p.out).toString('utf8'),
+        stderr: Buffer.concat(p.err).toString('utf8'),
+        exitCode: payload.readInt32LE(0),
+        truncated: p.truncated || (flags & 1) !== 0,
+        timedOut: (flags & 2) !== 0,
       });
     } else if (type === R_FAILED && payload.length >= 4) {
       this.pending.delete(id);
       const message = `sandboxd: ${payload.subarray(4, 4 + 1024).toString('utf8')}\n`;
       if (p.background) p.reject(new Error(message.trim()));
-      else p.resolve({ stdout: '', stderr: message, exitCode: payload.readInt32LE(0), truncated: false, timedOut: false });
+      else
+        p.resolve({ stdout: '', stderr: message, exitCode: payload.readInt32LE(0), truncated: false, timedOut: false });
     }
   }
 
@@ -208,7 +268,13 @@ export class ExecAgent {
     // that never started is the caller's to retry.
     for (const p of this.pending.values()) {
       if (p.started && !p.background) {
-        p.resolve({ stdout: Buffer.concat(p.out).toString('utf8'), stderr: Buffer.concat(p.err).toString('utf8'), exitCode: 137, truncated: p.truncated, timedOut: false });
+        p.resolve({
+          stdout: Buffer.concat(p.out).toString('utf8'),
+          stderr: Buffer.concat(p.err).toString('utf8'),
+          exitCode: 137,
+          truncated: p.truncated,
+          timedOut: false,
+        });
       } else p.reject(e);
     }
     this.pending.clear();

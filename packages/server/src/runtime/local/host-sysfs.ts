@@ -12,7 +12,9 @@ export function hostNetDevicePaths(): string[] {
     try {
       const real = realpathSync(`/sys/class/net/${name}`);
       if (!real.startsWith('/sys/devices/virtual/')) out.add(dirname(real));
-    } catch { /* gone meanwhile */ }
+    } catch {
+      /* gone meanwhile */
+    }
   }
   return [...out];
 }

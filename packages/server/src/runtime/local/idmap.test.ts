@@ -18,7 +18,8 @@ const BASE = 231072;
 function shAs(id: number, cmd: string): Promise<{ code: number; stderr: string }> {
   return new Promise((resolve) => {
     execFile('/bin/sh', ['-c', cmd], { uid: id, gid: id, timeout: 10_000 }, (err, _out, stderr) =>
-      resolve({ code: err ? (typeof err.code === 'number' ? err.code : 1) : 0, stderr }));
+      resolve({ code: err ? (typeof err.code === 'number' ? err.code : 1) : 0, stderr }),
+    );
   });
 }
 
@@ -80,7 +81,13 @@ describe('idmappedBind', () => {
     const b = join(root, 'b');
     mkdirSync(a);
     mkdirSync(b);
-    await idmappedBinds([[src, a], [join(src, 'sub'), b]], { uidBase: 400000, size: 100 });
+    await idmappedBinds(
+      [
+        [src, a],
+        [join(src, 'sub'), b],
+      ],
+      { uidBase: 400000, size: 100 },
+    );
     try {
       assert.equal(lstatSync(join(a, 'root-file')).uid, 400000);
       assert.equal(lstatSync(join(a, 'user-file')).uid, 65534, 'uid 1000 is outside a 100-id range');
@@ -95,8 +102,14 @@ describe('idmappedBind', () => {
     assert.throws(() => checkMapping({ uidBase: 1.5 }), SandboxdError);
     assert.throws(() => checkMapping({ uidBase: 0xffff0000 }), SandboxdError);
     assert.deepEqual(checkMapping({ uidBase: 100000 }), { uidBase: 100000, size: 65536 });
-    await assert.rejects(idmappedBind('rel', join(root, 'x'), { uidBase: BASE }), (e: unknown) => e instanceof SandboxdError && e.kind === 'validation');
-    await assert.rejects(idmappedBind(join(root, 'missing'), join(root, 'x2'), { uidBase: BASE }), (e: unknown) => e instanceof SandboxdError && e.kind === 'internal');
+    await assert.rejects(
+      idmappedBind('rel', join(root, 'x'), { uidBase: BASE }),
+      (e: unknown) => e instanceof SandboxdError && e.kind === 'validation',
+    );
+    await assert.rejects(
+      idmappedBind(join(root, 'missing'), join(root, 'x2'), { uidBase: BASE }),
+      (e: unknown) => e instanceof SandboxdError && e.kind === 'internal',
+    );
   });
 });
 
@@ -104,7 +117,10 @@ describe('idmappedOciBind', () => {
   it('describes a crun per-mount idmapping with the sandbox range', () => {
     const m = idmappedOciBind('/v', '/data', { uidBase: 100000, readonly: true });
     assert.deepEqual(m, {
-      destination: '/data', type: 'bind', source: '/v', options: ['bind', 'nosuid', 'nodev', 'ro'],
+      destination: '/data',
+      type: 'bind',
+      source: '/v',
+      options: ['bind', 'nosuid', 'nodev', 'ro'],
       uidMappings: [{ containerID: 0, hostID: 100000, size: 65536 }],
       gidMappings: [{ containerID: 0, hostID: 100000, size: 65536 }],
     });

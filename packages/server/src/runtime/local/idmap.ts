@@ -21,7 +21,8 @@ export interface IdMapping {
 /** Throws 'validation' unless the mapping is usable: never maps to host root, fits in 32 bits. */
 export function checkMapping(m: IdMapping): { uidBase: number; size: number } {
   const size = m.size ?? ID_RANGE;
-  if (!Number.isInteger(m.uidBase) || m.uidBase < 1) throw new SandboxdError('validation', `uidBase must be a positive integer, got ${m.uidBase}`);
+  if (!Number.isInteger(m.uidBase) || m.uidBase < 1)
+    throw new SandboxdError('validation', `uidBase must be a positive integer, got ${m.uidBase}`);
   if (!Number.isInteger(size) || size < 1 || m.uidBase + size > 0xfffffffe)
     throw new SandboxdError('validation', `id range ${m.uidBase}+${size} does not fit in 32-bit ids`);
   return { uidBase: m.uidBase, size };
@@ -43,7 +44,8 @@ export async function idmappedBinds(pairs: [src: string, dst: string][], opts: I
   const { uidBase, size } = checkMapping(opts);
   if (pairs.length === 0) return;
   for (const [s, d] of pairs)
-    if (!isAbsolute(s) || !isAbsolute(d)) throw new SandboxdError('validation', `idmapped bind needs absolute paths: ${s} -> ${d}`);
+    if (!isAbsolute(s) || !isAbsolute(d))
+      throw new SandboxdError('validation', `idmapped bind needs absolute paths: ${s} -> ${d}`);
   await mountHelper(['bind', String(uidBase), String(size), ...pairs.flat()]);
 }
 
@@ -64,7 +66,11 @@ export interface OciMount {
  * crun resolves `source` as the container's root, so every parent directory of `source`
  * must be searchable (x) by host uid `uidBase`.
  */
-export function idmappedOciBind(source: string, destination: string, opts: IdMapping & { readonly?: boolean }): OciMount {
+export function idmappedOciBind(
+  source: string,
+  destination: string,
+  opts: IdMapping & { readonly?: boolean },
+): OciMount {
   const { uidBase, size } = checkMapping(opts);
   const map = [{ containerID: 0, hostID: uidBase, size }];
   return {

@@ -14,14 +14,24 @@ const MAX_FILE_BYTES = 4 << 20;
 export function resolveInRoot(root: string, path: string): string | undefined {
   const todo = path.split('/').filter(Boolean);
   const done: string[] = [];
-  for (let links = 0; todo.length > 0;) {
+  for (let links = 0; todo.length > 0; ) {
     const part = todo.shift()!;
     if (part === '.') continue;
-    if (part === '..') { done.pop(); continue; }
+    if (part === '..') {
+      done.pop();
+      continue;
+    }
     const host = join(root, ...done, part);
     let isLink: boolean;
-    try { isLink = lstatSync(host).isSymbolicLink(); } catch { return undefined; }
-    if (!isLink) { done.push(part); continue; }
+    try {
+      isLink = lstatSync(host).isSymbolicLink();
+    } catch {
+      return undefined;
+    }
+    if (!isLink) {
+      done.push(part);
+      continue;
+    }
     if (++links > 40) return undefined;
     const target = readlinkSync(host);
     if (target.startsWith('/')) done.length = 0;
@@ -80,18 +90,21 @@ function lookup(rootfs: string, file: 'passwd' | 'group', name: string): { id: n
 export function resolveImageUser(rootfs: string, user: string): string {
   if (!user) return '0:0';
   const [u, g] = user.split(':', 2) as [string, string | undefined];
-  let uid: number; let gid: number | undefined;
+  let uid: number;
+  let gid: number | undefined;
   if (/^\d+$/.test(u)) uid = Number(u);
   else {
     const entry = lookup(rootfs, 'passwd', u);
     if (!entry) throw new SandboxdError('validation', `image user "${u}" is not in the image's /etc/passwd`, { user });
-    uid = entry.id; gid = entry.gid;
+    uid = entry.id;
+    gid = entry.gid;
   }
   if (g !== undefined) {
     if (/^\d+$/.test(g)) gid = Number(g);
     else {
       const entry = lookup(rootfs, 'group', g);
-      if (!entry) throw new SandboxdError('validation', `image group "${g}" is not in the image's /etc/group`, { user });
+      if (!entry)
+        throw new SandboxdError('validation', `image group "${g}" is not in the image's /etc/group`, { user });
       gid = entry.id;
     }
   }

@@ -6,8 +6,19 @@ import { join } from 'node:path';
 import { tmpdir } from 'node:os';
 import { SandboxdError } from '@sandboxd/protocol';
 import {
-  hostSnapshot, isUnder, keyedLock, loopDetach, loopMount, loopsUnder, mountsUnder, parseMountinfo, run,
-  snapshotDiff, unmount, unmountUnder, type HostSnapshot,
+  hostSnapshot,
+  isUnder,
+  keyedLock,
+  loopDetach,
+  loopMount,
+  loopsUnder,
+  mountsUnder,
+  parseMountinfo,
+  run,
+  snapshotDiff,
+  unmount,
+  unmountUnder,
+  type HostSnapshot,
 } from './mounts.js';
 
 const root = realpathSync(mkdtempSync(join(tmpdir(), 'sbx-mounts-')));
@@ -87,7 +98,10 @@ describe('loop mounts', () => {
     mkdirSync(mnt);
     await loopMount(image, mnt);
     const m = await mountsUnder(root);
-    assert.deepEqual(m.map((x) => [x.mountPoint, x.fsType]), [[mnt, 'ext4']]);
+    assert.deepEqual(
+      m.map((x) => [x.mountPoint, x.fsType]),
+      [[mnt, 'ext4']],
+    );
     const loops = await loopsUnder(image);
     assert.equal(loops.length, 1);
     assert.equal(loops[0].autoclear, true);
@@ -108,7 +122,10 @@ describe('loop mounts', () => {
     const holder = spawn('sleep', ['30'], { cwd: mnt, stdio: 'ignore' });
     children.push(holder);
     await new Promise((r) => holder.once('spawn', r));
-    await assert.rejects(unmount([mnt], { strict: true }), (e: unknown) => e instanceof SandboxdError && e.kind === 'conflict');
+    await assert.rejects(
+      unmount([mnt], { strict: true }),
+      (e: unknown) => e instanceof SandboxdError && e.kind === 'conflict',
+    );
     assert.equal((await mountsUnder(mnt)).length, 1);
     await unmount([mnt]); // lazy: gone from the tree, the loop device lives while sleep holds it
     assert.deepEqual(await mountsUnder(mnt), []);
@@ -129,7 +146,11 @@ describe('loop mounts', () => {
     const odd = join(base, 'inner', 'with space\\and\ttab');
     mkdirSync(odd);
     await run('mount', ['-t', 'tmpfs', '-o', 'size=1m', 'tmpfs', odd]);
-    assert.deepEqual((await mountsUnder(odd)).map((m) => m.mountPoint), [odd], 'escaped paths are found');
+    assert.deepEqual(
+      (await mountsUnder(odd)).map((m) => m.mountPoint),
+      [odd],
+      'escaped paths are found',
+    );
     await run('mount', ['-t', 'tmpfs', '-o', 'size=1m', 'tmpfs', base]); // stacked on top
     assert.equal((await mountsUnder(base)).length, 4);
     const done = await unmountUnder(base);

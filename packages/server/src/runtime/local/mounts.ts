@@ -37,7 +37,7 @@ export interface LoopDevice {
 }
 
 /** Decodes the octal escapes (`\040` etc.) the kernel uses in mountinfo paths. */
-function unescape(s: string): string {
+function unescapeOctal(s: string): string {
   return s.replace(/\\([0-7]{3})/g, (_m, o: string) => String.fromCharCode(parseInt(o, 8)));
 }
 
@@ -53,11 +53,11 @@ export function parseMountinfo(text: string): MountEntry[] {
       id: Number(f[0]),
       parentId: Number(f[1]),
       dev: f[2],
-      root: unescape(f[3]),
-      mountPoint: unescape(f[4]),
+      root: unescapeOctal(f[3]),
+      mountPoint: unescapeOctal(f[4]),
       options: f[5],
       fsType: f[sep + 1],
-      source: unescape(f[sep + 2] ?? ''),
+      source: unescapeOctal(f[sep + 2] ?? ''),
     });
   }
   return out;
@@ -79,7 +79,9 @@ export async function mountsUnder(dir: string): Promise<MountEntry[]> {
   const needle = dir.replace(/[\\ \t\n]/g, (c) => `\\${c.charCodeAt(0).toString(8).padStart(3, '0')}`);
   const text = await readFile('/proc/self/mountinfo', 'utf8');
   const lines = text.split('\n').filter((l) => l.includes(needle));
-  return parseMountinfo(lines.join('\n')).filter((m) => isUnder(m.mountPoint, dir)).reverse();
+  return parseMountinfo(lines.join('\n'))
+    .filter((m) => isUnder(m.mountPoint, dir))
+    .reverse();
 }
 
 /**
@@ -99,7 +101,12 @@ export function loopInfo(device: string): LoopDevice | undefined {
     return undefined; // not attached (no loop/ dir), or detached meanwhile
   }
   const deleted = file.endsWith(' (deleted)');
-  return { device: `/dev/${n}`, backingFile: deleted ? file.slice(0, -' (deleted)'.length) : file, deleted, autoclear: autoclear === '1' };
+  return {
+    device: `/dev/${n}`,
+    backingFile: deleted ? file.slice(0, -' (deleted)'.length) : file,
+    deleted,
+    autoclear: autoclear === '1',
+  };
 }
 
 /**
@@ -113,7 +120,9 @@ export async function loopsUnder(path?: string): Promise<LoopDevice[]> {
     if (!/^loop\d+$/.test(n)) continue;
     let file: string;
     try {
-      file = readFileSync(`/sys/block/${n}/loop/backing_file`, 'utf8').replace(/\n$/, '').replace(/ \(deleted\)$/, '');
+      file = readFileSync(`/sys/block/${n}/loop/backing_file`, 'utf8')
+        .replace(/\n$/, '')
+        .replace(/ \(deleted\)$/, '');
     } catch {
       continue;
     }
@@ -137,8 +146,10 @@ export async function run(file: string, args: string[], timeoutMs = 30_000): Pro
     throw new SandboxdError('internal', `${name} failed: ${(e as Error).message}`);
   }
   if (r.code === 0 && !r.truncated) return r.stdout.toString();
-  const why = r.timedOut ? `timed out after ${timeoutMs} ms`
-    : r.stderr.toString().trim() || (r.truncated ? 'more than 1 MiB of output' : r.signal ? `killed by signal ${r.signal}` : `exit code ${r.code}`);
+  const why = r.timedOut
+    ? `timed out after ${timeoutMs} ms`
+    : r.stderr.toString().trim() ||
+      (r.truncated ? 'more than 1 MiB of output' : r.signal ? `killed by signal ${r.signal}` : `exit code ${r.code}`);
   throw new SandboxdError('internal', `${name} failed: ${why}`);
 }
 
@@ -189,7 +200,8 @@ export async function unmountUnder(dir: string): Promise<string[]> {
     done.push(...left.map((m) => m.mountPoint));
   }
   const left = await mountsUnder(dir);
-  if (left.length) throw new SandboxdError('internal', `mounts remain under ${dir}: ${left.map((m) => m.mountPoint).join(', ')}`);
+  if (left.length)
+    throw new SandboxdError('internal', `mounts remain under ${dir}: ${left.map((m) => m.mountPoint).join(', ')}`);
   return done;
 }
 
@@ -254,7 +266,11 @@ export async function hostSnapshot(): Promise<HostSnapshot> {
  * code working under `root` leaked or lost); `others` the rest (other processes on the
  * host mounting things meanwhile), so that tests on a shared host stay exact about their own.
  */
-export function snapshotDiff(before: HostSnapshot, after: HostSnapshot, root: string): { mine: string[]; others: string[] } {
+export function snapshotDiff(
+  before: HostSnapshot,
+  after: HostSnapshot,
+  root: string,
+): { mine: string[]; others: string[] } {
   const diff = (a: string[], b: string[]) => a.filter((l) => !b.includes(l));
   const lines = [
     ...diff(after.mounts, before.mounts).map((l) => `+mount ${l}`),

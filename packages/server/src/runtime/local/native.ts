@@ -21,7 +21,9 @@ export function nativeBin(name: string): string {
   const tmp = `${bin}.tmp${process.pid}`;
   // Link flags a helper needs sit in its first line: /* cc-flags: -lseccomp */
   const flags = /^\/\* cc-flags: (.*) \*\//.exec(readFileSync(src, 'utf8'))?.[1].trim().split(/\s+/) ?? [];
-  execFileSync('cc', ['-O2', '-Wall', '-Werror', '-o', tmp, src, ...flags], { stdio: ['ignore', 'inherit', 'inherit'] });
+  execFileSync('cc', ['-O2', '-Wall', '-Werror', '-o', tmp, src, ...flags], {
+    stdio: ['ignore', 'inherit', 'inherit'],
+  });
   renameSync(tmp, bin);
   return bin;
 }

@@ -45,7 +45,7 @@ export function formatPrefix(p: Prefix): string {
 
 /** Whether `ip` (a number) lies inside `p`. */
 export function contains(p: Prefix, ip: number): boolean {
-  return ((ip & mask(p.len)) >>> 0) === p.base;
+  return (ip & mask(p.len)) >>> 0 === p.base;
 }
 
 /** Whether two prefixes share any address. */

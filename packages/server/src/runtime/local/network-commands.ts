@@ -63,7 +63,7 @@ export function attachCommand(p: AttachPlan): ShellCommand {
     `route add default via ${p.gateway}`,
   ];
   return {
-    args: ['-c', ATTACH_SCRIPT, 'sh', mac, veth, netnsPath(p.id), inside.join('\n') + '\n'],
-    input: host.join('\n') + '\n',
+    args: ['-c', ATTACH_SCRIPT, 'sh', mac, veth, netnsPath(p.id), `${inside.join('\n')}\n`],
+    input: `${host.join('\n')}\n`,
   };
 }

@@ -34,7 +34,8 @@ export async function runTool(cmd: string, args: string[], options: RunToolOptio
     throw new SandboxdError('internal', `network: cannot run ${cmd}: ${(e as Error).message}`);
   }
   const result = { stdout: r.stdout.toString(), stderr: r.stderr.toString(), code: r.code };
-  if (r.timedOut) throw new SandboxdError('internal', `network: ${cmd} ${args.join(' ')} timed out after ${timeoutMs} ms`);
+  if (r.timedOut)
+    throw new SandboxdError('internal', `network: ${cmd} ${args.join(' ')} timed out after ${timeoutMs} ms`);
   if (r.truncated) throw new SandboxdError('internal', `network: ${cmd} ${args.join(' ')} printed more than 4 MiB`);
   if (result.code !== 0 && !allowFailure) {
     const why = result.stderr.trim().split('\n').slice(-3).join('; ');

@@ -6,8 +6,12 @@ import { runJson } from './network-exec.js';
  * LAN behind eth0: NAT egress never forwards to them.
  */
 export async function hostNetworksBesides(bridge: string): Promise<Prefix[]> {
-  const links = await runJson<{ ifname: string; addr_info?: { local: string; prefixlen: number }[] }>(
-    'ip', ['-j', '-4', 'addr', 'show']);
+  const links = await runJson<{ ifname: string; addr_info?: { local: string; prefixlen: number }[] }>('ip', [
+    '-j',
+    '-4',
+    'addr',
+    'show',
+  ]);
   return links
     .filter((l) => l.ifname !== bridge)
     .flatMap((l) => l.addr_info ?? [])
@@ -20,8 +24,14 @@ export async function hostNetworksBesides(bridge: string): Promise<Prefix[]> {
  * subnet there would capture traffic meant for a LAN, a VPN or another bridge.
  */
 export async function findRouteClash(subnet: Prefix, bridge: string): Promise<string | null> {
-  const routes = await runJson<{ type?: string; dst: string; dev?: string }>(
-    'ip', ['-j', '-4', 'route', 'show', 'table', 'all']);
+  const routes = await runJson<{ type?: string; dst: string; dev?: string }>('ip', [
+    '-j',
+    '-4',
+    'route',
+    'show',
+    'table',
+    'all',
+  ]);
   for (const r of routes) {
     if (r.dst === 'default' || r.dev === bridge || !/^[\d.]+(\/\d+)?$/.test(r.dst)) continue;
     const dst = parsePrefix(r.dst.includes('/') ? r.dst : `${r.dst}/32`);
@@ -30,4 +40,3 @@ export async function findRouteClash(subnet: Prefix, bridge: string): Promise<st
   }
   return null;
 }
-

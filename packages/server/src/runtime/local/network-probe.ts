@@ -106,11 +106,22 @@ export function hostNetSnapshot(mine: (name: string) => boolean): string[] {
   const foreign = (line: string): boolean =>
     [...line.matchAll(/\b(sbx-[a-z0-9_]+|sv[0-9a-f]{10})\b/g)].some((m) => !mine(m[1]));
   const lines = [
-    ...sh('ip netns list').split('\n').map((l) => `netns ${l.split(' ')[0]}`),
-    ...sh('ip -o link show').split('\n').map((l) => `link ${(l.split(': ')[1] ?? '').replace(/@.*/, '')}`),
-    ...sh('ip -o addr show').split('\n').map((l) => `addr ${l.split(/\s+/).slice(1, 4).join(' ')}`),
-    ...sh('ip route show table all').split('\n').filter((l) => !/^(local|broadcast|multicast)|fe80::|^ff00/.test(l)).map((l) => `route ${l.replace(' linkdown', '')}`),
-    ...sh('nft list tables').split('\n').map((l) => `nft ${l}`),
+    ...sh('ip netns list')
+      .split('\n')
+      .map((l) => `netns ${l.split(' ')[0]}`),
+    ...sh('ip -o link show')
+      .split('\n')
+      .map((l) => `link ${(l.split(': ')[1] ?? '').replace(/@.*/, '')}`),
+    ...sh('ip -o addr show')
+      .split('\n')
+      .map((l) => `addr ${l.split(/\s+/).slice(1, 4).join(' ')}`),
+    ...sh('ip route show table all')
+      .split('\n')
+      .filter((l) => !/^(local|broadcast|multicast)|fe80::|^ff00/.test(l))
+      .map((l) => `route ${l.replace(' linkdown', '')}`),
+    ...sh('nft list tables')
+      .split('\n')
+      .map((l) => `nft ${l}`),
     `ip_forward ${sh('cat /proc/sys/net/ipv4/ip_forward').trim()}`,
   ];
   return lines.filter((l) => !/^\w+ $/.test(l) && !foreign(l)).sort();

@@ -5,8 +5,16 @@ import { formatPrefix, mergePrefixes, parsePrefix, type Prefix } from './network
  * link-local (cloud metadata), benchmarking, multicast and reserved space.
  */
 export const NON_PUBLIC_IPV4 = [
-  '0.0.0.0/8', '10.0.0.0/8', '100.64.0.0/10', '127.0.0.0/8', '169.254.0.0/16', '172.16.0.0/12',
-  '192.0.0.0/24', '192.168.0.0/16', '198.18.0.0/15', '224.0.0.0/3',
+  '0.0.0.0/8',
+  '10.0.0.0/8',
+  '100.64.0.0/10',
+  '127.0.0.0/8',
+  '169.254.0.0/16',
+  '172.16.0.0/12',
+  '192.0.0.0/24',
+  '192.168.0.0/16',
+  '198.18.0.0/15',
+  '224.0.0.0/3',
 ];
 
 /** Name of the nftables table (family inet) that holds every rule of one bridge. */
@@ -70,5 +78,5 @@ export function buildRuleset(o: RulesetOptions): string {
     );
   }
   lines.push('}');
-  return lines.join('\n') + '\n';
+  return `${lines.join('\n')}\n`;
 }

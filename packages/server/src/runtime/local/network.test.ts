@@ -5,9 +5,7 @@ import net from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import { hostVethName, netnsName, sandboxMac } from './network-addr.js';
 import { runTool } from './network-exec.js';
-import {
-  hostNetSnapshot, killStartedChildren, listenInNetns, probeFromHost, probeFromNetns,
-} from './network-probe.js';
+import { hostNetSnapshot, killStartedChildren, listenInNetns, probeFromHost, probeFromNetns } from './network-probe.js';
 import { buildRuleset } from './network-rules.js';
 import { NetworkManager, type NetworkOptions } from './network.js';
 
@@ -25,7 +23,8 @@ async function cleanUp(): Promise<void> {
   killStartedChildren();
   await new NetworkManager(OPTS).teardown();
   for (const id of ALL_IDS) {
-    if (existsSync(`/run/netns/${netnsName(id)}`)) await runTool('ip', ['netns', 'del', netnsName(id)], { allowFailure: true });
+    if (existsSync(`/run/netns/${netnsName(id)}`))
+      await runTool('ip', ['netns', 'del', netnsName(id)], { allowFailure: true });
   }
 }
 
@@ -65,8 +64,9 @@ describe('NetworkManager (real kernel objects)', () => {
     const v6 = await hostListener('::', true);
     servers.push(v4, v6);
     // The host's own address on its main interface (eth0 here), as a sandbox would try it.
-    const hostAddr: string = JSON.parse(sh('ip -j -4 addr show scope global'))
-      .find((l: { ifname: string }) => l.ifname !== OPTS.bridge).addr_info[0].local;
+    const hostAddr: string = JSON.parse(sh('ip -j -4 addr show scope global')).find(
+      (l: { ifname: string }) => l.ifname !== OPTS.bridge,
+    ).addr_info[0].local;
     await listenInNetns(b.netnsName, '0.0.0.0', 8000);
 
     // Controls: the probes, the listeners and the host -> sandbox path all work.
@@ -76,7 +76,11 @@ describe('NetworkManager (real kernel objects)', () => {
     sh(`busybox ping -c1 -W1 ${a.address}`);
 
     const blocked: [string, number][] = [
-      [b.address, 8000], [GATEWAY, portOf(v4)], [GATEWAY, 2024], [hostAddr, portOf(v4)], [hostAddr, 2024],
+      [b.address, 8000],
+      [GATEWAY, portOf(v4)],
+      [GATEWAY, 2024],
+      [hostAddr, portOf(v4)],
+      [hostAddr, 2024],
     ];
     const results = await Promise.all(blocked.map(([h, p]) => probeFromNetns(a.netnsName, h, p)));
     results.forEach((r, i) => {
@@ -133,7 +137,13 @@ describe('NetworkManager (real kernel objects)', () => {
       assert.equal(sh(`ip -n ${n.netnsName} -4 -o addr show dev eth0`).split(/\s+/)[3], `${n.address}/24`);
     }
     const listed = await nm.list();
-    assert.deepEqual(listed.filter((n) => n.id.startsWith('nt_c')).map((n) => n.address).sort(), [...addrs].sort());
+    assert.deepEqual(
+      listed
+        .filter((n) => n.id.startsWith('nt_c'))
+        .map((n) => n.address)
+        .sort(),
+      [...addrs].sort(),
+    );
 
     await assert.rejects(Promise.all([nm.attach('nt_dup'), nm.attach('nt_dup')]), { kind: 'conflict' });
     await Promise.all([...ids('c', 20), 'nt_dup'].map((id) => nm.detach(id)));
@@ -187,9 +197,14 @@ describe('NetworkManager (real kernel objects)', () => {
   });
 
   it('refuses a subnet the host already routes, before touching anything', async () => {
-    const own = JSON.parse(sh('ip -j -4 addr show scope global'))
-      .find((l: { ifname: string }) => l.ifname !== OPTS.bridge).addr_info[0];
-    const clashing = new NetworkManager({ bridge: 'sbxt-ovl', subnet: `${own.local}/${own.prefixlen}`, egress: 'none' });
+    const own = JSON.parse(sh('ip -j -4 addr show scope global')).find(
+      (l: { ifname: string }) => l.ifname !== OPTS.bridge,
+    ).addr_info[0];
+    const clashing = new NetworkManager({
+      bridge: 'sbxt-ovl',
+      subnet: `${own.local}/${own.prefixlen}`,
+      egress: 'none',
+    });
     await assert.rejects(clashing.init(), { kind: 'conflict' });
     assert.ok(!existsSync('/sys/class/net/sbxt-ovl'));
     assert.doesNotMatch(sh('nft list tables'), /sandboxd_sbxt-ovl/);
@@ -198,7 +213,12 @@ describe('NetworkManager (real kernel objects)', () => {
   });
 
   it('renders a valid NAT ruleset that never forwards to private or host networks', async () => {
-    const rules = buildRuleset({ ...OPTS, subnet: '10.89.250.0/24', egress: 'nat', hostNetworks: [{ base: 0xc0000200, len: 24 }] });
+    const rules = buildRuleset({
+      ...OPTS,
+      subnet: '10.89.250.0/24',
+      egress: 'nat',
+      hostNetworks: [{ base: 0xc0000200, len: 24 }],
+    });
     assert.match(rules, /masquerade/);
     assert.match(rules, /10\.0\.0\.0\/8/);
     assert.match(rules, /192\.0\.2\.0\/24/);
@@ -229,6 +249,9 @@ describe('NetworkManager (real kernel objects)', () => {
     await nm.teardown();
     assert.ok(!existsSync(`/run/netns/${netnsName('nt_b')}`));
     await nm.teardown(); // idempotent
-    assert.deepEqual(hostNetSnapshot((n) => MINE.has(n)), snapshotBefore);
+    assert.deepEqual(
+      hostNetSnapshot((n) => MINE.has(n)),
+      snapshotBefore,
+    );
   });
 });

@@ -1,8 +1,20 @@
 import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { SandboxdError } from '@sandboxd/protocol';
 import {
-  bridgeMac, checkIfName, checkSandboxId, contains, formatPrefix, hostVethName, intToIp, ipToInt,
-  netnsName, netnsPath, planSubnet, SANDBOX_ID_RE, sandboxMac, type SubnetPlan,
+  bridgeMac,
+  checkIfName,
+  checkSandboxId,
+  contains,
+  formatPrefix,
+  hostVethName,
+  intToIp,
+  ipToInt,
+  netnsName,
+  netnsPath,
+  planSubnet,
+  SANDBOX_ID_RE,
+  sandboxMac,
+  type SubnetPlan,
 } from './network-addr.js';
 import { attachCommand } from './network-commands.js';
 import { mapLimit, runJson, runTool } from './network-exec.js';
@@ -88,7 +100,9 @@ export class NetworkManager {
     await runTool('nft', ['-f', '-'], { input: rules });
     if (!existsSync(`/sys/class/net/${bridge}`)) {
       // A concurrent init may win the race; the check below decides.
-      await runTool('ip', ['link', 'add', bridge, 'address', bridgeMac(bridge), 'type', 'bridge'], { allowFailure: true });
+      await runTool('ip', ['link', 'add', bridge, 'address', bridgeMac(bridge), 'type', 'bridge'], {
+        allowFailure: true,
+      });
     }
     if (!existsSync(`/sys/class/net/${bridge}/bridge`)) {
       throw new SandboxdError('conflict', `network: ${bridge} exists and is not a bridge`);
@@ -99,7 +113,7 @@ export class NetworkManager {
       `link set ${bridge} up`,
       `route replace blackhole ${this.#subnet} metric ${BLACKHOLE_METRIC}`,
     ];
-    await runTool('ip', ['-batch', '-'], { input: script.join('\n') + '\n' });
+    await runTool('ip', ['-batch', '-'], { input: `${script.join('\n')}\n` });
     if (egress === 'nat' && readFileSync('/proc/sys/net/ipv4/ip_forward', 'utf8').trim() !== '1') {
       writeFileSync('/proc/sys/net/ipv4/ip_forward', '1');
     }
@@ -117,7 +131,8 @@ export class NetworkManager {
   async attach(id: string, opts: { pid?: number } = {}): Promise<SandboxNet> {
     checkSandboxId(id);
     if (!this.#ready) throw new SandboxdError('internal', 'network: init() must run before attach()');
-    if (opts.pid !== undefined && !(Number.isSafeInteger(opts.pid) && opts.pid > 1)) throw new SandboxdError('validation', `network: bad pid ${opts.pid}`);
+    if (opts.pid !== undefined && !(Number.isSafeInteger(opts.pid) && opts.pid > 1))
+      throw new SandboxdError('validation', `network: bad pid ${opts.pid}`);
     return this.#locked(id, () => this.#attach(id, opts.pid));
   }
 
@@ -134,7 +149,9 @@ export class NetworkManager {
    */
   async list(): Promise<SandboxNet[]> {
     const { bridge } = this.#opts;
-    const ports = await runJson<{ ifname: string }>('ip', ['-j', 'link', 'show', 'master', bridge], { allowFailure: true });
+    const ports = await runJson<{ ifname: string }>('ip', ['-j', 'link', 'show', 'master', bridge], {
+      allowFailure: true,
+    });
     const portNames = new Set(ports.map((p) => p.ifname));
     let names: string[] = [];
     try {
@@ -158,13 +175,15 @@ export class NetworkManager {
     const { bridge } = this.#opts;
     this.#ready = false;
     await mapLimit(await this.list(), 4, (n) => this.detach(n.id));
-    const ports = await runJson<{ ifname: string }>('ip', ['-j', 'link', 'show', 'master', bridge], { allowFailure: true });
+    const ports = await runJson<{ ifname: string }>('ip', ['-j', 'link', 'show', 'master', bridge], {
+      allowFailure: true,
+    });
     const script = [
       ...ports.filter((p) => /^sv[0-9a-f]{10}$/.test(p.ifname)).map((p) => `link del ${p.ifname}`),
       `link del ${bridge}`,
       `route del blackhole ${this.#subnet} metric ${BLACKHOLE_METRIC}`,
     ];
-    await runTool('ip', ['-force', '-batch', '-'], { input: script.join('\n') + '\n', allowFailure: true });
+    await runTool('ip', ['-force', '-batch', '-'], { input: `${script.join('\n')}\n`, allowFailure: true });
     await runTool('nft', ['delete', 'table', 'inet', nftTableName(bridge)], { allowFailure: true });
     const leftRoute = await runTool('ip', ['route', 'show', 'exact', this.#subnet]);
     const leftTable = await runTool('nft', ['list', 'table', 'inet', nftTableName(bridge)], { allowFailure: true });
@@ -209,9 +228,15 @@ export class NetworkManager {
     const known = this.#nets.get(id)?.address;
     const addresses = known
       ? [known]
-      : (await runJson<{ dst: string; lladdr?: string }>(
-          'ip', ['-j', 'neigh', 'show', 'dev', bridge, 'nud', 'permanent'], { allowFailure: true }))
-          .filter((n) => n.lladdr === mac).map((n) => n.dst);
+      : (
+          await runJson<{ dst: string; lladdr?: string }>(
+            'ip',
+            ['-j', 'neigh', 'show', 'dev', bridge, 'nud', 'permanent'],
+            { allowFailure: true },
+          )
+        )
+          .filter((n) => n.lladdr === mac)
+          .map((n) => n.dst);
     // The veth goes explicitly: a deleted netns frees its devices only later, asynchronously.
     // `neigh flush` comes last because ip exits on some errors even with -force.
     const script = [
@@ -220,7 +245,7 @@ export class NetworkManager {
       ...addresses.map((a) => `neigh flush to ${a} dev ${bridge} nud permanent`),
     ];
     if (script.length > 0) {
-      await runTool('ip', ['-force', '-batch', '-'], { input: script.join('\n') + '\n', allowFailure: true });
+      await runTool('ip', ['-force', '-batch', '-'], { input: `${script.join('\n')}\n`, allowFailure: true });
       if (existsSync(netnsPath(id)) || existsSync(`/sys/class/net/${veth}`)) {
         throw new SandboxdError('internal', `network: could not remove the network of sandbox ${id}`);
       }
@@ -234,7 +259,10 @@ export class NetworkManager {
     this.#loaded ??= (async () => {
       const nets = await this.list();
       const neigh = await runJson<{ dst: string }>(
-        'ip', ['-j', 'neigh', 'show', 'dev', this.#opts.bridge, 'nud', 'permanent'], { allowFailure: true });
+        'ip',
+        ['-j', 'neigh', 'show', 'dev', this.#opts.bridge, 'nud', 'permanent'],
+        { allowFailure: true },
+      );
       for (const n of nets) if (n.address) this.#reserve(n.address, n.id);
       for (const n of neigh) this.#reserve(n.dst, '');
     })().catch((e: unknown) => {
@@ -267,7 +295,10 @@ export class NetworkManager {
 
   async #readAddress(id: string): Promise<string> {
     const links = await runJson<{ addr_info?: { family: string; local: string }[] }>(
-      'ip', ['-n', netnsName(id), '-j', '-4', 'addr', 'show', 'dev', 'eth0'], { allowFailure: true });
+      'ip',
+      ['-n', netnsName(id), '-j', '-4', 'addr', 'show', 'dev', 'eth0'],
+      { allowFailure: true },
+    );
     return links[0]?.addr_info?.find((a) => a.family === 'inet')?.local ?? '';
   }
 

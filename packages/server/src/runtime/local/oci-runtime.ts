@@ -9,7 +9,12 @@ import { HostSpawner } from './spawner.js';
 /** A runtime call that takes longer than this is killed (a hung runtime must not hang a create). */
 const RUNTIME_TIMEOUT_MS = 120_000;
 
-export interface CrunState { id: string; pid: number; status: 'created' | 'running' | 'stopped' | 'paused' | string; bundle: string }
+export interface CrunState {
+  id: string;
+  pid: number;
+  status: 'created' | 'running' | 'stopped' | 'paused' | string;
+  bundle: string;
+}
 
 export interface RunExecOptions {
   /** Full environment (KEY=VALUE); `crun exec --env` replaces the config's, so pass all of it. */
@@ -31,7 +36,9 @@ export interface RunExecOptions {
  */
 function hybridNeedsUnmount(): boolean {
   try {
-    const unified = readFileSync('/proc/self/mountinfo', 'utf8').split('\n').some((l) => l.includes(' /sys/fs/cgroup/unified ') && l.includes(' - cgroup2 '));
+    const unified = readFileSync('/proc/self/mountinfo', 'utf8')
+      .split('\n')
+      .some((l) => l.includes(' /sys/fs/cgroup/unified ') && l.includes(' - cgroup2 '));
     return unified && readFileSync('/sys/fs/cgroup/unified/cgroup.controllers', 'utf8').trim() !== '';
   } catch {
     return false;
@@ -78,26 +85,62 @@ export class OciRuntime {
   async run(id: string, bundle: string, o: { onChannel?: (channel: Socket) => void } = {}): Promise<number> {
     const log = join(bundle, 'crun.log');
     const pidFile = join(bundle, 'init.pid');
-    const args = [this.binary, '--root', this.root, ...this.logFlag(log), 'run', '--detach', '--pid-file', pidFile, '--bundle', bundle, id];
+    const args = [
+      this.binary,
+      '--root',
+      this.root,
+      ...this.logFlag(log),
+      'run',
+      '--detach',
+      '--pid-file',
+      pidFile,
+      '--bundle',
+      bundle,
+      id,
+    ];
     const [cmd, argv] = this.hybrid
-      ? ['unshare', ['-m', '--propagation', 'private', '--', 'sh', '-c', 'umount /sys/fs/cgroup/unified && exec "$@"', 'sh', ...args]]
+      ? [
+          'unshare',
+          [
+            '-m',
+            '--propagation',
+            'private',
+            '--',
+            'sh',
+            '-c',
+            'umount /sys/fs/cgroup/unified && exec "$@"',
+            'sh',
+            ...args,
+          ],
+        ]
       : [args[0], args.slice(1)];
     // The container's init inherits the runtime's stdio and holds it for its whole life:
     // a channel only when it is meant to live that long, else /dev/null. The runtime's own
     // errors go to the log file.
-    const r = await HostSpawner.shared().run(cmd, argv, { quiet: !o.onChannel, channel: o.onChannel, timeoutMs: RUNTIME_TIMEOUT_MS });
+    const r = await HostSpawner.shared().run(cmd, argv, {
+      quiet: !o.onChannel,
+      channel: o.onChannel,
+      timeoutMs: RUNTIME_TIMEOUT_MS,
+    });
     if (r.code !== 0) {
       const why = await readFile(log, 'utf8').catch(() => '');
-      throw new Error(`${this.binary} run ${id} failed (${r.timedOut ? 'timed out' : r.code}): ${why.trim().split('\n').slice(-3).join('; ')}`);
+      throw new Error(
+        `${this.binary} run ${id} failed (${r.timedOut ? 'timed out' : r.code}): ${why.trim().split('\n').slice(-3).join('; ')}`,
+      );
     }
     return Number((await readFile(pidFile, 'utf8')).trim());
   }
 
   /** Runs the runtime with `args` after `--root`; resolves with its stdout, rejects naming its stderr. */
   private async call(args: string[]): Promise<string> {
-    const r = await HostSpawner.shared().run(this.binary, ['--root', this.root, ...args], { timeoutMs: RUNTIME_TIMEOUT_MS, maxOutputBytes: 4 << 20 });
+    const r = await HostSpawner.shared().run(this.binary, ['--root', this.root, ...args], {
+      timeoutMs: RUNTIME_TIMEOUT_MS,
+      maxOutputBytes: 4 << 20,
+    });
     if (r.code === 0 && !r.truncated) return r.stdout.toString();
-    throw new Error(`${this.binary} ${args[0]} failed (${r.timedOut ? 'timed out' : r.code}): ${r.stderr.toString().trim().split('\n').slice(-2).join('; ')}`);
+    throw new Error(
+      `${this.binary} ${args[0]} failed (${r.timedOut ? 'timed out' : r.code}): ${r.stderr.toString().trim().split('\n').slice(-2).join('; ')}`,
+    );
   }
 
   async state(id: string): Promise<CrunState | null> {
@@ -133,58 +176,107 @@ export class OciRuntime {
    * capped at `maxOutputBytes` (the rest is drained and dropped). On timeout the process
    * and all its descendants are killed and exitCode is 124.
    */
-  exec(id: string, argv: string[], o: RunExecOptions): Promise<{ stdout: string; stderr: string; exitCode: number; truncated: boolean; timedOut: boolean }> {
+  exec(
+    id: string,
+    argv: string[],
+    o: RunExecOptions,
+  ): Promise<{ stdout: string; stderr: string; exitCode: number; truncated: boolean; timedOut: boolean }> {
     const args = ['--root', this.root, 'exec', '--cwd', o.cwd, '--user', o.user, '--pid-file', o.pidFile];
     for (const e of o.env) args.push('--env', e);
     args.push(id, ...argv);
     return new Promise((resolve, reject) => {
       const child = spawn(this.binary, args, { stdio: ['ignore', 'pipe', 'pipe'] });
-      const out: Buffer[] = []; const err: Buffer[] = [];
-      let outLen = 0; let errLen = 0; let truncated = false; let timedOut = false;
+      const out: Buffer[] = [];
+      const err: Buffer[] = [];
+      let outLen = 0;
+      let errLen = 0;
+      let truncated = false;
+      let timedOut = false;
       const take = (buf: Buffer[], len: number, d: Buffer): number => {
         const room = o.maxOutputBytes - len;
-        if (room <= 0) { truncated = true; return len; }
-        if (d.length > room) { truncated = true; buf.push(d.subarray(0, room)); return len + room; }
+        if (room <= 0) {
+          truncated = true;
+          return len;
+        }
+        if (d.length > room) {
+          truncated = true;
+          buf.push(d.subarray(0, room));
+          return len + room;
+        }
         buf.push(d);
         return len + d.length;
       };
-      child.stdout.on('data', (d: Buffer) => { outLen = take(out, outLen, d); });
-      child.stderr.on('data', (d: Buffer) => { errLen = take(err, errLen, d); });
-      const timer = setTimeout(() => { timedOut = true; void this.killTree(o.pidFile, o.cgroupProcs); }, o.timeoutMs);
+      child.stdout.on('data', (d: Buffer) => {
+        outLen = take(out, outLen, d);
+      });
+      child.stderr.on('data', (d: Buffer) => {
+        errLen = take(err, errLen, d);
+      });
+      const timer = setTimeout(() => {
+        timedOut = true;
+        void this.killTree(o.pidFile, o.cgroupProcs);
+      }, o.timeoutMs);
       let done = false;
       let grace: NodeJS.Timeout | undefined;
       const finish = () => {
         if (done) return;
         done = true;
-        clearTimeout(timer); clearTimeout(grace);
+        clearTimeout(timer);
+        clearTimeout(grace);
         void rm(o.pidFile, { force: true });
         const signalled = child.signalCode ? 128 + (osConstants.signals[child.signalCode] ?? 9) : 1;
         const exitCode = timedOut ? 124 : (child.exitCode ?? signalled);
-        resolve({ stdout: Buffer.concat(out).toString('utf8'), stderr: Buffer.concat(err).toString('utf8'), exitCode, truncated, timedOut });
+        resolve({
+          stdout: Buffer.concat(out).toString('utf8'),
+          stderr: Buffer.concat(err).toString('utf8'),
+          exitCode,
+          truncated,
+          timedOut,
+        });
       };
-      child.on('error', (e) => { clearTimeout(timer); done = true; reject(e); });
+      child.on('error', (e) => {
+        clearTimeout(timer);
+        done = true;
+        reject(e);
+      });
       // A background child of the command may keep the pipes open; the command is done when
       // crun exec exits, so wait only briefly for the rest of its output after that.
       child.on('exit', () => {
         // Output already in the pipes is read in the poll phase that follows this timer
         // phase; stop only after it (the event loop may have been away longer than 200 ms).
-        grace = setTimeout(() => setImmediate(() => { child.stdout.destroy(); child.stderr.destroy(); finish(); }), 200);
+        grace = setTimeout(
+          () =>
+            setImmediate(() => {
+              child.stdout.destroy();
+              child.stderr.destroy();
+              finish();
+            }),
+          200,
+        );
       });
       child.on('close', finish);
     });
   }
 
   /** Starts argv detached with stdio on /dev/null; returns the host pid. */
-  async execDetached(id: string, argv: string[], o: Pick<RunExecOptions, 'env' | 'cwd' | 'user' | 'pidFile'>): Promise<number> {
+  async execDetached(
+    id: string,
+    argv: string[],
+    o: Pick<RunExecOptions, 'env' | 'cwd' | 'user' | 'pidFile'>,
+  ): Promise<number> {
     const args = ['--root', this.root, 'exec', '--detach', '--cwd', o.cwd, '--user', o.user, '--pid-file', o.pidFile];
     for (const e of o.env) args.push('--env', e);
     args.push(id, ...argv);
     // No pipes: the detached process would inherit them and keep them open for its life.
     const log = `${o.pidFile}.log`;
-    const { code } = await HostSpawner.shared().run(this.binary, [...this.logFlag(log), ...args], { quiet: true, timeoutMs: RUNTIME_TIMEOUT_MS });
+    const { code } = await HostSpawner.shared().run(this.binary, [...this.logFlag(log), ...args], {
+      quiet: true,
+      timeoutMs: RUNTIME_TIMEOUT_MS,
+    });
     const why = await readFile(log, 'utf8').catch(() => '');
     await rm(log, { force: true });
-    if (code !== 0) throw new Error(`${this.binary} exec --detach failed (${code}): ${why.trim().split('\n').slice(-2).join('; ')}`);
+    if (code !== 0)
+      throw new Error(`${this.binary} exec --detach failed (${code}): ${why.trim().split('\n').slice(-2).join('; ')}`);
     const pid = Number((await readFile(o.pidFile, 'utf8')).trim());
     await rm(o.pidFile, { force: true });
     return pid;
@@ -193,17 +285,30 @@ export class OciRuntime {
   /** Kills the process in `pidFile` and every descendant of it found in the cgroup. */
   private async killTree(pidFile: string, cgroupProcs: () => number[]): Promise<void> {
     let root: number;
-    try { root = Number((await readFile(pidFile, 'utf8')).trim()); } catch { return; }
+    try {
+      root = Number((await readFile(pidFile, 'utf8')).trim());
+    } catch {
+      return;
+    }
     const victims = new Set([root]);
     const procs = cgroupProcs();
-    for (let grew = true; grew;) {
+    for (let grew = true; grew; ) {
       grew = false;
       for (const p of procs) {
         if (victims.has(p)) continue;
-        if (victims.has(parentPid(p))) { victims.add(p); grew = true; }
+        if (victims.has(parentPid(p))) {
+          victims.add(p);
+          grew = true;
+        }
       }
     }
-    for (const p of victims) { try { process.kill(p, 'SIGKILL'); } catch { /* already gone */ } }
+    for (const p of victims) {
+      try {
+        process.kill(p, 'SIGKILL');
+      } catch {
+        /* already gone */
+      }
+    }
   }
 }
 

@@ -32,20 +32,39 @@ function startContainer(): void {
   config.root.readonly = false;
   config.linux.namespaces = config.linux.namespaces.filter((n: { type: string }) => n.type !== 'network');
   writeFileSync(join(bundle, 'config.json'), JSON.stringify(config));
-  execFileSync('unshare', ['-m', '--propagation', 'private', 'sh', '-c',
-    `umount /sys/fs/cgroup/unified 2>/dev/null; exec crun --root ${state} run -d -b ${bundle} ${id} </dev/null >/dev/null 2>&1`],
-    { timeout: 20_000 });
+  execFileSync(
+    'unshare',
+    [
+      '-m',
+      '--propagation',
+      'private',
+      'sh',
+      '-c',
+      `umount /sys/fs/cgroup/unified 2>/dev/null; exec crun --root ${state} run -d -b ${bundle} ${id} </dev/null >/dev/null 2>&1`,
+    ],
+    { timeout: 20_000 },
+  );
 }
 
-const opts = (o: Partial<SpawnTtyOptions> = {}): SpawnTtyOptions =>
-  ({ crunArgv, containerId: id, argv: ['sh'], cols: 100, rows: 40, ...o });
+const opts = (o: Partial<SpawnTtyOptions> = {}): SpawnTtyOptions => ({
+  crunArgv,
+  containerId: id,
+  argv: ['sh'],
+  cols: 100,
+  rows: 40,
+  ...o,
+});
 
 /** Collects output; `until` waits (bounded) for a pattern. */
 function collect(p: PtyProcess) {
   let text = '';
-  p.onData((c) => { text += c.toString('latin1'); });
+  p.onData((c) => {
+    text += c.toString('latin1');
+  });
   return {
-    get text() { return text; },
+    get text() {
+      return text;
+    },
     until: async (re: RegExp, ms = 5000) => {
       const end = Date.now() + ms;
       while (!re.test(text)) {
@@ -59,14 +78,19 @@ function collect(p: PtyProcess) {
 function exitOf(p: PtyProcess, ms = 10_000): Promise<{ exitCode: number; signal: string | null }> {
   return new Promise((resolve, reject) => {
     const t = setTimeout(() => reject(new Error('no exit')), ms);
-    p.onExit((e) => { clearTimeout(t); resolve(e); });
+    p.onExit((e) => {
+      clearTimeout(t);
+      resolve(e);
+    });
   });
 }
 
 describe('spawnTty (crun + tty-relay)', () => {
   before(startContainer);
   after(() => {
-    try { execFileSync('crun', ['--root', state, 'delete', '-f', id], { stdio: 'ignore', timeout: 10_000 }); } catch {}
+    try {
+      execFileSync('crun', ['--root', state, 'delete', '-f', id], { stdio: 'ignore', timeout: 10_000 });
+    } catch {}
     rmSync(tmp, { recursive: true, force: true });
   });
 
@@ -100,7 +124,9 @@ describe('spawnTty (crun + tty-relay)', () => {
     p.kill();
     await exitOf(p);
 
-    const q = await spawnTty(opts({ argv: ['sh', '-c', 'trap "echo WINCH \\$(stty size)" WINCH; echo READY; while :; do sleep 0.05; done'] }));
+    const q = await spawnTty(
+      opts({ argv: ['sh', '-c', 'trap "echo WINCH \\$(stty size)" WINCH; echo READY; while :; do sleep 0.05; done'] }),
+    );
     const qo = collect(q);
     await qo.until(/READY/);
     q.resize(132, 43);
@@ -113,7 +139,9 @@ describe('spawnTty (crun + tty-relay)', () => {
 
   it('passes env, cwd and user; leaks no ignored signals into the sandbox', async () => {
     const cmd = 'echo "u=$(id -u):$(id -g) d=$(pwd) foo=$FOO"';
-    const p = await spawnTty(opts({ argv: ['sh', '-c', cmd], env: { PATH: '/bin', FOO: 'b a r' }, cwd: '/tmp', user: '1000:1000' }));
+    const p = await spawnTty(
+      opts({ argv: ['sh', '-c', cmd], env: { PATH: '/bin', FOO: 'b a r' }, cwd: '/tmp', user: '1000:1000' }),
+    );
     const out = collect(p);
     await exitOf(p);
     assert.match(out.text, /u=1000:1000 d=\/tmp foo=b a r/);
@@ -175,7 +203,10 @@ describe('spawnTty (crun + tty-relay)', () => {
       return true;
     });
     await assert.rejects(spawnTty(opts({ cwd: '/nonexistent' })), /chdir `\/nonexistent`: No such file/);
-    await assert.rejects(spawnTty(opts({ containerId: 'no_such_container' })), /cannot start `sh` in sandbox no_such_container/);
+    await assert.rejects(
+      spawnTty(opts({ containerId: 'no_such_container' })),
+      /cannot start `sh` in sandbox no_such_container/,
+    );
     await assert.rejects(spawnTty(opts({ cols: 0 })), /cols and rows/);
   });
 
@@ -197,7 +228,10 @@ describe('spawnTty (crun + tty-relay)', () => {
     await new Promise((r) => setTimeout(r, 1500));
     const mem1 = process.memoryUsage();
     assert.equal(bytes, atPause, 'no data while paused');
-    assert.ok(mem1.arrayBuffers - mem0.arrayBuffers < 8 << 20, `arrayBuffers grew ${mem1.arrayBuffers - mem0.arrayBuffers}`);
+    assert.ok(
+      mem1.arrayBuffers - mem0.arrayBuffers < 8 << 20,
+      `arrayBuffers grew ${mem1.arrayBuffers - mem0.arrayBuffers}`,
+    );
     assert.ok(mem1.rss - mem0.rss < 32 << 20, `rss grew ${mem1.rss - mem0.rss}`);
     p.resume();
     assert.deepEqual(await exit, { exitCode: 0, signal: null });

@@ -53,7 +53,8 @@ let relayBin: string | undefined;
 
 /** Path of the compiled relay, compiling it on first use; call at driver init to pay that there. */
 export function ttyRelayBin(): string {
-  return (relayBin ??= nativeBin('tty-relay'));
+  relayBin ??= nativeBin('tty-relay');
+  return relayBin;
 }
 
 /**
@@ -75,7 +76,16 @@ export async function spawnTty(opts: SpawnTtyOptions): Promise<PtyProcess> {
   const dir = mkdtempSync(join(tmpdir(), 'sbx-tty-'));
   const sock = join(dir, 's');
   const pidFile = join(dir, 'p');
-  const crun = [...opts.crunArgv, 'exec', '--tty', ...(opts.detach ? ['--detach'] : []), '--console-socket', sock, '--pid-file', pidFile];
+  const crun = [
+    ...opts.crunArgv,
+    'exec',
+    '--tty',
+    ...(opts.detach ? ['--detach'] : []),
+    '--console-socket',
+    sock,
+    '--pid-file',
+    pidFile,
+  ];
   if (opts.cwd !== undefined) crun.push('--cwd', opts.cwd);
   for (const [k, v] of Object.entries(opts.env ?? {})) crun.push('--env', `${k}=${v}`);
   if (opts.user !== undefined) crun.push('--user', opts.user);
@@ -121,11 +131,14 @@ function signalName(n: number): string {
 
 /** Text of crun's error as printed on the PTY: colours and timestamp removed. */
 function cleanError(raw: string): string {
-  return raw
-    .replace(/\x1b\[[0-9;]*[A-Za-z]/g, '')
-    .replace(/^\d{4}-\d\d-\d\dT[\d:.]+Z: /gm, '')
-    .replace(/\r/g, '')
-    .trim();
+  return (
+    raw
+      // biome-ignore lint/suspicious/noControlCharactersInRegex: ESC starts the ANSI sequences this strips
+      .replace(/\x1b\[[0-9;]*[A-Za-z]/g, '')
+      .replace(/^\d{4}-\d\d-\d\dT[\d:.]+Z: /gm, '')
+      .replace(/\r/g, '')
+      .trim()
+  );
 }
 
 class RelayPty implements PtyProcess {
@@ -145,7 +158,7 @@ class RelayPty implements PtyProcess {
   private stderr = '';
 
   constructor(
-    private readonly child: ChildProcess,
+    child: ChildProcess,
     private readonly dir: string,
     private readonly opts: SpawnTtyOptions,
     private readonly resolve: (p: PtyProcess) => void,
@@ -202,9 +215,14 @@ class RelayPty implements PtyProcess {
   }
 
   private startError(): SandboxdError {
-    const what = cleanError(Buffer.concat(this.queue).toString('utf8') + '\n' + this.stderr) || `crun exited with ${this.status?.exitCode}`;
+    const what =
+      cleanError(`${Buffer.concat(this.queue).toString('utf8')}\n${this.stderr}`) ||
+      `crun exited with ${this.status?.exitCode}`;
     const kind = /not found in \$PATH|open executable|chdir|permission denied/i.test(what) ? 'validation' : 'internal';
-    return new SandboxdError(kind, `cannot start \`${this.opts.argv[0]}\` in sandbox ${this.opts.containerId}: ${what}`);
+    return new SandboxdError(
+      kind,
+      `cannot start \`${this.opts.argv[0]}\` in sandbox ${this.opts.containerId}: ${what}`,
+    );
   }
 
   private onChunk(chunk: Buffer): void {
@@ -232,7 +250,8 @@ class RelayPty implements PtyProcess {
   /** Reports the exit once the relay is gone and every queued chunk was delivered. */
   private maybeFinish(): void {
     if (this.exited || !this.closed || this.queue.length) return;
-    const exit = (this.exited = this.status ?? { exitCode: 255, signal: null }); // no status: relay died
+    const exit = this.status ?? { exitCode: 255, signal: null }; // no status: relay died
+    this.exited = exit;
     for (const l of this.exitListeners) l(exit);
   }
 

@@ -20,18 +20,30 @@ after(async () => {
 });
 
 it('after a kill -9 mid-create, a new process adopts the finished sandboxes and cleans the rest', async () => {
-  const child = spawn(process.execPath, ['--import', 'tsx', new URL('./testdata/crash-child.ts', import.meta.url).pathname, JSON.stringify(opts)], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const child = spawn(
+    process.execPath,
+    ['--import', 'tsx', new URL('./testdata/crash-child.ts', import.meta.url).pathname, JSON.stringify(opts)],
+    { stdio: ['ignore', 'pipe', 'inherit'] },
+  );
   const created: string[] = [];
   await new Promise<void>((resolve, reject) => {
     const t = setTimeout(() => reject(new Error(`child created only ${created.length} sandboxes`)), 120_000);
     child.stdout.on('data', (d: Buffer) => {
       for (const m of d.toString().matchAll(/created (\S+)/g)) created.push(m[1]);
       // Kill it a moment into the create after the third: somewhere inside a create.
-      if (created.length >= 3 && !child.killed) setTimeout(() => { child.kill('SIGKILL'); clearTimeout(t); resolve(); }, 40);
+      if (created.length >= 3 && !child.killed)
+        setTimeout(() => {
+          child.kill('SIGKILL');
+          clearTimeout(t);
+          resolve();
+        }, 40);
     });
-    child.on('exit', () => { clearTimeout(t); resolve(); });
+    child.on('exit', () => {
+      clearTimeout(t);
+      resolve();
+    });
   });
-  await new Promise((r) => child.exitCode !== null || child.signalCode !== null ? r(null) : child.on('exit', r));
+  await new Promise((r) => (child.exitCode !== null || child.signalCode !== null ? r(null) : child.on('exit', r)));
 
   driver = new LocalDriver(opts);
   await driver.init();
@@ -43,16 +55,31 @@ it('after a kill -9 mid-create, a new process adopts the finished sandboxes and 
     assert.equal(s.state, 'running');
     assert.equal((await driver.exec(s.id, 'echo ok')).stdout, 'ok\n');
     // Its network (pooled or its own) survived recovery with its address.
-    assert.match((await driver.exec(s.id, 'ip -o -4 addr show eth0')).stdout, new RegExp(`inet ${s.address.replace(/\./g, '\\.')}/`));
+    assert.match(
+      (await driver.exec(s.id, 'ip -o -4 addr show eth0')).stdout,
+      new RegExp(`inet ${s.address.replace(/\./g, '\\.')}/`),
+    );
   }
 
   // Data synced to a volume before the kill is intact; the volume is still shared correctly.
   assert.equal((await driver.exec('crash_0', 'cat /data/f')).stdout, 'durable\n');
   const vol = (await driver.listVolumes()).find((v) => v.name === 'crashvol');
-  assert.deepEqual(vol?.mountedBy.sort(), live.filter((s) => Number(s.id.split('_')[1]) % 2 === 0).map((s) => s.id).sort());
+  assert.deepEqual(
+    vol?.mountedBy.sort(),
+    live
+      .filter((s) => Number(s.id.split('_')[1]) % 2 === 0)
+      .map((s) => s.id)
+      .sort(),
+  );
   // Everything half made was removed: a fresh create with the next id works.
   const next = `crash_${created.length}`;
   await driver.delete(next);
-  const s = await driver.create({ id: next, image: 'local/busybox:latest', env: {}, volumes: [], limits: { memoryBytes: 64 << 20, cpus: 0.5, pids: 32, rootDiskBytes: 64 << 20 } });
+  const s = await driver.create({
+    id: next,
+    image: 'local/busybox:latest',
+    env: {},
+    volumes: [],
+    limits: { memoryBytes: 64 << 20, cpus: 0.5, pids: 32, rootDiskBytes: 64 << 20 },
+  });
   assert.equal(s.state, 'running');
 });

@@ -1,7 +1,20 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { chmodSync, copyFileSync, existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  copyFileSync,
+  existsSync,
+  lstatSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  realpathSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { tmpdir } from 'node:os';
 import { fileURLToPath } from 'node:url';
@@ -22,10 +35,18 @@ const crunId = `sbxtest-rootfs-${process.pid}`;
 let snap: HostSnapshot;
 let mgr: RootfsManager;
 
-function sh(file: string, args: string[], opts: { uid?: number; timeoutMs?: number } = {}): Promise<{ code: number; stdout: string; stderr: string }> {
+function sh(
+  file: string,
+  args: string[],
+  opts: { uid?: number; timeoutMs?: number } = {},
+): Promise<{ code: number; stdout: string; stderr: string }> {
   return new Promise((res) => {
-    execFile(file, args, { uid: opts.uid, gid: opts.uid, timeout: opts.timeoutMs ?? 30_000, killSignal: 'SIGKILL', maxBuffer: 4 << 20 }, (err, stdout, stderr) =>
-      res({ code: err ? (typeof err.code === 'number' ? err.code : 1) : 0, stdout, stderr }));
+    execFile(
+      file,
+      args,
+      { uid: opts.uid, gid: opts.uid, timeout: opts.timeoutMs ?? 30_000, killSignal: 'SIGKILL', maxBuffer: 4 << 20 },
+      (err, stdout, stderr) => res({ code: err ? (typeof err.code === 'number' ? err.code : 1) : 0, stdout, stderr }),
+    );
   });
 }
 const isKind = (kind: string) => (e: unknown) => e instanceof SandboxdError && e.kind === kind;
@@ -81,14 +102,22 @@ describe('RootfsManager', () => {
     await mgr.release('a1'); // idempotent
     assert.deepEqual(await mountsUnder(mgr.dir), []);
     assert.deepEqual(await loopsUnder(mgr.dir), []);
-    assert.deepEqual(readdirSync(mgr.dir).filter((f) => f !== '.templates'), []);
+    assert.deepEqual(
+      readdirSync(mgr.dir).filter((f) => f !== '.templates'),
+      [],
+    );
     assert.deepEqual(await mgr.list(), []);
   });
 
-  it('caps the writable layer: ENOSPC at about rootDiskBytes, host keeps its space', { timeout: 120_000 }, async (t) => {
+  it('caps the writable layer: ENOSPC at about rootDiskBytes, host keeps its space', {
+    timeout: 120_000,
+  }, async (t) => {
     const { rootfs } = await mgr.prepare({ id: 'full', lowerDir: lower, rootDiskBytes: CAP, uidBase: BASE });
     const img = join(mgr.dir, 'full.img');
-    const r = await sh('/bin/sh', ['-c', `dd if=/dev/zero of=${rootfs}/fill bs=1M count=256 2>&1; echo rc=$?`], { uid: BASE, timeoutMs: 60_000 });
+    const r = await sh('/bin/sh', ['-c', `dd if=/dev/zero of=${rootfs}/fill bs=1M count=256 2>&1; echo rc=$?`], {
+      uid: BASE,
+      timeoutMs: 60_000,
+    });
     assert.match(r.stdout, /No space left on device/);
     const written = statSync(join(rootfs, 'fill')).size;
     t.diagnostic(`wrote ${written} bytes of a ${CAP}-byte cap; host file holds ${statSync(img).blocks * 512}`);
@@ -104,18 +133,35 @@ describe('RootfsManager', () => {
 
   it('refuses duplicates and bad arguments without leaving anything', async () => {
     await mgr.prepare({ id: 'dup', lowerDir: lower, rootDiskBytes: CAP, uidBase: BASE });
-    await assert.rejects(mgr.prepare({ id: 'dup', lowerDir: lower, rootDiskBytes: CAP, uidBase: BASE }), isKind('conflict'));
+    await assert.rejects(
+      mgr.prepare({ id: 'dup', lowerDir: lower, rootDiskBytes: CAP, uidBase: BASE }),
+      isKind('conflict'),
+    );
     await mgr.release('dup');
-    await assert.rejects(mgr.prepare({ id: 'Bad/id', lowerDir: lower, rootDiskBytes: CAP, uidBase: BASE }), isKind('validation'));
-    await assert.rejects(mgr.prepare({ id: 'b', lowerDir: lower, rootDiskBytes: 1 << 20, uidBase: BASE }), isKind('validation'));
-    await assert.rejects(mgr.prepare({ id: 'b', lowerDir: join(root, 'nope'), rootDiskBytes: CAP, uidBase: BASE }), isKind('validation'));
-    await assert.rejects(mgr.prepare({ id: 'b', lowerDir: lower, rootDiskBytes: CAP, uidBase: 0 }), isKind('validation'));
+    await assert.rejects(
+      mgr.prepare({ id: 'Bad/id', lowerDir: lower, rootDiskBytes: CAP, uidBase: BASE }),
+      isKind('validation'),
+    );
+    await assert.rejects(
+      mgr.prepare({ id: 'b', lowerDir: lower, rootDiskBytes: 1 << 20, uidBase: BASE }),
+      isKind('validation'),
+    );
+    await assert.rejects(
+      mgr.prepare({ id: 'b', lowerDir: join(root, 'nope'), rootDiskBytes: CAP, uidBase: BASE }),
+      isKind('validation'),
+    );
+    await assert.rejects(
+      mgr.prepare({ id: 'b', lowerDir: lower, rootDiskBytes: CAP, uidBase: 0 }),
+      isKind('validation'),
+    );
     assert.deepEqual(await mgr.list(), []);
   });
 
   it('prepares many sandboxes at once, each on its own loop device', { timeout: 60_000 }, async () => {
     const ids = Array.from({ length: 12 }, (_, i) => `par${i}`);
-    await Promise.all(ids.map((id, i) => mgr.prepare({ id, lowerDir: lower, rootDiskBytes: CAP, uidBase: BASE + i * 65536 })));
+    await Promise.all(
+      ids.map((id, i) => mgr.prepare({ id, lowerDir: lower, rootDiskBytes: CAP, uidBase: BASE + i * 65536 })),
+    );
     assert.deepEqual(await mgr.list(), [...ids].sort());
     const loops = await loopsUnder(mgr.dir);
     assert.equal(new Set(loops.map((l) => l.device)).size, ids.length);
@@ -129,11 +175,22 @@ describe('RootfsManager', () => {
     const vol = join(root, 'vol-stage');
     mkdirSync(vol);
     writeFileSync(join(vol, 'f'), 'v');
-    const p = await mgr.prepare({ id: 'v1', lowerDir: lower, rootDiskBytes: CAP, uidBase: BASE, volumes: [vol, lower] });
+    const p = await mgr.prepare({
+      id: 'v1',
+      lowerDir: lower,
+      rootDiskBytes: CAP,
+      uidBase: BASE,
+      volumes: [vol, lower],
+    });
     assert.deepEqual(p.volumes, [join(mgr.dir, 'v1', 'volumes', '0'), join(mgr.dir, 'v1', 'volumes', '1')]);
     assert.equal(lstatSync(join(p.volumes[0], 'f')).uid, BASE);
     assert.equal(lstatSync(join(p.volumes[1], 'bin', 'busybox')).uid, BASE);
-    assert.deepEqual(volumeOciMount(p.volumes[0], '/data'), { destination: '/data', type: 'bind', source: p.volumes[0], options: ['bind', 'nosuid', 'nodev'] });
+    assert.deepEqual(volumeOciMount(p.volumes[0], '/data'), {
+      destination: '/data',
+      type: 'bind',
+      source: p.volumes[0],
+      options: ['bind', 'nosuid', 'nodev'],
+    });
     await mgr.release('v1');
     assert.deepEqual(await mountsUnder(mgr.dir), []);
     assert.equal(readFileSync(join(vol, 'f'), 'utf8'), 'v', 'release never touches volume contents');
@@ -141,11 +198,16 @@ describe('RootfsManager', () => {
 
   it('list() finds what a killed process left behind; release() cleans it', { timeout: 60_000 }, async () => {
     const script = join(root, 'crash.mts');
-    writeFileSync(script, `import { RootfsManager } from ${JSON.stringify(join(here, 'rootfs.ts'))};
+    writeFileSync(
+      script,
+      `import { RootfsManager } from ${JSON.stringify(join(here, 'rootfs.ts'))};
 const m = new RootfsManager({ dir: ${JSON.stringify(join(root, 'sandboxes'))} });
 await m.prepare({ id: 'crashed', lowerDir: ${JSON.stringify(lower)}, rootDiskBytes: ${CAP}, uidBase: ${BASE} });
-process.kill(process.pid, 'SIGKILL');\n`);
-    await new Promise<void>((res) => execFile(process.execPath, ['--import', 'tsx', script], { cwd: repo, timeout: 30_000 }, () => res()));
+process.kill(process.pid, 'SIGKILL');\n`,
+    );
+    await new Promise<void>((res) =>
+      execFile(process.execPath, ['--import', 'tsx', script], { cwd: repo, timeout: 30_000 }, () => res()),
+    );
     const fresh = new RootfsManager({ dir: join(root, 'sandboxes') });
     assert.deepEqual(await fresh.list(), ['crashed']);
     assert.equal((await mountsUnder(join(fresh.dir, 'crashed'))).length, 2);
@@ -170,7 +232,11 @@ process.kill(process.pid, 'SIGKILL');\n`);
     assert.equal((await sh('crun', ['spec', '-b', bundle])).code, 0);
     const cfg = JSON.parse(readFileSync(join(bundle, 'config.json'), 'utf8'));
     cfg.process.terminal = false;
-    cfg.process.args = ['sh', '-c', 'id; touch /x; ls -ln /; echo s > /staged/g; echo d > /direct/g; ls -ln /staged /direct'];
+    cfg.process.args = [
+      'sh',
+      '-c',
+      'id; touch /x; ls -ln /; echo s > /staged/g; echo d > /direct/g; ls -ln /staged /direct',
+    ];
     cfg.root = { path: p.rootfs, readonly: false };
     cfg.linux.namespaces.push({ type: 'user' });
     cfg.linux.uidMappings = [{ containerID: 0, hostID: BASE, size: 65536 }];
@@ -189,11 +255,21 @@ process.kill(process.pid, 'SIGKILL');\n`);
       const l = lines.find((x) => x.trim().endsWith(` ${name}`));
       assert.match(l ?? '', /^\S+\s+\d+\s+0\s+0\s/, `/${name} owned by root inside: ${l}`);
     }
-    assert.ok(lines.filter((x) => / g$/.test(x)).every((x) => /^\S+\s+\d+\s+0\s+0\s/.test(x)), r.stdout);
-    assert.equal(lstatSync(join(mgr.dir, 'ctr', 'layer', 'upper', 'x')).uid, BASE, 'the layer stores sandbox root as uidBase');
+    assert.ok(
+      lines.filter((x) => / g$/.test(x)).every((x) => /^\S+\s+\d+\s+0\s+0\s/.test(x)),
+      r.stdout,
+    );
+    assert.equal(
+      lstatSync(join(mgr.dir, 'ctr', 'layer', 'upper', 'x')).uid,
+      BASE,
+      'the layer stores sandbox root as uidBase',
+    );
     assert.equal(lstatSync(join(staged, 'g')).uid, 0, 'volume files are stored canonically (uid 0)');
     assert.equal(lstatSync(join(direct, 'g')).uid, 0);
     await mgr.release('ctr');
-    assert.deepEqual((await readMounts()).filter((m) => m.mountPoint.startsWith(root)), []);
+    assert.deepEqual(
+      (await readMounts()).filter((m) => m.mountPoint.startsWith(root)),
+      [],
+    );
   });
 });

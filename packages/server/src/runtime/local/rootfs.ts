@@ -21,7 +21,18 @@ import { mkdir, mkdtemp, readdir, realpath, rename, rm, stat, chmod, open } from
 import { join, relative } from 'node:path';
 import { SandboxdError } from '@sandboxd/protocol';
 import { checkMapping, type OciMount } from './idmap.js';
-import { isUnder, keyedLock, loopDetach, loopInfo, loopsUnder, mountHelper, mountsUnder, run, unmount, unmountUnder } from './mounts.js';
+import {
+  isUnder,
+  keyedLock,
+  loopDetach,
+  loopInfo,
+  loopsUnder,
+  mountHelper,
+  mountsUnder,
+  run,
+  unmount,
+  unmountUnder,
+} from './mounts.js';
 
 /** Sandbox ids accepted here (same rule as the driver's SandboxSpec.id). */
 export const SANDBOX_ID_RE = /^[a-z0-9_]{1,64}$/;
@@ -32,16 +43,30 @@ export const MAX_ROOT_DISK_BYTES = 16 * 2 ** 40;
 
 /** mkfs.ext4 options for the template: no journal (the layer dies with the sandbox), minimal metadata. */
 const MKFS_ROOT = [
-  '-F', '-q', '-b', '4096', '-m', '0', '-i', '16384',
-  '-O', '^has_journal,^resize_inode,sparse_super2',
-  '-E', 'lazy_itable_init=1,lazy_journal_init=1,nodiscard,num_backup_sb=0,packed_meta_blocks=1',
+  '-F',
+  '-q',
+  '-b',
+  '4096',
+  '-m',
+  '0',
+  '-i',
+  '16384',
+  '-O',
+  '^has_journal,^resize_inode,sparse_super2',
+  '-E',
+  'lazy_itable_init=1,lazy_journal_init=1,nodiscard,num_backup_sb=0,packed_meta_blocks=1',
 ];
 
 /** Bump when MKFS_ROOT or TEMPLATE_DIRS change, so that old cached templates are not used. */
 const TEMPLATE_VERSION = 'v1';
 /** Directories (and modes) every root layer starts with. */
 const TEMPLATE_DIRS: [string, number][] = [
-  ['layer', 0o700], ['layer/upper', 0o755], ['layer/work', 0o700], ['lower', 0o700], ['rootfs', 0o755], ['volumes', 0o711],
+  ['layer', 0o700],
+  ['layer/upper', 0o755],
+  ['layer/work', 0o700],
+  ['lower', 0o700],
+  ['rootfs', 0o755],
+  ['volumes', 0o711],
 ];
 
 /** Options of {@link RootfsManager.prepare}. */
@@ -86,7 +111,8 @@ export class RootfsManager {
     this.dir = realpathSync(opts.dir);
     this.templateDir = join(this.dir, '.templates');
     mkdirSync(this.templateDir, { recursive: true, mode: 0o700 });
-    for (const f of readdirSync(this.templateDir)) if (f.includes('.tmp')) rmSync(join(this.templateDir, f), { recursive: true, force: true });
+    for (const f of readdirSync(this.templateDir))
+      if (f.includes('.tmp')) rmSync(join(this.templateDir, f), { recursive: true, force: true });
   }
 
   /** Host directory of sandbox `id` (exists only between prepare and release). */
@@ -106,7 +132,10 @@ export class RootfsManager {
     const { uidBase, size } = checkMapping({ uidBase: o.uidBase, size: o.idRange });
     const bytes = Math.floor(o.rootDiskBytes / 2 ** 20) * 2 ** 20;
     if (!Number.isFinite(o.rootDiskBytes) || bytes < MIN_ROOT_DISK_BYTES || bytes > MAX_ROOT_DISK_BYTES)
-      throw new SandboxdError('validation', `rootDiskBytes must be between ${MIN_ROOT_DISK_BYTES} and ${MAX_ROOT_DISK_BYTES}, got ${o.rootDiskBytes}`);
+      throw new SandboxdError(
+        'validation',
+        `rootDiskBytes must be between ${MIN_ROOT_DISK_BYTES} and ${MAX_ROOT_DISK_BYTES}, got ${o.rootDiskBytes}`,
+      );
     const lower = await realDir(o.lowerDir, 'image rootfs');
     const vols = await Promise.all((o.volumes ?? []).map((v) => realDir(v, 'volume')));
     return this.locked(o.id, async () => {
@@ -141,7 +170,10 @@ export class RootfsManager {
   async list(): Promise<string[]> {
     const ids = new Set<string>();
     for (const e of await readdir(this.dir)) ids.add(e.replace(/\.img$/, ''));
-    const idOf = (p: string) => relative(this.dir, p).split('/')[0].replace(/\.img$/, '');
+    const idOf = (p: string) =>
+      relative(this.dir, p)
+        .split('/')[0]
+        .replace(/\.img$/, '');
     for (const m of await mountsUnder(this.dir)) ids.add(idOf(m.mountPoint));
     for (const l of await loopsUnder(this.dir)) ids.add(idOf(l.backingFile));
     return [...ids].filter((id) => SANDBOX_ID_RE.test(id)).sort();
@@ -151,7 +183,11 @@ export class RootfsManager {
     const dir = join(this.dir, id);
     const mounts = await mountsUnder(dir);
     // The layer is thrown away: shut its ext4 down first so unmounting writes nothing back.
-    if (mounts.length) await unmount(mounts.map((m) => m.mountPoint), { shutdown: dir });
+    if (mounts.length)
+      await unmount(
+        mounts.map((m) => m.mountPoint),
+        { shutdown: dir },
+      );
     if ((await mountsUnder(dir)).length) await unmountUnder(dir); // mounted meanwhile, or stacked
     // Autoclear normally frees the device with the unmount. Look for a device that stays
     // (a lazily detached mount still in use): cheaply via the mount's source, or by a full
@@ -219,5 +255,10 @@ async function realDir(p: string, what: string): Promise<string> {
  * idmapped for the sandbox) at `destination` inside it.
  */
 export function volumeOciMount(staged: string, destination: string, readonly = false): OciMount {
-  return { destination, type: 'bind', source: staged, options: ['bind', 'nosuid', 'nodev', ...(readonly ? ['ro'] : [])] };
+  return {
+    destination,
+    type: 'bind',
+    source: staged,
+    options: ['bind', 'nosuid', 'nodev', ...(readonly ? ['ro'] : [])],
+  };
 }

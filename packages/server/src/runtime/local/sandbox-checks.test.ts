@@ -5,8 +5,9 @@ import { checkMountPath, checkMountPathsDisjoint } from './sandbox-checks.js';
 
 const refused = (f: () => void) => assert.throws(f, (e) => e instanceof SandboxdError && e.kind === 'validation');
 
-it('refuses mount paths that are relative, dotted, the root or the runtime\'s own', () => {
-  for (const p of ['data', '/a/../etc', '/a/./b', '/', '//', '/proc', '/proc/x', '/dev', '/sys', 'x\0']) refused(() => checkMountPath(p));
+it("refuses mount paths that are relative, dotted, the root or the runtime's own", () => {
+  for (const p of ['data', '/a/../etc', '/a/./b', '/', '//', '/proc', '/proc/x', '/dev', '/sys', 'x\0'])
+    refused(() => checkMountPath(p));
   for (const p of ['/data', '/mnt/shared', '/home/user/work']) checkMountPath(p);
 });
 

@@ -11,10 +11,12 @@ const FORBIDDEN_MOUNT_ROOTS = ['/proc', '/sys', '/dev', '/etc/hosts', '/etc/host
 export function checkMountPath(p: string): void {
   const bad = (why: string) => new SandboxdError('validation', `volume mount path "${p}" ${why}`, { path: p });
   if (!p.startsWith('/')) throw bad('must be absolute');
-  if (p.includes('\0') || p.split('/').some((s) => s === '..' || s === '.')) throw bad('must not contain "." or ".." segments');
+  if (p.includes('\0') || p.split('/').some((s) => s === '..' || s === '.'))
+    throw bad('must not contain "." or ".." segments');
   const norm = posix.normalize(p).replace(/\/+$/, '');
   if (norm === '') throw bad('must not be the root directory');
-  if (FORBIDDEN_MOUNT_ROOTS.some((r) => norm === r || norm.startsWith(`${r}/`))) throw bad('is reserved by the runtime');
+  if (FORBIDDEN_MOUNT_ROOTS.some((r) => norm === r || norm.startsWith(`${r}/`)))
+    throw bad('is reserved by the runtime');
 }
 
 /**
@@ -27,7 +29,11 @@ export function checkMountPathsDisjoint(paths: string[]): void {
   for (let i = 0; i < norm.length; i++) {
     for (let j = 0; j < norm.length; j++) {
       if (i !== j && (norm[i] === norm[j] ? i > j : norm[i].startsWith(`${norm[j]}/`))) {
-        throw new SandboxdError('validation', `volume mount path "${paths[i]}" is inside (or the same as) "${paths[j]}"`, { path: paths[i] });
+        throw new SandboxdError(
+          'validation',
+          `volume mount path "${paths[i]}" is inside (or the same as) "${paths[j]}"`,
+          { path: paths[i] },
+        );
       }
     }
   }
@@ -42,7 +48,10 @@ export async function checkTraversable(dir: string): Promise<void> {
   for (let d = resolve(dir); ; d = dirname(d)) {
     const st = await stat(d);
     if ((st.mode & 0o001) === 0) {
-      throw new SandboxdError('internal', `${d} is not searchable by other users (mode ${(st.mode & 0o777).toString(8)}); sandboxes run as unprivileged uids and need to traverse it: chmod o+x ${d}`);
+      throw new SandboxdError(
+        'internal',
+        `${d} is not searchable by other users (mode ${(st.mode & 0o777).toString(8)}); sandboxes run as unprivileged uids and need to traverse it: chmod o+x ${d}`,
+      );
     }
     if (d === dirname(d)) return;
   }
@@ -50,11 +59,14 @@ export async function checkTraversable(dir: string): Promise<void> {
 
 /** Rejects limits the kernel would refuse or that could not run a shell. */
 export function checkLimits(l: SandboxSpec['limits']): void {
-  const bad = (field: string, rule: string, value: number) => new SandboxdError('validation', `limits.${field} must be ${rule}, got ${value}`, { field, value });
-  if (!Number.isSafeInteger(l.memoryBytes) || l.memoryBytes < 16 << 20) throw bad('memoryBytes', 'an integer of at least 16 MiB', l.memoryBytes);
+  const bad = (field: string, rule: string, value: number) =>
+    new SandboxdError('validation', `limits.${field} must be ${rule}, got ${value}`, { field, value });
+  if (!Number.isSafeInteger(l.memoryBytes) || l.memoryBytes < 16 << 20)
+    throw bad('memoryBytes', 'an integer of at least 16 MiB', l.memoryBytes);
   if (!(l.cpus >= 0.01 && l.cpus <= 1024)) throw bad('cpus', 'between 0.01 and 1024', l.cpus);
   if (!Number.isSafeInteger(l.pids) || l.pids < 8) throw bad('pids', 'an integer of at least 8', l.pids);
-  if (!Number.isSafeInteger(l.rootDiskBytes) || l.rootDiskBytes < 32 << 20) throw bad('rootDiskBytes', 'an integer of at least 32 MiB', l.rootDiskBytes);
+  if (!Number.isSafeInteger(l.rootDiskBytes) || l.rootDiskBytes < 32 << 20)
+    throw bad('rootDiskBytes', 'an integer of at least 32 MiB', l.rootDiskBytes);
 }
 
 export function splitEnv(kv: string): [string, string] {

@@ -13,14 +13,52 @@ export const CONTAINERS_SECCOMP_PROFILE = '/usr/share/containers/seccomp.json';
  * with EPERM.
  */
 export const ALWAYS_DENIED = [
-  'unshare', 'setns', 'mount', 'umount', 'umount2', 'pivot_root', 'chroot',
-  'open_tree', 'move_mount', 'fsopen', 'fsconfig', 'fsmount', 'fspick', 'mount_setattr',
-  'keyctl', 'add_key', 'request_key',
-  'bpf', 'perf_event_open', 'userfaultfd', 'fanotify_init', 'lookup_dcookie',
-  'init_module', 'finit_module', 'delete_module', 'kexec_load', 'kexec_file_load',
-  'swapon', 'swapoff', 'reboot', 'acct', 'quotactl', 'quotactl_fd',
-  'clock_settime', 'clock_settime64', 'settimeofday', 'clock_adjtime', 'clock_adjtime64', 'adjtimex',
-  'iopl', 'ioperm', 'syslog', 'vhangup', 'nfsservctl', 'open_by_handle_at', 'name_to_handle_at',
+  'unshare',
+  'setns',
+  'mount',
+  'umount',
+  'umount2',
+  'pivot_root',
+  'chroot',
+  'open_tree',
+  'move_mount',
+  'fsopen',
+  'fsconfig',
+  'fsmount',
+  'fspick',
+  'mount_setattr',
+  'keyctl',
+  'add_key',
+  'request_key',
+  'bpf',
+  'perf_event_open',
+  'userfaultfd',
+  'fanotify_init',
+  'lookup_dcookie',
+  'init_module',
+  'finit_module',
+  'delete_module',
+  'kexec_load',
+  'kexec_file_load',
+  'swapon',
+  'swapoff',
+  'reboot',
+  'acct',
+  'quotactl',
+  'quotactl_fd',
+  'clock_settime',
+  'clock_settime64',
+  'settimeofday',
+  'clock_adjtime',
+  'clock_adjtime64',
+  'adjtimex',
+  'iopl',
+  'ioperm',
+  'syslog',
+  'vhangup',
+  'nfsservctl',
+  'open_by_handle_at',
+  'name_to_handle_at',
 ];
 
 /**
@@ -58,7 +96,12 @@ export interface OciSeccomp {
   defaultAction: string;
   defaultErrnoRet?: number;
   architectures: string[];
-  syscalls: { names: string[]; action: string; errnoRet?: number; args?: { index: number; value: number; valueTwo: number; op: string }[] }[];
+  syscalls: {
+    names: string[];
+    action: string;
+    errnoRet?: number;
+    args?: { index: number; value: number; valueTwo: number; op: string }[];
+  }[];
 }
 
 /**
@@ -69,7 +112,9 @@ export interface OciSeccomp {
  */
 export function buildSeccompProfile(opts: { capabilities: string[]; profilePath?: string }): OciSeccomp {
   const src = JSON.parse(readFileSync(opts.profilePath ?? CONTAINERS_SECCOMP_PROFILE, 'utf8')) as {
-    defaultAction: string; defaultErrnoRet?: number; syscalls: SourceRule[];
+    defaultAction: string;
+    defaultErrnoRet?: number;
+    syscalls: SourceRule[];
   };
   const caps = new Set(opts.capabilities);
   const arch = 'amd64';
@@ -82,22 +127,45 @@ export function buildSeccompProfile(opts: { capabilities: string[]; profilePath?
     if (exc.arches?.includes(arch)) continue;
     if (inc.caps?.length && !inc.caps.every((c) => caps.has(c))) continue;
     if (exc.caps?.some((c) => caps.has(c))) continue;
-    const names = rule.names.filter((n) => !denied.has(n) && n !== 'socket' && n !== 'socketcall' && !(rule.action === 'SCMP_ACT_ALLOW' && (n === 'clone' || n === 'clone3')));
+    const names = rule.names.filter(
+      (n) =>
+        !denied.has(n) &&
+        n !== 'socket' &&
+        n !== 'socketcall' &&
+        !(rule.action === 'SCMP_ACT_ALLOW' && (n === 'clone' || n === 'clone3')),
+    );
     if (names.length === 0) continue;
     const entry: OciSeccomp['syscalls'][number] = { names, action: rule.action };
     if (rule.errnoRet !== undefined) entry.errnoRet = rule.errnoRet;
-    if (rule.args?.length) entry.args = rule.args.map((a) => ({ index: a.index, value: a.value, valueTwo: a.valueTwo ?? 0, op: a.op }));
+    if (rule.args?.length)
+      entry.args = rule.args.map((a) => ({ index: a.index, value: a.value, valueTwo: a.valueTwo ?? 0, op: a.op }));
     out.push(entry);
   }
   // clone: allowed only without namespace flags (flags are argument 0 on x86_64).
-  out.push({ names: ['clone'], action: 'SCMP_ACT_ALLOW', args: [{ index: 0, value: CLONE_NAMESPACE_FLAGS, valueTwo: 0, op: 'SCMP_CMP_MASKED_EQ' }] });
+  out.push({
+    names: ['clone'],
+    action: 'SCMP_ACT_ALLOW',
+    args: [{ index: 0, value: CLONE_NAMESPACE_FLAGS, valueTwo: 0, op: 'SCMP_CMP_MASKED_EQ' }],
+  });
   // socket: every address family but AF_VSOCK (see AF_VSOCK), which falls to the default
   // action; socketcall: all but SYS_SOCKET. (compileSeccompBpf adds an explicit refusal.)
-  out.push({ names: ['socket'], action: 'SCMP_ACT_ALLOW', args: [{ index: 0, value: AF_VSOCK, valueTwo: 0, op: 'SCMP_CMP_LT' }] });
+  out.push({
+    names: ['socket'],
+    action: 'SCMP_ACT_ALLOW',
+    args: [{ index: 0, value: AF_VSOCK, valueTwo: 0, op: 'SCMP_CMP_LT' }],
+  });
   for (let family = AF_VSOCK + 1; family < AF_MAX; family++) {
-    out.push({ names: ['socket'], action: 'SCMP_ACT_ALLOW', args: [{ index: 0, value: family, valueTwo: 0, op: 'SCMP_CMP_EQ' }] });
+    out.push({
+      names: ['socket'],
+      action: 'SCMP_ACT_ALLOW',
+      args: [{ index: 0, value: family, valueTwo: 0, op: 'SCMP_CMP_EQ' }],
+    });
   }
-  out.push({ names: ['socketcall'], action: 'SCMP_ACT_ALLOW', args: [{ index: 0, value: SYS_SOCKET, valueTwo: 0, op: 'SCMP_CMP_GT' }] });
+  out.push({
+    names: ['socketcall'],
+    action: 'SCMP_ACT_ALLOW',
+    args: [{ index: 0, value: SYS_SOCKET, valueTwo: 0, op: 'SCMP_CMP_GT' }],
+  });
   // clone3 passes flags in a struct seccomp cannot read: make libc fall back to clone.
   out.push({ names: ['clone3'], action: 'SCMP_ACT_ERRNO', errnoRet: 38 /* ENOSYS */ });
   out.push({ names: [...denied], action: 'SCMP_ACT_ERRNO', errnoRet: 1 /* EPERM */ });
@@ -127,10 +195,14 @@ export function compileSeccompBpf(profile: OciSeccomp): Buffer {
   // the OCI profile: runc compiles that in one filter for all three architectures, where this
   // rule and the allows collide on i386, which runc refuses (so under runc, 32-bit code keeps
   // socketcall(SYS_SOCKET) for every family).
-  const lines = [`default ${act(profile.defaultAction, profile.defaultErrnoRet)}`, `rule socket errno ${EAFNOSUPPORT} 1 0 EQ ${AF_VSOCK} 0`];
+  const lines = [
+    `default ${act(profile.defaultAction, profile.defaultErrnoRet)}`,
+    `rule socket errno ${EAFNOSUPPORT} 1 0 EQ ${AF_VSOCK} 0`,
+  ];
   for (const rule of profile.syscalls) {
     const args = (rule.args ?? []).map((a) => `${a.index} ${a.op.replace('SCMP_CMP_', '')} ${a.value} ${a.valueTwo}`);
-    for (const name of rule.names) lines.push(`rule ${name} ${act(rule.action, rule.errnoRet)} ${args.length} ${args.join(' ')}`.trimEnd());
+    for (const name of rule.names)
+      lines.push(`rule ${name} ${act(rule.action, rule.errnoRet)} ${args.length} ${args.join(' ')}`.trimEnd());
   }
-  return execFileSync(nativeBin('seccomp-bpf'), { input: lines.join('\n') + '\n', maxBuffer: 16 * 1024 * 1024 });
+  return execFileSync(nativeBin('seccomp-bpf'), { input: `${lines.join('\n')}\n`, maxBuffer: 16 * 1024 * 1024 });
 }

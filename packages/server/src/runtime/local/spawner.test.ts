@@ -10,7 +10,10 @@ test.after(() => sp.close());
 
 test('exit code, stdout and stderr kept apart', async () => {
   const r = await sp.run('sh', ['-c', 'echo out; echo err >&2; exit 3']);
-  assert.deepEqual([r.code, r.signal, r.timedOut, r.truncated, r.stdout.toString(), r.stderr.toString()], [3, 0, false, false, 'out\n', 'err\n']);
+  assert.deepEqual(
+    [r.code, r.signal, r.timedOut, r.truncated, r.stdout.toString(), r.stderr.toString()],
+    [3, 0, false, false, 'out\n', 'err\n'],
+  );
 });
 
 test('input arrives on stdin, then EOF; 1 MiB round trip', async () => {
@@ -39,13 +42,22 @@ test('a timeout kills the program, even when something it started holds its outp
 });
 
 test('a program that cannot start is a SpawnError with its errno; nothing runs', async () => {
-  await assert.rejects(sp.run('/nonexistent/program', []), (e: unknown) => e instanceof SpawnError && e.errno === 2 && /nonexistent/.test(e.message));
+  await assert.rejects(
+    sp.run('/nonexistent/program', []),
+    (e: unknown) => e instanceof SpawnError && e.errno === 2 && /nonexistent/.test(e.message),
+  );
   assert.equal((await sp.run('true', [])).code, 0, 'the spawner goes on');
 });
 
 test('programs get exactly fds 0-2, default signal handling and an empty mask', async () => {
   const r = await sp.run('sh', ['-c', 'ls /proc/$$/fd; grep -E "^Sig(Blk|Ign)" /proc/$$/status']);
-  assert.deepEqual(r.stdout.toString().trim().split('\n'), ['0', '1', '2', 'SigBlk:\t0000000000000000', 'SigIgn:\t0000000000000000']);
+  assert.deepEqual(r.stdout.toString().trim().split('\n'), [
+    '0',
+    '1',
+    '2',
+    'SigBlk:\t0000000000000000',
+    'SigIgn:\t0000000000000000',
+  ]);
 });
 
 test('quiet: output goes to /dev/null', async () => {
@@ -56,9 +68,16 @@ test('quiet: output goes to /dev/null', async () => {
 test('channel: stdin and stdout are one socket to this process', async () => {
   const chunks: Buffer[] = [];
   let handed: (s: Socket) => void = () => undefined;
-  const got = new Promise<Socket>((resolve) => { handed = resolve; });
+  const got = new Promise<Socket>((resolve) => {
+    handed = resolve;
+  });
   // The reader attaches inside the callback: data flows as soon as it returns.
-  const r = sp.run('sh', ['-c', 'echo hello; read line; echo "got:$line"'], { channel: (s) => { s.on('data', (d) => chunks.push(d)); handed(s); } });
+  const r = sp.run('sh', ['-c', 'echo hello; read line; echo "got:$line"'], {
+    channel: (s) => {
+      s.on('data', (d) => chunks.push(d));
+      handed(s);
+    },
+  });
   const sock = await got;
   for (let i = 0; i < 100 && !Buffer.concat(chunks).toString().includes('hello\n'); i++) await once(sock, 'data');
   sock.write('ping\n');
@@ -69,8 +88,12 @@ test('channel: stdin and stdout are one socket to this process', async () => {
 
 test('a connection to the channel socket without a token handed out for a spawn is closed', async () => {
   await sp.run('true', [], { channel: () => undefined }); // the socket exists from the first channel on
-  const name = readFileSync('/proc/net/unix', 'utf8').split('\n').map((l) => l.trim().split(/\s+/)[7])
-    .find((p) => p?.startsWith(`@sandboxd-spawner-${process.pid}-`))!.replace(/@+$/, '').slice(1);
+  const name = readFileSync('/proc/net/unix', 'utf8')
+    .split('\n')
+    .map((l) => l.trim().split(/\s+/)[7])
+    .find((p) => p?.startsWith(`@sandboxd-spawner-${process.pid}-`))!
+    .replace(/@+$/, '')
+    .slice(1);
   const c = connect(`\0${name}`);
   c.on('error', () => undefined);
   await once(c, 'connect');
@@ -82,7 +105,10 @@ test('a connection to the channel socket without a token handed out for a spawn 
 
 test('many at once, each answer to its own request', async () => {
   const rs = await Promise.all(Array.from({ length: 60 }, (_, i) => sp.run('sh', ['-c', `echo ${i}`])));
-  assert.deepEqual(rs.map((r) => r.stdout.toString()), Array.from({ length: 60 }, (_, i) => `${i}\n`));
+  assert.deepEqual(
+    rs.map((r) => r.stdout.toString()),
+    Array.from({ length: 60 }, (_, i) => `${i}\n`),
+  );
 });
 
 test('a killed spawner fails what was in flight and is started again', async () => {

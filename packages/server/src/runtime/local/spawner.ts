@@ -36,15 +36,22 @@ export interface SpawnResult {
 
 /** The program could not be started (not found, not executable, no channel); `errno` is its code. */
 export class SpawnError extends Error {
-  constructor(readonly file: string, readonly errno: number, message: string) {
+  constructor(
+    readonly file: string,
+    readonly errno: number,
+    message: string,
+  ) {
     super(message);
   }
 }
 
 const PROTOCOL_VERSION = 1;
 const T_SPAWN = 1;
-const R_HELLO = 0, R_EXIT = 1, R_FAILED = 2;
-const F_QUIET = 1, F_CHANNEL = 2;
+const R_HELLO = 0,
+  R_EXIT = 1,
+  R_FAILED = 2;
+const F_QUIET = 1,
+  F_CHANNEL = 2;
 const MAX_FRAME = 16 << 20;
 const TOKEN_LEN = 16;
 /** How long a connection on the channel socket may take to say whose it is. */
@@ -92,7 +99,12 @@ export class HostSpawner {
       const key = t.toString('hex');
       token = key;
       const take = o.channel;
-      handedOver = new Promise<void>((resolve) => this.channels.set(key, (s) => { take(s); resolve(); }));
+      handedOver = new Promise<void>((resolve) =>
+        this.channels.set(key, (s) => {
+          take(s);
+          resolve();
+        }),
+      );
       flags = F_CHANNEL;
       input = t;
       channelName = Buffer.from(name);
@@ -126,7 +138,13 @@ export class HostSpawner {
       // with the answer: a caller learns the program ended only after it has the channel.
       if (handedOver) {
         let timer: NodeJS.Timeout | undefined;
-        await Promise.race([handedOver, new Promise((res) => { timer = setTimeout(res, TOKEN_WAIT_MS); timer.unref(); })]);
+        await Promise.race([
+          handedOver,
+          new Promise((res) => {
+            timer = setTimeout(res, TOKEN_WAIT_MS);
+            timer.unref();
+          }),
+        ]);
         clearTimeout(timer);
       }
       return r;
@@ -146,7 +164,10 @@ export class HostSpawner {
     this.proc?.stdin?.destroy();
     this.proc?.stdout?.destroy();
     this.proc = null;
-    void this.channelServer?.then(({ server }) => server.close(), () => undefined);
+    void this.channelServer?.then(
+      ({ server }) => server.close(),
+      () => undefined,
+    );
     this.channelServer = null;
   }
 
@@ -157,12 +178,15 @@ export class HostSpawner {
     this.buf = Buffer.alloc(0);
     this.held = true;
     this.holdOpen();
-    proc.stdout!.on('data', (d: Buffer) => { if (this.proc === proc) this.onData(d); });
+    proc.stdout!.on('data', (d: Buffer) => {
+      if (this.proc === proc) this.onData(d);
+    });
     proc.stdin!.on('error', () => undefined);
     const gone = () => {
       if (this.proc !== proc) return;
       this.proc = null;
-      for (const p of this.pending.values()) p.reject(new SpawnError(p.file, 5 /* EIO */, `${p.file}: the host spawner went away`));
+      for (const p of this.pending.values())
+        p.reject(new SpawnError(p.file, 5 /* EIO */, `${p.file}: the host spawner went away`));
       this.pending.clear();
     };
     proc.on('exit', gone);
@@ -179,7 +203,8 @@ export class HostSpawner {
     if (!proc || want === this.held) return;
     this.held = want;
     for (const h of [proc, proc.stdout, proc.stdin] as unknown as Array<{ ref(): void; unref(): void }>) {
-      if (want) h.ref(); else h.unref();
+      if (want) h.ref();
+      else h.unref();
     }
   }
 
@@ -187,7 +212,10 @@ export class HostSpawner {
     this.buf = this.buf.length ? Buffer.concat([this.buf, d]) : d;
     while (this.buf.length >= 4) {
       const len = this.buf.readUInt32LE(0);
-      if (len < 5 || len > MAX_FRAME + 64) { this.close(); return; }
+      if (len < 5 || len > MAX_FRAME + 64) {
+        this.close();
+        return;
+      }
       if (this.buf.length < 4 + len) break;
       const type = this.buf.readUInt8(4);
       const id = this.buf.readUInt32LE(5);
@@ -204,8 +232,12 @@ export class HostSpawner {
         const flags = payload.readUInt32LE(8);
         const outLen = payload.readUInt32LE(12);
         p.resolve({
-          code: payload.readInt32LE(0), signal: payload.readInt32LE(4), timedOut: (flags & 1) !== 0, truncated: (flags & 2) !== 0,
-          stdout: payload.subarray(16, 16 + outLen), stderr: payload.subarray(16 + outLen),
+          code: payload.readInt32LE(0),
+          signal: payload.readInt32LE(4),
+          timedOut: (flags & 1) !== 0,
+          truncated: (flags & 2) !== 0,
+          stdout: payload.subarray(16, 16 + outLen),
+          stderr: payload.subarray(16 + outLen),
         });
       } else if (type === R_FAILED && payload.length >= 4) {
         p.reject(new SpawnError(p.file, payload.readInt32LE(0), payload.subarray(4).toString('utf8')));
@@ -224,8 +256,14 @@ export class HostSpawner {
     this.channelServer ??= new Promise((resolve, reject) => {
       const name = `sandboxd-spawner-${process.pid}-${randomBytes(8).toString('hex')}`;
       const server = createServer({ pauseOnConnect: false }, (s) => this.onChannel(s));
-      server.once('error', (e) => { this.channelServer = null; reject(e); });
-      server.listen(`\0${name}`, () => { server.unref(); resolve({ server, name }); });
+      server.once('error', (e) => {
+        this.channelServer = null;
+        reject(e);
+      });
+      server.listen(`\0${name}`, () => {
+        server.unref();
+        resolve({ server, name });
+      });
     });
     return this.channelServer;
   }
@@ -243,7 +281,10 @@ export class HostSpawner {
       s.off('data', onData);
       const token = got.subarray(0, TOKEN_LEN).toString('hex');
       const take = this.channels.get(token);
-      if (!take) { s.destroy(); return; }
+      if (!take) {
+        s.destroy();
+        return;
+      }
       this.channels.delete(token);
       // Anything after the token is the program's: given back before its reader attaches.
       if (got.length > TOKEN_LEN) s.unshift(got.subarray(TOKEN_LEN));

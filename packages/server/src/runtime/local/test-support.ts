@@ -6,14 +6,18 @@ import { LocalDriver, type LocalDriverOptions } from './driver.js';
 import { hostSnapshot, loopDetach, loopsUnder, snapshotDiff, unmountUnder, type HostSnapshot } from './mounts.js';
 
 /** The image cache shared by test runs (built by `npm test`'s set-up). */
-export const TEST_IMAGE_DIR = process.env.SANDBOXD_TEST_IMAGE_DIR ?? resolve(import.meta.dirname, '../../../../../.sandboxd-test/images');
+export const TEST_IMAGE_DIR =
+  process.env.SANDBOXD_TEST_IMAGE_DIR ?? resolve(import.meta.dirname, '../../../../../.sandboxd-test/images');
 
 /**
  * A LocalDriver on temp dirs with its own bridge, subnet, uid range and cgroup folder, so
  * test files never collide with each other or with a running server. Call
  * `driver.destroyAll()` and remove `dataDir` when done.
  */
-export function makeTestDriver(tag: string, over: Partial<LocalDriverOptions> = {}): { driver: LocalDriver; options: LocalDriverOptions; dataDir: string; runDir: string } {
+export function makeTestDriver(
+  tag: string,
+  over: Partial<LocalDriverOptions> = {},
+): { driver: LocalDriver; options: LocalDriverOptions; dataDir: string; runDir: string } {
   const base = mkdtempSync(join(tmpdir(), `sbxd-${tag}-`));
   chmodSync(base, 0o711); // sandboxes' user namespaces must traverse it
   const dataDir = join(base, 'data');
@@ -21,8 +25,14 @@ export function makeTestDriver(tag: string, over: Partial<LocalDriverOptions> = 
   // Salted with the pid so two runs of one test file at once get different bridges.
   const n = [...`${tag}/${process.pid}`].reduce((a, c) => (a * 31 + c.charCodeAt(0)) % 200, 7);
   const options: LocalDriverOptions = {
-    dataDir, runDir, imageDir: TEST_IMAGE_DIR, bridge: `sbxt${n}`, subnet: `10.91.${n}.0/24`,
-    uidRangeStart: 10_000_000 + n * 100 * 65536, cgroupParent: `sandboxd-test-${tag}-${n}`, ...over,
+    dataDir,
+    runDir,
+    imageDir: TEST_IMAGE_DIR,
+    bridge: `sbxt${n}`,
+    subnet: `10.91.${n}.0/24`,
+    uidRangeStart: 10_000_000 + n * 100 * 65536,
+    cgroupParent: `sandboxd-test-${tag}-${n}`,
+    ...over,
   };
   return { driver: new LocalDriver(options), options, dataDir: base, runDir };
 }

@@ -1,7 +1,18 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { chmodSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  lstatSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  realpathSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
 import { SandboxdError } from '@sandboxd/protocol';
@@ -16,11 +27,13 @@ let snap: HostSnapshot;
 let store: VolumeStore;
 const children: ChildProcess[] = [];
 
-const isKind = (kind: string, msg?: RegExp) => (e: unknown) => e instanceof SandboxdError && e.kind === kind && (!msg || msg.test(e.message));
+const isKind = (kind: string, msg?: RegExp) => (e: unknown) =>
+  e instanceof SandboxdError && e.kind === kind && (!msg || msg.test(e.message));
 function sh(cmd: string, uid?: number): Promise<{ code: number; stdout: string; stderr: string }> {
   return new Promise((res) => {
     execFile('/bin/sh', ['-c', cmd], { uid, gid: uid, timeout: 60_000, killSignal: 'SIGKILL' }, (err, stdout, stderr) =>
-      res({ code: err ? (typeof err.code === 'number' ? err.code : 1) : 0, stdout, stderr }));
+      res({ code: err ? (typeof err.code === 'number' ? err.code : 1) : 0, stdout, stderr }),
+    );
   });
 }
 const mountCount = async (p: string) => (await mountsUnder(p)).filter((m) => m.mountPoint === p).length;
@@ -59,7 +72,10 @@ describe('VolumeStore', () => {
     // Concurrent ensures of one new name make one volume.
     const r = await Promise.all([store.ensure('v-race', SMALL), store.ensure('v-race', SMALL)]);
     assert.deepEqual(r[0], r[1]);
-    assert.deepEqual((await store.list()).map((v) => v.name), ['v-race', 'v-size']);
+    assert.deepEqual(
+      (await store.list()).map((v) => v.name),
+      ['v-race', 'v-size'],
+    );
     await store.delete('v-race');
     await store.delete('v-size');
   });
@@ -165,13 +181,28 @@ describe('VolumeStore', () => {
     mkdirSync(join(root, 'volumes', '.tmp-halfdir'));
     // Restart: a new store knows nothing; only 'alive' survived.
     const fresh = new VolumeStore({ dir: join(root, 'volumes') });
-    await fresh.recover(new Map([['alive', ['r-live', 'no-such-volume']], ['idle', []]]));
+    await fresh.recover(
+      new Map([
+        ['alive', ['r-live', 'no-such-volume']],
+        ['idle', []],
+      ]),
+    );
     const list = await fresh.list();
-    assert.deepEqual(list.map((v) => [v.name, v.mountedBy]), [['r-dead', []], ['r-idle', []], ['r-live', ['alive']]]);
+    assert.deepEqual(
+      list.map((v) => [v.name, v.mountedBy]),
+      [
+        ['r-dead', []],
+        ['r-idle', []],
+        ['r-live', ['alive']],
+      ],
+    );
     assert.equal(await mountCount(fresh.mountPath('r-live')), 1);
     assert.equal(await mountCount(fresh.mountPath('r-dead')), 0);
     assert.equal(await loopCount('r-dead'), 0);
-    assert.deepEqual(readdirSync(fresh.dir).filter((f) => f.startsWith('.')), []);
+    assert.deepEqual(
+      readdirSync(fresh.dir).filter((f) => f.startsWith('.')),
+      [],
+    );
     await assert.rejects(fresh.delete('r-live'), isKind('conflict'));
     await fresh.release('r-live', 'alive');
     assert.equal(await mountCount(fresh.mountPath('r-live')), 0);

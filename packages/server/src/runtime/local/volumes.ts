@@ -26,7 +26,18 @@ export const MIN_VOLUME_BYTES = 32 << 20;
 export const MAX_VOLUME_GB = 1024;
 
 /** Journal kept (volumes are durable); no resize inode; metadata zeroing left to the sparse file. */
-const MKFS_VOLUME = ['-F', '-q', '-b', '4096', '-m', '0', '-O', '^resize_inode', '-E', 'lazy_itable_init=1,lazy_journal_init=1,nodiscard'];
+const MKFS_VOLUME = [
+  '-F',
+  '-q',
+  '-b',
+  '4096',
+  '-m',
+  '0',
+  '-O',
+  '^resize_inode',
+  '-E',
+  'lazy_itable_init=1,lazy_journal_init=1,nodiscard',
+];
 const MOUNT_OPTS = 'noinit_itable,discard';
 
 /** What {@link VolumeStore.list} reports per volume. */
@@ -65,15 +76,23 @@ export class VolumeStore {
     const dir = this.dirOf(name);
     const bytes = Math.floor((sizeGb * GIB) / 4096) * 4096;
     if (!Number.isFinite(sizeGb) || bytes < MIN_VOLUME_BYTES || sizeGb > MAX_VOLUME_GB)
-      throw new SandboxdError('validation', `volume size must be between ${MIN_VOLUME_BYTES / GIB} and ${MAX_VOLUME_GB} GiB, got ${sizeGb}`);
+      throw new SandboxdError(
+        'validation',
+        `volume size must be between ${MIN_VOLUME_BYTES / GIB} and ${MAX_VOLUME_GB} GiB, got ${sizeGb}`,
+      );
     return this.locked(name, async () => {
       const have = await this.sizeOf(name);
       if (have !== undefined) {
         if (have !== bytes)
-          throw new SandboxdError('conflict', `volume ${name} exists with size ${fmtGb(have)} GB, not ${fmtGb(bytes)} GB`, { name, sizeGb: have / GIB });
+          throw new SandboxdError(
+            'conflict',
+            `volume ${name} exists with size ${fmtGb(have)} GB, not ${fmtGb(bytes)} GB`,
+            { name, sizeGb: have / GIB },
+          );
         return { name, sizeGb: have / GIB };
       }
-      if (await isMountPoint(this.mountPath(name))) throw new SandboxdError('conflict', `volume ${name} is mounted but has no image`);
+      if (await isMountPoint(this.mountPath(name)))
+        throw new SandboxdError('conflict', `volume ${name} is mounted but has no image`);
       await rm(dir, { recursive: true, force: true }); // leftover of an interrupted delete
       const tmp = await mkdtemp(join(this.dir, '.tmp-'));
       try {
@@ -96,7 +115,8 @@ export class VolumeStore {
     for (const name of (await readdir(this.dir)).sort()) {
       if (!VOLUME_NAME_RE.test(name)) continue;
       const bytes = await this.sizeOf(name);
-      if (bytes !== undefined) out.push({ name, sizeGb: bytes / GIB, mountedBy: [...(this.refs.get(name) ?? [])].sort() });
+      if (bytes !== undefined)
+        out.push({ name, sizeGb: bytes / GIB, mountedBy: [...(this.refs.get(name) ?? [])].sort() });
     }
     return out;
   }
@@ -114,12 +134,19 @@ export class VolumeStore {
         const img = join(this.dirOf(name), 'volume.img');
         const loops = await loopsUnder(img);
         if (loops.length > 1)
-          throw new SandboxdError('internal', `volume ${name} is attached to ${loops.length} loop devices (${loops.map((l) => l.device).join(', ')}); refusing to mount it again`);
-        if (loops.length === 1) await run('mount', ['-t', 'ext4', '-o', `nodev,nosuid,${MOUNT_OPTS}`, loops[0].device, mnt]);
+          throw new SandboxdError(
+            'internal',
+            `volume ${name} is attached to ${loops.length} loop devices (${loops.map((l) => l.device).join(', ')}); refusing to mount it again`,
+          );
+        if (loops.length === 1)
+          await run('mount', ['-t', 'ext4', '-o', `nodev,nosuid,${MOUNT_OPTS}`, loops[0].device, mnt]);
         else await loopMount(img, mnt, MOUNT_OPTS);
       }
       let set = this.refs.get(name);
-      if (!set) this.refs.set(name, (set = new Set()));
+      if (!set) {
+        set = new Set();
+        this.refs.set(name, set);
+      }
       set.add(sandboxId);
       return mnt;
     });
@@ -152,9 +179,13 @@ export class VolumeStore {
     await this.locked(name, async () => {
       if ((await this.sizeOf(name)) === undefined) throw new SandboxdError('not_found', `volume ${name} not found`);
       const holders = [...(this.refs.get(name) ?? [])].sort();
-      if (holders.length) throw new SandboxdError('conflict', `volume ${name} is mounted by ${holders.join(', ')}`, { mountedBy: holders });
+      if (holders.length)
+        throw new SandboxdError('conflict', `volume ${name} is mounted by ${holders.join(', ')}`, {
+          mountedBy: holders,
+        });
       await unmount([this.mountPath(name)], { strict: true });
-      if (await isMountPoint(this.mountPath(name))) throw new SandboxdError('conflict', `volume ${name} is mounted more than once`);
+      if (await isMountPoint(this.mountPath(name)))
+        throw new SandboxdError('conflict', `volume ${name} is mounted more than once`);
       // The kernel detaches an autoclear loop device from a work queue after the last
       // unmount (a sandbox's mount namespace may go a moment after its processes): wait a
       // little for that before calling it busy.
@@ -163,7 +194,11 @@ export class VolumeStore {
         await new Promise((r) => setTimeout(r, 50));
         loops = await loopsUnder(join(this.dirOf(name), 'volume.img'));
       }
-      if (loops.length) throw new SandboxdError('conflict', `volume ${name} is still in use by the kernel (${loops.map((l) => l.device).join(', ')})`);
+      if (loops.length)
+        throw new SandboxdError(
+          'conflict',
+          `volume ${name} is still in use by the kernel (${loops.map((l) => l.device).join(', ')})`,
+        );
       await rm(this.dirOf(name), { recursive: true, force: true });
     });
   }
@@ -193,11 +228,13 @@ export class VolumeStore {
       if (this.refs.has(name) || (await isMountPoint(this.mountPath(name)).catch(() => false))) continue;
       await loopDetach([l.device]).catch(() => undefined); // busy: the kernel detaches it when freed
     }
-    for (const e of await readdir(this.dir)) if (e.startsWith('.tmp-')) await rm(join(this.dir, e), { recursive: true, force: true });
+    for (const e of await readdir(this.dir))
+      if (e.startsWith('.tmp-')) await rm(join(this.dir, e), { recursive: true, force: true });
   }
 
   private dirOf(name: string): string {
-    if (typeof name !== 'string' || !VOLUME_NAME_RE.test(name)) throw new SandboxdError('validation', `bad volume name '${name}'`);
+    if (typeof name !== 'string' || !VOLUME_NAME_RE.test(name))
+      throw new SandboxdError('validation', `bad volume name '${name}'`);
     return join(this.dir, name);
   }
 

@@ -5,9 +5,19 @@ import type { AccountRecord, ApiKeyRecord, LedgerRow } from '../store.js';
 /* Row <-> record mapping for the SQLite store. */
 
 export interface SandboxRow {
-  id: string; account_id: string; name: string; image: string; region: string;
-  env_json: string; volumes_json: string; created_at: number; state: string;
-  stop_at: number; reserved_minutes: number; ended_at: number | null; details_json: string | null;
+  id: string;
+  account_id: string;
+  name: string;
+  image: string;
+  region: string;
+  env_json: string;
+  volumes_json: string;
+  created_at: number;
+  state: string;
+  stop_at: number;
+  reserved_minutes: number;
+  ended_at: number | null;
+  details_json: string | null;
   ports_public: number;
 }
 
@@ -30,16 +40,60 @@ export function toSandbox(r: SandboxRow): SandboxRecord {
   };
 }
 
-export function toAccount(r: { id: string; email: string; password_hash: string | null; plan: string; admin: number; created_at: number }): AccountRecord {
-  return { id: r.id, email: r.email, passwordHash: r.password_hash, plan: r.plan, admin: r.admin === 1, createdAt: r.created_at };
+export function toAccount(r: {
+  id: string;
+  email: string;
+  password_hash: string | null;
+  plan: string;
+  admin: number;
+  created_at: number;
+}): AccountRecord {
+  return {
+    id: r.id,
+    email: r.email,
+    passwordHash: r.password_hash,
+    plan: r.plan,
+    admin: r.admin === 1,
+    createdAt: r.created_at,
+  };
 }
 
-export function toApiKey(r: { id: string; account_id: string; name: string; prefix: string; key_hash: string; created_at: number; last_used_at: number | null }): ApiKeyRecord {
-  return { id: r.id, accountId: r.account_id, name: r.name, prefix: r.prefix, keyHash: r.key_hash, createdAt: r.created_at, lastUsedAt: r.last_used_at };
+export function toApiKey(r: {
+  id: string;
+  account_id: string;
+  name: string;
+  prefix: string;
+  key_hash: string;
+  created_at: number;
+  last_used_at: number | null;
+}): ApiKeyRecord {
+  return {
+    id: r.id,
+    accountId: r.account_id,
+    name: r.name,
+    prefix: r.prefix,
+    keyHash: r.key_hash,
+    createdAt: r.created_at,
+    lastUsedAt: r.last_used_at,
+  };
 }
 
-export function toLedger(r: { id: number; account_id: string; delta: number; reason: string; sandbox_id: string | null; created_at: number }): LedgerRow {
-  return { id: r.id, accountId: r.account_id, delta: r.delta, reason: r.reason as LedgerRow['reason'], sandboxId: r.sandbox_id, createdAt: r.created_at };
+export function toLedger(r: {
+  id: number;
+  account_id: string;
+  delta: number;
+  reason: string;
+  sandbox_id: string | null;
+  created_at: number;
+}): LedgerRow {
+  return {
+    id: r.id,
+    accountId: r.account_id,
+    delta: r.delta,
+    reason: r.reason as LedgerRow['reason'],
+    sandboxId: r.sandbox_id,
+    createdAt: r.created_at,
+  };
 }
 
 /** Opaque page cursor over (createdAt|id, id) ordering keys. */
@@ -51,9 +105,12 @@ export function encodeCursor(key: [number, string | number]): string {
 export function decodeCursor(c: string): [number, string | number] {
   try {
     const v = JSON.parse(Buffer.from(c, 'base64url').toString('utf8'));
-    if (Array.isArray(v) && v.length === 2 && Number.isSafeInteger(v[0]) && ['string', 'number'].includes(typeof v[1])) return v as [number, string];
+    if (Array.isArray(v) && v.length === 2 && Number.isSafeInteger(v[0]) && ['string', 'number'].includes(typeof v[1]))
+      return v as [number, string];
   } catch {
     /* fall through */
   }
-  throw new SandboxdError('validation', 'Invalid cursor', [{ in: 'query', path: '/cursor', message: 'is not a cursor returned by this server' }]);
+  throw new SandboxdError('validation', 'Invalid cursor', [
+    { in: 'query', path: '/cursor', message: 'is not a cursor returned by this server' },
+  ]);
 }

@@ -11,38 +11,69 @@ export class SqliteSandboxes {
   constructor(private readonly db: Db) {}
 
   balance(accountId: string): number {
-    return (this.db.prepare('SELECT COALESCE(SUM(delta), 0) AS b FROM ledger WHERE account_id = ?').get(accountId) as { b: number }).b;
+    return (
+      this.db.prepare('SELECT COALESCE(SUM(delta), 0) AS b FROM ledger WHERE account_id = ?').get(accountId) as {
+        b: number;
+      }
+    ).b;
   }
 
   reserve(record: SandboxRecord, r: Reservation & { newName: () => string }): SandboxRecord {
-    return this.db.transaction(() => {
-      const balance = this.balance(record.accountId);
-      if (balance < r.minutes) {
-        throw new SandboxdError('insufficient_tokens', `Insufficient tokens: ${r.minutes} needed, ${balance} available`, { required: r.minutes, balance });
-      }
-      const live = this.countLive(record.accountId);
-      if (live >= r.concurrency) {
-        throw new SandboxdError('concurrency_limit', `Concurrency limit reached: ${r.concurrency} sandboxes running`, { limit: r.concurrency });
-      }
-      const volumes = record.volumes.map((m) => ({ ...m }));
-      for (const m of volumes) {
-        const want = r.volumes.find((v) => v.name === m.name)?.sizeGb ?? null;
-        const existing = this.getVolume(record.accountId, m.name);
-        if (existing && want !== null && existing.sizeGb !== want) {
-          throw new SandboxdError('conflict', `Volume ${m.name} exists with sizeGb ${existing.sizeGb}`, { name: m.name, sizeGb: existing.sizeGb });
+    return this.db
+      .transaction(() => {
+        const balance = this.balance(record.accountId);
+        if (balance < r.minutes) {
+          throw new SandboxdError(
+            'insufficient_tokens',
+            `Insufficient tokens: ${r.minutes} needed, ${balance} available`,
+            { required: r.minutes, balance },
+          );
         }
-        m.sizeGb = existing?.sizeGb ?? want ?? 1;
-        if (!existing) this.createVolume({ accountId: record.accountId, name: m.name, sizeGb: m.sizeGb, createdAt: record.createdAt });
-      }
-      const out = { ...record, volumes, portsPublic: record.portsPublic !== false, reservedMinutes: r.minutes, state: 'creating' as const };
-      this.insertWithUniqueName(out, r.newName);
-      const mount = this.db.prepare('INSERT INTO sandbox_mounts (sandbox_id, account_id, volume_name, mount_path) VALUES (?, ?, ?, ?)');
-      for (const m of volumes) mount.run(out.id, out.accountId, m.name, m.mountPath);
-      this.db
-        .prepare('INSERT INTO ledger (account_id, delta, reason, sandbox_id, created_at) VALUES (?, ?, ?, ?, ?)')
-        .run(out.accountId, -r.minutes, 'sandbox.create', out.id, out.createdAt);
-      return out;
-    }).immediate();
+        const live = this.countLive(record.accountId);
+        if (live >= r.concurrency) {
+          throw new SandboxdError(
+            'concurrency_limit',
+            `Concurrency limit reached: ${r.concurrency} sandboxes running`,
+            { limit: r.concurrency },
+          );
+        }
+        const volumes = record.volumes.map((m) => ({ ...m }));
+        for (const m of volumes) {
+          const want = r.volumes.find((v) => v.name === m.name)?.sizeGb ?? null;
+          const existing = this.getVolume(record.accountId, m.name);
+          if (existing && want !== null && existing.sizeGb !== want) {
+            throw new SandboxdError('conflict', `Volume ${m.name} exists with sizeGb ${existing.sizeGb}`, {
+              name: m.name,
+              sizeGb: existing.sizeGb,
+            });
+          }
+          m.sizeGb = existing?.sizeGb ?? want ?? 1;
+          if (!existing)
+            this.createVolume({
+              accountId: record.accountId,
+              name: m.name,
+              sizeGb: m.sizeGb,
+              createdAt: record.createdAt,
+            });
+        }
+        const out = {
+          ...record,
+          volumes,
+          portsPublic: record.portsPublic !== false,
+          reservedMinutes: r.minutes,
+          state: 'creating' as const,
+        };
+        this.insertWithUniqueName(out, r.newName);
+        const mount = this.db.prepare(
+          'INSERT INTO sandbox_mounts (sandbox_id, account_id, volume_name, mount_path) VALUES (?, ?, ?, ?)',
+        );
+        for (const m of volumes) mount.run(out.id, out.accountId, m.name, m.mountPath);
+        this.db
+          .prepare('INSERT INTO ledger (account_id, delta, reason, sandbox_id, created_at) VALUES (?, ?, ?, ?, ?)')
+          .run(out.accountId, -r.minutes, 'sandbox.create', out.id, out.createdAt);
+        return out;
+      })
+      .immediate();
   }
 
   private insertWithUniqueName(rec: SandboxRecord, newName: () => string): void {
@@ -53,7 +84,13 @@ export class SqliteSandboxes {
     for (let attempt = 0; ; attempt++) {
       try {
         const { portsPublic, ...row } = rec;
-        stmt.run({ ...row, env: JSON.stringify(rec.env), volumes: JSON.stringify(rec.volumes), details: rec.details ? JSON.stringify(rec.details) : null, portsPublicInt: portsPublic === false ? 0 : 1 });
+        stmt.run({
+          ...row,
+          env: JSON.stringify(rec.env),
+          volumes: JSON.stringify(rec.volumes),
+          details: rec.details ? JSON.stringify(rec.details) : null,
+          portsPublicInt: portsPublic === false ? 0 : 1,
+        });
         return;
       } catch (e) {
         const code = (e as { code?: string }).code;
@@ -76,52 +113,78 @@ export class SqliteSandboxes {
       where += ' AND (created_at < ? OR (created_at = ? AND id < ?))';
       args.push(t, t, String(id));
     }
-    const rows = this.db.prepare(`SELECT * FROM sandboxes WHERE ${where} ORDER BY created_at DESC, id DESC LIMIT ?`).all(...args, q.limit + 1) as SandboxRow[];
+    const rows = this.db
+      .prepare(`SELECT * FROM sandboxes WHERE ${where} ORDER BY created_at DESC, id DESC LIMIT ?`)
+      .all(...args, q.limit + 1) as SandboxRow[];
     const items = rows.slice(0, q.limit).map(toSandbox);
     const last = items.at(-1);
     return rows.length > q.limit && last ? { items, nextCursor: encodeCursor([last.createdAt, last.id]) } : { items };
   }
 
   listByState(states: SandboxRecordState[]): SandboxRecord[] {
-    const rows = this.db.prepare(`SELECT * FROM sandboxes WHERE state IN (${states.map(() => '?').join(', ')})`).all(...states) as SandboxRow[];
+    const rows = this.db
+      .prepare(`SELECT * FROM sandboxes WHERE state IN (${states.map(() => '?').join(', ')})`)
+      .all(...states) as SandboxRow[];
     return rows.map(toSandbox);
   }
 
   listExpired(now: number): SandboxRecord[] {
-    return (this.db.prepare("SELECT * FROM sandboxes WHERE state = 'started' AND stop_at <= ? ORDER BY stop_at").all(now) as SandboxRow[]).map(toSandbox);
+    return (
+      this.db
+        .prepare("SELECT * FROM sandboxes WHERE state = 'started' AND stop_at <= ? ORDER BY stop_at")
+        .all(now) as SandboxRow[]
+    ).map(toSandbox);
   }
 
   update(id: string, u: SandboxUpdate): SandboxRecord {
-    return this.db.transaction(() => {
-      const cur = this.get(id);
-      if (!cur) throw new SandboxdError('not_found', 'Sandbox not found');
-      if (u.expectStates && !u.expectStates.includes(cur.state)) {
-        throw new SandboxdError('conflict', `Sandbox is ${cur.state === 'creating' ? 'starting' : cur.state}`, { state: cur.state });
-      }
-      if (u.state && u.state !== cur.state) assertTransition(cur.state, u.state);
-      const delta = u.ledgerDelta ?? 0;
-      if (delta < 0) {
-        const balance = this.balance(cur.accountId);
-        if (balance < -delta) throw new SandboxdError('insufficient_tokens', `Insufficient tokens: ${-delta} needed, ${balance} available`, { required: -delta, balance });
-      }
-      const next: SandboxRecord = {
-        ...cur,
-        state: u.state ?? cur.state,
-        stopAt: u.stopAt ?? cur.stopAt,
-        endedAt: u.endedAt !== undefined ? u.endedAt : cur.endedAt,
-        details: u.details !== undefined ? u.details : cur.details,
-        reservedMinutes: cur.reservedMinutes - delta,
-      };
-      this.db
-        .prepare('UPDATE sandboxes SET state = ?, stop_at = ?, ended_at = ?, details_json = ?, reserved_minutes = ? WHERE id = ?')
-        .run(next.state, next.stopAt, next.endedAt, next.details ? JSON.stringify(next.details) : null, next.reservedMinutes, id);
-      if (delta !== 0) {
+    return this.db
+      .transaction(() => {
+        const cur = this.get(id);
+        if (!cur) throw new SandboxdError('not_found', 'Sandbox not found');
+        if (u.expectStates && !u.expectStates.includes(cur.state)) {
+          throw new SandboxdError('conflict', `Sandbox is ${cur.state === 'creating' ? 'starting' : cur.state}`, {
+            state: cur.state,
+          });
+        }
+        if (u.state && u.state !== cur.state) assertTransition(cur.state, u.state);
+        const delta = u.ledgerDelta ?? 0;
+        if (delta < 0) {
+          const balance = this.balance(cur.accountId);
+          if (balance < -delta)
+            throw new SandboxdError(
+              'insufficient_tokens',
+              `Insufficient tokens: ${-delta} needed, ${balance} available`,
+              { required: -delta, balance },
+            );
+        }
+        const next: SandboxRecord = {
+          ...cur,
+          state: u.state ?? cur.state,
+          stopAt: u.stopAt ?? cur.stopAt,
+          endedAt: u.endedAt !== undefined ? u.endedAt : cur.endedAt,
+          details: u.details !== undefined ? u.details : cur.details,
+          reservedMinutes: cur.reservedMinutes - delta,
+        };
         this.db
-          .prepare('INSERT INTO ledger (account_id, delta, reason, sandbox_id, created_at) VALUES (?, ?, ?, ?, ?)')
-          .run(cur.accountId, delta, u.ledgerReason ?? (delta < 0 ? 'sandbox.extend' : 'sandbox.refund'), id, u.at);
-      }
-      return next;
-    }).immediate();
+          .prepare(
+            'UPDATE sandboxes SET state = ?, stop_at = ?, ended_at = ?, details_json = ?, reserved_minutes = ? WHERE id = ?',
+          )
+          .run(
+            next.state,
+            next.stopAt,
+            next.endedAt,
+            next.details ? JSON.stringify(next.details) : null,
+            next.reservedMinutes,
+            id,
+          );
+        if (delta !== 0) {
+          this.db
+            .prepare('INSERT INTO ledger (account_id, delta, reason, sandbox_id, created_at) VALUES (?, ?, ?, ?, ?)')
+            .run(cur.accountId, delta, u.ledgerReason ?? (delta < 0 ? 'sandbox.extend' : 'sandbox.refund'), id, u.at);
+        }
+        return next;
+      })
+      .immediate();
   }
 
   delete(id: string): void {
@@ -129,23 +192,40 @@ export class SqliteSandboxes {
   }
 
   purgeEnded(cutoff: number): number {
-    return this.db.prepare("DELETE FROM sandboxes WHERE state IN ('stopped', 'error') AND ended_at IS NOT NULL AND ended_at < ?").run(cutoff).changes;
+    return this.db
+      .prepare("DELETE FROM sandboxes WHERE state IN ('stopped', 'error') AND ended_at IS NOT NULL AND ended_at < ?")
+      .run(cutoff).changes;
   }
 
   countByState(): Record<SandboxRecordState, number> {
     const out: Record<SandboxRecordState, number> = { creating: 0, started: 0, stopped: 0, error: 0 };
-    for (const r of this.db.prepare('SELECT state, COUNT(*) AS n FROM sandboxes GROUP BY state').all() as { state: SandboxRecordState; n: number }[]) out[r.state] = r.n;
+    for (const r of this.db.prepare('SELECT state, COUNT(*) AS n FROM sandboxes GROUP BY state').all() as {
+      state: SandboxRecordState;
+      n: number;
+    }[])
+      out[r.state] = r.n;
     return out;
   }
 
   countLive(accountId: string): number {
-    return (this.db.prepare(`SELECT COUNT(*) AS n FROM sandboxes WHERE account_id = ? AND state IN ${LIVE}`).get(accountId) as { n: number }).n;
+    return (
+      this.db
+        .prepare(`SELECT COUNT(*) AS n FROM sandboxes WHERE account_id = ? AND state IN ${LIVE}`)
+        .get(accountId) as { n: number }
+    ).n;
   }
 
   listVolumes(accountId: string): Array<VolumeRecord & { mountedBy: string[] }> {
-    const vols = this.db.prepare('SELECT * FROM volumes WHERE account_id = ? ORDER BY name').all(accountId) as { account_id: string; name: string; size_gb: number; created_at: number }[];
+    const vols = this.db.prepare('SELECT * FROM volumes WHERE account_id = ? ORDER BY name').all(accountId) as {
+      account_id: string;
+      name: string;
+      size_gb: number;
+      created_at: number;
+    }[];
     const mounts = this.db
-      .prepare(`SELECT m.volume_name AS v, m.sandbox_id AS s FROM sandbox_mounts m JOIN sandboxes x ON x.id = m.sandbox_id WHERE m.account_id = ? AND x.state IN ${LIVE}`)
+      .prepare(
+        `SELECT m.volume_name AS v, m.sandbox_id AS s FROM sandbox_mounts m JOIN sandboxes x ON x.id = m.sandbox_id WHERE m.account_id = ? AND x.state IN ${LIVE}`,
+      )
       .all(accountId) as { v: string; s: string }[];
     return vols.map((v) => ({
       accountId: v.account_id,
@@ -157,21 +237,34 @@ export class SqliteSandboxes {
   }
 
   getVolume(accountId: string, name: string): VolumeRecord | null {
-    const v = this.db.prepare('SELECT * FROM volumes WHERE account_id = ? AND name = ?').get(accountId, name) as { size_gb: number; created_at: number } | undefined;
+    const v = this.db.prepare('SELECT * FROM volumes WHERE account_id = ? AND name = ?').get(accountId, name) as
+      | { size_gb: number; created_at: number }
+      | undefined;
     return v ? { accountId, name, sizeGb: v.size_gb, createdAt: v.created_at } : null;
   }
 
   createVolume(v: VolumeRecord): void {
-    this.db.prepare('INSERT OR IGNORE INTO volumes (account_id, name, size_gb, created_at) VALUES (?, ?, ?, ?)').run(v.accountId, v.name, v.sizeGb, v.createdAt);
+    this.db
+      .prepare('INSERT OR IGNORE INTO volumes (account_id, name, size_gb, created_at) VALUES (?, ?, ?, ?)')
+      .run(v.accountId, v.name, v.sizeGb, v.createdAt);
   }
 
   deleteVolume(accountId: string, name: string): boolean {
-    return this.db.transaction(() => {
-      const users = this.db
-        .prepare(`SELECT DISTINCT m.sandbox_id AS s FROM sandbox_mounts m JOIN sandboxes x ON x.id = m.sandbox_id WHERE m.account_id = ? AND m.volume_name = ? AND x.state IN ${LIVE}`)
-        .all(accountId, name) as { s: string }[];
-      if (users.length) throw new SandboxdError('conflict', `Volume ${name} is mounted by ${users.length} running sandbox(es)`, { mountedBy: users.map((u) => u.s) });
-      return this.db.prepare('DELETE FROM volumes WHERE account_id = ? AND name = ?').run(accountId, name).changes > 0;
-    }).immediate();
+    return this.db
+      .transaction(() => {
+        const users = this.db
+          .prepare(
+            `SELECT DISTINCT m.sandbox_id AS s FROM sandbox_mounts m JOIN sandboxes x ON x.id = m.sandbox_id WHERE m.account_id = ? AND m.volume_name = ? AND x.state IN ${LIVE}`,
+          )
+          .all(accountId, name) as { s: string }[];
+        if (users.length)
+          throw new SandboxdError('conflict', `Volume ${name} is mounted by ${users.length} running sandbox(es)`, {
+            mountedBy: users.map((u) => u.s),
+          });
+        return (
+          this.db.prepare('DELETE FROM volumes WHERE account_id = ? AND name = ?').run(accountId, name).changes > 0
+        );
+      })
+      .immediate();
   }
 }

@@ -16,7 +16,10 @@ describe('SqliteStore', () => {
     try {
       const path = join(dir, 'db.sqlite');
       const s1 = new SqliteStore(path);
-      await s1.createAccount({ id: 'acc_b', email: 'b@x', passwordHash: null, plan: 'FREE', admin: false, createdAt: 1 }, { tokens: 5, reason: 'signup' });
+      await s1.createAccount(
+        { id: 'acc_b', email: 'b@x', passwordHash: null, plan: 'FREE', admin: false, createdAt: 1 },
+        { tokens: 5, reason: 'signup' },
+      );
       s1.close();
       const s2 = new SqliteStore(path);
       assert.equal(await s2.balance('acc_b'), 5);
@@ -32,7 +35,9 @@ describe('SqliteStore', () => {
       const sql = 'SELECT COUNT(*) AS n FROM accounts WHERE id = ?';
       assert.equal(db.prepare(sql), db.prepare(sql));
       assert.notEqual(db.prepare(sql), db.prepare(`${sql} `));
-      db.prepare("INSERT INTO accounts (id, email, password_hash, plan, admin, created_at) VALUES ('a', 'a@x', NULL, 'FREE', 0, 0)").run();
+      db.prepare(
+        "INSERT INTO accounts (id, email, password_hash, plan, admin, created_at) VALUES ('a', 'a@x', NULL, 'FREE', 0, 0)",
+      ).run();
       assert.deepEqual([db.prepare(sql).get('a'), db.prepare(sql).get('b')], [{ n: 1 }, { n: 0 }]);
     } finally {
       db.close();

@@ -1,6 +1,17 @@
 import type { LedgerReason } from '../../domain/billing.js';
 import type { SandboxRecord, SandboxRecordState } from '../../domain/sandbox.js';
-import type { AccountRecord, ApiKeyRecord, EventRecord, LedgerRow, Page, PageRequest, Reservation, SandboxUpdate, Store, VolumeRecord } from '../store.js';
+import type {
+  AccountRecord,
+  ApiKeyRecord,
+  EventRecord,
+  LedgerRow,
+  Page,
+  PageRequest,
+  Reservation,
+  SandboxUpdate,
+  Store,
+  VolumeRecord,
+} from '../store.js';
 import { SqliteAccounts } from './accounts.js';
 import { openDatabase, type Db } from './open.js';
 import { decodeCursor, encodeCursor, toLedger } from './rows.js';
@@ -12,27 +23,62 @@ export class SqliteStore implements Store {
   private readonly s: SqliteSandboxes;
 
   /** Opens `path` (`:memory:` for tests) and migrates it. */
-  constructor(path: string, private readonly db: Db = openDatabase(path)) {
+  constructor(
+    path: string,
+    private readonly db: Db = openDatabase(path),
+  ) {
     this.a = new SqliteAccounts(db);
     this.s = new SqliteSandboxes(db);
   }
 
-  async createAccount(a: AccountRecord, grant: { tokens: number; reason: LedgerReason }) { this.a.createAccount(a, grant); }
-  async getAccount(id: string) { return this.a.getAccount(id); }
-  async getAccountByEmail(email: string) { return this.a.getAccountByEmail(email); }
-  async listAccounts() { return this.a.listAccounts(); }
-  async countAccounts() { return this.a.countAccounts(); }
-  async setAccountPlan(id: string, plan: string) { this.a.setAccountPlan(id, plan); }
-  async createSession(s: { tokenHash: string; accountId: string; createdAt: number; expiresAt: number }) { this.a.createSession(s); }
-  async getSession(tokenHash: string, now: number) { return this.a.getSession(tokenHash, now); }
-  async deleteSession(tokenHash: string) { this.a.deleteSession(tokenHash); }
-  async createLoginLink(l: { tokenHash: string; accountId: string; expiresAt: number }) { this.a.createLoginLink(l); }
-  async consumeLoginLink(tokenHash: string, now: number) { return this.a.consumeLoginLink(tokenHash, now); }
-  async createApiKey(k: ApiKeyRecord) { this.a.createApiKey(k); }
-  async listApiKeys(accountId: string) { return this.a.listApiKeys(accountId); }
-  async findApiKeyByHash(keyHash: string) { return this.a.findApiKeyByHash(keyHash); }
-  async touchApiKey(id: string, at: number) { this.a.touchApiKey(id, at); }
-  async deleteApiKey(accountId: string, id: string) { return this.a.deleteApiKey(accountId, id); }
+  async createAccount(a: AccountRecord, grant: { tokens: number; reason: LedgerReason }) {
+    this.a.createAccount(a, grant);
+  }
+  async getAccount(id: string) {
+    return this.a.getAccount(id);
+  }
+  async getAccountByEmail(email: string) {
+    return this.a.getAccountByEmail(email);
+  }
+  async listAccounts() {
+    return this.a.listAccounts();
+  }
+  async countAccounts() {
+    return this.a.countAccounts();
+  }
+  async setAccountPlan(id: string, plan: string) {
+    this.a.setAccountPlan(id, plan);
+  }
+  async createSession(s: { tokenHash: string; accountId: string; createdAt: number; expiresAt: number }) {
+    this.a.createSession(s);
+  }
+  async getSession(tokenHash: string, now: number) {
+    return this.a.getSession(tokenHash, now);
+  }
+  async deleteSession(tokenHash: string) {
+    this.a.deleteSession(tokenHash);
+  }
+  async createLoginLink(l: { tokenHash: string; accountId: string; expiresAt: number }) {
+    this.a.createLoginLink(l);
+  }
+  async consumeLoginLink(tokenHash: string, now: number) {
+    return this.a.consumeLoginLink(tokenHash, now);
+  }
+  async createApiKey(k: ApiKeyRecord) {
+    this.a.createApiKey(k);
+  }
+  async listApiKeys(accountId: string) {
+    return this.a.listApiKeys(accountId);
+  }
+  async findApiKeyByHash(keyHash: string) {
+    return this.a.findApiKeyByHash(keyHash);
+  }
+  async touchApiKey(id: string, at: number) {
+    this.a.touchApiKey(id, at);
+  }
+  async deleteApiKey(accountId: string, id: string) {
+    return this.a.deleteApiKey(accountId, id);
+  }
 
   async addLedger(row: Omit<LedgerRow, 'id'>): Promise<number> {
     const r = this.db
@@ -40,37 +86,78 @@ export class SqliteStore implements Store {
       .run(row.accountId, row.delta, row.reason, row.sandboxId, row.createdAt);
     return Number(r.lastInsertRowid);
   }
-  async balance(accountId: string) { return this.s.balance(accountId); }
+  async balance(accountId: string) {
+    return this.s.balance(accountId);
+  }
   async listLedger(accountId: string, page: PageRequest): Promise<Page<LedgerRow>> {
     const before = page.cursor ? Number(decodeCursor(page.cursor)[0]) : Number.MAX_SAFE_INTEGER;
-    const rows = this.db.prepare('SELECT * FROM ledger WHERE account_id = ? AND id < ? ORDER BY id DESC LIMIT ?').all(accountId, before, page.limit + 1) as Parameters<typeof toLedger>[0][];
+    const rows = this.db
+      .prepare('SELECT * FROM ledger WHERE account_id = ? AND id < ? ORDER BY id DESC LIMIT ?')
+      .all(accountId, before, page.limit + 1) as Parameters<typeof toLedger>[0][];
     const items = rows.slice(0, page.limit).map(toLedger);
     const last = items.at(-1);
     return rows.length > page.limit && last ? { items, nextCursor: encodeCursor([last.id, last.id]) } : { items };
   }
 
-  async reserveSandbox(record: SandboxRecord, r: Reservation) { return this.s.reserve(record, r); }
-  async getSandbox(id: string) { return this.s.get(id); }
-  async listSandboxes(accountId: string, q: PageRequest & { states: SandboxRecordState[] }) { return this.s.list(accountId, q); }
-  async listSandboxesByState(states: SandboxRecordState[]) { return this.s.listByState(states); }
-  async listExpired(now: number) { return this.s.listExpired(now); }
-  async updateSandbox(id: string, u: SandboxUpdate) { return this.s.update(id, u); }
-  async deleteSandbox(id: string) { this.s.delete(id); }
-  async purgeEnded(cutoff: number) { return this.s.purgeEnded(cutoff); }
-  async countByState() { return this.s.countByState(); }
-  async countLive(accountId: string) { return this.s.countLive(accountId); }
+  async reserveSandbox(record: SandboxRecord, r: Reservation) {
+    return this.s.reserve(record, r);
+  }
+  async getSandbox(id: string) {
+    return this.s.get(id);
+  }
+  async listSandboxes(accountId: string, q: PageRequest & { states: SandboxRecordState[] }) {
+    return this.s.list(accountId, q);
+  }
+  async listSandboxesByState(states: SandboxRecordState[]) {
+    return this.s.listByState(states);
+  }
+  async listExpired(now: number) {
+    return this.s.listExpired(now);
+  }
+  async updateSandbox(id: string, u: SandboxUpdate) {
+    return this.s.update(id, u);
+  }
+  async deleteSandbox(id: string) {
+    this.s.delete(id);
+  }
+  async purgeEnded(cutoff: number) {
+    return this.s.purgeEnded(cutoff);
+  }
+  async countByState() {
+    return this.s.countByState();
+  }
+  async countLive(accountId: string) {
+    return this.s.countLive(accountId);
+  }
 
-  async listVolumes(accountId: string) { return this.s.listVolumes(accountId); }
-  async getVolume(accountId: string, name: string) { return this.s.getVolume(accountId, name); }
-  async createVolume(v: VolumeRecord) { this.s.createVolume(v); }
-  async deleteVolume(accountId: string, name: string) { return this.s.deleteVolume(accountId, name); }
+  async listVolumes(accountId: string) {
+    return this.s.listVolumes(accountId);
+  }
+  async getVolume(accountId: string, name: string) {
+    return this.s.getVolume(accountId, name);
+  }
+  async createVolume(v: VolumeRecord) {
+    this.s.createVolume(v);
+  }
+  async deleteVolume(accountId: string, name: string) {
+    return this.s.deleteVolume(accountId, name);
+  }
 
   async addEvent(e: EventRecord) {
-    this.db.prepare('INSERT INTO events (account_id, event, metadata_json, created_at) VALUES (?, ?, ?, ?)').run(e.accountId, e.event, JSON.stringify(e.metadata), e.createdAt);
+    this.db
+      .prepare('INSERT INTO events (account_id, event, metadata_json, created_at) VALUES (?, ?, ?, ?)')
+      .run(e.accountId, e.event, JSON.stringify(e.metadata), e.createdAt);
   }
   async listEvents(accountId: string, limit: number): Promise<EventRecord[]> {
-    const rows = this.db.prepare('SELECT * FROM (SELECT * FROM events WHERE account_id = ? ORDER BY id DESC LIMIT ?) ORDER BY id').all(accountId, limit) as { event: string; metadata_json: string; created_at: number }[];
-    return rows.map((r) => ({ accountId, event: r.event, metadata: JSON.parse(r.metadata_json), createdAt: r.created_at }));
+    const rows = this.db
+      .prepare('SELECT * FROM (SELECT * FROM events WHERE account_id = ? ORDER BY id DESC LIMIT ?) ORDER BY id')
+      .all(accountId, limit) as { event: string; metadata_json: string; created_at: number }[];
+    return rows.map((r) => ({
+      accountId,
+      event: r.event,
+      metadata: JSON.parse(r.metadata_json),
+      createdAt: r.created_at,
+    }));
   }
 
   async getMeta(key: string) {
@@ -78,7 +165,9 @@ export class SqliteStore implements Store {
     return r ? r.value : null;
   }
   async setMeta(key: string, value: string) {
-    this.db.prepare('INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value').run(key, value);
+    this.db
+      .prepare('INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value')
+      .run(key, value);
   }
   close(): void {
     if (this.db.open) this.db.close();

@@ -22,10 +22,24 @@ export const BUSYBOX_CONFIG = {
 };
 
 const DIRS: [string, number][] = [
-  ['bin', 0o755], ['sbin', 0o755], ['usr', 0o755], ['usr/bin', 0o755], ['usr/sbin', 0o755],
-  ['usr/local', 0o755], ['usr/local/bin', 0o755], ['usr/local/sbin', 0o755],
-  ['etc', 0o755], ['root', 0o700], ['home', 0o755], ['tmp', 0o1777], ['var', 0o755],
-  ['var/tmp', 0o1777], ['dev', 0o755], ['proc', 0o555], ['sys', 0o555], ['run', 0o755],
+  ['bin', 0o755],
+  ['sbin', 0o755],
+  ['usr', 0o755],
+  ['usr/bin', 0o755],
+  ['usr/sbin', 0o755],
+  ['usr/local', 0o755],
+  ['usr/local/bin', 0o755],
+  ['usr/local/sbin', 0o755],
+  ['etc', 0o755],
+  ['root', 0o700],
+  ['home', 0o755],
+  ['tmp', 0o1777],
+  ['var', 0o755],
+  ['var/tmp', 0o1777],
+  ['dev', 0o755],
+  ['proc', 0o555],
+  ['sys', 0o555],
+  ['run', 0o755],
 ];
 
 const FILES: [string, string, number][] = [
@@ -73,8 +87,20 @@ export async function buildBusyboxLayout(
   const tar = join(work, 'layer.tar');
   await runTool(
     'tar',
-    ['--create', '--file', tar, '--format=gnu', '--numeric-owner', '--owner=0', '--group=0',
-      '--sort=name', `--mtime=@${epoch}`, '-C', root, '.'],
+    [
+      '--create',
+      '--file',
+      tar,
+      '--format=gnu',
+      '--numeric-owner',
+      '--owner=0',
+      '--group=0',
+      '--sort=name',
+      `--mtime=@${epoch}`,
+      '-C',
+      root,
+      '.',
+    ],
     { timeoutMs: opts.timeoutMs },
   );
   return writeOciImage(layout, {

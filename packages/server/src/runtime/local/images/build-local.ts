@@ -24,11 +24,21 @@ export interface LocalBuildOptions {
  * Builds local image `ref` into OCI layout `layout`, tagged with the ref's tag, using the
  * empty dir `scratch` (the caller removes it). Throws ToolError when a tool fails.
  */
-export async function buildLocalLayout(ref: LocalImageRef, layout: string, scratch: string, opts: LocalBuildOptions): Promise<WrittenImage> {
+export async function buildLocalLayout(
+  ref: LocalImageRef,
+  layout: string,
+  scratch: string,
+  opts: LocalBuildOptions,
+): Promise<WrittenImage> {
   const tag = ref.slice(ref.lastIndexOf(':') + 1);
   if (ref === 'local/debian:bookworm') {
     const onLog = (l: string) => opts.log?.(`build ${ref}: ${l}`);
-    return buildDebianLayout(layout, tag, scratch, { suite: 'bookworm', timeoutMs: opts.timeoutMs, mirrors: opts.debianMirrors, onLog });
+    return buildDebianLayout(layout, tag, scratch, {
+      suite: 'bookworm',
+      timeoutMs: opts.timeoutMs,
+      mirrors: opts.debianMirrors,
+      onLog,
+    });
   }
   return buildBusyboxLayout(layout, tag, scratch, { timeoutMs: opts.timeoutMs });
 }

@@ -11,22 +11,33 @@ import { ensureDefaultImages, ImageStore } from './store.js';
 import { runTool, toolEnv } from './run.js';
 import { tempDir } from './testutil.js';
 
-const SHARED = process.env.SANDBOXD_TEST_IMAGE_DIR ?? resolve(import.meta.dirname, '../../../../../../.sandboxd-test/images');
+const SHARED =
+  process.env.SANDBOXD_TEST_IMAGE_DIR ?? resolve(import.meta.dirname, '../../../../../../.sandboxd-test/images');
 const PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
 
 const mode = async (p: string) => (await lstat(p)).mode & 0o7777;
-const has = (p: string) => lstat(p).then(() => true, () => false);
+const has = (p: string) =>
+  lstat(p).then(
+    () => true,
+    () => false,
+  );
 
 /** Runs a command chrooted into an image rootfs (read-only use: no writes expected). */
 function inRootfs(rootfs: string, cmd: string): Promise<string> {
-  return runTool('/usr/sbin/chroot', [rootfs, '/usr/bin/env', '-i', `PATH=${PATH}`, 'HOME=/root', '/bin/sh', '-c', cmd], { timeoutMs: 30_000 });
+  return runTool(
+    '/usr/sbin/chroot',
+    [rootfs, '/usr/bin/env', '-i', `PATH=${PATH}`, 'HOME=/root', '/bin/sh', '-c', cmd],
+    { timeoutMs: 30_000 },
+  );
 }
 
 test('local images build offline and come out right', { timeout: 30 * 60_000 }, async () => {
   const store = new ImageStore({ dir: SHARED });
   const t0 = Date.now();
   const [bb, deb] = await ensureDefaultImages(store, (m) => console.log(`# ${m}`));
-  console.log(`# ensureDefaultImages: ${((Date.now() - t0) / 1000).toFixed(1)} s (builds this run: ${store.stats.builds})`);
+  console.log(
+    `# ensureDefaultImages: ${((Date.now() - t0) / 1000).toFixed(1)} s (builds this run: ${store.stats.builds})`,
+  );
 
   // busybox
   assert.equal(bb.ref, 'local/busybox:latest');
@@ -50,13 +61,27 @@ test('local images build offline and come out right', { timeout: 30 * 60_000 }, 
   assert.equal(deb.workingDir, '/root');
   assert.equal(deb.user, 'root');
   const d = (p: string) => join(deb.rootfsDir, p);
-  for (const f of ['usr/bin/bash', 'usr/bin/python3', 'usr/bin/curl', 'usr/bin/ps', 'etc/ssl/certs/ca-certificates.crt']) {
+  for (const f of [
+    'usr/bin/bash',
+    'usr/bin/python3',
+    'usr/bin/curl',
+    'usr/bin/ps',
+    'etc/ssl/certs/ca-certificates.crt',
+  ]) {
     assert.ok(await has(d(f)), f);
   }
   assert.ok((await has(d('usr/bin/ip'))) || (await has(d('usr/sbin/ip'))), 'ip');
   assert.equal((await lstat(d('usr/bin/su'))).mode & 0o4000, 0o4000, 'su keeps its setuid bit');
-  assert.deepEqual((await readdir(d('var/lib/apt/lists'))).filter((f) => f !== 'partial' && f !== 'lock'), [], 'apt lists cleaned');
-  assert.deepEqual((await readdir(d('var/cache/apt'))).filter((f) => f.endsWith('.bin')), [], 'apt caches cleaned');
+  assert.deepEqual(
+    (await readdir(d('var/lib/apt/lists'))).filter((f) => f !== 'partial' && f !== 'lock'),
+    [],
+    'apt lists cleaned',
+  );
+  assert.deepEqual(
+    (await readdir(d('var/cache/apt'))).filter((f) => f.endsWith('.bin')),
+    [],
+    'apt caches cleaned',
+  );
   assert.equal(await has(d('usr/share/man/man1')), false, 'no man pages');
   assert.ok(deb.sizeBytes < 300 * 1024 * 1024, `size ${deb.sizeBytes}`);
   for (const img of [bb, deb]) {
@@ -65,19 +90,30 @@ test('local images build offline and come out right', { timeout: 30 * 60_000 }, 
     assert.equal(await etc('resolv.conf'), '', `${img.ref}: no host resolver baked in`);
     assert.match(await etc('hosts'), /^127\.0\.0\.1\tlocalhost$/m);
   }
-  const out = await inRootfs(deb.rootfsDir, 'bash -c \'echo "$BASH_VERSION" | cut -d. -f1\'; python3 -B -c "print(6*7)"; curl --version | head -c 4; echo; id -un');
+  const out = await inRootfs(
+    deb.rootfsDir,
+    'bash -c \'echo "$BASH_VERSION" | cut -d. -f1\'; python3 -B -c "print(6*7)"; curl --version | head -c 4; echo; id -un',
+  );
   assert.equal(out, '5\n42\ncurl\nroot\n');
-  console.log(`# debian: ${(deb.sizeBytes / 1048576).toFixed(1)} MiB unpacked, busybox: ${(bb.sizeBytes / 1048576).toFixed(1)} MiB`);
+  console.log(
+    `# debian: ${(deb.sizeBytes / 1048576).toFixed(1)} MiB unpacked, busybox: ${(bb.sizeBytes / 1048576).toFixed(1)} MiB`,
+  );
 
   // The built OCI layouts are real (skopeo reads them, so they could be pushed).
   const tmp = await tempDir('build');
   try {
     const policy = join(tmp.dir, 'policy.json');
     await writeFile(policy, JSON.stringify({ default: [{ type: 'insecureAcceptAnything' }] }));
-    for (const [img, tag] of [[bb, 'latest'], [deb, 'bookworm']] as const) {
+    for (const [img, tag] of [
+      [bb, 'latest'],
+      [deb, 'bookworm'],
+    ] as const) {
       const layout = await store.builtLayout(img.ref as 'local/busybox:latest');
       assert.ok(layout, `layout of ${img.ref}`);
-      const raw = await runTool('skopeo', ['--policy', policy, 'inspect', '--raw', `oci:${layout}:${tag}`], { timeoutMs: 30_000, env: toolEnv({ TMPDIR: tmp.dir }) });
+      const raw = await runTool('skopeo', ['--policy', policy, 'inspect', '--raw', `oci:${layout}:${tag}`], {
+        timeoutMs: 30_000,
+        env: toolEnv({ TMPDIR: tmp.dir }),
+      });
       assert.equal((JSON.parse(raw) as { config: { digest: string } }).config.digest, img.digest);
     }
   } finally {

@@ -91,7 +91,10 @@ describe('concurrency and crash safety', () => {
         `const s = new ImageStore({ dir: ${JSON.stringify(dir)} });\n` +
         `await s.importArchive(${JSON.stringify(layout)}, 'crash/big:1');\nconsole.log('finished');\n`,
     );
-    const child = spawn(process.execPath, ['--import', 'tsx', script], { cwd: SERVER_DIR, stdio: ['ignore', 'pipe', 'inherit'] });
+    const child = spawn(process.execPath, ['--import', 'tsx', script], {
+      cwd: SERVER_DIR,
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
     let out = '';
     child.stdout.setEncoding('utf8').on('data', (d: string) => (out += d));
     const exited = new Promise<void>((r) => child.once('exit', () => r()));
@@ -107,7 +110,10 @@ describe('concurrency and crash safety', () => {
       assert.equal(out, '', 'child was killed before it finished');
       // umoci got SIGKILL too (parent-death signal), so nothing writes on.
       await waitFor('umoci to die', 5000, async () => (await procsMentioning(rootfs)).length === 0);
-      const written = await stat(join(rootfs, 'data/blob')).then((s) => s.size, () => 0);
+      const written = await stat(join(rootfs, 'data/blob')).then(
+        (s) => s.size,
+        () => 0,
+      );
       console.log(`# killed mid-unpack: ${written} of ${256 * 1024 * 1024} bytes written`);
       assert.ok(written < 256 * 1024 * 1024, 'umoci stopped writing when its parent died');
     } finally {

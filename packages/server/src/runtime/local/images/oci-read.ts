@@ -64,7 +64,15 @@ export interface SelectedImage {
 
 /** The OCI name of this host's CPU architecture (`amd64`, `arm64`, ...). */
 export function hostArch(): string {
-  const map: Record<string, string> = { x64: 'amd64', arm64: 'arm64', arm: 'arm', ia32: '386', ppc64: 'ppc64le', s390x: 's390x', riscv64: 'riscv64' };
+  const map: Record<string, string> = {
+    x64: 'amd64',
+    arm64: 'arm64',
+    arm: 'arm',
+    ia32: '386',
+    ppc64: 'ppc64le',
+    s390x: 's390x',
+    riscv64: 'riscv64',
+  };
   return map[process.arch] ?? process.arch;
 }
 
@@ -111,7 +119,8 @@ export async function selectImage(layout: string, tag?: string): Promise<Selecte
   if (!manifest.config?.digest || !Array.isArray(manifest.layers)) throw new Error('not an image manifest');
   const config = await readBlobJson<OciConfig>(layout, manifest.config.digest);
   const arch = config.architecture ?? hostArch();
-  if (arch !== hostArch()) throw new NoSuchImage(`image is for ${config.os ?? 'linux'}/${arch}, host is linux/${hostArch()}`);
+  if (arch !== hostArch())
+    throw new NoSuchImage(`image is for ${config.os ?? 'linux'}/${arch}, host is linux/${hostArch()}`);
   return {
     tag: picked.annotations?.[MT.refName],
     manifestDigest: desc.digest,

@@ -67,7 +67,10 @@ describe('registry pulls', () => {
     assert.match(await readFile(join(img.rootfsDir, 'etc/passwd'), 'utf8'), /^root:x:0:0:/);
     assert.deepEqual([events[0].phase, events.at(-1)?.phase], ['pulling', 'done']);
     assert.ok(events.some((e) => e.phase === 'unpacking'));
-    assert.ok(events.some((e) => e.phase === 'pulling' && (e.bytes ?? 0) > 500_000), 'bytes reported');
+    assert.ok(
+      events.some((e) => e.phase === 'pulling' && (e.bytes ?? 0) > 500_000),
+      'bytes reported',
+    );
 
     // Cached: no second pull; a second tag of the same image shares the rootfs.
     const again = await store.resolve(`${reg!.host}/sbx/busybox:1`);
@@ -75,7 +78,10 @@ describe('registry pulls', () => {
     const other = await store.resolve(`${reg!.host}/sbx/busybox:2`);
     assert.equal(other.rootfsDir, img.rootfsDir);
     assert.deepEqual(store.stats, { pulls: 2, imports: 0, builds: 0, unpacks: 1 });
-    assert.deepEqual((await store.list()).map((i) => i.ref), [`${reg!.host}/sbx/busybox:1`, `${reg!.host}/sbx/busybox:2`]);
+    assert.deepEqual(
+      (await store.list()).map((i) => i.ref),
+      [`${reg!.host}/sbx/busybox:1`, `${reg!.host}/sbx/busybox:2`],
+    );
 
     // remove: the rootfs stays while another ref names it, goes with the last one.
     await store.remove(`${reg!.host}/sbx/busybox:1`);
@@ -98,7 +104,10 @@ describe('registry pulls', () => {
     const dead = `127.0.0.1:${await freePort()}`;
     const store = new ImageStore({ dir: join(tmp.dir, 's3'), insecureRegistries: [reg!.host, dead] });
     const check = async (ref: string) => {
-      await assert.rejects(store.resolve(ref), (e: unknown) => isNotFound(e) && (e as SandboxdError).details !== undefined);
+      await assert.rejects(
+        store.resolve(ref),
+        (e: unknown) => isNotFound(e) && (e as SandboxdError).details !== undefined,
+      );
       await assert.rejects(store.resolve(ref), (e: unknown) => {
         assert.deepEqual((e as SandboxdError).details, { image: ref });
         return true;
@@ -111,7 +120,10 @@ describe('registry pulls', () => {
     // A plain-http registry not marked insecure is not reachable as https.
     const strict = new ImageStore({ dir: join(tmp.dir, 's4') });
     await assert.rejects(strict.resolve(`${reg!.host}/sbx/busybox:1`), isNotFound);
-    await assert.rejects(store.pull('local/busybox:latest'), (e: unknown) => e instanceof SandboxdError && e.kind === 'validation');
+    await assert.rejects(
+      store.pull('local/busybox:latest'),
+      (e: unknown) => e instanceof SandboxdError && e.kind === 'validation',
+    );
     assert.deepEqual(await store.list(), []);
   });
 
@@ -133,7 +145,11 @@ describe('registry pulls', () => {
       credentials: { [authReg.host]: { username: 'sbx', password: 'wrong' } },
     });
     await assert.rejects(wrong.resolve(ref), isNotFound);
-    const good = new ImageStore({ dir: join(tmp.dir, 's7'), insecureRegistries: [authReg.host], credentials: { [authReg.host]: creds } });
+    const good = new ImageStore({
+      dir: join(tmp.dir, 's7'),
+      insecureRegistries: [authReg.host],
+      credentials: { [authReg.host]: creds },
+    });
     const img = await good.resolve(ref);
     assert.equal(img.digest, bbConfig);
     await authReg.stop();
@@ -154,6 +170,9 @@ async function makeMultiArch(layout: string, amd64Manifest: string): Promise<voi
     { mediaType: MT.manifest, ...armMan, platform: { architecture: 'arm64', os: 'linux' } },
     { mediaType: MT.manifest, digest: amd64Manifest, size: amdSize, platform: { architecture: 'amd64', os: 'linux' } },
   ];
-  const index = await writeBlob(layout, Buffer.from(JSON.stringify({ schemaVersion: 2, mediaType: MT.index, manifests: entries })));
+  const index = await writeBlob(
+    layout,
+    Buffer.from(JSON.stringify({ schemaVersion: 2, mediaType: MT.index, manifests: entries })),
+  );
   await tagManifest(layout, 'multi', { mediaType: MT.index, ...index });
 }

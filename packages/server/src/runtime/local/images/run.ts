@@ -15,11 +15,7 @@ export class ToolError extends Error {
     readonly stderr: string,
     readonly timedOut: boolean,
   ) {
-    super(
-      timedOut
-        ? `${tool} timed out`
-        : `${tool} failed (exit ${exitCode ?? 'signal'}): ${lastLines(stderr, 6)}`,
-    );
+    super(timedOut ? `${tool} timed out` : `${tool} failed (exit ${exitCode ?? 'signal'}): ${lastLines(stderr, 6)}`);
     this.name = 'ToolError';
   }
 }
@@ -47,9 +43,7 @@ const hasSetpriv = existsSync(SETPRIV);
  */
 export function runTool(cmd: string, args: string[], opts: RunOptions): Promise<string> {
   return new Promise((resolve, reject) => {
-    const [file, argv] = hasSetpriv
-      ? [SETPRIV, ['--pdeathsig', 'SIGKILL', '--', cmd, ...args]]
-      : [cmd, args];
+    const [file, argv] = hasSetpriv ? [SETPRIV, ['--pdeathsig', 'SIGKILL', '--', cmd, ...args]] : [cmd, args];
     const child = spawn(file, argv, {
       cwd: opts.cwd,
       env: opts.env ?? toolEnv(),
@@ -92,7 +86,16 @@ export function runTool(cmd: string, args: string[], opts: RunOptions): Promise<
   });
 }
 
-const PASS_THROUGH = ['HOME', 'TMPDIR', 'http_proxy', 'https_proxy', 'no_proxy', 'HTTP_PROXY', 'HTTPS_PROXY', 'NO_PROXY'];
+const PASS_THROUGH = [
+  'HOME',
+  'TMPDIR',
+  'http_proxy',
+  'https_proxy',
+  'no_proxy',
+  'HTTP_PROXY',
+  'HTTPS_PROXY',
+  'NO_PROXY',
+];
 
 /**
  * A minimal, predictable environment for tools: fixed PATH and locale, the host's proxy

@@ -39,12 +39,16 @@ export async function skopeoCopy(src: string, dest: string, opts: CopyOptions): 
   }
   await writeFile(auth, JSON.stringify({ auths }), { mode: 0o600 });
   const args = [
-    '--policy', policy,
-    '--override-os', 'linux',
-    '--override-arch', hostArch(),
+    '--policy',
+    policy,
+    '--override-os',
+    'linux',
+    '--override-arch',
+    hostArch(),
     'copy',
     '--quiet',
-    '--src-authfile', auth,
+    '--src-authfile',
+    auth,
     ...(opts.insecure ? ['--src-tls-verify=false'] : []),
     src,
     dest,

@@ -92,7 +92,12 @@ export async function fromLayoutDir(src: string, want: string | undefined, work:
 /** Names of the members of a tar file (GNU tar reads gzip/zstd/xz transparently). */
 async function tarMembers(file: string): Promise<Set<string>> {
   const out = await runTool('tar', ['-tf', file], { timeoutMs: 120_000 });
-  return new Set(out.split('\n').filter(Boolean).map((n) => n.replace(/^\.\//, '')));
+  return new Set(
+    out
+      .split('\n')
+      .filter(Boolean)
+      .map((n) => n.replace(/^\.\//, '')),
+  );
 }
 
 async function tarRead(file: string, member: string, members: Set<string>): Promise<string> {
@@ -109,7 +114,12 @@ interface DockerArchiveEntry {
  * Prepares image `want` (canonical ref; optional when the archive holds one image) from an
  * OCI archive or `docker save` tar, copying it with skopeo into `work/layout`.
  */
-export async function fromArchive(file: string, want: string | undefined, work: string, timeoutMs: number): Promise<PreparedSource> {
+export async function fromArchive(
+  file: string,
+  want: string | undefined,
+  work: string,
+  timeoutMs: number,
+): Promise<PreparedSource> {
   // skopeo transport strings are `type:path:ref`; a ':' in the path would be misread.
   if (file.includes(':')) throw bad(file, "archive path must not contain ':'");
   let members: Set<string>;
@@ -137,7 +147,8 @@ export async function fromArchive(file: string, want: string | undefined, work: 
     const index = JSON.parse(await tarRead(file, 'index.json', members)) as { manifests: Descriptor[] };
     const named = want ? index.manifests.filter((d) => entryMatches(d, want)) : [];
     const top = named[0] ?? (index.manifests.length === 1 ? index.manifests[0] : undefined);
-    if (!top) throw bad(file, `archive holds ${index.manifests.length} images; none named ${want ?? '(no name given)'}`);
+    if (!top)
+      throw bad(file, `archive holds ${index.manifests.length} images; none named ${want ?? '(no name given)'}`);
     const tag = top.annotations?.[MT.refName];
     if (index.manifests.length > 1 && !tag) throw bad(file, 'archive entry has no ref.name to select it by');
     ownName = canonical(top.annotations?.['io.containerd.image.name']) ?? canonical(tag);

@@ -106,7 +106,8 @@ export class ImageStore {
   /** Pulls `ref` from its registry even if cached (a moved tag is followed). */
   async pull(ref: string, opts: { onProgress?: OnProgress } = {}): Promise<StoredImage> {
     const r = parseRef(ref);
-    if (r.local) throw new SandboxdError('validation', 'local/ images are built on this host, not pulled', { image: ref });
+    if (r.local)
+      throw new SandboxdError('validation', 'local/ images are built on this host, not pulled', { image: ref });
     const rec = await this.once(r.canonical, () => this.doPull(r, ref, opts.onProgress));
     return this.view(rec, ref, r.canonical);
   }
@@ -135,7 +136,10 @@ export class ImageStore {
         throw e;
       }
       const canonical = want?.canonical ?? src.ownName;
-      if (!canonical) throw new SandboxdError('validation', 'Cannot import image: the archive does not name it; pass a ref', { path });
+      if (!canonical)
+        throw new SandboxdError('validation', 'Cannot import image: the archive does not name it; pass a ref', {
+          path,
+        });
       const rec = await this.installer.install(src, work);
       await this.cat.setRef(canonical, rec.digest);
       return this.view(rec, ref ?? canonical, canonical);
@@ -190,7 +194,10 @@ export class ImageStore {
     const gone: string[] = [];
     for (const d of await this.cat.allDigests()) {
       if (keep.has(d) || this.installer.busy(d)) continue;
-      const age = await stat(join(this.cat.imageDir(d), 'image.json')).then((st) => Date.now() - st.mtimeMs, () => Infinity);
+      const age = await stat(join(this.cat.imageDir(d), 'image.json')).then(
+        (st) => Date.now() - st.mtimeMs,
+        () => Infinity,
+      );
       if (age < minAgeMs) continue;
       await this.dropDigest(d);
       gone.push(d);
@@ -242,7 +249,8 @@ export class ImageStore {
         });
       } catch (e) {
         if (e instanceof NoSuchImage || isNotFound(e)) throw notFound(given, e);
-        if (e instanceof ToolError && e.timedOut) throw new SandboxdError('internal', 'Image pull timed out', { image: given });
+        if (e instanceof ToolError && e.timedOut)
+          throw new SandboxdError('internal', 'Image pull timed out', { image: given });
         throw new SandboxdError('internal', `Image pull failed: ${(e as Error).message}`, { image: given });
       }
       onProgress?.({ phase: 'unpacking' });
@@ -262,9 +270,14 @@ export class ImageStore {
       onProgress?.({ phase: 'bootstrapping' });
       try {
         const { debianMirrors, log } = this.opts;
-        await buildLocalLayout(canonical, layout, scratch, { timeoutMs: this.opts.timeouts?.buildMs ?? 30 * MIN, debianMirrors, log });
+        await buildLocalLayout(canonical, layout, scratch, {
+          timeoutMs: this.opts.timeouts?.buildMs ?? 30 * MIN,
+          debianMirrors,
+          log,
+        });
       } catch (e) {
-        if (e instanceof ToolError) throw new SandboxdError('internal', `Building ${canonical} failed: ${e.message}`, { image: canonical });
+        if (e instanceof ToolError)
+          throw new SandboxdError('internal', `Building ${canonical} failed: ${e.message}`, { image: canonical });
         throw e;
       } finally {
         await removeTree(scratch);

@@ -33,9 +33,12 @@ export async function freePort(): Promise<number> {
  * blowfish); null when this host cannot make one.
  */
 export async function htpasswdLine(user: string, password: string): Promise<string | null> {
-  const py = 'import crypt,sys; print(sys.argv[1] + ":" + crypt.crypt(sys.argv[2], crypt.mksalt(crypt.METHOD_BLOWFISH)))';
+  const py =
+    'import crypt,sys; print(sys.argv[1] + ":" + crypt.crypt(sys.argv[2], crypt.mksalt(crypt.METHOD_BLOWFISH)))';
   try {
-    const out = (await runTool('/usr/bin/python3', ['-W', 'ignore', '-c', py, user, password], { timeoutMs: 20_000 })).trim();
+    const out = (
+      await runTool('/usr/bin/python3', ['-W', 'ignore', '-c', py, user, password], { timeoutMs: 20_000 })
+    ).trim();
     return /^[^:]+:\$2[aby]\$/.test(out) ? out : null;
   } catch {
     return null;
@@ -81,7 +84,10 @@ export async function startRegistry(dir: string, opts: { htpasswd?: string } = {
   };
   const deadline = Date.now() + 15_000;
   for (;;) {
-    const status = await fetch(`http://${host}/v2/`).then((r) => r.status, () => 0);
+    const status = await fetch(`http://${host}/v2/`).then(
+      (r) => r.status,
+      () => 0,
+    );
     if (status === 200 || status === 401) break;
     if (child.exitCode !== null || Date.now() > deadline) {
       await stop();
@@ -114,5 +120,7 @@ export async function pushLayout(
 
 /** Runs GNU tar to pack `dir` into `out` with numeric owners, entries sorted. */
 export async function tarDir(dir: string, out: string): Promise<void> {
-  await runTool('tar', ['--create', '--file', out, '--numeric-owner', '--sort=name', '-C', dir, '.'], { timeoutMs: 60_000 });
+  await runTool('tar', ['--create', '--file', out, '--numeric-owner', '--sort=name', '-C', dir, '.'], {
+    timeoutMs: 60_000,
+  });
 }

@@ -39,7 +39,9 @@ export function parseEnv(env: readonly string[] | null | undefined): Record<stri
 }
 
 /** The record fields that come from the image config. */
-export function describeConfig(cfg: OciConfig): Pick<ImageRecord, 'env' | 'workingDir' | 'user' | 'entrypoint' | 'cmd' | 'architecture'> {
+export function describeConfig(
+  cfg: OciConfig,
+): Pick<ImageRecord, 'env' | 'workingDir' | 'user' | 'entrypoint' | 'cmd' | 'architecture'> {
   const c = cfg.config ?? {};
   return {
     env: parseEnv(c.Env),
