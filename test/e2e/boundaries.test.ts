@@ -100,7 +100,7 @@ describe('boundaries', { timeout: 180_000 }, () => {
   it('body over 1 MiB -> 413; exactly under is parsed', async () => {
     const big = await create(undefined, JSON.stringify({ image: IMAGE, env: { X: 'x'.repeat(1_048_577) } }));
     assert.equal(big.status, 413);
-    assert.deepEqual(Object.keys(big.body).sort(), ['code', 'message']);
+    assert.deepEqual(Object.keys(big.body).sort(), ['code', 'kind', 'message']);
     assert.equal(big.body.code, 413);
     // Each NAME=value stays under 128 KiB (MAX_ARG_STRLEN); together just under 1 MiB.
     const env = Object.fromEntries(Array.from({ length: 8 }, (_, i) => [`X${i}`, 'x'.repeat(130_000)]));

@@ -9,6 +9,7 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import './error-kinds.js';
 import { localEnv, teardownLocal } from './local-runtime.js';
 
 export const RUNTIME = process.env.SANDBOXD_E2E_RUNTIME ?? 'fake';

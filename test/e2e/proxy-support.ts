@@ -4,6 +4,7 @@
  * after; a small Python app (HTTP/1.1 echo, byte stream, upload hash, SSE, slow answer and
  * a WebSocket echo) to run inside a `local/debian:bookworm` sandbox; and request helpers.
  */
+import { assertErrorBody } from './error-kinds.js';
 import { execFileSync } from 'node:child_process';
 import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { request, type IncomingHttpHeaders } from 'node:http';
@@ -229,7 +230,19 @@ export function hget(
         let body = '';
         r.setEncoding('utf8');
         r.on('data', (c) => (body += c));
-        r.on('end', () => res({ status: r.statusCode ?? 0, headers: r.headers, body }));
+        r.on('end', () => {
+          const status = r.statusCode ?? 0;
+          const json = /\bapplication\/json\b/i.test(r.headers['content-type'] ?? '');
+          try {
+            // The proxy's own refusals carry a kind like every sandboxd error.
+            if (status >= 400 && json && r.headers['x-sandboxd-proxy'] === 'error' && o.method !== 'HEAD') {
+              assertErrorBody(status, body, `${o.method ?? 'GET'} ${host}${o.path ?? '/'}`);
+            }
+            res({ status, headers: r.headers, body });
+          } catch (e) {
+            rej(e);
+          }
+        });
         r.on('error', rej);
       },
     );

@@ -231,7 +231,7 @@ describe('port proxy e2e (local runtime)', { skip: skip ?? false }, () => {
     for (const url of [gone.url(8000), app.url(8000).replace(app.id, `sbx_${'q'.repeat(20)}`)]) {
       const r = await hget(s.port, host(url));
       assert.equal(r.status, 404, url);
-      assert.deepEqual(Object.keys(JSON.parse(r.body)).sort(), ['code', 'details', 'message']);
+      assert.deepEqual(Object.keys(JSON.parse(r.body)).sort(), ['code', 'details', 'kind', 'message']);
     }
     for (const p of [0, 65536]) assert.equal((await hget(s.port, host(app.url(p)))).status, 400);
     const r502 = await hget(s.port, host(app.url(8001)));

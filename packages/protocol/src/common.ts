@@ -1,4 +1,5 @@
 import { Type, type Static } from 'typebox';
+import { ERROR_KINDS } from './errors.js';
 
 /** Limits of the wire contract that clients may rely on. */
 export const LIMITS = {
@@ -40,7 +41,11 @@ export const DateTime = Type.String({ format: 'date-time' });
 export const ErrorBodySchema = Type.Object(
   {
     code: Type.Integer({ description: 'HTTP status number.' }),
-    message: Type.String(),
+    kind: Type.Enum(ERROR_KINDS, {
+      description:
+        'What went wrong, stable across versions: branch on this, not on `code` (several kinds share a status) or `message`.',
+    }),
+    message: Type.String({ description: 'For people: what was wrong and, where it helps, what to do.' }),
     details: Type.Optional(Type.Unknown({ description: 'Structured detail; for 400, a list of {path, message}.' })),
   },
   { title: 'Error', additionalProperties: false },

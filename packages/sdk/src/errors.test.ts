@@ -3,6 +3,8 @@ import { describe, it } from 'node:test';
 import { ERROR_STATUS, type ErrorKind } from '@sandboxd/protocol';
 import {
   AuthenticationError,
+  BadRequestError,
+  CapacityError,
   ConcurrencyLimitError,
   ConflictError,
   errorFromResponse,
@@ -15,6 +17,7 @@ import {
   ServerError,
   ServiceUnavailableError,
   TemplateNotFoundError,
+  UpstreamError,
   ValidationError,
 } from './errors.js';
 
@@ -22,22 +25,27 @@ describe('errorFromResponse', () => {
   const expected: Record<ErrorKind, new (...a: never[]) => SandboxdApiError> = {
     validation: ValidationError,
     unauthorized: AuthenticationError,
-    insufficient_tokens: InsufficientTokensError,
-    concurrency_limit: ConcurrencyLimitError,
+    tokens: InsufficientTokensError,
+    concurrency: ConcurrencyLimitError,
     not_found: NotFoundError,
     template_not_found: TemplateNotFoundError,
+    request_timeout: BadRequestError,
     conflict: ConflictError,
     payload_too_large: PayloadTooLargeError,
     rate_limited: RateLimitError,
+    headers_too_large: BadRequestError,
     internal: ServerError,
+    upstream: UpstreamError,
     unavailable: ServiceUnavailableError,
+    capacity: CapacityError,
+    upstream_timeout: UpstreamError,
     insufficient_storage: InsufficientStorageError,
   };
 
   for (const [kind, status] of Object.entries(ERROR_STATUS) as [ErrorKind, number][]) {
     it(`${status} (${kind}) becomes ${expected[kind].name}`, () => {
-      const message = kind === 'template_not_found' ? 'Template not found' : `some ${kind}`;
-      const e = errorFromResponse(status, { code: status, message, details: { x: 1 } });
+      const message = `some ${kind}`;
+      const e = errorFromResponse(status, { code: status, kind, message, details: { x: 1 } });
       assert.ok(e instanceof expected[kind], `${e.constructor.name}`);
       assert.ok(e instanceof SandboxdApiError);
       assert.equal(e.status, status);
@@ -49,18 +57,30 @@ describe('errorFromResponse', () => {
     });
   }
 
-  it('404 is a template error when the message or details say so, else plain not found', () => {
-    assert.ok(
-      errorFromResponse(404, { code: 404, message: 'Template not found', details: { image: 'x:1' } }) instanceof
-        TemplateNotFoundError,
-    );
-    assert.ok(
-      errorFromResponse(404, { code: 404, message: 'No such thing', details: { image: 'x:1' } }) instanceof
-        TemplateNotFoundError,
-    );
-    const plain = errorFromResponse(404, { code: 404, message: 'Sandbox not found' });
+  it('the kind decides, never the message: of two 404s only kind template_not_found is a template error', () => {
+    const template = errorFromResponse(404, { code: 404, kind: 'template_not_found', message: 'No such image' });
+    assert.ok(template instanceof TemplateNotFoundError);
+    const plain = errorFromResponse(404, {
+      code: 404,
+      kind: 'not_found',
+      message: 'Template not found',
+      details: { image: 'x:1' },
+    });
     assert.ok(plain instanceof NotFoundError && !(plain instanceof TemplateNotFoundError));
-    assert.ok(errorFromResponse(404, { code: 404, message: 'Template not found' }) instanceof NotFoundError);
+    assert.equal(plain.kind, 'not_found');
+    // Two kinds share 503: the kind tells a full host from a server shutting down.
+    assert.ok(errorFromResponse(503, { code: 503, kind: 'capacity', message: 'x' }) instanceof CapacityError);
+    const down = errorFromResponse(503, { code: 503, kind: 'unavailable', message: 'x' });
+    assert.ok(down instanceof ServiceUnavailableError && !(down instanceof CapacityError));
+  });
+
+  it('an answer without a kind (not from sandboxd, or a kind newer than this SDK) falls back to its status', () => {
+    const bare = errorFromResponse(404, { code: 404, message: 'Template not found' });
+    assert.ok(bare instanceof NotFoundError && !(bare instanceof TemplateNotFoundError));
+    assert.equal(bare.kind, 'not_found');
+    const newer = errorFromResponse(409, { code: 409, kind: 'some_future_kind', message: 'x' });
+    assert.ok(newer instanceof ConflictError);
+    assert.equal(newer.kind, 'conflict');
   });
 
   it('validation details become problems', () => {

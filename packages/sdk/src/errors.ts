@@ -2,7 +2,7 @@
  * Typed errors rebuilt from the server's error body `{code, message, details?}` and the
  * protocol's error-kind table, so a kind without a class fails to compile.
  */
-import { ERROR_STATUS } from '@sandboxd/protocol/errors';
+import { ERROR_KINDS, ERROR_STATUS, isErrorKind } from '@sandboxd/protocol/errors';
 import type { ErrorKind } from './types.js';
 
 /** What an error is about: a server error kind, or a failure to get any answer. */
@@ -62,12 +62,18 @@ export class ConflictError extends SandboxdApiError {}
 export class PayloadTooLargeError extends SandboxdApiError {}
 /** 429: rate limited; `retryAfterMs` when the server said. */
 export class RateLimitError extends SandboxdApiError {}
+/** 408 or 431: the request took too long to arrive, or its headers were too large. */
+export class BadRequestError extends SandboxdApiError {}
 /** 5xx: the server failed; the message leaks no internals. */
 export class ServerError extends SandboxdApiError {}
 /** 503: the server is starting or shutting down. */
 export class ServiceUnavailableError extends ServerError {}
+/** 503: the host has no room for more sandboxes now; `retryAfterMs` says when to try again. */
+export class CapacityError extends ServiceUnavailableError {}
 /** 507: the server is out of storage; it refuses work that needs disk space until space is freed. */
 export class InsufficientStorageError extends ServerError {}
+/** 502 or 504 from the port proxy: the sandbox's port gave no valid answer, or none in time. */
+export class UpstreamError extends ServerError {}
 /** No answer: the server could not be reached or the connection broke. */
 export class ConnectionError extends SandboxdApiError {}
 /** No answer within the request timeout. */
@@ -78,26 +84,31 @@ type ErrorClass = new (message: string, o: ConstructorParameters<typeof Sandboxd
 const CLASS_BY_KIND: Record<ErrorKind, ErrorClass> = {
   validation: ValidationError,
   unauthorized: AuthenticationError,
-  insufficient_tokens: InsufficientTokensError,
-  concurrency_limit: ConcurrencyLimitError,
+  tokens: InsufficientTokensError,
+  concurrency: ConcurrencyLimitError,
   not_found: NotFoundError,
   template_not_found: TemplateNotFoundError,
+  request_timeout: BadRequestError,
   conflict: ConflictError,
   payload_too_large: PayloadTooLargeError,
   rate_limited: RateLimitError,
+  headers_too_large: BadRequestError,
   internal: ServerError,
+  upstream: UpstreamError,
   unavailable: ServiceUnavailableError,
+  capacity: CapacityError,
+  upstream_timeout: UpstreamError,
   insufficient_storage: InsufficientStorageError,
 };
 
-function kindOf(status: number, message: string, details: unknown): ErrorKind | undefined {
-  const kinds = (Object.keys(ERROR_STATUS) as ErrorKind[]).filter((k) => ERROR_STATUS[k] === status);
-  if (kinds.includes('template_not_found')) {
-    const d = details as { image?: unknown } | null | undefined;
-    const isTemplate = /template/i.test(message) || (typeof d === 'object' && d !== null && 'image' in d);
-    return isTemplate ? 'template_not_found' : 'not_found';
-  }
-  return kinds[0];
+/**
+ * The kind of an error answer: the body's `kind` when it names one this SDK knows; otherwise
+ * (an answer that is not a sandboxd error body, e.g. from a proxy in front, or a kind newer
+ * than this SDK) the first kind of the status, so a 404 is a NotFoundError and a 5xx a ServerError.
+ */
+function kindOf(status: number, kind: unknown): ErrorKind | undefined {
+  if (isErrorKind(kind)) return kind;
+  return ERROR_KINDS.find((k) => ERROR_STATUS[k] === status);
 }
 
 /**
@@ -112,6 +123,7 @@ export function errorFromResponse(
 ): SandboxdApiError {
   const b = (typeof body === 'object' && body !== null ? body : {}) as {
     code?: unknown;
+    kind?: unknown;
     message?: unknown;
     details?: unknown;
   };
@@ -120,7 +132,7 @@ export function errorFromResponse(
       ? b.message
       : `HTTP ${status}${opts.statusText ? ` ${opts.statusText}` : ''}`;
   const code = typeof b.code === 'number' ? b.code : status;
-  const kind = kindOf(status, message, b.details);
+  const kind = kindOf(status, b.kind);
   const Cls = kind ? CLASS_BY_KIND[kind] : status >= 500 ? ServerError : SandboxdApiError;
   const err = new Cls(message, {
     status,

@@ -2,7 +2,7 @@ import { createReadStream, statSync } from 'node:fs';
 import { basename } from 'node:path';
 import { Readable } from 'node:stream';
 import { Command } from 'commander';
-import { NotFoundError, TemplateNotFoundError, type BuildableImage, type ImageInfo } from '@sandboxd/sdk';
+import { NotFoundError, type BuildableImage, type ImageInfo } from '@sandboxd/sdk';
 import { withExamples, type Context } from '../context.js';
 import { ProgressLine } from '../progress.js';
 import { CliError, formatBytes, printJson, table } from '../ui.js';
@@ -30,13 +30,17 @@ async function withProgress(
   if (json) printJson(img);
 }
 
-/** Wraps an action so that the 404 non-admins get reads as what it means. */
+/**
+ * Wraps an action so that the 404 non-admins get reads as what it means: the image routes
+ * answer `not_found` only when they are not there for this account (an unknown image is
+ * `template_not_found`).
+ */
 function adminOnly<A extends unknown[]>(fn: (...a: A) => Promise<void>): (...a: A) => Promise<void> {
   return async (...a) => {
     try {
       await fn(...a);
     } catch (e) {
-      if (e instanceof NotFoundError && !(e instanceof TemplateNotFoundError) && /route/i.test(e.message)) {
+      if (e instanceof NotFoundError && e.kind === 'not_found') {
         throw new CliError('the images commands need the API key of an admin account');
       }
       throw e;

@@ -46,7 +46,7 @@ describe('out of storage', () => {
     ]) {
       const r = toHttpError(e);
       assert.equal(r.status, 507);
-      assert.deepEqual(r.body, { code: 507, message: OUT_OF_STORAGE_MESSAGE });
+      assert.deepEqual(r.body, { code: 507, kind: 'insufficient_storage', message: OUT_OF_STORAGE_MESSAGE });
       assert.equal(r.internal, false);
     }
     assert.equal(

@@ -5,12 +5,12 @@ import { formatProblems, toHttpError } from './errors.js';
 
 describe('toHttpError', () => {
   it('maps SandboxdError kinds to their statuses', () => {
-    assert.deepEqual(toHttpError(new SandboxdError('insufficient_tokens', 'x')).body, { code: 402, message: 'x' });
-    assert.equal(toHttpError(new SandboxdError('concurrency_limit', 'x')).status, 403);
+    assert.deepEqual(toHttpError(new SandboxdError('tokens', 'x')).body, { code: 402, kind: 'tokens', message: 'x' });
+    assert.equal(toHttpError(new SandboxdError('concurrency', 'x')).status, 403);
   });
   it('never leaks internals of unknown errors', () => {
     const r = toHttpError(new Error('ENOENT /var/lib/secret'));
-    assert.deepEqual(r.body, { code: 500, message: 'Internal server error' });
+    assert.deepEqual(r.body, { code: 500, kind: 'internal', message: 'Internal server error' });
     assert.equal(r.internal, true);
   });
   it('maps fastify body errors', () => {

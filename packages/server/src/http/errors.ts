@@ -1,5 +1,7 @@
 import {
+  ERROR_KINDS,
   ERROR_STATUS,
+  errorBody,
   SandboxdError,
   type ErrorBody,
   type ErrorKind,
@@ -50,15 +52,15 @@ export function toHttpError(err: unknown): { status: number; body: ErrorBody; in
   const status = typeof fe.statusCode === 'number' ? fe.statusCode : 500;
   if (status >= 400 && status < 500) {
     if (err instanceof SyntaxError) return http('validation', 'Malformed JSON body');
-    const kind = (Object.keys(ERROR_STATUS) as ErrorKind[]).find((k) => ERROR_STATUS[k] === status);
+    const kind = ERROR_KINDS.find((k) => ERROR_STATUS[k] === status);
     return http(kind ?? 'validation', safeMessage(fe.message));
   }
   if (status === 503) return http('unavailable', 'Server is shutting down');
-  return { status: 500, body: { code: 500, message: 'Internal server error' }, internal: true };
+  return { status: 500, body: errorBody('internal', 'Internal server error'), internal: true };
 }
 
 function http(kind: ErrorKind, message: string, details?: unknown) {
-  return { status: ERROR_STATUS[kind], body: new SandboxdError(kind, message, details).toBody(), internal: false };
+  return { status: ERROR_STATUS[kind], body: errorBody(kind, message, details), internal: false };
 }
 
 /** Fastify's own 4xx messages are fixed texts; still cap them. */

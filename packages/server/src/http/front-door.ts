@@ -1,5 +1,6 @@
 import { createServer, STATUS_CODES, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
+import { errorBody, type ErrorBody } from '@sandboxd/protocol';
 
 /** Idle keep-alive connections are closed after this (fastify's default, above common proxies' 60 s). */
 export const KEEP_ALIVE_TIMEOUT_MS = 72_000;
@@ -43,26 +44,28 @@ export class FrontDoor {
       socket.on('error', () => socket.destroy());
       const claim = this.upgrades.find((c) => c.match(req));
       if (claim) claim.handle(req, socket, head);
-      else rejectUpgrade(socket, 404, `No WebSocket endpoint at ${req.url?.split('?')[0] ?? '/'}`);
+      else rejectUpgrade(socket, errorBody('not_found', `No WebSocket endpoint at ${req.url?.split('?')[0] ?? '/'}`));
     });
     return server;
   };
 }
 
-/** Answers an upgrade request with a plain HTTP error carrying the `{code, message}` body. */
-export function rejectUpgrade(
-  socket: Duplex,
-  status: number,
-  message: string,
-  details?: unknown,
-  headers: Record<string, string> = {},
-): void {
-  const body = JSON.stringify(details === undefined ? { code: status, message } : { code: status, message, details });
+/**
+ * A whole HTTP/1.1 error response (`Connection: close`) carrying `body`, for sockets that
+ * no HTTP machinery answers: refused upgrades and requests node's parser could not read.
+ */
+export function rawErrorResponse(body: ErrorBody, headers: Record<string, string> = {}): string {
+  const json = JSON.stringify(body);
   const extra = Object.entries(headers)
     .map(([k, v]) => `${k}: ${v}\r\n`)
     .join('');
-  socket.end(
-    `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? 'Error'}\r\nContent-Type: application/json\r\n${extra}` +
-      `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+  return (
+    `HTTP/1.1 ${body.code} ${STATUS_CODES[body.code] ?? 'Error'}\r\nContent-Type: application/json\r\n${extra}` +
+    `Content-Length: ${Buffer.byteLength(json)}\r\nConnection: close\r\n\r\n${json}`
   );
+}
+
+/** Answers an upgrade request with a plain HTTP error carrying the `{code, kind, message}` body. */
+export function rejectUpgrade(socket: Duplex, body: ErrorBody, headers: Record<string, string> = {}): void {
+  socket.end(rawErrorResponse(body, headers));
 }

@@ -208,7 +208,7 @@ describe('rate limits in the HTTP API (inject, moved clock)', () => {
     assert.equal(r.statusCode, 429);
     assert.equal(r.headers['retry-after'], '1');
     const body = r.json();
-    assert.deepEqual(Object.keys(body).sort(), ['code', 'details', 'message']);
+    assert.deepEqual(Object.keys(body).sort(), ['code', 'details', 'kind', 'message']);
     assert.equal(body.code, 429);
     assert.deepEqual(body.details, { limit: 'account', retryAfterMs: 1000 });
     assert.match(body.message, /Too many requests for this account.*retry in 1 s/);

@@ -42,7 +42,7 @@ describe('HTTP API (inject, fake driver)', () => {
     assert.equal(del.body, '');
     const gone = await t.req({ method: 'GET', url: `/api/v1/sandboxes/${sb.id}` });
     assert.equal(gone.statusCode, 404);
-    assert.deepEqual(gone.json(), { code: 404, message: 'Sandbox not found' });
+    assert.deepEqual(gone.json(), { code: 404, kind: 'not_found', message: 'Sandbox not found' });
   });
 
   it('401 without or with bad credentials; X-API-Key works', async () => {
@@ -223,7 +223,7 @@ describe('HTTP API (inject, fake driver)', () => {
       payload: '{"image":',
       headers: { 'content-type': 'application/json' },
     });
-    assert.deepEqual(m.json(), { code: 400, message: 'Malformed JSON body' });
+    assert.deepEqual(m.json(), { code: 400, kind: 'validation', message: 'Malformed JSON body' });
     const big = await t.req({
       method: 'POST',
       url: '/api/v1/sandboxes',
@@ -233,7 +233,7 @@ describe('HTTP API (inject, fake driver)', () => {
     assert.equal(big.statusCode, 413);
     assert.equal(big.json().code, 413);
     const nf = await t.req({ method: 'GET', url: '/api/v1/nothing' });
-    assert.deepEqual(nf.json(), { code: 404, message: 'Route GET /api/v1/nothing not found' });
+    assert.deepEqual(nf.json(), { code: 404, kind: 'not_found', message: 'Route GET /api/v1/nothing not found' });
     assert.equal((await t.req({ method: 'GET', url: '/api/v1/sandboxes?bogus=1' })).statusCode, 400);
     assert.equal((await t.req({ method: 'GET', url: '/api/v1/sandboxes?limit=0' })).statusCode, 400);
     assert.equal((await t.req({ method: 'GET', url: '/api/v1/sandboxes?limit=1001' })).statusCode, 400);

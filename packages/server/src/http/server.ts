@@ -1,5 +1,5 @@
-import { STATUS_CODES, type IncomingMessage } from 'node:http';
-import { LIMITS } from '@sandboxd/protocol';
+import type { IncomingMessage } from 'node:http';
+import { errorBody, LIMITS } from '@sandboxd/protocol';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from 'fastify';
 import type { Logger } from 'pino';
 import { AccessLog } from './access-log.js';
@@ -16,7 +16,7 @@ import { sandboxRoutes } from './routes/sandboxes.js';
 import { systemRoutes } from './routes/system.js';
 import { validatorCompiler } from './validation.js';
 import { retryAfterSeconds } from './rate-limit.js';
-import type { FrontDoor } from './front-door.js';
+import { rawErrorResponse, type FrontDoor } from './front-door.js';
 
 /** API version in the OpenAPI document. */
 export const API_VERSION = '1.0.0';
@@ -39,27 +39,27 @@ export function createHttpServer(
     routerOptions: { ignoreTrailingSlash: true, maxParamLength: 200 },
     // Router-level failures (bad URL encoding, over-long path parameters) use the same body.
     frameworkErrors: (err, _req, reply) => {
-      const status = err.code === 'FST_ERR_MAX_PARAM_LENGTH' ? 404 : 400;
-      deps.metrics.errors.inc({ code: String(status) });
-      const message = status === 404 ? 'Not found' : 'Malformed URL';
-      (reply as FastifyReply).code(status).type('application/json').send({ code: status, message });
+      const body =
+        err.code === 'FST_ERR_MAX_PARAM_LENGTH'
+          ? errorBody('not_found', 'Not found')
+          : errorBody('validation', 'Malformed URL');
+      deps.metrics.errors.inc({ code: String(body.code) });
+      (reply as FastifyReply).code(body.code).type('application/json').send(body);
     },
     // Requests node's parser refuses (headers over 16 KiB, malformed HTTP) get the same body too.
     clientErrorHandler: (err: NodeJS.ErrnoException, socket) => {
       if (err.code === 'ECONNRESET' || socket.destroyed) return;
-      const [status, message] =
+      const body =
         err.code === 'HPE_HEADER_OVERFLOW'
-          ? [431, 'Request line and headers are larger than 16 KiB (URL, cookies and other headers together)']
+          ? errorBody(
+              'headers_too_large',
+              'Request line and headers are larger than 16 KiB (URL, cookies and other headers together)',
+            )
           : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
-            ? [408, 'Request not received in time']
-            : [400, 'Malformed HTTP request'];
-      deps.metrics.errors.inc({ code: String(status) });
-      const body = JSON.stringify({ code: status, message });
-      if (socket.writable) {
-        socket.write(
-          `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
-        );
-      }
+            ? errorBody('request_timeout', 'Request not received in time')
+            : errorBody('validation', 'Malformed HTTP request');
+      deps.metrics.errors.inc({ code: String(body.code) });
+      if (socket.writable) socket.write(rawErrorResponse(body));
       socket.destroy();
     },
   });
@@ -80,7 +80,7 @@ export function createHttpServer(
     reply
       .code(404)
       .type('application/json')
-      .send({ code: 404, message: `Route ${req.method} ${req.url.split('?')[0]} not found` });
+      .send(errorBody('not_found', `Route ${req.method} ${req.url.split('?')[0]} not found`));
   });
 
   const routes = collectRoutes(app);

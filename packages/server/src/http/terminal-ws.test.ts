@@ -159,7 +159,10 @@ describe('terminal routes and WebSocket (real ws clients, fake driver)', () => {
     const url = terminalUrl(base, sb, terminal.id);
     assert.equal((await refusedUpgrade(url)).status, 401);
     const bad = await refusedUpgrade(url, { authorization: 'Bearer sk_nope' });
-    assert.deepEqual(bad, { status: 401, body: { code: 401, message: (bad.body as { message: string }).message } });
+    assert.deepEqual(bad, {
+      status: 401,
+      body: { code: 401, kind: 'unauthorized', message: (bad.body as { message: string }).message },
+    });
     assert.equal((await refusedUpgrade(terminalUrl(base, sb, 'term_aaaaaaaaaaaaaaaa'), auth())).status, 404);
     assert.equal(
       (await refusedUpgrade(terminalUrl(base, 'sbx_aaaaaaaaaaaaaaaaaaaa', terminal.id), auth())).status,

@@ -1,4 +1,4 @@
-import { SandboxdError, type ServerControlMessage } from '@sandboxd/protocol';
+import { errorBody, SandboxdError, type ServerControlMessage } from '@sandboxd/protocol';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
@@ -66,7 +66,7 @@ export class TerminalGateway {
   readonly handleUpgrade = (req: IncomingMessage, socket: Duplex, head: Buffer): void => {
     this.accept(req, socket, head).catch((err) => {
       this.d.log.error({ err }, 'terminal upgrade failed');
-      if (!socket.destroyed) rejectUpgrade(socket, 500, 'Internal server error');
+      if (!socket.destroyed) rejectUpgrade(socket, errorBody('internal', 'Internal server error'));
     });
   };
 
@@ -95,8 +95,7 @@ export class TerminalGateway {
       const { status, body } = toHttpError(e);
       this.d.metrics?.errors.inc({ code: String(status) });
       const retryAfter = retryAfterSeconds(body);
-      if (!socket.destroyed)
-        rejectUpgrade(socket, status, body.message, body.details, retryAfter ? { 'Retry-After': retryAfter } : {});
+      if (!socket.destroyed) rejectUpgrade(socket, body, retryAfter ? { 'Retry-After': retryAfter } : {});
       return;
     }
     if (socket.destroyed) return;

@@ -51,7 +51,7 @@ export class PortAccess {
       const owner = await this.opts.accountOfKey(key.trim());
       if (owner !== a.accountId)
         throw new ProxyError(
-          401,
+          'unauthorized',
           `The key in X-Sandboxd-Key does not open port ${a.port} of sandbox ${a.sandboxId}`,
           where,
         );
@@ -64,7 +64,7 @@ export class PortAccess {
     if (tokenPair !== undefined) {
       const fromQuery = decodeURIComponentSafe(tokenPair.slice(LINK_PARAM.length + 1));
       if (!this.valid(fromQuery, a))
-        throw new ProxyError(401, 'This link is invalid or has expired; ask for a new one', where);
+        throw new ProxyError('unauthorized', 'This link is invalid or has expired; ask for a new one', where);
       // Other parameters are kept byte for byte.
       const rest = pairs.filter((p) => !isToken(p)).join('&');
       const path = `${url.slice(0, q)}${rest ? `?${rest}` : ''}`;
@@ -74,7 +74,7 @@ export class PortAccess {
     }
     if (readCookies(a.req, LINK_COOKIE).some((t) => this.valid(t, a))) return { kind: 'forward', path: url };
     throw new ProxyError(
-      401,
+      'unauthorized',
       `Port ${a.port} of sandbox ${a.sandboxId} is private: send the owner's API key in X-Sandboxd-Key, ` +
         `or open a link from POST /api/v1/sandboxes/${a.sandboxId}/ports/${a.port}/link`,
       where,

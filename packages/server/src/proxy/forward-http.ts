@@ -97,7 +97,7 @@ export function forwardHttp(req: IncomingMessage, res: ServerResponse, f: HttpFo
       if (phase === 'waiting')
         refuse(
           new ProxyError(
-            502,
+            'upstream',
             `Sandbox ${where.sandboxId} sent an invalid HTTP answer on port ${where.port}: ${e.message}`,
             { ...where, reason: 'invalid_response' },
           ),

@@ -52,22 +52,24 @@ export class PublicHosts {
    * label whose id cannot be a sandbox id.
    */
   parse(req: IncomingMessage): PortAddress {
-    if (countHostHeaders(req) !== 1) throw new ProxyError(400, 'The request must carry exactly one Host header');
+    if (countHostHeaders(req) !== 1)
+      throw new ProxyError('validation', 'The request must carry exactly one Host header');
     const m = HOST_HEADER.exec((req.headers.host ?? '').toLowerCase());
-    if (!m) throw new ProxyError(400, 'Malformed Host header');
-    if (m[2] !== undefined && !validPort(m[2])) throw new ProxyError(400, 'Malformed Host header: bad port');
+    if (!m) throw new ProxyError('validation', 'Malformed Host header');
+    if (m[2] !== undefined && !validPort(m[2])) throw new ProxyError('validation', 'Malformed Host header: bad port');
     let name = m[1];
     if (name.endsWith('.')) name = name.slice(0, -1);
-    if (!name.endsWith(this.suffix)) throw new ProxyError(400, 'Malformed Host header');
+    if (!name.endsWith(this.suffix)) throw new ProxyError('validation', 'Malformed Host header');
     const label = name.slice(0, -this.suffix.length);
     const l = LABEL.exec(label);
-    if (!l) throw new ProxyError(400, `Host must be <port>-<sandboxId>${this.suffix}`, { host: req.headers.host });
+    if (!l)
+      throw new ProxyError('validation', `Host must be <port>-<sandboxId>${this.suffix}`, { host: req.headers.host });
     if (!validPort(l[1]))
-      throw new ProxyError(400, `Port ${l[1]} is out of range: ports are 1-65535 without leading zeros`, {
+      throw new ProxyError('validation', `Port ${l[1]} is out of range: ports are 1-65535 without leading zeros`, {
         port: l[1],
       });
     const sandboxId = l[2];
-    if (!SANDBOX_ID.test(sandboxId)) throw new ProxyError(404, `No sandbox ${sandboxId}`, { sandboxId });
+    if (!SANDBOX_ID.test(sandboxId)) throw new ProxyError('not_found', `No sandbox ${sandboxId}`, { sandboxId });
     return { sandboxId, port: Number(l[1]) };
   }
 }

@@ -128,7 +128,7 @@ describe('port proxy: HTTP (127.0.0.1 stands in for the sandbox)', () => {
     for (const p of [0, 65536, 99999, 1234567]) {
       const r = await get(f.port, f.host(IDS.pub, p));
       assert.equal(r.status, 400, String(p));
-      assert.deepEqual(Object.keys(JSON.parse(r.body)).sort(), ['code', 'details', 'message']);
+      assert.deepEqual(Object.keys(JSON.parse(r.body)).sort(), ['code', 'details', 'kind', 'message']);
     }
     const refused = await get(f.port, f.host(IDS.pub, f.closedPort));
     assert.equal(refused.status, 502);

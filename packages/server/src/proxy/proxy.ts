@@ -100,7 +100,7 @@ export class PortProxy {
       portsPublic: target.portsPublic,
       upgrade: true,
     });
-    if (d.kind !== 'forward') throw new ProxyError(400, 'Unexpected redirect of an upgrade');
+    if (d.kind !== 'forward') throw new ProxyError('validation', 'Unexpected redirect of an upgrade');
     if (socket.destroyed) return;
     forwardUpgrade(req, socket, head, {
       target,
@@ -116,7 +116,10 @@ export class PortProxy {
   private async prepare(req: IncomingMessage): Promise<{ addr: PortAddress; target: ProxyTarget }> {
     const addr = this.hosts.parse(req);
     if (!req.url?.startsWith('/'))
-      throw new ProxyError(400, 'The request target must be a path (absolute-form and authority-form are refused)');
+      throw new ProxyError(
+        'validation',
+        'The request target must be a path (absolute-form and authority-form are refused)',
+      );
     return { addr, target: await this.o.targets.resolve(addr.sandboxId) };
   }
 
@@ -126,7 +129,7 @@ export class PortProxy {
       return e;
     }
     this.o.log.error({ err: e, host: req.headers.host }, 'port proxy failed');
-    return new ProxyError(500, 'Internal error of the port proxy');
+    return new ProxyError('internal', 'Internal error of the port proxy');
   }
 
   private logRefusal(e: ProxyError, req: IncomingMessage): void {

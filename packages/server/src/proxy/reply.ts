@@ -1,26 +1,13 @@
 import { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
+import { SandboxdError } from '@sandboxd/protocol';
 
 /**
- * A refusal of the port proxy with its HTTP status. The proxy answers with statuses the
- * API's error kinds do not have (502, 504), so it carries the number itself.
+ * A refusal of the port proxy: an error of the API's kinds (`upstream` 502 and
+ * `upstream_timeout` 504 are the proxy's own), told apart from the proxy's own bugs.
  */
-export class ProxyError extends Error {
+export class ProxyError extends SandboxdError {
   override name = 'ProxyError';
-  constructor(
-    readonly status: number,
-    message: string,
-    readonly details?: unknown,
-  ) {
-    super(message);
-  }
-
-  /** The `{code, message, details?}` body every sandboxd error has. */
-  toBody(): { code: number; message: string; details?: unknown } {
-    return this.details === undefined
-      ? { code: this.status, message: this.message }
-      : { code: this.status, message: this.message, details: this.details };
-  }
 }
 
 /** True when the client asks for HTML (a browser navigation), so it gets a page, not JSON. */
@@ -83,14 +70,18 @@ export function upstreamError(e: NodeJS.ErrnoException, where: { sandboxId: stri
   const details = { sandboxId: where.sandboxId, port: where.port, reason: e.code ?? 'error' };
   switch (e.code) {
     case 'ECONNREFUSED':
-      return new ProxyError(502, `Nothing is listening on port ${where.port} of sandbox ${where.sandboxId}`, details);
+      return new ProxyError(
+        'upstream',
+        `Nothing is listening on port ${where.port} of sandbox ${where.sandboxId}`,
+        details,
+      );
     case 'EHOSTUNREACH':
     case 'ENETUNREACH':
     case 'EHOSTDOWN':
-      return new ProxyError(502, `Sandbox ${where.sandboxId} is unreachable`, details);
+      return new ProxyError('upstream', `Sandbox ${where.sandboxId} is unreachable`, details);
     default:
       return new ProxyError(
-        502,
+        'upstream',
         `Sandbox ${where.sandboxId} closed the connection on port ${where.port} without a valid answer`,
         details,
       );
@@ -99,11 +90,15 @@ export function upstreamError(e: NodeJS.ErrnoException, where: { sandboxId: stri
 
 /** The 504 of a sandbox that did not answer in time. */
 export function timeoutError(where: { sandboxId: string; port: number }, timeoutMs: number): ProxyError {
-  return new ProxyError(504, `Sandbox ${where.sandboxId} did not answer on port ${where.port} within ${timeoutMs} ms`, {
-    sandboxId: where.sandboxId,
-    port: where.port,
-    timeoutMs,
-  });
+  return new ProxyError(
+    'upstream_timeout',
+    `Sandbox ${where.sandboxId} did not answer on port ${where.port} within ${timeoutMs} ms`,
+    {
+      sandboxId: where.sandboxId,
+      port: where.port,
+      timeoutMs,
+    },
+  );
 }
 
 function esc(s: string): string {

@@ -92,16 +92,16 @@ export class SandboxTargets {
     const rec = this.closed ? null : await this.opts.store.getSandbox(sandboxId);
     if (rec?.state !== 'started') {
       this.forget(sandboxId);
-      throw new ProxyError(404, `No running sandbox ${sandboxId}`, { sandboxId });
+      throw new ProxyError('not_found', `No running sandbox ${sandboxId}`, { sandboxId });
     }
     const rt = await this.opts.driver.inspect(sandboxId);
     if (rt?.state !== 'running') {
       this.forget(sandboxId);
-      throw new ProxyError(404, `No running sandbox ${sandboxId}`, { sandboxId });
+      throw new ProxyError('not_found', `No running sandbox ${sandboxId}`, { sandboxId });
     }
     if (!this.addressAllowed(rt.address)) {
       this.forget(sandboxId);
-      throw new ProxyError(502, `Sandbox ${sandboxId} has no network address the proxy may use`, { sandboxId });
+      throw new ProxyError('upstream', `Sandbox ${sandboxId} has no network address the proxy may use`, { sandboxId });
     }
     const prev = this.entries.get(sandboxId);
     let target: ProxyTarget;
@@ -119,7 +119,7 @@ export class SandboxTargets {
     }
     if (this.closed || this.stale.has(sandboxId)) {
       target.pool.destroy();
-      throw new ProxyError(404, `No running sandbox ${sandboxId}`, { sandboxId });
+      throw new ProxyError('not_found', `No running sandbox ${sandboxId}`, { sandboxId });
     }
     this.entries.set(sandboxId, { target, checkedAt: this.now() });
     if (this.entries.size > 4096) this.sweep();

@@ -101,7 +101,7 @@ describe('SandboxService', () => {
     const poor = await account(0);
     await assert.rejects(
       t.app.services.sandboxes.create(poor, { image: 'local/busybox:latest' }),
-      (e: SandboxdError) => e.kind === 'insufficient_tokens',
+      (e: SandboxdError) => e.kind === 'tokens',
     );
     const a = await account();
     const results = await Promise.allSettled(
@@ -110,9 +110,7 @@ describe('SandboxService', () => {
       ),
     );
     assert.equal(results.filter((r) => r.status === 'fulfilled').length, 5);
-    assert.ok(
-      results.every((r) => r.status === 'fulfilled' || (r.reason as SandboxdError).kind === 'concurrency_limit'),
-    );
+    assert.ok(results.every((r) => r.status === 'fulfilled' || (r.reason as SandboxdError).kind === 'concurrency'));
     assert.equal(await t.app.store.balance(a.id), 995);
   });
 

@@ -48,7 +48,7 @@ export class SandboxService {
 
   /**
    * Creates a sandbox and resolves once it is started. Throws `validation` (400),
-   * `insufficient_tokens` (402), `concurrency_limit` (403), `template_not_found` (404),
+   * `tokens` (402), `concurrency` (403), `template_not_found` (404),
    * `conflict` (409, volume of another size), `insufficient_storage` (507), `internal`.
    * Tokens are refunded on failure; a create refused for the request or for storage leaves
    * no record, nor a record of a volume it did not get to make.

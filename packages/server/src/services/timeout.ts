@@ -8,7 +8,7 @@ import type { SandboxService } from './sandboxes.js';
  * `PATCH .../timeout`: sets `stopAt = now + timeoutMs` and settles the ledger in whole
  * minutes from creation (extension debits, reduction refunds). Throws `not_found`,
  * `conflict` (not started), `validation` (past the plan's lifetime; the message names the
- * largest timeoutMs allowed now), `insufficient_tokens`. `timeoutMs: 0` stops at once.
+ * largest timeoutMs allowed now), `tokens`. `timeoutMs: 0` stops at once.
  */
 export class TimeoutService {
   constructor(

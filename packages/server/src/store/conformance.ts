@@ -48,12 +48,12 @@ export function runStoreConformance(target: StoreTarget): void {
         assert.equal(await s.balance('acc_a'), 6);
         await assert.rejects(
           s.reserveSandbox(rec('s2', 'acc_a', 2), { minutes: 7, concurrency: 2, volumes: [], newName: () => 'x' }),
-          (e: SandboxdError) => e.kind === 'insufficient_tokens',
+          (e: SandboxdError) => e.kind === 'tokens',
         );
         await s.reserveSandbox(rec('s2', 'acc_a', 2), { minutes: 1, concurrency: 2, volumes: [], newName: () => 'x' });
         await assert.rejects(
           s.reserveSandbox(rec('s3', 'acc_a', 3), { minutes: 1, concurrency: 2, volumes: [], newName: () => 'x' }),
-          (e: SandboxdError) => e.kind === 'concurrency_limit',
+          (e: SandboxdError) => e.kind === 'concurrency',
         );
         assert.equal(await s.countLive('acc_a'), 2);
       }));
@@ -83,7 +83,7 @@ export function runStoreConformance(target: StoreTarget): void {
         await s.updateSandbox('s1', { state: 'started', at: 5 });
         await assert.rejects(
           s.updateSandbox('s1', { ledgerDelta: -100, at: 5 }),
-          (e: SandboxdError) => e.kind === 'insufficient_tokens',
+          (e: SandboxdError) => e.kind === 'tokens',
         );
         const r = await s.updateSandbox('s1', { ledgerDelta: -2, stopAt: 99, at: 5 });
         assert.equal(r.reservedMinutes, 3);

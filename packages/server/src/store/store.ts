@@ -86,7 +86,7 @@ export interface SandboxUpdate {
 /**
  * Persistence of sandboxd. Every method is atomic; those that decide something (reserve,
  * update with a debit) take their decision inside one transaction. Errors are
- * `SandboxdError`s: `insufficient_tokens`, `concurrency_limit`, `conflict`, `not_found`.
+ * `SandboxdError`s: `tokens`, `concurrency`, `conflict`, `not_found`.
  */
 export interface Store {
   // accounts
@@ -116,8 +116,8 @@ export interface Store {
   listLedger(accountId: string, page: PageRequest): Promise<Page<LedgerRow>>;
   // sandboxes
   /**
-   * In one transaction: checks balance >= minutes (else `insufficient_tokens`), live count
-   * < concurrency (else `concurrency_limit`), volume sizes (else `conflict`); then inserts
+   * In one transaction: checks balance >= minutes (else `tokens`), live count
+   * < concurrency (else `concurrency`), volume sizes (else `conflict`); then inserts
    * the record (state `creating`), the mounts, missing volumes and the debit row. Returns
    * the record as stored (mount sizes resolved, name possibly changed).
    */
@@ -128,7 +128,7 @@ export interface Store {
   listSandboxesByState(states: SandboxRecordState[]): Promise<SandboxRecord[]>;
   /** `started` sandboxes with stopAt <= now (reaper). */
   listExpired(now: number): Promise<SandboxRecord[]>;
-  /** Applies `u` atomically; returns the new record. `not_found`, `conflict`, `insufficient_tokens`. */
+  /** Applies `u` atomically; returns the new record. `not_found`, `conflict`, `tokens`. */
   updateSandbox(id: string, u: SandboxUpdate): Promise<SandboxRecord>;
   /** Removes the record and its mounts (ledger rows stay). */
   deleteSandbox(id: string): Promise<void>;

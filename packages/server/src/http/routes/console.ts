@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { gzipSync } from 'node:zlib';
 import { buildConsole, type ConsoleAssets } from '@sandboxd/console';
+import { SandboxdError } from '@sandboxd/protocol';
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import { parseCookies, SESSION_COOKIE } from '../cookies.js';
 import type { HttpDeps } from '../deps.js';
@@ -83,11 +84,7 @@ export const consoleRoutes: FastifyPluginAsync<HttpDeps> = async (app, d) => {
 
   app.get<{ Params: { file: string } }>('/assets/:file', { config }, async (req, reply) => {
     const f = assets.files.get(req.params.file);
-    if (!f)
-      return reply
-        .code(404)
-        .type('application/json')
-        .send({ code: 404, message: `No console asset ${req.params.file}` });
+    if (!f) throw new SandboxdError('not_found', `No console asset ${req.params.file}`);
     // Names carry a content hash, except the icon.
     const immutable = f.name !== 'favicon.svg';
     commonHeaders(reply)

@@ -23,19 +23,16 @@ export class SqliteSandboxes {
       .transaction(() => {
         const balance = this.balance(record.accountId);
         if (balance < r.minutes) {
-          throw new SandboxdError(
-            'insufficient_tokens',
-            `Insufficient tokens: ${r.minutes} needed, ${balance} available`,
-            { required: r.minutes, balance },
-          );
+          throw new SandboxdError('tokens', `Insufficient tokens: ${r.minutes} needed, ${balance} available`, {
+            required: r.minutes,
+            balance,
+          });
         }
         const live = this.countLive(record.accountId);
         if (live >= r.concurrency) {
-          throw new SandboxdError(
-            'concurrency_limit',
-            `Concurrency limit reached: ${r.concurrency} sandboxes running`,
-            { limit: r.concurrency },
-          );
+          throw new SandboxdError('concurrency', `Concurrency limit reached: ${r.concurrency} sandboxes running`, {
+            limit: r.concurrency,
+          });
         }
         const volumes = record.volumes.map((m) => ({ ...m }));
         for (const m of volumes) {
@@ -151,11 +148,10 @@ export class SqliteSandboxes {
         if (delta < 0) {
           const balance = this.balance(cur.accountId);
           if (balance < -delta)
-            throw new SandboxdError(
-              'insufficient_tokens',
-              `Insufficient tokens: ${-delta} needed, ${balance} available`,
-              { required: -delta, balance },
-            );
+            throw new SandboxdError('tokens', `Insufficient tokens: ${-delta} needed, ${balance} available`, {
+              required: -delta,
+              balance,
+            });
         }
         const next: SandboxRecord = {
           ...cur,
