@@ -13,7 +13,7 @@ import { SqliteStore } from '../packages/server/src/store/sqlite/store.js';
 
 const out = join(dirname(fileURLToPath(import.meta.url)), '..', 'spec', 'openapi.json');
 const config = loadConfig({}, { runtime: 'fake', dbPath: ':memory:', testClock: false });
-const app = buildApp({ config, store: new SqliteStore(':memory:'), logger: pino({ level: 'silent' }) });
+const app = await buildApp({ config, store: new SqliteStore(':memory:'), logger: pino({ level: 'silent' }) });
 await app.http.ready();
 const res = await app.http.inject({ method: 'GET', url: '/api/v1/openapi.json' });
 await app.http.close();

@@ -108,7 +108,7 @@ describe('boundaries', { timeout: 180_000 }, () => {
     assert.equal(under.status, 404);
   });
 
-  it('malformed JSON -> 400; wrong content type -> 400; empty JSON body -> 400', async () => {
+  it('malformed JSON -> 400; wrong content type -> 400; create with an empty JSON body -> 400 (body is required)', async () => {
     for (const raw of ['{"image":', '{image: 1}', 'null', '[]', '"str"']) {
       const r = await create(undefined, raw);
       assert.equal(r.status, 400, raw);
@@ -127,6 +127,17 @@ describe('boundaries', { timeout: 180_000 }, () => {
       headers: { 'content-type': 'application/json' },
     });
     assert.equal(empty.status, 400);
+    assert.deepEqual(empty.body.details, [{ in: 'body', path: '', message: 'is required' }]);
+  });
+
+  it('a bodiless request sent with Content-Type: application/json and no body is accepted', async () => {
+    const id = (await create({ image: IMAGE })).body.sandbox.id;
+    const json = { 'content-type': 'application/json' };
+    const logout = await s.api('POST', '/api/v1/auth/logout', { key, raw: '', headers: json });
+    assert.equal(logout.status, 204, logout.text);
+    const del = await s.api('DELETE', `/api/v1/sandboxes/${id}`, { key, raw: '', headers: json });
+    assert.equal(del.status, 204, del.text);
+    assert.equal((await s.api('GET', `/api/v1/sandboxes/${id}`, { key })).status, 404);
   });
 
   it('PATCH timeoutMs: -1 -> 400; beyond the lifetime -> 400 naming the largest allowed', async () => {

@@ -1,25 +1,40 @@
+import { dirname, join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import pino, { type Logger } from 'pino';
 import type { Config } from './config.js';
 import { OffsetClock, systemClock, type Clock } from './domain/clock.js';
-import { createHttpServer } from './http/server.js';
 import { FrontDoor } from './http/front-door.js';
 import { Metrics } from './http/metrics.js';
 import { RateLimits } from './http/rate-limit.js';
-import { terminalFeature } from './http/terminal-ws.js';
+import { createHttpServer } from './http/server.js';
+import { TerminalGateway } from './http/terminal-ws.js';
 import { Reaper } from './lifecycle/reaper.js';
-import { attachPortProxy } from './proxy/index.js';
+import { PortAccess } from './proxy/access.js';
+import { PortLinks } from './proxy/links.js';
+import { PortProxy } from './proxy/proxy.js';
+import { SandboxTargets } from './proxy/targets.js';
 import type { RuntimeDriver } from './runtime/driver.js';
 import { createFakeDriver } from './runtime/fake/driver.js';
+import { AccountService } from './services/accounts.js';
+import { AuthService } from './services/auth.js';
 import { bootstrap, type BootstrapResult } from './services/bootstrap.js';
-import { createServices, type ServiceDeps, type Services } from './services/index.js';
+import type { ServiceDeps } from './services/context.js';
+import { EventService } from './services/events.js';
+import { ExecService } from './services/exec.js';
+import { ImageService } from './services/images.js';
+import type { Services } from './services/index.js';
+import { SandboxService } from './services/sandboxes.js';
+import { StorageGuard } from './services/storage.js';
+import { TerminalService } from './services/terminals.js';
+import { TimeoutService } from './services/timeout.js';
+import { VolumeService } from './services/volumes.js';
 import { SqliteStore } from './store/sqlite/store.js';
 import type { Store } from './store/store.js';
 
-/** Options of {@link buildApp}. */
+/** Options of {@link buildApp}: the config, and parts tests replace. */
 export interface BuildAppOptions {
   config: Readonly<Config>;
-  /** Default: the fake driver (main.ts passes the configured one). */
+  /** Default: the driver `config.runtime` names (`local`: crun; `fake`: tests only). */
   driver?: RuntimeDriver;
   /** Default: the wall clock, or a movable one when `config.testClock`. */
   clock?: Clock;
@@ -29,23 +44,19 @@ export interface BuildAppOptions {
   logger?: Logger;
   /** Time of the rate limits, ms (default `performance.now`; tests move it by hand). */
   rateLimitNow?: () => number;
-  /** Route modules of other features (terminals, proxy), registered on the same server. */
-  extraRoutes?: Array<(app: FastifyInstance, app2: Sandboxd) => Promise<void> | void>;
 }
 
-/** The assembled server. Nothing runs until {@link Sandboxd.start}. */
+/**
+ * The assembled server. Nothing runs until {@link Sandboxd.start}. The fields are for
+ * main.ts and for tests that look inside; no part of the server receives this object.
+ */
 export interface Sandboxd {
   http: FastifyInstance;
-  /** Where the proxy and WebSocket features claim raw requests and upgrades. */
-  frontDoor: FrontDoor;
   services: Services;
   reaper: Reaper;
   store: Store;
   driver: RuntimeDriver;
   clock: Clock;
-  metrics: Metrics;
-  /** Request rate limits and login/sign-up throttles (real monotonic time, not `clock`). */
-  rateLimits: RateLimits;
   log: Logger;
   /** Driver init + recover, reconcile the store with it, bootstrap an empty database, start the reaper. */
   start(): Promise<{ bootstrap: BootstrapResult | null }>;
@@ -53,30 +64,97 @@ export interface Sandboxd {
   close(): Promise<void>;
 }
 
-/** The composition root: the one place that constructs stores, drivers and services. */
-export function buildApp(opts: BuildAppOptions): Sandboxd {
+/**
+ * The composition root: the ONE place that constructs the store, the driver, the services,
+ * the HTTP server, the terminal gateway and the port proxy, and hands each the narrow
+ * dependencies it uses.
+ */
+export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
   const { config } = opts;
   const log = opts.logger ?? createLogger(config.logLevel);
   const testClock = config.testClock && !opts.clock ? new OffsetClock() : null;
   const clock = opts.clock ?? testClock ?? systemClock;
+  const driver = opts.driver ?? (await createDriver(config));
   const store = opts.store ?? new SqliteStore(config.dbPath);
-  const driver = opts.driver ?? createFakeDriver();
   const deps: ServiceDeps = { store, driver, clock, config, log };
-  const services = createServices(deps);
-  const reaper = new Reaper(deps, services.sandboxes);
-  const metrics = new Metrics(store);
+
+  // Shared by the services that need them, and by the proxy.
+  const portLinks = new PortLinks({ secretPath: join(config.dataDir, 'proxy-link.key') });
+  const storage = new StorageGuard([config.dataDir, dirname(config.dbPath)], config.minFreeMb * 2 ** 20);
+
+  const sandboxes = new SandboxService({ ...deps, portLinks, storage });
+  const accounts = new AccountService(deps);
+  const auth = new AuthService(deps);
+  const terminals = new TerminalService({ ...deps, storage }, sandboxes);
+  const services: Services = {
+    sandboxes,
+    accounts,
+    auth,
+    terminals,
+    timeout: new TimeoutService(deps, sandboxes),
+    exec: new ExecService({ driver, clock, storage }, sandboxes),
+    events: new EventService(deps),
+    volumes: new VolumeService(deps),
+    images: new ImageService(deps),
+  };
+  const reaper = new Reaper(deps, sandboxes);
+  const metrics = new Metrics(() => sandboxes.countByState());
   const rateLimits = new RateLimits(config.rateLimit, opts.rateLimitNow ?? (() => performance.now()));
+  const frontDoor = new FrontDoor();
+  const gateway = new TerminalGateway({
+    log: log.child({ component: 'terminals' }),
+    maxSocketsPerAccount: config.rateLimit.terminalSocketsPerAccount,
+  });
+
   let ready = false;
-  const self: Sandboxd = {
-    http: undefined as unknown as FastifyInstance,
-    frontDoor: new FrontDoor(),
+  const http = createHttpServer(
+    { services, config, metrics, rateLimits, reaper, testClock, isReady: () => ready, gateway },
+    { logger: log, frontDoor },
+  );
+
+  // The port proxy claims requests for `*.<publicHost>` on the front door, before fastify.
+  // With the local runtime every target must lie in its subnet; the fake runtime has no
+  // network, so the proxy connects nowhere (502).
+  const targets = new SandboxTargets({
+    locate: (id) => sandboxes.locate(id),
+    allowedSubnet: config.runtime === 'local' ? config.subnet : null,
+  });
+  sandboxes.onGone((id) => targets.forget(id));
+  const access = new PortAccess({
+    links: portLinks,
+    accountOfKey: (key) =>
+      auth.fromApiKey(key).then(
+        (p) => p.account.id,
+        () => null,
+      ),
+    now: () => clock.now(),
+  });
+  const proxy = new PortProxy({
+    publicHost: config.publicHost,
+    timeoutMs: config.proxyTimeoutMs,
+    targets,
+    access,
+    log: log.child({ component: 'proxy' }),
+  });
+  proxy.attach(frontDoor);
+
+  // Shutdown: terminal clients get close 1001 and the proxy's streams are cut, so closing
+  // never waits on a client.
+  http.addHook('preClose', (done) => {
+    terminals.closeAll();
+    gateway.close();
+    proxy.close();
+    targets.close();
+    done();
+  });
+
+  return {
+    http,
     services,
     reaper,
     store,
     driver,
     clock,
-    metrics,
-    rateLimits,
     log,
     async start() {
       await driver.init();
@@ -94,9 +172,9 @@ export function buildApp(opts: BuildAppOptions): Sandboxd {
     async close() {
       ready = false;
       // Connections that turn idle after close() began would otherwise live until keep-alive expires.
-      const sweep = setInterval(() => self.http.server.closeIdleConnections?.(), 100);
+      const sweep = setInterval(() => http.server.closeIdleConnections?.(), 100);
       try {
-        await self.http.close();
+        await http.close();
       } finally {
         clearInterval(sweep);
       }
@@ -105,17 +183,16 @@ export function buildApp(opts: BuildAppOptions): Sandboxd {
       store.close();
     },
   };
-  self.http = createHttpServer(
-    { services, config, metrics, rateLimits, reaper, testClock, isReady: () => ready },
-    {
-      logger: log,
-      frontDoor: self.frontDoor,
-      extraRoutes: [terminalFeature, ...(opts.extraRoutes ?? [])].map((r) => (app: FastifyInstance) => r(app, self)),
-    },
-  );
-  // Claimed before any extra route registers, so sandbox hosts never reach other claims.
-  attachPortProxy(self, config);
-  return self;
+}
+
+/**
+ * The driver `config.runtime` names. The local driver is loaded on demand, so a server or
+ * test on the fake runtime never loads the crun driver's modules.
+ */
+async function createDriver(config: Readonly<Config>): Promise<RuntimeDriver> {
+  if (config.runtime === 'fake') return createFakeDriver();
+  const { createLocalDriver } = await import('./runtime/local/driver.js');
+  return createLocalDriver(config);
 }
 
 /** Structured logs to stderr; credentials and one-time tokens are redacted. */

@@ -1,31 +1,10 @@
 import { buildApp } from './app.js';
-import { ConfigError, loadConfig, type Config } from './config.js';
-import type { RuntimeDriver } from './runtime/driver.js';
-import { createFakeDriver } from './runtime/fake/driver.js';
+import { ConfigError, loadConfig } from './config.js';
 import { bootstrapBanner } from './services/bootstrap.js';
-
-/** Builds the driver named by `config.runtime`. */
-async function createDriver(config: Readonly<Config>): Promise<RuntimeDriver> {
-  if (config.runtime === 'fake') return createFakeDriver();
-  let mod: { createLocalDriver?: (c: Readonly<Config>) => RuntimeDriver | Promise<RuntimeDriver> };
-  try {
-    mod = await import('./runtime/local/driver.js');
-  } catch (e) {
-    throw new ConfigError(
-      `runtime "local" could not be loaded (${(e as Error).message}); set SANDBOXD_RUNTIME=fake for a server without sandboxes`,
-    );
-  }
-  if (typeof mod.createLocalDriver !== 'function') {
-    throw new ConfigError(
-      'runtime "local" is not available yet: runtime/local/driver.ts exports no createLocalDriver(config); set SANDBOXD_RUNTIME=fake',
-    );
-  }
-  return mod.createLocalDriver(config);
-}
 
 async function main(): Promise<void> {
   const config = loadConfig();
-  const app = buildApp({ config, driver: await createDriver(config) });
+  const app = await buildApp({ config });
   if (config.runtime === 'fake') app.log.warn('runtime is "fake": sandboxes run no processes (tests only)');
   if (config.testClock) app.log.warn('SANDBOXD_TEST_CLOCK is on: POST /api/v1/_test/clock moves time (tests only)');
   const { bootstrap } = await app.start();

@@ -22,7 +22,7 @@ async function appLogging(level: string) {
     {},
     { runtime: 'fake', dbPath: ':memory:', dataDir: '/nonexistent', bootstrap: { apiKey: adminKey }, port: 8080 },
   );
-  const app = buildApp({
+  const app = await buildApp({
     config,
     driver: new FakeDriver(),
     clock: new ManualClock(Date.UTC(2030, 0, 1)),

@@ -52,8 +52,8 @@ export function registerAuth(app: FastifyInstance, auth: AuthService, limits: Ra
   });
 }
 
-/** The principal of a request or `unauthorized`; also used by the terminal WebSocket upgrade. */
-export async function authenticate(req: FastifyRequest, auth: AuthService): Promise<Principal> {
+/** The principal of a request or `unauthorized` (WebSocket upgrades included: they are routed requests too). */
+async function authenticate(req: FastifyRequest, auth: AuthService): Promise<Principal> {
   const header = req.headers.authorization;
   const xKey = req.headers['x-api-key'];
   if (header !== undefined) {
@@ -69,17 +69,22 @@ export async function authenticate(req: FastifyRequest, auth: AuthService): Prom
       'Missing credentials: send "Authorization: Bearer <API key>" or "X-API-Key: <API key>"',
     );
   const p = await auth.fromSession(token);
-  if (!SAFE_METHODS.has(req.method) && !sameOrigin(req)) {
+  // A WebSocket is a GET that opens a two-way channel: a cross-site page could drive it
+  // with the user's cookie (cross-site WebSocket hijacking), so it needs the check too.
+  const upgrade = req.headers.upgrade !== undefined;
+  if ((upgrade || !SAFE_METHODS.has(req.method)) && !sameOrigin(req)) {
     throw new SandboxdError(
       'unauthorized',
-      'A request authenticated by session cookie must carry a same-origin Origin header',
+      upgrade
+        ? 'A WebSocket authenticated by session cookie must carry a same-origin Origin header'
+        : 'A request authenticated by session cookie must carry a same-origin Origin header',
     );
   }
   return p;
 }
 
 /** True when the `Origin` header names the host the request was sent to. */
-export function sameOrigin(req: FastifyRequest): boolean {
+function sameOrigin(req: FastifyRequest): boolean {
   const origin = req.headers.origin;
   if (!origin || origin === 'null') return false;
   try {

@@ -44,8 +44,6 @@ export function toHttpError(err: unknown): { status: number; body: ErrorBody; in
       return http('payload_too_large', 'Request body is larger than 1 MiB');
     case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
       return http('validation', 'Content-Type must be application/json');
-    case 'FST_ERR_CTP_EMPTY_JSON_BODY':
-      return http('validation', 'Body must not be empty when Content-Type is application/json');
     case 'FST_ERR_CTP_INVALID_JSON_BODY':
       return http('validation', 'Malformed JSON body');
   }

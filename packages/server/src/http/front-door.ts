@@ -1,3 +1,4 @@
+import { EventEmitter } from 'node:events';
 import { createServer, STATUS_CODES, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { errorBody, type ErrorBody } from '@sandboxd/protocol';
@@ -11,14 +12,21 @@ export type UpgradeHandler = (req: IncomingMessage, socket: Duplex, head: Buffer
 
 /**
  * The raw HTTP entry in front of fastify. Features that must see requests before fastify
- * routes them claim them here: the port proxy claims requests by Host header, and
- * WebSocket upgrades go to the first feature whose matcher accepts them (terminals, the
- * proxy). An upgrade nobody claims is answered 404 with the error body. Claims are made
- * at start-up, before the server listens.
+ * routes them claim them here: the port proxy claims requests and upgrades by Host header.
+ * Upgrades nobody claims go to fastify's WebSocket routes when their path is one of them
+ * (terminals), and are answered 404 with the error body otherwise. Claims are made at
+ * start-up, before the server listens.
  */
 export class FrontDoor {
   private readonly requests: { match: RequestMatcher; handle: RequestHandler }[] = [];
   private readonly upgrades: { match: RequestMatcher; handle: UpgradeHandler }[] = [];
+  private readonly fastifySockets: RequestMatcher[] = [];
+  /**
+   * Where upgrades for fastify's own WebSocket routes are emitted (`'upgrade'`), for
+   * @fastify/websocket to listen on instead of the server itself: the claims above must see
+   * every upgrade first, and only the paths given to {@link routeUpgradesToFastify} reach it.
+   */
+  readonly fastifyUpgrades = new EventEmitter();
 
   claimRequests(match: RequestMatcher, handle: RequestHandler): void {
     this.requests.push({ match, handle });
@@ -26,6 +34,11 @@ export class FrontDoor {
 
   claimUpgrades(match: RequestMatcher, handle: UpgradeHandler): void {
     this.upgrades.push({ match, handle });
+  }
+
+  /** Upgrades that no claim takes and `match` accepts go to fastify's WebSocket routes. */
+  routeUpgradesToFastify(match: RequestMatcher): void {
+    this.fastifySockets.push(match);
   }
 
   /**
@@ -44,6 +57,7 @@ export class FrontDoor {
       socket.on('error', () => socket.destroy());
       const claim = this.upgrades.find((c) => c.match(req));
       if (claim) claim.handle(req, socket, head);
+      else if (this.fastifySockets.some((m) => m(req))) this.fastifyUpgrades.emit('upgrade', req, socket, head);
       else rejectUpgrade(socket, errorBody('not_found', `No WebSocket endpoint at ${req.url?.split('?')[0] ?? '/'}`));
     });
     return server;

@@ -1,5 +1,4 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
-import type { Store } from '../store/store.js';
 
 /** Prometheus metrics of one server; a registry per instance, so tests can build many. */
 export class Metrics {
@@ -8,7 +7,8 @@ export class Metrics {
   readonly execSeconds: Histogram<'mode'>;
   readonly errors: Counter<'code'>;
 
-  constructor(store: Store) {
+  /** `countByState` feeds the gauge of sandbox records by state (SandboxService.countByState). */
+  constructor(countByState: () => Promise<Record<string, number>>) {
     collectDefaultMetrics({ register: this.registry, prefix: 'sandboxd_process_' });
     this.createSeconds = new Histogram({
       name: 'sandboxd_sandbox_create_seconds',
@@ -36,7 +36,7 @@ export class Metrics {
       labelNames: ['state'],
       registers: [this.registry],
       async collect() {
-        const counts = await store.countByState();
+        const counts = await countByState();
         for (const [state, n] of Object.entries(counts)) this.set({ state }, n);
       },
     });

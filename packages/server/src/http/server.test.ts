@@ -239,6 +239,40 @@ describe('HTTP API (inject, fake driver)', () => {
     assert.equal((await t.req({ method: 'GET', url: '/api/v1/sandboxes?limit=1001' })).statusCode, 400);
   });
 
+  it('Content-Type: application/json with an empty body: bodiless requests pass, a required body is 400, nothing changes', async () => {
+    const json = { 'content-type': 'application/json' };
+    const sb = (
+      await t.req({ method: 'POST', url: '/api/v1/sandboxes', payload: { image: 'local/busybox:latest' } })
+    ).json().sandbox;
+    const before = (await t.req({ method: 'GET', url: '/api/v1/sandboxes' })).json().count;
+    const none = await t.req({ method: 'POST', url: '/api/v1/sandboxes', payload: '', headers: json });
+    assert.equal(none.statusCode, 400);
+    assert.deepEqual(none.json().details, [{ in: 'body', path: '', message: 'is required' }]);
+    const nul = await t.req({ method: 'POST', url: '/api/v1/sandboxes', payload: 'null', headers: json });
+    assert.equal(nul.statusCode, 400);
+    assert.equal((await t.req({ method: 'GET', url: '/api/v1/sandboxes' })).json().count, before, 'nothing created');
+    // All-optional bodies (terminals) may be left out.
+    const term = await t.req({
+      method: 'POST',
+      url: `/api/v1/sandboxes/${sb.id}/terminals`,
+      payload: '',
+      headers: json,
+    });
+    assert.equal(term.statusCode, 201, term.body);
+    const del = await t.req({ method: 'DELETE', url: `/api/v1/sandboxes/${sb.id}`, payload: '', headers: json });
+    assert.equal(del.statusCode, 204, del.body);
+    assert.equal((await t.req({ method: 'GET', url: `/api/v1/sandboxes/${sb.id}` })).statusCode, 404);
+    // Still strict: malformed JSON and unknown fields.
+    const bad = await t.req({ method: 'DELETE', url: `/api/v1/keys/key_nope`, payload: '{', headers: json });
+    assert.deepEqual(bad.json(), { code: 400, kind: 'validation', message: 'Malformed JSON body' });
+    const unknown = await t.req({
+      method: 'PATCH',
+      url: `/api/v1/sandboxes/${sb.id}/timeout`,
+      payload: { timeoutMs: 1, x: 1 },
+    });
+    assert.equal(unknown.statusCode, 400);
+  });
+
   it('events: unknown kind lists the allowed kinds; metadata over 8 KiB is 400', async () => {
     const bad = await t.req({ method: 'POST', url: '/api/v1/events/track', payload: { event: 'nope', metadata: {} } });
     assert.equal(bad.statusCode, 400);

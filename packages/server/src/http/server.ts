@@ -1,4 +1,5 @@
-import type { IncomingMessage } from 'node:http';
+import type { IncomingMessage, Server } from 'node:http';
+import fastifyWebsocket from '@fastify/websocket';
 import { errorBody, LIMITS } from '@sandboxd/protocol';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from 'fastify';
 import type { Logger } from 'pino';
@@ -17,17 +18,19 @@ import { systemRoutes } from './routes/system.js';
 import { validatorCompiler } from './validation.js';
 import { retryAfterSeconds } from './rate-limit.js';
 import { rawErrorResponse, type FrontDoor } from './front-door.js';
+import { terminalRoutes } from './routes/terminals.js';
+import { isTerminalSocketPath, TERMINAL_WS_OPTIONS, type TerminalGateway } from './terminal-ws.js';
 
 /** API version in the OpenAPI document. */
 export const API_VERSION = '1.0.0';
 
 /**
- * The fastify instance with every route but terminals and the port proxy, which other
- * modules register on it (`extraRoutes`) before it is ready.
+ * The fastify instance with every route, the terminal WebSocket included; the port proxy
+ * sits in front of it on `frontDoor`.
  */
 export function createHttpServer(
-  deps: Omit<HttpDeps, 'openapi'>,
-  opts: { logger: Logger; frontDoor: FrontDoor; extraRoutes?: Array<(app: FastifyInstance) => Promise<void> | void> },
+  deps: Omit<HttpDeps, 'openapi'> & { gateway: TerminalGateway },
+  opts: { logger: Logger; frontDoor: FrontDoor },
 ): FastifyInstance {
   const app = Fastify({
     serverFactory: opts.frontDoor.serverFactory,
@@ -64,6 +67,7 @@ export function createHttpServer(
     },
   });
   app.setValidatorCompiler(validatorCompiler);
+  acceptEmptyJsonBodies(app);
 
   app.setErrorHandler((err, req, reply) => {
     const { status, body, internal } = toHttpError(err);
@@ -86,7 +90,19 @@ export function createHttpServer(
   const routes = collectRoutes(app);
   let doc: Record<string, unknown> | null = null;
   const full: HttpDeps = { ...deps, openapi: () => (doc ??= buildOpenApi(routes, { version: API_VERSION })) };
-  registerAuth(app, deps.services.auth, deps.rateLimits);
+  // Upgrades to the terminal WebSocket reach fastify's router through the front door, so they
+  // pass the same hooks (auth, rate limits) as every request. Shutdown of the sockets is the
+  // terminals' own (close 1001), not the plugin's.
+  opts.frontDoor.routeUpgradesToFastify((req) => isTerminalSocketPath(req.url));
+  app.register(fastifyWebsocket, {
+    options: { ...TERMINAL_WS_OPTIONS, server: opts.frontDoor.fastifyUpgrades as unknown as Server },
+    preClose: (done) => done(),
+    // The gateway's own error listener decides how a socket ends (after a protocol error's close frame).
+    errorHandler: () => {},
+  });
+  // After the plugin's hooks, which mark upgrade requests and close their socket once a
+  // refusal (401, 429, ...) is written: authentication refuses upgrades too.
+  app.after(() => registerAuth(app, deps.services.auth, deps.rateLimits));
   app.register(systemRoutes, full);
   app.register(authRoutes, full);
   app.register(sandboxRoutes, full);
@@ -94,8 +110,28 @@ export function createHttpServer(
   app.register(adminRoutes, full);
   app.register(imageRoutes, full);
   app.register(consoleRoutes, full);
-  for (const r of opts.extraRoutes ?? []) app.register(async (child) => r(child));
+  const fallbackHost = () => {
+    const a = app.server.address();
+    return a && typeof a === 'object' ? `${a.family === 'IPv6' ? `[${a.address}]` : a.address}:${a.port}` : 'localhost';
+  };
+  app.register(terminalRoutes, { terminals: deps.services.terminals, gateway: deps.gateway, fallbackHost });
   return app;
+}
+
+/**
+ * Many HTTP clients send `Content-Type: application/json` on every request, bodiless ones
+ * (DELETE, action POSTs) included. An empty body with that type is taken as no body: a route
+ * without a body schema accepts it, a route that needs one answers 400 "body is required".
+ * Non-empty bodies are parsed by fastify's own JSON parser (prototype poisoning refused),
+ * so malformed JSON stays a 400.
+ */
+function acceptEmptyJsonBodies(app: FastifyInstance): void {
+  const parse = app.getDefaultJsonParser('error', 'error');
+  app.removeContentTypeParser('application/json');
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (req, body, done) => {
+    if (body === '') return done(null, undefined);
+    parse(req, body as string, done);
+  });
 }
 
 /** Most of an over-limit body the server reads and drops after its 413, and for how long. */

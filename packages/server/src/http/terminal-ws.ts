@@ -1,19 +1,8 @@
-import { errorBody, SandboxdError, type ServerControlMessage } from '@sandboxd/protocol';
-import type { FastifyInstance, FastifyRequest } from 'fastify';
-import type { IncomingMessage } from 'node:http';
+import { SandboxdError, type ServerControlMessage } from '@sandboxd/protocol';
 import type { Duplex } from 'node:stream';
 import type { Logger } from 'pino';
-import { WebSocket, WebSocketServer, type RawData } from 'ws';
-import type { Sandboxd } from '../app.js';
-import type { AuthService, Principal } from '../services/auth.js';
+import { WebSocket, type RawData } from 'ws';
 import type { TerminalAttachment, TerminalClient, TerminalSession } from '../services/terminal-session.js';
-import type { TerminalService } from '../services/terminals.js';
-import { authenticate, sameOrigin } from './auth.js';
-import { toHttpError } from './errors.js';
-import { rejectUpgrade } from './front-door.js';
-import type { Metrics } from './metrics.js';
-import { limitAccount, limitIp, retryAfterSeconds, type RateLimits } from './rate-limit.js';
-import { terminalRoutes } from './routes/terminals.js';
 
 /** Largest client message (keyboard input or paste), bytes. */
 export const MAX_INPUT_MESSAGE_BYTES = 1024 * 1024;
@@ -21,120 +10,68 @@ export const MAX_INPUT_MESSAGE_BYTES = 1024 * 1024;
 const CLOSE_GRACE_MS = 2000;
 /** Ping period; a client that missed the previous ping's pong is cut. */
 const HEARTBEAT_MS = 30_000;
-const PATH = /^\/api\/v1\/sandboxes\/([^/]+)\/terminals\/([^/]+)\/ws\/?$/;
+const PATH = /^\/api\/v1\/sandboxes\/[^/]+\/terminals\/[^/]+\/ws\/?$/;
+
+/** True for a request to a terminal's WebSocket path (the front door hands such upgrades to fastify). */
+export function isTerminalSocketPath(url: string | undefined): boolean {
+  return PATH.test((url ?? '').split('?')[0]);
+}
+
+/** Options of the WebSocket server behind the terminal route: input messages up to 1 MiB, no compression. */
+export const TERMINAL_WS_OPTIONS = {
+  maxPayload: MAX_INPUT_MESSAGE_BYTES,
+  perMessageDeflate: false,
+  clientTracking: false,
+};
 
 /**
- * The terminal WebSocket (spec 4.10, 6.2). Upgrades are authenticated BEFORE the
- * handshake and refused with plain HTTP and the Error body: 401 bad credentials (and a
- * session cookie without a same-origin `Origin`), 404 unknown sandbox or terminal, 409
- * sandbox not `started`, 400 bad `replay`. Output goes in binary frames, `ready`/`exit` in
- * text frames; input may be binary or text, and a text frame holding a JSON object with a
- * string `type` is a control message (`resize`; other types are ignored).
+ * The terminal WebSocket (spec 4.10, 6.2) once the upgrade is accepted. The upgrade itself
+ * is an ordinary fastify route (routes/terminals.ts, through @fastify/websocket): the same
+ * authentication, rate limits and validation as every request, and refusals are plain HTTP
+ * with the Error body (401, 404, 409, 400, 429). Output goes in binary frames, `ready`/`exit`
+ * in text frames; input may be binary or text, and a text frame holding a JSON object with
+ * a string `type` is a control message (`resize`; other types are ignored). Sockets that
+ * miss a heartbeat are cut.
  */
 export class TerminalGateway {
-  private readonly wss = new WebSocketServer({
-    noServer: true,
-    maxPayload: MAX_INPUT_MESSAGE_BYTES,
-    perMessageDeflate: false,
-    clientTracking: false,
-  });
   private readonly live = new Set<WebSocket>();
-  /** Open (or opening) terminal sockets per account, against `terminalSocketsPerAccount`. */
+  /** Open (or opening) terminal sockets per account, against `maxSocketsPerAccount`. */
   private readonly perAccount = new Map<string, number>();
   private readonly alive = new WeakSet<WebSocket>();
   /** Sockets whose reading the terminal paused (its program is not reading input). */
   private readonly inputPaused = new WeakSet<WebSocket>();
   private readonly heartbeat: NodeJS.Timeout;
 
-  constructor(
-    private readonly d: {
-      terminals: TerminalService;
-      auth: AuthService;
-      log: Logger;
-      limits?: RateLimits;
-      metrics?: Metrics;
-    },
-  ) {
+  /** `maxSocketsPerAccount`: terminal sockets one account may hold open at once (0: no limit). */
+  constructor(private readonly d: { log: Logger; maxSocketsPerAccount: number }) {
     this.heartbeat = setInterval(() => this.ping(), HEARTBEAT_MS);
     this.heartbeat.unref();
   }
 
-  /** True for requests to a terminal WebSocket path (for `frontDoor.claimUpgrades`). */
-  readonly matches = (req: IncomingMessage): boolean => PATH.test((req.url ?? '').split('?')[0]);
-
-  /** Handles one claimed upgrade request; never throws. */
-  readonly handleUpgrade = (req: IncomingMessage, socket: Duplex, head: Buffer): void => {
-    this.accept(req, socket, head).catch((err) => {
-      this.d.log.error({ err }, 'terminal upgrade failed');
-      if (!socket.destroyed) rejectUpgrade(socket, errorBody('internal', 'Internal server error'));
-    });
-  };
-
-  private async accept(req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
-    const url = new URL(req.url ?? '/', 'http://x');
-    const [, sandboxId, terminalId] = PATH.exec(url.pathname)!;
-    let session: TerminalSession;
-    let accountId: string;
-    try {
-      const replayParam = url.searchParams.get('replay');
-      const principal = await this.authenticate(req);
-      session = await this.d.terminals.forAttach(principal.account.id, decode(sandboxId), decode(terminalId));
-      if (replayParam !== null && replayParam !== '0' && replayParam !== '1') {
-        throw new SandboxdError('validation', 'replay must be 0 or 1');
-      }
-      accountId = principal.account.id;
-      const max = this.d.limits?.config.terminalSocketsPerAccount ?? 0;
-      if (max > 0 && (this.perAccount.get(accountId) ?? 0) >= max) {
-        throw new SandboxdError(
-          'rate_limited',
-          `This account already has ${max} terminal connections open; close one first`,
-          { limit: 'connections', max },
-        );
-      }
-    } catch (e) {
-      const { status, body } = toHttpError(e);
-      this.d.metrics?.errors.inc({ code: String(status) });
-      const retryAfter = retryAfterSeconds(body);
-      if (!socket.destroyed) rejectUpgrade(socket, body, retryAfter ? { 'Retry-After': retryAfter } : {});
-      return;
+  /**
+   * Counts one socket of `accountId` until `socket` closes (the handshake included), or
+   * throws `rate_limited` (429 without Retry-After: a count, not a rate) when the account
+   * already holds its maximum.
+   */
+  admit(accountId: string, socket: Duplex): void {
+    const max = this.d.maxSocketsPerAccount;
+    if (max > 0 && (this.perAccount.get(accountId) ?? 0) >= max) {
+      throw new SandboxdError(
+        'rate_limited',
+        `This account already has ${max} terminal connections open; close one first`,
+        { limit: 'connections', max },
+      );
     }
-    if (socket.destroyed) return;
-    // Counted from here (synchronously after the check) until the socket closes, handshake failures included.
     this.perAccount.set(accountId, (this.perAccount.get(accountId) ?? 0) + 1);
     socket.once('close', () => {
       const n = (this.perAccount.get(accountId) ?? 1) - 1;
       if (n > 0) this.perAccount.set(accountId, n);
       else this.perAccount.delete(accountId);
     });
-    const replay = url.searchParams.get('replay') === '1';
-    this.wss.handleUpgrade(req, socket, head, (ws) => this.connect(ws, session, replay));
   }
 
-  /** API key headers first; a session cookie only with a same-origin `Origin` (CSRF). */
-  private async authenticate(req: IncomingMessage) {
-    const r = req as unknown as FastifyRequest;
-    const limits = this.d.limits;
-    let principal: Principal;
-    try {
-      principal = await authenticate(r, this.d.auth);
-      const byKey =
-        req.headers.authorization !== undefined ||
-        (typeof req.headers['x-api-key'] === 'string' && req.headers['x-api-key'] !== '');
-      if (!byKey && !sameOrigin(r)) {
-        throw new SandboxdError(
-          'unauthorized',
-          'A WebSocket authenticated by session cookie must carry a same-origin Origin header',
-        );
-      }
-    } catch (e) {
-      if (limits) limitIp(limits, req.socket.remoteAddress);
-      throw e;
-    }
-    if (limits) limitAccount(limits, principal.account.id);
-    return principal;
-  }
-
-  private connect(ws: WebSocket, session: TerminalSession, replay: boolean): void {
+  /** Attaches an accepted socket to its terminal session; `replay` sends the recent output first. */
+  connect(ws: WebSocket, session: TerminalSession, replay: boolean): void {
     this.live.add(ws);
     this.alive.add(ws);
     let attachment: TerminalAttachment | null = null;
@@ -222,31 +159,4 @@ export function parseControl(text: Buffer): { type: string; [k: string]: unknown
     /* not JSON: keyboard input */
   }
   return null;
-}
-
-function decode(s: string): string {
-  try {
-    return decodeURIComponent(s);
-  } catch {
-    throw new SandboxdError('not_found', 'Terminal not found');
-  }
-}
-
-/**
- * Wires terminals into the server (an `extraRoutes` entry): the REST routes, the
- * WebSocket upgrade claim on the front door, and shutdown (clients get close 1001).
- */
-export async function terminalFeature(app: FastifyInstance, sd: Sandboxd): Promise<void> {
-  const { terminals, auth } = sd.services;
-  const gateway = new TerminalGateway({ terminals, auth, log: sd.log, limits: sd.rateLimits, metrics: sd.metrics });
-  sd.frontDoor.claimUpgrades(gateway.matches, gateway.handleUpgrade);
-  app.addHook('preClose', async () => {
-    terminals.closeAll();
-    gateway.close();
-  });
-  const fallbackHost = () => {
-    const a = sd.http.server.address();
-    return a && typeof a === 'object' ? `${a.family === 'IPv6' ? `[${a.address}]` : a.address}:${a.port}` : 'localhost';
-  };
-  await app.register(terminalRoutes, { terminals, fallbackHost });
 }

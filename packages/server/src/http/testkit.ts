@@ -39,7 +39,7 @@ export async function makeTestApp(
   );
   const driver = opts.driver ?? new FakeDriver();
   const clock = new ManualClock(Date.UTC(2030, 0, 1));
-  const app = buildApp({
+  const app = await buildApp({
     config,
     driver,
     clock,

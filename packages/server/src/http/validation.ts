@@ -3,6 +3,11 @@ import type { TSchema } from 'typebox';
 import { Compile } from 'typebox/compile';
 
 type Validator = ReturnType<typeof Compile>;
+const NO_BODY = {
+  keyword: 'body',
+  instancePath: '',
+  message: 'is required',
+} as unknown as FastifySchemaValidationError;
 const cache = new WeakMap<object, Validator>();
 
 /**
@@ -18,6 +23,8 @@ export const validatorCompiler: FastifySchemaCompiler<TSchema> = ({ schema, http
   }
   const c = check;
   return (value: unknown) => {
+    // No body at all, an empty one sent as JSON (fastify hands it over as null), or `null`.
+    if (httpPart === 'body' && (value === undefined || value === null)) return { error: [NO_BODY] };
     const v = httpPart === 'body' ? value : convertStrings(schema as Record<string, unknown>, value);
     if (c.Check(v)) return { value: v };
     return { error: c.Errors(v) as unknown as FastifySchemaValidationError[] };

@@ -33,7 +33,7 @@ export class Reaper {
 
   constructor(
     private readonly d: ServiceDeps,
-    private readonly sandboxes: SandboxService,
+    private readonly sandboxes: Pick<SandboxService, 'isCreating' | 'stop' | 'markLost' | 'dropNewVolumes'>,
   ) {}
 
   /** Starts the timers (unref'd: they never keep the process alive). */

@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { makeTestApp, type TestApp } from '../http/testkit.js';
+import { PortLinks } from './links.js';
 import { get } from './test-fixture.js';
 
 describe('private ports and port links (composed app, fake driver)', () => {
@@ -52,7 +53,7 @@ describe('private ports and port links (composed app, fake driver)', () => {
     ).exec(url);
     assert.ok(m, url);
     assert.equal(new Date(expiresAt).getTime(), t.clock.now() + 3_600_000);
-    const links = t.app.services.sandboxes.portLinks;
+    const links = new PortLinks({ secretPath: join(dataDir, 'proxy-link.key') }); // the server's secret
     assert.equal(links.verify(m[1], { sandboxId: sb.id, port: 8000, now: t.clock.now() }), true);
     assert.equal(links.verify(m[1], { sandboxId: sb.id, port: 8001, now: t.clock.now() }), false);
     const short = await t.req({

@@ -8,21 +8,15 @@ const ID = `sbx_${'a'.repeat(20)}`;
 function make(
   o: { address?: string; state?: string; running?: boolean; subnet?: string } = { subnet: '10.89.0.0/16' },
 ) {
-  const calls = { store: 0, driver: 0 };
+  const calls = { locate: 0 };
   let now = 0;
   const rec = { id: ID, accountId: 'acc_1', state: o.state ?? 'started', portsPublic: true };
   const t = new SandboxTargets({
-    store: {
-      getSandbox: async () => {
-        calls.store++;
-        return rec as never;
-      },
-    },
-    driver: {
-      inspect: async () => {
-        calls.driver++;
-        return { state: o.running === false ? 'stopped' : 'running', address: o.address ?? '10.89.0.5' } as never;
-      },
+    // What SandboxService.locate answers: null unless started and running.
+    locate: async () => {
+      calls.locate++;
+      if (rec.state !== 'started' || o.running === false) return null;
+      return { accountId: rec.accountId, portsPublic: rec.portsPublic, address: o.address ?? '10.89.0.5' };
     },
     allowedSubnet: 'subnet' in o ? (o.subnet ?? null) : '10.89.0.0/16',
     now: () => now,
@@ -82,20 +76,20 @@ describe('SandboxTargets', () => {
     const { t, calls, rec, tick } = make();
     const [a, b] = await Promise.all([t.resolve(ID), t.resolve(ID)]);
     assert.equal(a, b);
-    assert.equal(calls.driver, 1);
+    assert.equal(calls.locate, 1);
     await t.resolve(ID);
-    assert.equal(calls.driver, 1, 'cached');
+    assert.equal(calls.locate, 1, 'cached');
     tick(1000);
     const again = await t.resolve(ID);
-    assert.equal(calls.driver, 2, 'expired');
+    assert.equal(calls.locate, 2, 'expired');
     assert.equal(again.pool, a.pool, 'same address keeps the pooled connections');
     tick(1000);
     const racing = t.resolve(ID);
     t.forget(ID); // the sandbox went while the lookup was in flight
     assert.equal(await statusOf(racing), 404, 'a lookup overtaken by forget() neither answers nor caches');
-    assert.equal(calls.driver, 3);
+    assert.equal(calls.locate, 3);
     await t.resolve(ID);
-    assert.equal(calls.driver, 4, 'nothing stale was cached');
+    assert.equal(calls.locate, 4, 'nothing stale was cached');
     rec.state = 'stopped';
     t.forget(ID);
     assert.equal(await statusOf(t.resolve(ID)), 404);

@@ -1,6 +1,5 @@
 import { isIPv4 } from 'node:net';
-import type { RuntimeDriver } from '../runtime/driver.js';
-import type { Store } from '../store/store.js';
+import type { SandboxLocation } from '../services/sandboxes.js';
 import { ProxyError } from './reply.js';
 import { UpstreamPool } from './upstream.js';
 
@@ -18,8 +17,8 @@ export interface ProxyTarget {
 
 /** Options of {@link SandboxTargets}. */
 export interface SandboxTargetsOptions {
-  store: Pick<Store, 'getSandbox'>;
-  driver: Pick<RuntimeDriver, 'inspect'>;
+  /** Where a started, running sandbox is (SandboxService.locate); null otherwise. */
+  locate: (sandboxId: string) => Promise<SandboxLocation | null>;
   /**
    * CIDR every sandbox address must lie in (the local runtime's subnet), its network,
    * first (the host's gateway) and broadcast addresses excluded; null when sandboxes have
@@ -37,11 +36,11 @@ interface Entry {
 }
 
 /**
- * Resolves a sandbox id to its {@link ProxyTarget}: the record must exist and be
- * `started` (any account: public is public), and the runtime must report it running with
- * an address allowed by {@link SandboxTargetsOptions.allowedSubnet}. Answers are cached
- * briefly (the runtime's inspect is costly); {@link forget} drops one at once and is
- * called when a sandbox stops or is removed. Concurrent lookups of one id share one query.
+ * Resolves a sandbox id to its {@link ProxyTarget}: the sandbox must be started and
+ * running (any account: public is public) with an address allowed by
+ * {@link SandboxTargetsOptions.allowedSubnet}. Answers are cached briefly (the runtime's
+ * inspect is costly); {@link forget} drops one at once and is called when a sandbox stops
+ * or is removed. Concurrent lookups of one id share one query.
  */
 export class SandboxTargets {
   private readonly entries = new Map<string, Entry>();
@@ -89,13 +88,8 @@ export class SandboxTargets {
   }
 
   private async lookup(sandboxId: string): Promise<ProxyTarget> {
-    const rec = this.closed ? null : await this.opts.store.getSandbox(sandboxId);
-    if (rec?.state !== 'started') {
-      this.forget(sandboxId);
-      throw new ProxyError('not_found', `No running sandbox ${sandboxId}`, { sandboxId });
-    }
-    const rt = await this.opts.driver.inspect(sandboxId);
-    if (rt?.state !== 'running') {
+    const rt = this.closed ? null : await this.opts.locate(sandboxId);
+    if (!rt) {
       this.forget(sandboxId);
       throw new ProxyError('not_found', `No running sandbox ${sandboxId}`, { sandboxId });
     }
@@ -105,15 +99,15 @@ export class SandboxTargets {
     }
     const prev = this.entries.get(sandboxId);
     let target: ProxyTarget;
-    if (prev && prev.target.address === rt.address && prev.target.accountId === rec.accountId) {
-      target = { ...prev.target, portsPublic: rec.portsPublic !== false };
+    if (prev && prev.target.address === rt.address && prev.target.accountId === rt.accountId) {
+      target = { ...prev.target, portsPublic: rt.portsPublic };
     } else {
       prev?.target.pool.destroy();
       target = {
         sandboxId,
-        accountId: rec.accountId,
+        accountId: rt.accountId,
         address: rt.address,
-        portsPublic: rec.portsPublic !== false,
+        portsPublic: rt.portsPublic,
         pool: new UpstreamPool(rt.address),
       };
     }

@@ -110,10 +110,11 @@ export async function startFixture(o: { timeoutMs?: number } = {}): Promise<Fixt
     [IDS.stopped, record(IDS.stopped, 'stopped', true)],
   ]);
   const targets = new SandboxTargets({
-    store: { getSandbox: async (id: string) => (records.get(id) ?? null) as never },
-    driver: {
-      inspect: async (id: string) =>
-        records.get(id)?.state === 'started' ? ({ state: 'running', address: '127.0.0.1' } as never) : null,
+    locate: async (id: string) => {
+      const r = records.get(id);
+      return r?.state === 'started'
+        ? { accountId: r.accountId, portsPublic: r.portsPublic, address: '127.0.0.1' }
+        : null;
     },
     allowedSubnet: '127.0.0.1/32',
   });

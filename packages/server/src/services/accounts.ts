@@ -17,7 +17,7 @@ export interface NewAccount {
 
 /** Accounts, plans and token grants. */
 export class AccountService {
-  constructor(private readonly d: ServiceDeps) {}
+  constructor(private readonly d: Pick<ServiceDeps, 'store' | 'clock' | 'config' | 'log'>) {}
 
   /** Creates an account on `plan` (default from config) with its grant as a ledger row. `conflict` on a taken email. */
   async create(a: NewAccount): Promise<AccountRecord> {

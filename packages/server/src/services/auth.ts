@@ -18,7 +18,7 @@ const TOUCH_EVERY_MS = 60_000;
  * passwords use scrypt.
  */
 export class AuthService {
-  constructor(private readonly d: ServiceDeps) {}
+  constructor(private readonly d: Pick<ServiceDeps, 'store' | 'clock' | 'config' | 'log'>) {}
 
   /** The account of an API key, or `unauthorized`. Updates `lastUsedAt` at most once a minute. */
   async fromApiKey(key: string): Promise<Principal> {

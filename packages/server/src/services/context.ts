@@ -4,7 +4,10 @@ import type { Clock } from '../domain/clock.js';
 import type { RuntimeDriver } from '../runtime/driver.js';
 import type { Store } from '../store/store.js';
 
-/** What every service is built from; assembled once in app.ts. */
+/**
+ * What services are built from, assembled once in app.ts. Each service takes the part of it
+ * it uses (a `Pick`), so its constructor says what it touches.
+ */
 export interface ServiceDeps {
   store: Store;
   driver: RuntimeDriver;

@@ -19,7 +19,7 @@ export function deeperThan(value: unknown, max: number): boolean {
 
 /** Client-side onboarding events: stored with account, time and metadata (<= 8 KiB). */
 export class EventService {
-  constructor(private readonly d: ServiceDeps) {}
+  constructor(private readonly d: Pick<ServiceDeps, 'store' | 'clock'>) {}
 
   /** Stores one event. `validation` when metadata is over 8 KiB as JSON. */
   async track(accountId: string, e: TrackEvent): Promise<void> {

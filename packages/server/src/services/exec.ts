@@ -1,6 +1,7 @@
 import { LIMITS, SandboxdError, type ExecRequest, type ExecResult } from '@sandboxd/protocol';
 import type { ServiceDeps } from './context.js';
 import { envProblems, type SandboxService } from './sandboxes.js';
+import type { StorageGuard } from './storage.js';
 
 /**
  * Runs `/bin/sh -c command` in a started sandbox. Foreground waits (default 60 s, exit
@@ -10,8 +11,8 @@ import { envProblems, type SandboxService } from './sandboxes.js';
  */
 export class ExecService {
   constructor(
-    private readonly d: ServiceDeps,
-    private readonly sandboxes: SandboxService,
+    private readonly d: Pick<ServiceDeps, 'driver' | 'clock'> & { storage: StorageGuard },
+    private readonly sandboxes: Pick<SandboxService, 'get'>,
   ) {}
 
   async run(accountId: string, req: ExecRequest & { sandboxId: string }): Promise<ExecResult> {
@@ -32,7 +33,7 @@ export class ExecService {
       });
     }
     // Commands write to the sandbox's root layer, a sparse file on the data dir: refused when it is full.
-    await this.sandboxes.storage.check();
+    await this.d.storage.check();
     const o = req.options ?? {};
     try {
       if (o.background) {

@@ -34,7 +34,7 @@ function wire(i: ImageInfo): Image {
  * `validation`, `internal`).
  */
 export class ImageService {
-  constructor(private readonly d: ServiceDeps) {}
+  constructor(private readonly d: Pick<ServiceDeps, 'driver' | 'config' | 'log'>) {}
 
   /** Every cached image. */
   async list(): Promise<Image[]> {

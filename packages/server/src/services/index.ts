@@ -1,15 +1,14 @@
-import { AccountService } from './accounts.js';
-import { AuthService } from './auth.js';
-import type { ServiceDeps } from './context.js';
-import { EventService } from './events.js';
-import { ExecService } from './exec.js';
-import { ImageService } from './images.js';
-import { SandboxService } from './sandboxes.js';
-import { TerminalService } from './terminals.js';
-import { TimeoutService } from './timeout.js';
-import { VolumeService } from './volumes.js';
+import type { AccountService } from './accounts.js';
+import type { AuthService } from './auth.js';
+import type { EventService } from './events.js';
+import type { ExecService } from './exec.js';
+import type { ImageService } from './images.js';
+import type { SandboxService } from './sandboxes.js';
+import type { TerminalService } from './terminals.js';
+import type { TimeoutService } from './timeout.js';
+import type { VolumeService } from './volumes.js';
 
-/** Every service, wired to the same dependencies. */
+/** Every service, as the composition root (app.ts) builds them; what the HTTP routes call. */
 export interface Services {
   sandboxes: SandboxService;
   timeout: TimeoutService;
@@ -20,22 +19,6 @@ export interface Services {
   volumes: VolumeService;
   images: ImageService;
   terminals: TerminalService;
-}
-
-/** Builds the services; called by the composition root only. */
-export function createServices(d: ServiceDeps): Services {
-  const sandboxes = new SandboxService(d);
-  return {
-    sandboxes,
-    timeout: new TimeoutService(d, sandboxes),
-    exec: new ExecService(d, sandboxes),
-    accounts: new AccountService(d),
-    auth: new AuthService(d),
-    events: new EventService(d),
-    volumes: new VolumeService(d),
-    images: new ImageService(d),
-    terminals: new TerminalService(d, sandboxes),
-  };
 }
 
 export type { ServiceDeps } from './context.js';

@@ -11,13 +11,20 @@ import { newSandboxName } from '../domain/names.js';
 import { driverVolumeName, mountPathProblem, type MountRecord, type SandboxRecord } from '../domain/sandbox.js';
 import type { AccountRecord } from '../store/store.js';
 import { planOf, type ServiceDeps } from './context.js';
-import { dirname, join } from 'node:path';
-import { LINK_PARAM, LINK_TTL, PortLinks } from '../proxy/links.js';
+import { LINK_PARAM, LINK_TTL, type PortLinks } from '../proxy/links.js';
 import { isOutOfSpace, outOfStorage } from '../domain/storage.js';
-import { StorageGuard } from './storage.js';
+import type { StorageGuard } from './storage.js';
 
 /** Errors of `driver.create` that mean "the request was wrong", not "the runtime failed". */
 const CLIENT_KINDS = new Set(['template_not_found', 'validation', 'conflict']);
+
+/** Where a started sandbox runs, as the port proxy needs it. */
+export interface SandboxLocation {
+  accountId: string;
+  portsPublic: boolean;
+  /** IPv4 on the host's sandbox network. */
+  address: string;
+}
 
 /**
  * Sandboxes of an account: create (atomic reservation, then the driver), list, get,
@@ -25,16 +32,13 @@ const CLIENT_KINDS = new Set(['template_not_found', 'validation', 'conflict']);
  */
 export class SandboxService {
   private readonly goneListeners: Array<(id: string) => void> = [];
-  /** Signs and checks port links; the secret lives in `<dataDir>/proxy-link.key`. */
-  readonly portLinks: PortLinks;
-  /** Refuses creates, execs and terminals (507) while the data dir is nearly full. */
-  readonly storage: StorageGuard;
   /** Ids whose create is in progress in this process; any other `creating` record is abandoned. */
   private readonly creating = new Set<string>();
-  constructor(private readonly d: ServiceDeps) {
-    this.portLinks = new PortLinks({ secretPath: join(d.config.dataDir, 'proxy-link.key') });
-    this.storage = new StorageGuard([d.config.dataDir, dirname(d.config.dbPath)], d.config.minFreeMb * 2 ** 20);
-  }
+  /**
+   * `portLinks` signs the links of {@link portLink}; `storage` refuses creates (507) while
+   * the data dir is nearly full.
+   */
+  constructor(private readonly d: ServiceDeps & { portLinks: Pick<PortLinks, 'sign'>; storage: StorageGuard }) {}
 
   /** True while this process is creating sandbox `id` (the reconciler leaves such records alone). */
   isCreating(id: string): boolean {
@@ -65,7 +69,7 @@ export class SandboxService {
     if (tooLong.length)
       throw new SandboxdError('validation', tooLong.map((p) => `${p.path}: ${p.message}`).join('; '), tooLong);
     const { mounts, sizes } = parseVolumes(req.volumes ?? {});
-    await this.storage.check();
+    await this.d.storage.check();
     const id = newSandboxId();
     this.creating.add(id);
     try {
@@ -214,11 +218,29 @@ export class SandboxService {
     const r = await this.get(accountId, req.id);
     if (r.state !== 'started') throw new SandboxdError('conflict', `Sandbox is ${r.state}`, { state: r.state });
     const expiresAt = this.d.clock.now() + (req.expiresInMs ?? LINK_TTL.defaultMs);
-    const token = this.portLinks.sign({ sandboxId: r.id, port: req.port, expiresAt });
+    const token = this.d.portLinks.sign({ sandboxId: r.id, port: req.port, expiresAt });
     return {
       url: `${req.scheme}://${req.port}-${r.id}.${this.d.config.publicHost}/?${LINK_PARAM}=${token}`,
       expiresAt,
     };
+  }
+
+  /**
+   * Where the port proxy finds a sandbox of any account (public ports are public; the
+   * proxy decides access): its owner, whether its ports are public, and its address from
+   * the runtime. Null unless the record is `started` and the runtime reports it running.
+   */
+  async locate(id: string): Promise<SandboxLocation | null> {
+    const r = await this.d.store.getSandbox(id);
+    if (r?.state !== 'started') return null;
+    const rt = await this.d.driver.inspect(id);
+    if (rt?.state !== 'running') return null;
+    return { accountId: r.accountId, portsPublic: r.portsPublic !== false, address: rt.address };
+  }
+
+  /** How many sandbox records are in each state (for metrics). */
+  countByState(): Promise<Record<string, number>> {
+    return this.d.store.countByState();
   }
 
   /** A page of the account's sandboxes, newest first. */

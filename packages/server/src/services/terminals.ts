@@ -3,6 +3,7 @@ import { newTerminalId } from '../domain/ids.js';
 import type { SandboxRecord } from '../domain/sandbox.js';
 import type { ServiceDeps } from './context.js';
 import type { SandboxService } from './sandboxes.js';
+import type { StorageGuard } from './storage.js';
 import { resolveLaunch } from './terminal-probe.js';
 import { CLOSE, TerminalSession } from './terminal-session.js';
 
@@ -25,8 +26,8 @@ export class TerminalService {
   private readonly pending = new Map<string, number>();
 
   constructor(
-    private readonly d: ServiceDeps,
-    private readonly sandboxes: SandboxService,
+    private readonly d: ServiceDeps & { storage: StorageGuard },
+    private readonly sandboxes: Pick<SandboxService, 'get' | 'onGone'>,
   ) {
     sandboxes.onGone((sandboxId) => this.closeSandbox(sandboxId, 'sandbox stopped'));
   }
@@ -40,7 +41,7 @@ export class TerminalService {
    */
   async create(accountId: string, sandboxId: string, req: TerminalCreate): Promise<TerminalSession> {
     const sb = await this.startedSandbox(accountId, sandboxId);
-    await this.sandboxes.storage.check();
+    await this.d.storage.check();
     this.reserveSlot(sb.id);
     try {
       const runtime = await this.d.driver.inspect(sb.id);

@@ -12,8 +12,8 @@ import type { SandboxService } from './sandboxes.js';
  */
 export class TimeoutService {
   constructor(
-    private readonly d: ServiceDeps,
-    private readonly sandboxes: SandboxService,
+    private readonly d: Pick<ServiceDeps, 'store' | 'clock' | 'config' | 'log'>,
+    private readonly sandboxes: Pick<SandboxService, 'get' | 'stop'>,
   ) {}
 
   async set(account: AccountRecord, req: { id: string; timeoutMs: number }): Promise<{ id: string; stopAt: number }> {

@@ -4,7 +4,7 @@ import type { ServiceDeps } from './context.js';
 
 /** Account volumes. Driver names are `<accountId>__<name>`, so accounts never collide. */
 export class VolumeService {
-  constructor(private readonly d: ServiceDeps) {}
+  constructor(private readonly d: Pick<ServiceDeps, 'store' | 'driver' | 'log'>) {}
 
   async list(accountId: string): Promise<Volume[]> {
     const vols = await this.d.store.listVolumes(accountId);

@@ -15,12 +15,15 @@ import { Type } from 'typebox';
 import type { TerminalSession } from '../../services/terminal-session.js';
 import type { TerminalService } from '../../services/terminals.js';
 import { principalOf } from '../deps.js';
+import type { TerminalGateway } from '../terminal-ws.js';
 
 const tags = ['terminals'];
 
 /** What the terminal routes need. */
 export interface TerminalRouteDeps {
   terminals: TerminalService;
+  /** Where accepted terminal WebSockets go. */
+  gateway: TerminalGateway;
   /** `host:port` for `wsUrl` when a request carries no Host header (HTTP/1.0). */
   fallbackHost: () => string;
 }
@@ -139,23 +142,36 @@ export const terminalRoutes: FastifyPluginAsyncTypebox<TerminalRouteDeps> = asyn
     },
   );
 
-  // Documentation of the WebSocket endpoint; upgrades never reach fastify (terminal-ws.ts claims them).
-  app.get(
-    '/api/v1/sandboxes/:id/terminals/:terminalId/ws',
-    {
-      schema: { params: TerminalParamsSchema, querystring: TerminalWsQuerySchema, response: { 101: Type.Null() } },
-      config: {
-        operationId: 'connectTerminal',
-        tags,
-        errors: [400, 401, 404, 409],
-        summary: 'Upgrade to the terminal WebSocket (Upgrade: websocket); messages: ready, resize, exit, raw bytes',
-      },
+  // The terminal WebSocket: an upgrade passes the same hooks as any request (authentication,
+  // rate limits, validation), then this route's checks, before the handshake; a refusal is
+  // plain HTTP with the Error body. A GET without the upgrade answers 400.
+  const sessions = new WeakMap<FastifyRequest, TerminalSession>();
+  app.route({
+    method: 'GET',
+    url: '/api/v1/sandboxes/:id/terminals/:terminalId/ws',
+    schema: { params: TerminalParamsSchema, querystring: TerminalWsQuerySchema, response: { 101: Type.Null() } },
+    config: {
+      operationId: 'connectTerminal',
+      tags,
+      errors: [400, 401, 404, 409],
+      summary: 'Upgrade to the terminal WebSocket (Upgrade: websocket); messages: ready, resize, exit, raw bytes',
     },
-    async () => {
+    preHandler: async (req) => {
+      if (!req.ws) return;
+      const accountId = principalOf(req).account.id;
+      sessions.set(req, await terminals.forAttach(accountId, req.params.id, req.params.terminalId));
+      d.gateway.admit(accountId, req.raw.socket);
+    },
+    handler: async () => {
       throw new SandboxdError(
         'validation',
         'This endpoint needs a WebSocket upgrade: send "Connection: Upgrade" and "Upgrade: websocket"',
       );
     },
-  );
+    wsHandler: (socket, req) => {
+      const session = sessions.get(req);
+      if (!session) return socket.terminate();
+      d.gateway.connect(socket, session, (req.query as { replay?: string }).replay === '1');
+    },
+  });
 };
