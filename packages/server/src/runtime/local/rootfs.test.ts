@@ -21,7 +21,7 @@ import { fileURLToPath } from 'node:url';
 import { SandboxdError } from '@sandboxd/protocol';
 import { RootfsManager, volumeOciMount } from './rootfs.js';
 import { idmappedOciBind } from './idmap.js';
-import { removeAndCheckLeaks } from './test-support.js';
+import { removeAndCheckLeaks } from '../../../test/local-driver.js';
 import { hostSnapshot, loopsUnder, mountsUnder, readMounts, type HostSnapshot } from './mounts.js';
 
 const here = dirname(fileURLToPath(import.meta.url));

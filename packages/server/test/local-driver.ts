@@ -2,12 +2,19 @@ import assert from 'node:assert/strict';
 import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { LocalDriver, type LocalDriverOptions } from './driver.js';
-import { hostSnapshot, loopDetach, loopsUnder, snapshotDiff, unmountUnder, type HostSnapshot } from './mounts.js';
+import { LocalDriver, type LocalDriverOptions } from '../src/runtime/local/driver.js';
+import {
+  hostSnapshot,
+  loopDetach,
+  loopsUnder,
+  snapshotDiff,
+  unmountUnder,
+  type HostSnapshot,
+} from '../src/runtime/local/mounts.js';
 
 /** The image cache shared by test runs (built by `npm test`'s set-up). */
 export const TEST_IMAGE_DIR =
-  process.env.SANDBOXD_TEST_IMAGE_DIR ?? resolve(import.meta.dirname, '../../../../../.sandboxd-test/images');
+  process.env.SANDBOXD_TEST_IMAGE_DIR ?? resolve(import.meta.dirname, '../../../.sandboxd-test/images');
 
 /**
  * A LocalDriver on temp dirs with its own bridge, subnet, uid range and cgroup folder, so

@@ -3,7 +3,7 @@
  * after each, until the parent kills it with SIGKILL (mid-create, on purpose).
  * argv: <json LocalDriverOptions>
  */
-import { LocalDriver } from '../driver.js';
+import { LocalDriver } from '../../src/runtime/local/driver.js';
 
 const driver = new LocalDriver(JSON.parse(process.argv[2]));
 await driver.init();

@@ -9,7 +9,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { runTool, toolEnv } from './run.js';
+import { runTool, toolEnv } from '../src/runtime/local/images/run.js';
 
 /** A fresh temp dir and a function that deletes it. */
 export async function tempDir(label: string): Promise<{ dir: string; cleanup: () => Promise<void> }> {
