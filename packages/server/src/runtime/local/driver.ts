@@ -19,7 +19,7 @@ import { buildOciConfig, ID_RANGE_SIZE, SANDBOX_CAPABILITIES } from './bundle.js
 import { defaultOciRuntime, OciRuntime, processStart, type OciRuntimeName } from './oci-runtime.js';
 import { resolveImageUser } from './image-user.js';
 import { ImageStore } from './images/store.js';
-import { NetworkManager, type SandboxNet } from './network.js';
+import { NetworkManager, type SandboxNet } from './network/manager.js';
 import { spawnTty } from './pty.js';
 import { RootfsManager, volumeOciMount } from './rootfs.js';
 import { buildSeccompProfile, compileSeccompBpf, type OciSeccomp } from './seccomp.js';
@@ -34,7 +34,7 @@ import {
   mergeEnvList,
   splitEnv,
 } from './sandbox-checks.js';
-import { hostNetDevicePaths } from './host-sysfs.js';
+import { hostNetDevicePaths } from './network/sysfs.js';
 import { agentBinary, ExecAgent } from './exec-agent.js';
 import { SandboxCommands } from './commands.js';
 

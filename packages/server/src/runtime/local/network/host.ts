@@ -1,5 +1,5 @@
-import { overlaps, parsePrefix, type Prefix } from './network-addr.js';
-import { runJson } from './network-exec.js';
+import { overlaps, parsePrefix, type Prefix } from './addr.js';
+import { runJson } from './exec.js';
 
 /**
  * The IPv4 networks of every host interface but `bridge` (from `ip -j -4 addr`), e.g. the

@@ -1,4 +1,4 @@
-import { hostVethName, netnsName, netnsPath, sandboxMac } from './network-addr.js';
+import { hostVethName, netnsName, netnsPath, sandboxMac } from './addr.js';
 
 /**
  * One process per attach (a fork from sh costs less than a spawn): the host-side

@@ -3,11 +3,17 @@ import { execFileSync } from 'node:child_process';
 import { existsSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { after, before, describe, it } from 'node:test';
-import { hostVethName, netnsName, sandboxMac } from './network-addr.js';
-import { runTool } from './network-exec.js';
-import { hostNetSnapshot, killStartedChildren, listenInNetns, probeFromHost, probeFromNetns } from './network-probe.js';
-import { buildRuleset } from './network-rules.js';
-import { NetworkManager, type NetworkOptions } from './network.js';
+import { hostVethName, netnsName, sandboxMac } from './addr.js';
+import { runTool } from './exec.js';
+import {
+  hostNetSnapshot,
+  killStartedChildren,
+  listenInNetns,
+  probeFromHost,
+  probeFromNetns,
+} from '../../../../test/network-probe.js';
+import { buildRuleset } from './rules.js';
+import { NetworkManager, type NetworkOptions } from './manager.js';
 
 // Names and addresses no one else uses; every sandbox id of this file starts with `nt_`.
 const OPTS: NetworkOptions = { bridge: 'sbxt-net', subnet: '10.89.250.0/24', egress: 'none' };

@@ -1,4 +1,4 @@
-import { formatPrefix, mergePrefixes, parsePrefix, type Prefix } from './network-addr.js';
+import { formatPrefix, mergePrefixes, parsePrefix, type Prefix } from './addr.js';
 
 /**
  * IPv4 ranges a sandbox never reaches even with NAT egress: private, shared, loopback,

@@ -2,8 +2,9 @@ import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import net from 'node:net';
 
 /**
- * Test helpers for network.test.ts: TCP probes and listeners inside a netns or on the host,
- * each connect bounded by a timeout, and a snapshot of the host's network state.
+ * Test helpers for the network tests (src/runtime/local/network/manager.test.ts): TCP probes
+ * and listeners inside a netns or on the host, each connect bounded by a timeout, and a
+ * snapshot of the host's network state.
  */
 
 /** Outcome of one TCP connect: 'open', 'timeout', or the error code (e.g. 'ECONNREFUSED'). */

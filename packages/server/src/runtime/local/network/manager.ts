@@ -15,11 +15,11 @@ import {
   SANDBOX_ID_RE,
   sandboxMac,
   type SubnetPlan,
-} from './network-addr.js';
-import { attachCommand } from './network-commands.js';
-import { mapLimit, runJson, runTool } from './network-exec.js';
-import { findRouteClash, hostNetworksBesides } from './network-host.js';
-import { buildRuleset, nftTableName } from './network-rules.js';
+} from './addr.js';
+import { attachCommand } from './commands.js';
+import { mapLimit, runJson, runTool } from './exec.js';
+import { findRouteClash, hostNetworksBesides } from './host.js';
+import { buildRuleset, nftTableName } from './rules.js';
 
 /** Host-side settings of one sandbox network. */
 export interface NetworkOptions {
