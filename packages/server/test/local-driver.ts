@@ -10,7 +10,7 @@ import {
   snapshotDiff,
   unmountUnder,
   type HostSnapshot,
-} from '../src/runtime/local/mounts.js';
+} from '../src/runtime/local/rootfs/mounts.js';
 
 /** The image cache shared by test runs (built by `npm test`'s set-up). */
 export const TEST_IMAGE_DIR =

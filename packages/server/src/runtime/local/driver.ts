@@ -21,9 +21,9 @@ import { resolveImageUser } from './image-user.js';
 import { ImageStore } from './images/store.js';
 import { NetworkManager, type SandboxNet } from './network/manager.js';
 import { spawnTty } from './pty.js';
-import { RootfsManager, volumeOciMount } from './rootfs.js';
+import { RootfsManager, volumeOciMount } from './rootfs/roots.js';
 import { buildSeccompProfile, compileSeccompBpf, type OciSeccomp } from './seccomp.js';
-import { VolumeStore } from './volumes.js';
+import { VolumeStore } from './rootfs/volumes.js';
 import type { Config } from '../../config.js';
 import {
   checkLimits,

@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { tmpdir } from 'node:os';
 import { SandboxdError } from '@sandboxd/protocol';
 import { checkMapping, idmappedBind, idmappedBinds, idmappedOciBind } from './idmap.js';
-import { removeAndCheckLeaks } from '../../../test/local-driver.js';
+import { removeAndCheckLeaks } from '../../../../test/local-driver.js';
 import { hostSnapshot, mountsUnder, unmount, type HostSnapshot } from './mounts.js';
 
 const root = realpathSync(mkdtempSync(join(tmpdir(), 'sbx-idmap-')));

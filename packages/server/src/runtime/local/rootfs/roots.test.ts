@@ -19,13 +19,13 @@ import { dirname, join, resolve } from 'node:path';
 import { tmpdir } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { SandboxdError } from '@sandboxd/protocol';
-import { RootfsManager, volumeOciMount } from './rootfs.js';
+import { RootfsManager, volumeOciMount } from './roots.js';
 import { idmappedOciBind } from './idmap.js';
-import { removeAndCheckLeaks } from '../../../test/local-driver.js';
+import { removeAndCheckLeaks } from '../../../../test/local-driver.js';
 import { hostSnapshot, loopsUnder, mountsUnder, readMounts, type HostSnapshot } from './mounts.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
-const repo = resolve(here, '../../../../..');
+const repo = resolve(here, '../../../../../..');
 const root = realpathSync(mkdtempSync(join(tmpdir(), 'sbx-rootfs-')));
 const lower = join(root, 'image');
 const CAP = 64 << 20;
@@ -200,7 +200,7 @@ describe('RootfsManager', () => {
     const script = join(root, 'crash.mts');
     writeFileSync(
       script,
-      `import { RootfsManager } from ${JSON.stringify(join(here, 'rootfs.ts'))};
+      `import { RootfsManager } from ${JSON.stringify(join(here, 'roots.ts'))};
 const m = new RootfsManager({ dir: ${JSON.stringify(join(root, 'sandboxes'))} });
 await m.prepare({ id: 'crashed', lowerDir: ${JSON.stringify(lower)}, rootDiskBytes: ${CAP}, uidBase: ${BASE} });
 process.kill(process.pid, 'SIGKILL');\n`,

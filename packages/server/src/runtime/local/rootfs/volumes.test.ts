@@ -18,7 +18,7 @@ import { tmpdir } from 'node:os';
 import { SandboxdError } from '@sandboxd/protocol';
 import { VolumeStore } from './volumes.js';
 import { idmappedBind } from './idmap.js';
-import { removeAndCheckLeaks } from '../../../test/local-driver.js';
+import { removeAndCheckLeaks } from '../../../../test/local-driver.js';
 import { hostSnapshot, loopsUnder, mountsUnder, run, unmount, type HostSnapshot } from './mounts.js';
 
 const root = realpathSync(mkdtempSync(join(tmpdir(), 'sbx-volumes-')));
