@@ -12,8 +12,8 @@
  */
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { OciRuntime } from '../packages/server/src/runtime/local/oci-runtime.js';
-import { HostSpawner } from '../packages/server/src/runtime/local/spawner.js';
+import { OciRuntime } from '../packages/server/src/runtime/local/commands/oci-runtime.js';
+import { HostSpawner } from '../packages/server/src/runtime/local/commands/spawner.js';
 import { makeTestDriver } from '../packages/server/test/local-driver.js';
 import { report, summarize, timeMs } from './stats.js';
 

@@ -16,7 +16,7 @@ import type {
   VolumeInfo,
 } from '../driver.js';
 import { buildOciConfig, ID_RANGE_SIZE, SANDBOX_CAPABILITIES } from './bundle.js';
-import { defaultOciRuntime, OciRuntime, processStart, type OciRuntimeName } from './oci-runtime.js';
+import { defaultOciRuntime, OciRuntime, processStart, type OciRuntimeName } from './commands/oci-runtime.js';
 import { resolveImageUser } from './image-user.js';
 import { ImageStore } from './images/store.js';
 import { NetworkManager, type SandboxNet } from './network/manager.js';
@@ -35,8 +35,8 @@ import {
   splitEnv,
 } from './sandbox-checks.js';
 import { hostNetDevicePaths } from './network/sysfs.js';
-import { agentBinary, ExecAgent } from './exec-agent.js';
-import { SandboxCommands } from './commands.js';
+import { agentBinary, ExecAgent } from './commands/exec-agent.js';
+import { SandboxCommands } from './commands/exec.js';
 
 export interface LocalDriverOptions {
   /** Sandbox state, roots and volumes live here. */
@@ -394,7 +394,7 @@ export class LocalDriver implements RuntimeDriver {
     await this.teardown(id, rec);
   }
 
-  /** Through the sandbox's exec agent; see commands.ts. */
+  /** Through the sandbox's exec agent; see commands/exec.ts. */
   async exec(id: string, command: string, options: ExecOptions = {}): Promise<ExecResult> {
     return this.commands.exec(await this.requireRunning(id), command, options);
   }

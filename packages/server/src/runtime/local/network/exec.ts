@@ -1,5 +1,5 @@
 import { SandboxdError } from '@sandboxd/protocol';
-import { HostSpawner, type SpawnResult } from '../spawner.js';
+import { HostSpawner, type SpawnResult } from '../commands/spawner.js';
 
 /** Options of {@link runTool}. */
 export interface RunToolOptions {

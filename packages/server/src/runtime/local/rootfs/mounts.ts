@@ -8,7 +8,7 @@ import { readFileSync, readdirSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { SandboxdError } from '@sandboxd/protocol';
 import { nativeBin } from '../native.js';
-import { HostSpawner, type SpawnResult } from '../spawner.js';
+import { HostSpawner, type SpawnResult } from '../commands/spawner.js';
 
 /** One line of /proc/self/mountinfo, with paths unescaped. */
 export interface MountEntry {

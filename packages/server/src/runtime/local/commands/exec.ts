@@ -1,8 +1,8 @@
 import { join } from 'node:path';
-import type { ExecOptions, ExecResult } from '../driver.js';
+import type { ExecOptions, ExecResult } from '../../driver.js';
 import { AgentGoneError, ExecAgent } from './exec-agent.js';
 import { nsPid, type OciRuntime } from './oci-runtime.js';
-import { mergeEnvList } from './sandbox-checks.js';
+import { mergeEnvList } from '../sandbox-checks.js';
 
 /** What running a command needs to know of a sandbox (a driver record has it). */
 export interface CommandTarget {

@@ -1,5 +1,5 @@
 import type { Readable, Writable } from 'node:stream';
-import { nativeBin } from './native.js';
+import { nativeBin } from '../native.js';
 import { HostSpawner } from './spawner.js';
 
 /** Where the agent binary is bind-mounted (read-only) inside every sandbox. */

@@ -4,8 +4,8 @@ import { readFileSync, rmSync } from 'node:fs';
 import { after, before, describe, it } from 'node:test';
 import { agentBinary, ExecAgent } from './exec-agent.js';
 import { HostSpawner } from './spawner.js';
-import { LocalDriver } from './driver.js';
-import { makeTestDriver } from '../../../test/local-driver.js';
+import { LocalDriver } from '../driver.js';
+import { makeTestDriver } from '../../../../test/local-driver.js';
 
 /** A host process is gone, or a zombie nobody reaped yet (it runs no more either way). */
 function gone(pid: number): boolean {

@@ -1,7 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { createServer, type Server, type Socket } from 'node:net';
-import { nativeBin } from './native.js';
+import { nativeBin } from '../native.js';
 
 /** Options of {@link HostSpawner.run}. */
 export interface SpawnOptions {
