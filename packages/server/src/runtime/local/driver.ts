@@ -20,7 +20,7 @@ import { defaultOciRuntime, OciRuntime, processStart, type OciRuntimeName } from
 import { resolveImageUser } from './image-user.js';
 import { ImageStore } from './images/store.js';
 import { NetworkManager, type SandboxNet } from './network/manager.js';
-import { spawnTty } from './pty.js';
+import { spawnTty } from './pty/relay.js';
 import { RootfsManager, volumeOciMount } from './rootfs/roots.js';
 import { buildSeccompProfile, compileSeccompBpf, type OciSeccomp } from './seccomp.js';
 import { VolumeStore } from './rootfs/volumes.js';

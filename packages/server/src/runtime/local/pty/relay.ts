@@ -18,8 +18,8 @@ import { constants, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Readable, Writable } from 'node:stream';
 import { SandboxdError } from '@sandboxd/protocol';
-import type { PtyProcess } from '../driver.js';
-import { nativeBin } from './native.js';
+import type { PtyProcess } from '../../driver.js';
+import { nativeBin } from '../native.js';
 
 /** How long the relay may take to report a running process before spawnTty gives up. */
 const START_TIMEOUT_MS = 10_000;

@@ -1,6 +1,6 @@
 /**
  * spawnTty against a real crun container (busybox rootfs made here). Needs root, crun and
- * busybox-static. Run: node --import tsx --test packages/server/src/runtime/local/pty.test.ts
+ * busybox-static. Run: node --import tsx --test packages/server/src/runtime/local/pty/relay.test.ts
  */
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -9,8 +9,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { SandboxdError } from '@sandboxd/protocol';
-import type { PtyProcess } from '../driver.js';
-import { spawnTty, type SpawnTtyOptions } from './pty.js';
+import type { PtyProcess } from '../../driver.js';
+import { spawnTty, type SpawnTtyOptions } from './relay.js';
 
 const TOOLS = ['sh', 'stty', 'echo', 'sleep', 'cat', 'yes', 'head', 'kill', 'id', 'pwd', 'env', 'true'];
 const tmp = mkdtempSync(join(tmpdir(), 'sbx-pty-test-'));
