@@ -15,14 +15,14 @@ import type {
   TtyOptions,
   VolumeInfo,
 } from '../driver.js';
-import { buildOciConfig, ID_RANGE_SIZE, SANDBOX_CAPABILITIES } from './bundle.js';
+import { buildOciConfig, ID_RANGE_SIZE, SANDBOX_CAPABILITIES } from './bundle/oci-config.js';
 import { defaultOciRuntime, OciRuntime, processStart, type OciRuntimeName } from './commands/oci-runtime.js';
 import { resolveImageUser } from './image-user.js';
 import { ImageStore } from './images/store.js';
 import { NetworkManager, type SandboxNet } from './network/manager.js';
 import { spawnTty } from './pty/relay.js';
 import { RootfsManager, volumeOciMount } from './rootfs/roots.js';
-import { buildSeccompProfile, compileSeccompBpf, type OciSeccomp } from './seccomp.js';
+import { buildSeccompProfile, compileSeccompBpf, type OciSeccomp } from './bundle/seccomp.js';
 import { VolumeStore } from './rootfs/volumes.js';
 import type { Config } from '../../config.js';
 import {

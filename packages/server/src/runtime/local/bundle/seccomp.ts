@@ -1,6 +1,6 @@
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
-import { nativeBin } from './native.js';
+import { nativeBin } from '../native.js';
 
 /** Where Debian's containers-common ships the seccomp profile podman uses. */
 export const CONTAINERS_SECCOMP_PROFILE = '/usr/share/containers/seccomp.json';

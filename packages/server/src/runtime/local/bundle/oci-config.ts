@@ -1,5 +1,5 @@
-import type { ResourceLimits } from '../driver.js';
-import { AGENT_PATH } from './commands/exec-agent.js';
+import type { ResourceLimits } from '../../driver.js';
+import { AGENT_PATH } from '../commands/exec-agent.js';
 import type { OciSeccomp } from './seccomp.js';
 
 /**
