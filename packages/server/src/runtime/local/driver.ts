@@ -17,7 +17,7 @@ import type {
 } from '../driver.js';
 import { buildOciConfig, ID_RANGE_SIZE, SANDBOX_CAPABILITIES } from './bundle/oci-config.js';
 import { defaultOciRuntime, OciRuntime, processStart, type OciRuntimeName } from './commands/oci-runtime.js';
-import { resolveImageUser } from './image-user.js';
+import { resolveImageUser } from './images/user.js';
 import { ImageStore } from './images/store.js';
 import { NetworkManager, type SandboxNet } from './network/manager.js';
 import { spawnTty } from './pty/relay.js';

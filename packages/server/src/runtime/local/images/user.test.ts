@@ -4,7 +4,7 @@ import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
-import { readImageFile, resolveImageUser, resolveInRoot } from './image-user.js';
+import { readImageFile, resolveImageUser, resolveInRoot } from './user.js';
 
 // Image rootfs folders are untrusted: whatever the layers held, unpacked on the host.
 describe('image user lookup on an untrusted rootfs', () => {
