@@ -39,6 +39,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <dirent.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -141,8 +142,12 @@ static int open_channel(const unsigned char *name, uint32_t name_len, const unsi
   memcpy(sa.sun_path + 1, name, name_len);
   int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (s < 0) return -1;
-  /* Node binds abstract names padded with NULs to the whole sun_path: so does this. */
-  if (connect(s, (struct sockaddr *)&sa, sizeof sa) < 0) goto fail;
+  /* An abstract name is its exact bytes: Node 24 binds `\0name` as it is, Node 20 padded it with
+   * NULs to the whole sun_path. The exact name first, the padded one for a server on Node 20. */
+  socklen_t exact = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + name_len);
+  if (connect(s, (struct sockaddr *)&sa, exact) < 0 &&
+      (errno != ECONNREFUSED || connect(s, (struct sockaddr *)&sa, sizeof sa) < 0))
+    goto fail;
   for (size_t off = 0; off < TOKEN_LEN;) {
     ssize_t w = write(s, token + off, TOKEN_LEN - off);
     if (w < 0 && errno == EINTR) continue;
