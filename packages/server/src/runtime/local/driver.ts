@@ -1,5 +1,4 @@
-import { randomBytes } from 'node:crypto';
-import { mkdir, readdir, readFile, rm, rmdir, writeFile, rename } from 'node:fs/promises';
+import { mkdir, readdir, rm, rmdir, writeFile } from 'node:fs/promises';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { SandboxdError } from '@sandboxd/protocol';
@@ -19,7 +18,7 @@ import { buildOciConfig, ID_RANGE_SIZE, SANDBOX_CAPABILITIES } from './bundle/oc
 import { defaultOciRuntime, OciRuntime, processStart, type OciRuntimeName } from './commands/oci-runtime.js';
 import { resolveImageUser } from './images/user.js';
 import { ImageStore } from './images/store.js';
-import { NetworkManager, type SandboxNet } from './network/manager.js';
+import { NetworkManager } from './network/manager.js';
 import { spawnTty } from './pty/relay.js';
 import { RootfsManager, volumeOciMount } from './rootfs/roots.js';
 import { buildSeccompProfile, compileSeccompBpf, type OciSeccomp } from './bundle/seccomp.js';
@@ -37,6 +36,9 @@ import {
 import { hostNetDevicePaths } from './network/sysfs.js';
 import { agentBinary, ExecAgent } from './commands/exec-agent.js';
 import { SandboxCommands } from './commands/exec.js';
+import { PoolKeeper } from './pools/keeper.js';
+import type { PooledRoot } from './pools/roots.js';
+import { ID_RE, isAlive, RecordStore, type SandboxRecord } from './records.js';
 
 export interface LocalDriverOptions {
   /** Sandbox state, roots and volumes live here. */
@@ -62,45 +64,6 @@ export interface LocalDriverOptions {
   execAgent?: boolean;
 }
 
-/** What the driver keeps on disk per sandbox, so a restarted process can adopt it. */
-interface SandboxRecord {
-  spec: SandboxSpec;
-  slot: number;
-  uidBase: number;
-  address: string;
-  netnsPath: string;
-  /** Id the network was attached under: the sandbox's own, or a pooled one's. */
-  netId?: string;
-  /** Id the root layer was prepared under: the sandbox's own, or a pooled one's. */
-  rootId?: string;
-  imageDigest: string;
-  createdAt: string;
-  workingDir: string;
-  /** numeric uid:gid for exec. */
-  user: string;
-  /** Full environment, KEY=VALUE. */
-  env: string[];
-  phase: 'creating' | 'ready';
-  /** Host pid of the sandbox's init and its start time, to tell "running" without asking crun. */
-  initPid: number;
-  initStart: number | null;
-}
-
-const ID_RE = /^[a-z0-9_]{1,64}$/;
-/** Ids of pooled networks and roots; sandbox ids never take these forms (the service makes `sbx_...`). */
-/** How long after a create takes from the pools their refill starts. */
-const POOL_REFILL_DELAY_MS = 50;
-const POOL_PREFIX = 'netpool_';
-const ROOT_POOL_PREFIX = 'rootpool_';
-
-/** A root layer prepared ahead of need, with the uid slot it was prepared for. */
-interface PooledRoot {
-  id: string;
-  slot: number;
-  lowerDir: string;
-  rootDiskBytes: number;
-  rootfs: string;
-}
 /**
  * The local runtime driver: crun sandboxes with user namespaces, seccomp, cgroup limits,
  * an isolated bridge network, size-capped copy-on-write roots and loop-backed volumes.
@@ -116,20 +79,11 @@ export class LocalDriver implements RuntimeDriver {
   private agentPath: string | undefined;
   /** Ids between create's first check and its record: a second create of one id must see them. */
   private readonly reserved = new Set<string>();
-  private readonly stateDir: string;
+  private readonly state: RecordStore;
+  private readonly pools: PoolKeeper;
   private readonly opts: Required<
     Omit<LocalDriverOptions, 'registryCredentials' | 'insecureRegistries' | 'ociRuntime'>
   >;
-  /** Networks made ahead of need; their ids start with POOL_PREFIX. */
-  private readonly netPool: SandboxNet[] = [];
-  /** Roots prepared ahead of need for the last (image, size) created without volumes, with their uid slot. */
-  private readonly rootPool: PooledRoot[] = [];
-  /** Slots of roots being prepared for the pool. */
-  private readonly poolSlots = new Set<number>();
-  private rootWant: { lowerDir: string; rootDiskBytes: number } | null = null;
-  private poolFill: Promise<void> | null = null;
-  private fillTimer: NodeJS.Timeout | null = null;
-  private closed = false;
   private seccomp: OciSeccomp | undefined;
   /** `seccomp` precompiled for crun (runc compiles the profile itself). */
   private seccompBpf: string | undefined;
@@ -147,7 +101,7 @@ export class LocalDriver implements RuntimeDriver {
       netPoolSize: 2,
       ...opts,
     } as LocalDriver['opts'];
-    this.stateDir = join(opts.dataDir, 'sandboxes');
+    this.state = new RecordStore(join(opts.dataDir, 'sandboxes'));
     this.images = new ImageStore({
       dir: opts.imageDir,
       credentials: opts.registryCredentials,
@@ -164,12 +118,21 @@ export class LocalDriver implements RuntimeDriver {
     this.network = new NetworkManager({ bridge: this.opts.bridge, subnet: this.opts.subnet, egress: this.opts.egress });
     this.roots = new RootfsManager({ dir: join(opts.dataDir, 'roots') });
     this.volumes = new VolumeStore({ dir: join(opts.dataDir, 'volumes') });
+    // crun joins a netns made beforehand; runc makes its own, so no network is pooled for it.
+    this.pools = new PoolKeeper({
+      nets: this.crun.binary === 'crun' ? this.opts.netPoolSize : 0,
+      roots: this.opts.netPoolSize === 0 ? 0 : 1,
+      network: this.network,
+      rootfs: this.roots,
+      allocSlot: () => this.allocSlot(),
+      uidBase: (slot) => this.uidBaseOf(slot),
+    });
   }
 
   async init(): Promise<void> {
     if (process.getuid?.() !== 0)
       throw new SandboxdError('internal', 'the local runtime needs root (run sandboxd as root)');
-    await mkdir(this.stateDir, { recursive: true });
+    await mkdir(this.state.dir, { recursive: true });
     await mkdir(this.crun.root, { recursive: true });
     await mkdir(join(this.opts.runDir, 'exec'), { recursive: true, mode: 0o700 });
     await checkTraversable(this.opts.dataDir);
@@ -183,12 +146,12 @@ export class LocalDriver implements RuntimeDriver {
   async recover(): Promise<RecoveryReport> {
     const report: RecoveryReport = { adopted: [], cleaned: [] };
     const running = new Map((await this.crun.list()).map((c) => [c.id, c]));
-    const ids = new Set<string>([...running.keys(), ...(await this.listStateIds()), ...(await this.roots.list())]);
+    const ids = new Set<string>([...running.keys(), ...(await this.state.ids()), ...(await this.roots.list())]);
     for (const n of await this.network.list()) ids.add(n.id);
     const adopt = new Map<string, SandboxRecord>();
     const found = new Map<string, SandboxRecord | null>();
     for (const id of ids) {
-      const rec = await this.readRecord(id);
+      const rec = await this.state.read(id);
       found.set(id, rec);
       const c = running.get(id);
       if (rec && rec.phase === 'ready' && c && c.status === 'running' && processStart(c.pid) !== null) {
@@ -205,7 +168,7 @@ export class LocalDriver implements RuntimeDriver {
         // One leftover that cannot be removed now must not keep the server from starting.
         try {
           await this.teardown(id, rec);
-          if (!id.startsWith(POOL_PREFIX) && !id.startsWith(ROOT_POOL_PREFIX)) report.cleaned.push(id);
+          if (!this.pools.owns(id)) report.cleaned.push(id);
         } catch (e) {
           report.failed ??= [];
           report.failed.push({ id, message: (e as Error).message });
@@ -214,7 +177,7 @@ export class LocalDriver implements RuntimeDriver {
     }
     const live = new Map([...this.records].map(([id, r]) => [id, r.spec.volumes.map((v) => v.name)]));
     await this.volumes.recover(live);
-    void this.fillPools();
+    void this.pools.refill();
     return report;
   }
 
@@ -227,16 +190,16 @@ export class LocalDriver implements RuntimeDriver {
   }
 
   async create(spec: SandboxSpec): Promise<RuntimeSandbox> {
-    if (!ID_RE.test(spec.id) || spec.id.startsWith(POOL_PREFIX) || spec.id.startsWith(ROOT_POOL_PREFIX)) {
+    if (!ID_RE.test(spec.id) || this.pools.owns(spec.id)) {
       throw new SandboxdError(
         'validation',
-        `sandbox id "${spec.id}" must match ${ID_RE} and not start with ${POOL_PREFIX} or ${ROOT_POOL_PREFIX}`,
+        `sandbox id "${spec.id}" must match ${ID_RE} and not start with ${this.pools.prefixes.join(' or ')}`,
       );
     }
     for (const v of spec.volumes) checkMountPath(v.mountPath);
     checkMountPathsDisjoint(spec.volumes.map((v) => v.mountPath));
     checkLimits(spec.limits);
-    if (this.records.has(spec.id) || this.reserved.has(spec.id) || existsSync(join(this.stateDir, spec.id))) {
+    if (this.records.has(spec.id) || this.reserved.has(spec.id) || this.state.has(spec.id)) {
       throw new SandboxdError('conflict', `sandbox ${spec.id} exists`);
     }
     this.reserved.add(spec.id);
@@ -251,13 +214,10 @@ export class LocalDriver implements RuntimeDriver {
     const image = await this.images.resolve(spec.image);
     // Roots are pooled only for creates without volumes (volumes are staged while preparing).
     let pooledRoot: PooledRoot | undefined;
-    if (spec.volumes.length === 0) {
-      this.rootWant = { lowerDir: image.rootfsDir, rootDiskBytes: spec.limits.rootDiskBytes };
-      pooledRoot = this.takePooledRoot(image.rootfsDir, spec.limits.rootDiskBytes);
-    }
+    if (spec.volumes.length === 0) pooledRoot = this.pools.takeRoot(image.rootfsDir, spec.limits.rootDiskBytes);
     const slot = pooledRoot?.slot ?? this.allocSlot();
-    const uidBase = this.opts.uidRangeStart + slot * ID_RANGE_SIZE;
-    const dir = join(this.stateDir, spec.id);
+    const uidBase = this.uidBaseOf(slot);
+    const dir = this.state.dirOf(spec.id);
     const partial: SandboxRecord = {
       spec,
       slot,
@@ -277,7 +237,7 @@ export class LocalDriver implements RuntimeDriver {
     this.records.set(spec.id, partial);
     try {
       await mkdir(dir, { recursive: true });
-      await this.writeRecord(partial);
+      await this.state.write(partial);
       partial.user = resolveImageUser(image.rootfsDir, image.user);
       const volumePaths: string[] = [];
       for (const v of spec.volumes) {
@@ -288,7 +248,7 @@ export class LocalDriver implements RuntimeDriver {
       // intermittent setns EPERM on the first execs). runc joins the user namespace first and
       // cannot enter such a netns, so under runc the runtime makes it and it is wired after start.
       const netFirst = this.crun.binary === 'crun';
-      const pooled = netFirst ? this.takePooledNet() : undefined;
+      const pooled = netFirst ? this.pools.takeNet() : undefined;
       if (pooled) partial.netId = pooled.id; // from here on, teardown frees it
       const [root, early] = await Promise.all([
         pooledRoot
@@ -347,7 +307,7 @@ export class LocalDriver implements RuntimeDriver {
       partial.netnsPath = net.netnsPath;
       partial.initStart = processStart(partial.initPid);
       partial.phase = 'ready';
-      await this.writeRecord(partial);
+      await this.state.write(partial);
       return (await this.inspect(spec.id))!;
     } catch (e) {
       await this.teardown(spec.id, partial).catch(() => undefined);
@@ -390,7 +350,7 @@ export class LocalDriver implements RuntimeDriver {
   }
 
   async delete(id: string): Promise<void> {
-    const rec = this.records.get(id) ?? (await this.readRecord(id));
+    const rec = this.records.get(id) ?? (await this.state.read(id));
     await this.teardown(id, rec);
   }
 
@@ -437,20 +397,15 @@ export class LocalDriver implements RuntimeDriver {
 
   /** Pooled networks stay on the host; the next `recover()` removes them. */
   async close(): Promise<void> {
-    this.closed = true;
-    if (this.fillTimer) clearTimeout(this.fillTimer);
+    const stopped = this.pools.close();
     this.commands.dropAll();
-    await this.poolFill;
+    await stopped;
     this.records.clear();
   }
 
   /** Removes every trace of the driver from the host: sandboxes, bridge, rules, cgroup folder. For tests and uninstall. */
   async destroyAll(): Promise<void> {
-    this.closed = true;
-    if (this.fillTimer) clearTimeout(this.fillTimer);
-    await this.poolFill;
-    for (const n of this.netPool.splice(0)) await this.network.detach(n.id);
-    for (const r of this.rootPool.splice(0)) await this.roots.release(r.id);
+    await this.pools.drain();
     for (const id of [...this.records.keys()]) await this.delete(id);
     await this.recover();
     for (const id of [...this.records.keys()]) await this.delete(id);
@@ -460,88 +415,11 @@ export class LocalDriver implements RuntimeDriver {
     }
   }
 
-  /** A network made ahead of need, or undefined; starts refilling the pool. crun only. */
-  private takePooledNet(): SandboxNet | undefined {
-    const net = this.netPool.shift();
-    this.scheduleFill();
-    return net;
-  }
-
-  /** A root prepared ahead of need for this image and size, or undefined; starts refilling. */
-  private takePooledRoot(lowerDir: string, rootDiskBytes: number): PooledRoot | undefined {
-    const i = this.rootPool.findIndex((r) => r.lowerDir === lowerDir && r.rootDiskBytes === rootDiskBytes);
-    const root = i >= 0 ? this.rootPool.splice(i, 1)[0] : undefined;
-    this.scheduleFill();
-    return root;
-  }
-
-  /**
-   * In the background, one at a time: tops the network pool up to `netPoolSize` (crun
-   * only), and keeps one root prepared for the last image and size created without volumes
-   * (dropping roots prepared for others). The pools are an optimisation: a failure leaves
-   * them short and create makes what it needs. Leftovers of a crash go in `recover()`.
-   */
-  /**
-   * Refills the pools a moment after a create took from them: the refill spawns `ip`, `mkfs`
-   * and mounts, and would otherwise compete with that create and with its first exec, which
-   * usually follows at once.
-   */
-  private scheduleFill(): void {
-    if (this.fillTimer || this.closed) return;
-    this.fillTimer = setTimeout(() => {
-      this.fillTimer = null;
-      void this.fillPools();
-    }, POOL_REFILL_DELAY_MS);
-    this.fillTimer.unref();
-  }
-
-  private fillPools(): Promise<void> {
-    if (this.poolFill || this.closed) return this.poolFill ?? Promise.resolve();
-    this.poolFill = (async () => {
-      try {
-        while (!this.closed) {
-          if (this.crun.binary === 'crun' && this.netPool.length < this.opts.netPoolSize) {
-            this.netPool.push(await this.network.attach(`${POOL_PREFIX}${randomBytes(6).toString('hex')}`));
-            continue;
-          }
-          const want = this.rootWant;
-          const stale = this.rootPool.findIndex(
-            (r) => !want || r.lowerDir !== want.lowerDir || r.rootDiskBytes !== want.rootDiskBytes,
-          );
-          if (stale >= 0) {
-            await this.roots.release(this.rootPool.splice(stale, 1)[0].id);
-            continue;
-          }
-          if (!want || this.opts.netPoolSize === 0 || this.rootPool.length >= 1) break;
-          const slot = this.allocSlot();
-          this.poolSlots.add(slot);
-          try {
-            const id = `${ROOT_POOL_PREFIX}${randomBytes(6).toString('hex')}`;
-            const { rootfs } = await this.roots.prepare({
-              id,
-              lowerDir: want.lowerDir,
-              rootDiskBytes: want.rootDiskBytes,
-              uidBase: this.opts.uidRangeStart + slot * ID_RANGE_SIZE,
-            });
-            this.rootPool.push({ id, slot, lowerDir: want.lowerDir, rootDiskBytes: want.rootDiskBytes, rootfs });
-          } finally {
-            this.poolSlots.delete(slot);
-          }
-        }
-      } catch {
-        /* create makes what it needs */
-      } finally {
-        this.poolFill = null;
-      }
-    })();
-    return this.poolFill;
-  }
-
   /** Frees everything of `id` that exists, in reverse order of creation. Idempotent. */
   private async teardown(id: string, rec: SandboxRecord | null | undefined): Promise<void> {
     this.commands.drop(id);
     await this.crun.delete(id).catch(() => this.crun.kill(id).then(() => this.crun.delete(id)));
-    const dir = join(this.stateDir, id);
+    const dir = this.state.dirOf(id);
     const releaseStorage = async () => {
       await this.roots.release(rec?.rootId ?? id);
       for (const v of rec?.spec.volumes ?? []) await this.volumes.release(v.name, id).catch(() => undefined);
@@ -552,17 +430,15 @@ export class LocalDriver implements RuntimeDriver {
   }
 
   private allocSlot(): number {
-    const used = new Set(
-      [...this.records.values()]
-        .map((r) => r.slot)
-        .concat(
-          this.rootPool.map((r) => r.slot),
-          [...this.poolSlots],
-        ),
-    );
+    const used = new Set([...this.records.values()].map((r) => r.slot).concat(this.pools.slots()));
     let slot = 0;
     while (used.has(slot)) slot++;
     return slot;
+  }
+
+  /** First host uid of uid slot `slot`'s range. */
+  private uidBaseOf(slot: number): number {
+    return this.opts.uidRangeStart + slot * ID_RANGE_SIZE;
   }
 
   private cgroupProcs(id: string): number[] {
@@ -587,32 +463,6 @@ export class LocalDriver implements RuntimeDriver {
     if (!isAlive(rec)) throw new SandboxdError('conflict', `sandbox ${id} is not running`);
     return rec;
   }
-
-  private async writeRecord(rec: SandboxRecord): Promise<void> {
-    const file = join(this.stateDir, rec.spec.id, 'state.json');
-    await writeFile(`${file}.tmp`, JSON.stringify(rec));
-    await rename(`${file}.tmp`, file);
-  }
-
-  private async readRecord(id: string): Promise<SandboxRecord | null> {
-    try {
-      return JSON.parse(await readFile(join(this.stateDir, id, 'state.json'), 'utf8')) as SandboxRecord;
-    } catch {
-      return null;
-    }
-  }
-
-  private async listStateIds(): Promise<string[]> {
-    try {
-      return (await readdir(this.stateDir)).filter((n) => ID_RE.test(n));
-    } catch {
-      return [];
-    }
-  }
-}
-
-function isAlive(rec: SandboxRecord): boolean {
-  return rec.initPid > 0 && rec.initStart !== null && processStart(rec.initPid) === rec.initStart;
 }
 
 function toImageInfo(i: ImageInfo): ImageInfo {
