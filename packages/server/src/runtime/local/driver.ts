@@ -1,7 +1,8 @@
-import { mkdir, readdir, rm, rmdir, writeFile } from 'node:fs/promises';
-import { existsSync, readFileSync } from 'node:fs';
+import { mkdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { SandboxdError } from '@sandboxd/protocol';
+import type { Config } from '../../config.js';
 import type {
   ExecOptions,
   ExecResult,
@@ -14,16 +15,22 @@ import type {
   TtyOptions,
   VolumeInfo,
 } from '../driver.js';
-import { buildOciConfig, ID_RANGE_SIZE, SANDBOX_CAPABILITIES } from './bundle/oci-config.js';
-import { defaultOciRuntime, OciRuntime, processStart, type OciRuntimeName } from './commands/oci-runtime.js';
-import { resolveImageUser } from './images/user.js';
+import { cgroupProcs, removeCgroupParent } from './bundle/cgroups.js';
+import { ID_RANGE_SIZE } from './bundle/oci-config.js';
+import { BundleWriter } from './bundle/writer.js';
+import { ExecAgent } from './commands/exec-agent.js';
+import { SandboxCommands } from './commands/exec.js';
+import { defaultOciRuntime, OciRuntime, processStart } from './commands/oci-runtime.js';
 import { ImageStore } from './images/store.js';
+import { resolveImageUser } from './images/user.js';
 import { NetworkManager } from './network/manager.js';
+import { localDriverOptions, type LocalDriverOptions, type ResolvedOptions, withDefaults } from './options.js';
+import { PoolKeeper } from './pools/keeper.js';
+import type { PooledRoot } from './pools/roots.js';
 import { spawnTty } from './pty/relay.js';
+import { ID_RE, isAlive, newRecord, RecordStore, recordView, type SandboxRecord } from './records.js';
 import { RootfsManager, volumeOciMount } from './rootfs/roots.js';
-import { buildSeccompProfile, compileSeccompBpf, type OciSeccomp } from './bundle/seccomp.js';
 import { VolumeStore } from './rootfs/volumes.js';
-import type { Config } from '../../config.js';
 import {
   checkLimits,
   checkMountPath,
@@ -33,36 +40,8 @@ import {
   mergeEnvList,
   splitEnv,
 } from './sandbox-checks.js';
-import { hostNetDevicePaths } from './network/sysfs.js';
-import { agentBinary, ExecAgent } from './commands/exec-agent.js';
-import { SandboxCommands } from './commands/exec.js';
-import { PoolKeeper } from './pools/keeper.js';
-import type { PooledRoot } from './pools/roots.js';
-import { ID_RE, isAlive, RecordStore, type SandboxRecord } from './records.js';
 
-export interface LocalDriverOptions {
-  /** Sandbox state, roots and volumes live here. */
-  dataDir: string;
-  /** Shared image cache. */
-  imageDir: string;
-  /** Volatile runtime state (crun's root); default `/run/sandboxd`. */
-  runDir?: string;
-  bridge?: string;
-  subnet?: string;
-  egress?: 'none' | 'nat';
-  /** First host uid handed to sandboxes; each gets 65536 from there. Default 100000. */
-  uidRangeStart?: number;
-  /** Name of the cgroup folder that holds every sandbox's cgroup. Default `sandboxd`. */
-  cgroupParent?: string;
-  registryCredentials?: Record<string, { username: string; password: string }>;
-  insecureRegistries?: string[];
-  /** OCI runtime; default crun when installed, else runc. */
-  ociRuntime?: OciRuntimeName;
-  /** Networks kept made ahead of need, so creating a sandbox does not wait for one (crun only). Default 2. */
-  netPoolSize?: number;
-  /** false: run every command with `<runtime> exec` instead of the exec agent (tests, comparisons). Default true. */
-  execAgent?: boolean;
-}
+export type { LocalDriverOptions } from './options.js';
 
 /**
  * The local runtime driver: crun sandboxes with user namespaces, seccomp, cgroup limits,
@@ -76,31 +55,15 @@ export class LocalDriver implements RuntimeDriver {
   private readonly volumes: VolumeStore;
   private readonly records = new Map<string, SandboxRecord>();
   private readonly commands: SandboxCommands;
-  private agentPath: string | undefined;
   /** Ids between create's first check and its record: a second create of one id must see them. */
   private readonly reserved = new Set<string>();
   private readonly state: RecordStore;
   private readonly pools: PoolKeeper;
-  private readonly opts: Required<
-    Omit<LocalDriverOptions, 'registryCredentials' | 'insecureRegistries' | 'ociRuntime'>
-  >;
-  private seccomp: OciSeccomp | undefined;
-  /** `seccomp` precompiled for crun (runc compiles the profile itself). */
-  private seccompBpf: string | undefined;
-  /** Host network device folders in /sys, hidden where the host's sysfs is bound in. */
-  private maskedNetPaths: string[] = [];
+  private readonly opts: ResolvedOptions;
+  private readonly bundles: BundleWriter;
 
   constructor(opts: LocalDriverOptions) {
-    this.opts = {
-      runDir: '/run/sandboxd',
-      bridge: 'sbx0',
-      subnet: '10.89.0.0/16',
-      egress: 'none',
-      uidRangeStart: 100_000,
-      cgroupParent: 'sandboxd',
-      netPoolSize: 2,
-      ...opts,
-    } as LocalDriver['opts'];
+    this.opts = withDefaults(opts);
     this.state = new RecordStore(join(opts.dataDir, 'sandboxes'));
     this.images = new ImageStore({
       dir: opts.imageDir,
@@ -113,11 +76,12 @@ export class LocalDriver implements RuntimeDriver {
       runtime: this.crun,
       runDir: this.opts.runDir,
       useAgent: this.opts.execAgent !== false,
-      cgroupProcs: (id) => this.cgroupProcs(id),
+      cgroupProcs: (id) => cgroupProcs(this.opts.cgroupParent, id),
     });
     this.network = new NetworkManager({ bridge: this.opts.bridge, subnet: this.opts.subnet, egress: this.opts.egress });
     this.roots = new RootfsManager({ dir: join(opts.dataDir, 'roots') });
     this.volumes = new VolumeStore({ dir: join(opts.dataDir, 'volumes') });
+    this.bundles = new BundleWriter({ runtime, cgroupParent: this.opts.cgroupParent, egress: this.opts.egress });
     // crun joins a netns made beforehand; runc makes its own, so no network is pooled for it.
     this.pools = new PoolKeeper({
       nets: this.crun.binary === 'crun' ? this.opts.netPoolSize : 0,
@@ -137,10 +101,7 @@ export class LocalDriver implements RuntimeDriver {
     await mkdir(join(this.opts.runDir, 'exec'), { recursive: true, mode: 0o700 });
     await checkTraversable(this.opts.dataDir);
     await this.network.init();
-    this.seccomp = buildSeccompProfile({ capabilities: SANDBOX_CAPABILITIES });
-    if (this.crun.binary === 'crun') this.seccompBpf = compileSeccompBpf(this.seccomp).toString('base64');
-    this.maskedNetPaths = hostNetDevicePaths();
-    this.agentPath = agentBinary();
+    this.bundles.init();
   }
 
   async recover(): Promise<RecoveryReport> {
@@ -218,22 +179,7 @@ export class LocalDriver implements RuntimeDriver {
     const slot = pooledRoot?.slot ?? this.allocSlot();
     const uidBase = this.uidBaseOf(slot);
     const dir = this.state.dirOf(spec.id);
-    const partial: SandboxRecord = {
-      spec,
-      slot,
-      uidBase,
-      address: '',
-      netnsPath: '',
-      imageDigest: image.digest,
-      createdAt: new Date().toISOString(),
-      workingDir: image.workingDir || '/',
-      user: '0:0',
-      env: mergeEnv(image.env, spec.env),
-      phase: 'creating',
-      initPid: 0,
-      initStart: null,
-      rootId: pooledRoot?.id,
-    };
+    const partial = newRecord(spec, image, mergeEnv(image.env, spec.env), { slot, uidBase, rootId: pooledRoot?.id });
     this.records.set(spec.id, partial);
     try {
       await mkdir(dir, { recursive: true });
@@ -262,47 +208,23 @@ export class LocalDriver implements RuntimeDriver {
             }),
         netFirst ? (pooled ?? this.network.attach(spec.id)) : null,
       ]);
-      const volumes = root.volumes.map((staged, i) => volumeOciMount(staged, spec.volumes[i].mountPath));
-      const hostname = spec.hostname ?? spec.id;
-      const etc = {
-        hosts: join(dir, 'hosts'),
-        hostname: join(dir, 'hostname'),
-        resolv: undefined as string | undefined,
-      };
-      // Rewritten in place (same inode, so the bind mount shows it) once the address is known.
-      const writeHosts = (address: string) =>
-        writeFile(etc.hosts, `127.0.0.1\tlocalhost\n::1\tlocalhost\n${address ? `${address}\t${hostname}\n` : ''}`);
-      await writeHosts(early?.address ?? '');
-      await writeFile(etc.hostname, `${hostname}\n`);
-      if (this.opts.egress === 'nat' && existsSync('/etc/resolv.conf')) {
-        etc.resolv = join(dir, 'resolv.conf');
-        await writeFile(etc.resolv, readFileSync('/etc/resolv.conf'));
-      }
-      const config = buildOciConfig({
+      const bundle = await this.bundles.write(dir, {
         id: spec.id,
-        hostname,
+        hostname: spec.hostname ?? spec.id,
         rootfs: root.rootfs,
         env: partial.env,
         limits: spec.limits,
         uidBase,
-        netnsPath: early?.netnsPath,
-        hostSysfs: early !== null,
-        maskedNetPaths: this.maskedNetPaths,
-        agentPath: this.agentPath!,
-        etcFiles: etc,
-        volumes,
-        seccomp: this.seccomp!,
-        seccompBpfBase64: this.seccompBpf,
-        cgroupsPath: `/${this.opts.cgroupParent}/${spec.id}`,
+        net: early,
+        volumes: root.volumes.map((staged, i) => volumeOciMount(staged, spec.volumes[i].mountPath)),
       });
-      await writeFile(join(dir, 'config.json'), JSON.stringify(config));
       partial.initPid = await this.crun.run(spec.id, dir, {
         // PID 1 is the exec agent: its channel is ready for the first exec without a runtime call.
         onChannel: (channel) => this.commands.adopt(spec.id, ExecAgent.attach(channel, channel)),
       });
       const net = early ?? (await this.network.attach(spec.id, { pid: partial.initPid }));
       partial.netId = net.id;
-      if (!early) await writeHosts(net.address);
+      if (!early) await bundle.setAddress(net.address);
       partial.address = net.address;
       partial.netnsPath = net.netnsPath;
       partial.initStart = processStart(partial.initPid);
@@ -318,19 +240,7 @@ export class LocalDriver implements RuntimeDriver {
 
   async inspect(id: string): Promise<RuntimeSandbox | null> {
     const rec = this.records.get(id);
-    if (rec?.phase !== 'ready') return null;
-    const running = isAlive(rec);
-    return {
-      id,
-      image: rec.spec.image,
-      imageDigest: rec.imageDigest,
-      state: running ? 'running' : 'stopped',
-      address: rec.address,
-      pid: running ? rec.initPid : 0,
-      createdAt: new Date(rec.createdAt),
-      workingDir: rec.workingDir,
-      user: rec.user,
-    };
+    return rec?.phase === 'ready' ? recordView(rec) : null;
   }
 
   async list(): Promise<RuntimeSandbox[]> {
@@ -410,9 +320,7 @@ export class LocalDriver implements RuntimeDriver {
     await this.recover();
     for (const id of [...this.records.keys()]) await this.delete(id);
     await this.network.teardown();
-    for (const ctl of await readdir('/sys/fs/cgroup').catch(() => [] as string[])) {
-      await rmdir(`/sys/fs/cgroup/${ctl}/${this.opts.cgroupParent}`).catch(() => undefined);
-    }
+    await removeCgroupParent(this.opts.cgroupParent);
   }
 
   /** Frees everything of `id` that exists, in reverse order of creation. Idempotent. */
@@ -441,17 +349,6 @@ export class LocalDriver implements RuntimeDriver {
     return this.opts.uidRangeStart + slot * ID_RANGE_SIZE;
   }
 
-  private cgroupProcs(id: string): number[] {
-    try {
-      return readFileSync(`/sys/fs/cgroup/pids/${this.opts.cgroupParent}/${id}/cgroup.procs`, 'utf8')
-        .split('\n')
-        .filter(Boolean)
-        .map(Number);
-    } catch {
-      return [];
-    }
-  }
-
   private require(id: string): SandboxRecord {
     const rec = this.records.get(id);
     if (rec?.phase !== 'ready') throw new SandboxdError('not_found', `sandbox ${id} not found`);
@@ -469,23 +366,7 @@ function toImageInfo(i: ImageInfo): ImageInfo {
   return { ref: i.ref, digest: i.digest, env: i.env, workingDir: i.workingDir, user: i.user, sizeBytes: i.sizeBytes };
 }
 
-function sleep(ms: number): Promise<void> {
-  return new Promise((r) => setTimeout(r, ms));
-}
-
 /** Builds the local driver from the server config (the composition root calls this). */
 export function createLocalDriver(config: Readonly<Config>): LocalDriver {
-  return new LocalDriver({
-    dataDir: config.dataDir,
-    imageDir: config.imageDir,
-    runDir: config.runDir,
-    bridge: config.bridge,
-    subnet: config.subnet,
-    egress: config.egress,
-    uidRangeStart: config.uidRangeStart,
-    cgroupParent: config.cgroupParent,
-    ociRuntime: config.ociRuntime,
-    insecureRegistries: [...config.insecureRegistries],
-    registryCredentials: { ...config.registryCredentials },
-  });
+  return new LocalDriver(localDriverOptions(config));
 }

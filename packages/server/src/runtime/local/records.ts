@@ -1,7 +1,7 @@
 import { existsSync } from 'node:fs';
 import { readdir, readFile, rename, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { SandboxSpec } from '../driver.js';
+import type { ImageInfo, RuntimeSandbox, SandboxSpec } from '../driver.js';
 import { processStart } from './commands/oci-runtime.js';
 
 /** Sandbox ids the local driver takes (pooled things' ids have this form too). */
@@ -77,4 +77,48 @@ export class RecordStore {
 /** True while the sandbox's init runs: its pid exists with the start time recorded. */
 export function isAlive(rec: SandboxRecord): boolean {
   return rec.initPid > 0 && rec.initStart !== null && processStart(rec.initPid) === rec.initStart;
+}
+
+/**
+ * The record of a sandbox being created from `image` in uid slot `slot`: phase `creating`,
+ * no address or init yet, running as root until the image's user is resolved.
+ */
+export function newRecord(
+  spec: SandboxSpec,
+  image: Pick<ImageInfo, 'digest' | 'workingDir'>,
+  env: string[],
+  o: { slot: number; uidBase: number; rootId?: string },
+): SandboxRecord {
+  return {
+    spec,
+    slot: o.slot,
+    uidBase: o.uidBase,
+    address: '',
+    netnsPath: '',
+    imageDigest: image.digest,
+    createdAt: new Date().toISOString(),
+    workingDir: image.workingDir || '/',
+    user: '0:0',
+    env,
+    phase: 'creating',
+    initPid: 0,
+    initStart: null,
+    rootId: o.rootId,
+  };
+}
+
+/** What the driver reports of a sandbox, from its record; running is checked now. */
+export function recordView(rec: SandboxRecord): RuntimeSandbox {
+  const running = isAlive(rec);
+  return {
+    id: rec.spec.id,
+    image: rec.spec.image,
+    imageDigest: rec.imageDigest,
+    state: running ? 'running' : 'stopped',
+    address: rec.address,
+    pid: running ? rec.initPid : 0,
+    createdAt: new Date(rec.createdAt),
+    workingDir: rec.workingDir,
+    user: rec.user,
+  };
 }
