@@ -1,5 +1,6 @@
 import type { Readable, Writable } from 'node:stream';
 import { nativeBin } from '../native.js';
+import { cStrings, encodeFrame, type Frame, FrameReader, u32 } from './frames.js';
 import { HostSpawner } from './spawner.js';
 
 /** Where the agent binary is bind-mounted (read-only) inside every sandbox. */
@@ -68,7 +69,7 @@ export class AgentGoneError extends Error {}
 export class ExecAgent {
   private nextId = 1;
   private readonly pending = new Map<number, Pending>();
-  private buf: Buffer = Buffer.alloc(0);
+  private readonly frames = new FrameReader(MAX_FRAME);
   private gone: Error | null = null;
 
   private constructor(
@@ -170,18 +171,13 @@ export class ExecAgent {
     if (this.gone) return Promise.reject(this.gone);
     const id = this.nextId++;
     const [uid, gid] = o.user.split(':').map(Number);
-    const strings = Buffer.from([o.cwd, ...argv, ...o.env].map((s) => `${s}\0`).join(''), 'utf8');
-    const head = Buffer.alloc(37);
-    head.writeUInt32LE(33 + strings.length, 0);
-    head.writeUInt8(T_EXEC, 4);
-    head.writeUInt32LE(id, 5);
-    head.writeUInt32LE(Math.max(0, Math.min(o.timeoutMs, 0xffffffff)), 9);
-    head.writeUInt32LE(Math.max(0, Math.min(o.maxOutputBytes, 0xffffffff)), 13);
-    head.writeUInt32LE(background ? 1 : 0, 17);
-    head.writeUInt32LE(uid >>> 0, 21);
-    head.writeUInt32LE(gid >>> 0, 25);
-    head.writeUInt32LE(argv.length, 29);
-    head.writeUInt32LE(o.env.length, 33);
+    const strings = cStrings([o.cwd, ...argv, ...o.env]);
+    const frame = encodeFrame(
+      T_EXEC,
+      id,
+      [u32(o.timeoutMs), u32(o.maxOutputBytes), background ? 1 : 0, uid >>> 0, gid >>> 0, argv.length, o.env.length],
+      strings,
+    );
     return new Promise((resolve, reject) => {
       this.pending.set(id, {
         background,
@@ -195,24 +191,22 @@ export class ExecAgent {
         resolve,
         reject,
       });
-      this.input.write(Buffer.concat([head, strings]));
+      this.input.write(frame);
     });
   }
 
   private onData(d: Buffer): void {
-    this.buf = this.buf.length ? Buffer.concat([this.buf, d]) : d;
-    while (this.buf.length >= 4 && !this.gone) {
-      const len = this.buf.readUInt32LE(0);
-      if (len < 5 || len > MAX_FRAME) {
-        this.close();
+    this.frames.push(d);
+    while (!this.gone) {
+      let f: Frame | null;
+      try {
+        f = this.frames.next();
+      } catch {
+        this.close(); // not our agent's frames (FrameError)
         return;
       }
-      if (this.buf.length < 4 + len) break;
-      const type = this.buf.readUInt8(4);
-      const id = this.buf.readUInt32LE(5);
-      const payload = this.buf.subarray(9, 4 + len);
-      this.buf = this.buf.subarray(4 + len);
-      this.onFrame(type, id, payload);
+      if (!f) break;
+      this.onFrame(f.type, f.id, f.payload);
     }
   }
 

@@ -2,6 +2,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { createServer, type Server, type Socket } from 'node:net';
 import { nativeBin } from '../native.js';
+import { cStrings, encodeFrame, type Frame, FrameReader, u32 } from './frames.js';
 
 /** Options of {@link HostSpawner.run}. */
 export interface SpawnOptions {
@@ -53,6 +54,8 @@ const R_HELLO = 0,
 const F_QUIET = 1,
   F_CHANNEL = 2;
 const MAX_FRAME = 16 << 20;
+/** Largest answer accepted (its length field): an EXIT carries at most 4 MiB of output per stream. */
+const ANSWER_MAX = MAX_FRAME + 64;
 const TOKEN_LEN = 16;
 /** How long a connection on the channel socket may take to say whose it is. */
 const TOKEN_WAIT_MS = 5000;
@@ -81,7 +84,7 @@ export class HostSpawner {
   private proc: ChildProcess | null = null;
   private nextId = 1;
   private readonly pending = new Map<number, Pending>();
-  private buf: Buffer = Buffer.alloc(0);
+  private frames = new FrameReader(ANSWER_MAX);
   /** Channel connections that are expected, by token. */
   private readonly channels = new Map<string, (s: Socket) => void>();
   private channelServer: Promise<{ server: Server; name: string }> | null = null;
@@ -109,20 +112,24 @@ export class HostSpawner {
       input = t;
       channelName = Buffer.from(name);
     }
-    const strings = Buffer.from([file, ...args].map((s) => `${s}\0`).join(''), 'utf8');
+    const strings = cStrings([file, ...args]);
     const proc = this.process();
     const id = this.nextId++;
-    const head = Buffer.alloc(33);
-    head.writeUInt32LE(29 + input.length + channelName.length + strings.length, 0);
-    head.writeUInt8(T_SPAWN, 4);
-    head.writeUInt32LE(id, 5);
-    head.writeUInt32LE(flags, 9);
-    head.writeUInt32LE(Math.max(0, Math.min(o.timeoutMs ?? 30_000, 0xffffffff)), 13);
-    head.writeUInt32LE(Math.max(0, Math.min(o.maxOutputBytes ?? 1 << 20, 0xffffffff)), 17);
-    head.writeUInt32LE(input.length, 21);
-    head.writeUInt32LE(1 + args.length, 25);
-    head.writeUInt32LE(channelName.length, 29);
-    const frame = Buffer.concat([head, input, channelName, strings]);
+    const frame = encodeFrame(
+      T_SPAWN,
+      id,
+      [
+        flags,
+        u32(o.timeoutMs ?? 30_000),
+        u32(o.maxOutputBytes ?? 1 << 20),
+        input.length,
+        1 + args.length,
+        channelName.length,
+      ],
+      input,
+      channelName,
+      strings,
+    );
     if (frame.length - 4 > MAX_FRAME) {
       if (token) this.channels.delete(token);
       throw new SpawnError(file, 7 /* E2BIG */, `${file}: arguments and input too long`);
@@ -175,7 +182,7 @@ export class HostSpawner {
     if (this.proc) return this.proc;
     const proc = spawn(nativeBin('spawner'), [], { stdio: ['pipe', 'pipe', 'inherit'] });
     this.proc = proc;
-    this.buf = Buffer.alloc(0);
+    this.frames = new FrameReader(ANSWER_MAX);
     this.held = true;
     this.holdOpen();
     proc.stdout!.on('data', (d: Buffer) => {
@@ -209,18 +216,18 @@ export class HostSpawner {
   }
 
   private onData(d: Buffer): void {
-    this.buf = this.buf.length ? Buffer.concat([this.buf, d]) : d;
-    while (this.buf.length >= 4) {
-      const len = this.buf.readUInt32LE(0);
-      if (len < 5 || len > MAX_FRAME + 64) {
-        this.close();
+    this.frames.push(d);
+    for (;;) {
+      let f: Frame | null;
+      try {
+        f = this.frames.next();
+      } catch {
+        this.close(); // not the spawner's frames (FrameError)
         return;
       }
-      if (this.buf.length < 4 + len) break;
-      const type = this.buf.readUInt8(4);
-      const id = this.buf.readUInt32LE(5);
-      const payload = Buffer.from(this.buf.subarray(9, 4 + len));
-      this.buf = this.buf.subarray(4 + len);
+      if (!f) break;
+      const { type, id } = f;
+      const payload = Buffer.from(f.payload);
       if (type === R_HELLO) {
         if (payload.length < 4 || payload.readUInt32LE(0) !== PROTOCOL_VERSION) this.close();
         continue;
