@@ -1,29 +1,23 @@
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { ResourceLimits } from '../../driver.js';
 import { agentBinary } from '../commands/exec-agent.js';
 import type { OciRuntimeName } from '../commands/oci-runtime.js';
 import { hostNetDevicePaths } from '../network/sysfs.js';
 import { cgroupsPath } from './cgroups.js';
 import { writeEtcFiles } from './etc-files.js';
-import { type BundleMount, buildOciConfig, SANDBOX_CAPABILITIES } from './oci-config.js';
+import { type BundleOptions, buildOciConfig, SANDBOX_CAPABILITIES } from './oci-config.js';
 import { buildSeccompProfile, compileSeccompBpf, type OciSeccomp } from './seccomp.js';
 
-/** What one sandbox's bundle is made from; see {@link BundleWriter.write}. */
-export interface SandboxBundle {
-  id: string;
-  hostname: string;
-  /** The merged root directory (OCI `root.path`). */
-  rootfs: string;
-  /** KEY=VALUE, merged. */
-  env: string[];
-  limits: ResourceLimits;
-  uidBase: number;
-  /** A network made before start (the sandbox joins it), or null: the runtime makes one. */
+/**
+ * What one sandbox's bundle is made from (see {@link BundleOptions}); `net` is a network made
+ * before start, which the sandbox joins, or null: the runtime makes one.
+ */
+export type SandboxBundle = Pick<
+  BundleOptions,
+  'id' | 'hostname' | 'rootfs' | 'env' | 'limits' | 'uidBase' | 'volumes'
+> & {
   net: { address: string; netnsPath: string } | null;
-  /** Volume binds, sources already idmapped for this sandbox. */
-  volumes: BundleMount[];
-}
+};
 
 /**
  * Writes sandbox bundles (config.json and the /etc files it binds in) for one host and OCI

@@ -1,6 +1,6 @@
 import type { Readable, Writable } from 'node:stream';
 import { nativeBin } from '../native.js';
-import { cStrings, encodeFrame, type Frame, FrameReader, u32 } from './frames.js';
+import { cStrings, encodeFrame, FrameReader, u32 } from './frames.js';
 import { HostSpawner } from './spawner.js';
 
 /** Where the agent binary is bind-mounted (read-only) inside every sandbox. */
@@ -196,18 +196,12 @@ export class ExecAgent {
   }
 
   private onData(d: Buffer): void {
-    this.frames.push(d);
-    while (!this.gone) {
-      let f: Frame | null;
-      try {
-        f = this.frames.next();
-      } catch {
-        this.close(); // not our agent's frames (FrameError)
-        return;
-      }
-      if (!f) break;
-      this.onFrame(f.type, f.id, f.payload);
-    }
+    const ok = this.frames.read(
+      d,
+      (f) => this.onFrame(f.type, f.id, f.payload),
+      () => this.gone !== null,
+    );
+    if (!ok) this.close(); // not an agent's frames
   }
 
   private onFrame(type: number, id: number, payload: Buffer): void {

@@ -84,3 +84,31 @@ test('garbage is refused: lengths below a header, huge lengths, random bytes', (
     }
   }
 });
+
+test('read hands over frames until stop says so, and reports a bad stream after the good frames', () => {
+  const reader = new FrameReader(64);
+  const seen: number[] = [];
+  const chunk = Buffer.concat([encodeFrame(1, 1, []), encodeFrame(1, 2, []), encodeFrame(1, 3, [])]);
+  assert.equal(
+    reader.read(
+      chunk,
+      (f) => seen.push(f.id),
+      () => seen.length === 2,
+    ),
+    true,
+  );
+  assert.deepEqual(seen, [1, 2]);
+  const bad = Buffer.from([0xff, 0xff, 0, 0]);
+  assert.equal(
+    reader.read(bad, (f) => seen.push(f.id)),
+    false,
+  );
+  assert.deepEqual(seen, [1, 2, 3], 'the frame before the bad length still came out');
+  assert.throws(
+    () =>
+      new FrameReader(64).read(encodeFrame(1, 1, []), () => {
+        throw new TypeError('from the handler');
+      }),
+    TypeError,
+  );
+});

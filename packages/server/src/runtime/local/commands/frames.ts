@@ -91,4 +91,25 @@ export class FrameReader {
     this.buf = this.buf.subarray(4 + length);
     return frame;
   }
+
+  /**
+   * {@link push}es `chunk`, then hands `onFrame` each complete frame in order, asking `stop`
+   * before each. Returns false when a length field is out of bounds (the frames before it
+   * were handed over), else true. What `onFrame` throws propagates.
+   */
+  read(chunk: Buffer, onFrame: (f: Frame) => void, stop: () => boolean = () => false): boolean {
+    this.push(chunk);
+    while (!stop()) {
+      let f: Frame | null;
+      try {
+        f = this.next();
+      } catch (e) {
+        if (e instanceof FrameError) return false;
+        throw e;
+      }
+      if (!f) break;
+      onFrame(f);
+    }
+    return true;
+  }
 }

@@ -216,41 +216,33 @@ export class HostSpawner {
   }
 
   private onData(d: Buffer): void {
-    this.frames.push(d);
-    for (;;) {
-      let f: Frame | null;
-      try {
-        f = this.frames.next();
-      } catch {
-        this.close(); // not the spawner's frames (FrameError)
-        return;
-      }
-      if (!f) break;
-      const { type, id } = f;
-      const payload = Buffer.from(f.payload);
-      if (type === R_HELLO) {
-        if (payload.length < 4 || payload.readUInt32LE(0) !== PROTOCOL_VERSION) this.close();
-        continue;
-      }
-      const p = this.pending.get(id);
-      if (!p) continue;
-      this.pending.delete(id);
-      if (type === R_EXIT && payload.length >= 16) {
-        const flags = payload.readUInt32LE(8);
-        const outLen = payload.readUInt32LE(12);
-        p.resolve({
-          code: payload.readInt32LE(0),
-          signal: payload.readInt32LE(4),
-          timedOut: (flags & 1) !== 0,
-          truncated: (flags & 2) !== 0,
-          stdout: payload.subarray(16, 16 + outLen),
-          stderr: payload.subarray(16 + outLen),
-        });
-      } else if (type === R_FAILED && payload.length >= 4) {
-        p.reject(new SpawnError(p.file, payload.readInt32LE(0), payload.subarray(4).toString('utf8')));
-      } else {
-        p.reject(new SpawnError(p.file, 5, `${p.file}: malformed answer from the host spawner`));
-      }
+    if (!this.frames.read(d, (f) => this.onAnswer(f))) this.close(); // not the spawner's frames
+  }
+
+  private onAnswer({ type, id, payload: view }: Frame): void {
+    const payload = Buffer.from(view);
+    if (type === R_HELLO) {
+      if (payload.length < 4 || payload.readUInt32LE(0) !== PROTOCOL_VERSION) this.close();
+      return;
+    }
+    const p = this.pending.get(id);
+    if (!p) return;
+    this.pending.delete(id);
+    if (type === R_EXIT && payload.length >= 16) {
+      const flags = payload.readUInt32LE(8);
+      const outLen = payload.readUInt32LE(12);
+      p.resolve({
+        code: payload.readInt32LE(0),
+        signal: payload.readInt32LE(4),
+        timedOut: (flags & 1) !== 0,
+        truncated: (flags & 2) !== 0,
+        stdout: payload.subarray(16, 16 + outLen),
+        stderr: payload.subarray(16 + outLen),
+      });
+    } else if (type === R_FAILED && payload.length >= 4) {
+      p.reject(new SpawnError(p.file, payload.readInt32LE(0), payload.subarray(4).toString('utf8')));
+    } else {
+      p.reject(new SpawnError(p.file, 5, `${p.file}: malformed answer from the host spawner`));
     }
   }
 
