@@ -26,7 +26,6 @@ import { resolveImageUser } from './images/user.js';
 import { NetworkManager } from './network/manager.js';
 import { localDriverOptions, type LocalDriverOptions, type ResolvedOptions, withDefaults } from './options.js';
 import { PoolKeeper } from './pools/keeper.js';
-import type { PooledRoot } from './pools/roots.js';
 import { spawnTty } from './pty/relay.js';
 import { ID_RE, isAlive, newRecord, RecordStore, recordView, type SandboxRecord } from './records.js';
 import { RootfsManager, volumeOciMount } from './rootfs/roots.js';
@@ -174,8 +173,8 @@ export class LocalDriver implements RuntimeDriver {
   private async createReserved(spec: SandboxSpec): Promise<RuntimeSandbox> {
     const image = await this.images.resolve(spec.image);
     // Roots are pooled only for creates without volumes (volumes are staged while preparing).
-    let pooledRoot: PooledRoot | undefined;
-    if (spec.volumes.length === 0) pooledRoot = this.pools.takeRoot(image.rootfsDir, spec.limits.rootDiskBytes);
+    const pooledRoot =
+      spec.volumes.length === 0 ? this.pools.takeRoot(image.rootfsDir, spec.limits.rootDiskBytes) : undefined;
     const slot = pooledRoot?.slot ?? this.allocSlot();
     const uidBase = this.uidBaseOf(slot);
     const dir = this.state.dirOf(spec.id);

@@ -1,6 +1,7 @@
 import type { Config } from '../../config.js';
 import type { OciRuntimeName } from './commands/oci-runtime.js';
 
+/** Options of the local driver; only the folders are required. */
 export interface LocalDriverOptions {
   /** Sandbox state, roots and volumes live here. */
   dataDir: string;
