@@ -31,6 +31,7 @@ export interface PoolKeeperOptions {
  * time across all pools (earlier pools first), until every pool is full. The pools are an
  * optimisation: a failed step ends that refill, the pools stay short and a create makes what
  * it needs; the next take schedules a new refill. Leftovers of a crash are recovery's.
+ * Takes are synchronous, so concurrent creates never get the same thing.
  *
  * A new kind of pooled thing is one more {@link Pool} in `pools` and a take method here.
  */
