@@ -17,7 +17,7 @@
 import { rmSync } from 'node:fs';
 import { HttpClient, Sandbox } from '../packages/sdk/src/index.js';
 import { DEFAULT_PLANS } from '../packages/server/src/config.js';
-import { makeTestDriver } from '../packages/server/src/runtime/local/test-support.js';
+import { makeTestDriver } from '../packages/server/test/local-driver.js';
 import { newAccount, RUNTIME, startServer } from '../test/e2e/harness.js';
 import { report, summarize, timeMs } from './stats.js';
 

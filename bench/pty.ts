@@ -9,7 +9,7 @@ import { execFileSync, spawn } from 'node:child_process';
 import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { spawnTty } from '../packages/server/src/runtime/local/pty.js';
+import { spawnTty } from '../packages/server/src/runtime/local/pty/relay.js';
 
 const KEYS = Number(process.env.BENCH_PTY_KEYS ?? 200);
 const BYTES = Number(process.env.BENCH_PTY_BYTES ?? 100_000_000);

@@ -12,9 +12,9 @@
  */
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { OciRuntime } from '../packages/server/src/runtime/local/oci-runtime.js';
-import { HostSpawner } from '../packages/server/src/runtime/local/spawner.js';
-import { makeTestDriver } from '../packages/server/src/runtime/local/test-support.js';
+import { OciRuntime } from '../packages/server/src/runtime/local/commands/oci-runtime.js';
+import { HostSpawner } from '../packages/server/src/runtime/local/commands/spawner.js';
+import { makeTestDriver } from '../packages/server/test/local-driver.js';
 import { report, summarize, timeMs } from './stats.js';
 
 const RUNS = Number(process.env.BENCH_RUNS ?? 50);

@@ -10,7 +10,7 @@ import { execFileSync, spawnSync } from 'node:child_process';
 import { closeSync, existsSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, writeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { hostVethName } from '../../packages/server/src/runtime/local/network-addr.js';
+import { hostVethName } from '../../packages/server/src/runtime/local/network/addr.js';
 import { driverVolumeName } from '../../packages/server/src/domain/sandbox.js';
 import { LocalDriver } from '../../packages/server/src/runtime/local/driver.js';
 import { localOptions } from '../e2e/local-runtime.js';

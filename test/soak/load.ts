@@ -47,7 +47,7 @@ import { performance } from 'node:perf_hooks';
 import { pathToFileURL } from 'node:url';
 import WebSocket from 'ws';
 import { LocalDriver, type LocalDriverOptions } from '../../packages/server/src/runtime/local/driver.js';
-import { hostVethName } from '../../packages/server/src/runtime/local/network-addr.js';
+import { hostVethName } from '../../packages/server/src/runtime/local/network/addr.js';
 
 process.env.SANDBOXD_E2E_RUNTIME ??= 'local';
 const { ADMIN_KEY, newAccount, startServer } = await import('../e2e/harness.js');

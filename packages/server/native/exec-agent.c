@@ -53,6 +53,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include "frames.h"
 
 #define PROTOCOL_VERSION 1
 #define MAX_FRAME (16u << 20)
@@ -84,15 +85,6 @@ static int ctl_in = -1, ctl_out = -1;
 static int init_mode;
 static struct exec execs[MAX_EXECS];
 
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void put32(unsigned char *p, uint32_t v) { p[0] = v; p[1] = v >> 8; p[2] = v >> 16; p[3] = v >> 24; }
-static uint32_t get32(const unsigned char *p) { return p[0] | p[1] << 8 | p[2] << 16 | (uint32_t)p[3] << 24; }
-
 /* The server went away (or spoke nonsense): a plain agent ends, an init stays as an init. */
 static void channel_closed(void) {
   if (!init_mode) _exit(0);
@@ -101,27 +93,11 @@ static void channel_closed(void) {
   ctl_in = ctl_out = -1;
 }
 
-/* One frame, one writev: every write wakes the server, so a frame is never split. */
+/* One frame to the server (see frames.h); a broken channel is channel_closed(). */
 static void send_frame(int type, uint32_t id, const void *a, size_t alen, const void *b, size_t blen) {
   if (ctl_out < 0) return;
-  unsigned char h[9];
-  put32(h, (uint32_t)(5 + alen + blen)); h[4] = (unsigned char)type; put32(h + 5, id);
-  struct iovec iov[3] = { { h, 9 }, { (void *)a, alen }, { (void *)b, blen } };
-  int n = 3;
-  struct iovec *v = iov;
-  while (n > 0 && ctl_out >= 0) {
-    ssize_t w = writev(ctl_out, v, n);
-    if (w < 0 && errno == EINTR) continue;
-    /* The channel may be one socket on both fds, non-blocking for the reads: wait until it takes more. */
-    if (w < 0 && errno == EAGAIN) {
-      struct pollfd p = { .fd = ctl_out, .events = POLLOUT };
-      if (poll(&p, 1, -1) < 0 && errno != EINTR) { channel_closed(); return; }
-      continue;
-    }
-    if (w <= 0) { channel_closed(); return; }
-    while (n > 0 && (size_t)w >= v->iov_len) { w -= (ssize_t)v->iov_len; v++; n--; }
-    if (n > 0) { v->iov_base = (char *)v->iov_base + w; v->iov_len -= (size_t)w; }
-  }
+  struct iovec parts[2] = { { (void *)a, alen }, { (void *)b, blen } };
+  if (frame_write(ctl_out, type, id, parts, 2) < 0) channel_closed();
 }
 
 static void send_u32(int type, uint32_t id, uint32_t v) {

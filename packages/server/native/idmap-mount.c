@@ -9,7 +9,7 @@
  *       Attaches <image> to a free loop device (autoclear) and mounts it as ext4 at <dst>
  *       with nodev,nosuid. The loop device goes away with the last unmount.
  *   idmap-mount rootfs <template> <dir> <uidBase> <size> <lowerDir> [<volume>...]
- *       Per-sandbox root layer (layout in rootfs.ts): sparse copy of <template> to <dir>.img,
+ *       Per-sandbox root layer (layout in rootfs/roots.ts): sparse copy of <template> to <dir>.img,
  *       loop-mounted at <dir> (made 0710 root:uidBase), layer/upper owned by uidBase,
  *       <lowerDir> idmapped read-only at <dir>/lower, each <volume> idmapped at
  *       <dir>/volumes/<index>, overlayfs at <dir>/rootfs, then <dir>/lower detached again
@@ -199,7 +199,7 @@ static void sparse_copy(const char *src, const char *dst) {
   if (close(out)) die("close %s", dst);
 }
 
-/* Per-sandbox root layer; the layout is made by the template (see rootfs.ts). */
+/* Per-sandbox root layer; the layout is made by the template (see rootfs/roots.ts). */
 static void rootfs(char **argv, int argc) {
   const char *tmpl = argv[2], *dir = argv[3], *lower = argv[6];
   unsigned long base = num(argv[4], "uidBase"), size = num(argv[5], "size");

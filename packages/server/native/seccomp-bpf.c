@@ -17,7 +17,7 @@
  * argument filters (socketcall passes them in memory): the first such rule decides what
  * socketcall(SYS_SOCKET) does, and a later rule of another action collides (EEXIST) and is
  * dropped. In one shared filter that dropped the rule for x86_64 too; apart, only i386 is
- * affected, and the profile orders its rules for it (see seccomp.ts, AF_VSOCK).
+ * affected, and the profile orders its rules for it (see bundle/seccomp.ts, AF_VSOCK).
  */
 #include <errno.h>
 #include <seccomp.h>

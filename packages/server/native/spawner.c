@@ -39,6 +39,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <dirent.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,6 +51,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include "frames.h"
 
 #define PROTOCOL_VERSION 1
 #define MAX_FRAME (16u << 20)
@@ -79,29 +81,10 @@ struct child {
 static int ctl_in = -1, ctl_out = -1;
 static struct child kids[MAX_CHILDREN];
 
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void put32(unsigned char *p, uint32_t v) { p[0] = v; p[1] = v >> 8; p[2] = v >> 16; p[3] = v >> 24; }
-static uint32_t get32(const unsigned char *p) { return p[0] | p[1] << 8 | p[2] << 16 | (uint32_t)p[3] << 24; }
-
-/* One frame, one writev (the server wakes once per frame). A broken channel ends us. */
+/* One frame to the server (see frames.h). A broken channel ends us. */
 static void send_frame(int type, uint32_t id, const void *a, size_t alen, const void *b, size_t blen, const void *c, size_t clen) {
-  unsigned char h[9];
-  put32(h, (uint32_t)(5 + alen + blen + clen)); h[4] = (unsigned char)type; put32(h + 5, id);
-  struct iovec iov[4] = { { h, 9 }, { (void *)a, alen }, { (void *)b, blen }, { (void *)c, clen } };
-  struct iovec *v = iov;
-  int n = 4;
-  while (n > 0) {
-    ssize_t w = writev(ctl_out, v, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) _exit(0);
-    while (n > 0 && (size_t)w >= v->iov_len) { w -= (ssize_t)v->iov_len; v++; n--; }
-    if (n > 0) { v->iov_base = (char *)v->iov_base + w; v->iov_len -= (size_t)w; }
-  }
+  struct iovec parts[3] = { { (void *)a, alen }, { (void *)b, blen }, { (void *)c, clen } };
+  if (frame_write(ctl_out, type, id, parts, 3) < 0) _exit(0);
 }
 
 static void send_failed(uint32_t id, int err, const char *what) {
@@ -141,8 +124,12 @@ static int open_channel(const unsigned char *name, uint32_t name_len, const unsi
   memcpy(sa.sun_path + 1, name, name_len);
   int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (s < 0) return -1;
-  /* Node binds abstract names padded with NULs to the whole sun_path: so does this. */
-  if (connect(s, (struct sockaddr *)&sa, sizeof sa) < 0) goto fail;
+  /* An abstract name is its exact bytes: Node 24 binds `\0name` as it is, Node 20 padded it with
+   * NULs to the whole sun_path. The exact name first, the padded one for a server on Node 20. */
+  socklen_t exact = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + name_len);
+  if (connect(s, (struct sockaddr *)&sa, exact) < 0 &&
+      (errno != ECONNREFUSED || connect(s, (struct sockaddr *)&sa, sizeof sa) < 0))
+    goto fail;
   for (size_t off = 0; off < TOKEN_LEN;) {
     ssize_t w = write(s, token + off, TOKEN_LEN - off);
     if (w < 0 && errno == EINTR) continue;

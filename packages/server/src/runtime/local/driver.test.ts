@@ -5,7 +5,7 @@ import { readdirSync, readFileSync, rmSync } from 'node:fs';
 import { runDriverConformance, testId } from '../conformance.js';
 import type { SandboxSpec } from '../driver.js';
 import type { LocalDriver } from './driver.js';
-import { makeTestDriver } from './test-support.js';
+import { makeTestDriver } from '../../../test/local-driver.js';
 
 const cleanup: string[] = [];
 for (const ociRuntime of ['crun', 'runc'] as const) {

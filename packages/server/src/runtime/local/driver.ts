@@ -1,8 +1,8 @@
-import { randomBytes } from 'node:crypto';
-import { mkdir, readdir, readFile, rm, rmdir, writeFile, rename } from 'node:fs/promises';
-import { existsSync, readFileSync } from 'node:fs';
+import { mkdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { SandboxdError } from '@sandboxd/protocol';
+import type { Config } from '../../config.js';
 import type {
   ExecOptions,
   ExecResult,
@@ -15,16 +15,21 @@ import type {
   TtyOptions,
   VolumeInfo,
 } from '../driver.js';
-import { buildOciConfig, ID_RANGE_SIZE, SANDBOX_CAPABILITIES } from './bundle.js';
-import { defaultOciRuntime, OciRuntime, processStart, type OciRuntimeName } from './oci-runtime.js';
-import { resolveImageUser } from './image-user.js';
+import { cgroupProcs, removeCgroupParent } from './bundle/cgroups.js';
+import { ID_RANGE_SIZE } from './bundle/oci-config.js';
+import { BundleWriter } from './bundle/writer.js';
+import { ExecAgent } from './commands/exec-agent.js';
+import { SandboxCommands } from './commands/exec.js';
+import { defaultOciRuntime, OciRuntime, processStart } from './commands/oci-runtime.js';
 import { ImageStore } from './images/store.js';
-import { NetworkManager, type SandboxNet } from './network.js';
-import { spawnTty } from './pty.js';
-import { RootfsManager, volumeOciMount } from './rootfs.js';
-import { buildSeccompProfile, compileSeccompBpf, type OciSeccomp } from './seccomp.js';
-import { VolumeStore } from './volumes.js';
-import type { Config } from '../../config.js';
+import { resolveImageUser } from './images/user.js';
+import { NetworkManager } from './network/manager.js';
+import { localDriverOptions, type LocalDriverOptions, type ResolvedOptions, withDefaults } from './options.js';
+import { PoolKeeper } from './pools/keeper.js';
+import { spawnTty } from './pty/relay.js';
+import { ID_RE, isAlive, newRecord, RecordStore, recordView, type SandboxRecord } from './records.js';
+import { RootfsManager, volumeOciMount } from './rootfs/roots.js';
+import { VolumeStore } from './rootfs/volumes.js';
 import {
   checkLimits,
   checkMountPath,
@@ -34,73 +39,9 @@ import {
   mergeEnvList,
   splitEnv,
 } from './sandbox-checks.js';
-import { hostNetDevicePaths } from './host-sysfs.js';
-import { agentBinary, ExecAgent } from './exec-agent.js';
-import { SandboxCommands } from './commands.js';
 
-export interface LocalDriverOptions {
-  /** Sandbox state, roots and volumes live here. */
-  dataDir: string;
-  /** Shared image cache. */
-  imageDir: string;
-  /** Volatile runtime state (crun's root); default `/run/sandboxd`. */
-  runDir?: string;
-  bridge?: string;
-  subnet?: string;
-  egress?: 'none' | 'nat';
-  /** First host uid handed to sandboxes; each gets 65536 from there. Default 100000. */
-  uidRangeStart?: number;
-  /** Name of the cgroup folder that holds every sandbox's cgroup. Default `sandboxd`. */
-  cgroupParent?: string;
-  registryCredentials?: Record<string, { username: string; password: string }>;
-  insecureRegistries?: string[];
-  /** OCI runtime; default crun when installed, else runc. */
-  ociRuntime?: OciRuntimeName;
-  /** Networks kept made ahead of need, so creating a sandbox does not wait for one (crun only). Default 2. */
-  netPoolSize?: number;
-  /** false: run every command with `<runtime> exec` instead of the exec agent (tests, comparisons). Default true. */
-  execAgent?: boolean;
-}
+export type { LocalDriverOptions } from './options.js';
 
-/** What the driver keeps on disk per sandbox, so a restarted process can adopt it. */
-interface SandboxRecord {
-  spec: SandboxSpec;
-  slot: number;
-  uidBase: number;
-  address: string;
-  netnsPath: string;
-  /** Id the network was attached under: the sandbox's own, or a pooled one's. */
-  netId?: string;
-  /** Id the root layer was prepared under: the sandbox's own, or a pooled one's. */
-  rootId?: string;
-  imageDigest: string;
-  createdAt: string;
-  workingDir: string;
-  /** numeric uid:gid for exec. */
-  user: string;
-  /** Full environment, KEY=VALUE. */
-  env: string[];
-  phase: 'creating' | 'ready';
-  /** Host pid of the sandbox's init and its start time, to tell "running" without asking crun. */
-  initPid: number;
-  initStart: number | null;
-}
-
-const ID_RE = /^[a-z0-9_]{1,64}$/;
-/** Ids of pooled networks and roots; sandbox ids never take these forms (the service makes `sbx_...`). */
-/** How long after a create takes from the pools their refill starts. */
-const POOL_REFILL_DELAY_MS = 50;
-const POOL_PREFIX = 'netpool_';
-const ROOT_POOL_PREFIX = 'rootpool_';
-
-/** A root layer prepared ahead of need, with the uid slot it was prepared for. */
-interface PooledRoot {
-  id: string;
-  slot: number;
-  lowerDir: string;
-  rootDiskBytes: number;
-  rootfs: string;
-}
 /**
  * The local runtime driver: crun sandboxes with user namespaces, seccomp, cgroup limits,
  * an isolated bridge network, size-capped copy-on-write roots and loop-backed volumes.
@@ -113,41 +54,16 @@ export class LocalDriver implements RuntimeDriver {
   private readonly volumes: VolumeStore;
   private readonly records = new Map<string, SandboxRecord>();
   private readonly commands: SandboxCommands;
-  private agentPath: string | undefined;
   /** Ids between create's first check and its record: a second create of one id must see them. */
   private readonly reserved = new Set<string>();
-  private readonly stateDir: string;
-  private readonly opts: Required<
-    Omit<LocalDriverOptions, 'registryCredentials' | 'insecureRegistries' | 'ociRuntime'>
-  >;
-  /** Networks made ahead of need; their ids start with POOL_PREFIX. */
-  private readonly netPool: SandboxNet[] = [];
-  /** Roots prepared ahead of need for the last (image, size) created without volumes, with their uid slot. */
-  private readonly rootPool: PooledRoot[] = [];
-  /** Slots of roots being prepared for the pool. */
-  private readonly poolSlots = new Set<number>();
-  private rootWant: { lowerDir: string; rootDiskBytes: number } | null = null;
-  private poolFill: Promise<void> | null = null;
-  private fillTimer: NodeJS.Timeout | null = null;
-  private closed = false;
-  private seccomp: OciSeccomp | undefined;
-  /** `seccomp` precompiled for crun (runc compiles the profile itself). */
-  private seccompBpf: string | undefined;
-  /** Host network device folders in /sys, hidden where the host's sysfs is bound in. */
-  private maskedNetPaths: string[] = [];
+  private readonly state: RecordStore;
+  private readonly pools: PoolKeeper;
+  private readonly opts: ResolvedOptions;
+  private readonly bundles: BundleWriter;
 
   constructor(opts: LocalDriverOptions) {
-    this.opts = {
-      runDir: '/run/sandboxd',
-      bridge: 'sbx0',
-      subnet: '10.89.0.0/16',
-      egress: 'none',
-      uidRangeStart: 100_000,
-      cgroupParent: 'sandboxd',
-      netPoolSize: 2,
-      ...opts,
-    } as LocalDriver['opts'];
-    this.stateDir = join(opts.dataDir, 'sandboxes');
+    this.opts = withDefaults(opts);
+    this.state = new RecordStore(join(opts.dataDir, 'sandboxes'));
     this.images = new ImageStore({
       dir: opts.imageDir,
       credentials: opts.registryCredentials,
@@ -159,36 +75,43 @@ export class LocalDriver implements RuntimeDriver {
       runtime: this.crun,
       runDir: this.opts.runDir,
       useAgent: this.opts.execAgent !== false,
-      cgroupProcs: (id) => this.cgroupProcs(id),
+      cgroupProcs: (id) => cgroupProcs(this.opts.cgroupParent, id),
     });
     this.network = new NetworkManager({ bridge: this.opts.bridge, subnet: this.opts.subnet, egress: this.opts.egress });
     this.roots = new RootfsManager({ dir: join(opts.dataDir, 'roots') });
     this.volumes = new VolumeStore({ dir: join(opts.dataDir, 'volumes') });
+    this.bundles = new BundleWriter({ runtime, cgroupParent: this.opts.cgroupParent, egress: this.opts.egress });
+    // crun joins a netns made beforehand; runc makes its own, so no network is pooled for it.
+    this.pools = new PoolKeeper({
+      nets: this.crun.binary === 'crun' ? this.opts.netPoolSize : 0,
+      roots: this.opts.netPoolSize === 0 ? 0 : 1,
+      network: this.network,
+      rootfs: this.roots,
+      allocSlot: () => this.allocSlot(),
+      uidBase: (slot) => this.uidBaseOf(slot),
+    });
   }
 
   async init(): Promise<void> {
     if (process.getuid?.() !== 0)
       throw new SandboxdError('internal', 'the local runtime needs root (run sandboxd as root)');
-    await mkdir(this.stateDir, { recursive: true });
+    await mkdir(this.state.dir, { recursive: true });
     await mkdir(this.crun.root, { recursive: true });
     await mkdir(join(this.opts.runDir, 'exec'), { recursive: true, mode: 0o700 });
     await checkTraversable(this.opts.dataDir);
     await this.network.init();
-    this.seccomp = buildSeccompProfile({ capabilities: SANDBOX_CAPABILITIES });
-    if (this.crun.binary === 'crun') this.seccompBpf = compileSeccompBpf(this.seccomp).toString('base64');
-    this.maskedNetPaths = hostNetDevicePaths();
-    this.agentPath = agentBinary();
+    this.bundles.init();
   }
 
   async recover(): Promise<RecoveryReport> {
     const report: RecoveryReport = { adopted: [], cleaned: [] };
     const running = new Map((await this.crun.list()).map((c) => [c.id, c]));
-    const ids = new Set<string>([...running.keys(), ...(await this.listStateIds()), ...(await this.roots.list())]);
+    const ids = new Set<string>([...running.keys(), ...(await this.state.ids()), ...(await this.roots.list())]);
     for (const n of await this.network.list()) ids.add(n.id);
     const adopt = new Map<string, SandboxRecord>();
     const found = new Map<string, SandboxRecord | null>();
     for (const id of ids) {
-      const rec = await this.readRecord(id);
+      const rec = await this.state.read(id);
       found.set(id, rec);
       const c = running.get(id);
       if (rec && rec.phase === 'ready' && c && c.status === 'running' && processStart(c.pid) !== null) {
@@ -205,7 +128,7 @@ export class LocalDriver implements RuntimeDriver {
         // One leftover that cannot be removed now must not keep the server from starting.
         try {
           await this.teardown(id, rec);
-          if (!id.startsWith(POOL_PREFIX) && !id.startsWith(ROOT_POOL_PREFIX)) report.cleaned.push(id);
+          if (!this.pools.owns(id)) report.cleaned.push(id);
         } catch (e) {
           report.failed ??= [];
           report.failed.push({ id, message: (e as Error).message });
@@ -214,7 +137,7 @@ export class LocalDriver implements RuntimeDriver {
     }
     const live = new Map([...this.records].map(([id, r]) => [id, r.spec.volumes.map((v) => v.name)]));
     await this.volumes.recover(live);
-    void this.fillPools();
+    void this.pools.refill();
     return report;
   }
 
@@ -227,16 +150,16 @@ export class LocalDriver implements RuntimeDriver {
   }
 
   async create(spec: SandboxSpec): Promise<RuntimeSandbox> {
-    if (!ID_RE.test(spec.id) || spec.id.startsWith(POOL_PREFIX) || spec.id.startsWith(ROOT_POOL_PREFIX)) {
+    if (!ID_RE.test(spec.id) || this.pools.owns(spec.id)) {
       throw new SandboxdError(
         'validation',
-        `sandbox id "${spec.id}" must match ${ID_RE} and not start with ${POOL_PREFIX} or ${ROOT_POOL_PREFIX}`,
+        `sandbox id "${spec.id}" must match ${ID_RE} and not start with ${this.pools.prefixes.join(' or ')}`,
       );
     }
     for (const v of spec.volumes) checkMountPath(v.mountPath);
     checkMountPathsDisjoint(spec.volumes.map((v) => v.mountPath));
     checkLimits(spec.limits);
-    if (this.records.has(spec.id) || this.reserved.has(spec.id) || existsSync(join(this.stateDir, spec.id))) {
+    if (this.records.has(spec.id) || this.reserved.has(spec.id) || this.state.has(spec.id)) {
       throw new SandboxdError('conflict', `sandbox ${spec.id} exists`);
     }
     this.reserved.add(spec.id);
@@ -250,34 +173,16 @@ export class LocalDriver implements RuntimeDriver {
   private async createReserved(spec: SandboxSpec): Promise<RuntimeSandbox> {
     const image = await this.images.resolve(spec.image);
     // Roots are pooled only for creates without volumes (volumes are staged while preparing).
-    let pooledRoot: PooledRoot | undefined;
-    if (spec.volumes.length === 0) {
-      this.rootWant = { lowerDir: image.rootfsDir, rootDiskBytes: spec.limits.rootDiskBytes };
-      pooledRoot = this.takePooledRoot(image.rootfsDir, spec.limits.rootDiskBytes);
-    }
+    const pooledRoot =
+      spec.volumes.length === 0 ? this.pools.takeRoot(image.rootfsDir, spec.limits.rootDiskBytes) : undefined;
     const slot = pooledRoot?.slot ?? this.allocSlot();
-    const uidBase = this.opts.uidRangeStart + slot * ID_RANGE_SIZE;
-    const dir = join(this.stateDir, spec.id);
-    const partial: SandboxRecord = {
-      spec,
-      slot,
-      uidBase,
-      address: '',
-      netnsPath: '',
-      imageDigest: image.digest,
-      createdAt: new Date().toISOString(),
-      workingDir: image.workingDir || '/',
-      user: '0:0',
-      env: mergeEnv(image.env, spec.env),
-      phase: 'creating',
-      initPid: 0,
-      initStart: null,
-      rootId: pooledRoot?.id,
-    };
+    const uidBase = this.uidBaseOf(slot);
+    const dir = this.state.dirOf(spec.id);
+    const partial = newRecord(spec, image, mergeEnv(image.env, spec.env), { slot, uidBase, rootId: pooledRoot?.id });
     this.records.set(spec.id, partial);
     try {
       await mkdir(dir, { recursive: true });
-      await this.writeRecord(partial);
+      await this.state.write(partial);
       partial.user = resolveImageUser(image.rootfsDir, image.user);
       const volumePaths: string[] = [];
       for (const v of spec.volumes) {
@@ -288,7 +193,7 @@ export class LocalDriver implements RuntimeDriver {
       // intermittent setns EPERM on the first execs). runc joins the user namespace first and
       // cannot enter such a netns, so under runc the runtime makes it and it is wired after start.
       const netFirst = this.crun.binary === 'crun';
-      const pooled = netFirst ? this.takePooledNet() : undefined;
+      const pooled = netFirst ? this.pools.takeNet() : undefined;
       if (pooled) partial.netId = pooled.id; // from here on, teardown frees it
       const [root, early] = await Promise.all([
         pooledRoot
@@ -302,52 +207,28 @@ export class LocalDriver implements RuntimeDriver {
             }),
         netFirst ? (pooled ?? this.network.attach(spec.id)) : null,
       ]);
-      const volumes = root.volumes.map((staged, i) => volumeOciMount(staged, spec.volumes[i].mountPath));
-      const hostname = spec.hostname ?? spec.id;
-      const etc = {
-        hosts: join(dir, 'hosts'),
-        hostname: join(dir, 'hostname'),
-        resolv: undefined as string | undefined,
-      };
-      // Rewritten in place (same inode, so the bind mount shows it) once the address is known.
-      const writeHosts = (address: string) =>
-        writeFile(etc.hosts, `127.0.0.1\tlocalhost\n::1\tlocalhost\n${address ? `${address}\t${hostname}\n` : ''}`);
-      await writeHosts(early?.address ?? '');
-      await writeFile(etc.hostname, `${hostname}\n`);
-      if (this.opts.egress === 'nat' && existsSync('/etc/resolv.conf')) {
-        etc.resolv = join(dir, 'resolv.conf');
-        await writeFile(etc.resolv, readFileSync('/etc/resolv.conf'));
-      }
-      const config = buildOciConfig({
+      const bundle = await this.bundles.write(dir, {
         id: spec.id,
-        hostname,
+        hostname: spec.hostname ?? spec.id,
         rootfs: root.rootfs,
         env: partial.env,
         limits: spec.limits,
         uidBase,
-        netnsPath: early?.netnsPath,
-        hostSysfs: early !== null,
-        maskedNetPaths: this.maskedNetPaths,
-        agentPath: this.agentPath!,
-        etcFiles: etc,
-        volumes,
-        seccomp: this.seccomp!,
-        seccompBpfBase64: this.seccompBpf,
-        cgroupsPath: `/${this.opts.cgroupParent}/${spec.id}`,
+        net: early,
+        volumes: root.volumes.map((staged, i) => volumeOciMount(staged, spec.volumes[i].mountPath)),
       });
-      await writeFile(join(dir, 'config.json'), JSON.stringify(config));
       partial.initPid = await this.crun.run(spec.id, dir, {
         // PID 1 is the exec agent: its channel is ready for the first exec without a runtime call.
         onChannel: (channel) => this.commands.adopt(spec.id, ExecAgent.attach(channel, channel)),
       });
       const net = early ?? (await this.network.attach(spec.id, { pid: partial.initPid }));
       partial.netId = net.id;
-      if (!early) await writeHosts(net.address);
+      if (!early) await bundle.setAddress(net.address);
       partial.address = net.address;
       partial.netnsPath = net.netnsPath;
       partial.initStart = processStart(partial.initPid);
       partial.phase = 'ready';
-      await this.writeRecord(partial);
+      await this.state.write(partial);
       return (await this.inspect(spec.id))!;
     } catch (e) {
       await this.teardown(spec.id, partial).catch(() => undefined);
@@ -358,19 +239,7 @@ export class LocalDriver implements RuntimeDriver {
 
   async inspect(id: string): Promise<RuntimeSandbox | null> {
     const rec = this.records.get(id);
-    if (rec?.phase !== 'ready') return null;
-    const running = isAlive(rec);
-    return {
-      id,
-      image: rec.spec.image,
-      imageDigest: rec.imageDigest,
-      state: running ? 'running' : 'stopped',
-      address: rec.address,
-      pid: running ? rec.initPid : 0,
-      createdAt: new Date(rec.createdAt),
-      workingDir: rec.workingDir,
-      user: rec.user,
-    };
+    return rec?.phase === 'ready' ? recordView(rec) : null;
   }
 
   async list(): Promise<RuntimeSandbox[]> {
@@ -390,11 +259,11 @@ export class LocalDriver implements RuntimeDriver {
   }
 
   async delete(id: string): Promise<void> {
-    const rec = this.records.get(id) ?? (await this.readRecord(id));
+    const rec = this.records.get(id) ?? (await this.state.read(id));
     await this.teardown(id, rec);
   }
 
-  /** Through the sandbox's exec agent; see commands.ts. */
+  /** Through the sandbox's exec agent; see commands/exec.ts. */
   async exec(id: string, command: string, options: ExecOptions = {}): Promise<ExecResult> {
     return this.commands.exec(await this.requireRunning(id), command, options);
   }
@@ -437,111 +306,27 @@ export class LocalDriver implements RuntimeDriver {
 
   /** Pooled networks stay on the host; the next `recover()` removes them. */
   async close(): Promise<void> {
-    this.closed = true;
-    if (this.fillTimer) clearTimeout(this.fillTimer);
+    const stopped = this.pools.close();
     this.commands.dropAll();
-    await this.poolFill;
+    await stopped;
     this.records.clear();
   }
 
   /** Removes every trace of the driver from the host: sandboxes, bridge, rules, cgroup folder. For tests and uninstall. */
   async destroyAll(): Promise<void> {
-    this.closed = true;
-    if (this.fillTimer) clearTimeout(this.fillTimer);
-    await this.poolFill;
-    for (const n of this.netPool.splice(0)) await this.network.detach(n.id);
-    for (const r of this.rootPool.splice(0)) await this.roots.release(r.id);
+    await this.pools.drain();
     for (const id of [...this.records.keys()]) await this.delete(id);
     await this.recover();
     for (const id of [...this.records.keys()]) await this.delete(id);
     await this.network.teardown();
-    for (const ctl of await readdir('/sys/fs/cgroup').catch(() => [] as string[])) {
-      await rmdir(`/sys/fs/cgroup/${ctl}/${this.opts.cgroupParent}`).catch(() => undefined);
-    }
-  }
-
-  /** A network made ahead of need, or undefined; starts refilling the pool. crun only. */
-  private takePooledNet(): SandboxNet | undefined {
-    const net = this.netPool.shift();
-    this.scheduleFill();
-    return net;
-  }
-
-  /** A root prepared ahead of need for this image and size, or undefined; starts refilling. */
-  private takePooledRoot(lowerDir: string, rootDiskBytes: number): PooledRoot | undefined {
-    const i = this.rootPool.findIndex((r) => r.lowerDir === lowerDir && r.rootDiskBytes === rootDiskBytes);
-    const root = i >= 0 ? this.rootPool.splice(i, 1)[0] : undefined;
-    this.scheduleFill();
-    return root;
-  }
-
-  /**
-   * In the background, one at a time: tops the network pool up to `netPoolSize` (crun
-   * only), and keeps one root prepared for the last image and size created without volumes
-   * (dropping roots prepared for others). The pools are an optimisation: a failure leaves
-   * them short and create makes what it needs. Leftovers of a crash go in `recover()`.
-   */
-  /**
-   * Refills the pools a moment after a create took from them: the refill spawns `ip`, `mkfs`
-   * and mounts, and would otherwise compete with that create and with its first exec, which
-   * usually follows at once.
-   */
-  private scheduleFill(): void {
-    if (this.fillTimer || this.closed) return;
-    this.fillTimer = setTimeout(() => {
-      this.fillTimer = null;
-      void this.fillPools();
-    }, POOL_REFILL_DELAY_MS);
-    this.fillTimer.unref();
-  }
-
-  private fillPools(): Promise<void> {
-    if (this.poolFill || this.closed) return this.poolFill ?? Promise.resolve();
-    this.poolFill = (async () => {
-      try {
-        while (!this.closed) {
-          if (this.crun.binary === 'crun' && this.netPool.length < this.opts.netPoolSize) {
-            this.netPool.push(await this.network.attach(`${POOL_PREFIX}${randomBytes(6).toString('hex')}`));
-            continue;
-          }
-          const want = this.rootWant;
-          const stale = this.rootPool.findIndex(
-            (r) => !want || r.lowerDir !== want.lowerDir || r.rootDiskBytes !== want.rootDiskBytes,
-          );
-          if (stale >= 0) {
-            await this.roots.release(this.rootPool.splice(stale, 1)[0].id);
-            continue;
-          }
-          if (!want || this.opts.netPoolSize === 0 || this.rootPool.length >= 1) break;
-          const slot = this.allocSlot();
-          this.poolSlots.add(slot);
-          try {
-            const id = `${ROOT_POOL_PREFIX}${randomBytes(6).toString('hex')}`;
-            const { rootfs } = await this.roots.prepare({
-              id,
-              lowerDir: want.lowerDir,
-              rootDiskBytes: want.rootDiskBytes,
-              uidBase: this.opts.uidRangeStart + slot * ID_RANGE_SIZE,
-            });
-            this.rootPool.push({ id, slot, lowerDir: want.lowerDir, rootDiskBytes: want.rootDiskBytes, rootfs });
-          } finally {
-            this.poolSlots.delete(slot);
-          }
-        }
-      } catch {
-        /* create makes what it needs */
-      } finally {
-        this.poolFill = null;
-      }
-    })();
-    return this.poolFill;
+    await removeCgroupParent(this.opts.cgroupParent);
   }
 
   /** Frees everything of `id` that exists, in reverse order of creation. Idempotent. */
   private async teardown(id: string, rec: SandboxRecord | null | undefined): Promise<void> {
     this.commands.drop(id);
     await this.crun.delete(id).catch(() => this.crun.kill(id).then(() => this.crun.delete(id)));
-    const dir = join(this.stateDir, id);
+    const dir = this.state.dirOf(id);
     const releaseStorage = async () => {
       await this.roots.release(rec?.rootId ?? id);
       for (const v of rec?.spec.volumes ?? []) await this.volumes.release(v.name, id).catch(() => undefined);
@@ -552,28 +337,15 @@ export class LocalDriver implements RuntimeDriver {
   }
 
   private allocSlot(): number {
-    const used = new Set(
-      [...this.records.values()]
-        .map((r) => r.slot)
-        .concat(
-          this.rootPool.map((r) => r.slot),
-          [...this.poolSlots],
-        ),
-    );
+    const used = new Set([...this.records.values()].map((r) => r.slot).concat(this.pools.slots()));
     let slot = 0;
     while (used.has(slot)) slot++;
     return slot;
   }
 
-  private cgroupProcs(id: string): number[] {
-    try {
-      return readFileSync(`/sys/fs/cgroup/pids/${this.opts.cgroupParent}/${id}/cgroup.procs`, 'utf8')
-        .split('\n')
-        .filter(Boolean)
-        .map(Number);
-    } catch {
-      return [];
-    }
+  /** First host uid of uid slot `slot`'s range. */
+  private uidBaseOf(slot: number): number {
+    return this.opts.uidRangeStart + slot * ID_RANGE_SIZE;
   }
 
   private require(id: string): SandboxRecord {
@@ -587,55 +359,13 @@ export class LocalDriver implements RuntimeDriver {
     if (!isAlive(rec)) throw new SandboxdError('conflict', `sandbox ${id} is not running`);
     return rec;
   }
-
-  private async writeRecord(rec: SandboxRecord): Promise<void> {
-    const file = join(this.stateDir, rec.spec.id, 'state.json');
-    await writeFile(`${file}.tmp`, JSON.stringify(rec));
-    await rename(`${file}.tmp`, file);
-  }
-
-  private async readRecord(id: string): Promise<SandboxRecord | null> {
-    try {
-      return JSON.parse(await readFile(join(this.stateDir, id, 'state.json'), 'utf8')) as SandboxRecord;
-    } catch {
-      return null;
-    }
-  }
-
-  private async listStateIds(): Promise<string[]> {
-    try {
-      return (await readdir(this.stateDir)).filter((n) => ID_RE.test(n));
-    } catch {
-      return [];
-    }
-  }
-}
-
-function isAlive(rec: SandboxRecord): boolean {
-  return rec.initPid > 0 && rec.initStart !== null && processStart(rec.initPid) === rec.initStart;
 }
 
 function toImageInfo(i: ImageInfo): ImageInfo {
   return { ref: i.ref, digest: i.digest, env: i.env, workingDir: i.workingDir, user: i.user, sizeBytes: i.sizeBytes };
 }
 
-function sleep(ms: number): Promise<void> {
-  return new Promise((r) => setTimeout(r, ms));
-}
-
 /** Builds the local driver from the server config (the composition root calls this). */
 export function createLocalDriver(config: Readonly<Config>): LocalDriver {
-  return new LocalDriver({
-    dataDir: config.dataDir,
-    imageDir: config.imageDir,
-    runDir: config.runDir,
-    bridge: config.bridge,
-    subnet: config.subnet,
-    egress: config.egress,
-    uidRangeStart: config.uidRangeStart,
-    cgroupParent: config.cgroupParent,
-    ociRuntime: config.ociRuntime,
-    insecureRegistries: [...config.insecureRegistries],
-    registryCredentials: { ...config.registryCredentials },
-  });
+  return new LocalDriver(localDriverOptions(config));
 }

@@ -3,7 +3,7 @@ import { spawn } from 'node:child_process';
 import { rmSync } from 'node:fs';
 import { after, before, it } from 'node:test';
 import { LocalDriver, type LocalDriverOptions } from './driver.js';
-import { makeTestDriver } from './test-support.js';
+import { makeTestDriver } from '../../../test/local-driver.js';
 
 let base: string;
 let driver: LocalDriver;
@@ -22,7 +22,12 @@ after(async () => {
 it('after a kill -9 mid-create, a new process adopts the finished sandboxes and cleans the rest', async () => {
   const child = spawn(
     process.execPath,
-    ['--import', 'tsx', new URL('./testdata/crash-child.ts', import.meta.url).pathname, JSON.stringify(opts)],
+    [
+      '--import',
+      'tsx',
+      new URL('../../../test/testdata/crash-child.ts', import.meta.url).pathname,
+      JSON.stringify(opts),
+    ],
     { stdio: ['ignore', 'pipe', 'inherit'] },
   );
   const created: string[] = [];

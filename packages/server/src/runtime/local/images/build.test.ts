@@ -9,7 +9,7 @@ import { join, resolve } from 'node:path';
 import { test } from 'node:test';
 import { ensureDefaultImages, ImageStore } from './store.js';
 import { runTool, toolEnv } from './run.js';
-import { tempDir } from './testutil.js';
+import { tempDir } from '../../../../test/images.js';
 
 const SHARED =
   process.env.SANDBOXD_TEST_IMAGE_DIR ?? resolve(import.meta.dirname, '../../../../../../.sandboxd-test/images');

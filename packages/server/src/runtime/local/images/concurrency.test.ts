@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { writeOciImage } from './oci-write.js';
 import { ImageStore } from './store.js';
-import { tarDir, tempDir } from './testutil.js';
+import { tarDir, tempDir } from '../../../../test/images.js';
 
 const STORE_TS = new URL('./store.ts', import.meta.url).pathname;
 const SERVER_DIR = new URL('../../../../', import.meta.url).pathname;

@@ -23,7 +23,7 @@ import { SandboxdError } from '@sandboxd/protocol';
 import { writeOciImage } from './oci-write.js';
 import { runTool, toolEnv } from './run.js';
 import { ImageStore } from './store.js';
-import { tarDir, tempDir } from './testutil.js';
+import { tarDir, tempDir } from '../../../../test/images.js';
 
 async function put(root: string, rel: string, content: string, mode = 0o644, uid = 0, gid = 0): Promise<void> {
   const p = join(root, rel);

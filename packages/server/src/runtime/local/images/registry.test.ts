@@ -12,7 +12,14 @@ import { MT, readBlobJson, readIndex, type Descriptor, type OciManifest } from '
 import { tagManifest, writeBlob } from './oci-write.js';
 import type { Progress } from './pull.js';
 import { ImageStore } from './store.js';
-import { freePort, htpasswdLine, pushLayout, startRegistry, tempDir, type TestRegistry } from './testutil.js';
+import {
+  freePort,
+  htpasswdLine,
+  pushLayout,
+  startRegistry,
+  tempDir,
+  type TestRegistry,
+} from '../../../../test/images.js';
 
 const isNotFound = (e: unknown) =>
   e instanceof SandboxdError && e.kind === 'template_not_found' && e.message === 'Template not found';

@@ -1,0 +1,36 @@
+import { existsSync, readFileSync } from 'node:fs';
+import { writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+
+/** Host files bound read-only over a sandbox's /etc/hosts, /etc/hostname and /etc/resolv.conf. */
+export interface EtcFiles {
+  hosts: string;
+  hostname: string;
+  /** Unset: the sandbox keeps its image's resolv.conf. */
+  resolv?: string;
+}
+
+/**
+ * Writes the /etc files of a sandbox named `hostname` into `dir`: hosts (naming the sandbox
+ * at `address`, when known), hostname and, with `resolv`, a copy of the host's
+ * /etc/resolv.conf if there is one. Returns their paths and `setAddress`, which rewrites
+ * hosts for an address known only later.
+ */
+export async function writeEtcFiles(
+  dir: string,
+  hostname: string,
+  address: string,
+  resolv: boolean,
+): Promise<{ files: EtcFiles; setAddress: (address: string) => Promise<void> }> {
+  const files: EtcFiles = { hosts: join(dir, 'hosts'), hostname: join(dir, 'hostname') };
+  // Rewritten in place (same inode, so the bind mount shows it) once the address is known.
+  const setAddress = (a: string) =>
+    writeFile(files.hosts, `127.0.0.1\tlocalhost\n::1\tlocalhost\n${a ? `${a}\t${hostname}\n` : ''}`);
+  await setAddress(address);
+  await writeFile(files.hostname, `${hostname}\n`);
+  if (resolv && existsSync('/etc/resolv.conf')) {
+    files.resolv = join(dir, 'resolv.conf');
+    await writeFile(files.resolv, readFileSync('/etc/resolv.conf'));
+  }
+  return { files, setAddress };
+}

@@ -1,0 +1,187 @@
+import type { ResourceLimits } from '../../driver.js';
+import { AGENT_PATH } from '../commands/exec-agent.js';
+import type { OciSeccomp } from './seccomp.js';
+
+/**
+ * Capabilities a sandbox's processes keep (bounding = effective = permitted). Docker's
+ * default set without NET_RAW (raw sockets, spoofing), MKNOD (device nodes) and
+ * SYS_CHROOT. All of them are confined to the sandbox's user namespace.
+ */
+export const SANDBOX_CAPABILITIES = [
+  'CAP_CHOWN',
+  'CAP_DAC_OVERRIDE',
+  'CAP_FOWNER',
+  'CAP_FSETID',
+  'CAP_KILL',
+  'CAP_SETGID',
+  'CAP_SETUID',
+  'CAP_SETPCAP',
+  'CAP_NET_BIND_SERVICE',
+  'CAP_SETFCAP',
+  'CAP_AUDIT_WRITE',
+];
+
+/** Paths of /proc and /sys hidden from sandboxes (as runc/podman do, plus a few more). */
+export const MASKED_PATHS = [
+  '/proc/acpi',
+  '/proc/asound',
+  '/proc/kcore',
+  '/proc/keys',
+  '/proc/latency_stats',
+  '/proc/timer_list',
+  '/proc/timer_stats',
+  '/proc/sched_debug',
+  '/proc/scsi',
+  '/proc/kallsyms',
+  '/proc/interrupts',
+  '/proc/config.gz',
+  '/sys/firmware',
+  '/sys/devices/virtual/powercap',
+  '/sys/kernel',
+  '/sys/fs/selinux',
+  '/sys/dev/block',
+  // Block devices are host-wide: each loop device names its backing file (another sandbox's
+  // root or an account's volume, under the host's data dir), and their I/O counters show
+  // what other sandboxes do.
+  '/sys/block',
+  '/sys/class/block',
+  '/sys/devices/virtual/block',
+  '/sys/class/bdi',
+  '/sys/devices/virtual/bdi',
+  '/sys/fs/ext4',
+  '/proc/diskstats',
+  '/proc/partitions',
+];
+export const READONLY_PATHS = ['/proc/bus', '/proc/fs', '/proc/irq', '/proc/sys', '/proc/sysrq-trigger'];
+
+/** Size of each sandbox's uid/gid range. */
+export const ID_RANGE_SIZE = 65536;
+
+export interface BundleMount {
+  destination: string;
+  type: string;
+  source: string;
+  options: string[];
+}
+
+export interface BundleOptions {
+  id: string;
+  hostname: string;
+  rootfs: string;
+  /** KEY=VALUE, image env then sandbox env, already merged. */
+  env: string[];
+  limits: ResourceLimits;
+  /** Host uid/gid that sandbox uid/gid 0 maps to. */
+  uidBase: number;
+  /** Network namespace to join (made and owned by the host); unset: the runtime makes one. */
+  netnsPath?: string;
+  /**
+   * Bind the host's /sys (read-only, recursively) instead of mounting a new sysfs, which is
+   * impossible when the netns belongs to the host; `maskedNetPaths` then hide its devices.
+   */
+  hostSysfs?: boolean;
+  maskedNetPaths?: string[];
+  /**
+   * Host path of the static exec agent (native/exec-agent.c), bound read-only at
+   * /dev/sandboxd-agent; it is PID 1 (`--init`) and runs the sandbox's commands.
+   */
+  agentPath: string;
+  /** Host files bound read-only over /etc/hosts, /etc/hostname, /etc/resolv.conf. */
+  etcFiles: { hosts: string; hostname: string; resolv?: string };
+  /** Volume binds (sources already idmapped for this sandbox), as OCI mount entries. */
+  volumes: BundleMount[];
+  seccomp: OciSeccomp;
+  /** The same profile precompiled to BPF, base64; crun loads it instead of compiling `seccomp`. */
+  seccompBpfBase64?: string;
+  /** cgroup path relative to each hierarchy's root. */
+  cgroupsPath: string;
+}
+
+/**
+ * The OCI runtime config of a sandbox: its own pid, mount, uts, ipc, cgroup, network and
+ * user namespaces; the exec agent as PID 1 (an init that reaps orphans and runs commands); seccomp; a reduced capability set;
+ * no_new_privs; masked and read-only /proc and /sys paths; memory, CPU and pid limits.
+ */
+export function buildOciConfig(o: BundleOptions): Record<string, unknown> {
+  const caps = SANDBOX_CAPABILITIES;
+  const ro = ['rbind', 'ro', 'nosuid', 'nodev', 'noexec'];
+  const mounts: BundleMount[] = [
+    { destination: '/proc', type: 'proc', source: 'proc', options: ['nosuid', 'noexec', 'nodev'] },
+    {
+      destination: '/dev',
+      type: 'tmpfs',
+      source: 'tmpfs',
+      options: ['nosuid', 'strictatime', 'mode=755', 'size=65536k'],
+    },
+    {
+      destination: '/dev/pts',
+      type: 'devpts',
+      source: 'devpts',
+      options: ['nosuid', 'noexec', 'newinstance', 'ptmxmode=0666', 'mode=0620'],
+    },
+    {
+      destination: '/dev/shm',
+      type: 'tmpfs',
+      source: 'shm',
+      options: ['nosuid', 'noexec', 'nodev', 'mode=1777', 'size=65536k'],
+    },
+    { destination: '/dev/mqueue', type: 'mqueue', source: 'mqueue', options: ['nosuid', 'noexec', 'nodev'] },
+    o.hostSysfs
+      ? { destination: '/sys', type: 'bind', source: '/sys', options: ['rbind', 'rro', 'nosuid', 'noexec', 'nodev'] }
+      : { destination: '/sys', type: 'sysfs', source: 'sysfs', options: ['nosuid', 'noexec', 'nodev', 'ro'] },
+    {
+      destination: '/sys/fs/cgroup',
+      type: 'cgroup',
+      source: 'cgroup',
+      options: ['nosuid', 'noexec', 'nodev', 'relatime', 'ro'],
+    },
+    { destination: AGENT_PATH, type: 'bind', source: o.agentPath, options: ['rbind', 'ro', 'nosuid', 'nodev'] },
+    { destination: '/etc/hosts', type: 'bind', source: o.etcFiles.hosts, options: ro },
+    { destination: '/etc/hostname', type: 'bind', source: o.etcFiles.hostname, options: ro },
+  ];
+  if (o.etcFiles.resolv)
+    mounts.push({ destination: '/etc/resolv.conf', type: 'bind', source: o.etcFiles.resolv, options: ro });
+  mounts.push(...o.volumes);
+  const cpuPeriod = 100_000;
+  return {
+    ociVersion: '1.0.2',
+    process: {
+      terminal: false,
+      user: { uid: 0, gid: 0 },
+      args: [AGENT_PATH, '--init'],
+      env: o.env,
+      cwd: '/',
+      capabilities: { bounding: caps, effective: caps, permitted: caps, inheritable: [], ambient: [] },
+      rlimits: [{ type: 'RLIMIT_NOFILE', hard: 16384, soft: 16384 }],
+      noNewPrivileges: true,
+      oomScoreAdj: 500,
+    },
+    root: { path: o.rootfs, readonly: false },
+    hostname: o.hostname,
+    ...(o.seccompBpfBase64 ? { annotations: { 'run.oci.seccomp_bpf_data': o.seccompBpfBase64 } } : {}),
+    mounts,
+    linux: {
+      uidMappings: [{ containerID: 0, hostID: o.uidBase, size: ID_RANGE_SIZE }],
+      gidMappings: [{ containerID: 0, hostID: o.uidBase, size: ID_RANGE_SIZE }],
+      namespaces: [
+        { type: 'pid' },
+        { type: 'ipc' },
+        { type: 'uts' },
+        { type: 'mount' },
+        { type: 'cgroup' },
+        { type: 'user' },
+        o.netnsPath ? { type: 'network', path: o.netnsPath } : { type: 'network' },
+      ],
+      resources: {
+        devices: [{ allow: false, access: 'rwm' }],
+        memory: { limit: o.limits.memoryBytes, swap: o.limits.memoryBytes },
+        cpu: { quota: Math.max(1000, Math.round(o.limits.cpus * cpuPeriod)), period: cpuPeriod },
+        pids: { limit: o.limits.pids },
+      },
+      cgroupsPath: o.cgroupsPath,
+      seccomp: o.seccomp,
+      maskedPaths: o.hostSysfs ? [...MASKED_PATHS, ...(o.maskedNetPaths ?? [])] : MASKED_PATHS,
+      readonlyPaths: READONLY_PATHS,
+    },
+  };
+}

@@ -1,0 +1,81 @@
+import { writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { agentBinary } from '../commands/exec-agent.js';
+import type { OciRuntimeName } from '../commands/oci-runtime.js';
+import { hostNetDevicePaths } from '../network/sysfs.js';
+import { cgroupsPath } from './cgroups.js';
+import { writeEtcFiles } from './etc-files.js';
+import { type BundleOptions, buildOciConfig, SANDBOX_CAPABILITIES } from './oci-config.js';
+import { buildSeccompProfile, compileSeccompBpf, type OciSeccomp } from './seccomp.js';
+
+/**
+ * What one sandbox's bundle is made from (see {@link BundleOptions}); `net` is a network made
+ * before start, which the sandbox joins, or null: the runtime makes one.
+ */
+export type SandboxBundle = Pick<
+  BundleOptions,
+  'id' | 'hostname' | 'rootfs' | 'env' | 'limits' | 'uidBase' | 'volumes'
+> & {
+  net: { address: string; netnsPath: string } | null;
+};
+
+/**
+ * Writes sandbox bundles (config.json and the /etc files it binds in) for one host and OCI
+ * runtime. What every bundle shares is found once, in {@link init}.
+ */
+export class BundleWriter {
+  private host:
+    | { seccomp: OciSeccomp; seccompBpfBase64?: string; maskedNetPaths: string[]; agentPath: string }
+    | undefined;
+
+  constructor(
+    private readonly o: {
+      runtime: OciRuntimeName;
+      /** cgroup folder of every sandbox's cgroup. */
+      cgroupParent: string;
+      /** 'nat': sandboxes get the host's resolv.conf. */
+      egress: 'none' | 'nat';
+    },
+  ) {}
+
+  /**
+   * Resolves the seccomp profile (and compiles it to BPF for crun; runc compiles the profile
+   * itself), lists the host's network device folders in /sys and builds the exec agent.
+   * Synchronous and slow (runs compilers): call once, at driver init. Throws when a helper
+   * does not compile or the profile cannot be read.
+   */
+  init(): void {
+    const seccomp = buildSeccompProfile({ capabilities: SANDBOX_CAPABILITIES });
+    const seccompBpfBase64 = this.o.runtime === 'crun' ? compileSeccompBpf(seccomp).toString('base64') : undefined;
+    this.host = { seccomp, seccompBpfBase64, maskedNetPaths: hostNetDevicePaths(), agentPath: agentBinary() };
+  }
+
+  /**
+   * Writes sandbox `b`'s bundle into `dir` (which exists): its /etc files, then config.json.
+   * Resolves with `setAddress`, which puts an address known only after start (runc) into
+   * /etc/hosts.
+   */
+  async write(dir: string, b: SandboxBundle): Promise<{ setAddress: (address: string) => Promise<void> }> {
+    const host = this.host!;
+    const etc = await writeEtcFiles(dir, b.hostname, b.net?.address ?? '', this.o.egress === 'nat');
+    const config = buildOciConfig({
+      id: b.id,
+      hostname: b.hostname,
+      rootfs: b.rootfs,
+      env: b.env,
+      limits: b.limits,
+      uidBase: b.uidBase,
+      netnsPath: b.net?.netnsPath,
+      hostSysfs: b.net !== null,
+      maskedNetPaths: host.maskedNetPaths,
+      agentPath: host.agentPath,
+      etcFiles: etc.files,
+      volumes: b.volumes,
+      seccomp: host.seccomp,
+      seccompBpfBase64: host.seccompBpfBase64,
+      cgroupsPath: cgroupsPath(this.o.cgroupParent, b.id),
+    });
+    await writeFile(join(dir, 'config.json'), JSON.stringify(config));
+    return { setAddress: etc.setAddress };
+  }
+}

@@ -1,0 +1,152 @@
+import { join } from 'node:path';
+import type { ExecOptions, ExecResult } from '../../driver.js';
+import { AgentGoneError, ExecAgent } from './exec-agent.js';
+import { nsPid, type OciRuntime } from './oci-runtime.js';
+import { mergeEnvList } from '../sandbox-checks.js';
+
+/** What running a command needs to know of a sandbox (a driver record has it). */
+export interface CommandTarget {
+  spec: { id: string };
+  /** numeric `uid:gid` */
+  user: string;
+  /** the sandbox's environment, KEY=VALUE */
+  env: string[];
+  workingDir: string;
+}
+
+/**
+ * Runs commands in sandboxes: through each sandbox's exec agent (PID 1, or one started with
+ * `<runtime> exec --detach` when PID 1 lost its channel, say after a restart), else with a
+ * `<runtime> exec` per command. Owns the agents' channels: `adopt` one made at create,
+ * `drop` it when the sandbox goes.
+ */
+export class SandboxCommands {
+  private readonly agents = new Map<string, Promise<ExecAgent>>();
+
+  constructor(
+    private readonly o: {
+      runtime: OciRuntime;
+      /** pid files of the fallback path go to `<runDir>/exec` (tmpfs: a full data dir must not fail a command) */
+      runDir: string;
+      /** false: every command through the runtime's own exec */
+      useAgent: boolean;
+      /** host pids in a sandbox's cgroup, to kill a fallback command's tree on timeout */
+      cgroupProcs: (id: string) => number[];
+    },
+  ) {}
+
+  /** Takes the channel of an agent started with the sandbox (its PID 1). */
+  adopt(id: string, agent: Promise<ExecAgent>): void {
+    agent.catch(() => undefined); // a dead channel is found (and replaced) at the next exec
+    this.agents.set(id, agent);
+  }
+
+  /** Closes the channel to `id`'s agent, if any. */
+  drop(id: string): void {
+    const a = this.agents.get(id);
+    this.agents.delete(id);
+    void a?.then(
+      (x) => x.close(),
+      () => undefined,
+    );
+  }
+
+  dropAll(): void {
+    for (const id of [...this.agents.keys()]) this.drop(id);
+  }
+
+  /** `/bin/sh -c command` in the foreground; see RuntimeDriver.exec. */
+  async exec(t: CommandTarget, command: string, options: ExecOptions = {}): Promise<ExecResult> {
+    const env = mergeEnvList(t.env, options.env);
+    const cwd = options.cwd ?? t.workingDir;
+    const timeoutMs = options.timeoutMs ?? 60_000;
+    const maxOutputBytes = options.maxOutputBytes ?? 1024 * 1024;
+    const argv = ['/bin/sh', '-c', command];
+    for (let attempt = 0; ; attempt++) {
+      const agent = await this.agent(t);
+      if (!agent) break;
+      try {
+        return await agent.exec(argv, { user: t.user, env, cwd, timeoutMs, maxOutputBytes });
+      } catch (e) {
+        if (!(e instanceof AgentGoneError)) throw e;
+        // The agent was gone before the command said a word: once more with a new one. Twice
+        // in a row means the command itself kills its agent: it ran, and was killed with it.
+        if (attempt > 0)
+          return {
+            stdout: '',
+            stderr: 'sandboxd: the exec agent died with the command\n',
+            exitCode: 137,
+            truncated: false,
+            timedOut: false,
+          };
+      }
+    }
+    const id = t.spec.id;
+    return this.o.runtime.exec(id, argv, {
+      env,
+      cwd,
+      user: t.user,
+      timeoutMs,
+      maxOutputBytes,
+      pidFile: join(this.o.runDir, 'exec', `${id}-${process.hrtime.bigint()}.pid`),
+      cgroupProcs: () => this.o.cgroupProcs(id),
+    });
+  }
+
+  /** `/bin/sh -c command` detached; resolves to its in-sandbox pid. */
+  async execBackground(
+    t: CommandTarget,
+    command: string,
+    options: Omit<ExecOptions, 'timeoutMs' | 'maxOutputBytes'> = {},
+  ): Promise<{ pid: number }> {
+    const env = mergeEnvList(t.env, options.env);
+    const cwd = options.cwd ?? t.workingDir;
+    const argv = ['/bin/sh', '-c', command];
+    for (let attempt = 0; ; attempt++) {
+      const agent = await this.agent(t);
+      if (!agent) break;
+      try {
+        return { pid: await agent.execBackground(argv, { user: t.user, env, cwd }) };
+      } catch (e) {
+        if (!(e instanceof AgentGoneError) || attempt > 0) throw e;
+      }
+    }
+    const id = t.spec.id;
+    const hostPid = await this.o.runtime.execDetached(id, argv, {
+      env,
+      cwd,
+      user: t.user,
+      pidFile: join(this.o.runDir, 'exec', `${id}-bg-${process.hrtime.bigint()}.pid`),
+    });
+    try {
+      return { pid: nsPid(hostPid) };
+    } catch {
+      return { pid: 0 }; /* already exited */
+    }
+  }
+
+  /**
+   * The live exec agent of the sandbox, starting one when there is none or the last one
+   * died (killed from inside, say). Null when none can start; the caller then uses the
+   * runtime's own exec, which also reports why the sandbox cannot run anything.
+   */
+  private async agent(t: CommandTarget): Promise<ExecAgent | null> {
+    if (!this.o.useAgent) return null;
+    const id = t.spec.id;
+    const current = this.agents.get(id);
+    if (current) {
+      const a = await current.catch(() => null);
+      if (a?.alive) return a;
+      if (this.agents.get(id) !== current) return this.agent(t);
+      this.agents.delete(id);
+    }
+    const started = ExecAgent.start(this.o.runtime.argv, id, { user: t.user, env: t.env });
+    this.agents.set(id, started);
+    try {
+      return await started;
+    } catch {
+      if (this.agents.get(id) === started) this.agents.delete(id);
+      return null;
+    }
+  }
+}

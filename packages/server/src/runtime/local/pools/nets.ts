@@ -1,0 +1,32 @@
+import type { NetworkManager, SandboxNet } from '../network/manager.js';
+import { type Pool, pooledId } from './pool.js';
+
+/** Networks (netns, veth, address) made ahead of need, under `netpool_` ids. */
+export class NetPool implements Pool {
+  readonly prefix = 'netpool_';
+  private readonly nets: SandboxNet[] = [];
+
+  constructor(
+    private readonly o: {
+      /** How many networks to keep made; 0 keeps none. */
+      size: number;
+      network: Pick<NetworkManager, 'attach' | 'detach'>;
+    },
+  ) {}
+
+  /** A network made ahead of need (its id is the pooled one, not the sandbox's), or undefined. */
+  take(): SandboxNet | undefined {
+    return this.nets.shift();
+  }
+
+  refillStep(): Promise<void> | null {
+    if (this.nets.length >= this.o.size) return null;
+    return this.o.network.attach(pooledId(this.prefix)).then((net) => {
+      this.nets.push(net);
+    });
+  }
+
+  async drain(): Promise<void> {
+    for (const n of this.nets.splice(0)) await this.o.network.detach(n.id);
+  }
+}
