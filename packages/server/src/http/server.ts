@@ -6,7 +6,7 @@ import { AccessLog } from './access-log.js';
 import { registerAuth } from './auth.js';
 import type { HttpDeps } from './deps.js';
 import { toHttpError } from './errors.js';
-import { buildOpenApi, collectRoutes } from './openapi.js';
+import { registerOpenApi } from './openapi.js';
 import { accountRoutes } from './routes/account.js';
 import { adminRoutes } from './routes/admin.js';
 import { authRoutes } from './routes/auth.js';
@@ -83,9 +83,8 @@ export function createHttpServer(
       .send({ code: 404, message: `Route ${req.method} ${req.url.split('?')[0]} not found` });
   });
 
-  const routes = collectRoutes(app);
-  let doc: Record<string, unknown> | null = null;
-  const full: HttpDeps = { ...deps, openapi: () => (doc ??= buildOpenApi(routes, { version: API_VERSION })) };
+  registerOpenApi(app, { version: API_VERSION });
+  const full: HttpDeps = { ...deps, openapi: () => app.swagger() as Record<string, unknown> };
   registerAuth(app, deps.services.auth, deps.rateLimits);
   app.register(systemRoutes, full);
   app.register(authRoutes, full);
