@@ -18,6 +18,20 @@ const REASONS: Record<number, string> = {
   507: 'The server is out of storage (works again once space is freed)',
 };
 
+/** The tags operations use (`schema.tags`), in the order documentation tools list them. */
+const TAGS = [
+  { name: 'sandboxes', description: 'Create, list, inspect, time out, exec in and delete sandboxes; port links' },
+  { name: 'terminals', description: 'Interactive shells on a PTY in a sandbox, attached over a WebSocket' },
+  { name: 'volumes', description: "The account's named volumes, mounted by sandboxes" },
+  { name: 'keys', description: 'API keys (sk_...): created, listed and revoked by their account' },
+  { name: 'account', description: 'Plan, token balance, limits, usage and the token ledger of the caller' },
+  { name: 'events', description: 'Onboarding events the console tracks for the account' },
+  { name: 'auth', description: 'Browser sessions: log in, log out, sign up, one-time login links' },
+  { name: 'admin', description: 'Admin only (others get 404): accounts, plans and token grants' },
+  { name: 'images', description: 'Admin only (others get 404): the image cache (pull, build, import)' },
+  { name: 'system', description: 'Health of the server' },
+];
+
 type Schema = Record<string, unknown>;
 
 /**
@@ -25,8 +39,8 @@ type Schema = Record<string, unknown>;
  * its TypeBox schemas and `schema.operationId/summary/tags/hide`; `app.swagger()` returns
  * the OpenAPI 3.1 document once the app is ready. On top of what the library does, the
  * transform below (see {@link documentRoute}) names the titled schemas as components, adds
- * the error answers of `config.errors` (and 429 unless `config.rateLimit` is false).
- * Deterministic: the same routes give
+ * the error answers of `config.errors` (and 429 unless `config.rateLimit` is false) and
+ * marks `config.auth: 'none'` routes public. Deterministic: the same routes give
  * byte-identical JSON.
  */
 export function registerOpenApi(app: FastifyInstance, opts: { version: string }): void {
@@ -37,13 +51,26 @@ export function registerOpenApi(app: FastifyInstance, opts: { version: string })
         title: 'Sandbox API',
         version: opts.version,
         description:
-          'sandboxd. Authenticate with "Authorization: Bearer <API key>" or "X-API-Key: <API key>", or a session cookie from /api/v1/auth/login (state-changing cookie requests need a same-origin Origin). Every error is {code, message, details?}.',
+          'sandboxd. Authenticate with "Authorization: Bearer <API key>" or "X-API-Key: <API key>", or a session cookie from /api/v1/auth/login (state-changing cookie requests need a same-origin Origin). Every error answer has the Error body.',
+        license: { name: 'MIT', identifier: 'MIT' },
       },
+      servers: [
+        // Relative: the host that served this document (`npm start`: http://localhost:8080).
+        { url: '/', description: 'The server that serves this document' },
+      ],
+      tags: TAGS,
+      // Any one of the three; public operations say `security: []`.
+      security: [{ bearer: [] }, { apiKey: [] }, { session: [] }],
       components: {
         securitySchemes: {
-          bearer: { type: 'http', scheme: 'bearer' },
-          apiKey: { type: 'apiKey', in: 'header', name: 'X-API-Key' },
-          session: { type: 'apiKey', in: 'cookie', name: 'sandboxd_session' },
+          bearer: { type: 'http', scheme: 'bearer', description: 'Authorization: Bearer <API key> (sk_...)' },
+          apiKey: { type: 'apiKey', in: 'header', name: 'X-API-Key', description: 'The API key (sk_...)' },
+          session: {
+            type: 'apiKey',
+            in: 'cookie',
+            name: 'sandboxd_session',
+            description: 'Browser session from /api/v1/auth/login; state-changing requests need a same-origin Origin',
+          },
         },
       },
     },
@@ -105,5 +132,6 @@ const documentRoute: SwaggerTransform = ({ schema, url, route, ...doc }) => {
   if (schema.body) out.body = hoist(schema.body);
   for (const part of ['params', 'querystring', 'headers'] as const)
     if (schema[part]) out[part] = hoistProps(schema[part]);
+  if (config.auth === 'none') out.security = [];
   return { schema: out, url };
 };
