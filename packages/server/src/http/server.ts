@@ -7,7 +7,7 @@ import { AccessLog } from './access-log.js';
 import { registerAuth } from './auth.js';
 import type { HttpDeps } from './deps.js';
 import { toHttpError } from './errors.js';
-import { buildOpenApi, collectRoutes } from './openapi.js';
+import { registerOpenApi } from './openapi.js';
 import { accountRoutes } from './routes/account.js';
 import { adminRoutes } from './routes/admin.js';
 import { authRoutes } from './routes/auth.js';
@@ -87,9 +87,8 @@ export function createHttpServer(
       .send(errorBody('not_found', `Route ${req.method} ${req.url.split('?')[0]} not found`));
   });
 
-  const routes = collectRoutes(app);
-  let doc: Record<string, unknown> | null = null;
-  const full: HttpDeps = { ...deps, openapi: () => (doc ??= buildOpenApi(routes, { version: API_VERSION })) };
+  registerOpenApi(app, { version: API_VERSION });
+  const full: HttpDeps = { ...deps, openapi: () => app.swagger() as Record<string, unknown> };
   // Upgrades to the terminal WebSocket reach fastify's router through the front door, so they
   // pass the same hooks (auth, rate limits) as every request. Shutdown of the sockets is the
   // terminals' own (close 1001), not the plugin's.

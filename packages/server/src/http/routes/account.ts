@@ -26,13 +26,13 @@ export const accountRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d)
   app.get(
     '/api/v1/account',
     {
-      schema: { response: { 200: AccountSchema } },
-      config: {
+      schema: {
         operationId: 'getAccount',
         summary: 'Plan, balance, limits and usage',
         tags: ['account'],
-        errors: [401],
+        response: { 200: AccountSchema },
       },
+      config: { errors: [401] },
     },
     async (req) => accounts.describe(principalOf(req).account),
   );
@@ -40,13 +40,14 @@ export const accountRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d)
   app.get(
     '/api/v1/account/ledger',
     {
-      schema: { querystring: LedgerQuerySchema, response: { 200: LedgerPageSchema } },
-      config: {
+      schema: {
         operationId: 'listLedger',
         summary: 'Token debits and credits, newest first',
         tags: ['account'],
-        errors: [400, 401],
+        querystring: LedgerQuerySchema,
+        response: { 200: LedgerPageSchema },
       },
+      config: { errors: [400, 401] },
     },
     async (req) => {
       const page = await accounts.ledger(principalOf(req).account.id, {
@@ -70,13 +71,14 @@ export const accountRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d)
   app.post(
     '/api/v1/keys',
     {
-      schema: { body: KeyCreateSchema, response: { 201: KeyCreatedSchema } },
-      config: {
+      schema: {
         operationId: 'createKey',
         summary: 'Create an API key (shown once)',
         tags: ['keys'],
-        errors: [400, 401],
+        body: KeyCreateSchema,
+        response: { 201: KeyCreatedSchema },
       },
+      config: { errors: [400, 401] },
     },
     async (req, reply) => {
       const k = await auth.createKey(principalOf(req).account.id, req.body.name);
@@ -89,8 +91,13 @@ export const accountRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d)
   app.get(
     '/api/v1/keys',
     {
-      schema: { response: { 200: KeyListSchema } },
-      config: { operationId: 'listKeys', summary: 'List API keys (never the keys)', tags: ['keys'], errors: [401] },
+      schema: {
+        operationId: 'listKeys',
+        summary: 'List API keys (never the keys)',
+        tags: ['keys'],
+        response: { 200: KeyListSchema },
+      },
+      config: { errors: [401] },
     },
     async (req) => ({
       keys: (await auth.listKeys(principalOf(req).account.id)).map((k) => ({
@@ -106,8 +113,14 @@ export const accountRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d)
   app.delete(
     '/api/v1/keys/:id',
     {
-      schema: { params: KeyParamsSchema, response: { 204: Type.Null() } },
-      config: { operationId: 'deleteKey', summary: 'Revoke an API key', tags: ['keys'], errors: [401, 404] },
+      schema: {
+        operationId: 'deleteKey',
+        summary: 'Revoke an API key',
+        tags: ['keys'],
+        params: KeyParamsSchema,
+        response: { 204: Type.Null() },
+      },
+      config: { errors: [401, 404] },
     },
     async (req, reply) => {
       await auth.deleteKey(principalOf(req).account.id, req.params.id);
@@ -118,8 +131,13 @@ export const accountRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d)
   app.get(
     '/api/v1/volumes',
     {
-      schema: { response: { 200: VolumeListSchema } },
-      config: { operationId: 'listVolumes', summary: 'List volumes', tags: ['volumes'], errors: [401] },
+      schema: {
+        operationId: 'listVolumes',
+        summary: 'List volumes',
+        tags: ['volumes'],
+        response: { 200: VolumeListSchema },
+      },
+      config: { errors: [401] },
     },
     async (req) => ({ volumes: await volumes.list(principalOf(req).account.id) }),
   );
@@ -127,13 +145,14 @@ export const accountRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d)
   app.delete(
     '/api/v1/volumes/:name',
     {
-      schema: { params: VolumeParamsSchema, response: { 204: Type.Null() } },
-      config: {
+      schema: {
         operationId: 'deleteVolume',
         summary: 'Delete a volume and its data',
         tags: ['volumes'],
-        errors: [401, 404, 409],
+        params: VolumeParamsSchema,
+        response: { 204: Type.Null() },
       },
+      config: { errors: [401, 404, 409] },
     },
     async (req, reply) => {
       await volumes.delete(principalOf(req).account.id, req.params.name);
@@ -144,13 +163,14 @@ export const accountRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d)
   app.post(
     '/api/v1/events/track',
     {
-      schema: { body: TrackEventSchema, response: { 200: SuccessReply } },
-      config: {
+      schema: {
         operationId: 'trackEvent',
         summary: 'Track a client-side onboarding event',
         tags: ['events'],
-        errors: [400, 401],
+        body: TrackEventSchema,
+        response: { 200: SuccessReply },
       },
+      config: { errors: [400, 401] },
     },
     async (req) => {
       await events.track(principalOf(req).account.id, req.body);
@@ -161,13 +181,13 @@ export const accountRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d)
   app.get(
     '/api/v1/events',
     {
-      schema: { response: { 200: EventListSchema } },
-      config: {
+      schema: {
         operationId: 'listEvents',
         summary: 'Tracked events of the account, oldest first',
         tags: ['events'],
-        errors: [401],
+        response: { 200: EventListSchema },
       },
+      config: { errors: [401] },
     },
     async (req) => ({
       events: (await events.list(principalOf(req).account.id)).map((e) => ({

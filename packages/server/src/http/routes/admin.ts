@@ -20,14 +20,13 @@ export const adminRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) =
   app.get(
     '/api/v1/admin/accounts',
     {
-      schema: { response: { 200: AdminAccountListSchema } },
-      config: {
-        auth: 'admin',
+      schema: {
         operationId: 'adminListAccounts',
         summary: 'List accounts with balances',
         tags,
-        errors: [401, 404],
+        response: { 200: AdminAccountListSchema },
       },
+      config: { auth: 'admin', errors: [401, 404] },
     },
     async () => ({ accounts: await accounts.list() }),
   );
@@ -35,14 +34,14 @@ export const adminRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) =
   app.post(
     '/api/v1/admin/accounts',
     {
-      schema: { body: AdminAccountCreateSchema, response: { 201: AccountReplySchema } },
-      config: {
-        auth: 'admin',
+      schema: {
         operationId: 'adminCreateAccount',
         summary: 'Create an account',
         tags,
-        errors: [400, 401, 404, 409],
+        body: AdminAccountCreateSchema,
+        response: { 201: AccountReplySchema },
       },
+      config: { auth: 'admin', errors: [400, 401, 404, 409] },
     },
     async (req, reply) => {
       const a = await accounts.create({ ...req.body, password: req.body.password });
@@ -53,14 +52,15 @@ export const adminRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) =
   app.patch(
     '/api/v1/admin/accounts/:id',
     {
-      schema: { params: AccountParamsSchema, body: AdminAccountPatchSchema, response: { 200: AccountReplySchema } },
-      config: {
-        auth: 'admin',
+      schema: {
         operationId: 'adminUpdateAccount',
         summary: "Change an account's plan",
         tags,
-        errors: [400, 401, 404],
+        params: AccountParamsSchema,
+        body: AdminAccountPatchSchema,
+        response: { 200: AccountReplySchema },
       },
+      config: { auth: 'admin', errors: [400, 401, 404] },
     },
     async (req) => ({ account: summary(await accounts.setPlan(req.params.id, req.body.plan)) }),
   );
@@ -68,14 +68,15 @@ export const adminRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) =
   app.post(
     '/api/v1/admin/accounts/:id/tokens',
     {
-      schema: { params: AccountParamsSchema, body: AdminGrantSchema, response: { 200: AdminGrantReplySchema } },
-      config: {
-        auth: 'admin',
+      schema: {
         operationId: 'adminGrantTokens',
         summary: 'Grant (or charge) tokens',
         tags,
-        errors: [400, 401, 404],
+        params: AccountParamsSchema,
+        body: AdminGrantSchema,
+        response: { 200: AdminGrantReplySchema },
       },
+      config: { auth: 'admin', errors: [400, 401, 404] },
     },
     async (req) => ({ balance: await accounts.grant(req.params.id, req.body.tokens) }),
   );

@@ -27,14 +27,14 @@ export const authRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) =>
   app.post(
     '/api/v1/auth/login',
     {
-      schema: { body: LoginSchema, response: { 200: AccountReplySchema } },
-      config: {
-        auth: 'none',
+      schema: {
         operationId: 'login',
         summary: 'Log in; sets the session cookie',
         tags,
-        errors: [400, 401, 429],
+        body: LoginSchema,
+        response: { 200: AccountReplySchema },
       },
+      config: { auth: 'none', errors: [400, 401, 429] },
     },
     async (req, reply) => {
       // Throttled before the password is hashed: failures per email and per address.
@@ -59,8 +59,8 @@ export const authRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) =>
   app.post(
     '/api/v1/auth/logout',
     {
-      schema: { response: { 204: Type.Null() } },
-      config: { auth: 'none', operationId: 'logout', summary: 'End the session of the cookie', tags, errors: [] },
+      schema: { operationId: 'logout', summary: 'End the session of the cookie', tags, response: { 204: Type.Null() } },
+      config: { auth: 'none', errors: [] },
     },
     async (req, reply) => {
       const token = parseCookies(req.headers.cookie)[SESSION_COOKIE];
@@ -73,14 +73,14 @@ export const authRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) =>
   app.post(
     '/api/v1/auth/signup',
     {
-      schema: { body: SignupSchema, response: { 201: AccountReplySchema } },
-      config: {
-        auth: 'none',
+      schema: {
         operationId: 'signup',
         summary: 'Create an account on the default plan; sets the session cookie',
         tags,
-        errors: [400, 404, 409, 429],
+        body: SignupSchema,
+        response: { 201: AccountReplySchema },
       },
+      config: { auth: 'none', errors: [400, 404, 409, 429] },
     },
     async (req, reply) => {
       if (d.config.signupEnabled) {
@@ -97,14 +97,14 @@ export const authRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) =>
   app.get(
     '/api/v1/auth/link',
     {
-      schema: { querystring: LoginLinkQuerySchema },
-      config: {
-        auth: 'none',
+      schema: {
         operationId: 'loginLink',
         summary: 'Trade a one-time login link for a session; redirects to /',
         tags,
-        errors: [400, 401],
+        querystring: LoginLinkQuerySchema,
+        response: { 303: Type.Null({ description: 'Signed in (the session cookie is set); Location: /' }) },
       },
+      config: { auth: 'none', errors: [400, 401] },
     },
     async (req, reply) => {
       setSession(req, reply, await auth.consumeLoginLink(req.query.token));

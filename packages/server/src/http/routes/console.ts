@@ -61,7 +61,7 @@ function commonHeaders(reply: FastifyReply): FastifyReply {
  */
 export const consoleRoutes: FastifyPluginAsync<HttpDeps> = async (app, d) => {
   const assets = await loadOnce();
-  const config = { auth: 'none' as const, hide: true };
+  const opts = { schema: { hide: true }, config: { auth: 'none' as const } };
 
   const page = async (req: FastifyRequest, reply: FastifyReply) => {
     const nonce = randomBytes(18).toString('base64');
@@ -80,9 +80,9 @@ export const consoleRoutes: FastifyPluginAsync<HttpDeps> = async (app, d) => {
       .type('text/html; charset=utf-8')
       .send(html);
   };
-  for (const url of CONSOLE_PAGES) app.get(url, { config }, page);
+  for (const url of CONSOLE_PAGES) app.get(url, opts, page);
 
-  app.get<{ Params: { file: string } }>('/assets/:file', { config }, async (req, reply) => {
+  app.get<{ Params: { file: string } }>('/assets/:file', opts, async (req, reply) => {
     const f = assets.files.get(req.params.file);
     if (!f) throw new SandboxdError('not_found', `No console asset ${req.params.file}`);
     // Names carry a content hash, except the icon.

@@ -64,14 +64,13 @@ export const imageRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) =
   app.get(
     '/api/v1/images',
     {
-      schema: { response: { 200: ImageListSchema } },
-      config: {
-        auth: 'admin',
+      schema: {
         operationId: 'listImages',
         summary: 'List cached images (admin)',
         tags,
-        errors: [401, 404],
+        response: { 200: ImageListSchema },
       },
+      config: { auth: 'admin', errors: [401, 404] },
     },
     async () => ({ images: await images.list() }),
   );
@@ -79,14 +78,14 @@ export const imageRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) =
   app.post(
     '/api/v1/images/pull',
     {
-      schema: { body: ImagePullSchema, response: { 200: ImageReplySchema } },
-      config: {
-        auth: 'admin',
+      schema: {
         operationId: 'pullImage',
         tags,
-        errors: [400, 401, 404, 500],
         summary: 'Pull an image from its registry (admin); Accept: application/x-ndjson streams progress lines',
+        body: ImagePullSchema,
+        response: { 200: ImageReplySchema },
       },
+      config: { auth: 'admin', errors: [400, 401, 404, 500] },
     },
     async (req, reply) => runJob(req, reply, (onProgress) => images.pull(req.body.ref, { onProgress })),
   );
@@ -94,14 +93,14 @@ export const imageRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) =
   app.post(
     '/api/v1/images/build',
     {
-      schema: { body: ImageBuildSchema, response: { 200: ImageReplySchema } },
-      config: {
-        auth: 'admin',
+      schema: {
         operationId: 'buildImage',
         tags,
-        errors: [400, 401, 404, 500],
         summary: 'Build a local/ image offline (admin); Accept: application/x-ndjson streams progress lines',
+        body: ImageBuildSchema,
+        response: { 200: ImageReplySchema },
       },
+      config: { auth: 'admin', errors: [400, 401, 404, 500] },
     },
     async (req, reply) => runJob(req, reply, (onProgress) => images.build(req.body.ref, { onProgress })),
   );
@@ -109,14 +108,14 @@ export const imageRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) =
   app.post(
     '/api/v1/images/import',
     {
-      schema: { querystring: ImageImportQuerySchema, response: { 200: ImageReplySchema } },
-      config: {
-        auth: 'admin',
+      schema: {
         operationId: 'importImage',
         tags,
-        errors: [400, 401, 404, 413],
         summary: 'Import an OCI archive or docker-save tar sent as the body (Content-Type: application/x-tar) (admin)',
+        querystring: ImageImportQuerySchema,
+        response: { 200: ImageReplySchema },
       },
+      config: { auth: 'admin', errors: [400, 401, 404, 413] },
       onRequest: async (req) => {
         const type = (req.headers['content-type'] ?? '').split(';')[0].trim().toLowerCase();
         if (!ARCHIVE_TYPES.includes(type)) {

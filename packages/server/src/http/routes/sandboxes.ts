@@ -32,13 +32,14 @@ export const sandboxRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d)
   app.post(
     '/api/v1/sandboxes',
     {
-      schema: { body: SandboxCreateSchema, response: { 201: SandboxReplySchema } },
-      config: {
+      schema: {
         operationId: 'createSandbox',
         summary: 'Create a sandbox',
         tags,
-        errors: [400, 401, 402, 403, 404, 409, 507],
+        body: SandboxCreateSchema,
+        response: { 201: SandboxReplySchema },
       },
+      config: { errors: [400, 401, 402, 403, 404, 409, 507] },
     },
     async (req, reply) => {
       const end = d.metrics.createSeconds.startTimer();
@@ -56,8 +57,14 @@ export const sandboxRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d)
   app.get(
     '/api/v1/sandboxes',
     {
-      schema: { querystring: SandboxListQuerySchema, response: { 200: SandboxListSchema } },
-      config: { operationId: 'listSandboxes', summary: 'List sandboxes, newest first', tags, errors: [400, 401] },
+      schema: {
+        operationId: 'listSandboxes',
+        summary: 'List sandboxes, newest first',
+        tags,
+        querystring: SandboxListQuerySchema,
+        response: { 200: SandboxListSchema },
+      },
+      config: { errors: [400, 401] },
     },
     async (req) => {
       const page = await sandboxes.list(principalOf(req).account.id, req.query);
@@ -73,8 +80,14 @@ export const sandboxRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d)
   app.get(
     '/api/v1/sandboxes/:id',
     {
-      schema: { params: SandboxParamsSchema, response: { 200: SandboxReplySchema } },
-      config: { operationId: 'getSandbox', summary: 'Get a sandbox', tags, errors: [401, 404] },
+      schema: {
+        operationId: 'getSandbox',
+        summary: 'Get a sandbox',
+        tags,
+        params: SandboxParamsSchema,
+        response: { 200: SandboxReplySchema },
+      },
+      config: { errors: [401, 404] },
     },
     async (req) => ({ sandbox: wire(await sandboxes.get(principalOf(req).account.id, req.params.id)) }),
   );
@@ -82,13 +95,14 @@ export const sandboxRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d)
   app.delete(
     '/api/v1/sandboxes/:id',
     {
-      schema: { params: SandboxParamsSchema, response: { 204: Type.Null() } },
-      config: {
+      schema: {
         operationId: 'deleteSandbox',
         summary: 'Kill a sandbox and remove its record',
         tags,
-        errors: [401, 404],
+        params: SandboxParamsSchema,
+        response: { 204: Type.Null() },
       },
+      config: { errors: [401, 404] },
     },
     async (req, reply) => {
       await sandboxes.delete(principalOf(req).account.id, req.params.id);
@@ -99,13 +113,15 @@ export const sandboxRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d)
   app.patch(
     '/api/v1/sandboxes/:id/timeout',
     {
-      schema: { params: SandboxParamsSchema, body: TimeoutRequestSchema, response: { 200: TimeoutReplySchema } },
-      config: {
+      schema: {
         operationId: 'updateSandboxTimeout',
         summary: 'Set stopAt = now + timeoutMs',
         tags,
-        errors: [400, 401, 402, 404, 409],
+        params: SandboxParamsSchema,
+        body: TimeoutRequestSchema,
+        response: { 200: TimeoutReplySchema },
       },
+      config: { errors: [400, 401, 402, 404, 409] },
     },
     async (req) => {
       const r = await timeout.set(principalOf(req).account, { id: req.params.id, timeoutMs: req.body.timeoutMs });
@@ -116,13 +132,15 @@ export const sandboxRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d)
   app.post(
     '/api/v1/sandboxes/:id/exec',
     {
-      schema: { params: SandboxParamsSchema, body: ExecRequestSchema, response: { 200: ExecResultSchema } },
-      config: {
+      schema: {
         operationId: 'execCommand',
         summary: 'Run /bin/sh -c command in the sandbox',
         tags,
-        errors: [400, 401, 404, 409, 507],
+        params: SandboxParamsSchema,
+        body: ExecRequestSchema,
+        response: { 200: ExecResultSchema },
       },
+      config: { errors: [400, 401, 404, 409, 507] },
     },
     async (req) => {
       const end = d.metrics.execSeconds.startTimer({
@@ -139,13 +157,15 @@ export const sandboxRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d)
   app.post(
     '/api/v1/sandboxes/:id/ports/:port/link',
     {
-      schema: { params: PortLinkParamsSchema, body: PortLinkRequestSchema, response: { 200: PortLinkReplySchema } },
-      config: {
+      schema: {
         operationId: 'createPortLink',
         summary: 'Sign an expiring link to a port of the sandbox (opens private ports)',
         tags,
-        errors: [400, 401, 404, 409],
+        params: PortLinkParamsSchema,
+        body: PortLinkRequestSchema,
+        response: { 200: PortLinkReplySchema },
       },
+      config: { errors: [400, 401, 404, 409] },
       // An empty POST takes the defaults.
       preValidation: async (req) => {
         req.body ??= {};

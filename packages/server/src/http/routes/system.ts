@@ -8,15 +8,13 @@ export const systemRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) 
   app.get(
     '/healthz',
     {
-      schema: { response: { 200: Type.Object({ status: Type.Literal('ok') }) } },
-      config: {
-        auth: 'none',
-        rateLimit: false,
+      schema: {
         operationId: 'health',
         summary: '200 once the server can create sandboxes',
         tags: ['system'],
-        errors: [503],
+        response: { 200: Type.Object({ status: Type.Literal('ok') }) },
       },
+      config: { auth: 'none', rateLimit: false, errors: [503] },
     },
     async () => {
       if (!d.isReady()) throw new SandboxdError('unavailable', 'Starting');
@@ -24,12 +22,12 @@ export const systemRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) 
     },
   );
 
-  app.get('/metrics', { config: { auth: 'none', rateLimit: false, hide: true } }, async (_req, reply) => {
+  app.get('/metrics', { schema: { hide: true }, config: { auth: 'none', rateLimit: false } }, async (_req, reply) => {
     reply.header('content-type', d.metrics.registry.contentType);
     return d.metrics.registry.metrics();
   });
 
-  app.get('/api/v1/openapi.json', { config: { auth: 'none', hide: true } }, async () => d.openapi());
+  app.get('/api/v1/openapi.json', { schema: { hide: true }, config: { auth: 'none' } }, async () => d.openapi());
 
   if (d.testClock) {
     const clock = d.testClock;
@@ -37,12 +35,13 @@ export const systemRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) 
       '/api/v1/_test/clock',
       {
         schema: {
+          hide: true,
           body: Type.Object(
             { advanceMs: Type.Integer({ minimum: 0, maximum: 10 * 365 * 86_400_000 }) },
             { additionalProperties: false },
           ),
         },
-        config: { auth: 'none', hide: true },
+        config: { auth: 'none' },
       },
       async (req) => {
         clock.advance(req.body.advanceMs);

@@ -61,13 +61,15 @@ export const terminalRoutes: FastifyPluginAsyncTypebox<TerminalRouteDeps> = asyn
   app.post(
     '/api/v1/sandboxes/:id/terminals',
     {
-      schema: { params: SandboxParamsSchema, body: TerminalCreateSchema, response: { 201: TerminalCreatedSchema } },
-      config: {
+      schema: {
         operationId: 'createTerminal',
         summary: 'Start a shell on a new PTY in the sandbox',
         tags,
-        errors: [400, 401, 404, 409, 507],
+        params: SandboxParamsSchema,
+        body: TerminalCreateSchema,
+        response: { 201: TerminalCreatedSchema },
       },
+      config: { errors: [400, 401, 404, 409, 507] },
     },
     async (req, reply) => {
       const t = await terminals.create(principalOf(req).account.id, req.params.id, req.body);
@@ -85,13 +87,14 @@ export const terminalRoutes: FastifyPluginAsyncTypebox<TerminalRouteDeps> = asyn
   app.get(
     '/api/v1/sandboxes/:id/terminals',
     {
-      schema: { params: SandboxParamsSchema, response: { 200: TerminalListSchema } },
-      config: {
+      schema: {
         operationId: 'listTerminals',
         summary: 'List the active terminals of a sandbox',
         tags,
-        errors: [401, 404],
+        params: SandboxParamsSchema,
+        response: { 200: TerminalListSchema },
       },
+      config: { errors: [401, 404] },
     },
     async (req) => {
       const list = await terminals.list(principalOf(req).account.id, req.params.id);
@@ -109,8 +112,14 @@ export const terminalRoutes: FastifyPluginAsyncTypebox<TerminalRouteDeps> = asyn
   app.get(
     '/api/v1/sandboxes/:id/terminals/:terminalId',
     {
-      schema: { params: TerminalParamsSchema, response: { 200: TerminalSchema } },
-      config: { operationId: 'getTerminal', summary: 'Get a terminal (active or exited)', tags, errors: [401, 404] },
+      schema: {
+        operationId: 'getTerminal',
+        summary: 'Get a terminal (active or exited)',
+        tags,
+        params: TerminalParamsSchema,
+        response: { 200: TerminalSchema },
+      },
+      config: { errors: [401, 404] },
     },
     async (req) => {
       const t = await terminals.get(principalOf(req).account.id, req.params.id, req.params.terminalId);
@@ -128,13 +137,14 @@ export const terminalRoutes: FastifyPluginAsyncTypebox<TerminalRouteDeps> = asyn
   app.delete(
     '/api/v1/sandboxes/:id/terminals/:terminalId',
     {
-      schema: { params: TerminalParamsSchema, response: { 204: Type.Null() } },
-      config: {
+      schema: {
         operationId: 'deleteTerminal',
         summary: 'Kill the shell and remove the terminal',
         tags,
-        errors: [401, 404],
+        params: TerminalParamsSchema,
+        response: { 204: Type.Null() },
       },
+      config: { errors: [401, 404] },
     },
     async (req, reply) => {
       await terminals.delete(principalOf(req).account.id, req.params.id, req.params.terminalId);
@@ -149,13 +159,15 @@ export const terminalRoutes: FastifyPluginAsyncTypebox<TerminalRouteDeps> = asyn
   app.route({
     method: 'GET',
     url: '/api/v1/sandboxes/:id/terminals/:terminalId/ws',
-    schema: { params: TerminalParamsSchema, querystring: TerminalWsQuerySchema, response: { 101: Type.Null() } },
-    config: {
+    schema: {
       operationId: 'connectTerminal',
       tags,
-      errors: [400, 401, 404, 409],
       summary: 'Upgrade to the terminal WebSocket (Upgrade: websocket); messages: ready, resize, exit, raw bytes',
+      params: TerminalParamsSchema,
+      querystring: TerminalWsQuerySchema,
+      response: { 101: Type.Null() },
     },
+    config: { errors: [400, 401, 404, 409, 429] },
     preHandler: async (req) => {
       if (!req.ws) return;
       const accountId = principalOf(req).account.id;
