@@ -13,6 +13,7 @@ import { authRoutes } from './routes/auth.js';
 import { consoleRoutes } from './routes/console.js';
 import { imageRoutes } from './routes/images.js';
 import { sandboxRoutes } from './routes/sandboxes.js';
+import { sdkRoutes } from './routes/sdk.js';
 import { systemRoutes } from './routes/system.js';
 import { validatorCompiler } from './validation.js';
 import { retryAfterSeconds } from './rate-limit.js';
@@ -94,6 +95,7 @@ export function createHttpServer(
   app.register(adminRoutes, full);
   app.register(imageRoutes, full);
   app.register(consoleRoutes, full);
+  app.register(sdkRoutes, full);
   for (const r of opts.extraRoutes ?? []) app.register(async (child) => r(child));
   return app;
 }
