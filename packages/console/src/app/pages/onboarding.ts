@@ -21,6 +21,9 @@ interface StepState {
   keyStatus: HTMLElement;
 }
 
+/** Where the server serves the SDK package (packages/server/src/http/routes/sdk.ts). */
+const SDK_TARBALL_PATH = '/sdk/sandboxd-sdk.tgz';
+
 const HELLO = __HELLO_MJS__.replace(/^(\/\/.*\n)+\n?/, '');
 
 const STEPS: Step[] = [
@@ -46,7 +49,7 @@ const STEPS: Step[] = [
     event: 'onboarding.step_2_setup_workspace',
     title: 'Set up a workspace',
     body: () => [
-      h('p', {}, 'Make a folder for your first project and declare it an ES module project:'),
+      h('p', {}, 'In a terminal, make a folder for your first project and declare it an ES module project:'),
       codeBlock('mkdir sandboxd-hello && cd sandboxd-hello\nnpm init -y\nnpm pkg set type=module', {
         label: 'workspace commands',
       }),
@@ -97,15 +100,15 @@ const STEPS: Step[] = [
   {
     event: 'onboarding.step_6_install_sdk',
     title: 'Install the SDK',
-    body: () => [
+    body: (s) => [
+      h('p', {}, 'Install the TypeScript SDK into your workspace. This server hands it out as an npm package:'),
+      codeBlock(`npm install ${s.origin}${SDK_TARBALL_PATH}`, { label: 'install command' }),
       h(
         'p',
-        {},
-        'Build the SDK package from your sandboxd checkout and install it into your workspace (Node 20 also needs ws for terminals):',
-      ),
-      codeBlock(
-        'npm run build -w @sandboxd/sdk --prefix /path/to/sandboxd\nnpm install /path/to/sandboxd/packages/sdk/dist ws',
-        { label: 'install commands' },
+        { class: 'hint' },
+        'The package has no dependencies. Terminals on Node.js 20 also need the ws package (',
+        h('code', {}, 'npm install ws'),
+        '); Node.js 22 and newer have WebSocket built in.',
       ),
     ],
   },
@@ -113,7 +116,11 @@ const STEPS: Step[] = [
     event: 'onboarding.step_7_create_script',
     title: 'Create a script',
     body: () => [
-      h('p', {}, 'Save this as hello.mjs. It creates a sandbox, runs a command in it and deletes it:'),
+      h(
+        'p',
+        {},
+        'Save this as hello.mjs in the workspace folder. It creates a sandbox, runs a command in it and deletes it:',
+      ),
       codeBlock(HELLO, { label: 'hello.mjs' }),
     ],
   },
@@ -121,6 +128,7 @@ const STEPS: Step[] = [
     event: 'onboarding.step_8_run_script',
     title: 'Run it',
     body: () => [
+      h('p', {}, 'In the same terminal (where the key is exported), run the script:'),
       codeBlock('node hello.mjs', { label: 'run command' }),
       h('p', {}, 'You should see:'),
       h(
