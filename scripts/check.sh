@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # npm run check: type-check everything, lint and format-check (Biome), and fail when
-# spec/openapi.json drifts from the schemas.
+# spec/openapi.json drifts from the schemas or docs/api-reference.md from spec/openapi.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/node-env.sh
@@ -8,3 +8,4 @@ source scripts/node-env.sh
 npx tsc -p .
 npx biome check --error-on-warnings .
 node --import tsx scripts/gen-openapi.ts --check
+node --import tsx scripts/gen-api-docs.ts --check
