@@ -1,7 +1,8 @@
 /**
- * Onboarding: the eight steps of spec 6.1, from welcome to running a first script. Each step
- * is tracked (`onboarding.step_N_...`) when first reached; progress is derived from the
- * stored events, so a reload resumes at the furthest step reached.
+ * Onboarding: eight steps from welcome to running a first script, written so that a user
+ * with only the server's address can follow them literally (test/e2e/onboarding.test.ts
+ * does). Each step is tracked (`onboarding.step_N_...`) when first reached; progress is
+ * derived from the stored events, so a reload resumes at the furthest step reached.
  */
 import type { EventKind } from '@sandboxd/sdk';
 import { client, errorText, listEvents, track } from '../api.js';
