@@ -12,10 +12,6 @@ declare module 'fastify' {
     auth?: AuthLevel;
     /** Error statuses the operation documents (OpenAPI only). */
     errors?: number[];
-    operationId?: string;
-    summary?: string;
-    tags?: string[];
-    hide?: boolean;
     /** `false`: never rate limited (health and metrics). */
     rateLimit?: boolean;
   }

@@ -14,6 +14,7 @@ import { authRoutes } from './routes/auth.js';
 import { consoleRoutes } from './routes/console.js';
 import { imageRoutes } from './routes/images.js';
 import { sandboxRoutes } from './routes/sandboxes.js';
+import { sdkRoutes } from './routes/sdk.js';
 import { systemRoutes } from './routes/system.js';
 import { validatorCompiler } from './validation.js';
 import { retryAfterSeconds } from './rate-limit.js';
@@ -109,6 +110,7 @@ export function createHttpServer(
   app.register(adminRoutes, full);
   app.register(imageRoutes, full);
   app.register(consoleRoutes, full);
+  app.register(sdkRoutes, full);
   const fallbackHost = () => {
     const a = app.server.address();
     return a && typeof a === 'object' ? `${a.family === 'IPv6' ? `[${a.address}]` : a.address}:${a.port}` : 'localhost';

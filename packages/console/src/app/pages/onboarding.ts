@@ -1,7 +1,8 @@
 /**
- * Onboarding: the eight steps of spec 6.1, from welcome to running a first script. Each step
- * is tracked (`onboarding.step_N_...`) when first reached; progress is derived from the
- * stored events, so a reload resumes at the furthest step reached.
+ * Onboarding: eight steps from welcome to running a first script, written so that a user
+ * with only the server's address can follow them literally (test/e2e/onboarding.test.ts
+ * does). Each step is tracked (`onboarding.step_N_...`) when first reached; progress is
+ * derived from the stored events, so a reload resumes at the furthest step reached.
  */
 import type { EventKind } from '@sandboxd/sdk';
 import { client, errorText, listEvents, track } from '../api.js';
@@ -20,6 +21,9 @@ interface StepState {
   createKey: () => Promise<void>;
   keyStatus: HTMLElement;
 }
+
+/** Where the server serves the SDK package (packages/server/src/http/routes/sdk.ts). */
+const SDK_TARBALL_PATH = '/sdk/sandboxd-sdk.tgz';
 
 const HELLO = __HELLO_MJS__.replace(/^(\/\/.*\n)+\n?/, '');
 
@@ -46,7 +50,7 @@ const STEPS: Step[] = [
     event: 'onboarding.step_2_setup_workspace',
     title: 'Set up a workspace',
     body: () => [
-      h('p', {}, 'Make a folder for your first project and declare it an ES module project:'),
+      h('p', {}, 'In a terminal, make a folder for your first project and declare it an ES module project:'),
       codeBlock('mkdir sandboxd-hello && cd sandboxd-hello\nnpm init -y\nnpm pkg set type=module', {
         label: 'workspace commands',
       }),
@@ -97,15 +101,15 @@ const STEPS: Step[] = [
   {
     event: 'onboarding.step_6_install_sdk',
     title: 'Install the SDK',
-    body: () => [
+    body: (s) => [
+      h('p', {}, 'Install the TypeScript SDK into your workspace. This server hands it out as an npm package:'),
+      codeBlock(`npm install ${s.origin}${SDK_TARBALL_PATH}`, { label: 'install command' }),
       h(
         'p',
-        {},
-        'Build the SDK package from your sandboxd checkout and install it into your workspace (Node 20 also needs ws for terminals):',
-      ),
-      codeBlock(
-        'npm run build -w @sandboxd/sdk --prefix /path/to/sandboxd\nnpm install /path/to/sandboxd/packages/sdk/dist ws',
-        { label: 'install commands' },
+        { class: 'hint' },
+        'The package has no dependencies. Terminals on Node.js 20 also need the ws package (',
+        h('code', {}, 'npm install ws'),
+        '); Node.js 22 and newer have WebSocket built in.',
       ),
     ],
   },
@@ -113,7 +117,11 @@ const STEPS: Step[] = [
     event: 'onboarding.step_7_create_script',
     title: 'Create a script',
     body: () => [
-      h('p', {}, 'Save this as hello.mjs. It creates a sandbox, runs a command in it and deletes it:'),
+      h(
+        'p',
+        {},
+        'Save this as hello.mjs in the workspace folder. It creates a sandbox, runs a command in it and deletes it:',
+      ),
       codeBlock(HELLO, { label: 'hello.mjs' }),
     ],
   },
@@ -121,6 +129,7 @@ const STEPS: Step[] = [
     event: 'onboarding.step_8_run_script',
     title: 'Run it',
     body: () => [
+      h('p', {}, 'In the same terminal (where the key is exported), run the script:'),
       codeBlock('node hello.mjs', { label: 'run command' }),
       h('p', {}, 'You should see:'),
       h(
