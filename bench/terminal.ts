@@ -12,12 +12,12 @@
  * Run: node --import tsx bench/terminal.ts
  */
 import { spawn } from 'node:child_process';
-import type { TermClient as Client } from '../packages/server/src/http/terminal-testkit.js';
+import type { TermClient as Client } from '../packages/server/test/terminals.js';
 import { report, summarize, timeMs } from './stats.js';
 
 process.env.SANDBOXD_E2E_RUNTIME ??= 'local';
 const { ADMIN_KEY, startServer } = await import('../test/e2e/harness.js');
-const { TermClient, terminalUrl } = await import('../packages/server/src/http/terminal-testkit.js');
+const { TermClient, terminalUrl } = await import('../packages/server/test/terminals.js');
 
 const KEYS = Number(process.env.BENCH_TERM_KEYS ?? 300);
 const BYTES = Number(process.env.BENCH_TERM_BYTES ?? 100_000_000);

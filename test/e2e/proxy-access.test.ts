@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { promisify } from 'node:util';
 import WebSocket from 'ws';
-import { rawRequest } from '../../packages/server/src/proxy/test-fixture.js';
+import { rawRequest } from '../../packages/server/test/proxy.js';
 import { ADMIN_KEY, newAccount } from './harness.js';
 import {
   hget,

@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { after, afterEach, before, describe, it } from 'node:test';
-import { refusedUpgrade, TermClient, terminalUrl } from '../../packages/server/src/http/terminal-testkit.js';
+import { refusedUpgrade, TermClient, terminalUrl } from '../../packages/server/test/terminals.js';
 import { ADMIN_KEY, IMAGE, RUNTIME, startServer, type Server } from './harness.js';
 
 const local = RUNTIME === 'local';

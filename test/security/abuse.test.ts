@@ -10,7 +10,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { TermClient, terminalUrl } from '../../packages/server/src/http/terminal-testkit.js';
+import { TermClient, terminalUrl } from '../../packages/server/test/terminals.js';
 import { newAccount, RUNTIME, startServer, type Server } from '../e2e/harness.js';
 import { localOptions } from '../e2e/local-runtime.js';
 import { Api, BUSYBOX, DEBIAN, execLatencies, p50, sleep, SOAK, table } from './escape-support.js';

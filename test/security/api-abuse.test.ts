@@ -12,7 +12,7 @@
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { after, before, describe, it } from 'node:test';
-import { refusedUpgrade, TermClient, terminalUrl } from '../../packages/server/src/http/terminal-testkit.js';
+import { refusedUpgrade, TermClient, terminalUrl } from '../../packages/server/test/terminals.js';
 import { ADMIN_KEY, IMAGE, newAccount, RUNTIME, startServer, type Server } from '../e2e/harness.js';
 import {
   assertError,

@@ -22,7 +22,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { spawnSync } from 'node:child_process';
-import { TermClient, terminalUrl } from '../../packages/server/src/http/terminal-testkit.js';
+import { TermClient, terminalUrl } from '../../packages/server/test/terminals.js';
 import { TEST_IMAGE_DIR } from '../e2e/local-runtime.js';
 import { ADMIN_KEY, newAccount, RUNTIME, startServer, type Server } from '../e2e/harness.js';
 import {

@@ -8,7 +8,7 @@
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { TermClient, terminalUrl } from '../../packages/server/src/http/terminal-testkit.js';
+import { TermClient, terminalUrl } from '../../packages/server/test/terminals.js';
 import { existsSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { IMAGE, newAccount, RUNTIME, startServer, type Server } from '../e2e/harness.js';

@@ -18,7 +18,7 @@ import { connect, type Socket } from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import fc from 'fast-check';
 import WebSocket from 'ws';
-import { TermClient, terminalUrl } from '../../packages/server/src/http/terminal-testkit.js';
+import { TermClient, terminalUrl } from '../../packages/server/test/terminals.js';
 import { ADMIN_KEY, IMAGE, RUNTIME, startServer, type Server } from '../e2e/harness.js';
 import { INSPECTABLE, MiB, settledMemory, showMemory, type ServerMemory } from './abuse-support.js';
 

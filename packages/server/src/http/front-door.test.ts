@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { FrontDoor, KEEP_ALIVE_TIMEOUT_MS } from './front-door.js';
-import { makeTestApp } from './testkit.js';
+import { makeTestApp } from '../../test/app.js';
 
 describe('FrontDoor server', () => {
   it("keeps idle connections fastify's 72 s, not node's 5 s (the load suite saw ECONNRESET on reused connections)", async () => {

@@ -2,8 +2,8 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { DEFAULT_RATE_LIMITS, loadConfig, type RateLimitConfig } from '../config.js';
 import { clientKey, SlidingWindow, TokenBuckets } from './rate-limit.js';
-import { refusedUpgrade, TermClient, terminalUrl } from './terminal-testkit.js';
-import { makeTestApp, type TestApp } from './testkit.js';
+import { refusedUpgrade, TermClient, terminalUrl } from '../../test/terminals.js';
+import { makeTestApp, type TestApp } from '../../test/app.js';
 
 /** A clock the test moves by hand. */
 function manual(start = 1_000_000) {

@@ -2,8 +2,8 @@ import assert from 'node:assert/strict';
 import { after, afterEach, before, describe, it } from 'node:test';
 import { MAX_TERMINALS_PER_SANDBOX } from '../services/terminals.js';
 import { parseControl } from './terminal-ws.js';
-import { refusedUpgrade, TermClient, terminalUrl } from './terminal-testkit.js';
-import { makeTestApp, type TestApp } from './testkit.js';
+import { refusedUpgrade, TermClient, terminalUrl } from '../../test/terminals.js';
+import { makeTestApp, type TestApp } from '../../test/app.js';
 
 describe('terminal routes and WebSocket (real ws clients, fake driver)', () => {
   let t: TestApp;

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { makeTestApp, type TestApp } from '../http/testkit.js';
+import { makeTestApp, type TestApp } from '../../test/app.js';
 
 describe('Reaper', () => {
   let t: TestApp;

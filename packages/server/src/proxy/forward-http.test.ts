@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { request } from 'node:http';
 import { createServer, type AddressInfo, type Server, type Socket } from 'node:net';
 import { after, before, describe, it } from 'node:test';
-import { get, IDS, startFixture, type Fixture } from './test-fixture.js';
+import { get, IDS, startFixture, type Fixture } from '../../test/proxy.js';
 
 /** A TCP server playing a sandbox byte for byte: `answer` gets each request head and its index on that connection. */
 async function rawSandbox(

@@ -4,9 +4,9 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { makeTestApp, type TestApp } from '../http/testkit.js';
+import { makeTestApp, type TestApp } from '../../test/app.js';
 import { PortLinks } from './links.js';
-import { get } from './test-fixture.js';
+import { get } from '../../test/proxy.js';
 
 describe('private ports and port links (composed app, fake driver)', () => {
   let t: TestApp;

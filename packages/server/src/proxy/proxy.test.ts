@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { request } from 'node:http';
 import { after, before, describe, it } from 'node:test';
-import { get, IDS, OTHER_KEY, OWNER_KEY, rawRequest, startFixture, type Fixture } from './test-fixture.js';
+import { get, IDS, OTHER_KEY, OWNER_KEY, rawRequest, startFixture, type Fixture } from '../../test/proxy.js';
 
 describe('port proxy: HTTP (127.0.0.1 stands in for the sandbox)', () => {
   let f: Fixture;

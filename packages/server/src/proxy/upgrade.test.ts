@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { request, type IncomingMessage } from 'node:http';
 import { after, before, describe, it } from 'node:test';
 import WebSocket from 'ws';
-import { IDS, OWNER_KEY, startFixture, type Fixture } from './test-fixture.js';
+import { IDS, OWNER_KEY, startFixture, type Fixture } from '../../test/proxy.js';
 
 /** Opens a WebSocket to the front server with the given Host; resolves open, or the HTTP refusal. */
 function open(

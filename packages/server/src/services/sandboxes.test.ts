@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { SandboxdError } from '@sandboxd/protocol';
-import { makeTestApp, type TestApp } from '../http/testkit.js';
+import { makeTestApp, type TestApp } from '../../test/app.js';
 
 describe('SandboxService', () => {
   let t: TestApp;

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { makeTestApp, type TestApp } from '../testkit.js';
+import { makeTestApp, type TestApp } from '../../../test/app.js';
 import { CONSOLE_PAGES } from './console.js';
 
 describe('console routes', () => {

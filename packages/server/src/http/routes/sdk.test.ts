@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { after, before, describe, it } from 'node:test';
 import { createSdkPackage, loadSdkPackage } from '../../sdk-package.js';
-import { makeTestApp, type TestApp } from '../testkit.js';
+import { makeTestApp, type TestApp } from '../../../test/app.js';
 import { SDK_TARBALL_PATH } from './sdk.js';
 
 /** What GNU tar reads from the tarball: `-tz` lists, `-xzO <name>` prints one file. */

@@ -7,7 +7,8 @@ import assert from 'node:assert/strict';
 import { lstat, readdir, readFile, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { test } from 'node:test';
-import { ensureDefaultImages, ImageStore } from './store.js';
+import { ensureDefaultImages } from './defaults.js';
+import { ImageStore } from './store.js';
 import { runTool, toolEnv } from './run.js';
 import { tempDir } from '../../../../test/images.js';
 

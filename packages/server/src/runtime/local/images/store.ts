@@ -20,7 +20,6 @@ import { removeTree, TempArea } from './tmp.js';
 import { Installer } from './installer.js';
 import type { ImageRecord } from './unpack.js';
 
-export { ensureDefaultImages } from './defaults.js';
 export type { Progress } from './pull.js';
 export { LOCAL_IMAGES, type LocalImageRef } from './build-local.js';
 

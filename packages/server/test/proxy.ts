@@ -11,11 +11,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pino from 'pino';
 import { WebSocketServer } from 'ws';
-import { FrontDoor } from '../http/front-door.js';
-import { PortAccess } from './access.js';
-import { PortLinks } from './links.js';
-import { PortProxy } from './proxy.js';
-import { SandboxTargets } from './targets.js';
+import { FrontDoor } from '../src/http/front-door.js';
+import { PortAccess } from '../src/proxy/access.js';
+import { PortLinks } from '../src/proxy/links.js';
+import { PortProxy } from '../src/proxy/proxy.js';
+import { SandboxTargets } from '../src/proxy/targets.js';
 
 /** Sandbox ids of the fixture: public, private (owner `acc_owner`), stopped, unknown. */
 export const IDS = {

@@ -1,10 +1,10 @@
 import type { InjectOptions, LightMyRequestResponse } from 'fastify';
 import pino from 'pino';
-import { buildApp, type Sandboxd } from '../app.js';
-import { loadConfig, type Config } from '../config.js';
-import { ManualClock } from '../domain/clock.js';
-import { FakeDriver } from '../runtime/fake/driver.js';
-import { SqliteStore } from '../store/sqlite/store.js';
+import { buildApp, type Sandboxd } from '../src/app.js';
+import { loadConfig, type Config } from '../src/config.js';
+import { ManualClock } from '../src/domain/clock.js';
+import { FakeDriver } from '../src/runtime/fake/driver.js';
+import { SqliteStore } from '../src/store/sqlite/store.js';
 
 /** A started app on the fake driver, an in-memory SQLite store and a manual clock; for unit tests. */
 export interface TestApp {
