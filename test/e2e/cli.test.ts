@@ -3,13 +3,14 @@
  * server. `sbx shell` and colour run on a real PTY driven by python3's pty module.
  */
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { after, before, describe, it } from 'node:test';
 import { ADMIN_KEY, IMAGE, newAccount, RUNTIME, startServer, type Server } from './harness.js';
+import { userNode } from './user-node.js';
 
 const SBX = resolve(fileURLToPath(import.meta.url), '../../../packages/cli/bin/sbx.js');
 // biome-ignore lint/suspicious/noControlCharactersInRegex: ESC starts an ANSI sequence
@@ -106,10 +107,13 @@ describe('sbx against the real server', { timeout: 300_000 }, () => {
     return e;
   };
 
-  /** Runs sbx to completion (bounded) with `input` on stdin. */
-  const sbx = (args: string[], o: { env?: Record<string, string | undefined>; input?: string } = {}): Promise<Run> =>
+  /** Runs sbx to completion (bounded) with `input` on stdin; `node` runs it (default: its shebang's, the first on PATH). */
+  const sbx = (
+    args: string[],
+    o: { env?: Record<string, string | undefined>; input?: string; node?: string } = {},
+  ): Promise<Run> =>
     new Promise((res, rej) => {
-      const p = spawn(SBX, args, {
+      const p = spawn(o.node ?? SBX, o.node ? [SBX, ...args] : args, {
         env: env({ SANDBOX_API_URL: s.baseUrl, SANDBOX_API_KEY: key, ...o.env }),
         stdio: ['pipe', 'pipe', 'pipe'],
       });
@@ -245,6 +249,19 @@ describe('sbx against the real server', { timeout: 300_000 }, () => {
     const again = await sbx(['rm', id]);
     assert.equal(again.code, 1);
     assert.match(again.stderr, /Sandbox not found/);
+  });
+
+  it("works on the machine's own Node (the server's is 24; users may have 20 or newer)", async (t) => {
+    const node = userNode();
+    const version = execFileSync(node, ['--version']).toString().trim();
+    t.diagnostic(`sbx on ${node} (${version})`);
+    assert.ok(Number(/^v(\d+)/.exec(version)![1]) >= 20, version);
+    const id = (await sbx(['create', '-q', '--image', IMAGE], { node })).stdout.trim();
+    assert.match(id, /^sbx_[a-z2-7]{20}$/);
+    made.push(id);
+    const hello = await sbx(['exec', id, '--', 'echo', 'hello from', version], { node });
+    assert.deepEqual([hello.code, hello.stdout, hello.stderr], [0, `hello from ${version}\n`, '']);
+    assert.equal((await sbx(['rm', id], { node })).code, 0);
   });
 
   it('errors are one readable line with a non-zero exit code', async () => {

@@ -12,56 +12,17 @@
  */
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
-import {
-  accessSync,
-  constants,
-  mkdirSync,
-  mkdtempSync,
-  readFileSync,
-  realpathSync,
-  rmSync,
-  writeFileSync,
-} from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { delimiter, dirname, join } from 'node:path';
+import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { launch, type Browser } from './console-support.js';
 import { startServer, type Server } from './harness.js';
 import { localEnv, teardownLocal } from './local-runtime.js';
 import { localUnavailable } from './proxy-support.js';
+import { userPath, which } from './user-node.js';
 
 const skip = localUnavailable();
-
-/** The first executable `name` in the `path` list, or null. */
-function which(name: string, path: string): string | null {
-  for (const dir of path.split(delimiter).filter(Boolean)) {
-    try {
-      accessSync(join(dir, name), constants.X_OK);
-      return join(dir, name);
-    } catch {
-      /* not here */
-    }
-  }
-  return null;
-}
-
-/**
- * PATH as a user of the machine has it: without the project's own Node (the one running
- * this test, wherever PATH links to it from), which comes back last only when the machine
- * has no other node.
- */
-function userPath(): string {
-  const ours = realpathSync(process.execPath);
-  const isOurs = (dir: string) => {
-    try {
-      return realpathSync(join(dir, 'node')) === ours;
-    } catch {
-      return false;
-    }
-  };
-  const rest = (process.env.PATH ?? '').split(delimiter).filter((d) => d && !isOurs(d));
-  return which('node', rest.join(delimiter)) ? rest.join(delimiter) : [...rest, dirname(ours)].join(delimiter);
-}
 
 /** A user's environment: nothing of this test run (npm's script variables, SANDBOX*, NODE_OPTIONS). */
 function userEnv(tmp: string): NodeJS.ProcessEnv {
