@@ -43,23 +43,7 @@ mountpoint -q /run/netns 2>/dev/null || { ip netns add sbxd-setup-probe && ip ne
 # shellcheck source=scripts/node-env.sh
 source scripts/node-env.sh
 
-# npm dependencies: serving needs the production ones only; tests need the devDependencies
-# too. A stamp records what is installed, for which lock file and which Node (native addons
-# are built for one Node ABI).
-want="$([ "$for_tests" = 1 ] && echo full || echo prod) $("$SANDBOXD_NODE" -p process.versions.modules) $(sha256sum package-lock.json | cut -c1-16)"
-stamp=node_modules/.sandboxd-install
-have="$(cat "$stamp" 2>/dev/null || true)"
-# A full install also serves; a production one does not run the tests.
-if [ "$have" != "$want" ] && [ "$have" != "full ${want#* }" ]; then
-  echo "sandboxd set-up: installing npm dependencies ($([ "$for_tests" = 1 ] && echo 'with' || echo 'without') devDependencies, for Node $("$SANDBOXD_NODE" --version))"
-  # Any addon built from source is built against this Node's headers (not a nodedir of the
-  # machine's npm config, which may name an older Node's).
-  if [ "$for_tests" = 1 ]; then
-    npm_config_nodedir="$SANDBOXD_NODE_DIR" npm ci --no-audit --no-fund --loglevel=error
-  else
-    npm_config_nodedir="$SANDBOXD_NODE_DIR" npm ci --omit=dev --no-audit --no-fund --loglevel=error
-  fi
-  echo "$want" > "$stamp"
-fi
+# npm dependencies: serving needs the production ones only; tests the devDependencies too.
+bash scripts/npm-deps.sh "$([ "$for_tests" = 1 ] && echo full || echo prod)"
 
 exec node --import tsx scripts/prepare-host.ts "$@"
