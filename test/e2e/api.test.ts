@@ -1,5 +1,6 @@
 /** Black-box: every operation's success shape and every error status, over real HTTP. */
 import assert from 'node:assert/strict';
+import { ERROR_STATUS, type ErrorKind } from '@sandboxd/protocol';
 import { after, before, describe, it } from 'node:test';
 import { IMAGE, newAccount, startServer, type Server } from './harness.js';
 
@@ -28,7 +29,8 @@ function assertError(r: { status: number; body: any }, status: number) {
   assert.equal(r.status, status, JSON.stringify(r.body));
   assert.equal(r.body.code, status);
   assert.equal(typeof r.body.message, 'string');
-  assert.ok(Object.keys(r.body).every((k) => ['code', 'message', 'details'].includes(k)));
+  assert.ok(Object.keys(r.body).every((k) => ['code', 'kind', 'message', 'details'].includes(k)));
+  assert.equal(ERROR_STATUS[r.body.kind as ErrorKind], status, `kind ${r.body.kind} is a kind of ${status}`);
 }
 
 describe('sandbox API over HTTP', { timeout: 180_000 }, () => {
