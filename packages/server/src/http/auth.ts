@@ -1,7 +1,6 @@
 import { SandboxdError } from '@sandboxd/protocol';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { AuthService, Principal } from '../services/auth.js';
-import { parseCookies, SESSION_COOKIE } from './cookies.js';
 import { limitAccount, limitIp, type RateLimits } from './rate-limit.js';
 
 /** Who may call a route: anyone, any account, or admins only (others get 404). */
@@ -19,6 +18,9 @@ declare module 'fastify' {
     principal: Principal | null;
   }
 }
+
+/** Name of the session cookie (set by /api/v1/auth/login, signup and the login link). */
+export const SESSION_COOKIE = 'sandboxd_session';
 
 const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
 
@@ -58,7 +60,7 @@ async function authenticate(req: FastifyRequest, auth: AuthService): Promise<Pri
     return auth.fromApiKey(m[1]);
   }
   if (typeof xKey === 'string' && xKey !== '') return auth.fromApiKey(xKey.trim());
-  const token = parseCookies(req.headers.cookie)[SESSION_COOKIE];
+  const token = req.cookies[SESSION_COOKIE];
   if (!token)
     throw new SandboxdError(
       'unauthorized',

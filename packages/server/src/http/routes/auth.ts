@@ -1,13 +1,15 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { AccountReplySchema, LoginLinkQuerySchema, LoginSchema, SignupSchema } from '@sandboxd/protocol';
-import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyReply } from 'fastify';
 import { Type } from 'typebox';
 import { summary } from '../../services/accounts.js';
-import { parseCookies, SESSION_COOKIE, sessionCookie } from '../cookies.js';
+import { SESSION_COOKIE } from '../auth.js';
 import type { HttpDeps } from '../deps.js';
 import { clientKey, rateLimited, type Verdict } from '../rate-limit.js';
 
 const tags = ['auth'];
+/** The session cookie's attributes (Max-Age aside): HttpOnly, SameSite=Lax, Path=/, Secure over https. */
+const COOKIE = { path: '/', httpOnly: true, sameSite: 'lax', secure: 'auto' } as const;
 
 /** Browser sessions: login, logout, sign-up and the one-time login link. */
 export const authRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) => {
@@ -18,11 +20,8 @@ export const authRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) =>
     const waits = verdicts.flatMap((v) => (v.ok ? [] : [v.retryAfterMs]));
     if (waits.length) throw rateLimited(name, Math.max(...waits), limits.config);
   };
-  const setSession = (req: FastifyRequest, reply: FastifyReply, token: string) =>
-    reply.header(
-      'set-cookie',
-      sessionCookie(token, { maxAgeSec: d.config.sessionTtlMs / 1000, secure: req.protocol === 'https' }),
-    );
+  const setSession = (reply: FastifyReply, token: string) =>
+    reply.setCookie(SESSION_COOKIE, token, { ...COOKIE, maxAge: Math.floor(d.config.sessionTtlMs / 1000) });
 
   app.post(
     '/api/v1/auth/login',
@@ -51,7 +50,7 @@ export const authRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) =>
       }
       limits.loginByEmail.clear(email);
       const { account, token } = session;
-      setSession(req, reply, token);
+      setSession(reply, token);
       return { account: summary(account) };
     },
   );
@@ -63,9 +62,9 @@ export const authRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) =>
       config: { auth: 'none', errors: [] },
     },
     async (req, reply) => {
-      const token = parseCookies(req.headers.cookie)[SESSION_COOKIE];
+      const token = req.cookies[SESSION_COOKIE];
       if (token) await auth.logout(token);
-      reply.header('set-cookie', sessionCookie('', { maxAgeSec: 0, secure: req.protocol === 'https' }));
+      reply.clearCookie(SESSION_COOKIE, COOKIE);
       return reply.code(204).send(null);
     },
   );
@@ -89,7 +88,7 @@ export const authRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) =>
         limits.signupByIp.record(ip);
       }
       const account = await accounts.signup(req.body.email, req.body.password);
-      setSession(req, reply, await auth.newSession(account.id));
+      setSession(reply, await auth.newSession(account.id));
       return reply.code(201).send({ account: summary(account) });
     },
   );
@@ -107,7 +106,7 @@ export const authRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) =>
       config: { auth: 'none', errors: [400, 401] },
     },
     async (req, reply) => {
-      setSession(req, reply, await auth.consumeLoginLink(req.query.token));
+      setSession(reply, await auth.consumeLoginLink(req.query.token));
       return reply.redirect('/', 303);
     },
   );
