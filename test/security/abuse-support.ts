@@ -112,7 +112,7 @@ function parseAnswer(buf: Buffer): RawAnswer | null {
   return { status, headers, text, body };
 }
 
-/** The answer is `status`, in the `{code, message, details?}` shape, and its message or details match `names`. */
+/** The answer is `status`, in the `{code, kind, message, details?}` shape, and its message or details match `names`. */
 export function assertError(
   a: { status: number; body: any; text: string },
   status: number,
@@ -125,9 +125,9 @@ export function assertError(
   assert.equal(typeof a.body.message, 'string');
   assert.ok(a.body.message.length > 0 && a.body.message.length <= 2000, `${what}: a short message`);
   assert.deepEqual(
-    Object.keys(a.body).filter((k) => !['code', 'message', 'details'].includes(k)),
+    Object.keys(a.body).filter((k) => !['code', 'kind', 'message', 'details'].includes(k)),
     [],
-    `${what}: only code, message, details`,
+    `${what}: only code, kind, message, details`,
   );
   if (names)
     assert.match(

@@ -1,5 +1,6 @@
 import type { IncomingMessage, Server } from 'node:http';
 import fastifyCookie from '@fastify/cookie';
+import fastifyRateLimit from '@fastify/rate-limit';
 import fastifyWebsocket from '@fastify/websocket';
 import { errorBody, LIMITS } from '@sandboxd/protocol';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from 'fastify';
@@ -103,6 +104,8 @@ export function createHttpServer(
   });
   // Parses `Cookie` into req.cookies (onRequest, before authentication); reply.setCookie.
   app.register(fastifyCookie);
+  // Limiters on the rate-limit counters, applied by the auth hook (no route hooks of its own).
+  app.register(fastifyRateLimit, deps.rateLimits.pluginOptions());
   // After the plugin's hooks, which mark upgrade requests and close their socket once a
   // refusal (401, 429, ...) is written: authentication refuses upgrades too.
   app.after(() => registerAuth(app, deps.services.auth, deps.rateLimits));
