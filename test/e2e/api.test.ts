@@ -28,7 +28,7 @@ function assertError(r: { status: number; body: any }, status: number) {
   assert.equal(r.status, status, JSON.stringify(r.body));
   assert.equal(r.body.code, status);
   assert.equal(typeof r.body.message, 'string');
-  assert.ok(Object.keys(r.body).every((k) => ['code', 'message', 'details'].includes(k)));
+  assert.ok(Object.keys(r.body).every((k) => ['code', 'kind', 'message', 'details'].includes(k)));
 }
 
 describe('sandbox API over HTTP', { timeout: 180_000 }, () => {
