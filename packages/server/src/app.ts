@@ -28,6 +28,7 @@ import { StorageGuard } from './services/storage.js';
 import { TerminalService } from './services/terminals.js';
 import { TimeoutService } from './services/timeout.js';
 import { VolumeService } from './services/volumes.js';
+import { MemoryCounters } from './store/memory-counters.js';
 import { SqliteStore } from './store/sqlite/store.js';
 import type { Store } from './store/store.js';
 
@@ -42,7 +43,10 @@ export interface BuildAppOptions {
   store?: Store;
   /** Default: pino at `config.logLevel` to stderr. */
   logger?: Logger;
-  /** Time of the rate limits, ms (default `performance.now`; tests move it by hand). */
+  /**
+   * Time of the rate limits, ms (tests move it by hand). Default: `performance.now` for the
+   * memory counters (immune to wall-clock steps), `Date.now` for the database's (shared).
+   */
   rateLimitNow?: () => number;
 }
 
@@ -99,7 +103,13 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
   };
   const reaper = new Reaper(deps, sandboxes);
   const metrics = new Metrics(() => sandboxes.countByState());
-  const rateLimits = new RateLimits(config.rateLimit, opts.rateLimitNow ?? (() => performance.now()));
+  // The rate-limit counters: this process's memory, or the store's database (shared by replicas).
+  const shared = config.rateLimit.store === 'database';
+  const rateLimits = new RateLimits(
+    config.rateLimit,
+    shared ? store : new MemoryCounters(),
+    opts.rateLimitNow ?? (shared ? () => Date.now() : () => performance.now()),
+  );
   const frontDoor = new FrontDoor();
   const gateway = new TerminalGateway({
     log: log.child({ component: 'terminals' }),

@@ -82,9 +82,9 @@ describe('server source layout', () => {
     assert.deepEqual(cycles(g), [['a.ts', 'b.ts', 'c.ts']]);
   });
 
-  it('app.ts is the only place that constructs services, the terminal gateway and the port proxy', () => {
+  it('app.ts is the only place that constructs services, stores, rate limits, the terminal gateway and the port proxy', () => {
     const built =
-      /\bnew\s+(\w+Service|TerminalGateway|PortProxy|PortAccess|SandboxTargets|PortLinks|StorageGuard|Reaper|Metrics|RateLimits|FrontDoor)\s*\(/g;
+      /\bnew\s+(\w+Service|TerminalGateway|PortProxy|PortAccess|SandboxTargets|PortLinks|StorageGuard|Reaper|Metrics|RateLimits|MemoryCounters|SqliteStore|FrontDoor)\s*\(/g;
     const offenders: string[] = [];
     let inApp = 0;
     for (const f of files) {

@@ -24,9 +24,15 @@ export interface PlanConfig {
 
 /**
  * Request rate limits (`SANDBOXD_RATE_LIMIT_*`); a rate or count of 0 turns that limit off.
- * The port proxy, /healthz and /metrics are never limited.
+ * The port proxy, /healthz and /metrics are never limited. Windows are fixed: a rate and a
+ * burst allow `burst` requests per `burst / perSec` seconds.
  */
 export interface RateLimitConfig {
+  /**
+   * Where the counters live (`_STORE`): `memory` (this process; a restart forgets them) or
+   * `database` (the store's database, shared by every server using it).
+   */
+  store: 'memory' | 'database';
   /** API requests per second per account, sustained (`_ACCOUNT_PER_SEC`), and the burst (`_ACCOUNT_BURST`). */
   accountPerSec: number;
   accountBurst: number;
@@ -38,7 +44,7 @@ export interface RateLimitConfig {
   loginFailuresPerIp: number;
   /** Sign-up attempts per IP within the window (`_SIGNUPS_PER_IP`). */
   signupsPerIp: number;
-  /** The sliding window of the login and sign-up counts, ms (`_AUTH_WINDOW_MS`). */
+  /** The window of the login and sign-up counts, ms (`_AUTH_WINDOW_MS`). */
   authWindowMs: number;
   /** Terminal WebSockets one account may hold open at once (`_TERMINAL_SOCKETS_PER_ACCOUNT`). */
   terminalSocketsPerAccount: number;
@@ -46,6 +52,7 @@ export interface RateLimitConfig {
 
 /** Defaults: far above heavy use of one account (a load of 500 exec/s never meets them). */
 export const DEFAULT_RATE_LIMITS: RateLimitConfig = {
+  store: 'memory',
   accountPerSec: 1000,
   accountBurst: 2000,
   ipPerSec: 100,
@@ -265,7 +272,9 @@ function rateLimits(env: Env, fromFile: unknown, fromOverrides?: Partial<RateLim
   for (const k of Object.keys(out) as Array<keyof RateLimitConfig>) {
     const name = `SANDBOXD_RATE_LIMIT_${k.replace(/[A-Z]/g, (c) => `_${c}`).toUpperCase()}`;
     const raw = fromOverrides?.[k] ?? (env[name] || undefined) ?? file[k];
-    if (raw !== undefined) out[k] = parseIntStrict(name, String(raw), k === 'authWindowMs' ? 1 : 0, 2 ** 40);
+    if (raw === undefined) continue;
+    if (k === 'store') out.store = oneOf(name, ['memory', 'database'] as const)(String(raw));
+    else out[k] = parseIntStrict(name, String(raw), k === 'authWindowMs' ? 1 : 0, 2 ** 40);
   }
   return out;
 }

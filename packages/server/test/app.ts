@@ -5,8 +5,9 @@ import { loadConfig, type Config } from '../src/config.js';
 import { ManualClock } from '../src/domain/clock.js';
 import { FakeDriver } from '../src/runtime/fake/driver.js';
 import { SqliteStore } from '../src/store/sqlite/store.js';
+import type { Store } from '../src/store/store.js';
 
-/** A started app on the fake driver, an in-memory SQLite store and a manual clock; for unit tests. */
+/** A started app on the fake driver, an in-memory SQLite store (or `opts.store`) and a manual clock; for unit tests. */
 export interface TestApp {
   app: Sandboxd;
   driver: FakeDriver;
@@ -23,7 +24,7 @@ export interface TestApp {
 /** Builds and starts a {@link TestApp}. */
 export async function makeTestApp(
   overrides: Partial<Config> = {},
-  opts: { driver?: FakeDriver; rateLimitNow?: () => number } = {},
+  opts: { driver?: FakeDriver; rateLimitNow?: () => number; store?: Store } = {},
 ): Promise<TestApp> {
   const adminKey = `sk_${'A'.repeat(40)}`;
   const config = loadConfig(
@@ -43,7 +44,7 @@ export async function makeTestApp(
     config,
     driver,
     clock,
-    store: new SqliteStore(':memory:'),
+    store: opts.store ?? new SqliteStore(':memory:'),
     logger: pino({ level: 'silent' }),
     rateLimitNow: opts.rateLimitNow,
   });

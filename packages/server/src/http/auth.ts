@@ -1,8 +1,7 @@
 import { SandboxdError } from '@sandboxd/protocol';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { AuthService, Principal } from '../services/auth.js';
-import { parseCookies, SESSION_COOKIE } from './cookies.js';
-import { limitAccount, limitIp, type RateLimits } from './rate-limit.js';
+import { addressKey, type RateLimits, requestLimiter } from './rate-limit.js';
 
 /** Who may call a route: anyone, any account, or admins only (others get 404). */
 export type AuthLevel = 'none' | 'account' | 'admin';
@@ -12,13 +11,15 @@ declare module 'fastify' {
     auth?: AuthLevel;
     /** Error statuses the operation documents (OpenAPI only). */
     errors?: number[];
-    /** `false`: never rate limited (health and metrics). */
-    rateLimit?: boolean;
+    // `rateLimit: false` (declared by @fastify/rate-limit): never rate limited (health, metrics).
   }
   interface FastifyRequest {
     principal: Principal | null;
   }
 }
+
+/** Name of the session cookie (set by /api/v1/auth/login, signup and the login link). */
+export const SESSION_COOKIE = 'sandboxd_session';
 
 const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
 
@@ -26,24 +27,27 @@ const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
  * Authenticates every routed request before validation: `Authorization: Bearer <key>`
  * or `X-API-Key: <key>`, else the session cookie. A state-changing request that relies on
  * the cookie must carry a same-origin `Origin` (CSRF). Unknown routes skip this (404).
- * Rate limits come first: an authenticated request is charged to its account, anything
- * else (public routes, unknown routes, failed credentials) to its client address; routes
- * with `rateLimit: false` (health, metrics) are never limited.
+ * Rate limits come first (@fastify/rate-limit's limiters, called here rather than per
+ * route): an authenticated request is charged to its account, anything else (public routes,
+ * unknown routes, failed credentials) to its client address; routes with
+ * `rateLimit: false` (health, metrics) are never limited.
  */
 export function registerAuth(app: FastifyInstance, auth: AuthService, limits: RateLimits): void {
+  const byAccount = requestLimiter(app, limits, 'account', (req) => req.principal?.account.id ?? '');
+  const byAddress = requestLimiter(app, limits, 'ip', (req) => addressKey(req.ip));
   app.decorateRequest('principal', null);
   app.addHook('onRequest', async (req) => {
     const config = req.routeOptions.config;
     if (config?.rateLimit === false) return;
     const level = config?.auth ?? 'account';
-    if (!req.routeOptions.url || level === 'none') return limitIp(limits, req.ip);
+    if (!req.routeOptions.url || level === 'none') return byAddress(req);
     try {
       req.principal = await authenticate(req, auth);
     } catch (e) {
-      limitIp(limits, req.ip); // a flood of bad credentials meets the address's limit (429), not endless 401s
+      await byAddress(req); // a flood of bad credentials meets the address's limit (429), not endless 401s
       throw e;
     }
-    limitAccount(limits, req.principal.account.id);
+    await byAccount(req);
     if (level === 'admin' && !req.principal.account.admin) throw new SandboxdError('not_found', 'Route not found');
   });
 }
@@ -58,7 +62,7 @@ async function authenticate(req: FastifyRequest, auth: AuthService): Promise<Pri
     return auth.fromApiKey(m[1]);
   }
   if (typeof xKey === 'string' && xKey !== '') return auth.fromApiKey(xKey.trim());
-  const token = parseCookies(req.headers.cookie)[SESSION_COOKIE];
+  const token = req.cookies[SESSION_COOKIE];
   if (!token)
     throw new SandboxdError(
       'unauthorized',

@@ -1,7 +1,12 @@
 import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { DEFAULT_RATE_LIMITS, loadConfig, type RateLimitConfig } from '../config.js';
-import { clientKey, SlidingWindow, TokenBuckets } from './rate-limit.js';
+import { MemoryCounters } from '../store/memory-counters.js';
+import { SqliteStore } from '../store/sqlite/store.js';
+import { addressKey, RateLimits, requestWindow } from './rate-limit.js';
 import { refusedUpgrade, TermClient, terminalUrl } from '../../test/terminals.js';
 import { makeTestApp, type TestApp } from '../../test/app.js';
 
@@ -16,128 +21,92 @@ function manual(start = 1_000_000) {
   };
 }
 
-describe('TokenBuckets (injected clock)', () => {
-  it('spends the burst, then refuses with the exact wait; refills at the rate', () => {
-    const c = manual();
-    const b = new TokenBuckets({ perSec: 10, burst: 3, now: c.now });
-    for (let i = 0; i < 3; i++) assert.deepEqual(b.take('a'), { ok: true });
-    assert.deepEqual(b.take('a'), { ok: false, retryAfterMs: 100 });
-    c.advance(40);
-    assert.deepEqual(b.take('a'), { ok: false, retryAfterMs: 60 }, 'the wait shrinks as tokens refill');
-    c.advance(60);
-    assert.deepEqual(b.take('a'), { ok: true });
-    assert.equal(b.take('a').ok, false);
-    c.advance(10_000);
-    for (let i = 0; i < 3; i++) assert.equal(b.take('a').ok, true, 'never more than the burst after a long pause');
-    assert.equal(b.take('a').ok, false);
-  });
-
-  it('keys are independent', () => {
-    const c = manual();
-    const b = new TokenBuckets({ perSec: 1, burst: 1, now: c.now });
-    assert.equal(b.take('a').ok, true);
-    assert.equal(b.take('a').ok, false);
-    assert.equal(b.take('b').ok, true);
-  });
-
-  it('sustains exactly its rate: 1000/s with a burst of 2000 serves 2000 + 1000 per second', () => {
-    const c = manual();
-    const b = new TokenBuckets({
-      perSec: DEFAULT_RATE_LIMITS.accountPerSec,
-      burst: DEFAULT_RATE_LIMITS.accountBurst,
-      now: c.now,
+describe('windows of the request limits', () => {
+  it('a rate and a burst: burst requests per burst/perSec seconds; 0 turns it off', () => {
+    assert.deepEqual(requestWindow(DEFAULT_RATE_LIMITS.accountPerSec, DEFAULT_RATE_LIMITS.accountBurst), {
+      max: 2000,
+      windowMs: 2000,
     });
-    let ok = 0;
-    // 10 s of 1,500 requests/s, 1 ms apart in groups of 1.5
-    for (let ms = 0; ms < 10_000; ms++) {
-      for (let k = 0; k < (ms % 2 ? 2 : 1); k++) if (b.take('acc').ok) ok++;
-      c.advance(1);
-    }
-    assert.ok(ok >= 2000 + 9990 && ok <= 2000 + 10_000, `served ${ok}`);
-    // 500 req/s (the load test) never meets the limit
-    const slow = new TokenBuckets({ perSec: 1000, burst: 2000, now: c.now });
-    for (let i = 0; i < 5000; i++, c.advance(2)) assert.equal(slow.take('acc').ok, true);
+    assert.deepEqual(requestWindow(DEFAULT_RATE_LIMITS.ipPerSec, DEFAULT_RATE_LIMITS.ipBurst), {
+      max: 1000,
+      windowMs: 10_000,
+    });
+    assert.deepEqual(requestWindow(3, 5), { max: 5, windowMs: 1667 });
+    assert.deepEqual(requestWindow(1_000_000, 1), { max: 1, windowMs: 1 }, 'never a window of 0 ms');
+    assert.equal(requestWindow(0, 10), null);
+    assert.equal(requestWindow(10, 0), null);
   });
 
-  it('perSec 0 turns it off', () => {
-    const b = new TokenBuckets({ perSec: 0, burst: 0, now: () => 0 });
-    for (let i = 0; i < 100; i++) assert.equal(b.take('a').ok, true);
-    assert.equal(b.size, 0);
-  });
-
-  it('forgets buckets once they are full again, and never holds more than maxKeys', () => {
+  it('a 500 req/s load from one account never meets the default account limit', async () => {
     const c = manual();
-    const b = new TokenBuckets({ perSec: 10, burst: 10, now: c.now, sweepMs: 1000, maxKeys: 500 });
-    for (let i = 0; i < 400; i++) b.take(`ip${i}`);
-    assert.equal(b.size, 400);
-    c.advance(50); // nothing is full yet, and no sweep is due
-    b.take('x');
-    assert.equal(b.size, 401);
-    c.advance(1000); // every bucket refilled: the next call sweeps them
-    b.take('y');
-    assert.equal(b.size, 1);
-    for (let i = 0; i < 2000; i++) b.take(`flood${i}`);
-    assert.equal(b.size, 500, 'bounded under a flood of new keys');
-    // the least recently used key goes first: a key in use keeps its (empty) bucket
-    const hot = new TokenBuckets({ perSec: 1, burst: 1, now: c.now, maxKeys: 3 });
-    hot.take('hot');
-    for (let i = 0; i < 10; i++) {
-      hot.take(`cold${i}`);
-      assert.equal(hot.take('hot').ok, false, 'still limited: its bucket was not evicted');
-    }
+    const limits = new RateLimits(DEFAULT_RATE_LIMITS, new MemoryCounters(), c.now);
+    const w = limits.account!;
+    for (let i = 0; i < 5000; i++, c.advance(2)) assert.ok((await limits.hit('account:a', w.windowMs)).count <= w.max);
   });
 });
 
-describe('SlidingWindow (injected clock)', () => {
-  it('allows max events per window, says when the oldest leaves, and clears', () => {
-    const c = manual();
-    const w = new SlidingWindow({ max: 3, windowMs: 1000, now: c.now });
-    for (let i = 0; i < 3; i++) {
-      assert.equal(w.check('e').ok, true);
-      w.record('e');
-      c.advance(100);
-    }
-    // events at 0, 100, 200; now 300: the first leaves at 1000
-    assert.deepEqual(w.check('e'), { ok: false, retryAfterMs: 700 });
-    assert.equal(w.check('other').ok, true);
-    c.advance(700);
-    assert.equal(w.check('e').ok, true);
-    w.record('e');
-    assert.deepEqual(w.check('e'), { ok: false, retryAfterMs: 100 });
-    w.clear('e');
-    assert.equal(w.check('e').ok, true);
-    // a fractional clock (performance.now) still gives whole milliseconds
-    const f = new SlidingWindow({ max: 1, windowMs: 1000, now: () => 0.25 });
-    f.record('x');
-    assert.deepEqual(f.check('x'), { ok: false, retryAfterMs: 1000 });
-  });
-
-  it('drops keys whose events left the window; bounded; max 0 is off', () => {
-    const c = manual();
-    const w = new SlidingWindow({ max: 2, windowMs: 1000, now: c.now, maxKeys: 100 });
-    for (let i = 0; i < 50; i++) w.record(`k${i}`);
-    assert.equal(w.size, 50);
-    c.advance(1001);
-    w.record('new');
-    assert.equal(w.size, 1);
-    for (let i = 0; i < 1000; i++) w.record(`f${i}`);
-    assert.equal(w.size, 100);
-    const off = new SlidingWindow({ max: 0, windowMs: 1000, now: c.now });
-    for (let i = 0; i < 10; i++) off.record('x');
-    assert.equal(off.check('x').ok, true);
-    assert.equal(off.size, 0);
-  });
-});
-
-describe('clientKey', () => {
+describe('addressKey', () => {
   it('IPv4 as is (also mapped), IPv6 by its /64', () => {
-    assert.equal(clientKey('127.0.0.1'), '127.0.0.1');
-    assert.equal(clientKey('::ffff:10.1.2.3'), '10.1.2.3');
-    assert.equal(clientKey('2001:db8:1:2:3:4:5:6'), '2001:db8:1:2::/64');
-    assert.equal(clientKey('2001:db8:1:2::99'), '2001:db8:1:2::/64');
-    assert.equal(clientKey('2001:0db8::1'), '2001:db8:0:0::/64');
-    assert.equal(clientKey('::1'), '0:0:0:0::/64');
-    assert.equal(clientKey(undefined), 'unknown');
+    assert.equal(addressKey('127.0.0.1'), '127.0.0.1');
+    assert.equal(addressKey('::ffff:10.1.2.3'), '10.1.2.3');
+    assert.equal(addressKey('2001:db8:1:2:3:4:5:6'), '2001:db8:1:2::');
+    assert.equal(addressKey('2001:db8:1:2::99'), '2001:db8:1:2::');
+    assert.equal(addressKey('2001:0db8::1'), '2001:db8::');
+    assert.equal(addressKey('fe80::1%eth0'), 'fe80::');
+    assert.equal(addressKey(undefined), 'unknown');
+  });
+});
+
+describe('RateLimits over counters (injected clock)', () => {
+  it('counts in fixed windows with the wait to the end; purges ended windows at most once per interval', async () => {
+    const c = manual();
+    const counters = new MemoryCounters();
+    let purges = 0;
+    const purge = counters.purgeCounters.bind(counters);
+    counters.purgeCounters = (now) => {
+      purges++;
+      return purge(now);
+    };
+    const limits = new RateLimits(DEFAULT_RATE_LIMITS, counters, c.now, 1000);
+    assert.deepEqual(await limits.hit('k', 500), { count: 1, ttl: 500 });
+    c.advance(100.7); // a fractional clock (performance.now) gives whole milliseconds
+    assert.deepEqual(await limits.hit('k', 500), { count: 2, ttl: 400 });
+    assert.deepEqual(await limits.read('k'), { count: 2, ttl: 400 });
+    c.advance(400);
+    assert.equal(await limits.read('k'), null);
+    assert.equal(purges, 1, 'the first hit purges');
+    await limits.hit('i', 100);
+    await limits.hit('j', 100);
+    assert.equal(counters.size, 2, 'k was dropped when read after its end');
+    c.advance(1000);
+    await limits.hit('x', 100);
+    assert.equal(purges, 2);
+    assert.equal(counters.size, 1, 'ended windows are gone');
+  });
+
+  it('failed logins: the longer wait of email and address; failures only; success clears the email only', async () => {
+    const c = manual();
+    const config = { ...DEFAULT_RATE_LIMITS, loginFailuresPerEmail: 2, loginFailuresPerIp: 3, authWindowMs: 10_000 };
+    const limits = new RateLimits(config, new MemoryCounters(), c.now);
+    assert.equal(await limits.loginWait('e', '1.1.1.1'), 0);
+    await limits.loginFailed('e', '1.1.1.1');
+    c.advance(1000);
+    await limits.loginFailed('e', '1.1.1.1');
+    assert.equal(await limits.loginWait('e', '2.2.2.2'), 9000, 'the email waits, from any address');
+    assert.equal(await limits.loginWait('f', '1.1.1.1'), 0, 'the address has one failure left');
+    c.advance(1000);
+    await limits.loginFailed('f', '1.1.1.1');
+    assert.equal(await limits.loginWait('g', '1.1.1.1'), 8000);
+    await limits.loginSucceeded('e');
+    assert.equal(await limits.loginWait('e', '2.2.2.2'), 0);
+    assert.equal(await limits.loginWait('e', '1.1.1.1'), 8000, 'the address stays limited');
+    const off = new RateLimits(
+      { ...config, loginFailuresPerEmail: 0, loginFailuresPerIp: 0 },
+      new MemoryCounters(),
+      c.now,
+    );
+    for (let i = 0; i < 10; i++) await off.loginFailed('e', '1.1.1.1');
+    assert.equal(await off.loginWait('e', '1.1.1.1'), 0, '0 turns them off');
   });
 });
 
@@ -167,225 +136,272 @@ describe('rate limit config', () => {
       /SANDBOXD_RATE_LIMIT_ACCOUNT_PER_SEC/,
     );
     assert.throws(() => loadConfig({ SANDBOXD_RATE_LIMIT_AUTH_WINDOW_MS: '0' }), /SANDBOXD_RATE_LIMIT_AUTH_WINDOW_MS/);
+    assert.equal(DEFAULT_RATE_LIMITS.store, 'memory');
+    assert.equal(loadConfig({ SANDBOXD_RATE_LIMIT_STORE: 'database' }).rateLimit.store, 'database');
+    assert.throws(
+      () => loadConfig({ SANDBOXD_RATE_LIMIT_STORE: 'redis' }),
+      /SANDBOXD_RATE_LIMIT_STORE must be one of memory, database/,
+    );
   });
 });
 
-describe('rate limits in the HTTP API (inject, moved clock)', () => {
-  let t: TestApp;
-  const c = manual();
-  const limits: RateLimitConfig = {
-    accountPerSec: 1,
-    accountBurst: 5,
-    ipPerSec: 1,
-    ipBurst: 4,
-    loginFailuresPerEmail: 3,
-    loginFailuresPerIp: 6,
-    signupsPerIp: 2,
-    authWindowMs: 60_000,
-    terminalSocketsPerAccount: 3,
-  };
-  const errors429 = async () =>
-    Number(
-      /sandboxd_http_errors_total\{code="429"\} (\d+)/.exec(
-        (await t.req({ method: 'GET', url: '/metrics', key: null })).body,
-      )?.[1] ?? 0,
-    );
-  before(async () => {
-    t = await makeTestApp({ rateLimit: limits, signupEnabled: true }, { rateLimitNow: c.now });
-  });
-  after(() => t.close());
-
-  it('per account: the burst, then 429 with Retry-After and details; other accounts and health unaffected', async () => {
-    c.advance(60_000);
-    const a = await t.newAccount();
-    c.advance(60_000);
-    const b = await t.newAccount();
-    c.advance(60_000);
-    for (let i = 0; i < 5; i++)
-      assert.equal((await t.req({ method: 'GET', url: '/api/v1/account', key: a.key })).statusCode, 200);
-    const before429 = await errors429();
-    const r = await t.req({ method: 'GET', url: '/api/v1/account', key: a.key });
-    assert.equal(r.statusCode, 429);
-    assert.equal(r.headers['retry-after'], '1');
-    const body = r.json();
-    assert.deepEqual(Object.keys(body).sort(), ['code', 'details', 'kind', 'message']);
-    assert.equal(body.code, 429);
-    assert.deepEqual(body.details, { limit: 'account', retryAfterMs: 1000 });
-    assert.match(body.message, /Too many requests for this account.*retry in 1 s/);
-    // a refused request is not run: a create is refused before validation and billing
-    const create = await t.req({
-      method: 'POST',
-      url: '/api/v1/sandboxes',
-      key: a.key,
-      payload: { image: 'local/busybox:latest' },
-    });
-    assert.equal(create.statusCode, 429);
-    assert.equal(await errors429(), before429 + 2, '429s are counted in /metrics by code');
-    assert.equal(
-      (await t.req({ method: 'GET', url: '/api/v1/account', key: b.key })).statusCode,
-      200,
-      'another account is unaffected',
-    );
-    for (let i = 0; i < 20; i++)
-      assert.equal(
-        (await t.req({ method: 'GET', url: '/healthz', key: null })).statusCode,
-        200,
-        'health is never limited',
+for (const store of ['memory', 'database'] as const)
+  describe(`rate limits in the HTTP API (inject, moved clock, ${store} counters)`, () => {
+    let t: TestApp;
+    const c = manual();
+    const limits: RateLimitConfig = {
+      store,
+      accountPerSec: 1,
+      accountBurst: 5,
+      ipPerSec: 1,
+      ipBurst: 4,
+      loginFailuresPerEmail: 3,
+      loginFailuresPerIp: 6,
+      signupsPerIp: 2,
+      authWindowMs: 60_000,
+      terminalSocketsPerAccount: 3,
+    };
+    const errors429 = async () =>
+      Number(
+        /sandboxd_http_errors_total\{code="429"\} (\d+)/.exec(
+          (await t.req({ method: 'GET', url: '/metrics', key: null })).body,
+        )?.[1] ?? 0,
       );
-    c.advance(1000);
-    const after = await t.req({ method: 'GET', url: '/api/v1/account', key: a.key });
-    assert.equal(after.statusCode, 200, 'one token after the announced wait');
-    assert.equal(after.json().usage.startedSandboxes, 0, 'the refused create did nothing');
-    assert.equal(after.json().balance, 1000, 'and charged nothing');
-  });
-
-  it('per IP without valid credentials: bad keys and public routes, by address', async () => {
-    c.advance(60_000);
-    const ip = (remoteAddress: string) => ({ remoteAddress });
-    for (let i = 0; i < 4; i++)
-      assert.equal(
-        (await t.req({ method: 'GET', url: '/api/v1/sandboxes', key: `sk_${'x'.repeat(40)}`, ...ip('10.0.0.1') }))
-          .statusCode,
-        401,
-      );
-    const r = await t.req({ method: 'GET', url: '/api/v1/sandboxes', key: null, ...ip('10.0.0.1') });
-    assert.equal(r.statusCode, 429);
-    assert.equal(r.json().details.limit, 'ip');
-    assert.equal(
-      (await t.req({ method: 'GET', url: '/api/v1/openapi.json', key: null, ...ip('10.0.0.1') })).statusCode,
-      429,
-      'public routes count too',
-    );
-    assert.equal(
-      (await t.req({ method: 'GET', url: '/api/v1/nope', key: null, ...ip('10.0.0.1') })).statusCode,
-      429,
-      'unknown routes count too',
-    );
-    assert.equal(
-      (await t.req({ method: 'GET', url: '/api/v1/sandboxes', key: null, ...ip('10.0.0.2') })).statusCode,
-      401,
-      'another address is unaffected',
-    );
-    const acct = await t.newAccount();
-    assert.equal(
-      (await t.req({ method: 'GET', url: '/api/v1/sandboxes', key: acct.key, ...ip('10.0.0.1') })).statusCode,
-      200,
-      'valid credentials are charged to the account, not the address',
-    );
-  });
-
-  it('login: failures per email, then 429 even with the right password; other emails and addresses unaffected; success clears', async () => {
-    c.advance(120_000);
-    const email = 'victim@example.com';
-    await t.req({ method: 'POST', url: '/api/v1/admin/accounts', payload: { email, password: 'rightpassword' } });
-    await t.req({
-      method: 'POST',
-      url: '/api/v1/admin/accounts',
-      payload: { email: 'bystander@example.com', password: 'rightpassword' },
+    before(async () => {
+      t = await makeTestApp({ rateLimit: limits, signupEnabled: true }, { rateLimitNow: c.now });
     });
-    const login = (e: string, password: string, remoteAddress = '10.1.0.1') =>
-      t.req({ method: 'POST', url: '/api/v1/auth/login', key: null, payload: { email: e, password }, remoteAddress });
-    c.advance(10_000);
-    for (let i = 0; i < 3; i++) {
-      assert.equal((await login(email, 'wrong')).statusCode, 401);
-      c.advance(1000);
-    }
-    const blocked = await login('Victim@Example.com', 'rightpassword', '10.1.0.2');
-    assert.equal(
-      blocked.statusCode,
-      429,
-      'the email is locked for a while, whatever the case, the password or the address',
-    );
-    assert.equal(blocked.json().details.limit, 'login');
-    assert.equal(blocked.headers['retry-after'], '57');
-    assert.equal(
-      (await login('bystander@example.com', 'rightpassword', '10.1.0.2')).statusCode,
-      200,
-      'another email logs in',
-    );
-    c.advance(57_000);
-    assert.equal((await login(email, 'rightpassword')).statusCode, 200, 'after the window');
-    // per address: 6 failures over several emails block that address only
-    c.advance(10_000);
-    for (let i = 0; i < 6; i++) {
-      assert.equal((await login(`nobody${i}@example.com`, 'wrong', '10.2.0.1')).statusCode, 401);
-      c.advance(1000); // stays under the address's request bucket
-    }
-    assert.equal((await login('bystander@example.com', 'rightpassword', '10.2.0.1')).statusCode, 429);
-    assert.equal((await login('bystander@example.com', 'rightpassword', '10.2.0.9')).statusCode, 200);
-  });
+    after(() => t.close());
 
-  it('sign-up: per address', async () => {
-    c.advance(120_000);
-    const signup = (n: number, remoteAddress: string) =>
-      t.req({
-        method: 'POST',
-        url: '/api/v1/auth/signup',
-        key: null,
-        payload: { email: `s${n}@example.com`, password: 'password123' },
-        remoteAddress,
-      });
-    assert.equal((await signup(1, '10.3.0.1')).statusCode, 201);
-    c.advance(5000);
-    assert.equal((await signup(1, '10.3.0.1')).statusCode, 409, 'a taken email counts as an attempt');
-    const r = await signup(2, '10.3.0.1');
-    assert.equal(r.statusCode, 429);
-    assert.equal(r.json().details.limit, 'signup');
-    assert.equal(
-      (await t.req({ method: 'GET', url: '/api/v1/admin/accounts' }))
-        .json()
-        .accounts.some((a: { email: string }) => a.email === 's2@example.com'),
-      false,
-    );
-    assert.equal((await signup(3, '10.3.0.2')).statusCode, 201);
-  });
-
-  it('terminal sockets per account: past the cap the upgrade is refused (429) until one closes; others unaffected', async () => {
-    const base = await t.app.http.listen({ host: '127.0.0.1', port: 0 });
-    c.advance(60_000);
-    const acct = await t.newAccount();
-    c.advance(60_000);
-    const sb = (
-      await t.req({
+    it('per account: the burst, then 429 with Retry-After and details; other accounts and health unaffected', async () => {
+      c.advance(60_000);
+      const a = await t.newAccount();
+      c.advance(60_000);
+      const b = await t.newAccount();
+      c.advance(60_000);
+      for (let i = 0; i < 5; i++)
+        assert.equal((await t.req({ method: 'GET', url: '/api/v1/account', key: a.key })).statusCode, 200);
+      c.advance(1200); // 5 per 5 s, a window from the first request: 3.8 s left
+      const before429 = await errors429();
+      const r = await t.req({ method: 'GET', url: '/api/v1/account', key: a.key });
+      assert.equal(r.statusCode, 429);
+      assert.equal(r.headers['retry-after'], '4', 'whole seconds, rounded up');
+      assert.equal(r.headers['x-ratelimit-limit'], undefined, 'no headers of the library');
+      const body = r.json();
+      assert.deepEqual(Object.keys(body).sort(), ['code', 'details', 'kind', 'message']);
+      assert.equal(body.code, 429);
+      assert.equal(body.kind, 'rate_limited');
+      assert.deepEqual(body.details, { limit: 'account', retryAfterMs: 3800 });
+      assert.match(body.message, /^Too many requests for this account \(at most 5 per 5 s\); retry in 4 s$/);
+      // a refused request is not run: a create is refused before validation and billing
+      const create = await t.req({
         method: 'POST',
         url: '/api/v1/sandboxes',
-        key: acct.key,
+        key: a.key,
         payload: { image: 'local/busybox:latest' },
-      })
-    ).json().sandbox.id;
-    const term = (
-      await t.req({ method: 'POST', url: `/api/v1/sandboxes/${sb}/terminals`, key: acct.key, payload: {} })
-    ).json().terminal.id;
-    const url = terminalUrl(base, sb, term);
-    const auth = { authorization: `Bearer ${acct.key}` };
-    c.advance(60_000);
-    const open = [
-      await TermClient.connect(url, auth),
-      await TermClient.connect(url, auth),
-      await TermClient.connect(url, auth),
-    ];
-    const refused = await refusedUpgrade(url, auth);
-    assert.equal(refused.status, 429);
-    assert.deepEqual((refused.body as { details: unknown }).details, { limit: 'connections', max: 3 });
-    c.advance(60_000);
-    const sb2 = (
-      await t.req({ method: 'POST', url: '/api/v1/sandboxes', payload: { image: 'local/busybox:latest' } })
-    ).json().sandbox.id;
-    const term2 = (await t.req({ method: 'POST', url: `/api/v1/sandboxes/${sb2}/terminals`, payload: {} })).json()
-      .terminal.id;
-    const admin = await TermClient.connect(terminalUrl(base, sb2, term2), { authorization: `Bearer ${t.adminKey}` });
-    await admin.control('ready');
-    admin.close();
-    open[0].close();
-    await open[0].closed;
-    c.advance(60_000);
-    let again: TermClient | null = null;
-    for (let i = 0; i < 50 && !again; i++) {
-      again = await TermClient.connect(url, auth).catch(() => null); // the server counts the socket until it has closed its side
-      if (!again) await new Promise((r) => setTimeout(r, 20));
-    }
-    assert.ok(again, 'a slot is free again once a socket closed');
-    for (const x of [...open.slice(1), again]) x.close();
-    await Promise.all([...open.slice(1), again].map((x) => x.closed));
+      });
+      assert.equal(create.statusCode, 429);
+      assert.equal(await errors429(), before429 + 2, '429s are counted in /metrics by code');
+      assert.equal(
+        (await t.req({ method: 'GET', url: '/api/v1/account', key: b.key })).statusCode,
+        200,
+        'another account is unaffected',
+      );
+      for (let i = 0; i < 20; i++)
+        assert.equal(
+          (await t.req({ method: 'GET', url: '/healthz', key: null })).statusCode,
+          200,
+          'health is never limited',
+        );
+      c.advance(3799);
+      assert.equal((await t.req({ method: 'GET', url: '/api/v1/account', key: a.key })).statusCode, 429, 'not before');
+      c.advance(1);
+      const after = await t.req({ method: 'GET', url: '/api/v1/account', key: a.key });
+      assert.equal(after.statusCode, 200, 'a new window after the announced wait');
+      assert.equal(after.json().usage.startedSandboxes, 0, 'the refused create did nothing');
+      assert.equal(after.json().balance, 1000, 'and charged nothing');
+    });
+
+    it('per IP without valid credentials: bad keys and public routes, by address', async () => {
+      c.advance(60_000);
+      const ip = (remoteAddress: string) => ({ remoteAddress });
+      for (let i = 0; i < 4; i++)
+        assert.equal(
+          (await t.req({ method: 'GET', url: '/api/v1/sandboxes', key: `sk_${'x'.repeat(40)}`, ...ip('10.0.0.1') }))
+            .statusCode,
+          401,
+        );
+      const r = await t.req({ method: 'GET', url: '/api/v1/sandboxes', key: null, ...ip('10.0.0.1') });
+      assert.equal(r.statusCode, 429);
+      assert.deepEqual(r.json().details, { limit: 'ip', retryAfterMs: 4000 });
+      assert.match(r.json().message, /from this address \(at most 4 per 4 s\)/);
+      assert.equal(
+        (await t.req({ method: 'GET', url: '/api/v1/openapi.json', key: null, ...ip('10.0.0.1') })).statusCode,
+        429,
+        'public routes count too',
+      );
+      assert.equal(
+        (await t.req({ method: 'GET', url: '/api/v1/nope', key: null, ...ip('10.0.0.1') })).statusCode,
+        429,
+        'unknown routes count too',
+      );
+      assert.equal(
+        (await t.req({ method: 'GET', url: '/api/v1/sandboxes', key: null, ...ip('10.0.0.2') })).statusCode,
+        401,
+        'another address is unaffected',
+      );
+      const acct = await t.newAccount();
+      assert.equal(
+        (await t.req({ method: 'GET', url: '/api/v1/sandboxes', key: acct.key, ...ip('10.0.0.1') })).statusCode,
+        200,
+        'valid credentials are charged to the account, not the address',
+      );
+    });
+
+    it('login: failures per email, then 429 even with the right password; other emails and addresses unaffected; success clears', async () => {
+      c.advance(120_000);
+      const email = 'victim@example.com';
+      await t.req({ method: 'POST', url: '/api/v1/admin/accounts', payload: { email, password: 'rightpassword' } });
+      await t.req({
+        method: 'POST',
+        url: '/api/v1/admin/accounts',
+        payload: { email: 'bystander@example.com', password: 'rightpassword' },
+      });
+      const login = (e: string, password: string, remoteAddress = '10.1.0.1') =>
+        t.req({ method: 'POST', url: '/api/v1/auth/login', key: null, payload: { email: e, password }, remoteAddress });
+      c.advance(10_000);
+      for (let i = 0; i < 3; i++) {
+        assert.equal((await login(email, 'wrong')).statusCode, 401);
+        c.advance(1000);
+      }
+      const blocked = await login('Victim@Example.com', 'rightpassword', '10.1.0.2');
+      assert.equal(
+        blocked.statusCode,
+        429,
+        'the email is locked for a while, whatever the case, the password or the address',
+      );
+      assert.equal(blocked.json().details.limit, 'login');
+      assert.equal(blocked.headers['retry-after'], '57');
+      assert.equal(
+        (await login('bystander@example.com', 'rightpassword', '10.1.0.2')).statusCode,
+        200,
+        'another email logs in',
+      );
+      c.advance(57_000);
+      assert.equal((await login(email, 'rightpassword')).statusCode, 200, 'after the window');
+      // per address: 6 failures over several emails block that address only
+      c.advance(10_000);
+      for (let i = 0; i < 6; i++) {
+        assert.equal((await login(`nobody${i}@example.com`, 'wrong', '10.2.0.1')).statusCode, 401);
+        c.advance(1000); // stays under the address's request limit (4 per 4 s)
+      }
+      assert.equal((await login('bystander@example.com', 'rightpassword', '10.2.0.1')).statusCode, 429);
+      assert.equal((await login('bystander@example.com', 'rightpassword', '10.2.0.9')).statusCode, 200);
+    });
+
+    it('sign-up: per address', async () => {
+      c.advance(120_000);
+      const signup = (n: number, remoteAddress: string) =>
+        t.req({
+          method: 'POST',
+          url: '/api/v1/auth/signup',
+          key: null,
+          payload: { email: `s${n}@example.com`, password: 'password123' },
+          remoteAddress,
+        });
+      assert.equal((await signup(1, '10.3.0.1')).statusCode, 201);
+      c.advance(5000);
+      assert.equal((await signup(1, '10.3.0.1')).statusCode, 409, 'a taken email counts as an attempt');
+      const r = await signup(2, '10.3.0.1');
+      assert.equal(r.statusCode, 429);
+      assert.deepEqual(r.json().details, { limit: 'signup', retryAfterMs: 55_000 });
+      assert.equal(r.headers['retry-after'], '55');
+      assert.equal(
+        (await t.req({ method: 'GET', url: '/api/v1/admin/accounts' }))
+          .json()
+          .accounts.some((a: { email: string }) => a.email === 's2@example.com'),
+        false,
+      );
+      assert.equal((await signup(3, '10.3.0.2')).statusCode, 201);
+    });
+
+    it('terminal sockets per account: past the cap the upgrade is refused (429) until one closes; others unaffected', async () => {
+      const base = await t.app.http.listen({ host: '127.0.0.1', port: 0 });
+      c.advance(60_000);
+      const acct = await t.newAccount();
+      c.advance(60_000);
+      const sb = (
+        await t.req({
+          method: 'POST',
+          url: '/api/v1/sandboxes',
+          key: acct.key,
+          payload: { image: 'local/busybox:latest' },
+        })
+      ).json().sandbox.id;
+      const term = (
+        await t.req({ method: 'POST', url: `/api/v1/sandboxes/${sb}/terminals`, key: acct.key, payload: {} })
+      ).json().terminal.id;
+      const url = terminalUrl(base, sb, term);
+      const auth = { authorization: `Bearer ${acct.key}` };
+      c.advance(60_000);
+      const open = [
+        await TermClient.connect(url, auth),
+        await TermClient.connect(url, auth),
+        await TermClient.connect(url, auth),
+      ];
+      const refused = await refusedUpgrade(url, auth);
+      assert.equal(refused.status, 429);
+      assert.deepEqual((refused.body as { details: unknown }).details, { limit: 'connections', max: 3 });
+      c.advance(60_000);
+      const sb2 = (
+        await t.req({ method: 'POST', url: '/api/v1/sandboxes', payload: { image: 'local/busybox:latest' } })
+      ).json().sandbox.id;
+      const term2 = (await t.req({ method: 'POST', url: `/api/v1/sandboxes/${sb2}/terminals`, payload: {} })).json()
+        .terminal.id;
+      const admin = await TermClient.connect(terminalUrl(base, sb2, term2), { authorization: `Bearer ${t.adminKey}` });
+      await admin.control('ready');
+      admin.close();
+      open[0].close();
+      await open[0].closed;
+      c.advance(60_000);
+      let again: TermClient | null = null;
+      for (let i = 0; i < 50 && !again; i++) {
+        again = await TermClient.connect(url, auth).catch(() => null); // the server counts the socket until it has closed its side
+        if (!again) await new Promise((r) => setTimeout(r, 20));
+      }
+      assert.ok(again, 'a slot is free again once a socket closed');
+      for (const x of [...open.slice(1), again]) x.close();
+      await Promise.all([...open.slice(1), again].map((x) => x.closed));
+    });
   });
+
+describe('replicas on one database share the counters; memory counters are per process', () => {
+  for (const store of ['database', 'memory'] as const)
+    it(`${store}: the account limit and a login lockout seen from two servers`, async () => {
+      const dir = mkdtempSync(join(tmpdir(), 'sbx-replicas-'));
+      const c = manual();
+      const config = {
+        rateLimit: { ...DEFAULT_RATE_LIMITS, store, accountPerSec: 1, accountBurst: 5, loginFailuresPerEmail: 2 },
+      };
+      const path = join(dir, 'db.sqlite');
+      const a = await makeTestApp(config, { rateLimitNow: c.now, store: new SqliteStore(path) });
+      const b = await makeTestApp(config, { rateLimitNow: c.now, store: new SqliteStore(path) });
+      try {
+        const acct = await a.newAccount();
+        c.advance(60_000);
+        const get = (t: TestApp) => t.req({ method: 'GET', url: '/api/v1/account', key: acct.key });
+        for (let i = 0; i < 3; i++) assert.equal((await get(a)).statusCode, 200);
+        for (let i = 0; i < 2; i++) assert.equal((await get(b)).statusCode, 200);
+        assert.equal((await get(a)).statusCode, store === 'database' ? 429 : 200);
+        const email = (await a.app.store.getAccount(acct.id))?.email;
+        const login = (t: TestApp) =>
+          t.req({ method: 'POST', url: '/api/v1/auth/login', key: null, payload: { email, password: 'wrong' } });
+        assert.equal((await login(a)).statusCode, 401);
+        assert.equal((await login(a)).statusCode, 401);
+        assert.equal((await login(b)).statusCode, store === 'database' ? 429 : 401);
+      } finally {
+        await a.close();
+        await b.close();
+        rmSync(dir, { recursive: true, force: true });
+      }
+    });
 });

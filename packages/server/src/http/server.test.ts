@@ -99,9 +99,27 @@ describe('HTTP API (inject, fake driver)', () => {
     });
     assert.equal(s.statusCode, 201);
     const setCookie = String(s.headers['set-cookie']);
-    assert.match(setCookie, /HttpOnly/);
-    assert.match(setCookie, /SameSite=Lax/);
+    const attrs = (c: string) => c.split('; ').slice(1).sort();
+    assert.deepEqual(attrs(setCookie), ['HttpOnly', 'Max-Age=604800', 'Path=/', 'SameSite=Lax'], 'no Secure over http');
     const cookie = setCookie.split(';')[0];
+    assert.match(cookie, /^sandboxd_session=[A-Za-z0-9_-]{20,}$/);
+    assert.equal(
+      (
+        await t.req({
+          method: 'GET',
+          url: '/api/v1/account',
+          key: null,
+          headers: { cookie: `a=%zz; ${cookie}; ${cookie}x` },
+        })
+      ).statusCode,
+      200,
+      'a malformed cookie does not throw; the first sandboxd_session wins',
+    );
+    assert.equal(
+      (await t.req({ method: 'GET', url: '/api/v1/account', key: null, headers: { cookie: `${cookie}x; ${cookie}` } }))
+        .statusCode,
+      401,
+    );
     assert.equal(
       (await t.req({ method: 'GET', url: '/api/v1/account', key: null, headers: { cookie } })).json().email,
       'web@example.com',
@@ -136,10 +154,17 @@ describe('HTTP API (inject, fake driver)', () => {
       ).statusCode,
       200,
     );
-    assert.equal(
-      (await t.req({ method: 'POST', url: '/api/v1/auth/logout', key: null, headers: { cookie } })).statusCode,
-      204,
-    );
+    const out = await t.req({ method: 'POST', url: '/api/v1/auth/logout', key: null, headers: { cookie } });
+    assert.equal(out.statusCode, 204);
+    const cleared = String(out.headers['set-cookie']);
+    assert.match(cleared, /^sandboxd_session=;/);
+    assert.deepEqual(attrs(cleared), [
+      'Expires=Thu, 01 Jan 1970 00:00:00 GMT',
+      'HttpOnly',
+      'Max-Age=0',
+      'Path=/',
+      'SameSite=Lax',
+    ]);
     assert.equal(
       (await t.req({ method: 'GET', url: '/api/v1/account', key: null, headers: { cookie } })).statusCode,
       401,

@@ -1,4 +1,6 @@
 import type { IncomingMessage, Server } from 'node:http';
+import fastifyCookie from '@fastify/cookie';
+import fastifyRateLimit from '@fastify/rate-limit';
 import fastifyWebsocket from '@fastify/websocket';
 import { errorBody, LIMITS } from '@sandboxd/protocol';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from 'fastify';
@@ -100,6 +102,10 @@ export function createHttpServer(
     // The gateway's own error listener decides how a socket ends (after a protocol error's close frame).
     errorHandler: () => {},
   });
+  // Parses `Cookie` into req.cookies (onRequest, before authentication); reply.setCookie.
+  app.register(fastifyCookie);
+  // Limiters on the rate-limit counters, applied by the auth hook (no route hooks of its own).
+  app.register(fastifyRateLimit, deps.rateLimits.pluginOptions());
   // After the plugin's hooks, which mark upgrade requests and close their socket once a
   // refusal (401, 429, ...) is written: authentication refuses upgrades too.
   app.after(() => registerAuth(app, deps.services.auth, deps.rateLimits));

@@ -1,6 +1,6 @@
 import type { IncomingMessage } from 'node:http';
 import type { TLSSocket } from 'node:tls';
-import { KEY_HEADER, readCookies } from './headers.js';
+import { findCookie, KEY_HEADER } from './headers.js';
 import { LINK_COOKIE, LINK_PARAM, type PortLinks } from './links.js';
 import { ProxyError } from './reply.js';
 
@@ -72,7 +72,7 @@ export class PortAccess {
       if (a.upgrade || (method !== 'GET' && method !== 'HEAD')) return { kind: 'forward', path };
       return { kind: 'redirect', location: path, cookie: this.cookie(fromQuery, a.req) };
     }
-    if (readCookies(a.req, LINK_COOKIE).some((t) => this.valid(t, a))) return { kind: 'forward', path: url };
+    if (findCookie(a.req, LINK_COOKIE, (t) => this.valid(t, a)) !== undefined) return { kind: 'forward', path: url };
     throw new ProxyError(
       'unauthorized',
       `Port ${a.port} of sandbox ${a.sandboxId} is private: send the owner's API key in X-Sandboxd-Key, ` +

@@ -1,5 +1,6 @@
 import type { IncomingMessage } from 'node:http';
 import type { TLSSocket } from 'node:tls';
+import { parseCookie } from 'cookie';
 import { LINK_COOKIE } from './links.js';
 
 /** Header carrying the owner's API key to a private port; never forwarded to the sandbox. */
@@ -82,16 +83,17 @@ export function withoutCookie(header: string, name: string): string {
 }
 
 /**
- * Every value of cookie `name` in the request. There can be several: a page on another
- * sandbox host may set one for the parent domain, which the browser then sends too.
+ * The first value of cookie `name` that `accept` takes, parsed by the `cookie` package (the
+ * one @fastify/cookie uses; values as sent, not URL-decoded). A request can carry the
+ * name several times: a page on another sandbox host may set one for the parent domain,
+ * which the browser then sends too, so the first one alone would let it shadow the real
+ * one. `accept` is the parser's decode step: a value it refuses is skipped and the next of
+ * that name tried; it also sees the values of other names, which are dropped.
  */
-export function readCookies(req: IncomingMessage, name: string): string[] {
-  const out: string[] = [];
-  for (const part of (req.headers.cookie ?? '').split(';')) {
-    const eq = part.indexOf('=');
-    if (eq !== -1 && part.slice(0, eq).trim() === name) out.push(part.slice(eq + 1).trim());
-  }
-  return out;
+export function findCookie(req: IncomingMessage, name: string, accept: (value: string) => boolean): string | undefined {
+  const header = req.headers.cookie;
+  if (!header) return undefined;
+  return parseCookie(header, { decode: (v) => (accept(v) ? v : undefined) })[name];
 }
 
 /** The client's IP without the IPv4-mapped prefix. */

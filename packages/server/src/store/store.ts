@@ -83,12 +83,35 @@ export interface SandboxUpdate {
   expectStates?: SandboxRecordState[];
 }
 
+/** One fixed-window counter: events counted so far, and when its window ends (epoch ms). */
+export interface CounterWindow {
+  count: number;
+  resetAt: number;
+}
+
+/**
+ * Fixed-window counters by key (the rate limits' state). A window starts with the first
+ * event after the previous window of that key ended and lasts `windowMs`; a counter whose
+ * window has ended (`resetAt <= now`) is as good as absent. Each call is atomic, so replicas
+ * sharing one database share the counts. `now` is passed in (epoch ms), never read inside.
+ */
+export interface Counters {
+  /** Counts one event for `key` at `now`; returns the count including it and the window's end. */
+  hitCounter(key: string, windowMs: number, now: number): Promise<CounterWindow>;
+  /** The live window of `key` at `now`, or null when there is none; changes nothing. */
+  readCounter(key: string, now: number): Promise<CounterWindow | null>;
+  /** Forgets `key` (a successful login clears its email's failures). */
+  deleteCounter(key: string): Promise<void>;
+  /** Removes the counters whose window ended at or before `now`; returns how many. */
+  purgeCounters(now: number): Promise<number>;
+}
+
 /**
  * Persistence of sandboxd. Every method is atomic; those that decide something (reserve,
  * update with a debit) take their decision inside one transaction. Errors are
  * `SandboxdError`s: `tokens`, `concurrency`, `conflict`, `not_found`.
  */
-export interface Store {
+export interface Store extends Counters {
   // accounts
   createAccount(a: AccountRecord, grant: { tokens: number; reason: LedgerReason }): Promise<void>;
   getAccount(id: string): Promise<AccountRecord | null>;

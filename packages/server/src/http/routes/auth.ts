@@ -1,28 +1,26 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { AccountReplySchema, LoginLinkQuerySchema, LoginSchema, SignupSchema } from '@sandboxd/protocol';
-import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyReply } from 'fastify';
 import { Type } from 'typebox';
 import { summary } from '../../services/accounts.js';
-import { parseCookies, SESSION_COOKIE, sessionCookie } from '../cookies.js';
+import { SESSION_COOKIE } from '../auth.js';
 import type { HttpDeps } from '../deps.js';
-import { clientKey, rateLimited, type Verdict } from '../rate-limit.js';
+import { addressKey, rateLimited, requestLimiter } from '../rate-limit.js';
 
 const tags = ['auth'];
+/** The session cookie's attributes (Max-Age aside): HttpOnly, SameSite=Lax, Path=/, Secure over https. */
+const COOKIE = { path: '/', httpOnly: true, sameSite: 'lax', secure: 'auto' } as const;
 
 /** Browser sessions: login, logout, sign-up and the one-time login link. */
 export const authRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) => {
   const { auth, accounts } = d.services;
   const limits = d.rateLimits;
-  /** The first refusal among `verdicts` (the longest wait), as a 429. */
-  const refuse = (name: 'login' | 'signup', verdicts: Verdict[]) => {
-    const waits = verdicts.flatMap((v) => (v.ok ? [] : [v.retryAfterMs]));
-    if (waits.length) throw rateLimited(name, Math.max(...waits), limits.config);
-  };
-  const setSession = (req: FastifyRequest, reply: FastifyReply, token: string) =>
-    reply.header(
-      'set-cookie',
-      sessionCookie(token, { maxAgeSec: d.config.sessionTtlMs / 1000, secure: req.protocol === 'https' }),
-    );
+  // Sign-ups: every attempt counts (a taken email too), as the library's limiters count.
+  const signupLimit = d.config.signupEnabled
+    ? requestLimiter(app, limits, 'signup', (req) => addressKey(req.ip))
+    : async () => {};
+  const setSession = (reply: FastifyReply, token: string) =>
+    reply.setCookie(SESSION_COOKIE, token, { ...COOKIE, maxAge: Math.floor(d.config.sessionTtlMs / 1000) });
 
   app.post(
     '/api/v1/auth/login',
@@ -39,19 +37,19 @@ export const authRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) =>
     async (req, reply) => {
       // Throttled before the password is hashed: failures per email and per address.
       const email = req.body.email.trim().toLowerCase();
-      const ip = clientKey(req.ip);
-      refuse('login', [limits.loginByEmail.check(email), limits.loginByIp.check(ip)]);
+      const ip = addressKey(req.ip);
+      const wait = await limits.loginWait(email, ip);
+      if (wait > 0) throw rateLimited('login', wait, limits);
       let session: Awaited<ReturnType<typeof auth.login>>;
       try {
         session = await auth.login(req.body.email, req.body.password);
       } catch (e) {
-        limits.loginByEmail.record(email);
-        limits.loginByIp.record(ip);
+        await limits.loginFailed(email, ip);
         throw e;
       }
-      limits.loginByEmail.clear(email);
+      await limits.loginSucceeded(email);
       const { account, token } = session;
-      setSession(req, reply, token);
+      setSession(reply, token);
       return { account: summary(account) };
     },
   );
@@ -63,9 +61,9 @@ export const authRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) =>
       config: { auth: 'none', errors: [] },
     },
     async (req, reply) => {
-      const token = parseCookies(req.headers.cookie)[SESSION_COOKIE];
+      const token = req.cookies[SESSION_COOKIE];
       if (token) await auth.logout(token);
-      reply.header('set-cookie', sessionCookie('', { maxAgeSec: 0, secure: req.protocol === 'https' }));
+      reply.clearCookie(SESSION_COOKIE, COOKIE);
       return reply.code(204).send(null);
     },
   );
@@ -83,13 +81,9 @@ export const authRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) =>
       config: { auth: 'none', errors: [400, 404, 409, 429] },
     },
     async (req, reply) => {
-      if (d.config.signupEnabled) {
-        const ip = clientKey(req.ip);
-        refuse('signup', [limits.signupByIp.check(ip)]);
-        limits.signupByIp.record(ip);
-      }
+      await signupLimit(req);
       const account = await accounts.signup(req.body.email, req.body.password);
-      setSession(req, reply, await auth.newSession(account.id));
+      setSession(reply, await auth.newSession(account.id));
       return reply.code(201).send({ account: summary(account) });
     },
   );
@@ -107,7 +101,7 @@ export const authRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) =>
       config: { auth: 'none', errors: [400, 401] },
     },
     async (req, reply) => {
-      setSession(req, reply, await auth.consumeLoginLink(req.query.token));
+      setSession(reply, await auth.consumeLoginLink(req.query.token));
       return reply.redirect('/', 303);
     },
   );

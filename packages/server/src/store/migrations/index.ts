@@ -1,5 +1,6 @@
 import { sql as initial } from './001-initial.js';
 import { sql as privatePorts } from './002-private-ports.js';
+import { sql as rateCounters } from './003-rate-counters.js';
 
 /** A schema step; `version` is stored in SQLite's `user_version` once applied. */
 export interface Migration {
@@ -12,4 +13,5 @@ export interface Migration {
 export const MIGRATIONS: readonly Migration[] = [
   { version: 1, name: 'initial', sql: initial },
   { version: 2, name: 'private-ports', sql: privatePorts },
+  { version: 3, name: 'rate-counters', sql: rateCounters },
 ];

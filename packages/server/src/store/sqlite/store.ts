@@ -160,6 +160,32 @@ export class SqliteStore implements Store {
     }));
   }
 
+  async hitCounter(key: string, windowMs: number, now: number) {
+    // One statement: the row is new, restarted (its window ended) or counted up, atomically.
+    const r = this.db
+      .prepare(
+        `INSERT INTO rate_counters (key, count, reset_at) VALUES (@key, 1, @now + @windowMs)
+         ON CONFLICT(key) DO UPDATE SET
+           count = CASE WHEN reset_at <= @now THEN 1 ELSE count + 1 END,
+           reset_at = CASE WHEN reset_at <= @now THEN @now + @windowMs ELSE reset_at END
+         RETURNING count, reset_at`,
+      )
+      .get({ key, now, windowMs }) as { count: number; reset_at: number };
+    return { count: r.count, resetAt: r.reset_at };
+  }
+  async readCounter(key: string, now: number) {
+    const r = this.db
+      .prepare('SELECT count, reset_at FROM rate_counters WHERE key = ? AND reset_at > ?')
+      .get(key, now) as { count: number; reset_at: number } | undefined;
+    return r ? { count: r.count, resetAt: r.reset_at } : null;
+  }
+  async deleteCounter(key: string) {
+    this.db.prepare('DELETE FROM rate_counters WHERE key = ?').run(key);
+  }
+  async purgeCounters(now: number) {
+    return this.db.prepare('DELETE FROM rate_counters WHERE reset_at <= ?').run(now).changes;
+  }
+
   async getMeta(key: string) {
     const r = this.db.prepare('SELECT value FROM meta WHERE key = ?').get(key) as { value: string } | undefined;
     return r ? r.value : null;
