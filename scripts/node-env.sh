@@ -64,4 +64,7 @@ export SANDBOXD_NODE
 export PATH="$(dirname "$SANDBOXD_NODE"):$PATH"
 SANDBOXD_NODE_DIR="$(cd "$(dirname "$SANDBOXD_NODE")/.." && pwd)"
 export SANDBOXD_NODE_DIR
+# npm hands its config to scripts as npm_config_*; a machine's `nodedir` names an older
+# Node's headers, wrong for this Node (npm-deps.sh passes the right one where it builds).
+unset npm_config_nodedir
 unset _sbx_node_root _sbx_node_sys _sbx_arch _sbx_node_dir _sbx_tgz _sbx_sum _sbx_want _sbx_tmp

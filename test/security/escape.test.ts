@@ -793,8 +793,9 @@ print(json.dumps(out))' ${Buffer.from(JSON.stringify(names)).toString('base64')}
       await c.control('ready');
       const cdArg = Buffer.from(JSON.stringify({ cd_fds: true })).toString('base64');
       c.type(
-        `python3 ${fds} ${cdArg} > /tmp/fds-term.json 2>&1; for n in $(ls /proc/$$/fd); do (cd /proc/$$/fd/$n 2>/dev/null && echo "cd $n: $(pwd -P)"); done; echo TERM-DONE\r`,
+        `python3 ${fds} ${cdArg} > /tmp/fds-term.json 2>&1; for n in $(ls /proc/$$/fd); do (cd /proc/$$/fd/$n 2>/dev/null && echo "cd $n: $(pwd -P)"); done; echo TERM"-DONE"\r`,
       );
+      // The marker is quoted when typed, so the terminal's echo of the line never matches it.
       await c.waitForOutput(/TERM-DONE\r?\n/, 30_000);
       const cdLines = c.text.split(/\r?\n/).filter((l) => l.startsWith('cd '));
       for (const l of cdLines) assert.match(l, /^cd \d+: \/(dev\/pts|proc|$)/, `cd through a terminal fd: ${l}`);
@@ -877,7 +878,7 @@ print(json.dumps(out))' ${Buffer.from(JSON.stringify(names)).toString('base64')}
           authorization: `Bearer ${api.key}`,
         });
         await tc.control('ready');
-        tc.type(`python3 ${fds} > /tmp/fds-cwd.json 2>&1; echo CWD-DONE\r`);
+        tc.type(`python3 ${fds} > /tmp/fds-cwd.json 2>&1; echo CWD"-DONE"\r`);
         await tc.waitForOutput(/CWD-DONE\r?\n/, 30_000);
         tc.close();
         const got = JSON.parse((await api.exec(a, 'cat /tmp/fds-cwd.json')).stdout) as Fds;
