@@ -25,6 +25,7 @@ import {
 } from '@sandboxd/sdk';
 import { ADMIN_KEY, IMAGE, newAccount, RUNTIME, startServer, type Server } from './harness.js';
 import { TEST_IMAGE_DIR } from './local-runtime.js';
+import { userNode } from './user-node.js';
 
 const ROOT = resolve(fileURLToPath(import.meta.url), '../../..');
 
@@ -333,6 +334,19 @@ describe('SDK against the real server', { timeout: 300_000 }, () => {
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
+  });
+
+  it("from the clone, the machine's plain node runs examples/hello.mjs (the workspace SDK resolves to its build)", async (t) => {
+    const node = userNode();
+    t.diagnostic(`node: ${node}`);
+    const { stdout } = await run(node, ['examples/hello.mjs'], {
+      cwd: ROOT,
+      env: { SANDBOX_API_KEY: key, SANDBOX_API_URL: s.baseUrl, SANDBOX_IMAGE: IMAGE },
+    });
+    const id = /^created (sbx_[a-z2-7]{20}) /m.exec(stdout)?.[1];
+    assert.ok(id, stdout);
+    assert.match(stdout, /^Hello from sandboxd!$/m);
+    assert.match(stdout, new RegExp(`^deleted ${id}$`, 'm'));
   });
 
   it('errors are SandboxdApiError with status, code, message and details', async () => {
