@@ -4,15 +4,16 @@
  * `npm install http://<server>/sdk/sandboxd-sdk.tgz` (no registry: the package has no
  * dependencies, `ws` is an optional peer).
  *
- * The tarball is `npm pack`'s layout (files under `package/`, gzip) made from
- * packages/sdk/dist, which is built first when missing or outdated. It is deterministic
- * (sorted entries, fixed times and modes), so its ETag only changes with its content.
+ * The tarball is `npm pack`'s layout (files under `package/`, gzip), made by node-tar (what
+ * npm packs with) from packages/sdk/dist, which is built first when missing or outdated. It
+ * is deterministic (sorted entries, a fixed time, no owner), so its ETag only changes with
+ * its content.
  */
 import { createHash } from 'node:crypto';
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
-import { gzipSync } from 'node:zlib';
 import { ensureSdkDist } from '@sandboxd/sdk/build';
+import { create } from 'tar';
 
 /** The packed SDK. */
 export interface SdkPackage {
@@ -28,7 +29,7 @@ export interface SdkPackage {
 }
 
 /** npm pack's fixed mtime (1985-10-26T08:15:00Z): the same files make the same bytes. */
-const MTIME = 499_162_500;
+const MTIME = new Date(499_162_500_000);
 
 /**
  * Packs `dir` (default: packages/sdk/dist, built first when stale) into an npm tarball.
@@ -40,9 +41,10 @@ export async function createSdkPackage(opts: { dir?: string } = {}): Promise<Sdk
   const names = readdirSync(dir)
     .filter((n) => !n.startsWith('.') && statSync(join(dir, n)).isFile())
     .sort();
-  const tarball = gzipSync(tar(names.map((n) => ({ name: `package/${n}`, body: readFileSync(join(dir, n)) }))), {
-    level: 9,
-  });
+  const chunks: Buffer[] = [];
+  const pack = create({ gzip: { level: 9 }, portable: true, mtime: MTIME, cwd: dir, prefix: 'package' }, names);
+  for await (const chunk of pack) chunks.push(chunk as Buffer);
+  const tarball = Buffer.concat(chunks);
   return {
     name: manifest.name,
     version: manifest.version,
@@ -62,30 +64,4 @@ export function loadSdkPackage(): Promise<SdkPackage> {
     throw e;
   });
   return loading;
-}
-
-/** A ustar archive of regular files (names under 100 bytes, which npm packages' flat names are). */
-export function tar(files: Array<{ name: string; body: Buffer }>): Buffer {
-  const blocks: Buffer[] = [];
-  for (const f of files) {
-    if (Buffer.byteLength(f.name) >= 100) throw new Error(`tar: name too long for a plain ustar header: ${f.name}`);
-    const h = Buffer.alloc(512);
-    const put = (text: string, at: number) => h.write(text, at, 'ascii');
-    const octal = (n: number, width: number) => `${n.toString(8).padStart(width - 1, '0')}\0`;
-    h.write(f.name, 0, 'utf8');
-    put(octal(0o644, 8), 100); // mode
-    put(octal(0, 8), 108); // uid
-    put(octal(0, 8), 116); // gid
-    put(octal(f.body.length, 12), 124);
-    put(octal(MTIME, 12), 136);
-    put('        ', 148); // the checksum counts its own field as spaces
-    put('0', 156); // regular file
-    put('ustar\u000000', 257);
-    let sum = 0;
-    for (const byte of h) sum += byte;
-    put(`${sum.toString(8).padStart(6, '0')}\0 `, 148);
-    blocks.push(h, f.body, Buffer.alloc((512 - (f.body.length % 512)) % 512));
-  }
-  blocks.push(Buffer.alloc(1024)); // two empty blocks end the archive
-  return Buffer.concat(blocks);
 }
