@@ -58,28 +58,28 @@ export class FrontDoor {
       const claim = this.upgrades.find((c) => c.match(req));
       if (claim) claim.handle(req, socket, head);
       else if (this.fastifySockets.some((m) => m(req))) this.fastifyUpgrades.emit('upgrade', req, socket, head);
-      else rejectUpgrade(socket, errorBody('not_found', `No WebSocket endpoint at ${req.url?.split('?')[0] ?? '/'}`));
+      else
+        socket.end(
+          rawErrorResponse(errorBody('not_found', `No WebSocket endpoint at ${req.url?.split('?')[0] ?? '/'}`)),
+        );
     });
     return server;
   };
 }
 
 /**
- * A whole HTTP/1.1 error response (`Connection: close`) carrying `body`, for sockets that
- * no HTTP machinery answers: refused upgrades and requests node's parser could not read.
+ * A whole HTTP/1.1 response (`Connection: close`) for sockets that no HTTP machinery
+ * answers: refused upgrades and requests node's parser could not read.
  */
-export function rawErrorResponse(body: ErrorBody, headers: Record<string, string> = {}): string {
-  const json = JSON.stringify(body);
-  const extra = Object.entries(headers)
-    .map(([k, v]) => `${k}: ${v}\r\n`)
-    .join('');
+export function rawResponse(status: number, body: string, headers: Record<string, string>): string {
+  const lines = Object.entries(headers).map(([k, v]) => `${k}: ${v}\r\n`);
   return (
-    `HTTP/1.1 ${body.code} ${STATUS_CODES[body.code] ?? 'Error'}\r\nContent-Type: application/json\r\n${extra}` +
-    `Content-Length: ${Buffer.byteLength(json)}\r\nConnection: close\r\n\r\n${json}`
+    `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? 'Error'}\r\n${lines.join('')}` +
+    `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`
   );
 }
 
-/** Answers an upgrade request with a plain HTTP error carrying the `{code, kind, message}` body. */
-export function rejectUpgrade(socket: Duplex, body: ErrorBody, headers: Record<string, string> = {}): void {
-  socket.end(rawErrorResponse(body, headers));
+/** {@link rawResponse} with an Error body (`{code, kind, message, details?}`). */
+export function rawErrorResponse(body: ErrorBody, headers: Record<string, string> = {}): string {
+  return rawResponse(body.code, JSON.stringify(body), { 'Content-Type': 'application/json', ...headers });
 }

@@ -1,6 +1,7 @@
 import { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { SandboxdError } from '@sandboxd/protocol';
+import { rawResponse } from '../http/front-door.js';
 
 /**
  * A refusal of the port proxy: an error of the API's kinds (`upstream` 502 and
@@ -60,8 +61,7 @@ export function writeUpgradeError(req: IncomingMessage, socket: Duplex, err: Pro
   if (socket.destroyed || !socket.writable) return;
   const { type, body } = renderError(req, err);
   socket.end(
-    `HTTP/1.1 ${err.status} ${STATUS_CODES[err.status] ?? 'Error'}\r\nContent-Type: ${type}\r\n` +
-      `Content-Length: ${Buffer.byteLength(body)}\r\nCache-Control: no-store\r\nX-Sandboxd-Proxy: error\r\nConnection: close\r\n\r\n${body}`,
+    rawResponse(err.status, body, { 'Content-Type': type, 'Cache-Control': 'no-store', 'X-Sandboxd-Proxy': 'error' }),
   );
 }
 
