@@ -14,6 +14,8 @@ export const ERROR_STATUS = {
   tokens: 402,
   /** The account's limit of concurrently started sandboxes is reached. */
   concurrency: 403,
+  /** The sandbox's user may not do this to a file; `details.path` names it. */
+  permission: 403,
   /** No such resource for this account (another account's looks exactly the same). */
   not_found: 404,
   /** The image (template) of a create does not exist; `details.image` names it. */
@@ -40,6 +42,8 @@ export const ERROR_STATUS = {
   upstream_timeout: 504,
   /** The server's data dir is out of space: no retry helps until space is freed. */
   insufficient_storage: 507,
+  /** The sandbox's root disk or volume is full (its own cap); `details.path` names the file. */
+  no_space: 507,
 } as const satisfies Record<string, number>;
 
 export type ErrorKind = keyof typeof ERROR_STATUS;

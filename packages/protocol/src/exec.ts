@@ -2,6 +2,14 @@ import { Type, type Static } from 'typebox';
 import { EnvMap } from './sandbox.js';
 import { LIMITS } from './common.js';
 
+/** A user inside the sandbox: `root`, a numeric `uid` or `uid:gid`, or a name from its /etc/passwd. */
+export const UserName = Type.String({
+  minLength: 1,
+  maxLength: 64,
+  pattern: '^([a-z_][a-z0-9_.-]*\\$?|[0-9]+(:[0-9]+)?)$',
+  description: "`root`, a numeric `uid` or `uid:gid`, or a user name from the sandbox's /etc/passwd.",
+});
+
 /** Options of an exec; all optional. */
 export const ExecOptionsSchema = Type.Object(
   {
@@ -12,8 +20,21 @@ export const ExecOptionsSchema = Type.Object(
       Type.Integer({
         minimum: 1,
         maximum: LIMITS.maxExecTimeoutMs,
-        description: `Foreground only; default ${LIMITS.defaultExecTimeoutMs}; on expiry exitCode is 124.`,
+        description: `Foreground default ${LIMITS.defaultExecTimeoutMs}; streamed and background: none unless given. On expiry the process tree is killed and exitCode is 124.`,
       }),
+    ),
+    stream: Type.Optional(
+      Type.Boolean({
+        description:
+          'Answer `application/x-ndjson`: `start`, then `stdout`/`stderr` chunks as produced, then `exit`. The process goes on if the client drops.',
+      }),
+    ),
+    user: Type.Optional(UserName),
+    stdin: Type.Optional(
+      Type.Boolean({ description: 'stdin is a pipe fed by `POST .../processes/{pid}/stdin` (else /dev/null).' }),
+    ),
+    tag: Type.Optional(
+      Type.String({ minLength: 1, maxLength: 256, pattern: '^[^\\u0000]+$', description: 'A label shown in the process list.' }),
     ),
   },
   { title: 'ExecOptions', additionalProperties: false },

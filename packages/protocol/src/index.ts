@@ -7,3 +7,5 @@ export * from './events.js';
 export * from './account.js';
 export * from './auth.js';
 export * from './images.js';
+export * from './files.js';
+export * from './processes.js';

@@ -10,8 +10,10 @@ import {
   errorFromResponse,
   InsufficientStorageError,
   InsufficientTokensError,
+  NoSpaceError,
   NotFoundError,
   PayloadTooLargeError,
+  PermissionError,
   RateLimitError,
   SandboxdApiError,
   ServerError,
@@ -27,6 +29,7 @@ describe('errorFromResponse', () => {
     unauthorized: AuthenticationError,
     tokens: InsufficientTokensError,
     concurrency: ConcurrencyLimitError,
+    permission: PermissionError,
     not_found: NotFoundError,
     template_not_found: TemplateNotFoundError,
     request_timeout: BadRequestError,
@@ -40,6 +43,7 @@ describe('errorFromResponse', () => {
     capacity: CapacityError,
     upstream_timeout: UpstreamError,
     insufficient_storage: InsufficientStorageError,
+    no_space: NoSpaceError,
   };
 
   for (const [kind, status] of Object.entries(ERROR_STATUS) as [ErrorKind, number][]) {

@@ -52,6 +52,8 @@ export class AuthenticationError extends SandboxdApiError {}
 export class InsufficientTokensError extends SandboxdApiError {}
 /** 403: the account's concurrency limit of started sandboxes is reached. */
 export class ConcurrencyLimitError extends SandboxdApiError {}
+/** 403: the sandbox's user may not do this to the file; `details.path` names it. */
+export class PermissionError extends SandboxdApiError {}
 /** 404: the resource does not exist (or belongs to another account). */
 export class NotFoundError extends SandboxdApiError {}
 /** 404 on create: the image (template) does not exist; `details.image` names it. */
@@ -72,6 +74,8 @@ export class ServiceUnavailableError extends ServerError {}
 export class CapacityError extends ServiceUnavailableError {}
 /** 507: the server is out of storage; it refuses work that needs disk space until space is freed. */
 export class InsufficientStorageError extends ServerError {}
+/** 507: the sandbox's root disk or volume is full (its cap); nothing half-written was kept. */
+export class NoSpaceError extends ServerError {}
 /** 502 or 504 from the port proxy: the sandbox's port gave no valid answer, or none in time. */
 export class UpstreamError extends ServerError {}
 /** No answer: the server could not be reached or the connection broke. */
@@ -86,6 +90,7 @@ const CLASS_BY_KIND: Record<ErrorKind, ErrorClass> = {
   unauthorized: AuthenticationError,
   tokens: InsufficientTokensError,
   concurrency: ConcurrencyLimitError,
+  permission: PermissionError,
   not_found: NotFoundError,
   template_not_found: TemplateNotFoundError,
   request_timeout: BadRequestError,
@@ -99,6 +104,7 @@ const CLASS_BY_KIND: Record<ErrorKind, ErrorClass> = {
   capacity: CapacityError,
   upstream_timeout: UpstreamError,
   insufficient_storage: InsufficientStorageError,
+  no_space: NoSpaceError,
 };
 
 /**

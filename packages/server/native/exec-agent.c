@@ -19,10 +19,22 @@
  * Wire format, both directions: frames of
  *   u32 len (bytes after this field, little-endian) | u8 type | u32 id | payload
  * server -> agent
- *   EXEC (1): u32 timeoutMs (0 = none) | u32 maxOutputBytes | u32 flags (1 = background)
- *             | u32 uid | u32 gid | u32 argc | u32 envc | cwd\0 argv[0]\0 .. env[0]\0 ..
+ *   EXEC (1): u32 timeoutMs (0 = none) | u32 maxOutputBytes | u32 flags | u32 uid | u32 gid
+ *             | u32 argc | u32 envc | cwd\0 argv[0]\0 .. env[0]\0 .. [user\0]
+ *             flags: 1 = background (stdio on /dev/null, answered by STARTED);
+ *             2 = streamed: STARTED at once, output forwarded without a cap but at most
+ *                 maxOutputBytes (the window) unacknowledged: past it the agent stops
+ *                 reading the command's pipes, so a fast producer is slowed, not buffered;
+ *             4 = stdin: the command's stdin is a pipe fed by STDIN frames (else /dev/null);
+ *             8 = user by name: uid/gid are ignored; the trailing string (a name or a
+ *                 numeric uid) is looked up in the sandbox's /etc/passwd by the child.
  *             The command runs as uid:gid with no supplementary groups; without HOME in
  *             env it gets the home of uid from the sandbox's /etc/passwd (else /).
+ *   ACK (2): u32 bytes: the server consumed that much of a streamed command's output.
+ *   STDIN (3): raw bytes for the command's stdin, appended in order. The server keeps at
+ *             most a window of them unacknowledged, so the agent's buffer stays bounded.
+ *   STDIN_CLOSE (4): close the command's stdin once what is buffered was written.
+ *   SIGNAL (5): u32 signal, sent to the command's process group (and the command).
  * agent -> server
  *   HELLO (0, id 0): u32 protocol version, sent once at start.
  *   STARTED (1): u32 pid (in the sandbox's pid namespace). Last frame of a background exec;
@@ -32,6 +44,9 @@
  *   EXIT (4): i32 exitCode (code, 128 + signal, or 124 on timeout) | u32 flags
  *             (1 = output truncated, 2 = timed out). Last frame of a foreground exec.
  *   FAILED (5): i32 exitCode (126, or 127 when not found) | message. Nothing was started.
+ *   STDIN_ACK (6): u32 bytes of STDIN written into the command's pipe.
+ *   STDIN_GONE (7): the command's stdin is closed (it exited or closed it); later STDIN
+ *             frames are dropped.
  * A foreground command is done when its process exits; output still arriving from its
  * background children is collected for at most GRACE_MS after that. On timeout the
  * process group and every descendant still linked by parent pid get SIGKILL.
@@ -64,8 +79,12 @@
 #define STARTED_DELAY_MS 2
 #define CHUNK 65536
 
-enum { T_EXEC = 1 };
-enum { R_HELLO = 0, R_STARTED = 1, R_STDOUT = 2, R_STDERR = 3, R_EXIT = 4, R_FAILED = 5 };
+enum { T_EXEC = 1, T_ACK = 2, T_STDIN = 3, T_STDIN_CLOSE = 4, T_SIGNAL = 5 };
+enum { R_HELLO = 0, R_STARTED = 1, R_STDOUT = 2, R_STDERR = 3, R_EXIT = 4, R_FAILED = 5, R_STDIN_ACK = 6,
+       R_STDIN_GONE = 7 };
+enum { F_BACKGROUND = 1, F_STREAM = 2, F_STDIN = 4, F_USER_NAME = 8 };
+/* Most STDIN bytes buffered per command (the server keeps well below it). */
+#define MAX_STDIN_BUF (4u << 20)
 
 struct exec {
   int used;
@@ -79,18 +98,32 @@ struct exec {
   int64_t started_due;   /* when to send STARTED if nothing else was sent by then */
   int64_t deadline_ms;  /* timeout; 0 = none */
   int64_t grace_ms;     /* after exit: stop waiting for output; 0 = not yet */
+  int stream;           /* streamed: no cap, flow-controlled by window/unacked */
+  uint32_t window;      /* streamed: most output bytes sent and not yet acknowledged */
+  uint64_t unacked;
+  int in_fd;            /* stdin pipe's write end; -1 when none or closed */
+  unsigned char *in_buf; /* STDIN bytes not yet written into the pipe */
+  size_t in_len, in_cap;
+  int in_close;         /* close stdin once in_buf is written */
 };
 
 static int ctl_in = -1, ctl_out = -1;
 static int init_mode;
 static struct exec execs[MAX_EXECS];
 
-/* The server went away (or spoke nonsense): a plain agent ends, an init stays as an init. */
+static void close_stdin(struct exec *e, int tell);
+
+/*
+ * The server went away (or spoke nonsense): a plain agent ends, an init stays as an init.
+ * Streamed commands go on; their output is read and dropped (nobody can acknowledge it),
+ * and their stdin is closed.
+ */
 static void channel_closed(void) {
   if (!init_mode) _exit(0);
   if (ctl_in >= 0) close(ctl_in);
   if (ctl_out >= 0) close(ctl_out);
   ctl_in = ctl_out = -1;
+  for (int i = 0; i < MAX_EXECS; i++) if (execs[i].used) close_stdin(&execs[i], 0);
 }
 
 /* One frame to the server (see frames.h); a broken channel is channel_closed(). */
@@ -125,8 +158,60 @@ static void close_fd(struct exec *e, int i) {
   if (e->fd[i] >= 0) { close(e->fd[i]); e->fd[i] = -1; }
 }
 
+/* Closes e's stdin pipe and drops what was buffered for it; `tell`: say so to the server. */
+static void close_stdin(struct exec *e, int tell) {
+  if (e->in_fd < 0) return;
+  close(e->in_fd);
+  e->in_fd = -1;
+  free(e->in_buf);
+  e->in_buf = NULL; e->in_len = e->in_cap = 0;
+  if (tell) send_frame(R_STDIN_GONE, e->id, NULL, 0, NULL, 0);
+}
+
+/* Writes what is buffered for e's stdin (as much as the pipe takes); acknowledges it. */
+static void flush_stdin(struct exec *e) {
+  size_t done = 0;
+  while (e->in_fd >= 0 && done < e->in_len) {
+    ssize_t w = write(e->in_fd, e->in_buf + done, e->in_len - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0 && errno == EAGAIN) break;
+    if (w <= 0) { close_stdin(e, 1); return; } /* EPIPE: the command closed its stdin */
+    done += (size_t)w;
+  }
+  if (e->in_fd < 0) return;
+  if (done) {
+    memmove(e->in_buf, e->in_buf + done, e->in_len - done);
+    e->in_len -= done;
+    send_u32(R_STDIN_ACK, e->id, (uint32_t)done);
+  }
+  if (e->in_len == 0 && e->in_close) close_stdin(e, 1);
+}
+
+static struct exec *find_id(uint32_t id) {
+  for (int i = 0; i < MAX_EXECS; i++) if (execs[i].used && execs[i].id == id) return &execs[i];
+  return NULL;
+}
+
+/* STDIN: appends to the command's buffer and writes what the pipe takes. */
+static void take_stdin(uint32_t id, const unsigned char *p, uint32_t n) {
+  struct exec *e = find_id(id);
+  if (!e || e->in_fd < 0 || e->in_close) return;
+  if (e->in_len + n > MAX_STDIN_BUF) { close_stdin(e, 1); return; } /* not our server's way */
+  if (e->in_len + n > e->in_cap) {
+    size_t cap = e->in_cap ? e->in_cap : CHUNK;
+    while (cap < e->in_len + n) cap *= 2;
+    unsigned char *nb = realloc(e->in_buf, cap);
+    if (!nb) { close_stdin(e, 1); return; }
+    e->in_buf = nb; e->in_cap = cap;
+  }
+  memcpy(e->in_buf + e->in_len, p, n);
+  e->in_len += n;
+  flush_stdin(e);
+}
+
 static void finish_if_done(struct exec *e) {
   if (!e->used || !e->exited || e->fd[0] >= 0 || e->fd[1] >= 0) return;
+  close_stdin(e, 0);
   send_exit(e);
   e->used = 0;
 }
@@ -187,28 +272,47 @@ static struct exec *find_pid(pid_t pid) {
   return NULL;
 }
 
-/* "HOME=<dir>" for uid from the sandbox's /etc/passwd, else "HOME=/". Runs in the child. */
-static void home_of(uid_t uid, char *out, size_t cap) {
-  snprintf(out, cap, "HOME=/");
+/*
+ * The sandbox's /etc/passwd entry of `name` (a user name, or a numeric uid when `name` is
+ * NULL... see below): with name != NULL, matched by name, or by uid when name is all digits;
+ * with name == NULL, matched by `*uid`. Fills uid, gid and "HOME=<dir>" (home may be NULL).
+ * Returns 0 when found. Runs in the child.
+ */
+static int passwd_entry(const char *name, uid_t *uid, gid_t *gid, char *home, size_t cap) {
   int fd = open("/etc/passwd", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return;
+  if (fd < 0) return -1;
   static char buf[65536];
   ssize_t n = read(fd, buf, sizeof buf - 1);
   close(fd);
-  if (n <= 0) return;
+  if (n <= 0) return -1;
   buf[n] = 0;
+  int numeric = name && *name && strspn(name, "0123456789") == strlen(name);
+  uid_t want = numeric ? (uid_t)strtoul(name, NULL, 10) : *uid;
   for (char *line = buf; line && *line; ) {
     char *next = strchr(line, '\n');
     if (next) *next++ = 0;
     /* name:pw:uid:gid:gecos:home:shell */
     char *f[7] = {0}; int k = 0;
     for (char *c = line; k < 7; k++) { f[k] = c; c = strchr(c, ':'); if (!c) { k++; break; } *c++ = 0; }
-    if (k >= 6 && f[2] && f[5] && *f[2] && (uid_t)strtoul(f[2], NULL, 10) == uid && f[5][0] == '/') {
-      snprintf(out, cap, "HOME=%s", f[5]);
-      return;
+    if (k >= 6 && f[2] && f[3] && f[5] && *f[2]) {
+      int match = name && !numeric ? strcmp(f[0], name) == 0 : (uid_t)strtoul(f[2], NULL, 10) == want;
+      if (match) {
+        *uid = (uid_t)strtoul(f[2], NULL, 10);
+        *gid = (gid_t)strtoul(f[3], NULL, 10);
+        if (home && f[5][0] == '/') snprintf(home, cap, "HOME=%s", f[5]);
+        return 0;
+      }
     }
     line = next;
   }
+  return -1;
+}
+
+/* "HOME=<dir>" for uid from the sandbox's /etc/passwd, else "HOME=/". Runs in the child. */
+static void home_of(uid_t uid, char *out, size_t cap) {
+  snprintf(out, cap, "HOME=/");
+  gid_t gid;
+  passwd_entry(NULL, &uid, &gid, out, cap);
 }
 
 /*
@@ -222,7 +326,8 @@ static void start_exec(uint32_t id, const unsigned char *p, uint32_t n) {
   uint32_t argc = get32(p + 20), envc = get32(p + 24);
   const char *s = (const char *)p + 28, *end = (const char *)p + n;
   if (argc < 1 || argc > 65536 || envc > 65536) { send_failed(id, 126, "bad request", EINVAL); return; }
-  size_t total = 1 + (size_t)argc + envc;
+  int by_name = (flags & F_USER_NAME) != 0;
+  size_t total = 1 + (size_t)argc + envc + (by_name ? 1 : 0);
   char **strs = calloc(total + 3, sizeof(char *));
   if (!strs) { send_failed(id, 126, "agent", ENOMEM); return; }
   for (size_t i = 0; i < total; i++) {
@@ -231,6 +336,7 @@ static void start_exec(uint32_t id, const unsigned char *p, uint32_t n) {
     strs[i] = (char *)s; s = z + 1;
   }
   const char *cwd = strs[0];
+  const char *user_name = by_name ? strs[1 + argc + envc] : NULL;
   char **argv = &strs[1];
   char **envp = &strs[1 + argc];
   /* argv and envp must each end in NULL: shift env one slot to make room. */
@@ -238,17 +344,24 @@ static void start_exec(uint32_t id, const unsigned char *p, uint32_t n) {
   envp[0] = NULL; envp += 1; envp[envc] = NULL;
   int has_home = 0;
   for (uint32_t i = 0; i < envc; i++) if (strncmp(envp[i], "HOME=", 5) == 0) { has_home = 1; break; }
-  int background = flags & 1;
+  int background = (flags & F_BACKGROUND) && !(flags & F_STREAM);
+  int want_stdin = !background && (flags & F_STDIN);
 
   struct exec *e = NULL;
   if (!background) {
     for (int i = 0; i < MAX_EXECS; i++) if (!execs[i].used) { e = &execs[i]; break; }
     if (!e) { free(strs); send_failed(id, 126, "agent", EAGAIN); return; }
   }
-  int out[2] = {-1, -1}, err[2] = {-1, -1}, rep[2] = {-1, -1};
-  if (pipe2(rep, O_CLOEXEC) < 0 || (!background && (pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0))) {
+  int out[2] = {-1, -1}, err[2] = {-1, -1}, rep[2] = {-1, -1}, in[2] = {-1, -1};
+  if (pipe2(rep, O_CLOEXEC) < 0 || (!background && (pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0))
+      || (want_stdin && pipe2(in, O_CLOEXEC) < 0)) {
     int en = errno;
-    for (int i = 0; i < 2; i++) { if (rep[i] >= 0) close(rep[i]); if (out[i] >= 0) close(out[i]); if (err[i] >= 0) close(err[i]); }
+    for (int i = 0; i < 2; i++) {
+      if (rep[i] >= 0) close(rep[i]);
+      if (out[i] >= 0) close(out[i]);
+      if (err[i] >= 0) close(err[i]);
+      if (in[i] >= 0) close(in[i]);
+    }
     free(strs); send_failed(id, 126, "pipe", en); return;
   }
   pid_t pid = fork();
@@ -256,6 +369,7 @@ static void start_exec(uint32_t id, const unsigned char *p, uint32_t n) {
     int en = errno;
     close(rep[0]); close(rep[1]);
     if (!background) { close(out[0]); close(out[1]); close(err[0]); close(err[1]); }
+    if (want_stdin) { close(in[0]); close(in[1]); }
     free(strs); send_failed(id, 126, "fork", en); return;
   }
   if (pid == 0) {
@@ -264,14 +378,20 @@ static void start_exec(uint32_t id, const unsigned char *p, uint32_t n) {
     signal(SIGPIPE, SIG_DFL);
     setsid();
     int null = open("/dev/null", O_RDWR | O_CLOEXEC);
-    dup2(null, 0);
+    dup2(want_stdin ? in[0] : null, 0);
     dup2(background ? null : out[1], 1);
     dup2(background ? null : err[1], 2);
     int stage = 0, en = 0;
     /* Like `crun exec`: HOME from the user's passwd entry unless the env sets it. */
     char home[4096 + 8];
+    if (user_name && passwd_entry(user_name, &uid, &gid, NULL, 0) < 0) {
+      /* A numeric uid with no entry is still a uid (its group: the same number). */
+      if (*user_name && strspn(user_name, "0123456789") == strlen(user_name)) uid = gid = (uid_t)strtoul(user_name, NULL, 10);
+      else { en = ENOENT; stage = 4; }
+    }
     if (!has_home) { home_of(uid, home, sizeof home); envp[envc] = home; envp[envc + 1] = NULL; }
-    if ((getuid() != uid || getgid() != gid) && (setgroups(0, NULL) < 0 || setgid(gid) < 0 || setuid(uid) < 0)) { en = errno; stage = 3; }
+    if (stage) { /* unknown user */ }
+    else if ((getuid() != uid || getgid() != gid) && (setgroups(0, NULL) < 0 || setgid(gid) < 0 || setuid(uid) < 0)) { en = errno; stage = 3; }
     else if (chdir(cwd) < 0) { en = errno; stage = 1; }
     else { execve(argv[0], argv, envp); en = errno; stage = 2; }
     int msg[2] = {stage, en};
@@ -280,6 +400,7 @@ static void start_exec(uint32_t id, const unsigned char *p, uint32_t n) {
   }
   close(rep[1]);
   if (!background) { close(out[1]); close(err[1]); }
+  if (want_stdin) close(in[0]);
   int msg[2]; ssize_t r;
   do r = read(rep[0], msg, sizeof msg); while (r < 0 && errno == EINTR);
   close(rep[0]);
@@ -287,8 +408,10 @@ static void start_exec(uint32_t id, const unsigned char *p, uint32_t n) {
     /* Not started: reap it here so the SIGCHLD path does not see an unknown child. */
     waitpid(pid, NULL, 0);
     if (!background) { close(out[0]); close(err[0]); }
+    if (want_stdin) close(in[1]);
     free(strs);
-    send_failed(id, msg[1] == ENOENT && msg[0] == 2 ? 127 : 126, msg[0] == 1 ? "chdir" : msg[0] == 3 ? "setuid" : "execve", msg[1]);
+    send_failed(id, msg[1] == ENOENT && msg[0] == 2 ? 127 : 126,
+                msg[0] == 1 ? "chdir" : msg[0] == 3 ? "setuid" : msg[0] == 4 ? "unknown user" : "execve", msg[1]);
     return;
   }
   free(strs);
@@ -299,6 +422,19 @@ static void start_exec(uint32_t id, const unsigned char *p, uint32_t n) {
   fcntl(out[0], F_SETFL, O_NONBLOCK); fcntl(err[0], F_SETFL, O_NONBLOCK);
   e->deadline_ms = timeout_ms ? now_ms() + timeout_ms : 0;
   e->started_due = now_ms() + STARTED_DELAY_MS;
+  e->in_fd = -1;
+  if (want_stdin) { e->in_fd = in[1]; fcntl(in[1], F_SETFL, O_NONBLOCK); }
+  if (flags & F_STREAM) {
+    e->stream = 1;
+    e->window = max_out ? max_out : CHUNK;
+    send_u32(R_STARTED, id, (uint32_t)pid); /* the server answers with the pid at once */
+    e->started_sent = 1;
+  }
+}
+
+/* A streamed command may send more output: the server acknowledged enough of it. */
+static int may_send(const struct exec *e) {
+  return !e->stream || ctl_out < 0 || e->unacked < e->window;
 }
 
 /* Forwards what stream i of e has (at most `rounds` reads), up to its cap; closes the stream at EOF. */
@@ -309,6 +445,11 @@ static void drain(struct exec *e, int i, int rounds) {
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && errno == EAGAIN) return;
     if (n <= 0) { close_fd(e, i); return; }
+    if (e->stream) {
+      if (ctl_out >= 0) { send_frame(i == 0 ? R_STDOUT : R_STDERR, e->id, buf, (size_t)n, NULL, 0); e->unacked += (uint64_t)n; }
+      if (!may_send(e)) return;
+      continue;
+    }
     uint32_t room = e->max_out > e->len[i] ? e->max_out - e->len[i] : 0;
     uint32_t take = (uint32_t)n < room ? (uint32_t)n : room;
     if (take < (uint32_t)n) e->truncated = 1;
@@ -325,6 +466,7 @@ static void reap(void) {
     if (!e) continue; /* a background command */
     e->exited = 1; e->status = status;
     e->grace_ms = now_ms() + GRACE_MS;
+    close_stdin(e, 1);
   }
 }
 
@@ -347,7 +489,27 @@ static int read_ctl(void) {
     uint32_t len = get32(inbuf);
     if (len < 5 || len > MAX_FRAME) return 0; /* not our server */
     if (inlen < 4 + (size_t)len) break;
-    if (inbuf[4] == T_EXEC) start_exec(get32(inbuf + 5), inbuf + 9, len - 5);
+    uint32_t fid = get32(inbuf + 5);
+    const unsigned char *pl = inbuf + 9;
+    uint32_t pn = len - 5;
+    struct exec *fe;
+    switch (inbuf[4]) {
+    case T_EXEC: start_exec(fid, pl, pn); break;
+    case T_ACK:
+      if (pn >= 4 && (fe = find_id(fid)) != NULL) { uint32_t a = get32(pl); fe->unacked = fe->unacked > a ? fe->unacked - a : 0; }
+      break;
+    case T_STDIN: take_stdin(fid, pl, pn); break;
+    case T_STDIN_CLOSE:
+      if ((fe = find_id(fid)) != NULL && fe->in_fd >= 0) { fe->in_close = 1; flush_stdin(fe); }
+      break;
+    case T_SIGNAL:
+      if (pn >= 4 && (fe = find_id(fid)) != NULL && !fe->exited) {
+        int sig = (int)get32(pl);
+        if (sig > 0 && sig < 65) { kill(-fe->pid, sig); kill(fe->pid, sig); }
+      }
+      break;
+    default: break;
+    }
     memmove(inbuf, inbuf + 4 + len, inlen - 4 - len);
     inlen -= 4 + len;
   }
@@ -393,9 +555,9 @@ int main(int argc, char **argv) {
   fcntl(ctl_in, F_SETFL, O_NONBLOCK);
   send_u32(R_HELLO, 0, PROTOCOL_VERSION);
 
-  struct pollfd pfd[2 + 2 * MAX_EXECS];
-  struct exec *owner[2 + 2 * MAX_EXECS];
-  int stream[2 + 2 * MAX_EXECS];
+  struct pollfd pfd[2 + 3 * MAX_EXECS];
+  struct exec *owner[2 + 3 * MAX_EXECS];
+  int stream[2 + 3 * MAX_EXECS]; /* 0 stdout, 1 stderr, 2 stdin */
   for (;;) {
     int64_t now = now_ms(), wait = -1;
     for (int i = 0; i < MAX_EXECS; i++) {
@@ -415,7 +577,8 @@ int main(int argc, char **argv) {
            * (the loop may have been away for longer than the grace), then stop waiting for
            * its background children. */
           drain(e, 0, 32); drain(e, 1, 32); /* 2 MiB: more than a pipe holds */
-          close_fd(e, 0); close_fd(e, 1);
+          /* A streamed command's window may be full: its pipes wait for the server's ACK. */
+          if (may_send(e)) { close_fd(e, 0); close_fd(e, 1); }
         }
         else if (wait < 0 || e->grace_ms - now < wait) wait = e->grace_ms - now;
       }
@@ -426,10 +589,16 @@ int main(int argc, char **argv) {
     pfd[n] = (struct pollfd){ .fd = ctl_in, .events = POLLIN }; owner[n] = NULL; n++;
     pfd[n] = (struct pollfd){ .fd = sfd, .events = POLLIN }; owner[n] = NULL; n++;
     for (int i = 0; i < MAX_EXECS; i++) {
-      for (int k = 0; k < 2; k++) {
-        if (!execs[i].used || execs[i].fd[k] < 0) continue;
+      if (!execs[i].used) continue;
+      /* A streamed command whose window is full is not read: its pipe fills and it waits. */
+      for (int k = 0; k < 2 && may_send(&execs[i]); k++) {
+        if (execs[i].fd[k] < 0) continue;
         pfd[n] = (struct pollfd){ .fd = execs[i].fd[k], .events = POLLIN };
         owner[n] = &execs[i]; stream[n] = k; n++;
+      }
+      if (execs[i].in_fd >= 0 && execs[i].in_len > 0) {
+        pfd[n] = (struct pollfd){ .fd = execs[i].in_fd, .events = POLLOUT };
+        owner[n] = &execs[i]; stream[n] = 2; n++;
       }
     }
     if (poll(pfd, (nfds_t)n, (int)wait) < 0) {
@@ -437,7 +606,11 @@ int main(int argc, char **argv) {
       if (!init_mode) return 1;
       usleep(10000); /* an init never exits; do not spin either */
     }
-    for (int i = 2; i < n; i++) if (pfd[i].revents) drain(owner[i], stream[i], 16);
+    for (int i = 2; i < n; i++) {
+      if (!pfd[i].revents) continue;
+      if (stream[i] == 2) flush_stdin(owner[i]);
+      else drain(owner[i], stream[i], 16);
+    }
     if (pfd[1].revents) {
       struct signalfd_siginfo si;
       while (read(sfd, &si, sizeof si) == (ssize_t)sizeof si) { }
