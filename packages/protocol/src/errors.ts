@@ -28,6 +28,8 @@ export const ERROR_STATUS = {
   payload_too_large: 413,
   /** Too many requests; `details.retryAfterMs` and `Retry-After` say when to retry. */
   rate_limited: 429,
+  /** The `Range` of a download is outside the file; `Content-Range` gives its size. */
+  range_not_satisfiable: 416,
   /** The request line and headers are over the limit. */
   headers_too_large: 431,
   /** The server failed; the message leaks no internals. */

@@ -34,7 +34,12 @@ export const ExecOptionsSchema = Type.Object(
       Type.Boolean({ description: 'stdin is a pipe fed by `POST .../processes/{pid}/stdin` (else /dev/null).' }),
     ),
     tag: Type.Optional(
-      Type.String({ minLength: 1, maxLength: 256, pattern: '^[^\\u0000]+$', description: 'A label shown in the process list.' }),
+      Type.String({
+        minLength: 1,
+        maxLength: 256,
+        pattern: '^[^\\u0000]+$',
+        description: 'A label shown in the process list.',
+      }),
     ),
   },
   { title: 'ExecOptions', additionalProperties: false },

@@ -29,7 +29,10 @@ export const FileEntrySchema = Type.Object(
 );
 export type FileEntry = Static<typeof FileEntrySchema>;
 
-export const FileEntryReplySchema = Type.Object({ entry: FileEntrySchema }, { title: 'FileEntryReply', additionalProperties: false });
+export const FileEntryReplySchema = Type.Object(
+  { entry: FileEntrySchema },
+  { title: 'FileEntryReply', additionalProperties: false },
+);
 
 export const FileListSchema = Type.Object(
   {
@@ -70,7 +73,10 @@ export const FileWatchQuerySchema = Type.Object(
   { additionalProperties: false },
 );
 
-export const MkdirRequestSchema = Type.Object({ path: SandboxPath }, { title: 'MkdirRequest', additionalProperties: false });
+export const MkdirRequestSchema = Type.Object(
+  { path: SandboxPath },
+  { title: 'MkdirRequest', additionalProperties: false },
+);
 export const MoveRequestSchema = Type.Object(
   { from: SandboxPath, to: SandboxPath },
   { title: 'MoveRequest', additionalProperties: false },

@@ -62,6 +62,8 @@ export class TemplateNotFoundError extends NotFoundError {}
 export class ConflictError extends SandboxdApiError {}
 /** 413: the request body is too large. */
 export class PayloadTooLargeError extends SandboxdApiError {}
+/** 416: the range of a download is outside the file. */
+export class RangeNotSatisfiableError extends SandboxdApiError {}
 /** 429: rate limited; `retryAfterMs` when the server said. */
 export class RateLimitError extends SandboxdApiError {}
 /** 408 or 431: the request took too long to arrive, or its headers were too large. */
@@ -96,6 +98,7 @@ const CLASS_BY_KIND: Record<ErrorKind, ErrorClass> = {
   request_timeout: BadRequestError,
   conflict: ConflictError,
   payload_too_large: PayloadTooLargeError,
+  range_not_satisfiable: RangeNotSatisfiableError,
   rate_limited: RateLimitError,
   headers_too_large: BadRequestError,
   internal: ServerError,

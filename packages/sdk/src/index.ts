@@ -32,6 +32,7 @@ export {
   TemplateNotFoundError,
   ConflictError,
   PayloadTooLargeError,
+  RangeNotSatisfiableError,
   RateLimitError,
   BadRequestError,
   ServerError,

@@ -13,8 +13,9 @@
  * away) it stays, as a plain init; the next server starts a second agent with `crun exec`.
  *
  * The control fds are moved above 2 with close-on-exec and 0..2 become /dev/null, so no
- * command ever holds the channel. EOF on the channel ends a non-init agent; commands
- * already started go on, reparented to the sandbox's init.
+ * command ever holds the channel. EOF on the channel ends a non-init agent once the
+ * commands it runs ended (it reads and drops their output meanwhile, so none dies of a
+ * broken pipe); background commands go on, reparented to the sandbox's init.
  *
  * Wire format, both directions: frames of
  *   u32 len (bytes after this field, little-endian) | u8 type | u32 id | payload
@@ -27,7 +28,8 @@
  *                 reading the command's pipes, so a fast producer is slowed, not buffered;
  *             4 = stdin: the command's stdin is a pipe fed by STDIN frames (else /dev/null);
  *             8 = user by name: uid/gid are ignored; the trailing string (a name or a
- *                 numeric uid) is looked up in the sandbox's /etc/passwd by the child.
+ *                 numeric uid) is looked up in the sandbox's /etc/passwd by the child;
+ *             16 = cwd is a default: when the user cannot enter it, its home, else /.
  *             The command runs as uid:gid with no supplementary groups; without HOME in
  *             env it gets the home of uid from the sandbox's /etc/passwd (else /).
  *   ACK (2): u32 bytes: the server consumed that much of a streamed command's output.
@@ -82,7 +84,7 @@
 enum { T_EXEC = 1, T_ACK = 2, T_STDIN = 3, T_STDIN_CLOSE = 4, T_SIGNAL = 5 };
 enum { R_HELLO = 0, R_STARTED = 1, R_STDOUT = 2, R_STDERR = 3, R_EXIT = 4, R_FAILED = 5, R_STDIN_ACK = 6,
        R_STDIN_GONE = 7 };
-enum { F_BACKGROUND = 1, F_STREAM = 2, F_STDIN = 4, F_USER_NAME = 8 };
+enum { F_BACKGROUND = 1, F_STREAM = 2, F_STDIN = 4, F_USER_NAME = 8, F_CWD_FALLBACK = 16 };
 /* Most STDIN bytes buffered per command (the server keeps well below it). */
 #define MAX_STDIN_BUF (4u << 20)
 
@@ -114,12 +116,19 @@ static struct exec execs[MAX_EXECS];
 static void close_stdin(struct exec *e, int tell);
 
 /*
- * The server went away (or spoke nonsense): a plain agent ends, an init stays as an init.
- * Streamed commands go on; their output is read and dropped (nobody can acknowledge it),
+ * The server went away (or spoke nonsense): a plain agent ends once its commands did, an
+ * init stays as an init. Streamed commands go on; their output is read and dropped (nobody can acknowledge it),
  * and their stdin is closed.
  */
+static int execs_in_use(void) {
+  for (int i = 0; i < MAX_EXECS; i++) if (execs[i].used) return 1;
+  return 0;
+}
+
 static void channel_closed(void) {
-  if (!init_mode) _exit(0);
+  /* A plain agent stays until its commands ended (their output read and dropped), so a
+   * background command whose server went away is not killed by a broken pipe. */
+  if (!init_mode && !execs_in_use()) _exit(0);
   if (ctl_in >= 0) close(ctl_in);
   if (ctl_out >= 0) close(ctl_out);
   ctl_in = ctl_out = -1;
@@ -315,6 +324,17 @@ static void home_of(uid_t uid, char *out, size_t cap) {
   passwd_entry(NULL, &uid, &gid, out, cap);
 }
 
+/* The default working dir may be closed to another user: its home, else /. 0: neither. Runs in the child. */
+static int cwd_fallback(uint32_t flags, uid_t uid) {
+  if (!(flags & F_CWD_FALLBACK)) return 0;
+  int en = errno;
+  char h[4096 + 8];
+  home_of(uid, h, sizeof h);
+  if (chdir(h + 5) == 0 || chdir("/") == 0) return 1;
+  errno = en;
+  return 0;
+}
+
 /*
  * Starts one command. The child reports a failed chdir/execve through a close-on-exec
  * pipe, so the parent knows before answering whether anything runs.
@@ -392,7 +412,7 @@ static void start_exec(uint32_t id, const unsigned char *p, uint32_t n) {
     if (!has_home) { home_of(uid, home, sizeof home); envp[envc] = home; envp[envc + 1] = NULL; }
     if (stage) { /* unknown user */ }
     else if ((getuid() != uid || getgid() != gid) && (setgroups(0, NULL) < 0 || setgid(gid) < 0 || setuid(uid) < 0)) { en = errno; stage = 3; }
-    else if (chdir(cwd) < 0) { en = errno; stage = 1; }
+    else if (chdir(cwd) < 0 && !cwd_fallback(flags, uid)) { en = errno; stage = 1; }
     else { execve(argv[0], argv, envp); en = errno; stage = 2; }
     int msg[2] = {stage, en};
     if (write(rep[1], msg, sizeof msg) < 0) { /* nothing to do */ }
@@ -584,6 +604,7 @@ int main(int argc, char **argv) {
       }
       finish_if_done(e);
     }
+    if (ctl_in < 0 && !init_mode && !execs_in_use()) _exit(0);
     int n = 0;
     /* A negative fd is skipped by poll: a closed channel (init mode) just goes quiet. */
     pfd[n] = (struct pollfd){ .fd = ctl_in, .events = POLLIN }; owner[n] = NULL; n++;

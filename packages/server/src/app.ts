@@ -21,6 +21,8 @@ import { bootstrap, type BootstrapResult } from './services/bootstrap.js';
 import type { ServiceDeps } from './services/context.js';
 import { EventService } from './services/events.js';
 import { ExecService } from './services/exec.js';
+import { FileService } from './services/files.js';
+import { ProcessService } from './services/processes.js';
 import { ImageService } from './services/images.js';
 import type { Services } from './services/index.js';
 import { SandboxService } from './services/sandboxes.js';
@@ -90,13 +92,16 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
   const accounts = new AccountService(deps);
   const auth = new AuthService(deps);
   const terminals = new TerminalService({ ...deps, storage }, sandboxes);
+  const processes = new ProcessService(deps, sandboxes);
   const services: Services = {
     sandboxes,
     accounts,
     auth,
     terminals,
     timeout: new TimeoutService(deps, sandboxes),
-    exec: new ExecService({ driver, clock, storage }, sandboxes),
+    exec: new ExecService({ driver, clock, storage }, sandboxes, processes),
+    processes,
+    files: new FileService({ driver, clock, storage }, sandboxes),
     events: new EventService(deps),
     volumes: new VolumeService(deps),
     images: new ImageService(deps),

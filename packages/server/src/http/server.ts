@@ -15,6 +15,8 @@ import { adminRoutes } from './routes/admin.js';
 import { authRoutes } from './routes/auth.js';
 import { consoleRoutes } from './routes/console.js';
 import { imageRoutes } from './routes/images.js';
+import { fileRoutes, isWatchSocketPath } from './routes/files.js';
+import { processRoutes } from './routes/processes.js';
 import { sandboxRoutes } from './routes/sandboxes.js';
 import { sdkRoutes } from './routes/sdk.js';
 import { systemRoutes } from './routes/system.js';
@@ -95,7 +97,7 @@ export function createHttpServer(
   // Upgrades to the terminal WebSocket reach fastify's router through the front door, so they
   // pass the same hooks (auth, rate limits) as every request. Shutdown of the sockets is the
   // terminals' own (close 1001), not the plugin's.
-  opts.frontDoor.routeUpgradesToFastify((req) => isTerminalSocketPath(req.url));
+  opts.frontDoor.routeUpgradesToFastify((req) => isTerminalSocketPath(req.url) || isWatchSocketPath(req.url));
   app.register(fastifyWebsocket, {
     options: { ...TERMINAL_WS_OPTIONS, server: opts.frontDoor.fastifyUpgrades as unknown as Server },
     preClose: (done) => done(),
@@ -112,6 +114,8 @@ export function createHttpServer(
   app.register(systemRoutes, full);
   app.register(authRoutes, full);
   app.register(sandboxRoutes, full);
+  app.register(fileRoutes, full);
+  app.register(processRoutes, full);
   app.register(accountRoutes, full);
   app.register(adminRoutes, full);
   app.register(imageRoutes, full);

@@ -1,21 +1,45 @@
 import { LIMITS, SandboxdError, type ExecRequest, type ExecResult } from '@sandboxd/protocol';
+import type { StreamedProcess } from '../runtime/driver.js';
 import type { ServiceDeps } from './context.js';
+import type { ProcessService, TrackedProcess } from './processes.js';
 import { envProblems, type SandboxService } from './sandboxes.js';
 import type { StorageGuard } from './storage.js';
 
 /**
  * Runs `/bin/sh -c command` in a started sandbox. Foreground waits (default 60 s, exit
  * 124 on timeout; 1 MiB per stream, then `truncated: true`); background answers at once
- * with `pid`. Throws `not_found`, `conflict` (not started), `insufficient_storage` (the data
- * dir is nearly full).
+ * with `pid`, and streamed (`stream: true`) gives the process to read as it runs; both are
+ * tracked by the ProcessService. Throws `not_found`, `conflict` (not started),
+ * `validation`, `insufficient_storage` (the data dir is nearly full).
  */
 export class ExecService {
   constructor(
     private readonly d: Pick<ServiceDeps, 'driver' | 'clock'> & { storage: StorageGuard },
     private readonly sandboxes: Pick<SandboxService, 'get'>,
+    private readonly processes: Pick<ProcessService, 'start'>,
   ) {}
 
-  async run(accountId: string, req: ExecRequest & { sandboxId: string }): Promise<ExecResult> {
+  /** Starts the command as a tracked process whose output is read as it comes (`options.stream`). */
+  async stream(accountId: string, req: ExecRequest & { sandboxId: string }): Promise<TrackedProcess> {
+    const id = await this.check(accountId, req);
+    return this.lost(() => this.startTracked(id, req, true));
+  }
+
+  private startTracked(id: string, req: ExecRequest, held = false): Promise<TrackedProcess> {
+    const o = req.options ?? {};
+    return this.processes.start(id, req.command, {
+      env: o.env,
+      cwd: o.cwd,
+      user: o.user,
+      timeoutMs: o.timeoutMs,
+      stdin: o.stdin,
+      tag: o.tag,
+      held,
+    });
+  }
+
+  /** Validates, checks the sandbox is started and the data dir has room; the sandbox's id. */
+  private async check(accountId: string, req: ExecRequest & { sandboxId: string }): Promise<string> {
     const r = await this.sandboxes.get(accountId, req.sandboxId);
     const problems = envProblems(req.options?.env, '/options/env');
     const commandBytes = Buffer.byteLength(req.command);
@@ -34,13 +58,43 @@ export class ExecService {
     }
     // Commands write to the sandbox's root layer, a sparse file on the data dir: refused when it is full.
     await this.d.storage.check();
-    const o = req.options ?? {};
+    return r.id;
+  }
+
+  /** A driver call; an unknown sandbox there (it went since the check) is `conflict`. */
+  private async lost<T>(f: () => Promise<T>): Promise<T> {
     try {
+      return await f();
+    } catch (e) {
+      if (e instanceof SandboxdError && e.kind === 'not_found')
+        throw new SandboxdError('conflict', 'Sandbox is not running', { state: 'lost' });
+      throw e;
+    }
+  }
+
+  async run(accountId: string, req: ExecRequest & { sandboxId: string }): Promise<ExecResult> {
+    const id = await this.check(accountId, req);
+    const o = req.options ?? {};
+    if (o.stdin && !o.background)
+      throw new SandboxdError('validation', 'options.stdin needs options.stream or options.background', [
+        { in: 'body', path: '/options/stdin', message: 'needs stream or background' },
+      ]);
+    return this.lost(async () => {
       if (o.background) {
-        const { pid } = await this.d.driver.execBackground(r.id, req.command, { env: o.env, cwd: o.cwd });
-        return { stdout: '', stderr: '', exitCode: 0, success: true, pid };
+        const p = await this.startTracked(id, req);
+        return { stdout: '', stderr: '', exitCode: 0, success: true, pid: p.pid };
       }
-      const res = await this.d.driver.exec(r.id, req.command, {
+      if (o.user) {
+        // One-shot as another user: a streamed process (not listed), collected.
+        const p = await this.d.driver.spawn(id, ['/bin/sh', '-c', req.command], {
+          env: o.env,
+          cwd: o.cwd,
+          user: o.user,
+          timeoutMs: o.timeoutMs ?? LIMITS.defaultExecTimeoutMs,
+        });
+        return collect(p, LIMITS.maxExecOutputBytes);
+      }
+      const res = await this.d.driver.exec(id, req.command, {
         env: o.env,
         cwd: o.cwd,
         timeoutMs: o.timeoutMs ?? LIMITS.defaultExecTimeoutMs,
@@ -54,10 +108,31 @@ export class ExecService {
       };
       if (res.truncated) out.truncated = true;
       return out;
-    } catch (e) {
-      if (e instanceof SandboxdError && e.kind === 'not_found')
-        throw new SandboxdError('conflict', 'Sandbox is not running', { state: 'lost' });
-      throw e;
-    }
+    });
   }
+}
+
+/** The one-shot result of a streamed process: each stream kept up to `max` bytes. */
+function collect(p: StreamedProcess, max: number): Promise<ExecResult> {
+  return new Promise((resolve) => {
+    const out = { stdout: [] as Buffer[], stderr: [] as Buffer[] };
+    const len = { stdout: 0, stderr: 0 };
+    let truncated = false;
+    p.onData((stream, chunk) => {
+      const take = chunk.subarray(0, Math.max(0, max - len[stream]));
+      if (take.length < chunk.length) truncated = true;
+      out[stream].push(take);
+      len[stream] += take.length;
+    });
+    p.onExit((e) => {
+      const r: ExecResult = {
+        stdout: Buffer.concat(out.stdout).toString('utf8'),
+        stderr: Buffer.concat(out.stderr).toString('utf8'),
+        exitCode: e.exitCode,
+        success: e.exitCode === 0,
+      };
+      if (truncated) r.truncated = true;
+      resolve(r);
+    });
+  });
 }

@@ -2,6 +2,8 @@ import type { AccountService } from './accounts.js';
 import type { AuthService } from './auth.js';
 import type { EventService } from './events.js';
 import type { ExecService } from './exec.js';
+import type { FileService } from './files.js';
+import type { ProcessService } from './processes.js';
 import type { ImageService } from './images.js';
 import type { SandboxService } from './sandboxes.js';
 import type { TerminalService } from './terminals.js';
@@ -13,6 +15,8 @@ export interface Services {
   sandboxes: SandboxService;
   timeout: TimeoutService;
   exec: ExecService;
+  processes: ProcessService;
+  files: FileService;
   accounts: AccountService;
   auth: AuthService;
   events: EventService;

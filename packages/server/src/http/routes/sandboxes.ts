@@ -16,6 +16,7 @@ import {
 import { Type } from 'typebox';
 import { toWireSandbox } from '../../domain/sandbox.js';
 import { principalOf, type HttpDeps } from '../deps.js';
+import { followProcess } from '../ndjson.js';
 
 const tags = ['sandboxes'];
 
@@ -138,16 +139,31 @@ export const sandboxRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d)
         tags,
         params: SandboxParamsSchema,
         body: ExecRequestSchema,
-        response: { 200: ExecResultSchema },
+        response: {
+          200: {
+            description:
+              'The result; with `options.stream`, `application/x-ndjson` lines instead: `start`, `stdout`/`stderr`, `exit`.',
+            content: {
+              'application/json': { schema: ExecResultSchema },
+              'application/x-ndjson': { schema: Type.String() },
+            },
+          },
+        },
       },
       config: { errors: [400, 401, 404, 409, 507] },
     },
-    async (req) => {
+    async (req, reply) => {
+      const o = req.body.options;
       const end = d.metrics.execSeconds.startTimer({
-        mode: req.body.options?.background ? 'background' : 'foreground',
+        mode: o?.stream ? 'stream' : o?.background ? 'background' : 'foreground',
       });
       try {
-        return await exec.run(principalOf(req).account.id, { ...req.body, sandboxId: req.params.id });
+        const call = { ...req.body, sandboxId: req.params.id };
+        if (o?.stream) {
+          const p = await exec.stream(principalOf(req).account.id, call);
+          return reply.type('application/x-ndjson').send(followProcess(p, { reconnect: false, follow: true }) as never);
+        }
+        return await exec.run(principalOf(req).account.id, call);
       } finally {
         end();
       }

@@ -2,6 +2,8 @@ import { SandboxdError } from '@sandboxd/protocol';
 import type {
   ExecOptions,
   ExecResult,
+  SpawnOptions,
+  StreamedProcess,
   ImageInfo,
   PtyProcess,
   RecoveryReport,
@@ -13,6 +15,8 @@ import type {
 } from '../driver.js';
 import { mountPathProblem } from '../../domain/sandbox.js';
 import { fakeImage, FakeImageStore } from './images.js';
+import type { DriverFiles } from '../files.js';
+import { FakeStreamedProcess } from './process.js';
 import { FakePty } from './pty.js';
 import { runFakeCommand, type FakeFs } from './shell.js';
 
@@ -161,6 +165,28 @@ export class FakeDriver implements RuntimeDriver {
     });
     return { pid: s.nextPid++ };
   }
+  async spawn(id: string, argv: string[], options: SpawnOptions = {}): Promise<StreamedProcess> {
+    const s = this.running(id);
+    if (argv.length !== 3 || argv[0] !== '/bin/sh' || argv[1] !== '-c')
+      throw new SandboxdError(
+        'validation',
+        `Cannot start ${argv[0]} in the sandbox: the fake runtime runs only /bin/sh -c`,
+      );
+    const run = runFakeCommand(argv[2], {
+      env: { ...s.spec.env, ...options.env },
+      cwd: options.cwd ?? '/',
+      fs: this.fsOf(s),
+      timeoutMs: options.timeoutMs ?? 0,
+      maxOutputBytes: 1_048_576,
+    });
+    return new FakeStreamedProcess(s.nextPid++, run);
+  }
+
+  /** Files are not simulated: file routes are proven on the real runtime only. */
+  readonly files: DriverFiles = new Proxy({} as DriverFiles, {
+    get: () => () => Promise.reject(new SandboxdError('internal', 'The fake runtime has no file operations')),
+  });
+
   async execTty(id: string, options: TtyOptions): Promise<PtyProcess> {
     const s = this.running(id);
     const pty = new FakePty(s.nextPid++, {

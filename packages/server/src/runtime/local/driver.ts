@@ -12,13 +12,17 @@ import type {
   RuntimeDriver,
   RuntimeSandbox,
   SandboxSpec,
+  SpawnOptions,
+  StreamedProcess,
   TtyOptions,
   VolumeInfo,
 } from '../driver.js';
+import type { DriverFiles } from '../files.js';
 import { cgroupProcs, removeCgroupParent } from './bundle/cgroups.js';
 import { ID_RANGE_SIZE } from './bundle/oci-config.js';
 import { BundleWriter } from './bundle/writer.js';
 import { ExecAgent } from './commands/exec-agent.js';
+import { AgentFiles } from './files.js';
 import { SandboxCommands } from './commands/exec.js';
 import { defaultOciRuntime, OciRuntime, processStart } from './commands/oci-runtime.js';
 import { ImageStore } from './images/store.js';
@@ -48,6 +52,7 @@ export type { LocalDriverOptions } from './options.js';
  */
 export class LocalDriver implements RuntimeDriver {
   readonly images: ImageStore;
+  readonly files: DriverFiles = new AgentFiles((id, argv, o) => this.spawn(id, argv, o));
   private readonly crun: OciRuntime;
   private readonly network: NetworkManager;
   private readonly roots: RootfsManager;
@@ -274,6 +279,10 @@ export class LocalDriver implements RuntimeDriver {
     options: Omit<ExecOptions, 'timeoutMs' | 'maxOutputBytes'> = {},
   ): Promise<{ pid: number }> {
     return this.commands.execBackground(await this.requireRunning(id), command, options);
+  }
+
+  async spawn(id: string, argv: string[], options: SpawnOptions = {}): Promise<StreamedProcess> {
+    return this.commands.spawn(await this.requireRunning(id), argv, options);
   }
 
   async execTty(id: string, options: TtyOptions): Promise<PtyProcess> {

@@ -1,5 +1,6 @@
 import type { Readable, Writable } from 'node:stream';
 import { nativeBin } from '../native.js';
+import { AgentProcess, type AgentLink, signalName } from './agent-process.js';
 import { cStrings, encodeFrame, FrameReader, u32 } from './frames.js';
 import { HostSpawner } from './spawner.js';
 
@@ -28,19 +29,58 @@ export interface AgentExecResult {
   timedOut: boolean;
 }
 
+/** Options of {@link ExecAgent.spawn}. */
+export interface AgentSpawnOptions {
+  /** Numeric `uid:gid`, or a name / numeric uid looked up in the sandbox's /etc/passwd. */
+  user: string;
+  env: string[];
+  cwd: string;
+  /** `cwd` is a default: when the user cannot enter it, its home, else `/`. */
+  cwdIsDefault?: boolean;
+  /** 0: none. */
+  timeoutMs: number;
+  stdin: boolean;
+}
+
+/** The agent could not start a command (exit code 126, or 127 when argv[0] was not found). */
+export class AgentSpawnError extends Error {
+  constructor(
+    readonly exitCode: number,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/** Most output of a streamed command sent by the agent and not yet consumed here. */
+export const OUTPUT_WINDOW = 512 * 1024;
+
 const PROTOCOL_VERSION = 1;
 /** Largest frame accepted from an agent: a chunk of output is at most 64 KiB. */
 const MAX_FRAME = 1 << 20;
-const T_EXEC = 1;
+const T_EXEC = 1,
+  T_ACK = 2,
+  T_STDIN = 3,
+  T_STDIN_CLOSE = 4,
+  T_SIGNAL = 5;
 const R_HELLO = 0,
   R_STARTED = 1,
   R_STDOUT = 2,
   R_STDERR = 3,
   R_EXIT = 4,
-  R_FAILED = 5;
+  R_FAILED = 5,
+  R_STDIN_ACK = 6,
+  R_STDIN_GONE = 7;
+const F_BACKGROUND = 1,
+  F_STREAM = 2,
+  F_STDIN = 4,
+  F_USER_NAME = 8,
+  F_CWD_FALLBACK = 16;
 
 interface Pending {
   background: boolean;
+  /** A streamed command: resolves to its AgentProcess on STARTED. */
+  stream?: { stdin: boolean; cwdIsDefault: boolean };
   /**
    * The agent said the command runs (STARTED, output or EXIT). Before that a broken channel
    * means it never ran, or died within its first 2 ms without a word: the caller retries.
@@ -52,7 +92,7 @@ interface Pending {
   outLen: number;
   errLen: number;
   truncated: boolean;
-  resolve: (v: AgentExecResult | number) => void;
+  resolve: (v: AgentExecResult | number | AgentProcess) => void;
   reject: (e: Error) => void;
 }
 
@@ -69,6 +109,14 @@ export class AgentGoneError extends Error {}
 export class ExecAgent {
   private nextId = 1;
   private readonly pending = new Map<number, Pending>();
+  private readonly procs = new Map<number, AgentProcess>();
+  /** How streamed commands talk back to this agent. */
+  private readonly link: AgentLink = {
+    ack: (id, bytes) => this.send(encodeFrame(T_ACK, id, [u32(bytes)])),
+    stdin: (id, data) => this.send(encodeFrame(T_STDIN, id, [], data)),
+    closeStdin: (id) => this.send(encodeFrame(T_STDIN_CLOSE, id, [])),
+    signal: (id, signo) => this.send(encodeFrame(T_SIGNAL, id, [u32(signo)])),
+  };
   private readonly frames = new FrameReader(MAX_FRAME);
   private gone: Error | null = null;
 
@@ -160,6 +208,21 @@ export class ExecAgent {
     return this.request(argv, { ...o, timeoutMs: 0, maxOutputBytes: 0 }, true) as Promise<number>;
   }
 
+  /**
+   * Starts argv with its output streamed (see {@link AgentProcess}); rejects with
+   * {@link AgentSpawnError} when it cannot start (unknown user, not executable, ...).
+   */
+  spawn(argv: string[], o: AgentSpawnOptions): Promise<AgentProcess> {
+    return this.request(argv, { ...o, maxOutputBytes: OUTPUT_WINDOW }, false, {
+      stdin: o.stdin,
+      cwdIsDefault: o.cwdIsDefault ?? false,
+    }) as Promise<AgentProcess>;
+  }
+
+  private send(frame: Buffer): void {
+    if (!this.gone) this.input.write(frame);
+  }
+
   /** Closes the channel; the agent exits, commands it started go on. */
   close(): void {
     this.fail(new AgentGoneError('exec agent closed'));
@@ -167,20 +230,30 @@ export class ExecAgent {
     this.output.destroy();
   }
 
-  private request(argv: string[], o: AgentExecOptions, background: boolean): Promise<AgentExecResult | number> {
+  private request(
+    argv: string[],
+    o: AgentExecOptions,
+    background: boolean,
+    stream?: { stdin: boolean; cwdIsDefault: boolean },
+  ): Promise<AgentExecResult | number | AgentProcess> {
     if (this.gone) return Promise.reject(this.gone);
     const id = this.nextId++;
-    const [uid, gid] = o.user.split(':').map(Number);
-    const strings = cStrings([o.cwd, ...argv, ...o.env]);
+    const numeric = /^\d+:\d+$/.test(o.user);
+    const [uid, gid] = numeric ? o.user.split(':').map(Number) : [0, 0];
+    const strings = cStrings([o.cwd, ...argv, ...o.env, ...(numeric ? [] : [o.user])]);
+    let flags = background ? F_BACKGROUND : 0;
+    if (stream) flags |= F_STREAM | (stream.stdin ? F_STDIN : 0) | (stream.cwdIsDefault ? F_CWD_FALLBACK : 0);
+    if (!numeric) flags |= F_USER_NAME;
     const frame = encodeFrame(
       T_EXEC,
       id,
-      [u32(o.timeoutMs), u32(o.maxOutputBytes), background ? 1 : 0, uid >>> 0, gid >>> 0, argv.length, o.env.length],
+      [u32(o.timeoutMs), u32(o.maxOutputBytes), flags, uid >>> 0, gid >>> 0, argv.length, o.env.length],
       strings,
     );
     return new Promise((resolve, reject) => {
       this.pending.set(id, {
         background,
+        stream,
         started: false,
         maxOutputBytes: o.maxOutputBytes,
         out: [],
@@ -210,8 +283,24 @@ export class ExecAgent {
       else this.close();
       return;
     }
+    const proc = this.procs.get(id);
+    if (proc) {
+      this.onProcessFrame(proc, type, id, payload);
+      return;
+    }
     const p = this.pending.get(id);
     if (!p) return;
+    if (p.stream) {
+      this.pending.delete(id);
+      if (type === R_STARTED && payload.length >= 4) {
+        const ap = new AgentProcess(this.link, id, payload.readUInt32LE(0), p.stream.stdin);
+        this.procs.set(id, ap);
+        p.resolve(ap);
+      } else if (type === R_FAILED && payload.length >= 4)
+        p.reject(new AgentSpawnError(payload.readInt32LE(0), payload.subarray(4, 4 + 1024).toString('utf8')));
+      else p.reject(new AgentGoneError('exec agent sent a bad answer'));
+      return;
+    }
     if (type === R_STARTED) {
       p.started = true;
       if (p.background) {
@@ -247,10 +336,25 @@ export class ExecAgent {
     }
   }
 
+  private onProcessFrame(proc: AgentProcess, type: number, id: number, payload: Buffer): void {
+    if (type === R_STDOUT || type === R_STDERR) proc.output(type === R_STDOUT ? 'stdout' : 'stderr', payload);
+    else if (type === R_STDIN_ACK && payload.length >= 4) proc.stdinAcked(payload.readUInt32LE(0));
+    else if (type === R_STDIN_GONE) proc.stdinGone();
+    else if (type === R_EXIT && payload.length >= 8) {
+      this.procs.delete(id);
+      const code = payload.readInt32LE(0);
+      const timedOut = (payload.readUInt32LE(4) & 2) !== 0;
+      proc.exited({ exitCode: code, signal: !timedOut && code > 128 ? signalName(code - 128) : null, timedOut });
+    }
+  }
+
   private fail(e: Error): void {
     if (this.gone) return;
     this.gone = e;
     this.onGone?.(e);
+    // Streamed commands lose their reader with the agent: they are reported killed.
+    for (const proc of this.procs.values()) proc.exited({ exitCode: 137, signal: 'SIGKILL', timedOut: false });
+    this.procs.clear();
     // A command that was running dies with the agent (the sandbox was killed, or the agent
     // was): report what it printed and SIGKILL's status, as `crun exec` would. A command
     // that never started is the caller's to retry.

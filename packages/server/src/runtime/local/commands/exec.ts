@@ -1,6 +1,7 @@
 import { join } from 'node:path';
-import type { ExecOptions, ExecResult } from '../../driver.js';
-import { AgentGoneError, ExecAgent } from './exec-agent.js';
+import { SandboxdError } from '@sandboxd/protocol';
+import type { ExecOptions, ExecResult, SpawnOptions, StreamedProcess } from '../../driver.js';
+import { AgentGoneError, AgentSpawnError, ExecAgent } from './exec-agent.js';
 import { nsPid, type OciRuntime } from './oci-runtime.js';
 import { mergeEnvList } from '../sandbox-checks.js';
 
@@ -126,6 +127,38 @@ export class SandboxCommands {
   }
 
   /**
+   * Starts argv with its output streamed, through the sandbox's agent (there is no fallback:
+   * a sandbox whose agent cannot start cannot run anything). `user` other than numeric
+   * `uid:gid` is looked up in the sandbox's /etc/passwd by the agent.
+   */
+  async spawn(t: CommandTarget, argv: string[], options: SpawnOptions = {}): Promise<StreamedProcess> {
+    const o = {
+      user: options.user === undefined ? t.user : options.user === 'root' ? '0:0' : options.user,
+      env: mergeEnvList(t.env, options.env),
+      cwd: options.cwd ?? t.workingDir,
+      cwdIsDefault: options.cwd === undefined,
+      timeoutMs: options.timeoutMs ?? 0,
+      stdin: options.stdin ?? false,
+    };
+    for (let attempt = 0; ; attempt++) {
+      const agent = await this.agent(t);
+      if (!agent)
+        throw new SandboxdError('internal', 'The sandbox cannot run processes (its exec agent does not start)');
+      try {
+        return await agent.spawn(argv, o);
+      } catch (e) {
+        if (e instanceof AgentSpawnError) {
+          const m = /^unknown user/.test(e.message)
+            ? `Unknown user in the sandbox: ${options.user}`
+            : `Cannot start ${argv[0]} in the sandbox: ${e.message}`;
+          throw new SandboxdError('validation', m, { argv0: argv[0], user: options.user });
+        }
+        if (!(e instanceof AgentGoneError) || attempt > 0) throw e;
+      }
+    }
+  }
+
+  /**
    * The live exec agent of the sandbox, starting one when there is none or the last one
    * died (killed from inside, say). Null when none can start; the caller then uses the
    * runtime's own exec, which also reports why the sandbox cannot run anything.
@@ -140,7 +173,8 @@ export class SandboxCommands {
       if (this.agents.get(id) !== current) return this.agent(t);
       this.agents.delete(id);
     }
-    const started = ExecAgent.start(this.o.runtime.argv, id, { user: t.user, env: t.env });
+    // As the sandbox's root (like PID 1), so a command may run as any of its users.
+    const started = ExecAgent.start(this.o.runtime.argv, id, { user: '0:0', env: t.env });
     this.agents.set(id, started);
     try {
       return await started;

@@ -1,0 +1,30 @@
+import { Readable } from 'node:stream';
+import type { ProcessEvent } from '@sandboxd/protocol';
+import type { ProcessFollower, StartEvent, TrackedProcess } from '../services/processes.js';
+
+/** Bytes of NDJSON a response holds before the process it follows is paused. */
+const HIGH_WATER = 64 * 1024;
+
+/**
+ * A process's events as an `application/x-ndjson` body, one JSON object a line, flushed as
+ * produced. Backpressure goes to the process: while the client does not read, the body's
+ * buffer fills, the process is paused, and so slowed inside the sandbox. When the client
+ * goes (the body is destroyed), it stops following; the process goes on.
+ */
+export function followProcess(p: TrackedProcess, o: { reconnect: boolean; follow: boolean }): Readable {
+  let detach = () => {};
+  const body = new Readable({
+    highWaterMark: HIGH_WATER,
+    read: () => p.drained(follower),
+    destroy: (err, cb) => {
+      detach();
+      cb(err);
+    },
+  });
+  const follower: ProcessFollower = {
+    send: (ev: ProcessEvent | StartEvent) => body.push(`${JSON.stringify(ev)}\n`),
+    end: () => body.push(null),
+  };
+  detach = p.attach(follower, o);
+  return body;
+}

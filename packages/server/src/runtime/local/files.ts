@@ -1,0 +1,314 @@
+import { Readable } from 'node:stream';
+import { type FileEntry, type FileEvent, SandboxdError } from '@sandboxd/protocol';
+import type { ProcessExit, SpawnOptions, StreamedProcess } from '../driver.js';
+import type { DriverFiles, FileList, FileRead, FileUser, FileWatch } from '../files.js';
+import { AGENT_PATH } from './commands/exec-agent.js';
+
+type Spawn = (id: string, argv: string[], o: SpawnOptions) => Promise<StreamedProcess>;
+
+/** Metadata operations end well within this; a stuck one is killed (exit 124). */
+const META_TIMEOUT_MS = 60_000;
+/** Most stdout a metadata operation may print (10,000 list entries are ~3 MiB). */
+const MAX_META_OUTPUT = 16 << 20;
+const MAX_STDERR = 64 << 10;
+/** Longest header line of a read. */
+const MAX_HEADER = 4096;
+
+/** What the file tool prints on stderr when an operation fails (packages/server/native/agent-files.h). */
+interface ToolError {
+  errno?: number;
+  code?: string;
+  op?: string;
+  path?: string;
+  message?: string;
+}
+
+/** The SandboxdError of a failed file operation on `path`. */
+export function fileError(err: ToolError, path: string): SandboxdError {
+  const p = err.path || path;
+  const what = err.message || err.code || 'failed';
+  const details = { path: p, code: err.code, op: err.op };
+  switch (err.code) {
+    case 'ENOENT':
+      return new SandboxdError('not_found', `No such file or directory: ${p}`, details);
+    case 'ENOTDIR':
+      return new SandboxdError('validation', `Not a directory: ${p}`, details);
+    case 'EISDIR':
+      return new SandboxdError('validation', `Is a directory: ${p}`, details);
+    case 'EEXIST':
+    case 'ENOTEMPTY':
+      return new SandboxdError('conflict', `Already exists: ${p}`, details);
+    case 'ENOSPC':
+    case 'EDQUOT':
+      return new SandboxdError('no_space', `No space left on the sandbox's disk or volume for ${p}`, details);
+    case 'EACCES':
+    case 'EPERM':
+    case 'EROFS':
+      return new SandboxdError('permission', `Permission denied: ${p} (${what})`, details);
+    case 'EPIPE':
+      return new SandboxdError('validation', `The upload of ${p} ended before its Content-Length`, details);
+    case 'EFBIG':
+      return new SandboxdError('validation', `The upload of ${p} is longer than its Content-Length`, details);
+    case 'ENAMETOOLONG':
+    case 'ELOOP':
+    case 'EINVAL':
+    case 'EXDEV':
+    case 'EBUSY':
+      return new SandboxdError('validation', `${err.op ?? 'file'} ${p}: ${what}`, details);
+    default:
+      return new SandboxdError('internal', `${err.op ?? 'file'} ${p} failed in the sandbox: ${what}`, details);
+  }
+}
+
+function parseToolError(stderr: string, exit: ProcessExit, path: string): SandboxdError {
+  const line = stderr.split('\n').find((l) => l.startsWith('{'));
+  if (line) {
+    try {
+      return fileError(JSON.parse(line) as ToolError, path);
+    } catch {
+      /* not the tool's JSON: below */
+    }
+  }
+  if (exit.timedOut) return new SandboxdError('internal', `The file operation on ${path} timed out in the sandbox`);
+  return new SandboxdError(
+    'internal',
+    `The file operation on ${path} failed in the sandbox (exit ${exit.exitCode}${exit.signal ? `, ${exit.signal}` : ''})`,
+  );
+}
+
+/**
+ * JSON printed by the file tool. It runs as the sandbox's user, whom the sandbox may
+ * trace, so its output is untrusted: garbage is an internal error, never a crash.
+ */
+function parseJson<T>(text: string): T {
+  try {
+    return JSON.parse(text) as T;
+  } catch {
+    throw new SandboxdError('internal', "The sandbox's file tool gave an answer that is not JSON");
+  }
+}
+
+/** Collects a process's output (bounded) and its exit. */
+function collect(p: StreamedProcess, maxOut: number): Promise<{ out: Buffer; err: string; exit: ProcessExit }> {
+  return new Promise((resolve) => {
+    const out: Buffer[] = [];
+    const err: Buffer[] = [];
+    let outLen = 0;
+    let errLen = 0;
+    p.onData((stream, chunk) => {
+      if (stream === 'stdout') {
+        if (outLen + chunk.length > maxOut) {
+          p.kill();
+          return;
+        }
+        out.push(chunk);
+        outLen += chunk.length;
+      } else if (errLen < MAX_STDERR) {
+        err.push(chunk);
+        errLen += chunk.length;
+      }
+    });
+    p.onExit((exit) => resolve({ out: Buffer.concat(out), err: Buffer.concat(err).toString('utf8'), exit }));
+  });
+}
+
+/**
+ * {@link DriverFiles} done by the file tool of the sandbox's agent (`/dev/sandboxd-agent
+ * file <op> ...`, a static binary bind-mounted into every sandbox), started through the
+ * driver's streamed processes: every path is opened inside the sandbox, as its user.
+ */
+export class AgentFiles implements DriverFiles {
+  constructor(private readonly spawn: Spawn) {}
+
+  private start(id: string, args: string[], o: FileUser & { stdin?: boolean; timeoutMs?: number }) {
+    return this.spawn(id, [AGENT_PATH, 'file', ...args], {
+      user: o.user,
+      cwd: '/',
+      stdin: o.stdin,
+      timeoutMs: o.timeoutMs ?? 0,
+    });
+  }
+
+  /** Runs a metadata operation; its stdout (JSON lines) on success. */
+  private async meta(id: string, args: string[], path: string, o: FileUser = {}): Promise<string> {
+    const p = await this.start(id, args, { ...o, timeoutMs: META_TIMEOUT_MS });
+    const r = await collect(p, MAX_META_OUTPUT);
+    if (r.exit.exitCode !== 0) throw parseToolError(r.err, r.exit, path);
+    return r.out.toString('utf8');
+  }
+
+  async stat(id: string, path: string, o?: FileUser): Promise<FileEntry> {
+    return parseJson<FileEntry>(await this.meta(id, ['stat', path], path, o));
+  }
+
+  async list(id: string, path: string, o: FileUser & { depth: number; max?: number }): Promise<FileList> {
+    const out = await this.meta(id, ['list', path, String(o.depth), String(o.max ?? 10_000)], path, o);
+    const entries: FileEntry[] = [];
+    let truncated = false;
+    for (const line of out.split('\n')) {
+      if (!line) continue;
+      const v = parseJson<FileEntry | { truncated: true }>(line);
+      if ('truncated' in v) truncated = true;
+      else entries.push(v);
+    }
+    return { entries, truncated };
+  }
+
+  async mkdir(id: string, path: string, o?: FileUser): Promise<FileEntry> {
+    return parseJson<FileEntry>(await this.meta(id, ['mkdir', path], path, o));
+  }
+
+  async move(id: string, from: string, to: string, o?: FileUser): Promise<FileEntry> {
+    return parseJson<FileEntry>(await this.meta(id, ['move', from, to], from, o));
+  }
+
+  async remove(id: string, path: string, o?: FileUser): Promise<void> {
+    await this.meta(id, ['remove', path], path, o);
+  }
+
+  async read(id: string, path: string, o: FileUser & { range?: string } = {}): Promise<FileRead> {
+    const p = await this.start(id, ['read', path, o.range ?? ''], o);
+    return new Promise<FileRead>((resolve, reject) => {
+      let header: Buffer | null = Buffer.alloc(0);
+      let body: Readable | null = null;
+      const err: Buffer[] = [];
+      p.onData((stream, chunk) => {
+        if (stream === 'stderr') {
+          if (err.length < 16) err.push(chunk);
+          return;
+        }
+        if (body) {
+          if (!body.push(chunk)) p.pause();
+          return;
+        }
+        header = Buffer.concat([header as Buffer, chunk]);
+        const nl = header.indexOf(10);
+        if (nl < 0) {
+          if (header.length > MAX_HEADER) p.kill();
+          return;
+        }
+        let h: { size: number; start?: number; end?: number; unsatisfiable?: boolean };
+        try {
+          h = parseJson(header.subarray(0, nl).toString('utf8'));
+        } catch (e) {
+          header = null;
+          p.kill();
+          reject(e);
+          return;
+        }
+        const rest = header.subarray(nl + 1);
+        header = null;
+        if (h.unsatisfiable) {
+          resolve({ unsatisfiable: true, size: h.size });
+          return;
+        }
+        body = new Readable({
+          read: () => p.resume(),
+          destroy: (e, cb) => {
+            p.kill(); // the reader went away: the tool stops
+            cb(e);
+          },
+        });
+        if (rest.length > 0) body.push(rest);
+        resolve({ unsatisfiable: false, size: h.size, start: h.start ?? 0, end: h.end ?? -1, body });
+      });
+      p.onExit((exit) => {
+        if (body) {
+          if (exit.exitCode === 0) body.push(null);
+          else body.destroy(parseToolError(Buffer.concat(err).toString('utf8'), exit, path));
+        } else if (header !== null) reject(parseToolError(Buffer.concat(err).toString('utf8'), exit, path));
+      });
+    });
+  }
+
+  async write(
+    id: string,
+    path: string,
+    body: AsyncIterable<Uint8Array>,
+    o: FileUser & { mode?: string; length?: number; signal?: AbortSignal } = {},
+  ): Promise<FileEntry> {
+    const p = await this.start(id, ['write', path, o.mode ?? '-', o.length === undefined ? '-' : String(o.length)], {
+      ...o,
+      stdin: true,
+    });
+    const done = collect(p, 64 << 10);
+    const abort = () => p.kill('SIGTERM'); // the tool removes its temporary file
+    o.signal?.addEventListener('abort', abort, { once: true });
+    try {
+      for await (const chunk of body) {
+        if (!p.stdinOpen) break; // the tool stopped (an error it reports below)
+        if (!p.write(chunk)) await new Promise<void>((r) => p.onDrain(r));
+      }
+      p.closeStdin();
+    } catch (e) {
+      abort();
+      await done;
+      throw e;
+    } finally {
+      o.signal?.removeEventListener('abort', abort);
+    }
+    const r = await done;
+    if (o.signal?.aborted) throw new SandboxdError('validation', `The upload of ${path} was aborted`, { path });
+    if (r.exit.exitCode !== 0) throw parseToolError(r.err, r.exit, path);
+    return parseJson<FileEntry>(r.out.toString('utf8'));
+  }
+
+  async watch(id: string, path: string, o: FileUser & { recursive: boolean }): Promise<FileWatch> {
+    const p = await this.start(id, ['watch', path, o.recursive ? '1' : '0'], o);
+    return new Promise<FileWatch>((resolve, reject) => {
+      let ready = false;
+      let partial = '';
+      let listener: ((e: FileEvent | { type: 'overflow' }) => void) | null = null;
+      const early: (FileEvent | { type: 'overflow' })[] = [];
+      const endListeners: (() => void)[] = [];
+      let ended = false;
+      const err: Buffer[] = [];
+      const watch: FileWatch = {
+        onEvent: (l) => {
+          listener = l;
+          for (const e of early.splice(0)) l(e);
+        },
+        onEnd: (l) => {
+          if (ended) l();
+          else endListeners.push(l);
+        },
+        close: () => p.kill('SIGTERM'),
+      };
+      p.onData((stream, chunk) => {
+        if (stream === 'stderr') {
+          if (err.length < 16) err.push(chunk);
+          return;
+        }
+        partial += chunk.toString('utf8');
+        if (partial.length > 1 << 20) {
+          p.kill(); // no event line is that long
+          return;
+        }
+        let nl = partial.indexOf('\n');
+        while (nl >= 0) {
+          const line = partial.slice(0, nl);
+          partial = partial.slice(nl + 1);
+          nl = partial.indexOf('\n');
+          if (!line) continue;
+          let ev: FileEvent | { type: 'ready' } | { type: 'overflow' };
+          try {
+            ev = parseJson(line);
+          } catch {
+            p.kill();
+            return;
+          }
+          if (ev.type === 'ready') {
+            ready = true;
+            resolve(watch);
+          } else if (listener) listener(ev);
+          else if (early.length < 1000) early.push(ev);
+        }
+      });
+      p.onExit((exit) => {
+        ended = true;
+        if (!ready) reject(parseToolError(Buffer.concat(err).toString('utf8'), exit, path));
+        for (const l of endListeners.splice(0)) l();
+      });
+    });
+  }
+}

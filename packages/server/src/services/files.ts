@@ -1,0 +1,155 @@
+import { type FileEntry, MAX_PATH_BYTES, SandboxdError } from '@sandboxd/protocol';
+import type { FileList, FileRead, FileWatch } from '../runtime/files.js';
+import type { ServiceDeps } from './context.js';
+import type { SandboxService } from './sandboxes.js';
+import type { StorageGuard } from './storage.js';
+
+/** Watches one sandbox may hold open at once. */
+export const MAX_WATCHES_PER_SANDBOX = 16;
+
+/** Where each path of a request came from, for error details (`{in: 'query', path: '/path'}`). */
+type PathArgs = Record<string, { value: string; in: 'query' | 'body' }>;
+
+/**
+ * File operations on a started sandbox, done inside it by the driver (its agent), as the
+ * sandbox's user or `user`. Checks ownership (`not_found`), state (`conflict`) and paths
+ * (`validation`: absolute, no NUL, at most 4096 bytes) before anything runs.
+ */
+export class FileService {
+  private readonly watches = new Map<string, number>();
+
+  constructor(
+    private readonly d: Pick<ServiceDeps, 'driver' | 'clock'> & { storage: StorageGuard },
+    private readonly sandboxes: Pick<SandboxService, 'get'>,
+  ) {}
+
+  async stat(accountId: string, sandboxId: string, path: string, user?: string): Promise<FileEntry> {
+    const id = await this.target(accountId, sandboxId, { path: { value: path, in: 'query' } });
+    return this.run(() => this.d.driver.files.stat(id, path, { user }));
+  }
+
+  async list(
+    accountId: string,
+    sandboxId: string,
+    path: string,
+    o: { depth: number; user?: string },
+  ): Promise<FileList> {
+    const id = await this.target(accountId, sandboxId, { path: { value: path, in: 'query' } });
+    return this.run(() => this.d.driver.files.list(id, path, o));
+  }
+
+  async mkdir(accountId: string, sandboxId: string, path: string, user?: string): Promise<FileEntry> {
+    const id = await this.target(accountId, sandboxId, { path: { value: path, in: 'body' } });
+    await this.d.storage.check();
+    return this.run(() => this.d.driver.files.mkdir(id, path, { user }));
+  }
+
+  async move(accountId: string, sandboxId: string, from: string, to: string, user?: string): Promise<FileEntry> {
+    const id = await this.target(accountId, sandboxId, {
+      from: { value: from, in: 'body' },
+      to: { value: to, in: 'body' },
+    });
+    await this.d.storage.check();
+    return this.run(() => this.d.driver.files.move(id, from, to, { user }));
+  }
+
+  async remove(accountId: string, sandboxId: string, path: string, user?: string): Promise<void> {
+    const id = await this.target(accountId, sandboxId, { path: { value: path, in: 'query' } });
+    return this.run(() => this.d.driver.files.remove(id, path, { user }));
+  }
+
+  async read(
+    accountId: string,
+    sandboxId: string,
+    path: string,
+    o: { range?: string; user?: string } = {},
+  ): Promise<FileRead> {
+    const id = await this.target(accountId, sandboxId, { path: { value: path, in: 'query' } });
+    return this.run(() => this.d.driver.files.read(id, path, o));
+  }
+
+  async write(
+    accountId: string,
+    sandboxId: string,
+    path: string,
+    body: AsyncIterable<Uint8Array>,
+    o: { mode?: string; length?: number; user?: string; signal?: AbortSignal } = {},
+  ): Promise<FileEntry> {
+    const id = await this.target(accountId, sandboxId, { path: { value: path, in: 'query' } });
+    // The root layer and volumes are files on the data dir: refused when it is full.
+    await this.d.storage.check();
+    return this.run(() => this.d.driver.files.write(id, path, body, o));
+  }
+
+  /** Starts a watch; throws `conflict` when the sandbox holds {@link MAX_WATCHES_PER_SANDBOX}. */
+  async watch(
+    accountId: string,
+    sandboxId: string,
+    path: string,
+    o: { recursive: boolean; user?: string },
+  ): Promise<FileWatch> {
+    const id = await this.target(accountId, sandboxId, { path: { value: path, in: 'query' } });
+    const open = this.watches.get(id) ?? 0;
+    if (open >= MAX_WATCHES_PER_SANDBOX)
+      throw new SandboxdError('conflict', `The sandbox already has ${MAX_WATCHES_PER_SANDBOX} watches open`, { open });
+    this.watches.set(id, open + 1);
+    try {
+      const w = await this.run(() => this.d.driver.files.watch(id, path, o));
+      w.onEnd(() => this.release(id));
+      return w;
+    } catch (e) {
+      this.release(id);
+      throw e;
+    }
+  }
+
+  private release(id: string): void {
+    const n = (this.watches.get(id) ?? 1) - 1;
+    if (n > 0) this.watches.set(id, n);
+    else this.watches.delete(id);
+  }
+
+  /** The sandbox's id once it is the account's, started, and every path is acceptable. */
+  private async target(accountId: string, sandboxId: string, paths: PathArgs): Promise<string> {
+    const problems = Object.entries(paths).flatMap(([name, p]) => {
+      const message = pathProblem(p.value);
+      return message ? [{ in: p.in, path: `/${name}`, message }] : [];
+    });
+    const r = await this.sandboxes.get(accountId, sandboxId);
+    if (problems.length)
+      throw new SandboxdError(
+        'validation',
+        problems.map((p) => `${p.path.slice(1)}: ${p.message}`).join('; '),
+        problems,
+      );
+    if (r.state !== 'started' || r.stopAt <= this.d.clock.now())
+      throw new SandboxdError('conflict', `Sandbox is ${r.state === 'started' ? 'stopping' : r.state}`, {
+        state: r.state,
+      });
+    return r.id;
+  }
+
+  /** A driver call; an unknown sandbox there (it went since the check) is `conflict`. */
+  private async run<T>(f: () => Promise<T>): Promise<T> {
+    try {
+      return await f();
+    } catch (e) {
+      if (e instanceof SandboxdError && e.kind === 'not_found' && !hasPath(e.details))
+        throw new SandboxdError('conflict', 'Sandbox is not running', { state: 'lost' });
+      throw e;
+    }
+  }
+}
+
+function hasPath(details: unknown): boolean {
+  return typeof details === 'object' && details !== null && 'path' in details;
+}
+
+/** Why `p` is not an acceptable sandbox path, or null. */
+export function pathProblem(p: string): string | null {
+  if (!p.startsWith('/')) return 'must be an absolute path (start with /)';
+  if (p.includes('\0')) return 'must not contain NUL bytes';
+  const bytes = Buffer.byteLength(p);
+  if (bytes > MAX_PATH_BYTES) return `is ${bytes} bytes; at most ${MAX_PATH_BYTES}`;
+  return null;
+}
