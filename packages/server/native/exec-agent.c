@@ -71,6 +71,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "frames.h"
+#include "agent-files.h"
 
 #define PROTOCOL_VERSION 1
 #define MAX_FRAME (16u << 20)
@@ -541,6 +542,7 @@ static int read_ctl(void) {
 }
 
 int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "file") == 0) return files_main(argc - 2, argv + 2);
   init_mode = argc > 1 && strcmp(argv[1], "--init") == 0;
   /* Not dumpable: the sandbox's root (no CAP_SYS_PTRACE) can neither ptrace the agent nor
    * open its /proc/<pid>/fd to take the channel. Commands are dumpable again after execve. */

@@ -1,0 +1,701 @@
+/*
+ * agent-files.h: the agent's file tool, `/dev/sandboxd-agent file <op> args...`, run inside a
+ * sandbox as an ordinary process (already the right uid, in the sandbox's mount namespace).
+ * It backs the files routes of docs/files-and-processes.md. Static, no NSS: owner names come
+ * from the sandbox's /etc/passwd, read here. Everything is static: exec-agent.c includes it.
+ *
+ * Entry (one JSON line, lstat semantics):
+ *   {"name","path","type":"file"|"dir"|"symlink"|"other","size","mode":st_mode&07777,
+ *    "owner":passwd name or uid,"modifiedAt":"YYYY-MM-DDTHH:MM:SS.mmmZ","symlinkTarget"?}
+ *   path is the argument with `//` collapsed and a trailing `/` dropped (no `..` or symlink
+ *   resolution); name its last component ("/" for the root). Strings are JSON-escaped, invalid
+ *   UTF-8 bytes become U+FFFD.
+ * Ops (stdout; exit 0):
+ *   stat <path>                 entry
+ *   list <dir> <depth> [max]    entries below dir, pre-order, sorted by name per directory,
+ *                               depth levels (1 = children), symlinks not followed; at most max
+ *                               (default 10000), then a last line {"truncated":true}
+ *   mkdir <path>                parents created (0755), EEXIST if path exists; entry
+ *   move <from> <to>            EEXIST if to exists; rename, or across mounts copy + remove;
+ *                               parents of to are not created; entry of to
+ *   remove <path>               unlink, or a directory recursively (never following a symlink,
+ *                               nor entering another mount: EBUSY)
+ *   read <path> <range>         range "", "a-b", "a-" or "-n" (HTTP forms): a header line
+ *                               {"size","start","end"} then exactly end-start+1 bytes, or
+ *                               {"size","unsatisfiable":true}; exit 3 when the file shrank
+ *   write <path> <mode|-> <len|->  stdin to a temp file beside path, renamed over it (a symlink
+ *                               at path is replaced); parents created; entry. Short stdin EPIPE,
+ *                               longer than len EFBIG; SIGTERM/HUP/INT/PIPE remove the temp
+ *   watch <path> <0|1>          inotify (1 = recursive): {"type":"ready"}, then per event
+ *                               {"type":"create"|"write"|"remove"|"rename"|"chmod","path",
+ *                               "entry"?}, {"type":"overflow"}; ends with {"type":"remove",
+ *                               "path":root} when the root goes, or when stdout is closed
+ * Errors: one line on stderr {"errno","code","op","path","message"}, exit 1; usage errors
+ * (op "usage", errno 22) exit 2.
+ */
+#ifndef SANDBOXD_AGENT_FILES_H
+#define SANDBOXD_AGENT_FILES_H
+#ifndef _GNU_SOURCE
+#error "agent-files.h needs _GNU_SOURCE before the first system header"
+#endif
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/inotify.h>
+#include <sys/random.h>
+#include <sys/sendfile.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef RENAME_NOREPLACE
+#define RENAME_NOREPLACE 1
+#endif
+#define FA_CHUNK (256 * 1024)   /* copy buffer */
+#define FA_MAX_DEPTH 256        /* deepest directory level walked */
+#define FA_MAX_WATCHES 8192
+
+struct fa_buf { char *p; size_t len, cap; };
+
+static struct fa_buf fa_out;          /* stdout, written with write(2) by fa_flush */
+static char fa_tmp[PATH_MAX + 64];     /* write's temp file while it exists (signal handlers) */
+static char fa_io[FA_CHUNK];
+
+static void fa_need(struct fa_buf *b, size_t n) {
+  if (b->len + n + 1 <= b->cap) return;
+  size_t cap = b->cap ? b->cap : 256;
+  while (cap < b->len + n + 1) cap *= 2;
+  char *p = realloc(b->p, cap);
+  if (!p) { if (fa_tmp[0]) unlink(fa_tmp); _exit(1); } /* out of memory: not even an error line */
+  b->p = p; b->cap = cap;
+}
+static void fa_add(struct fa_buf *b, const void *s, size_t n) { fa_need(b, n); memcpy(b->p + b->len, s, n); b->p[b->len += n] = 0; }
+static void fa_str(struct fa_buf *b, const char *s) { fa_add(b, s, strlen(s)); }
+__attribute__((format(printf, 2, 3))) static void fa_fmt(struct fa_buf *b, const char *fmt, ...) {
+  char t[256];
+  va_list ap;
+  va_start(ap, fmt); int n = vsnprintf(t, sizeof t, fmt, ap); va_end(ap);
+  if (n > 0) fa_add(b, t, (size_t)n < sizeof t ? (size_t)n : sizeof t - 1);
+}
+
+/* Length of the valid UTF-8 sequence at p (1..4 bytes, >= 0x80 lead), or 0 when invalid. */
+static size_t fa_utf8(const unsigned char *p) {
+  unsigned c = p[0];
+  size_t n = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+  for (size_t i = 1; i < n; i++) if ((p[i] & 0xc0) != 0x80) return 0; /* stops at the NUL too */
+  if ((c == 0xe0 && p[1] < 0xa0) || (c == 0xed && p[1] > 0x9f) ||   /* overlong, surrogate */
+      (c == 0xf0 && p[1] < 0x90) || (c == 0xf4 && p[1] > 0x8f)) return 0; /* overlong, > U+10FFFF */
+  return n;
+}
+
+/* s as a JSON string: escaped, invalid UTF-8 bytes as U+FFFD. */
+static void fa_json(struct fa_buf *b, const char *s) {
+  const unsigned char *p = (const unsigned char *)s;
+  fa_add(b, "\"", 1);
+  while (*p) {
+    size_t n = 1;
+    if (*p == '"' || *p == '\\') { char e[2] = { '\\', (char)*p }; fa_add(b, e, 2); }
+    else if (*p < 0x20) fa_fmt(b, "\\u%04x", *p);
+    else if (*p < 0x80) fa_add(b, p, 1);
+    else if ((n = fa_utf8(p)) > 0) fa_add(b, p, n);
+    else { fa_add(b, "\xef\xbf\xbd", 3); n = 1; }
+    p += n;
+  }
+  fa_add(b, "\"", 1);
+}
+
+/* All of p to fd (waiting out a non-blocking fd). 0, or -1 with errno. */
+static int fa_write_all(int fd, const void *p, size_t n) {
+  while (n > 0) {
+    ssize_t w = write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0 && errno == EAGAIN) { struct pollfd pf = { fd, POLLOUT, 0 }; poll(&pf, 1, -1); continue; }
+    if (w < 0) return -1;
+    p = (const char *)p + w; n -= (size_t)w;
+  }
+  return 0;
+}
+
+static int fa_flush(void) { int r = fa_write_all(1, fa_out.p, fa_out.len); fa_out.len = 0; return r; }
+
+static const char *fa_code(int e) {
+  static char t[16];
+#define FA_C(x) case x: return #x;
+  switch (e) {
+    FA_C(ENOENT) FA_C(ENOTDIR) FA_C(EISDIR) FA_C(EEXIST) FA_C(ENOTEMPTY) FA_C(ENOSPC) FA_C(EDQUOT)
+    FA_C(EACCES) FA_C(EPERM) FA_C(EROFS) FA_C(ENAMETOOLONG) FA_C(ELOOP) FA_C(EXDEV) FA_C(EINVAL)
+    FA_C(EPIPE) FA_C(EFBIG) FA_C(EBUSY) FA_C(EIO) FA_C(ENOMEM) FA_C(EMFILE) FA_C(ETXTBSY)
+  }
+#undef FA_C
+  snprintf(t, sizeof t, "E%d", e);
+  return t;
+}
+
+/* One error line on stderr, the temp file (if any) removed, exit `code`. */
+__attribute__((noreturn)) static void fa_error(int code, int err, const char *op, const char *path, const char *msg) {
+  if (fa_tmp[0]) unlink(fa_tmp);
+  struct fa_buf b = { 0 };
+  fa_fmt(&b, "{\"errno\":%d,\"code\":\"%s\",\"op\":", err, fa_code(err));
+  fa_json(&b, op); fa_str(&b, ",\"path\":"); fa_json(&b, path ? path : "");
+  fa_str(&b, ",\"message\":"); fa_json(&b, msg ? msg : strerror(err)); fa_str(&b, "}\n");
+  fa_write_all(2, b.p, b.len);
+  _exit(code);
+}
+__attribute__((noreturn)) static void fa_fail(int err, const char *op, const char *path) { fa_error(1, err, op, path, NULL); }
+__attribute__((noreturn)) static void fa_usage(const char *msg) { fa_error(2, EINVAL, "usage", "", msg); }
+static void fa_flush_or_fail(void) { if (fa_flush() < 0) fa_fail(errno, "write", "<stdout>"); }
+
+/* `in` with `//` collapsed and a trailing `/` dropped (the root stays "/"); malloc'd. */
+static char *fa_norm(const char *in) {
+  size_t n = strlen(in), j = 0;
+  char *s = malloc(n + 1);
+  if (!s) fa_fail(ENOMEM, "malloc", in);
+  for (size_t i = 0; i < n; i++) if (!(in[i] == '/' && j > 0 && s[j - 1] == '/')) s[j++] = in[i];
+  if (j > 1 && s[j - 1] == '/') j--;
+  s[j] = 0;
+  return s;
+}
+static const char *fa_base(const char *p) {
+  const char *s = strrchr(p, '/');
+  return strcmp(p, "/") == 0 ? "/" : s ? s + 1 : p;
+}
+/* dir + "/" + name, malloc'd ("/" + name for the root). */
+static char *fa_join(const char *dir, const char *name) {
+  struct fa_buf b = { 0 };
+  fa_str(&b, dir); fa_str(&b, strcmp(dir, "/") ? "/" : ""); fa_str(&b, name);
+  return b.p;
+}
+
+/* The target of symlink `name` in dirfd, malloc'd, or NULL. */
+static char *fa_readlink(int dirfd, const char *name) {
+  for (size_t cap = 256; cap <= (1u << 20); cap *= 2) {
+    char *t = malloc(cap);
+    if (!t) return NULL;
+    ssize_t n = readlinkat(dirfd, name, t, cap);
+    if (n >= 0 && (size_t)n < cap) { t[n] = 0; return t; }
+    free(t);
+    if (n < 0) return NULL;
+  }
+  return NULL;
+}
+
+/* The user name of uid from /etc/passwd, else the uid in decimal (the last answer is kept). */
+static const char *fa_owner(uid_t uid) {
+  static struct fa_buf pw;
+  static int loaded;
+  static uid_t last = (uid_t)-1;
+  static char name[256];
+  if (uid == last) return name;
+  last = uid;
+  snprintf(name, sizeof name, "%u", (unsigned)uid);
+  if (!loaded++) {
+    int fd = open("/etc/passwd", O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    for (ssize_t n = 1; fd >= 0 && n > 0 && pw.len < (4u << 20); ) {
+      fa_need(&pw, 65536);
+      if ((n = read(fd, pw.p + pw.len, 65536)) > 0) pw.len += (size_t)n;
+      pw.p[pw.len] = 0;
+    }
+    if (fd >= 0) close(fd);
+  }
+  for (char *line = pw.p, *next; line && *line; line = next) { /* name:password:uid:... */
+    if ((next = strchr(line, '\n'))) *next = 0;
+    char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL, *e = NULL;
+    int hit = c2 && c1 > line && c1 - line < (ssize_t)sizeof name && strtoul(c2 + 1, &e, 10) == uid && e > c2 + 1 && *e == ':';
+    if (hit) { memcpy(name, line, (size_t)(c1 - line)); name[c1 - line] = 0; }
+    if (next) *next++ = '\n';
+    if (hit) break;
+  }
+  return name;
+}
+
+/* The entry object of `path` (st from lstat; the symlink is read as `name` in dirfd). */
+static void fa_entry(struct fa_buf *b, const char *path, const struct stat *st, int dirfd, const char *name) {
+  const char *type = S_ISREG(st->st_mode) ? "file" : S_ISDIR(st->st_mode) ? "dir" : S_ISLNK(st->st_mode) ? "symlink" : "other";
+  fa_str(b, "{\"name\":"); fa_json(b, fa_base(path));
+  fa_str(b, ",\"path\":"); fa_json(b, path);
+  fa_fmt(b, ",\"type\":\"%s\",\"size\":%lld,\"mode\":%u,\"owner\":", type, (long long)st->st_size, (unsigned)(st->st_mode & 07777));
+  fa_json(b, fa_owner(st->st_uid));
+  struct tm tm = { 0 };
+  time_t t = st->st_mtim.tv_sec;
+  if (!gmtime_r(&t, &tm)) memset(&tm, 0, sizeof tm);
+  fa_fmt(b, ",\"modifiedAt\":\"%04d-%02d-%02dT%02d:%02d:%02d.%03dZ\"", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+         tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(st->st_mtim.tv_nsec / 1000000));
+  char *target = S_ISLNK(st->st_mode) ? fa_readlink(dirfd, name) : NULL;
+  if (target) { fa_str(b, ",\"symlinkTarget\":"); fa_json(b, target); free(target); }
+  fa_str(b, "}");
+}
+
+/* stdout: the entry line of path (lstat). */
+static int fa_print_entry(const char *path) {
+  struct stat st;
+  if (lstat(path, &st) < 0) fa_fail(errno, "lstat", path);
+  fa_entry(&fa_out, path, &st, AT_FDCWD, path); fa_str(&fa_out, "\n"); fa_flush_or_fail();
+  return 0;
+}
+
+static int fa_cmp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* The names in directory fd (not . and ..), sorted, read from the start; fd stays open.
+ * Returns the count (the array and names malloc'd), or -1 with errno. */
+static ssize_t fa_names(int fd, char ***out) {
+  int d2 = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+  DIR *d = d2 < 0 ? NULL : (lseek(d2, 0, SEEK_SET), fdopendir(d2));
+  if (!d) { int e = errno; if (d2 >= 0) close(d2); errno = e; return -1; }
+  char **v = NULL;
+  size_t n = 0, cap = 0;
+  struct dirent *de;
+  for (errno = 0; (de = readdir(d)) != NULL; errno = 0) {
+    if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0) continue;
+    if (n == cap && !(v = realloc(v, (cap = cap ? 2 * cap : 64) * sizeof *v))) fa_fail(ENOMEM, "malloc", "");
+    if (!(v[n++] = strdup(de->d_name))) fa_fail(ENOMEM, "malloc", "");
+  }
+  int e = errno;
+  closedir(d);
+  if (e) { while (n) free(v[--n]); free(v); errno = e; return -1; }
+  if (n) qsort(v, n, sizeof *v, fa_cmp);
+  *out = v;
+  return (ssize_t)n;
+}
+static void fa_free_names(char **v, ssize_t n) { for (ssize_t i = 0; i < n; i++) free(v[i]); free(v); }
+
+/* Parses decimal digits [s, e) (at least one), saturating. */
+static int fa_u64(const char *s, const char *e, uint64_t *v) {
+  const char *p = s;
+  for (*v = 0; p < e && *p >= '0' && *p <= '9'; p++) *v = *v > (UINT64_MAX - 9) / 10 ? UINT64_MAX : *v * 10 + (uint64_t)(*p - '0');
+  return p == e && p > s ? 0 : -1;
+}
+static uint64_t fa_arg_num(const char *s, uint64_t min, uint64_t max, const char *what) {
+  uint64_t v;
+  if (fa_u64(s, s + strlen(s), &v) < 0 || v < min || v > max) fa_usage(what);
+  return v;
+}
+
+/* Creates the missing directories above `path` (0755 each; umask is 0). */
+static void fa_mkparents(char *path) {
+  if (!*path) return;
+  for (char *s = strchr(path + 1, '/'); s; s = strchr(s + 1, '/')) {
+    struct stat st;
+    *s = 0;
+    int e = mkdir(path, 0755) < 0 && errno != EEXIST ? errno : 0; /* EACCES, EROFS on one that exists: fine */
+    if (e && (stat(path, &st) < 0 || !S_ISDIR(st.st_mode))) fa_fail(e, "mkdir", path);
+    *s = '/';
+  }
+}
+
+struct fa_list { long depth, max, count; int truncated; };
+
+static void fa_list_dir(struct fa_list *L, int fd, const char *path, long level) {
+  char **names;
+  ssize_t n = fa_names(fd, &names);
+  if (n < 0) { if (level == 1) fa_fail(errno, "readdir", path); return; }
+  for (ssize_t i = 0; i < n && !L->truncated; i++) {
+    struct stat st;
+    if (fstatat(fd, names[i], &st, AT_SYMLINK_NOFOLLOW) < 0) continue; /* gone meanwhile */
+    if (L->count == L->max) { L->truncated = 1; break; }
+    char *p = fa_join(path, names[i]);
+    fa_entry(&fa_out, p, &st, fd, names[i]);
+    fa_str(&fa_out, "\n"); L->count++;
+    if (fa_out.len >= 65536) fa_flush_or_fail();
+    if (S_ISDIR(st.st_mode) && level < L->depth && level < FA_MAX_DEPTH) {
+      int c = openat(fd, names[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+      if (c >= 0) { fa_list_dir(L, c, p, level + 1); close(c); }
+    }
+    free(p);
+  }
+  fa_free_names(names, n);
+}
+
+static int rm_errno;
+static const char *rm_op;
+static struct fa_buf rm_path, rm_errpath;  /* the path being removed / of the first error */
+
+static void fa_rm_err(const char *op) {
+  if (!rm_errno) { rm_errno = errno; rm_op = op; rm_errpath.len = 0; fa_str(&rm_errpath, rm_path.p); }
+}
+
+/* Empties directory fd (rm_path names it, on device dev), never following a symlink nor entering
+ * another mount (EBUSY); the first error is kept. */
+static void fa_rm_contents(int fd, dev_t dev, int depth) {
+  for (int pass = 0; pass < 4 && !rm_errno; pass++) { /* again when entries appeared meanwhile */
+    char **names;
+    ssize_t n = fa_names(fd, &names);
+    if (n < 0) { fa_rm_err("readdir"); return; }
+    if (n == 0) { free(names); return; }
+    for (ssize_t i = 0; i < n; i++) {
+      size_t keep = rm_path.len;
+      fa_str(&rm_path, "/"); fa_str(&rm_path, names[i]);
+      struct stat st;
+      if (unlinkat(fd, names[i], 0) == 0 || errno == ENOENT) { /* done */ }
+      else if (fstatat(fd, names[i], &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(st.st_mode)) fa_rm_err("unlink");
+      else if (st.st_dev != dev) { errno = EBUSY; fa_rm_err("rmdir"); }
+      else if (depth >= FA_MAX_DEPTH) { if (unlinkat(fd, names[i], AT_REMOVEDIR) < 0) { errno = ELOOP; fa_rm_err("rmdir"); } }
+      else {
+        int c = openat(fd, names[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+        if (c < 0) fa_rm_err("open");
+        else fa_rm_contents(c, dev, depth + 1), close(c);
+        if (c >= 0 && unlinkat(fd, names[i], AT_REMOVEDIR) < 0 && errno != ENOENT) fa_rm_err("rmdir");
+      }
+      rm_path.len = keep; rm_path.p[keep] = 0;
+    }
+    fa_free_names(names, n);
+  }
+}
+
+/* Removes path (a directory recursively). 0, or -1 with rm_errno, rm_op, rm_errpath set. */
+static int fa_remove(const char *path) {
+  struct stat st, root;
+  rm_errno = 0; rm_path.len = 0; fa_str(&rm_path, path);
+  if (lstat(path, &st) < 0) { fa_rm_err("lstat"); return -1; }
+  if (!S_ISDIR(st.st_mode)) { if (unlink(path) < 0) fa_rm_err("unlink"); return rm_errno ? -1 : 0; }
+  if (lstat("/", &root) == 0 && root.st_dev == st.st_dev && root.st_ino == st.st_ino) { errno = EBUSY; fa_rm_err("rmdir"); return -1; }
+  int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) { fa_rm_err("open"); return -1; }
+  fa_rm_contents(fd, st.st_dev, 1);
+  close(fd);
+  if (!rm_errno && rmdir(path) < 0) fa_rm_err("rmdir");
+  return rm_errno ? -1 : 0;
+}
+
+static const char *cp_op;
+static int cp_dst;  /* the failure was on the destination side */
+
+static int fa_cp_err(const char *op, int dst) { int e = errno; cp_op = op; cp_dst = dst; return e ? e : EIO; }
+
+/* Copies the data of fd s to fd d (they are on different filesystems). 0 or an errno. */
+static int fa_copy_data(int s, int d) {
+  for (ssize_t n; (n = read(s, fa_io, sizeof fa_io)) != 0; ) {
+    if (n < 0 && errno != EINTR) return fa_cp_err("read", 0);
+    if (n > 0 && fa_write_all(d, fa_io, (size_t)n) < 0) return fa_cp_err("write", 1);
+  }
+  return 0;
+}
+
+/* Copies sn in sfd to dn in dfd: files with their mode and mtime, directories recursively,
+ * symlinks recreated (never followed). 0 or an errno (cp_op, cp_dst set). */
+static int fa_copy(int sfd, const char *sn, int dfd, const char *dn, int depth) {
+  struct stat st;
+  int e = 0;
+  if (fstatat(sfd, sn, &st, AT_SYMLINK_NOFOLLOW) < 0) return fa_cp_err("lstat", 0);
+  if (depth > FA_MAX_DEPTH) { errno = ELOOP; return fa_cp_err("open", 0); }
+  struct timespec times[2] = { st.st_atim, st.st_mtim };
+  if (S_ISLNK(st.st_mode)) {
+    char *t = fa_readlink(sfd, sn);
+    if (!t) return fa_cp_err("readlink", 0);
+    if (symlinkat(t, dfd, dn) < 0) e = fa_cp_err("symlink", 1);
+    free(t);
+    return e;
+  }
+  int dir = S_ISDIR(st.st_mode);
+  if (!dir && !S_ISREG(st.st_mode)) return mknodat(dfd, dn, st.st_mode, st.st_rdev) < 0 ? fa_cp_err("mknod", 1) : 0;
+  if (dir && mkdirat(dfd, dn, 0700) < 0) return fa_cp_err("mkdir", 1);
+  int s = openat(sfd, sn, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | (dir ? O_DIRECTORY : 0));
+  if (s < 0) return fa_cp_err("open", 0);
+  int d = dir ? openat(dfd, dn, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+              : openat(dfd, dn, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (d < 0) { e = fa_cp_err("open", 1); close(s); return e; }
+  if (dir) {
+    char **names;
+    ssize_t n = fa_names(s, &names);
+    if (n < 0) e = fa_cp_err("readdir", 0);
+    for (ssize_t i = 0; i < n && !e; i++) e = fa_copy(s, names[i], d, names[i], depth + 1);
+    if (n >= 0) fa_free_names(names, n);
+  } else e = fa_copy_data(s, d);
+  if (!e && fchmod(d, st.st_mode & 07777) < 0) e = fa_cp_err("chmod", 1);
+  if (!e) futimens(d, times);
+  close(s);
+  if (close(d) < 0 && !e) e = fa_cp_err("close", 1);
+  return e;
+}
+
+static int fa_move(const char *from, const char *to) {
+  struct stat st;
+  if (lstat(from, &st) < 0) fa_fail(errno, "lstat", from);
+  if (lstat(to, &st) == 0) fa_fail(EEXIST, "rename", to);
+  long r = syscall(SYS_renameat2, AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE);
+  if (r < 0 && (errno == ENOSYS || errno == EINVAL)) { /* no renameat2, or not on this fs */
+    if (lstat(to, &st) == 0) fa_fail(EEXIST, "rename", to);
+    r = rename(from, to);
+  }
+  if (r < 0 && errno == EXDEV) {
+    int e = fa_copy(AT_FDCWD, from, AT_FDCWD, to, 0);
+    if (e) {
+      if (!(cp_dst && e == EEXIST)) fa_remove(to); /* the partial copy (not someone else's to) */
+      fa_fail(e, cp_op, cp_dst ? to : from);
+    }
+    if (fa_remove(from) < 0) fa_fail(rm_errno, rm_op, rm_errpath.p);
+  } else if (r < 0) fa_fail(errno, "rename", errno == ENOENT || errno == EEXIST || errno == ENOTDIR || errno == EISDIR ? to : from);
+  return fa_print_entry(to);
+}
+
+static int fa_read(const char *path, const char *range) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY); /* O_NONBLOCK: a FIFO does not hang */
+  if (fd < 0) fa_fail(errno, "open", path);
+  struct stat st;
+  if (fstat(fd, &st) < 0) fa_fail(errno, "fstat", path);
+  if (!S_ISREG(st.st_mode)) fa_fail(S_ISDIR(st.st_mode) ? EISDIR : EINVAL, "read", path);
+  uint64_t size = (uint64_t)st.st_size, a = 0, b = 0, start = 0;
+  int64_t end = (int64_t)size - 1;
+  int unsat = 0;
+  const char *dash = strchr(range, '-'), *stop = range + strlen(range);
+  int has_b = dash && dash + 1 < stop;
+  if (*range && (!dash || (dash > range && fa_u64(range, dash, &a) < 0) || (has_b && fa_u64(dash + 1, stop, &b) < 0) ||
+                 (dash == range && !has_b))) fa_usage("bad range");
+  if (!*range) { /* whole */ }
+  else if (dash == range) { if (b == 0) unsat = 1; else start = size > b ? size - b : 0; } /* -n: empty file ok */
+  else if ((has_b && a > b) || a >= size) unsat = 1; /* RFC 9110: an empty file satisfies no a-b, a- */
+  else { start = a; if (has_b && b < size - 1) end = (int64_t)b; }
+  fa_fmt(&fa_out, "{\"size\":%llu", (unsigned long long)size);
+  if (unsat) fa_str(&fa_out, ",\"unsatisfiable\":true}\n");
+  else fa_fmt(&fa_out, ",\"start\":%llu,\"end\":%lld}\n", (unsigned long long)start, (long long)end);
+  fa_flush_or_fail();
+  if (unsat) return 0;
+  off_t off = (off_t)start;
+  uint64_t left = (uint64_t)(end + 1) - start;
+  for (int sf = 1; left > 0; ) {
+    size_t want = left > (1u << 30) ? (1u << 30) : (size_t)left;
+    ssize_t n;
+    if (sf) { /* in the kernel; where stdout takes no sendfile, read + write */
+      n = sendfile(1, fd, &off, want);
+      if (n < 0 && (errno == EINVAL || errno == ENOSYS) && off == (off_t)start) { sf = 0; continue; }
+      if (n < 0 && errno == EAGAIN) { struct pollfd pf = { 1, POLLOUT, 0 }; poll(&pf, 1, -1); continue; }
+    } else {
+      n = pread(fd, fa_io, want < sizeof fa_io ? want : sizeof fa_io, off);
+      if (n > 0 && fa_write_all(1, fa_io, (size_t)n) < 0) fa_fail(errno, "write", "<stdout>");
+      if (n > 0) off += n;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fa_fail(errno, sf ? "sendfile" : "read", path);
+    if (n == 0) fa_error(3, EIO, "read", path, "the file ended before the range did (it shrank)");
+    left -= (uint64_t)n;
+  }
+  return 0;
+}
+
+static void fa_on_signal(int sig) { (void)sig; if (fa_tmp[0]) unlink(fa_tmp); _exit(143); }
+
+/* Copies stdin to fd: exactly len bytes when has_len (EPIPE short, EFBIG long), else to EOF. */
+static void fa_fill(int fd, uint64_t len, int has_len, const char *path) {
+  uint64_t total = 0;
+  for (int spl = 1;;) {
+    size_t want = sizeof fa_io;
+    if (has_len && len - total + 1 < want) want = (size_t)(len - total + 1); /* one more: too long? */
+    ssize_t n;
+    if (spl) {
+      n = splice(0, NULL, fd, NULL, want, SPLICE_F_MOVE);
+      if (n < 0 && errno == EINVAL) { spl = 0; continue; } /* stdin not a pipe, or the fs says no */
+    } else {
+      n = read(0, fa_io, want);
+      if (n > 0 && fa_write_all(fd, fa_io, (size_t)n) < 0) fa_fail(errno, "write", path);
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) { struct pollfd pf = { 0, POLLIN, 0 }; poll(&pf, 1, -1); continue; }
+    if (n < 0) fa_fail(errno, spl ? "write" : "read", path);
+    if (n == 0) break;
+    total += (uint64_t)n;
+    if (has_len && total > len) fa_fail(EFBIG, "write", path);
+  }
+  if (has_len && total < len) fa_fail(EPIPE, "write", path);
+}
+
+static int fa_write(char *path, const char *mode_s, const char *len_s) {
+  unsigned mode = 0644;
+  uint64_t len = 0;
+  int has_len = strcmp(len_s, "-") != 0;
+  char *e;
+  if (strcmp(mode_s, "-") != 0 && ((mode = (unsigned)strtoul(mode_s, &e, 8)) > 07777 || *e || strlen(mode_s) > 6 ||
+                                   mode_s[0] < '0' || mode_s[0] > '7')) fa_usage("bad mode");
+  if (has_len) len = fa_arg_num(len_s, 0, UINT64_MAX - 1, "bad length");
+  const char *base = fa_base(path);
+  if (!*path || strcmp(path, "/") == 0) fa_fail(*path ? EISDIR : ENOENT, "open", path);
+  struct stat st;
+  int exists = lstat(path, &st) == 0;
+  if (exists && S_ISDIR(st.st_mode)) fa_fail(EISDIR, "open", path); /* early: no upload for nothing */
+  if (exists && S_ISREG(st.st_mode) && strcmp(mode_s, "-") == 0) mode = st.st_mode & 07777;
+  fa_mkparents(path);
+  struct sigaction sa = { .sa_handler = fa_on_signal };
+  sigset_t sigs;
+  sigfillset(&sa.sa_mask); sigemptyset(&sigs);
+  for (int i = 0, sig[] = { SIGTERM, SIGHUP, SIGINT, SIGPIPE }; i < 4; i++) { sigaction(sig[i], &sa, NULL); sigaddset(&sigs, sig[i]); }
+  sigprocmask(SIG_BLOCK, &sigs, NULL); /* the temp's name is known to the handlers before it exists */
+  int fd = -1;
+  for (int tries = 0; fd < 0 && tries < 16; tries++) {
+    uint64_t r = 0;
+    if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r) r = (uint64_t)time(NULL) * 2654435761u + (uint64_t)tries;
+    int n = snprintf(fa_tmp, sizeof fa_tmp, "%.*s.%.200s.sandboxd-%d-%012llx", (int)(base - path), path, base,
+                     (int)getpid(), (unsigned long long)(r & 0xffffffffffffull));
+    if (n < 0 || (size_t)n >= sizeof fa_tmp) { fa_tmp[0] = 0; fa_fail(ENAMETOOLONG, "open", path); }
+    fd = open(fa_tmp, O_CREAT | O_EXCL | O_NOFOLLOW | O_WRONLY | O_CLOEXEC, 0600);
+    if (fd < 0 && errno != EEXIST) break;
+  }
+  if (fd < 0) { int err = errno; fa_tmp[0] = 0; fa_fail(err, "open", path); }
+  sigprocmask(SIG_UNBLOCK, &sigs, NULL); /* also when they came blocked */
+  fa_fill(fd, len, has_len, path);
+  if (fchmod(fd, mode) < 0) fa_fail(errno, "chmod", path);
+  if (close(fd) < 0) fa_fail(errno, "close", path);
+  if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode)) fa_fail(EISDIR, "rename", path);
+  if (rename(fa_tmp, path) < 0) fa_fail(errno, "rename", path);
+  fa_tmp[0] = 0;
+  return fa_print_entry(path);
+}
+
+struct fa_watch { int wd; char *path; };
+static struct fa_watch fa_w[FA_MAX_WATCHES];
+static int fa_nw, fa_ifd, fa_root_wd = -1, fa_recursive, fa_ready, fa_cap_hit;
+
+static void fa_overflow(void) { fa_str(&fa_out, "{\"type\":\"overflow\"}\n"); }
+static void fa_cap(void) { if (!fa_cap_hit++ && fa_ready) fa_overflow(); } /* before ready: after it */
+
+static int fa_wfind(int wd) { for (int i = 0; i < fa_nw; i++) if (fa_w[i].wd == wd) return i; return -1; }
+static void fa_wdrop(int i) { free(fa_w[i].path); fa_w[i] = fa_w[--fa_nw]; }
+
+/* A watch on path (a directory unless it is the root). Its wd, or -1. */
+static int fa_add_watch(const char *path, int dir) {
+  if (fa_nw >= FA_MAX_WATCHES) { fa_cap(); return -1; }
+  uint32_t mask = IN_CREATE | IN_MODIFY | IN_DELETE | IN_DELETE_SELF | IN_MOVED_FROM | IN_MOVED_TO | IN_ATTRIB |
+                  IN_MOVE_SELF | IN_DONT_FOLLOW | (dir ? IN_ONLYDIR : 0);
+  int wd = inotify_add_watch(fa_ifd, path, mask);
+  if (wd < 0) { if (errno == ENOSPC) fa_cap(); return -1; } /* ENOSPC: the user's watch limit */
+  char *copy = strdup(path);
+  if (!copy) fa_fail(ENOMEM, "malloc", path);
+  int i = fa_wfind(wd); /* the same directory again (moved within the tree): new path */
+  if (i >= 0) { free(fa_w[i].path); fa_w[i].path = copy; }
+  else fa_w[fa_nw++] = (struct fa_watch){ wd, copy };
+  return wd;
+}
+
+static void fa_event(const char *type, const char *path, int with_entry) {
+  struct stat st;
+  fa_fmt(&fa_out, "{\"type\":\"%s\",\"path\":", type); fa_json(&fa_out, path);
+  if (with_entry && lstat(path, &st) == 0) { fa_str(&fa_out, ",\"entry\":"); fa_entry(&fa_out, path, &st, AT_FDCWD, path); }
+  fa_str(&fa_out, "}\n");
+}
+
+/* Watches directory path and (recursive) those below it; with report, prints a create line for
+ * everything already in it (it appeared after its parent's watch: those events were missed). */
+static void fa_watch_tree(const char *path, int report, int depth) {
+  if (fa_add_watch(path, 1) < 0 || !fa_recursive || depth >= FA_MAX_DEPTH) return;
+  int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+  char **names;
+  ssize_t n = fd < 0 ? -1 : fa_names(fd, &names);
+  if (fd >= 0) close(fd);
+  for (ssize_t i = 0; i < n; i++) {
+    char *p = fa_join(path, names[i]);
+    struct stat st;
+    if (lstat(p, &st) == 0) {
+      if (report) fa_event("create", p, 1);
+      if (S_ISDIR(st.st_mode)) fa_watch_tree(p, report, depth + 1);
+    }
+    free(p);
+  }
+  if (n >= 0) fa_free_names(names, n);
+}
+
+/* Drops the watches of path and everything below it (moved away: its wds would report stale
+ * paths; a move within the tree re-adds them with the new path). */
+static void fa_unwatch(const char *path) {
+  size_t l = strlen(path);
+  for (int i = fa_nw - 1; i >= 0; i--) {
+    const char *w = fa_w[i].path;
+    if (fa_w[i].wd != fa_root_wd && strncmp(w, path, l) == 0 && (w[l] == 0 || w[l] == '/'))
+      inotify_rm_watch(fa_ifd, fa_w[i].wd), fa_wdrop(i);
+  }
+}
+
+static int fa_watch(const char *root) {
+  struct stat st;
+  if (lstat(root, &st) < 0) fa_fail(errno, "lstat", root);
+  if ((fa_ifd = inotify_init1(IN_CLOEXEC)) < 0) fa_fail(errno, "inotify_init1", root);
+  int dir = S_ISDIR(st.st_mode);
+  if ((fa_root_wd = fa_add_watch(root, dir)) < 0) fa_fail(errno, "inotify_add_watch", root);
+  if (dir) fa_watch_tree(root, 0, 0); /* the root again: same wd, then its subdirectories */
+  fa_str(&fa_out, "{\"type\":\"ready\"}\n");
+  if ((fa_ready = 1) && fa_cap_hit) fa_overflow();
+  static char buf[65536] __attribute__((aligned(__alignof__(struct inotify_event))));
+  char *writes[4096]; /* paths given a write line in this batch (one per path and batch) */
+  for (;;) {
+    if (fa_out.len && fa_flush() < 0) return 0; /* the reader is gone */
+    struct pollfd pf[2] = { { fa_ifd, POLLIN, 0 }, { 1, 0, 0 } };
+    if (poll(pf, 2, -1) < 0) { if (errno == EINTR) continue; fa_fail(errno, "poll", root); }
+    if (pf[1].revents & (POLLERR | POLLHUP | POLLNVAL)) return 0;
+    if (!(pf[0].revents & POLLIN)) continue;
+    ssize_t n = read(fa_ifd, buf, sizeof buf);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (n <= 0) fa_fail(n < 0 ? errno : EIO, "read", root);
+    int nw = 0;
+    for (char *p = buf; p < buf + n; ) {
+      struct inotify_event *ev = (struct inotify_event *)p;
+      p += sizeof *ev + ev->len;
+      if (ev->mask & IN_Q_OVERFLOW) { fa_overflow(); continue; }
+      int i = fa_wfind(ev->wd), self = ev->len == 0 || !ev->name[0];
+      if (ev->wd == fa_root_wd && (ev->mask & (IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED | IN_UNMOUNT))) {
+        fa_event("remove", root, 0); fa_flush(); return 0;
+      }
+      if (ev->mask & IN_IGNORED) { if (i >= 0) fa_wdrop(i); continue; }
+      if (i < 0 || (self && ev->wd != fa_root_wd)) continue; /* a subdirectory's own events: its parent has them */
+      char *path = self ? strdup(fa_w[i].path) : fa_join(fa_w[i].path, ev->name);
+      if (!path) fa_fail(ENOMEM, "malloc", root);
+      int k = 0;
+      while (k < nw && strcmp(writes[k], path) != 0) k++;
+      if ((ev->mask & IN_MODIFY) && k == nw) {
+        fa_event("write", path, 1);
+        if (nw < (int)(sizeof writes / sizeof *writes)) { writes[nw++] = path; path = NULL; }
+      } else if (!(ev->mask & IN_MODIFY)) {
+        if (k < nw) { free(writes[k]); writes[k] = writes[--nw]; } /* a write after this is news again */
+        if (ev->mask & (IN_CREATE | IN_MOVED_TO)) {
+          fa_event("create", path, 1);
+          if ((ev->mask & IN_ISDIR) && fa_recursive) fa_watch_tree(path, 1, 0);
+        } else if (ev->mask & IN_DELETE) fa_event("remove", path, 0);
+        else if (ev->mask & IN_MOVED_FROM) {
+          fa_event("rename", path, 0);
+          if (ev->mask & IN_ISDIR) fa_unwatch(path);
+        } else if (ev->mask & IN_ATTRIB) fa_event("chmod", path, 1);
+      }
+      free(path);
+    }
+    while (nw) free(writes[--nw]);
+  }
+}
+
+static int files_main(int argc, char **argv) {
+  umask(0); /* modes are exactly as the contract says */
+  const char *op = argc > 0 ? argv[0] : "";
+  int n = argc - 1;
+  char *p = n >= 1 ? fa_norm(argv[1]) : NULL;
+  if (strcmp(op, "stat") == 0 && n == 1) return fa_print_entry(p);
+  if (strcmp(op, "list") == 0 && (n == 2 || n == 3)) {
+    struct fa_list L = { (long)fa_arg_num(argv[2], 1, 1000000, "bad depth"),
+                         n == 3 ? (long)fa_arg_num(argv[3], 0, LONG_MAX, "bad max") : 10000, 0, 0 };
+    int fd = open(p, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NONBLOCK); /* the root may be a symlink */
+    if (fd < 0) fa_fail(errno, "open", p);
+    fa_list_dir(&L, fd, p, 1);
+    if (L.truncated) fa_str(&fa_out, "{\"truncated\":true}\n");
+    fa_flush_or_fail();
+    return 0;
+  }
+  if (strcmp(op, "mkdir") == 0 && n == 1) {
+    fa_mkparents(p);
+    if (mkdir(p, 0755) < 0) fa_fail(errno, "mkdir", p);
+    return fa_print_entry(p);
+  }
+  if (strcmp(op, "remove") == 0 && n == 1) { if (fa_remove(p) < 0) fa_fail(rm_errno, rm_op, rm_errpath.p); return 0; }
+  if (strcmp(op, "move") == 0 && n == 2) return fa_move(p, fa_norm(argv[2]));
+  if (strcmp(op, "read") == 0 && n == 2) return fa_read(p, argv[2]);
+  if (strcmp(op, "write") == 0 && n == 3) return fa_write(p, argv[2], argv[3]);
+  if (strcmp(op, "watch") == 0 && n == 2) {
+    if (strcmp(argv[2], "0") != 0 && strcmp(argv[2], "1") != 0) fa_usage("recursive must be 0 or 1");
+    fa_recursive = argv[2][0] == '1';
+    return fa_watch(p);
+  }
+  fa_usage("usage: file stat|list|mkdir|move|remove|read|write|watch <path> ...");
+}
+
+#endif
