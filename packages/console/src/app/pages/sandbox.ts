@@ -1,10 +1,11 @@
 /**
  * One sandbox: details, lifetime (extend or shorten), delete, public port links, the
- * account's balance and concurrency, and the web terminals.
+ * account's balance and concurrency, the web terminals and the file browser.
  */
 import { NotFoundError, Sandbox, ValidationError } from '@sandboxd/sdk';
 import { client, errorText } from '../api.js';
 import { countdown, field, formatDate, h, notice, setChildren, setFieldError } from '../dom.js';
+import { FileBrowser } from '../files.js';
 import type { Page } from '../main.js';
 import { TerminalTabs } from '../terminal.js';
 import { accountSummary, stateBadge } from './sandboxes.js';
@@ -89,6 +90,8 @@ export const renderSandbox: Page = async (main, ctx, params) => {
   showPort();
 
   const terminals = new TerminalTabs(sb);
+  // The page knows no working directory of the sandbox (the API describes none): start at `/`.
+  const files = new FileBrowser(sb.id, '/');
   const figures = h('div', {}, accountSummary(acc));
   const del = h('button', { type: 'button', class: 'btn danger' }, 'Delete sandbox');
   let armed = false;
@@ -102,6 +105,7 @@ export const renderSandbox: Page = async (main, ctx, params) => {
     try {
       await sb.delete();
       terminals.sandboxGone();
+      files.sandboxGone();
       main.classList.add('deleted');
       del.textContent = 'Deleted';
       for (const b of main.querySelectorAll<HTMLButtonElement>('.lifetime button, .new-term')) b.disabled = true;
@@ -172,8 +176,16 @@ export const renderSandbox: Page = async (main, ctx, params) => {
           h('h2', {}, 'Terminal'),
           h('p', { class: 'empty' }, `The sandbox is ${sb.state}; terminals need a started sandbox.`),
         ),
+    sb.state === 'started'
+      ? files.el
+      : h(
+          'section',
+          { class: 'card' },
+          h('h2', {}, 'Files'),
+          h('p', { class: 'empty' }, `The sandbox is ${sb.state}; its files can be browsed while it is started.`),
+        ),
   );
-  if (sb.state === 'started') await terminals.init();
+  if (sb.state === 'started') await Promise.all([terminals.init(), files.init()]);
   // The state changes by itself at stopAt (or by another client): follow it.
   let gone = false;
   const poll = setInterval(() => {
@@ -182,6 +194,7 @@ export const renderSandbox: Page = async (main, ctx, params) => {
       if (!(e instanceof NotFoundError)) return;
       gone = true;
       terminals.sandboxGone();
+      files.sandboxGone();
       setChildren(stateEl, stateBadge('deleted'));
       setChildren(stopsIn, h('span', { class: 'dim' }, 'deleted'));
     });
@@ -189,5 +202,6 @@ export const renderSandbox: Page = async (main, ctx, params) => {
   return () => {
     clearInterval(poll);
     terminals.dispose();
+    files.dispose();
   };
 };
