@@ -8,9 +8,7 @@ export const MAX_PATH_BYTES = 4096;
 /** An absolute path inside the sandbox. */
 export const SandboxPath = Type.String({
   minLength: 1,
-  maxLength: MAX_PATH_BYTES,
-  pattern: '^/[^\\u0000]*$',
-  description: `Absolute, at most ${MAX_PATH_BYTES} bytes, no NUL.`,
+  description: `Absolute (starts with /), at most ${MAX_PATH_BYTES} bytes in UTF-8, no NUL byte.`,
 });
 
 /** A file, directory or link inside a sandbox, described without following a symlink. */

@@ -8,19 +8,25 @@ const REASONS: Record<number, string> = {
   400: 'Bad request or validation error',
   401: 'Missing or invalid credentials',
   402: 'Insufficient tokens',
-  403: 'Concurrency limit reached',
+  403: 'Concurrency limit reached (sandboxes), or permission denied inside the sandbox (files)',
   404: 'Not found',
   409: 'Wrong state or conflict',
   413: 'Body over 1 MiB',
+  416: 'The range is outside the file; Content-Range gives its size',
   429: 'Rate limited; Retry-After (seconds) and details.retryAfterMs say when to retry',
   500: 'Internal error',
   503: 'Not ready yet (starting) or shutting down',
-  507: 'The server is out of storage (works again once space is freed)',
+  507: "The server is out of storage (works again once space is freed), or the sandbox's disk or volume is full",
 };
 
 /** The tags operations use (`schema.tags`), in the order documentation tools list them. */
 const TAGS = [
   { name: 'sandboxes', description: 'Create, list, inspect, time out, exec in and delete sandboxes; port links' },
+  { name: 'files', description: "Files of a sandbox, moved and managed inside it by its agent, as the sandbox's user" },
+  {
+    name: 'processes',
+    description: 'Processes started through the API: their output (replayed and live), stdin and signals',
+  },
   { name: 'terminals', description: 'Interactive shells on a PTY in a sandbox, attached over a WebSocket' },
   { name: 'volumes', description: "The account's named volumes, mounted by sandboxes" },
   { name: 'keys', description: 'API keys (sk_...): created, listed and revoked by their account' },

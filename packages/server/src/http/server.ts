@@ -81,7 +81,9 @@ export function createHttpServer(
     else if (status >= 500) req.log.warn({ code: status, msg: body.message }, 'request refused');
     const retryAfter = retryAfterSeconds(body);
     if (retryAfter) reply.header('retry-after', retryAfter);
-    if (status === 413 && !req.raw.complete) lingerOnUnreadBody(req.raw, reply);
+    // A refusal before the body was read (413, or an upload stopped by no space): the client
+    // gets the answer instead of a reset while it is still sending.
+    if (!req.raw.complete && req.raw.readableFlowing !== true) lingerOnUnreadBody(req.raw, reply);
     reply.code(status).type('application/json').send(body);
   });
   app.setNotFoundHandler((req, reply) => {

@@ -8,7 +8,6 @@ import {
   FileWatchQuerySchema,
   MkdirRequestSchema,
   MoveRequestSchema,
-  errorBody,
   SandboxdError,
   SandboxParamsSchema,
 } from '@sandboxd/protocol';
@@ -150,13 +149,9 @@ export const fileRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) =>
             description: 'The range asked for.',
             content: { 'application/octet-stream': { schema: Type.String({ format: 'binary' }) } },
           },
-          416: {
-            description: 'The range is outside the file.',
-            content: { 'application/json': { schema: Type.Object({}) } },
-          },
         },
       },
-      config: { errors: FILE_ERRORS },
+      config: { errors: [...FILE_ERRORS, 416] },
     },
     async (req, reply) => {
       const range = parseRange(req.headers.range);
@@ -167,15 +162,11 @@ export const fileRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) =>
       reply.header('accept-ranges', 'bytes');
       if (r.unsatisfiable) {
         reply.header('content-range', `bytes */${r.size}`);
-        return reply
-          .code(416)
-          .type('application/json')
-          .send(
-            errorBody(
-              'range_not_satisfiable',
-              `Range ${req.headers.range} is outside the file (${r.size} bytes)`,
-            ) as never,
-          );
+        throw new SandboxdError(
+          'range_not_satisfiable',
+          `Range ${req.headers.range} is outside the file (${r.size} bytes)`,
+          { size: r.size },
+        );
       }
       const length = r.end - r.start + 1;
       reply.header('content-length', String(length));

@@ -235,9 +235,14 @@ export class AgentFiles implements DriverFiles {
     const abort = () => p.kill('SIGTERM'); // the tool removes its temporary file
     o.signal?.addEventListener('abort', abort, { once: true });
     try {
-      for await (const chunk of body) {
+      // Not `for await`: leaving it early would destroy the body (the client's request), and
+      // the client then gets a reset instead of the tool's answer (507, say).
+      const it = body[Symbol.asyncIterator]();
+      for (;;) {
+        const next = await it.next();
+        if (next.done) break;
         if (!p.stdinOpen) break; // the tool stopped (an error it reports below)
-        if (!p.write(chunk)) await new Promise<void>((r) => p.onDrain(r));
+        if (!p.write(next.value)) await new Promise<void>((r) => p.onDrain(r));
       }
       p.closeStdin();
     } catch (e) {
@@ -248,8 +253,13 @@ export class AgentFiles implements DriverFiles {
       o.signal?.removeEventListener('abort', abort);
     }
     const r = await done;
-    if (o.signal?.aborted) throw new SandboxdError('validation', `The upload of ${path} was aborted`, { path });
-    if (r.exit.exitCode !== 0) throw parseToolError(r.err, r.exit, path);
+    const aborted = () => new SandboxdError('validation', `The upload of ${path} was aborted`, { path });
+    if (r.exit.exitCode !== 0) {
+      // What the tool says (no space, permission, ...) comes first; its SIGTERM is our abort.
+      const err = parseToolError(r.err, r.exit, path);
+      throw o.signal?.aborted && err.kind === 'internal' ? aborted() : err;
+    }
+    if (o.signal?.aborted && o.length === undefined) throw aborted();
     return parseJson<FileEntry>(r.out.toString('utf8'));
   }
 
