@@ -32,7 +32,10 @@ function rssKiB(pid: number): number {
   return m ? Number(m[1]) : 0;
 }
 
-describe('files (real runtime)', { skip: RUNTIME !== 'local' && 'needs SANDBOXD_E2E_RUNTIME=local', timeout: 600_000 }, () => {
+describe('files (real runtime)', {
+  skip: RUNTIME !== 'local' && 'needs SANDBOXD_E2E_RUNTIME=local',
+  timeout: 600_000,
+}, () => {
   let s: Server;
   let key: string;
   let id: string;
@@ -67,7 +70,10 @@ describe('files (real runtime)', { skip: RUNTIME !== 'local' && 'needs SANDBOXD_
     key = (await newAccount(s, { tokens: 1_000_000, plan: 'PRO' })).key;
     const c = await s.api('POST', '/api/v1/sandboxes', {
       key,
-      body: { image: IMAGE, volumes: { '/data': { name: 'files_big', sizeGb: 3 }, '/small': { name: 'files_small', sizeGb: 1 } } },
+      body: {
+        image: IMAGE,
+        volumes: { '/data': { name: 'files_big', sizeGb: 3 }, '/small': { name: 'files_small', sizeGb: 1 } },
+      },
     });
     assert.equal(c.status, 201, c.text);
     id = c.body.sandbox.id;
@@ -168,7 +174,9 @@ describe('files (real runtime)', { skip: RUNTIME !== 'local' && 'needs SANDBOXD_
     assert.equal(((await denied.json()) as { details: { path: string } }).details.path, '/root/x');
     assert.equal((await json('GET', '/files/stat?path=/root/x')).status, 404);
     const other = (await newAccount(s, { tokens: 1000 })).key;
-    const foreign = await fetch(`${base}/files/stat?path=/etc/passwd`, { headers: { authorization: `Bearer ${other}` } });
+    const foreign = await fetch(`${base}/files/stat?path=/etc/passwd`, {
+      headers: { authorization: `Bearer ${other}` },
+    });
     assert.equal(foreign.status, 404);
   });
 
@@ -214,7 +222,9 @@ describe('files (real runtime)', { skip: RUNTIME !== 'local' && 'needs SANDBOXD_
     assert.equal(await closed, 1005);
     // A missing path answers 404 before any upgrade; so does a plain GET without the upgrade (400).
     const missing = new WebSocket(`${base.replace('http', 'ws')}/files/watch?path=/nope`, { headers: h() });
-    const status = await new Promise<number>((r) => missing.once('unexpected-response', (_q, res) => r(res.statusCode ?? 0)));
+    const status = await new Promise<number>((r) =>
+      missing.once('unexpected-response', (_q, res) => r(res.statusCode ?? 0)),
+    );
     assert.equal(status, 404);
     assert.equal((await json('GET', '/files/watch?path=/w')).status, 400);
   });
