@@ -108,6 +108,7 @@ struct exec {
   unsigned char *in_buf; /* STDIN bytes not yet written into the pipe */
   size_t in_len, in_cap;
   int in_close;         /* close stdin once in_buf is written */
+  int detached;         /* streamed, EXIT sent: what its background children still print is dropped */
 };
 
 static int ctl_in = -1, ctl_out = -1;
@@ -222,7 +223,7 @@ static void take_stdin(uint32_t id, const unsigned char *p, uint32_t n) {
 static void finish_if_done(struct exec *e) {
   if (!e->used || !e->exited || e->fd[0] >= 0 || e->fd[1] >= 0) return;
   close_stdin(e, 0);
-  send_exit(e);
+  if (!e->detached) send_exit(e);
   e->used = 0;
 }
 
@@ -455,7 +456,7 @@ static void start_exec(uint32_t id, const unsigned char *p, uint32_t n) {
 
 /* A streamed command may send more output: the server acknowledged enough of it. */
 static int may_send(const struct exec *e) {
-  return !e->stream || ctl_out < 0 || e->unacked < e->window;
+  return !e->stream || e->detached || ctl_out < 0 || e->unacked < e->window;
 }
 
 /* Forwards what stream i of e has (at most `rounds` reads), up to its cap; closes the stream at EOF. */
@@ -466,6 +467,7 @@ static void drain(struct exec *e, int i, int rounds) {
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && errno == EAGAIN) return;
     if (n <= 0) { close_fd(e, i); return; }
+    if (e->detached) continue;
     if (e->stream) {
       if (ctl_out >= 0) { send_frame(i == 0 ? R_STDOUT : R_STDERR, e->id, buf, (size_t)n, NULL, 0); e->unacked += (uint64_t)n; }
       if (!may_send(e)) return;
@@ -599,8 +601,13 @@ int main(int argc, char **argv) {
            * (the loop may have been away for longer than the grace), then stop waiting for
            * its background children. */
           drain(e, 0, 32); drain(e, 1, 32); /* 2 MiB: more than a pipe holds */
-          /* A streamed command's window may be full: its pipes wait for the server's ACK. */
-          if (may_send(e)) { close_fd(e, 0); close_fd(e, 1); }
+          /* A streamed command's window may be full: its pipes wait for the server's ACK.
+           * Its background children (a server started with `&`) keep their pipes: the
+           * command is reported ended, and what they print is read and dropped, so they
+           * never die of a broken pipe. A foreground command's pipes are closed. */
+          if (!may_send(e)) { /* wait for the ACK */ }
+          else if (!e->stream) { close_fd(e, 0); close_fd(e, 1); }
+          else if (!e->detached && (e->fd[0] >= 0 || e->fd[1] >= 0)) { send_exit(e); e->detached = 1; }
         }
         else if (wait < 0 || e->grace_ms - now < wait) wait = e->grace_ms - now;
       }
