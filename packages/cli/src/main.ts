@@ -6,6 +6,7 @@
 import { Command, CommanderError } from 'commander';
 import { SandboxdApiError } from '@sandboxd/sdk';
 import { createContext } from './context.js';
+import { cpCommand } from './commands/cp.js';
 import { createCommand } from './commands/create.js';
 import { execCommand } from './commands/exec.js';
 import { imagesCommand } from './commands/images.js';
@@ -51,6 +52,7 @@ export function buildProgram(): Command {
     createCommand(ctx),
     lsCommand(ctx),
     execCommand(ctx),
+    cpCommand(ctx),
     shellCommand(ctx),
     timeoutCommand(ctx),
     rmCommand(ctx),
