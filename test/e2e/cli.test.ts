@@ -4,7 +4,20 @@
  */
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { createHash, randomBytes } from 'node:crypto';
+import {
+  chmodSync,
+  lstatSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  readlinkSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -84,6 +97,27 @@ interface Run {
   stderr: string;
 }
 
+const sha256 = (b: Uint8Array) => createHash('sha256').update(b).digest('hex');
+
+/** path -> [permission bits, sha256 or link target] of a tree ('' for folders). */
+function tree(root: string): Record<string, [number, string]> {
+  const out: Record<string, [number, string]> = {};
+  const walk = (dir: string, rel: string) => {
+    for (const name of readdirSync(dir).sort()) {
+      const p = join(dir, name);
+      const r = rel ? `${rel}/${name}` : name;
+      const st = lstatSync(p);
+      if (st.isSymbolicLink()) out[r] = [0, `-> ${readlinkSync(p)}`];
+      else if (st.isDirectory()) {
+        out[r] = [st.mode & 0o777, ''];
+        walk(p, r);
+      } else out[r] = [st.mode & 0o777, sha256(readFileSync(p))];
+    }
+  };
+  walk(root, '');
+  return out;
+}
+
 describe('sbx against the real server', { timeout: 300_000 }, () => {
   let s: Server;
   let key: string;
@@ -110,7 +144,13 @@ describe('sbx against the real server', { timeout: 300_000 }, () => {
   /** Runs sbx to completion (bounded) with `input` on stdin; `node` runs it (default: its shebang's, the first on PATH). */
   const sbx = (
     args: string[],
-    o: { env?: Record<string, string | undefined>; input?: string; node?: string } = {},
+    o: {
+      env?: Record<string, string | undefined>;
+      input?: string;
+      node?: string;
+      /** Called with each piece of stdout as it arrives. */
+      onStdout?: (chunk: string) => void;
+    } = {},
   ): Promise<Run> =>
     new Promise((res, rej) => {
       const p = spawn(o.node ?? SBX, o.node ? [SBX, ...args] : args, {
@@ -119,7 +159,10 @@ describe('sbx against the real server', { timeout: 300_000 }, () => {
       });
       let stdout = '';
       let stderr = '';
-      p.stdout.on('data', (b) => (stdout += b));
+      p.stdout.on('data', (b) => {
+        stdout += b;
+        o.onStdout?.(String(b));
+      });
       p.stderr.on('data', (b) => (stderr += b));
       const timer = setTimeout(() => p.kill('SIGKILL'), 120_000);
       p.on('error', rej);
@@ -251,6 +294,118 @@ describe('sbx against the real server', { timeout: 300_000 }, () => {
     assert.match(again.stderr, /Sandbox not found/);
   });
 
+  it('cp a file both ways (sha256), ls ID:/path', async () => {
+    const id = (await sbx(['create', '-q', '--image', IMAGE])).stdout.trim();
+    made.push(id);
+    const dir = mkdtempSync(join(tmpdir(), 'sbx-cp-'));
+    try {
+      const data = randomBytes(5 << 20);
+      writeFileSync(join(dir, 'data.bin'), data);
+      chmodSync(join(dir, 'data.bin'), 0o640);
+      let r = await sbx(['cp', join(dir, 'data.bin'), `${id}:/tmp/cp/`]);
+      assert.match(r.stderr, /no such directory/, 'a missing folder named with a trailing slash');
+      r = await sbx(['cp', join(dir, 'data.bin'), `${id}:/tmp/cp-data.bin`]);
+      assert.equal(r.code, 0, r.stderr);
+      r = await sbx(['cp', join(dir, 'data.bin'), `${id}:/tmp`]); // into the folder
+      assert.equal(r.code, 0, r.stderr);
+      r = await sbx(['cp', `${id}:/tmp/data.bin`, join(dir, 'back.bin')]);
+      assert.equal(r.code, 0, r.stderr);
+      assert.equal(sha256(readFileSync(join(dir, 'back.bin'))), sha256(data));
+      assert.equal(statSync(join(dir, 'back.bin')).mode & 0o777, 0o640);
+
+      const ls = await sbx(['ls', `${id}:/tmp`]);
+      assert.equal(ls.code, 0, ls.stderr);
+      assert.deepEqual(
+        ls.stdout
+          .split('\n')
+          .filter((l) => l.endsWith('data.bin'))
+          .sort(),
+        ['cp-data.bin', 'data.bin'],
+      );
+      const long = await sbx(['ls', '-l', `${id}:/tmp`]);
+      assert.match(long.stdout, /^MODE\s+OWNER\s+SIZE\s+MODIFIED\s+NAME\n/);
+      assert.match(
+        long.stdout,
+        new RegExp(`\\n-rw-r-----\\s+\\S+\\s+${data.length}\\s+\\d{4}-\\d\\d-\\d\\d \\d\\d:\\d\\d\\s+data\\.bin\\n`),
+      );
+      oneErrorLine(await sbx(['ls', `${id}:/no/such/dir`]), /./);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('cp a directory both ways as a tar (trees equal); ls --depth', {
+    skip: RUNTIME === 'fake' && 'needs tar in the sandbox',
+  }, async () => {
+    const id = (await sbx(['create', '-q', '--image', IMAGE])).stdout.trim();
+    made.push(id);
+    const dir = mkdtempSync(join(tmpdir(), 'sbx-cpdir-'));
+    try {
+      const src = join(dir, 'project');
+      mkdirSync(join(src, 'src', 'deep'), { recursive: true });
+      mkdirSync(join(src, 'empty'));
+      writeFileSync(join(src, 'README'), 'readme\n');
+      writeFileSync(join(src, 'src', 'blob.bin'), randomBytes(300_000));
+      writeFileSync(join(src, 'src', 'deep', 'run.sh'), '#!/bin/sh\necho ran\n');
+      chmodSync(join(src, 'src', 'deep', 'run.sh'), 0o755);
+      symlinkSync('README', join(src, 'link'));
+
+      let r = await sbx(['cp', src, `${id}:/tmp/work`]); // absent: created as /tmp/work
+      assert.equal(r.code, 0, r.stderr);
+      const run = await sbx(['exec', id, '--', '/tmp/work/src/deep/run.sh']);
+      assert.equal(run.stdout, 'ran\n');
+      r = await sbx(['cp', src, `${id}:/tmp/work`]); // present: lands inside, /tmp/work/project
+      assert.equal(r.code, 0, r.stderr);
+      const depth = await sbx(['ls', '--depth', '2', `${id}:/tmp/work`]);
+      assert.deepEqual(depth.stdout.trim().split('\n').sort(), [
+        'README',
+        'empty/',
+        'link',
+        'project/',
+        'project/README',
+        'project/empty/',
+        'project/link',
+        'project/src/',
+        'src/',
+        'src/blob.bin',
+        'src/deep/',
+      ]);
+
+      r = await sbx(['cp', `${id}:/tmp/work/project`, join(dir, 'back')]);
+      assert.equal(r.code, 0, r.stderr);
+      assert.deepEqual(tree(join(dir, 'back')), tree(src));
+      r = await sbx(['cp', `${id}:/tmp/work`, join(dir, 'back')]); // into the existing folder
+      assert.equal(r.code, 0, r.stderr);
+      assert.deepEqual(tree(join(dir, 'back', 'work', 'project')), tree(src));
+      const left = await sbx(['exec', id, '--', 'ls -a /tmp']);
+      assert.doesNotMatch(left.stdout, /\.sbx-cp-/, 'no archive is left behind');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('exec streams output as it is written, keeps stdout and stderr apart, forwards stdin with -i', {
+    skip: RUNTIME === 'fake' && 'needs a real shell',
+  }, async () => {
+    const id = (await sbx(['create', '-q', '--image', IMAGE])).stdout.trim();
+    made.push(id);
+    let firstAt = 0;
+    const r = await sbx(['exec', id, '--', 'echo first; echo oops >&2; sleep 2; echo second; exit 4'], {
+      onStdout: () => {
+        firstAt ||= Date.now();
+      },
+    });
+    const end = Date.now();
+    assert.deepEqual([r.code, r.stdout, r.stderr], [4, 'first\nsecond\n', 'oops\n']);
+    assert.ok(end - firstAt >= 1500, `the first line came ${end - firstAt} ms before the end: not streamed`);
+    const cat = await sbx(['exec', '-i', id, '--', 'cat'], { input: 'piped\nlines\n' });
+    assert.deepEqual([cat.code, cat.stdout], [0, 'piped\nlines\n']);
+    const read = await sbx(['exec', '-i', id, '--', 'read x; echo got $x'], { input: 'abc\n' });
+    assert.equal(read.stdout, 'got abc\n');
+    const once = await sbx(['exec', '--no-stream', id, '--', 'echo one-shot; exit 2']);
+    assert.deepEqual([once.code, once.stdout], [2, 'one-shot\n']);
+  });
+
   it("works on the machine's own Node (the server's is 24; users may have 20 or newer)", async (t) => {
     const node = userNode();
     const version = execFileSync(node, ['--version']).toString().trim();
@@ -284,6 +439,7 @@ describe('sbx against the real server', { timeout: 300_000 }, () => {
       ['create'],
       ['ls'],
       ['exec'],
+      ['cp'],
       ['shell'],
       ['timeout'],
       ['rm'],

@@ -6,6 +6,7 @@
 import { Command, CommanderError } from 'commander';
 import { SandboxdApiError } from '@sandboxd/sdk';
 import { createContext } from './context.js';
+import { cpCommand } from './commands/cp.js';
 import { createCommand } from './commands/create.js';
 import { execCommand } from './commands/exec.js';
 import { imagesCommand } from './commands/images.js';
@@ -35,7 +36,7 @@ export function errorMessage(e: unknown): string {
 /** The program with every verb, each with `--help` and an example. */
 export function buildProgram(): Command {
   const program = new Command('sbx')
-    .description('sandboxd from the command line: create sandboxes, run commands, open shells')
+    .description('sandboxd from the command line: create sandboxes, run commands, copy files, open shells')
     .version(VERSION)
     .option('--api-url <url>', 'server address (default: SANDBOX_API_URL, the stored login, http://localhost:8080)')
     .option('--no-color', 'no colour (also: NO_COLOR=1)')
@@ -51,6 +52,7 @@ export function buildProgram(): Command {
     createCommand(ctx),
     lsCommand(ctx),
     execCommand(ctx),
+    cpCommand(ctx),
     shellCommand(ctx),
     timeoutCommand(ctx),
     rmCommand(ctx),

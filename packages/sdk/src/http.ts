@@ -116,6 +116,16 @@ export class HttpClient {
     return this.retrying(method, opts, () => this.once(method, path, opts, read));
   }
 
+  /**
+   * Sends a request whose answer is read as a stream (file contents, NDJSON): resolves with
+   * the response once its status and headers are in, within the timeout; the body is the
+   * caller's to read or cancel, with no time limit, and `opts.signal` still aborts it. GET is
+   * retried like {@link call}. Throws the typed error of an error answer.
+   */
+  open(method: string, path: string, opts: RequestOptions = {}): Promise<Response> {
+    return this.retrying(method, opts, () => this.once(method, path, opts, async (res) => res, true));
+  }
+
   private async retrying<T>(method: string, opts: RequestOptions, attempt: () => Promise<T>): Promise<T> {
     const retries = IDEMPOTENT.has(method) ? this.config.maxRetries : 0;
     for (let n = 0; ; n++) {
@@ -160,9 +170,10 @@ export class HttpClient {
       json,
       signal: ctrl.signal,
       noAnswer: (e: unknown) => this.noAnswer(e, { timedOut, timeoutMs, method, path, signal: opts.signal }),
-      end: () => {
+      /** Clears the timer; `keepSignal` leaves the caller's signal able to abort a body still being read. */
+      end: (keepSignal = false) => {
         clearTimeout(timer);
-        opts.signal?.removeEventListener('abort', onAbort);
+        if (!keepSignal) opts.signal?.removeEventListener('abort', onAbort);
       },
     };
   }
@@ -193,8 +204,10 @@ export class HttpClient {
     path: string,
     opts: RequestOptions,
     read: (res: Response) => Promise<T>,
+    streaming = false,
   ): Promise<T> {
     const a = this.begin(method, path, opts);
+    let ok = false;
     let body: BodyInit | undefined = a.json;
     if (body === undefined && opts.body !== undefined) {
       body = opts.body as BodyInit;
@@ -218,13 +231,15 @@ export class HttpClient {
         });
       }
       try {
-        return await read(res);
+        const value = await read(res);
+        ok = true;
+        return value;
       } catch (e) {
         if (e instanceof SandboxdApiError) throw e;
         throw a.noAnswer(e);
       }
     } finally {
-      a.end();
+      a.end(streaming && ok);
     }
   }
 

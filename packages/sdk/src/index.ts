@@ -8,7 +8,20 @@
  * await sandbox.delete();
  * ```
  */
-export { Sandbox, type Connection, type ExecCallOptions } from './sandbox.js';
+export { Sandbox, type Connection, type ExecProcessOptions, type ExecWaitOptions } from './sandbox.js';
+export { Processes, type ExecCallOptions, type ProcessConnectOptions } from './processes.js';
+export { ProcessHandle, MAX_RESULT_BYTES, type ProcessOutputHandlers } from './process-handle.js';
+export {
+  Files,
+  type FileCallOptions,
+  type FileWriteOptions,
+  type FileReadOptions,
+  type FileListOptions,
+  type FileList,
+} from './files.js';
+export { FileWatcher, type FileWatchOptions, type FileWatchEnd } from './file-watch.js';
+export { REPLAY_WINDOW } from './replay.js';
+export type { UploadData } from './upload.js';
 export { Terminal, Terminals, type TerminalConnectOptions } from './terminal.js';
 export { SandboxdClient, SandboxesApi, VolumesApi, AccountApi, KeysApi, EventsApi } from './client.js';
 export { ImagesApi, IMAGE_JOB_TIMEOUT_MS, type ImageJobOptions, type ImageImportOptions } from './images.js';

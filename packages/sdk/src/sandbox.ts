@@ -2,16 +2,12 @@
  * The Sandbox class: create, find, run commands in, extend and delete sandboxes.
  */
 import type { ClientOptions } from './config.js';
+import { Files } from './files.js';
 import { HttpClient } from './http.js';
+import type { ProcessHandle } from './process-handle.js';
+import { hasHandlers, Processes, wireExecOptions, type ExecCallOptions } from './processes.js';
 import { Terminals } from './terminal.js';
-import type {
-  ExecOptions,
-  ExecResult,
-  SandboxCreateParams,
-  SandboxInfo,
-  SandboxListPage,
-  SandboxListQuery,
-} from './types.js';
+import type { ExecResult, SandboxCreateParams, SandboxInfo, SandboxListPage, SandboxListQuery } from './types.js';
 
 /** Where a static method sends its request: client options, or an existing client (anything with `http`). */
 export type Connection = ClientOptions | { readonly http: HttpClient };
@@ -21,11 +17,12 @@ export function httpOf(c: Connection | undefined): HttpClient {
   return c && 'http' in c && c.http instanceof HttpClient ? c.http : new HttpClient(c as ClientOptions | undefined);
 }
 
-/** Options of {@link Sandbox.exec} beyond the wire options. */
-export interface ExecCallOptions extends ExecOptions {
-  /** Aborts the request (the command keeps running in the sandbox until its own timeout). */
-  signal?: AbortSignal;
-}
+export type { ExecCallOptions };
+
+/** Exec options that make `exec` resolve with a {@link ProcessHandle}: `background` or `stdin`. */
+export type ExecProcessOptions = ExecCallOptions & ({ background: true } | { stdin: true });
+/** Exec options that make `exec` wait for the command and resolve with its {@link ExecResult}. */
+export type ExecWaitOptions = ExecCallOptions & { background?: false; stdin?: false };
 
 /** Extra time the HTTP request of a foreground exec gets beyond the command's own timeout. */
 const EXEC_GRACE_MS = 15_000;
@@ -46,6 +43,10 @@ export class Sandbox {
   info: SandboxInfo;
   /** Interactive terminals of this sandbox. */
   readonly terminals: Terminals;
+  /** The sandbox's files: read, write, list, watch. */
+  readonly files: Files;
+  /** Processes started through the API: list, connect, signal, stdin. */
+  readonly processes: Processes;
 
   private constructor(
     info: SandboxInfo,
@@ -53,6 +54,8 @@ export class Sandbox {
   ) {
     this.info = info;
     this.terminals = new Terminals(http, info.id);
+    this.files = new Files(http, info.id);
+    this.processes = new Processes(http, info.id);
   }
 
   /** Wraps a description returned by the server (e.g. from a raw list). */
@@ -142,19 +145,29 @@ export class Sandbox {
   }
 
   /**
-   * Runs `/bin/sh -c command` with the sandbox env (merged with `env`). Foreground waits up
-   * to `timeoutMs` (default 60000; exit code 124 on expiry) and the HTTP request waits that
-   * long plus a grace period. `background: true` answers at once with `pid`. A failing
-   * command is not an error: check `exitCode`/`success`. Throws ConflictError when the
-   * sandbox is not started, NotFoundError, ValidationError.
+   * Runs `/bin/sh -c command` with the sandbox env (merged with `env`), as `user`, in `cwd`.
+   *
+   * - Plain: waits for the command (up to `timeoutMs`, default 60000; exit code 124 on
+   *   expiry; the HTTP request waits that long plus a grace period) and resolves with
+   *   `{stdout, stderr, exitCode, success}`, each stream cut at 1 MiB (`truncated`).
+   * - With `onStdout`/`onStderr`/`onOutput`: the output is streamed, the callbacks get each
+   *   chunk as it is written, and the same result comes when it exits (no time limit unless
+   *   `timeoutMs`; a dropped connection is resumed without losing or repeating output).
+   * - With `background: true` or `stdin: true`: resolves with a {@link ProcessHandle} as soon
+   *   as the process runs (`pid`, `wait()`, `kill()`, `sendStdin()`, `closeStdin()`).
+   *
+   * A failing command is not an error: check `exitCode`/`success`. Throws ConflictError
+   * when the sandbox is not started, NotFoundError, ValidationError.
    */
-  async exec(command: string, opts: ExecCallOptions = {}): Promise<ExecResult> {
-    const options = pick(opts, ['background', 'cwd', 'env', 'timeoutMs']);
-    const requestMs = opts.background
-      ? undefined
-      : Math.max(this.http.config.timeoutMs, (opts.timeoutMs ?? DEFAULT_EXEC_TIMEOUT_MS) + EXEC_GRACE_MS);
+  exec(command: string, opts: ExecProcessOptions): Promise<ProcessHandle>;
+  exec(command: string, opts?: ExecWaitOptions): Promise<ExecResult>;
+  exec(command: string, opts?: ExecCallOptions): Promise<ExecResult | ProcessHandle>;
+  async exec(command: string, opts: ExecCallOptions = {}): Promise<ExecResult | ProcessHandle> {
+    if (opts.background || opts.stdin) return this.processes.start(command, opts);
+    if (hasHandlers(opts)) return (await this.processes.start(command, opts)).wait();
+    const requestMs = Math.max(this.http.config.timeoutMs, (opts.timeoutMs ?? DEFAULT_EXEC_TIMEOUT_MS) + EXEC_GRACE_MS);
     return this.http.request<ExecResult>('POST', `/api/v1/sandboxes/${encodeURIComponent(this.id)}/exec`, {
-      json: { command, options },
+      json: { command, options: wireExecOptions(opts) },
       timeoutMs: requestMs,
       signal: opts.signal,
     });

@@ -1,5 +1,6 @@
 /**
- * Wire types of the SDK, derived from the protocol's TypeBox schemas (never restated).
+ * Wire types of the SDK, derived from the protocol's TypeBox schemas (never restated), and,
+ * at the end, those of files and processes, which the protocol has no schemas for yet.
  * Type-only: nothing here exists at run time.
  */
 import type { Static } from 'typebox';
@@ -51,3 +52,54 @@ export type BuildableImage = P.BuildableImage;
 export type ImagePhase = P.ImagePhase;
 /** The server's error kinds (`validation`, `not_found`, ...). */
 export type ErrorKind = P.ErrorKind;
+
+// Files and live processes (docs/files-and-processes.md). The protocol has no schemas for
+// them yet, so they are written out here, as the contract states them. Type aliases, not
+// interfaces: the build expands the aliases of this file into the package's types.d.ts.
+
+/** A file, directory, symlink or other entry of a sandbox. A symlink is described itself (not followed). */
+export type FileEntry = {
+  name: string;
+  /** Absolute path in the sandbox. */
+  path: string;
+  type: 'file' | 'dir' | 'symlink' | 'other';
+  size: number;
+  /** Permission bits as a number (`0o644` = 420). */
+  mode: number;
+  /** User name from the sandbox's `/etc/passwd`, else the numeric uid as a string. */
+  owner: string;
+  /** ISO 8601. */
+  modifiedAt: string;
+  /** Where a symlink points (symlinks only). */
+  symlinkTarget?: string;
+};
+/** The kinds of change a file watch reports; a rename is `rename` of the old path, then `create` of the new. */
+export type FileEventType = 'create' | 'write' | 'rename' | 'remove' | 'chmod';
+/** One change under a watched directory; `entry` describes the path after the change (not for `rename`, `remove`). */
+export type FileEvent = { type: FileEventType; path: string; entry?: FileEntry };
+/** A process started through the API (background or streamed exec), as `GET .../processes` lists it. */
+export type ProcessInfo = {
+  pid: number;
+  command: string;
+  tag?: string | null;
+  cwd: string;
+  startedAt: string;
+  running: boolean;
+  /** Set once exited: the code, or 128 + n for signal n. */
+  exitCode?: number | null;
+};
+/** The signals `POST .../processes/{pid}/signal` accepts; sent to the process's group. */
+export type ProcessSignal =
+  | 'SIGTERM'
+  | 'SIGKILL'
+  | 'SIGINT'
+  | 'SIGHUP'
+  | 'SIGQUIT'
+  | 'SIGUSR1'
+  | 'SIGUSR2'
+  | 'SIGSTOP'
+  | 'SIGCONT';
+/** How a process ended: `exitCode` is 128 + n when killed by signal n (then `signal` names it), 124 on timeout. */
+export type ProcessExit = { exitCode: number; signal: string | null };
+/** Which output stream a chunk came from. */
+export type OutputStream = 'stdout' | 'stderr';
