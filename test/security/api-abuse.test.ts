@@ -35,6 +35,17 @@ const PUBLIC = new Set([
 const UNSAFE = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
 /** The WebSocket upgrade is checked with real upgrades, not plain GETs. */
 const WS_OPERATION = 'connectTerminal';
+/** WebSocket operations: checked with real upgrades. */
+const WS_OPERATIONS = new Set([WS_OPERATION, 'watchFiles']);
+/** Query strings operations need to be valid (paths of the files routes). */
+const VALID_QUERIES: Record<string, string> = {
+  listFiles: '?path=/tmp',
+  statFile: '?path=/tmp',
+  downloadFile: '?path=/etc/passwd',
+  removeFile: '?path=/tmp/abuse-missing',
+  uploadFile: '?path=/tmp/abuse-upload',
+  makeDirectory: '',
+};
 
 /** A body that passes validation, per operation, so that only auth or ownership can refuse it. */
 const VALID_BODIES: Record<string, unknown> = {
@@ -99,6 +110,7 @@ describe(`API abuse (${RUNTIME})`, { timeout: 300_000 }, () => {
   let keyIdA = '';
   let sandboxId = '';
   let terminalId = '';
+  let pid = 0;
   const volume = `abuse_${randomBytes(4).toString('hex')}`;
   const routes: Route[] = [];
   let sent = 0;
@@ -112,6 +124,7 @@ describe(`API abuse (${RUNTIME})`, { timeout: 300_000 }, () => {
   const fill = (template: string): string =>
     template.replace(/\{(\w+)\}/g, (_, name: string) => {
       if (name === 'terminalId') return terminalId;
+      if (name === 'pid') return String(pid);
       if (name === 'name') return volume;
       if (name === 'port') return '8000';
       if (name === 'id' && template.startsWith('/api/v1/sandboxes/')) return sandboxId;
@@ -124,8 +137,11 @@ describe(`API abuse (${RUNTIME})`, { timeout: 300_000 }, () => {
   const send = async (r: Route, headers: Record<string, string>): Promise<RawAnswer> => {
     const h = { ...headers };
     let body: string | undefined;
-    let path = fill(r.template);
-    if (r.op === 'importImage') {
+    let path = fill(r.template) + (VALID_QUERIES[r.op] ?? '');
+    if (r.op === 'uploadFile' || r.op === 'writeProcessStdin') {
+      h['content-type'] = 'application/octet-stream';
+      body = 'abuse';
+    } else if (r.op === 'importImage') {
       h['content-type'] = 'application/x-tar';
       body = 'not a tar';
       path += '?ref=local/abuse:1';
@@ -140,6 +156,10 @@ describe(`API abuse (${RUNTIME})`, { timeout: 300_000 }, () => {
   };
 
   let components: Record<string, any> = {};
+  const wsUrl = (r: Route) =>
+    r.op === WS_OPERATION
+      ? terminalUrl(s.baseUrl, sandboxId, terminalId)
+      : `${s.baseUrl.replace(/^http/, 'ws')}${fill(r.template)}?path=/tmp`;
 
   const login = async (email: string): Promise<string> => {
     const r = await s.api('POST', '/api/v1/auth/login', { key: null, body: { email, password: 'password123' } });
@@ -193,6 +213,12 @@ describe(`API abuse (${RUNTIME})`, { timeout: 300_000 }, () => {
     const t = await s.api('POST', `/api/v1/sandboxes/${sandboxId}/terminals`, { key: A.key, body: {} });
     assert.equal(t.status, 201, t.text);
     terminalId = t.body.terminal.id;
+    const p = await s.api('POST', `/api/v1/sandboxes/${sandboxId}/exec`, {
+      key: A.key,
+      body: { command: 'sleep 3600', options: { background: true } },
+    });
+    assert.equal(p.status, 200, p.text);
+    pid = p.body.pid;
     const k = await s.api('POST', '/api/v1/keys', { key: A.key, body: { name: 'to-revoke' } });
     revokedKey = k.body.key;
     assert.equal((await s.api('DELETE', `/api/v1/keys/${k.body.id}`, { key: A.key })).status, 204);
@@ -234,7 +260,7 @@ describe(`API abuse (${RUNTIME})`, { timeout: 300_000 }, () => {
 
   it('positive controls: the owner reaches every resource route and the admin every admin route (so the refusals below mean something)', async () => {
     for (const r of routes.filter(
-      (x) => x.method === 'GET' && !PUBLIC.has(`${x.method} ${x.template}`) && x.op !== WS_OPERATION,
+      (x) => x.method === 'GET' && !PUBLIC.has(`${x.method} ${x.template}`) && !WS_OPERATIONS.has(x.op),
     )) {
       const a = await send(r, { authorization: `Bearer ${r.admin ? ADMIN_KEY : A.key}` });
       assert.equal(a.status, 200, `${r.method} ${r.template}: ${a.text.slice(0, 200)}`);
@@ -278,8 +304,8 @@ describe(`API abuse (${RUNTIME})`, { timeout: 300_000 }, () => {
     for (const r of routes) {
       if (PUBLIC.has(`${r.method} ${r.template}`)) continue;
       for (const [what, headers] of BAD) {
-        if (r.op === WS_OPERATION) {
-          const u = await refusedUpgrade(terminalUrl(s.baseUrl, sandboxId, terminalId), headers);
+        if (WS_OPERATIONS.has(r.op)) {
+          const u = await refusedUpgrade(wsUrl(r), headers);
           sent++;
           assert.equal(u.status, 401, `upgrade with ${what}: ${JSON.stringify(u.body)}`);
           assertNoLeak(JSON.stringify(u.body), `upgrade with ${what}`);
@@ -321,8 +347,8 @@ describe(`API abuse (${RUNTIME})`, { timeout: 300_000 }, () => {
             ['B session', { cookie: B.cookie, origin: s.baseUrl }],
           ];
       for (const [what, headers] of who) {
-        if (r.op === WS_OPERATION) {
-          const u = await refusedUpgrade(terminalUrl(s.baseUrl, sandboxId, terminalId), headers);
+        if (WS_OPERATIONS.has(r.op)) {
+          const u = await refusedUpgrade(wsUrl(r), headers);
           sent++;
           assert.equal(u.status, 404, `upgrade with ${what}`);
           assertNoLeak(JSON.stringify(u.body), `upgrade with ${what}`);
@@ -353,8 +379,8 @@ describe(`API abuse (${RUNTIME})`, { timeout: 300_000 }, () => {
       if (PUBLIC.has(`${r.method} ${r.template}`)) continue;
       for (const [what, extra] of origins) {
         const headers = { cookie: A.cookie, ...extra };
-        if (r.op === WS_OPERATION) {
-          const u = await refusedUpgrade(terminalUrl(s.baseUrl, sandboxId, terminalId), headers);
+        if (WS_OPERATIONS.has(r.op)) {
+          const u = await refusedUpgrade(wsUrl(r), headers);
           sent++;
           assert.equal(u.status, 401, `upgrade with the cookie and ${what}`);
         } else if (UNSAFE.has(r.method)) {
