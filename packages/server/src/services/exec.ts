@@ -2,6 +2,7 @@ import { LIMITS, SandboxdError, type ExecRequest, type ExecResult } from '@sandb
 import type { StreamedProcess } from '../runtime/driver.js';
 import type { ServiceDeps } from './context.js';
 import type { ProcessService, TrackedProcess } from './processes.js';
+import { assertStarted, whileRunning } from './started.js';
 import { envProblems, type SandboxService } from './sandboxes.js';
 import type { StorageGuard } from './storage.js';
 
@@ -22,7 +23,7 @@ export class ExecService {
   /** Starts the command as a tracked process whose output is read as it comes (`options.stream`). */
   async stream(accountId: string, req: ExecRequest & { sandboxId: string }): Promise<TrackedProcess> {
     const id = await this.check(accountId, req);
-    return this.lost(() => this.startTracked(id, req, true));
+    return whileRunning(() => this.startTracked(id, req, true));
   }
 
   private startTracked(id: string, req: ExecRequest, held = false): Promise<TrackedProcess> {
@@ -51,25 +52,10 @@ export class ExecService {
       });
     if (problems.length)
       throw new SandboxdError('validation', problems.map((p) => `${p.path}: ${p.message}`).join('; '), problems);
-    if (r.state !== 'started' || r.stopAt <= this.d.clock.now()) {
-      throw new SandboxdError('conflict', `Sandbox is ${r.state === 'started' ? 'stopping' : r.state}`, {
-        state: r.state,
-      });
-    }
+    assertStarted(r, this.d.clock.now());
     // Commands write to the sandbox's root layer, a sparse file on the data dir: refused when it is full.
     await this.d.storage.check();
     return r.id;
-  }
-
-  /** A driver call; an unknown sandbox there (it went since the check) is `conflict`. */
-  private async lost<T>(f: () => Promise<T>): Promise<T> {
-    try {
-      return await f();
-    } catch (e) {
-      if (e instanceof SandboxdError && e.kind === 'not_found')
-        throw new SandboxdError('conflict', 'Sandbox is not running', { state: 'lost' });
-      throw e;
-    }
   }
 
   async run(accountId: string, req: ExecRequest & { sandboxId: string }): Promise<ExecResult> {
@@ -79,7 +65,7 @@ export class ExecService {
       throw new SandboxdError('validation', 'options.stdin needs options.stream or options.background', [
         { in: 'body', path: '/options/stdin', message: 'needs stream or background' },
       ]);
-    return this.lost(async () => {
+    return whileRunning(async () => {
       if (o.background) {
         const p = await this.startTracked(id, req);
         return { stdout: '', stderr: '', exitCode: 0, success: true, pid: p.pid };

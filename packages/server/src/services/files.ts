@@ -2,6 +2,7 @@ import { type FileEntry, MAX_PATH_BYTES, SandboxdError } from '@sandboxd/protoco
 import type { FileList, FileRead, FileWatch } from '../runtime/files.js';
 import type { ServiceDeps } from './context.js';
 import type { SandboxService } from './sandboxes.js';
+import { assertStarted, whileRunning } from './started.js';
 import type { StorageGuard } from './storage.js';
 
 /** Watches one sandbox may hold open at once. */
@@ -25,7 +26,7 @@ export class FileService {
 
   async stat(accountId: string, sandboxId: string, path: string, user?: string): Promise<FileEntry> {
     const id = await this.target(accountId, sandboxId, { path: { value: path, in: 'query' } });
-    return this.run(() => this.d.driver.files.stat(id, path, { user }));
+    return whileRunning(() => this.d.driver.files.stat(id, path, { user }));
   }
 
   async list(
@@ -35,13 +36,13 @@ export class FileService {
     o: { depth: number; user?: string },
   ): Promise<FileList> {
     const id = await this.target(accountId, sandboxId, { path: { value: path, in: 'query' } });
-    return this.run(() => this.d.driver.files.list(id, path, o));
+    return whileRunning(() => this.d.driver.files.list(id, path, o));
   }
 
   async mkdir(accountId: string, sandboxId: string, path: string, user?: string): Promise<FileEntry> {
     const id = await this.target(accountId, sandboxId, { path: { value: path, in: 'body' } });
     await this.d.storage.check();
-    return this.run(() => this.d.driver.files.mkdir(id, path, { user }));
+    return whileRunning(() => this.d.driver.files.mkdir(id, path, { user }));
   }
 
   async move(accountId: string, sandboxId: string, from: string, to: string, user?: string): Promise<FileEntry> {
@@ -50,12 +51,12 @@ export class FileService {
       to: { value: to, in: 'body' },
     });
     await this.d.storage.check();
-    return this.run(() => this.d.driver.files.move(id, from, to, { user }));
+    return whileRunning(() => this.d.driver.files.move(id, from, to, { user }));
   }
 
   async remove(accountId: string, sandboxId: string, path: string, user?: string): Promise<void> {
     const id = await this.target(accountId, sandboxId, { path: { value: path, in: 'query' } });
-    return this.run(() => this.d.driver.files.remove(id, path, { user }));
+    return whileRunning(() => this.d.driver.files.remove(id, path, { user }));
   }
 
   async read(
@@ -65,7 +66,7 @@ export class FileService {
     o: { range?: string; user?: string } = {},
   ): Promise<FileRead> {
     const id = await this.target(accountId, sandboxId, { path: { value: path, in: 'query' } });
-    return this.run(() => this.d.driver.files.read(id, path, o));
+    return whileRunning(() => this.d.driver.files.read(id, path, o));
   }
 
   async write(
@@ -78,7 +79,7 @@ export class FileService {
     const id = await this.target(accountId, sandboxId, { path: { value: path, in: 'query' } });
     // The root layer and volumes are files on the data dir: refused when it is full.
     await this.d.storage.check();
-    return this.run(() => this.d.driver.files.write(id, path, body, o));
+    return whileRunning(() => this.d.driver.files.write(id, path, body, o));
   }
 
   /** Starts a watch; throws `conflict` when the sandbox holds {@link MAX_WATCHES_PER_SANDBOX}. */
@@ -94,7 +95,7 @@ export class FileService {
       throw new SandboxdError('conflict', `The sandbox already has ${MAX_WATCHES_PER_SANDBOX} watches open`, { open });
     this.watches.set(id, open + 1);
     try {
-      const w = await this.run(() => this.d.driver.files.watch(id, path, o));
+      const w = await whileRunning(() => this.d.driver.files.watch(id, path, o));
       w.onEnd(() => this.release(id));
       return w;
     } catch (e) {
@@ -122,27 +123,9 @@ export class FileService {
         problems.map((p) => `${p.path.slice(1)}: ${p.message}`).join('; '),
         problems,
       );
-    if (r.state !== 'started' || r.stopAt <= this.d.clock.now())
-      throw new SandboxdError('conflict', `Sandbox is ${r.state === 'started' ? 'stopping' : r.state}`, {
-        state: r.state,
-      });
+    assertStarted(r, this.d.clock.now());
     return r.id;
   }
-
-  /** A driver call; an unknown sandbox there (it went since the check) is `conflict`. */
-  private async run<T>(f: () => Promise<T>): Promise<T> {
-    try {
-      return await f();
-    } catch (e) {
-      if (e instanceof SandboxdError && e.kind === 'not_found' && !hasPath(e.details))
-        throw new SandboxdError('conflict', 'Sandbox is not running', { state: 'lost' });
-      throw e;
-    }
-  }
-}
-
-function hasPath(details: unknown): boolean {
-  return typeof details === 'object' && details !== null && 'path' in details;
 }
 
 /** Why `p` is not an acceptable sandbox path, or null. */
