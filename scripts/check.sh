@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 # shellcheck source=scripts/node-env.sh
 source scripts/node-env.sh
 npx tsc -p .
+bash scripts/gen-envd.sh --check
 npx biome check --error-on-warnings .
 node --import tsx scripts/gen-openapi.ts --check
 node --import tsx scripts/gen-api-docs.ts --check

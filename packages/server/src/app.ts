@@ -1,8 +1,16 @@
+import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import pino, { type Logger } from 'pino';
 import type { Config } from './config.js';
 import { OffsetClock, systemClock, type Clock } from './domain/clock.js';
+import { EnvdDoor } from './e2b/envd/door.js';
+import { filesystemService } from './e2b/envd/filesystem.js';
+import { Filesystem } from './e2b/envd/gen/filesystem_pb.js';
+import { Process } from './e2b/envd/gen/process_pb.js';
+import { processService } from './e2b/envd/process.js';
+import { envdRest } from './e2b/envd/rest.js';
+import { AccessTokens } from './e2b/tokens.js';
 import { FrontDoor } from './http/front-door.js';
 import { Metrics } from './http/metrics.js';
 import { RateLimits } from './http/rate-limit.js';
@@ -115,7 +123,10 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
     shared ? store : new MemoryCounters(),
     opts.rateLimitNow ?? (shared ? () => Date.now() : () => performance.now()),
   );
-  const frontDoor = new FrontDoor();
+  const frontDoor = new FrontDoor(
+    config.tls ? { cert: readFileSync(config.tls.certPath), key: readFileSync(config.tls.keyPath) } : null,
+  );
+  const accessTokens = new AccessTokens(store);
   const gateway = new TerminalGateway({
     log: log.child({ component: 'terminals' }),
     maxSocketsPerAccount: config.rateLimit.terminalSocketsPerAccount,
@@ -123,7 +134,7 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
 
   let ready = false;
   const http = createHttpServer(
-    { services, config, metrics, rateLimits, reaper, testClock, isReady: () => ready, gateway },
+    { services, config, metrics, rateLimits, reaper, testClock, isReady: () => ready, gateway, accessTokens },
     { logger: log, frontDoor },
   );
 
@@ -144,6 +155,22 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
       ),
     now: () => clock.now(),
   });
+  // E2B's in-sandbox API (envd) claims its requests first: `E2b-Sandbox-Id`, or the Host
+  // `49983-<id>.<publicHost>` that the port proxy would otherwise take.
+  const envd = new EnvdDoor({
+    publicHost: config.publicHost,
+    tokens: accessTokens,
+    findSandbox: (id) => store.getSandbox(id),
+    templates: config.e2bTemplates,
+    now: () => clock.now(),
+    log: log.child({ component: 'envd' }),
+    routes: (router) => {
+      router.service(Process, processService({ services }));
+      router.service(Filesystem, filesystemService({ services }));
+    },
+    rest: envdRest({ services }),
+  });
+  frontDoor.claimRequests(envd.claims, envd.handle);
   const proxy = new PortProxy({
     publicHost: config.publicHost,
     timeoutMs: config.proxyTimeoutMs,
@@ -172,6 +199,7 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
     clock,
     log,
     async start() {
+      await accessTokens.init();
       await driver.init();
       const recovered = await driver.recover();
       log.info({ adopted: recovered.adopted.length, cleaned: recovered.cleaned.length }, 'runtime recovered');

@@ -115,7 +115,26 @@ export interface Config {
   /** Enables `POST /api/v1/_test/clock`. Never on by default. */
   testClock: boolean;
   logLevel: string;
+  /**
+   * TLS: PEM files of the certificate (chain) and its key. When both are set the one port
+   * speaks HTTPS only (API, console, port proxy, E2B's front doors); unset: plain HTTP.
+   */
+  tls: { certPath: string; keyPath: string } | null;
+  /** E2B front door: template name -> image (and the user E2B calls run as when they name none). */
+  e2bTemplates: Record<string, E2bTemplate>;
 }
+
+/** What an E2B template name stands for. */
+export interface E2bTemplate {
+  image: string;
+  /** Default user of E2B calls (commands, files, PTYs) that name none; unset: the image's user. */
+  user?: string;
+}
+
+/** `base` is E2B's default template: the Debian image, used as E2B's `user` account. */
+export const DEFAULT_E2B_TEMPLATES: Record<string, E2bTemplate> = {
+  base: { image: 'local/debian:bookworm', user: 'user' },
+};
 
 /** Built-in plans; a config file may override or add plans. */
 export const DEFAULT_PLANS: Record<string, PlanConfig> = {
@@ -245,6 +264,16 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
     rateLimit: rateLimits(env, file.rateLimit, overrides.rateLimit),
     testClock: pick('testClock', 'SANDBOXD_TEST_CLOCK', bool('SANDBOXD_TEST_CLOCK'), false),
     logLevel: pick('logLevel', 'SANDBOXD_LOG_LEVEL', String, 'info'),
+    tls: tlsConfig(
+      env.SANDBOXD_TLS_CERT || (file.tlsCert as string | undefined),
+      env.SANDBOXD_TLS_KEY || (file.tlsKey as string | undefined),
+      overrides.tls,
+    ),
+    e2bTemplates: e2bTemplates(
+      overrides.e2bTemplates ??
+        (env.SANDBOXD_E2B_TEMPLATES ? parseJson('SANDBOXD_E2B_TEMPLATES', env.SANDBOXD_E2B_TEMPLATES) : undefined) ??
+        file.e2bTemplates,
+    ),
   };
   validate(cfg);
   return deepFreeze(cfg);
@@ -297,6 +326,37 @@ function mergePlans(
     if (plan.limits.cpus <= 0 || plan.concurrency < 1)
       throw new ConfigError(`plans.${name}: cpus and concurrency must be positive`);
     out[name] = plan;
+  }
+  return out;
+}
+
+/** Both TLS files or neither; each must be readable (checked at start-up, by the server). */
+function tlsConfig(cert: string | undefined, key: string | undefined, override?: Config['tls']): Config['tls'] {
+  if (override !== undefined) return override;
+  if (!cert && !key) return null;
+  if (!cert || !key) throw new ConfigError('SANDBOXD_TLS_CERT and SANDBOXD_TLS_KEY must be set together');
+  return { certPath: resolve(cert), keyPath: resolve(key) };
+}
+
+function parseJson(name: string, raw: string): unknown {
+  try {
+    return JSON.parse(raw);
+  } catch {
+    throw new ConfigError(`${name} is not valid JSON`);
+  }
+}
+
+/** The built-in templates with the configured ones over them; each `{image, user?}`. */
+function e2bTemplates(raw: unknown): Record<string, E2bTemplate> {
+  const out: Record<string, E2bTemplate> = { ...DEFAULT_E2B_TEMPLATES };
+  if (raw === undefined || raw === null) return out;
+  if (typeof raw !== 'object' || Array.isArray(raw))
+    throw new ConfigError('e2bTemplates must be an object of name -> {image, user?}');
+  for (const [name, v] of Object.entries(raw as Record<string, unknown>)) {
+    const t = typeof v === 'string' ? { image: v } : (v as Partial<E2bTemplate> | null);
+    if (!t || typeof t.image !== 'string' || !t.image || (t.user !== undefined && typeof t.user !== 'string'))
+      throw new ConfigError(`e2bTemplates.${name} must be an image reference or {image, user?}`);
+    out[name] = t.user ? { image: t.image, user: t.user } : { image: t.image };
   }
   return out;
 }

@@ -23,6 +23,10 @@ export interface SandboxSpecRecord {
   createdAt: number;
   /** Whether `publicAccessUrlTemplate` is open to anyone; absent means true. */
   portsPublic?: boolean;
+  /** The E2B template name it was created from (E2B's front door); absent for sandboxd's own creates. */
+  template?: string;
+  /** Caller's key-value labels (E2B's `metadata`); absent means none. */
+  metadata?: Record<string, string>;
 }
 
 /** Mutable status of a sandbox. Changed only through {@link assertTransition}. */

@@ -2,6 +2,7 @@ import { SandboxdError } from '@sandboxd/protocol';
 import type { FastifyRequest } from 'fastify';
 import type { Config } from '../config.js';
 import type { OffsetClock } from '../domain/clock.js';
+import type { AccessTokens } from '../e2b/tokens.js';
 import type { Reaper } from '../lifecycle/reaper.js';
 import type { Principal } from '../services/auth.js';
 import type { Services } from '../services/index.js';
@@ -21,6 +22,8 @@ export interface HttpDeps {
   openapi: () => Record<string, unknown>;
   /** False until start-up (driver init, recovery) is done. */
   isReady: () => boolean;
+  /** E2B's per-sandbox access tokens (the control API gives them, envd checks them). */
+  accessTokens: AccessTokens;
 }
 
 /** The authenticated principal of a request on an authenticated route. */

@@ -1,5 +1,6 @@
 import { EventEmitter } from 'node:events';
 import { createServer, STATUS_CODES, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer as createTlsServer } from 'node:https';
 import type { Duplex } from 'node:stream';
 import { errorBody, type ErrorBody } from '@sandboxd/protocol';
 
@@ -28,6 +29,9 @@ export class FrontDoor {
    */
   readonly fastifyUpgrades = new EventEmitter();
 
+  /** `tls`: PEM certificate (chain) and key; the one port then speaks HTTPS only. */
+  constructor(private readonly tls: { cert: Buffer; key: Buffer } | null = null) {}
+
   claimRequests(match: RequestMatcher, handle: RequestHandler): void {
     this.requests.push({ match, handle });
   }
@@ -48,10 +52,12 @@ export class FrontDoor {
    * races the server's close and gets ECONNRESET on a request the server never saw.
    */
   readonly serverFactory = (fastifyHandler: RequestHandler, opts: { keepAliveTimeout?: number } = {}): Server => {
-    const server = createServer((req, res) => {
+    const dispatch = (req: IncomingMessage, res: ServerResponse) => {
       const claim = this.requests.find((c) => c.match(req));
       (claim ? claim.handle : fastifyHandler)(req, res);
-    });
+    };
+    // An https.Server is an http.Server in all that fastify and the claims use.
+    const server = this.tls ? (createTlsServer(this.tls, dispatch) as unknown as Server) : createServer(dispatch);
     server.keepAliveTimeout = opts.keepAliveTimeout ?? KEEP_ALIVE_TIMEOUT_MS;
     server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
       socket.on('error', () => socket.destroy());

@@ -6,6 +6,7 @@ import { errorBody, LIMITS } from '@sandboxd/protocol';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from 'fastify';
 import type { Logger } from 'pino';
 import { AccessLog } from './access-log.js';
+import { e2bControlRoutes } from '../e2b/control.js';
 import { registerAuth } from './auth.js';
 import type { HttpDeps } from './deps.js';
 import { toHttpError } from './errors.js';
@@ -123,6 +124,7 @@ export function createHttpServer(
   app.register(imageRoutes, full);
   app.register(consoleRoutes, full);
   app.register(sdkRoutes, full);
+  app.register(e2bControlRoutes, { ...full, prefix: '/e2b' });
   const fallbackHost = () => {
     const a = app.server.address();
     return a && typeof a === 'object' ? `${a.family === 'IPv6' ? `[${a.address}]` : a.address}:${a.port}` : 'localhost';

@@ -1,0 +1,219 @@
+import { createHash, timingSafeEqual } from 'node:crypto';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { Code, type ConnectRouter, createContextValues } from '@connectrpc/connect';
+import { connectNodeAdapter } from '@connectrpc/connect-node';
+import { SANDBOX_ID_PATTERN } from '@sandboxd/protocol';
+import type { Logger } from 'pino';
+import type { E2bTemplate } from '../../config.js';
+import type { SandboxRecord } from '../../domain/sandbox.js';
+import type { AccessTokens } from '../tokens.js';
+import { ENVD_PORT } from '../version.js';
+import { type EnvdCall, envdCallKey } from './context.js';
+
+const SANDBOX_ID = new RegExp(SANDBOX_ID_PATTERN);
+/** `<port>-<sandboxId>` as the first label of a Host header. */
+const HOST_LABEL = /^([0-9]{1,5})-([a-z0-9_]{1,64})\./;
+/** Largest Connect message accepted (PTY/stdin input, paths): far above what the SDK sends. */
+const READ_MAX_BYTES = 16 * 2 ** 20;
+
+export interface EnvdDoorDeps {
+  /** `publicHost` of the config: envd answers `49983-<id>.<publicHost>`. */
+  publicHost: string;
+  tokens: AccessTokens;
+  /** Any account's sandbox by id (the access token proves the caller may use it). */
+  findSandbox(id: string): Promise<SandboxRecord | null>;
+  templates: Readonly<Record<string, E2bTemplate>>;
+  now(): number;
+  log: Logger;
+  /** The Connect services (process.Process, filesystem.Filesystem). */
+  routes(router: ConnectRouter): void;
+  /**
+   * envd's plain HTTP paths (`/files`, ...). Returns false for a path it does not serve
+   * (the door answers 404).
+   */
+  rest(call: EnvdCall, req: IncomingMessage, res: ServerResponse): Promise<boolean>;
+}
+
+/**
+ * The in-sandbox front door of E2B's SDKs (their "envd"). It claims, before fastify and
+ * the port proxy, every request that carries `E2b-Sandbox-Id` (all in-sandbox traffic sent
+ * to one origin, `E2B_SANDBOX_URL`) or whose Host is `49983-<id>.<publicHost>` (per-sandbox
+ * hosts, `E2B_DOMAIN`). It finds the sandbox, checks its access token (`X-Access-Token`,
+ * or a signed `/files` URL), and hands the request to the Connect services or to envd's
+ * HTTP paths with an {@link EnvdCall}. Answers before a handler:
+ *  - no token: 401; unknown sandbox or a token that is not its own: 404 (the same answer,
+ *    so ids of other accounts' sandboxes cannot be probed);
+ *  - the caller's own sandbox no longer running: 502, which E2B's SDK reads as "the
+ *    sandbox was killed or timed out" (`isRunning()` is false).
+ */
+export class EnvdDoor {
+  private readonly suffix: string;
+  private readonly calls = new WeakMap<IncomingMessage, EnvdCall>();
+  private readonly connect: (req: IncomingMessage, res: ServerResponse) => void;
+
+  constructor(private readonly d: EnvdDoorDeps) {
+    this.suffix = `.${d.publicHost.toLowerCase().replace(/:\d+$/, '').replace(/\.$/, '')}`;
+    this.connect = connectNodeAdapter({
+      routes: d.routes,
+      readMaxBytes: READ_MAX_BYTES,
+      contextValues: (req) => createContextValues().set(envdCallKey, this.calls.get(req as IncomingMessage) ?? null),
+      fallback: (req, res) => this.fallback(req as IncomingMessage, res as ServerResponse),
+    });
+  }
+
+  /** For {@link FrontDoor.claimRequests}: the `E2b-Sandbox-Id` header, or a `49983-<id>.<publicHost>` Host. */
+  readonly claims = (req: IncomingMessage): boolean => {
+    if (req.headers['e2b-sandbox-id'] !== undefined) return true;
+    const host = hostName(req);
+    if (!host?.endsWith(this.suffix)) return false;
+    const m = HOST_LABEL.exec(host);
+    return m !== null && Number(m[1]) === ENVD_PORT;
+  };
+
+  readonly handle = (req: IncomingMessage, res: ServerResponse): void => {
+    this.admit(req).then(
+      (verdict) => {
+        if ('refuse' in verdict) return refuse(req, res, verdict.refuse.status, verdict.refuse.message);
+        this.calls.set(req, verdict.call);
+        this.connect(req, res);
+      },
+      (e) => {
+        this.d.log.error({ err: e }, 'envd door failed');
+        refuse(req, res, 500, 'Internal error');
+      },
+    );
+  };
+
+  private async admit(
+    req: IncomingMessage,
+  ): Promise<{ call: EnvdCall } | { refuse: { status: number; message: string } }> {
+    const id = this.sandboxIdOf(req);
+    if ('refuse' in id) return id;
+    const url = new URL(req.url ?? '/', 'http://envd');
+    const token = header(req, 'x-access-token');
+    const signature = url.pathname === '/files' ? url.searchParams.get('signature') : null;
+    if (!token && !signature) return { refuse: { status: 401, message: 'X-Access-Token is missing' } };
+    const sb = await this.d.findSandbox(id.id);
+    const owned =
+      sb !== null &&
+      (token ? await this.d.tokens.verify(sb.id, token) : await this.signatureOk(sb.id, req.method ?? 'GET', url));
+    if (!sb || !owned) return { refuse: { status: 404, message: `Sandbox ${id.id} not found` } };
+    if (sb.state !== 'started' || sb.stopAt <= this.d.now())
+      return { refuse: { status: 502, message: `Sandbox ${sb.id} is not running (it was stopped or timed out)` } };
+    const template = sb.template ? this.d.templates[sb.template] : undefined;
+    return {
+      call: { accountId: sb.accountId, sandbox: sb, user: basicUser(req), defaultUser: template?.user },
+    };
+  }
+
+  private sandboxIdOf(req: IncomingMessage): { id: string } | { refuse: { status: number; message: string } } {
+    const fromHeader = header(req, 'e2b-sandbox-id');
+    if (fromHeader !== undefined) {
+      const port = header(req, 'e2b-sandbox-port');
+      if (port !== undefined && Number(port) !== ENVD_PORT)
+        return {
+          refuse: {
+            status: 400,
+            message: `E2b-Sandbox-Port ${port}: only envd (${ENVD_PORT}) is served by header; reach other ports at their port URL`,
+          },
+        };
+      if (!SANDBOX_ID.test(fromHeader)) return { refuse: { status: 404, message: `Sandbox ${fromHeader} not found` } };
+      return { id: fromHeader };
+    }
+    const m = HOST_LABEL.exec(hostName(req) ?? '');
+    if (!m || !SANDBOX_ID.test(m[2])) return { refuse: { status: 404, message: 'Sandbox not found' } };
+    return { id: m[2] };
+  }
+
+  /** E2B's signed file URLs: `v1_` + base64 SHA-256 of `path:operation:user:token[:expiration]`. */
+  private async signatureOk(sandboxId: string, method: string, url: URL): Promise<boolean> {
+    const sig = url.searchParams.get('signature') ?? '';
+    const exp = url.searchParams.get('signature_expiration');
+    if (exp !== null && (!/^[0-9]{1,12}$/.test(exp) || Number(exp) * 1000 < this.d.now())) return false;
+    const op = method === 'GET' || method === 'HEAD' ? 'read' : 'write';
+    const raw = [
+      url.searchParams.get('path') ?? '',
+      op,
+      url.searchParams.get('username') ?? '',
+      await this.d.tokens.tokenFor(sandboxId),
+      ...(exp === null ? [] : [exp]),
+    ].join(':');
+    const want = Buffer.from(`v1_${createHash('sha256').update(raw).digest('base64').replace(/=+$/, '')}`);
+    const got = Buffer.from(sig);
+    return want.length === got.length && timingSafeEqual(want, got);
+  }
+
+  private fallback(req: IncomingMessage, res: ServerResponse): void {
+    const call = this.calls.get(req);
+    if (!call) {
+      refuse(req, res, 401, 'No sandbox for this request');
+      return;
+    }
+    this.d.rest(call, req, res).then(
+      (served) => {
+        if (!served)
+          refuse(req, res, 404, `envd has no ${req.method} ${new URL(req.url ?? '/', 'http://envd').pathname}`);
+      },
+      (e) => {
+        this.d.log.error({ err: e }, 'envd request failed');
+        if (!res.headersSent) refuse(req, res, 500, 'Internal error');
+        else res.destroy();
+      },
+    );
+  }
+}
+
+function header(req: IncomingMessage, name: string): string | undefined {
+  const v = req.headers[name];
+  return Array.isArray(v) ? v[0] : v;
+}
+
+function hostName(req: IncomingMessage): string | undefined {
+  const host = req.headers.host?.toLowerCase();
+  if (!host) return undefined;
+  const name = host.replace(/:\d+$/, '');
+  return name.endsWith('.') ? name.slice(0, -1) : name;
+}
+
+/** `Authorization: Basic base64(user:)`, E2B's way of naming the user of a call. */
+function basicUser(req: IncomingMessage): string | undefined {
+  const m = /^Basic\s+([A-Za-z0-9+/=]+)$/i.exec(header(req, 'authorization') ?? '');
+  if (!m) return undefined;
+  const user = Buffer.from(m[1], 'base64').toString('utf8').split(':')[0];
+  return user || undefined;
+}
+
+/** Connect's code for the door's refusals (the HTTP status also carries it for plain paths). */
+const CONNECT_CODE: Record<number, Code> = {
+  400: Code.InvalidArgument,
+  401: Code.Unauthenticated,
+  404: Code.NotFound,
+  500: Code.Internal,
+  502: Code.Unavailable,
+};
+
+/**
+ * A refusal in the shape the caller reads: Connect's error JSON (`{code: "not_found", ...}`)
+ * for Connect requests, envd's `{code: <status>, message}` for its HTTP paths. The body is
+ * not read; the connection is closed after the answer so an unread upload cannot linger.
+ */
+export function refuse(req: IncomingMessage, res: ServerResponse, status: number, message: string): void {
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  const isConnect =
+    /^application\/(connect\+)?(json|proto)/.test(req.headers['content-type'] ?? '') &&
+    req.method === 'POST' &&
+    !(req.url ?? '').startsWith('/files');
+  const code = CONNECT_CODE[status] ?? Code.Unknown;
+  const body = isConnect
+    ? JSON.stringify({ code: Code[code].replace(/([a-z])([A-Z])/g, '$1_$2').toLowerCase(), message })
+    : JSON.stringify({ code: status, message });
+  res.writeHead(status, {
+    'content-type': 'application/json',
+    'content-length': Buffer.byteLength(body),
+    connection: 'close',
+  });
+  res.end(body);
+}
