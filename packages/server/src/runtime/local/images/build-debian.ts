@@ -13,6 +13,12 @@ import { writeOciImage, type WrittenImage } from './oci-write.js';
 /** Packages on top of minbase. */
 export const DEBIAN_PACKAGES = ['bash', 'coreutils', 'procps', 'ca-certificates', 'curl', 'iproute2', 'python3'];
 
+/**
+ * Revision of what the build puts in the image, written to `/etc/sandboxd-image-revision`;
+ * set-up rebuilds a cached image whose revision is older. 2: the `user` account.
+ */
+export const DEBIAN_REVISION = 2;
+
 /** Image config of local/debian. WorkingDir `/root`: the shell starts in root's home. */
 export const DEBIAN_CONFIG = {
   env: ['PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin', 'LANG=C.UTF-8'],
@@ -41,6 +47,16 @@ const NEUTRAL_ETC = [
   'printf "127.0.0.1\\tlocalhost\\n::1\\tlocalhost ip6-localhost ip6-loopback\\n" > "$1"/etc/hosts',
   'chmod 0644 "$1"/etc/hostname "$1"/etc/resolv.conf "$1"/etc/hosts',
 ].join('; ');
+
+/**
+ * An unprivileged `user` (uid/gid 1000, home /home/user, bash), as E2B's base template has:
+ * E2B's SDKs run commands and write files as `user` unless told otherwise. `useradd` is in
+ * minbase (package passwd); the hook runs inside mmdebstrap's user namespace.
+ */
+const USER = [
+  'chroot "$1" useradd --create-home --uid 1000 --user-group --shell /bin/bash user',
+  `echo ${DEBIAN_REVISION} > "$1"/etc/sandboxd-image-revision`,
+].join(' && ');
 
 const CLEAN = [
   'rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/* "$1"/var/log/apt/*',
@@ -72,6 +88,7 @@ export async function buildDebianLayout(
     '--dpkgopt=path-include=/usr/share/doc/*/copyright',
     '--dpkgopt=path-exclude=/usr/share/locale/*',
     '--dpkgopt=path-include=/usr/share/locale/locale.alias',
+    `--customize-hook=${USER}`,
     `--customize-hook=${CLEAN}`,
     `--customize-hook=${NEUTRAL_ETC}`,
     opts.suite,

@@ -4,10 +4,11 @@
  * only check. The first run bootstraps Debian from the apt mirror: a minute or two.
  */
 import assert from 'node:assert/strict';
-import { lstat, readdir, readFile, writeFile } from 'node:fs/promises';
+import { lstat, readdir, readFile, stat, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { test } from 'node:test';
-import { ensureDefaultImages } from './defaults.js';
+import { DEBIAN_REVISION } from './build-debian.js';
+import { ensureDefaultImages, imageRevision } from './defaults.js';
 import { ImageStore } from './store.js';
 import { runTool, toolEnv } from './run.js';
 import { tempDir } from '../../../../test/images.js';
@@ -96,6 +97,10 @@ test('local images build offline and come out right', { timeout: 30 * 60_000 }, 
     'bash -c \'echo "$BASH_VERSION" | cut -d. -f1\'; python3 -B -c "print(6*7)"; curl --version | head -c 4; echo; id -un',
   );
   assert.equal(out, '5\n42\ncurl\nroot\n');
+  // E2B's base template user: uid/gid 1000, a home it owns, bash.
+  assert.match(await readFile(d('etc/passwd'), 'utf8'), /^user:x:1000:1000::\/home\/user:\/bin\/bash$/m);
+  assert.equal((await stat(d('home/user'))).uid, 1000, "/home/user is user's");
+  assert.equal(imageRevision(deb), DEBIAN_REVISION);
   console.log(
     `# debian: ${(deb.sizeBytes / 1048576).toFixed(1)} MiB unpacked, busybox: ${(bb.sizeBytes / 1048576).toFixed(1)} MiB`,
   );
