@@ -55,7 +55,7 @@ export interface Server {
 
 /** Starts `node --import tsx packages/server/src/main.ts` and waits for /healthz (bounded). */
 export async function startServer(
-  o: { dataDir?: string; env?: Record<string, string>; port?: number } = {},
+  o: { dataDir?: string; env?: Record<string, string>; port?: number; https?: boolean } = {},
 ): Promise<Server> {
   const dataDir = o.dataDir ?? mkdtempSync(join(tmpdir(), 'sandboxd-e2e-'));
   const port = o.port ?? (await freePort());
@@ -80,7 +80,8 @@ export async function startServer(
   proc.stdout!.on('data', (b) => (out += b));
   proc.stderr!.pipe(createWriteStream(join(dataDir, `server-${proc.pid}.stderr.log`)));
   const exited = new Promise<number | null>((r) => proc.once('exit', (code) => r(code)));
-  const baseUrl = `http://127.0.0.1:${port}`;
+  // `https`: the server is on TLS (SANDBOXD_TLS_*); the caller makes its certificate trusted.
+  const baseUrl = `${o.https ? 'https' : 'http'}://127.0.0.1:${port}`;
   const deadline = Date.now() + (RUNTIME === 'local' ? 60_000 : 20_000);
   // A server that fails to start may have set up part of the host (bridge, nft table, cgroups)
   // for a data dir nobody will stop: undo it, unless the caller owns the dir (a restart).

@@ -171,6 +171,12 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
     rest: envdRest({ services }),
   });
   frontDoor.claimRequests(envd.claims, envd.handle);
+  // E2B's SDKs with only E2B_DOMAIN set call their control API at `api.<domain>`.
+  const apiHost = `api.${config.publicHost.toLowerCase().replace(/:\d+$/, '')}`;
+  frontDoor.rewriteToFastify(
+    (req) => req.headers.host?.toLowerCase().replace(/:\d+$/, '') === apiHost,
+    (url) => `/e2b${url.startsWith('/') ? url : `/${url}`}`,
+  );
   const proxy = new PortProxy({
     publicHost: config.publicHost,
     timeoutMs: config.proxyTimeoutMs,

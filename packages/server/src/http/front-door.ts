@@ -20,6 +20,7 @@ export type UpgradeHandler = (req: IncomingMessage, socket: Duplex, head: Buffer
  */
 export class FrontDoor {
   private readonly requests: { match: RequestMatcher; handle: RequestHandler }[] = [];
+  private readonly rewrites: { match: RequestMatcher; url: (url: string) => string }[] = [];
   private readonly upgrades: { match: RequestMatcher; handle: UpgradeHandler }[] = [];
   private readonly fastifySockets: RequestMatcher[] = [];
   /**
@@ -34,6 +35,14 @@ export class FrontDoor {
 
   claimRequests(match: RequestMatcher, handle: RequestHandler): void {
     this.requests.push({ match, handle });
+  }
+
+  /**
+   * Requests `match` accepts go to fastify with their URL rewritten, before any claim sees
+   * them (E2B's control API on the host `api.<publicHost>`, served under `/e2b`).
+   */
+  rewriteToFastify(match: RequestMatcher, url: (url: string) => string): void {
+    this.rewrites.push({ match, url });
   }
 
   claimUpgrades(match: RequestMatcher, handle: UpgradeHandler): void {
@@ -53,6 +62,12 @@ export class FrontDoor {
    */
   readonly serverFactory = (fastifyHandler: RequestHandler, opts: { keepAliveTimeout?: number } = {}): Server => {
     const dispatch = (req: IncomingMessage, res: ServerResponse) => {
+      const rewrite = this.rewrites.find((r) => r.match(req));
+      if (rewrite) {
+        req.url = rewrite.url(req.url ?? '/');
+        fastifyHandler(req, res);
+        return;
+      }
       const claim = this.requests.find((c) => c.match(req));
       (claim ? claim.handle : fastifyHandler)(req, res);
     };
