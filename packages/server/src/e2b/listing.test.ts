@@ -34,6 +34,10 @@ describe('E2B list: metadata filter', () => {
     assert.deepEqual(parseMetadataFilter('k='), { k: '' }, 'an empty value');
     assert.deepEqual(parseMetadataFilter(undefined), {});
     assert.deepEqual(parseMetadataFilter(''), {});
+    const proto = parseMetadataFilter(`${encodeURIComponent('__proto__')}=x`);
+    assert.deepEqual(Object.keys(proto), ['__proto__'], 'an own key like any other');
+    assert.equal(matchesMetadata({}, proto), false, 'so it filters');
+    assert.equal(matchesMetadata(JSON.parse('{"__proto__":"x"}'), proto), true);
   });
 
   it('refuses a malformed filter, naming metadata', () => {

@@ -25,8 +25,9 @@ function badQuery(field: string, message: string): SandboxdError {
  * `metadata` for a malformed one (a bad escape, an empty key, a key given twice).
  */
 export function parseMetadataFilter(raw: string | undefined): Record<string, string> {
-  const out: Record<string, string> = {};
-  if (raw === undefined || raw === '') return out;
+  const pairs: Array<[string, string]> = [];
+  const seen = new Set<string>();
+  if (raw === undefined || raw === '') return {};
   for (const [k, v] of new URLSearchParams(raw)) {
     let key: string;
     let value: string;
@@ -37,10 +38,12 @@ export function parseMetadataFilter(raw: string | undefined): Record<string, str
       throw badQuery('metadata', 'has a malformed %-escape; each key and value must be URL-encoded');
     }
     if (key === '') throw badQuery('metadata', 'has an empty key');
-    if (Object.hasOwn(out, key)) throw badQuery('metadata', `names the key ${JSON.stringify(key)} twice`);
-    out[key] = value;
+    if (seen.has(key)) throw badQuery('metadata', `names the key ${JSON.stringify(key)} twice`);
+    seen.add(key);
+    pairs.push([key, value]);
   }
-  return out;
+  // fromEntries defines every key as its own (`__proto__` included, which `out[k] = v` would not).
+  return Object.fromEntries(pairs);
 }
 
 /** True when every pair of `filter` is in `metadata`. */
