@@ -34,6 +34,11 @@ export const ERROR_STATUS = {
   headers_too_large: 431,
   /** The server failed; the message leaks no internals. */
   internal: 500,
+  /**
+   * sandboxd does not support this (yet): an E2B API path it does not serve, or a feature a
+   * request of E2B's front door asks for that it cannot honour. The message names it.
+   */
+  unsupported: 501,
   /** The port proxy got no valid answer from the sandbox's port. */
   upstream: 502,
   /** The server is starting or shutting down. */

@@ -20,6 +20,7 @@ import {
   ServerError,
   ServiceUnavailableError,
   TemplateNotFoundError,
+  UnsupportedError,
   UpstreamError,
   ValidationError,
 } from './errors.js';
@@ -40,6 +41,7 @@ describe('errorFromResponse', () => {
     rate_limited: RateLimitError,
     headers_too_large: BadRequestError,
     internal: ServerError,
+    unsupported: UnsupportedError,
     upstream: UpstreamError,
     unavailable: ServiceUnavailableError,
     capacity: CapacityError,

@@ -70,6 +70,8 @@ export class RateLimitError extends SandboxdApiError {}
 export class BadRequestError extends SandboxdApiError {}
 /** 5xx: the server failed; the message leaks no internals. */
 export class ServerError extends SandboxdApiError {}
+/** 501: the server does not support this operation or feature (yet); the message names it. */
+export class UnsupportedError extends SandboxdApiError {}
 /** 503: the server is starting or shutting down. */
 export class ServiceUnavailableError extends ServerError {}
 /** 503: the host has no room for more sandboxes now; `retryAfterMs` says when to try again. */
@@ -102,6 +104,7 @@ const CLASS_BY_KIND: Record<ErrorKind, ErrorClass> = {
   rate_limited: RateLimitError,
   headers_too_large: BadRequestError,
   internal: ServerError,
+  unsupported: UnsupportedError,
   upstream: UpstreamError,
   unavailable: ServiceUnavailableError,
   capacity: CapacityError,

@@ -49,6 +49,7 @@ export {
   RateLimitError,
   BadRequestError,
   ServerError,
+  UnsupportedError,
   ServiceUnavailableError,
   CapacityError,
   InsufficientStorageError,

@@ -1,8 +1,374 @@
-import type { FastifyInstance } from 'fastify';
-import type { HttpDeps } from '../http/deps.js';
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import { LIMITS, SandboxdError } from '@sandboxd/protocol';
+import type { FastifyRequest } from 'fastify';
+import { Type } from 'typebox';
+import type { PlanConfig } from '../config.js';
+import type { SandboxRecord } from '../domain/sandbox.js';
+import { type HttpDeps, principalOf } from '../http/deps.js';
+import { planOf } from '../services/context.js';
+import { imageOfTemplate, type NewSandbox, NewSandboxSchema, unsupportedIn } from './create.js';
+import {
+  decodeNextToken,
+  encodeNextToken,
+  matchesMetadata,
+  pageOf,
+  parseLimit,
+  parseMetadataFilter,
+  parseOrder,
+  parseStartedAfter,
+  parseStates,
+} from './listing.js';
+import { ENVD_VERSION } from './version.js';
+
+/** E2B's deprecated `clientID`: one fixed value. */
+export const CLIENT_ID = 'sandboxd';
+
+/**
+ * The lifetime E2B's connect (and refresh) ensures when the request names none: E2B's
+ * documented default of 300 s, from now; it only ever extends, and is cut to what the plan
+ * still allows rather than refused, since the caller did not ask for it.
+ */
+export const DEFAULT_KEEPALIVE_MS = 300_000;
+
+const MiB = 1024 * 1024;
+
+/** Every E2B path and route option: hidden from sandboxd's own OpenAPI document. */
+const hide = { hide: true } as const;
+
+const IdParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 200 }) });
+
+const ListQuery = Type.Object(
+  {
+    metadata: Type.Optional(Type.String({ maxLength: 16_384 })),
+    state: Type.Optional(Type.Union([Type.String(), Type.Array(Type.String(), { maxItems: 10 })])),
+    limit: Type.Optional(Type.String()),
+    nextToken: Type.Optional(Type.String({ maxLength: 1000 })),
+    order: Type.Optional(Type.String()),
+    startedAfter: Type.Optional(Type.String({ maxLength: 100 })),
+    template: Type.Optional(Type.String({ maxLength: 512 })),
+  },
+  { additionalProperties: false },
+);
+
+/** Seconds from now, as E2B's timeout bodies count. */
+const Seconds = Type.Integer({ minimum: 0, maximum: 2_147_483_647 });
+
+const TimeoutBody = Type.Object({ timeout: Seconds }, { additionalProperties: false });
+const ConnectV2Body = Type.Object(
+  { timeout: Type.Optional(Seconds), memory: Type.Optional(Type.Boolean()) },
+  { additionalProperties: false },
+);
+const ConnectV1Body = Type.Object(
+  { timeout: Seconds, memory: Type.Optional(Type.Boolean()) },
+  { additionalProperties: false },
+);
+const ResumeBody = Type.Object(
+  { timeout: Type.Optional(Seconds), autoPause: Type.Optional(Type.Boolean()), memory: Type.Optional(Type.Boolean()) },
+  { additionalProperties: false },
+);
+const RefreshBody = Type.Object({ duration: Type.Optional(Seconds) }, { additionalProperties: false });
+
+/** E2B's `Sandbox`: what its SDK needs to reach the sandbox's envd. */
+interface E2bSandbox {
+  sandboxID: string;
+  templateID: string;
+  alias?: string;
+  clientID: string;
+  envdVersion: string;
+  envdAccessToken: string;
+  domain: string;
+  trafficAccessToken: null;
+}
+
+/** The template E2B sees: the name it was created from, or the image of a sandboxd create. */
+const templateOf = (r: SandboxRecord): string => r.template ?? r.image;
+
+const notFound = (id: string) => new SandboxdError('not_found', `Sandbox ${id} not found`);
+
+const unsupported = (what: string) => new SandboxdError('unsupported', `sandboxd does not support ${what} yet`);
+
+/** An empty body (or none) takes the defaults. */
+const emptyBodyIsObject = async (req: FastifyRequest) => {
+  req.body ??= {};
+};
 
 /**
  * E2B's control API (the `api.e2b.app` of E2B's SDKs), served under `/e2b` over the same
- * services as sandboxd's own API. Registered with the prefix `/e2b`.
+ * services as sandboxd's own API: creates meet the same tokens, concurrency, plan lifetimes
+ * and images; timeouts the same rules; kills the same delete. Only `started` sandboxes of the
+ * caller's account exist here (E2B's `running`); sandboxd never pauses one. What sandboxd
+ * cannot do is refused with 501 (`unsupported`) and a message naming it, never ignored.
+ * Registered with the prefix `/e2b`; hidden from sandboxd's OpenAPI document.
  */
-export async function e2bControlRoutes(_app: FastifyInstance, _deps: HttpDeps): Promise<void> {}
+export const e2bControlRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) => {
+  const { sandboxes, timeout } = d.services;
+
+  const limitsOf = (p: PlanConfig) => ({
+    cpuCount: Math.max(1, Math.ceil(p.limits.cpus)),
+    memoryMB: Math.floor(p.limits.memoryBytes / MiB),
+    diskSizeMB: Math.floor(p.limits.rootDiskBytes / MiB),
+  });
+
+  const sandboxAnswer = async (r: SandboxRecord): Promise<E2bSandbox> => ({
+    sandboxID: r.id,
+    templateID: templateOf(r),
+    ...(r.template !== undefined ? { alias: r.template } : {}),
+    clientID: CLIENT_ID,
+    envdVersion: ENVD_VERSION,
+    envdAccessToken: await d.accessTokens.tokenFor(r.id),
+    domain: d.config.publicHost,
+    trafficAccessToken: null,
+  });
+
+  const listed = (r: SandboxRecord, plan: PlanConfig) => ({
+    sandboxID: r.id,
+    templateID: templateOf(r),
+    ...(r.template !== undefined ? { alias: r.template } : {}),
+    clientID: CLIENT_ID,
+    startedAt: new Date(r.createdAt).toISOString(),
+    endAt: new Date(r.stopAt).toISOString(),
+    state: 'running' as const,
+    ...limitsOf(plan),
+    metadata: r.metadata ?? {},
+    envdVersion: ENVD_VERSION,
+    volumeMounts: r.volumes.map((m) => ({ name: m.name, path: m.mountPath })),
+  });
+
+  /** The caller's sandbox while it is started; `not_found` otherwise (E2B: it does not exist). */
+  const running = async (req: FastifyRequest, id: string): Promise<SandboxRecord> => {
+    let r: SandboxRecord;
+    try {
+      r = await sandboxes.get(principalOf(req).account.id, id);
+    } catch (e) {
+      if (e instanceof SandboxdError && e.kind === 'not_found') throw notFound(id);
+      throw e;
+    }
+    if (r.state !== 'started') throw notFound(id);
+    return r;
+  };
+
+  /** A sandbox that stopped between the look-up and the change is gone, for E2B. */
+  const goneIsNotFound = async <T>(id: string, fn: () => Promise<T>): Promise<T> => {
+    try {
+      return await fn();
+    } catch (e) {
+      if (e instanceof SandboxdError && (e.kind === 'conflict' || e.kind === 'not_found')) throw notFound(id);
+      throw e;
+    }
+  };
+
+  /** Every started sandbox of the account (few: the plan's concurrency bounds them). */
+  const runningOf = async (accountId: string): Promise<SandboxRecord[]> => {
+    const out: SandboxRecord[] = [];
+    let cursor: string | undefined;
+    do {
+      const page = await sandboxes.list(accountId, { state: 'started', limit: LIMITS.maxPageSize, cursor });
+      out.push(...page.items);
+      cursor = page.nextCursor;
+    } while (cursor);
+    return out;
+  };
+
+  /** Ensures the sandbox runs at least `seconds` more (a default when absent); never shortens it. */
+  const keepAlive = async (req: FastifyRequest, id: string, seconds: number | undefined): Promise<SandboxRecord> => {
+    const r = await running(req, id);
+    const account = principalOf(req).account;
+    await goneIsNotFound(id, () =>
+      seconds === undefined
+        ? timeout.extend(account, { id: r.id, timeoutMs: DEFAULT_KEEPALIVE_MS, clamp: true })
+        : timeout.extend(account, { id: r.id, timeoutMs: seconds * 1000 }),
+    );
+    return r;
+  };
+
+  // --- create -------------------------------------------------------------------------------
+
+  const create = async (req: FastifyRequest, b: NewSandbox) => {
+    const refused = unsupportedIn(b, { egress: d.config.egress });
+    if (refused.length) throw new SandboxdError('unsupported', refused.join('; '));
+    const { image, configured } = imageOfTemplate(d.config.e2bTemplates, b.templateID);
+    const end = d.metrics.createSeconds.startTimer();
+    try {
+      const r = await sandboxes.create(
+        principalOf(req).account,
+        {
+          image,
+          ...(b.timeout !== undefined ? { timeoutMs: b.timeout * 1000 } : {}),
+          ...(b.envVars !== undefined ? { env: b.envVars } : {}),
+        },
+        { template: b.templateID, ...(b.metadata !== undefined ? { metadata: b.metadata } : {}) },
+      );
+      end({ outcome: 'ok' });
+      return r;
+    } catch (e) {
+      end({ outcome: 'error' });
+      if (e instanceof SandboxdError && e.kind === 'template_not_found') {
+        const names = Object.keys(d.config.e2bTemplates).join(', ');
+        throw new SandboxdError(
+          'template_not_found',
+          configured
+            ? `Template ${b.templateID} is configured with image ${image}, which this server does not have and cannot pull`
+            : `Template ${b.templateID} not found: it is neither a template of this server (${names}) nor an image it has or can pull`,
+          { templateID: b.templateID, image },
+        );
+      }
+      throw e;
+    }
+  };
+
+  for (const path of ['/v2/sandboxes', '/sandboxes']) {
+    app.post(path, { schema: { ...hide, body: NewSandboxSchema } }, async (req, reply) =>
+      reply.code(201).send(await sandboxAnswer(await create(req, req.body))),
+    );
+  }
+
+  // --- list ---------------------------------------------------------------------------------
+
+  app.get('/v2/sandboxes', { schema: { ...hide, querystring: ListQuery } }, async (req, reply) => {
+    const q = req.query;
+    const filter = parseMetadataFilter(q.metadata);
+    const states = parseStates(q.state);
+    const limit = parseLimit(q.limit);
+    const order = parseOrder(q.order);
+    const startedAfter = parseStartedAfter(q.startedAfter);
+    const after = q.nextToken === undefined || q.nextToken === '' ? undefined : decodeNextToken(q.nextToken);
+    const account = principalOf(req).account;
+    // `paused` never matches: sandboxd does not pause sandboxes.
+    const all = states.has('running') ? await runningOf(account.id) : [];
+    const matching = all.filter(
+      (r) =>
+        matchesMetadata(r.metadata, filter) &&
+        (q.template === undefined || templateOf(r) === q.template) &&
+        (startedAfter === undefined || r.createdAt >= startedAfter),
+    );
+    const page = pageOf(matching, { order, limit, after });
+    if (page.next) reply.header('x-next-token', encodeNextToken(page.next));
+    if (states.has('running')) reply.header('x-total-running', String(matching.length));
+    const plan = planOf(d.config, account.plan);
+    return page.items.map((r) => listed(r, plan));
+  });
+
+  app.get(
+    '/sandboxes',
+    {
+      schema: {
+        ...hide,
+        querystring: Type.Object(
+          { metadata: Type.Optional(Type.String({ maxLength: 16_384 })) },
+          { additionalProperties: false },
+        ),
+      },
+    },
+    async (req) => {
+      const filter = parseMetadataFilter(req.query.metadata);
+      const account = principalOf(req).account;
+      const plan = planOf(d.config, account.plan);
+      const all = (await runningOf(account.id)).filter((r) => matchesMetadata(r.metadata, filter));
+      return pageOf(all, { order: 'desc', limit: all.length }).items.map((r) => listed(r, plan));
+    },
+  );
+
+  // --- one sandbox --------------------------------------------------------------------------
+
+  app.get('/sandboxes/:id', { schema: { ...hide, params: IdParams } }, async (req) => {
+    const r = await running(req, req.params.id);
+    const plan = planOf(d.config, principalOf(req).account.plan);
+    const { envdAccessToken, domain } = await sandboxAnswer(r);
+    return {
+      ...listed(r, plan),
+      envdAccessToken,
+      domain,
+      lifecycle: { onTimeout: 'kill', autoResume: false },
+    };
+  });
+
+  app.delete('/sandboxes/:id', { schema: { ...hide, params: IdParams } }, async (req, reply) => {
+    const r = await running(req, req.params.id);
+    await goneIsNotFound(r.id, () => sandboxes.delete(principalOf(req).account.id, r.id));
+    return reply.code(204).send();
+  });
+
+  app.post(
+    '/sandboxes/:id/timeout',
+    { schema: { ...hide, params: IdParams, body: TimeoutBody } },
+    async (req, reply) => {
+      const r = await running(req, req.params.id);
+      await goneIsNotFound(r.id, () =>
+        timeout.set(principalOf(req).account, { id: r.id, timeoutMs: req.body.timeout * 1000 }),
+      );
+      return reply.code(204).send();
+    },
+  );
+
+  app.post(
+    '/v2/sandboxes/:id/connect',
+    { schema: { ...hide, params: IdParams, body: ConnectV2Body }, preValidation: emptyBodyIsObject },
+    async (req) => sandboxAnswer(await keepAlive(req, req.params.id, req.body.timeout)),
+  );
+
+  app.post('/sandboxes/:id/connect', { schema: { ...hide, params: IdParams, body: ConnectV1Body } }, async (req) =>
+    sandboxAnswer(await keepAlive(req, req.params.id, req.body.timeout)),
+  );
+
+  app.post(
+    '/sandboxes/:id/resume',
+    { schema: { ...hide, params: IdParams, body: ResumeBody }, preValidation: emptyBodyIsObject },
+    async (req) => {
+      if (req.body.autoPause === true) throw unsupported('pausing sandboxes (autoPause)');
+      return sandboxAnswer(await keepAlive(req, req.params.id, req.body.timeout));
+    },
+  );
+
+  app.post(
+    '/sandboxes/:id/refreshes',
+    { schema: { ...hide, params: IdParams, body: RefreshBody }, preValidation: emptyBodyIsObject },
+    async (req, reply) => {
+      await keepAlive(req, req.params.id, req.body.duration);
+      return reply.code(204).send();
+    },
+  );
+
+  // --- not supported yet --------------------------------------------------------------------
+
+  /** Operations on one sandbox sandboxd cannot do: 404 for a sandbox that is not there, else 501. */
+  const ofSandbox: Array<[method: 'GET' | 'POST' | 'PUT', path: string, what: string]> = [
+    ['POST', '/sandboxes/:id/pause', 'pausing sandboxes'],
+    ['POST', '/sandboxes/:id/snapshots', 'snapshots'],
+    ['POST', '/sandboxes/:id/fork', 'forking sandboxes'],
+    ['PUT', '/sandboxes/:id/network', "changing a sandbox's network"],
+    ['GET', '/sandboxes/:id/metrics', 'sandbox metrics'],
+    ['GET', '/sandboxes/:id/logs', "sandbox logs through E2B's API"],
+    ['GET', '/v2/sandboxes/:id/logs', "sandbox logs through E2B's API"],
+  ];
+  for (const [method, url, what] of ofSandbox) {
+    app.route({
+      method,
+      url,
+      schema: { ...hide, params: IdParams },
+      handler: async (req) => {
+        await running(req, (req.params as { id: string }).id);
+        throw unsupported(what);
+      },
+    });
+  }
+
+  /** Whole E2B APIs sandboxd does not serve: every method, every path below. */
+  const apis: Array<[paths: string[], what: string]> = [
+    [['/snapshots'], 'snapshots'],
+    [['/sandboxes/metrics'], 'sandbox metrics'],
+    [
+      ['/templates', '/v2/templates', '/v3/templates'],
+      'E2B templates: it maps template names to images (SANDBOXD_E2B_TEMPLATES), and any image reference works as a template',
+    ],
+    [['/volumes'], "E2B volumes; sandboxd's own API has volumes"],
+  ];
+  for (const [paths, what] of apis) {
+    for (const p of paths) {
+      for (const url of [p, `${p}/*`]) {
+        app.all(url, { schema: hide }, async () => {
+          throw unsupported(what);
+        });
+      }
+    }
+  }
+};

@@ -18,6 +18,15 @@ import type { StorageGuard } from './storage.js';
 /** Errors of `driver.create` that mean "the request was wrong", not "the runtime failed". */
 const CLIENT_KINDS = new Set(['template_not_found', 'validation', 'conflict']);
 
+/**
+ * What a create records beyond sandboxd's own request: internal, never part of sandboxd's
+ * API schema. E2B's front door gives the template name and the caller's metadata.
+ */
+export interface CreateOptions {
+  template?: string;
+  metadata?: Record<string, string>;
+}
+
 /** Where a started sandbox runs, as the port proxy needs it. */
 export interface SandboxLocation {
   accountId: string;
@@ -55,9 +64,10 @@ export class SandboxService {
    * `tokens` (402), `concurrency` (403), `template_not_found` (404),
    * `conflict` (409, volume of another size), `insufficient_storage` (507), `internal`.
    * Tokens are refunded on failure; a create refused for the request or for storage leaves
-   * no record, nor a record of a volume it did not get to make.
+   * no record, nor a record of a volume it did not get to make. `opts` are recorded with it
+   * (E2B's template and metadata).
    */
-  async create(account: AccountRecord, req: SandboxCreate): Promise<SandboxRecord> {
+  async create(account: AccountRecord, req: SandboxCreate, opts: CreateOptions = {}): Promise<SandboxRecord> {
     const plan = planOf(this.d.config, account.plan);
     const timeoutMs = req.timeoutMs ?? LIMITS.defaultTimeoutMs;
     if (timeoutMs > plan.maxLifetimeMs) {
@@ -73,7 +83,7 @@ export class SandboxService {
     const id = newSandboxId();
     this.creating.add(id);
     try {
-      return await this.createReserving(id, account, req, plan, timeoutMs, mounts, sizes);
+      return await this.createReserving(id, account, req, opts, plan, timeoutMs, mounts, sizes);
     } finally {
       this.creating.delete(id);
     }
@@ -83,6 +93,7 @@ export class SandboxService {
     id: string,
     account: AccountRecord,
     req: SandboxCreate,
+    opts: CreateOptions,
     plan: ReturnType<typeof planOf>,
     timeoutMs: number,
     mounts: MountRecord[],
@@ -105,6 +116,8 @@ export class SandboxService {
         reservedMinutes: 0,
         endedAt: null,
         details: null,
+        ...(opts.template !== undefined ? { template: opts.template } : {}),
+        ...(opts.metadata !== undefined ? { metadata: opts.metadata } : {}),
       },
       { minutes: billedMinutes(timeoutMs), concurrency: plan.concurrency, volumes: sizes, newName: newSandboxName },
     );

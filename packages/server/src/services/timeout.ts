@@ -44,4 +44,26 @@ export class TimeoutService {
     if (stopAt <= now) await this.sandboxes.stop(next, { reason: 'timeout' });
     return { id: r.id, stopAt };
   }
+
+  /**
+   * Makes `stopAt` at least `now + timeoutMs` and never earlier than it is (E2B's connect
+   * and refresh): a later `stopAt` is kept as is, at no cost; an earlier one is moved by
+   * {@link set}, with its rules and errors. With `clamp` (a lifetime the caller did not ask
+   * for, such as a default) the wish is cut to what the plan still allows instead of refused.
+   */
+  async extend(
+    account: AccountRecord,
+    req: { id: string; timeoutMs: number; clamp?: boolean },
+  ): Promise<{ id: string; stopAt: number }> {
+    const r = await this.sandboxes.get(account.id, req.id);
+    if (r.state !== 'started') throw new SandboxdError('conflict', `Sandbox is ${r.state}`, { state: r.state });
+    const now = this.d.clock.now();
+    let timeoutMs = req.timeoutMs;
+    if (req.clamp) {
+      const plan = planOf(this.d.config, account.plan);
+      timeoutMs = Math.min(timeoutMs, Math.max(0, plan.maxLifetimeMs - (now - r.createdAt)));
+    }
+    if (now + timeoutMs <= r.stopAt) return { id: r.id, stopAt: r.stopAt };
+    return this.set(account, { id: r.id, timeoutMs });
+  }
 }

@@ -122,6 +122,36 @@ export function runStoreConformance(target: StoreTarget): void {
         assert.equal(await s.countLive('acc_a'), 2);
       }));
 
+    it("keeps E2B's template and metadata of a sandbox; absent when not given", () =>
+      withStore(async (s) => {
+        const labels = { user: 'abc', 'k=&/ü': 'v&=ü', empty: '' };
+        const r = await s.reserveSandbox(
+          { ...rec('s1', 'acc_a', 1), template: 'base', metadata: labels },
+          { minutes: 1, concurrency: 5, volumes: [], newName: () => 'x' },
+        );
+        assert.equal(r.template, 'base');
+        assert.deepEqual(r.metadata, labels);
+        await s.reserveSandbox(rec('s2', 'acc_a', 2), { minutes: 1, concurrency: 5, volumes: [], newName: () => 'y' });
+        await s.updateSandbox('s1', { state: 'started', at: 3 });
+        const got = await s.getSandbox('s1');
+        assert.equal(got?.template, 'base');
+        assert.deepEqual(got?.metadata, labels);
+        const plain = await s.getSandbox('s2');
+        assert.ok(plain && !('template' in plain) && !('metadata' in plain), 'no template, no metadata');
+        const listed = await s.listSandboxes('acc_a', { states: ['started', 'creating'], limit: 10 });
+        assert.deepEqual(
+          listed.items.map((x) => [x.id, x.template, x.metadata]),
+          [
+            ['s2', undefined, undefined],
+            ['s1', 'base', labels],
+          ],
+        );
+        assert.deepEqual(
+          (await s.listSandboxesByState(['started'])).map((x) => x.metadata),
+          [labels],
+        );
+      }));
+
     it('renames on a name clash within the account', () =>
       withStore(async (s) => {
         await s.reserveSandbox(rec('s1', 'acc_a', 1), {

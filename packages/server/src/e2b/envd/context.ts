@@ -47,6 +47,7 @@ const CODE_OF: Record<ErrorKind, Code> = {
   range_not_satisfiable: Code.OutOfRange,
   headers_too_large: Code.ResourceExhausted,
   internal: Code.Internal,
+  unsupported: Code.Unimplemented,
   upstream: Code.Unavailable,
   unavailable: Code.Unavailable,
   capacity: Code.Unavailable,

@@ -43,8 +43,9 @@ export interface EnvdDoorDeps {
  * HTTP paths with an {@link EnvdCall}. Answers before a handler:
  *  - no token: 401; unknown sandbox or a token that is not its own: 404 (the same answer,
  *    so ids of other accounts' sandboxes cannot be probed);
- *  - the caller's own sandbox no longer running: 502, which E2B's SDK reads as "the
- *    sandbox was killed or timed out" (`isRunning()` is false).
+ *  - the caller's own sandbox no longer running, or killed and its record removed (its
+ *    token proves it was the caller's): 502, which E2B's SDK reads as "the sandbox was
+ *    killed or timed out" (`isRunning()` is false).
  */
 export class EnvdDoor {
   private readonly suffix: string;
@@ -94,6 +95,10 @@ export class EnvdDoor {
     const signature = url.pathname === '/files' ? url.searchParams.get('signature') : null;
     if (!token && !signature) return { refuse: { status: 401, message: 'X-Access-Token is missing' } };
     const sb = await this.d.findSandbox(id.id);
+    // No record, but the sandbox's own token: it existed and was killed (its record removed).
+    // E2B answers 502 for a sandbox that is gone, which its SDK reads as "not running".
+    if (sb === null && token && (await this.d.tokens.verify(id.id, token)))
+      return { refuse: { status: 502, message: `Sandbox ${id.id} is not running (it was killed)` } };
     const owned =
       sb !== null &&
       (token ? await this.d.tokens.verify(sb.id, token) : await this.signatureOk(sb.id, req.method ?? 'GET', url));

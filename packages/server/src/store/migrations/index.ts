@@ -1,6 +1,7 @@
 import { sql as initial } from './001-initial.js';
 import { sql as privatePorts } from './002-private-ports.js';
 import { sql as rateCounters } from './003-rate-counters.js';
+import { sql as e2bSandboxFields } from './004-e2b-sandbox-fields.js';
 
 /** A schema step; `version` is stored in SQLite's `user_version` once applied. */
 export interface Migration {
@@ -14,4 +15,5 @@ export const MIGRATIONS: readonly Migration[] = [
   { version: 1, name: 'initial', sql: initial },
   { version: 2, name: 'private-ports', sql: privatePorts },
   { version: 3, name: 'rate-counters', sql: rateCounters },
+  { version: 4, name: 'e2b-sandbox-fields', sql: e2bSandboxFields },
 ];

@@ -19,6 +19,8 @@ export interface SandboxRow {
   ended_at: number | null;
   details_json: string | null;
   ports_public: number;
+  template: string | null;
+  metadata_json: string | null;
 }
 
 export function toSandbox(r: SandboxRow): SandboxRecord {
@@ -37,6 +39,8 @@ export function toSandbox(r: SandboxRow): SandboxRecord {
     reservedMinutes: r.reserved_minutes,
     endedAt: r.ended_at,
     details: r.details_json ? JSON.parse(r.details_json) : null,
+    ...(r.template !== null ? { template: r.template } : {}),
+    ...(r.metadata_json !== null ? { metadata: JSON.parse(r.metadata_json) } : {}),
   };
 }
 

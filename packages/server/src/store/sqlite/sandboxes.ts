@@ -75,14 +75,16 @@ export class SqliteSandboxes {
 
   private insertWithUniqueName(rec: SandboxRecord, newName: () => string): void {
     const stmt = this.db.prepare(
-      `INSERT INTO sandboxes (id, account_id, name, image, region, env_json, volumes_json, created_at, state, stop_at, reserved_minutes, ended_at, details_json, ports_public)
-       VALUES (@id, @accountId, @name, @image, @region, @env, @volumes, @createdAt, @state, @stopAt, @reservedMinutes, @endedAt, @details, @portsPublicInt)`,
+      `INSERT INTO sandboxes (id, account_id, name, image, region, env_json, volumes_json, created_at, state, stop_at, reserved_minutes, ended_at, details_json, ports_public, template, metadata_json)
+       VALUES (@id, @accountId, @name, @image, @region, @env, @volumes, @createdAt, @state, @stopAt, @reservedMinutes, @endedAt, @details, @portsPublicInt, @template, @metadataJson)`,
     );
     for (let attempt = 0; ; attempt++) {
       try {
-        const { portsPublic, ...row } = rec;
+        const { portsPublic, template, metadata, ...row } = rec;
         stmt.run({
           ...row,
+          template: template ?? null,
+          metadataJson: metadata ? JSON.stringify(metadata) : null,
           env: JSON.stringify(rec.env),
           volumes: JSON.stringify(rec.volumes),
           details: rec.details ? JSON.stringify(rec.details) : null,

@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { runStoreConformance } from '../conformance.js';
 import Database from 'better-sqlite3';
+import { MIGRATIONS } from '../migrations/index.js';
 import { cacheStatements, openDatabase } from './open.js';
 import { SqliteStore } from './store.js';
 
@@ -24,6 +25,27 @@ describe('SqliteStore', () => {
       const s2 = new SqliteStore(path);
       assert.equal(await s2.balance('acc_b'), 5);
       s2.close();
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('an older database gains the E2B columns; its sandboxes have no template nor metadata', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'sbx-store-'));
+    try {
+      const path = join(dir, 'db.sqlite');
+      const old = openDatabase(path, { migrations: MIGRATIONS.filter((m) => m.version <= 3) });
+      old.exec(`INSERT INTO accounts (id, email, password_hash, plan, admin, created_at) VALUES ('a', 'a@x', NULL, 'FREE', 0, 0);
+        INSERT INTO sandboxes (id, account_id, name, image, region, env_json, volumes_json, created_at, state, stop_at, reserved_minutes)
+        VALUES ('s1', 'a', 'n', 'img', 'local', '{}', '[]', 1, 'started', 2, 1);`);
+      old.close();
+      const s = new SqliteStore(path);
+      try {
+        const r = await s.getSandbox('s1');
+        assert.ok(r && r.template === undefined && r.metadata === undefined);
+      } finally {
+        s.close();
+      }
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }

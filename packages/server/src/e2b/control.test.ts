@@ -1,0 +1,571 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { LIMITS } from '@sandboxd/protocol';
+import type { LightMyRequestResponse } from 'fastify';
+import { makeTestApp, type TestApp } from '../../test/app.js';
+import { AccessTokens } from './tokens.js';
+import { ENVD_VERSION } from './version.js';
+
+/*
+ * E2B's control API under /e2b on the fake runtime: shapes, refusals and bad input. The
+ * unchanged `e2b` SDK against a real server is test/e2e/e2b/control.test.ts.
+ */
+
+const SANDBOX_ID = /^sbx_[a-z2-7]{20}$/;
+
+/** The `metadata` query parameter as E2B's SDK builds it, ready to go into a URL. */
+function metadataQuery(m: Record<string, string>): string {
+  const inner = new URLSearchParams(
+    Object.fromEntries(Object.entries(m).map(([k, v]) => [encodeURIComponent(k), encodeURIComponent(v)])),
+  ).toString();
+  return `metadata=${encodeURIComponent(inner)}`;
+}
+
+function assertError(r: LightMyRequestResponse, status: number, kind: string, text?: string | RegExp): void {
+  assert.equal(r.statusCode, status, r.body);
+  const b = r.json();
+  assert.equal(b.code, status, 'E2B reads code as the status');
+  assert.equal(b.kind, kind);
+  assert.equal(typeof b.message, 'string');
+  if (typeof text === 'string') assert.ok(b.message.includes(text), `${b.message} should include ${text}`);
+  else if (text) assert.match(b.message, text);
+}
+
+describe('E2B control API (fake runtime)', () => {
+  let t: TestApp;
+  before(
+    async () =>
+      (t = await makeTestApp({
+        plans: {
+          FREE: {
+            maxLifetimeMs: 3_600_000,
+            concurrency: 20,
+            signupTokens: 1000,
+            limits: { memoryBytes: 2 * 1024 ** 3, cpus: 1, pids: 512, rootDiskBytes: 10 * 1024 ** 3 },
+          },
+          ONE: {
+            maxLifetimeMs: 3_600_000,
+            concurrency: 1,
+            signupTokens: 1000,
+            limits: { memoryBytes: 1024 ** 3, cpus: 0.5, pids: 512, rootDiskBytes: 1024 ** 3 },
+          },
+        },
+      })),
+  );
+  after(() => t.close());
+
+  /** A fresh account; `e2b` calls /e2b with its key in X-API-Key, as E2B's SDK sends it. */
+  async function user(o: { tokens?: number; plan?: string } = {}) {
+    const a = await t.newAccount({ tokens: o.tokens ?? 100_000, plan: o.plan });
+    const e2b = (method: string, url: string, payload?: unknown, headers: Record<string, string> = {}) =>
+      t.req({
+        method: method as 'GET',
+        url: `/e2b${url}`,
+        key: null,
+        headers: { 'x-api-key': a.key, ...headers },
+        ...(payload === undefined ? {} : { payload: payload as object }),
+      });
+    const own = async () =>
+      (await t.req({ method: 'GET', url: '/api/v1/sandboxes?limit=1000', key: a.key })).json().sandboxes as Array<{
+        id: string;
+        state: string;
+      }>;
+    const balance = async () => (await t.app.store.balance(a.id)) as number;
+    return { ...a, e2b, own, balance };
+  }
+
+  it('create: 201 with what the SDK needs for envd; the record keeps template, metadata and env', async () => {
+    const u = await user();
+    const r = await u.e2b('POST', '/v2/sandboxes', {
+      templateID: 'base',
+      envVars: { FOO: 'bar' },
+      metadata: { user: 'abc', 'odd key=&': 'ü' },
+      timeout: 120,
+    });
+    assert.equal(r.statusCode, 201, r.body);
+    const b = r.json();
+    assert.match(b.sandboxID, SANDBOX_ID);
+    assert.deepEqual(b, {
+      sandboxID: b.sandboxID,
+      templateID: 'base',
+      alias: 'base',
+      clientID: 'sandboxd',
+      envdVersion: ENVD_VERSION,
+      envdAccessToken: await new AccessTokens(t.app.store).tokenFor(b.sandboxID),
+      domain: 'sandbox.localhost:8080',
+      trafficAccessToken: null,
+    });
+    const rec = await t.app.store.getSandbox(b.sandboxID);
+    assert.equal(rec?.image, 'local/debian:bookworm');
+    assert.equal(rec?.template, 'base');
+    assert.deepEqual(rec?.metadata, { user: 'abc', 'odd key=&': 'ü' });
+    assert.deepEqual(rec?.env, { FOO: 'bar' });
+    assert.equal(rec!.stopAt - rec!.createdAt, 120_000);
+    assert.equal(rec?.state, 'started');
+  });
+
+  it("create: a name that is no template is an image; no timeout takes sandboxd's default; v1 path too", async () => {
+    const u = await user();
+    const r = await u.e2b('POST', '/v2/sandboxes', { templateID: 'local/busybox:latest' });
+    assert.equal(r.statusCode, 201, r.body);
+    assert.equal(r.json().templateID, 'local/busybox:latest');
+    const rec = await t.app.store.getSandbox(r.json().sandboxID);
+    assert.equal(rec?.image, 'local/busybox:latest');
+    assert.equal(rec!.stopAt - rec!.createdAt, LIMITS.defaultTimeoutMs);
+    assert.equal(rec?.metadata, undefined);
+    const v1 = await u.e2b('POST', '/sandboxes', { templateID: 'base', secure: true, timeout: 60 });
+    assert.equal(v1.statusCode, 201, v1.body);
+  });
+
+  it('create: an unknown image is 404 naming the template; nothing created, no tokens spent', async () => {
+    const u = await user();
+    const before = await u.balance();
+    const r = await u.e2b('POST', '/v2/sandboxes', { templateID: 'local/nope:1' });
+    assertError(
+      r,
+      404,
+      'template_not_found',
+      /local\/nope:1 not found: it is neither a template of this server \(base\)/,
+    );
+    assert.deepEqual(await u.own(), []);
+    assert.equal(await u.balance(), before);
+  });
+
+  it('create: bad input is 400 naming the field, and creates nothing', async () => {
+    const u = await user();
+    const before = await u.balance();
+    const cases: Array<[unknown, string]> = [
+      [{}, '/templateID'],
+      [{ templateID: '' }, '/templateID'],
+      [{ templateID: 7 }, '/templateID'],
+      [{ templateID: 'base', timeout: 0 }, '/timeout'],
+      [{ templateID: 'base', timeout: -5 }, '/timeout'],
+      [{ templateID: 'base', timeout: 1.5 }, '/timeout'],
+      [{ templateID: 'base', timeout: '60' }, '/timeout'],
+      [{ templateID: 'base', metadata: { a: 1 } }, '/metadata'],
+      [{ templateID: 'base', metadata: 'a=b' }, '/metadata'],
+      [{ templateID: 'base', metadata: { ['k'.repeat(129)]: 'v' } }, '/metadata'],
+      [{ templateID: 'base', metadata: { k: 'v'.repeat(1025) } }, '/metadata'],
+      [
+        { templateID: 'base', metadata: Object.fromEntries(Array.from({ length: 65 }, (_, i) => [`k${i}`, 'v'])) },
+        '/metadata',
+      ],
+      [{ templateID: 'base', envVars: { A: 1 } }, '/envVars'],
+      [{ templateID: 'base', envVars: { 'A=B': 'x' } }, '/envVars'],
+      [{ templateID: 'base', autoPause: 'yes' }, '/autoPause'],
+      [{ templateID: 'base', network: { allowOut: 'x' } }, '/network'],
+      [{ templateID: 'base', network: { futureField: 1 } }, '/network'],
+      [{ templateID: 'base', unknownField: 1 }, '/unknownField'],
+    ];
+    for (const [body, field] of cases) {
+      const r = await u.e2b('POST', '/v2/sandboxes', body);
+      assertError(r, 400, 'validation', field);
+    }
+    const notJson = await u.e2b('POST', '/v2/sandboxes', '{"templateID":', { 'content-type': 'application/json' });
+    assertError(notJson, 400, 'validation', 'Malformed JSON');
+    // Beyond the plan: sandboxd's own rule and message.
+    assertError(
+      await u.e2b('POST', '/v2/sandboxes', { templateID: 'base', timeout: 3601 }),
+      400,
+      'validation',
+      'timeoutMs must be at most 3600000 on plan FREE',
+    );
+    assert.deepEqual(await u.own(), []);
+    assert.equal(await u.balance(), before);
+  });
+
+  it('create: what sandboxd cannot do is 501 naming it, and creates nothing', async () => {
+    const u = await user();
+    const cases: Array<[Record<string, unknown>, string]> = [
+      [{ autoPause: true }, 'pausing sandboxes (autoPause'],
+      [{ autoPause: true, autoPauseMemory: false }, 'pausing sandboxes'],
+      [{ autoResume: { enabled: true } }, 'auto-resume'],
+      [{ volumeMounts: [{ name: 'v', path: '/data' }] }, 'E2B volumes (volumeMounts)'],
+      [{ mcp: {} }, 'MCP servers'],
+      [{ iam: { tokens: { aws: { audience: 'a', tokenType: 'JWT-SVID' } } } }, 'workload identity'],
+      [{ network: { allowOut: ['1.1.1.1'] } }, 'network.allowOut'],
+      [{ network: { denyOut: ['8.8.8.8/32'] } }, 'network.denyOut'],
+      [{ network: { rules: { 'api.example.com': [] } } }, 'network.rules'],
+      [{ network: { egressProxy: { address: 'p:1080' } } }, 'network.egressProxy'],
+      [{ network: { allowPublicTraffic: false } }, 'network.allowPublicTraffic'],
+      [{ network: { maskRequestHost: 'x' } }, 'network.maskRequestHost'],
+      [{ network: { httpsPorts: [3000] } }, 'network.httpsPorts'],
+      [{ allow_internet_access: true }, 'allow_internet_access: true'],
+    ];
+    for (const [extra, text] of cases) {
+      const r = await u.e2b('POST', '/v2/sandboxes', { templateID: 'base', ...extra });
+      assertError(r, 501, 'unsupported', text);
+      assert.ok(r.json().message.startsWith('sandboxd does not support '), r.json().message);
+    }
+    const two = await u.e2b('POST', '/v2/sandboxes', { templateID: 'base', autoPause: true, mcp: {} });
+    assertError(two, 501, 'unsupported', /pausing sandboxes.*; sandboxd does not support MCP servers/);
+    assert.deepEqual(await u.own(), []);
+  });
+
+  it('create: what asks for nothing sandboxd lacks is taken (no egress on this server)', async () => {
+    const u = await user();
+    for (const extra of [
+      { allow_internet_access: false },
+      { network: { denyOut: ['0.0.0.0/0'], allowPublicTraffic: true, allowOut: [], httpsPorts: [] } },
+      { autoPause: false, autoResume: { enabled: false }, volumeMounts: [], mcp: null, secure: false },
+    ]) {
+      const r = await u.e2b('POST', '/v2/sandboxes', { templateID: 'local/busybox:latest', timeout: 60, ...extra });
+      assert.equal(r.statusCode, 201, `${JSON.stringify(extra)}: ${r.body}`);
+    }
+  });
+
+  it("create: the plan's concurrency and the tokens, with sandboxd's messages", async () => {
+    const one = await user({ plan: 'ONE' });
+    assert.equal((await one.e2b('POST', '/v2/sandboxes', { templateID: 'base', timeout: 60 })).statusCode, 201);
+    assertError(
+      await one.e2b('POST', '/v2/sandboxes', { templateID: 'base', timeout: 60 }),
+      403,
+      'concurrency',
+      'Concurrency limit reached: 1 sandboxes running',
+    );
+    const poor = await user({ tokens: 5 });
+    assertError(
+      await poor.e2b('POST', '/v2/sandboxes', { templateID: 'base', timeout: 600 }),
+      402,
+      'tokens',
+      'Insufficient tokens: 10 needed, 5 available',
+    );
+    assert.deepEqual(await poor.own(), []);
+  });
+
+  it('list v2: running sandboxes of the caller, metadata filter, pages with x-next-token, order, filters', async () => {
+    const u = await user();
+    const other = await user();
+    const ids: string[] = [];
+    for (let i = 0; i < 3; i++) {
+      const r = await u.e2b('POST', '/v2/sandboxes', {
+        templateID: 'base',
+        metadata: { suite: 'list', 'a b&c': `v=${i}&` },
+        timeout: 300,
+      });
+      ids.push(r.json().sandboxID);
+      t.clock.advance(1000);
+    }
+    const plain = (await u.e2b('POST', '/v2/sandboxes', { templateID: 'local/busybox:latest', timeout: 300 })).json();
+    const own = await t.req({
+      method: 'POST',
+      url: '/api/v1/sandboxes',
+      key: u.key,
+      payload: { image: 'local/busybox:latest', timeoutMs: 60_000 },
+    });
+    const gone = (await u.e2b('POST', '/v2/sandboxes', { templateID: 'base', metadata: { suite: 'list' } })).json();
+    assert.equal((await u.e2b('DELETE', `/sandboxes/${gone.sandboxID}`)).statusCode, 204);
+    await other.e2b('POST', '/v2/sandboxes', { templateID: 'base', metadata: { suite: 'list' } });
+
+    const all = await u.e2b('GET', '/v2/sandboxes');
+    assert.equal(all.statusCode, 200, all.body);
+    assert.equal(all.json().length, 5);
+    assert.equal(all.headers['x-next-token'], undefined);
+    assert.equal(all.headers['x-total-running'], '5');
+    const mine = all.json().find((x: { sandboxID: string }) => x.sandboxID === own.json().sandbox.id);
+    assert.equal(mine.templateID, 'local/busybox:latest', 'a sandboxd create shows its image');
+    assert.equal(mine.alias, undefined);
+    assert.deepEqual(mine.metadata, {});
+
+    const q = metadataQuery({ suite: 'list' });
+    const p1 = await u.e2b('GET', `/v2/sandboxes?${q}&limit=2`);
+    assert.equal(p1.statusCode, 200, p1.body);
+    assert.deepEqual(
+      p1.json().map((x: { sandboxID: string }) => x.sandboxID),
+      [ids[2], ids[1]],
+      'newest first',
+    );
+    assert.equal(p1.headers['x-total-running'], '3');
+    const token = p1.headers['x-next-token'];
+    assert.equal(typeof token, 'string');
+    const p2 = await u.e2b('GET', `/v2/sandboxes?${q}&limit=2&nextToken=${token}`);
+    assert.deepEqual(
+      p2.json().map((x: { sandboxID: string }) => x.sandboxID),
+      [ids[0]],
+    );
+    assert.equal(p2.headers['x-next-token'], undefined, 'the last page');
+
+    const item = p2.json()[0];
+    const rec = await t.app.store.getSandbox(ids[0]);
+    assert.deepEqual(item, {
+      sandboxID: ids[0],
+      templateID: 'base',
+      alias: 'base',
+      clientID: 'sandboxd',
+      startedAt: new Date(rec!.createdAt).toISOString(),
+      endAt: new Date(rec!.stopAt).toISOString(),
+      state: 'running',
+      cpuCount: 1,
+      memoryMB: 2048,
+      diskSizeMB: 10240,
+      metadata: { suite: 'list', 'a b&c': 'v=0&' },
+      envdVersion: ENVD_VERSION,
+      volumeMounts: [],
+    });
+
+    const exact = await u.e2b('GET', `/v2/sandboxes?${metadataQuery({ suite: 'list', 'a b&c': 'v=1&' })}`);
+    assert.deepEqual(
+      exact.json().map((x: { sandboxID: string }) => x.sandboxID),
+      [ids[1]],
+    );
+    const asc = await u.e2b('GET', `/v2/sandboxes?${q}&order=asc`);
+    assert.deepEqual(
+      asc.json().map((x: { sandboxID: string }) => x.sandboxID),
+      ids,
+    );
+    const running = await u.e2b('GET', `/v2/sandboxes?${q}&state=running,paused`);
+    assert.equal(running.json().length, 3);
+    const paused = await u.e2b('GET', `/v2/sandboxes?${q}&state=paused`);
+    assert.deepEqual(paused.json(), []);
+    assert.equal(paused.headers['x-total-running'], undefined);
+    const byTemplate = await u.e2b('GET', '/v2/sandboxes?template=local%2Fbusybox%3Alatest');
+    assert.deepEqual(
+      byTemplate
+        .json()
+        .map((x: { sandboxID: string }) => x.sandboxID)
+        .sort(),
+      [plain.sandboxID, own.json().sandbox.id].sort(),
+    );
+    const rec1 = await t.app.store.getSandbox(ids[1]);
+    const since = await u.e2b(
+      'GET',
+      `/v2/sandboxes?${q}&startedAfter=${encodeURIComponent(new Date(rec1!.createdAt).toISOString())}`,
+    );
+    assert.deepEqual(
+      since.json().map((x: { sandboxID: string }) => x.sandboxID),
+      [ids[2], ids[1]],
+    );
+
+    const v1 = await u.e2b('GET', `/sandboxes?${q}`);
+    assert.equal(v1.statusCode, 200);
+    assert.deepEqual(
+      v1.json().map((x: { sandboxID: string }) => x.sandboxID),
+      [ids[2], ids[1], ids[0]],
+    );
+
+    for (const [query, field] of [
+      ['state=stopped', 'state'],
+      ['limit=0', 'limit'],
+      ['limit=abc', 'limit'],
+      ['nextToken=garbage!', 'nextToken'],
+      ['order=sideways', 'order'],
+      ['startedAfter=soon', 'startedAfter'],
+      ['metadata=k%3D%25E0%25A4%25A', 'metadata'],
+      ['unknown=1', 'unknown'],
+    ]) {
+      assertError(await u.e2b('GET', `/v2/sandboxes?${query}`), 400, 'validation', field);
+    }
+  });
+
+  it('get: SandboxDetail of a running sandbox; 404 for unknown, stopped and other accounts', async () => {
+    const u = await user();
+    const other = await user();
+    const c = (await u.e2b('POST', '/v2/sandboxes', { templateID: 'base', metadata: { a: '1' }, timeout: 90 })).json();
+    const r = await u.e2b('GET', `/sandboxes/${c.sandboxID}`);
+    assert.equal(r.statusCode, 200, r.body);
+    const rec = await t.app.store.getSandbox(c.sandboxID);
+    assert.deepEqual(r.json(), {
+      sandboxID: c.sandboxID,
+      templateID: 'base',
+      alias: 'base',
+      clientID: 'sandboxd',
+      startedAt: new Date(rec!.createdAt).toISOString(),
+      endAt: new Date(rec!.createdAt + 90_000).toISOString(),
+      state: 'running',
+      cpuCount: 1,
+      memoryMB: 2048,
+      diskSizeMB: 10240,
+      metadata: { a: '1' },
+      envdVersion: ENVD_VERSION,
+      volumeMounts: [],
+      envdAccessToken: c.envdAccessToken,
+      domain: 'sandbox.localhost:8080',
+      lifecycle: { onTimeout: 'kill', autoResume: false },
+    });
+    assertError(
+      await other.e2b('GET', `/sandboxes/${c.sandboxID}`),
+      404,
+      'not_found',
+      `Sandbox ${c.sandboxID} not found`,
+    );
+    assertError(await u.e2b('GET', '/sandboxes/sbx_aaaaaaaaaaaaaaaaaaaa'), 404, 'not_found');
+    assertError(await u.e2b('GET', '/sandboxes/whatever'), 404, 'not_found');
+    // Stopped by its timeout: gone for E2B.
+    t.clock.advance(91_000);
+    await t.app.reaper.tick();
+    assertError(await u.e2b('GET', `/sandboxes/${c.sandboxID}`), 404, 'not_found');
+    assertError(await u.e2b('DELETE', `/sandboxes/${c.sandboxID}`), 404, 'not_found');
+  });
+
+  it('kill: 204, then 404; another account cannot kill it', async () => {
+    const u = await user();
+    const other = await user();
+    const c = (await u.e2b('POST', '/v2/sandboxes', { templateID: 'base', timeout: 60 })).json();
+    assertError(await other.e2b('DELETE', `/sandboxes/${c.sandboxID}`), 404, 'not_found');
+    assert.equal((await t.app.store.getSandbox(c.sandboxID))?.state, 'started');
+    const r = await u.e2b('DELETE', `/sandboxes/${c.sandboxID}`);
+    assert.equal(r.statusCode, 204);
+    assert.equal(r.body, '');
+    assert.equal(await t.app.store.getSandbox(c.sandboxID), null, 'the same delete as sandboxd: record removed');
+    assertError(await u.e2b('DELETE', `/sandboxes/${c.sandboxID}`), 404, 'not_found');
+  });
+
+  it("timeout: stopAt = now + timeout, sandboxd's plan rule and tokens; 0 stops it", async () => {
+    const u = await user();
+    const c = (await u.e2b('POST', '/v2/sandboxes', { templateID: 'base', timeout: 600 })).json();
+    t.clock.advance(10_000);
+    const r = await u.e2b('POST', `/sandboxes/${c.sandboxID}/timeout`, { timeout: 120 });
+    assert.equal(r.statusCode, 204, r.body);
+    assert.equal((await t.app.store.getSandbox(c.sandboxID))?.stopAt, t.clock.now() + 120_000, 'shortened');
+    assertError(
+      await u.e2b('POST', `/sandboxes/${c.sandboxID}/timeout`, { timeout: 3600 }),
+      400,
+      'validation',
+      'timeoutMs must be at most 3590000 now',
+    );
+    for (const [body, field] of [
+      [{}, '/timeout'],
+      [{ timeout: -1 }, '/timeout'],
+      [{ timeout: '5' }, '/timeout'],
+      [{ timeout: 5, x: 1 }, 'body/x'],
+    ] as const)
+      assertError(await u.e2b('POST', `/sandboxes/${c.sandboxID}/timeout`, body), 400, 'validation', field);
+    assertError(await u.e2b('POST', '/sandboxes/sbx_aaaaaaaaaaaaaaaaaaaa/timeout', { timeout: 5 }), 404, 'not_found');
+    const poor = await user({ tokens: 2 });
+    const p = (await poor.e2b('POST', '/v2/sandboxes', { templateID: 'base', timeout: 60 })).json();
+    assertError(await poor.e2b('POST', `/sandboxes/${p.sandboxID}/timeout`, { timeout: 600 }), 402, 'tokens');
+    assert.equal((await u.e2b('POST', `/sandboxes/${c.sandboxID}/timeout`, { timeout: 0 })).statusCode, 204);
+    assert.equal((await t.app.store.getSandbox(c.sandboxID))?.state, 'stopped');
+  });
+
+  it('connect: 200 with the same token; the lifetime only grows (300 s when none is named)', async () => {
+    const u = await user();
+    const c = (await u.e2b('POST', '/v2/sandboxes', { templateID: 'base', timeout: 600 })).json();
+    const stopAt = async () => (await t.app.store.getSandbox(c.sandboxID))!.stopAt;
+    const first = await stopAt();
+    const shorter = await u.e2b('POST', `/v2/sandboxes/${c.sandboxID}/connect`, { timeout: 60 });
+    assert.equal(shorter.statusCode, 200, shorter.body);
+    assert.deepEqual(shorter.json(), c, 'the same answer as the create');
+    assert.equal(await stopAt(), first, 'never shortened');
+    const longer = await u.e2b('POST', `/v2/sandboxes/${c.sandboxID}/connect`, { timeout: 900 });
+    assert.equal(longer.statusCode, 200);
+    assert.equal(await stopAt(), t.clock.now() + 900_000);
+    // No timeout: 300 s from now, unless it already runs longer.
+    assert.equal((await u.e2b('POST', `/v2/sandboxes/${c.sandboxID}/connect`)).statusCode, 200);
+    assert.equal(await stopAt(), t.clock.now() + 900_000);
+    t.clock.advance(800_000);
+    assert.equal((await u.e2b('POST', `/v2/sandboxes/${c.sandboxID}/connect`, {})).statusCode, 200);
+    assert.equal(await stopAt(), t.clock.now() + 300_000);
+    // Near the plan's end, the default is cut to what is left rather than refused...
+    t.clock.advance(2_600_000);
+    const rec = (await t.app.store.getSandbox(c.sandboxID))!;
+    await u.e2b('POST', `/sandboxes/${c.sandboxID}/timeout`, { timeout: 60 });
+    assert.equal((await u.e2b('POST', `/v2/sandboxes/${c.sandboxID}/connect`)).statusCode, 200);
+    assert.equal(await stopAt(), rec.createdAt + 3_600_000);
+    // ...while a named one past it is refused with the plan's rule.
+    assertError(
+      await u.e2b('POST', `/v2/sandboxes/${c.sandboxID}/connect`, { timeout: 3000 }),
+      400,
+      'validation',
+      'timeoutMs must be at most',
+    );
+    // v1 connect (timeout required), resume, refreshes.
+    assertError(await u.e2b('POST', `/sandboxes/${c.sandboxID}/connect`, {}), 400, 'validation', '/timeout');
+    assert.equal((await u.e2b('POST', `/sandboxes/${c.sandboxID}/connect`, { timeout: 1 })).statusCode, 200);
+    assert.equal((await u.e2b('POST', `/sandboxes/${c.sandboxID}/resume`)).statusCode, 200);
+    assertError(
+      await u.e2b('POST', `/sandboxes/${c.sandboxID}/resume`, { autoPause: true }),
+      501,
+      'unsupported',
+      'pausing sandboxes',
+    );
+    assertError(await u.e2b('POST', `/v2/sandboxes/${c.sandboxID}/connect`, { timeout: 'x' }), 400, 'validation');
+    await u.e2b('DELETE', `/sandboxes/${c.sandboxID}`);
+    assertError(await u.e2b('POST', `/v2/sandboxes/${c.sandboxID}/connect`, {}), 404, 'not_found');
+    assertError(await u.e2b('POST', `/sandboxes/${c.sandboxID}/resume`, {}), 404, 'not_found');
+  });
+
+  it('refreshes: extends by duration, never shortens; 404 when gone', async () => {
+    const u = await user();
+    const c = (await u.e2b('POST', '/v2/sandboxes', { templateID: 'base', timeout: 60 })).json();
+    const stopAt = async () => (await t.app.store.getSandbox(c.sandboxID))!.stopAt;
+    const r = await u.e2b('POST', `/sandboxes/${c.sandboxID}/refreshes`, { duration: 120 });
+    assert.equal(r.statusCode, 204, r.body);
+    assert.equal(await stopAt(), t.clock.now() + 120_000);
+    assert.equal((await u.e2b('POST', `/sandboxes/${c.sandboxID}/refreshes`, { duration: 10 })).statusCode, 204);
+    assert.equal(await stopAt(), t.clock.now() + 120_000);
+    assert.equal((await u.e2b('POST', `/sandboxes/${c.sandboxID}/refreshes`)).statusCode, 204);
+    assert.equal(await stopAt(), t.clock.now() + 300_000);
+    assertError(await u.e2b('POST', '/sandboxes/sbx_aaaaaaaaaaaaaaaaaaaa/refreshes', {}), 404, 'not_found');
+  });
+
+  it('what sandboxd does not support is 501 saying so (404 first for a sandbox that is not there)', async () => {
+    const u = await user();
+    const c = (await u.e2b('POST', '/v2/sandboxes', { templateID: 'base', timeout: 60 })).json();
+    const id = c.sandboxID;
+    const ofSandbox: Array<[string, string, unknown?]> = [
+      ['POST', `/sandboxes/${id}/pause`, {}],
+      ['POST', `/sandboxes/${id}/snapshots`, { name: 'x' }],
+      ['POST', `/sandboxes/${id}/fork`, { count: 1 }],
+      ['PUT', `/sandboxes/${id}/network`, { allowOut: [] }],
+      ['GET', `/sandboxes/${id}/metrics`],
+      ['GET', `/sandboxes/${id}/logs`],
+      ['GET', `/v2/sandboxes/${id}/logs`],
+    ];
+    for (const [method, url, body] of ofSandbox) {
+      assertError(await u.e2b(method, url, body), 501, 'unsupported', 'sandboxd does not support ');
+      assertError(
+        await u.e2b(method, url.replace(id, 'sbx_aaaaaaaaaaaaaaaaaaaa'), body),
+        404,
+        'not_found',
+        'not found',
+      );
+    }
+    const apis: Array<[string, string, unknown?]> = [
+      ['GET', '/snapshots'],
+      ['GET', `/sandboxes/metrics?sandbox_ids=${id}`],
+      ['GET', '/templates'],
+      ['POST', '/templates', {}],
+      ['DELETE', '/templates/snap-1'],
+      ['GET', '/templates/aliases/base'],
+      ['POST', '/v2/templates', {}],
+      ['POST', '/v3/templates', {}],
+      ['GET', '/v2/templates/x/builds/y'],
+      ['GET', '/volumes'],
+      ['POST', '/volumes', { name: 'v' }],
+      ['DELETE', '/volumes/v1'],
+    ];
+    for (const [method, url, body] of apis)
+      assertError(await u.e2b(method, url, body), 501, 'unsupported', 'sandboxd does not support ');
+    assertError(await u.e2b('GET', '/templates'), 501, 'unsupported', 'SANDBOXD_E2B_TEMPLATES');
+    assertError(await u.e2b('GET', '/nothing-here'), 404, 'not_found');
+    assertError(await u.e2b('GET', '/v2/sandboxes/x/nothing'), 404, 'not_found');
+    assert.equal((await t.app.store.getSandbox(id))?.state, 'started', 'untouched');
+  });
+
+  it('needs credentials: none or a bad key is 401; Bearer works like X-API-Key', async () => {
+    const u = await user();
+    const none = await t.req({ method: 'GET', url: '/e2b/v2/sandboxes', key: null });
+    assertError(none, 401, 'unauthorized');
+    const bad = await t.req({
+      method: 'GET',
+      url: '/e2b/v2/sandboxes',
+      key: null,
+      headers: { 'x-api-key': 'e2b_123' },
+    });
+    assertError(bad, 401, 'unauthorized');
+    assertError(await t.req({ method: 'GET', url: '/e2b/templates', key: null }), 401, 'unauthorized');
+    const bearer = await t.req({ method: 'GET', url: '/e2b/v2/sandboxes', key: u.key });
+    assert.equal(bearer.statusCode, 200);
+  });
+
+  it("is not in sandboxd's own OpenAPI document", async () => {
+    const doc = (await t.req({ method: 'GET', url: '/api/v1/openapi.json' })).json();
+    const paths = Object.keys(doc.paths);
+    assert.ok(paths.length > 20);
+    assert.deepEqual(
+      paths.filter((p) => p.startsWith('/e2b')),
+      [],
+    );
+  });
+});

@@ -1,0 +1,133 @@
+import { EnvMap } from '@sandboxd/protocol';
+import { type Static, Type } from 'typebox';
+import type { Config, E2bTemplate } from '../config.js';
+
+/*
+ * E2B's sandbox creation (`POST /v2/sandboxes`, `NewSandboxV2`, and the older
+ * `POST /sandboxes`) as sandboxd takes it: the body's shape, what of it sandboxd cannot do
+ * (refused, never ignored), and template names to images.
+ */
+
+/** Bounds of E2B's `metadata`: labels, not storage. */
+export const METADATA_LIMITS = { entries: 64, keyChars: 128, valueChars: 1024 } as const;
+
+/** `metadata`: string to string; keys 1..128 characters, values up to 1024, no NUL. */
+export const MetadataMap = Type.Record(
+  Type.String({ pattern: `^[^\\u0000]{1,${METADATA_LIMITS.keyChars}}$` }),
+  Type.String({ pattern: '^[^\\u0000]*$', maxLength: METADATA_LIMITS.valueChars }),
+  { additionalProperties: false, maxProperties: METADATA_LIMITS.entries },
+);
+
+const Hosts = Type.Array(Type.String({ maxLength: 1024 }), { maxItems: 1000 });
+
+/** E2B's `SandboxNetworkConfig`: known fields only, so a new one is named rather than ignored. */
+const NetworkConfig = Type.Object(
+  {
+    allowOut: Type.Optional(Hosts),
+    denyOut: Type.Optional(Hosts),
+    allowPublicTraffic: Type.Optional(Type.Boolean()),
+    maskRequestHost: Type.Optional(Type.String({ maxLength: 1024 })),
+    httpsPorts: Type.Optional(Type.Array(Type.Integer({ minimum: 1, maximum: 65535 }), { maxItems: 1000 })),
+    egressProxy: Type.Optional(Type.Unknown()),
+    rules: Type.Optional(Type.Unknown()),
+  },
+  { additionalProperties: false },
+);
+
+/** The body of E2B's create: `NewSandboxV2` (and `NewSandbox`'s `secure`). */
+export const NewSandboxSchema = Type.Object(
+  {
+    templateID: Type.String({ minLength: 1, maxLength: 512 }),
+    timeout: Type.Optional(Type.Integer({ minimum: 1, maximum: 2_147_483_647 })),
+    envVars: Type.Optional(EnvMap),
+    metadata: Type.Optional(MetadataMap),
+    autoPause: Type.Optional(Type.Boolean()),
+    autoPauseMemory: Type.Optional(Type.Boolean()),
+    autoResume: Type.Optional(Type.Object({ enabled: Type.Boolean() }, { additionalProperties: false })),
+    allow_internet_access: Type.Optional(Type.Boolean()),
+    network: Type.Optional(NetworkConfig),
+    volumeMounts: Type.Optional(
+      Type.Array(
+        Type.Object(
+          { name: Type.String({ maxLength: 256 }), path: Type.String({ maxLength: 1024 }) },
+          { additionalProperties: false },
+        ),
+        { maxItems: 64 },
+      ),
+    ),
+    mcp: Type.Optional(Type.Unknown()),
+    iam: Type.Optional(Type.Unknown()),
+    /** Deprecated in E2B: envd access is always secured (an access token), whatever this says. */
+    secure: Type.Optional(Type.Boolean()),
+  },
+  { additionalProperties: false },
+);
+export type NewSandbox = Static<typeof NewSandboxSchema>;
+
+const ALL_TRAFFIC = '0.0.0.0/0';
+
+/** Given at all (an explicit null counts as not given). */
+const given = (v: unknown): boolean => v !== undefined && v !== null;
+
+/** Given and not empty (`[]` and `{}` ask for nothing). */
+const present = (v: unknown): boolean =>
+  v !== undefined &&
+  v !== null &&
+  !(Array.isArray(v) && v.length === 0) &&
+  !(typeof v === 'object' && !Array.isArray(v) && Object.keys(v).length === 0);
+
+/**
+ * What of `b` sandboxd cannot do, each as a sentence naming the field; empty when it can do
+ * all of it. `egress` is the server's: sandboxes either all reach the internet (`nat`) or
+ * none does (`none`), so asking for the other is refused too.
+ */
+export function unsupportedIn(b: NewSandbox, o: { egress: Config['egress'] }): string[] {
+  const out: string[] = [];
+  const no = (what: string) => out.push(`sandboxd does not support ${what} yet`);
+  if (b.autoPause === true) no("pausing sandboxes (autoPause, the SDK's lifecycle.onTimeout 'pause')");
+  if (b.autoResume?.enabled === true) no('auto-resume (autoResume)');
+  if (present(b.volumeMounts)) no("E2B volumes (volumeMounts); sandboxd's own API mounts its volumes");
+  if (given(b.mcp)) no('MCP servers (mcp)');
+  if (given(b.iam)) no('workload identity (iam)');
+  const n = b.network;
+  if (n) {
+    if (present(n.allowOut)) no('egress rules (network.allowOut)');
+    const denyAll = n.denyOut?.every((x) => x === ALL_TRAFFIC) ?? false;
+    if (present(n.denyOut) && !(denyAll && o.egress === 'none')) {
+      no(
+        denyAll
+          ? 'turning internet access off per sandbox (network.denyOut) on this server, whose sandboxes all reach the internet'
+          : 'egress rules (network.denyOut); only denying all traffic, on a server without egress',
+      );
+    }
+    if (present(n.rules)) no('egress transform rules (network.rules)');
+    if (given(n.egressProxy)) no('egress proxies (network.egressProxy)');
+    if (n.allowPublicTraffic === false)
+      no(
+        "private sandbox URLs through E2B's API (network.allowPublicTraffic: false); sandboxd's own API creates sandboxes with private ports",
+      );
+    if (present(n.maskRequestHost)) no('host masks (network.maskRequestHost)');
+    if (present(n.httpsPorts)) no('HTTPS sandbox ports (network.httpsPorts)');
+  }
+  if (b.allow_internet_access === false && o.egress !== 'none')
+    no(
+      'turning internet access off per sandbox (allow_internet_access: false) on this server, whose sandboxes all reach the internet',
+    );
+  if (b.allow_internet_access === true && o.egress === 'none')
+    no('internet access for sandboxes (allow_internet_access: true) on this server, whose sandboxes have no egress');
+  return out;
+}
+
+/**
+ * The image of an E2B template name: a configured template's image, else the name itself
+ * taken as an image reference (`python:3.12`, `local/busybox:latest`). The name is kept as
+ * the sandbox's template either way.
+ */
+export function imageOfTemplate(
+  templates: Readonly<Record<string, E2bTemplate>>,
+  templateID: string,
+): { image: string; configured: boolean } {
+  return Object.hasOwn(templates, templateID)
+    ? { image: templates[templateID].image, configured: true }
+    : { image: templateID, configured: false };
+}
