@@ -140,7 +140,7 @@ describe('E2B SDK: commands and PTYs', { skip: RUNTIME !== 'local' && 'needs SAN
     assert.ok(listed, 'listed while it runs');
     assert.equal(listed.cmd, '/bin/bash');
     assert.deepEqual(listed.args, ['-l', '-c', 'sleep 300']);
-    assert.equal(listed.envs.MARK, 'x');
+    assert.deepEqual(listed.envs, { MARK: 'x' }, 'the envs asked for (as envd lists them)');
     assert.equal(listed.cwd, '/root');
     // One service layer: sandboxd's own API lists it too.
     const own = await api('GET', '/processes');

@@ -54,7 +54,8 @@ export class ExecService {
     return whileRunning(async () => {
       const login = req.login ? await resolveLogin(this.d.driver, id, { user: req.user, cwd: req.cwd }) : null;
       return this.processes.start(id, req.argv, {
-        env: login ? { ...login.env, ...req.env } : req.env,
+        env: req.env,
+        baseEnv: login?.env,
         cwd: login ? login.cwd : req.cwd,
         user: login ? login.user : req.user,
         timeoutMs: req.timeoutMs,

@@ -29,7 +29,7 @@ export interface StartedProcess {
   /** What it runs, as listed: the command of `/bin/sh -c command`, else the argv joined. */
   command: string;
   argv: string[];
-  /** The environment it was given on top of the sandbox's. */
+  /** The environment it was asked to run with, on top of the sandbox's (and of a login's variables). */
   env: Record<string, string>;
   tag: string | null;
   cwd: string;
@@ -173,6 +173,8 @@ export class ProcessService {
     argv: string[],
     o: {
       env?: Record<string, string>;
+      /** Variables under `env` (a login's HOME, USER, LOGNAME), not listed as asked for. */
+      baseEnv?: Record<string, string>;
       cwd?: string;
       user?: string;
       timeoutMs?: number;
@@ -194,7 +196,7 @@ export class ProcessService {
       );
     const cwd = o.cwd ?? (await this.d.driver.inspect(sandboxId))?.workingDir ?? '/';
     const proc = await this.d.driver.spawn(sandboxId, argv, {
-      env: o.env,
+      env: o.baseEnv ? { ...o.baseEnv, ...o.env } : o.env,
       cwd: o.cwd,
       user: o.user,
       timeoutMs: o.timeoutMs,

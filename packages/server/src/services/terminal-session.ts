@@ -53,7 +53,7 @@ export interface TerminalInfo {
   accountId: string;
   shell: Shell;
   createdAt: number;
-  /** What runs on the PTY, the environment it was given (on top of the sandbox's), where. */
+  /** What runs on the PTY, the environment it was asked to run with (on top of the sandbox's), where. */
   argv: string[];
   env: Record<string, string>;
   cwd: string;

@@ -77,6 +77,7 @@ export class TerminalService {
       return {
         argv: p.argv,
         env: login ? { ...login.env, ...p.env } : (p.env ?? {}),
+        askedEnv: p.env ?? {},
         cwd: login ? login.cwd : p.cwd,
         user: login ? login.user : p.user,
         cols: p.cols,
@@ -122,7 +123,7 @@ export class TerminalService {
         shell: launch.shell,
         createdAt: this.d.clock.now(),
         argv: launch.argv,
-        env: launch.env,
+        env: launch.askedEnv ?? launch.env,
         cwd: launch.cwd ?? (await this.d.driver.inspect(sb.id))?.workingDir ?? '/',
         tag: launch.tag ?? null,
         keepWhileIdle: launch.keepWhileIdle ?? false,
@@ -285,6 +286,8 @@ export interface TerminalProgram {
 interface PtyPlan {
   argv: string[];
   env: Record<string, string>;
+  /** The environment as asked for (listed), when `env` has more (a login's variables). */
+  askedEnv?: Record<string, string>;
   cwd?: string;
   user?: string;
   cols: number;
