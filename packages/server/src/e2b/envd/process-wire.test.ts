@@ -8,6 +8,7 @@ import {
   describeSelector,
   endEvent,
   keepAliveMs,
+  MAX_DEADLINE_MS,
   selectorOf,
   signalOf,
   startDeadlineMs,
@@ -74,8 +75,10 @@ describe('envd process wire', () => {
     assert.equal(keepAliveMs('0'), DEFAULT_KEEPALIVE_MS);
     assert.equal(keepAliveMs('-5'), DEFAULT_KEEPALIVE_MS);
     assert.equal(keepAliveMs('soon'), DEFAULT_KEEPALIVE_MS);
+    assert.equal(keepAliveMs('999999999'), MAX_DEADLINE_MS);
     assert.equal(startDeadlineMs('60000'), 60_000);
     assert.equal(startDeadlineMs(null), 0);
     assert.equal(startDeadlineMs('1e3'), 0);
+    assert.equal(startDeadlineMs('9999999999'), MAX_DEADLINE_MS);
   });
 });

@@ -87,15 +87,18 @@ export function describeSelector(s: { pid: number } | { tag: string }): string {
 export function keepAliveMs(header: string | null): number {
   if (header === null || !/^\s*\d{1,9}\s*$/.test(header)) return DEFAULT_KEEPALIVE_MS;
   const s = Number(header);
-  return s > 0 ? s * 1000 : DEFAULT_KEEPALIVE_MS;
+  return s > 0 ? Math.min(s * 1000, MAX_DEADLINE_MS) : DEFAULT_KEEPALIVE_MS;
 }
+
+/** The longest deadline a timer holds (about 24.8 days); longer ones are capped to it. */
+export const MAX_DEADLINE_MS = 2 ** 31 - 1;
 
 /**
  * The deadline of a Start (`Connect-Timeout-Ms`, the SDK's `timeoutMs`): envd kills the
  * process when it passes, whether or not the client is still there. 0: none (the SDK's
- * `timeoutMs: 0` sends no header).
+ * `timeoutMs: 0` sends no header). Capped at {@link MAX_DEADLINE_MS}.
  */
 export function startDeadlineMs(header: string | null): number {
   if (header === null || !/^\d{1,10}$/.test(header)) return 0;
-  return Number(header);
+  return Math.min(Number(header), MAX_DEADLINE_MS);
 }
