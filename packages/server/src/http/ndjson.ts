@@ -1,6 +1,7 @@
 import { Readable } from 'node:stream';
 import type { ProcessEvent } from '@sandboxd/protocol';
-import type { ProcessFollower, StartEvent, TrackedProcess } from '../services/processes.js';
+import { outputEvent } from '../services/process-output.js';
+import type { FollowEvent, ProcessFollower, StartEvent, TrackedProcess } from '../services/processes.js';
 
 /** Bytes of NDJSON a response holds before the process it follows is paused. */
 const HIGH_WATER = 64 * 1024;
@@ -22,9 +23,16 @@ export function followProcess(p: TrackedProcess, o: { reconnect: boolean; follow
     },
   });
   const follower: ProcessFollower = {
-    send: (ev: ProcessEvent | StartEvent) => body.push(`${JSON.stringify(ev)}\n`),
+    send: (ev) => body.push(`${JSON.stringify(ndjsonEvent(ev))}\n`),
     end: () => body.push(null),
   };
   detach = p.attach(follower, o);
   return body;
+}
+
+/** A process event as its NDJSON line's object. */
+function ndjsonEvent(ev: FollowEvent): ProcessEvent | StartEvent {
+  if (ev.type === 'output') return outputEvent(ev);
+  if (ev.type === 'exit') return { type: 'exit', exitCode: ev.exit.exitCode, signal: ev.exit.signal };
+  return ev;
 }

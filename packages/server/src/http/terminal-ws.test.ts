@@ -268,6 +268,33 @@ describe('terminal routes and WebSocket (real ws clients, fake driver)', () => {
     assert.equal(await status(watched.terminal.id), 404, 'cleaned up after the last client left');
   });
 
+  it('a program started to run without clients (E2B PTYs) is kept while it runs, listed, and cleaned up once it exits', async () => {
+    const sb = await newSandbox();
+    const account = (await t.app.services.auth.fromApiKey(t.adminKey)).account.id;
+    const s = await t.app.services.terminals.start(account, sb, {
+      argv: ['/bin/sh'],
+      env: { A: 'b' },
+      cwd: '/tmp',
+      cols: 90,
+      rows: 30,
+      tag: 'tagged',
+      keepWhileIdle: true,
+    });
+    assert.deepEqual(
+      [s.info.argv, s.info.env, s.info.cwd, s.info.tag, s.info.shell],
+      [['/bin/sh'], { A: 'b' }, '/tmp', 'tagged', 'sh'],
+    );
+    assert.equal((await t.app.services.terminals.byPid(account, sb, s.pid))?.info.id, s.info.id);
+    const status = async () =>
+      (await t.req({ method: 'GET', url: `/api/v1/sandboxes/${sb}/terminals/${s.info.id}` })).statusCode;
+    await new Promise((r) => setTimeout(r, 700)); // two idle periods without a client
+    assert.equal(await status(), 200, 'kept while it runs');
+    await s.write('exit 0\r');
+    for (let i = 0; i < 200 && (await status()) === 200; i++) await new Promise((r) => setTimeout(r, 25));
+    assert.equal(await status(), 404, 'cleaned up after it exited');
+    assert.equal(await t.app.services.terminals.byPid(account, sb, s.pid), undefined);
+  });
+
   it(`at most ${MAX_TERMINALS_PER_SANDBOX} terminals per sandbox; exited ones are evicted first`, async () => {
     const sb = await newSandbox();
     const ids: string[] = [];

@@ -93,6 +93,12 @@ export interface TtyOptions {
   argv: string[];
   env?: Record<string, string>;
   cwd?: string;
+  /**
+   * `root`, a numeric `uid` or `uid:gid`, or a name from the sandbox's /etc/passwd (its
+   * uid and gid; no supplementary groups); default the image's user. Throws `validation`
+   * for an unknown name.
+   */
+  user?: string;
   cols: number;
   rows: number;
 }

@@ -2,6 +2,7 @@ import { LIMITS, SandboxdError, type ExecRequest, type ExecResult } from '@sandb
 import type { StreamedProcess } from '../runtime/driver.js';
 import type { ServiceDeps } from './context.js';
 import type { ProcessService, TrackedProcess } from './processes.js';
+import { resolveLogin } from './login.js';
 import { assertStarted, whileRunning } from './started.js';
 import { envProblems, type SandboxService } from './sandboxes.js';
 import type { StorageGuard } from './storage.js';
@@ -26,9 +27,48 @@ export class ExecService {
     return whileRunning(() => this.startTracked(id, req, true));
   }
 
+  /**
+   * Starts `argv` (argv[0] an absolute path, or a name looked up in the sandbox's PATH by
+   * the runtime) as a tracked process, held until its first reader attaches. With `login`,
+   * it starts as a login of `user` would (see {@link resolveLogin}: HOME, USER, LOGNAME,
+   * the working directory under the home by default); `env` goes on top. Throws like
+   * {@link run}, and `validation` for an unknown user or an empty argv.
+   */
+  async spawn(accountId: string, sandboxId: string, req: SpawnRequest): Promise<TrackedProcess> {
+    const command = req.argv.join(' ');
+    if (!req.argv.length || !req.argv[0])
+      throw new SandboxdError('validation', 'The command is empty', [
+        { in: 'body', path: '/argv/0', message: 'must be a non-empty string' },
+      ]);
+    const nul = req.argv.findIndex((a) => a.includes('\0'));
+    if (nul >= 0)
+      throw new SandboxdError('validation', `Argument ${nul} of the command contains a NUL byte`, [
+        { in: 'body', path: `/argv/${nul}`, message: 'contains a NUL byte' },
+      ]);
+    const env = Object.keys(req.env ?? {}).find((k) => !validEnvEntry(k, req.env?.[k] ?? ''));
+    if (env !== undefined)
+      throw new SandboxdError('validation', `Invalid environment variable ${JSON.stringify(env)}`, [
+        { in: 'body', path: `/env/${env}`, message: 'names are non-empty, without "=" or NUL; values without NUL' },
+      ]);
+    const id = await this.check(accountId, { sandboxId, command, options: { env: req.env } });
+    return whileRunning(async () => {
+      const login = req.login ? await resolveLogin(this.d.driver, id, { user: req.user, cwd: req.cwd }) : null;
+      return this.processes.start(id, req.argv, {
+        env: req.env,
+        baseEnv: login?.env,
+        cwd: login ? login.cwd : req.cwd,
+        user: login ? login.user : req.user,
+        timeoutMs: req.timeoutMs,
+        stdin: req.stdin,
+        tag: req.tag,
+        held: true,
+      });
+    });
+  }
+
   private startTracked(id: string, req: ExecRequest, held = false): Promise<TrackedProcess> {
     const o = req.options ?? {};
-    return this.processes.start(id, req.command, {
+    return this.processes.start(id, ['/bin/sh', '-c', req.command], {
       env: o.env,
       cwd: o.cwd,
       user: o.user,
@@ -96,6 +136,26 @@ export class ExecService {
       return out;
     });
   }
+}
+
+/** An environment variable a process can be given: a name without `=` or NUL, a value without NUL. */
+export function validEnvEntry(name: string, value: string): boolean {
+  return name !== '' && !/[=\0]/.test(name) && !value.includes('\0');
+}
+
+/** What {@link ExecService.spawn} starts. */
+export interface SpawnRequest {
+  argv: string[];
+  env?: Record<string, string>;
+  cwd?: string;
+  /** `root`, a name, a numeric `uid[:gid]`; default the image's user. */
+  user?: string;
+  /** Start as a login of the user: HOME, USER, LOGNAME set, `cwd` relative to the home (default it). */
+  login?: boolean;
+  /** Killed (exit 124, `timedOut`) after this long; 0 or none: never. */
+  timeoutMs?: number;
+  stdin?: boolean;
+  tag?: string;
 }
 
 /** The one-shot result of a streamed process: each stream kept up to `max` bytes. */

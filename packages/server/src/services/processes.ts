@@ -1,13 +1,7 @@
-import {
-  PROCESS_REPLAY_BYTES,
-  type ProcessEvent,
-  type ProcessInfo,
-  type ProcessSignal,
-  SandboxdError,
-} from '@sandboxd/protocol';
+import { PROCESS_REPLAY_BYTES, type ProcessInfo, type ProcessSignal, SandboxdError } from '@sandboxd/protocol';
 import type { ProcessExit, StreamedProcess } from '../runtime/driver.js';
 import type { ServiceDeps } from './context.js';
-import { type OutputChunk, OutputRing, outputEvent } from './process-output.js';
+import { type OutputChunk, OutputRing } from './process-output.js';
 import type { SandboxService } from './sandboxes.js';
 
 /** Processes one sandbox may run through the API at once. */
@@ -18,10 +12,13 @@ export const MAX_EXITED_PROCESSES = 16;
 /** The `start` line of an output stream; `replayFrom` (reconnects only) counts the bytes per stream before the replay. */
 export type StartEvent = { type: 'start'; pid: number; replayFrom?: { stdout: number; stderr: number } };
 
-/** A client reading a process's output (an NDJSON response). */
+/** What a reader of a process gets: `start`, output chunks as the process wrote them, then `exit`. */
+export type FollowEvent = StartEvent | ({ type: 'output' } & OutputChunk) | { type: 'exit'; exit: ProcessExit };
+
+/** A client reading a process's output (an NDJSON response, an E2B stream). */
 export interface ProcessFollower {
   /** One event; false when the client is not keeping up (then {@link TrackedProcess.drained} once it is). */
-  send(event: ProcessEvent | StartEvent): boolean;
+  send(event: FollowEvent): boolean;
   /** No more events (after `exit`, or without `follow` after the replay). */
   end(): void;
 }
@@ -29,7 +26,11 @@ export interface ProcessFollower {
 /** What the service keeps of a process started through the API. */
 export interface StartedProcess {
   pid: number;
+  /** What it runs, as listed: the command of `/bin/sh -c command`, else the argv joined. */
   command: string;
+  argv: string[];
+  /** The environment it was asked to run with, on top of the sandbox's (and of a login's variables). */
+  env: Record<string, string>;
   tag: string | null;
   cwd: string;
   startedAt: Date;
@@ -84,18 +85,18 @@ export class TrackedProcess {
   }
 
   /**
-   * Adds a reader: `start` (with `replayFrom` for a `reconnect`), the kept output, then with
-   * `follow` live output until exit, else the reader ends after what is kept. Returns
-   * the function that removes the reader (call it when the client goes).
+   * Adds a reader: `start` (with `replayFrom` for a `reconnect`), the kept output (unless
+   * `replay: false`), then with `follow` live output until exit, else the reader ends after
+   * what is kept. Returns the function that removes the reader (call it when the client goes).
    */
-  attach(f: ProcessFollower, o: { reconnect: boolean; follow: boolean }): () => void {
+  attach(f: ProcessFollower, o: { reconnect: boolean; follow: boolean; replay?: boolean }): () => void {
     const start: StartEvent = { type: 'start', pid: this.pid };
     if (o.reconnect) start.replayFrom = { ...this.ring.dropped };
     let ok = f.send(start);
     // The first reader too gets what is kept: the process may have printed before it attached.
-    for (const c of this.ring.snapshot()) ok = f.send(outputEvent(c)) && ok;
+    if (o.replay !== false) for (const c of this.ring.snapshot()) ok = f.send({ type: 'output', ...c }) && ok;
     if (this.exit || !o.follow) {
-      if (this.exit) f.send(exitEvent(this.exit));
+      if (this.exit) f.send({ type: 'exit', exit: this.exit });
       f.end();
       return () => undefined;
     }
@@ -130,13 +131,13 @@ export class TrackedProcess {
   private output(c: OutputChunk): void {
     this.ring.push(c);
     if (this.followers.size === 0) return;
-    const ev = outputEvent(c);
+    const ev: FollowEvent = { type: 'output', ...c };
     for (const f of this.followers) if (!f.send(ev) && !this.blocked.has(f)) this.block(f);
   }
 
   private exited(e: ProcessExit): void {
     this.exit = e;
-    const ev = exitEvent(e);
+    const ev: FollowEvent = { type: 'exit', exit: e };
     for (const f of this.followers) {
       f.send(ev);
       f.end();
@@ -145,10 +146,6 @@ export class TrackedProcess {
     this.blocked.clear();
     this.onExited(this);
   }
-}
-
-function exitEvent(e: ProcessExit): ProcessEvent {
-  return { type: 'exit', exitCode: e.exitCode, signal: e.signal };
 }
 
 /**
@@ -167,14 +164,17 @@ export class ProcessService {
   }
 
   /**
-   * Starts `/bin/sh -c command` in sandbox `sandboxId` (already checked started by the
-   * caller) and tracks it. Throws `conflict` when {@link MAX_RUNNING_PROCESSES} run.
+   * Starts `argv` (`/bin/sh -c command` for a command) in sandbox `sandboxId` (already
+   * checked started by the caller) and tracks it. Throws `conflict` when
+   * {@link MAX_RUNNING_PROCESSES} run.
    */
   async start(
     sandboxId: string,
-    command: string,
+    argv: string[],
     o: {
       env?: Record<string, string>;
+      /** Variables under `env` (a login's HOME, USER, LOGNAME), not listed as asked for. */
+      baseEnv?: Record<string, string>;
       cwd?: string;
       user?: string;
       timeoutMs?: number;
@@ -195,15 +195,24 @@ export class ProcessService {
         },
       );
     const cwd = o.cwd ?? (await this.d.driver.inspect(sandboxId))?.workingDir ?? '/';
-    const proc = await this.d.driver.spawn(sandboxId, ['/bin/sh', '-c', command], {
-      env: o.env,
+    const proc = await this.d.driver.spawn(sandboxId, argv, {
+      env: o.baseEnv ? { ...o.baseEnv, ...o.env } : o.env,
       cwd: o.cwd,
       user: o.user,
       timeoutMs: o.timeoutMs,
       stdin: o.stdin,
     });
     const tracked = new TrackedProcess(
-      { pid: proc.pid, command, tag: o.tag ?? null, cwd, startedAt: new Date(this.d.clock.now()), proc },
+      {
+        pid: proc.pid,
+        command: commandOf(argv),
+        argv,
+        env: o.env ?? {},
+        tag: o.tag ?? null,
+        cwd,
+        startedAt: new Date(this.d.clock.now()),
+        proc,
+      },
       () => this.evictExited(sandboxId),
       { held: o.held ?? false },
     );
@@ -221,6 +230,12 @@ export class ProcessService {
     return [...(this.bySandbox.get(sb.id)?.values() ?? [])].map((p) => p.view());
   }
 
+  /** The running processes of a sandbox, oldest first. Throws `not_found` for an unknown sandbox. */
+  async running(accountId: string, sandboxId: string): Promise<TrackedProcess[]> {
+    const sb = await this.sandboxes.get(accountId, sandboxId);
+    return [...(this.bySandbox.get(sb.id)?.values() ?? [])].filter((p) => p.running);
+  }
+
   /** Throws `not_found` for an unknown sandbox or pid. */
   async get(accountId: string, sandboxId: string, pid: number): Promise<TrackedProcess> {
     const sb = await this.sandboxes.get(accountId, sandboxId);
@@ -233,7 +248,12 @@ export class ProcessService {
    * Appends `body` to the process's stdin, as fast as the process reads it. Throws
    * `conflict` when its stdin is not open (exited, closed, or started without `stdin`).
    */
-  async writeStdin(accountId: string, sandboxId: string, pid: number, body: AsyncIterable<Uint8Array>): Promise<void> {
+  async writeStdin(
+    accountId: string,
+    sandboxId: string,
+    pid: number,
+    body: AsyncIterable<Uint8Array> | Iterable<Uint8Array>,
+  ): Promise<void> {
     const p = await this.get(accountId, sandboxId, pid);
     const proc = p.info.proc;
     if (!proc.stdinOpen) throw stdinClosed(p);
@@ -282,4 +302,13 @@ export class ProcessService {
 function stdinClosed(p: TrackedProcess): SandboxdError {
   const why = p.running ? 'its stdin is closed (or it was started without `stdin: true`)' : 'it has exited';
   return new SandboxdError('conflict', `Cannot write to process ${p.pid}: ${why}`, { pid: p.pid });
+}
+
+/**
+ * How a process is listed: the command of `/bin/sh -c command`, else its argv as a shell
+ * would read it (arguments with spaces or quotes single-quoted).
+ */
+export function commandOf(argv: string[]): string {
+  if (argv.length === 3 && argv[0] === '/bin/sh' && argv[1] === '-c') return argv[2];
+  return argv.map((a) => (/^[\w@%+=:,./-]+$/.test(a) ? a : `'${a.replace(/'/g, `'\\''`)}'`)).join(' ');
 }

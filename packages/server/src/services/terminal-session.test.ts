@@ -91,6 +91,11 @@ const info = {
   accountId: 'acc_x',
   shell: 'bash' as const,
   createdAt: 0,
+  argv: ['/bin/bash'],
+  env: {},
+  cwd: '/',
+  tag: null,
+  keepWhileIdle: false,
 };
 const make = () => {
   const pty = new StubPty();
@@ -282,5 +287,58 @@ describe('TerminalSession', () => {
     pty.exit(0);
     assert.deepEqual(events.slice(6), ['a paused', 'b paused', 'c paused', 'a resumed', 'b resumed', 'c resumed']);
     assert.equal(pty.written.at(-1), 'again');
+  });
+
+  it('write (input of a caller that is not a client) resolves once the PTY took it; exit releases waiting writers', async () => {
+    const { pty, s } = make();
+    const events: string[] = [];
+    s.attach(Object.assign(new StubClient(true), { pauseInput: () => events.push('paused') }));
+    await s.write('ls\n');
+    pty.accepts = false;
+    let done = false;
+    const w = s.write('big').then(() => {
+      done = true;
+    });
+    await new Promise((r) => setImmediate(r));
+    assert.equal(done, false);
+    assert.deepEqual(events, ['paused']);
+    pty.drain();
+    await w;
+    pty.accepts = false;
+    const stuck = s.write('stuck');
+    pty.exit(0);
+    await stuck;
+    await s.write('after exit'); // ignored, never hangs
+    assert.deepEqual(pty.written, ['ls\n', 'big', 'stuck']);
+  });
+
+  it('resize and signal act on the PTY while it runs, not after', () => {
+    const { pty, s } = make();
+    s.resize(100, 40);
+    s.resize(0, 40);
+    s.signal('SIGTERM');
+    pty.exit(143, 'SIGTERM');
+    s.resize(90, 30);
+    s.signal('SIGKILL');
+    assert.deepEqual(pty.sizes, [[100, 40]]);
+    assert.deepEqual(pty.killed, ['SIGTERM']);
+  });
+
+  it('a deadline kills the program (SIGKILL) when it still runs then; an exit before it clears it', (t) => {
+    t.mock.timers.enable({ apis: ['setTimeout'] });
+    const pty = new StubPty();
+    const s = new TerminalSession(info, pty, pino({ level: 'silent' }), () => {}, { timeoutMs: 1000 });
+    t.mock.timers.tick(999);
+    assert.deepEqual(pty.killed, []);
+    t.mock.timers.tick(1);
+    assert.deepEqual(pty.killed, ['SIGKILL']);
+    pty.exit(137, 'SIGKILL');
+    assert.deepEqual(s.exit, { exitCode: 137, signal: 'SIGKILL' });
+
+    const early = new StubPty();
+    new TerminalSession(info, early, pino({ level: 'silent' }), () => {}, { timeoutMs: 1000 });
+    early.exit(0);
+    t.mock.timers.tick(5000);
+    assert.deepEqual(early.killed, []);
   });
 });

@@ -53,6 +53,14 @@ export interface TerminalInfo {
   accountId: string;
   shell: Shell;
   createdAt: number;
+  /** What runs on the PTY, the environment it was asked to run with (on top of the sandbox's), where. */
+  argv: string[];
+  env: Record<string, string>;
+  cwd: string;
+  /** A caller's label (E2B's process tag), or null. */
+  tag: string | null;
+  /** Not cleaned up while it runs without a client (it ends by itself, a kill or its deadline). */
+  keepWhileIdle: boolean;
 }
 
 /**
@@ -76,13 +84,20 @@ export class TerminalSession {
   private killTimer: NodeJS.Timeout | null = null;
   /** Input is queued in front of the PTY (its program is not reading): every client is paused. */
   private inputBlocked = false;
+  /** Writers of {@link write} waiting for queued input to be taken. */
+  private inputWaiters: Array<() => void> = [];
+  private deadline: NodeJS.Timeout | null = null;
 
-  /** `onClientsChanged` runs whenever the client count changes (idle timer bookkeeping). */
+  /**
+   * `onClientsChanged` runs whenever the client count changes (idle timer bookkeeping).
+   * With `timeoutMs` (> 0) the program is killed (SIGKILL) when it still runs after that long.
+   */
   constructor(
     readonly info: TerminalInfo,
     private readonly pty: PtyProcess,
     private readonly log: Logger,
     private readonly onClientsChanged: (s: TerminalSession) => void,
+    o: { timeoutMs?: number } = {},
   ) {
     pty.onData((chunk) => this.output(chunk));
     pty.onDrain(() => this.inputDrained());
@@ -91,6 +106,13 @@ export class TerminalSession {
       if (this.killTimer) clearTimeout(this.killTimer);
       this.end(e, 'shell exited');
     });
+    if (o.timeoutMs && o.timeoutMs > 0) {
+      this.deadline = setTimeout(() => {
+        this.log.info({ terminalId: info.id, timeoutMs: o.timeoutMs }, 'terminal deadline: killed');
+        this.signal('SIGKILL');
+      }, o.timeoutMs);
+      this.deadline.unref();
+    }
   }
 
   get pid(): number {
@@ -123,13 +145,7 @@ export class TerminalSession {
     let attached = true;
     return {
       input: (data) => {
-        if (!attached || this.status !== 'active') return;
-        safe(() => {
-          if (this.pty.write(data) || this.inputBlocked) return;
-          // The program is not reading its input: stop reading every client until it has.
-          this.inputBlocked = true;
-          for (const c of this.clients) safe(() => c.pauseInput?.());
-        }, this.log);
+        if (attached) this.input(data);
       },
       resize: (cols, rows) => {
         if (!attached || this.status !== 'active' || !validSize(cols) || !validSize(rows)) return;
@@ -145,6 +161,41 @@ export class TerminalSession {
         }
       },
     };
+  }
+
+  /**
+   * Input from a caller that is not a client (a request of its own). Resolves once the PTY
+   * has taken it, so a caller that waits sends no more than the program reads.
+   */
+  write(data: Buffer | Uint8Array | string): Promise<void> {
+    if (!this.input(data)) return Promise.resolve();
+    return new Promise((resolve) => this.inputWaiters.push(resolve));
+  }
+
+  /** Resizes the PTY (the program gets SIGWINCH); ignores sizes outside 1..1000. */
+  resize(cols: number, rows: number): void {
+    if (this.status !== 'active' || !validSize(cols) || !validSize(rows)) return;
+    safe(() => this.pty.resize(cols, rows), this.log);
+  }
+
+  /** Sends a signal to the program; its exit ends the terminal as usual. No-op once exited. */
+  signal(sig: NodeJS.Signals): void {
+    if (this.status === 'active' && !this.ptyExited) safe(() => this.pty.kill(sig), this.log);
+  }
+
+  /** Writes input; true when it is queued because the program is not reading (then every client is paused). */
+  private input(data: Buffer | Uint8Array | string): boolean {
+    if (this.status !== 'active') return false;
+    let queued = false;
+    safe(() => {
+      if (this.pty.write(data)) return;
+      queued = true;
+      if (this.inputBlocked) return;
+      // The program is not reading its input: stop reading every client until it has.
+      this.inputBlocked = true;
+      for (const c of this.clients) safe(() => c.pauseInput?.());
+    }, this.log);
+    return queued;
   }
 
   /**
@@ -165,9 +216,16 @@ export class TerminalSession {
   }
 
   private inputDrained(): void {
+    this.releaseWriters();
     if (!this.inputBlocked) return;
     this.inputBlocked = false;
     for (const c of this.clients) safe(() => c.resumeInput?.());
+  }
+
+  private releaseWriters(): void {
+    const waiters = this.inputWaiters;
+    this.inputWaiters = [];
+    for (const w of waiters) w();
   }
 
   private output(chunk: Buffer): void {
@@ -225,6 +283,8 @@ export class TerminalSession {
     }
     this.status = 'exited';
     this.exit = { exitCode: e.exitCode, signal: e.signal };
+    if (this.deadline) clearTimeout(this.deadline);
+    this.releaseWriters();
     this.log.info({ terminalId: this.info.id, ...this.exit, reason }, 'terminal ended');
     const msg = this.exitMessage();
     for (const c of this.clients) {

@@ -1,11 +1,13 @@
-import { SandboxdError, type TerminalCreate } from '@sandboxd/protocol';
+import { posix } from 'node:path';
+import { SandboxdError, SHELLS, type Shell, type TerminalCreate } from '@sandboxd/protocol';
 import { newTerminalId } from '../domain/ids.js';
 import type { SandboxRecord } from '../domain/sandbox.js';
 import type { ServiceDeps } from './context.js';
+import { resolveLogin } from './login.js';
 import type { SandboxService } from './sandboxes.js';
 import type { StorageGuard } from './storage.js';
 import { resolveLaunch } from './terminal-probe.js';
-import { CLOSE, TerminalSession } from './terminal-session.js';
+import { CLOSE, type TerminalInfo, TerminalSession } from './terminal-session.js';
 
 /** Terminals one sandbox may hold (active and exited); the oldest exited one is evicted first. */
 export const MAX_TERMINALS_PER_SANDBOX = 32;
@@ -40,27 +42,95 @@ export class TerminalService {
    * is nearly full).
    */
   async create(accountId: string, sandboxId: string, req: TerminalCreate): Promise<TerminalSession> {
-    const sb = await this.startedSandbox(accountId, sandboxId);
-    await this.d.storage.check();
-    this.reserveSlot(sb.id);
-    try {
-      const runtime = await this.d.driver.inspect(sb.id);
-      const launch = await resolveLaunch(this.d.driver, sb.id, {
+    return this.open(accountId, sandboxId, async (id) => {
+      const runtime = await this.d.driver.inspect(id);
+      const launch = await resolveLaunch(this.d.driver, id, {
         shell: req.shell,
         cwd: req.cwd,
         imageWorkingDir: runtime?.workingDir,
       });
-      const pty = await this.d.driver.execTty(sb.id, {
+      return {
         argv: [launch.shellPath],
         env: TERMINAL_ENV,
         cwd: launch.cwd,
         cols: req.cols ?? 80,
         rows: req.rows ?? 24,
+        shell: launch.shell,
+      };
+    });
+  }
+
+  /**
+   * Starts a given program on a new PTY (E2B's PTYs): `argv` as it is (a missing program
+   * or cwd is `validation`, from the runtime), as `user`; with `login`, as a login of the
+   * user would start (see {@link resolveLogin}). It is listed with the shell named by
+   * argv[0] (`sh` for a program that is no known shell). Throws like {@link create}.
+   */
+  async start(accountId: string, sandboxId: string, p: TerminalProgram): Promise<TerminalSession> {
+    if (!p.argv.length || !p.argv[0])
+      throw new SandboxdError('validation', 'The command is empty', [
+        { in: 'body', path: '/argv/0', message: 'must be a non-empty string' },
+      ]);
+    return this.open(accountId, sandboxId, async (id) => {
+      const login = p.login ? await resolveLogin(this.d.driver, id, { user: p.user, cwd: p.cwd }) : null;
+      const name = posix.basename(p.argv[0]);
+      return {
+        argv: p.argv,
+        env: login ? { ...login.env, ...p.env } : (p.env ?? {}),
+        askedEnv: p.env ?? {},
+        cwd: login ? login.cwd : p.cwd,
+        user: login ? login.user : p.user,
+        cols: p.cols,
+        rows: p.rows,
+        shell: (SHELLS as readonly string[]).includes(name) ? (name as Shell) : 'sh',
+        tag: p.tag,
+        timeoutMs: p.timeoutMs,
+        keepWhileIdle: p.keepWhileIdle,
+      };
+    });
+  }
+
+  /** The active terminal whose program has in-sandbox pid `pid`, or undefined. Throws `not_found` for the sandbox. */
+  async byPid(accountId: string, sandboxId: string, pid: number): Promise<TerminalSession | undefined> {
+    return (await this.list(accountId, sandboxId)).find((t) => t.pid === pid);
+  }
+
+  /** Reserves a slot, starts what `plan` decides on a PTY, and holds the terminal. */
+  private async open(
+    accountId: string,
+    sandboxId: string,
+    plan: (sandboxId: string) => Promise<PtyPlan>,
+  ): Promise<TerminalSession> {
+    const sb = await this.startedSandbox(accountId, sandboxId);
+    await this.d.storage.check();
+    this.reserveSlot(sb.id);
+    try {
+      const launch = await plan(sb.id);
+      const pty = await this.d.driver.execTty(sb.id, {
+        argv: launch.argv,
+        env: launch.env,
+        cwd: launch.cwd,
+        user: launch.user,
+        cols: launch.cols,
+        rows: launch.rows,
       });
       const id = newTerminalId();
       const log = this.d.log.child({ sandboxId: sb.id, terminalId: id });
-      const info = { id, sandboxId: sb.id, accountId, shell: launch.shell, createdAt: this.d.clock.now() };
-      const session = new TerminalSession(info, pty, log, (s) => this.clientsChanged(s));
+      const info: TerminalInfo = {
+        id,
+        sandboxId: sb.id,
+        accountId,
+        shell: launch.shell,
+        createdAt: this.d.clock.now(),
+        argv: launch.argv,
+        env: launch.askedEnv ?? launch.env,
+        cwd: launch.cwd ?? (await this.d.driver.inspect(sb.id))?.workingDir ?? '/',
+        tag: launch.tag ?? null,
+        keepWhileIdle: launch.keepWhileIdle ?? false,
+      };
+      const session = new TerminalSession(info, pty, log, (s) => this.clientsChanged(s), {
+        timeoutMs: launch.timeoutMs,
+      });
       // The sandbox may have stopped while the shell started; its onGone has passed us by.
       const still = await this.d.store.getSandbox(sb.id).catch((e) => {
         session.terminate('create failed');
@@ -72,7 +142,7 @@ export class TerminalService {
       }
       this.terminals.set(id, session);
       this.clientsChanged(session);
-      log.info({ shell: launch.shell, cwd: launch.cwd, pid: pty.pid }, 'terminal created');
+      log.info({ shell: launch.shell, cwd: info.cwd, pid: pty.pid }, 'terminal created');
       return session;
     } finally {
       const left = (this.pending.get(sb.id) ?? 1) - 1;
@@ -170,7 +240,7 @@ export class TerminalService {
       this.clearIdle(id);
       return;
     }
-    if (t.clientCount > 0) {
+    if (t.clientCount > 0 || (t.status === 'active' && t.info.keepWhileIdle)) {
       this.clearIdle(id);
       return;
     }
@@ -191,6 +261,41 @@ export class TerminalService {
     if (timer) clearTimeout(timer);
     this.idleTimers.delete(id);
   }
+}
+
+/** A program to start on a PTY ({@link TerminalService.start}). */
+export interface TerminalProgram {
+  argv: string[];
+  /** On top of the sandbox's environment (and of the login's variables). */
+  env?: Record<string, string>;
+  cwd?: string;
+  /** `root`, a name, a numeric `uid[:gid]`; default the image's user. */
+  user?: string;
+  /** Start as a login of the user: HOME, USER, LOGNAME set, `cwd` relative to the home (default it). */
+  login?: boolean;
+  cols: number;
+  rows: number;
+  tag?: string;
+  /** Killed (SIGKILL) when it still runs after this long; 0 or none: never. */
+  timeoutMs?: number;
+  /** Not cleaned up while it runs without a client. */
+  keepWhileIdle?: boolean;
+}
+
+/** What a new terminal runs, decided before its PTY exists. */
+interface PtyPlan {
+  argv: string[];
+  env: Record<string, string>;
+  /** The environment as asked for (listed), when `env` has more (a login's variables). */
+  askedEnv?: Record<string, string>;
+  cwd?: string;
+  user?: string;
+  cols: number;
+  rows: number;
+  shell: Shell;
+  tag?: string;
+  timeoutMs?: number;
+  keepWhileIdle?: boolean;
 }
 
 function notStarted(state: string): SandboxdError {

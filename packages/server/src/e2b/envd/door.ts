@@ -199,26 +199,44 @@ const CONNECT_CODE: Record<number, Code> = {
 
 /**
  * A refusal in the shape the caller reads: Connect's error JSON (`{code: "not_found", ...}`)
- * for Connect requests, envd's `{code: <status>, message}` for its HTTP paths. The body is
- * not read; the connection is closed after the answer so an unread upload cannot linger.
+ * for unary Connect requests; for streaming ones (`application/connect+json`), whose
+ * clients read only the HTTP status of a non-200 answer (404 would read as
+ * `unimplemented`), a 200 with the stream's end message carrying the error; envd's
+ * `{code: <status>, message}` for its HTTP paths. The body is not read; the connection is
+ * closed after the answer so an unread upload cannot linger.
  */
 export function refuse(req: IncomingMessage, res: ServerResponse, status: number, message: string): void {
   if (res.headersSent) {
     res.destroy();
     return;
   }
-  const isConnect =
-    /^application\/(connect\+)?(json|proto)/.test(req.headers['content-type'] ?? '') &&
-    req.method === 'POST' &&
-    !(req.url ?? '').startsWith('/files');
-  const code = CONNECT_CODE[status] ?? Code.Unknown;
-  const body = isConnect
-    ? JSON.stringify({ code: Code[code].replace(/([a-z])([A-Z])/g, '$1_$2').toLowerCase(), message })
-    : JSON.stringify({ code: status, message });
+  const type = /^application\/(connect\+)?(json|proto)/.exec(req.headers['content-type'] ?? '');
+  const isConnect = type !== null && req.method === 'POST' && !(req.url ?? '').startsWith('/files');
+  const error = { code: connectCodeName(CONNECT_CODE[status] ?? Code.Unknown), message };
+  if (isConnect && type[1]) {
+    // One envelope: flags 0x02 (end of stream), a big-endian length, then `{error}`.
+    const json = Buffer.from(JSON.stringify({ error }));
+    const head = Buffer.alloc(5);
+    head.writeUInt8(2, 0);
+    head.writeUInt32BE(json.length, 1);
+    res.writeHead(200, {
+      'content-type': `application/connect+${type[2]}`,
+      'content-length': head.length + json.length,
+      connection: 'close',
+    });
+    res.end(Buffer.concat([head, json]));
+    return;
+  }
+  const body = isConnect ? JSON.stringify(error) : JSON.stringify({ code: status, message });
   res.writeHead(status, {
     'content-type': 'application/json',
     'content-length': Buffer.byteLength(body),
     connection: 'close',
   });
   res.end(body);
+}
+
+/** Connect's wire name of a code (`NotFound` -> `not_found`). */
+function connectCodeName(code: Code): string {
+  return Code[code].replace(/([a-z])([A-Z])/g, '$1_$2').toLowerCase();
 }

@@ -75,6 +75,27 @@ describe('local driver isolation', () => {
     assert.match(cmdline, /^\/dev\/sandboxd-agent --init/);
   });
 
+  it("starts a PTY as a user named in the sandbox's own /etc/passwd; an unknown name is refused", async () => {
+    await sh(a, "echo 'ptyuser:x:1234:1235::/tmp:/bin/sh' >> /etc/passwd");
+    const pty = await driver.execTty(a, {
+      argv: ['/bin/sh', '-c', 'echo "ids $(id -u):$(id -g)"'],
+      user: 'ptyuser',
+      cols: 80,
+      rows: 24,
+    });
+    let out = '';
+    pty.onData((c) => {
+      out += c.toString();
+    });
+    const exit = await new Promise((r) => pty.onExit(r));
+    assert.deepEqual(exit, { exitCode: 0, signal: null });
+    assert.match(out, /ids 1234:1235/);
+    await assert.rejects(driver.execTty(a, { argv: ['/bin/sh'], user: 'ghost', cols: 80, rows: 24 }), {
+      kind: 'validation',
+      message: /ghost/,
+    });
+  });
+
   it('runs root as an unprivileged host uid in its own user namespace', async () => {
     const r = await sh(a, 'cat /proc/self/uid_map; id -u');
     const [map, uid] = r.stdout.trim().split('\n');

@@ -18,6 +18,7 @@ import type {
   VolumeInfo,
 } from '../driver.js';
 import type { DriverFiles } from '../files.js';
+import { findUser, readSandboxPasswd } from '../passwd.js';
 import { cgroupProcs, removeCgroupParent } from './bundle/cgroups.js';
 import { ID_RANGE_SIZE } from './bundle/oci-config.js';
 import { BundleWriter } from './bundle/writer.js';
@@ -293,11 +294,21 @@ export class LocalDriver implements RuntimeDriver {
       argv: options.argv,
       env: Object.fromEntries(mergeEnvList(rec.env, options.env).map(splitEnv)),
       cwd: options.cwd ?? rec.workingDir,
-      user: rec.user,
+      user: await this.ttyUser(id, rec.user, options.user),
       cols: options.cols,
       rows: options.rows,
       detach: this.crun.binary === 'runc',
     });
+  }
+
+  /** The numeric `uid[:gid]` crun takes for a PTY's user (names from the sandbox's own /etc/passwd). */
+  private async ttyUser(id: string, imageUser: string, user: string | undefined): Promise<string> {
+    if (user === undefined) return imageUser;
+    if (/^\d+(:\d+)?$/.test(user)) return user;
+    const e = findUser(await readSandboxPasswd(this.files, id), user);
+    if (e) return `${e.uid}:${e.gid}`;
+    if (user === 'root') return '0:0';
+    throw new SandboxdError('validation', `Unknown user in the sandbox: ${user}`, { user });
   }
 
   async ensureVolume(name: string, sizeGb: number): Promise<VolumeInfo> {
