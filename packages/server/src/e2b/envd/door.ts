@@ -9,6 +9,7 @@ import type { SandboxRecord } from '../../domain/sandbox.js';
 import type { AccessTokens } from '../tokens.js';
 import { ENVD_PORT } from '../version.js';
 import { type EnvdCall, envdCallKey } from './context.js';
+import { envdErrorBody } from './errors.js';
 
 const SANDBOX_ID = new RegExp(SANDBOX_ID_PATTERN);
 /** `<port>-<sandboxId>` as the first label of a Host header. */
@@ -194,7 +195,7 @@ const CONNECT_CODE: Record<number, Code> = {
 
 /**
  * A refusal in the shape the caller reads: Connect's error JSON (`{code: "not_found", ...}`)
- * for Connect requests, envd's `{code: <status>, message}` for its HTTP paths. The body is
+ * for Connect requests, envd's `{code: <status>, kind, message}` for its HTTP paths. The body is
  * not read; the connection is closed after the answer so an unread upload cannot linger.
  */
 export function refuse(req: IncomingMessage, res: ServerResponse, status: number, message: string): void {
@@ -209,7 +210,7 @@ export function refuse(req: IncomingMessage, res: ServerResponse, status: number
   const code = CONNECT_CODE[status] ?? Code.Unknown;
   const body = isConnect
     ? JSON.stringify({ code: Code[code].replace(/([a-z])([A-Z])/g, '$1_$2').toLowerCase(), message })
-    : JSON.stringify({ code: status, message });
+    : envdErrorBody(status, message).json;
   res.writeHead(status, {
     'content-type': 'application/json',
     'content-length': Buffer.byteLength(body),
