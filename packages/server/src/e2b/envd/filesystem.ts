@@ -145,7 +145,7 @@ export function filesystemService(d: EnvdFilesystemDeps): ServiceImpl<typeof Fil
       const { root, watch } = await run(ctx, ({ call, user, path }) =>
         path(req.path).then((p) => startWatch(call, user, p, req.recursive)),
       );
-      yield* watchStream(watch, root, req.includeEntry, ctx, now);
+      yield* watchStream(watch, root, req.includeEntry, ctx);
     },
 
     createWatcher: (req, ctx) =>
@@ -219,8 +219,9 @@ async function* watchStream(
   root: string,
   includeEntry: boolean,
   ctx: HandlerContext,
-  now: () => number,
 ): AsyncGenerator<WatchDirResponseInit> {
+  // Keepalives are about the connection: wall-clock time, not the service's clock.
+  const now = () => performance.now();
   const queue: FilesystemEventInit[] = [];
   let ended = false;
   let overflowed = false;
