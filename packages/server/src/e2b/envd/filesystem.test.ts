@@ -52,6 +52,7 @@ class FakeFiles {
   readonly watches: FakeWatch[] = [];
   fail: SandboxdError | null = null;
   truncated = false;
+  lastDepth = 0;
 
   add(path: string, type: FileEntry['type'] = 'file') {
     this.entries.set(path, {
@@ -81,6 +82,7 @@ class FakeFiles {
   async list(_a: string, _s: string, path: string, o: { depth: number; user?: string }) {
     this.check(o.user);
     this.get(path);
+    this.lastDepth = o.depth;
     const entries = [...this.entries.values()].filter((e) => {
       const rel = posix.relative(path, e.path);
       return rel !== '' && !rel.startsWith('..') && rel.split('/').length <= o.depth;
@@ -184,6 +186,9 @@ describe('envd filesystem service', () => {
     assert.deepEqual(one.entries.map((e) => e.path).sort(), ['/tmp/d', '/tmp/e']);
     const two = (await svc.listDir({ path: '/tmp', depth: 2 } as never, ctx())) as { entries: { path: string }[] };
     assert.deepEqual(two.entries.map((e) => e.path).sort(), ['/tmp/d', '/tmp/d/f', '/tmp/e']);
+    const deep = (await svc.listDir({ path: '/tmp', depth: 2 ** 32 - 1 } as never, ctx())) as { entries: unknown[] };
+    assert.equal(deep.entries.length, 3);
+    assert.equal(files.lastDepth, 256, 'a huge depth is the deepest the tool walks');
     files.truncated = true;
     await rejectsWith(Promise.resolve(svc.listDir({ path: '/tmp', depth: 1 } as never, ctx())), Code.OutOfRange);
   });

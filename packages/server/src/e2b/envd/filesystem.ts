@@ -12,6 +12,8 @@ import type { EnvdPaths } from './paths.js';
 
 /** Entries one ListDir answers at most (a deeper or bigger tree: list fewer levels). */
 export const MAX_LIST_ENTRIES = 10_000;
+/** Deepest listing asked of the file tool (it walks no deeper than 256 levels itself). */
+const MAX_LIST_DEPTH = 256;
 /** Events a WatchDir stream holds for a client that reads slower than they come. */
 export const MAX_STREAM_QUEUE = 10_000;
 /** Polling watchers (CreateWatcher) one sandbox may hold. */
@@ -99,7 +101,8 @@ export function filesystemService(d: EnvdFilesystemDeps): ServiceImpl<typeof Fil
     listDir: (req, ctx) =>
       run(ctx, async ({ call, user, path }) => {
         const dir = await path(req.path);
-        const depth = req.depth === 0 ? 1 : req.depth;
+        // 0 is envd's default (1); the file tool walks at most MAX_LIST_DEPTH levels anyway.
+        const depth = Math.min(req.depth === 0 ? 1 : req.depth, MAX_LIST_DEPTH);
         const r = await d.files.list(call.accountId, call.sandbox.id, dir, { depth, user });
         if (r.truncated)
           throw new ConnectError(
