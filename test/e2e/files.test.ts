@@ -85,10 +85,27 @@ describe('files (real runtime)', {
     let r = await put('/work/deep/a.txt', 'hello files\n', '&mode=0600');
     assert.equal(r.status, 200);
     const { entry } = (await r.json()) as { entry: Record<string, unknown> };
-    assert.deepEqual(Object.keys(entry).sort(), ['mode', 'modifiedAt', 'name', 'owner', 'path', 'size', 'type']);
+    assert.deepEqual(Object.keys(entry).sort(), [
+      'group',
+      'mode',
+      'modifiedAt',
+      'name',
+      'owner',
+      'path',
+      'size',
+      'type',
+    ]);
     assert.deepEqual(
-      { name: entry.name, path: entry.path, type: entry.type, size: entry.size, mode: entry.mode, owner: entry.owner },
-      { name: 'a.txt', path: '/work/deep/a.txt', type: 'file', size: 12, mode: 0o600, owner: 'root' },
+      {
+        name: entry.name,
+        path: entry.path,
+        type: entry.type,
+        size: entry.size,
+        mode: entry.mode,
+        owner: entry.owner,
+        group: entry.group,
+      },
+      { name: 'a.txt', path: '/work/deep/a.txt', type: 'file', size: 12, mode: 0o600, owner: 'root', group: 'root' },
     );
     assert.equal((await exec('cat /work/deep/a.txt')).stdout, 'hello files\n');
     r = await get('/work/deep/a.txt');

@@ -20,6 +20,7 @@ export const FileEntrySchema = Type.Object(
     size: Type.Integer({ minimum: 0 }),
     mode: Type.Integer({ minimum: 0, maximum: 0o7777, description: 'Permission bits as a number (0o644 = 420).' }),
     owner: Type.String({ description: "User name from the sandbox's /etc/passwd, else the numeric uid." }),
+    group: Type.String({ description: "Group name from the sandbox's /etc/group, else the numeric gid." }),
     modifiedAt: DateTime,
     symlinkTarget: Type.Optional(Type.String()),
   },

@@ -17,6 +17,7 @@ const entry = (path: string, o: Partial<FileEntry> = {}): FileEntry => ({
   size: 0,
   mode: 0o644,
   owner: 'root',
+  group: 'root',
   modifiedAt: '2026-11-24T10:00:00.000Z',
   ...o,
 });

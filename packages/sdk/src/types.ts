@@ -68,6 +68,8 @@ export type FileEntry = {
   mode: number;
   /** User name from the sandbox's `/etc/passwd`, else the numeric uid as a string. */
   owner: string;
+  /** Group name from the sandbox's `/etc/group`, else the numeric gid as a string. */
+  group: string;
   /** ISO 8601. */
   modifiedAt: string;
   /** Where a symlink points (symlinks only). */

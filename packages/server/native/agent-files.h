@@ -1,12 +1,14 @@
 /*
  * agent-files.h: the agent's file tool, `/dev/sandboxd-agent file <op> args...`, run inside a
  * sandbox as an ordinary process (already the right uid, in the sandbox's mount namespace).
- * It backs the files routes of docs/files-and-processes.md. Static, no NSS: owner names come
- * from the sandbox's /etc/passwd, read here. Everything is static: exec-agent.c includes it.
+ * It backs the files routes of docs/files-and-processes.md. Static, no NSS: owner and group
+ * names come from the sandbox's /etc/passwd and /etc/group, read here. Everything is static:
+ * exec-agent.c includes it.
  *
  * Entry (one JSON line, lstat semantics):
  *   {"name","path","type":"file"|"dir"|"symlink"|"other","size","mode":st_mode&07777,
- *    "owner":passwd name or uid,"modifiedAt":"YYYY-MM-DDTHH:MM:SS.mmmZ","symlinkTarget"?}
+ *    "owner":passwd name or uid,"group":group name or gid,"modifiedAt":"YYYY-MM-DDTHH:MM:SS.mmmZ",
+ *    "symlinkTarget"?}
  *   path is the argument with `//` collapsed and a trailing `/` dropped (no `..` or symlink
  *   resolution); name its last component ("/" for the root). Strings are JSON-escaped, invalid
  *   UTF-8 bytes become U+FFFD.
@@ -30,6 +32,8 @@
  *                               {"type":"create"|"write"|"remove"|"rename"|"chmod","path",
  *                               "entry"?}, {"type":"overflow"}; ends with {"type":"remove",
  *                               "path":root} when the root goes, or when stdout is closed
+ *   whoami                      the caller: {"user","uid","gid","group","home"} (names as in
+ *                               entries; home from /etc/passwd, "/" when it has none)
  * Errors: one line on stderr {"errno","code","op","path","message"}, exit 1; usage errors
  * (op "usage", errno 22) exit 2.
  */
@@ -188,33 +192,86 @@ static char *fa_readlink(int dirfd, const char *name) {
   return NULL;
 }
 
-/* The user name of uid from /etc/passwd, else the uid in decimal (the last answer is kept). */
-static const char *fa_owner(uid_t uid) {
-  static struct fa_buf pw;
-  static int loaded;
-  static uid_t last = (uid_t)-1;
-  static char name[256];
-  if (uid == last) return name;
-  last = uid;
-  snprintf(name, sizeof name, "%u", (unsigned)uid);
-  if (!loaded++) {
-    int fd = open("/etc/passwd", O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    for (ssize_t n = 1; fd >= 0 && n > 0 && pw.len < (4u << 20); ) {
-      fa_need(&pw, 65536);
-      if ((n = read(fd, pw.p + pw.len, 65536)) > 0) pw.len += (size_t)n;
-      pw.p[pw.len] = 0;
+/* The contents of `db` (/etc/passwd or /etc/group, at most 4 MiB), read once, or "". */
+static const char *fa_db(struct fa_buf *b, int *loaded, const char *db) {
+  if (!(*loaded)++) {
+    int fd = open(db, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    for (ssize_t n = 1; fd >= 0 && n > 0 && b->len < (4u << 20); ) {
+      fa_need(b, 65536);
+      if ((n = read(fd, b->p + b->len, 65536)) > 0) b->len += (size_t)n;
+      b->p[b->len] = 0;
     }
     if (fd >= 0) close(fd);
   }
-  for (char *line = pw.p, *next; line && *line; line = next) { /* name:password:uid:... */
-    if ((next = strchr(line, '\n'))) *next = 0;
-    char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL, *e = NULL;
-    int hit = c2 && c1 > line && c1 - line < (ssize_t)sizeof name && strtoul(c2 + 1, &e, 10) == uid && e > c2 + 1 && *e == ':';
-    if (hit) { memcpy(name, line, (size_t)(c1 - line)); name[c1 - line] = 0; }
-    if (next) *next++ = '\n';
-    if (hit) break;
+  return b->p ? b->p : "";
+}
+
+/* The line of `db` (name:password:id:...) whose third field is `id`, copied into `line`
+ * (at most cap - 1 bytes), or 0 when there is none. */
+static int fa_db_line(const char *db, unsigned id, char *line, size_t cap) {
+  for (const char *l = db, *next; *l; l = next) {
+    const char *end = strchr(l, '\n');
+    next = end ? end + 1 : l + strlen(l);
+    if (!end) end = next;
+    const char *c1 = memchr(l, ':', (size_t)(end - l)), *c2 = c1 ? memchr(c1 + 1, ':', (size_t)(end - c1 - 1)) : NULL;
+    char *e = NULL;
+    if (c2 && c1 > l && (size_t)(end - l) < cap && strtoul(c2 + 1, &e, 10) == id && e > c2 + 1 && e <= end && *e == ':') {
+      memcpy(line, l, (size_t)(end - l));
+      line[end - l] = 0;
+      return 1;
+    }
   }
+  return 0;
+}
+
+/* The name of `id` in `db` into name (cap bytes), else the id in decimal. */
+static void fa_id_name(const char *db, unsigned id, char *name, size_t cap) {
+  char line[4096];
+  snprintf(name, cap, "%u", id);
+  if (!fa_db_line(db, id, line, sizeof line)) return;
+  char *c = strchr(line, ':');
+  if (c && (size_t)(c - line) < cap) { memcpy(name, line, (size_t)(c - line)); name[c - line] = 0; }
+}
+
+/* The user name of uid from /etc/passwd, else the uid in decimal (the last answer is kept). */
+static const char *fa_owner(uid_t uid) {
+  static struct fa_buf db;
+  static int loaded;
+  static uid_t last = (uid_t)-1;
+  static char name[256];
+  if (uid != last) fa_id_name(fa_db(&db, &loaded, "/etc/passwd"), (unsigned)(last = uid), name, sizeof name);
   return name;
+}
+
+/* The group name of gid from /etc/group, else the gid in decimal (the last answer is kept). */
+static const char *fa_group(gid_t gid) {
+  static struct fa_buf db;
+  static int loaded;
+  static gid_t last = (gid_t)-1;
+  static char name[256];
+  if (gid != last) fa_id_name(fa_db(&db, &loaded, "/etc/group"), (unsigned)(last = gid), name, sizeof name);
+  return name;
+}
+
+/* whoami: the calling user from /etc/passwd (its home "/" when it has no entry). */
+static int fa_whoami(void) {
+  static struct fa_buf db;
+  static int loaded;
+  uid_t uid = getuid();
+  gid_t gid = getgid();
+  char line[4096];
+  const char *home = "/";
+  if (fa_db_line(fa_db(&db, &loaded, "/etc/passwd"), (unsigned)uid, line, sizeof line)) {
+    char *f = line; /* name:pw:uid:gid:gecos:home:shell */
+    for (int i = 0; i < 5 && f; i++) if ((f = strchr(f, ':'))) f++;
+    if (f && *f == '/') { char *c = strchr(f, ':'); if (c) *c = 0; home = f; }
+  }
+  fa_str(&fa_out, "{\"user\":"); fa_json(&fa_out, fa_owner(uid));
+  fa_fmt(&fa_out, ",\"uid\":%u,\"gid\":%u,\"group\":", (unsigned)uid, (unsigned)gid);
+  fa_json(&fa_out, fa_group(gid));
+  fa_str(&fa_out, ",\"home\":"); fa_json(&fa_out, home); fa_str(&fa_out, "}\n");
+  fa_flush_or_fail();
+  return 0;
 }
 
 /* The entry object of `path` (st from lstat; the symlink is read as `name` in dirfd). */
@@ -224,6 +281,7 @@ static void fa_entry(struct fa_buf *b, const char *path, const struct stat *st, 
   fa_str(b, ",\"path\":"); fa_json(b, path);
   fa_fmt(b, ",\"type\":\"%s\",\"size\":%lld,\"mode\":%u,\"owner\":", type, (long long)st->st_size, (unsigned)(st->st_mode & 07777));
   fa_json(b, fa_owner(st->st_uid));
+  fa_str(b, ",\"group\":"); fa_json(b, fa_group(st->st_gid));
   struct tm tm = { 0 };
   time_t t = st->st_mtim.tv_sec;
   if (!gmtime_r(&t, &tm)) memset(&tm, 0, sizeof tm);
@@ -671,6 +729,7 @@ static int files_main(int argc, char **argv) {
   int n = argc - 1;
   char *p = n >= 1 ? fa_norm(argv[1]) : NULL;
   if (strcmp(op, "stat") == 0 && n == 1) return fa_print_entry(p);
+  if (strcmp(op, "whoami") == 0 && argc == 1) return fa_whoami();
   if (strcmp(op, "list") == 0 && (n == 2 || n == 3)) {
     struct fa_list L = { (long)fa_arg_num(argv[2], 1, 1000000, "bad depth"),
                          n == 3 ? (long)fa_arg_num(argv[3], 0, LONG_MAX, "bad max") : 10000, 0, 0 };
@@ -695,7 +754,7 @@ static int files_main(int argc, char **argv) {
     fa_recursive = argv[2][0] == '1';
     return fa_watch(p);
   }
-  fa_usage("usage: file stat|list|mkdir|move|remove|read|write|watch <path> ...");
+  fa_usage("usage: file stat|list|mkdir|move|remove|read|write|watch <path> ... | whoami");
 }
 
 #endif

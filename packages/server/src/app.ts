@@ -9,6 +9,7 @@ import { filesystemService } from './e2b/envd/filesystem.js';
 import { Filesystem } from './e2b/envd/gen/filesystem_pb.js';
 import { Process } from './e2b/envd/gen/process_pb.js';
 import { processService } from './e2b/envd/process.js';
+import { EnvdPaths } from './e2b/envd/paths.js';
 import { envdRest } from './e2b/envd/rest.js';
 import { AccessTokens } from './e2b/tokens.js';
 import { FrontDoor } from './http/front-door.js';
@@ -157,18 +158,23 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
   });
   // E2B's in-sandbox API (envd) claims its requests first: `E2b-Sandbox-Id`, or the Host
   // `49983-<id>.<publicHost>` that the port proxy would otherwise take.
+  const envdPaths = new EnvdPaths(services.files, () => clock.now());
+  const envdLog = log.child({ component: 'envd' });
   const envd = new EnvdDoor({
     publicHost: config.publicHost,
     tokens: accessTokens,
     findSandbox: (id) => store.getSandbox(id),
     templates: config.e2bTemplates,
     now: () => clock.now(),
-    log: log.child({ component: 'envd' }),
+    log: envdLog,
     routes: (router) => {
       router.service(Process, processService({ services }));
-      router.service(Filesystem, filesystemService({ services }));
+      router.service(
+        Filesystem,
+        filesystemService({ files: services.files, paths: envdPaths, now: () => clock.now() }),
+      );
     },
-    rest: envdRest({ services }),
+    rest: envdRest({ files: services.files, paths: envdPaths, log: envdLog }),
   });
   frontDoor.claimRequests(envd.claims, envd.handle);
   // E2B's SDKs with only E2B_DOMAIN set call their control API at `api.<domain>`.

@@ -51,6 +51,7 @@ export interface FileEntry {
   /** Permission bits as a number (`0o644` = 420). */
   mode: number;
   owner: string;
+  group: string;
   modifiedAt: string;
   symlinkTarget?: string;
 }

@@ -265,8 +265,8 @@ export interface RuntimeDriver {
   execTty(id: string, options: TtyOptions): Promise<PtyProcess>;
   /**
    * Starts `argv` (argv[0] an absolute path in the sandbox) with its output streamed.
-   * Throws `not_found` / `conflict` (not running), `validation` (unknown user, or argv[0]
-   * cannot be executed: the message says why).
+   * Throws `not_found` / `conflict` (not running), `validation` (unknown user, with
+   * `details.unknownUser`, or argv[0] cannot be executed: the message says why).
    */
   spawn(id: string, argv: string[], options?: SpawnOptions): Promise<StreamedProcess>;
   /** File operations done inside the sandbox, as its user (see files.ts). */

@@ -38,6 +38,19 @@ export interface DriverFiles {
   ): Promise<FileEntry>;
   /** Starts an inotify watch; resolves once it is set up. */
   watch(id: string, path: string, o: FileUser & { recursive: boolean }): Promise<FileWatch>;
+  /** Who file operations run as for `o.user`: names from the sandbox's /etc/passwd and /etc/group. */
+  whoami(id: string, o?: FileUser): Promise<FileUserInfo>;
+}
+
+export interface FileUserInfo {
+  /** User name, else the uid in decimal. */
+  user: string;
+  uid: number;
+  gid: number;
+  /** Group name, else the gid in decimal. */
+  group: string;
+  /** Home directory from /etc/passwd; `/` when the user has no entry there. */
+  home: string;
 }
 
 export interface FileUser {

@@ -1,5 +1,5 @@
 import { type FileEntry, MAX_PATH_BYTES, SandboxdError } from '@sandboxd/protocol';
-import type { FileList, FileRead, FileWatch } from '../runtime/files.js';
+import type { FileList, FileRead, FileUserInfo, FileWatch } from '../runtime/files.js';
 import type { ServiceDeps } from './context.js';
 import type { SandboxService } from './sandboxes.js';
 import { assertStarted, whileRunning } from './started.js';
@@ -80,6 +80,12 @@ export class FileService {
     // The root layer and volumes are files on the data dir: refused when it is full.
     await this.d.storage.check();
     return whileRunning(() => this.d.driver.files.write(id, path, body, o));
+  }
+
+  /** Who file operations run as for `user` (its home, names); `validation` for an unknown user. */
+  async whoami(accountId: string, sandboxId: string, user?: string): Promise<FileUserInfo> {
+    const id = await this.target(accountId, sandboxId, {});
+    return whileRunning(() => this.d.driver.files.whoami(id, { user }));
   }
 
   /** Starts a watch; throws `conflict` when the sandbox holds {@link MAX_WATCHES_PER_SANDBOX}. */

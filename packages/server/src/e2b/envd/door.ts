@@ -9,6 +9,7 @@ import type { SandboxRecord } from '../../domain/sandbox.js';
 import type { AccessTokens } from '../tokens.js';
 import { ENVD_PORT } from '../version.js';
 import { type EnvdCall, envdCallKey } from './context.js';
+import { envdErrorBody } from './errors.js';
 
 const SANDBOX_ID = new RegExp(SANDBOX_ID_PATTERN);
 /** `<port>-<sandboxId>` as the first label of a Host header. */
@@ -202,8 +203,8 @@ const CONNECT_CODE: Record<number, Code> = {
  * for unary Connect requests; for streaming ones (`application/connect+json`), whose
  * clients read only the HTTP status of a non-200 answer (404 would read as
  * `unimplemented`), a 200 with the stream's end message carrying the error; envd's
- * `{code: <status>, message}` for its HTTP paths. The body is not read; the connection is
- * closed after the answer so an unread upload cannot linger.
+ * `{code: <status>, kind, message}` for its HTTP paths. The body is not read; the
+ * connection is closed after the answer so an unread upload cannot linger.
  */
 export function refuse(req: IncomingMessage, res: ServerResponse, status: number, message: string): void {
   if (res.headersSent) {
@@ -227,7 +228,7 @@ export function refuse(req: IncomingMessage, res: ServerResponse, status: number
     res.end(Buffer.concat([head, json]));
     return;
   }
-  const body = isConnect ? JSON.stringify(error) : JSON.stringify({ code: status, message });
+  const body = isConnect ? JSON.stringify(error) : envdErrorBody(status, message).json;
   res.writeHead(status, {
     'content-type': 'application/json',
     'content-length': Buffer.byteLength(body),

@@ -1,7 +1,7 @@
 import { Readable } from 'node:stream';
 import { type FileEntry, type FileEvent, SandboxdError } from '@sandboxd/protocol';
 import type { ProcessExit, SpawnOptions, StreamedProcess } from '../driver.js';
-import type { DriverFiles, FileList, FileRead, FileUser, FileWatch } from '../files.js';
+import type { DriverFiles, FileList, FileRead, FileUser, FileUserInfo, FileWatch } from '../files.js';
 import { AGENT_PATH } from './commands/exec-agent.js';
 
 type Spawn = (id: string, argv: string[], o: SpawnOptions) => Promise<StreamedProcess>;
@@ -160,6 +160,10 @@ export class AgentFiles implements DriverFiles {
 
   async move(id: string, from: string, to: string, o?: FileUser): Promise<FileEntry> {
     return parseJson<FileEntry>(await this.meta(id, ['move', from, to], from, o));
+  }
+
+  async whoami(id: string, o?: FileUser): Promise<FileUserInfo> {
+    return parseJson<FileUserInfo>(await this.meta(id, ['whoami'], '', o));
   }
 
   async remove(id: string, path: string, o?: FileUser): Promise<void> {

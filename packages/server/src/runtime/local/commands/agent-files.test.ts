@@ -30,6 +30,7 @@ interface Entry {
   size: number;
   mode: number;
   owner: string;
+  group: string;
   modifiedAt: string;
   symlinkTarget?: string;
 }
@@ -110,6 +111,12 @@ function box(name: string): string {
 }
 
 const me = userInfo().username;
+/** The name of this process's group in /etc/group, else its gid. */
+const myGroup =
+  readFileSync('/etc/group', 'utf8')
+    .split('\n')
+    .map((l) => l.split(':'))
+    .find((f) => f.length >= 3 && f[2] === String(userInfo().gid))?.[0] ?? String(userInfo().gid);
 const isoOf = (p: string) => new Date(Number(lstatSync(p, { bigint: true }).mtimeNs / 1_000_000n)).toISOString();
 
 describe('agent file tool', () => {
@@ -135,6 +142,7 @@ describe('agent file tool', () => {
       size: 5,
       mode: 0o640,
       owner: me,
+      group: myGroup,
       modifiedAt: isoOf(join(d, 'f.txt')),
     });
     const sub = await entry(['stat', `${d}/sub/`]);
@@ -411,8 +419,31 @@ describe('agent file tool', () => {
     assert.equal((await fails(['watch', root, 'yes'], 2)).op, 'usage');
   });
 
+  it('whoami names the caller with its home from /etc/passwd', async () => {
+    const home =
+      readFileSync('/etc/passwd', 'utf8')
+        .split('\n')
+        .map((l) => l.split(':'))
+        .find((f) => f.length >= 7 && f[2] === String(userInfo().uid))?.[5] ?? '/';
+    assert.deepEqual(JSON.parse((await ok(['whoami'])).stdout.toString()), {
+      user: me,
+      uid: userInfo().uid,
+      gid: userInfo().gid,
+      group: myGroup,
+      home: home.startsWith('/') ? home : '/',
+    });
+  });
+
   it('answers usage errors for unknown ops and argument counts', async () => {
-    for (const args of [[], ['frobnicate', '/'], ['stat'], ['stat', '/', '/'], ['move', '/x'], ['remove']]) {
+    for (const args of [
+      [],
+      ['frobnicate', '/'],
+      ['stat'],
+      ['stat', '/', '/'],
+      ['move', '/x'],
+      ['remove'],
+      ['whoami', '/'],
+    ]) {
       const e = await fails(args, 2);
       assert.deepEqual([e.errno, e.code, e.op, e.path], [22, 'EINVAL', 'usage', '']);
     }

@@ -148,10 +148,15 @@ export class SandboxCommands {
         return await agent.spawn(argv, o);
       } catch (e) {
         if (e instanceof AgentSpawnError) {
-          const m = /^unknown user/.test(e.message)
+          const unknownUser = /^unknown user/.test(e.message);
+          const m = unknownUser
             ? `Unknown user in the sandbox: ${options.user}`
             : `Cannot start ${argv[0]} in the sandbox: ${e.message}`;
-          throw new SandboxdError('validation', m, { argv0: argv[0], user: options.user });
+          throw new SandboxdError('validation', m, {
+            argv0: argv[0],
+            user: options.user,
+            ...(unknownUser ? { unknownUser: true } : {}),
+          });
         }
         if (!(e instanceof AgentGoneError) || attempt > 0) throw e;
       }
