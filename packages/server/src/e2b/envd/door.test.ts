@@ -39,9 +39,13 @@ describe('envd door refusals', () => {
     });
   });
 
-  it("envd's HTTP paths get envd's {code, message}", () => {
+  it("envd's HTTP paths get envd's {code, message} (with sandboxd's kind)", () => {
     const a = answer({}, '/files?path=/x');
     assert.equal(a.status, 404);
-    assert.deepEqual(JSON.parse(a.body.toString()), { code: 404, message: 'Sandbox x not found' });
+    assert.deepEqual(JSON.parse(a.body.toString()), {
+      code: 404,
+      kind: 'not_found',
+      message: 'Sandbox x not found',
+    });
   });
 });

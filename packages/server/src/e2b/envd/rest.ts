@@ -231,6 +231,9 @@ function sendError(
 /** Reads and drops the rest of `req`'s body, at most {@link DRAIN_MAX_BYTES} and {@link DRAIN_MAX_MS}. */
 function drain(req: IncomingMessage): void {
   req.unpipe();
+  // A reader that stopped midway (an abandoned async iterator) may have left its 'readable'
+  // listener: while one is attached, resume() does not make the stream flow.
+  req.removeAllListeners('readable');
   let n = 0;
   const timer = setTimeout(() => req.destroy(), DRAIN_MAX_MS).unref();
   req.on('data', (chunk: Buffer) => {
