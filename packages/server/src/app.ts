@@ -165,6 +165,7 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
     tokens: accessTokens,
     findSandbox: (id) => store.getSandbox(id),
     templates: config.e2bTemplates,
+    charge: (accountId) => rateLimits.chargeAccount(accountId),
     now: () => clock.now(),
     log: envdLog,
     routes: (router) => {

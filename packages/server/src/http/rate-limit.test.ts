@@ -84,6 +84,21 @@ describe('RateLimits over counters (injected clock)', () => {
     assert.equal(counters.size, 1, 'ended windows are gone');
   });
 
+  it('chargeAccount (front doors outside fastify): the account window, its wait when over, null when off', async () => {
+    const c = manual();
+    const config = { ...DEFAULT_RATE_LIMITS, accountPerSec: 2, accountBurst: 2 };
+    const limits = new RateLimits(config, new MemoryCounters(), c.now);
+    assert.equal(await limits.chargeAccount('acc_1'), null);
+    assert.equal(await limits.chargeAccount('acc_1'), null);
+    assert.equal(await limits.chargeAccount('acc_1'), 1000, 'the third in a 1 s window waits for its end');
+    assert.equal(await limits.chargeAccount('acc_2'), null, 'per account');
+    assert.deepEqual(await limits.read('account:acc_1'), { count: 3, ttl: 1000 }, "the API limiter's key");
+    c.advance(1000);
+    assert.equal(await limits.chargeAccount('acc_1'), null);
+    const off = new RateLimits({ ...DEFAULT_RATE_LIMITS, accountPerSec: 0 }, new MemoryCounters(), c.now);
+    assert.equal(await off.chargeAccount('acc_1'), null);
+  });
+
   it('failed logins: the longer wait of email and address; failures only; success clears the email only', async () => {
     const c = manual();
     const config = { ...DEFAULT_RATE_LIMITS, loginFailuresPerEmail: 2, loginFailuresPerIp: 3, authWindowMs: 10_000 };

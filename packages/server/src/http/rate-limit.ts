@@ -91,6 +91,18 @@ export class RateLimits {
     return { count: w.count, ttl: w.resetAt - now };
   }
 
+  /**
+   * Charges one request to `accountId` on the account limit, under the key the API's own
+   * limiter uses (`account:<id>`), for front doors outside fastify (E2B's envd). Resolves
+   * with the wait in ms when the window is over its max, else null (also when the limit is off).
+   */
+  async chargeAccount(accountId: string): Promise<number | null> {
+    const w = this.account;
+    if (!w) return null;
+    const r = await this.hit(`account:${accountId}`, w.windowMs);
+    return r.count > w.max ? Math.max(1, r.ttl) : null;
+  }
+
   /** The count of `key`'s live window and the wait until it ends, or null. */
   async read(key: string): Promise<{ count: number; ttl: number } | null> {
     const now = this.now();

@@ -33,6 +33,11 @@ export interface EnvdDoorDeps {
    * (the door answers 404).
    */
   rest(call: EnvdCall, req: IncomingMessage, res: ServerResponse): Promise<boolean>;
+  /**
+   * Charges one request to the account's request limit (the same budget as sandboxd's own
+   * API); resolves with the wait in ms when the limit is exceeded, else null.
+   */
+  charge(accountId: string): Promise<number | null>;
 }
 
 /**
@@ -75,7 +80,12 @@ export class EnvdDoor {
   readonly handle = (req: IncomingMessage, res: ServerResponse): void => {
     this.admit(req).then(
       (verdict) => {
-        if ('refuse' in verdict) return refuse(req, res, verdict.refuse.status, verdict.refuse.message);
+        if ('refuse' in verdict) {
+          const r = verdict.refuse;
+          if (r.retryAfterMs !== undefined)
+            res.setHeader('retry-after', String(Math.max(1, Math.ceil(r.retryAfterMs / 1000))));
+          return refuse(req, res, r.status, r.message);
+        }
         this.calls.set(req, verdict.call);
         this.connect(req, res);
       },
@@ -88,7 +98,7 @@ export class EnvdDoor {
 
   private async admit(
     req: IncomingMessage,
-  ): Promise<{ call: EnvdCall } | { refuse: { status: number; message: string } }> {
+  ): Promise<{ call: EnvdCall } | { refuse: { status: number; message: string; retryAfterMs?: number } }> {
     const id = this.sandboxIdOf(req);
     if ('refuse' in id) return id;
     const url = new URL(req.url ?? '/', 'http://envd');
@@ -107,6 +117,15 @@ export class EnvdDoor {
     if (sb.state !== 'started' || sb.stopAt <= this.d.now())
       return { refuse: { status: 502, message: `Sandbox ${sb.id} is not running (it was stopped or timed out)` } };
     const template = sb.template ? this.d.templates[sb.template] : undefined;
+    const wait = await this.d.charge(sb.accountId);
+    if (wait !== null)
+      return {
+        refuse: {
+          status: 429,
+          message: `Too many requests for this account; retry in ${Math.max(1, Math.ceil(wait / 1000))} s`,
+          retryAfterMs: wait,
+        },
+      };
     return {
       call: { accountId: sb.accountId, sandbox: sb, user: basicUser(req), defaultUser: template?.user },
     };
@@ -194,6 +213,7 @@ const CONNECT_CODE: Record<number, Code> = {
   400: Code.InvalidArgument,
   401: Code.Unauthenticated,
   404: Code.NotFound,
+  429: Code.ResourceExhausted,
   500: Code.Internal,
   502: Code.Unavailable,
 };
