@@ -20,6 +20,7 @@ import { TerminalGateway } from './http/terminal-ws.js';
 import { Reaper } from './lifecycle/reaper.js';
 import { PortAccess } from './proxy/access.js';
 import { PortLinks } from './proxy/links.js';
+import { PublicHosts } from './proxy/host.js';
 import { PortProxy } from './proxy/proxy.js';
 import { SandboxTargets } from './proxy/targets.js';
 import type { RuntimeDriver } from './runtime/driver.js';
@@ -179,9 +180,9 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
   });
   frontDoor.claimRequests(envd.claims, envd.handle);
   // E2B's SDKs with only E2B_DOMAIN set call their control API at `api.<domain>`.
-  const apiHost = `api.${config.publicHost.toLowerCase().replace(/:\d+$/, '')}`;
+  const publicHosts = new PublicHosts(config.publicHost);
   frontDoor.rewriteToFastify(
-    (req) => req.headers.host?.toLowerCase().replace(/:\d+$/, '') === apiHost,
+    (req) => publicHosts.names(req, 'api'),
     (url) => `/e2b${url.startsWith('/') ? url : `/${url}`}`,
   );
   const proxy = new PortProxy({

@@ -43,6 +43,13 @@ describe('PublicHosts', () => {
     }
   });
 
+  it('names <label>.publicHost exactly, whatever the case, port or one trailing dot', () => {
+    for (const h of ['api.sandbox.localhost:8080', 'API.Sandbox.localhost', 'api.sandbox.localhost.:1'])
+      assert.equal(hosts.names(req(h), 'api'), true, h);
+    for (const h of ['sandbox.localhost', 'x.api.sandbox.localhost', 'api.sandbox.localhost.evil', 'api', ''])
+      assert.equal(hosts.names(req(h), 'api'), false, h);
+  });
+
   it('parses <port>-<sandboxId> and nothing else', () => {
     assert.deepEqual(hosts.parse(req(`8000-${ID}.sandbox.localhost:8080`)), { sandboxId: ID, port: 8000 });
     assert.deepEqual(hosts.parse(req(`1-${ID.toUpperCase()}.Sandbox.Localhost.`)), { sandboxId: ID, port: 1 });

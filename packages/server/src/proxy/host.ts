@@ -37,13 +37,17 @@ export class PublicHosts {
    * rather than served by the API.
    */
   readonly claims = (req: IncomingMessage): boolean => {
-    const host = req.headers.host;
-    if (!host) return false;
-    const end = host.indexOf(':');
-    let name = (end === -1 ? host : host.slice(0, end)).toLowerCase();
-    if (name.endsWith('.')) name = name.slice(0, -1);
-    return name.endsWith(this.suffix) && name.length > this.suffix.length;
+    const name = hostNameOf(req);
+    return !!name?.endsWith(this.suffix) && name.length > this.suffix.length;
   };
+
+  /**
+   * Whether the Host header names exactly `<label>.<publicHost>` (port part ignored, one
+   * trailing dot allowed), e.g. `api.<publicHost>` for E2B's control API.
+   */
+  names(req: IncomingMessage, label: string): boolean {
+    return hostNameOf(req) === `${label}${this.suffix}`;
+  }
 
   /**
    * The sandbox port a claimed request is for. Throws {@link ProxyError}: 400 for a
@@ -72,6 +76,15 @@ export class PublicHosts {
     if (!SANDBOX_ID.test(sandboxId)) throw new ProxyError('not_found', `No sandbox ${sandboxId}`, { sandboxId });
     return { sandboxId, port: Number(l[1]) };
   }
+}
+
+/** The Host header's name: lower case, without its port part and one trailing dot; null without a Host. */
+function hostNameOf(req: IncomingMessage): string | null {
+  const host = req.headers.host;
+  if (!host) return null;
+  const end = host.indexOf(':');
+  const name = (end === -1 ? host : host.slice(0, end)).toLowerCase();
+  return name.endsWith('.') ? name.slice(0, -1) : name;
 }
 
 /** Decimal 1..65535 written canonically (no sign, no leading zero). */

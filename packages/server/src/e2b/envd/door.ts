@@ -6,14 +6,13 @@ import { SANDBOX_ID_PATTERN } from '@sandboxd/protocol';
 import type { Logger } from 'pino';
 import type { E2bTemplate } from '../../config.js';
 import type { SandboxRecord } from '../../domain/sandbox.js';
+import { type PortAddress, PublicHosts } from '../../proxy/host.js';
 import type { AccessTokens } from '../tokens.js';
 import { ENVD_PORT } from '../version.js';
 import { type EnvdCall, envdCallKey } from './context.js';
 import { envdErrorBody } from './errors.js';
 
 const SANDBOX_ID = new RegExp(SANDBOX_ID_PATTERN);
-/** `<port>-<sandboxId>` as the first label of a Host header. */
-const HOST_LABEL = /^([0-9]{1,5})-([a-z0-9_]{1,64})\./;
 /** Largest Connect message accepted (PTY/stdin input, paths): far above what the SDK sends. */
 const READ_MAX_BYTES = 16 * 2 ** 20;
 
@@ -54,12 +53,13 @@ export interface EnvdDoorDeps {
  *    killed or timed out" (`isRunning()` is false).
  */
 export class EnvdDoor {
-  private readonly suffix: string;
+  /** The port proxy's reading of `<port>-<sandboxId>.<publicHost>` hosts. */
+  private readonly hosts: PublicHosts;
   private readonly calls = new WeakMap<IncomingMessage, EnvdCall>();
   private readonly connect: (req: IncomingMessage, res: ServerResponse) => void;
 
   constructor(private readonly d: EnvdDoorDeps) {
-    this.suffix = `.${d.publicHost.toLowerCase().replace(/:\d+$/, '').replace(/\.$/, '')}`;
+    this.hosts = new PublicHosts(d.publicHost);
     this.connect = connectNodeAdapter({
       routes: d.routes,
       readMaxBytes: READ_MAX_BYTES,
@@ -71,11 +71,18 @@ export class EnvdDoor {
   /** For {@link FrontDoor.claimRequests}: the `E2b-Sandbox-Id` header, or a `49983-<id>.<publicHost>` Host. */
   readonly claims = (req: IncomingMessage): boolean => {
     if (req.headers['e2b-sandbox-id'] !== undefined) return true;
-    const host = hostName(req);
-    if (!host?.endsWith(this.suffix)) return false;
-    const m = HOST_LABEL.exec(host);
-    return m !== null && Number(m[1]) === ENVD_PORT;
+    return this.hosts.claims(req) && this.envdAddress(req) !== null;
   };
+
+  /** The envd address a Host names, or null (another port, or a Host the proxy refuses). */
+  private envdAddress(req: IncomingMessage): PortAddress | null {
+    try {
+      const a = this.hosts.parse(req);
+      return a.port === ENVD_PORT ? a : null;
+    } catch {
+      return null;
+    }
+  }
 
   readonly handle = (req: IncomingMessage, res: ServerResponse): void => {
     this.admit(req).then(
@@ -145,9 +152,9 @@ export class EnvdDoor {
       if (!SANDBOX_ID.test(fromHeader)) return { refuse: { status: 404, message: `Sandbox ${fromHeader} not found` } };
       return { id: fromHeader };
     }
-    const m = HOST_LABEL.exec(hostName(req) ?? '');
-    if (!m || !SANDBOX_ID.test(m[2])) return { refuse: { status: 404, message: 'Sandbox not found' } };
-    return { id: m[2] };
+    const a = this.envdAddress(req);
+    if (!a) return { refuse: { status: 404, message: 'Sandbox not found' } };
+    return { id: a.sandboxId };
   }
 
   /** E2B's signed file URLs: `v1_` + base64 SHA-256 of `path:operation:user:token[:expiration]`. */
@@ -191,13 +198,6 @@ export class EnvdDoor {
 function header(req: IncomingMessage, name: string): string | undefined {
   const v = req.headers[name];
   return Array.isArray(v) ? v[0] : v;
-}
-
-function hostName(req: IncomingMessage): string | undefined {
-  const host = req.headers.host?.toLowerCase();
-  if (!host) return undefined;
-  const name = host.replace(/:\d+$/, '');
-  return name.endsWith('.') ? name.slice(0, -1) : name;
 }
 
 /** `Authorization: Basic base64(user:)`, E2B's way of naming the user of a call. */
