@@ -55,11 +55,23 @@ export function loginOf(entries: PasswdEntry[], user: string | undefined, imageU
 export function loginCwd(cwd: string | undefined, home: string): string {
   if (cwd === undefined || cwd === '') return home;
   if (cwd.includes('\0')) throw badCwd(cwd, 'contains a NUL byte');
-  if (cwd.startsWith('~')) {
-    if (cwd.length > 1 && cwd[1] !== '/') throw badCwd(cwd, "cannot expand another user's home (~name)");
-    return clean(posix.join(home, cwd.slice(1)));
+  if (cwd.startsWith('/')) return clean(cwd);
+  const p = underHome(cwd, home);
+  if (p === null) throw badCwd(cwd, "cannot expand another user's home (~name)");
+  return p;
+}
+
+/**
+ * A relative path (or `~`, `~/x`) as a login of a user whose home is `home` reads it: under
+ * the home, cleaned (`..` resolved, no trailing slash); the empty path is the home. Null for
+ * `~name` (another user's home, which neither a login here nor envd expands).
+ */
+export function underHome(path: string, home: string): string | null {
+  if (path.startsWith('~')) {
+    if (path.length > 1 && path[1] !== '/') return null;
+    return clean(posix.join(home, path.slice(1)));
   }
-  return clean(cwd.startsWith('/') ? cwd : posix.join(home, cwd));
+  return clean(posix.join(home, path));
 }
 
 /** A normalized absolute path without a trailing slash (but `/`). */

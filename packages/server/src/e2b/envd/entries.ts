@@ -2,6 +2,7 @@ import { posix } from 'node:path';
 import { create, type MessageInitShape } from '@bufbuild/protobuf';
 import { timestampFromMs } from '@bufbuild/protobuf/wkt';
 import { type FileEntry, type FileEvent, SandboxdError } from '@sandboxd/protocol';
+import { underHome } from '../../services/login.js';
 import {
   type EntryInfo,
   EntryInfoSchema,
@@ -105,14 +106,10 @@ export function needsHome(path: string): boolean {
  */
 export function resolveEnvdPath(path: string, home: string): string {
   if (path.startsWith('/')) return path;
-  let rest = path;
-  if (path.startsWith('~')) {
-    if (path.length > 1 && path[1] !== '/')
-      throw new SandboxdError('validation', `Cannot expand another user's home directory: ${path}`, { path });
-    rest = path.slice(1);
-  }
-  const joined = posix.join(home, rest);
-  return joined.length > 1 && joined.endsWith('/') ? joined.slice(0, -1) : joined;
+  const p = underHome(path, home);
+  if (p === null)
+    throw new SandboxdError('validation', `Cannot expand another user's home directory: ${path}`, { path });
+  return p;
 }
 
 /** `path` without `//` and a trailing `/` (as the file tool names the paths it reports). */
