@@ -1,6 +1,7 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { Code, type ConnectRouter, createContextValues } from '@connectrpc/connect';
+import { codeToString } from '@connectrpc/connect/protocol-connect';
 import { connectNodeAdapter } from '@connectrpc/connect-node';
 import { SANDBOX_ID_PATTERN } from '@sandboxd/protocol';
 import type { Logger } from 'pino';
@@ -233,7 +234,7 @@ export function refuse(req: IncomingMessage, res: ServerResponse, status: number
   }
   const type = /^application\/(connect\+)?(json|proto)/.exec(req.headers['content-type'] ?? '');
   const isConnect = type !== null && req.method === 'POST' && !(req.url ?? '').startsWith('/files');
-  const error = { code: connectCodeName(CONNECT_CODE[status] ?? Code.Unknown), message };
+  const error = { code: codeToString(CONNECT_CODE[status] ?? Code.Unknown), message };
   if (isConnect && type[1]) {
     // One envelope: flags 0x02 (end of stream), a big-endian length, then `{error}`.
     const json = Buffer.from(JSON.stringify({ error }));
@@ -255,9 +256,4 @@ export function refuse(req: IncomingMessage, res: ServerResponse, status: number
     connection: 'close',
   });
   res.end(body);
-}
-
-/** Connect's wire name of a code (`NotFound` -> `not_found`). */
-function connectCodeName(code: Code): string {
-  return Code[code].replace(/([a-z])([A-Z])/g, '$1_$2').toLowerCase();
 }
