@@ -8,6 +8,7 @@ import type { FileService } from '../../services/files.js';
 import { type EnvdCall, envdCall, toConnectError, userOf } from './context.js';
 import { normalizePath, toEntryInfo, toFilesystemEvent } from './entries.js';
 import type { Filesystem, FilesystemEventSchema, WatchDirResponseSchema } from './gen/filesystem_pb.js';
+import { EventQueue } from './event-queue.js';
 import type { EnvdPaths } from './paths.js';
 
 /** Entries one ListDir answers at most (a deeper or bigger tree: list fewer levels). */
@@ -223,73 +224,40 @@ async function* watchStream(
   includeEntry: boolean,
   ctx: HandlerContext,
 ): AsyncGenerator<WatchDirResponseInit> {
-  // Keepalives are about the connection: wall-clock time, not the service's clock.
-  const now = () => performance.now();
-  const queue: FilesystemEventInit[] = [];
-  let ended = false;
-  let overflowed = false;
-  let wake: (() => void) | null = null;
-  const poke = () => {
-    const w = wake;
-    wake = null;
-    w?.();
-  };
+  // Each queued event counts 1 towards the bound.
+  const queue = new EventQueue<WatchDirResponseInit>();
   watch.onEvent((ev) => {
     const fe = toFilesystemEvent(root, ev, includeEntry);
-    if (!fe || overflowed) return;
-    if (queue.length >= MAX_STREAM_QUEUE) {
-      overflowed = true;
-      watch.close();
-    } else queue.push(fe);
-    poke();
-  });
-  watch.onEnd(() => {
-    ended = true;
-    poke();
-  });
-  const signal = ctx.signal;
-  signal.addEventListener('abort', poke);
-  const interval = Number(ctx.requestHeader.get('keepalive-ping-interval'));
-  const keepaliveMs =
-    Number.isInteger(interval) && interval > 0 ? Math.min(interval, MAX_KEEPALIVE_S) * 1000 : undefined;
-  let timer: NodeJS.Timeout | undefined;
-  let lastSent = now();
-  try {
-    yield { event: { case: 'start', value: {} } };
-    for (;;) {
-      if (signal.aborted) {
-        if (signal.reason instanceof ConnectError) throw signal.reason;
-        return;
-      }
-      const next = queue.shift();
-      if (next) {
-        lastSent = now();
-        yield { event: { case: 'filesystem', value: next } };
-        continue;
-      }
-      if (overflowed)
-        throw new ConnectError(
+    if (!fe) return;
+    if (queue.buffered >= MAX_STREAM_QUEUE) {
+      queue.fail(
+        new ConnectError(
           `The client fell more than ${MAX_STREAM_QUEUE} events behind the watch of ${root}`,
           Code.ResourceExhausted,
-        );
-      if (ended) return;
-      if (keepaliveMs !== undefined && now() - lastSent >= keepaliveMs) {
-        lastSent = now();
-        yield { event: { case: 'keepalive', value: {} } };
-        continue;
-      }
-      await new Promise<void>((resolve) => {
-        wake = resolve;
-        if (keepaliveMs !== undefined) timer = setTimeout(poke, Math.max(0, keepaliveMs - (now() - lastSent)));
-      });
-      clearTimeout(timer);
-    }
+        ),
+      );
+      watch.close();
+    } else queue.push({ event: { case: 'filesystem', value: fe } }, 1);
+  });
+  watch.onEnd(() => queue.end());
+  const interval = Number(ctx.requestHeader.get('keepalive-ping-interval'));
+  const keepalive =
+    Number.isInteger(interval) && interval > 0
+      ? { intervalMs: Math.min(interval, MAX_KEEPALIVE_S) * 1000, event: () => KEEPALIVE }
+      : undefined;
+  try {
+    yield { event: { case: 'start', value: {} } };
+    yield* queue.events(ctx.signal, keepalive);
+  } catch (e) {
+    // The client went (not the call's deadline): nobody to tell.
+    if (ctx.signal.aborted && !(ctx.signal.reason instanceof ConnectError)) return;
+    throw e;
   } finally {
-    clearTimeout(timer);
-    signal.removeEventListener('abort', poke);
     watch.close();
   }
 }
+
+const KEEPALIVE: WatchDirResponseInit = { event: { case: 'keepalive', value: {} } };
 
 interface PollingWatcher {
   sandboxId: string;
