@@ -163,7 +163,14 @@ describe(`files and processes through the SDK (${RUNTIME})`, { timeout: 300_000 
     const w = await sb.files.watch('/tmp/e2e-watch', (e) => events.push(e), { recursive: true });
     try {
       await sleep(200);
-      await sb.exec('cd /tmp/e2e-watch && echo hi > a.txt && mv a.txt b.txt && rm b.txt');
+      // a.txt stays until its create event arrived: the event's entry is read when the event is
+      // reported, and a file renamed at once may be gone by then (no entry: a race, not a bug).
+      await sb.exec('cd /tmp/e2e-watch && echo hi > a.txt');
+      await until(
+        () => events.some((e) => e.type === 'create' && e.path === '/tmp/e2e-watch/a.txt'),
+        () => JSON.stringify(events.map((e) => [e.type, e.path])),
+      );
+      await sb.exec('cd /tmp/e2e-watch && mv a.txt b.txt && rm b.txt');
       const want: [string, string][] = [
         ['create', '/tmp/e2e-watch/a.txt'],
         ['write', '/tmp/e2e-watch/a.txt'],
