@@ -278,6 +278,13 @@ export interface RuntimeDriver {
   /** `conflict` while mounted by a running sandbox; `not_found` if missing. */
   deleteVolume(name: string): Promise<void>;
 
+  /**
+   * Sandboxes kept started per pooled image, ready for a create to claim (absent or empty
+   * when the runtime keeps none). A claimed sandbox is indistinguishable from one started
+   * for the create.
+   */
+  warmPool?(): Record<string, number>;
+
   /** Releases driver resources held by this process (not sandboxes). */
   close(): Promise<void>;
 }
