@@ -62,6 +62,11 @@ export interface Reservation {
   minutes: number;
   /** Plan concurrency limit: live (`creating`+`started`) sandboxes allowed. */
   concurrency: number;
+  /**
+   * Host limit: live sandboxes of all accounts allowed (`maxSandboxes`); absent or 0: none.
+   * Checked first: at it, 503 `capacity` (resource `sandboxes`) and nothing is written.
+   */
+  maxSandboxes?: number;
   /** Volumes to create if missing; size given explicitly, or null to accept any existing size. */
   volumes: Array<{ name: string; sizeGb: number | null }>;
   /** Makes another name when the record's name is taken in the account. */
