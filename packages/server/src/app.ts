@@ -101,6 +101,8 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
 
   const capacity = new CapacityService({ driver, store, config });
   const sandboxes = new SandboxService({ ...deps, portLinks, storage, capacity });
+  // A sandbox that goes frees room: the next create or health check measures again.
+  sandboxes.onGone(() => capacity.forget());
   const accounts = new AccountService(deps);
   const auth = new AuthService(deps);
   const terminals = new TerminalService({ ...deps, storage }, sandboxes);
