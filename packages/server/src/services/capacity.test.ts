@@ -20,11 +20,11 @@ function setup(config: { maxSandboxes?: number; createMinFreeMb?: number; create
     },
   };
   let now = 0;
-  const counts = { creating: 1, started: 2, stopped: 7, error: 1 };
+  const counts = { live: 3 };
   const svc = new CapacityService(
     {
       driver: measured,
-      store: { countByState: async () => counts },
+      store: { countAllLive: async () => counts.live },
       config: { maxSandboxes: 0, createMinFreeMb: 512, createMinMemoryMb: 256, ...config },
     },
     { now: () => now, cacheMs: 1000 },
@@ -140,7 +140,7 @@ describe('CapacityService', () => {
     assert.deepEqual(r.full, ['sandboxes']);
     assert.deepEqual(r.addresses, { free: 65_533, total: 65_533 });
     assert.equal(r.memory.availableBytes, 16 * 2 ** 30);
-    s.counts.started = 1;
+    s.counts.live = 2;
     assert.deepEqual((await s.svc.report()).sandboxes, { used: 2, max: 3, free: 1 });
   });
 });

@@ -25,7 +25,7 @@ export class CapacityService {
   constructor(
     private readonly d: {
       driver: Pick<RuntimeDriver, 'capacity'>;
-      store: Pick<Store, 'countByState'>;
+      store: Pick<Store, 'countAllLive'>;
       config: Pick<Config, 'maxSandboxes' | 'createMinFreeMb' | 'createMinMemoryMb'>;
     },
     opts: { now?: () => number; cacheMs?: number } = {},
@@ -100,8 +100,7 @@ export class CapacityService {
 
   /** What is left, for /healthz and /metrics. */
   async report(): Promise<CapacityReport> {
-    const [c, counts] = await Promise.all([this.measure(), this.d.store.countByState()]);
-    const used = (counts.creating ?? 0) + (counts.started ?? 0);
+    const [c, used] = await Promise.all([this.measure(), this.d.store.countAllLive()]);
     const max = this.d.config.maxSandboxes || null;
     const f = this.floors;
     const full: Capacity['full'] = max !== null && used >= max ? ['sandboxes'] : [];

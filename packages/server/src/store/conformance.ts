@@ -151,6 +151,12 @@ export function runStoreConformance(target: StoreTarget): void {
         await s.reserveSandbox(rec('s3', 'acc_a', 5), host);
         await s.reserveSandbox(rec('s5', 'acc_a', 6), { ...host, maxSandboxes: 0 }); // 0: no limit
         assert.equal(await s.countLive('acc_a'), 3);
+        await s.createAccount(
+          { id: 'acc_c', email: 'c@x', passwordHash: null, plan: 'FREE', admin: false, createdAt: 1 },
+          { tokens: 5, reason: 'signup' },
+        );
+        await s.reserveSandbox(rec('s6', 'acc_c', 7), { ...host, maxSandboxes: 0 });
+        assert.equal(await s.countAllLive(), 4, 'every account');
       }));
 
     it("keeps E2B's template and metadata of a sandbox; absent when not given", () =>

@@ -164,6 +164,8 @@ export interface Store extends Counters {
   purgeEnded(cutoff: number): Promise<number>;
   countByState(): Promise<Record<SandboxRecordState, number>>;
   countLive(accountId: string): Promise<number>;
+  /** Live (`creating`+`started`) sandboxes of every account: what the host holds (what `maxSandboxes` counts). */
+  countAllLive(): Promise<number>;
   // volumes
   listVolumes(accountId: string): Promise<Array<VolumeRecord & { mountedBy: string[] }>>;
   getVolume(accountId: string, name: string): Promise<VolumeRecord | null>;
