@@ -9,6 +9,7 @@ import type {
   ImageInfo,
   PtyProcess,
   RecoveryReport,
+  RuntimeCapacity,
   RuntimeDriver,
   RuntimeSandbox,
   SandboxSpec,
@@ -26,6 +27,7 @@ import { ExecAgent } from './commands/exec-agent.js';
 import { AgentFiles } from './files.js';
 import { SandboxCommands } from './commands/exec.js';
 import { defaultOciRuntime, OciRuntime, processStart } from './commands/oci-runtime.js';
+import { readHostCapacity } from './host-capacity.js';
 import { ImageStore } from './images/store.js';
 import { resolveImageUser } from './images/user.js';
 import { NetworkManager } from './network/manager.js';
@@ -322,6 +324,11 @@ export class LocalDriver implements RuntimeDriver {
 
   deleteVolume(name: string): Promise<void> {
     return this.volumes.delete(name);
+  }
+
+  /** MemAvailable, free space of the data dir's file system, and the network's free addresses. */
+  async capacity(): Promise<RuntimeCapacity> {
+    return { ...readHostCapacity(this.opts.dataDir), addresses: await this.network.freeAddresses() };
   }
 
   /** Pooled networks stay on the host; the next `recover()` removes them. */
