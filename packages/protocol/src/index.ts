@@ -9,3 +9,4 @@ export * from './auth.js';
 export * from './images.js';
 export * from './files.js';
 export * from './processes.js';
+export * from './health.js';

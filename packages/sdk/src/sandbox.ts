@@ -66,7 +66,9 @@ export class Sandbox {
   /**
    * Creates a sandbox and resolves once a command can run in it. Never retried: one call
    * starts at most one sandbox. Throws ValidationError, InsufficientTokensError,
-   * ConcurrencyLimitError, TemplateNotFoundError, ConflictError (volume size mismatch).
+   * ConcurrencyLimitError, TemplateNotFoundError, ConflictError (volume size mismatch),
+   * CapacityError (the host has no room now: `details.resource` names what is full, retry
+   * after `retryAfterMs`).
    */
   static async create(params: SandboxCreateParams, connection?: Connection): Promise<Sandbox> {
     const http = httpOf(connection);

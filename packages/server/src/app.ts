@@ -28,6 +28,7 @@ import { createFakeDriver } from './runtime/fake/driver.js';
 import { AccountService } from './services/accounts.js';
 import { AuthService } from './services/auth.js';
 import { bootstrap, type BootstrapResult } from './services/bootstrap.js';
+import { CapacityService } from './services/capacity.js';
 import type { ServiceDeps } from './services/context.js';
 import { EventService } from './services/events.js';
 import { ExecService } from './services/exec.js';
@@ -98,13 +99,17 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
   const portLinks = new PortLinks({ secretPath: join(config.dataDir, 'proxy-link.key') });
   const storage = new StorageGuard([config.dataDir, dirname(config.dbPath)], config.minFreeMb * 2 ** 20);
 
-  const sandboxes = new SandboxService({ ...deps, portLinks, storage });
+  const capacity = new CapacityService({ driver, store, config });
+  const sandboxes = new SandboxService({ ...deps, portLinks, storage, capacity });
+  // A sandbox that goes frees room: the next create or health check measures again.
+  sandboxes.onGone(() => capacity.forget());
   const accounts = new AccountService(deps);
   const auth = new AuthService(deps);
   const terminals = new TerminalService({ ...deps, storage }, sandboxes);
   const processes = new ProcessService(deps, sandboxes);
   const services: Services = {
     sandboxes,
+    capacity,
     accounts,
     auth,
     terminals,
@@ -117,7 +122,10 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
     images: new ImageService(deps),
   };
   const reaper = new Reaper(deps, sandboxes);
-  const metrics = new Metrics(() => sandboxes.countByState());
+  const metrics = new Metrics(
+    () => sandboxes.countByState(),
+    () => capacity.report(),
+  );
   metrics.gaugeBy('sandboxd_warm_pool_ready', 'Started sandboxes ready to be claimed, by pooled image.', 'image', () =>
     driver.warmPool ? driver.warmPool() : {},
   );

@@ -42,6 +42,33 @@ describe('loadConfig', () => {
     assert.throws(() => loadConfig({ SANDBOXD_BOOTSTRAP_API_KEY: 'short' }), ConfigError);
   });
 
+  it('capacity: maxSandboxes (0: no count limit) and the create floors of memory and disk, by env or file', () => {
+    const d = loadConfig({});
+    assert.deepEqual([d.maxSandboxes, d.createMinMemoryMb, d.createMinFreeMb], [0, 256, 512]);
+    const c = loadConfig({
+      SANDBOXD_MAX_SANDBOXES: '2000',
+      SANDBOXD_CREATE_MIN_MEMORY_MB: '1024',
+      SANDBOXD_MIN_FREE_MB: '1000',
+    });
+    assert.deepEqual([c.maxSandboxes, c.createMinMemoryMb, c.createMinFreeMb], [2000, 1024, 2000]);
+    assert.equal(loadConfig({ SANDBOXD_MIN_FREE_MB: '0' }).createMinFreeMb, 0, 'twice an absent floor');
+    assert.equal(loadConfig({ SANDBOXD_CREATE_MIN_FREE_MB: '0' }).createMinFreeMb, 0);
+    assert.throws(() => loadConfig({ SANDBOXD_MAX_SANDBOXES: '-1' }), /SANDBOXD_MAX_SANDBOXES/);
+    assert.throws(() => loadConfig({ SANDBOXD_MAX_SANDBOXES: 'lots' }), /SANDBOXD_MAX_SANDBOXES/);
+    assert.throws(
+      () => loadConfig({ SANDBOXD_CREATE_MIN_FREE_MB: '100' }),
+      /SANDBOXD_CREATE_MIN_FREE_MB \(100\) must be 0 or at least SANDBOXD_MIN_FREE_MB \(256\)/,
+    );
+    const dir = mkdtempSync(join(tmpdir(), 'sbx-cfg-'));
+    try {
+      const f = join(dir, 'c.json');
+      writeFileSync(f, JSON.stringify({ maxSandboxes: 7 }));
+      assert.equal(loadConfig({ SANDBOXD_CONFIG: f }).maxSandboxes, 7);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it('an unknown default plan is a startup error; a config file can add plans', () => {
     assert.throws(() => loadConfig({ SANDBOXD_DEFAULT_PLAN: 'GOLD' }), /GOLD/);
     const dir = mkdtempSync(join(tmpdir(), 'sbx-cfg-'));

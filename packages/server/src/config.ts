@@ -96,6 +96,18 @@ export interface Config {
   terminalIdleMs: number;
   /** Below this many MiB free on the data dir's file system, creates, execs and terminals answer 507; 0 = no floor. */
   minFreeMb: number;
+  /**
+   * Sandboxes the host holds at once (`started` and being created, all accounts); a create
+   * past it answers 503 `capacity`. 0 = no count limit (memory, disk and addresses still apply).
+   */
+  maxSandboxes: number;
+  /**
+   * Below this many MiB free on the data dir's file system, creates answer 503 `capacity`
+   * (resource `disk`); default twice `minFreeMb`, so creates stop before the 507 floor; 0 = off.
+   */
+  createMinFreeMb: number;
+  /** Below this many MiB of available memory (MemAvailable), creates answer 503 `capacity` (resource `memory`); 0 = off. */
+  createMinMemoryMb: number;
   /** Port proxy: how long to wait for a sandbox's response headers (and the connect) before answering 504. */
   proxyTimeoutMs: number;
   plans: Record<string, PlanConfig>;
@@ -203,6 +215,7 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
   const int = (name: string, min: number, max: number) => (s: string) => parseIntStrict(name, s, min, max);
   const port = pick('port', 'SANDBOXD_PORT', int('SANDBOXD_PORT', 0, 65535), 8080);
   const dataDir = resolve(pick('dataDir', 'SANDBOXD_DATA_DIR', String, './data'));
+  const minFreeMb = pick('minFreeMb', 'SANDBOXD_MIN_FREE_MB', int('SANDBOXD_MIN_FREE_MB', 0, 2 ** 30), 256);
   const plans = mergePlans(file.plans as Record<string, Partial<PlanConfig>> | undefined, overrides.plans);
   const cfg: Config = {
     port,
@@ -244,7 +257,20 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
       int('SANDBOXD_TERMINAL_IDLE_MS', 1, 2 ** 31),
       1_800_000,
     ),
-    minFreeMb: pick('minFreeMb', 'SANDBOXD_MIN_FREE_MB', int('SANDBOXD_MIN_FREE_MB', 0, 2 ** 30), 256),
+    minFreeMb,
+    maxSandboxes: pick('maxSandboxes', 'SANDBOXD_MAX_SANDBOXES', int('SANDBOXD_MAX_SANDBOXES', 0, 1_000_000), 0),
+    createMinFreeMb: pick(
+      'createMinFreeMb',
+      'SANDBOXD_CREATE_MIN_FREE_MB',
+      int('SANDBOXD_CREATE_MIN_FREE_MB', 0, 2 ** 30),
+      2 * minFreeMb,
+    ),
+    createMinMemoryMb: pick(
+      'createMinMemoryMb',
+      'SANDBOXD_CREATE_MIN_MEMORY_MB',
+      int('SANDBOXD_CREATE_MIN_MEMORY_MB', 0, 2 ** 30),
+      256,
+    ),
     proxyTimeoutMs: pick(
       'proxyTimeoutMs',
       'SANDBOXD_PROXY_TIMEOUT_MS',
@@ -317,6 +343,11 @@ function validate(cfg: Config): void {
   const key = cfg.bootstrap.apiKey;
   if (key !== undefined && !/^sk_[A-Za-z0-9]{20,100}$/.test(key)) {
     throw new ConfigError('SANDBOXD_BOOTSTRAP_API_KEY must look like sk_ followed by 20 to 100 letters and digits');
+  }
+  if (cfg.createMinFreeMb !== 0 && cfg.createMinFreeMb < cfg.minFreeMb) {
+    throw new ConfigError(
+      `SANDBOXD_CREATE_MIN_FREE_MB (${cfg.createMinFreeMb}) must be 0 or at least SANDBOXD_MIN_FREE_MB (${cfg.minFreeMb}): below that floor creates answer 507 first`,
+    );
   }
   if (cfg.bootstrap.adminPassword !== undefined && cfg.bootstrap.adminPassword.length < 8) {
     throw new ConfigError('SANDBOXD_BOOTSTRAP_ADMIN_PASSWORD must have at least 8 characters');

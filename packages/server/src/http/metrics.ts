@@ -1,4 +1,7 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type { CapacityReport } from '../services/capacity.js';
+
+const RESOURCES: CapacityReport['full'] = ['sandboxes', 'memory', 'disk', 'addresses'];
 
 /** Prometheus metrics of one server; a registry per instance, so tests can build many. */
 export class Metrics {
@@ -7,8 +10,11 @@ export class Metrics {
   readonly execSeconds: Histogram<'mode'>;
   readonly errors: Counter<'code'>;
 
-  /** `countByState` feeds the gauge of sandbox records by state (SandboxService.countByState). */
-  constructor(countByState: () => Promise<Record<string, number>>) {
+  /**
+   * `countByState` feeds the gauge of sandbox records by state (SandboxService.countByState),
+   * `capacity` the `sandboxd_capacity_*` gauges (CapacityService.report).
+   */
+  constructor(countByState: () => Promise<Record<string, number>>, capacity: () => Promise<CapacityReport>) {
     collectDefaultMetrics({ register: this.registry, prefix: 'sandboxd_process_' });
     this.createSeconds = new Histogram({
       name: 'sandboxd_sandbox_create_seconds',
@@ -38,6 +44,67 @@ export class Metrics {
       async collect() {
         const counts = await countByState();
         for (const [state, n] of Object.entries(counts)) this.set({ state }, n);
+      },
+    });
+    this.capacityGauges(capacity);
+  }
+
+  /**
+   * What the host has left (the figures of /healthz's `capacity`), one report per scrape.
+   * A figure the runtime cannot tell is NaN; a limit that is off is +Inf (`maxSandboxes`) or 0 (floors).
+   */
+  private capacityGauges(capacity: () => Promise<CapacityReport>): void {
+    let scrape: Promise<CapacityReport> | null = null;
+    const report = () => {
+      scrape ??= capacity().finally(() => setImmediate(() => (scrape = null)));
+      return scrape;
+    };
+    const known = (n: number | null | undefined) => (n === null || n === undefined ? Number.NaN : n);
+    const gauge = (name: string, help: string, value: (r: CapacityReport) => number) =>
+      new Gauge({
+        name,
+        help,
+        registers: [this.registry],
+        async collect() {
+          this.set(value(await report()));
+        },
+      });
+    gauge(
+      'sandboxd_capacity_sandboxes_used',
+      'Live sandboxes (started and being created) of all accounts.',
+      (r) => r.sandboxes.used,
+    );
+    gauge(
+      'sandboxd_capacity_sandboxes_max',
+      'maxSandboxes: live sandboxes the host takes (+Inf: no limit).',
+      (r) => r.sandboxes.max ?? Number.POSITIVE_INFINITY,
+    );
+    gauge('sandboxd_capacity_memory_available_bytes', 'MemAvailable of the host.', (r) =>
+      known(r.memory.availableBytes),
+    );
+    gauge(
+      'sandboxd_capacity_memory_floor_bytes',
+      'Below this much available memory creates answer 503 (0: off).',
+      (r) => r.memory.floorBytes,
+    );
+    gauge('sandboxd_capacity_disk_free_bytes', "Free space of the data dir's file system.", (r) =>
+      known(r.disk.freeBytes),
+    );
+    gauge(
+      'sandboxd_capacity_disk_floor_bytes',
+      'Below this much free disk creates answer 503 (0: off).',
+      (r) => r.disk.floorBytes,
+    );
+    gauge('sandboxd_capacity_addresses_free', 'Sandbox network addresses left.', (r) => known(r.addresses?.free));
+    gauge('sandboxd_capacity_addresses_total', 'Sandbox network addresses in all.', (r) => known(r.addresses?.total));
+    new Gauge({
+      name: 'sandboxd_capacity_full',
+      help: '1 while the resource is at its limit (creates answer 503 capacity naming it), else 0.',
+      labelNames: ['resource'],
+      registers: [this.registry],
+      async collect() {
+        const r = await report();
+        for (const resource of RESOURCES) this.set({ resource }, r.full.includes(resource) ? 1 : 0);
       },
     });
   }

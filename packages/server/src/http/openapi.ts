@@ -15,7 +15,7 @@ const REASONS: Record<number, string> = {
   416: 'The range is outside the file; Content-Range gives its size',
   429: 'Rate limited; Retry-After (seconds) and details.retryAfterMs say when to retry',
   500: 'Internal error',
-  503: 'Not ready yet (starting) or shutting down',
+  503: 'Not ready yet (starting) or shutting down; for a create also kind capacity: the host has no room for more sandboxes (details.resource names what is full; Retry-After and details.retryAfterMs say when to retry)',
   507: "The server is out of storage (works again once space is freed), or the sandbox's disk or volume is full",
 };
 

@@ -201,8 +201,12 @@ export function rateLimited(limit: LimitName, retryAfterMs: number, limits: Rate
   return new SandboxdError('rate_limited', `${WHY[limit](limits)}; retry in ${wait}`, { limit, retryAfterMs: ms });
 }
 
-/** Whole seconds for `Retry-After` (at least 1) of a 429 body, or null when it has none. */
-export function retryAfterSeconds(body: { code: number; details?: unknown }): string | null {
+/**
+ * Whole seconds for `Retry-After` (at least 1) of a 429 or a 503 `capacity` body, or null
+ * when it has none.
+ */
+export function retryAfterSeconds(body: { code: number; kind?: string; details?: unknown }): string | null {
   const ms = (body.details as { retryAfterMs?: unknown } | undefined)?.retryAfterMs;
-  return body.code === 429 && typeof ms === 'number' ? String(Math.max(1, Math.ceil(ms / 1000))) : null;
+  const asks = body.code === 429 || body.kind === 'capacity';
+  return asks && typeof ms === 'number' ? String(Math.max(1, Math.ceil(ms / 1000))) : null;
 }

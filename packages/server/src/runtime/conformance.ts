@@ -86,6 +86,18 @@ export function runDriverConformance(target: ConformanceTarget): void {
       await driver.delete(s.id);
     });
 
+    it('reports its capacity: memory, disk and addresses left, each unknown (null) or a count', async () => {
+      const count = (n: unknown) => n === null || (Number.isSafeInteger(n) && (n as number) >= 0);
+      const s = await driver.create(spec());
+      const c = await driver.capacity();
+      assert.ok(count(c.memoryAvailableBytes) && count(c.diskFreeBytes), JSON.stringify(c));
+      if (c.addresses) {
+        assert.ok(count(c.addresses.free) && count(c.addresses.total), JSON.stringify(c.addresses));
+        assert.ok(c.addresses.free < c.addresses.total, 'the running sandbox holds an address');
+      }
+      await driver.delete(s.id);
+    });
+
     it('rejects an unknown image, a taken id and a bad mount path', async () => {
       await rejectsWith(driver.create(spec({ image: 'local/no-such-image:latest' })), 'template_not_found');
       const s = await driver.create(spec());

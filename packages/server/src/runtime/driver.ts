@@ -10,7 +10,9 @@ import type { DriverFiles } from './files.js';
  * Errors: drivers throw `SandboxdError` from `@sandboxd/protocol` with kind
  * `template_not_found` (unknown image), `not_found` (unknown sandbox or volume),
  * `conflict` (wrong state, volume in use or of another size), `validation` (bad argument)
- * or `internal` (the runtime failed; message says why, no secrets).
+ * or `internal` (the runtime failed; message says why, no secrets). A create that fails
+ * because the host is full keeps the runtime's words in its message (`Exchange full`,
+ * `no free address`, EAGAIN, ENOSPC): the service maps them to `capacity` or a 507.
  */
 
 /** Resource limits applied to one sandbox. All are enforced by the kernel. */
@@ -217,6 +219,19 @@ export interface DriverImageStore {
   build(ref: string, opts?: { onProgress?: (p: ImageProgress) => void }): Promise<ImageInfo>;
 }
 
+/**
+ * What the host has left for new sandboxes, as the runtime measures it now (uncached; the
+ * service caches). `null`: the runtime cannot tell, or has no such limit.
+ */
+export interface RuntimeCapacity {
+  /** Memory the kernel can give without swapping (`MemAvailable` of /proc/meminfo), bytes. */
+  memoryAvailableBytes: number | null;
+  /** Bytes free for the server on the file system of the runtime's data (sandbox roots, volumes). */
+  diskFreeBytes: number | null;
+  /** Sandbox network addresses: left for new sandboxes, and the most there can be. */
+  addresses: { free: number; total: number } | null;
+}
+
 /** What `recover()` found after a restart. */
 export interface RecoveryReport {
   adopted: string[];
@@ -284,6 +299,12 @@ export interface RuntimeDriver {
    * for the create.
    */
   warmPool?(): Record<string, number>;
+
+  /**
+   * What the host has left for new sandboxes (memory, disk, addresses), measured now. Cheap
+   * (a file read, a statfs, counters), never throws for a figure it cannot read (null).
+   */
+  capacity(): Promise<RuntimeCapacity>;
 
   /** Releases driver resources held by this process (not sandboxes). */
   close(): Promise<void>;

@@ -1,5 +1,6 @@
 import type { AccountService } from './accounts.js';
 import type { AuthService } from './auth.js';
+import type { CapacityService } from './capacity.js';
 import type { EventService } from './events.js';
 import type { ExecService } from './exec.js';
 import type { FileService } from './files.js';
@@ -13,6 +14,8 @@ import type { VolumeService } from './volumes.js';
 /** Every service, as the composition root (app.ts) builds them; what the HTTP routes call. */
 export interface Services {
   sandboxes: SandboxService;
+  /** The host's room for new sandboxes (/healthz, /metrics; creates check it). */
+  capacity: CapacityService;
   timeout: TimeoutService;
   exec: ExecService;
   processes: ProcessService;

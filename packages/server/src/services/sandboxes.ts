@@ -13,10 +13,19 @@ import type { AccountRecord } from '../store/store.js';
 import { planOf, type ServiceDeps } from './context.js';
 import { LINK_PARAM, LINK_TTL, type PortLinks } from '../proxy/links.js';
 import { isOutOfSpace, outOfStorage } from '../domain/storage.js';
+import { hostFullError } from '../domain/capacity.js';
+import type { CapacityService } from './capacity.js';
 import type { StorageGuard } from './storage.js';
 
 /** Errors of `driver.create` that mean "the request was wrong", not "the runtime failed". */
 const CLIENT_KINDS = new Set(['template_not_found', 'validation', 'conflict']);
+
+/** The 503 a failure of `driver.create` stands for when it means the host is full, else null. */
+function hostFull(e: unknown): SandboxdError | null {
+  if (e instanceof SandboxdError && e.kind === 'capacity') return e;
+  if (e instanceof SandboxdError && CLIENT_KINDS.has(e.kind)) return null;
+  return hostFullError(e);
+}
 
 /**
  * What a create records beyond sandboxd's own request: internal, never part of sandboxd's
@@ -45,9 +54,15 @@ export class SandboxService {
   private readonly creating = new Set<string>();
   /**
    * `portLinks` signs the links of {@link portLink}; `storage` refuses creates (507) while
-   * the data dir is nearly full.
+   * the data dir is nearly full; `capacity` refuses them (503) while the host has no room.
    */
-  constructor(private readonly d: ServiceDeps & { portLinks: Pick<PortLinks, 'sign'>; storage: StorageGuard }) {}
+  constructor(
+    private readonly d: ServiceDeps & {
+      portLinks: Pick<PortLinks, 'sign'>;
+      storage: StorageGuard;
+      capacity: Pick<CapacityService, 'check' | 'forget'>;
+    },
+  ) {}
 
   /** True while this process is creating sandbox `id` (the reconciler leaves such records alone). */
   isCreating(id: string): boolean {
@@ -62,10 +77,12 @@ export class SandboxService {
   /**
    * Creates a sandbox and resolves once it is started. Throws `validation` (400),
    * `tokens` (402), `concurrency` (403), `template_not_found` (404),
-   * `conflict` (409, volume of another size), `insufficient_storage` (507), `internal`.
-   * Tokens are refunded on failure; a create refused for the request or for storage leaves
-   * no record, nor a record of a volume it did not get to make. `opts` are recorded with it
-   * (E2B's template and metadata).
+   * `conflict` (409, volume of another size), `capacity` (503: the host has no room, by
+   * `maxSandboxes`, memory, disk or addresses, or the runtime failed for lack of one),
+   * `insufficient_storage` (507), `internal`. Tokens are refunded on failure; a create
+   * refused for the request, for capacity or for storage leaves no record, nor a record of a
+   * volume it did not get to make (a 503 before the runtime is asked writes nothing at all).
+   * `opts` are recorded with it (E2B's template and metadata).
    */
   async create(account: AccountRecord, req: SandboxCreate, opts: CreateOptions = {}): Promise<SandboxRecord> {
     const plan = planOf(this.d.config, account.plan);
@@ -80,6 +97,7 @@ export class SandboxService {
       throw new SandboxdError('validation', tooLong.map((p) => `${p.path}: ${p.message}`).join('; '), tooLong);
     const { mounts, sizes } = parseVolumes(req.volumes ?? {});
     await this.d.storage.check();
+    await this.d.capacity.check();
     const id = newSandboxId();
     this.creating.add(id);
     try {
@@ -119,7 +137,13 @@ export class SandboxService {
         ...(opts.template !== undefined ? { template: opts.template } : {}),
         ...(opts.metadata !== undefined ? { metadata: opts.metadata } : {}),
       },
-      { minutes: billedMinutes(timeoutMs), concurrency: plan.concurrency, volumes: sizes, newName: newSandboxName },
+      {
+        minutes: billedMinutes(timeoutMs),
+        concurrency: plan.concurrency,
+        maxSandboxes: this.d.config.maxSandboxes,
+        volumes: sizes,
+        newName: newSandboxName,
+      },
     );
     const log = this.d.log.child({ sandboxId: record.id, accountId: account.id });
     try {
@@ -138,6 +162,11 @@ export class SandboxService {
     } catch (e) {
       await this.failCreate(record, e, log);
       if (isOutOfSpace(e)) throw outOfStorage();
+      const full = hostFull(e);
+      if (full) {
+        this.d.capacity.forget();
+        throw full;
+      }
       throw e instanceof SandboxdError && e.kind !== 'internal'
         ? e
         : new SandboxdError('internal', 'The runtime failed to start the sandbox', { sandboxId: record.id });
@@ -167,8 +196,10 @@ export class SandboxService {
   private async failCreate(record: SandboxRecord, e: unknown, log: ServiceDeps['log']): Promise<void> {
     const clientError = e instanceof SandboxdError && CLIENT_KINDS.has(e.kind);
     const noSpace = isOutOfSpace(e);
+    const full = !noSpace && hostFull(e) !== null;
     if (clientError) log.info({ kind: (e as SandboxdError).kind }, 'sandbox create refused by runtime');
     else if (noSpace) log.warn({ err: e }, 'sandbox create failed: out of storage');
+    else if (full) log.warn({ err: e }, 'sandbox create failed: the host is full');
     else log.error({ err: e }, 'sandbox create failed');
     await this.d.driver.delete(record.id).catch((err) => log.warn({ err }, 'cleanup after failed create'));
     const at = this.d.clock.now();
@@ -183,7 +214,7 @@ export class SandboxService {
         expectStates: ['creating'],
         at,
       });
-      if (clientError || noSpace) await this.d.store.deleteSandbox(record.id);
+      if (clientError || noSpace || full) await this.d.store.deleteSandbox(record.id);
       await this.dropNewVolumes(record);
     } catch (err) {
       log.error({ err }, 'recording a failed create failed; the reconciler will finish it');

@@ -122,6 +122,43 @@ export function runStoreConformance(target: StoreTarget): void {
         assert.equal(await s.countLive('acc_a'), 2);
       }));
 
+    it('maxSandboxes counts live sandboxes of every account; at it 503 capacity first, with nothing written', () =>
+      withStore(async (s) => {
+        await s.createAccount(
+          { id: 'acc_b', email: 'b@x', passwordHash: null, plan: 'FREE', admin: false, createdAt: 1 },
+          { tokens: 0, reason: 'signup' },
+        );
+        const host = { minutes: 1, concurrency: 5, volumes: [], newName: () => 'x', maxSandboxes: 2 };
+        await s.reserveSandbox(rec('s1', 'acc_a', 1), host);
+        await s.reserveSandbox(rec('s2', 'acc_a', 2), host);
+        await s.updateSandbox('s1', { state: 'started', at: 3 });
+        const ledger = (await s.listLedger('acc_a', { limit: 100 })).items.length;
+        for (const [id, account] of [
+          ['s3', 'acc_a'],
+          ['s4', 'acc_b'], // no tokens: the host's limit is said first
+        ]) {
+          await assert.rejects(s.reserveSandbox(rec(id, account, 3), host), (e: SandboxdError) => {
+            assert.equal(e.kind, 'capacity');
+            assert.deepEqual(e.details, { resource: 'sandboxes', retryAfterMs: 5000, used: 2, max: 2 });
+            assert.match(e.message, /2 of 2 are in use \(maxSandboxes\)/);
+            return true;
+          });
+          assert.equal(await s.getSandbox(id), null);
+        }
+        assert.equal((await s.listLedger('acc_a', { limit: 100 })).items.length, ledger, 'no ledger row');
+        assert.equal(await s.balance('acc_a'), 8);
+        await s.updateSandbox('s2', { state: 'error', endedAt: 4, at: 4 });
+        await s.reserveSandbox(rec('s3', 'acc_a', 5), host);
+        await s.reserveSandbox(rec('s5', 'acc_a', 6), { ...host, maxSandboxes: 0 }); // 0: no limit
+        assert.equal(await s.countLive('acc_a'), 3);
+        await s.createAccount(
+          { id: 'acc_c', email: 'c@x', passwordHash: null, plan: 'FREE', admin: false, createdAt: 1 },
+          { tokens: 5, reason: 'signup' },
+        );
+        await s.reserveSandbox(rec('s6', 'acc_c', 7), { ...host, maxSandboxes: 0 });
+        assert.equal(await s.countAllLive(), 4, 'every account');
+      }));
+
     it("keeps E2B's template and metadata of a sandbox; absent when not given", () =>
       withStore(async (s) => {
         const labels = { user: 'abc', 'k=&/ü': 'v&=ü', empty: '' };

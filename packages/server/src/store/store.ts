@@ -62,6 +62,11 @@ export interface Reservation {
   minutes: number;
   /** Plan concurrency limit: live (`creating`+`started`) sandboxes allowed. */
   concurrency: number;
+  /**
+   * Host limit: live sandboxes of all accounts allowed (`maxSandboxes`); absent or 0: none.
+   * Checked first: at it, 503 `capacity` (resource `sandboxes`) and nothing is written.
+   */
+  maxSandboxes?: number;
   /** Volumes to create if missing; size given explicitly, or null to accept any existing size. */
   volumes: Array<{ name: string; sizeGb: number | null }>;
   /** Makes another name when the record's name is taken in the account. */
@@ -159,6 +164,8 @@ export interface Store extends Counters {
   purgeEnded(cutoff: number): Promise<number>;
   countByState(): Promise<Record<SandboxRecordState, number>>;
   countLive(accountId: string): Promise<number>;
+  /** Live (`creating`+`started`) sandboxes of every account: what the host holds (what `maxSandboxes` counts). */
+  countAllLive(): Promise<number>;
   // volumes
   listVolumes(accountId: string): Promise<Array<VolumeRecord & { mountedBy: string[] }>>;
   getVolume(accountId: string, name: string): Promise<VolumeRecord | null>;

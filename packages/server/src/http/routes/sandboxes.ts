@@ -40,7 +40,7 @@ export const sandboxRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d)
         body: SandboxCreateSchema,
         response: { 201: SandboxReplySchema },
       },
-      config: { errors: [400, 401, 402, 403, 404, 409, 507] },
+      config: { errors: [400, 401, 402, 403, 404, 409, 503, 507] },
     },
     async (req, reply) => {
       const end = d.metrics.createSeconds.startTimer();

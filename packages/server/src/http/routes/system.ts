@@ -1,5 +1,5 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
-import { SandboxdError } from '@sandboxd/protocol';
+import { HealthSchema, SandboxdError } from '@sandboxd/protocol';
 import { Type } from 'typebox';
 import type { HttpDeps } from '../deps.js';
 
@@ -10,15 +10,22 @@ export const systemRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) 
     {
       schema: {
         operationId: 'health',
-        summary: '200 once the server can create sandboxes',
+        summary: '200 once the server can create sandboxes, with what the host has left for them',
+        description:
+          'Answers 200 while the server runs, whether or not the host has room: `capacity` says what is left (`full` names what a create would be refused for with 503 `capacity`). 503 only while starting or shutting down. `capacity` is absent when it could not be measured.',
         tags: ['system'],
-        response: { 200: Type.Object({ status: Type.Literal('ok') }) },
+        response: { 200: HealthSchema },
       },
       config: { auth: 'none', rateLimit: false, errors: [503] },
     },
-    async () => {
+    async (req) => {
       if (!d.isReady()) throw new SandboxdError('unavailable', 'Starting');
-      return { status: 'ok' as const };
+      try {
+        return { status: 'ok' as const, capacity: await d.services.capacity.report() };
+      } catch (err) {
+        req.log.warn({ err }, 'capacity could not be measured');
+        return { status: 'ok' as const };
+      }
     },
   );
 

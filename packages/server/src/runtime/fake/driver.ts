@@ -7,6 +7,7 @@ import type {
   ImageInfo,
   PtyProcess,
   RecoveryReport,
+  RuntimeCapacity,
   RuntimeDriver,
   RuntimeSandbox,
   SandboxSpec,
@@ -57,6 +58,15 @@ export class FakeDriver implements RuntimeDriver {
   failNextCreate: Error | null = null;
   /** Calls seen, for assertions. */
   readonly calls: string[] = [];
+  /**
+   * What `capacity()` reports; tests change it. By default a roomy host: 16 GiB of memory,
+   * 100 GiB of disk, and a /16 of addresses of which each sandbox holds one.
+   */
+  hostCapacity: { memoryAvailableBytes: number | null; diskFreeBytes: number | null; addressTotal: number | null } = {
+    memoryAvailableBytes: 16 * 2 ** 30,
+    diskFreeBytes: 100 * 2 ** 30,
+    addressTotal: 65_533,
+  };
 
   constructor(private readonly opts: FakeDriverOptions = {}) {
     this.known = new Set([...FAKE_IMAGES, ...(opts.images ?? [])]);
@@ -242,6 +252,16 @@ export class FakeDriver implements RuntimeDriver {
     return [...this.sandboxes.values()]
       .filter((s) => s.info.state === 'running' && s.spec.volumes.some((v) => v.name === name))
       .map((s) => s.info.id);
+  }
+
+  async capacity(): Promise<RuntimeCapacity> {
+    const { memoryAvailableBytes, diskFreeBytes, addressTotal } = this.hostCapacity;
+    const held = this.sandboxes.size; // a killed sandbox keeps its network until deleted
+    return {
+      memoryAvailableBytes,
+      diskFreeBytes,
+      addresses: addressTotal === null ? null : { free: Math.max(0, addressTotal - held), total: addressTotal },
+    };
   }
 
   /** Forgets a sandbox as a crashed runtime would; for tests. */

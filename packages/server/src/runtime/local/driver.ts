@@ -10,6 +10,7 @@ import type {
   PtyProcess,
   RecoveryReport,
   ResourceLimits,
+  RuntimeCapacity,
   RuntimeDriver,
   RuntimeSandbox,
   SandboxSpec,
@@ -28,6 +29,7 @@ import { ExecAgent } from './commands/exec-agent.js';
 import { AgentFiles } from './files.js';
 import { SandboxCommands } from './commands/exec.js';
 import { defaultOciRuntime, OciRuntime, processStart } from './commands/oci-runtime.js';
+import { readHostCapacity } from './host-capacity.js';
 import { ImageStore } from './images/store.js';
 import { resolveImageUser } from './images/user.js';
 import { NetworkManager } from './network/manager.js';
@@ -441,6 +443,11 @@ export class LocalDriver implements RuntimeDriver {
   /** Runs the pools' refill until they are full (or a step fails); for tests and benchmarks. */
   refillPools(): Promise<void> {
     return this.pools.refill();
+  }
+
+  /** MemAvailable, free space of the data dir's file system, and the network's free addresses. */
+  async capacity(): Promise<RuntimeCapacity> {
+    return { ...readHostCapacity(this.opts.dataDir), addresses: await this.network.freeAddresses() };
   }
 
   /** Pooled networks stay on the host; the next `recover()` removes them. */

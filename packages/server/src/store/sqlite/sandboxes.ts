@@ -1,4 +1,5 @@
 import { SandboxdError } from '@sandboxd/protocol';
+import { sandboxesFull } from '../../domain/capacity.js';
 import { assertTransition, type SandboxRecord, type SandboxRecordState } from '../../domain/sandbox.js';
 import type { Page, PageRequest, Reservation, SandboxUpdate, VolumeRecord } from '../store.js';
 import type { Db } from './open.js';
@@ -21,6 +22,10 @@ export class SqliteSandboxes {
   reserve(record: SandboxRecord, r: Reservation & { newName: () => string }): SandboxRecord {
     return this.db
       .transaction(() => {
+        if (r.maxSandboxes) {
+          const held = this.countAllLive();
+          if (held >= r.maxSandboxes) throw sandboxesFull(held, r.maxSandboxes);
+        }
         const balance = this.balance(record.accountId);
         if (balance < r.minutes) {
           throw new SandboxdError('tokens', `Insufficient tokens: ${r.minutes} needed, ${balance} available`, {
@@ -203,6 +208,11 @@ export class SqliteSandboxes {
     }[])
       out[r.state] = r.n;
     return out;
+  }
+
+  /** Live (`creating`+`started`) sandboxes of every account: what the host holds. */
+  countAllLive(): number {
+    return (this.db.prepare(`SELECT COUNT(*) AS n FROM sandboxes WHERE state IN ${LIVE}`).get() as { n: number }).n;
   }
 
   countLive(accountId: string): number {

@@ -129,6 +129,9 @@ export class SqliteStore implements Store {
   async countLive(accountId: string) {
     return this.s.countLive(accountId);
   }
+  async countAllLive() {
+    return this.s.countAllLive();
+  }
 
   async listVolumes(accountId: string) {
     return this.s.listVolumes(accountId);

@@ -196,6 +196,23 @@ export class NetworkManager {
     this.#cursor = this.#plan.first;
   }
 
+  /**
+   * Networks left for new sandboxes: free subnet addresses, or free ports of the bridge (a
+   * Linux bridge takes at most 1023; one more fails with `Exchange full`), whichever is fewer.
+   * What pooled networks hold counts as used. Reads the host once per instance (as attach does).
+   */
+  async freeAddresses(): Promise<{ free: number; total: number }> {
+    const BRIDGE_MAX_PORTS = 1023;
+    if (this.#ready) await this.#loadHostState().catch(() => {});
+    const size = this.#plan.last - this.#plan.first + 1;
+    let ports = 0;
+    for (const owner of this.#used.values()) if (owner !== '') ports++;
+    return {
+      free: Math.max(0, Math.min(size - this.#used.size, BRIDGE_MAX_PORTS - ports)),
+      total: Math.min(size, BRIDGE_MAX_PORTS),
+    };
+  }
+
   async #attach(id: string, pid?: number): Promise<SandboxNet> {
     const veth = hostVethName(id);
     if (this.#nets.has(id) || existsSync(netnsPath(id)) || existsSync(`/sys/class/net/${veth}`)) {
