@@ -12,8 +12,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { hostVethName } from '../../packages/server/src/runtime/local/network/addr.js';
 import { driverVolumeName } from '../../packages/server/src/domain/sandbox.js';
-import { LocalDriver } from '../../packages/server/src/runtime/local/driver.js';
-import { localOptions } from '../e2e/local-runtime.js';
+import { localOptions, teardownLocal } from '../e2e/local-runtime.js';
 import type { Server } from '../e2e/harness.js';
 
 const ROOT = resolve(import.meta.dirname, '../..');
@@ -71,7 +70,7 @@ export function freshDataDir(): string {
 
 /** Removes everything a server of `scope` left on the host (after it stopped). */
 export async function destroyScope(harnessDir: string, dataDir = harnessDir): Promise<void> {
-  await new LocalDriver({ ...localOptions(harnessDir), dataDir }).destroyAll();
+  await teardownLocal(harnessDir, dataDir);
 }
 
 function sh(cmd: string, args: string[]): string {
