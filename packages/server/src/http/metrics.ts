@@ -7,8 +7,11 @@ export class Metrics {
   readonly execSeconds: Histogram<'mode'>;
   readonly errors: Counter<'code'>;
 
-  /** `countByState` feeds the gauge of sandbox records by state (SandboxService.countByState). */
-  constructor(countByState: () => Promise<Record<string, number>>) {
+  /**
+   * `countByState` feeds the gauge of sandbox records by state (SandboxService.countByState);
+   * `recoveryPending`, the gauge of an earlier run's leftovers not yet removed from the host.
+   */
+  constructor(countByState: () => Promise<Record<string, number>>, recoveryPending: () => number = () => 0) {
     collectDefaultMetrics({ register: this.registry, prefix: 'sandboxd_process_' });
     this.createSeconds = new Histogram({
       name: 'sandboxd_sandbox_create_seconds',
@@ -38,6 +41,14 @@ export class Metrics {
       async collect() {
         const counts = await countByState();
         for (const [state, n] of Object.entries(counts)) this.set({ state }, n);
+      },
+    });
+    new Gauge({
+      name: 'sandboxd_recovery_pending',
+      help: 'Leftovers of an earlier run (sandboxes, networks, roots) not yet removed from the host.',
+      registers: [this.registry],
+      collect() {
+        this.set(recoveryPending());
       },
     });
   }
