@@ -235,7 +235,9 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
       const pending = background?.pending() ?? 0;
       log.info(
         { adopted: recovered.adopted.length, cleaned: recovered.cleaned.length, pending },
-        pending ? 'runtime recovered; removing the leftovers of the earlier run in the background' : 'runtime recovered',
+        pending
+          ? 'runtime recovered; removing the leftovers of the earlier run in the background'
+          : 'runtime recovered',
       );
       if (recovered.failed?.length)
         log.warn({ failed: recovered.failed }, 'some leftovers could not be removed; the next start tries again');
@@ -243,8 +245,7 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
         recoveryPending = () => background.pending();
         void background.done.then(({ cleaned, failed }) => {
           log.info({ cleaned: cleaned.length, failed: failed.length }, 'leftovers of the earlier run removed');
-          if (failed.length)
-            log.warn({ failed }, 'some leftovers could not be removed; the next start tries again');
+          if (failed.length) log.warn({ failed }, 'some leftovers could not be removed; the next start tries again');
         });
       }
       await reaper.reconcile({ startup: true });

@@ -75,6 +75,8 @@ export class LocalDriver implements RuntimeDriver {
   private readonly reserved = new Set<string>();
   /** Leftovers of an earlier process that the last `recover()` is removing. */
   private leftovers: Leftovers | null = null;
+  /** Uid slots of containers in this runtime root that are not this instance's: never handed out. */
+  private foreignSlots: number[] = [];
   private readonly state: RecordStore;
   private readonly pools: PoolKeeper;
   private readonly opts: ResolvedOptions;
@@ -149,8 +151,15 @@ export class LocalDriver implements RuntimeDriver {
       ...(await this.roots.list()),
     ]);
     for (const n of await this.network.list()) ids.add(n.id);
-    // An id whose container is not this instance's is left alone entirely.
-    for (const id of foreign) ids.delete(id);
+    // A container that is not this instance's is left alone entirely: its id, the network
+    // and root a record here may name for it, its uid range.
+    const untouchable = new Set<string>();
+    for (const id of foreign.keys()) {
+      const rec = await this.state.read(id);
+      for (const x of [id, rec?.netId, rec?.rootId]) if (x) untouchable.add(x);
+    }
+    for (const id of untouchable) ids.delete(id);
+    this.foreignSlots = [...foreign.values()].flatMap((slot) => (slot === undefined ? [] : [slot]));
     const adopt = new Map<string, SandboxRecord>();
     const found = new Map<string, SandboxRecord | null>();
     for (const id of ids) {
@@ -200,16 +209,20 @@ export class LocalDriver implements RuntimeDriver {
   /**
    * The containers of this instance's runtime root, split: `mine` (bundle under this data
    * dir's `sandboxes/`, marked with this instance's key), with the uid slot their config
-   * names; `foreign`, the ids of any other, which nothing here ever touches.
+   * names; `foreign`, any other (id -> the slot its uid range falls on, if any), which
+   * nothing here ever touches.
    */
-  private async ownContainers(): Promise<{ mine: Map<string, CrunState & { slot?: number }>; foreign: string[] }> {
+  private async ownContainers(): Promise<{
+    mine: Map<string, CrunState & { slot?: number }>;
+    foreign: Map<string, number | undefined>;
+  }> {
     const mine = new Map<string, CrunState & { slot?: number }>();
-    const foreign: string[] = [];
+    const foreign = new Map<string, number | undefined>();
     const under = await this.underStateDir();
     await mapLimit(await this.crun.list(), 8, async (c) => {
-      const conf = under(c.bundle) ? await this.containerConfig(this.crun, c) : null;
-      if (conf?.instance === this.key) mine.set(c.id, { ...c, slot: conf.slot });
-      else foreign.push(c.id);
+      const conf = await this.containerConfig(this.crun, c);
+      if (under(c.bundle) && conf?.instance === this.key) mine.set(c.id, { ...c, slot: conf.slot });
+      else foreign.set(c.id, conf?.slot);
     });
     return { mine, foreign };
   }
@@ -262,7 +275,10 @@ export class LocalDriver implements RuntimeDriver {
       typeof hostId === 'number' && (hostId - this.opts.uidRangeStart) % ID_RANGE_SIZE === 0
         ? (hostId - this.opts.uidRangeStart) / ID_RANGE_SIZE
         : undefined;
-    return { instance: conf.annotations?.[INSTANCE_ANNOTATION], slot: slot !== undefined && slot >= 0 ? slot : undefined };
+    return {
+      instance: conf.annotations?.[INSTANCE_ANNOTATION],
+      slot: slot !== undefined && slot >= 0 ? slot : undefined,
+    };
   }
 
   resolveImage(ref: string): Promise<ImageInfo> {
@@ -471,13 +487,17 @@ export class LocalDriver implements RuntimeDriver {
     await this.volumes.recover(new Map());
     await this.network.teardown();
     await removeCgroupParent(this.opts.cgroupParent);
-    await rm(this.runDir, { recursive: true, force: true });
-    await rmdir(this.opts.runDir).catch(() => undefined); // the base, unless another instance uses it
-    if (left?.failed.length)
-      throw new SandboxdError(
-        'internal',
-        `could not remove ${left.failed.map((f) => `${f.id} (${f.message})`).join(', ')}`,
-      );
+    // The runtime root goes only when empty: a container that is not this instance's keeps it.
+    const others = await this.crun.list();
+    if (others.length === 0) {
+      await rm(this.runDir, { recursive: true, force: true });
+      await rmdir(this.opts.runDir).catch(() => undefined); // the base, unless another instance uses it
+    }
+    const problems = [
+      ...(left?.failed ?? []).map((f) => `${f.id} (${f.message})`),
+      ...others.map((c) => `container ${c.id} (not this instance's, left alone in ${this.crun.root})`),
+    ];
+    if (problems.length) throw new SandboxdError('internal', `could not remove ${problems.join(', ')}`);
   }
 
   /** Frees everything of `id` that exists, in reverse order of creation. Idempotent. */
@@ -498,7 +518,7 @@ export class LocalDriver implements RuntimeDriver {
     const used = new Set(
       [...this.records.values()]
         .map((r) => r.slot)
-        .concat(this.pools.slots(), this.leftovers?.slots() ?? []),
+        .concat(this.pools.slots(), this.leftovers?.slots() ?? [], this.foreignSlots),
     );
     let slot = 0;
     while (used.has(slot)) slot++;

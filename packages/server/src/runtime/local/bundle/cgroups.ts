@@ -38,10 +38,12 @@ export async function removeCgroupParent(parent: string): Promise<void> {
 export async function cgroupParentLeft(parent: string): Promise<string[]> {
   const out: string[] = [];
   for (const ctl of await readdir('/sys/fs/cgroup').catch(() => [] as string[])) {
-    if (await readdir(`/sys/fs/cgroup/${ctl}/${parent}`).then(
-      () => true,
-      () => false,
-    ))
+    if (
+      await readdir(`/sys/fs/cgroup/${ctl}/${parent}`).then(
+        () => true,
+        () => false,
+      )
+    )
       out.push(ctl);
   }
   return out;
