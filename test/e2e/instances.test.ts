@@ -113,7 +113,8 @@ function processesOf(i: Instance): string[] {
     try {
       const stat = readFileSync(`/proc/${p}/stat`, 'utf8');
       if (/^[ZX]/.test(stat.slice(stat.lastIndexOf(')') + 2))) continue;
-      if (readFileSync(`/proc/${p}/cgroup`, 'utf8').includes(`/sandboxd-${i.key}/`)) out.push(`${p} ${stat.slice(0, 60)}`);
+      if (readFileSync(`/proc/${p}/cgroup`, 'utf8').includes(`/sandboxd-${i.key}/`))
+        out.push(`${p} ${stat.slice(0, 60)}`);
     } catch {
       /* gone */
     }
@@ -126,7 +127,10 @@ async function tracesOf(i: Instance, ids: string[]): Promise<string[]> {
   const left: string[] = [];
   const add = (what: string, xs: string[]) => xs.length && left.push(`${what}: ${xs.join(', ')}`);
   add('mounts', mountsIn(i.dataDir));
-  add('loop devices', (await loopsUnder(i.dataDir)).map((l) => l.device));
+  add(
+    'loop devices',
+    (await loopsUnder(i.dataDir)).map((l) => l.device),
+  );
   add(
     'netns',
     netnsNames().filter((n) => ids.some((id) => n === `sbx-${id}`)),
@@ -207,7 +211,9 @@ describe('instances on one host', { skip: RUNTIME !== 'local' && 'needs the real
       assert.deepEqual(rest, [], 'nothing made in its data dir but its log');
       assert.match(
         readFileSync(join(c, clog), 'utf8'),
-        new RegExp(`^sandboxd: bridge ${ia.bridge} is in use by another sandboxd \\(pid ${a.proc.pid}, data dir ${ia.dataDir}\\)`),
+        new RegExp(
+          `^sandboxd: bridge ${ia.bridge} is in use by another sandboxd \\(pid ${a.proc.pid}, data dir ${ia.dataDir}\\)`,
+        ),
       );
       rmSync(c, { recursive: true, force: true });
 
@@ -253,7 +259,11 @@ describe('instances on one host', { skip: RUNTIME !== 'local' && 'needs the real
       assert.deepEqual(await pooledNets(), [], 'no pooled netns or veth left');
       assert.deepEqual(await pooledRoots(), [], 'no pooled root mount or loop device left');
       const veths = new Set(ids.map((id) => hostVethName(record(ia, id).netId)));
-      assert.deepEqual((await bridgePorts(ia)).filter((p) => !veths.has(p)), [], "only the sandboxes' ports remain");
+      assert.deepEqual(
+        (await bridgePorts(ia)).filter((p) => !veths.has(p)),
+        [],
+        "only the sandboxes' ports remain",
+      );
 
       a = await start(ia);
       for (const id of ids) {
