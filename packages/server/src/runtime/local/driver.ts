@@ -141,7 +141,10 @@ export class LocalDriver implements RuntimeDriver {
    */
   async recover(): Promise<RecoveryReport> {
     const report: RecoveryReport = { adopted: [], cleaned: [] };
+    // A recovery before (destroyAll recovers again): its leftovers not yet removed are found anew.
+    const earlier = this.leftovers?.ids() ?? [];
     await this.leftovers?.stop();
+    for (const id of earlier) this.reserved.delete(id);
     const { mine: running, foreign } = await this.ownContainers();
     const legacy = await this.legacyContainers();
     const ids = new Set<string>([
