@@ -103,6 +103,8 @@ function processes(): Proc[] {
     if (!/^\d+$/.test(e)) continue;
     try {
       const status = readFileSync(`/proc/${e}/status`, 'utf8');
+      // A zombie is dead already, only not yet reaped by its parent (a moment after a kill).
+      if (/^State:\s+[ZX]/m.test(status)) continue;
       const uid = Number(/^Uid:\s+(\d+)/m.exec(status)?.[1] ?? -1);
       const cgroup = readFileSync(`/proc/${e}/cgroup`, 'utf8');
       const cmd = readFileSync(`/proc/${e}/cmdline`, 'utf8').replace(/\0/g, ' ').trim();
