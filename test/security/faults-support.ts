@@ -10,10 +10,10 @@ import { execFileSync, spawnSync } from 'node:child_process';
 import { closeSync, existsSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, writeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
+import { instanceKey } from '../../packages/server/src/instance.js';
 import { hostVethName } from '../../packages/server/src/runtime/local/network/addr.js';
 import { driverVolumeName } from '../../packages/server/src/domain/sandbox.js';
-import { LocalDriver } from '../../packages/server/src/runtime/local/driver.js';
-import { localOptions } from '../e2e/local-runtime.js';
+import { localOptions, teardownLocal } from '../e2e/local-runtime.js';
 import type { Server } from '../e2e/harness.js';
 
 const ROOT = resolve(import.meta.dirname, '../..');
@@ -25,6 +25,8 @@ const ID_RANGE = 65536;
 export interface Scope {
   dataDir: string;
   runDir: string;
+  /** The server's own part of `runDir`: `<runDir>/<instance key>` (crun's root is in it). */
+  instanceRunDir: string;
   bridge: string;
   subnet: string;
   cgroupParent: string;
@@ -40,6 +42,7 @@ export function scopeOf(harnessDir: string, dataDir = harnessDir): Scope {
   return {
     dataDir,
     runDir: o.runDir!,
+    instanceRunDir: join(o.runDir!, instanceKey(dataDir)),
     bridge: o.bridge!,
     subnet: o.subnet!,
     cgroupParent: o.cgroupParent!,
@@ -71,7 +74,7 @@ export function freshDataDir(): string {
 
 /** Removes everything a server of `scope` left on the host (after it stopped). */
 export async function destroyScope(harnessDir: string, dataDir = harnessDir): Promise<void> {
-  await new LocalDriver({ ...localOptions(harnessDir), dataDir }).destroyAll();
+  await teardownLocal(harnessDir, dataDir);
 }
 
 function sh(cmd: string, args: string[]): string {
@@ -99,6 +102,8 @@ function processes(): Proc[] {
     if (!/^\d+$/.test(e)) continue;
     try {
       const status = readFileSync(`/proc/${e}/status`, 'utf8');
+      // A zombie is dead already, only not yet reaped by its parent (a moment after a kill).
+      if (/^State:\s+[ZX]/m.test(status)) continue;
       const uid = Number(/^Uid:\s+(\d+)/m.exec(status)?.[1] ?? -1);
       const cgroup = readFileSync(`/proc/${e}/cgroup`, 'utf8');
       const cmd = readFileSync(`/proc/${e}/cmdline`, 'utf8').replace(/\0/g, ' ').trim();
@@ -150,8 +155,8 @@ export function sandboxTraces(scope: Scope, ids: Iterable<string>): Map<string, 
     check(join(scope.dataDir, 'sandboxes', id), 'state dir');
     check(join(scope.dataDir, 'roots', id), 'root dir');
     check(join(scope.dataDir, 'roots', `${id}.img`), 'root image');
-    check(join(scope.runDir, 'crun', id), 'crun state');
-    check(join(scope.runDir, 'runc', id), 'runc state');
+    check(join(scope.instanceRunDir, 'crun', id), 'crun state');
+    check(join(scope.instanceRunDir, 'runc', id), 'runc state');
     check(`/run/netns/sbx-${id}`, 'netns');
     check(`/sys/class/net/${hostVethName(id)}`, 'veth');
     for (const c of controllers) check(join(c, scope.cgroupParent, id), 'cgroup');

@@ -75,10 +75,21 @@ export interface Sandboxd {
   driver: RuntimeDriver;
   clock: Clock;
   log: Logger;
-  /** Driver init + recover, reconcile the store with it, bootstrap an empty database, start the reaper. */
+  /**
+   * Driver init + recover, reconcile the store with it, bootstrap an empty database, start
+   * the reaper. Resolves once live sandboxes are adopted; leftovers of an earlier run are
+   * removed in the background (`sandboxd_recovery_pending`, a log line when done).
+   */
   start(): Promise<{ bootstrap: BootstrapResult | null }>;
   /** Stops accepting, finishes in-flight requests, stops the reaper; sandboxes keep running. */
   close(): Promise<void>;
+  /**
+   * `npm run teardown`, instead of {@link start}: stops every started sandbox in the
+   * database (as a stop does: `stopped`, unused minutes refunded; reason `teardown`), marks
+   * unfinished creates `error`, then has the driver remove every trace of the instance from
+   * the host (volumes' files and the database stay), and closes the database.
+   */
+  removeFromHost(): Promise<{ stopped: number }>;
 }
 
 /**
@@ -122,9 +133,11 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
     images: new ImageService(deps),
   };
   const reaper = new Reaper(deps, sandboxes);
+  let recoveryPending = () => 0;
   const metrics = new Metrics(
     () => sandboxes.countByState(),
     () => capacity.report(),
+    () => recoveryPending(),
   );
   metrics.gaugeBy('sandboxd_warm_pool_ready', 'Started sandboxes ready to be claimed, by pooled image.', 'image', () =>
     driver.warmPool ? driver.warmPool() : {},
@@ -227,9 +240,23 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
       await accessTokens.init();
       await driver.init();
       const recovered = await driver.recover();
-      log.info({ adopted: recovered.adopted.length, cleaned: recovered.cleaned.length }, 'runtime recovered');
+      const background = recovered.background;
+      const pending = background?.pending() ?? 0;
+      log.info(
+        { adopted: recovered.adopted.length, cleaned: recovered.cleaned.length, pending },
+        pending
+          ? 'runtime recovered; removing the leftovers of the earlier run in the background'
+          : 'runtime recovered',
+      );
       if (recovered.failed?.length)
         log.warn({ failed: recovered.failed }, 'some leftovers could not be removed; the next start tries again');
+      if (background && pending) {
+        recoveryPending = () => background.pending();
+        void background.done.then(({ cleaned, failed }) => {
+          log.info({ cleaned: cleaned.length, failed: failed.length }, 'leftovers of the earlier run removed');
+          if (failed.length) log.warn({ failed }, 'some leftovers could not be removed; the next start tries again');
+        });
+      }
       await reaper.reconcile({ startup: true });
       await reaper.tick();
       const b = await bootstrap(deps, services);
@@ -249,6 +276,29 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
       await reaper.stop();
       await driver.close();
       store.close();
+    },
+    async removeFromHost() {
+      const started = await store.listSandboxesByState(['started']);
+      let stopped = 0;
+      const queue = [...started];
+      const worker = async () => {
+        for (let r = queue.shift(); r; r = queue.shift()) {
+          try {
+            if (await sandboxes.stop(r, { reason: 'teardown' })) stopped++;
+          } catch (err) {
+            log.warn({ err, sandboxId: r.id }, 'teardown: stopping a sandbox failed; it is marked lost');
+          }
+        }
+      };
+      await Promise.all([worker(), worker(), worker(), worker()]);
+      // Creates a crash cut short: `error`, fully refunded; stops that failed: `error`, lost.
+      await reaper.reconcile({ startup: true });
+      try {
+        await driver.destroyAll?.();
+      } finally {
+        store.close();
+      }
+      return { stopped };
     },
   };
 }

@@ -81,12 +81,15 @@ export interface Config {
   /** Local runtime: host bridge name (<= 15 chars) and the IPv4 subnet sandboxes get addresses from. */
   bridge: string;
   subnet: string;
-  /** Local runtime: volatile state (crun's root). */
+  /**
+   * Local runtime: where volatile state lives; each instance uses `<runDir>/<key>/` (crun's
+   * root and the like), the key being derived from the data dir (see instance.ts).
+   */
   runDir: string;
   /** Local runtime: the OCI runtime binary; unset = crun when installed, else runc. */
   ociRuntime?: 'crun' | 'runc';
-  /** Local runtime: cgroup folder holding every sandbox's cgroup. */
-  cgroupParent: string;
+  /** Local runtime: cgroup folder holding every sandbox's cgroup; unset: `sandboxd-<key>`, the instance's own. */
+  cgroupParent?: string;
   /** Local runtime: first host uid of the per-sandbox 65536-id ranges. */
   uidRangeStart: number;
   /** Registries (host:port) reached over plain HTTP, e.g. a loopback test registry. */
@@ -236,7 +239,7 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
       oneOf('SANDBOXD_OCI_RUNTIME', ['crun', 'runc'] as const),
       undefined,
     ),
-    cgroupParent: pick('cgroupParent', 'SANDBOXD_CGROUP_PARENT', String, 'sandboxd'),
+    cgroupParent: pick<string | undefined>('cgroupParent', 'SANDBOXD_CGROUP_PARENT', String, undefined),
     uidRangeStart: pick(
       'uidRangeStart',
       'SANDBOXD_UID_RANGE_START',

@@ -1,9 +1,16 @@
 import { buildApp } from './app.js';
 import { ConfigError, loadConfig } from './config.js';
+import { acquireInstanceLock, InstanceLockedError } from './instance.js';
 import { bootstrapBanner } from './services/bootstrap.js';
 
 async function main(): Promise<void> {
   const config = loadConfig();
+  // Before anything touches the data dir or the host: one process per data dir and per bridge.
+  await acquireInstanceLock({
+    dataDir: config.dataDir,
+    bridge: config.runtime === 'local' ? config.bridge : undefined,
+    role: 'server',
+  });
   const app = await buildApp({ config });
   if (config.runtime === 'fake') app.log.warn('runtime is "fake": sandboxes run no processes (tests only)');
   if (config.testClock) app.log.warn('SANDBOXD_TEST_CLOCK is on: POST /api/v1/_test/clock moves time (tests only)');
@@ -35,6 +42,7 @@ async function main(): Promise<void> {
 }
 
 main().catch((e) => {
-  process.stderr.write(`sandboxd: ${e instanceof ConfigError ? e.message : ((e as Error).stack ?? String(e))}\n`);
+  const plain = e instanceof ConfigError || e instanceof InstanceLockedError;
+  process.stderr.write(`sandboxd: ${plain ? e.message : ((e as Error).stack ?? String(e))}\n`);
   process.exit(1);
 });

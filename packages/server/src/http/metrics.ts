@@ -12,9 +12,14 @@ export class Metrics {
 
   /**
    * `countByState` feeds the gauge of sandbox records by state (SandboxService.countByState),
-   * `capacity` the `sandboxd_capacity_*` gauges (CapacityService.report).
+   * `capacity` the `sandboxd_capacity_*` gauges (CapacityService.report), `recoveryPending`
+   * the gauge of an earlier run's leftovers not yet removed from the host.
    */
-  constructor(countByState: () => Promise<Record<string, number>>, capacity: () => Promise<CapacityReport>) {
+  constructor(
+    countByState: () => Promise<Record<string, number>>,
+    capacity: () => Promise<CapacityReport>,
+    recoveryPending: () => number = () => 0,
+  ) {
     collectDefaultMetrics({ register: this.registry, prefix: 'sandboxd_process_' });
     this.createSeconds = new Histogram({
       name: 'sandboxd_sandbox_create_seconds',
@@ -44,6 +49,14 @@ export class Metrics {
       async collect() {
         const counts = await countByState();
         for (const [state, n] of Object.entries(counts)) this.set({ state }, n);
+      },
+    });
+    new Gauge({
+      name: 'sandboxd_recovery_pending',
+      help: 'Leftovers of an earlier run (sandboxes, networks, roots) not yet removed from the host.',
+      registers: [this.registry],
+      collect() {
+        this.set(recoveryPending());
       },
     });
     this.capacityGauges(capacity);

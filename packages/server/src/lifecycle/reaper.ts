@@ -81,6 +81,9 @@ export class Reaper {
    * Compares live records with the runtime and repairs. Records still in `creating` whose
    * create is not in progress here (all of them at `startup`: a crashed process) never
    * answered 201: they are removed from the runtime and marked `error` with a full refund.
+   * At `startup` only sandboxes the runtime lists are deleted from it: the driver's
+   * `recover()` already removes everything else it found (in the background, so that the
+   * start does not wait for it).
    */
   reconcile(opts: { startup?: boolean } = {}): Promise<ReconcileReport> {
     return this.serial(async () => {
@@ -93,9 +96,10 @@ export class Reaper {
         if (r.state === 'creating') {
           // Checked in this order: once a create is over, its record no longer changes.
           if (this.sandboxes.isCreating(r.id) || (await this.d.store.getSandbox(r.id))?.state !== 'creating') continue;
-          await this.d.driver
-            .delete(r.id)
-            .catch((err) => this.d.log.warn({ err, sandboxId: r.id }, 'delete abandoned'));
+          if (!opts.startup || runtime.has(r.id))
+            await this.d.driver
+              .delete(r.id)
+              .catch((err) => this.d.log.warn({ err, sandboxId: r.id }, 'delete abandoned'));
           const why = opts.startup
             ? 'the server stopped while the sandbox was being created'
             : 'the sandbox could not be created';
@@ -105,7 +109,8 @@ export class Reaper {
         } else if (r.stopAt <= now) {
           if (await this.stopOne(r, 'timeout')) report.expired.push(r.id);
         } else if (runtime.get(r.id)?.state !== 'running') {
-          await this.d.driver.delete(r.id).catch((err) => this.d.log.warn({ err, sandboxId: r.id }, 'delete lost'));
+          if (!opts.startup || runtime.has(r.id))
+            await this.d.driver.delete(r.id).catch((err) => this.d.log.warn({ err, sandboxId: r.id }, 'delete lost'));
           await this.sandboxes.markLost(r, 'the runtime lost the sandbox');
           report.lost.push(r.id);
         }

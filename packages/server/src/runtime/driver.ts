@@ -235,9 +235,23 @@ export interface RuntimeCapacity {
 /** What `recover()` found after a restart. */
 export interface RecoveryReport {
   adopted: string[];
+  /** Leftovers removed before `recover()` resolved. */
   cleaned: string[];
   /** Leftovers whose removal failed this time (the next start tries again). */
   failed?: Array<{ id: string; message: string }>;
+  /**
+   * Leftovers still being removed in the background once `recover()` resolved. Until each
+   * is gone, nothing it holds (id, address, uid range) is given to a new sandbox.
+   */
+  background?: LeftoverRemoval;
+}
+
+/** The background removal of an earlier process's leftovers. */
+export interface LeftoverRemoval {
+  /** How many are not removed yet. */
+  pending(): number;
+  /** Settles when none is pending (or the driver closed); never rejects. */
+  readonly done: Promise<{ cleaned: string[]; failed: Array<{ id: string; message: string }> }>;
 }
 
 export interface RuntimeDriver {
@@ -245,7 +259,8 @@ export interface RuntimeDriver {
   init(): Promise<void>;
   /**
    * Finds every sandbox left by an earlier process: adopts the running ones and removes
-   * whatever is half made or dead. Call once after `init()`.
+   * whatever is half made or dead (possibly in the background, see
+   * {@link RecoveryReport.background}). Call once after `init()`.
    */
   recover(): Promise<RecoveryReport>;
 
@@ -308,4 +323,11 @@ export interface RuntimeDriver {
 
   /** Releases driver resources held by this process (not sandboxes). */
   close(): Promise<void>;
+  /**
+   * Removes every trace of the driver from the host: sandboxes, their mounts and networks,
+   * what it set up host-wide; volumes are unmounted and their data kept. For uninstall
+   * (`npm run teardown`), while no other process drives the same instance. Absent: nothing
+   * to remove.
+   */
+  destroyAll?(): Promise<void>;
 }

@@ -1,8 +1,9 @@
-import { mkdir, rename, rm } from 'node:fs/promises';
+import { mkdir, readFile, realpath, rename, rm, rmdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { SandboxdError } from '@sandboxd/protocol';
 import type { Config } from '../../config.js';
+import { instanceKey } from '../../instance.js';
 import type {
   ExecOptions,
   ExecResult,
@@ -23,22 +24,24 @@ import type { DriverFiles } from '../files.js';
 import { findUser, readSandboxPasswd } from '../passwd.js';
 import { applyCgroupLimits, cgroupProcs, removeCgroupParent } from './bundle/cgroups.js';
 import { writeEtcFiles } from './bundle/etc-files.js';
-import { ID_RANGE_SIZE } from './bundle/oci-config.js';
+import { ID_RANGE_SIZE, INSTANCE_ANNOTATION } from './bundle/oci-config.js';
 import { BundleWriter } from './bundle/writer.js';
 import { ExecAgent } from './commands/exec-agent.js';
 import { AgentFiles } from './files.js';
 import { SandboxCommands } from './commands/exec.js';
-import { defaultOciRuntime, OciRuntime, processStart } from './commands/oci-runtime.js';
+import { type CrunState, defaultOciRuntime, OciRuntime, processStart } from './commands/oci-runtime.js';
 import { readHostCapacity } from './host-capacity.js';
 import { ImageStore } from './images/store.js';
 import { resolveImageUser } from './images/user.js';
+import { type Leftover, Leftovers } from './leftovers.js';
+import { mapLimit } from './network/exec.js';
 import { NetworkManager } from './network/manager.js';
 import { localDriverOptions, type LocalDriverOptions, type ResolvedOptions, withDefaults } from './options.js';
 import { PoolKeeper } from './pools/keeper.js';
 import { HostSpawner } from './commands/spawner.js';
 import { spawnTty } from './pty/relay.js';
 import { ID_RE, isAlive, newRecord, RecordStore, recordView, type SandboxRecord } from './records.js';
-import { mountHelper } from './rootfs/mounts.js';
+import { isUnder, mountHelper } from './rootfs/mounts.js';
 import { RootfsManager, volumeOciMount } from './rootfs/roots.js';
 import { VolumeStore } from './rootfs/volumes.js';
 import {
@@ -58,6 +61,10 @@ export type { LocalDriverOptions } from './options.js';
  * an isolated bridge network, size-capped copy-on-write roots and loop-backed volumes.
  */
 export class LocalDriver implements RuntimeDriver {
+  /** The instance key (instance.ts): names the run dir, the default cgroup folder, the containers' marker. */
+  readonly key: string;
+  /** `<runDir>/<key>`: this instance's volatile state (crun's root, exec pid files). */
+  readonly runDir: string;
   readonly images: ImageStore;
   readonly files: DriverFiles = new AgentFiles((id, argv, o) => this.spawn(id, argv, o));
   private readonly crun: OciRuntime;
@@ -70,15 +77,24 @@ export class LocalDriver implements RuntimeDriver {
   /** Creates in progress: the pools' refill waits while there are any. */
   private creating = 0;
   private readonly commands: SandboxCommands;
-  /** Ids between create's first check and its record: a second create of one id must see them. */
+  /**
+   * Ids between create's first check and its record (a second create of one id must see
+   * them), and leftovers being removed (their names must not be taken meanwhile).
+   */
   private readonly reserved = new Set<string>();
+  /** Leftovers of an earlier process that the last `recover()` is removing. */
+  private leftovers: Leftovers | null = null;
+  /** Uid slots of containers in this runtime root that are not this instance's: never handed out. */
+  private foreignSlots: number[] = [];
   private readonly state: RecordStore;
   private readonly pools: PoolKeeper;
   private readonly opts: ResolvedOptions;
   private readonly bundles: BundleWriter;
 
   constructor(opts: LocalDriverOptions) {
-    this.opts = withDefaults(opts);
+    this.key = instanceKey(opts.dataDir);
+    this.opts = withDefaults(opts, this.key);
+    this.runDir = join(this.opts.runDir, this.key);
     this.state = new RecordStore(join(opts.dataDir, 'sandboxes'));
     this.images = new ImageStore({
       dir: opts.imageDir,
@@ -86,17 +102,22 @@ export class LocalDriver implements RuntimeDriver {
       insecureRegistries: opts.insecureRegistries,
     });
     const runtime = opts.ociRuntime ?? defaultOciRuntime();
-    this.crun = new OciRuntime({ root: join(this.opts.runDir, runtime), binary: runtime });
+    this.crun = new OciRuntime({ root: join(this.runDir, runtime), binary: runtime });
     this.commands = new SandboxCommands({
       runtime: this.crun,
-      runDir: this.opts.runDir,
+      runDir: this.runDir,
       useAgent: this.opts.execAgent !== false,
       cgroupProcs: (id) => cgroupProcs(this.opts.cgroupParent, id),
     });
     this.network = new NetworkManager({ bridge: this.opts.bridge, subnet: this.opts.subnet, egress: this.opts.egress });
     this.roots = new RootfsManager({ dir: join(opts.dataDir, 'roots') });
     this.volumes = new VolumeStore({ dir: join(opts.dataDir, 'volumes') });
-    this.bundles = new BundleWriter({ runtime, cgroupParent: this.opts.cgroupParent, egress: this.opts.egress });
+    this.bundles = new BundleWriter({
+      runtime,
+      cgroupParent: this.opts.cgroupParent,
+      egress: this.opts.egress,
+      instance: this.key,
+    });
     // crun joins a netns made beforehand; runc makes its own, so no network is pooled for it.
     this.pools = new PoolKeeper({
       nets: this.crun.binary === 'crun' ? this.opts.netPoolSize : 0,
@@ -120,17 +141,44 @@ export class LocalDriver implements RuntimeDriver {
       throw new SandboxdError('internal', 'the local runtime needs root (run sandboxd as root)');
     await mkdir(this.state.dir, { recursive: true });
     await mkdir(this.crun.root, { recursive: true });
-    await mkdir(join(this.opts.runDir, 'exec'), { recursive: true, mode: 0o700 });
+    await mkdir(join(this.runDir, 'exec'), { recursive: true, mode: 0o700 });
     await checkTraversable(this.opts.dataDir);
     await this.network.init();
     this.bundles.init();
   }
 
+  /**
+   * Adopts this instance's running sandboxes and hands everything else it left on the host
+   * to a background removal ({@link RecoveryReport.background}), which keeps each
+   * leftover's id, uid slot and address from being reused until it is gone. Only what is
+   * this instance's is looked at: containers of its own runtime root whose bundle lies in
+   * its data dir and that carry its key (see {@link ownContainers}), networks of its own
+   * bridge, roots and loop devices under its data dir.
+   */
   async recover(): Promise<RecoveryReport> {
     const report: RecoveryReport = { adopted: [], cleaned: [] };
-    const running = new Map((await this.crun.list()).map((c) => [c.id, c]));
-    const ids = new Set<string>([...running.keys(), ...(await this.state.ids()), ...(await this.roots.list())]);
+    // A recovery before (destroyAll recovers again): its leftovers not yet removed are found anew.
+    const earlier = this.leftovers?.ids() ?? [];
+    await this.leftovers?.stop();
+    for (const id of earlier) this.reserved.delete(id);
+    const { mine: running, foreign } = await this.ownContainers();
+    const legacy = await this.legacyContainers();
+    const ids = new Set<string>([
+      ...running.keys(),
+      ...legacy.keys(),
+      ...(await this.state.ids()),
+      ...(await this.roots.list()),
+    ]);
     for (const n of await this.network.list()) ids.add(n.id);
+    // A container that is not this instance's is left alone entirely: its id, the network
+    // and root a record here may name for it, its uid range.
+    const untouchable = new Set<string>();
+    for (const id of foreign.keys()) {
+      const rec = await this.state.read(id);
+      for (const x of [id, rec?.netId, rec?.rootId]) if (x) untouchable.add(x);
+    }
+    for (const id of untouchable) ids.delete(id);
+    this.foreignSlots = [...foreign.values()].flatMap((slot) => (slot === undefined ? [] : [slot]));
     const adopt = new Map<string, SandboxRecord>();
     const found = new Map<string, SandboxRecord | null>();
     for (const id of ids) {
@@ -151,25 +199,113 @@ export class LocalDriver implements RuntimeDriver {
     }
     // A pooled network or root in use by an adopted sandbox stays; every other leftover goes.
     const inUse = new Set([...adopt.values()].flatMap((r) => [r.cid, r.netId ?? r.spec.id, r.rootId ?? r.spec.id]));
+    const items: Leftover[] = [];
     for (const [id, rec] of found) {
       if (adopt.has(id)) {
         this.records.set(id, adopt.get(id)!);
         report.adopted.push(id);
       } else if (!inUse.has(id)) {
-        // One leftover that cannot be removed now must not keep the server from starting.
-        try {
-          await this.teardown(id, rec);
-          if (!this.pools.owns(id)) report.cleaned.push(id);
-        } catch (e) {
-          report.failed ??= [];
-          report.failed.push({ id, message: (e as Error).message });
-        }
+        const slot = rec?.slot ?? running.get(id)?.slot ?? legacy.get(id)?.slot;
+        // A container whose uid range is unknown cannot keep it reserved: it dies now.
+        const live = running.get(id) ?? legacy.get(id);
+        if (slot === undefined && live)
+          await (legacy.has(id) ? this.legacyRuntime() : this.crun).kill(id).catch(() => undefined);
+        items.push({ id, slot });
+        this.reserved.add(id);
       }
     }
     const live = new Map([...this.records].map(([id, r]) => [id, r.spec.volumes.map((v) => v.name)]));
     await this.volumes.recover(live);
+    this.leftovers = new Leftovers(items, {
+      concurrency: this.opts.recoveryConcurrency,
+      hold: this.opts.holdLeftovers,
+      remove: async ({ id }) => {
+        try {
+          if (legacy.has(id)) await this.legacyRuntime().delete(id);
+          await this.teardown(id, found.get(id));
+        } finally {
+          this.reserved.delete(id);
+        }
+      },
+    });
+    report.background = this.leftovers;
     void this.pools.refill();
     return report;
+  }
+
+  /**
+   * The containers of this instance's runtime root, split: `mine` (bundle under this data
+   * dir's `sandboxes/`, marked with this instance's key), with the uid slot their config
+   * names; `foreign`, any other (id -> the slot its uid range falls on, if any), which
+   * nothing here ever touches.
+   */
+  private async ownContainers(): Promise<{
+    mine: Map<string, CrunState & { slot?: number }>;
+    foreign: Map<string, number | undefined>;
+  }> {
+    const mine = new Map<string, CrunState & { slot?: number }>();
+    const foreign = new Map<string, number | undefined>();
+    const under = await this.underStateDir();
+    await mapLimit(await this.crun.list(), 8, async (c) => {
+      const conf = await this.containerConfig(this.crun, c);
+      if (under(c.bundle) && conf?.instance === this.key) mine.set(c.id, { ...c, slot: conf.slot });
+      else foreign.set(c.id, conf?.slot);
+    });
+    return { mine, foreign };
+  }
+
+  /**
+   * Containers that an earlier version of this instance ran in the runtime root shared by
+   * every instance (`<runDir>/<runtime>`, before run dirs were per instance): those whose
+   * bundle lies in this data dir. Recovery removes them (they carry no key).
+   */
+  private async legacyContainers(): Promise<Map<string, CrunState & { slot?: number }>> {
+    const out = new Map<string, CrunState & { slot?: number }>();
+    const legacy = this.legacyRuntime();
+    if (legacy.root === this.crun.root) return out;
+    const under = await this.underStateDir();
+    for (const c of await legacy.list().catch(() => [])) {
+      if (!under(c.bundle)) continue;
+      out.set(c.id, { ...c, slot: (await this.containerConfig(legacy, c))?.slot });
+    }
+    return out;
+  }
+
+  private legacyRuntime(): OciRuntime {
+    return new OciRuntime({ root: join(this.opts.runDir, this.crun.binary), binary: this.crun.binary });
+  }
+
+  /** A test: does a path lie in this data dir's `sandboxes/` (as given, or its real path)? */
+  private async underStateDir(): Promise<(p: string | undefined) => boolean> {
+    const dirs = [this.state.dir, await realpath(this.state.dir).catch(() => this.state.dir)];
+    return (p) => typeof p === 'string' && dirs.some((d) => p !== d && isUnder(p, d));
+  }
+
+  /**
+   * The instance marker and uid slot of container `c`, from its bundle's config.json (the
+   * file this driver wrote), else from `<runtime> state` (marker only); null when neither
+   * can be read.
+   */
+  private async containerConfig(
+    runtime: OciRuntime,
+    c: CrunState,
+  ): Promise<{ instance?: string; slot?: number } | null> {
+    let conf: { annotations?: Record<string, string>; linux?: { uidMappings?: { hostID: number }[] } } | null;
+    try {
+      conf = JSON.parse(await readFile(join(c.bundle, 'config.json'), 'utf8'));
+    } catch {
+      conf = await runtime.state(c.id);
+    }
+    if (!conf) return null;
+    const hostId = conf.linux?.uidMappings?.[0]?.hostID;
+    const slot =
+      typeof hostId === 'number' && (hostId - this.opts.uidRangeStart) % ID_RANGE_SIZE === 0
+        ? (hostId - this.opts.uidRangeStart) / ID_RANGE_SIZE
+        : undefined;
+    return {
+      instance: conf.annotations?.[INSTANCE_ANNOTATION],
+      slot: slot !== undefined && slot >= 0 ? slot : undefined,
+    };
   }
 
   resolveImage(ref: string): Promise<ImageInfo> {
@@ -372,6 +508,7 @@ export class LocalDriver implements RuntimeDriver {
   }
 
   async delete(id: string): Promise<void> {
+    if (this.leftovers?.has(id)) return this.leftovers.expedite(id);
     const rec = this.records.get(id) ?? (await this.state.read(id));
     await this.teardown(id, rec);
   }
@@ -450,22 +587,45 @@ export class LocalDriver implements RuntimeDriver {
     return { ...readHostCapacity(this.opts.dataDir), addresses: await this.network.freeAddresses() };
   }
 
-  /** Pooled networks stay on the host; the next `recover()` removes them. */
+  /**
+   * Sandboxes keep running (the next `recover()` adopts them); what the pools hold is
+   * removed from the host (a failure there leaves it to the next `recover()`), and the
+   * background removal of leftovers stops after the removals in progress.
+   */
   async close(): Promise<void> {
-    const stopped = this.pools.close();
+    const drained = this.pools.drain().catch(() => undefined);
     this.commands.dropAll();
-    await stopped;
+    await Promise.all([drained, this.leftovers?.stop()]);
     this.records.clear();
   }
 
-  /** Removes every trace of the driver from the host: sandboxes, bridge, rules, cgroup folder. For tests and uninstall. */
+  /**
+   * Removes every trace of this instance from the host: sandboxes (containers and their
+   * processes, roots, loop devices, networks, folders), leftovers of earlier processes,
+   * volume mounts (the volumes' files stay), the bridge, its route and nft table, the cgroup
+   * folder and the run dir. For tests and `npm run teardown`; no other process may drive
+   * the instance meanwhile. Throws `internal` naming what could not be removed.
+   */
   async destroyAll(): Promise<void> {
     await this.pools.drain();
     for (const id of [...this.records.keys()]) await this.delete(id);
-    await this.recover();
+    const report = await this.recover();
+    const left = await report.background?.done;
     for (const id of [...this.records.keys()]) await this.delete(id);
+    await this.volumes.recover(new Map());
     await this.network.teardown();
     await removeCgroupParent(this.opts.cgroupParent);
+    // The runtime root goes only when empty: a container that is not this instance's keeps it.
+    const others = await this.crun.list();
+    if (others.length === 0) {
+      await rm(this.runDir, { recursive: true, force: true });
+      await rmdir(this.opts.runDir).catch(() => undefined); // the base, unless another instance uses it
+    }
+    const problems = [
+      ...(left?.failed ?? []).map((f) => `${f.id} (${f.message})`),
+      ...others.map((c) => `container ${c.id} (not this instance's, left alone in ${this.crun.root})`),
+    ];
+    if (problems.length) throw new SandboxdError('internal', `could not remove ${problems.join(', ')}`);
   }
 
   /** Frees everything of `id` that exists, in reverse order of creation. Idempotent. */
@@ -485,7 +645,9 @@ export class LocalDriver implements RuntimeDriver {
 
   private allocSlot(): number {
     const used = new Set(
-      [...this.records.values(), ...this.pooled.values()].map((r) => r.slot).concat(this.pools.slots()),
+      [...this.records.values(), ...this.pooled.values()]
+        .map((r) => r.slot)
+        .concat(this.pools.slots(), this.leftovers?.slots() ?? [], this.foreignSlots),
     );
     let slot = 0;
     while (used.has(slot)) slot++;

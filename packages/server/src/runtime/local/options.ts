@@ -9,14 +9,18 @@ export interface LocalDriverOptions {
   dataDir: string;
   /** Shared image cache. */
   imageDir: string;
-  /** Volatile runtime state (crun's root); default `/run/sandboxd`. */
+  /**
+   * Base of the volatile runtime state; default `/run/sandboxd`. The driver keeps its own
+   * under `<runDir>/<key>/` (crun's root, exec pid files), `<key>` being the instance key of
+   * `dataDir` (instance.ts), so instances on one host never share it.
+   */
   runDir?: string;
   bridge?: string;
   subnet?: string;
   egress?: 'none' | 'nat';
   /** First host uid handed to sandboxes; each gets 65536 from there. Default 100000. */
   uidRangeStart?: number;
-  /** Name of the cgroup folder that holds every sandbox's cgroup. Default `sandboxd`. */
+  /** Name of the cgroup folder that holds every sandbox's cgroup. Default `sandboxd-<key>`. */
   cgroupParent?: string;
   registryCredentials?: Record<string, { username: string; password: string }>;
   insecureRegistries?: string[];
@@ -30,26 +34,34 @@ export interface LocalDriverOptions {
   warmPool?: WarmEntry[];
   /** Limits warm-pooled sandboxes start with, until a create of their image asks for others. */
   warmLimits?: ResourceLimits;
+  /** Leftovers of an earlier process removed at once in the background by `recover()`. Default 4. */
+  recoveryConcurrency?: number;
+  /** Tests: the background removal of leftovers starts only once this settles. */
+  holdLeftovers?: Promise<unknown>;
 }
 
 /** Options with their defaults filled in. */
 export type ResolvedOptions = Required<
-  Omit<LocalDriverOptions, 'registryCredentials' | 'insecureRegistries' | 'ociRuntime'>
->;
+  Omit<LocalDriverOptions, 'registryCredentials' | 'insecureRegistries' | 'ociRuntime' | 'holdLeftovers'>
+> &
+  Pick<LocalDriverOptions, 'holdLeftovers'>;
 
-/** `opts` over the defaults. */
-export function withDefaults(opts: LocalDriverOptions): ResolvedOptions {
+/** `opts` over the defaults, for the instance of key `key`. */
+export function withDefaults(opts: LocalDriverOptions, key: string): ResolvedOptions {
+  const set = Object.fromEntries(Object.entries(opts).filter(([, v]) => v !== undefined));
   return {
     runDir: '/run/sandboxd',
     bridge: 'sbx0',
     subnet: '10.89.0.0/16',
     egress: 'none',
     uidRangeStart: 100_000,
-    cgroupParent: 'sandboxd',
+    cgroupParent: `sandboxd-${key}`,
     netPoolSize: 2,
-    warmPool: [],
+    warmPool: [] as WarmEntry[],
     warmLimits: { memoryBytes: 512 << 20, cpus: 1, pids: 512, rootDiskBytes: 1 << 30 },
-    ...opts,
+    execAgent: true,
+    recoveryConcurrency: 4,
+    ...set,
   } as ResolvedOptions;
 }
 

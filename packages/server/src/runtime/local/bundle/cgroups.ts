@@ -21,11 +21,33 @@ export function cgroupProcs(parent: string, id: string): number[] {
   }
 }
 
-/** Removes the folder `parent` from every hierarchy where it is empty; never throws. */
+/**
+ * Removes the folder `parent` from every hierarchy, with the sandbox cgroups left in it
+ * (a runtime that died before removing one); never throws, never kills: a cgroup that
+ * still holds a process stays, and with it `parent`.
+ */
 export async function removeCgroupParent(parent: string): Promise<void> {
   for (const ctl of await readdir('/sys/fs/cgroup').catch(() => [] as string[])) {
-    await rmdir(`/sys/fs/cgroup/${ctl}/${parent}`).catch(() => undefined);
+    const dir = `/sys/fs/cgroup/${ctl}/${parent}`;
+    const children = await readdir(dir, { withFileTypes: true }).catch(() => []);
+    for (const c of children) if (c.isDirectory()) await rmdir(`${dir}/${c.name}`).catch(() => undefined);
+    await rmdir(dir).catch(() => undefined);
   }
+}
+
+/** Hierarchies (e.g. `pids`) in which the folder `parent` exists. */
+export async function cgroupParentLeft(parent: string): Promise<string[]> {
+  const out: string[] = [];
+  for (const ctl of await readdir('/sys/fs/cgroup').catch(() => [] as string[])) {
+    if (
+      await readdir(`/sys/fs/cgroup/${ctl}/${parent}`).then(
+        () => true,
+        () => false,
+      )
+    )
+      out.push(ctl);
+  }
+  return out;
 }
 
 /** CFS period of every sandbox (µs). */

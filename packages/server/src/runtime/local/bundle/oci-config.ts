@@ -58,6 +58,12 @@ export const READONLY_PATHS = ['/proc/bus', '/proc/fs', '/proc/irq', '/proc/sys'
 /** Size of each sandbox's uid/gid range. */
 export const ID_RANGE_SIZE = 65536;
 
+/**
+ * OCI annotation naming the instance (its key, see instance.ts) that made a container:
+ * recovery and teardown touch only containers that carry their own key.
+ */
+export const INSTANCE_ANNOTATION = 'org.sandboxd.instance';
+
 export interface BundleMount {
   destination: string;
   type: string;
@@ -67,6 +73,8 @@ export interface BundleMount {
 
 export interface BundleOptions {
   id: string;
+  /** Key of the instance making the sandbox, written as the {@link INSTANCE_ANNOTATION}. */
+  instance: string;
   hostname: string;
   rootfs: string;
   /** KEY=VALUE, image env then sandbox env, already merged. */
@@ -158,7 +166,10 @@ export function buildOciConfig(o: BundleOptions): Record<string, unknown> {
     },
     root: { path: o.rootfs, readonly: false },
     hostname: o.hostname,
-    ...(o.seccompBpfBase64 ? { annotations: { 'run.oci.seccomp_bpf_data': o.seccompBpfBase64 } } : {}),
+    annotations: {
+      [INSTANCE_ANNOTATION]: o.instance,
+      ...(o.seccompBpfBase64 ? { 'run.oci.seccomp_bpf_data': o.seccompBpfBase64 } : {}),
+    },
     mounts,
     linux: {
       uidMappings: [{ containerID: 0, hostID: o.uidBase, size: ID_RANGE_SIZE }],

@@ -33,6 +33,8 @@ export class BundleWriter {
       runtime: OciRuntimeName;
       /** cgroup folder of every sandbox's cgroup. */
       cgroupParent: string;
+      /** Instance key, marked on every container (see INSTANCE_ANNOTATION). */
+      instance: string;
       /** 'nat': sandboxes get the host's resolv.conf. */
       egress: 'none' | 'nat';
     },
@@ -60,6 +62,7 @@ export class BundleWriter {
     const etc = await writeEtcFiles(dir, b.hostname, b.net?.address ?? '', this.o.egress === 'nat');
     const config = buildOciConfig({
       id: b.id,
+      instance: this.o.instance,
       hostname: b.hostname,
       rootfs: b.rootfs,
       env: b.env,

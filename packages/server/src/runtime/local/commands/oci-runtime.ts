@@ -14,6 +14,8 @@ export interface CrunState {
   pid: number;
   status: 'created' | 'running' | 'stopped' | 'paused' | string;
   bundle: string;
+  /** The config's annotations (`state` only; `list` prints none). */
+  annotations?: Record<string, string>;
 }
 
 export interface RunExecOptions {

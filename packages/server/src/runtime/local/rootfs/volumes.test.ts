@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import {
   chmodSync,
+  existsSync,
   lstatSync,
   mkdirSync,
   mkdtempSync,
@@ -170,6 +171,34 @@ describe('VolumeStore', () => {
     await store.release('busy', 's3');
     assert.equal(await loopCount('busy'), 0);
     await store.delete('busy');
+  });
+
+  it('a loop device still attached to an unlinked image of that name is never mounted as the volume', async () => {
+    await store.ensure('replaced', SMALL);
+    const mnt = await store.acquire('replaced', 's1');
+    writeFileSync(join(mnt, 'old'), 'old data\n');
+    // The old file system stays in use through a lazily detached mount (as a deleted
+    // sandbox's last process can keep it), and its image is unlinked meanwhile.
+    const holder = spawn('sleep', ['30'], { cwd: mnt, stdio: 'ignore' });
+    children.push(holder);
+    await new Promise((r) => holder.once('spawn', r));
+    await run('umount', ['-l', mnt]);
+    await store.release('replaced', 's1');
+    rmSync(join(store.dir, 'replaced'), { recursive: true, force: true });
+    const img = join(store.dir, 'replaced', 'volume.img');
+    assert.deepEqual(
+      (await loopsUnder(img)).map((l) => l.deleted),
+      [true],
+      'the old device is still attached to the unlinked image',
+    );
+    await store.ensure('replaced', SMALL);
+    const again = await store.acquire('replaced', 's2');
+    assert.equal(existsSync(join(again, 'old')), false, 'the old image was mounted as the new volume');
+    assert.deepEqual((await loopsUnder(img)).map((l) => l.deleted).sort(), [false, true]);
+    holder.kill('SIGKILL');
+    await new Promise((r) => holder.once('exit', r));
+    await store.release('replaced', 's2');
+    await store.delete('replaced');
   });
 
   it('recover() rebuilds holders from live sandboxes and unmounts the rest', async () => {

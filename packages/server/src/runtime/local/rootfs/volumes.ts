@@ -15,7 +15,7 @@ import { chmodSync, mkdirSync, realpathSync } from 'node:fs';
 import { mkdir, mkdtemp, open, readdir, rename, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { SandboxdError } from '@sandboxd/protocol';
-import { keyedLock, loopDetach, loopMount, loopsUnder, readMounts, run, unmount } from './mounts.js';
+import { keyedLock, loopDetach, loopInfo, loopMount, loopsUnder, readMounts, run, unmount } from './mounts.js';
 
 /** Volume names accepted here (the driver scopes them, e.g. `<accountId>__<name>`). */
 export const VOLUME_NAME_RE = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
@@ -130,18 +130,7 @@ export class VolumeStore {
     return this.locked(name, async () => {
       if ((await this.sizeOf(name)) === undefined) throw new SandboxdError('not_found', `volume ${name} not found`);
       const mnt = this.mountPath(name);
-      if (!(await isMountPoint(mnt))) {
-        const img = join(this.dirOf(name), 'volume.img');
-        const loops = await loopsUnder(img);
-        if (loops.length > 1)
-          throw new SandboxdError(
-            'internal',
-            `volume ${name} is attached to ${loops.length} loop devices (${loops.map((l) => l.device).join(', ')}); refusing to mount it again`,
-          );
-        if (loops.length === 1)
-          await run('mount', ['-t', 'ext4', '-o', `nodev,nosuid,${MOUNT_OPTS}`, loops[0].device, mnt]);
-        else await loopMount(img, mnt, MOUNT_OPTS);
-      }
+      if (!(await isMountPoint(mnt))) await this.mount(name, mnt);
       let set = this.refs.get(name);
       if (!set) {
         set = new Set();
@@ -230,6 +219,39 @@ export class VolumeStore {
     }
     for (const e of await readdir(this.dir))
       if (e.startsWith('.tmp-')) await rm(join(this.dir, e), { recursive: true, force: true });
+  }
+
+  /**
+   * Mounts the volume's image at `mnt`. A loop device still attached to it (its last mount
+   * elsewhere not yet gone: a lazily detached mount, a deleted sandbox's last process still
+   * exiting) is mounted again, which the kernel resolves to the same file system; attaching
+   * the image to a second device would corrupt it. That device may be detached by the
+   * kernel at any moment (autoclear, on its last close) and then given to another image, so
+   * it is held open while it is checked and mounted: an open device is never detached. If it
+   * went before it could be held, the image is attached anew. A device whose backing file
+   * was unlinked is an older image of that name, never this one.
+   */
+  private async mount(name: string, mnt: string): Promise<void> {
+    const img = join(this.dirOf(name), 'volume.img');
+    for (let attempt = 0; attempt < 3; attempt++) {
+      const loops = (await loopsUnder(img)).filter((l) => !l.deleted);
+      if (loops.length > 1)
+        throw new SandboxdError(
+          'internal',
+          `volume ${name} is attached to ${loops.length} loop devices (${loops.map((l) => l.device).join(', ')}); refusing to mount it again`,
+        );
+      if (loops.length === 0) return loopMount(img, mnt, MOUNT_OPTS);
+      const held = await open(loops[0].device, 'r').catch(() => undefined);
+      try {
+        const now = held && loopInfo(loops[0].device);
+        if (!now || now.deleted || now.backingFile !== img) continue; // detached meanwhile
+        await run('mount', ['-t', 'ext4', '-o', `nodev,nosuid,${MOUNT_OPTS}`, now.device, mnt]);
+        return;
+      } finally {
+        await held?.close();
+      }
+    }
+    throw new SandboxdError('internal', `volume ${name}: its loop device kept changing while being mounted`);
   }
 
   private dirOf(name: string): string {
