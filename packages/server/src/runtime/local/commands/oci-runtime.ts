@@ -1,6 +1,6 @@
 import { spawn } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
-import { readFile, rm } from 'node:fs/promises';
+import { mkdir, readFile, rm } from 'node:fs/promises';
 import type { Socket } from 'node:net';
 import { join } from 'node:path';
 import { constants as osConstants } from 'node:os';
@@ -30,19 +30,47 @@ export interface RunExecOptions {
 }
 
 /**
- * crun's cgroup-v1 support refuses to run on a "hybrid" host whose cgroup2 mount holds a
- * controller (hugetlb here). Running `crun run` in a private mount namespace without that
- * mount works around it; exec/kill/delete need nothing.
+ * crun's cgroup-v1 support refuses to run on a "hybrid" host whose cgroup2 mount
+ * (/sys/fs/cgroup/unified) holds a controller (hugetlb here): true while it does. One small
+ * read (cgroup.controllers exists only on a cgroup2 mount), so it is asked before every run.
  */
-function hybridNeedsUnmount(): boolean {
+function unifiedHoldsControllers(): boolean {
   try {
-    const unified = readFileSync('/proc/self/mountinfo', 'utf8')
-      .split('\n')
-      .some((l) => l.includes(' /sys/fs/cgroup/unified ') && l.includes(' - cgroup2 '));
-    return unified && readFileSync('/sys/fs/cgroup/unified/cgroup.controllers', 'utf8').trim() !== '';
+    return readFileSync(`${UNIFIED}/cgroup.controllers`, 'utf8').trim() !== '';
   } catch {
     return false;
   }
+}
+
+const UNIFIED = '/sys/fs/cgroup/unified';
+const HUGETLB_V1 = '/sys/fs/cgroup/hugetlb';
+
+/**
+ * Host set-up, once per host, for crun on a hybrid host: when hugetlb is the only
+ * controller the cgroup2 mount holds and no cgroup2 group uses it, it is bound to a v1
+ * hierarchy of its own, mounted at /sys/fs/cgroup/hugetlb (what systemd's hybrid layout does
+ * too). The cgroup2 mount then holds nothing and `crun run` starts as it is. Without it every
+ * run would have to go through a private mount namespace without the cgroup2 mount, whose
+ * creation copies the whole host mount table. Never undone: every other cgroup user keeps
+ * working with hugetlb on v1 (it is where cgroup v1 tools look for it). Resolves to whether
+ * the cgroup2 mount is now empty; never throws (the private namespace stays the fallback).
+ */
+async function moveHugetlbToV1(): Promise<boolean> {
+  if (!unifiedHoldsControllers()) return true;
+  try {
+    const held = readFileSync(`${UNIFIED}/cgroup.controllers`, 'utf8').trim();
+    const used = readFileSync(`${UNIFIED}/cgroup.subtree_control`, 'utf8').trim();
+    // /sys/fs/cgroup must be the v1 layout (a tmpfs of hierarchies), not a cgroup2 mount.
+    if (held !== 'hugetlb' || used !== '' || existsSync('/sys/fs/cgroup/cgroup.controllers')) return false;
+    await mkdir(HUGETLB_V1, { recursive: true });
+    await HostSpawner.shared().run('mount', ['-t', 'cgroup', '-o', 'hugetlb', 'cgroup', HUGETLB_V1], {
+      quiet: true,
+      timeoutMs: 10_000,
+    });
+  } catch {
+    /* the fallback stays */
+  }
+  return !unifiedHoldsControllers();
 }
 
 export type OciRuntimeName = 'crun' | 'runc';
@@ -59,12 +87,11 @@ export function defaultOciRuntime(): OciRuntimeName {
 export class OciRuntime {
   readonly root: string;
   readonly binary: OciRuntimeName;
-  private readonly hybrid: boolean;
+  private hostReady: Promise<boolean> | undefined;
 
   constructor(opts: { root: string; binary?: OciRuntimeName }) {
     this.root = opts.root;
     this.binary = opts.binary ?? defaultOciRuntime();
-    this.hybrid = this.binary === 'crun' && hybridNeedsUnmount();
   }
 
   /** The global flag that sends the runtime's own error messages to `path`. */
@@ -98,22 +125,26 @@ export class OciRuntime {
       bundle,
       id,
     ];
-    const [cmd, argv] = this.hybrid
-      ? [
-          'unshare',
-          [
-            '-m',
-            '--propagation',
-            'private',
-            '--',
-            'sh',
-            '-c',
-            'umount /sys/fs/cgroup/unified && exec "$@"',
-            'sh',
-            ...args,
-          ],
-        ]
-      : [args[0], args.slice(1)];
+    if (this.binary === 'crun') this.hostReady ??= moveHugetlbToV1();
+    await this.hostReady;
+    // Checked per run: whoever changes the host's cgroup layout meanwhile, the run still works.
+    const [cmd, argv] =
+      this.binary === 'crun' && unifiedHoldsControllers()
+        ? [
+            'unshare',
+            [
+              '-m',
+              '--propagation',
+              'private',
+              '--',
+              'sh',
+              '-c',
+              'umount /sys/fs/cgroup/unified && exec "$@"',
+              'sh',
+              ...args,
+            ],
+          ]
+        : [args[0], args.slice(1)];
     // The container's init inherits the runtime's stdio and holds it for its whole life:
     // a channel only when it is meant to live that long, else /dev/null. The runtime's own
     // errors go to the log file.
