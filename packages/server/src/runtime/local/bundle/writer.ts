@@ -90,10 +90,11 @@ export class BundleWriter {
       netnsPath: b.net?.netnsPath,
       hostSysfs: b.net !== null,
       maskedNetPaths: host.maskedNetPaths,
-      maskDirsWith: {
-        dir: empty,
-        paths: host.maskedDirs.filter((p) => b.net !== null || MASKED_PATHS.includes(p)),
-      },
+      // runc refuses mounts inside /proc: it keeps the tmpfs masks.
+      maskDirsWith:
+        this.o.runtime === 'crun'
+          ? { dir: empty, paths: host.maskedDirs.filter((p) => b.net !== null || MASKED_PATHS.includes(p)) }
+          : undefined,
       agentPath: host.agentPath,
       etcFiles: etc.files,
       volumes: b.volumes,
