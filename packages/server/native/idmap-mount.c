@@ -14,6 +14,11 @@
  *       <lowerDir> idmapped read-only at <dir>/lower, each <volume> idmapped at
  *       <dir>/volumes/<index>, overlayfs at <dir>/rootfs, then <dir>/lower detached again
  *       (overlayfs keeps its own private clone of each layer).
+ *   idmap-mount without-unified <program> [<arg>...]
+ *       Runs <program> in a private copy of the mount namespace without the cgroup2 mount
+ *       /sys/fs/cgroup/unified (for crun on a hybrid cgroup host: it refuses one whose cgroup2
+ *       holds a controller, and otherwise makes a cgroup2 group per container besides the
+ *       v1 ones). One process instead of unshare + sh + umount.
  *   idmap-mount umount [--strict] [--shutdown=<ext4 root>] <path>...
  *       Unmounts each path in order; a busy mount is detached lazily, or with --strict left
  *       mounted (exit 1, "Device or resource busy"). Not mounted or missing: ignored.
@@ -251,6 +256,14 @@ int main(int argc, char **argv) {
   }
   if (!strcmp(cmd, "loopmount") && argc == 5) { loop_mount(argv[2], argv[3], argv[4]); return 0; }
   if (!strcmp(cmd, "rootfs") && argc >= 7) { rootfs(argv, argc); return 0; }
+  if (!strcmp(cmd, "without-unified") && argc >= 3) {
+    if (unshare(CLONE_NEWNS)) die("unshare");
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL)) die("make / private");
+    if (umount2("/sys/fs/cgroup/unified", MNT_DETACH) && errno != EINVAL && errno != ENOENT)
+      die("umount /sys/fs/cgroup/unified");
+    execvp(argv[2], argv + 2);
+    die("exec %s", argv[2]);
+  }
   if (!strcmp(cmd, "umount")) {
     int i = 2, strict = 0;
     for (; i < argc && !strncmp(argv[i], "--", 2); i++) {
@@ -266,7 +279,7 @@ int main(int argc, char **argv) {
   }
   errno = 0;
   die("usage: bind <uidBase> <size> <src> <dst>... | loopmount <image> <dst> <opts> | "
-      "rootfs <template> <dir> <uidBase> <size> <lower> [<volume>...] | "
+      "rootfs <template> <dir> <uidBase> <size> <lower> [<volume>...] | without-unified <program> [<arg>...] | "
       "umount [--strict] [--shutdown=<ext4 root>] <path>...");
   return 1;
 }

@@ -1,9 +1,10 @@
 import { spawn } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
-import { mkdir, readFile, rm } from 'node:fs/promises';
+import { readFile, rm } from 'node:fs/promises';
 import type { Socket } from 'node:net';
 import { join } from 'node:path';
 import { constants as osConstants } from 'node:os';
+import { nativeBin } from '../native.js';
 import { HostSpawner } from './spawner.js';
 
 /** A runtime call that takes longer than this is killed (a hung runtime must not hang a create). */
@@ -30,48 +31,27 @@ export interface RunExecOptions {
 }
 
 /**
- * crun's cgroup-v1 support refuses to run on a "hybrid" host whose cgroup2 mount
- * (/sys/fs/cgroup/unified) holds a controller (hugetlb here): true while it does. One small
- * read (cgroup.controllers exists only on a cgroup2 mount), so it is asked before every run.
+ * Whether this is a "hybrid" cgroup host: cgroup v1 hierarchies plus a cgroup2 mount at
+ * /sys/fs/cgroup/unified. crun refuses to run there while the cgroup2 mount holds a
+ * controller (hugetlb on this host), and otherwise makes each container a cgroup2 group
+ * besides its v1 ones: every v1 cgroup mount (ten per container start) then walks all of
+ * them, a cost that grows with the sandboxes alive (measured: 1,000 alive added ~6 ms per
+ * mount). So `crun run` goes through a private mount namespace without that mount (see
+ * {@link OciRuntime.run}); exec/kill/delete need nothing. Moving hugetlb to a v1 hierarchy
+ * of its own was measured too: crun then starts, but makes the cgroup2 groups.
  */
-function unifiedHoldsControllers(): boolean {
+function isHybrid(): boolean {
   try {
-    return readFileSync(`${UNIFIED}/cgroup.controllers`, 'utf8').trim() !== '';
+    return readFileSync('/proc/self/mountinfo', 'utf8')
+      .split('\n')
+      .some((l) => l.includes(' /sys/fs/cgroup/unified ') && l.includes(' - cgroup2 '));
   } catch {
     return false;
   }
 }
 
-const UNIFIED = '/sys/fs/cgroup/unified';
-const HUGETLB_V1 = '/sys/fs/cgroup/hugetlb';
-
-/**
- * Host set-up, once per host, for crun on a hybrid host: when hugetlb is the only
- * controller the cgroup2 mount holds and no cgroup2 group uses it, it is bound to a v1
- * hierarchy of its own, mounted at /sys/fs/cgroup/hugetlb (what systemd's hybrid layout does
- * too). The cgroup2 mount then holds nothing and `crun run` starts as it is. Without it every
- * run would have to go through a private mount namespace without the cgroup2 mount, whose
- * creation copies the whole host mount table. Never undone: every other cgroup user keeps
- * working with hugetlb on v1 (it is where cgroup v1 tools look for it). Resolves to whether
- * the cgroup2 mount is now empty; never throws (the private namespace stays the fallback).
- */
-async function moveHugetlbToV1(): Promise<boolean> {
-  if (!unifiedHoldsControllers()) return true;
-  try {
-    const held = readFileSync(`${UNIFIED}/cgroup.controllers`, 'utf8').trim();
-    const used = readFileSync(`${UNIFIED}/cgroup.subtree_control`, 'utf8').trim();
-    // /sys/fs/cgroup must be the v1 layout (a tmpfs of hierarchies), not a cgroup2 mount.
-    if (held !== 'hugetlb' || used !== '' || existsSync('/sys/fs/cgroup/cgroup.controllers')) return false;
-    await mkdir(HUGETLB_V1, { recursive: true });
-    await HostSpawner.shared().run('mount', ['-t', 'cgroup', '-o', 'hugetlb', 'cgroup', HUGETLB_V1], {
-      quiet: true,
-      timeoutMs: 10_000,
-    });
-  } catch {
-    /* the fallback stays */
-  }
-  return !unifiedHoldsControllers();
-}
+/** Path of the mount helper (native/idmap-mount.c), compiled on first use. */
+let mountHelper: string | undefined;
 
 export type OciRuntimeName = 'crun' | 'runc';
 
@@ -87,11 +67,12 @@ export function defaultOciRuntime(): OciRuntimeName {
 export class OciRuntime {
   readonly root: string;
   readonly binary: OciRuntimeName;
-  private hostReady: Promise<boolean> | undefined;
+  private readonly hybrid: boolean;
 
   constructor(opts: { root: string; binary?: OciRuntimeName }) {
     this.root = opts.root;
     this.binary = opts.binary ?? defaultOciRuntime();
+    this.hybrid = this.binary === 'crun' && isHybrid();
   }
 
   /** The global flag that sends the runtime's own error messages to `path`. */
@@ -125,26 +106,11 @@ export class OciRuntime {
       bundle,
       id,
     ];
-    if (this.binary === 'crun') this.hostReady ??= moveHugetlbToV1();
-    await this.hostReady;
-    // Checked per run: whoever changes the host's cgroup layout meanwhile, the run still works.
-    const [cmd, argv] =
-      this.binary === 'crun' && unifiedHoldsControllers()
-        ? [
-            'unshare',
-            [
-              '-m',
-              '--propagation',
-              'private',
-              '--',
-              'sh',
-              '-c',
-              'umount /sys/fs/cgroup/unified && exec "$@"',
-              'sh',
-              ...args,
-            ],
-          ]
-        : [args[0], args.slice(1)];
+    // The mount helper unshares the mount namespace, drops the cgroup2 mount and execs crun:
+    // one process, and a copy of the host's mount table (which holds no mount per sandbox).
+    const [cmd, argv] = this.hybrid
+      ? [(mountHelper ??= nativeBin('idmap-mount')), ['without-unified', ...args]]
+      : [args[0], args.slice(1)];
     // The container's init inherits the runtime's stdio and holds it for its whole life:
     // a channel only when it is meant to live that long, else /dev/null. The runtime's own
     // errors go to the log file.
