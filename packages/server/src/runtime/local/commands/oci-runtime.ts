@@ -52,6 +52,10 @@ function isHybrid(): boolean {
 
 /** Path of the mount helper (native/idmap-mount.c), compiled on first use. */
 let mountHelper: string | undefined;
+function mountHelperPath(): string {
+  mountHelper ??= nativeBin('idmap-mount');
+  return mountHelper;
+}
 
 export type OciRuntimeName = 'crun' | 'runc';
 
@@ -108,9 +112,7 @@ export class OciRuntime {
     ];
     // The mount helper unshares the mount namespace, drops the cgroup2 mount and execs crun:
     // one process, and a copy of the host's mount table (which holds no mount per sandbox).
-    const [cmd, argv] = this.hybrid
-      ? [(mountHelper ??= nativeBin('idmap-mount')), ['without-unified', ...args]]
-      : [args[0], args.slice(1)];
+    const [cmd, argv] = this.hybrid ? [mountHelperPath(), ['without-unified', ...args]] : [args[0], args.slice(1)];
     // The container's init inherits the runtime's stdio and holds it for its whole life:
     // a channel only when it is meant to live that long, else /dev/null. The runtime's own
     // errors go to the log file.
