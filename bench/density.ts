@@ -83,6 +83,11 @@ const meminfo = (): Record<string, number> =>
       }),
   );
 const kernelUnreclaimable = (m: Record<string, number>) => m.SUnreclaim + m.KernelStack + m.PageTables + m.Percpu;
+/** CPU time (user + system, ms) of process `pid` so far, with its waited-for children. */
+const cpuMsOf = (pid: number) => {
+  const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+  return ((Number(f[11]) + Number(f[12]) + Number(f[13]) + Number(f[14])) * 1000) / 100;
+};
 const rssOf = (pid: number) =>
   Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? 0) * 1024;
 
@@ -175,12 +180,16 @@ try {
   const done: number[] = [];
   const start: number[] = [];
   const mem = new Map<number, { avail: number; kernel: number; rss: number }>();
+  /** Server CPU ms read when create `i` started (key i) and when create `i + WINDOW` started (key i + 0.5). */
+  const cpuAt = new Map<number, number>();
   let made = 0;
   for (const stop of memAt) {
     await Promise.all(
       Array.from({ length: INFLIGHT }, async () => {
         while (made < stop) {
           const i = made++;
+          if (rateAt.includes(i)) cpuAt.set(i, cpuMsOf(pid));
+          if (rateAt.includes(i - WINDOW)) cpuAt.set(i - WINDOW + 0.5, cpuMsOf(pid));
           start[i] = performance.now();
           ids.push(await create());
           done[i] = performance.now();
@@ -188,6 +197,7 @@ try {
         }
       }),
     );
+    if (!cpuAt.has(made - WINDOW + 0.5) && rateAt.includes(made - WINDOW)) cpuAt.set(made - WINDOW + 0.5, cpuMsOf(pid));
     await sleep(2000);
     const m = meminfo();
     mem.set(stop, {
@@ -209,6 +219,7 @@ try {
       'creates/s': perSecond,
       'p50 ms': s.p50,
       'p99 ms': s.p99,
+      'server CPU ms/create': ((cpuAt.get(at + 0.5) ?? Number.NaN) - (cpuAt.get(at) ?? Number.NaN)) / WINDOW,
       'MiB/sandbox (MemAvailable)': m ? m.avail : '-',
       'kernel MiB/sb': m ? m.kernel : '-',
       'server MiB/sb': m ? m.rss : '-',
@@ -219,6 +230,7 @@ try {
     'creates/s': f.perSecond,
     'p50 ms': f.p50,
     'p99 ms': f.p99,
+    'server CPU ms/create': '-',
     'MiB/sandbox (MemAvailable)': 'floor: bare crun run',
     'kernel MiB/sb': '-',
     'server MiB/sb': '-',

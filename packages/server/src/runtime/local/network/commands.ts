@@ -2,19 +2,21 @@ import { hostVethMac, hostVethName, netnsName, netnsPath, sandboxMac } from './a
 
 /**
  * One process per attach (a fork from sh costs less than a spawn): the host-side
- * `ip -batch` arrives on stdin, then IPv6 off on the host veth; inside the netns IPv6 goes
- * off before the sandbox-side `ip -batch`, whose script is $3. $1 = host veth, $2 = netns
- * path. No command here lists the host's links or neighbours (`ip neigh` and `bridge fdb`
- * on a host device would dump every link of the host, each create paying for all the others).
+ * `ip -batch` arrives on stdin, then IPv6 off on the host veth; then the mount helper joins
+ * the netns, turns IPv6 off there and execs the sandbox-side `ip -batch`, whose script is $3.
+ * $1 = host veth, $2 = netns path, $4 = the mount helper (native/idmap-mount.c). No command
+ * here lists the host's links or neighbours (`ip neigh` and `bridge fdb` on a host device
+ * dump every link of the host, each create paying for all the others), and the sysctls
+ * inside go through a proc instance of the helper's own (in the host's /proc/sys, a name
+ * every netns has, such as "all", is one cached entry per netns to walk).
  */
 const ATTACH_SCRIPT = [
   'ip -batch -',
   'echo 1 > "/proc/sys/net/ipv6/conf/$1/disable_ipv6"',
-  `exec nsenter --net="$2" sh -c '${[
-    'echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6',
-    'echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6',
-    'printf %s "$1" | ip -batch -',
-  ].join(' && ')}' sh "$3"`,
+  `printf %s "$3" | exec "$4" in-netns "$2" ${[
+    'net/ipv6/conf/all/disable_ipv6=1',
+    'net/ipv6/conf/default/disable_ipv6=1',
+  ].join(' ')} -- ip -batch -`,
 ].join(' && ');
 
 /** What {@link attachCommand} needs to know about one sandbox. */
@@ -27,6 +29,8 @@ export interface AttachPlan {
   gateway: string;
   /** Name the netns of this running process instead of making a new one (`ip netns attach`). */
   pid?: number;
+  /** Path of the mount helper (native/idmap-mount.c), which runs the sandbox side. */
+  helper: string;
 }
 
 /** A `sh` invocation for `runTool`: argv plus the text for stdin. */
@@ -63,7 +67,7 @@ export function attachCommand(p: AttachPlan): ShellCommand {
     `route add default via ${p.gateway} dev eth0 onlink`,
   ];
   return {
-    args: ['-c', ATTACH_SCRIPT, 'sh', veth, netnsPath(p.id), `${inside.join('\n')}\n`],
+    args: ['-c', ATTACH_SCRIPT, 'sh', veth, netnsPath(p.id), `${inside.join('\n')}\n`, p.helper],
     input: `${host.join('\n')}\n`,
   };
 }

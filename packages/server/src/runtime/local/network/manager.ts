@@ -17,6 +17,7 @@ import {
   SANDBOX_ID_RE,
   type SubnetPlan,
 } from './addr.js';
+import { nativeBin } from '../native.js';
 import { attachCommand } from './commands.js';
 import { mapLimit, runJson, runTool } from './exec.js';
 import { findRouteClash, hostNetworksBesides } from './host.js';
@@ -96,6 +97,7 @@ export class NetworkManager {
   readonly #nets = new Map<string, SandboxNet>();
   readonly #locks = new Map<string, Promise<unknown>>();
   #cursor: number;
+  #helper: string | undefined;
 
   /** Validates the options (`validation` error); touches nothing on the host. */
   constructor(opts: NetworkOptions) {
@@ -274,7 +276,9 @@ export class NetworkManager {
     const addr = this.#allocate(id);
     const net = this.#describe(id, intToIp(addr));
     try {
-      const cmd = attachCommand({ id, group: this.#group, address: net.address, gateway: this.#gateway, pid });
+      this.#helper ??= nativeBin('idmap-mount');
+      const helper = this.#helper;
+      const cmd = attachCommand({ id, group: this.#group, address: net.address, gateway: this.#gateway, pid, helper });
       await runTool('sh', cmd.args, { input: cmd.input });
     } catch (e) {
       await this.#remove(id, true).catch(() => {});
