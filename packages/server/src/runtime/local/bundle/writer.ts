@@ -2,7 +2,7 @@ import { statSync } from 'node:fs';
 import { chmod, mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { agentBinary } from '../commands/exec-agent.js';
-import type { OciRuntimeName } from '../commands/oci-runtime.js';
+import { hostOnlyCgroupPaths, type OciRuntimeName } from '../commands/oci-runtime.js';
 import { hostNetDevicePaths } from '../network/sysfs.js';
 import { cgroupsPath } from './cgroups.js';
 import { writeEtcFiles } from './etc-files.js';
@@ -56,8 +56,10 @@ export class BundleWriter {
     const seccomp = buildSeccompProfile({ capabilities: SANDBOX_CAPABILITIES });
     const seccompBpfBase64 = this.o.runtime === 'crun' ? compileSeccompBpf(seccomp).toString('base64') : undefined;
     const maskedNetPaths = hostNetDevicePaths();
+    // Hierarchies where a sandbox has no cgroup of its own show the host's root group: hidden.
+    const hostCgroups = this.o.runtime === 'crun' ? hostOnlyCgroupPaths() : [];
     // /sys is the host's (bound) and /proc shows the same kernel: what is a directory here is one there.
-    const maskedDirs = [...MASKED_PATHS, ...maskedNetPaths].filter((p) => {
+    const maskedDirs = [...MASKED_PATHS, ...maskedNetPaths, ...hostCgroups].filter((p) => {
       try {
         return statSync(p).isDirectory();
       } catch {
@@ -93,7 +95,12 @@ export class BundleWriter {
       // runc refuses mounts inside /proc: it keeps the tmpfs masks.
       maskDirsWith:
         this.o.runtime === 'crun'
-          ? { dir: empty, paths: host.maskedDirs.filter((p) => b.net !== null || MASKED_PATHS.includes(p)) }
+          ? {
+              dir: empty,
+              paths: host.maskedDirs.filter(
+                (p) => b.net !== null || MASKED_PATHS.includes(p) || p.startsWith('/sys/fs/cgroup/'),
+              ),
+            }
           : undefined,
       agentPath: host.agentPath,
       etcFiles: etc.files,
