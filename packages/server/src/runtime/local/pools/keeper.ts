@@ -85,20 +85,24 @@ export class PoolKeeper {
   /** Starts a refill now, or returns the one running. Never rejects. */
   refill(): Promise<void> {
     if (this.filling || this.closed) return this.filling ?? Promise.resolve();
-    this.filling = (async () => {
-      try {
-        while (!this.closed) {
-          const step = this.nextStep();
-          if (!step) break;
-          await step;
-        }
-      } catch {
-        /* create makes what it needs */
-      } finally {
-        this.filling = null;
+    const run = async () => {
+      while (!this.closed) {
+        const step = this.nextStep();
+        if (!step) break;
+        await step;
       }
-    })();
-    return this.filling;
+    };
+    // Cleared in a callback, never synchronously: a refill with nothing to do ends before
+    // `filling` is assigned, and clearing it first would leave it set for good (no refill again).
+    const filling: Promise<void> = run()
+      .catch(() => {
+        /* create makes what it needs */
+      })
+      .finally(() => {
+        if (this.filling === filling) this.filling = null;
+      });
+    this.filling = filling;
+    return filling;
   }
 
   /**
