@@ -492,9 +492,16 @@ export class LocalDriver implements RuntimeDriver {
     return this.volumes.delete(name);
   }
 
-  /** MemAvailable, free space of the data dir's file system, and the network's free addresses. */
+  /**
+   * MemAvailable, free space of the data dir's file system, and the network's free addresses
+   * (with the pooled networks, which a create takes).
+   */
   async capacity(): Promise<RuntimeCapacity> {
-    return { ...readHostCapacity(this.opts.dataDir), addresses: await this.network.freeAddresses() };
+    const addresses = await this.network.freeAddresses();
+    return {
+      ...readHostCapacity(this.opts.dataDir),
+      addresses: { ...addresses, free: addresses.free + this.pools.readyNets() },
+    };
   }
 
   /**

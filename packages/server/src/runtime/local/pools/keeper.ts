@@ -77,6 +77,11 @@ export class PoolKeeper {
     return root;
   }
 
+  /** Networks made ahead of need, ready to be taken by a create. */
+  readyNets(): number {
+    return this.nets.size();
+  }
+
   /** Uid slots held by pooled things and by things being made for a pool. */
   slots(): number[] {
     return this.roots.slots();
