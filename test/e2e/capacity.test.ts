@@ -78,7 +78,14 @@ describe(`capacity on the ${RUNTIME} runtime`, { timeout: 300_000 }, () => {
     assert.deepEqual(listed.body.sandboxes.map((x: { id: string }) => x.id).sort(), [...made].sort(), 'no record');
 
     assert.equal((await s.api('DELETE', `/api/v1/sandboxes/${made[0]}`, { key })).status, 204);
-    const again = await create();
+    // A delete answers before the kernel freed the sandbox's veth, and the address comes free
+    // only then: until that, a create is a 503 to retry (bounded here), never a 500.
+    let again = await create();
+    for (let i = 0; i < 100 && again.status === 503; i++) {
+      assert.equal(again.body.details?.resource, 'addresses', again.text);
+      await new Promise((r) => setTimeout(r, 100));
+      again = await create();
+    }
     assert.equal(again.status, 201, again.text);
     const id = again.body.sandbox.id;
     const echo = await s.api('POST', `/api/v1/sandboxes/${id}/exec`, { key, body: { command: 'echo again' } });
@@ -180,7 +187,14 @@ describe('capacity: sandbox addresses on the local runtime', { skip: RUNTIME !==
     assert.deepEqual((await s.api('GET', '/api/v1/sandboxes?limit=100', { key })).body.sandboxes.length, made.length);
 
     assert.equal((await s.api('DELETE', `/api/v1/sandboxes/${made[0]}`, { key })).status, 204);
-    const again = await create();
+    // A delete answers before the kernel freed the sandbox's veth, and the address comes free
+    // only then: until that, a create is a 503 to retry (bounded here), never a 500.
+    let again = await create();
+    for (let i = 0; i < 100 && again.status === 503; i++) {
+      assert.equal(again.body.details?.resource, 'addresses', again.text);
+      await new Promise((r) => setTimeout(r, 100));
+      again = await create();
+    }
     assert.equal(again.status, 201, again.text);
     const ran = await s.api('POST', `/api/v1/sandboxes/${again.body.sandbox.id}/exec`, {
       key,

@@ -12,8 +12,8 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { after, describe, it } from 'node:test';
 import { instanceKey } from '../../packages/server/src/instance.js';
-import { hostVethName } from '../../packages/server/src/runtime/local/network/addr.js';
-import { runJson, runTool } from '../../packages/server/src/runtime/local/network/exec.js';
+import { hostVethName, instanceGroup } from '../../packages/server/src/runtime/local/network/addr.js';
+import { runTool } from '../../packages/server/src/runtime/local/network/exec.js';
 import { nftTableName } from '../../packages/server/src/runtime/local/network/rules.js';
 import { loopsUnder } from '../../packages/server/src/runtime/local/rootfs/mounts.js';
 import { IMAGE, RUNTIME, type Server, startServer } from './harness.js';
@@ -96,10 +96,18 @@ async function echo(s: Server, id: string, text = 'ok'): Promise<string> {
 const state = async (s: Server, id: string) => (await s.api('GET', `/api/v1/sandboxes/${id}`)).body.sandbox?.state;
 const record = (i: Instance, id: string) =>
   JSON.parse(readFileSync(join(i.dataDir, 'sandboxes', id, 'state.json'), 'utf8'));
-const bridgePorts = async (i: Instance) =>
-  (await runJson<{ ifname: string }>('ip', ['-j', 'link', 'show', 'master', i.bridge], { allowFailure: true })).map(
-    (p) => p.ifname,
-  );
+/** The instance's host veths: those in its interface group (each sandbox's is routed, on no bridge). */
+const instanceVeths = async (i: Instance) => {
+  const group = String(instanceGroup(i.bridge));
+  return readdirSync('/sys/class/net').filter((n) => {
+    if (!/^sv[0-9a-f]{10}$/.test(n)) return false; // the anchor device is in the group too
+    try {
+      return readFileSync(`/sys/class/net/${n}/netdev_group`, 'utf8').trim() === group;
+    } catch {
+      return false;
+    }
+  });
+};
 const netnsNames = () => (existsSync('/run/netns') ? readdirSync('/run/netns') : []);
 const mountsIn = (dir: string) =>
   readFileSync('/proc/self/mountinfo', 'utf8')
@@ -207,7 +215,8 @@ describe('instances on one host', { skip: RUNTIME !== 'local' && 'needs the real
       const c = mkdtempSync(`${other}-`);
       chmodSync(c, 0o711);
       await assert.rejects(startServer({ dataDir: c, env: { ...ia.env } }), /server exited with 1/);
-      const [clog, ...rest] = readdirSync(c);
+      // (The test harness's own claim of a host slot, `.e2e-slot`, aside.)
+      const [clog, ...rest] = readdirSync(c).filter((f) => f !== '.e2e-slot');
       assert.deepEqual(rest, [], 'nothing made in its data dir but its log');
       assert.match(
         readFileSync(join(c, clog), 'utf8'),
@@ -236,7 +245,7 @@ describe('instances on one host', { skip: RUNTIME !== 'local' && 'needs the real
     let ids: string[] = [];
     const taken = () => new Set(ids.flatMap((id) => [record(ia, id).netId, record(ia, id).rootId]));
     const pooledNets = async () => {
-      const ports = new Set(await bridgePorts(ia));
+      const ports = new Set(await instanceVeths(ia));
       return netnsNames().filter(
         (n) => n.startsWith('sbx-netpool_') && ports.has(hostVethName(n.slice(4))) && !taken().has(n.slice(4)),
       );
@@ -260,7 +269,7 @@ describe('instances on one host', { skip: RUNTIME !== 'local' && 'needs the real
       assert.deepEqual(await pooledRoots(), [], 'no pooled root mount or loop device left');
       const veths = new Set(ids.map((id) => hostVethName(record(ia, id).netId)));
       assert.deepEqual(
-        (await bridgePorts(ia)).filter((p) => !veths.has(p)),
+        (await instanceVeths(ia)).filter((p) => !veths.has(p)),
         [],
         "only the sandboxes' ports remain",
       );

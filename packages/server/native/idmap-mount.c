@@ -14,6 +14,20 @@
  *       <lowerDir> idmapped read-only at <dir>/lower, each <volume> idmapped at
  *       <dir>/volumes/<index>, overlayfs at <dir>/rootfs, then <dir>/lower detached again
  *       (overlayfs keeps its own private clone of each layer).
+ *   idmap-mount cgroup-view <controller>[,<controller>...] -- <program> [<arg>...]
+ *       Runs <program> (crun run) in a private copy of the mount namespace whose
+ *       /sys/fs/cgroup (a cgroup v1 or hybrid layout) holds only the v1 hierarchies of the
+ *       listed controllers: crun makes a container cgroups where it finds a hierarchy, so
+ *       it makes none in the others, nor a cgroup2 group (on a hybrid host crun refuses a
+ *       cgroup2 mount that holds a controller, and otherwise makes a cgroup2 group per
+ *       container, which every v1 cgroup mount then walks). One process instead of
+ *       unshare + sh + umount.
+ *   idmap-mount in-netns <netns path> [<sysctl>=<value>]... -- <program> [<arg>...]
+ *       Joins the network namespace at <netns path>, sets each sysctl (a path under
+ *       /proc/sys, e.g. net/ipv6/conf/all/disable_ipv6=1) through a proc instance of its own
+ *       (made and never attached anywhere), then execs <program>. The host's /proc/sys caches
+ *       one entry per network namespace under names they all share ("all", "eth0", ...), so
+ *       a lookup there walks as many entries as there are namespaces; a fresh instance has none.
  *   idmap-mount inject <pid> <uidBase> <src> <dst> [<src> <dst>]...
  *       Mounts each <src> (a host directory, e.g. a mounted volume) at <dst> inside the
  *       running sandbox whose init is host process <pid>: an idmapped (through the sandbox's
@@ -30,6 +44,7 @@
  * the caller cleans up from what /proc/self/mountinfo and /sys/block/loop* show.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/loop.h>
@@ -248,6 +263,72 @@ static void shutdown_fs(const char *path) {
   close(fd);
 }
 
+/* Whether every controller of hierarchy `name` ("memory", "cpu,cpuacct") is in `keep`
+ * ("memory,cpu,..."). Named hierarchies ("systemd") and "unified" never are. */
+static int kept(const char *name, const char *keep) {
+  char buf[256];
+  if (snprintf(buf, sizeof buf, "%s", name) >= (int)sizeof buf) return 0;
+  char *save = NULL;
+  for (char *c = strtok_r(buf, ",", &save); c; c = strtok_r(NULL, ",", &save)) {
+    size_t n = strlen(c);
+    const char *k = keep;
+    int found = 0;
+    while (*k) {
+      size_t m = strcspn(k, ",");
+      if (m == n && !strncmp(k, c, n)) found = 1;
+      k += m + (k[m] == ',');
+    }
+    if (!found) return 0;
+  }
+  return 1;
+}
+
+/* Unshares the mount namespace and puts over /sys/fs/cgroup a tmpfs of its own holding only
+ * the kept hierarchies (and symlinks to them), attached again from clones taken before. */
+static void cgroup_view(const char *keep) {
+  if (unshare(CLONE_NEWNS)) die("unshare");
+  if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL)) die("make / private");
+  struct statfs sf;
+  if (statfs("/sys/fs/cgroup", &sf)) die("statfs /sys/fs/cgroup");
+  if (sf.f_type != 0x01021994 /* TMPFS_MAGIC: the v1 or hybrid layout */) return;
+  enum { MAX = 32 };
+  char names[MAX][64], links[MAX][64];
+  int fds[MAX], n = 0;
+  DIR *d = opendir("/sys/fs/cgroup");
+  if (!d) die("opendir /sys/fs/cgroup");
+  for (struct dirent *e; (e = readdir(d)) && n < MAX;) {
+    if (e->d_name[0] == '.' || strlen(e->d_name) >= sizeof names[0] || !kept(e->d_name, keep)) continue;
+    char path[128];
+    snprintf(path, sizeof path, "/sys/fs/cgroup/%s", e->d_name);
+    snprintf(names[n], sizeof names[n], "%s", e->d_name);
+    links[n][0] = '\0';
+    fds[n] = -1;
+    if (e->d_type == DT_LNK) {
+      ssize_t l = readlink(path, links[n], sizeof links[n] - 1);
+      if (l <= 0) continue;
+      links[n][l] = '\0';
+    } else {
+      fds[n] = open_tree(AT_FDCWD, path, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+      if (fds[n] < 0) die("open_tree %s", path);
+    }
+    n++;
+  }
+  closedir(d);
+  if (mount("tmpfs", "/sys/fs/cgroup", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=755,size=64k"))
+    die("mount tmpfs on /sys/fs/cgroup");
+  for (int i = 0; i < n; i++) {
+    char path[128];
+    snprintf(path, sizeof path, "/sys/fs/cgroup/%s", names[i]);
+    if (fds[i] < 0) {
+      if (symlink(links[i], path)) die("symlink %s", path);
+      continue;
+    }
+    if (mkdir(path, 0555)) die("mkdir %s", path);
+    if (move_mount(fds[i], "", AT_FDCWD, path, MOVE_MOUNT_F_EMPTY_PATH)) die("move_mount %s", path);
+    close(fds[i]);
+  }
+}
+
 /* Makes each missing directory of absolute `path` (0755, owned by uid and gid `owner`). */
 static void mkdirs_owned(const char *path, unsigned long owner) {
   char buf[4096];
@@ -307,6 +388,45 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "inject") && argc >= 6 && argc % 2 == 0) { inject(argv, argc); return 0; }
   if (!strcmp(cmd, "loopmount") && argc == 5) { loop_mount(argv[2], argv[3], argv[4]); return 0; }
   if (!strcmp(cmd, "rootfs") && argc >= 7) { rootfs(argv, argc); return 0; }
+  if (!strcmp(cmd, "cgroup-view") && argc >= 5 && !strcmp(argv[3], "--")) {
+    cgroup_view(argv[2]);
+    execvp(argv[4], argv + 4);
+    die("exec %s", argv[4]);
+  }
+  if (!strcmp(cmd, "in-netns") && argc >= 5) {
+    int i = 3;
+    int ns = open(argv[2], O_RDONLY | O_CLOEXEC);
+    if (ns < 0) die("open %s", argv[2]);
+    if (setns(ns, CLONE_NEWNET)) die("setns %s", argv[2]);
+    close(ns);
+    int proc = -1;
+    for (; i < argc && strcmp(argv[i], "--"); i++) {
+      char *eq = strchr(argv[i], '=');
+      if (!eq || eq == argv[i] || argv[i][0] == '/' || strstr(argv[i], "..")) { errno = 0; die("bad sysctl %s", argv[i]); }
+      if (proc < 0) {
+        int fs = fsopen("proc", FSOPEN_CLOEXEC);
+        if (fs < 0) die("fsopen proc");
+        if (fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0)) die("fsconfig proc");
+        proc = fsmount(fs, FSMOUNT_CLOEXEC, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC);
+        if (proc < 0) die("fsmount proc");
+        close(fs);
+      }
+      char path[4096];
+      if (snprintf(path, sizeof path, "sys/%.*s", (int)(eq - argv[i]), argv[i]) >= (int)sizeof path) {
+        errno = ENAMETOOLONG;
+        die("%s", argv[i]);
+      }
+      int fd = openat(proc, path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+      if (fd < 0) die("open /proc/%s", path);
+      size_t len = strlen(eq + 1);
+      if (write(fd, eq + 1, len) != (ssize_t)len) die("write /proc/%s", path);
+      close(fd);
+    }
+    if (proc >= 0) close(proc);
+    if (i + 1 >= argc) { errno = 0; die("in-netns: no program after --"); }
+    execvp(argv[i + 1], argv + i + 1);
+    die("exec %s", argv[i + 1]);
+  }
   if (!strcmp(cmd, "umount")) {
     int i = 2, strict = 0;
     for (; i < argc && !strncmp(argv[i], "--", 2); i++) {
@@ -322,7 +442,8 @@ int main(int argc, char **argv) {
   }
   errno = 0;
   die("usage: bind <uidBase> <size> <src> <dst>... | inject <pid> <uidBase> <src> <dst>... | loopmount <image> <dst> <opts> | "
-      "rootfs <template> <dir> <uidBase> <size> <lower> [<volume>...] | "
+      "rootfs <template> <dir> <uidBase> <size> <lower> [<volume>...] | cgroup-view <controllers> -- <program> [<arg>...] | "
+      "in-netns <netns> [<sysctl>=<value>]... -- <program> [<arg>...] | "
       "umount [--strict] [--shutdown=<ext4 root>] <path>...");
   return 1;
 }

@@ -86,6 +86,8 @@ export class LocalDriver implements RuntimeDriver {
   private leftovers: Leftovers | null = null;
   /** Uid slots of containers in this runtime root that are not this instance's: never handed out. */
   private foreignSlots: number[] = [];
+  /** Deleted sandboxes whose release runs in the background: their uid slots stay taken. */
+  private readonly releasing = new Map<string, { slot: number | undefined; done: Promise<void> }>();
   private readonly state: RecordStore;
   private readonly pools: PoolKeeper;
   private readonly opts: ResolvedOptions;
@@ -471,6 +473,7 @@ export class LocalDriver implements RuntimeDriver {
       });
       const net = early ?? (await this.network.attach(spec.id, { pid: partial.initPid }));
       partial.netId = net.id;
+      await this.settleHost(partial);
       if (!early) await bundle.setAddress(net.address);
       partial.address = net.address;
       partial.netnsPath = net.netnsPath;
@@ -507,10 +510,35 @@ export class LocalDriver implements RuntimeDriver {
     for (let i = 0; i < 200 && isAlive(rec); i++) await sleep(5);
   }
 
+  /**
+   * Kills the sandbox and drops it from the driver's view at once; the rest of its release
+   * (runtime state and cgroups, network, root layer, state dir) runs in the background and
+   * holds its uid slot (and the network its address) until done. A crash meanwhile leaves
+   * its state dir, which the next recovery finds and tears down. A sandbox with volumes is
+   * released before delete resolves (so that the volume is free for a delete right after),
+   * as is one that never got ready.
+   */
   async delete(id: string): Promise<void> {
     if (this.leftovers?.has(id)) return this.leftovers.expedite(id);
+    if (this.releasing.has(id)) return;
     const rec = this.records.get(id) ?? (await this.state.read(id));
-    await this.teardown(id, rec);
+    if (rec?.phase !== 'ready' || rec.spec.volumes.length > 0) {
+      await this.teardown(id, rec);
+      return;
+    }
+    this.commands.drop(rec.cid);
+    // PID 1 of the sandbox's pid namespace: the kernel kills every other process with it.
+    if (isAlive(rec)) process.kill(rec.initPid, 'SIGKILL');
+    const done = this.teardown(id, rec)
+      .catch(() => undefined) // what is left is the next recovery's
+      .finally(() => this.releasing.delete(id));
+    this.releasing.set(id, { slot: rec.slot, done });
+    this.records.delete(id);
+  }
+
+  /** Resolves once every background release started by {@link delete} has finished. */
+  async released(): Promise<void> {
+    while (this.releasing.size > 0) await Promise.all([...this.releasing.values()].map((r) => r.done));
   }
 
   /** Through the sandbox's exec agent; see commands/exec.ts. */
@@ -582,20 +610,28 @@ export class LocalDriver implements RuntimeDriver {
     return this.pools.refill();
   }
 
-  /** MemAvailable, free space of the data dir's file system, and the network's free addresses. */
+  /**
+   * MemAvailable, free space of the data dir's file system, and the network's free addresses
+   * (with the pooled networks, which a create takes).
+   */
   async capacity(): Promise<RuntimeCapacity> {
-    return { ...readHostCapacity(this.opts.dataDir), addresses: await this.network.freeAddresses() };
+    const addresses = await this.network.freeAddresses();
+    return {
+      ...readHostCapacity(this.opts.dataDir),
+      addresses: { ...addresses, free: addresses.free + this.pools.readyNets() },
+    };
   }
 
   /**
    * Sandboxes keep running (the next `recover()` adopts them); what the pools hold is
-   * removed from the host (a failure there leaves it to the next `recover()`), and the
-   * background removal of leftovers stops after the removals in progress.
+   * removed from the host (a failure there leaves it to the next `recover()`), the
+   * background removal of leftovers stops after the removals in progress, and the
+   * background releases of deleted sandboxes are waited for.
    */
   async close(): Promise<void> {
     const drained = this.pools.drain().catch(() => undefined);
     this.commands.dropAll();
-    await Promise.all([drained, this.leftovers?.stop()]);
+    await Promise.all([drained, this.leftovers?.stop(), this.released()]);
     this.records.clear();
   }
 
@@ -609,9 +645,11 @@ export class LocalDriver implements RuntimeDriver {
   async destroyAll(): Promise<void> {
     await this.pools.drain();
     for (const id of [...this.records.keys()]) await this.delete(id);
+    await this.released();
     const report = await this.recover();
     const left = await report.background?.done;
     for (const id of [...this.records.keys()]) await this.delete(id);
+    await this.released();
     await this.volumes.recover(new Map());
     await this.network.teardown();
     await removeCgroupParent(this.opts.cgroupParent);
@@ -626,6 +664,19 @@ export class LocalDriver implements RuntimeDriver {
       ...others.map((c) => `container ${c.id} (not this instance's, left alone in ${this.crun.root})`),
     ];
     if (problems.length) throw new SandboxdError('internal', `could not remove ${problems.join(', ')}`);
+  }
+
+  /**
+   * Once the sandbox runs, its root layer and netns live in its own namespaces: the host
+   * drops its mounts of them (the root layer's, and the netns name), so that the host's mount
+   * table, which every new mount namespace copies, does not grow with the sandboxes. runc
+   * keeps needing the root on the host (its exec starts in the rootfs directory).
+   */
+  private async settleHost(rec: SandboxRecord): Promise<void> {
+    await Promise.all([
+      this.crun.binary === 'crun' ? this.roots.detach(rec.rootId ?? rec.spec.id) : undefined,
+      this.network.settle(rec.netId ?? rec.spec.id),
+    ]);
   }
 
   /** Frees everything of `id` that exists, in reverse order of creation. Idempotent. */
@@ -649,6 +700,7 @@ export class LocalDriver implements RuntimeDriver {
         .map((r) => r.slot)
         .concat(this.pools.slots(), this.leftovers?.slots() ?? [], this.foreignSlots),
     );
+    for (const r of this.releasing.values()) if (r.slot !== undefined) used.add(r.slot);
     let slot = 0;
     while (used.has(slot)) slot++;
     return slot;

@@ -5,7 +5,7 @@
  * shared runtime root removed, and a graceful close that leaves no pooled thing behind.
  */
 import assert from 'node:assert/strict';
-import { existsSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, it } from 'node:test';
 import { makeTestDriver } from '../../../test/local-driver.js';
@@ -14,8 +14,7 @@ import type { SandboxSpec } from '../driver.js';
 import { INSTANCE_ANNOTATION } from './bundle/oci-config.js';
 import { OciRuntime, processStart } from './commands/oci-runtime.js';
 import { LocalDriver, type LocalDriverOptions } from './driver.js';
-import { hostVethName } from './network/addr.js';
-import { runJson } from './network/exec.js';
+import { hostVethName, instanceGroup } from './network/addr.js';
 import { loopsUnder, mountsUnder } from './rootfs/mounts.js';
 
 const LIMITS = { memoryBytes: 64 << 20, cpus: 0.5, pids: 32, rootDiskBytes: 64 << 20 };
@@ -61,16 +60,19 @@ const alive = (id: string) => running(record(id));
 const sandboxIds = () => readdirSync(join(opts.dataDir, 'sandboxes')).filter((n) => !n.startsWith('.'));
 /** Pooled ids a sandbox took (its record names them): these stay. */
 const takenFromPools = () => new Set(sandboxIds().flatMap((id) => [record(id).netId, record(id).rootId]));
-/** Pooled networks on this driver's bridge: netns `sbx-netpool_*` whose veth is a port of it, no sandbox's. */
+/** Pooled networks of this driver: netns `sbx-netpool_*` whose host veth is in its interface group, no sandbox's. */
 async function pooledNets(): Promise<string[]> {
-  const ports = new Set(
-    (await runJson<{ ifname: string }>('ip', ['-j', 'link', 'show', 'master', opts.bridge!])).map((p) => p.ifname),
-  );
+  const group = String(instanceGroup(opts.bridge!));
+  const ours = (id: string) => {
+    try {
+      return readFileSync(`/sys/class/net/${hostVethName(id)}/netdev_group`, 'utf8').trim() === group;
+    } catch {
+      return false;
+    }
+  };
   const taken = takenFromPools();
   const names = existsSync('/run/netns') ? readdirSync('/run/netns') : [];
-  return names.filter(
-    (n) => n.startsWith('sbx-netpool_') && ports.has(hostVethName(n.slice(4))) && !taken.has(n.slice(4)),
-  );
+  return names.filter((n) => n.startsWith('sbx-netpool_') && ours(n.slice(4)) && !taken.has(n.slice(4)));
 }
 /** Mounts and loop devices of pooled roots no sandbox took. */
 async function pooledRoots(): Promise<string[]> {
@@ -112,11 +114,31 @@ it('serves before leftovers are gone, keeps their ids and uid ranges, never touc
   for (const id of [left1, left2]) editJson(join(stateDir(id), 'state.json'), (r) => (r.phase = 'creating'));
   // One container that carries another instance's marker: not this instance's.
   editJson(join(stateDir(foreign), 'config.json'), (c) => (c.annotations[INSTANCE_ANNOTATION] = 'someoneelse'));
-  // One that an earlier version ran in the runtime root every instance shared.
+  // One that an earlier version ran in the runtime root every instance shared: a bundle in
+  // this data dir (a plain one: a running sandbox's root and netns are no longer on the
+  // host's mount table to start it again); its record keeps its uid range reserved.
   const own = new OciRuntime({ root: join(d1.runDir, 'crun') });
   const shared = new OciRuntime({ root: join(opts.runDir!, 'crun') });
   await own.delete(legacy);
-  await shared.run(legacy, stateDir(legacy));
+  const legacyBundle = join(stateDir(legacy), 'legacy');
+  mkdirSync(legacyBundle);
+  writeFileSync(
+    join(legacyBundle, 'config.json'),
+    JSON.stringify({
+      ociVersion: '1.0.2',
+      process: { user: { uid: 0, gid: 0 }, args: ['/dev/init', '-P'], env: ['PATH=/bin'], cwd: '/' },
+      root: { path: (await d1.images.resolve('local/busybox:latest')).rootfsDir, readonly: true },
+      mounts: [
+        { destination: '/proc', type: 'proc', source: 'proc' },
+        { destination: '/dev', type: 'tmpfs', source: 'tmpfs', options: ['nosuid', 'mode=755'] },
+        { destination: '/dev/init', type: 'bind', source: '/usr/bin/catatonit', options: ['rbind', 'ro'] },
+      ],
+      linux: {
+        namespaces: [{ type: 'pid' }, { type: 'ipc' }, { type: 'uts' }, { type: 'mount' }, { type: 'network' }],
+      },
+    }),
+  );
+  await shared.run(legacy, legacyBundle);
   assert.equal((await shared.state(legacy))?.status, 'running');
   const recs = Object.fromEntries(ids.map((id) => [id, record(id)]));
   recs[legacy].initPid = (await shared.state(legacy))!.pid;
@@ -130,8 +152,10 @@ it('serves before leftovers are gone, keeps their ids and uid ranges, never touc
   const report = await d2.recover();
   assert.deepEqual(report.adopted, [kept]);
   // Two half-made sandboxes and the legacy container, with the pooled networks and roots they took.
+  // (The legacy sandbox's network went with its first container: a running sandbox's netns
+  // has no name on the host, so its veth pair goes when its last process does.)
   const leftIds = [left1, left2, legacy].flatMap((id) => [
-    ...new Set([id, recs[id].netId ?? id, recs[id].rootId ?? id]),
+    ...new Set([id, ...(id === legacy ? [] : [recs[id].netId ?? id]), recs[id].rootId ?? id]),
   ]);
   assert.equal(report.background?.pending(), leftIds.length);
   assert.ok(running(recs[left1]) && running(recs[left2]) && running(recs[legacy]), 'the leftovers still run');
@@ -148,7 +172,8 @@ it('serves before leftovers are gone, keeps their ids and uid ranges, never touc
       `a new sandbox got the uid range of a leftover (${record(s.id).uidBase})`,
     );
     assert.notEqual(record(s.id).address, '');
-    assert.ok(![left1, left2, foreign, legacy].map((id) => recs[id].address).includes(record(s.id).address));
+    // (The legacy sandbox's address went with its network, see above.)
+    assert.ok(![left1, left2, foreign].map((id) => recs[id].address).includes(record(s.id).address));
   }
   await assert.rejects(d2.create(spec(left1)), (e: Error & { kind?: string }) => e.kind === 'conflict');
 

@@ -91,6 +91,13 @@ export interface BundleOptions {
   hostSysfs?: boolean;
   maskedNetPaths?: string[];
   /**
+   * Masked paths that are directories, hidden by a read-only bind of the empty directory
+   * `dir` instead of the runtime's usual tmpfs each: a tmpfs is a file system instance of its
+   * own, and every instance alive costs every memory cgroup of the host kernel memory (its
+   * shrinker slot), so a dozen per sandbox made each sandbox cost more the more there are.
+   */
+  maskDirsWith?: { dir: string; paths: string[] };
+  /**
    * Host path of the static exec agent (native/exec-agent.c), bound read-only at
    * /dev/sandboxd-agent; it is PID 1 (`--init`) and runs the sandbox's commands.
    */
@@ -151,6 +158,10 @@ export function buildOciConfig(o: BundleOptions): Record<string, unknown> {
   if (o.etcFiles.resolv)
     mounts.push({ destination: '/etc/resolv.conf', type: 'bind', source: o.etcFiles.resolv, options: ro });
   mounts.push(...o.volumes);
+  const boundMasks = new Set(o.maskDirsWith?.paths ?? []);
+  for (const d of boundMasks)
+    mounts.push({ destination: d, type: 'bind', source: o.maskDirsWith!.dir, options: [...ro.slice(1), 'bind'] });
+  const masked = o.hostSysfs ? [...MASKED_PATHS, ...(o.maskedNetPaths ?? [])] : MASKED_PATHS;
   return {
     ociVersion: '1.0.2',
     process: {
@@ -191,7 +202,7 @@ export function buildOciConfig(o: BundleOptions): Record<string, unknown> {
       },
       cgroupsPath: o.cgroupsPath,
       seccomp: o.seccomp,
-      maskedPaths: o.hostSysfs ? [...MASKED_PATHS, ...(o.maskedNetPaths ?? [])] : MASKED_PATHS,
+      maskedPaths: masked.filter((p) => !boundMasks.has(p)),
       readonlyPaths: READONLY_PATHS,
     },
   };

@@ -1,11 +1,12 @@
-import { writeFile } from 'node:fs/promises';
+import { statSync } from 'node:fs';
+import { chmod, mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { agentBinary } from '../commands/exec-agent.js';
-import type { OciRuntimeName } from '../commands/oci-runtime.js';
+import { hostOnlyCgroupPaths, type OciRuntimeName } from '../commands/oci-runtime.js';
 import { hostNetDevicePaths } from '../network/sysfs.js';
 import { cgroupsPath } from './cgroups.js';
 import { writeEtcFiles } from './etc-files.js';
-import { type BundleOptions, buildOciConfig, SANDBOX_CAPABILITIES } from './oci-config.js';
+import { type BundleOptions, buildOciConfig, MASKED_PATHS, SANDBOX_CAPABILITIES } from './oci-config.js';
 import { buildSeccompProfile, compileSeccompBpf, type OciSeccomp } from './seccomp.js';
 
 /**
@@ -25,7 +26,14 @@ export type SandboxBundle = Pick<
  */
 export class BundleWriter {
   private host:
-    | { seccomp: OciSeccomp; seccompBpfBase64?: string; maskedNetPaths: string[]; agentPath: string }
+    | {
+        seccomp: OciSeccomp;
+        seccompBpfBase64?: string;
+        maskedNetPaths: string[];
+        agentPath: string;
+        /** Masked paths that are directories on this host (they are hidden by a bind, see write()). */
+        maskedDirs: string[];
+      }
     | undefined;
 
   constructor(
@@ -49,7 +57,18 @@ export class BundleWriter {
   init(): void {
     const seccomp = buildSeccompProfile({ capabilities: SANDBOX_CAPABILITIES });
     const seccompBpfBase64 = this.o.runtime === 'crun' ? compileSeccompBpf(seccomp).toString('base64') : undefined;
-    this.host = { seccomp, seccompBpfBase64, maskedNetPaths: hostNetDevicePaths(), agentPath: agentBinary() };
+    const maskedNetPaths = hostNetDevicePaths();
+    // Hierarchies where a sandbox has no cgroup of its own show the host's root group: hidden.
+    const hostCgroups = this.o.runtime === 'crun' ? hostOnlyCgroupPaths() : [];
+    // /sys is the host's (bound) and /proc shows the same kernel: what is a directory here is one there.
+    const maskedDirs = [...MASKED_PATHS, ...maskedNetPaths, ...hostCgroups].filter((p) => {
+      try {
+        return statSync(p).isDirectory();
+      } catch {
+        return false;
+      }
+    });
+    this.host = { seccomp, seccompBpfBase64, maskedNetPaths, agentPath: agentBinary(), maskedDirs };
   }
 
   /**
@@ -60,6 +79,11 @@ export class BundleWriter {
   async write(dir: string, b: SandboxBundle): Promise<{ setAddress: (address: string) => Promise<void> }> {
     const host = this.host!;
     const etc = await writeEtcFiles(dir, b.hostname, b.net?.address ?? '', this.o.egress === 'nat');
+    // The empty directory bound read-only over masked directories (owned by host root, so
+    // nobody in the sandbox can write it).
+    const empty = join(dir, 'masked');
+    await mkdir(empty, { recursive: true });
+    await chmod(empty, 0o555);
     const config = buildOciConfig({
       id: b.id,
       instance: this.o.instance,
@@ -71,6 +95,16 @@ export class BundleWriter {
       netnsPath: b.net?.netnsPath,
       hostSysfs: b.net !== null,
       maskedNetPaths: host.maskedNetPaths,
+      // runc refuses mounts inside /proc: it keeps the tmpfs masks.
+      maskDirsWith:
+        this.o.runtime === 'crun'
+          ? {
+              dir: empty,
+              paths: host.maskedDirs.filter(
+                (p) => b.net !== null || MASKED_PATHS.includes(p) || p.startsWith('/sys/fs/cgroup/'),
+              ),
+            }
+          : undefined,
       agentPath: host.agentPath,
       etcFiles: etc.files,
       volumes: b.volumes,

@@ -1,9 +1,10 @@
 import { spawn } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { readFile, rm } from 'node:fs/promises';
 import type { Socket } from 'node:net';
 import { join } from 'node:path';
 import { constants as osConstants } from 'node:os';
+import { nativeBin } from '../native.js';
 import { HostSpawner } from './spawner.js';
 
 /** A runtime call that takes longer than this is killed (a hung runtime must not hang a create). */
@@ -32,19 +33,48 @@ export interface RunExecOptions {
 }
 
 /**
- * crun's cgroup-v1 support refuses to run on a "hybrid" host whose cgroup2 mount holds a
- * controller (hugetlb here). Running `crun run` in a private mount namespace without that
- * mount works around it; exec/kill/delete need nothing.
+ * Whether the host has the cgroup v1 layout (a tmpfs of v1 hierarchies at /sys/fs/cgroup,
+ * maybe with a cgroup2 mount at /sys/fs/cgroup/unified: "hybrid", as this host). There
+ * `crun run` goes through the mount helper's `cgroup-view` (see {@link OciRuntime.run}).
  */
-function hybridNeedsUnmount(): boolean {
-  try {
-    const unified = readFileSync('/proc/self/mountinfo', 'utf8')
-      .split('\n')
-      .some((l) => l.includes(' /sys/fs/cgroup/unified ') && l.includes(' - cgroup2 '));
-    return unified && readFileSync('/sys/fs/cgroup/unified/cgroup.controllers', 'utf8').trim() !== '';
-  } catch {
-    return false;
-  }
+function isCgroupV1Layout(): boolean {
+  return existsSync('/sys/fs/cgroup/memory') && !existsSync('/sys/fs/cgroup/cgroup.controllers');
+}
+
+/**
+ * The v1 controllers a sandbox gets cgroups in: its limits (memory, CPU quota, pids), its
+ * device rules, CPU accounting, and the freezer (`crun exec` reads its state). crun makes a
+ * container a cgroup in every hierarchy it finds, so `crun run` sees only these (a private
+ * mount namespace whose /sys/fs/cgroup holds just them): no cgroup per sandbox in blkio,
+ * cpuset, hugetlb or name=systemd, which set no limit here (a sandbox's processes stay in the host's root group there) but cost kernel
+ * memory and, for cpuset, walks of every sibling on each create and a rebuild of the
+ * scheduler domains on each delete. Nor a cgroup2 group: on a hybrid host crun refuses a
+ * cgroup2 mount that holds a controller (hugetlb here), and otherwise makes each container a
+ * cgroup2 group, which every v1 cgroup mount (ten per container start) then walks: measured,
+ * 1,000 sandboxes alive added ~6 ms to each. Moving hugetlb to a v1 hierarchy of its own was
+ * tried for the refusal: crun then starts directly, but makes those cgroup2 groups.
+ */
+export const SANDBOX_CGROUP_CONTROLLERS = ['memory', 'cpu', 'cpuacct', 'pids', 'devices', 'freezer'];
+
+/**
+ * The v1 hierarchies of this host without a sandbox cgroup (see
+ * {@link SANDBOX_CGROUP_CONTROLLERS}) as a sandbox's /sys/fs/cgroup shows them: crun still
+ * mounts every hierarchy there, at the group its processes are in, which for these is the
+ * host's root group. Their paths must be masked (the bundle does). Empty on other layouts.
+ */
+export function hostOnlyCgroupPaths(): string[] {
+  if (!isCgroupV1Layout()) return [];
+  const keep = new Set(SANDBOX_CGROUP_CONTROLLERS);
+  return readdirSync('/sys/fs/cgroup')
+    .filter((n) => n !== 'unified' && !n.split(',').every((c) => keep.has(c)))
+    .map((n) => `/sys/fs/cgroup/${n}`);
+}
+
+/** Path of the mount helper (native/idmap-mount.c), compiled on first use. */
+let mountHelper: string | undefined;
+function mountHelperPath(): string {
+  mountHelper ??= nativeBin('idmap-mount');
+  return mountHelper;
 }
 
 export type OciRuntimeName = 'crun' | 'runc';
@@ -61,12 +91,12 @@ export function defaultOciRuntime(): OciRuntimeName {
 export class OciRuntime {
   readonly root: string;
   readonly binary: OciRuntimeName;
-  private readonly hybrid: boolean;
+  private readonly cgroupV1: boolean;
 
   constructor(opts: { root: string; binary?: OciRuntimeName }) {
     this.root = opts.root;
     this.binary = opts.binary ?? defaultOciRuntime();
-    this.hybrid = this.binary === 'crun' && hybridNeedsUnmount();
+    this.cgroupV1 = this.binary === 'crun' && isCgroupV1Layout();
   }
 
   /** The global flag that sends the runtime's own error messages to `path`. */
@@ -100,21 +130,10 @@ export class OciRuntime {
       bundle,
       id,
     ];
-    const [cmd, argv] = this.hybrid
-      ? [
-          'unshare',
-          [
-            '-m',
-            '--propagation',
-            'private',
-            '--',
-            'sh',
-            '-c',
-            'umount /sys/fs/cgroup/unified && exec "$@"',
-            'sh',
-            ...args,
-          ],
-        ]
+    // The mount helper unshares the mount namespace, sets up its cgroup view and execs crun:
+    // one process, and a copy of the host's mount table (which holds no mount per sandbox).
+    const [cmd, argv] = this.cgroupV1
+      ? [mountHelperPath(), ['cgroup-view', SANDBOX_CGROUP_CONTROLLERS.join(','), '--', ...args]]
       : [args[0], args.slice(1)];
     // The container's init inherits the runtime's stdio and holds it for its whole life:
     // a channel only when it is meant to live that long, else /dev/null. The runtime's own

@@ -113,6 +113,21 @@ export function sandboxMac(id: string): string {
   return macFrom(digest(`mac:${id}`));
 }
 
+/** MAC of a sandbox's host-side veth (the sandbox's gateway MAC), from a hash of the id. */
+export function hostVethMac(id: string): string {
+  return macFrom(digest(`hostmac:${id}`));
+}
+
+/**
+ * The interface group (`ip link ... group N`, nft `iifgroup`/`oifgroup`) of every host-side
+ * veth of one instance, from a hash of its network name: one firewall rule matches all of
+ * its ports, and only them (another instance on the host has another group). Never 0 (the
+ * kernel's default group) and above 2^28, away from small numbers an admin would pick.
+ */
+export function instanceGroup(name: string): number {
+  return 0x10000000 + (digest(`group:${name}`).readUInt32BE(0) % 0x6fffffff);
+}
+
 /** Fixed MAC of a bridge, so it does not change as ports come and go. */
 export function bridgeMac(bridge: string): string {
   return macFrom(digest(`bridge:${bridge}`));

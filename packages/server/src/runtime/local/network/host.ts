@@ -19,11 +19,12 @@ export async function hostNetworksBesides(bridge: string): Promise<Prefix[]> {
 }
 
 /**
- * The first host route (any table; the default route, the bridge's own routes and its
+ * The first host route (any table; the default route, the instance's own routes and its
  * blackhole aside) that shares addresses with `subnet`, as `dst dev X`, or null. A sandbox
- * subnet there would capture traffic meant for a LAN, a VPN or another bridge.
+ * subnet there would capture traffic meant for a LAN, a VPN or another instance. `ours`
+ * tells the devices of this instance (its anchor device, its sandboxes' veths).
  */
-export async function findRouteClash(subnet: Prefix, bridge: string): Promise<string | null> {
+export async function findRouteClash(subnet: Prefix, ours: (dev: string) => boolean): Promise<string | null> {
   const routes = await runJson<{ type?: string; dst: string; dev?: string }>('ip', [
     '-j',
     '-4',
@@ -33,7 +34,7 @@ export async function findRouteClash(subnet: Prefix, bridge: string): Promise<st
     'all',
   ]);
   for (const r of routes) {
-    if (r.dst === 'default' || r.dev === bridge || !/^[\d.]+(\/\d+)?$/.test(r.dst)) continue;
+    if (r.dst === 'default' || (r.dev !== undefined && ours(r.dev)) || !/^[\d.]+(\/\d+)?$/.test(r.dst)) continue;
     const dst = parsePrefix(r.dst.includes('/') ? r.dst : `${r.dst}/32`);
     if (r.type === 'blackhole' && dst.base === subnet.base && dst.len === subnet.len) continue;
     if (overlaps(dst, subnet)) return `${r.dst}${r.dev ? ` dev ${r.dev}` : ''}`;

@@ -1,9 +1,11 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { existsSync, writeFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import dgram from 'node:dgram';
 import net from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, it } from 'node:test';
-import { hostVethName, netnsName, sandboxMac } from './addr.js';
+import { hostVethMac, hostVethName, instanceGroup, netnsName, planSubnet, sandboxMac } from './addr.js';
 import { runTool } from './exec.js';
 import {
   hostNetSnapshot,
@@ -19,7 +21,7 @@ import { NetworkManager, type NetworkOptions } from './manager.js';
 const OPTS: NetworkOptions = { bridge: 'sbxt-net', subnet: '10.89.250.0/24', egress: 'none' };
 const GATEWAY = '10.89.250.1';
 const ids = (prefix: string, n: number): string[] => Array.from({ length: n }, (_, i) => `nt_${prefix}${i}`);
-const ALL_IDS = ['nt_a', 'nt_b', 'nt_x', 'nt_y', 'nt_z', 'nt_dup', ...ids('c', 20), ...ids('p', 50)];
+const ALL_IDS = ['nt_a', 'nt_b', 'nt_x', 'nt_y', 'nt_z', 'nt_dup', 'nt_s', 'nt_t', ...ids('c', 20), ...ids('p', 50)];
 const MINE = new Set(ALL_IDS.flatMap((id) => [netnsName(id), hostVethName(id)]));
 const sh = (cmd: string): string => execFileSync('sh', ['-c', cmd], { encoding: 'utf8' });
 const PROBE_OK = /^(open|timeout|E[A-Z]+)$/;
@@ -42,6 +44,30 @@ function hostListener(host: string, ipv6Only = false): Promise<net.Server> {
   });
 }
 const portOf = (s: net.Server): number => (s.address() as net.AddressInfo).port;
+
+/**
+ * The host opens a UDP flow from the gateway to `addr`:9 (conntrack notes it), then a process
+ * in netns `ns` sends a datagram from `addr`:9 back to it: 'reply' when the host's socket got
+ * it, 'nothing' when it did not (within 500 ms).
+ */
+async function spoofedReply(ns: string, addr: string): Promise<'reply' | 'nothing'> {
+  const sock = dgram.createSocket('udp4');
+  await new Promise<void>((r) => sock.bind(0, GATEWAY, () => r()));
+  let got = false;
+  sock.on('message', () => {
+    got = true;
+  });
+  try {
+    const port = sock.address().port;
+    await new Promise<void>((r) => sock.send('open', 9, addr, () => r()));
+    const js = `const s = require('dgram').createSocket('udp4'); s.bind(9, '${addr}', () => s.send('x', ${port}, '${GATEWAY}', () => s.close()));`;
+    execFileSync('ip', ['netns', 'exec', ns, 'node', '-e', js], { timeout: 10_000 });
+    for (let i = 0; i < 10 && !got; i++) await sleep(50);
+    return got ? 'reply' : 'nothing';
+  } finally {
+    sock.close();
+  }
+}
 
 describe('NetworkManager (real kernel objects)', () => {
   let nm: NetworkManager;
@@ -93,42 +119,56 @@ describe('NetworkManager (real kernel objects)', () => {
       assert.match(r, PROBE_OK);
       assert.notEqual(r, 'open', `sandbox a reached ${blocked[i].join(':')}`);
     });
-    // Layer 2 isolation itself (the forward rule blocks IP between ports too, when
-    // br_netfilter is on): a cannot even resolve b's MAC.
+    // Nothing at layer 2 is shared: a cannot even resolve b's MAC (its eth0 is a /32 whose
+    // only neighbour is the gateway).
     assert.doesNotMatch(sh(`ip -n ${a.netnsName} neigh show ${b.address}`), /lladdr/);
     assert.throws(() => sh(`ip netns exec ${a.netnsName} busybox ping -c1 -W1 ${GATEWAY} 2>&1`));
 
     // a takes b's MAC and address and sends frames with them: the host still reaches b.
     sh(`ip -n ${a.netnsName} link set eth0 address ${sandboxMac('nt_b')}`);
-    sh(`ip -n ${a.netnsName} addr add ${b.address}/24 dev eth0`);
+    sh(`ip -n ${a.netnsName} addr add ${b.address}/32 dev eth0`);
     assert.notEqual(await probeFromNetns(a.netnsName, GATEWAY, portOf(v4)), 'open');
     assert.equal(await probeFromHost(b.address, 8000), 'open', 'a sandbox hijacked another one');
-    sh(`ip -n ${a.netnsName} addr del ${b.address}/24 dev eth0`);
+    // With b's address, a answers a UDP flow the host opened towards b: conntrack alone would
+    // take it for b's reply; the reverse-path rule drops it (b's address is routed via b's veth).
+    assert.equal(await spoofedReply(a.netnsName, b.address), 'nothing', 'the host took a spoofed reply');
+    sh(`ip -n ${a.netnsName} addr del ${b.address}/32 dev eth0`);
     sh(`ip -n ${a.netnsName} link set eth0 address ${sandboxMac('nt_a')}`);
+    // Control: the same reply from b itself arrives.
+    assert.equal(await spoofedReply(b.netnsName, b.address), 'reply', 'the reply path itself works');
 
-    // IPv6 is off on the bridge and inside the netns.
+    // IPv6 is off on the anchor, the host veth and inside the netns.
     assert.equal(sh(`cat /proc/sys/net/ipv6/conf/${OPTS.bridge}/disable_ipv6`).trim(), '1');
+    assert.equal(sh(`cat /proc/sys/net/ipv6/conf/${hostVethName('nt_a')}/disable_ipv6`).trim(), '1');
     assert.equal(sh(`ip netns exec ${a.netnsName} cat /proc/sys/net/ipv6/conf/all/disable_ipv6`).trim(), '1');
     assert.equal(sh(`ip -n ${a.netnsName} -6 addr show`).trim(), '');
 
-    // Even with IPv6 turned back on at both ends, the nft input rule keeps the host closed.
-    writeFileSync(`/proc/sys/net/ipv6/conf/${OPTS.bridge}/disable_ipv6`, '0');
+    // Even with IPv6 turned back on at both ends, the firewall drops all IPv6 from the sandbox:
+    // neither its connections to the host nor its replies to the host's get through.
+    const veth = hostVethName('nt_a');
+    writeFileSync(`/proc/sys/net/ipv6/conf/${veth}/disable_ipv6`, '0');
     try {
-      sh(`ip addr add fe80::1/64 dev ${OPTS.bridge} nodad`);
+      sh(`ip addr add fe80::1/64 dev ${veth} nodad`);
       sh(`ip netns exec ${a.netnsName} sysctl -qw net.ipv6.conf.all.disable_ipv6=0`);
+      sh(`ip netns exec ${a.netnsName} sysctl -qw net.ipv6.conf.eth0.disable_ipv6=0`);
       sh(`ip -n ${a.netnsName} addr add fe80::a/64 dev eth0 nodad`);
-      // The input rule also drops neighbour discovery from sandboxes; static entries at both
-      // ends leave the nft rule as the only thing between the sandbox and the host.
-      sh(`ip -6 neigh replace fe80::a lladdr ${sandboxMac('nt_a')} dev ${OPTS.bridge} nud permanent`);
-      const bridgeMac = sh(`cat /sys/class/net/${OPTS.bridge}/address`).trim();
-      sh(`ip -n ${a.netnsName} -6 neigh replace fe80::1 lladdr ${bridgeMac} dev eth0 nud permanent`);
+      // Static entries at both ends: nothing but the firewall stands between them.
+      sh(`ip -6 neigh replace fe80::a lladdr ${sandboxMac('nt_a')} dev ${veth} nud permanent`);
+      sh(`ip -n ${a.netnsName} -6 neigh replace fe80::1 lladdr ${hostVethMac('nt_a')} dev eth0 nud permanent`);
       await listenInNetns(a.netnsName, '::', 8001);
-      assert.equal(await probeFromHost(`fe80::a%${OPTS.bridge}`, 8001), 'open', 'host -> sandbox over IPv6');
       const r6 = await probeFromNetns(a.netnsName, 'fe80::1%eth0', portOf(v6));
       assert.match(r6, PROBE_OK);
       assert.notEqual(r6, 'open', 'sandbox reached the host over IPv6 link-local');
+      assert.notEqual(await probeFromHost(`fe80::a%${veth}`, 8001), 'open', 'IPv6 replies from a sandbox pass');
+      // Control: without this instance's table the same path is open, so the rules are what closed it.
+      sh(`nft delete table inet sandboxd_${OPTS.bridge}`);
+      try {
+        assert.equal(await probeFromHost(`fe80::a%${veth}`, 8001), 'open', 'the IPv6 path itself works');
+      } finally {
+        await nm.init();
+      }
     } finally {
-      writeFileSync(`/proc/sys/net/ipv6/conf/${OPTS.bridge}/disable_ipv6`, '1');
+      writeFileSync(`/proc/sys/net/ipv6/conf/${veth}/disable_ipv6`, '1');
     }
   });
 
@@ -140,7 +180,8 @@ describe('NetworkManager (real kernel objects)', () => {
     for (const n of nets) {
       assert.match(n.address, /^10\.89\.250\.\d+$/);
       assert.notEqual(n.address, GATEWAY);
-      assert.equal(sh(`ip -n ${n.netnsName} -4 -o addr show dev eth0`).split(/\s+/)[3], `${n.address}/24`);
+      assert.equal(sh(`ip -n ${n.netnsName} -4 -o addr show dev eth0`).split(/\s+/)[3], `${n.address}/32`);
+      assert.match(sh(`ip route show ${n.address}`), new RegExp(`dev ${hostVethName(n.id)} .*src ${GATEWAY}`));
     }
     const listed = await nm.list();
     assert.deepEqual(
@@ -154,15 +195,61 @@ describe('NetworkManager (real kernel objects)', () => {
     await assert.rejects(Promise.all([nm.attach('nt_dup'), nm.attach('nt_dup')]), { kind: 'conflict' });
     await Promise.all([...ids('c', 20), 'nt_dup'].map((id) => nm.detach(id)));
     await nm.detach('nt_c0'); // idempotent
-    const fdb = sh(`bridge fdb show br ${OPTS.bridge}`);
-    const neigh = sh(`ip neigh show dev ${OPTS.bridge} nud permanent`);
+    const routes = sh('ip -4 route show table main');
     for (const id of [...ids('c', 20), 'nt_dup']) {
       assert.ok(!existsSync(`/run/netns/${netnsName(id)}`), `netns of ${id} left`);
       assert.ok(!existsSync(`/sys/class/net/${hostVethName(id)}`), `veth of ${id} left`);
-      assert.ok(!fdb.includes(sandboxMac(id)), `fdb entry of ${id} left`);
+      assert.ok(!routes.includes(hostVethName(id)), `route of ${id} left`);
     }
-    for (const n of nets) assert.ok(!neigh.includes(`${n.address} `), `neighbour entry of ${n.id} left`);
     assert.deepEqual(await nm.list(), []);
+  });
+
+  it('has no per-port limit: no sandbox is a bridge port and the ruleset does not grow', async (t) => {
+    const some = ids('c', 12);
+    t.after(() => Promise.all(some.map((id) => nm.detach(id))));
+    const rules = sh(`nft list table inet sandboxd_${OPTS.bridge}`);
+    const nets = await Promise.all(some.map((id) => nm.attach(id)));
+    // Each veth stands alone (no master device, so no bridge's 1,024-port cap), in the group.
+    for (const n of nets) {
+      const veth = hostVethName(n.id);
+      assert.ok(!existsSync(`/sys/class/net/${veth}/master`), `${veth} is enslaved`);
+      assert.equal(sh(`cat /sys/class/net/${veth}/netdev_group`).trim(), String(instanceGroup(OPTS.bridge)));
+    }
+    assert.deepEqual(readdirSync(`/sys/class/net/${OPTS.bridge}/brif`), [], 'the anchor has ports');
+    assert.equal(sh(`nft list table inet sandboxd_${OPTS.bridge}`), rules, 'the ruleset changed with the sandboxes');
+    assert.deepEqual(await nm.freeAddresses(), { free: 253 - nets.length, total: 253 });
+    // Only the subnet bounds the count: a /16 holds 65,533 sandboxes.
+    const big = planSubnet('10.80.0.0/16');
+    assert.equal(big.last - big.first + 1, 65_533);
+  });
+
+  it('settle() drops the netns name, the network lives on with its process; detach waits for the kernel', async (t) => {
+    t.after(() => nm.detach('nt_s'));
+    const s1 = await nm.attach('nt_s');
+    const mounts = () => readFileSync('/proc/self/mountinfo', 'utf8').includes(`/run/netns/${s1.netnsName}`);
+    assert.ok(mounts(), 'the netns name is a mount until settled');
+    const holder = await listenInNetns(s1.netnsName, '0.0.0.0', 8002);
+    await nm.settle('nt_s');
+    await nm.settle('nt_s'); // idempotent
+    assert.ok(!existsSync(s1.netnsPath) && !mounts(), 'the name is gone');
+    assert.equal(await probeFromHost(s1.address, 8002), 'open', 'the network still works');
+    assert.deepEqual(
+      (await nm.list()).find((n) => n.id === 'nt_s'),
+      s1,
+      'listed from its veth and route alone',
+    );
+    const fresh = new NetworkManager(OPTS);
+    await fresh.init();
+    assert.notEqual((await fresh.attach('nt_t')).address, s1.address, 'a new instance reused a settled address');
+    await fresh.detach('nt_t');
+    // detach resolves only once the kernel freed the veth (here: after its last process ended).
+    const done = nm.detach('nt_s');
+    await sleep(300);
+    assert.ok(existsSync(`/sys/class/net/${hostVethName('nt_s')}`), 'the veth went while its process lived');
+    process.kill(holder.pid!, 'SIGKILL');
+    await done;
+    assert.ok(!existsSync(`/sys/class/net/${hostVethName('nt_s')}`));
+    assert.doesNotMatch(sh('ip -4 route show table main'), new RegExp(hostVethName('nt_s')));
   });
 
   it('lets a new instance find the existing networks and never reuse their addresses', async (t) => {
@@ -220,7 +307,8 @@ describe('NetworkManager (real kernel objects)', () => {
 
   it('renders a valid NAT ruleset that never forwards to private or host networks', async () => {
     const rules = buildRuleset({
-      ...OPTS,
+      name: OPTS.bridge,
+      group: instanceGroup(OPTS.bridge),
       subnet: '10.89.250.0/24',
       egress: 'nat',
       hostNetworks: [{ base: 0xc0000200, len: 24 }],
@@ -228,13 +316,16 @@ describe('NetworkManager (real kernel objects)', () => {
     assert.match(rules, /masquerade/);
     assert.match(rules, /10\.0\.0\.0\/8/);
     assert.match(rules, /192\.0\.2\.0\/24/);
+    assert.match(rules, /fib saddr \. iif oif missing drop/);
     // `nft -c` only checks the script; nothing is applied.
     await runTool('nft', ['-c', '-f', '-'], { input: rules });
   });
 
-  it('init() is idempotent, a removed bridge leaks nothing, teardown() restores the host', async () => {
+  it('init() is idempotent, a removed anchor leaks nothing, teardown() restores the host', async () => {
+    const g = instanceGroup(OPTS.bridge);
     const table = sh(`nft list table inet sandboxd_${OPTS.bridge}`);
-    assert.match(table, /iifname "sbxt-net" drop/);
+    assert.match(table, new RegExp(`iifgroup ${g} drop`));
+    assert.match(table, new RegExp(`iifgroup ${g} fib saddr \\. iif oif missing drop`));
     await nm.init();
     await nm.init();
     assert.equal(sh(`nft list table inet sandboxd_${OPTS.bridge}`), table);
@@ -243,21 +334,22 @@ describe('NetworkManager (real kernel objects)', () => {
 
     const a = await nm.attach('nt_a');
     sh(`ip link del ${OPTS.bridge}`);
-    assert.equal(await probeFromHost(a.address, 8000), 'EINVAL', 'blackhole route missing');
-    // A failed attach (here: no bridge) leaves nothing of its id behind.
+    // Addresses of no sandbox hit the blackhole route, never the default route.
+    assert.equal(await probeFromHost('10.89.250.200', 8000), 'EINVAL', 'blackhole route missing');
+    // A failed attach (here: no gateway address on the host) leaves nothing of its id behind.
     await assert.rejects(nm.attach('nt_b'), { kind: 'internal' });
     assert.ok(!existsSync(`/run/netns/${netnsName('nt_b')}`) && !existsSync(`/sys/class/net/${hostVethName('nt_b')}`));
-    await nm.init(); // repairs the host side
-    assert.deepEqual(await nm.list(), [], 'a netns whose veth is not on the bridge is not listed');
+    await nm.init(); // repairs the host side, the routes of its sandboxes included
+    assert.deepEqual(await nm.list(), [a]);
     await nm.detach('nt_a');
 
     await nm.attach('nt_b');
     await nm.teardown();
     assert.ok(!existsSync(`/run/netns/${netnsName('nt_b')}`));
     await nm.teardown(); // idempotent
-    assert.deepEqual(
-      hostNetSnapshot((n) => MINE.has(n)),
-      snapshotBefore,
-    );
+    // Only this file's lines: other instances on the host come and go meanwhile.
+    const ours = (l: string) =>
+      l.includes(OPTS.bridge) || l.includes('10.89.250.') || /\b(sbx-nt_|sv[0-9a-f]{10})/.test(l);
+    assert.deepEqual(hostNetSnapshot((n) => MINE.has(n)).filter(ours), snapshotBefore.filter(ours));
   });
 });

@@ -1,4 +1,5 @@
 import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { SandboxdError } from '@sandboxd/protocol';
 import {
   bridgeMac,
@@ -7,15 +8,16 @@ import {
   contains,
   formatPrefix,
   hostVethName,
+  instanceGroup,
   intToIp,
   ipToInt,
   netnsName,
   netnsPath,
   planSubnet,
   SANDBOX_ID_RE,
-  sandboxMac,
   type SubnetPlan,
 } from './addr.js';
+import { nativeBin } from '../native.js';
 import { attachCommand } from './commands.js';
 import { mapLimit, runJson, runTool } from './exec.js';
 import { findRouteClash, hostNetworksBesides } from './host.js';
@@ -23,9 +25,13 @@ import { buildRuleset, nftTableName } from './rules.js';
 
 /** Host-side settings of one sandbox network. */
 export interface NetworkOptions {
-  /** Bridge name, <= 15 chars, e.g. `sbx0`. Owned by this manager: created and removed by it. */
+  /**
+   * The instance's network name, <= 15 chars, e.g. `sbx0` (config `SANDBOXD_BRIDGE`): the
+   * name of its anchor device (a bridge without ports that holds the gateway address) and of
+   * its nft table. Owned by this manager: created and removed by it.
+   */
   bridge: string;
-  /** IPv4 CIDR of the sandboxes, prefix length 8..29; the first host address is the gateway on the bridge. */
+  /** IPv4 CIDR of the sandboxes, prefix length 8..29; the first host address is the gateway. */
   subnet: string;
   /** `none`: sandboxes reach nothing but their own netns. `nat`: masqueraded egress to public addresses only. */
   egress: 'none' | 'nat';
@@ -34,35 +40,56 @@ export interface NetworkOptions {
 /** One sandbox's network as it exists on the host. */
 export interface SandboxNet {
   id: string;
-  /** `sbx-<id>`, as `ip netns` names it. */
+  /** `sbx-<id>`, as `ip netns` names it until {@link NetworkManager.settle}. */
   netnsName: string;
   /** `/run/netns/sbx-<id>`: the path crun joins (`linux.namespaces[{type:"network", path}]`). */
   netnsPath: string;
-  /** IPv4 address of the sandbox's eth0; '' when `list()` finds a half-made network without one. */
+  /** IPv4 address of the sandbox's eth0; '' when `list()` finds a network without one. */
   address: string;
-  /** The bridge address, the sandbox's default route. */
+  /** The gateway address (on the anchor device), the sandbox's default route. */
   gateway: string;
 }
 
-/** Low priority, so the bridge's own connected route wins while the bridge exists. */
+/** Low priority, so the anchor's own connected route wins while it exists. */
 const BLACKHOLE_METRIC = 4294967295;
-const NETNS_DIR = '/run/netns';
+const VETH_RE = /^sv[0-9a-f]{10}$/;
 /**
- * Per-sandbox networking on one host bridge: a netns per sandbox, joined to the bridge by a
- * veth pair whose host port is isolated (no sandbox-to-sandbox traffic), learns nothing and
- * floods nothing (the host reaches each sandbox through a static FDB entry and a permanent
- * neighbour entry, so a sandbox cannot claim another's MAC or IPv4 address towards the host).
- * IPv6 is off on the bridge, the host ports and inside every netns.
+ * How long a detach waits for the kernel to free a veth whose netns lost its last user
+ * (it does so in batches, asynchronously) before deleting it itself.
+ */
+const VETH_GONE_WAIT_MS = 20_000;
+
+/**
+ * Per-sandbox routed networking: a netns per sandbox, joined to the host by a veth pair.
+ * The host end has no address and sits in the instance's interface group; a /32 route sends
+ * the sandbox's address through it. Nothing is shared between sandboxes on the host side
+ * (no bridge port, so no limit on their number but the subnet's), and the firewall is one
+ * fixed set of rules for all of them (see rules.ts): a sandbox reaches neither the host nor
+ * another sandbox, and a strict reverse-path rule drops any packet whose source address is
+ * not routed back through the veth it came in on, so it cannot pose as another sandbox;
+ * a MAC means nothing past its own point-to-point link. IPv6 is off on the host veths and
+ * inside every netns, and dropped from every sandbox.
+ *
+ * The instance's name (`bridge`) names its anchor device: a bridge without ports that holds
+ * the gateway address (the sandboxes' default route, the source of host-to-sandbox traffic)
+ * and, when egress is none, nothing else.
+ *
+ * Lifecycle of one network: {@link attach} makes it under the netns name `sbx-<id>`;
+ * {@link settle} drops that name once the sandbox's processes hold the netns (no host mount
+ * stays per sandbox); {@link detach} drops what is left. The kernel frees a netns, its veth
+ * pair and the route when the last process in it ends; detach waits for that (or deletes the
+ * veth itself after a while) and only then hands the address out again.
  *
  * Concurrency: calls for one id run one after another; different ids run in parallel.
  * Addresses are handed out by this instance from what the host held when it first
- * allocated, plus its own allocations: run one manager per bridge per host.
+ * allocated, plus its own allocations: run one manager per instance name per host.
  */
 export class NetworkManager {
   readonly #opts: NetworkOptions;
   readonly #plan: SubnetPlan;
   readonly #subnet: string;
   readonly #gateway: string;
+  readonly #group: number;
   #ready = false;
   #loaded: Promise<void> | undefined;
   /** Address (as number) -> id using it ('' for an address only the host knows about). */
@@ -70,6 +97,7 @@ export class NetworkManager {
   readonly #nets = new Map<string, SandboxNet>();
   readonly #locks = new Map<string, Promise<unknown>>();
   #cursor: number;
+  #helper: string | undefined;
 
   /** Validates the options (`validation` error); touches nothing on the host. */
   constructor(opts: NetworkOptions) {
@@ -81,22 +109,31 @@ export class NetworkManager {
     this.#plan = planSubnet(opts.subnet);
     this.#subnet = formatPrefix(this.#plan.prefix);
     this.#gateway = intToIp(this.#plan.gateway);
+    this.#group = instanceGroup(opts.bridge);
     this.#cursor = this.#plan.first;
+  }
+
+  /** The interface group of this instance's host veths (and of its anchor device). */
+  get group(): number {
+    return this.#group;
   }
 
   /**
    * Installs the host side, idempotently: the nft table `inet sandboxd_<bridge>` first (so
-   * no sandbox ever exists unprotected), then the bridge with a fixed MAC, IPv6 off and the
-   * gateway address, then a blackhole route for the subnet. With egress 'nat' it also turns
-   * on `net.ipv4.ip_forward` (host-wide; never turned off again); with 'none' it leaves it.
-   * Throws `conflict` when an interface of the bridge's name exists and is not a bridge.
+   * no sandbox ever exists unprotected), then the anchor device (a bridge without ports,
+   * with a fixed MAC, in the instance's group, IPv6 off, holding the gateway address), then
+   * a blackhole route for the subnet, and the routes of the networks it made (the kernel drops
+   * a route with the gateway address). With egress 'nat' it also turns on `net.ipv4.ip_forward`
+   * (host-wide; never turned off again); with 'none' it leaves it. Throws `conflict` when an
+   * interface of the anchor's name exists and is not a bridge, or a host route overlaps the
+   * subnet.
    */
   async init(): Promise<void> {
     const { bridge, egress } = this.#opts;
-    const clash = await findRouteClash(this.#plan.prefix, bridge);
+    const clash = await findRouteClash(this.#plan.prefix, (dev) => dev === bridge || this.#isOurVeth(dev));
     if (clash) throw new SandboxdError('conflict', `network: subnet ${this.#subnet} overlaps the host route ${clash}`);
     const hostNetworks = egress === 'nat' ? await hostNetworksBesides(bridge) : [];
-    const rules = buildRuleset({ bridge, subnet: this.#subnet, egress, hostNetworks });
+    const rules = buildRuleset({ name: bridge, group: this.#group, subnet: this.#subnet, egress, hostNetworks });
     await runTool('nft', ['-f', '-'], { input: rules });
     if (!existsSync(`/sys/class/net/${bridge}`)) {
       // A concurrent init may win the race; the check below decides.
@@ -108,10 +145,15 @@ export class NetworkManager {
       throw new SandboxdError('conflict', `network: ${bridge} exists and is not a bridge`);
     }
     writeFileSync(`/proc/sys/net/ipv6/conf/${bridge}/disable_ipv6`, '1');
+    // Routes whose source is the gateway went with it if the anchor was removed: put back
+    // those of the networks this instance made.
+    const known = [...this.#nets.values()].filter((n) => existsSync(`/sys/class/net/${hostVethName(n.id)}`));
     const script = [
+      `link set ${bridge} group ${this.#group}`,
       `addr replace ${this.#gateway}/${this.#plan.prefix.len} dev ${bridge}`,
       `link set ${bridge} up`,
       `route replace blackhole ${this.#subnet} metric ${BLACKHOLE_METRIC}`,
+      ...known.map((n) => `route replace ${n.address}/32 dev ${hostVethName(n.id)} src ${this.#gateway}`),
     ];
     await runTool('ip', ['-batch', '-'], { input: `${script.join('\n')}\n` });
     if (egress === 'nat' && readFileSync('/proc/sys/net/ipv4/ip_forward', 'utf8').trim() !== '1') {
@@ -121,12 +163,12 @@ export class NetworkManager {
   }
 
   /**
-   * Creates netns `sbx-<id>` with eth0 (a free subnet address, default route via the
-   * gateway), lo up and IPv6 off, joined to the bridge. Resolves once crun can join
-   * `netnsPath`. With `pid`, the netns is that running process's own (named, not made), for
-   * runtimes that create the netns themselves. Throws `validation` (bad id), `conflict`
-   * (the id's netns or port exists), `internal` (not initialised, pool exhausted, a tool
-   * failed; nothing is left behind).
+   * Creates netns `sbx-<id>` with eth0 (a free subnet address as a /32, default route via the
+   * gateway), lo up and IPv6 off, routed from the host through its own veth. Resolves once
+   * crun can join `netnsPath`. With `pid`, the netns is that running process's own (named,
+   * not made), for runtimes that create the netns themselves. Throws `validation` (bad id),
+   * `conflict` (the id's netns or veth exists), `internal` (not initialised, no free address,
+   * a tool failed; nothing is left behind).
    */
   async attach(id: string, opts: { pid?: number } = {}): Promise<SandboxNet> {
     checkSandboxId(id);
@@ -136,50 +178,69 @@ export class NetworkManager {
     return this.#locked(id, () => this.#attach(id, opts.pid));
   }
 
-  /** Removes the netns, veth pair, FDB and neighbour entries of `id`. Unknown id: no-op. */
+  /**
+   * Drops the netns name of `id` (its bind mount under /run/netns) once a process of the
+   * sandbox holds the netns: from then on the netns lives exactly as long as the sandbox's
+   * processes, and the host keeps no mount per sandbox (every new mount namespace, each
+   * `crun run` included, copies the host's mount table). The veth, route and address stay.
+   * Unknown id or no name: no-op.
+   */
+  async settle(id: string): Promise<void> {
+    checkSandboxId(id);
+    return this.#locked(id, async () => {
+      if (!existsSync(netnsPath(id))) return;
+      await runTool('ip', ['netns', 'del', netnsName(id)]);
+    });
+  }
+
+  /**
+   * Removes the network of `id`: its netns name, then waits until the kernel has freed the
+   * veth pair (it does once no process is left in the netns; after a while detach deletes the
+   * veth itself), and only then hands its address out again. Unknown id: no-op. Throws
+   * `internal` when the veth or the name cannot be removed.
+   */
   async detach(id: string): Promise<void> {
     checkSandboxId(id);
-    return this.#locked(id, () => this.#remove(id));
+    return this.#locked(id, () => this.#remove(id, false));
   }
 
   /**
-   * Every sandbox network of this bridge on the host now, read from the host (netns files
-   * whose veth is a port of the bridge, the address from inside each netns), whichever
-   * process made them.
+   * Every sandbox network of this instance on the host now, read from the host (veths in
+   * the instance's group, or ports of its anchor left by an older version, with the alias
+   * `sandboxd:<id>`; addresses from their /32 routes), whichever process made them. A netns
+   * name without such a veth is not listed.
    */
   async list(): Promise<SandboxNet[]> {
-    const { bridge } = this.#opts;
-    const ports = await runJson<{ ifname: string }>('ip', ['-j', 'link', 'show', 'master', bridge], {
-      allowFailure: true,
-    });
-    const portNames = new Set(ports.map((p) => p.ifname));
-    let names: string[] = [];
-    try {
-      names = readdirSync(NETNS_DIR);
-    } catch {
-      // No netns was ever made on this host.
+    const veths = this.#hostVeths();
+    const addrByDev = new Map<string, string>();
+    if (veths.size > 0) {
+      const routes = await runJson<{ dst: string; dev?: string }>(
+        'ip',
+        ['-j', '-4', 'route', 'show', 'table', 'main'],
+        {
+          allowFailure: true,
+        },
+      );
+      for (const r of routes) if (r.dev && veths.has(r.dev) && /^[\d.]+$/.test(r.dst)) addrByDev.set(r.dev, r.dst);
     }
-    const ids = names
-      .filter((n) => n.startsWith('sbx-'))
-      .map((n) => n.slice(4))
-      .filter((id) => SANDBOX_ID_RE.test(id) && portNames.has(hostVethName(id)));
-    return mapLimit(ids.sort(), 8, async (id) => ({ ...this.#describe(id, ''), address: await this.#readAddress(id) }));
+    return [...veths]
+      .map(([dev, id]) => ({ ...this.#describe(id, addrByDev.get(dev) ?? '') }))
+      .sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
   }
 
   /**
-   * Detaches every sandbox of the bridge, then removes the bridge, its blackhole route and
-   * the nft table. For tests and uninstall; `net.ipv4.ip_forward` stays as it is.
-   * Throws `internal` when something is still there afterwards.
+   * Removes every sandbox network of the instance (without waiting for their processes),
+   * then the anchor device, its blackhole route and the nft table. For tests and uninstall;
+   * `net.ipv4.ip_forward` stays as it is. Throws `internal` when something is still there
+   * afterwards.
    */
   async teardown(): Promise<void> {
     const { bridge } = this.#opts;
     this.#ready = false;
-    await mapLimit(await this.list(), 4, (n) => this.detach(n.id));
-    const ports = await runJson<{ ifname: string }>('ip', ['-j', 'link', 'show', 'master', bridge], {
-      allowFailure: true,
-    });
+    await mapLimit(await this.list(), 4, (n) => this.#locked(n.id, () => this.#remove(n.id, true)));
+    const names = [...this.#hostVeths().keys()];
     const script = [
-      ...ports.filter((p) => /^sv[0-9a-f]{10}$/.test(p.ifname)).map((p) => `link del ${p.ifname}`),
+      ...names.map((n) => `link del ${n}`),
       `link del ${bridge}`,
       `route del blackhole ${this.#subnet} metric ${BLACKHOLE_METRIC}`,
     ];
@@ -197,20 +258,14 @@ export class NetworkManager {
   }
 
   /**
-   * Networks left for new sandboxes: free subnet addresses, or free ports of the bridge (a
-   * Linux bridge takes at most 1023; one more fails with `Exchange full`), whichever is fewer.
-   * What pooled networks hold counts as used. Reads the host once per instance (as attach does).
+   * Networks left for new sandboxes: free subnet addresses (sandboxes being released, and
+   * pooled networks, still hold theirs), of all the subnet's. Reads the host once per
+   * instance (as attach does).
    */
   async freeAddresses(): Promise<{ free: number; total: number }> {
-    const BRIDGE_MAX_PORTS = 1023;
     if (this.#ready) await this.#loadHostState().catch(() => {});
     const size = this.#plan.last - this.#plan.first + 1;
-    let ports = 0;
-    for (const owner of this.#used.values()) if (owner !== '') ports++;
-    return {
-      free: Math.max(0, Math.min(size - this.#used.size, BRIDGE_MAX_PORTS - ports)),
-      total: Math.min(size, BRIDGE_MAX_PORTS),
-    };
+    return { free: Math.max(0, size - this.#used.size), total: size };
   }
 
   async #attach(id: string, pid?: number): Promise<SandboxNet> {
@@ -219,69 +274,106 @@ export class NetworkManager {
       throw new SandboxdError('conflict', `network of sandbox ${id} exists`);
     }
     await this.#loadHostState();
+    if (this.#nextFree() === undefined) await this.#recheckHostOnly();
     const addr = this.#allocate(id);
     const net = this.#describe(id, intToIp(addr));
     try {
-      await this.#create(id, net.address, pid);
+      this.#helper ??= nativeBin('idmap-mount');
+      const helper = this.#helper;
+      const cmd = attachCommand({ id, group: this.#group, address: net.address, gateway: this.#gateway, pid, helper });
+      await runTool('sh', cmd.args, { input: cmd.input });
     } catch (e) {
-      await this.#remove(id).catch(() => {});
+      await this.#remove(id, true).catch(() => {});
       throw e;
     }
     this.#nets.set(id, net);
     return net;
   }
 
-  async #create(id: string, address: string, pid?: number): Promise<void> {
-    const { bridge } = this.#opts;
-    const cmd = attachCommand({ id, bridge, address, prefixLen: this.#plan.prefix.len, gateway: this.#gateway, pid });
-    await runTool('sh', cmd.args, { input: cmd.input });
-  }
-
-  async #remove(id: string): Promise<void> {
-    const { bridge } = this.#opts;
+  /**
+   * Drops the name, then frees the veth: `now` deletes it at once (the netns may still hold
+   * processes: they lose their network); otherwise the kernel's own release is waited for.
+   */
+  async #remove(id: string, now: boolean): Promise<void> {
     const veth = hostVethName(id);
-    const mac = sandboxMac(id);
-    // An address this instance handed out is known; otherwise the MAC finds the host's entries.
-    const known = this.#nets.get(id)?.address;
-    const addresses = known
-      ? [known]
-      : (
-          await runJson<{ dst: string; lladdr?: string }>(
-            'ip',
-            ['-j', 'neigh', 'show', 'dev', bridge, 'nud', 'permanent'],
-            { allowFailure: true },
-          )
-        )
-          .filter((n) => n.lladdr === mac)
-          .map((n) => n.dst);
-    // The veth goes explicitly: a deleted netns frees its devices only later, asynchronously.
-    // `neigh flush` comes last because ip exits on some errors even with -force.
+    const vethPath = `/sys/class/net/${veth}`;
     const script = [
-      ...(existsSync(`/sys/class/net/${veth}`) ? [`link del ${veth}`] : []),
+      ...(now && existsSync(vethPath) ? [`link del ${veth}`] : []),
       ...(existsSync(netnsPath(id)) ? [`netns del ${netnsName(id)}`] : []),
-      ...addresses.map((a) => `neigh flush to ${a} dev ${bridge} nud permanent`),
     ];
     if (script.length > 0) {
       await runTool('ip', ['-force', '-batch', '-'], { input: `${script.join('\n')}\n`, allowFailure: true });
-      if (existsSync(netnsPath(id)) || existsSync(`/sys/class/net/${veth}`)) {
-        throw new SandboxdError('internal', `network: could not remove the network of sandbox ${id}`);
-      }
+    }
+    if (existsSync(vethPath) && !(await waitGone(vethPath, VETH_GONE_WAIT_MS))) {
+      // A process outside the sandbox still holds the netns: the veth goes, the netns is empty.
+      await runTool('ip', ['link', 'del', veth], { allowFailure: true });
+    }
+    if (existsSync(netnsPath(id)) || existsSync(vethPath)) {
+      throw new SandboxdError('internal', `network: could not remove the network of sandbox ${id}`);
     }
     this.#nets.delete(id);
     for (const [addr, owner] of this.#used) if (owner === id) this.#used.delete(addr);
   }
 
-  /** Loads, once per instance, every subnet address the host already uses. */
+  /** Host veths of this instance: name -> sandbox id (from the alias `sandboxd:<id>`). */
+  #hostVeths(): Map<string, string> {
+    const out = new Map<string, string>();
+    let names: string[] = [];
+    try {
+      names = readdirSync('/sys/class/net');
+    } catch {
+      return out;
+    }
+    // Ports of the anchor are veths of an older version of this instance (bridged topology).
+    let ports = new Set<string>();
+    try {
+      ports = new Set(readdirSync(`/sys/class/net/${this.#opts.bridge}/brif`));
+    } catch {
+      /* no anchor */
+    }
+    for (const n of names) {
+      if (!VETH_RE.test(n) || !(ports.has(n) || this.#isOurVeth(n))) continue;
+      const id = readSys(`/sys/class/net/${n}/ifalias`).replace(/^sandboxd:/, '');
+      if (SANDBOX_ID_RE.test(id) && hostVethName(id) === n) out.set(n, id);
+    }
+    return out;
+  }
+
+  /** Whether `dev` is a host veth in this instance's interface group. */
+  #isOurVeth(dev: string): boolean {
+    return VETH_RE.test(dev) && readSys(`/sys/class/net/${dev}/netdev_group`) === String(this.#group);
+  }
+
+  /**
+   * Loads, once per instance, every subnet address the host already uses: /32 routes (of
+   * any device; those of this instance's veths under their sandbox's id) and, from an older
+   * version's bridged sandboxes, the anchor's permanent neighbour entries.
+   */
   #loadHostState(): Promise<void> {
     this.#loaded ??= (async () => {
-      const nets = await this.list();
-      const neigh = await runJson<{ dst: string }>(
+      const veths = this.#hostVeths();
+      const routes = await runJson<{ dst: string; dev?: string; type?: string }>(
         'ip',
-        ['-j', 'neigh', 'show', 'dev', this.#opts.bridge, 'nud', 'permanent'],
+        ['-j', '-4', 'route', 'show', 'table', 'main'],
         { allowFailure: true },
       );
-      for (const n of nets) if (n.address) this.#reserve(n.address, n.id);
-      for (const n of neigh) this.#reserve(n.dst, '');
+      for (const r of routes) {
+        if (r.type === 'blackhole' || !/^[\d.]+(\/32)?$/.test(r.dst)) continue;
+        this.#reserve(r.dst.replace(/\/32$/, ''), (r.dev && veths.get(r.dev)) || '');
+      }
+      if (existsSync(`/sys/class/net/${this.#opts.bridge}/brif`)) {
+        const bridged = readdirSync(`/sys/class/net/${this.#opts.bridge}/brif`).length > 0;
+        const neigh = bridged
+          ? await runJson<{ dst: string }>(
+              'ip',
+              ['-j', 'neigh', 'show', 'dev', this.#opts.bridge, 'nud', 'permanent'],
+              {
+                allowFailure: true,
+              },
+            )
+          : [];
+        for (const n of neigh) this.#reserve(n.dst, '');
+      }
     })().catch((e: unknown) => {
       this.#loaded = undefined;
       throw e;
@@ -297,26 +389,34 @@ export class NetworkManager {
 
   /** Next free address after the last one handed out (synchronous: no other attach interleaves). */
   #allocate(id: string): number {
+    const found = this.#nextFree();
+    if (found === undefined) throw new SandboxdError('internal', `network: no free address left in ${this.#subnet}`);
+    this.#used.set(found, id);
+    this.#cursor = found + 1 > this.#plan.last ? this.#plan.first : found + 1;
+    return found;
+  }
+
+  /**
+   * Frees the addresses that only the host knew about at start whose /32 route is gone
+   * since (their sandboxes ended): run when no address is left.
+   */
+  async #recheckHostOnly(): Promise<void> {
+    const routes = await runJson<{ dst: string }>('ip', ['-j', '-4', 'route', 'show', 'table', 'main'], {
+      allowFailure: true,
+    });
+    const routed = new Set(routes.map((r) => r.dst.replace(/\/32$/, '')));
+    for (const [addr, owner] of this.#used) if (owner === '' && !routed.has(intToIp(addr))) this.#used.delete(addr);
+  }
+
+  /** The next free address from the cursor on, or undefined; changes nothing. */
+  #nextFree(): number | undefined {
     const { first, last } = this.#plan;
     const size = last - first + 1;
     for (let i = 0; i < size; i++) {
       const candidate = first + ((this.#cursor - first + i) % size);
-      if (!this.#used.has(candidate)) {
-        this.#used.set(candidate, id);
-        this.#cursor = candidate + 1 > last ? first : candidate + 1;
-        return candidate;
-      }
+      if (!this.#used.has(candidate)) return candidate;
     }
-    throw new SandboxdError('internal', `network: no free address left in ${this.#subnet}`);
-  }
-
-  async #readAddress(id: string): Promise<string> {
-    const links = await runJson<{ addr_info?: { family: string; local: string }[] }>(
-      'ip',
-      ['-n', netnsName(id), '-j', '-4', 'addr', 'show', 'dev', 'eth0'],
-      { allowFailure: true },
-    );
-    return links[0]?.addr_info?.find((a) => a.family === 'inet')?.local ?? '';
+    return undefined;
   }
 
   #describe(id: string, address: string): SandboxNet {
@@ -333,4 +433,22 @@ export class NetworkManager {
     });
     return run;
   }
+}
+
+function readSys(path: string): string {
+  try {
+    return readFileSync(path, 'utf8').trim();
+  } catch {
+    return '';
+  }
+}
+
+/** Polls until `path` is gone (true) or `ms` passed (false); backs off from 10 to 200 ms. */
+async function waitGone(path: string, ms: number): Promise<boolean> {
+  const deadline = Date.now() + ms;
+  for (let delay = 10; existsSync(path); delay = Math.min(200, delay * 2)) {
+    if (Date.now() > deadline) return false;
+    await sleep(delay);
+  }
+  return true;
 }

@@ -17,14 +17,17 @@ export const NON_PUBLIC_IPV4 = [
   '224.0.0.0/3',
 ];
 
-/** Name of the nftables table (family inet) that holds every rule of one bridge. */
-export function nftTableName(bridge: string): string {
-  return `sandboxd_${bridge}`;
+/** Name of the nftables table (family inet) that holds every rule of one instance's network. */
+export function nftTableName(name: string): string {
+  return `sandboxd_${name}`;
 }
 
 /** Inputs of {@link buildRuleset}. */
 export interface RulesetOptions {
-  bridge: string;
+  /** The instance's network name (`SANDBOXD_BRIDGE`): names the table. */
+  name: string;
+  /** Interface group of the instance's host veths: every rule matches the sandboxes by it. */
+  group: number;
   /** Sandbox subnet, e.g. `10.89.0.0/16`. */
   subnet: string;
   egress: 'none' | 'nat';
@@ -33,47 +36,56 @@ export interface RulesetOptions {
 }
 
 /**
- * The complete nft script for one bridge. Applied with `nft -f -` it replaces the table in
- * one transaction (create-if-missing, delete, re-create), so re-running it is idempotent and
- * there is never a moment without rules. Base chains run at priority -10, and a drop in any
- * base chain is final, so other tables' accepts cannot open what this table closes.
+ * The complete nft script for one instance. Applied with `nft -f -` it replaces the table
+ * in one transaction (create-if-missing, delete, re-create), so re-running it is idempotent
+ * and there is never a moment without rules. Base chains run at priority -10, and a drop in
+ * any base chain is final, so other tables' accepts cannot open what this table closes.
+ * The rules are the same whatever the number of sandboxes: each sandbox's host veth is in
+ * the instance's interface group, which `iifgroup`/`oifgroup` match.
  *
- * - input: from the bridge only replies to connections the host opened (established,
- *   related); every new connection to any host address, IPv4 or IPv6, is dropped.
- * - forward, egress 'none': everything from or to the bridge is dropped.
- * - forward, egress 'nat': into the bridge only replies; from the bridge no IPv6, nothing
- *   to the host's own, broadcast or multicast addresses, nothing to non-public ranges or the
- *   host's other networks; the rest is masqueraded.
+ * - prerouting: from a sandbox, no IPv6, and only packets whose source address the host
+ *   routes back through the veth they came in on (strict reverse path): a sandbox cannot
+ *   send with another sandbox's address, the gateway's or any other.
+ * - input: from a sandbox only replies to connections the host opened (established,
+ *   related); every new connection to any host address is dropped.
+ * - forward, egress 'none': everything from or to a sandbox is dropped.
+ * - forward, egress 'nat': to a sandbox only replies (so never sandbox to sandbox); from a
+ *   sandbox nothing to the host's own, broadcast or multicast addresses, nothing to
+ *   non-public ranges or the host's other networks; the rest is masqueraded.
  */
 export function buildRuleset(o: RulesetOptions): string {
-  const t = nftTableName(o.bridge);
-  const br = `"${o.bridge}"`;
+  const t = nftTableName(o.name);
+  const g = String(o.group);
   const lines = [
     `table inet ${t} {}`,
     `delete table inet ${t}`,
     `table inet ${t} {`,
+    '  chain prerouting {',
+    '    type filter hook prerouting priority -10; policy accept;',
+    `    iifgroup ${g} meta nfproto ipv6 drop`,
+    `    iifgroup ${g} fib saddr . iif oif missing drop`,
+    '  }',
     '  chain input {',
     '    type filter hook input priority -10; policy accept;',
-    `    iifname ${br} ct state established,related accept`,
-    `    iifname ${br} drop`,
+    `    iifgroup ${g} ct state established,related accept`,
+    `    iifgroup ${g} drop`,
     '  }',
     '  chain forward {',
     '    type filter hook forward priority -10; policy accept;',
   ];
   if (o.egress === 'none') {
-    lines.push(`    iifname ${br} drop`, `    oifname ${br} drop`, '  }');
+    lines.push(`    iifgroup ${g} drop`, `    oifgroup ${g} drop`, '  }');
   } else {
     const blocked = mergePrefixes([...NON_PUBLIC_IPV4.map(parsePrefix), ...o.hostNetworks]).map(formatPrefix);
     lines.push(
-      `    oifname ${br} ct state established,related accept`,
-      `    oifname ${br} drop`,
-      `    iifname ${br} meta nfproto ipv6 drop`,
-      `    iifname ${br} fib daddr type { local, broadcast, multicast, anycast } drop`,
-      `    iifname ${br} ip daddr { ${blocked.join(', ')} } drop`,
+      `    oifgroup ${g} ct state established,related accept`,
+      `    oifgroup ${g} drop`,
+      `    iifgroup ${g} fib daddr type { local, broadcast, multicast, anycast } drop`,
+      `    iifgroup ${g} ip daddr { ${blocked.join(', ')} } drop`,
       '  }',
       '  chain postrouting {',
       '    type nat hook postrouting priority 110; policy accept;',
-      `    ip saddr ${o.subnet} oifname != ${br} masquerade`,
+      `    ip saddr ${o.subnet} oifgroup != ${g} masquerade`,
       '  }',
     );
   }

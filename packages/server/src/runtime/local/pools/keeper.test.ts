@@ -134,3 +134,15 @@ test('sizes of 0 keep nothing', async () => {
   assert.deepEqual(log, []);
   await keeper.close();
 });
+
+test('a refill with nothing to do leaves the keeper able to refill again (regression: it never did)', async () => {
+  const { keeper, log } = fakeKeeper({ roots: 0 });
+  await keeper.refill();
+  assert.equal(log.length, 2, 'both networks made');
+  await keeper.refill(); // nothing to do: ends at once
+  keeper.takeNet();
+  await new Promise((r) => setTimeout(r, POOL_REFILL_DELAY_MS * 3));
+  await keeper.refill();
+  assert.deepEqual(kinds(log), ['attach netpool_*', 'attach netpool_*', 'attach netpool_*'], 'the take was refilled');
+  await keeper.close();
+});

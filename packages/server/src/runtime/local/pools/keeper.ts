@@ -110,6 +110,11 @@ export class PoolKeeper {
     return this.warm.counts();
   }
 
+  /** Networks made ahead of need, ready to be taken by a create. */
+  readyNets(): number {
+    return this.nets.size();
+  }
+
   /** Uid slots held by pooled things and by things being made for a pool. */
   slots(): number[] {
     return this.roots.slots();
@@ -118,24 +123,28 @@ export class PoolKeeper {
   /** Starts a refill now, or returns the one running. Never rejects. */
   refill(): Promise<void> {
     if (this.filling || this.closed) return this.filling ?? Promise.resolve();
-    this.filling = (async () => {
-      try {
-        while (!this.closed) {
-          if (this.busy()) {
-            await new Promise((r) => setTimeout(r, POOL_YIELD_MS));
-            continue;
-          }
-          const step = this.nextStep();
-          if (!step) break;
-          await step;
+    const run = async () => {
+      while (!this.closed) {
+        if (this.busy()) {
+          await new Promise((r) => setTimeout(r, POOL_YIELD_MS));
+          continue;
         }
-      } catch {
-        /* create makes what it needs */
-      } finally {
-        this.filling = null;
+        const step = this.nextStep();
+        if (!step) break;
+        await step;
       }
-    })();
-    return this.filling;
+    };
+    // Cleared in a callback, never synchronously: a refill with nothing to do ends before
+    // `filling` is assigned, and clearing it first would leave it set for good (no refill again).
+    const filling: Promise<void> = run()
+      .catch(() => {
+        /* create makes what it needs */
+      })
+      .finally(() => {
+        if (this.filling === filling) this.filling = null;
+      });
+    this.filling = filling;
+    return filling;
   }
 
   /**

@@ -14,6 +14,11 @@ export class NetPool implements Pool {
     },
   ) {}
 
+  /** Networks held, ready to be taken. */
+  size(): number {
+    return this.nets.length;
+  }
+
   /** A network made ahead of need (its id is the pooled one, not the sandbox's), or undefined. */
   take(): SandboxNet | undefined {
     return this.nets.shift();

@@ -109,6 +109,30 @@ describe('RootfsManager', () => {
     assert.deepEqual(await mgr.list(), []);
   });
 
+  it('detach() takes the layer off the host mount table; it stays listed; release leaves nothing', {
+    timeout: 60_000,
+  }, async () => {
+    const vol = join(root, 'vol-detach');
+    mkdirSync(vol, { recursive: true });
+    await mgr.prepare({ id: 'd1', lowerDir: lower, rootDiskBytes: CAP, uidBase: BASE, volumes: [vol] });
+    const dir = join(mgr.dir, 'd1');
+    assert.equal((await mountsUnder(dir)).length, 3, 'ext4, overlay and the staged volume');
+    await mgr.detach('d1');
+    await mgr.detach('d1'); // idempotent
+    await mgr.detach('unknown');
+    assert.deepEqual(await mountsUnder(dir), []);
+    // With no sandbox holding it here, the loop device goes with the last mount (autoclear,
+    // which the kernel runs from a work queue: a moment later).
+    for (let i = 0; i < 100 && (await loopsUnder(`${dir}.img`)).length; i++)
+      await new Promise((r) => setTimeout(r, 50));
+    assert.deepEqual(await loopsUnder(`${dir}.img`), []);
+    assert.ok(existsSync(`${dir}.img`), 'the image stays until release');
+    assert.deepEqual(await mgr.list(), ['d1'], 'a detached layer is still found (recovery)');
+    await mgr.release('d1');
+    assert.deepEqual(await mgr.list(), []);
+    assert.ok(!existsSync(dir) && !existsSync(`${dir}.img`));
+  });
+
   it('caps the writable layer: ENOSPC at about rootDiskBytes, host keeps its space', {
     timeout: 120_000,
   }, async (t) => {

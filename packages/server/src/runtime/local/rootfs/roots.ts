@@ -153,9 +153,29 @@ export class RootfsManager {
   }
 
   /**
+   * Takes the root layer of a started sandbox off the host's mount table: its overlay, staged
+   * volume binds and ext4 mount are unmounted on the host only. The sandbox's own mount
+   * namespace holds its copies (made when it started), so the file systems live exactly as
+   * long as the sandbox, and the loop device goes with the last of them (autoclear). The
+   * directory and image file stay until {@link release}. Every new mount namespace (each
+   * `crun run`) copies the host's mount table, and every look at /proc/self/mountinfo reads
+   * all of it: mounts kept per sandbox would make each create cost more as sandboxes add up.
+   * From here on the layer is reachable only from inside the sandbox. Unknown id: no-op.
+   */
+  async detach(id: string): Promise<void> {
+    const dir = this.pathOf(id);
+    await this.locked(id, async () => {
+      const mounts = await mountsUnder(dir);
+      if (mounts.length) await unmount(mounts.map((m) => m.mountPoint));
+    });
+  }
+
+  /**
    * Removes everything of sandbox `id`: unmounts (a mount still used by a live process is
    * detached lazily and freed by the kernel when that process ends), detaches its loop
-   * device, deletes its files. Idempotent; unknown ids are a no-op.
+   * device, deletes its files. A detached layer has nothing left on the host but its files
+   * (its loop device goes with its last mount, in the sandbox). Idempotent; unknown ids are
+   * a no-op.
    */
   async release(id: string): Promise<void> {
     this.pathOf(id);
@@ -190,12 +210,13 @@ export class RootfsManager {
       );
     if ((await mountsUnder(dir)).length) await unmountUnder(dir); // mounted meanwhile, or stacked
     // Autoclear normally frees the device with the unmount. Look for a device that stays
-    // (a lazily detached mount still in use): cheaply via the mount's source, or by a full
-    // scan when there was no mount (crash leftovers).
+    // (a lazily detached mount still in use) via the mount's source. Without a host mount
+    // (detached, or a crash leftover) there is nothing to do: every device made here has
+    // autoclear from its start, so one still attached is held by a mount in some sandbox's
+    // namespace and goes with it (detaching would only set autoclear again), and scanning
+    // every loop device of the host per release would cost as much as there are sandboxes.
     const img = `${dir}.img`;
-    const loops = mounts.length
-      ? mounts.flatMap((m) => loopInfo(m.source) ?? []).filter((l) => isUnder(l.backingFile, img))
-      : await loopsUnder(img);
+    const loops = mounts.flatMap((m) => loopInfo(m.source) ?? []).filter((l) => isUnder(l.backingFile, img));
     if (loops.length) await loopDetach(loops.map((l) => l.device));
     await rm(img, { force: true });
     await rm(dir, { recursive: true, force: true });
