@@ -10,11 +10,10 @@
  *
  * Env: BENCH_RUNS (default 50), BENCH_ALIVE (default 200).
  */
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { OciRuntime } from '../packages/server/src/runtime/local/commands/oci-runtime.js';
-import { HostSpawner } from '../packages/server/src/runtime/local/commands/spawner.js';
 import { makeTestDriver } from '../packages/server/test/local-driver.js';
+import { BareCrun } from './floor.js';
 import { report, summarize, timeMs } from './stats.js';
 
 const RUNS = Number(process.env.BENCH_RUNS ?? 50);
@@ -26,37 +25,8 @@ await driver.init();
 await driver.recover();
 const image = await driver.images.resolve('local/busybox:latest');
 
-const floorRoot = join(dataDir, 'floor');
-const floor = new OciRuntime({ root: join(floorRoot, 'crun'), binary: 'crun' });
-const bundle = join(floorRoot, 'bundle');
-mkdirSync(bundle, { recursive: true });
-writeFileSync(
-  join(bundle, 'config.json'),
-  JSON.stringify({
-    ociVersion: '1.0.2',
-    process: {
-      terminal: false,
-      user: { uid: 0, gid: 0 },
-      args: ['/dev/init', '-P'],
-      env: ['PATH=/bin:/usr/bin'],
-      cwd: '/',
-    },
-    root: { path: image.rootfsDir, readonly: true },
-    hostname: 'floor',
-    mounts: [
-      { destination: '/proc', type: 'proc', source: 'proc' },
-      { destination: '/dev', type: 'tmpfs', source: 'tmpfs', options: ['nosuid', 'mode=755'] },
-      { destination: '/dev/init', type: 'bind', source: '/usr/bin/catatonit', options: ['rbind', 'ro'] },
-    ],
-    linux: { namespaces: [{ type: 'pid' }, { type: 'ipc' }, { type: 'uts' }, { type: 'mount' }, { type: 'network' }] },
-  }),
-);
-// Started the way the driver starts its programs (the spawner): node's own spawn forks this
-// whole process, which would put the bench's memory size into the floor.
-const bareExec = async (id: string) => {
-  const r = await HostSpawner.shared().run('crun', ['--root', floor.root, 'exec', id, 'true']);
-  if (r.code !== 0) throw new Error(`crun exec: ${r.code} ${r.stderr.toString()}`);
-};
+const floor = new BareCrun(join(dataDir, 'floor'), image.rootfsDir);
+const bareExec = (id: string) => floor.exec(id);
 
 const s = {
   floorCreate: [] as number[],
@@ -79,7 +49,7 @@ try {
     const warm = i < 3; // first runs warm caches and are not counted
     const fid = `floor_${process.pid}_${i}`;
     const fc = await timeMs(async () => {
-      await floor.run(fid, bundle);
+      await floor.run(fid);
       await bareExec(fid);
     });
     const fe = await timeMs(() => bareExec(fid));
@@ -165,7 +135,7 @@ try {
     },
   );
 } finally {
-  for (const c of await floor.list()) await floor.delete(c.id);
+  for (const c of await floor.runtime.list()) await floor.delete(c.id);
   await driver.destroyAll();
   rmSync(dataDir, { recursive: true, force: true });
 }

@@ -8,6 +8,7 @@ export function percentile(sorted: number[], p: number): number {
 export interface Summary {
   n: number;
   p50: number;
+  p95: number;
   p99: number;
   mean: number;
 }
@@ -17,6 +18,7 @@ export function summarize(samples: number[]): Summary {
   return {
     n: s.length,
     p50: percentile(s, 50),
+    p95: percentile(s, 95),
     p99: percentile(s, 99),
     mean: s.reduce((a, b) => a + b, 0) / (s.length || 1),
   };

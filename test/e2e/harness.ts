@@ -68,6 +68,8 @@ export async function startServer(
     SANDBOXD_BOOTSTRAP_API_KEY: ADMIN_KEY,
     SANDBOXD_LOG_LEVEL: 'warn',
     ...(RUNTIME === 'local' ? localEnv(dataDir) : {}),
+    // No warm pool unless a test asks for one: each server would start sandboxes it never uses.
+    SANDBOXD_WARM_POOL: 'off',
     ...o.env,
   };
   if (!keysByDir.has(dataDir)) keysByDir.set(dataDir, new Set([ADMIN_KEY]));

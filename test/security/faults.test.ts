@@ -43,14 +43,16 @@ const MINUTES = TIMEOUT_MS / 60_000;
 const TOKENS = 100_000;
 
 type Api = Awaited<ReturnType<Server['api']>>;
+/** The kill -9 rounds run with a warm pool: the kill lands amid claims too, and pooled sandboxes are alive. */
+const WARM = { SANDBOXD_WARM_POOL: `${IMAGE}=4` };
 
 /**
  * Starts the server again on the same data dir (on a fresh port: the old one may have been
  * taken by anything on this busy host since the kill); a failed start says why (its log's tail).
  */
-async function restart(old: Server): Promise<Server> {
+async function restart(old: Server, env: Record<string, string> = WARM): Promise<Server> {
   try {
-    return await startServer({ dataDir: old.dataDir });
+    return await startServer({ dataDir: old.dataDir, env });
   } catch (e) {
     const logs = readdirSync(old.dataDir)
       .filter((f) => f.endsWith('.stderr.log'))
@@ -76,7 +78,7 @@ describe('faults: kill -9 and disk full', {
 }, () => {
   it('kill -9 amid parallel creates, execs and terminals: every sandbox adopted or fully cleaned, ledger exact, fsynced volume data intact, nothing leaked', async () => {
     const snapshotBefore = hostSnapshot();
-    let s = await startServer({ dataDir: freshDataDir() });
+    let s = await startServer({ dataDir: freshDataDir(), env: WARM });
     const scope = scopeOf(s.dataDir);
     const allIds = new Set<string>();
     const keys: string[] = [];
@@ -345,6 +347,11 @@ describe('faults: kill -9 and disk full', {
           'deleted sandboxes left something on the host',
         );
       }
+
+      // The last phase runs without a warm pool (a graceful restart): every process then left in
+      // the scope is a leak, not a pooled sandbox.
+      await s.kill('SIGTERM');
+      s = await restart(s, {});
 
       // The volume's data is on its disk: a fresh sandbox mounting it reads every file.
       for (const id of targets)

@@ -28,6 +28,12 @@
  *       (made and never attached anywhere), then execs <program>. The host's /proc/sys caches
  *       one entry per network namespace under names they all share ("all", "eth0", ...), so
  *       a lookup there walks as many entries as there are namespaces; a fresh instance has none.
+ *   idmap-mount inject <pid> <uidBase> <src> <dst> [<src> <dst>]...
+ *       Mounts each <src> (a host directory, e.g. a mounted volume) at <dst> inside the
+ *       running sandbox whose init is host process <pid>: an idmapped (through the sandbox's
+ *       own user namespace), nosuid, nodev bind made on the host, then moved into the
+ *       sandbox's mount namespace, where missing components of <dst> are made (mode 0755,
+ *       owned by the sandbox's root, host uid <uidBase>). Paths resolve inside the sandbox.
  *   idmap-mount umount [--strict] [--shutdown=<ext4 root>] <path>...
  *       Unmounts each path in order; a busy mount is detached lazily, or with --strict left
  *       mounted (exit 1, "Device or resource busy"). Not mounted or missing: ignored.
@@ -323,6 +329,55 @@ static void cgroup_view(const char *keep) {
   }
 }
 
+/* Makes each missing directory of absolute `path` (0755, owned by uid and gid `owner`). */
+static void mkdirs_owned(const char *path, unsigned long owner) {
+  char buf[4096];
+  if (path[0] != '/' || strlen(path) >= sizeof buf) { errno = 0; die("bad path %s", path); }
+  strcpy(buf, path);
+  for (char *p = buf + 1;; p++) {
+    if (*p != '/' && *p != 0) continue;
+    char c = *p;
+    *p = 0;
+    if (mkdir(buf, 0755) == 0) {
+      if (lchown(buf, (uid_t)owner, (gid_t)owner)) die("chown %s", buf);
+    } else if (errno != EEXIST) die("mkdir %s", buf);
+    *p = c;
+    if (!c) break;
+  }
+}
+
+static void inject(char **argv, int argc) {
+  long pid = (long)num(argv[2], "pid");
+  unsigned long base = num(argv[3], "uidBase");
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%ld/ns/user", pid);
+  int userns = open(path, O_RDONLY | O_CLOEXEC);
+  if (userns < 0) die("open %s", path);
+  snprintf(path, sizeof path, "/proc/%ld/ns/mnt", pid);
+  int mntns = open(path, O_RDONLY | O_CLOEXEC);
+  if (mntns < 0) die("open %s", path);
+  int n = (argc - 4) / 2;
+  int fds[n];
+  for (int i = 0; i < n; i++) {
+    const char *src = argv[4 + 2 * i];
+    fds[i] = open_tree(AT_FDCWD, src, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+    if (fds[i] < 0) die("open_tree %s", src);
+    struct mount_attr attr = {
+      .attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+      .userns_fd = (unsigned long long)userns,
+    };
+    if (mount_setattr(fds[i], "", AT_EMPTY_PATH, &attr, sizeof attr)) die("mount_setattr idmap %s", src);
+  }
+  /* From here on, the root and the working directory are the sandbox's. */
+  if (setns(mntns, CLONE_NEWNS)) die("setns into the mount namespace of %ld", pid);
+  for (int i = 0; i < n; i++) {
+    const char *dst = argv[5 + 2 * i];
+    mkdirs_owned(dst, base);
+    if (move_mount(fds[i], "", AT_FDCWD, dst, MOVE_MOUNT_F_EMPTY_PATH)) die("move_mount to %s", dst);
+    close(fds[i]);
+  }
+}
+
 int main(int argc, char **argv) {
   const char *cmd = argc > 1 ? argv[1] : "";
   if (!strcmp(cmd, "bind") && argc >= 6 && argc % 2 == 0) {
@@ -330,6 +385,7 @@ int main(int argc, char **argv) {
     for (int i = 4; i < argc; i += 2) idmapped_bind(userns, argv[i], argv[i + 1], 0);
     return 0;
   }
+  if (!strcmp(cmd, "inject") && argc >= 6 && argc % 2 == 0) { inject(argv, argc); return 0; }
   if (!strcmp(cmd, "loopmount") && argc == 5) { loop_mount(argv[2], argv[3], argv[4]); return 0; }
   if (!strcmp(cmd, "rootfs") && argc >= 7) { rootfs(argv, argc); return 0; }
   if (!strcmp(cmd, "cgroup-view") && argc >= 5 && !strcmp(argv[3], "--")) {
@@ -385,7 +441,7 @@ int main(int argc, char **argv) {
     return 0;
   }
   errno = 0;
-  die("usage: bind <uidBase> <size> <src> <dst>... | loopmount <image> <dst> <opts> | "
+  die("usage: bind <uidBase> <size> <src> <dst>... | inject <pid> <uidBase> <src> <dst>... | loopmount <image> <dst> <opts> | "
       "rootfs <template> <dir> <uidBase> <size> <lower> [<volume>...] | cgroup-view <controllers> -- <program> [<arg>...] | "
       "in-netns <netns> [<sysctl>=<value>]... -- <program> [<arg>...] | "
       "umount [--strict] [--shutdown=<ext4 root>] <path>...");

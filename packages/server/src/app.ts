@@ -139,6 +139,9 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
     () => capacity.report(),
     () => recoveryPending(),
   );
+  metrics.gaugeBy('sandboxd_warm_pool_ready', 'Started sandboxes ready to be claimed, by pooled image.', 'image', () =>
+    driver.warmPool ? driver.warmPool() : {},
+  );
   // The rate-limit counters: this process's memory, or the store's database (shared by replicas).
   const shared = config.rateLimit.store === 'database';
   const rateLimits = new RateLimits(

@@ -26,6 +26,21 @@ describe('loadConfig', () => {
     assert.ok(Object.isFrozen(c) && Object.isFrozen(c.plans.FREE.limits));
   });
 
+  it('pools the default image by default; SANDBOXD_WARM_POOL names images and sizes, or off; bad entries are refused by name', () => {
+    assert.deepEqual(loadConfig({}).warmPool, [{ image: 'local/debian:bookworm', size: 4 }]);
+    assert.deepEqual(loadConfig({ SANDBOXD_WARM_POOL: 'off' }).warmPool, []);
+    assert.deepEqual(loadConfig({ SANDBOXD_WARM_POOL: 'a/b:1=2, 127.0.0.1:5000/x:y=0,c=10' }).warmPool, [
+      { image: 'a/b:1', size: 2 },
+      { image: 'c', size: 10 },
+    ]);
+    for (const bad of ['a/b:1', 'a=-1', 'a=x', '=3', 'a=1,a=2', 'a=10001'])
+      assert.throws(
+        () => loadConfig({ SANDBOXD_WARM_POOL: bad }),
+        (e: Error) => e instanceof ConfigError && /SANDBOXD_WARM_POOL/.test(e.message),
+        bad,
+      );
+  });
+
   it('reads SANDBOXD_* and rejects bad values by name', () => {
     const c = loadConfig({
       SANDBOXD_PORT: '9000',

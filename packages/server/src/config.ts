@@ -137,6 +137,34 @@ export interface Config {
   tls: { certPath: string; keyPath: string } | null;
   /** E2B front door: template name -> image (and the user E2B calls run as when they name none). */
   e2bTemplates: Record<string, E2bTemplate>;
+  /**
+   * Local runtime: images whose sandboxes are kept started, ready for a create to claim
+   * (`image=size,...`; `off` for none). Default: 4 of `local/debian:bookworm`.
+   */
+  warmPool: { image: string; size: number }[];
+}
+
+/** The images pooled by default: the default image of the console, the CLI and E2B's `base`. */
+export const DEFAULT_WARM_POOL = 'local/debian:bookworm=4';
+
+/** Parses `image=size,...` (or `off`/`none`/`0`) into warm pool entries. Throws {@link ConfigError}. */
+export function parseWarmPool(s: string): { image: string; size: number }[] {
+  const text = s.trim();
+  if (['off', 'none', '0', ''].includes(text)) return [];
+  const out: { image: string; size: number }[] = [];
+  for (const part of text
+    .split(',')
+    .map((p) => p.trim())
+    .filter(Boolean)) {
+    const eq = part.lastIndexOf('=');
+    const image = eq > 0 ? part.slice(0, eq).trim() : '';
+    const size = eq > 0 ? Number(part.slice(eq + 1).trim()) : Number.NaN;
+    if (!image || !Number.isInteger(size) || size < 0 || size > 10_000)
+      throw new ConfigError(`SANDBOXD_WARM_POOL: "${part}" must be <image>=<size> with a size of 0..10000 (or "off")`);
+    if (out.some((e) => e.image === image)) throw new ConfigError(`SANDBOXD_WARM_POOL: ${image} is named twice`);
+    if (size > 0) out.push({ image, size });
+  }
+  return out;
 }
 
 /** What an E2B template name stands for. */
@@ -298,6 +326,7 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
       env.SANDBOXD_TLS_KEY || (file.tlsKey as string | undefined),
       overrides.tls,
     ),
+    warmPool: pick('warmPool', 'SANDBOXD_WARM_POOL', parseWarmPool, parseWarmPool(DEFAULT_WARM_POOL)),
     e2bTemplates: e2bTemplates(
       overrides.e2bTemplates ??
         (env.SANDBOXD_E2B_TEMPLATES ? parseJson('SANDBOXD_E2B_TEMPLATES', env.SANDBOXD_E2B_TEMPLATES) : undefined) ??

@@ -121,4 +121,18 @@ export class Metrics {
       },
     });
   }
+
+  /** A gauge `name` with one label, set from `read` at each scrape (e.g. per-image pool counts). */
+  gaugeBy(name: string, help: string, label: string, read: () => Record<string, number>): void {
+    new Gauge({
+      name,
+      help,
+      labelNames: [label],
+      registers: [this.registry],
+      collect() {
+        this.reset();
+        for (const [value, n] of Object.entries(read())) this.set({ [label]: value }, n);
+      },
+    });
+  }
 }

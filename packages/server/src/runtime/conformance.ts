@@ -18,7 +18,13 @@ export interface ConformanceTarget {
   image: string;
 }
 
-const LIMITS = { memoryBytes: 256 * 1024 * 1024, cpus: 1, pids: 128, rootDiskBytes: 256 * 1024 * 1024 };
+/** The limits of every sandbox the suite makes. */
+export const CONFORMANCE_LIMITS = {
+  memoryBytes: 256 * 1024 * 1024,
+  cpus: 1,
+  pids: 128,
+  rootDiskBytes: 256 * 1024 * 1024,
+};
 
 async function rejectsWith(p: Promise<unknown>, kind: ErrorKind): Promise<void> {
   await assert.rejects(p, (e: unknown) => {
@@ -60,7 +66,7 @@ export function runDriverConformance(target: ConformanceTarget): void {
       image: target.image,
       env: { GREETING: 'hello', SHARED: 'sandbox' },
       volumes: [],
-      limits: LIMITS,
+      limits: CONFORMANCE_LIMITS,
       ...over,
     });
     before(async () => {

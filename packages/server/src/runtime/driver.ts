@@ -309,6 +309,13 @@ export interface RuntimeDriver {
   deleteVolume(name: string): Promise<void>;
 
   /**
+   * Sandboxes kept started per pooled image, ready for a create to claim (absent or empty
+   * when the runtime keeps none). A claimed sandbox is indistinguishable from one started
+   * for the create.
+   */
+  warmPool?(): Record<string, number>;
+
+  /**
    * What the host has left for new sandboxes (memory, disk, addresses), measured now. Cheap
    * (a file read, a statfs, counters), never throws for a figure it cannot read (null).
    */

@@ -1,4 +1,4 @@
-import { mkdir, readFile, realpath, rm, rmdir } from 'node:fs/promises';
+import { mkdir, readFile, realpath, rename, rm, rmdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { SandboxdError } from '@sandboxd/protocol';
@@ -10,6 +10,7 @@ import type {
   ImageInfo,
   PtyProcess,
   RecoveryReport,
+  ResourceLimits,
   RuntimeCapacity,
   RuntimeDriver,
   RuntimeSandbox,
@@ -21,7 +22,8 @@ import type {
 } from '../driver.js';
 import type { DriverFiles } from '../files.js';
 import { findUser, readSandboxPasswd } from '../passwd.js';
-import { cgroupProcs, removeCgroupParent } from './bundle/cgroups.js';
+import { applyCgroupLimits, cgroupProcs, removeCgroupParent } from './bundle/cgroups.js';
+import { writeEtcFiles } from './bundle/etc-files.js';
 import { ID_RANGE_SIZE, INSTANCE_ANNOTATION } from './bundle/oci-config.js';
 import { BundleWriter } from './bundle/writer.js';
 import { ExecAgent } from './commands/exec-agent.js';
@@ -36,9 +38,10 @@ import { mapLimit } from './network/exec.js';
 import { NetworkManager } from './network/manager.js';
 import { localDriverOptions, type LocalDriverOptions, type ResolvedOptions, withDefaults } from './options.js';
 import { PoolKeeper } from './pools/keeper.js';
+import { HostSpawner } from './commands/spawner.js';
 import { spawnTty } from './pty/relay.js';
 import { ID_RE, isAlive, newRecord, RecordStore, recordView, type SandboxRecord } from './records.js';
-import { isUnder } from './rootfs/mounts.js';
+import { isUnder, mountHelper } from './rootfs/mounts.js';
 import { RootfsManager, volumeOciMount } from './rootfs/roots.js';
 import { VolumeStore } from './rootfs/volumes.js';
 import {
@@ -69,6 +72,10 @@ export class LocalDriver implements RuntimeDriver {
   private readonly roots: RootfsManager;
   private readonly volumes: VolumeStore;
   private readonly records = new Map<string, SandboxRecord>();
+  /** Warm-pooled sandboxes (being started, or ready to be claimed), by container id. */
+  private readonly pooled = new Map<string, SandboxRecord>();
+  /** Creates in progress: the pools' refill waits while there are any. */
+  private creating = 0;
   private readonly commands: SandboxCommands;
   /**
    * Ids between create's first check and its record (a second create of one id must see
@@ -121,6 +128,13 @@ export class LocalDriver implements RuntimeDriver {
       rootfs: this.roots,
       allocSlot: () => this.allocSlot(),
       uidBase: (slot) => this.uidBaseOf(slot),
+      warm: {
+        entries: this.opts.warmPool,
+        limits: this.opts.warmLimits,
+        start: (cid, image, limits) => this.startPooled(cid, image, limits),
+        release: (cid) => this.teardown(cid, this.pooled.get(cid)).finally(() => this.pooled.delete(cid)),
+      },
+      busy: () => this.creating > 0,
     });
   }
 
@@ -172,13 +186,21 @@ export class LocalDriver implements RuntimeDriver {
     for (const id of ids) {
       const rec = await this.state.read(id);
       found.set(id, rec);
-      const c = running.get(id);
-      if (rec && rec.phase === 'ready' && c && c.status === 'running' && processStart(c.pid) !== null) {
+      // A record under another folder than its own id is a warm claim a crash interrupted.
+      const c = rec && rec.spec.id === id ? running.get(rec.cid) : undefined;
+      if (
+        rec &&
+        rec.phase === 'ready' &&
+        !this.pools.owns(id) &&
+        c &&
+        c.status === 'running' &&
+        processStart(c.pid) !== null
+      ) {
         adopt.set(id, { ...rec, initPid: c.pid, initStart: processStart(c.pid) });
       }
     }
     // A pooled network or root in use by an adopted sandbox stays; every other leftover goes.
-    const inUse = new Set([...adopt.values()].flatMap((r) => [r.netId ?? r.spec.id, r.rootId ?? r.spec.id]));
+    const inUse = new Set([...adopt.values()].flatMap((r) => [r.cid, r.netId ?? r.spec.id, r.rootId ?? r.spec.id]));
     const items: Leftover[] = [];
     for (const [id, rec] of found) {
       if (adopt.has(id)) {
@@ -310,23 +332,104 @@ export class LocalDriver implements RuntimeDriver {
       throw new SandboxdError('conflict', `sandbox ${spec.id} exists`);
     }
     this.reserved.add(spec.id);
+    this.creating++;
     try {
-      return await this.createReserved(spec);
+      const image = await this.images.resolve(spec.image);
+      const warm = this.pools.takeWarm(spec.image, image.digest, spec.limits);
+      const claimed = warm ? await this.claim(spec, image, warm) : null;
+      if (claimed) return claimed;
+      const rec = await this.start(spec, image, this.records);
+      return (await this.inspect(rec.spec.id))!;
     } finally {
+      this.creating--;
       this.reserved.delete(spec.id);
     }
   }
 
-  private async createReserved(spec: SandboxSpec): Promise<RuntimeSandbox> {
-    const image = await this.images.resolve(spec.image);
+  /**
+   * Starts a sandbox for the warm pool: container id `cid`, no env of any account, hostname
+   * `cid`; kept in `pooled` until claimed or released. Resolves with its image's digest.
+   */
+  private async startPooled(cid: string, ref: string, limits: ResourceLimits): Promise<string> {
+    const image = await this.images.resolve(ref);
+    const spec: SandboxSpec = { id: cid, image: ref, env: {}, volumes: [], limits };
+    return (await this.start(spec, image, this.pooled)).imageDigest;
+  }
+
+  /**
+   * Makes warm-pooled sandbox `cid` sandbox `spec.id`: its folder is renamed, the memory,
+   * CPU and pid limits of `spec` are applied to its cgroup, its hostname (UTS namespace and
+   * /etc files) becomes the sandbox's, the volumes of `spec` are mounted into it (as a cold
+   * start binds them: idmapped for its uid range, nosuid, nodev), and its record (with the env of `spec` over the
+   * image's, which every command gets) is written. The pooled sandbox ran nothing but its
+   * init. Null when it cannot be claimed (it died): it is removed and the create starts one.
+   */
+  private async claim(
+    spec: SandboxSpec,
+    image: Awaited<ReturnType<ImageStore['resolve']>>,
+    cid: string,
+  ): Promise<RuntimeSandbox | null> {
+    const w = this.pooled.get(cid);
+    this.pooled.delete(cid);
+    if (!w) return null;
+    const rec: SandboxRecord = {
+      ...w,
+      spec,
+      env: mergeEnv(image.env, spec.env),
+      netId: w.netId ?? cid,
+      rootId: w.rootId ?? cid,
+      createdAt: new Date().toISOString(),
+      phase: 'creating',
+    };
+    this.records.set(spec.id, rec);
+    try {
+      if (!isAlive(w)) throw new Error('the pooled sandbox is not running');
+      const dir = this.state.dirOf(spec.id);
+      await rename(this.state.dirOf(cid), dir);
+      const hostname = spec.hostname ?? spec.id;
+      const volumes: string[] = [];
+      for (const v of spec.volumes) {
+        await this.volumes.ensure(v.name, v.sizeGb);
+        volumes.push(await this.volumes.acquire(v.name, spec.id), v.mountPath);
+      }
+      await Promise.all([
+        volumes.length ? mountHelper(['inject', String(w.initPid), String(w.uidBase), ...volumes]) : null,
+        applyCgroupLimits(this.opts.cgroupParent, cid, spec.limits, w.spec.limits),
+        setHostname(w.initPid, hostname),
+        writeEtcFiles(dir, hostname, w.address, this.opts.egress === 'nat'),
+      ]);
+      rec.phase = 'ready';
+      await this.state.write(rec);
+      return (await this.inspect(spec.id))!;
+    } catch {
+      this.records.delete(spec.id);
+      await this.teardown(spec.id, rec).catch(() => undefined);
+      await rm(this.state.dirOf(cid), { recursive: true, force: true }); // when the rename did not happen
+      return null;
+    }
+  }
+
+  /**
+   * Starts sandbox `spec` from `image` and records it in `home` (the driver's sandboxes, or
+   * the warm pool's). Whatever it made is removed again when it fails.
+   */
+  private async start(
+    spec: SandboxSpec,
+    image: Awaited<ReturnType<ImageStore['resolve']>>,
+    home: Map<string, SandboxRecord>,
+  ): Promise<SandboxRecord> {
+    const forPool = home === this.pooled;
     // Roots are pooled only for creates without volumes (volumes are staged while preparing).
+    // Warm-pooled sandboxes make their own: they are made in the background anyway.
     const pooledRoot =
-      spec.volumes.length === 0 ? this.pools.takeRoot(image.rootfsDir, spec.limits.rootDiskBytes) : undefined;
+      spec.volumes.length === 0 && !forPool
+        ? this.pools.takeRoot(image.rootfsDir, spec.limits.rootDiskBytes)
+        : undefined;
     const slot = pooledRoot?.slot ?? this.allocSlot();
     const uidBase = this.uidBaseOf(slot);
     const dir = this.state.dirOf(spec.id);
     const partial = newRecord(spec, image, mergeEnv(image.env, spec.env), { slot, uidBase, rootId: pooledRoot?.id });
-    this.records.set(spec.id, partial);
+    home.set(spec.id, partial);
     try {
       await mkdir(dir, { recursive: true });
       await this.state.write(partial);
@@ -340,7 +443,7 @@ export class LocalDriver implements RuntimeDriver {
       // intermittent setns EPERM on the first execs). runc joins the user namespace first and
       // cannot enter such a netns, so under runc the runtime makes it and it is wired after start.
       const netFirst = this.crun.binary === 'crun';
-      const pooled = netFirst ? this.pools.takeNet() : undefined;
+      const pooled = netFirst && !forPool ? this.pools.takeNet() : undefined;
       if (pooled) partial.netId = pooled.id; // from here on, teardown frees it
       const [root, early] = await Promise.all([
         pooledRoot
@@ -377,8 +480,9 @@ export class LocalDriver implements RuntimeDriver {
       partial.initStart = processStart(partial.initPid);
       partial.phase = 'ready';
       await this.state.write(partial);
-      return (await this.inspect(spec.id))!;
+      return partial;
     } catch (e) {
+      home.delete(spec.id);
       await this.teardown(spec.id, partial).catch(() => undefined);
       if (e instanceof SandboxdError) throw e;
       throw new SandboxdError('internal', `sandbox ${spec.id} failed to start: ${(e as Error).message}`);
@@ -401,8 +505,8 @@ export class LocalDriver implements RuntimeDriver {
 
   async kill(id: string): Promise<void> {
     const rec = this.require(id);
-    this.commands.drop(id);
-    await this.crun.kill(id, 'KILL');
+    this.commands.drop(rec.cid);
+    await this.crun.kill(rec.cid, 'KILL');
     for (let i = 0; i < 200 && isAlive(rec); i++) await sleep(5);
   }
 
@@ -422,7 +526,7 @@ export class LocalDriver implements RuntimeDriver {
       await this.teardown(id, rec);
       return;
     }
-    this.commands.drop(id);
+    this.commands.drop(rec.cid);
     // PID 1 of the sandbox's pid namespace: the kernel kills every other process with it.
     if (isAlive(rec)) process.kill(rec.initPid, 'SIGKILL');
     const done = this.teardown(id, rec)
@@ -458,7 +562,7 @@ export class LocalDriver implements RuntimeDriver {
     const rec = await this.requireRunning(id);
     return spawnTty({
       crunArgv: this.crun.argv,
-      containerId: id,
+      containerId: rec.cid,
       argv: options.argv,
       env: Object.fromEntries(mergeEnvList(rec.env, options.env).map(splitEnv)),
       cwd: options.cwd ?? rec.workingDir,
@@ -490,6 +594,20 @@ export class LocalDriver implements RuntimeDriver {
 
   deleteVolume(name: string): Promise<void> {
     return this.volumes.delete(name);
+  }
+
+  /** The runtime's container id of sandbox `id` (its own, or the warm-pooled one it claimed). */
+  containerIdOf(id: string): string | undefined {
+    return this.records.get(id)?.cid;
+  }
+
+  warmPool(): Record<string, number> {
+    return this.pools.warmCounts();
+  }
+
+  /** Runs the pools' refill until they are full (or a step fails); for tests and benchmarks. */
+  refillPools(): Promise<void> {
+    return this.pools.refill();
   }
 
   /**
@@ -563,8 +681,9 @@ export class LocalDriver implements RuntimeDriver {
 
   /** Frees everything of `id` that exists, in reverse order of creation. Idempotent. */
   private async teardown(id: string, rec: SandboxRecord | null | undefined): Promise<void> {
-    this.commands.drop(id);
-    await this.crun.delete(id).catch(() => this.crun.kill(id).then(() => this.crun.delete(id)));
+    const cid = rec?.cid ?? id;
+    this.commands.drop(cid);
+    await this.crun.delete(cid).catch(() => this.crun.kill(cid).then(() => this.crun.delete(cid)));
     const dir = this.state.dirOf(id);
     const releaseStorage = async () => {
       await this.roots.release(rec?.rootId ?? id);
@@ -577,7 +696,7 @@ export class LocalDriver implements RuntimeDriver {
 
   private allocSlot(): number {
     const used = new Set(
-      [...this.records.values()]
+      [...this.records.values(), ...this.pooled.values()]
         .map((r) => r.slot)
         .concat(this.pools.slots(), this.leftovers?.slots() ?? [], this.foreignSlots),
     );
@@ -603,6 +722,20 @@ export class LocalDriver implements RuntimeDriver {
     if (!isAlive(rec)) throw new SandboxdError('conflict', `sandbox ${id} is not running`);
     return rec;
   }
+}
+
+/**
+ * Sets the hostname of the UTS namespace of host process `pid` (a sandbox's init) from the
+ * host, with util-linux's nsenter: the sandbox's own root lacks CAP_SYS_ADMIN for it.
+ */
+async function setHostname(pid: number, hostname: string): Promise<void> {
+  // Through /proc (as crun's sethostname): hostname(1) refuses names such as sandbox ids with `_`.
+  const set = 'printf %s "$1" > /proc/sys/kernel/hostname';
+  const r = await HostSpawner.shared().run('nsenter', [`--uts=/proc/${pid}/ns/uts`, 'sh', '-c', set, 'sh', hostname], {
+    timeoutMs: 5000,
+    maxOutputBytes: 4096,
+  });
+  if (r.code !== 0) throw new Error(`hostname ${hostname} failed: ${r.stderr.toString().trim()}`);
 }
 
 function toImageInfo(i: ImageInfo): ImageInfo {

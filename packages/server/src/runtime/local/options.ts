@@ -1,5 +1,7 @@
 import type { Config } from '../../config.js';
+import type { ResourceLimits } from '../driver.js';
 import type { OciRuntimeName } from './commands/oci-runtime.js';
+import type { WarmEntry } from './pools/warm.js';
 
 /** Options of the local driver; only the folders are required. */
 export interface LocalDriverOptions {
@@ -28,6 +30,10 @@ export interface LocalDriverOptions {
   netPoolSize?: number;
   /** false: run every command with `<runtime> exec` instead of the exec agent (tests, comparisons). Default true. */
   execAgent?: boolean;
+  /** Images whose sandboxes are kept started, ready to be claimed by a create (crun only). Default none. */
+  warmPool?: WarmEntry[];
+  /** Limits warm-pooled sandboxes start with, until a create of their image asks for others. */
+  warmLimits?: ResourceLimits;
   /** Leftovers of an earlier process removed at once in the background by `recover()`. Default 4. */
   recoveryConcurrency?: number;
   /** Tests: the background removal of leftovers starts only once this settles. */
@@ -51,6 +57,8 @@ export function withDefaults(opts: LocalDriverOptions, key: string): ResolvedOpt
     uidRangeStart: 100_000,
     cgroupParent: `sandboxd-${key}`,
     netPoolSize: 2,
+    warmPool: [] as WarmEntry[],
+    warmLimits: { memoryBytes: 512 << 20, cpus: 1, pids: 512, rootDiskBytes: 1 << 30 },
     execAgent: true,
     recoveryConcurrency: 4,
     ...set,
@@ -71,5 +79,7 @@ export function localDriverOptions(config: Readonly<Config>): LocalDriverOptions
     ociRuntime: config.ociRuntime,
     insecureRegistries: [...config.insecureRegistries],
     registryCredentials: { ...config.registryCredentials },
+    warmPool: config.warmPool.map((e) => ({ ...e })),
+    warmLimits: { ...config.plans[config.defaultPlan].limits },
   };
 }

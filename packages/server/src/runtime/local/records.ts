@@ -10,6 +10,11 @@ export const ID_RE = /^[a-z0-9_]{1,64}$/;
 /** What the driver keeps on disk per sandbox, so a restarted process can adopt it. */
 export interface SandboxRecord {
   spec: SandboxSpec;
+  /**
+   * The container's id in the runtime (crun's id, its cgroup's name): the sandbox's own id,
+   * or, for a sandbox claimed from the warm pool, the pooled id it was started under.
+   */
+  cid: string;
   slot: number;
   uidBase: number;
   address: string;
@@ -58,7 +63,9 @@ export class RecordStore {
   /** The record of `id`, or null when there is none or it cannot be read. */
   async read(id: string): Promise<SandboxRecord | null> {
     try {
-      return JSON.parse(await readFile(join(this.dirOf(id), 'state.json'), 'utf8')) as SandboxRecord;
+      const rec = JSON.parse(await readFile(join(this.dirOf(id), 'state.json'), 'utf8')) as SandboxRecord;
+      rec.cid ??= rec.spec.id; // records written before warm pools had none
+      return rec;
     } catch {
       return null;
     }
@@ -91,6 +98,7 @@ export function newRecord(
 ): SandboxRecord {
   return {
     spec,
+    cid: spec.id,
     slot: o.slot,
     uidBase: o.uidBase,
     address: '',

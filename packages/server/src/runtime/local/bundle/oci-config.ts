@@ -1,6 +1,7 @@
 import type { ResourceLimits } from '../../driver.js';
 import { AGENT_PATH } from '../commands/exec-agent.js';
 import type { OciSeccomp } from './seccomp.js';
+import { CPU_PERIOD_US, cpuQuotaUs } from './cgroups.js';
 
 /**
  * Capabilities a sandbox's processes keep (bounding = effective = permitted). Docker's
@@ -161,7 +162,6 @@ export function buildOciConfig(o: BundleOptions): Record<string, unknown> {
   for (const d of boundMasks)
     mounts.push({ destination: d, type: 'bind', source: o.maskDirsWith!.dir, options: [...ro.slice(1), 'bind'] });
   const masked = o.hostSysfs ? [...MASKED_PATHS, ...(o.maskedNetPaths ?? [])] : MASKED_PATHS;
-  const cpuPeriod = 100_000;
   return {
     ociVersion: '1.0.2',
     process: {
@@ -197,7 +197,7 @@ export function buildOciConfig(o: BundleOptions): Record<string, unknown> {
       resources: {
         devices: [{ allow: false, access: 'rwm' }],
         memory: { limit: o.limits.memoryBytes, swap: o.limits.memoryBytes },
-        cpu: { quota: Math.max(1000, Math.round(o.limits.cpus * cpuPeriod)), period: cpuPeriod },
+        cpu: { quota: cpuQuotaUs(o.limits.cpus), period: CPU_PERIOD_US },
         pids: { limit: o.limits.pids },
       },
       cgroupsPath: o.cgroupsPath,

@@ -7,7 +7,8 @@ import { mergeEnvList } from '../sandbox-checks.js';
 
 /** What running a command needs to know of a sandbox (a driver record has it). */
 export interface CommandTarget {
-  spec: { id: string };
+  /** The sandbox's container id in the runtime (its own id, or a warm-pooled one's). */
+  cid: string;
   /** numeric `uid:gid` */
   user: string;
   /** the sandbox's environment, KEY=VALUE */
@@ -36,13 +37,13 @@ export class SandboxCommands {
     },
   ) {}
 
-  /** Takes the channel of an agent started with the sandbox (its PID 1). */
+  /** Takes the channel of an agent started with container `id` (its PID 1). */
   adopt(id: string, agent: Promise<ExecAgent>): void {
     agent.catch(() => undefined); // a dead channel is found (and replaced) at the next exec
     this.agents.set(id, agent);
   }
 
-  /** Closes the channel to `id`'s agent, if any. */
+  /** Closes the channel to container `id`'s agent, if any. */
   drop(id: string): void {
     const a = this.agents.get(id);
     this.agents.delete(id);
@@ -82,7 +83,7 @@ export class SandboxCommands {
           };
       }
     }
-    const id = t.spec.id;
+    const id = t.cid;
     return this.o.runtime.exec(id, argv, {
       env,
       cwd,
@@ -112,7 +113,7 @@ export class SandboxCommands {
         if (!(e instanceof AgentGoneError) || attempt > 0) throw e;
       }
     }
-    const id = t.spec.id;
+    const id = t.cid;
     const hostPid = await this.o.runtime.execDetached(id, argv, {
       env,
       cwd,
@@ -170,7 +171,7 @@ export class SandboxCommands {
    */
   private async agent(t: CommandTarget): Promise<ExecAgent | null> {
     if (!this.o.useAgent) return null;
-    const id = t.spec.id;
+    const id = t.cid;
     const current = this.agents.get(id);
     if (current) {
       const a = await current.catch(() => null);

@@ -3,6 +3,7 @@ import type { RootfsManager } from '../rootfs/roots.js';
 import { NetPool } from './nets.js';
 import type { Pool } from './pool.js';
 import { type PooledRoot, RootPool } from './roots.js';
+import { WarmPool, type WarmPoolOptions } from './warm.js';
 
 /**
  * How long after a take the refill starts: the refill spawns `ip`, `mkfs` and mounts, and
@@ -23,7 +24,17 @@ export interface PoolKeeperOptions {
   allocSlot: () => number;
   /** First host uid of `slot`'s range. */
   uidBase: (slot: number) => number;
+  /** Started sandboxes kept per image; none when omitted. */
+  warm?: Omit<WarmPoolOptions, 'entries'> & { entries: WarmPoolOptions['entries'] };
+  /**
+   * True while requests are being served that the refill would compete with (creates in
+   * progress): the next refill step then waits until it turns false.
+   */
+  busy?: () => boolean;
 }
+
+/** How often a refill that waits for requests looks again. */
+export const POOL_YIELD_MS = 20;
 
 /**
  * The local driver's pools and their refill. A take hands out what a pool holds at once
@@ -38,6 +49,8 @@ export interface PoolKeeperOptions {
 export class PoolKeeper {
   private readonly nets: NetPool;
   private readonly roots: RootPool;
+  private readonly warm: WarmPool;
+  private readonly busy: () => boolean;
   /** Refilled in this order. */
   private readonly pools: readonly Pool[];
   private filling: Promise<void> | null = null;
@@ -47,7 +60,11 @@ export class PoolKeeper {
   constructor(o: PoolKeeperOptions) {
     this.nets = new NetPool({ size: o.nets, network: o.network });
     this.roots = new RootPool({ size: o.roots, rootfs: o.rootfs, allocSlot: o.allocSlot, uidBase: o.uidBase });
-    this.pools = [this.nets, this.roots];
+    const noop = () => Promise.reject(new Error('no warm pool'));
+    this.warm = new WarmPool(o.warm ?? { entries: [], limits: {} as never, start: noop, release: noop });
+    // Networks and roots first: they serve cold creates, which wait on them.
+    this.pools = [this.nets, this.roots, this.warm];
+    this.busy = o.busy ?? (() => false);
   }
 
   /** Id prefixes of the pooled things, one per pool. */
@@ -77,6 +94,22 @@ export class PoolKeeper {
     return root;
   }
 
+  /**
+   * The container id of a started sandbox of `image` (resolved to `digest`) with these
+   * limits' root disk cap, or undefined; schedules a refill. See {@link WarmPool.take}.
+   */
+  takeWarm(image: string, digest: string, limits: Parameters<WarmPool['take']>[2]): string | undefined {
+    if (!this.warm.enabled) return undefined;
+    const cid = this.warm.take(image, digest, limits);
+    this.refillSoon();
+    return cid;
+  }
+
+  /** Started sandboxes ready per pooled image. */
+  warmCounts(): Record<string, number> {
+    return this.warm.counts();
+  }
+
   /** Networks made ahead of need, ready to be taken by a create. */
   readyNets(): number {
     return this.nets.size();
@@ -92,6 +125,10 @@ export class PoolKeeper {
     if (this.filling || this.closed) return this.filling ?? Promise.resolve();
     const run = async () => {
       while (!this.closed) {
+        if (this.busy()) {
+          await new Promise((r) => setTimeout(r, POOL_YIELD_MS));
+          continue;
+        }
         const step = this.nextStep();
         if (!step) break;
         await step;
