@@ -11,7 +11,7 @@ function fakePool(size = 2, digest = () => 'sha256:a') {
   const pool = new WarmPool({
     entries: [{ image: 'img:1', size }],
     limits: L,
-    start: async (cid, image, limits) => {
+    start: async (_cid, image, limits) => {
       log.push(`start ${image} ${limits.rootDiskBytes} ${limits.memoryBytes}`);
       return digest();
     },
