@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { SandboxNet } from '../network/manager.js';
 import type { PrepareOptions } from '../rootfs/roots.js';
-import { POOL_REFILL_DELAY_MS, PoolKeeper, type PoolKeeperOptions } from './keeper.js';
+import { POOL_REFILL_DELAY_MS, POOL_YIELD_MS, PoolKeeper, type PoolKeeperOptions } from './keeper.js';
 
 /** A keeper on fakes that log every host change; `failRoots` makes root preparation fail. */
 function fakeKeeper(over: Partial<PoolKeeperOptions> = {}, failRoots = false) {
@@ -107,9 +107,10 @@ test('a failed step ends the refill and leaves the pool short', async () => {
 
 test('pooled ids are recognised by prefix, in pool order', () => {
   const { keeper } = fakeKeeper();
-  assert.deepEqual(keeper.prefixes, ['netpool_', 'rootpool_']);
+  assert.deepEqual(keeper.prefixes, ['netpool_', 'rootpool_', 'warm_']);
   assert.equal(keeper.owns('netpool_0123456789ab'), true);
   assert.equal(keeper.owns('rootpool_x'), true);
+  assert.equal(keeper.owns('warm_0123456789ab'), true);
   assert.equal(keeper.owns('sbx_netpool_'), false);
 });
 
@@ -144,5 +145,17 @@ test('a refill with nothing to do leaves the keeper able to refill again (regres
   await new Promise((r) => setTimeout(r, POOL_REFILL_DELAY_MS * 3));
   await keeper.refill();
   assert.deepEqual(kinds(log), ['attach netpool_*', 'attach netpool_*', 'attach netpool_*'], 'the take was refilled');
+  await keeper.close();
+});
+
+test('a refill waits while requests are in progress, but not for ever', async () => {
+  let busy = true;
+  const { keeper, log } = fakeKeeper({ roots: 0, busy: () => busy });
+  const filling = keeper.refill();
+  await new Promise((r) => setTimeout(r, POOL_YIELD_MS * 3));
+  assert.deepEqual(log, [], 'nothing made while busy');
+  await filling; // still busy: each step ran once POOL_MAX_YIELD_MS had passed
+  assert.deepEqual(kinds(log), ['attach netpool_*', 'attach netpool_*']);
+  busy = false;
   await keeper.close();
 });

@@ -28,13 +28,16 @@ export interface PoolKeeperOptions {
   warm?: Omit<WarmPoolOptions, 'entries'> & { entries: WarmPoolOptions['entries'] };
   /**
    * True while requests are being served that the refill would compete with (creates in
-   * progress): the next refill step then waits until it turns false.
+   * progress): the next refill step then waits until it turns false, at most
+   * {@link POOL_MAX_YIELD_MS}.
    */
   busy?: () => boolean;
 }
 
 /** How often a refill that waits for requests looks again. */
 export const POOL_YIELD_MS = 20;
+/** The longest a refill step waits for requests in progress to finish. */
+export const POOL_MAX_YIELD_MS = 1000;
 
 /**
  * The local driver's pools and their refill. A take hands out what a pool holds at once
@@ -125,10 +128,11 @@ export class PoolKeeper {
     if (this.filling || this.closed) return this.filling ?? Promise.resolve();
     const run = async () => {
       while (!this.closed) {
-        if (this.busy()) {
+        // Requests first, but not for ever: under a steady stream of creates a step still
+        // runs every POOL_MAX_YIELD_MS, so the pools do not stay empty.
+        for (let waited = 0; this.busy() && waited < POOL_MAX_YIELD_MS && !this.closed; waited += POOL_YIELD_MS)
           await new Promise((r) => setTimeout(r, POOL_YIELD_MS));
-          continue;
-        }
+        if (this.closed) break;
         const step = this.nextStep();
         if (!step) break;
         await step;
