@@ -15,7 +15,7 @@ import { after, before, describe, it } from 'node:test';
 import { CapacityError, Sandbox, SandboxdClient, ServiceUnavailableError } from '@sandboxd/sdk';
 import { LocalDriver } from '../../packages/server/src/runtime/local/driver.js';
 import { IMAGE, newAccount, RUNTIME, startServer, type Server } from './harness.js';
-import { localOptions } from './local-runtime.js';
+import { localOptions, releaseSlot } from './local-runtime.js';
 
 const SBX = resolve(fileURLToPath(import.meta.url), '../../../packages/cli/bin/sbx.js');
 const FULL = 'The host has no room for more sandboxes: 2 of 2 are in use (maxSandboxes); retry in 5 s';
@@ -161,6 +161,7 @@ describe('capacity: sandbox addresses on the local runtime', { skip: RUNTIME !==
     await s?.stop({ keepData: true });
     // The harness tears down the /24 it would have used: this server's network is the /29.
     await new LocalDriver({ ...localOptions(dataDir), subnet }).destroyAll();
+    releaseSlot(dataDir);
     rmSync(dataDir, { recursive: true, force: true });
   });
 

@@ -17,7 +17,7 @@ import { runTool } from '../../packages/server/src/runtime/local/network/exec.js
 import { nftTableName } from '../../packages/server/src/runtime/local/network/rules.js';
 import { loopsUnder } from '../../packages/server/src/runtime/local/rootfs/mounts.js';
 import { IMAGE, RUNTIME, type Server, startServer } from './harness.js';
-import { TEST_IMAGE_DIR } from './local-runtime.js';
+import { releaseSlot, TEST_IMAGE_DIR } from './local-runtime.js';
 
 const ROOT = resolve(import.meta.dirname, '../..');
 const base = mkdtempSync(join(tmpdir(), 'sandboxd-inst-'));
@@ -77,6 +77,7 @@ after(async () => {
   for (const i of instances) {
     const r = await teardown(i);
     if (r.code !== 0) console.log(`# teardown of ${i.dataDir}: ${r.out}`);
+    releaseSlot(i.dataDir); // the harness's claim of a host slot (its settings went unused)
   }
   rmSync(base, { recursive: true, force: true });
 });
@@ -224,6 +225,7 @@ describe('instances on one host', { skip: RUNTIME !== 'local' && 'needs the real
           `^sandboxd: bridge ${ia.bridge} is in use by another sandboxd \\(pid ${a.proc.pid}, data dir ${ia.dataDir}\\)`,
         ),
       );
+      releaseSlot(c);
       rmSync(c, { recursive: true, force: true });
 
       // The teardown is refused too while A runs.

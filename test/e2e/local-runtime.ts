@@ -121,6 +121,15 @@ function release(n: number, dataDir: string): void {
   }
 }
 
+/**
+ * Gives back the slot of `dataDir`, if it holds one, without tearing anything down: for a
+ * test that started servers on the dir with its own network settings and removed them itself.
+ */
+export function releaseSlot(dataDir: string): void {
+  const n = slotOf(dataDir);
+  if (n !== undefined) release(n, dataDir);
+}
+
 /** The slot `dataDir` was given, if any. */
 function slotOf(dataDir: string): number | undefined {
   const k = known.get(dataDir);

@@ -10,8 +10,10 @@ import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync } from 'node:f
 import { request, type IncomingHttpHeaders } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { LocalDriver, type LocalDriverOptions } from '../../packages/server/src/runtime/local/driver.js';
+import { LocalDriver } from '../../packages/server/src/runtime/local/driver.js';
 import { startServer, type Server } from './harness.js';
+// Each server's bridge, subnet, uid range and cgroup folder: a host slot claimed by the harness.
+import { localOptions, releaseSlot } from './local-runtime.js';
 
 const IMAGE_DIR = process.env.SANDBOXD_TEST_IMAGE_DIR ?? resolve(import.meta.dirname, '../../.sandboxd-test/images');
 
@@ -25,19 +27,6 @@ export function localUnavailable(): string | null {
   }
   if (!existsSync(join(IMAGE_DIR, 'refs'))) return `no image cache at ${IMAGE_DIR} (npm run setup)`;
   return null;
-}
-
-function localOptions(dataDir: string): LocalDriverOptions {
-  const n = [...dataDir].reduce((a, c) => (a * 31 + c.charCodeAt(0)) % 20, 3);
-  return {
-    dataDir,
-    imageDir: IMAGE_DIR,
-    runDir: join(dataDir, 'run'),
-    bridge: `sbxp${n}`,
-    subnet: `10.94.${n}.0/24`,
-    uidRangeStart: 1_750_000_000 + n * 17_000_000,
-    cgroupParent: `sandboxd-proxy-e2e-${n}`,
-  };
 }
 
 /** A started server on the local runtime; `teardown` stops it and removes every trace on the host. */
@@ -67,6 +56,7 @@ export async function startLocalServer(env: Record<string, string> = {}): Promis
   }).catch(async (e) => {
     // A server that died during start-up may have set up its bridge already.
     await new LocalDriver(o).destroyAll().catch(() => {});
+    releaseSlot(dataDir);
     rmSync(dataDir, { recursive: true, force: true });
     throw e;
   });
@@ -75,6 +65,7 @@ export async function startLocalServer(env: Record<string, string> = {}): Promis
     async teardown() {
       await s.stop({ keepData: true });
       await new LocalDriver(o).destroyAll();
+      releaseSlot(dataDir);
       rmSync(dataDir, { recursive: true, force: true });
     },
   });
