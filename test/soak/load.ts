@@ -51,6 +51,7 @@ import { hostVethName } from '../../packages/server/src/runtime/local/network/ad
 
 process.env.SANDBOXD_E2E_RUNTIME ??= 'local';
 const { ADMIN_KEY, newAccount, startServer } = await import('../e2e/harness.js');
+const { releaseSlot } = await import('../e2e/local-runtime.js');
 type Server = Awaited<ReturnType<typeof startServer>>;
 
 const ROOT = resolve(import.meta.dirname, '../..');
@@ -883,6 +884,7 @@ export async function runLoad(
     if (sampler) clearInterval(sampler);
     if (server) await server.stop({ keepData: true }).catch((e) => err('server_stop', (e as Error).message));
     await new LocalDriver(drv).destroyAll().catch((e) => err('teardown', (e as Error).message));
+    releaseSlot(dataDir); // the harness's claim of a host slot (this run's network settings are its own)
     // rm -r crosses mount points: never run it over something still mounted.
     for (const m of mountsUnder(base)) {
       try {
