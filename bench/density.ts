@@ -28,12 +28,12 @@ import { chmodSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, w
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { OciRuntime } from '../packages/server/src/runtime/local/commands/oci-runtime.js';
 import { LocalDriver, type LocalDriverOptions } from '../packages/server/src/runtime/local/driver.js';
 import { ImageStore } from '../packages/server/src/runtime/local/images/store.js';
-import { TEST_IMAGE_DIR } from '../test/e2e/local-runtime.js';
+import { releaseSlot, TEST_IMAGE_DIR } from '../test/e2e/local-runtime.js';
 import { newAccount, RUNTIME, type Server, startServer } from '../test/e2e/harness.js';
-import { report, summarize, timeMs } from './stats.js';
+import { BareCrun } from './floor.js';
+import { meminfo, report, summarize, timeMs } from './stats.js';
 
 if (RUNTIME !== 'local') throw new Error('run with SANDBOXD_E2E_RUNTIME=local (npm run bench sets it)');
 const TARGET = Number(process.argv[2] ?? process.env.SANDBOXD_BENCH_DENSITY ?? 200);
@@ -72,16 +72,6 @@ writeFileSync(
   }),
 );
 
-const meminfo = (): Record<string, number> =>
-  Object.fromEntries(
-    readFileSync('/proc/meminfo', 'utf8')
-      .split('\n')
-      .filter(Boolean)
-      .map((l) => {
-        const [k, v] = l.split(/:\s+/);
-        return [k, Number.parseInt(v, 10) * 1024];
-      }),
-  );
 const kernelUnreclaimable = (m: Record<string, number>) => m.SUnreclaim + m.KernelStack + m.PageTables + m.Percpu;
 /** CPU time (user + system, ms) of process `pid` so far, with its waited-for children. */
 const cpuMsOf = (pid: number) => {
@@ -94,27 +84,8 @@ const rssOf = (pid: number) =>
 /** Bare crun: `n` containers created 8 at once, then deleted; the create rate. */
 async function floorRun(n: number, tag: string): Promise<{ perSecond: number; p50: number; p99: number }> {
   const image = await new ImageStore({ dir: TEST_IMAGE_DIR }).resolve(IMAGE);
-  const dir = join(base, `floor-${tag}`);
-  const bundle = join(dir, 'bundle');
-  mkdirSync(bundle, { recursive: true });
-  writeFileSync(
-    join(bundle, 'config.json'),
-    JSON.stringify({
-      ociVersion: '1.0.2',
-      process: { terminal: false, user: { uid: 0, gid: 0 }, args: ['/dev/init', '-P'], env: ['PATH=/bin'], cwd: '/' },
-      root: { path: image.rootfsDir, readonly: true },
-      hostname: 'floor',
-      mounts: [
-        { destination: '/proc', type: 'proc', source: 'proc' },
-        { destination: '/dev', type: 'tmpfs', source: 'tmpfs', options: ['nosuid', 'mode=755'] },
-        { destination: '/dev/init', type: 'bind', source: '/usr/bin/catatonit', options: ['rbind', 'ro'] },
-      ],
-      linux: {
-        namespaces: [{ type: 'pid' }, { type: 'ipc' }, { type: 'uts' }, { type: 'mount' }, { type: 'network' }],
-      },
-    }),
-  );
-  const crun = new OciRuntime({ root: join(dir, 'crun'), binary: 'crun' });
+  // A bundle per container: crun writes its pid file into the bundle.
+  const floor = new BareCrun(join(base, `floor-${tag}`), image.rootfsDir);
   const lat: number[] = [];
   let next = 0;
   const t0 = performance.now();
@@ -123,13 +94,13 @@ async function floorRun(n: number, tag: string): Promise<{ perSecond: number; p5
       Array.from({ length: INFLIGHT }, async () => {
         while (next < n) {
           const id = `floor_${tag}_${next++}`;
-          lat.push(await timeMs(() => crun.run(id, bundle)));
+          lat.push(await timeMs(() => floor.run(id)));
         }
       }),
     );
   } finally {
-    const ids = (await crun.list()).map((c) => c.id);
-    for (const id of ids) await crun.delete(id);
+    const ids = (await floor.runtime.list()).map((c) => c.id);
+    for (const id of ids) await floor.delete(id);
   }
   const s = summarize(lat);
   return { perSecond: n / ((performance.now() - t0) / 1000), p50: s.p50, p99: s.p99 };
@@ -284,5 +255,6 @@ try {
   if (ids.length) console.log(`# removing ${ids.length} sandboxes left by a failed run`);
   await server?.kill('SIGTERM');
   await new LocalDriver(drv).destroyAll();
+  releaseSlot(dataDir); // the harness's claim of a host slot (this run's network settings are its own)
   rmSync(base, { recursive: true, force: true });
 }

@@ -14,7 +14,7 @@ import { readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { makeTestDriver } from '../packages/server/test/local-driver.js';
 import { BareCrun } from './floor.js';
-import { report, summarize, timeMs } from './stats.js';
+import { meminfo, report, summarize, timeMs } from './stats.js';
 
 const RUNS = Number(process.env.BENCH_RUNS ?? 50);
 const ALIVE = Number(process.env.BENCH_ALIVE ?? 200);
@@ -70,16 +70,6 @@ try {
     s.driverDelete.push(dd);
   }
 
-  const meminfo = () =>
-    Object.fromEntries(
-      readFileSync('/proc/meminfo', 'utf8')
-        .split('\n')
-        .filter(Boolean)
-        .map((l) => {
-          const [k, v] = l.split(/:\s+/);
-          return [k, Number.parseInt(v, 10) * 1024];
-        }),
-    ) as Record<string, number>;
   const memAvailable = () => meminfo().MemAvailable;
   const kernelBefore = meminfo();
   const before = memAvailable();

@@ -1,4 +1,6 @@
 /** Small statistics helpers shared by the benchmarks. */
+import { readFileSync } from 'node:fs';
+
 export function percentile(sorted: number[], p: number): number {
   if (sorted.length === 0) return NaN;
   const i = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
@@ -42,4 +44,17 @@ export function report(name: string, rows: Record<string, string | number>[], js
   console.log(line(width.map((w) => '-'.repeat(w))));
   for (const r of rows) console.log(line(cols.map((c) => fmt(r[c]))));
   console.log(`BENCH ${name} ${JSON.stringify(json)}`);
+}
+
+/** /proc/meminfo as bytes by field (MemAvailable, SUnreclaim, ...). */
+export function meminfo(): Record<string, number> {
+  return Object.fromEntries(
+    readFileSync('/proc/meminfo', 'utf8')
+      .split('\n')
+      .filter(Boolean)
+      .map((l) => {
+        const [k, v] = l.split(/:\s+/);
+        return [k, Number.parseInt(v, 10) * 1024];
+      }),
+  );
 }
