@@ -13,6 +13,9 @@ export const PlanLimitsSchema = Type.Object(
     cpus: Type.Number(),
     pids: Type.Integer(),
     rootDiskBytes: Type.Integer(),
+    maxPaused: Type.Integer({ description: 'Paused sandboxes the account may keep.' }),
+    pausedRetentionMs: Type.Integer({ description: 'A paused sandbox is deleted this long after it paused.' }),
+    snapshotBytes: Type.Integer({ description: 'Bytes all snapshots of the account may add on disk.' }),
   },
   { title: 'PlanLimits', additionalProperties: false },
 );
@@ -27,7 +30,15 @@ export const AccountSchema = Type.Object(
     createdAt: DateTime,
     balance: Type.Integer({ description: 'Tokens; the sum of the ledger.' }),
     limits: PlanLimitsSchema,
-    usage: Type.Object({ startedSandboxes: Type.Integer(), volumes: Type.Integer() }, { additionalProperties: false }),
+    usage: Type.Object(
+      {
+        startedSandboxes: Type.Integer(),
+        pausedSandboxes: Type.Integer(),
+        volumes: Type.Integer(),
+        snapshotBytes: Type.Integer(),
+      },
+      { additionalProperties: false },
+    ),
   },
   { title: 'Account', additionalProperties: false },
 );

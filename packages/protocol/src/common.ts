@@ -25,6 +25,10 @@ export const LIMITS = {
   maxArgBytes: 131_071,
   /** Largest number of volumes one sandbox may mount. */
   maxVolumesPerSandbox: 16,
+  /** Largest number of `metadata` keys of a sandbox. */
+  maxMetadataKeys: 50,
+  /** Largest `metadata` of a sandbox: keys and values, UTF-8 bytes, in all. */
+  maxMetadataBytes: 1024,
 } as const;
 
 /** Volume name rule of the spec: lowercase letters, digits and underscores, 1..30. */

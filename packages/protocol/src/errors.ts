@@ -16,6 +16,11 @@ export const ERROR_STATUS = {
   concurrency: 403,
   /** The sandbox's user may not do this to a file; `details.path` names it. */
   permission: 403,
+  /**
+   * A plan quota other than concurrency would be passed: `maxPaused` (paused sandboxes) or
+   * `snapshotBytes`; `details.quota` names it, `details.limit` gives its value.
+   */
+  quota: 403,
   /** No such resource for this account (another account's looks exactly the same). */
   not_found: 404,
   /** The image (template) of a create does not exist; `details.image` names it. */

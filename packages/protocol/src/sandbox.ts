@@ -2,10 +2,26 @@ import { Type, type Static } from 'typebox';
 import { DateTime, LIMITS, PageQuery, SANDBOX_ID_PATTERN, VOLUME_NAME_PATTERN } from './common.js';
 
 /** Sandbox lifecycle states visible on the wire. */
-export const SANDBOX_STATES = ['started', 'stopped', 'error'] as const;
+export const SANDBOX_STATES = ['started', 'paused', 'stopped', 'error'] as const;
 export type SandboxState = (typeof SANDBOX_STATES)[number];
 
-/** A sandbox as every response carries it; all fields are always present. */
+/** What happens at `stopAt`: `stop` (the default) or `pause`. */
+export const ON_TIMEOUT = ['stop', 'pause'] as const;
+export type OnTimeout = (typeof ON_TIMEOUT)[number];
+
+/** Caller's labels: string to string, at most 50 keys and 1 KiB (keys and values, UTF-8) in all. */
+export const MetadataMap = Type.Record(Type.String({ minLength: 1, maxLength: 256 }), Type.String({ maxLength: 1024 }), {
+  additionalProperties: false,
+  maxProperties: LIMITS.maxMetadataKeys,
+  title: 'Metadata',
+  description: `String to string; at most ${LIMITS.maxMetadataKeys} keys and ${LIMITS.maxMetadataBytes} bytes (keys and values, UTF-8) in all.`,
+});
+
+/**
+ * A sandbox as every response carries it; all fields but `expiresAt` are always present.
+ * `stopAt` is when a started sandbox stops (or pauses, with `onTimeout: "pause"`); for a
+ * paused or stopped one, when it paused or stopped.
+ */
 export const SandboxSchema = Type.Object(
   {
     id: Type.String({ pattern: SANDBOX_ID_PATTERN }),
@@ -16,6 +32,15 @@ export const SandboxSchema = Type.Object(
     createdAt: DateTime,
     stopAt: DateTime,
     publicAccessUrlTemplate: Type.String({ description: 'Contains the literal `{{PORT}}`.' }),
+    metadata: MetadataMap,
+    onTimeout: Type.Enum([...ON_TIMEOUT]),
+    expiresAt: Type.Optional(
+      Type.String({
+        format: 'date-time',
+        description:
+          'Paused, stopped or error: when the sandbox and what it kept (memory, root layer) are deleted (the plan\'s `pausedRetentionMs` after a pause; 24 hours after a stop).',
+      }),
+    ),
   },
   { title: 'Sandbox', additionalProperties: false },
 );
@@ -81,6 +106,12 @@ export const SandboxCreateSchema = Type.Object(
     env: Type.Optional(EnvMap),
     volumes: Type.Optional(VolumeMap),
     ports: Type.Optional(PortsOptions),
+    metadata: Type.Optional(MetadataMap),
+    onTimeout: Type.Optional(
+      Type.Enum([...ON_TIMEOUT], {
+        description: 'At `stopAt`: `stop` (default; the root layer is kept for `start`) or `pause`.',
+      }),
+    ),
   },
   { title: 'SandboxCreate', additionalProperties: false },
 );
@@ -93,12 +124,18 @@ export const SandboxReplySchema = Type.Object(
 );
 export type SandboxReply = Static<typeof SandboxReplySchema>;
 
-/** Query of `GET /api/v1/sandboxes`. */
+/**
+ * Query of `GET /api/v1/sandboxes`; `metadata.<key>=<value>` (repeatable) keeps the
+ * sandboxes whose metadata has every such pair.
+ */
 export const SandboxListQuerySchema = Type.Object(
-  { state: Type.Optional(Type.Enum(['started', 'stopped'])), ...PageQuery },
-  { additionalProperties: false },
+  { state: Type.Optional(Type.Enum(['started', 'paused', 'stopped', 'error'])), ...PageQuery },
+  {
+    additionalProperties: false,
+    patternProperties: { '^metadata\\..+$': Type.String({ maxLength: 1024 }) },
+  },
 );
-export type SandboxListQuery = Static<typeof SandboxListQuerySchema>;
+export type SandboxListQuery = Static<typeof SandboxListQuerySchema> & { [metadataKey: `metadata.${string}`]: string };
 
 /** A page of sandboxes, newest first; `count` is the number in this page. */
 export const SandboxListSchema = Type.Object(
@@ -158,3 +195,56 @@ export const PortLinkReplySchema = Type.Object(
   { title: 'PortLink', additionalProperties: false },
 );
 export type PortLinkReply = Static<typeof PortLinkReplySchema>;
+
+/** The optional body of `POST .../resume` and `POST .../start`. */
+export const SandboxRunRequestSchema = Type.Object(
+  {
+    timeoutMs: Type.Optional(
+      Type.Integer({
+        minimum: 0,
+        description: `New lifetime counted from now; default ${LIMITS.defaultTimeoutMs}, at most the plan's lifetime.`,
+      }),
+    ),
+  },
+  { title: 'SandboxRunRequest', additionalProperties: false },
+);
+export type SandboxRunRequest = Static<typeof SandboxRunRequestSchema>;
+
+/** Snapshot name rule: lowercase letters, digits, `_`, `.` and `-`, starting with a letter or digit, 1..63. */
+export const SNAPSHOT_NAME_PATTERN = '^[a-z0-9][a-z0-9_.-]{0,62}$';
+/** The image reference prefix of snapshots: `snapshots/<name>`. */
+export const SNAPSHOT_IMAGE_PREFIX = 'snapshots/';
+
+/** The body of `POST /api/v1/sandboxes/{id}/snapshot`. */
+export const SnapshotCreateSchema = Type.Object(
+  { name: Type.String({ pattern: SNAPSHOT_NAME_PATTERN, title: 'SnapshotName' }) },
+  { title: 'SnapshotCreate', additionalProperties: false },
+);
+export type SnapshotCreate = Static<typeof SnapshotCreateSchema>;
+
+/** A snapshot: an image private to the account, usable as `image` in create. */
+export const SnapshotSchema = Type.Object(
+  {
+    name: Type.String({ pattern: SNAPSHOT_NAME_PATTERN }),
+    image: Type.String({ description: '`snapshots/<name>`: what create takes as `image`.' }),
+    sizeBytes: Type.Integer({ minimum: 0, description: 'What it adds on disk over its base image; counted against the plan\'s `snapshotBytes`.' }),
+    baseImage: Type.String({ description: 'The image of the sandbox it was taken from.' }),
+    sandboxId: Type.String({ description: 'The sandbox it was taken from (which may be gone).' }),
+    createdAt: DateTime,
+  },
+  { title: 'Snapshot', additionalProperties: false },
+);
+export type Snapshot = Static<typeof SnapshotSchema>;
+
+/** `GET /api/v1/snapshots`: every snapshot of the account, newest first. */
+export const SnapshotListSchema = Type.Object(
+  { count: Type.Integer({ minimum: 0 }), snapshots: Type.Array(SnapshotSchema) },
+  { title: 'SnapshotList', additionalProperties: false },
+);
+export type SnapshotList = Static<typeof SnapshotListSchema>;
+
+/** The `{name}` path parameter of snapshot operations. */
+export const SnapshotParamsSchema = Type.Object(
+  { name: Type.String({ minLength: 1, maxLength: 64 }) },
+  { additionalProperties: false },
+);

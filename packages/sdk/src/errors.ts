@@ -52,6 +52,8 @@ export class AuthenticationError extends SandboxdApiError {}
 export class InsufficientTokensError extends SandboxdApiError {}
 /** 403: the account's concurrency limit of started sandboxes is reached. */
 export class ConcurrencyLimitError extends SandboxdApiError {}
+/** 403: another plan quota would be passed (`maxPaused`, `snapshotBytes`); `details.quota` names it. */
+export class QuotaExceededError extends SandboxdApiError {}
 /** 403: the sandbox's user may not do this to the file; `details.path` names it. */
 export class PermissionError extends SandboxdApiError {}
 /** 404: the resource does not exist (or belongs to another account). */
@@ -94,6 +96,7 @@ const CLASS_BY_KIND: Record<ErrorKind, ErrorClass> = {
   unauthorized: AuthenticationError,
   tokens: InsufficientTokensError,
   concurrency: ConcurrencyLimitError,
+  quota: QuotaExceededError,
   permission: PermissionError,
   not_found: NotFoundError,
   template_not_found: TemplateNotFoundError,

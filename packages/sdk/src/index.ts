@@ -40,6 +40,7 @@ export {
   AuthenticationError,
   InsufficientTokensError,
   ConcurrencyLimitError,
+  QuotaExceededError,
   PermissionError,
   NotFoundError,
   TemplateNotFoundError,

@@ -51,7 +51,12 @@ export interface SandboxSpec {
   hostname?: string;
 }
 
-export type RuntimeState = 'running' | 'stopped';
+/**
+ * `running`; `paused` (every process frozen by the cgroup freezer, memory kept);
+ * `stopped` (no process: killed, or stopped by {@link RuntimeDriver.stop} with its writable
+ * root layer kept for {@link RuntimeDriver.start}).
+ */
+export type RuntimeState = 'running' | 'paused' | 'stopped';
 
 /** What the driver knows about one sandbox. */
 export interface RuntimeSandbox {
@@ -280,6 +285,44 @@ export interface RuntimeDriver {
   list(): Promise<RuntimeSandbox[]>;
   /** Kills every process of the sandbox; it stays inspectable as `stopped` until deleted. */
   kill(id: string): Promise<void>;
+
+  /**
+   * Freezes every process of a running sandbox (cgroup freezer): no CPU, memory and open
+   * files and connections kept, PTYs and streams stay open and silent. Resolves once every
+   * process is frozen; `inspect` then says `paused`, also after a restart of the driver's
+   * process. Paused already: no-op. Throws `not_found`, `conflict` (stopped).
+   */
+  pause(id: string): Promise<void>;
+  /** Thaws a paused sandbox: every process continues where it was. Running already: no-op. `not_found`, `conflict` (stopped). */
+  resume(id: string): Promise<void>;
+  /**
+   * Kills every process (paused or not) and frees what a running sandbox holds (network
+   * address, cgroup, runtime state) but keeps its writable root layer (and the uid range it
+   * is owned by) for {@link start}; `inspect`/`list` show it `stopped` until deleted, also
+   * after a restart. Stopped already: no-op. `not_found`.
+   */
+  stop(id: string): Promise<void>;
+  /**
+   * Boots a stopped sandbox again from its kept root layer (same id, image, volumes, env;
+   * fresh processes), with `limits` (the plan's now); resolves once a command can run.
+   * Running already: returns it. `not_found`, `conflict` (paused), `capacity`-like failures
+   * as create (`Exchange full`, EAGAIN, ENOSPC in the message).
+   */
+  start(id: string, opts: { limits: ResourceLimits }): Promise<RuntimeSandbox>;
+  /**
+   * Makes the sandbox's filesystem (its image with its writable layer applied; volumes,
+   * /proc, /sys, /dev excluded) a new image `ref` (`snapshot/...`, never pulled), usable in
+   * {@link create} at once. A running sandbox is frozen for the copy and thawed after (a
+   * paused or stopped one is copied as it is). The image appears whole or not at all (a
+   * crash mid-copy leaves nothing `resolveImage` finds). `sizeBytes` of the result is what
+   * the snapshot adds on disk over its base. Throws `not_found`, `conflict` (`ref` exists),
+   * `validation` (bad ref).
+   */
+  snapshot(id: string, ref: string): Promise<ImageInfo>;
+  /** Removes image `ref` made by {@link snapshot} (a sandbox running from it keeps its files). Missing: no-op. */
+  deleteImage(ref: string): Promise<void>;
+  /** Refs of every image made by {@link snapshot} (to drop those whose making a crash cut short of its record). */
+  listSnapshots(): Promise<ImageInfo[]>;
   /** Kills if running and frees everything but named volumes. Unknown id: no-op. */
   delete(id: string): Promise<void>;
 

@@ -37,6 +37,7 @@ const CODE_OF: Record<ErrorKind, Code> = {
   unauthorized: Code.Unauthenticated,
   tokens: Code.ResourceExhausted,
   concurrency: Code.ResourceExhausted,
+  quota: Code.ResourceExhausted,
   permission: Code.PermissionDenied,
   not_found: Code.NotFound,
   template_not_found: Code.NotFound,

@@ -15,7 +15,7 @@ import type {
   VolumeInfo,
 } from '../driver.js';
 import { mountPathProblem } from '../../domain/sandbox.js';
-import { fakeImage, FakeImageStore } from './images.js';
+import { fakeDigest, fakeImage, FakeImageStore } from './images.js';
 import type { DriverFiles } from '../files.js';
 import { FakeStreamedProcess } from './process.js';
 import { FakePty } from './pty.js';
@@ -39,6 +39,8 @@ interface FakeSandbox {
   /** The writable root layer: path -> content. */
   files: Map<string, string>;
   ptys: Set<FakePty>;
+  /** Stopped by `stop` (root layer kept for `start`) rather than killed. */
+  kept?: boolean;
 }
 
 /**
@@ -52,6 +54,8 @@ export class FakeDriver implements RuntimeDriver {
   private readonly sandboxes = new Map<string, FakeSandbox>();
   private readonly volumes = new Map<string, { sizeGb: number; files: Map<string, string> }>();
   private readonly known: Set<string>;
+  /** Images made by `snapshot`: ref -> the files of the sandbox's root layer then. */
+  private readonly snapshots = new Map<string, { info: ImageInfo; files: Map<string, string> }>();
   /** Pull, import and build against a fake registry; see {@link FakeImageStore}. */
   readonly images: FakeImageStore;
   /** Next `create` fails with this error (then it is cleared); for tests. */
@@ -79,6 +83,8 @@ export class FakeDriver implements RuntimeDriver {
   }
 
   async resolveImage(ref: string): Promise<ImageInfo> {
+    const snap = this.snapshots.get(ref);
+    if (snap) return { ...snap.info };
     if (!this.known.has(ref)) throw new SandboxdError('template_not_found', 'Template not found', { image: ref });
     return fakeImage(ref);
   }
@@ -118,8 +124,65 @@ export class FakeDriver implements RuntimeDriver {
       workingDir: '/',
       user: '0:0',
     };
-    this.sandboxes.set(spec.id, { info, spec, nextPid: 100, files: new Map(), ptys: new Set() });
+    const files = new Map(this.snapshots.get(spec.image)?.files ?? []);
+    this.sandboxes.set(spec.id, { info, spec, nextPid: 100, files, ptys: new Set() });
     return { ...info };
+  }
+
+  private existing(id: string): FakeSandbox {
+    const s = this.sandboxes.get(id);
+    if (!s) throw new SandboxdError('not_found', 'Sandbox not found');
+    return s;
+  }
+
+  async pause(id: string): Promise<void> {
+    this.calls.push(`pause ${id}`);
+    const s = this.existing(id);
+    if (s.info.state === 'stopped') throw new SandboxdError('conflict', 'Sandbox is stopped');
+    s.info.state = 'paused';
+    for (const p of s.ptys) p.pause();
+  }
+  async resume(id: string): Promise<void> {
+    this.calls.push(`resume ${id}`);
+    const s = this.existing(id);
+    if (s.info.state === 'stopped') throw new SandboxdError('conflict', 'Sandbox is stopped');
+    s.info.state = 'running';
+    for (const p of s.ptys) p.resume();
+  }
+  async stop(id: string): Promise<void> {
+    this.calls.push(`stop ${id}`);
+    const s = this.existing(id);
+    await this.kill(id);
+    s.kept = true;
+  }
+  async start(id: string, opts: { limits: SandboxSpec['limits'] }): Promise<RuntimeSandbox> {
+    this.calls.push(`start ${id}`);
+    const s = this.existing(id);
+    if (s.info.state === 'paused') throw new SandboxdError('conflict', 'Sandbox is paused');
+    if (s.info.state === 'stopped' && !s.kept) throw new SandboxdError('conflict', 'Sandbox has no kept root layer');
+    s.spec = { ...s.spec, limits: opts.limits };
+    Object.assign(s.info, { state: 'running', pid: 4242 });
+    s.kept = false;
+    return { ...s.info };
+  }
+  async snapshot(id: string, ref: string): Promise<ImageInfo> {
+    this.calls.push(`snapshot ${id} ${ref}`);
+    const s = this.existing(id);
+    if (!/^snapshot\/[a-z0-9_]{1,64}\/[a-z0-9][a-z0-9_.-]{0,62}$/.test(ref))
+      throw new SandboxdError('validation', `Invalid snapshot reference "${ref}"`);
+    if (this.snapshots.has(ref)) throw new SandboxdError('conflict', `Image ${ref} exists`);
+    const files = new Map(s.files);
+    const sizeBytes = [...files.values()].reduce((n, v) => n + Buffer.byteLength(v), 0);
+    const base = await this.resolveImage(s.spec.image);
+    const info: ImageInfo = { ...base, ref, digest: fakeDigest(`${ref}@${Date.now()}`), sizeBytes };
+    this.snapshots.set(ref, { info, files });
+    return { ...info };
+  }
+  async deleteImage(ref: string): Promise<void> {
+    this.snapshots.delete(ref);
+  }
+  async listSnapshots(): Promise<ImageInfo[]> {
+    return [...this.snapshots.values()].map((x) => ({ ...x.info }));
   }
 
   async inspect(id: string): Promise<RuntimeSandbox | null> {
