@@ -10,12 +10,16 @@ export const ON_TIMEOUT = ['stop', 'pause'] as const;
 export type OnTimeout = (typeof ON_TIMEOUT)[number];
 
 /** Caller's labels: string to string, at most 50 keys and 1 KiB (keys and values, UTF-8) in all. */
-export const MetadataMap = Type.Record(Type.String({ minLength: 1, maxLength: 256 }), Type.String({ maxLength: 1024 }), {
-  additionalProperties: false,
-  maxProperties: LIMITS.maxMetadataKeys,
-  title: 'Metadata',
-  description: `String to string; at most ${LIMITS.maxMetadataKeys} keys and ${LIMITS.maxMetadataBytes} bytes (keys and values, UTF-8) in all.`,
-});
+export const MetadataMap = Type.Record(
+  Type.String({ minLength: 1, maxLength: 256 }),
+  Type.String({ maxLength: 1024 }),
+  {
+    additionalProperties: false,
+    maxProperties: LIMITS.maxMetadataKeys,
+    title: 'Metadata',
+    description: `String to string; at most ${LIMITS.maxMetadataKeys} keys and ${LIMITS.maxMetadataBytes} bytes (keys and values, UTF-8) in all.`,
+  },
+);
 
 /**
  * A sandbox as every response carries it; all fields but `expiresAt` are always present.
@@ -38,7 +42,7 @@ export const SandboxSchema = Type.Object(
       Type.String({
         format: 'date-time',
         description:
-          'Paused, stopped or error: when the sandbox and what it kept (memory, root layer) are deleted (the plan\'s `pausedRetentionMs` after a pause; 24 hours after a stop).',
+          "Paused, stopped or error: when the sandbox and what it kept (memory, root layer) are deleted (the plan's `pausedRetentionMs` after a pause; 24 hours after a stop).",
       }),
     ),
   },
@@ -227,7 +231,10 @@ export const SnapshotSchema = Type.Object(
   {
     name: Type.String({ pattern: SNAPSHOT_NAME_PATTERN }),
     image: Type.String({ description: '`snapshots/<name>`: what create takes as `image`.' }),
-    sizeBytes: Type.Integer({ minimum: 0, description: 'What it adds on disk over its base image; counted against the plan\'s `snapshotBytes`.' }),
+    sizeBytes: Type.Integer({
+      minimum: 0,
+      description: "What it adds on disk over its base image; counted against the plan's `snapshotBytes`.",
+    }),
     baseImage: Type.String({ description: 'The image of the sandbox it was taken from.' }),
     sandboxId: Type.String({ description: 'The sandbox it was taken from (which may be gone).' }),
     createdAt: DateTime,

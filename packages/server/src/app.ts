@@ -40,6 +40,8 @@ import { SandboxService } from './services/sandboxes.js';
 import { StorageGuard } from './services/storage.js';
 import { TerminalService } from './services/terminals.js';
 import { TimeoutService } from './services/timeout.js';
+import { LifecycleService } from './services/lifecycle.js';
+import { SnapshotService } from './services/snapshots.js';
 import { VolumeService } from './services/volumes.js';
 import { MemoryCounters } from './store/memory-counters.js';
 import { SqliteStore } from './store/sqlite/store.js';
@@ -118,6 +120,8 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
   const auth = new AuthService(deps);
   const terminals = new TerminalService({ ...deps, storage }, sandboxes);
   const processes = new ProcessService(deps, sandboxes);
+  const lifecycle = new LifecycleService({ ...deps, storage, capacity }, sandboxes);
+  const snapshots = new SnapshotService({ ...deps, storage }, sandboxes);
   const services: Services = {
     sandboxes,
     capacity,
@@ -125,6 +129,8 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
     auth,
     terminals,
     timeout: new TimeoutService(deps, sandboxes),
+    lifecycle,
+    snapshots,
     exec: new ExecService({ driver, clock, storage }, sandboxes, processes),
     processes,
     files: new FileService({ driver, clock, storage }, sandboxes),
@@ -132,7 +138,7 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
     volumes: new VolumeService(deps),
     images: new ImageService(deps),
   };
-  const reaper = new Reaper(deps, sandboxes);
+  const reaper = new Reaper(deps, sandboxes, lifecycle);
   let recoveryPending = () => 0;
   const metrics = new Metrics(
     () => sandboxes.countByState(),
@@ -258,6 +264,7 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
         });
       }
       await reaper.reconcile({ startup: true });
+      await snapshots.reconcile();
       await reaper.tick();
       const b = await bootstrap(deps, services);
       reaper.start();
@@ -278,13 +285,13 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
       store.close();
     },
     async removeFromHost() {
-      const started = await store.listSandboxesByState(['started']);
+      const started = await store.listSandboxesByState(['started', 'paused']);
       let stopped = 0;
       const queue = [...started];
       const worker = async () => {
         for (let r = queue.shift(); r; r = queue.shift()) {
           try {
-            if (await sandboxes.stop(r, { reason: 'teardown' })) stopped++;
+            if (await sandboxes.stop(r, { reason: 'teardown', discard: true })) stopped++;
           } catch (err) {
             log.warn({ err, sandboxId: r.id }, 'teardown: stopping a sandbox failed; it is marked lost');
           }

@@ -13,14 +13,23 @@ export interface PlanSandboxLimits {
 
 /** A plan: lifetime cap, concurrency, sign-up grant and per-sandbox limits. */
 export interface PlanConfig {
-  /** Largest `stopAt - createdAt` in ms. */
+  /** Largest `stopAt` minus the start of the run (create, start or resume) in ms. */
   maxLifetimeMs: number;
   /** Sandboxes in `creating` or `started` an account may hold at once. */
   concurrency: number;
   /** Tokens granted when an account is created on this plan. */
   signupTokens: number;
+  /** Paused sandboxes an account may keep at once (a pause past it answers 403 `quota`). */
+  maxPaused: number;
+  /** A paused sandbox is deleted this long after it paused (default 7 days). */
+  pausedRetentionMs: number;
+  /** Bytes all snapshots of an account may add on disk (a snapshot past it answers 403 `quota`). */
+  snapshotBytes: number;
   limits: PlanSandboxLimits;
 }
+
+/** A week: the default `pausedRetentionMs`. */
+const WEEK_MS = 7 * 86_400_000;
 
 /**
  * Request rate limits (`SANDBOXD_RATE_LIMIT_*`); a rate or count of 0 turns that limit off.
@@ -185,12 +194,18 @@ export const DEFAULT_PLANS: Record<string, PlanConfig> = {
     maxLifetimeMs: 3_600_000,
     concurrency: 5,
     signupTokens: 1000,
+    maxPaused: 5,
+    pausedRetentionMs: WEEK_MS,
+    snapshotBytes: 5 * GiB,
     limits: { memoryBytes: 2 * GiB, cpus: 1, pids: 512, rootDiskBytes: 10 * GiB },
   },
   PRO: {
     maxLifetimeMs: 86_400_000,
     concurrency: 50,
     signupTokens: 10_000,
+    maxPaused: 50,
+    pausedRetentionMs: WEEK_MS,
+    snapshotBytes: 50 * GiB,
     limits: { memoryBytes: 8 * GiB, cpus: 4, pids: 4096, rootDiskBytes: 50 * GiB },
   },
 };

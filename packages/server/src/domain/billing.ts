@@ -7,8 +7,9 @@ export function billedMinutes(ms: number): number {
 }
 
 /**
- * Minutes to refund when a sandbox created at `createdAt` with `reservedMinutes` paid
- * stops at `at`: the whole minutes it did not use (never negative).
+ * Minutes to refund when a sandbox whose run began at `createdAt` (its create, start or
+ * resume) with `reservedMinutes` paid stops or pauses at `at`: the whole minutes it did
+ * not use (never negative).
  */
 export function refundMinutes(reservedMinutes: number, times: { createdAt: number; at: number }): number {
   const used = Math.min(reservedMinutes, billedMinutes(times.at - times.createdAt));
@@ -20,6 +21,8 @@ export type LedgerReason =
   | 'signup'
   | 'admin.grant'
   | 'sandbox.create'
+  | 'sandbox.start'
+  | 'sandbox.resume'
   | 'sandbox.extend'
   | 'sandbox.reduce'
   | 'sandbox.refund';

@@ -1,7 +1,11 @@
-import { SandboxdError, type Sandbox } from '@sandboxd/protocol';
+import { SandboxdError, type OnTimeout, type Sandbox } from '@sandboxd/protocol';
 
-/** Record states: `creating` is internal (counts toward concurrency, never listed). */
-export type SandboxRecordState = 'creating' | 'started' | 'stopped' | 'error';
+/**
+ * Record states. `creating` and `starting` are internal: `creating` is never listed (404
+ * until created), `starting` (a stopped sandbox booting again) shows as `stopped`; both
+ * count toward concurrency like `started`.
+ */
+export type SandboxRecordState = 'creating' | 'started' | 'paused' | 'stopped' | 'starting' | 'error';
 
 /** A volume mounted by a sandbox, as recorded. */
 export interface MountRecord {
@@ -27,14 +31,23 @@ export interface SandboxSpecRecord {
   template?: string;
   /** Caller's key-value labels (E2B's `metadata`); absent means none. */
   metadata?: Record<string, string>;
+  /** What the reaper does at `stopAt`; absent means `stop`. */
+  onTimeout?: OnTimeout;
 }
 
 /** Mutable status of a sandbox. Changed only through {@link assertTransition}. */
 export interface SandboxStatus {
   state: SandboxRecordState;
-  /** Epoch ms. */
+  /** Epoch ms: when a started sandbox stops (or pauses); when a paused one paused. */
   stopAt: number;
-  /** Whole minutes paid for so far (debits minus refunds). */
+  /**
+   * Start of the current run (create, start or resume), epoch ms; absent means `createdAt`.
+   * Billing and the plan's lifetime count from it.
+   */
+  runStartedAt?: number;
+  /** Paused: when it is deleted (epoch ms); null otherwise. */
+  expiresAt?: number | null;
+  /** Whole minutes paid for the current run so far (debits minus refunds). */
   reservedMinutes: number;
   /** When it reached `stopped`/`error`; null while live. */
   endedAt: number | null;
@@ -47,10 +60,15 @@ export type SandboxRecord = SandboxSpecRecord & SandboxStatus;
 /** The state-transition table: from -> allowed next states. */
 export const SANDBOX_TRANSITIONS: Readonly<Record<SandboxRecordState, readonly SandboxRecordState[]>> = {
   creating: ['started', 'error'],
-  started: ['stopped', 'error'],
-  stopped: [],
+  started: ['paused', 'stopped', 'error'],
+  paused: ['started', 'stopped', 'error'],
+  stopped: ['starting'],
+  starting: ['started', 'stopped', 'error'],
   error: [],
 };
+
+/** Start of the record's current run: billing and the plan's lifetime count from it. */
+export const runStart = (r: Pick<SandboxRecord, 'createdAt' | 'runStartedAt'>): number => r.runStartedAt ?? r.createdAt;
 
 /** Whether `from -> to` is in the table. */
 export function canTransition(from: SandboxRecordState, to: SandboxRecordState): boolean {
@@ -59,24 +77,50 @@ export function canTransition(from: SandboxRecordState, to: SandboxRecordState):
 
 /** Throws `conflict` unless `from -> to` is allowed. */
 export function assertTransition(from: SandboxRecordState, to: SandboxRecordState): void {
-  if (!canTransition(from, to)) throw new SandboxdError('conflict', `Sandbox cannot go from ${from} to ${to}`);
+  if (!canTransition(from, to))
+    throw new SandboxdError('conflict', `Sandbox is ${wireState(from)}`, { state: wireState(from) });
 }
 
-/** True while a sandbox occupies a concurrency slot. */
-export const isLive = (s: SandboxRecordState): boolean => s === 'creating' || s === 'started';
+/** States that occupy a concurrency slot of the account. */
+export const ACTIVE_STATES: readonly SandboxRecordState[] = ['creating', 'started', 'starting'];
+/** States whose sandbox holds host resources (a slot of `maxSandboxes`, memory, its volumes). */
+export const HELD_STATES: readonly SandboxRecordState[] = ['creating', 'started', 'starting', 'paused'];
 
-/** The wire form of a record. `creating` never reaches the wire. */
-export function toWireSandbox(r: SandboxRecord, opts: { publicHost: string }): Sandbox {
-  return {
+/** True while a sandbox occupies a concurrency slot. */
+export const isLive = (s: SandboxRecordState): boolean => ACTIVE_STATES.includes(s);
+
+/** The wire state of a record state (`creating` shows `started`, `starting` shows `stopped`). */
+export function wireState(s: SandboxRecordState): Sandbox['state'] {
+  if (s === 'creating') return 'started';
+  if (s === 'starting') return 'stopped';
+  return s;
+}
+
+/**
+ * The wire form of a record. `creating` never reaches the wire. `stoppedRetentionMs` gives
+ * `expiresAt` of stopped and error records (when they are purged).
+ */
+export function toWireSandbox(r: SandboxRecord, opts: { publicHost: string; stoppedRetentionMs?: number }): Sandbox {
+  const out: Sandbox = {
     id: r.id,
     name: r.name,
-    state: r.state === 'creating' ? 'started' : r.state,
+    state: wireState(r.state),
     region: r.region,
     image: r.image,
     createdAt: new Date(r.createdAt).toISOString(),
     stopAt: new Date(r.stopAt).toISOString(),
     publicAccessUrlTemplate: `{{PORT}}-${r.id}.${opts.publicHost}`,
+    metadata: r.metadata ?? {},
+    onTimeout: r.onTimeout ?? 'stop',
   };
+  if (r.state === 'paused' && r.expiresAt) out.expiresAt = new Date(r.expiresAt).toISOString();
+  else if (
+    (r.state === 'stopped' || r.state === 'error') &&
+    r.endedAt !== null &&
+    opts.stoppedRetentionMs !== undefined
+  )
+    out.expiresAt = new Date(r.endedAt + opts.stoppedRetentionMs).toISOString();
+  return out;
 }
 
 /** Driver-side volume name of an account volume: `<accountId>__<name>`, both `[a-z0-9_]`. */

@@ -92,7 +92,14 @@ describe('capacity over HTTP (fake runtime)', () => {
         debits += rows.items.filter((row) => row.reason === 'sandbox.create').length;
       }
       assert.equal(debits, 3);
-      assert.deepEqual(await slow.app.store.countByState(), { creating: 0, started: 3, stopped: 0, error: 0 });
+      assert.deepEqual(await slow.app.store.countByState(), {
+        creating: 0,
+        started: 3,
+        paused: 0,
+        stopped: 0,
+        starting: 0,
+        error: 0,
+      });
     } finally {
       await slow.close();
     }

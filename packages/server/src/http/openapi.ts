@@ -22,6 +22,10 @@ const REASONS: Record<number, string> = {
 /** The tags operations use (`schema.tags`), in the order documentation tools list them. */
 const TAGS = [
   { name: 'sandboxes', description: 'Create, list, inspect, time out, exec in and delete sandboxes; port links' },
+  {
+    name: 'lifecycle',
+    description: 'Pause, resume, stop and start sandboxes; snapshots of their filesystem as private images',
+  },
   { name: 'files', description: "Files of a sandbox, moved and managed inside it by its agent, as the sandbox's user" },
   {
     name: 'processes',

@@ -19,6 +19,7 @@ import { imageRoutes } from './routes/images.js';
 import { fileRoutes, isWatchSocketPath } from './routes/files.js';
 import { processRoutes } from './routes/processes.js';
 import { sandboxRoutes } from './routes/sandboxes.js';
+import { lifecycleRoutes } from './routes/lifecycle.js';
 import { sdkRoutes } from './routes/sdk.js';
 import { systemRoutes } from './routes/system.js';
 import { validatorCompiler } from './validation.js';
@@ -117,6 +118,7 @@ export function createHttpServer(
   app.register(systemRoutes, full);
   app.register(authRoutes, full);
   app.register(sandboxRoutes, full);
+  app.register(lifecycleRoutes, full);
   app.register(fileRoutes, full);
   app.register(processRoutes, full);
   app.register(accountRoutes, full);

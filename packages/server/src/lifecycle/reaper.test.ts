@@ -25,7 +25,11 @@ describe('Reaper', () => {
     assert.deepEqual(await t.app.reaper.tick(), [s.id]);
     const r = await t.app.services.sandboxes.get(a.id, s.id);
     assert.equal(r.state, 'stopped');
-    assert.equal(await t.driver.inspect(s.id), null, 'runtime discarded it');
+    assert.equal(
+      (await t.driver.inspect(s.id))?.state,
+      'stopped',
+      'runtime stopped it, keeping its root layer for a start',
+    );
     assert.equal((await t.app.services.volumes.list(a.id)).length, 1);
     assert.equal(await t.app.store.balance(a.id), 999, 'a full-lifetime sandbox gets no refund');
   });

@@ -1,11 +1,14 @@
-import type { ServiceDeps } from '../services/context.js';
+import { planOf, type ServiceDeps } from '../services/context.js';
+import type { LifecycleService } from '../services/lifecycle.js';
 import type { SandboxService } from '../services/sandboxes.js';
 import type { SandboxRecord } from '../domain/sandbox.js';
 
 /** What one reconcile pass repaired. */
 export interface ReconcileReport {
-  /** Records past `stopAt` that were stopped. */
+  /** Records past `stopAt` that were stopped (or paused). */
   expired: string[];
+  /** Records whose runtime state a crash left out of step, brought back in step (thawed, frozen, stopped). */
+  aligned: string[];
   /** Started records the runtime no longer had: now `error`. */
   lost: string[];
   /** Records left in `creating` by a crash, or by a failed create the store could not record: now `error`, refunded, new volumes they did not get to make forgotten. */
@@ -15,6 +18,8 @@ export interface ReconcileReport {
 }
 
 const PURGE_EVERY_MS = 10_000;
+/** Ended records purged per pass (each one's kept root layer is removed with it). */
+const PURGE_BATCH = 200;
 const RETRY_AFTER_FAILURE_MS = 5_000;
 
 /**
@@ -33,7 +38,11 @@ export class Reaper {
 
   constructor(
     private readonly d: ServiceDeps,
-    private readonly sandboxes: Pick<SandboxService, 'isCreating' | 'stop' | 'markLost' | 'dropNewVolumes'>,
+    private readonly sandboxes: Pick<
+      SandboxService,
+      'isCreating' | 'stop' | 'markLost' | 'dropNewVolumes' | 'emitGone'
+    >,
+    private readonly lifecycle: Pick<LifecycleService, 'isStarting' | 'pauseRecord' | 'backToStopped'>,
   ) {}
 
   /** Starts the timers (unref'd: they never keep the process alive). */
@@ -68,9 +77,15 @@ export class Reaper {
         if ((this.failedUntil.get(r.id) ?? 0) > now) continue;
         if (await this.stopOne(r, 'timeout')) stopped.push(r.id);
       }
+      for (const r of await this.d.store.listPausedExpired(now)) {
+        if ((this.failedUntil.get(r.id) ?? 0) > now) continue;
+        await this.removeOne(r, 'paused retention ended');
+      }
       if (now - this.lastPurge >= PURGE_EVERY_MS) {
         this.lastPurge = now;
-        const purged = await this.d.store.purgeEnded(now - this.d.config.stoppedRetentionMs);
+        let purged = 0;
+        for (const r of await this.d.store.listEnded(now - this.d.config.stoppedRetentionMs, PURGE_BATCH))
+          if (await this.removeOne(r, 'retention ended')) purged++;
         if (purged) this.d.log.info({ purged }, 'purged ended sandbox records');
       }
       return stopped;
@@ -87,8 +102,8 @@ export class Reaper {
    */
   reconcile(opts: { startup?: boolean } = {}): Promise<ReconcileReport> {
     return this.serial(async () => {
-      const report: ReconcileReport = { expired: [], lost: [], abandoned: [], orphans: [] };
-      const records = await this.d.store.listSandboxesByState(['creating', 'started']);
+      const report: ReconcileReport = { expired: [], aligned: [], lost: [], abandoned: [], orphans: [] };
+      const records = await this.d.store.listSandboxesByState(['creating', 'started', 'paused', 'starting']);
       const runtime = new Map((await this.d.driver.list()).map((s) => [s.id, s]));
       const now = this.d.clock.now();
       const abandoned: SandboxRecord[] = [];
@@ -106,9 +121,31 @@ export class Reaper {
           await this.sandboxes.markLost(r, why, { fullRefund: true });
           abandoned.push(r);
           report.abandoned.push(r.id);
-        } else if (r.stopAt <= now) {
+        } else if (r.state === 'starting') {
+          // A start a crash cut short: back to stopped, refunded (whatever it booted is stopped again).
+          if (this.lifecycle.isStarting(r.id) || (await this.d.store.getSandbox(r.id))?.state !== 'starting') continue;
+          await this.lifecycle
+            .backToStopped(r, new Error('the server stopped while the sandbox was being started'))
+            .catch((err) => this.d.log.warn({ err, sandboxId: r.id }, 'settling an interrupted start'));
+          report.aligned.push(r.id);
+        } else if (runtime.get(r.id)?.state === 'stopped' && typeof r.details?.stopping === 'string') {
+          // A stop a crash cut short between the runtime's stop and the record's: finished.
+          if (await this.stopOne(r, r.details.stopping)) report.aligned.push(r.id);
+        } else if (r.state === 'paused' && runtime.get(r.id)?.state === 'running') {
+          // A refused pause whose thaw went through, or a resume the record did not see: frozen again.
+          await this.d.driver
+            .pause(r.id)
+            .then(() => report.aligned.push(r.id))
+            .catch((err) => this.d.log.warn({ err, sandboxId: r.id }, 'freezing a paused sandbox'));
+        } else if (r.state === 'started' && runtime.get(r.id)?.state === 'paused') {
+          // A pause cut short before its record, a resume cut short after it, or a snapshot's freeze: thawed.
+          await this.d.driver
+            .resume(r.id)
+            .then(() => report.aligned.push(r.id))
+            .catch((err) => this.d.log.warn({ err, sandboxId: r.id }, 'thawing a started sandbox'));
+        } else if (r.state === 'started' && r.stopAt <= now) {
           if (await this.stopOne(r, 'timeout')) report.expired.push(r.id);
-        } else if (runtime.get(r.id)?.state !== 'running') {
+        } else if (!['running', 'paused'].includes(runtime.get(r.id)?.state ?? 'gone')) {
           if (!opts.startup || runtime.has(r.id))
             await this.d.driver.delete(r.id).catch((err) => this.d.log.warn({ err, sandboxId: r.id }, 'delete lost'));
           await this.sandboxes.markLost(r, 'the runtime lost the sandbox');
@@ -124,19 +161,62 @@ export class Reaper {
       for (const id of runtime.keys()) {
         if (known.has(id)) continue;
         const rec = await this.d.store.getSandbox(id); // a create may have begun since the listing
-        if (rec && (rec.state === 'creating' || rec.state === 'started')) continue;
+        // A stopped record keeps its root layer in the runtime for a later start.
+        if (rec && rec.state !== 'error') continue;
         await this.d.driver.delete(id).catch((err) => this.d.log.warn({ err, sandboxId: id }, 'delete orphan'));
         report.orphans.push(id);
       }
-      if (report.expired.length + report.lost.length + report.abandoned.length + report.orphans.length) {
+      if (
+        report.expired.length +
+        report.aligned.length +
+        report.lost.length +
+        report.abandoned.length +
+        report.orphans.length
+      ) {
         this.d.log.info(report, 'reconciled store with runtime');
       }
       return report;
     });
   }
 
+  /**
+   * Deletes a sandbox whose record's time is over (a paused one past its retention, an
+   * ended one past `stoppedRetentionMs`): the runtime's part (processes, kept memory or
+   * root layer; volumes kept), then the record.
+   */
+  private async removeOne(r: SandboxRecord, why: string): Promise<boolean> {
+    try {
+      await this.d.driver.delete(r.id);
+      await this.d.store.deleteSandbox(r.id);
+      this.failedUntil.delete(r.id);
+      this.d.log.info({ sandboxId: r.id, state: r.state, why }, 'sandbox deleted');
+      if (r.state === 'paused') this.sandboxes.emitGone(r.id);
+      return true;
+    } catch (err) {
+      this.failedUntil.set(r.id, this.d.clock.now() + RETRY_AFTER_FAILURE_MS);
+      this.d.log.error({ err, sandboxId: r.id }, 'deleting a sandbox past its retention failed; will retry');
+      return false;
+    }
+  }
+
   private async stopOne(r: SandboxRecord, reason: string): Promise<boolean> {
     try {
+      if (r.onTimeout === 'pause' && reason === 'timeout' && r.state === 'started') {
+        const account = await this.d.store.getAccount(r.accountId);
+        const plan = planOf(this.d.config, account?.plan ?? this.d.config.defaultPlan);
+        const paused = await this.lifecycle.pauseRecord(r, plan, 'timeout').then(
+          () => true,
+          (err) => {
+            // At the plan's maxPaused (or a freeze that failed): stopped instead, its layer kept.
+            this.d.log.warn({ err, sandboxId: r.id }, 'pause at stopAt refused; stopping instead');
+            return false;
+          },
+        );
+        if (paused) {
+          this.failedUntil.delete(r.id);
+          return true;
+        }
+      }
       const out = await this.sandboxes.stop(r, { reason });
       this.failedUntil.delete(r.id);
       return out !== null;

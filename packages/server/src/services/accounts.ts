@@ -88,16 +88,25 @@ export class AccountService {
   /** The `GET /api/v1/account` answer. */
   async describe(a: AccountRecord): Promise<Account> {
     const plan = planOf(this.d.config, a.plan);
-    const [balance, started, volumes] = await Promise.all([
+    const [balance, started, paused, volumes, snapshotBytes] = await Promise.all([
       this.d.store.balance(a.id),
       this.d.store.countLive(a.id),
+      this.d.store.countPaused(a.id),
       this.d.store.listVolumes(a.id),
+      this.d.store.snapshotBytes(a.id),
     ]);
     return {
       ...summary(a),
       balance,
-      limits: { maxLifetimeMs: plan.maxLifetimeMs, concurrency: plan.concurrency, ...plan.limits },
-      usage: { startedSandboxes: started, volumes: volumes.length },
+      limits: {
+        maxLifetimeMs: plan.maxLifetimeMs,
+        concurrency: plan.concurrency,
+        ...plan.limits,
+        maxPaused: plan.maxPaused,
+        pausedRetentionMs: plan.pausedRetentionMs,
+        snapshotBytes: plan.snapshotBytes,
+      },
+      usage: { startedSandboxes: started, pausedSandboxes: paused, volumes: volumes.length, snapshotBytes },
     };
   }
 }

@@ -1,9 +1,10 @@
+import { DRIVER_SNAPSHOT_PREFIX } from '../domain/snapshots.js';
 import { createWriteStream } from 'node:fs';
 import { mkdir, mkdtemp, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import { SandboxdError, type Image } from '@sandboxd/protocol';
+import { SandboxdError, SNAPSHOT_IMAGE_PREFIX, type Image } from '@sandboxd/protocol';
 import type { DriverImageStore, ImageInfo, ImageProgress } from '../runtime/driver.js';
 import type { ServiceDeps } from './context.js';
 
@@ -36,9 +37,9 @@ function wire(i: ImageInfo): Image {
 export class ImageService {
   constructor(private readonly d: Pick<ServiceDeps, 'driver' | 'config' | 'log'>) {}
 
-  /** Every cached image. */
+  /** Every cached image but accounts' snapshots (private; each account lists its own). */
   async list(): Promise<Image[]> {
-    return (await this.d.driver.listImages()).map(wire);
+    return (await this.d.driver.listImages()).filter((i) => !i.ref.startsWith(DRIVER_SNAPSHOT_PREFIX)).map(wire);
   }
 
   /** Pulls `ref` from its registry even when cached. */
@@ -87,6 +88,14 @@ export class ImageService {
   }
 
   private async job(what: string, ref: string, fn: () => Promise<ImageInfo>): Promise<Image> {
+    if (ref.startsWith(DRIVER_SNAPSHOT_PREFIX) || ref.startsWith(SNAPSHOT_IMAGE_PREFIX))
+      throw new SandboxdError(
+        'validation',
+        `${ref}: snapshot images are made by POST /api/v1/sandboxes/{id}/snapshot`,
+        {
+          image: ref,
+        },
+      );
     const t0 = Date.now();
     try {
       const img = wire(await fn());

@@ -6,6 +6,8 @@ import type { ExecService } from './exec.js';
 import type { FileService } from './files.js';
 import type { ProcessService } from './processes.js';
 import type { ImageService } from './images.js';
+import type { LifecycleService } from './lifecycle.js';
+import type { SnapshotService } from './snapshots.js';
 import type { SandboxService } from './sandboxes.js';
 import type { TerminalService } from './terminals.js';
 import type { TimeoutService } from './timeout.js';
@@ -17,6 +19,9 @@ export interface Services {
   /** The host's room for new sandboxes (/healthz, /metrics; creates check it). */
   capacity: CapacityService;
   timeout: TimeoutService;
+  /** Pause, resume, stop, start. */
+  lifecycle: LifecycleService;
+  snapshots: SnapshotService;
   exec: ExecService;
   processes: ProcessService;
   files: FileService;

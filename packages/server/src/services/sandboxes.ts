@@ -6,9 +6,18 @@ import {
   type ValidationProblem,
 } from '@sandboxd/protocol';
 import { billedMinutes, refundMinutes } from '../domain/billing.js';
+import { driverImageOf, metadataProblems } from '../domain/snapshots.js';
 import { newSandboxId } from '../domain/ids.js';
 import { newSandboxName } from '../domain/names.js';
-import { driverVolumeName, mountPathProblem, type MountRecord, type SandboxRecord } from '../domain/sandbox.js';
+import {
+  driverVolumeName,
+  mountPathProblem,
+  runStart,
+  type MountRecord,
+  type SandboxRecord,
+  type SandboxRecordState,
+  wireState,
+} from '../domain/sandbox.js';
 import type { AccountRecord } from '../store/store.js';
 import { planOf, type ServiceDeps } from './context.js';
 import { LINK_PARAM, LINK_TTL, type PortLinks } from '../proxy/links.js';
@@ -92,10 +101,11 @@ export class SandboxService {
         max: plan.maxLifetimeMs,
       });
     }
-    const tooLong = envProblems(req.env, '/env');
+    const tooLong = [...envProblems(req.env, '/env'), ...metadataProblems(req.metadata, '/metadata')];
     if (tooLong.length)
       throw new SandboxdError('validation', tooLong.map((p) => `${p.path}: ${p.message}`).join('; '), tooLong);
     const { mounts, sizes } = parseVolumes(req.volumes ?? {});
+    await this.driverImage(account.id, req.image); // an unknown snapshot: 404 before anything is reserved
     await this.d.storage.check();
     await this.d.capacity.check();
     const id = newSandboxId();
@@ -135,7 +145,12 @@ export class SandboxService {
         endedAt: null,
         details: null,
         ...(opts.template !== undefined ? { template: opts.template } : {}),
-        ...(opts.metadata !== undefined ? { metadata: opts.metadata } : {}),
+        ...(req.metadata !== undefined || opts.metadata !== undefined
+          ? { metadata: { ...opts.metadata, ...req.metadata } }
+          : {}),
+        ...(req.onTimeout === 'pause' ? { onTimeout: 'pause' as const } : {}),
+        runStartedAt: now,
+        expiresAt: null,
       },
       {
         minutes: billedMinutes(timeoutMs),
@@ -149,7 +164,7 @@ export class SandboxService {
     try {
       await this.d.driver.create({
         id: record.id,
-        image: record.image,
+        image: await this.driverImage(account.id, record.image),
         env: record.env,
         volumes: record.volumes.map((m) => ({
           name: driverVolumeName(account.id, m.name),
@@ -241,6 +256,17 @@ export class SandboxService {
     }
   }
 
+  /**
+   * The driver's reference of a create's `image`: `snapshots/<name>` is the account's own
+   * snapshot (`template_not_found` when it has none of that name, or it is not ready);
+   * the driver's own `snapshot/...` namespace is never reachable by name.
+   */
+  async driverImage(accountId: string, image: string): Promise<string> {
+    const ref = await driverImageOf(image, (name) => this.d.store.getSnapshot(accountId, name), accountId);
+    if (ref === null) throw new SandboxdError('template_not_found', 'Template not found', { image });
+    return ref;
+  }
+
   /** The sandbox of this account; `not_found` otherwise (also while it is being created). */
   async get(accountId: string, id: string): Promise<SandboxRecord> {
     const r = await this.d.store.getSandbox(id);
@@ -260,7 +286,8 @@ export class SandboxService {
     req: { id: string; port: number; expiresInMs?: number; scheme: 'http' | 'https' },
   ): Promise<{ url: string; expiresAt: number }> {
     const r = await this.get(accountId, req.id);
-    if (r.state !== 'started') throw new SandboxdError('conflict', `Sandbox is ${r.state}`, { state: r.state });
+    if (r.state !== 'started')
+      throw new SandboxdError('conflict', `Sandbox is ${wireState(r.state)}`, { state: wireState(r.state) });
     const expiresAt = this.d.clock.now() + (req.expiresInMs ?? LINK_TTL.defaultMs);
     const token = this.d.portLinks.sign({ sandboxId: r.id, port: req.port, expiresAt });
     return {
@@ -287,20 +314,28 @@ export class SandboxService {
     return this.d.store.countByState();
   }
 
-  /** A page of the account's sandboxes, newest first. */
+  /**
+   * A page of the account's sandboxes, newest first (`starting` ones show as stopped);
+   * `metadata.<key>=<value>` query pairs keep those whose metadata has every pair.
+   */
   async list(accountId: string, q: SandboxListQuery) {
-    const states = q.state ? [q.state] : (['started', 'stopped', 'error'] as const);
+    const wanted: SandboxRecordState[] = q.state ? [q.state] : ['started', 'paused', 'stopped', 'error'];
+    const states = wanted.includes('stopped') ? [...wanted, 'starting' as const] : wanted;
+    const metadata: Record<string, string> = {};
+    for (const [k, v] of Object.entries(q)) if (k.startsWith('metadata.')) metadata[k.slice(9)] = String(v);
     return this.d.store.listSandboxes(accountId, {
-      states: [...states],
+      states,
       limit: q.limit ?? LIMITS.defaultPageSize,
       cursor: q.cursor,
+      ...(Object.keys(metadata).length ? { metadata } : {}),
     });
   }
 
-  /** Kills the sandbox if running and removes its record. `not_found`. */
+  /** Kills the sandbox if running or paused, removes what it kept and its record. `not_found`, `conflict` (starting). */
   async delete(accountId: string, id: string): Promise<void> {
     const r = await this.get(accountId, id);
-    if (r.state === 'started') await this.stop(r, { reason: 'deleted' });
+    if (r.state === 'starting') throw new SandboxdError('conflict', 'Sandbox is starting', { state: 'starting' });
+    if (r.state === 'started' || r.state === 'paused') await this.stop(r, { reason: 'deleted', discard: true });
     else await this.d.driver.delete(r.id);
     await this.d.store.deleteSandbox(r.id);
     this.d.log.info({ sandboxId: r.id }, 'sandbox deleted');
@@ -308,22 +343,36 @@ export class SandboxService {
   }
 
   /**
-   * Stops a started sandbox: the driver discards it (volumes kept), the record becomes
-   * `stopped` and unused whole minutes are refunded. A sandbox already stopped by someone
-   * else is left as is. Driver failures propagate and leave the record `started`.
+   * Stops a started or paused sandbox: every process is killed, the driver keeps its
+   * writable root layer for a later start (unless `discard`: it is removed, volumes kept),
+   * the record becomes `stopped` and unused whole minutes of the run are refunded (a paused
+   * one had them refunded when it paused). A sandbox already stopped by someone else is
+   * left as is. Driver failures propagate and leave the record as it was.
    */
-  async stop(r: SandboxRecord, opts: { reason: string }): Promise<SandboxRecord | null> {
-    await this.d.driver.delete(r.id);
+  async stop(r: SandboxRecord, opts: { reason: string; discard?: boolean }): Promise<SandboxRecord | null> {
+    if (opts.discard) await this.d.driver.delete(r.id);
+    else {
+      // The intent first: a crash between the runtime's stop and the record's is finished as a stop, not taken for a loss.
+      await this.d.store
+        .updateSandbox(r.id, { details: { stopping: opts.reason }, expectStates: [r.state], at: this.d.clock.now() })
+        .catch(() => undefined); // gone or changed meanwhile: the update below decides
+      await this.d.driver.stop(r.id);
+    }
     const at = this.d.clock.now();
-    const refund = refundMinutes(r.reservedMinutes, { createdAt: r.createdAt, at: Math.min(at, r.stopAt) });
+    const refund =
+      r.state === 'started'
+        ? refundMinutes(r.reservedMinutes, { createdAt: runStart(r), at: Math.min(at, r.stopAt) })
+        : 0;
     try {
       const out = await this.d.store.updateSandbox(r.id, {
         state: 'stopped',
         endedAt: at,
+        ...(r.state === 'started' ? { stopAt: Math.min(at, r.stopAt) } : {}),
+        expiresAt: null,
         details: { reason: opts.reason },
         ledgerDelta: refund,
         ledgerReason: 'sandbox.refund',
-        expectStates: ['started'],
+        expectStates: ['started', 'paused'],
         at,
       });
       this.d.log.info({ sandboxId: r.id, reason: opts.reason, refund }, 'sandbox stopped');
@@ -343,7 +392,9 @@ export class SandboxService {
     const at = this.d.clock.now();
     const refund = opts.fullRefund
       ? r.reservedMinutes
-      : refundMinutes(r.reservedMinutes, { createdAt: r.createdAt, at: Math.min(at, r.stopAt) });
+      : r.state === 'paused'
+        ? 0
+        : refundMinutes(r.reservedMinutes, { createdAt: runStart(r), at: Math.min(at, r.stopAt) });
     await this.d.store
       .updateSandbox(r.id, {
         state: 'error',
@@ -358,7 +409,8 @@ export class SandboxService {
     this.emitGone(r.id);
   }
 
-  private emitGone(id: string): void {
+  /** Tells listeners (terminals) that sandbox `id` stopped or is gone. */
+  emitGone(id: string): void {
     for (const l of this.goneListeners) {
       try {
         l(id);

@@ -1,11 +1,11 @@
 import { SandboxdError } from '@sandboxd/protocol';
-import type { SandboxRecord } from '../domain/sandbox.js';
+import { type SandboxRecord, wireState } from '../domain/sandbox.js';
 
 /** Throws `conflict` unless the sandbox is started and not past its stopAt (`now`). */
 export function assertStarted(r: Pick<SandboxRecord, 'state' | 'stopAt'>, now: number): void {
   if (r.state !== 'started' || r.stopAt <= now)
-    throw new SandboxdError('conflict', `Sandbox is ${r.state === 'started' ? 'stopping' : r.state}`, {
-      state: r.state,
+    throw new SandboxdError('conflict', `Sandbox is ${r.state === 'started' ? 'stopping' : wireState(r.state)}`, {
+      state: wireState(r.state),
     });
 }
 

@@ -1,7 +1,9 @@
 import { SandboxdError } from '@sandboxd/protocol';
 import { billedMinutes } from '../domain/billing.js';
+import { runStart } from '../domain/sandbox.js';
 import type { AccountRecord } from '../store/store.js';
 import { planOf, type ServiceDeps } from './context.js';
+import { wrongState } from './lifecycle.js';
 import type { SandboxService } from './sandboxes.js';
 
 /**
@@ -19,16 +21,17 @@ export class TimeoutService {
   async set(account: AccountRecord, req: { id: string; timeoutMs: number }): Promise<{ id: string; stopAt: number }> {
     const { id, timeoutMs } = req;
     const r = await this.sandboxes.get(account.id, id);
-    if (r.state !== 'started') throw new SandboxdError('conflict', `Sandbox is ${r.state}`, { state: r.state });
+    if (r.state !== 'started') throw wrongState(r);
     const plan = planOf(this.d.config, account.plan);
     const now = this.d.clock.now();
     const stopAt = now + timeoutMs;
-    if (stopAt - r.createdAt > plan.maxLifetimeMs) {
-      const max = Math.max(0, plan.maxLifetimeMs - (now - r.createdAt));
-      const message = `timeoutMs must be at most ${max} now: plan ${account.plan} allows ${plan.maxLifetimeMs} ms from creation`;
+    const from = runStart(r);
+    if (stopAt - from > plan.maxLifetimeMs) {
+      const max = Math.max(0, plan.maxLifetimeMs - (now - from));
+      const message = `timeoutMs must be at most ${max} now: plan ${account.plan} allows ${plan.maxLifetimeMs} ms from creation (or the last start or resume)`;
       throw new SandboxdError('validation', message, [{ in: 'body', path: '/timeoutMs', message, max }]);
     }
-    const minutes = billedMinutes(stopAt - r.createdAt);
+    const minutes = billedMinutes(stopAt - from);
     const delta = r.reservedMinutes - minutes;
     const next = await this.d.store.updateSandbox(r.id, {
       stopAt,
@@ -56,12 +59,12 @@ export class TimeoutService {
     req: { id: string; timeoutMs: number; clamp?: boolean },
   ): Promise<{ id: string; stopAt: number }> {
     const r = await this.sandboxes.get(account.id, req.id);
-    if (r.state !== 'started') throw new SandboxdError('conflict', `Sandbox is ${r.state}`, { state: r.state });
+    if (r.state !== 'started') throw wrongState(r);
     const now = this.d.clock.now();
     let timeoutMs = req.timeoutMs;
     if (req.clamp) {
       const plan = planOf(this.d.config, account.plan);
-      timeoutMs = Math.min(timeoutMs, Math.max(0, plan.maxLifetimeMs - (now - r.createdAt)));
+      timeoutMs = Math.min(timeoutMs, Math.max(0, plan.maxLifetimeMs - (now - runStart(r))));
     }
     if (now + timeoutMs <= r.stopAt) return { id: r.id, stopAt: r.stopAt };
     return this.set(account, { id: r.id, timeoutMs });

@@ -86,6 +86,30 @@ export interface SandboxUpdate {
   ledgerReason?: LedgerReason;
   /** Only apply when the record is currently in one of these states; else `conflict`. */
   expectStates?: SandboxRecordState[];
+  /** Start of a new run (start, resume). */
+  runStartedAt?: number;
+  /** A paused sandbox's deletion time; null to clear it. */
+  expiresAt?: number | null;
+  /** The record's `reservedMinutes` after the update (a new run's), instead of the old less `ledgerDelta`. */
+  reservedMinutes?: number;
+  /**
+   * Checked in the same transaction when the update moves the record into a state that
+   * takes a concurrency slot (`concurrency`: the account's `creating`/`started`/`starting`
+   * count, 403 `concurrency`; `maxSandboxes`: what the host holds, 503 `capacity`) or into
+   * `paused` (`maxPaused`: the account's paused count, 403 `quota`).
+   */
+  limits?: { concurrency?: number; maxSandboxes?: number; maxPaused?: number };
+}
+
+/** A snapshot image of an account, as stored. `creating` while the runtime makes it. */
+export interface SnapshotRecord {
+  accountId: string;
+  name: string;
+  state: 'creating' | 'ready';
+  sizeBytes: number;
+  baseImage: string;
+  sandboxId: string;
+  createdAt: number;
 }
 
 /** One fixed-window counter: events counted so far, and when its window ends (epoch ms). */
@@ -151,7 +175,11 @@ export interface Store extends Counters {
    */
   reserveSandbox(record: SandboxRecord, r: Reservation): Promise<SandboxRecord>;
   getSandbox(id: string): Promise<SandboxRecord | null>;
-  listSandboxes(accountId: string, q: PageRequest & { states: SandboxRecordState[] }): Promise<Page<SandboxRecord>>;
+  /** A page of the account's sandboxes in `states`; with `metadata`, only those whose metadata has every pair. */
+  listSandboxes(
+    accountId: string,
+    q: PageRequest & { states: SandboxRecordState[]; metadata?: Record<string, string> },
+  ): Promise<Page<SandboxRecord>>;
   /** Every sandbox in one of `states`, any account (reaper). */
   listSandboxesByState(states: SandboxRecordState[]): Promise<SandboxRecord[]>;
   /** `started` sandboxes with stopAt <= now (reaper). */
@@ -162,10 +190,37 @@ export interface Store extends Counters {
   deleteSandbox(id: string): Promise<void>;
   /** Removes `stopped`/`error` records that ended before `cutoff`; returns how many. */
   purgeEnded(cutoff: number): Promise<number>;
+  /** `stopped`/`error` records that ended before `cutoff` (at most `limit`), oldest first. */
+  listEnded(cutoff: number, limit: number): Promise<SandboxRecord[]>;
+  /** `paused` records whose `expiresAt` is at or before `now` (reaper). */
+  listPausedExpired(now: number): Promise<SandboxRecord[]>;
   countByState(): Promise<Record<SandboxRecordState, number>>;
+  /** Sandboxes of the account taking a concurrency slot (`creating`, `started`, `starting`). */
   countLive(accountId: string): Promise<number>;
-  /** Live (`creating`+`started`) sandboxes of every account: what the host holds (what `maxSandboxes` counts). */
+  /** Paused sandboxes of the account. */
+  countPaused(accountId: string): Promise<number>;
+  /** Sandboxes holding host resources (`creating`, `started`, `starting`, `paused`) of every account: what `maxSandboxes` counts. */
   countAllLive(): Promise<number>;
+  // snapshots
+  /**
+   * Records snapshot `s` (state `creating`) unless the account has one of that name
+   * (`conflict`) or its snapshots already use `quotaBytes` or more (`quota`).
+   */
+  beginSnapshot(s: SnapshotRecord, quotaBytes: number): Promise<void>;
+  /**
+   * Marks it `ready` with its size, unless the account's ready snapshots and it would pass
+   * `quotaBytes` (`quota`, the row is left for the caller to remove).
+   */
+  finishSnapshot(accountId: string, name: string, sizeBytes: number, quotaBytes: number): Promise<SnapshotRecord>;
+  getSnapshot(accountId: string, name: string): Promise<SnapshotRecord | null>;
+  /** The account's snapshots (any state), newest first. */
+  listSnapshots(accountId: string): Promise<SnapshotRecord[]>;
+  /** Every snapshot of every account (start-up reconciliation). */
+  listAllSnapshots(): Promise<SnapshotRecord[]>;
+  /** False when there was none. */
+  deleteSnapshot(accountId: string, name: string): Promise<boolean>;
+  /** Bytes of the account's ready snapshots. */
+  snapshotBytes(accountId: string): Promise<number>;
   // volumes
   listVolumes(accountId: string): Promise<Array<VolumeRecord & { mountedBy: string[] }>>;
   getVolume(accountId: string, name: string): Promise<VolumeRecord | null>;

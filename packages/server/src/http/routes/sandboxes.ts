@@ -23,7 +23,8 @@ const tags = ['sandboxes'];
 /** Sandbox routes: thin wrappers over SandboxService, TimeoutService and ExecService. */
 export const sandboxRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) => {
   const { sandboxes, timeout, exec } = d.services;
-  const wire = (r: Parameters<typeof toWireSandbox>[0]) => toWireSandbox(r, { publicHost: d.config.publicHost });
+  const wire = (r: Parameters<typeof toWireSandbox>[0]) =>
+    toWireSandbox(r, { publicHost: d.config.publicHost, stoppedRetentionMs: d.config.stoppedRetentionMs });
 
   app.addHook('preHandler', async (req, reply) => {
     const id = (req.params as { id?: string } | undefined)?.id;
@@ -98,12 +99,12 @@ export const sandboxRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d)
     {
       schema: {
         operationId: 'deleteSandbox',
-        summary: 'Kill a sandbox and remove its record',
+        summary: 'Kill a sandbox, remove what it kept (memory, root layer) and its record',
         tags,
         params: SandboxParamsSchema,
         response: { 204: Type.Null() },
       },
-      config: { errors: [401, 404] },
+      config: { errors: [401, 404, 409] },
     },
     async (req, reply) => {
       await sandboxes.delete(principalOf(req).account.id, req.params.id);

@@ -2,6 +2,7 @@ import { sql as initial } from './001-initial.js';
 import { sql as privatePorts } from './002-private-ports.js';
 import { sql as rateCounters } from './003-rate-counters.js';
 import { sql as e2bSandboxFields } from './004-e2b-sandbox-fields.js';
+import { sql as lifecycle } from './005-lifecycle.js';
 
 /** A schema step; `version` is stored in SQLite's `user_version` once applied. */
 export interface Migration {
@@ -16,4 +17,5 @@ export const MIGRATIONS: readonly Migration[] = [
   { version: 2, name: 'private-ports', sql: privatePorts },
   { version: 3, name: 'rate-counters', sql: rateCounters },
   { version: 4, name: 'e2b-sandbox-fields', sql: e2bSandboxFields },
+  { version: 5, name: 'lifecycle', sql: lifecycle },
 ];

@@ -21,6 +21,9 @@ export interface SandboxRow {
   ports_public: number;
   template: string | null;
   metadata_json: string | null;
+  on_timeout: 'stop' | 'pause';
+  run_started_at: number | null;
+  expires_at: number | null;
 }
 
 export function toSandbox(r: SandboxRow): SandboxRecord {
@@ -41,6 +44,9 @@ export function toSandbox(r: SandboxRow): SandboxRecord {
     details: r.details_json ? JSON.parse(r.details_json) : null,
     ...(r.template !== null ? { template: r.template } : {}),
     ...(r.metadata_json !== null ? { metadata: JSON.parse(r.metadata_json) } : {}),
+    ...(r.on_timeout === 'pause' ? { onTimeout: 'pause' as const } : {}),
+    ...(r.run_started_at !== null ? { runStartedAt: r.run_started_at } : {}),
+    expiresAt: r.expires_at,
   };
 }
 

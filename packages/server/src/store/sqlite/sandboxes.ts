@@ -1,11 +1,21 @@
 import { SandboxdError } from '@sandboxd/protocol';
 import { sandboxesFull } from '../../domain/capacity.js';
-import { assertTransition, type SandboxRecord, type SandboxRecordState } from '../../domain/sandbox.js';
+import {
+  assertTransition,
+  HELD_STATES,
+  isLive,
+  type SandboxRecord,
+  type SandboxRecordState,
+  wireState,
+} from '../../domain/sandbox.js';
 import type { Page, PageRequest, Reservation, SandboxUpdate, VolumeRecord } from '../store.js';
 import type { Db } from './open.js';
 import { decodeCursor, encodeCursor, toSandbox, type SandboxRow } from './rows.js';
 
-const LIVE = "('creating', 'started')";
+/** States taking a concurrency slot of the account. */
+const LIVE = "('creating', 'started', 'starting')";
+/** States holding host resources (`maxSandboxes`, volumes mounted). */
+const HELD = "('creating', 'started', 'starting', 'paused')";
 
 /** Sandbox, mount and volume persistence; decisions happen inside IMMEDIATE transactions. */
 export class SqliteSandboxes {
@@ -80,14 +90,17 @@ export class SqliteSandboxes {
 
   private insertWithUniqueName(rec: SandboxRecord, newName: () => string): void {
     const stmt = this.db.prepare(
-      `INSERT INTO sandboxes (id, account_id, name, image, region, env_json, volumes_json, created_at, state, stop_at, reserved_minutes, ended_at, details_json, ports_public, template, metadata_json)
-       VALUES (@id, @accountId, @name, @image, @region, @env, @volumes, @createdAt, @state, @stopAt, @reservedMinutes, @endedAt, @details, @portsPublicInt, @template, @metadataJson)`,
+      `INSERT INTO sandboxes (id, account_id, name, image, region, env_json, volumes_json, created_at, state, stop_at, reserved_minutes, ended_at, details_json, ports_public, template, metadata_json, on_timeout, run_started_at, expires_at)
+       VALUES (@id, @accountId, @name, @image, @region, @env, @volumes, @createdAt, @state, @stopAt, @reservedMinutes, @endedAt, @details, @portsPublicInt, @template, @metadataJson, @onTimeoutText, @runStartedAtInt, @expiresAtInt)`,
     );
     for (let attempt = 0; ; attempt++) {
       try {
-        const { portsPublic, template, metadata, ...row } = rec;
+        const { portsPublic, template, metadata, onTimeout, runStartedAt, expiresAt, ...row } = rec;
         stmt.run({
           ...row,
+          onTimeoutText: onTimeout ?? 'stop',
+          runStartedAtInt: runStartedAt ?? null,
+          expiresAtInt: expiresAt ?? null,
           template: template ?? null,
           metadataJson: metadata ? JSON.stringify(metadata) : null,
           env: JSON.stringify(rec.env),
@@ -109,9 +122,16 @@ export class SqliteSandboxes {
     return r ? toSandbox(r) : null;
   }
 
-  list(accountId: string, q: PageRequest & { states: SandboxRecordState[] }): Page<SandboxRecord> {
+  list(
+    accountId: string,
+    q: PageRequest & { states: SandboxRecordState[]; metadata?: Record<string, string> },
+  ): Page<SandboxRecord> {
     const args: unknown[] = [accountId, ...q.states];
     let where = `account_id = ? AND state IN (${q.states.map(() => '?').join(', ')})`;
+    for (const [k, v] of Object.entries(q.metadata ?? {})) {
+      where += ' AND EXISTS (SELECT 1 FROM json_each(metadata_json) WHERE json_each.key = ? AND json_each.value = ?)';
+      args.push(k, v);
+    }
     if (q.cursor) {
       const [t, id] = decodeCursor(q.cursor);
       where += ' AND (created_at < ? OR (created_at = ? AND id < ?))';
@@ -146,11 +166,13 @@ export class SqliteSandboxes {
         const cur = this.get(id);
         if (!cur) throw new SandboxdError('not_found', 'Sandbox not found');
         if (u.expectStates && !u.expectStates.includes(cur.state)) {
-          throw new SandboxdError('conflict', `Sandbox is ${cur.state === 'creating' ? 'starting' : cur.state}`, {
-            state: cur.state,
-          });
+          const state = wireState(cur.state);
+          throw new SandboxdError('conflict', `Sandbox is ${cur.state === 'creating' ? 'starting' : state}`, { state });
         }
-        if (u.state && u.state !== cur.state) assertTransition(cur.state, u.state);
+        if (u.state && u.state !== cur.state) {
+          assertTransition(cur.state, u.state);
+          this.checkLimits(cur, u.state, u.limits ?? {});
+        }
         const delta = u.ledgerDelta ?? 0;
         if (delta < 0) {
           const balance = this.balance(cur.accountId);
@@ -166,11 +188,13 @@ export class SqliteSandboxes {
           stopAt: u.stopAt ?? cur.stopAt,
           endedAt: u.endedAt !== undefined ? u.endedAt : cur.endedAt,
           details: u.details !== undefined ? u.details : cur.details,
-          reservedMinutes: cur.reservedMinutes - delta,
+          reservedMinutes: u.reservedMinutes ?? cur.reservedMinutes - delta,
+          expiresAt: u.expiresAt !== undefined ? u.expiresAt : (cur.expiresAt ?? null),
         };
+        if (u.runStartedAt !== undefined) next.runStartedAt = u.runStartedAt;
         this.db
           .prepare(
-            'UPDATE sandboxes SET state = ?, stop_at = ?, ended_at = ?, details_json = ?, reserved_minutes = ? WHERE id = ?',
+            'UPDATE sandboxes SET state = ?, stop_at = ?, ended_at = ?, details_json = ?, reserved_minutes = ?, run_started_at = ?, expires_at = ? WHERE id = ?',
           )
           .run(
             next.state,
@@ -178,6 +202,8 @@ export class SqliteSandboxes {
             next.endedAt,
             next.details ? JSON.stringify(next.details) : null,
             next.reservedMinutes,
+            next.runStartedAt ?? null,
+            next.expiresAt ?? null,
             id,
           );
         if (delta !== 0) {
@@ -190,8 +216,58 @@ export class SqliteSandboxes {
       .immediate();
   }
 
+  /** The plan and host limits of a move of `cur` into `to` (inside the update's transaction). */
+  private checkLimits(cur: SandboxRecord, to: SandboxRecordState, l: NonNullable<SandboxUpdate['limits']>): void {
+    const entersActive = isLive(to) && !isLive(cur.state);
+    if (entersActive && l.maxSandboxes && !HELD_STATES.includes(cur.state)) {
+      const held = this.countAllLive();
+      if (held >= l.maxSandboxes) throw sandboxesFull(held, l.maxSandboxes);
+    }
+    if (entersActive && l.concurrency !== undefined) {
+      const live = this.countLive(cur.accountId);
+      if (live >= l.concurrency)
+        throw new SandboxdError('concurrency', `Concurrency limit reached: ${l.concurrency} sandboxes running`, {
+          limit: l.concurrency,
+        });
+    }
+    if (to === 'paused' && l.maxPaused !== undefined) {
+      const paused = this.countPaused(cur.accountId);
+      if (paused >= l.maxPaused)
+        throw new SandboxdError('quota', `Paused sandbox limit reached: the plan allows ${l.maxPaused}`, {
+          quota: 'maxPaused',
+          limit: l.maxPaused,
+        });
+    }
+  }
+
   delete(id: string): void {
     this.db.prepare('DELETE FROM sandboxes WHERE id = ?').run(id);
+  }
+
+  listEnded(cutoff: number, limit: number): SandboxRecord[] {
+    return (
+      this.db
+        .prepare(
+          "SELECT * FROM sandboxes WHERE state IN ('stopped', 'error') AND ended_at IS NOT NULL AND ended_at < ? ORDER BY ended_at LIMIT ?",
+        )
+        .all(cutoff, limit) as SandboxRow[]
+    ).map(toSandbox);
+  }
+
+  listPausedExpired(now: number): SandboxRecord[] {
+    return (
+      this.db
+        .prepare("SELECT * FROM sandboxes WHERE state = 'paused' AND expires_at IS NOT NULL AND expires_at <= ?")
+        .all(now) as SandboxRow[]
+    ).map(toSandbox);
+  }
+
+  countPaused(accountId: string): number {
+    return (
+      this.db
+        .prepare("SELECT COUNT(*) AS n FROM sandboxes WHERE account_id = ? AND state = 'paused'")
+        .get(accountId) as { n: number }
+    ).n;
   }
 
   purgeEnded(cutoff: number): number {
@@ -201,7 +277,14 @@ export class SqliteSandboxes {
   }
 
   countByState(): Record<SandboxRecordState, number> {
-    const out: Record<SandboxRecordState, number> = { creating: 0, started: 0, stopped: 0, error: 0 };
+    const out: Record<SandboxRecordState, number> = {
+      creating: 0,
+      started: 0,
+      paused: 0,
+      stopped: 0,
+      starting: 0,
+      error: 0,
+    };
     for (const r of this.db.prepare('SELECT state, COUNT(*) AS n FROM sandboxes GROUP BY state').all() as {
       state: SandboxRecordState;
       n: number;
@@ -210,9 +293,9 @@ export class SqliteSandboxes {
     return out;
   }
 
-  /** Live (`creating`+`started`) sandboxes of every account: what the host holds. */
+  /** Sandboxes of every account holding host resources (paused ones too): what the host holds. */
   countAllLive(): number {
-    return (this.db.prepare(`SELECT COUNT(*) AS n FROM sandboxes WHERE state IN ${LIVE}`).get() as { n: number }).n;
+    return (this.db.prepare(`SELECT COUNT(*) AS n FROM sandboxes WHERE state IN ${HELD}`).get() as { n: number }).n;
   }
 
   countLive(accountId: string): number {
@@ -232,7 +315,7 @@ export class SqliteSandboxes {
     }[];
     const mounts = this.db
       .prepare(
-        `SELECT m.volume_name AS v, m.sandbox_id AS s FROM sandbox_mounts m JOIN sandboxes x ON x.id = m.sandbox_id WHERE m.account_id = ? AND x.state IN ${LIVE}`,
+        `SELECT m.volume_name AS v, m.sandbox_id AS s FROM sandbox_mounts m JOIN sandboxes x ON x.id = m.sandbox_id WHERE m.account_id = ? AND x.state IN ${HELD}`,
       )
       .all(accountId) as { v: string; s: string }[];
     return vols.map((v) => ({
@@ -262,7 +345,7 @@ export class SqliteSandboxes {
       .transaction(() => {
         const users = this.db
           .prepare(
-            `SELECT DISTINCT m.sandbox_id AS s FROM sandbox_mounts m JOIN sandboxes x ON x.id = m.sandbox_id WHERE m.account_id = ? AND m.volume_name = ? AND x.state IN ${LIVE}`,
+            `SELECT DISTINCT m.sandbox_id AS s FROM sandbox_mounts m JOIN sandboxes x ON x.id = m.sandbox_id WHERE m.account_id = ? AND m.volume_name = ? AND x.state IN ${HELD}`,
           )
           .all(accountId, name) as { s: string }[];
         if (users.length)

@@ -9,6 +9,7 @@ import type {
   PageRequest,
   Reservation,
   SandboxUpdate,
+  SnapshotRecord,
   Store,
   VolumeRecord,
 } from '../store.js';
@@ -16,11 +17,13 @@ import { SqliteAccounts } from './accounts.js';
 import { openDatabase, type Db } from './open.js';
 import { decodeCursor, encodeCursor, toLedger } from './rows.js';
 import { SqliteSandboxes } from './sandboxes.js';
+import { SqliteSnapshots } from './snapshots.js';
 
 /** The SQLite {@link Store}: one file, WAL, synchronous=FULL. Single process only. */
 export class SqliteStore implements Store {
   private readonly a: SqliteAccounts;
   private readonly s: SqliteSandboxes;
+  private readonly snaps: SqliteSnapshots;
 
   /** Opens `path` (`:memory:` for tests) and migrates it. */
   constructor(
@@ -29,6 +32,7 @@ export class SqliteStore implements Store {
   ) {
     this.a = new SqliteAccounts(db);
     this.s = new SqliteSandboxes(db);
+    this.snaps = new SqliteSnapshots(db);
   }
 
   async createAccount(a: AccountRecord, grant: { tokens: number; reason: LedgerReason }) {
@@ -105,7 +109,10 @@ export class SqliteStore implements Store {
   async getSandbox(id: string) {
     return this.s.get(id);
   }
-  async listSandboxes(accountId: string, q: PageRequest & { states: SandboxRecordState[] }) {
+  async listSandboxes(
+    accountId: string,
+    q: PageRequest & { states: SandboxRecordState[]; metadata?: Record<string, string> },
+  ) {
     return this.s.list(accountId, q);
   }
   async listSandboxesByState(states: SandboxRecordState[]) {
@@ -131,6 +138,37 @@ export class SqliteStore implements Store {
   }
   async countAllLive() {
     return this.s.countAllLive();
+  }
+  async countPaused(accountId: string) {
+    return this.s.countPaused(accountId);
+  }
+  async listEnded(cutoff: number, limit: number) {
+    return this.s.listEnded(cutoff, limit);
+  }
+  async listPausedExpired(now: number) {
+    return this.s.listPausedExpired(now);
+  }
+
+  async beginSnapshot(s: SnapshotRecord, quotaBytes: number) {
+    this.snaps.begin(s, quotaBytes);
+  }
+  async finishSnapshot(accountId: string, name: string, sizeBytes: number, quotaBytes: number) {
+    return this.snaps.finish(accountId, name, sizeBytes, quotaBytes);
+  }
+  async getSnapshot(accountId: string, name: string) {
+    return this.snaps.get(accountId, name);
+  }
+  async listSnapshots(accountId: string) {
+    return this.snaps.list(accountId);
+  }
+  async listAllSnapshots() {
+    return this.snaps.listAll();
+  }
+  async deleteSnapshot(accountId: string, name: string) {
+    return this.snaps.delete(accountId, name);
+  }
+  async snapshotBytes(accountId: string) {
+    return this.snaps.bytes(accountId);
   }
 
   async listVolumes(accountId: string) {
