@@ -51,6 +51,41 @@ describe('SqliteStore', () => {
     }
   });
 
+  it('migration 5 rebuilds the sandboxes table for the new states and keeps every record and mount', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'sbx-store-'));
+    try {
+      const path = join(dir, 'db.sqlite');
+      const old = openDatabase(path, { migrations: MIGRATIONS.filter((m) => m.version <= 4) });
+      old.exec(`INSERT INTO accounts (id, email, password_hash, plan, admin, created_at) VALUES ('a', 'a@x', NULL, 'FREE', 0, 0);
+        INSERT INTO volumes (account_id, name, size_gb, created_at) VALUES ('a', 'v', 1, 1);
+        INSERT INTO sandboxes (id, account_id, name, image, region, env_json, volumes_json, created_at, state, stop_at, reserved_minutes, ports_public, metadata_json)
+        VALUES ('s1', 'a', 'n', 'img', 'local', '{}', '[{"mountPath":"/v","name":"v","sizeGb":1}]', 1, 'started', 2, 1, 0, '{"k":"v"}');
+        INSERT INTO sandbox_mounts (sandbox_id, account_id, volume_name, mount_path) VALUES ('s1', 'a', 'v', '/v');`);
+      old.close();
+      const s = new SqliteStore(path);
+      try {
+        const r = await s.getSandbox('s1');
+        assert.ok(r);
+        assert.deepEqual(
+          [r.state, r.portsPublic, r.metadata, r.onTimeout, r.runStartedAt],
+          ['started', false, { k: 'v' }, undefined, undefined],
+        );
+        assert.deepEqual((await s.listVolumes('a'))[0].mountedBy, ['s1'], 'the mount survived the rebuild');
+        const paused = await s.updateSandbox('s1', { state: 'paused', expiresAt: 99, at: 3 });
+        assert.equal(paused.state, 'paused');
+        assert.deepEqual((await s.listVolumes('a'))[0].mountedBy, ['s1'], 'a paused sandbox still holds its volumes');
+        assert.deepEqual(
+          (await s.listPausedExpired(99)).map((x) => x.id),
+          ['s1'],
+        );
+      } finally {
+        s.close();
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it('prepares each SQL text once, up to the cap; shared statements run with fresh arguments', () => {
     const db = openDatabase(':memory:');
     try {
