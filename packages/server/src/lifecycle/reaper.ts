@@ -40,7 +40,7 @@ export class Reaper {
     private readonly d: ServiceDeps,
     private readonly sandboxes: Pick<
       SandboxService,
-      'isCreating' | 'stop' | 'markLost' | 'dropNewVolumes' | 'emitGone'
+      'isCreating' | 'stop' | 'markLost' | 'dropNewVolumes' | 'emitGone' | 'exclusive'
     >,
     private readonly lifecycle: Pick<LifecycleService, 'isStarting' | 'pauseRecord' | 'backToStopped'>,
   ) {}
@@ -184,7 +184,14 @@ export class Reaper {
    * ended one past `stoppedRetentionMs`): the runtime's part (processes, kept memory or
    * root layer; volumes kept), then the record.
    */
-  private async removeOne(r: SandboxRecord, why: string): Promise<boolean> {
+  private removeOne(r: SandboxRecord, why: string): Promise<boolean> {
+    return this.sandboxes.exclusive(r.id, () => this.removeNow(r, why));
+  }
+
+  private async removeNow(r: SandboxRecord, why: string): Promise<boolean> {
+    // Changed since it was listed (resumed, started): not this pass's to remove.
+    const cur = await this.d.store.getSandbox(r.id);
+    if (!cur || cur.state !== r.state) return false;
     try {
       await this.d.driver.delete(r.id);
       await this.d.store.deleteSandbox(r.id);
@@ -199,7 +206,16 @@ export class Reaper {
     }
   }
 
-  private async stopOne(r: SandboxRecord, reason: string): Promise<boolean> {
+  private stopOne(listed: SandboxRecord, reason: string): Promise<boolean> {
+    return this.sandboxes.exclusive(listed.id, async () => {
+      // Changed since it was listed (paused, stopped, deleted by a call): as it is now.
+      const r = await this.d.store.getSandbox(listed.id);
+      if (!r || (r.state !== 'started' && r.state !== 'paused')) return false;
+      return this.stopNow(r, reason);
+    });
+  }
+
+  private async stopNow(r: SandboxRecord, reason: string): Promise<boolean> {
     try {
       if (r.onTimeout === 'pause' && reason === 'timeout' && r.state === 'started') {
         const account = await this.d.store.getAccount(r.accountId);

@@ -38,7 +38,7 @@ export class LifecycleService {
       storage: Pick<StorageGuard, 'check'>;
       capacity: Pick<CapacityService, 'check' | 'forget'>;
     },
-    private readonly sandboxes: Pick<SandboxService, 'get' | 'stop' | 'emitGone' | 'markLost'>,
+    private readonly sandboxes: Pick<SandboxService, 'get' | 'stop' | 'emitGone' | 'markLost' | 'exclusive'>,
   ) {}
 
   /** True while this process is starting sandbox `id` (the reconciler leaves it alone). */
@@ -48,6 +48,11 @@ export class LifecycleService {
 
   /** `started` -> `paused`. `not_found`, `conflict`, `quota`. */
   async pause(account: AccountRecord, id: string): Promise<SandboxRecord> {
+    await this.sandboxes.get(account.id, id);
+    return this.sandboxes.exclusive(id, () => this.pauseNow(account, id));
+  }
+
+  private async pauseNow(account: AccountRecord, id: string): Promise<SandboxRecord> {
     const r = await this.sandboxes.get(account.id, id);
     if (r.state !== 'started') throw wrongState(r);
     return this.pauseRecord(r, planOf(this.d.config, account.plan));
@@ -89,6 +94,11 @@ export class LifecycleService {
 
   /** `paused` -> `started` with `stopAt = now + timeoutMs`. `not_found`, `conflict`, `validation`, `tokens`, `concurrency`. */
   async resume(account: AccountRecord, id: string, timeoutMs?: number): Promise<SandboxRecord> {
+    await this.sandboxes.get(account.id, id);
+    return this.sandboxes.exclusive(id, () => this.resumeNow(account, id, timeoutMs));
+  }
+
+  private async resumeNow(account: AccountRecord, id: string, timeoutMs?: number): Promise<SandboxRecord> {
     const r = await this.sandboxes.get(account.id, id);
     if (r.state !== 'paused') throw wrongState(r);
     const plan = planOf(this.d.config, account.plan);
@@ -122,6 +132,11 @@ export class LifecycleService {
 
   /** `started`/`paused` -> `stopped`, keeping the root layer. `not_found`, `conflict`. */
   async stop(account: AccountRecord, id: string): Promise<SandboxRecord> {
+    await this.sandboxes.get(account.id, id);
+    return this.sandboxes.exclusive(id, () => this.stopNow(account, id));
+  }
+
+  private async stopNow(account: AccountRecord, id: string): Promise<SandboxRecord> {
     const r = await this.sandboxes.get(account.id, id);
     if (r.state !== 'started' && r.state !== 'paused') throw wrongState(r);
     const out = await this.sandboxes.stop(r, { reason: 'stopped' });
@@ -135,6 +150,11 @@ export class LifecycleService {
    * `tokens`, `concurrency`, `capacity`, `insufficient_storage`.
    */
   async start(account: AccountRecord, id: string, timeoutMs?: number): Promise<SandboxRecord> {
+    await this.sandboxes.get(account.id, id);
+    return this.sandboxes.exclusive(id, () => this.startNow(account, id, timeoutMs));
+  }
+
+  private async startNow(account: AccountRecord, id: string, timeoutMs?: number): Promise<SandboxRecord> {
     const r = await this.sandboxes.get(account.id, id);
     if (r.state !== 'stopped') throw wrongState(r);
     const plan = planOf(this.d.config, account.plan);

@@ -23,6 +23,7 @@ import { planOf, type ServiceDeps } from './context.js';
 import { LINK_PARAM, LINK_TTL, type PortLinks } from '../proxy/links.js';
 import { isOutOfSpace, outOfStorage } from '../domain/storage.js';
 import { hostFullError } from '../domain/capacity.js';
+import { keyedLock } from '../domain/keyed-lock.js';
 import type { CapacityService } from './capacity.js';
 import type { StorageGuard } from './storage.js';
 
@@ -61,6 +62,11 @@ export class SandboxService {
   private readonly goneListeners: Array<(id: string) => void> = [];
   /** Ids whose create is in progress in this process; any other `creating` record is abandoned. */
   private readonly creating = new Set<string>();
+  /**
+   * One state change of a sandbox at a time (pause, resume, stop, start, snapshot, delete,
+   * the reaper's): a pause must not be undone by the thaw that ends a snapshot's copy.
+   */
+  readonly exclusive = keyedLock();
   /**
    * `portLinks` signs the links of {@link portLink}; `storage` refuses creates (507) while
    * the data dir is nearly full; `capacity` refuses them (503) while the host has no room.
@@ -333,6 +339,11 @@ export class SandboxService {
 
   /** Kills the sandbox if running or paused, removes what it kept and its record. `not_found`, `conflict` (starting). */
   async delete(accountId: string, id: string): Promise<void> {
+    await this.get(accountId, id);
+    return this.exclusive(id, () => this.deleteNow(accountId, id));
+  }
+
+  private async deleteNow(accountId: string, id: string): Promise<void> {
     const r = await this.get(accountId, id);
     if (r.state === 'starting') throw new SandboxdError('conflict', 'Sandbox is starting', { state: 'starting' });
     if (r.state === 'started' || r.state === 'paused') await this.stop(r, { reason: 'deleted', discard: true });

@@ -29,11 +29,16 @@ export function toWireSnapshot(s: SnapshotRecord): Snapshot {
 export class SnapshotService {
   constructor(
     private readonly d: ServiceDeps & { storage: Pick<StorageGuard, 'check'> },
-    private readonly sandboxes: Pick<SandboxService, 'get'>,
+    private readonly sandboxes: Pick<SandboxService, 'get' | 'exclusive'>,
   ) {}
 
   /** 201's snapshot. `not_found`, `conflict` (state, or the name is taken), `quota`, `insufficient_storage`. */
   async create(account: AccountRecord, id: string, name: string): Promise<SnapshotRecord> {
+    await this.sandboxes.get(account.id, id);
+    return this.sandboxes.exclusive(id, () => this.createNow(account, id, name));
+  }
+
+  private async createNow(account: AccountRecord, id: string, name: string): Promise<SnapshotRecord> {
     const r = await this.sandboxes.get(account.id, id);
     if (!SNAPSHOTTABLE.includes(r.state)) throw wrongState(r);
     await this.d.storage.check();
