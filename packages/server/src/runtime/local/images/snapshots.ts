@@ -132,7 +132,7 @@ export class SnapshotStore {
   /**
    * Forgets snapshot `ref` (no ref of another form, none of another instance's: no-op) and
    * removes its files unless `inUse` (image digests of sandboxes) holds its digest: those
-   * stay until a {@link collect} finds them unused.
+   * stay until a {@link collect} (every call here runs one) finds them unused.
    */
   async remove(ref: string, instance: string, inUse: ReadonlySet<string>): Promise<void> {
     if (!isSnapshotNamespace(ref)) return;
@@ -142,8 +142,6 @@ export class SnapshotStore {
     } catch {
       return; // not a ref a snapshot can have: missing
     }
-    const entry = await this.cat.ref(canonical);
-    if (!entry) return;
     await this.cat.deleteRef(canonical);
     await this.collect(instance, inUse);
   }
