@@ -672,6 +672,7 @@ export class LocalDriver implements RuntimeDriver {
     const left = await report.background?.done;
     for (const id of [...this.records.keys()]) await this.delete(id);
     await this.released();
+    await this.snaps.collect(); // deleted snapshots kept for a sandbox just deleted
     await this.volumes.recover(new Map());
     await this.network.teardown();
     await removeCgroupParent(this.opts.cgroupParent);

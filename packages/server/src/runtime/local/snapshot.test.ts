@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, it } from 'node:test';
@@ -52,6 +52,15 @@ describe('local driver snapshots', () => {
     for (const ref of made) await driver.deleteImage(ref).catch(() => undefined);
     await driver.destroyAll();
     await removeAndCheckLeaks(base, hostBefore);
+    const left = readdirSync(join(TEST_IMAGE_DIR, 'by-digest')).filter((d) => {
+      try {
+        const rec = JSON.parse(readFileSync(join(TEST_IMAGE_DIR, 'by-digest', d, 'image.json'), 'utf8'));
+        return rec.snapshot?.instance === driver.key;
+      } catch {
+        return false;
+      }
+    });
+    assert.deepEqual(left, [], 'no snapshot of the instance is left after destroyAll');
   });
 
   it('keeps a package installed with dpkg, deletions, replaced dirs, owners, modes and links (debian)', async () => {
@@ -160,6 +169,10 @@ describe('local driver snapshots', () => {
     await driver.released();
     await driver.deleteImage(info.ref); // missing: no-op, but collects
     assert.ok(!existsSync(dir), 'removed once unused');
+    // One left in use at the end: destroyAll removes it (after()).
+    const last = await snapshot(a, 'inuse-at-end');
+    await driver.create(spec(last.ref));
+    await driver.deleteImage(last.ref);
     await driver.delete(a);
   });
 

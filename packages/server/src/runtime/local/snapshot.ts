@@ -56,6 +56,11 @@ export class Snapshots {
   /** Compiles the helper (no request pays for it) and removes unnamed snapshot dirs left by a crash. */
   async init(): Promise<void> {
     helperPath();
+    await this.collect();
+  }
+
+  /** Removes the files of this instance's snapshots that no ref names and no sandbox of it uses. */
+  async collect(): Promise<void> {
     await this.host.images.snapshots.collect(this.host.instance, await this.host.imagesInUse());
   }
 
