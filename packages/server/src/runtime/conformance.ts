@@ -187,6 +187,50 @@ export function runDriverConformance(target: ConformanceTarget): void {
       await driver.delete(s.id); // unknown id: no-op
     });
 
+    describe('snapshots', () => {
+      const owner = `conf_${process.pid}`;
+      const ref = (name: string) => `snapshot/${owner}/${name}.${Date.now().toString(36)}_${seq++}`;
+
+      it('makes an image of a sandbox that a create uses at once, listed until deleted', async () => {
+        const s = await driver.create(spec());
+        assert.equal((await driver.exec(s.id, 'echo kept > /snap.txt')).exitCode, 0);
+        const r = ref('first');
+        const info = await driver.snapshot(s.id, r);
+        assert.equal(info.ref, r);
+        assert.match(info.digest, /^sha256:[0-9a-f]{64}$/);
+        assert.ok(info.sizeBytes > 0, 'the snapshot adds the file');
+        assert.equal((await driver.resolveImage(r)).digest, info.digest);
+        assert.equal((await driver.inspect(s.id))?.state, 'running', 'a snapshot leaves the sandbox running');
+        assert.equal((await driver.exec(s.id, 'cat /snap.txt')).stdout, 'kept\n');
+        const c = await driver.create(spec({ image: r }));
+        assert.equal(c.imageDigest, info.digest);
+        assert.equal((await driver.exec(c.id, 'cat /snap.txt')).stdout, 'kept\n');
+        assert.ok((await driver.listSnapshots()).some((x) => x.ref === r && x.digest === info.digest));
+        await driver.deleteImage(r);
+        await rejectsWith(driver.resolveImage(r), 'template_not_found');
+        assert.ok(!(await driver.listSnapshots()).some((x) => x.ref === r));
+        // A sandbox made from a deleted snapshot keeps its files.
+        assert.equal((await driver.exec(c.id, 'cat /snap.txt')).stdout, 'kept\n');
+        await driver.deleteImage(r); // missing: no-op
+        await driver.delete(c.id);
+        await driver.delete(s.id);
+      });
+
+      it('rejects a taken ref, a bad ref, an unknown sandbox; a missing snapshot is template_not_found', async () => {
+        const s = await driver.create(spec());
+        const r = ref('taken');
+        await driver.snapshot(s.id, r);
+        await rejectsWith(driver.snapshot(s.id, r), 'conflict');
+        for (const bad of ['snapshot/Upper/x', 'snapshot/a/b/c', 'snapshot/a/b:1', 'snapshot/a/.x', 'snapshot/a/'])
+          await rejectsWith(driver.snapshot(s.id, bad), 'validation');
+        await rejectsWith(driver.snapshot(`no_such_${seq++}`, ref('x')), 'not_found');
+        await rejectsWith(driver.resolveImage(ref('never')), 'template_not_found');
+        await rejectsWith(driver.create(spec({ image: ref('never') })), 'template_not_found');
+        await driver.deleteImage(r);
+        await driver.delete(s.id);
+      });
+    });
+
     it('keeps named volumes across sandboxes and guards their size and deletion', async () => {
       const name = `conf_vol_${process.pid}_${seq++}`;
       await driver.ensureVolume(name, 1);

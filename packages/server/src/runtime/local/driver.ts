@@ -41,6 +41,8 @@ import { PoolKeeper } from './pools/keeper.js';
 import { HostSpawner } from './commands/spawner.js';
 import { spawnTty } from './pty/relay.js';
 import { ID_RE, isAlive, newRecord, RecordStore, recordView, type SandboxRecord } from './records.js';
+import { Snapshots } from './snapshot.js';
+import { freeze, thaw } from './bundle/freezer.js';
 import { isUnder, mountHelper } from './rootfs/mounts.js';
 import { RootfsManager, volumeOciMount } from './rootfs/roots.js';
 import { VolumeStore } from './rootfs/volumes.js';
@@ -92,6 +94,7 @@ export class LocalDriver implements RuntimeDriver {
   private readonly pools: PoolKeeper;
   private readonly opts: ResolvedOptions;
   private readonly bundles: BundleWriter;
+  private readonly snaps: Snapshots;
 
   constructor(opts: LocalDriverOptions) {
     this.key = instanceKey(opts.dataDir);
@@ -136,6 +139,24 @@ export class LocalDriver implements RuntimeDriver {
       },
       busy: () => this.creating > 0,
     });
+    this.snaps = new Snapshots({
+      images: this.images,
+      instance: this.key,
+      cgroupParent: this.opts.cgroupParent,
+      rootsDir: this.roots.dir,
+      record: (id) => {
+        const rec = this.records.get(id);
+        return rec && rec.phase !== 'creating' ? rec : undefined;
+      },
+      imagesInUse: async () => {
+        const recs = [...this.records.values(), ...this.pooled.values()];
+        for (const id of await this.state.ids()) {
+          const rec = await this.state.read(id);
+          if (rec) recs.push(rec);
+        }
+        return new Set(recs.map((r) => r.imageDigest));
+      },
+    });
   }
 
   async init(): Promise<void> {
@@ -147,6 +168,7 @@ export class LocalDriver implements RuntimeDriver {
     await checkTraversable(this.opts.dataDir);
     await this.network.init();
     this.bundles.init();
+    await this.snaps.init();
   }
 
   /**
@@ -338,7 +360,7 @@ export class LocalDriver implements RuntimeDriver {
       const warm = this.pools.takeWarm(spec.image, image.digest, spec.limits);
       const claimed = warm ? await this.claim(spec, image, warm) : null;
       if (claimed) return claimed;
-      const rec = await this.start(spec, image, this.records);
+      const rec = await this.boot(spec, image, this.records);
       return (await this.inspect(rec.spec.id))!;
     } finally {
       this.creating--;
@@ -353,7 +375,7 @@ export class LocalDriver implements RuntimeDriver {
   private async startPooled(cid: string, ref: string, limits: ResourceLimits): Promise<string> {
     const image = await this.images.resolve(ref);
     const spec: SandboxSpec = { id: cid, image: ref, env: {}, volumes: [], limits };
-    return (await this.start(spec, image, this.pooled)).imageDigest;
+    return (await this.boot(spec, image, this.pooled)).imageDigest;
   }
 
   /**
@@ -413,7 +435,7 @@ export class LocalDriver implements RuntimeDriver {
    * Starts sandbox `spec` from `image` and records it in `home` (the driver's sandboxes, or
    * the warm pool's). Whatever it made is removed again when it fails.
    */
-  private async start(
+  private async boot(
     spec: SandboxSpec,
     image: Awaited<ReturnType<ImageStore['resolve']>>,
     home: Map<string, SandboxRecord>,
@@ -650,6 +672,7 @@ export class LocalDriver implements RuntimeDriver {
     const left = await report.background?.done;
     for (const id of [...this.records.keys()]) await this.delete(id);
     await this.released();
+    await this.snaps.collect(); // deleted snapshots kept for a sandbox just deleted
     await this.volumes.recover(new Map());
     await this.network.teardown();
     await removeCgroupParent(this.opts.cgroupParent);
@@ -721,6 +744,42 @@ export class LocalDriver implements RuntimeDriver {
     const rec = this.require(id);
     if (!isAlive(rec)) throw new SandboxdError('conflict', `sandbox ${id} is not running`);
     return rec;
+  }
+
+  // rt-life replaces these
+  async pause(id: string): Promise<void> {
+    const rec = await this.requireRunning(id);
+    await freeze(this.opts.cgroupParent, rec.cid);
+  }
+
+  // rt-life replaces these
+  async resume(id: string): Promise<void> {
+    const rec = await this.requireRunning(id);
+    await thaw(this.opts.cgroupParent, rec.cid);
+  }
+
+  // rt-life replaces these
+  async stop(_id: string): Promise<void> {
+    throw new SandboxdError('internal', 'stop is not implemented yet');
+  }
+
+  // rt-life replaces these
+  async start(_id: string, _opts: { limits: ResourceLimits }): Promise<RuntimeSandbox> {
+    throw new SandboxdError('internal', 'start is not implemented yet');
+  }
+
+  /** See snapshot.ts. */
+  snapshot(id: string, ref: string): Promise<ImageInfo> {
+    return this.snaps.snapshot(id, ref);
+  }
+
+  /** See snapshot.ts; files still used by a sandbox go once it is gone (next deleteImage, snapshot or restart). */
+  deleteImage(ref: string): Promise<void> {
+    return this.snaps.deleteImage(ref);
+  }
+
+  listSnapshots(): Promise<ImageInfo[]> {
+    return this.snaps.listSnapshots();
   }
 }
 

@@ -12,7 +12,7 @@
  */
 import { createHash } from 'node:crypto';
 import { chmodSync, mkdirSync } from 'node:fs';
-import { readdir, rename, rm, writeFile } from 'node:fs/promises';
+import { link, readdir, rename, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { readJsonIfExists } from './source.js';
 import type { ImageRecord } from './unpack.js';
@@ -81,6 +81,23 @@ export class Catalog {
     const entry: RefEntry = { ref: canonical, digest, updatedAt: new Date().toISOString() };
     await writeFile(tmp, JSON.stringify(entry));
     await rename(tmp, file);
+  }
+
+  /** Creates ref `canonical` -> `digest` unless the ref exists (then false): atomic, one creator wins. */
+  async createRef(canonical: string, digest: string): Promise<boolean> {
+    const file = this.refFile(canonical);
+    const tmp = `${file}.${process.pid}.${Math.random().toString(36).slice(2)}.tmp`;
+    const entry: RefEntry = { ref: canonical, digest, updatedAt: new Date().toISOString() };
+    await writeFile(tmp, JSON.stringify(entry));
+    try {
+      await link(tmp, file);
+      return true;
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code === 'EEXIST') return false;
+      throw e;
+    } finally {
+      await rm(tmp, { force: true });
+    }
   }
 
   /** Deletes a ref; false if it did not exist. */

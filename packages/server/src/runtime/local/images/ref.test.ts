@@ -61,3 +61,33 @@ test('invalid references are validation errors naming the problem', () => {
     );
   }
 });
+
+test('snapshot refs: snapshot/<owner>/<name> as given, made here (never pulled); any other snapshot/ ref is invalid', () => {
+  for (const ref of [
+    'snapshot/acct_1/my-env',
+    'snapshot/a/b.c_d-e',
+    'snapshot/0/x..y',
+    `snapshot/${'a'.repeat(64)}/z`,
+  ]) {
+    const r = parseRef(ref);
+    assert.deepEqual([r.canonical, r.local, r.snapshot, r.domain], [ref, true, true, 'snapshot']);
+  }
+  for (const ref of [
+    'snapshot/x',
+    'snapshot/a/b/c',
+    'snapshot/A/b',
+    'snapshot/a/B',
+    'snapshot/a/-b',
+    'snapshot/a/b:1',
+    `snapshot/a/b@sha256:${'a'.repeat(64)}`,
+    `snapshot/${'a'.repeat(65)}/b`,
+    `snapshot/a/${'b'.repeat(64)}`,
+  ]) {
+    assert.throws(
+      () => parseRef(ref),
+      (e: unknown) => e instanceof SandboxdError && e.kind === 'validation' && /snapshot/.test(e.message),
+      ref,
+    );
+  }
+  assert.equal(parseRef('snapshots/a/b').snapshot, undefined, 'another docker.io repository');
+});

@@ -1,7 +1,8 @@
 /**
  * Image references, parsed and normalised the way docker does (`debian` ->
  * `docker.io/library/debian:latest`), plus sandboxd's own `local/...` namespace for images
- * built on this host, which is never pulled from anywhere.
+ * built on this host, which is never pulled from anywhere, and `snapshot/<owner>/<name>`
+ * for images made from sandboxes (see snapshots.ts), also never pulled.
  */
 import { SandboxdError } from '@sandboxd/protocol';
 
@@ -9,8 +10,10 @@ import { SandboxdError } from '@sandboxd/protocol';
 export interface ImageRef {
   /** Canonical form, e.g. `docker.io/library/debian:latest`, `local/busybox:latest`. */
   canonical: string;
-  /** True for `local/...`: built on this host, never pulled. */
+  /** True for `local/...` and `snapshot/...`: made on this host, never pulled. */
   local: boolean;
+  /** True for `snapshot/<owner>/<name>`: made by a snapshot of a sandbox (canonical = the ref as given). */
+  snapshot?: boolean;
   /** Registry host[:port] (`docker.io` for Docker Hub); `local` for local images. */
   domain: string;
   /** Repository path inside the registry, e.g. `library/debian`. */
@@ -26,6 +29,13 @@ const DOMAIN_COMPONENT = /^(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])$/
 const TAG = /^[\w][\w.-]{0,127}$/;
 const DIGEST = /^(sha256:[a-f0-9]{64}|sha512:[a-f0-9]{128})$/;
 const MAX_NAME = 255;
+/** `snapshot/<owner>/<name>`: owner as a sandboxd account id, name as a snapshot name. */
+export const SNAPSHOT_REF_RE = /^snapshot\/([a-z0-9_]{1,64})\/([a-z0-9][a-z0-9_.-]{0,62})$/;
+
+/** True for refs in the `snapshot/` namespace (valid or not: an invalid one is a `validation` error). */
+export function isSnapshotNamespace(ref: string): boolean {
+  return typeof ref === 'string' && ref.startsWith('snapshot/');
+}
 
 function invalid(ref: string, problem: string): SandboxdError {
   return new SandboxdError('validation', `Invalid image reference: ${problem}`, { image: ref });
@@ -56,6 +66,11 @@ function validPort(p: string): boolean {
 export function parseRef(ref: string): ImageRef {
   if (typeof ref !== 'string' || ref.length === 0) throw invalid(String(ref), 'empty reference');
   if (ref.length > 512) throw invalid(ref, 'reference too long');
+  if (isSnapshotNamespace(ref)) {
+    const m = SNAPSHOT_REF_RE.exec(ref);
+    if (!m) throw invalid(ref, 'snapshot references are snapshot/<owner>/<name>');
+    return { canonical: ref, local: true, snapshot: true, domain: 'snapshot', path: `${m[1]}/${m[2]}` };
+  }
   if (/\s/.test(ref)) throw invalid(ref, 'reference contains whitespace');
   let rest = ref;
   let digest: string | undefined;

@@ -18,6 +18,7 @@ import { fromArchive, fromLayoutDir, type PreparedSource } from './source.js';
 import { ToolError } from './run.js';
 import { removeTree, TempArea } from './tmp.js';
 import { Installer } from './installer.js';
+import { SnapshotStore } from './snapshots.js';
 import type { ImageRecord } from './unpack.js';
 
 export type { Progress } from './pull.js';
@@ -66,6 +67,8 @@ export class ImageStore {
   private readonly installer: Installer;
   private readonly jobs = new Map<string, Promise<ImageRecord>>();
   private readonly counts = { pulls: 0, imports: 0, builds: 0 };
+  /** Images made from sandboxes (`snapshot/<owner>/<name>`, never pulled): see snapshots.ts. */
+  readonly snapshots: SnapshotStore;
 
   /** Work done by this instance (for tests and metrics). */
   get stats(): { pulls: number; imports: number; builds: number; unpacks: number } {
@@ -77,13 +80,15 @@ export class ImageStore {
     this.cat = new Catalog(resolvePath(opts.dir));
     this.tmp = new TempArea(join(this.cat.root, 'tmp'));
     this.installer = new Installer(this.cat, opts.timeouts?.unpackMs ?? 20 * MIN);
+    this.snapshots = new SnapshotStore(this.cat, this.tmp);
     const removed = this.tmp.cleanStale(opts.log);
     if (removed.length) opts.log?.(`image store: removed ${removed.length} stale work dir(s)`);
   }
 
   /**
    * The image for `ref`: from the cache, else built (`local/debian:bookworm`,
-   * `local/busybox:latest`), else pulled. Concurrent calls for one ref share the work.
+   * `local/busybox:latest`), else pulled; a `snapshot/...` ref only from the cache.
+   * Concurrent calls for one ref share the work.
    * A cached tag is not re-checked against its registry (use {@link pull} to refresh).
    * Throws `validation` (bad ref), `template_not_found` (unknown image, tag, registry, or
    * other `local/` name), `internal`.
@@ -96,6 +101,7 @@ export class ImageStore {
       const again = await this.cat.lookup(r.canonical);
       if (again) return again.record;
       if (!r.local) return this.doPull(r, ref);
+      if (r.snapshot) throw notFound(ref);
       if (!isLocalImage(r.canonical)) throw notFound(ref);
       return this.doBuild(r.canonical);
     });
@@ -106,7 +112,11 @@ export class ImageStore {
   async pull(ref: string, opts: { onProgress?: OnProgress } = {}): Promise<StoredImage> {
     const r = parseRef(ref);
     if (r.local)
-      throw new SandboxdError('validation', 'local/ images are built on this host, not pulled', { image: ref });
+      throw new SandboxdError(
+        'validation',
+        `${r.snapshot ? 'snapshot/ images are made from sandboxes' : 'local/ images are built on this host'}, not pulled`,
+        { image: ref },
+      );
     const rec = await this.once(r.canonical, () => this.doPull(r, ref, opts.onProgress));
     return this.view(rec, ref, r.canonical);
   }
@@ -135,6 +145,8 @@ export class ImageStore {
         throw e;
       }
       const canonical = want?.canonical ?? src.ownName;
+      if (canonical?.startsWith('snapshot/'))
+        throw new SandboxdError('validation', 'Cannot import image: snapshot/ names are for snapshots', { path });
       if (!canonical)
         throw new SandboxdError('validation', 'Cannot import image: the archive does not name it; pass a ref', {
           path,
@@ -202,6 +214,17 @@ export class ImageStore {
       gone.push(d);
     }
     return gone;
+  }
+
+  /** The record and rootfs dir of the unpacked image of config digest `digest`, or undefined. */
+  async byDigest(digest: string): Promise<{ record: ImageRecord; rootfsDir: string } | undefined> {
+    const record = await this.cat.image(digest).catch(() => undefined);
+    return record && { record, rootfsDir: this.cat.rootfsDir(record.digest) };
+  }
+
+  /** The store's view of a record (an image of the catalog) under `ref`. */
+  viewOf(rec: ImageRecord, ref: string): StoredImage {
+    return this.view(rec, ref, ref);
   }
 
   /** OCI layout dir of a local image built here (tag = the ref's tag), or null. */
