@@ -171,6 +171,67 @@ export class RootfsManager {
   }
 
   /**
+   * Mounts the kept root layer `<dir>/<id>.img` of a stopped sandbox again, as
+   * {@link prepare} laid it out (same uid range: its files are owned by it on disk), without
+   * copying the template: what the sandbox wrote before it stopped is there. overlayfs's
+   * `volatile` marker left by the earlier mount is removed first (see idmap-mount.c): the
+   * caller makes sure the layer's ext4 was unmounted cleanly since (the sandbox's death did:
+   * {@link putAway} waits for it), so the upper dir is whole. Throws 'conflict' when the
+   * layer file is gone or still in use (its loop device attached), 'internal' if the kernel
+   * refuses; on failure nothing of it stays mounted on the host and the file is kept.
+   */
+  async remount(o: Omit<PrepareOptions, 'rootDiskBytes'>): Promise<PreparedRootfs> {
+    const dir = this.pathOf(o.id);
+    const { uidBase, size } = checkMapping({ uidBase: o.uidBase, size: o.idRange });
+    const lower = await realDir(o.lowerDir, 'image rootfs');
+    const vols = await Promise.all((o.volumes ?? []).map((v) => realDir(v, 'volume')));
+    return this.locked(o.id, async () => {
+      if (!existsSync(`${dir}.img`)) throw new SandboxdError('conflict', `the kept root layer of ${o.id} is gone`);
+      if ((await mountsUnder(dir)).length || !(await this.idle(o.id, 5_000)))
+        throw new SandboxdError('conflict', `the kept root layer of ${o.id} is still in use`);
+      try {
+        await mountHelper(['rootfs', '-', dir, String(uidBase), String(size), lower, ...vols]);
+      } catch (e) {
+        await this.unmountClean(dir).catch(() => {});
+        throw e;
+      }
+      return { rootfs: join(dir, 'rootfs'), volumes: vols.map((_v, i) => join(dir, 'volumes', String(i))) };
+    });
+  }
+
+  /**
+   * Puts the layer of a sandbox whose container is gone away for a later {@link remount}:
+   * whatever of it is mounted on the host is unmounted cleanly (written back, unlike
+   * {@link release}), then waits (up to `waitMs`) until its loop device is gone, which the
+   * kernel does once the last mount of its ext4 (the dead sandbox's) is released: its data
+   * is then on the file. Resolves false when the device stayed. Unknown id: true.
+   */
+  async putAway(id: string, waitMs = 10_000): Promise<boolean> {
+    const dir = this.pathOf(id);
+    return this.locked(id, async () => {
+      await this.unmountClean(dir);
+      return this.idle(id, waitMs);
+    });
+  }
+
+  /** True once no loop device is backed by the layer file of `id` (polled up to `waitMs`). */
+  private async idle(id: string, waitMs: number): Promise<boolean> {
+    const img = `${join(this.dir, id)}.img`;
+    for (let waited = 0; ; waited += 20) {
+      if ((await loopsUnder(img)).length === 0) return true;
+      if (waited >= waitMs) return false;
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  }
+
+  /** Unmounts everything at or below `dir` with write-back (no shutdown), newest first. */
+  private async unmountClean(dir: string): Promise<void> {
+    const mounts = await mountsUnder(dir);
+    if (mounts.length) await unmount(mounts.map((m) => m.mountPoint));
+    if ((await mountsUnder(dir)).length) await unmountUnder(dir);
+  }
+
+  /**
    * Removes everything of sandbox `id`: unmounts (a mount still used by a live process is
    * detached lazily and freed by the kernel when that process ends), detaches its loop
    * device, deletes its files. A detached layer has nothing left on the host but its files
