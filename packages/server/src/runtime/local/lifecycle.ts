@@ -153,10 +153,10 @@ export async function start(h: LifecycleHost, rec: SandboxRecord, limits: Resour
     }
     const netFirst = h.crun.binary === 'crun';
     const pooled = netFirst ? h.takeNet() : undefined;
-    if (pooled) rec.netId = pooled.id;
+    if (netFirst) rec.netId = pooled?.id ?? id; // from here on, a failure frees it
     const [root, early] = await Promise.all([
       h.roots.remount({ id: rec.rootId ?? id, lowerDir, uidBase: rec.uidBase, volumes: volumePaths }),
-      netFirst ? (pooled ?? h.network.attach(id).then((n) => ((rec.netId = n.id), n))) : null,
+      netFirst ? (pooled ?? h.network.attach(id)) : null,
     ]);
     const bundle = await h.bundles.write(dir, {
       id,
