@@ -14,6 +14,10 @@
  *       <lowerDir> idmapped read-only at <dir>/lower, each <volume> idmapped at
  *       <dir>/volumes/<index>, overlayfs at <dir>/rootfs, then <dir>/lower detached again
  *       (overlayfs keeps its own private clone of each layer).
+ *       <template> "-": the layer <dir>.img exists (a stopped sandbox's, kept): it is mounted
+ *       as it is, existing volumes/<index> dirs are reused, and overlayfs's "volatile" marker
+ *       (layer/work/work/incompat/volatile, left by the earlier volatile mount) is removed
+ *       first: the caller guarantees that the layer's ext4 was unmounted cleanly since.
  *   idmap-mount cgroup-view <controller>[,<controller>...] -- <program> [<arg>...]
  *       Runs <program> (crun run) in a private copy of the mount namespace whose
  *       /sys/fs/cgroup (a cgroup v1 or hybrid layout) holds only the v1 hierarchies of the
@@ -220,6 +224,21 @@ static void sparse_copy(const char *src, const char *dst) {
   if (close(out)) die("close %s", dst);
 }
 
+/* Removes overlayfs's volatile marker layer/work/work/incompat/volatile (cwd is the layer's
+ * root) with the files in it; missing: nothing to do. */
+static void remove_volatile_marker(const char *dir) {
+  const char *marker = "layer/work/work/incompat/volatile";
+  DIR *d = opendir(marker);
+  if (!d) { if (errno == ENOENT) return; die("open %s/%s", dir, marker); }
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    if (unlinkat(dirfd(d), e->d_name, 0) && errno != ENOENT) die("unlink %s/%s/%s", dir, marker, e->d_name);
+  }
+  closedir(d);
+  if (rmdir(marker) && errno != ENOENT) die("rmdir %s/%s", dir, marker);
+}
+
 /* Per-sandbox root layer; the layout is made by the template (see rootfs/roots.ts). */
 static void rootfs(char **argv, int argc) {
   const char *tmpl = argv[2], *dir = argv[3], *lower = argv[6];
@@ -227,18 +246,22 @@ static void rootfs(char **argv, int argc) {
   int userns = make_userns(base, size);
   char img[4096];
   if (snprintf(img, sizeof img, "%s.img", dir) >= (int)sizeof img) { errno = ENAMETOOLONG; die("%s", dir); }
+  int reuse = !strcmp(tmpl, "-");
   if (mkdir(dir, 0700) && errno != EEXIST) die("mkdir %s", dir);
-  sparse_copy(tmpl, img);
+  if (!reuse) sparse_copy(tmpl, img);
   loop_mount(img, dir, "noinit_itable,discard");
   if (chdir(dir)) die("chdir %s", dir);
   /* Only host root and the sandbox's root group may enter: crun resolves paths as the latter. */
   if (chown(".", 0, (gid_t)base) || chmod(".", 0710)) die("chown/chmod %s", dir);
   if (chown("layer/upper", (uid_t)base, (gid_t)base)) die("chown %s/layer/upper", dir);
+  /* overlayfs refuses a workdir a volatile mount used: the marker (a directory holding a
+   * `dirty` file) says its upper may be torn. */
+  if (reuse) remove_volatile_marker(dir);
   idmapped_bind(userns, lower, "lower", MOUNT_ATTR_RDONLY | MOUNT_ATTR_NODEV);
   for (int i = 7; i < argc; i++) {
     char dst[64];
     snprintf(dst, sizeof dst, "volumes/%d", i - 7);
-    if (mkdir(dst, 0700)) die("mkdir %s/%s", dir, dst);
+    if (mkdir(dst, 0700) && !(reuse && errno == EEXIST)) die("mkdir %s/%s", dir, dst);
     idmapped_bind(userns, argv[i], dst, 0);
   }
   /* Relative layer paths: overlayfs resolves them from our cwd, so no escaping is needed. */

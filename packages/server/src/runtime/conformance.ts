@@ -231,6 +231,64 @@ export function runDriverConformance(target: ConformanceTarget): void {
       });
     });
 
+    describe('lifecycle: pause, resume, stop, start', () => {
+      it('pauses (exec answers conflict at once) and resumes (exec works again)', async () => {
+        const s = await driver.create(spec());
+        await driver.pause(s.id);
+        assert.equal((await driver.inspect(s.id))?.state, 'paused');
+        assert.ok((await driver.list()).some((x) => x.id === s.id && x.state === 'paused'));
+        await driver.pause(s.id); // paused already: no-op
+        await rejectsWith(driver.exec(s.id, 'echo x'), 'conflict');
+        await rejectsWith(driver.start(s.id, { limits: CONFORMANCE_LIMITS }), 'conflict');
+        await driver.resume(s.id);
+        await driver.resume(s.id); // running already: no-op
+        assert.equal((await driver.inspect(s.id))?.state, 'running');
+        assert.equal((await driver.exec(s.id, 'echo back')).stdout, 'back\n');
+        await driver.delete(s.id);
+      });
+
+      it('stops keeping the root layer and starts again with the file written before', async () => {
+        const s = await driver.create(spec());
+        assert.equal((await driver.exec(s.id, 'echo kept > /tmp/kept.txt')).exitCode, 0);
+        await driver.stop(s.id);
+        const stopped = await driver.inspect(s.id);
+        assert.equal(stopped?.state, 'stopped');
+        assert.equal(stopped?.pid, 0);
+        assert.ok((await driver.list()).some((x) => x.id === s.id && x.state === 'stopped'));
+        await rejectsWith(driver.exec(s.id, 'echo x'), 'conflict');
+        await rejectsWith(driver.pause(s.id), 'conflict');
+        await rejectsWith(driver.resume(s.id), 'conflict');
+        await driver.stop(s.id); // stopped already: no-op
+        const started = await driver.start(s.id, { limits: CONFORMANCE_LIMITS });
+        assert.equal(started.state, 'running');
+        assert.ok(started.pid > 0);
+        assert.equal((await driver.exec(s.id, 'cat /tmp/kept.txt')).stdout, 'kept\n');
+        assert.equal((await driver.exec(s.id, 'echo "$GREETING"')).stdout, 'hello\n');
+        // Running already: start returns it.
+        assert.equal((await driver.start(s.id, { limits: CONFORMANCE_LIMITS })).state, 'running');
+        await driver.delete(s.id);
+        assert.equal(await driver.inspect(s.id), null);
+      });
+
+      it('stops a paused sandbox', async () => {
+        const s = await driver.create(spec());
+        await driver.pause(s.id);
+        await driver.stop(s.id);
+        assert.equal((await driver.inspect(s.id))?.state, 'stopped');
+        await driver.start(s.id, { limits: CONFORMANCE_LIMITS });
+        assert.equal((await driver.exec(s.id, 'echo up')).stdout, 'up\n');
+        await driver.delete(s.id);
+      });
+
+      it('answers not_found for an unknown id', async () => {
+        const id = testId('none');
+        await rejectsWith(driver.pause(id), 'not_found');
+        await rejectsWith(driver.resume(id), 'not_found');
+        await rejectsWith(driver.stop(id), 'not_found');
+        await rejectsWith(driver.start(id, { limits: CONFORMANCE_LIMITS }), 'not_found');
+      });
+    });
+
     it('keeps named volumes across sandboxes and guards their size and deletion', async () => {
       const name = `conf_vol_${process.pid}_${seq++}`;
       await driver.ensureVolume(name, 1);

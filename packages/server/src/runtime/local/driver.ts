@@ -23,6 +23,7 @@ import type {
 import type { DriverFiles } from '../files.js';
 import { findUser, readSandboxPasswd } from '../passwd.js';
 import { applyCgroupLimits, cgroupProcs, removeCgroupParent } from './bundle/cgroups.js';
+import { freezeAsked, thaw } from './bundle/freezer.js';
 import { writeEtcFiles } from './bundle/etc-files.js';
 import { ID_RANGE_SIZE, INSTANCE_ANNOTATION } from './bundle/oci-config.js';
 import { BundleWriter } from './bundle/writer.js';
@@ -40,10 +41,19 @@ import { localDriverOptions, type LocalDriverOptions, type ResolvedOptions, with
 import { PoolKeeper } from './pools/keeper.js';
 import { HostSpawner } from './commands/spawner.js';
 import { spawnTty } from './pty/relay.js';
-import { ID_RE, isAlive, newRecord, RecordStore, recordView, type SandboxRecord } from './records.js';
 import { Snapshots } from './snapshot.js';
-import { freeze, thaw } from './bundle/freezer.js';
-import { isUnder, mountHelper } from './rootfs/mounts.js';
+import * as lifecycle from './lifecycle.js';
+import {
+  ID_RE,
+  isAlive,
+  isKept,
+  isVisible,
+  newRecord,
+  RecordStore,
+  recordView,
+  type SandboxRecord,
+} from './records.js';
+import { isUnder, keyedLock, mountHelper } from './rootfs/mounts.js';
 import { RootfsManager, volumeOciMount } from './rootfs/roots.js';
 import { VolumeStore } from './rootfs/volumes.js';
 import {
@@ -95,6 +105,10 @@ export class LocalDriver implements RuntimeDriver {
   private readonly opts: ResolvedOptions;
   private readonly bundles: BundleWriter;
   private readonly snaps: Snapshots;
+  /** What lifecycle.ts (pause, resume, stop, start) uses of the driver. */
+  private readonly life: lifecycle.LifecycleHost;
+  /** Per sandbox id: pause, resume, stop, start and delete run one at a time. */
+  private readonly serial = keyedLock();
 
   constructor(opts: LocalDriverOptions) {
     this.key = instanceKey(opts.dataDir);
@@ -157,6 +171,19 @@ export class LocalDriver implements RuntimeDriver {
         return new Set(recs.map((r) => r.imageDigest));
       },
     });
+    this.life = {
+      cgroupParent: this.opts.cgroupParent,
+      crun: this.crun,
+      network: this.network,
+      roots: this.roots,
+      volumes: this.volumes,
+      state: this.state,
+      commands: this.commands,
+      bundles: this.bundles,
+      images: this.images,
+      takeNet: () => (this.crun.binary === 'crun' ? this.pools.takeNet() : undefined),
+      settleHost: (rec) => this.settleHost(rec),
+    };
   }
 
   async init(): Promise<void> {
@@ -215,10 +242,16 @@ export class LocalDriver implements RuntimeDriver {
         rec.phase === 'ready' &&
         !this.pools.owns(id) &&
         c &&
-        c.status === 'running' &&
+        // crun says `paused` for a frozen (paused) sandbox: adopted, and left frozen.
+        (c.status === 'running' || c.status === 'paused') &&
         processStart(c.pid) !== null
       ) {
         adopt.set(id, { ...rec, initPid: c.pid, initStart: processStart(c.pid) });
+      } else if (rec && rec.spec.id === id && isKept(rec) && !this.pools.owns(id)) {
+        // Stopped (layer kept): adopted; one a crash left stopping or starting is made stopped.
+        const hasContainer = running.has(rec.cid) || running.has(id);
+        await lifecycle.settleKept(this.life, rec, hasContainer).catch(() => undefined);
+        adopt.set(id, rec);
       }
     }
     // A pooled network or root in use by an adopted sandbox stays; every other leftover goes.
@@ -238,7 +271,11 @@ export class LocalDriver implements RuntimeDriver {
         this.reserved.add(id);
       }
     }
-    const live = new Map([...this.records].map(([id, r]) => [id, r.spec.volumes.map((v) => v.name)]));
+    const live = new Map(
+      [...this.records]
+        .filter(([, r]) => r.phase === 'ready')
+        .map(([id, r]) => [id, r.spec.volumes.map((v) => v.name)]),
+    );
     await this.volumes.recover(live);
     this.leftovers = new Leftovers(items, {
       concurrency: this.opts.recoveryConcurrency,
@@ -511,9 +548,11 @@ export class LocalDriver implements RuntimeDriver {
     }
   }
 
+  /** `paused` is read from the kernel (the cgroup freezer), so it holds across restarts. */
   async inspect(id: string): Promise<RuntimeSandbox | null> {
     const rec = this.records.get(id);
-    return rec?.phase === 'ready' ? recordView(rec) : null;
+    if (!isVisible(rec)) return null;
+    return recordView(rec, isAlive(rec) && (await freezeAsked(this.opts.cgroupParent, rec.cid)));
   }
 
   async list(): Promise<RuntimeSandbox[]> {
@@ -527,9 +566,45 @@ export class LocalDriver implements RuntimeDriver {
 
   async kill(id: string): Promise<void> {
     const rec = this.require(id);
+    if (isKept(rec)) return;
     this.commands.drop(rec.cid);
     await this.crun.kill(rec.cid, 'KILL');
+    // A frozen (paused) sandbox takes the signal once thawed.
+    if (await freezeAsked(this.opts.cgroupParent, rec.cid)) await lifecycle.killAll(this.life, rec);
     for (let i = 0; i < 200 && isAlive(rec); i++) await sleep(5);
+  }
+
+  /** The cgroup freezer; see lifecycle.ts. */
+  pause(id: string): Promise<void> {
+    return this.serial(id, () => lifecycle.pause(this.life, this.require(id)));
+  }
+
+  resume(id: string): Promise<void> {
+    return this.serial(id, () => lifecycle.resume(this.life, this.require(id)));
+  }
+
+  /** Kills, frees all but the root layer and uid slot, records `stopped`; see lifecycle.ts. */
+  stop(id: string): Promise<void> {
+    return this.serial(id, async () => {
+      const rec = this.require(id);
+      if (rec.phase !== 'stopped') await lifecycle.stop(this.life, rec);
+    });
+  }
+
+  /** Boots a stopped sandbox from its kept root layer; see lifecycle.ts. */
+  start(id: string, opts: { limits: ResourceLimits }): Promise<RuntimeSandbox> {
+    return this.serial(id, async () => {
+      const rec = this.require(id);
+      if (rec.phase === 'ready') {
+        if (!isAlive(rec))
+          throw new SandboxdError('conflict', `sandbox ${id} was killed, not stopped: it has no kept root layer`);
+        if (await freezeAsked(this.opts.cgroupParent, rec.cid))
+          throw new SandboxdError('conflict', 'Sandbox is paused');
+      } else {
+        await lifecycle.start(this.life, rec, opts.limits);
+      }
+      return (await this.inspect(id))!;
+    });
   }
 
   /**
@@ -540,7 +615,11 @@ export class LocalDriver implements RuntimeDriver {
    * released before delete resolves (so that the volume is free for a delete right after),
    * as is one that never got ready.
    */
-  async delete(id: string): Promise<void> {
+  delete(id: string): Promise<void> {
+    return this.serial(id, () => this.deleteNow(id));
+  }
+
+  private async deleteNow(id: string): Promise<void> {
     if (this.leftovers?.has(id)) return this.leftovers.expedite(id);
     if (this.releasing.has(id)) return;
     const rec = this.records.get(id) ?? (await this.state.read(id));
@@ -706,6 +785,11 @@ export class LocalDriver implements RuntimeDriver {
   private async teardown(id: string, rec: SandboxRecord | null | undefined): Promise<void> {
     const cid = rec?.cid ?? id;
     this.commands.drop(cid);
+    if (await freezeAsked(this.opts.cgroupParent, cid)) {
+      // A frozen (paused) container: its processes take the SIGKILL once thawed.
+      await this.crun.kill(cid, 'KILL');
+      await thaw(this.opts.cgroupParent, cid).catch(() => undefined);
+    }
     await this.crun.delete(cid).catch(() => this.crun.kill(cid).then(() => this.crun.delete(cid)));
     const dir = this.state.dirOf(id);
     const releaseStorage = async () => {
@@ -736,41 +820,20 @@ export class LocalDriver implements RuntimeDriver {
 
   private require(id: string): SandboxRecord {
     const rec = this.records.get(id);
-    if (rec?.phase !== 'ready') throw new SandboxdError('not_found', `sandbox ${id} not found`);
+    if (!isVisible(rec)) throw new SandboxdError('not_found', `sandbox ${id} not found`);
     return rec;
   }
 
+  /** The record of a sandbox a command can run in now: `conflict` when stopped or paused (a frozen agent would never answer). */
   private async requireRunning(id: string): Promise<SandboxRecord> {
     const rec = this.require(id);
-    if (!isAlive(rec)) throw new SandboxdError('conflict', `sandbox ${id} is not running`);
+    await lifecycle.checkRunnable(this.opts.cgroupParent, rec);
     return rec;
   }
 
-  // rt-life replaces these
-  async pause(id: string): Promise<void> {
-    const rec = await this.requireRunning(id);
-    await freeze(this.opts.cgroupParent, rec.cid);
-  }
-
-  // rt-life replaces these
-  async resume(id: string): Promise<void> {
-    const rec = await this.requireRunning(id);
-    await thaw(this.opts.cgroupParent, rec.cid);
-  }
-
-  // rt-life replaces these
-  async stop(_id: string): Promise<void> {
-    throw new SandboxdError('internal', 'stop is not implemented yet');
-  }
-
-  // rt-life replaces these
-  async start(_id: string, _opts: { limits: ResourceLimits }): Promise<RuntimeSandbox> {
-    throw new SandboxdError('internal', 'start is not implemented yet');
-  }
-
-  /** See snapshot.ts. */
+  /** See snapshot.ts; one at a time with the sandbox's pause, resume, stop, start and delete. */
   snapshot(id: string, ref: string): Promise<ImageInfo> {
-    return this.snaps.snapshot(id, ref);
+    return this.serial(id, () => this.snaps.snapshot(id, ref));
   }
 
   /** See snapshot.ts; files still used by a sandbox go once it is gone (next deleteImage, snapshot or restart). */

@@ -30,7 +30,13 @@ export interface SandboxRecord {
   user: string;
   /** Full environment, KEY=VALUE. */
   env: string[];
-  phase: 'creating' | 'ready';
+  /**
+   * `creating` (half made: recovery removes it), `ready` (made; running, paused, or killed),
+   * and the phases of a sandbox whose root layer is kept (lifecycle.ts): `stopping` (being
+   * stopped), `stopped`, `starting` (being booted again from its layer). A crash in
+   * `stopping` or `starting` ends, after recovery, in `stopped`.
+   */
+  phase: 'creating' | 'ready' | 'stopping' | 'stopped' | 'starting';
   /** Host pid of the sandbox's init and its start time, to tell "running" without asking crun. */
   initPid: number;
   initStart: number | null;
@@ -115,14 +121,27 @@ export function newRecord(
   };
 }
 
-/** What the driver reports of a sandbox, from its record; running is checked now. */
-export function recordView(rec: SandboxRecord): RuntimeSandbox {
+/** True for a sandbox whose root layer is kept without a container (or with one being made or removed). */
+export function isKept(rec: SandboxRecord): boolean {
+  return rec.phase === 'stopping' || rec.phase === 'stopped' || rec.phase === 'starting';
+}
+
+/** True for a record the driver shows (`inspect`, `list`): made, and not a half-made create. */
+export function isVisible(rec: SandboxRecord | undefined | null): rec is SandboxRecord {
+  return !!rec && rec.phase !== 'creating';
+}
+
+/**
+ * What the driver reports of a sandbox, from its record; running is checked now. `frozen`:
+ * its cgroup freezer was asked to freeze (read from the kernel by the caller).
+ */
+export function recordView(rec: SandboxRecord, frozen = false): RuntimeSandbox {
   const running = isAlive(rec);
   return {
     id: rec.spec.id,
     image: rec.spec.image,
     imageDigest: rec.imageDigest,
-    state: running ? 'running' : 'stopped',
+    state: running ? (frozen ? 'paused' : 'running') : 'stopped',
     address: rec.address,
     pid: running ? rec.initPid : 0,
     createdAt: new Date(rec.createdAt),

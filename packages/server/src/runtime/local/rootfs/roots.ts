@@ -103,6 +103,12 @@ export class RootfsManager {
   private readonly templateDir: string;
   private readonly templates = new Map<number, Promise<string>>();
   private readonly locked = keyedLock();
+  /**
+   * Loop device of each layer mounted by this process (read from the host's mount table
+   * before {@link detach} drops it): lets {@link putAway} and {@link remount} tell in two
+   * sysfs reads whether the layer's device is gone, instead of a scan of every loop device.
+   */
+  private readonly loops = new Map<string, string>();
 
   /** `dir` (e.g. `<dataDir>/sandboxes`) is created if missing and made mode 0711. */
   constructor(opts: { dir: string }) {
@@ -148,6 +154,7 @@ export class RootfsManager {
         await this.releaseLocked(o.id).catch(() => {});
         throw e;
       }
+      this.remember(o.id, await mountsUnder(dir));
       return { rootfs: join(dir, 'rootfs'), volumes: vols.map((_v, i) => join(dir, 'volumes', String(i))) };
     });
   }
@@ -166,8 +173,84 @@ export class RootfsManager {
     const dir = this.pathOf(id);
     await this.locked(id, async () => {
       const mounts = await mountsUnder(dir);
+      this.remember(id, mounts);
       if (mounts.length) await unmount(mounts.map((m) => m.mountPoint));
     });
+  }
+
+  /**
+   * Mounts the kept root layer `<dir>/<id>.img` of a stopped sandbox again, as
+   * {@link prepare} laid it out (same uid range: its files are owned by it on disk), without
+   * copying the template: what the sandbox wrote before it stopped is there. overlayfs's
+   * `volatile` marker left by the earlier mount is removed first (see idmap-mount.c): the
+   * caller makes sure the layer's ext4 was unmounted cleanly since (the sandbox's death did:
+   * {@link putAway} waits for it), so the upper dir is whole. Throws 'conflict' when the
+   * layer file is gone or still in use (its loop device attached), 'internal' if the kernel
+   * refuses; on failure nothing of it stays mounted on the host and the file is kept.
+   */
+  async remount(o: Omit<PrepareOptions, 'rootDiskBytes'>): Promise<PreparedRootfs> {
+    const dir = this.pathOf(o.id);
+    const { uidBase, size } = checkMapping({ uidBase: o.uidBase, size: o.idRange });
+    const lower = await realDir(o.lowerDir, 'image rootfs');
+    const vols = await Promise.all((o.volumes ?? []).map((v) => realDir(v, 'volume')));
+    return this.locked(o.id, async () => {
+      if (!existsSync(`${dir}.img`)) throw new SandboxdError('conflict', `the kept root layer of ${o.id} is gone`);
+      if ((await mountsUnder(dir)).length || !(await this.idle(o.id, 5_000)))
+        throw new SandboxdError('conflict', `the kept root layer of ${o.id} is still in use`);
+      try {
+        await mountHelper(['rootfs', '-', dir, String(uidBase), String(size), lower, ...vols]);
+      } catch (e) {
+        await this.unmountClean(dir).catch(() => {});
+        throw e;
+      }
+      this.remember(o.id, await mountsUnder(dir));
+      return { rootfs: join(dir, 'rootfs'), volumes: vols.map((_v, i) => join(dir, 'volumes', String(i))) };
+    });
+  }
+
+  /**
+   * Puts the layer of a sandbox whose container is gone away for a later {@link remount}:
+   * whatever of it is mounted on the host is unmounted cleanly (written back, unlike
+   * {@link release}), then waits (up to `waitMs`) until its loop device is gone, which the
+   * kernel does once the last mount of its ext4 (the dead sandbox's) is released: its data
+   * is then on the file. Resolves false when the device stayed. Unknown id: true.
+   */
+  async putAway(id: string, waitMs = 10_000): Promise<boolean> {
+    const dir = this.pathOf(id);
+    return this.locked(id, async () => {
+      this.remember(id, await mountsUnder(dir));
+      await this.unmountClean(dir);
+      return this.idle(id, waitMs);
+    });
+  }
+
+  /** Notes the loop device of layer `id` from its host mounts (its ext4 at `<dir>/<id>`). */
+  private remember(id: string, mounts: { mountPoint: string; source: string }[]): void {
+    const dev = mounts.find((m) => m.mountPoint === join(this.dir, id) && m.source.startsWith('/dev/loop'))?.source;
+    if (dev) this.loops.set(id, dev);
+  }
+
+  /** True once no loop device is backed by the layer file of `id` (polled up to `waitMs`). */
+  private async idle(id: string, waitMs: number): Promise<boolean> {
+    const img = `${join(this.dir, id)}.img`;
+    const known = this.loops.get(id);
+    // The known device (two sysfs reads), else every loop device (~15 µs each).
+    const busy = async () => (known ? loopInfo(known)?.backingFile === img : (await loopsUnder(img)).length > 0);
+    for (let waited = 0; ; waited += 5) {
+      if (!(await busy())) {
+        this.loops.delete(id);
+        return true;
+      }
+      if (waited >= waitMs) return false;
+      await new Promise((r) => setTimeout(r, 5));
+    }
+  }
+
+  /** Unmounts everything at or below `dir` with write-back (no shutdown), newest first. */
+  private async unmountClean(dir: string): Promise<void> {
+    const mounts = await mountsUnder(dir);
+    if (mounts.length) await unmount(mounts.map((m) => m.mountPoint));
+    if ((await mountsUnder(dir)).length) await unmountUnder(dir);
   }
 
   /**
@@ -200,6 +283,7 @@ export class RootfsManager {
   }
 
   private async releaseLocked(id: string): Promise<void> {
+    this.loops.delete(id);
     const dir = join(this.dir, id);
     const mounts = await mountsUnder(dir);
     // The layer is thrown away: shut its ext4 down first so unmounting writes nothing back.

@@ -1,0 +1,222 @@
+/**
+ * Pause, resume, stop and start of the local driver's sandboxes (see RuntimeDriver in
+ * ../driver.ts for the contract, docs/runtime.md for the design).
+ *
+ * - pause/resume: the sandbox cgroup's freezer (bundle/freezer.ts), written directly: no
+ *   process per call. The state lives in the kernel, so a restarted driver reads it back.
+ * - stop: every process is killed (a frozen cgroup is thawed after the SIGKILL so that it
+ *   lands), the container, its cgroups, network and volume mounts are freed, and the
+ *   writable root layer (`<roots>/<rootId>.img`) and the uid slot it is owned by are kept.
+ * - start: the kept layer is mounted again (no template copy; overlayfs's `volatile`
+ *   marker removed), with the same uid range, env, hostname and volumes, a fresh network
+ *   and `crun run` under the sandbox's own id.
+ *
+ * Crash safety comes from the order of the `phase` writes in state.json: `stopping` before
+ * anything is killed and `starting` before anything is made, `stopped` / `ready` once done.
+ * {@link settleKept} (called by `recover()`) turns a record left in `stopping` or `starting`
+ * into `stopped`, removing whatever half-made container or network is left.
+ */
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { SandboxdError } from '@sandboxd/protocol';
+import type { ResourceLimits, RuntimeState } from '../driver.js';
+import { freeze, freezeAsked, thaw } from './bundle/freezer.js';
+import type { BundleWriter } from './bundle/writer.js';
+import { ExecAgent } from './commands/exec-agent.js';
+import type { SandboxCommands } from './commands/exec.js';
+import { type OciRuntime, processStart } from './commands/oci-runtime.js';
+import type { ImageStore } from './images/store.js';
+import type { NetworkManager, SandboxNet } from './network/manager.js';
+import { isAlive, isKept, type RecordStore, type SandboxRecord } from './records.js';
+import { type RootfsManager, volumeOciMount } from './rootfs/roots.js';
+import type { VolumeStore } from './rootfs/volumes.js';
+import { checkLimits } from './sandbox-checks.js';
+
+/** What of the driver the lifecycle operations use. */
+export interface LifecycleHost {
+  cgroupParent: string;
+  crun: OciRuntime;
+  network: NetworkManager;
+  roots: RootfsManager;
+  volumes: VolumeStore;
+  state: RecordStore;
+  commands: SandboxCommands;
+  bundles: BundleWriter;
+  images: ImageStore;
+  /** A network made ahead of need, or undefined (never for runc: it makes its own). */
+  takeNet(): SandboxNet | undefined;
+  /** Takes the started sandbox's root layer and netns off the host's tables (driver.settleHost). */
+  settleHost(rec: SandboxRecord): Promise<void>;
+}
+
+/** The state a live record is in now: the freezer is read from the kernel. */
+export async function runtimeState(parent: string, rec: SandboxRecord): Promise<RuntimeState> {
+  if (!isAlive(rec)) return 'stopped';
+  return (await freezeAsked(parent, rec.cid)) ? 'paused' : 'running';
+}
+
+/** Throws `conflict` unless a command can run in `rec` now (alive, not frozen). */
+export async function checkRunnable(parent: string, rec: SandboxRecord): Promise<void> {
+  const s = await runtimeState(parent, rec);
+  if (s === 'paused') throw new SandboxdError('conflict', 'Sandbox is paused');
+  if (s === 'stopped') throw new SandboxdError('conflict', `sandbox ${rec.spec.id} is not running`);
+}
+
+/** Freezes every process of `rec`; frozen already: no-op. */
+export async function pause(h: LifecycleHost, rec: SandboxRecord): Promise<void> {
+  if (!isAlive(rec)) throw new SandboxdError('conflict', 'Sandbox is stopped');
+  await freeze(h.cgroupParent, rec.cid);
+}
+
+/** Thaws every process of `rec`; running already: no-op. */
+export async function resume(h: LifecycleHost, rec: SandboxRecord): Promise<void> {
+  if (!isAlive(rec)) throw new SandboxdError('conflict', 'Sandbox is stopped');
+  await thaw(h.cgroupParent, rec.cid);
+}
+
+/**
+ * Kills every process of `rec` (PID 1 of its pid namespace, then a thaw: a frozen v1 task
+ * takes its SIGKILL only once thawed) and waits up to 5 s for its init to be gone.
+ */
+export async function killAll(h: LifecycleHost, rec: SandboxRecord): Promise<void> {
+  h.commands.drop(rec.cid);
+  if (isAlive(rec)) {
+    try {
+      process.kill(rec.initPid, 'SIGKILL');
+    } catch {
+      /* gone meanwhile */
+    }
+  }
+  if (await freezeAsked(h.cgroupParent, rec.cid)) {
+    await h.crun.kill(rec.cid, 'KILL');
+    await thaw(h.cgroupParent, rec.cid).catch(() => undefined);
+  }
+  for (let i = 0; i < 1000 && isAlive(rec); i++) await sleep(5);
+}
+
+/**
+ * Stops `rec` keeping its root layer. Order (for crash safety): phase `stopping` written,
+ * processes killed, container, network and volume mounts freed, the layer put away
+ * (written back, its loop device gone), phase `stopped` written.
+ */
+export async function stop(h: LifecycleHost, rec: SandboxRecord): Promise<void> {
+  rec.phase = 'stopping';
+  await h.state.write(rec);
+  await killAll(h, rec);
+  await releaseRuntime(h, rec);
+  rec.phase = 'stopped';
+  await h.state.write(rec);
+}
+
+/**
+ * Frees what a sandbox without processes holds but its layer and uid slot: its container
+ * (under its current and, after a crash in start, its own id), network, volume mounts;
+ * unmounts whatever of its layer the host still has, cleanly. Leaves `rec` with no init,
+ * address or network. Idempotent.
+ */
+async function releaseRuntime(h: LifecycleHost, rec: SandboxRecord): Promise<void> {
+  const id = rec.spec.id;
+  for (const cid of new Set([rec.cid, id])) {
+    h.commands.drop(cid);
+    if (await freezeAsked(h.cgroupParent, cid)) await thaw(h.cgroupParent, cid).catch(() => undefined);
+    await h.crun.delete(cid).catch(() => h.crun.kill(cid).then(() => h.crun.delete(cid)));
+  }
+  await Promise.all([
+    rec.netId !== undefined || rec.address ? h.network.detach(rec.netId ?? id) : undefined,
+    ...rec.spec.volumes.map((v) => h.volumes.release(v.name, id).catch(() => undefined)),
+  ]);
+  await h.roots.putAway(rec.rootId ?? id);
+  Object.assign(rec, { initPid: 0, initStart: null, address: '', netnsPath: '', netId: undefined });
+}
+
+/**
+ * Boots stopped sandbox `rec` again from its kept layer with `limits` (the root disk cap
+ * stays the layer's). Order: phase `starting` written, volumes, network, layer mounted,
+ * bundle, `crun run` (container id: the sandbox's own), host tables settled, phase `ready`.
+ * On failure everything it made is removed and the record is `stopped` again.
+ */
+export async function start(h: LifecycleHost, rec: SandboxRecord, limits: ResourceLimits): Promise<void> {
+  checkLimits(limits);
+  const id = rec.spec.id;
+  const dir = h.state.dirOf(id);
+  rec.spec = { ...rec.spec, limits: { ...limits, rootDiskBytes: rec.spec.limits.rootDiskBytes } };
+  rec.cid = id;
+  rec.phase = 'starting';
+  await h.state.write(rec);
+  try {
+    const lowerDir = await imageRootfs(h.images, rec);
+    const volumePaths: string[] = [];
+    for (const v of rec.spec.volumes) {
+      await h.volumes.ensure(v.name, v.sizeGb);
+      volumePaths.push(await h.volumes.acquire(v.name, id));
+    }
+    const netFirst = h.crun.binary === 'crun';
+    const pooled = netFirst ? h.takeNet() : undefined;
+    if (netFirst) rec.netId = pooled?.id ?? id; // from here on, a failure frees it
+    const [root, early] = await Promise.all([
+      h.roots.remount({ id: rec.rootId ?? id, lowerDir, uidBase: rec.uidBase, volumes: volumePaths }),
+      netFirst ? (pooled ?? h.network.attach(id)) : null,
+    ]);
+    const bundle = await h.bundles.write(dir, {
+      id,
+      hostname: rec.spec.hostname ?? id,
+      rootfs: root.rootfs,
+      env: rec.env,
+      limits: rec.spec.limits,
+      uidBase: rec.uidBase,
+      net: early,
+      volumes: root.volumes.map((staged, i) => volumeOciMount(staged, rec.spec.volumes[i].mountPath)),
+    });
+    rec.initPid = await h.crun.run(id, dir, {
+      onChannel: (channel) => h.commands.adopt(id, ExecAgent.attach(channel, channel)),
+    });
+    const net = early ?? (await h.network.attach(id, { pid: rec.initPid }));
+    rec.netId = net.id;
+    await h.settleHost(rec);
+    if (!early) await bundle.setAddress(net.address);
+    rec.address = net.address;
+    rec.netnsPath = net.netnsPath;
+    rec.initStart = processStart(rec.initPid);
+    rec.phase = 'ready';
+    await h.state.write(rec);
+  } catch (e) {
+    await killAll(h, rec).catch(() => undefined);
+    await releaseRuntime(h, rec).catch(() => undefined);
+    rec.phase = 'stopped';
+    await h.state.write(rec).catch(() => undefined);
+    if (e instanceof SandboxdError) throw e;
+    throw new SandboxdError('internal', `sandbox ${id} failed to start: ${(e as Error).message}`);
+  }
+}
+
+/**
+ * Recovery of a record found in a kept phase: one left in `stopping` or `starting` by a
+ * crash (or `stopped` with a container of its left) is made `stopped`: its processes are
+ * killed, container and network removed, layer put away. A `stopped` one without a
+ * container is left as it is.
+ */
+export async function settleKept(h: LifecycleHost, rec: SandboxRecord, hasContainer: boolean): Promise<void> {
+  if (!isKept(rec)) return;
+  if (rec.phase === 'stopped' && !hasContainer && !rec.address && rec.netId === undefined) return;
+  await killAll(h, rec);
+  await releaseRuntime(h, rec);
+  rec.phase = 'stopped';
+  await h.state.write(rec);
+}
+
+/**
+ * The unpacked rootfs of the image `rec` was made from (its digest, even when its tag moved
+ * since: the kept layer lies over that one). Throws `conflict` when it is gone.
+ */
+async function imageRootfs(images: ImageStore, rec: SandboxRecord): Promise<string> {
+  const now = await images.resolve(rec.spec.image).catch(() => null);
+  if (now?.digest === rec.imageDigest) return now.rootfsDir;
+  if (now) {
+    // Same store, other digest: the folder of the recorded one (catalog layout: <byDigest>/<hex>/rootfs).
+    const hex = rec.imageDigest.replace(/^sha256:/, '');
+    const dir = join(now.rootfsDir, '..', '..', hex, 'rootfs');
+    if (/^[a-f0-9]{64}$/.test(hex) && existsSync(dir)) return dir;
+  }
+  throw new SandboxdError('conflict', `the image ${rec.spec.image} (${rec.imageDigest}) of this sandbox is gone`);
+}
