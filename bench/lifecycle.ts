@@ -7,14 +7,13 @@
  * BENCH_LIFECYCLE_RUNS rounds (default 30) after 3 warm-up rounds. Targets: pause and
  * resume p50 <= 5 ms; start of a stopped sandbox no slower than a cold create.
  *
- * Snapshot timings belong here too: {@link snapshotSteps} is the hook (it gets the driver
- * and a running sandbox, and returns rows of samples to report).
+ * Snapshot timings (100 MiB written; create from a snapshot against its base image) are
+ * bench/snapshot.ts's, run next by `npm run bench`.
  */
 import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { makeTestDriver, TEST_IMAGE_DIR } from '../packages/server/test/local-driver.js';
 import type { SandboxSpec } from '../packages/server/src/runtime/driver.js';
-import type { LocalDriver } from '../packages/server/src/runtime/local/driver.js';
 import { ImageStore } from '../packages/server/src/runtime/local/images/store.js';
 import { BareCrun } from './floor.js';
 import { report, summarize, timeMs } from './stats.js';
@@ -25,16 +24,7 @@ const IMAGE = 'local/busybox:latest';
 const LIMITS = { memoryBytes: 256 << 20, cpus: 1, pids: 128, rootDiskBytes: 256 << 20 };
 
 /** Timed steps: a name and its samples in ms. */
-export type Samples = Record<string, number[]>;
-
-/**
- * Hook for snapshot timings (snapshot of a running sandbox, create from the snapshot,
- * deleteImage): measure `runs` rounds on `driver` with sandbox `id` (running, busy loop in
- * it) and return the samples by step name. Nothing yet: snapshots are another branch's.
- */
-export async function snapshotSteps(_driver: LocalDriver, _id: string, _runs: number): Promise<Samples> {
-  return {};
-}
+type Samples = Record<string, number[]>;
 
 const { driver, dataDir } = makeTestDriver('lcbench');
 await driver.init();
@@ -74,7 +64,6 @@ try {
     add(i, 'pause', await timeMs(() => driver.pause(busy.id)));
     add(i, 'resume', await timeMs(() => driver.resume(busy.id)));
   }
-  Object.assign(samples, await snapshotSteps(driver, busy.id, RUNS));
   await driver.delete(busy.id);
 
   // Stop / start of one sandbox vs cold creates vs bare crun, taking turns.
