@@ -7,16 +7,25 @@ import { IMAGE, newAccount, startServer, type Server } from './harness.js';
 const ISO = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/;
 
 function assertSandbox(sb: Record<string, unknown>) {
-  assert.deepEqual(Object.keys(sb).sort(), [
-    'createdAt',
-    'id',
-    'image',
-    'name',
-    'publicAccessUrlTemplate',
-    'region',
-    'state',
-    'stopAt',
-  ]);
+  // The spec's eight fields, plus sandboxd's lifecycle additions (docs/lifecycle.md): `expiresAt` only when paused, stopped or error.
+  assert.deepEqual(
+    Object.keys(sb)
+      .filter((k) => k !== 'expiresAt')
+      .sort(),
+    [
+      'createdAt',
+      'id',
+      'image',
+      'metadata',
+      'name',
+      'onTimeout',
+      'publicAccessUrlTemplate',
+      'region',
+      'state',
+      'stopAt',
+    ],
+  );
+  assert.equal('expiresAt' in sb, sb.state !== 'started');
   assert.match(String(sb.id), /^sbx_[a-z2-7]{20}$/);
   assert.match(String(sb.name), /^[a-z]+-[a-z]+-\d{4}$/);
   assert.match(String(sb.createdAt), ISO);
