@@ -11,10 +11,12 @@ import { createCommand } from './commands/create.js';
 import { execCommand } from './commands/exec.js';
 import { imagesCommand } from './commands/images.js';
 import { keysCommand } from './commands/keys.js';
+import { lifecycleCommands } from './commands/lifecycle.js';
 import { loginCommand } from './commands/login.js';
 import { lsCommand } from './commands/ls.js';
 import { rmCommand } from './commands/rm.js';
 import { shellCommand } from './commands/shell.js';
+import { snapshotCommand, snapshotsCommand } from './commands/snapshots.js';
 import { timeoutCommand } from './commands/timeout.js';
 import { volumesCommand } from './commands/volumes.js';
 import { CliError } from './ui.js';
@@ -55,8 +57,11 @@ export function buildProgram(): Command {
     cpCommand(ctx),
     shellCommand(ctx),
     timeoutCommand(ctx),
+    ...lifecycleCommands(ctx),
+    snapshotCommand(ctx),
     rmCommand(ctx),
     imagesCommand(ctx),
+    snapshotsCommand(ctx),
     volumesCommand(ctx),
     keysCommand(ctx),
   ])
