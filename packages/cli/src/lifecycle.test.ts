@@ -183,7 +183,7 @@ describe('sbx lifecycle verbs against a stub server', { timeout: 120_000 }, () =
     assert.match(badT.stderr, /^error: --timeout must be milliseconds/);
   });
 
-  it('a wrong state prints the server message and exits 1', async () => {
+  it('a wrong state prints the server message (with the state) and exits 1', async () => {
     replies.set(`POST /api/v1/sandboxes/${ID}/resume`, {
       status: 409,
       body: { code: 409, kind: 'conflict', message: 'Sandbox is started, not paused', details: { state: 'started' } },
@@ -191,6 +191,14 @@ describe('sbx lifecycle verbs against a stub server', { timeout: 120_000 }, () =
     const r = await sbx(['resume', ID]);
     assert.equal(r.code, 1);
     assert.equal(r.stderr, 'error: Sandbox is started, not paused\n');
+    // A message that does not name the state gets it from details.state.
+    replies.set(`POST /api/v1/sandboxes/${ID}/start`, {
+      status: 409,
+      body: { code: 409, kind: 'conflict', message: 'Cannot start', details: { state: 'paused' } },
+    });
+    const r2 = await sbx(['start', ID]);
+    assert.equal(r2.code, 1);
+    assert.equal(r2.stderr, 'error: Cannot start (the sandbox is paused)\n');
   });
 
   it('snapshot ID NAME, snapshots (ls by default), snapshots rm NAME...', async () => {

@@ -23,13 +23,18 @@ import { CliError } from './ui.js';
 
 const VERSION = '0.1.0';
 
-/** One readable line for any error; API errors add the image or field they are about. */
+/** One readable line for any error; API errors add the image or the sandbox state they are about. */
 export function errorMessage(e: unknown): string {
   if (e instanceof SandboxdApiError) {
-    const d = e.details as { image?: unknown } | undefined;
+    const d = e.details as { image?: unknown; state?: unknown } | undefined;
     const image =
       d && typeof d === 'object' && typeof d.image === 'string' && !e.message.includes(d.image) ? `: ${d.image}` : '';
-    return `${e.message}${image}`.replace(/\s*\n\s*/g, ' ');
+    // A 409 of the lifecycle names the sandbox's current state in details.state.
+    const state =
+      d && typeof d === 'object' && typeof d.state === 'string' && !e.message.includes(d.state)
+        ? ` (the sandbox is ${d.state})`
+        : '';
+    return `${e.message}${image}${state}`.replace(/\s*\n\s*/g, ' ');
   }
   if (e instanceof Error) return e.message.replace(/\s*\n\s*/g, ' ');
   return String(e);
