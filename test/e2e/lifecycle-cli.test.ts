@@ -130,7 +130,7 @@ describe('sbx lifecycle verbs against the real server', { timeout: 300_000 }, ()
     const started = await json(['start', '--json', '-t', '2m', id]);
     assert.equal(started.state, 'started');
     assert.equal(await stateOf(id), 'started');
-    ok(await sbx(['exec', id, '--', 'echo', 'back']));
+    assert.equal(ok(await sbx(['exec', id, '--', 'echo back'])), 'back\n');
     oneErrorLine(await sbx(['start', id]), /started/);
   });
 

@@ -10,8 +10,14 @@ import { after, before, describe, it } from 'node:test';
 import { ConflictError, NotFoundError, Sandbox, SandboxdClient } from '@sandboxd/sdk';
 import { IMAGE, newAccount, startServer, type Server } from './harness.js';
 
-/** A file in the root layer (not /tmp, which may be a tmpfs): what stop keeps and a snapshot copies. */
+/**
+ * A file in the root layer (not /tmp, which may be a tmpfs): what stop keeps and a snapshot
+ * copies. Written and read by exec (`echo > file`, `cat`), which the fake runtime's shell
+ * understands too (it has no file API).
+ */
 const MARK = '/lifecycle-mark.txt';
+const cat = async (sb: Sandbox) => (await sb.exec(`cat ${MARK}`)).stdout;
+const mark = async (sb: Sandbox, text: string) => assert.equal((await sb.exec(`echo ${text} > ${MARK}`)).exitCode, 0);
 
 describe('sandbox lifecycle through the SDK', { timeout: 300_000 }, () => {
   let s: Server;
@@ -47,7 +53,7 @@ describe('sandbox lifecycle through the SDK', { timeout: 300_000 }, () => {
 
   it('pause, resume, stop, start: each answered with the new state; a wrong state is a 409 naming the state', async () => {
     const sb = await create();
-    await sb.files.write(MARK, 'kept\n');
+    await mark(sb, 'kept');
     assert.equal((await sb.exec('echo up')).stdout, 'up\n');
 
     assert.equal(await sb.pause(), sb);
@@ -78,7 +84,7 @@ describe('sandbox lifecycle through the SDK', { timeout: 300_000 }, () => {
     await sb.start();
     assert.equal(sb.state, 'started');
     assert.ok(sb.stopAt.getTime() > Date.now());
-    assert.equal(await sb.files.read(MARK), 'kept\n', 'the root layer survives stop/start');
+    assert.equal(await cat(sb), 'kept\n', 'the root layer survives stop/start');
     assert.equal((await sb.exec('echo again')).stdout, 'again\n');
     await assert.rejects((await Sandbox.get(sb.id, client)).start(), conflict('started'));
     assert.deepEqual(await sb.refresh(), sb.info);
@@ -87,7 +93,7 @@ describe('sandbox lifecycle through the SDK', { timeout: 300_000 }, () => {
 
   it('snapshot: made from a sandbox, listed newest first, got by name, used as an image, deleted', async () => {
     const sb = await create();
-    await sb.files.write(MARK, 'from the snapshot\n');
+    await mark(sb, 'snapshotted');
     const first = `${tag}-a`;
     const second = `${tag}-b`;
     const a = await sb.snapshot(first);
@@ -113,14 +119,14 @@ describe('sandbox lifecycle through the SDK', { timeout: 300_000 }, () => {
 
     const from = await create({ image: a.image });
     assert.equal(from.image, a.image);
-    assert.equal(await from.files.read(MARK), 'from the snapshot\n');
+    assert.equal(await cat(from), 'snapshotted\n');
 
     await client.snapshots.delete(first);
     await client.snapshots.delete(second);
     await assert.rejects(client.snapshots.get(first), NotFoundError);
     await assert.rejects(client.snapshots.delete(first), NotFoundError);
     assert.ok(!(await client.snapshots.list()).some((x) => x.name.startsWith(tag)));
-    assert.equal((await from.exec(`cat ${MARK}`)).stdout, 'from the snapshot\n', 'a sandbox keeps its files');
+    assert.equal(await cat(from), 'snapshotted\n', 'a sandbox made from a deleted snapshot keeps its files');
     await from.delete();
     await sb.delete();
   });
