@@ -11,23 +11,30 @@ import { createCommand } from './commands/create.js';
 import { execCommand } from './commands/exec.js';
 import { imagesCommand } from './commands/images.js';
 import { keysCommand } from './commands/keys.js';
+import { lifecycleCommands } from './commands/lifecycle.js';
 import { loginCommand } from './commands/login.js';
 import { lsCommand } from './commands/ls.js';
 import { rmCommand } from './commands/rm.js';
 import { shellCommand } from './commands/shell.js';
+import { snapshotCommand, snapshotsCommand } from './commands/snapshots.js';
 import { timeoutCommand } from './commands/timeout.js';
 import { volumesCommand } from './commands/volumes.js';
 import { CliError } from './ui.js';
 
 const VERSION = '0.1.0';
 
-/** One readable line for any error; API errors add the image or field they are about. */
+/** One readable line for any error; API errors add the image or the sandbox state they are about. */
 export function errorMessage(e: unknown): string {
   if (e instanceof SandboxdApiError) {
-    const d = e.details as { image?: unknown } | undefined;
+    const d = e.details as { image?: unknown; state?: unknown } | undefined;
     const image =
       d && typeof d === 'object' && typeof d.image === 'string' && !e.message.includes(d.image) ? `: ${d.image}` : '';
-    return `${e.message}${image}`.replace(/\s*\n\s*/g, ' ');
+    // A 409 of the lifecycle names the sandbox's current state in details.state.
+    const state =
+      d && typeof d === 'object' && typeof d.state === 'string' && !e.message.includes(d.state)
+        ? ` (the sandbox is ${d.state})`
+        : '';
+    return `${e.message}${image}${state}`.replace(/\s*\n\s*/g, ' ');
   }
   if (e instanceof Error) return e.message.replace(/\s*\n\s*/g, ' ');
   return String(e);
@@ -55,8 +62,11 @@ export function buildProgram(): Command {
     cpCommand(ctx),
     shellCommand(ctx),
     timeoutCommand(ctx),
+    ...lifecycleCommands(ctx),
+    snapshotCommand(ctx),
     rmCommand(ctx),
     imagesCommand(ctx),
+    snapshotsCommand(ctx),
     volumesCommand(ctx),
     keysCommand(ctx),
   ])

@@ -108,16 +108,21 @@ export function collect(value: string, previous: string[] = []): string[] {
   return [...previous, value];
 }
 
-/** Parses `K=V` pairs. Throws CliError. */
-export function parseEnv(pairs: string[]): Record<string, string> | undefined {
+/** Parses `K=V` pairs (the value may hold `=`; a key given twice keeps the last); `flag` names the option in errors. Throws CliError. */
+export function parsePairs(pairs: string[], flag: string): Record<string, string> | undefined {
   if (pairs.length === 0) return undefined;
   const out: Record<string, string> = {};
   for (const p of pairs) {
     const i = p.indexOf('=');
-    if (i <= 0) throw new CliError(`--env must be KEY=VALUE (got "${p}")`);
+    if (i <= 0) throw new CliError(`${flag} must be KEY=VALUE (got "${p}")`);
     out[p.slice(0, i)] = p.slice(i + 1);
   }
   return out;
+}
+
+/** Parses `--env K=V` pairs. Throws CliError. */
+export function parseEnv(pairs: string[]): Record<string, string> | undefined {
+  return parsePairs(pairs, '--env');
 }
 
 /** Writes a JSON document to stdout. */

@@ -4,6 +4,7 @@
 import type { ClientOptions } from './config.js';
 import { HttpClient } from './http.js';
 import { ImagesApi } from './images.js';
+import { createSnapshot, type SnapshotOptions } from './lifecycle.js';
 import { Sandbox } from './sandbox.js';
 import type {
   AccountInfo,
@@ -12,6 +13,7 @@ import type {
   EventKind,
   SandboxCreateParams,
   SandboxListQuery,
+  SnapshotInfo,
   VolumeInfo,
 } from './types.js';
 
@@ -27,7 +29,7 @@ export class SandboxesApi {
     return Sandbox.get(id, this.client);
   }
   /** See {@link Sandbox.list}. */
-  list(query: Pick<SandboxListQuery, 'state'> = {}): Promise<Sandbox[]> {
+  list(query: Pick<SandboxListQuery, 'state' | 'metadata'> = {}): Promise<Sandbox[]> {
     return Sandbox.list(query, this.client);
   }
   /** See {@link Sandbox.listPage}. */
@@ -45,6 +47,28 @@ export class VolumesApi {
   /** Deletes a volume and its data. Throws NotFoundError, ConflictError while a running sandbox mounts it. */
   async delete(name: string): Promise<void> {
     await this.http.request('DELETE', `/api/v1/volumes/${encodeURIComponent(name)}`);
+  }
+}
+
+/** `client.snapshots`: the account's snapshots (images `snapshots/<name>`); `sandbox.snapshot(name)` makes one. */
+export class SnapshotsApi {
+  constructor(private readonly http: HttpClient) {}
+  /** Takes a snapshot of sandbox `sandboxId` without fetching it first. See {@link Sandbox.prototype.snapshot}. */
+  create(sandboxId: string, name: string, opts: SnapshotOptions = {}): Promise<SnapshotInfo> {
+    return createSnapshot(this.http, sandboxId, name, opts);
+  }
+  /** Every snapshot of the account, newest first. */
+  async list(): Promise<SnapshotInfo[]> {
+    return (await this.http.request<{ snapshots: SnapshotInfo[] }>('GET', '/api/v1/snapshots')).snapshots;
+  }
+  /** One snapshot by name; throws NotFoundError. */
+  async get(name: string): Promise<SnapshotInfo> {
+    return (await this.http.request<{ snapshot: SnapshotInfo }>('GET', `/api/v1/snapshots/${encodeURIComponent(name)}`))
+      .snapshot;
+  }
+  /** Deletes a snapshot (sandboxes created from it keep running). Throws NotFoundError. */
+  async delete(name: string): Promise<void> {
+    await this.http.request('DELETE', `/api/v1/snapshots/${encodeURIComponent(name)}`);
   }
 }
 
@@ -95,6 +119,7 @@ export class SandboxdClient {
   readonly http: HttpClient;
   readonly sandboxes: SandboxesApi;
   readonly volumes: VolumesApi;
+  readonly snapshots: SnapshotsApi;
   readonly account: AccountApi;
   readonly keys: KeysApi;
   readonly events: EventsApi;
@@ -105,6 +130,7 @@ export class SandboxdClient {
     this.http = new HttpClient(options);
     this.sandboxes = new SandboxesApi(this);
     this.volumes = new VolumesApi(this.http);
+    this.snapshots = new SnapshotsApi(this.http);
     this.account = new AccountApi(this.http);
     this.keys = new KeysApi(this.http);
     this.events = new EventsApi(this.http);

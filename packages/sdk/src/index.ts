@@ -9,6 +9,7 @@
  * ```
  */
 export { Sandbox, type Connection, type ExecProcessOptions, type ExecWaitOptions } from './sandbox.js';
+export { SNAPSHOT_TIMEOUT_MS, type SnapshotOptions } from './lifecycle.js';
 export { Processes, type ExecCallOptions, type ProcessConnectOptions } from './processes.js';
 export { ProcessHandle, MAX_RESULT_BYTES, type ProcessOutputHandlers } from './process-handle.js';
 export {
@@ -23,7 +24,15 @@ export { FileWatcher, type FileWatchOptions, type FileWatchEnd } from './file-wa
 export { REPLAY_WINDOW } from './replay.js';
 export type { UploadData } from './upload.js';
 export { Terminal, Terminals, type TerminalConnectOptions } from './terminal.js';
-export { SandboxdClient, SandboxesApi, VolumesApi, AccountApi, KeysApi, EventsApi } from './client.js';
+export {
+  SandboxdClient,
+  SandboxesApi,
+  VolumesApi,
+  SnapshotsApi,
+  AccountApi,
+  KeysApi,
+  EventsApi,
+} from './client.js';
 export { ImagesApi, IMAGE_JOB_TIMEOUT_MS, type ImageJobOptions, type ImageImportOptions } from './images.js';
 export { HttpClient, type RequestOptions } from './http.js';
 export {

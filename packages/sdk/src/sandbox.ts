@@ -1,13 +1,23 @@
 /**
- * The Sandbox class: create, find, run commands in, extend and delete sandboxes.
+ * The Sandbox class: create, find, run commands in, extend, pause, stop, snapshot and delete
+ * sandboxes.
  */
 import type { ClientOptions } from './config.js';
 import { Files } from './files.js';
+import { createSnapshot, listQueryParams, runBody, type SnapshotOptions } from './lifecycle.js';
 import { HttpClient } from './http.js';
 import type { ProcessHandle } from './process-handle.js';
 import { hasHandlers, Processes, wireExecOptions, type ExecCallOptions } from './processes.js';
 import { Terminals } from './terminal.js';
-import type { ExecResult, SandboxCreateParams, SandboxInfo, SandboxListPage, SandboxListQuery } from './types.js';
+import type {
+  ExecResult,
+  SandboxCreateParams,
+  SandboxInfo,
+  SandboxListPage,
+  SandboxListQuery,
+  SandboxRunParams,
+  SnapshotInfo,
+} from './types.js';
 
 /** Where a static method sends its request: client options, or an existing client (anything with `http`). */
 export type Connection = ClientOptions | { readonly http: HttpClient };
@@ -30,13 +40,6 @@ const DEFAULT_EXEC_TIMEOUT_MS = 60_000;
 /** Page size and page bound of {@link Sandbox.list}. */
 const LIST_PAGE = 1000;
 const MAX_PAGES = 100;
-
-function pick<T extends object>(o: T, keys: readonly (keyof T)[]): Partial<T> {
-  const out: Partial<T> = {};
-  for (const k of keys) if (o[k] !== undefined) out[k] = o[k];
-  return out;
-}
-
 /** A sandbox. Its fields are the server's description as of the last call that returned it. */
 export class Sandbox {
   /** The server's description; `refresh()` updates it. */
@@ -90,9 +93,7 @@ export class Sandbox {
     connection?: Connection,
   ): Promise<{ sandboxes: Sandbox[]; nextCursor?: string }> {
     const http = httpOf(connection);
-    const page = await http.request<SandboxListPage>('GET', '/api/v1/sandboxes', {
-      query: pick(query, ['state', 'limit', 'cursor']),
-    });
+    const page = await http.request<SandboxListPage>('GET', '/api/v1/sandboxes', { query: listQueryParams(query) });
     return { sandboxes: page.sandboxes.map((s) => new Sandbox(s, http)), nextCursor: page.nextCursor };
   }
 
@@ -101,13 +102,22 @@ export class Sandbox {
     await httpOf(connection).request('DELETE', `/api/v1/sandboxes/${encodeURIComponent(id)}`);
   }
 
-  /** Every sandbox of the account (optionally of one `state`), newest first, following pages (at most 100,000). */
-  static async list(query: Pick<SandboxListQuery, 'state'> = {}, connection?: Connection): Promise<Sandbox[]> {
+  /**
+   * Every sandbox of the account, newest first, following pages (at most 100,000); `state`
+   * keeps one state, `metadata` the sandboxes whose metadata has every pair given.
+   */
+  static async list(
+    query: Pick<SandboxListQuery, 'state' | 'metadata'> = {},
+    connection?: Connection,
+  ): Promise<Sandbox[]> {
     const http = httpOf(connection);
     const out: Sandbox[] = [];
     let cursor: string | undefined;
     for (let i = 0; i < MAX_PAGES; i++) {
-      const page = await Sandbox.listPage({ state: query.state, limit: LIST_PAGE, cursor }, { http });
+      const page = await Sandbox.listPage(
+        { state: query.state, metadata: query.metadata, limit: LIST_PAGE, cursor },
+        { http },
+      );
       out.push(...page.sandboxes);
       cursor = page.nextCursor;
       if (!cursor) break;
@@ -121,9 +131,21 @@ export class Sandbox {
   get name(): string {
     return this.info.name;
   }
-  /** `started`, `stopped` or `error`, as of the last refresh. */
+  /** `started`, `paused`, `stopped` or `error`, as of the last call that returned the sandbox. */
   get state(): SandboxInfo['state'] {
     return this.info.state;
+  }
+  /** The caller's labels given at create. */
+  get metadata(): SandboxInfo['metadata'] {
+    return this.info.metadata;
+  }
+  /** What happens at `stopAt`: `stop` or `pause`. */
+  get onTimeout(): SandboxInfo['onTimeout'] {
+    return this.info.onTimeout;
+  }
+  /** Paused, stopped or error: when the sandbox and what it kept are deleted. */
+  get expiresAt(): Date | undefined {
+    return this.info.expiresAt === undefined ? undefined : new Date(this.info.expiresAt);
   }
   get image(): string {
     return this.info.image;
@@ -131,7 +153,7 @@ export class Sandbox {
   get createdAt(): Date {
     return new Date(this.info.createdAt);
   }
-  /** When the sandbox is due to stop. */
+  /** Started: when the sandbox is due to stop (or pause). Paused or stopped: when it did. */
   get stopAt(): Date {
     return new Date(this.info.stopAt);
   }
@@ -188,6 +210,62 @@ export class Sandbox {
     );
     this.info = { ...this.info, stopAt: r.stopAt };
     return new Date(r.stopAt);
+  }
+
+  /** POSTs a lifecycle action and takes the sandbox the server answers with. */
+  private async transition(action: string, json?: unknown): Promise<this> {
+    const r = await this.http.request<{ sandbox: SandboxInfo }>(
+      'POST',
+      `/api/v1/sandboxes/${encodeURIComponent(this.id)}/${action}`,
+      json === undefined ? {} : { json },
+    );
+    this.info = r.sandbox;
+    return this;
+  }
+
+  /**
+   * Freezes a started sandbox: its processes and memory are kept, nothing runs, and it no
+   * longer counts against the plan's concurrency. Resolves with this sandbox, now `paused`.
+   * Throws ConflictError (not started; `details.state` names the state), QuotaExceededError
+   * (the plan's `maxPaused` reached).
+   */
+  pause(): Promise<this> {
+    return this.transition('pause');
+  }
+
+  /**
+   * Thaws a paused sandbox: its processes go on where they were. `timeoutMs` is the new
+   * lifetime from now (default 10 minutes). Throws ConflictError (not paused),
+   * InsufficientTokensError, ConcurrencyLimitError, ValidationError.
+   */
+  resume(opts: SandboxRunParams = {}): Promise<this> {
+    return this.transition('resume', runBody(opts));
+  }
+
+  /**
+   * Stops a started or paused sandbox: its processes end, its root layer (files outside
+   * volumes) is kept for {@link start}. Throws ConflictError (already stopped, or error).
+   */
+  stop(): Promise<this> {
+    return this.transition('stop');
+  }
+
+  /**
+   * Starts a stopped sandbox again from its kept root layer (a fresh boot: no processes
+   * survive a stop). `timeoutMs` as in {@link resume}. Throws ConflictError (not stopped),
+   * InsufficientTokensError, ConcurrencyLimitError, CapacityError.
+   */
+  start(opts: SandboxRunParams = {}): Promise<this> {
+    return this.transition('start', runBody(opts));
+  }
+
+  /**
+   * Saves the sandbox's root layer as the account's image `snapshots/<name>` (pass that as
+   * `image` to create). Works in any state but `error`. Throws ValidationError (bad name),
+   * ConflictError (the name is taken, or the state), QuotaExceededError (`snapshotBytes`).
+   */
+  snapshot(name: string, opts: SnapshotOptions = {}): Promise<SnapshotInfo> {
+    return createSnapshot(this.http, this.id, name, opts);
   }
 
   /** Kills the sandbox and removes its record (named volumes are kept). Throws NotFoundError. */

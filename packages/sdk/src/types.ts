@@ -8,10 +8,25 @@ import type * as P from '@sandboxd/protocol';
 
 /** A sandbox as the server describes it. */
 export type SandboxInfo = Static<typeof P.SandboxSchema>;
-/** The body of sandbox creation: `image` plus optional `env`, `volumes`, `timeoutMs`. */
+/** The body of sandbox creation: `image` plus optional `env`, `volumes`, `timeoutMs`, `ports`, `metadata`, `onTimeout`. */
 export type SandboxCreateParams = Static<typeof P.SandboxCreateSchema>;
-/** Filters and paging of the sandbox list. */
-export type SandboxListQuery = Static<typeof P.SandboxListQuerySchema>;
+/** A sandbox's lifecycle state: `started`, `paused`, `stopped` or `error`. */
+export type SandboxState = P.SandboxState;
+/** What a sandbox does at `stopAt`: `stop` (default) or `pause`. */
+export type OnTimeout = P.OnTimeout;
+/** The caller's labels of a sandbox: string to string. */
+export type SandboxMetadata = Static<typeof P.MetadataMap>;
+/**
+ * Filters and paging of the sandbox list. `metadata` keeps the sandboxes whose metadata has
+ * every pair given (sent as `metadata.<key>=<value>` query parameters).
+ */
+export type SandboxListQuery = Static<typeof P.SandboxListQuerySchema> & { metadata?: SandboxMetadata };
+/** The optional body of resume and start: a new lifetime counted from now. */
+export type SandboxRunParams = Static<typeof P.SandboxRunRequestSchema>;
+/** A snapshot: an image private to the account (`image` is `snapshots/<name>`, usable in create). */
+export type SnapshotInfo = Static<typeof P.SnapshotSchema>;
+/** The snapshot list as the server answers it. */
+export type SnapshotList = Static<typeof P.SnapshotListSchema>;
 /** One page of the sandbox list. */
 export type SandboxListPage = Static<typeof P.SandboxListSchema>;
 /** Options of an exec: `background`, `cwd`, `env`, `timeoutMs` (foreground, default 60000). */

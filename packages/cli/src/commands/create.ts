@@ -1,7 +1,7 @@
-import { Command } from 'commander';
+import { Command, Option } from 'commander';
 import { Sandbox, type SandboxCreateParams } from '@sandboxd/sdk';
 import { withExamples, type Context } from '../context.js';
-import { CliError, collect, parseDuration, parseEnv, printJson, relative } from '../ui.js';
+import { CliError, collect, parseDuration, parseEnv, parsePairs, printJson, relative } from '../ui.js';
 
 /** Default image of `sbx create`. */
 export const DEFAULT_IMAGE = 'local/debian:bookworm';
@@ -18,6 +18,13 @@ export function parseVolumes(specs: string[]): SandboxCreateParams['volumes'] {
   return out;
 }
 
+/** `k=v, k2=v2`, as tables and messages show metadata. */
+export function formatMetadata(m: Record<string, string> | undefined): string {
+  return Object.entries(m ?? {})
+    .map(([k, v]) => `${k}=${v}`)
+    .join(', ');
+}
+
 /** `sbx create`: starts a sandbox and prints its id and public URL template. */
 export function createCommand(ctx: Context): Command {
   const cmd = new Command('create')
@@ -26,6 +33,13 @@ export function createCommand(ctx: Context): Command {
     .option('-e, --env <KEY=VALUE>', 'environment variable (repeatable)', collect)
     .option('-v, --volume <name:/path[:sizeGb]>', 'named volume to mount (repeatable)', collect)
     .option('-t, --timeout <duration>', 'lifetime: ms, or with s/m/h (default 10m)')
+    .option('-m, --metadata <KEY=VALUE>', 'label kept with the sandbox, for `sbx ls --metadata` (repeatable)', collect)
+    .addOption(
+      new Option('--on-timeout <action>', 'what happens when the lifetime ends (default stop)').choices([
+        'stop',
+        'pause',
+      ]),
+    )
     .option('-q, --quiet', 'print only the id')
     .option('--json', 'print the sandbox as JSON')
     .action(
@@ -34,6 +48,8 @@ export function createCommand(ctx: Context): Command {
         env?: string[];
         volume?: string[];
         timeout?: string;
+        metadata?: string[];
+        onTimeout?: 'stop' | 'pause';
         quiet?: boolean;
         json?: boolean;
       }) => {
@@ -43,6 +59,9 @@ export function createCommand(ctx: Context): Command {
         if (env) params.env = env;
         if (volumes) params.volumes = volumes;
         if (o.timeout !== undefined) params.timeoutMs = parseDuration(o.timeout, '--timeout');
+        const metadata = parsePairs(o.metadata ?? [], '--metadata');
+        if (metadata) params.metadata = metadata;
+        if (o.onTimeout) params.onTimeout = o.onTimeout;
         const client = ctx.client();
         const sb = await Sandbox.create(params, client);
         if (o.json) return printJson(sb.info);
@@ -52,7 +71,8 @@ export function createCommand(ctx: Context): Command {
         process.stdout.write(
           `Created sandbox ${p.bold(sb.id)} (${sb.name})\n` +
             `  image     ${sb.image}\n` +
-            `  stops at  ${sb.info.stopAt} (${relative(sb.info.stopAt)})\n` +
+            `  ${sb.onTimeout === 'pause' ? 'pauses at' : 'stops at '} ${sb.info.stopAt} (${relative(sb.info.stopAt)})\n` +
+            (Object.keys(sb.metadata ?? {}).length ? `  metadata  ${formatMetadata(sb.metadata)}\n` : '') +
             `  URL       ${scheme}//${sb.info.publicAccessUrlTemplate}\n`,
         );
       },
@@ -61,5 +81,6 @@ export function createCommand(ctx: Context): Command {
     cmd,
     'sbx create',
     'sbx create --image local/busybox:latest --env GREETING=hi --volume data:/data --timeout 30m',
+    'sbx create --metadata team=ml --metadata run=42 --on-timeout pause',
   );
 }

@@ -1,8 +1,9 @@
 import { Command } from 'commander';
-import { type FileEntry, Sandbox, ValidationError } from '@sandboxd/sdk';
+import { type FileEntry, Sandbox, type SandboxState, ValidationError } from '@sandboxd/sdk';
 import { withExamples, type Context } from '../context.js';
 import { parseRemote, type RemotePath } from '../remote.js';
-import { CliError, printJson, relative, table, type Palette } from '../ui.js';
+import { CliError, collect, parsePairs, printJson, relative, table, type Palette } from '../ui.js';
+import { formatMetadata } from './create.js';
 
 /** `rwxr-xr-x` with the type first, as `ls -l` shows it. */
 export function modeString(e: Pick<FileEntry, 'type' | 'mode'>): string {
@@ -69,24 +70,34 @@ async function listFiles(
   if (truncated) process.stderr.write(ctx.err.yellow('warning: the listing stopped at 10,000 entries\n'));
 }
 
+const STATES: readonly SandboxState[] = ['started', 'paused', 'stopped', 'error'];
+
 /** Prints the account's sandboxes as a table, newest first. */
-async function listSandboxes(ctx: Context, o: { state?: string; json?: boolean }): Promise<void> {
-  if (o.state !== undefined && o.state !== 'started' && o.state !== 'stopped')
-    throw new CliError('--state must be started or stopped');
-  const list = await Sandbox.list({ state: o.state as 'started' | 'stopped' | undefined }, ctx.client());
+async function listSandboxes(ctx: Context, o: { state?: string; metadata?: string[]; json?: boolean }): Promise<void> {
+  if (o.state !== undefined && !(STATES as readonly string[]).includes(o.state))
+    throw new CliError(`--state must be one of ${STATES.join(', ')}`);
+  const metadata = parsePairs(o.metadata ?? [], '--metadata');
+  const list = await Sandbox.list({ state: o.state as SandboxState | undefined, metadata }, ctx.client());
   if (o.json) return printJson(list.map((s) => s.info));
   if (list.length === 0) return void process.stdout.write('No sandboxes.\n');
   const p: Palette = ctx.out;
-  const paint = (s: string) => (s === 'started' ? p.green(s) : s === 'error' ? p.red(s) : p.dim(s));
+  const paint = (s: string) =>
+    s === 'started' ? p.green(s) : s === 'paused' ? p.yellow(s) : s === 'error' ? p.red(s) : p.dim(s);
+  // STOPS: when a started sandbox stops (or pauses: "pause in 9m"); EXPIRES: when a paused or
+  // stopped one is deleted with what it kept.
+  const withMeta = list.some((s) => Object.keys(s.metadata ?? {}).length > 0);
   const rows = list.map((s) => [
     s.id,
     s.name,
     paint(s.state),
     s.image,
     relative(s.info.createdAt),
-    s.state === 'started' ? relative(s.info.stopAt) : '-',
+    s.state === 'started' ? `${s.onTimeout === 'pause' ? 'pause ' : ''}${relative(s.info.stopAt)}` : '-',
+    s.state !== 'started' && s.info.expiresAt ? relative(s.info.expiresAt) : '-',
+    ...(withMeta ? [formatMetadata(s.metadata) || '-'] : []),
   ]);
-  process.stdout.write(table(['ID', 'NAME', 'STATE', 'IMAGE', 'CREATED', 'STOPS'], rows, p));
+  const header = ['ID', 'NAME', 'STATE', 'IMAGE', 'CREATED', 'STOPS', 'EXPIRES', ...(withMeta ? ['METADATA'] : [])];
+  process.stdout.write(table(header, rows, p));
 }
 
 /** `sbx ls`: the account's sandboxes; `sbx ls ID:/path`: the files of a sandbox directory. */
@@ -95,19 +106,27 @@ export function lsCommand(ctx: Context): Command {
     .alias('list')
     .description('list sandboxes, newest first; with ID:/path, the files of a directory in a sandbox')
     .argument('[ID:/path]', 'a directory (or file) in a sandbox')
-    .option('--state <state>', 'only started or stopped sandboxes')
+    .option('--state <state>', 'only sandboxes in this state: started, paused, stopped or error')
+    .option(
+      '-m, --metadata <KEY=VALUE>',
+      'only sandboxes with this metadata pair (repeatable: all must match)',
+      collect,
+    )
     .option('-l, --long', 'files: mode, owner, size and modification time')
     .option('--depth <n>', 'files: how many levels deep (1 to 10, default 1)')
     .option('--json', 'print the sandboxes or files as JSON')
     .action(
-      async (target: string | undefined, o: { state?: string; long?: boolean; depth?: string; json?: boolean }) => {
+      async (
+        target: string | undefined,
+        o: { state?: string; metadata?: string[]; long?: boolean; depth?: string; json?: boolean },
+      ) => {
         if (target === undefined) {
           if (o.long || o.depth !== undefined) throw new CliError('-l and --depth list files: give ID:/path');
           return listSandboxes(ctx, o);
         }
         const at = parseRemote(target);
         if (!at) throw new CliError(`expected ID:/path, the directory of a sandbox (got "${target}")`);
-        if (o.state !== undefined) throw new CliError('--state lists sandboxes, not files');
+        if (o.state !== undefined || o.metadata) throw new CliError('--state and --metadata list sandboxes, not files');
         return listFiles(ctx, at, o);
       },
     );
@@ -115,6 +134,7 @@ export function lsCommand(ctx: Context): Command {
     cmd,
     'sbx ls',
     'sbx ls --state started --json',
+    'sbx ls --state paused --metadata team=ml',
     'sbx ls -l sbx_abc...:/work',
     'sbx ls --depth 3 sbx_abc...:/etc',
   );

@@ -14,6 +14,7 @@ import { renderLogin } from './pages/login.js';
 import { renderOnboarding } from './pages/onboarding.js';
 import { renderSandbox } from './pages/sandbox.js';
 import { renderSandboxes } from './pages/sandboxes.js';
+import { renderSnapshots } from './pages/snapshots.js';
 
 /** What every page gets: the account and navigation. */
 export interface PageContext {
@@ -32,6 +33,7 @@ let cleanup: (() => void) | undefined;
 const NAV = [
   { path: '/onboarding', label: 'Get started' },
   { path: '/sandboxes', label: 'Sandboxes' },
+  { path: '/snapshots', label: 'Snapshots' },
   { path: '/keys', label: 'API keys' },
 ];
 
@@ -89,6 +91,7 @@ const ROUTES: Array<[RegExp, Page]> = [
   [/^\/keys$/, renderKeys],
   [/^\/sandboxes(?:\/new)?$/, renderSandboxes],
   [/^\/sandboxes\/(?<id>sbx_[a-z0-9]+)$/, renderSandbox],
+  [/^\/snapshots$/, renderSnapshots],
 ];
 
 async function home(): Promise<string> {

@@ -1,27 +1,63 @@
 /**
- * One sandbox: details, lifetime (extend or shorten), delete, public port links, the
- * account's balance and concurrency, the web terminals and the file browser.
+ * One sandbox: details, lifecycle (pause, resume, stop, start, snapshot), lifetime (extend or
+ * shorten), delete, public port links, the account's balance and concurrency, the web
+ * terminals and the file browser. The page is drawn for one state; when the state changes
+ * (an action here, or the sandbox's own timeout seen by the poll) it is drawn again.
  */
 import { NotFoundError, Sandbox, ValidationError } from '@sandboxd/sdk';
 import { client, errorText } from '../api.js';
 import { countdown, field, formatDate, h, notice, setChildren, setFieldError } from '../dom.js';
 import { FileBrowser } from '../files.js';
-import type { Page } from '../main.js';
+import { lifecycleBar } from '../lifecycle.js';
+import type { Page, PageContext } from '../main.js';
 import { TerminalTabs } from '../terminal.js';
 import { accountSummary, stateBadge } from './sandboxes.js';
 
 /** The sandbox detail page (`/sandboxes/:id`). */
 export const renderSandbox: Page = async (main, ctx, params) => {
   const sb = await Sandbox.get(params.id, client);
+  let dispose: () => void = () => {};
+  let left = false;
+  /** (Re)draws the page for the sandbox's current state, with `flash` in its status area. */
+  const draw = async (flash?: HTMLElement): Promise<void> => {
+    dispose();
+    dispose = () => {};
+    if (left) return;
+    const d = await drawSandbox(main, ctx, sb, flash, (next) => void draw(next));
+    if (left) d();
+    else dispose = d;
+  };
+  await draw();
+  return () => {
+    left = true;
+    dispose();
+  };
+};
+
+/** Draws the page; resolves to its cleanup. `redraw` is called when the state changed. */
+async function drawSandbox(
+  main: HTMLElement,
+  ctx: PageContext,
+  sb: Sandbox,
+  flash: HTMLElement | undefined,
+  redraw: (flash?: HTMLElement) => void,
+): Promise<() => void> {
   const acc = await ctx.refreshAccount();
-  const status = h('div', { 'aria-live': 'polite', class: 'page-status' });
+  const status = h('div', { 'aria-live': 'polite', class: 'page-status' }, flash);
   const stopsIn = h('dd');
   const stateEl = h('span');
+  const drawnState = sb.state;
   const showState = () => {
     setChildren(stateEl, stateBadge(sb.state));
-    setChildren(stopsIn, sb.state === 'started' ? countdown(sb.info.stopAt) : h('span', { class: 'dim' }, sb.state));
+    setChildren(
+      stopsIn,
+      sb.state === 'started'
+        ? countdown(sb.info.stopAt, { prefix: sb.onTimeout === 'pause' ? 'pauses in ' : '' })
+        : h('span', { class: 'dim' }, sb.state),
+    );
   };
   showState();
+  const metadata = Object.entries(sb.metadata ?? {});
 
   // Lifetime: "stop N minutes from now", plus quick +10 / -5 minutes.
   const minutes = h('input', {
@@ -108,7 +144,8 @@ export const renderSandbox: Page = async (main, ctx, params) => {
       files.sandboxGone();
       main.classList.add('deleted');
       del.textContent = 'Deleted';
-      for (const b of main.querySelectorAll<HTMLButtonElement>('.lifetime button, .new-term')) b.disabled = true;
+      for (const b of main.querySelectorAll<HTMLButtonElement>('.lifetime button, .new-term, .lifecycle-wrap button'))
+        b.disabled = true;
       setChildren(stateEl, stateBadge('deleted'));
       setChildren(stopsIn, h('span', { class: 'dim' }, 'deleted'));
       setChildren(
@@ -132,6 +169,11 @@ export const renderSandbox: Page = async (main, ctx, params) => {
         v instanceof HTMLElement && v.tagName === 'DD' ? v : h('dd', {}, v),
       ]),
     );
+  const bar = lifecycleBar(sb, {
+    changed: (message) => redraw(message),
+    status: (message) => setChildren(status, message),
+  });
+  main.classList.remove('deleted');
   setChildren(
     main,
     h('p', { class: 'crumbs' }, h('a', { href: '/sandboxes' }, 'Sandboxes'), ' / ', sb.name),
@@ -141,6 +183,7 @@ export const renderSandbox: Page = async (main, ctx, params) => {
       h('div', {}, h('h1', {}, sb.name, ' ', stateEl), h('p', { class: 'sub mono' }, sb.id)),
       del,
     ),
+    bar,
     status,
     h(
       'div',
@@ -154,6 +197,16 @@ export const renderSandbox: Page = async (main, ctx, params) => {
           ['Region', sb.info.region],
           ['Created', formatDate(sb.info.createdAt)],
           ['Stops in', stopsIn],
+          ['At the end of its lifetime', sb.onTimeout === 'pause' ? 'pauses' : 'stops'],
+          ...(sb.state !== 'started' && sb.info.expiresAt
+            ? [['Deleted in', countdown(sb.info.expiresAt)] as [string, Node]]
+            : []),
+          [
+            'Metadata',
+            metadata.length
+              ? h('span', { class: 'mono' }, metadata.map(([k, v]) => `${k}=${v}`).join(', '))
+              : h('span', { class: 'dim' }, 'none'),
+          ],
         ),
         sb.state === 'started' ? lifetime : null,
       ),
@@ -186,22 +239,33 @@ export const renderSandbox: Page = async (main, ctx, params) => {
         ),
   );
   if (sb.state === 'started') await Promise.all([terminals.init(), files.init()]);
-  // The state changes by itself at stopAt (or by another client): follow it.
+  // The state changes by itself at stopAt (or by another client): follow it, drawing the page
+  // again for a new state.
   let gone = false;
+  let disposed = false;
   const poll = setInterval(() => {
     if (gone || main.classList.contains('deleted')) return;
-    sb.refresh().then(showState, (e) => {
-      if (!(e instanceof NotFoundError)) return;
-      gone = true;
-      terminals.sandboxGone();
-      files.sandboxGone();
-      setChildren(stateEl, stateBadge('deleted'));
-      setChildren(stopsIn, h('span', { class: 'dim' }, 'deleted'));
-    });
+    sb.refresh().then(
+      () => {
+        if (disposed) return;
+        if (sb.state === drawnState) showState();
+        else redraw();
+      },
+      (e) => {
+        if (disposed) return;
+        if (!(e instanceof NotFoundError)) return;
+        gone = true;
+        terminals.sandboxGone();
+        files.sandboxGone();
+        setChildren(stateEl, stateBadge('deleted'));
+        setChildren(stopsIn, h('span', { class: 'dim' }, 'deleted'));
+      },
+    );
   }, 10_000);
   return () => {
+    disposed = true;
     clearInterval(poll);
     terminals.dispose();
     files.dispose();
   };
-};
+}

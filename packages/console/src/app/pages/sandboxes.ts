@@ -87,7 +87,8 @@ function createForm(onCreated: (sb: Sandbox) => void): HTMLFormElement {
   const inputs = {
     image: h('input', {
       type: 'text',
-      value: 'local/debian:bookworm',
+      // `?image=` (the snapshots page's "New sandbox" link) fills it in.
+      value: new URLSearchParams(location.search).get('image') || 'local/debian:bookworm',
       required: true,
       autocomplete: 'off',
       spellcheck: 'false',

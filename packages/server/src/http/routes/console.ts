@@ -16,6 +16,7 @@ export const CONSOLE_PAGES = [
   '/sandboxes',
   '/sandboxes/new',
   '/sandboxes/:id',
+  '/snapshots',
 ];
 
 /** The Content-Security-Policy of the console; `nonce` only lets xterm.js add its own style elements. */
