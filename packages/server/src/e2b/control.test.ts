@@ -571,6 +571,7 @@ describe('E2B control API (fake runtime)', () => {
     const u = await user();
     const q = metadataQuery({ suite: 'paused' });
     const a = (await u.e2b('POST', '/v2/sandboxes', { templateID: 'base', metadata: { suite: 'paused' } })).json();
+    t.clock.advance(1_000); // b starts later: newest first is b, a
     const b = (await u.e2b('POST', '/v2/sandboxes', { templateID: 'base', metadata: { suite: 'paused' } })).json();
     assert.equal((await u.e2b('POST', `/sandboxes/${a.sandboxID}/pause`)).statusCode, 204);
     const rec = (await t.app.store.getSandbox(a.sandboxID))!;
