@@ -144,7 +144,7 @@ describe("E2B's control API through the e2b SDK", { timeout: 600_000 }, () => {
         [made[1].sandboxId],
       );
       const paused = await Sandbox.list({ query: { metadata: { suite: label }, state: ['paused'] } }).nextItems();
-      assert.deepEqual(paused, [], 'sandboxd never pauses');
+      assert.deepEqual(paused, [], 'none paused (pause.test.ts pauses some)');
     } finally {
       await Promise.all([...made, other].map((x) => x.kill()));
     }
@@ -236,7 +236,7 @@ describe("E2B's control API through the e2b SDK", { timeout: 600_000 }, () => {
   it('what sandboxd does not support is refused saying so', async () => {
     const sbx = await Sandbox.create('local/busybox:latest', { timeoutMs: 60_000 });
     try {
-      await assert.rejects(sbx.pause(), /not support pausing/);
+      await assert.rejects(sbx.pause({ keepMemory: false }), /not support filesystem-only pauses/);
       await assert.rejects(sbx.createSnapshot(), /not support snapshots/);
       await assert.rejects(Sandbox.listSnapshots().nextItems(), /not support snapshots/);
       await assert.rejects(sbx.getMetrics(), /not support sandbox metrics/);
@@ -246,8 +246,8 @@ describe("E2B's control API through the e2b SDK", { timeout: 600_000 }, () => {
     }
     const before = await ownIds();
     await assert.rejects(
-      Sandbox.create('local/busybox:latest', { lifecycle: { onTimeout: 'pause' } }),
-      /501: sandboxd does not support pausing sandboxes/,
+      Sandbox.create('local/busybox:latest', { lifecycle: { onTimeout: { action: 'pause', keepMemory: false } } }),
+      /501: sandboxd does not support filesystem-only pauses/,
     );
     await assert.rejects(
       Sandbox.create('local/busybox:latest', { volumeMounts: { '/data': 'vol' } }),

@@ -183,8 +183,7 @@ describe('E2B control API (fake runtime)', () => {
   it('create: what sandboxd cannot do is 501 naming it, and creates nothing', async () => {
     const u = await user();
     const cases: Array<[Record<string, unknown>, string]> = [
-      [{ autoPause: true }, 'pausing sandboxes (autoPause'],
-      [{ autoPause: true, autoPauseMemory: false }, 'pausing sandboxes'],
+      [{ autoPause: true, autoPauseMemory: false }, 'filesystem-only pauses (autoPauseMemory: false'],
       [{ autoResume: { enabled: true } }, 'auto-resume'],
       [{ volumeMounts: [{ name: 'v', path: '/data' }] }, 'E2B volumes (volumeMounts)'],
       [{ mcp: {} }, 'MCP servers'],
@@ -203,8 +202,19 @@ describe('E2B control API (fake runtime)', () => {
       assertError(r, 501, 'unsupported', text);
       assert.ok(r.json().message.startsWith('sandboxd does not support '), r.json().message);
     }
-    const two = await u.e2b('POST', '/v2/sandboxes', { templateID: 'base', autoPause: true, mcp: {} });
-    assertError(two, 501, 'unsupported', /pausing sandboxes.*; sandboxd does not support MCP servers/);
+    const two = await u.e2b('POST', '/v2/sandboxes', {
+      templateID: 'base',
+      autoPause: true,
+      autoPauseMemory: false,
+      mcp: {},
+    });
+    assertError(two, 501, 'unsupported', /filesystem-only pauses.*; sandboxd does not support MCP servers/);
+    assertError(
+      await u.e2b('POST', '/v2/sandboxes', { templateID: 'base', autoPauseMemory: false }),
+      400,
+      'validation',
+      'autoPauseMemory: false only applies when autoPause is true',
+    );
     assert.deepEqual(await u.own(), []);
   });
 
@@ -478,12 +488,12 @@ describe('E2B control API (fake runtime)', () => {
     // v1 connect (timeout required), resume, refreshes.
     assertError(await u.e2b('POST', `/sandboxes/${c.sandboxID}/connect`, {}), 400, 'validation', '/timeout');
     assert.equal((await u.e2b('POST', `/sandboxes/${c.sandboxID}/connect`, { timeout: 1 })).statusCode, 200);
-    assert.equal((await u.e2b('POST', `/sandboxes/${c.sandboxID}/resume`)).statusCode, 200);
+    assertError(await u.e2b('POST', `/sandboxes/${c.sandboxID}/resume`), 409, 'conflict', 'is already running');
     assertError(
       await u.e2b('POST', `/sandboxes/${c.sandboxID}/resume`, { autoPause: true }),
-      501,
-      'unsupported',
-      'pausing sandboxes',
+      409,
+      'conflict',
+      'is already running',
     );
     assertError(await u.e2b('POST', `/v2/sandboxes/${c.sandboxID}/connect`, { timeout: 'x' }), 400, 'validation');
     await u.e2b('DELETE', `/sandboxes/${c.sandboxID}`);
@@ -505,12 +515,197 @@ describe('E2B control API (fake runtime)', () => {
     assertError(await u.e2b('POST', '/sandboxes/sbx_aaaaaaaaaaaaaaaaaaaa/refreshes', {}), 404, 'not_found');
   });
 
+  it('pause: 204, then 409 (the SDK answers false); 404 unknown; 501 for memory: false; a paused one is 409 for timeouts', async () => {
+    const u = await user();
+    const other = await user();
+    const c = (await u.e2b('POST', '/v2/sandboxes', { templateID: 'base', timeout: 600 })).json();
+    const before = await u.balance();
+    assertError(
+      await u.e2b('POST', `/sandboxes/${c.sandboxID}/pause`, { memory: false }),
+      501,
+      'unsupported',
+      'filesystem-only pauses',
+    );
+    assertError(await other.e2b('POST', `/sandboxes/${c.sandboxID}/pause`, {}), 404, 'not_found');
+    assertError(await u.e2b('POST', '/sandboxes/sbx_aaaaaaaaaaaaaaaaaaaa/pause', {}), 404, 'not_found');
+    assertError(await u.e2b('POST', `/sandboxes/${c.sandboxID}/pause`, { memory: 'no' }), 400, 'validation');
+    assert.equal((await t.app.store.getSandbox(c.sandboxID))?.state, 'started', 'refusals change nothing');
+    // The SDK sends {memory: undefined}, i.e. {}; no body at all works too.
+    const r = await u.e2b('POST', `/sandboxes/${c.sandboxID}/pause`);
+    assert.equal(r.statusCode, 204, r.body);
+    assert.equal(r.body, '');
+    const rec = (await t.app.store.getSandbox(c.sandboxID))!;
+    assert.equal(rec.state, 'paused');
+    assert.ok((await u.balance()) > before, "the run's unused minutes are refunded, as sandboxd's own pause does");
+    assertError(
+      await u.e2b('POST', `/sandboxes/${c.sandboxID}/pause`, {}),
+      409,
+      'conflict',
+      `Sandbox ${c.sandboxID} is already paused`,
+    );
+    for (const [url, body] of [
+      [`/sandboxes/${c.sandboxID}/timeout`, { timeout: 60 }],
+      [`/sandboxes/${c.sandboxID}/refreshes`, { duration: 60 }],
+    ] as const)
+      assertError(await u.e2b('POST', url, body), 409, 'conflict', 'is paused: connect (or resume) it first');
+    // Still E2B's sandbox: the not-supported calls on it are 501, not 404.
+    assertError(await u.e2b('GET', `/sandboxes/${c.sandboxID}/metrics`), 501, 'unsupported');
+    // Stopped (sandboxd's own API): gone for E2B.
+    await t.req({ method: 'POST', url: `/api/v1/sandboxes/${c.sandboxID}/stop`, key: u.key, payload: {} });
+    assertError(await u.e2b('POST', `/sandboxes/${c.sandboxID}/pause`, {}), 404, 'not_found');
+  });
+
+  it('pause at the plan maxPaused: 403 quota, nothing frozen', async () => {
+    const u = await user();
+    const ids: string[] = [];
+    for (let i = 0; i < 6; i++)
+      ids.push((await u.e2b('POST', '/v2/sandboxes', { templateID: 'base', timeout: 600 })).json().sandboxID);
+    for (const id of ids.slice(0, 5)) assert.equal((await u.e2b('POST', `/sandboxes/${id}/pause`)).statusCode, 204);
+    assertError(await u.e2b('POST', `/sandboxes/${ids[5]}/pause`), 403, 'quota', 'Paused sandbox limit');
+    assert.equal((await t.app.store.getSandbox(ids[5]))?.state, 'started');
+    for (const id of ids) await u.e2b('DELETE', `/sandboxes/${id}`);
+    assert.deepEqual(await u.own(), [], 'a paused sandbox can be killed');
+  });
+
+  it('get and lists show a paused sandbox as paused; the v1 list and x-total-running count running ones only', async () => {
+    const u = await user();
+    const q = metadataQuery({ suite: 'paused' });
+    const a = (await u.e2b('POST', '/v2/sandboxes', { templateID: 'base', metadata: { suite: 'paused' } })).json();
+    t.clock.advance(1_000); // b starts later: newest first is b, a
+    const b = (await u.e2b('POST', '/v2/sandboxes', { templateID: 'base', metadata: { suite: 'paused' } })).json();
+    assert.equal((await u.e2b('POST', `/sandboxes/${a.sandboxID}/pause`)).statusCode, 204);
+    const rec = (await t.app.store.getSandbox(a.sandboxID))!;
+    const got = await u.e2b('GET', `/sandboxes/${a.sandboxID}`);
+    assert.equal(got.statusCode, 200, got.body);
+    assert.equal(got.json().state, 'paused');
+    assert.equal(got.json().endAt, new Date(rec.expiresAt!).toISOString(), 'a paused one ends at its retention');
+    assert.deepEqual(got.json().lifecycle, { onTimeout: 'kill', autoResume: false });
+    const ids = (r: LightMyRequestResponse) =>
+      r.json().map((x: { sandboxID: string; state: string }) => [x.sandboxID, x.state]);
+    const paused = await u.e2b('GET', `/v2/sandboxes?${q}&state=paused`);
+    assert.deepEqual(ids(paused), [[a.sandboxID, 'paused']]);
+    assert.equal(paused.headers['x-total-running'], undefined);
+    const both = await u.e2b('GET', `/v2/sandboxes?${q}&state=running,paused`);
+    assert.deepEqual(ids(both), [
+      [b.sandboxID, 'running'],
+      [a.sandboxID, 'paused'],
+    ]);
+    assert.equal(both.headers['x-total-running'], '1');
+    assert.deepEqual(ids(await u.e2b('GET', `/v2/sandboxes?${q}`)), ids(both), 'no state: both');
+    assert.deepEqual(ids(await u.e2b('GET', `/v2/sandboxes?${q}&state=running`)), [[b.sandboxID, 'running']]);
+    assert.deepEqual(ids(await u.e2b('GET', `/sandboxes?${q}`)), [[b.sandboxID, 'running']]);
+    const page = await u.e2b('GET', `/v2/sandboxes?${q}&limit=1`);
+    assert.deepEqual(ids(page), [[b.sandboxID, 'running']]);
+    const next = await u.e2b('GET', `/v2/sandboxes?${q}&limit=1&nextToken=${page.headers['x-next-token']}`);
+    assert.deepEqual(ids(next), [[a.sandboxID, 'paused']], 'pages run over both states');
+  });
+
+  it('connect resumes a paused sandbox (201, the requested timeout); a running one is 200 as before', async () => {
+    const u = await user();
+    const c = (await u.e2b('POST', '/v2/sandboxes', { templateID: 'base', timeout: 600 })).json();
+    await u.e2b('POST', `/sandboxes/${c.sandboxID}/pause`);
+    t.clock.advance(5_000);
+    assertError(
+      await u.e2b('POST', `/v2/sandboxes/${c.sandboxID}/connect`, { memory: false }),
+      501,
+      'unsupported',
+      "onResume: 'reboot'",
+    );
+    assertError(
+      await u.e2b('POST', `/v2/sandboxes/${c.sandboxID}/connect`, { timeout: 3601 }),
+      400,
+      'validation',
+      'timeoutMs must be at most',
+    );
+    assert.equal((await t.app.store.getSandbox(c.sandboxID))?.state, 'paused', 'refusals change nothing');
+    const r = await u.e2b('POST', `/v2/sandboxes/${c.sandboxID}/connect`, { timeout: 120 });
+    assert.equal(r.statusCode, 201, r.body);
+    assert.deepEqual(r.json(), c, 'the same answer as the create');
+    let rec = (await t.app.store.getSandbox(c.sandboxID))!;
+    assert.equal(rec.state, 'started');
+    assert.equal(rec.stopAt, t.clock.now() + 120_000);
+    assert.equal(rec.expiresAt ?? null, null);
+    const again = await u.e2b('POST', `/v2/sandboxes/${c.sandboxID}/connect`, { timeout: 60, memory: false });
+    assert.equal(again.statusCode, 200, 'running: memory is moot');
+    // No timeout: the keep-alive default. v1 connect too.
+    await u.e2b('POST', `/sandboxes/${c.sandboxID}/pause`);
+    assert.equal((await u.e2b('POST', `/v2/sandboxes/${c.sandboxID}/connect`)).statusCode, 201);
+    rec = (await t.app.store.getSandbox(c.sandboxID))!;
+    assert.equal(rec.stopAt, t.clock.now() + 300_000);
+    await u.e2b('POST', `/sandboxes/${c.sandboxID}/pause`);
+    assert.equal((await u.e2b('POST', `/sandboxes/${c.sandboxID}/connect`, { timeout: 30 })).statusCode, 201);
+    assert.equal((await t.app.store.getSandbox(c.sandboxID))!.stopAt, t.clock.now() + 30_000);
+    // Another account's paused sandbox is not there.
+    await u.e2b('POST', `/sandboxes/${c.sandboxID}/pause`);
+    const other = await user();
+    assertError(await other.e2b('POST', `/v2/sandboxes/${c.sandboxID}/connect`, {}), 404, 'not_found');
+    // A resume is a new run: 402 without tokens, as sandboxd's own resume.
+    const poor = await user({ tokens: 12 });
+    const p = (await poor.e2b('POST', '/v2/sandboxes', { templateID: 'base', timeout: 600 })).json();
+    assert.equal((await poor.e2b('POST', `/sandboxes/${p.sandboxID}/pause`)).statusCode, 204);
+    assertError(await poor.e2b('POST', `/v2/sandboxes/${p.sandboxID}/connect`, { timeout: 3600 }), 402, 'tokens');
+    assert.equal((await t.app.store.getSandbox(p.sandboxID))?.state, 'paused');
+  });
+
+  it('resume (deprecated): 201 for a paused one, 409 for a running one; autoPause only as created', async () => {
+    const u = await user();
+    const plain = (await u.e2b('POST', '/v2/sandboxes', { templateID: 'base', timeout: 600 })).json();
+    const auto = (await u.e2b('POST', '/v2/sandboxes', { templateID: 'base', timeout: 600, autoPause: true })).json();
+    for (const s of [plain, auto])
+      assert.equal((await u.e2b('POST', `/sandboxes/${s.sandboxID}/pause`)).statusCode, 204);
+    assertError(
+      await u.e2b('POST', `/sandboxes/${plain.sandboxID}/resume`, { autoPause: true }),
+      501,
+      'unsupported',
+      'changing what a sandbox does at its timeout after create',
+    );
+    assertError(
+      await u.e2b('POST', `/sandboxes/${auto.sandboxID}/resume`, { autoPause: false }),
+      501,
+      'unsupported',
+      'autoPause: false on resume',
+    );
+    assertError(await u.e2b('POST', `/sandboxes/${plain.sandboxID}/resume`, { memory: false }), 501, 'unsupported');
+    const r1 = await u.e2b('POST', `/sandboxes/${plain.sandboxID}/resume`, { timeout: 90, autoPause: false });
+    assert.equal(r1.statusCode, 201, r1.body);
+    assert.deepEqual(r1.json(), plain);
+    assert.equal((await t.app.store.getSandbox(plain.sandboxID))!.stopAt, t.clock.now() + 90_000);
+    const r2 = await u.e2b('POST', `/sandboxes/${auto.sandboxID}/resume`, { autoPause: true });
+    assert.equal(r2.statusCode, 201, r2.body);
+    assert.equal((await t.app.store.getSandbox(auto.sandboxID))!.stopAt, t.clock.now() + 300_000);
+    assertError(await u.e2b('POST', `/sandboxes/${auto.sandboxID}/resume`, {}), 409, 'conflict', 'already running');
+  });
+
+  it('create with autoPause: onTimeout pause; the reaper pauses it at its timeout, connect resumes it', async () => {
+    const u = await user();
+    const c = (
+      await u.e2b('POST', '/v2/sandboxes', { templateID: 'base', timeout: 60, autoPause: true, autoPauseMemory: true })
+    ).json();
+    const rec = await t.app.store.getSandbox(c.sandboxID);
+    assert.equal(rec?.onTimeout, 'pause');
+    assert.deepEqual((await u.e2b('GET', `/sandboxes/${c.sandboxID}`)).json().lifecycle, {
+      onTimeout: 'pause',
+      autoResume: false,
+    });
+    const own = (await t.req({ method: 'GET', url: `/api/v1/sandboxes/${c.sandboxID}`, key: u.key })).json();
+    assert.equal(own.sandbox.onTimeout, 'pause', "sandboxd's own API shows the same");
+    // autoPause: false is E2B's default: kill, i.e. sandboxd's stop (gone for E2B).
+    const k = (await u.e2b('POST', '/v2/sandboxes', { templateID: 'base', timeout: 60, autoPause: false })).json();
+    assert.equal((await t.app.store.getSandbox(k.sandboxID))?.onTimeout ?? 'stop', 'stop');
+    t.clock.advance(61_000);
+    await t.app.reaper.tick();
+    assert.equal((await u.e2b('GET', `/sandboxes/${c.sandboxID}`)).json().state, 'paused');
+    assertError(await u.e2b('GET', `/sandboxes/${k.sandboxID}`), 404, 'not_found');
+    const r = await u.e2b('POST', `/v2/sandboxes/${c.sandboxID}/connect`, { timeout: 60 });
+    assert.equal(r.statusCode, 201, r.body);
+    assert.equal((await t.app.store.getSandbox(c.sandboxID))?.state, 'started');
+  });
+
   it('what sandboxd does not support is 501 saying so (404 first for a sandbox that is not there)', async () => {
     const u = await user();
     const c = (await u.e2b('POST', '/v2/sandboxes', { templateID: 'base', timeout: 60 })).json();
     const id = c.sandboxID;
     const ofSandbox: Array<[string, string, unknown?]> = [
-      ['POST', `/sandboxes/${id}/pause`, {}],
       ['POST', `/sandboxes/${id}/snapshots`, { name: 'x' }],
       ['POST', `/sandboxes/${id}/fork`, { count: 1 }],
       ['PUT', `/sandboxes/${id}/network`, { allowOut: [] }],

@@ -1,6 +1,6 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { LIMITS, SandboxdError } from '@sandboxd/protocol';
-import type { FastifyRequest } from 'fastify';
+import type { FastifyReply, FastifyRequest } from 'fastify';
 import { Type } from 'typebox';
 import type { PlanConfig } from '../config.js';
 import type { SandboxRecord } from '../domain/sandbox.js';
@@ -62,6 +62,7 @@ const ConnectV1Body = Type.Object(
   { timeout: Seconds, memory: Type.Optional(Type.Boolean()) },
   { additionalProperties: false },
 );
+const PauseBody = Type.Object({ memory: Type.Optional(Type.Boolean()) }, { additionalProperties: false });
 const ResumeBody = Type.Object(
   { timeout: Type.Optional(Seconds), autoPause: Type.Optional(Type.Boolean()), memory: Type.Optional(Type.Boolean()) },
   { additionalProperties: false },
@@ -83,7 +84,26 @@ interface E2bSandbox {
 /** The template E2B sees: the name it was created from, or the image of a sandboxd create. */
 const templateOf = (r: SandboxRecord): string => r.template ?? r.image;
 
+/** `details.state` of a sandboxd `conflict` (the state the sandbox was in). */
+const stateIn = (e: SandboxdError): unknown => (e.details as { state?: unknown } | undefined)?.state;
+
+/** E2B's 409 for a pause of a paused sandbox (its SDK's pause then answers false). */
+const alreadyPaused = (id: string) =>
+  new SandboxdError('conflict', `Sandbox ${id} is already paused`, { state: 'paused' });
+
 const notFound = (id: string) => new SandboxdError('not_found', `Sandbox ${id} not found`);
+
+/** 409 for a paused sandbox asked for something that needs it running. */
+const pausedConflict = (id: string) =>
+  new SandboxdError('conflict', `Sandbox ${id} is paused: connect (or resume) it first`, { state: 'paused' });
+
+/** E2B's two states; the records E2B does not see (stopped, error, being created or started) have none. */
+const e2bState = (r: SandboxRecord): 'running' | 'paused' | undefined =>
+  r.state === 'started' ? 'running' : r.state === 'paused' ? 'paused' : undefined;
+
+/** A pause with `memory: false` (E2B's filesystem-only snapshot) or a resume that reboots. */
+const NO_MEMORY =
+  "filesystem-only pauses and resumes that reboot (memory: false, the SDK's keepMemory: false or onResume: 'reboot'): sandboxd's pauses keep memory and processes";
 
 const unsupported = (what: string) => new SandboxdError('unsupported', `sandboxd does not support ${what} yet`);
 
@@ -95,13 +115,14 @@ const emptyBodyIsObject = async (req: FastifyRequest) => {
 /**
  * E2B's control API (the `api.e2b.app` of E2B's SDKs), served under `/e2b` over the same
  * services as sandboxd's own API: creates meet the same tokens, concurrency, plan lifetimes
- * and images; timeouts the same rules; kills the same delete. Only `started` sandboxes of the
- * caller's account exist here (E2B's `running`); sandboxd never pauses one. What sandboxd
- * cannot do is refused with 501 (`unsupported`) and a message naming it, never ignored.
+ * and images; timeouts the same rules; kills the same delete; pause, resume and connect of a
+ * paused sandbox the lifecycle service's pause and resume. Only `started` (E2B's `running`)
+ * and `paused` sandboxes of the caller's account exist here; stopped ones do not. What
+ * sandboxd cannot do is refused with 501 (`unsupported`) and a message naming it, never ignored.
  * Registered with the prefix `/e2b`; hidden from sandboxd's OpenAPI document.
  */
 export const e2bControlRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) => {
-  const { sandboxes, timeout } = d.services;
+  const { sandboxes, timeout, lifecycle } = d.services;
 
   const limitsOf = (p: PlanConfig) => ({
     cpuCount: Math.max(1, Math.ceil(p.limits.cpus)),
@@ -126,16 +147,17 @@ export const e2bControlRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app,
     ...(r.template !== undefined ? { alias: r.template } : {}),
     clientID: CLIENT_ID,
     startedAt: new Date(r.createdAt).toISOString(),
-    endAt: new Date(r.stopAt).toISOString(),
-    state: 'running' as const,
+    // A paused sandbox ends when its retention does (it is deleted then).
+    endAt: new Date(r.state === 'paused' ? (r.expiresAt ?? r.stopAt) : r.stopAt).toISOString(),
+    state: e2bState(r) ?? 'running',
     ...limitsOf(plan),
     metadata: r.metadata ?? {},
     envdVersion: ENVD_VERSION,
     volumeMounts: r.volumes.map((m) => ({ name: m.name, path: m.mountPath })),
   });
 
-  /** The caller's sandbox while it is started; `not_found` otherwise (E2B: it does not exist). */
-  const running = async (req: FastifyRequest, id: string): Promise<SandboxRecord> => {
+  /** The caller's sandbox while it is started or paused; `not_found` otherwise (E2B: it does not exist). */
+  const visible = async (req: FastifyRequest, id: string): Promise<SandboxRecord> => {
     let r: SandboxRecord;
     try {
       r = await sandboxes.get(principalOf(req).account.id, id);
@@ -143,30 +165,60 @@ export const e2bControlRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app,
       if (e instanceof SandboxdError && e.kind === 'not_found') throw notFound(id);
       throw e;
     }
-    if (r.state !== 'started') throw notFound(id);
+    if (e2bState(r) === undefined) throw notFound(id);
     return r;
   };
 
-  /** A sandbox that stopped between the look-up and the change is gone, for E2B. */
+  /** The caller's sandbox while it is started; 409 while paused; `not_found` otherwise. */
+  const running = async (req: FastifyRequest, id: string): Promise<SandboxRecord> => {
+    const r = await visible(req, id);
+    if (r.state === 'paused') throw pausedConflict(id);
+    return r;
+  };
+
+  /**
+   * A sandbox that changed state between the look-up and the change: paused meanwhile is
+   * 409 (as a paused one is for the call), anything else (stopped, deleted) is gone, for E2B.
+   */
   const goneIsNotFound = async <T>(id: string, fn: () => Promise<T>): Promise<T> => {
     try {
       return await fn();
     } catch (e) {
+      if (e instanceof SandboxdError && e.kind === 'conflict' && stateIn(e) === 'paused') throw pausedConflict(id);
       if (e instanceof SandboxdError && (e.kind === 'conflict' || e.kind === 'not_found')) throw notFound(id);
       throw e;
     }
   };
 
-  /** Every started sandbox of the account (few: the plan's concurrency bounds them). */
-  const runningOf = async (accountId: string): Promise<SandboxRecord[]> => {
+  /** Every sandbox of the account in one of `states` (few: concurrency and `maxPaused` bound them). */
+  const listOf = async (accountId: string, states: ReadonlyArray<'started' | 'paused'>): Promise<SandboxRecord[]> => {
     const out: SandboxRecord[] = [];
-    let cursor: string | undefined;
-    do {
-      const page = await sandboxes.list(accountId, { state: 'started', limit: LIMITS.maxPageSize, cursor });
-      out.push(...page.items);
-      cursor = page.nextCursor;
-    } while (cursor);
+    for (const state of states) {
+      let cursor: string | undefined;
+      do {
+        const page = await sandboxes.list(accountId, { state, limit: LIMITS.maxPageSize, cursor });
+        out.push(...page.items);
+        cursor = page.nextCursor;
+      } while (cursor);
+    }
     return out;
+  };
+
+  /**
+   * Resumes a paused sandbox for `seconds` (none or 0: {@link DEFAULT_KEEPALIVE_MS}, cut to
+   * the plan's lifetime). Null when it was resumed meanwhile by another call (it runs: the
+   * caller treats it as running); `not_found` when it went (stopped, deleted) meanwhile.
+   */
+  const resumePaused = async (req: FastifyRequest, r: SandboxRecord, seconds: number | undefined) => {
+    const account = principalOf(req).account;
+    const ms = seconds ? seconds * 1000 : Math.min(DEFAULT_KEEPALIVE_MS, planOf(d.config, account.plan).maxLifetimeMs);
+    try {
+      return await lifecycle.resume(account, r.id, ms);
+    } catch (e) {
+      if (e instanceof SandboxdError && e.kind === 'conflict' && stateIn(e) === 'started') return null;
+      if (e instanceof SandboxdError && (e.kind === 'conflict' || e.kind === 'not_found')) throw notFound(r.id);
+      throw e;
+    }
   };
 
   /** Ensures the sandbox runs at least `seconds` more (a default when absent); never shortens it. */
@@ -184,6 +236,10 @@ export const e2bControlRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app,
   // --- create -------------------------------------------------------------------------------
 
   const create = async (req: FastifyRequest, b: NewSandbox) => {
+    if (b.autoPauseMemory === false && b.autoPause !== true) {
+      const message = 'autoPauseMemory: false only applies when autoPause is true';
+      throw new SandboxdError('validation', message, [{ in: 'body', path: '/autoPauseMemory', message }]);
+    }
     const refused = unsupportedIn(b, { egress: d.config.egress });
     if (refused.length) throw new SandboxdError('unsupported', refused.join('; '));
     const { image, configured } = imageOfTemplate(d.config.e2bTemplates, b.templateID);
@@ -195,6 +251,7 @@ export const e2bControlRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app,
           image,
           ...(b.timeout !== undefined ? { timeoutMs: b.timeout * 1000 } : {}),
           ...(b.envVars !== undefined ? { env: b.envVars } : {}),
+          ...(b.autoPause === true ? { onTimeout: 'pause' as const } : {}),
         },
         { template: b.templateID, ...(b.metadata !== undefined ? { metadata: b.metadata } : {}) },
       );
@@ -233,8 +290,10 @@ export const e2bControlRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app,
     const startedAfter = parseStartedAfter(q.startedAfter);
     const after = q.nextToken === undefined || q.nextToken === '' ? undefined : decodeNextToken(q.nextToken);
     const account = principalOf(req).account;
-    // `paused` never matches: sandboxd does not pause sandboxes.
-    const all = states.has('running') ? await runningOf(account.id) : [];
+    const all = await listOf(account.id, [
+      ...(states.has('running') ? (['started'] as const) : []),
+      ...(states.has('paused') ? (['paused'] as const) : []),
+    ]);
     const matching = all.filter(
       (r) =>
         matchesMetadata(r.metadata, filter) &&
@@ -243,7 +302,8 @@ export const e2bControlRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app,
     );
     const page = pageOf(matching, { order, limit, after });
     if (page.next) reply.header('x-next-token', encodeNextToken(page.next));
-    if (states.has('running')) reply.header('x-total-running', String(matching.length));
+    if (states.has('running'))
+      reply.header('x-total-running', String(matching.filter((r) => r.state === 'started').length));
     const plan = planOf(d.config, account.plan);
     return page.items.map((r) => listed(r, plan));
   });
@@ -263,7 +323,8 @@ export const e2bControlRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app,
       const filter = parseMetadataFilter(req.query.metadata);
       const account = principalOf(req).account;
       const plan = planOf(d.config, account.plan);
-      const all = (await runningOf(account.id)).filter((r) => matchesMetadata(r.metadata, filter));
+      // E2B's v1 list: running sandboxes only.
+      const all = (await listOf(account.id, ['started'])).filter((r) => matchesMetadata(r.metadata, filter));
       return pageOf(all, { order: 'desc', limit: all.length }).items.map((r) => listed(r, plan));
     },
   );
@@ -271,19 +332,19 @@ export const e2bControlRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app,
   // --- one sandbox --------------------------------------------------------------------------
 
   app.get('/sandboxes/:id', { schema: { ...hide, params: IdParams } }, async (req) => {
-    const r = await running(req, req.params.id);
+    const r = await visible(req, req.params.id);
     const plan = planOf(d.config, principalOf(req).account.plan);
     const { envdAccessToken, domain } = await sandboxAnswer(r);
     return {
       ...listed(r, plan),
       envdAccessToken,
       domain,
-      lifecycle: { onTimeout: 'kill', autoResume: false },
+      lifecycle: { onTimeout: r.onTimeout === 'pause' ? 'pause' : 'kill', autoResume: false },
     };
   });
 
   app.delete('/sandboxes/:id', { schema: { ...hide, params: IdParams } }, async (req, reply) => {
-    const r = await running(req, req.params.id);
+    const r = await visible(req, req.params.id);
     await goneIsNotFound(r.id, () => sandboxes.delete(principalOf(req).account.id, r.id));
     return reply.code(204).send();
   });
@@ -301,21 +362,67 @@ export const e2bControlRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app,
   );
 
   app.post(
-    '/v2/sandboxes/:id/connect',
-    { schema: { ...hide, params: IdParams, body: ConnectV2Body }, preValidation: emptyBodyIsObject },
-    async (req) => sandboxAnswer(await keepAlive(req, req.params.id, req.body.timeout)),
+    '/sandboxes/:id/pause',
+    { schema: { ...hide, params: IdParams, body: PauseBody }, preValidation: emptyBodyIsObject },
+    async (req, reply) => {
+      const id = req.params.id;
+      const r = await visible(req, id);
+      if (r.state === 'paused') throw alreadyPaused(id);
+      if (req.body.memory === false) throw unsupported(NO_MEMORY);
+      try {
+        await lifecycle.pause(principalOf(req).account, r.id);
+      } catch (e) {
+        if (e instanceof SandboxdError && e.kind === 'conflict' && stateIn(e) === 'paused') throw alreadyPaused(id);
+        if (e instanceof SandboxdError && (e.kind === 'conflict' || e.kind === 'not_found')) throw notFound(id);
+        throw e;
+      }
+      return reply.code(204).send();
+    },
   );
 
-  app.post('/sandboxes/:id/connect', { schema: { ...hide, params: IdParams, body: ConnectV1Body } }, async (req) =>
-    sandboxAnswer(await keepAlive(req, req.params.id, req.body.timeout)),
+  /** E2B's connect: a paused sandbox is resumed (201), a running one kept alive (200). */
+  const connect = async (req: FastifyRequest, reply: FastifyReply, seconds: number | undefined, memory?: boolean) => {
+    const id = (req.params as { id: string }).id;
+    const r = await visible(req, id);
+    if (r.state === 'paused') {
+      if (memory === false) throw unsupported(NO_MEMORY);
+      const resumed = await resumePaused(req, r, seconds);
+      if (resumed) return reply.code(201).send(await sandboxAnswer(resumed));
+    }
+    return reply.code(200).send(await sandboxAnswer(await keepAlive(req, id, seconds)));
+  };
+
+  app.post(
+    '/v2/sandboxes/:id/connect',
+    { schema: { ...hide, params: IdParams, body: ConnectV2Body }, preValidation: emptyBodyIsObject },
+    async (req, reply) => connect(req, reply, req.body.timeout, req.body.memory),
   );
 
   app.post(
+    '/sandboxes/:id/connect',
+    { schema: { ...hide, params: IdParams, body: ConnectV1Body } },
+    async (req, reply) => connect(req, reply, req.body.timeout, req.body.memory),
+  );
+
+  /** E2B's deprecated resume: 201 for a paused sandbox, 409 for a running one. */
+  app.post(
     '/sandboxes/:id/resume',
     { schema: { ...hide, params: IdParams, body: ResumeBody }, preValidation: emptyBodyIsObject },
-    async (req) => {
-      if (req.body.autoPause === true) throw unsupported('pausing sandboxes (autoPause)');
-      return sandboxAnswer(await keepAlive(req, req.params.id, req.body.timeout));
+    async (req, reply) => {
+      const id = req.params.id;
+      const r = await visible(req, id);
+      if (r.state !== 'paused')
+        throw new SandboxdError('conflict', `Sandbox ${id} is already running`, { state: 'running' });
+      const { autoPause, memory } = req.body;
+      if (memory === false) throw unsupported(NO_MEMORY);
+      // The record's onTimeout is fixed at create: a resume may only repeat it.
+      if (autoPause !== undefined && autoPause !== (r.onTimeout === 'pause'))
+        throw unsupported(
+          `changing what a sandbox does at its timeout after create (autoPause: ${autoPause} on resume of a sandbox created with autoPause: ${!autoPause}); create the sandbox with the autoPause it needs`,
+        );
+      const resumed = await resumePaused(req, r, req.body.timeout);
+      if (!resumed) throw new SandboxdError('conflict', `Sandbox ${id} is already running`, { state: 'running' });
+      return reply.code(201).send(await sandboxAnswer(resumed));
     },
   );
 
@@ -332,7 +439,6 @@ export const e2bControlRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app,
 
   /** Operations on one sandbox sandboxd cannot do: 404 for a sandbox that is not there, else 501. */
   const ofSandbox: Array<[method: 'GET' | 'POST' | 'PUT', path: string, what: string]> = [
-    ['POST', '/sandboxes/:id/pause', 'pausing sandboxes'],
     ['POST', '/sandboxes/:id/snapshots', 'snapshots'],
     ['POST', '/sandboxes/:id/fork', 'forking sandboxes'],
     ['PUT', '/sandboxes/:id/network', "changing a sandbox's network"],
@@ -346,7 +452,7 @@ export const e2bControlRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app,
       url,
       schema: { ...hide, params: IdParams },
       handler: async (req) => {
-        await running(req, (req.params as { id: string }).id);
+        await visible(req, (req.params as { id: string }).id);
         throw unsupported(what);
       },
     });

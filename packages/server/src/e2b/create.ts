@@ -84,7 +84,11 @@ const present = (v: unknown): boolean =>
 export function unsupportedIn(b: NewSandbox, o: { egress: Config['egress'] }): string[] {
   const out: string[] = [];
   const no = (what: string) => out.push(`sandboxd does not support ${what} yet`);
-  if (b.autoPause === true) no("pausing sandboxes (autoPause, the SDK's lifecycle.onTimeout 'pause')");
+  // autoPause: true is `onTimeout: 'pause'`; the pause keeps memory (E2B's autoPauseMemory: true).
+  if (b.autoPause === true && b.autoPauseMemory === false)
+    no(
+      "filesystem-only pauses (autoPauseMemory: false, the SDK's onTimeout {action: 'pause', keepMemory: false}): sandboxd's pauses keep memory and processes",
+    );
   if (b.autoResume?.enabled === true) no('auto-resume (autoResume)');
   if (present(b.volumeMounts)) no("E2B volumes (volumeMounts); sandboxd's own API mounts its volumes");
   if (given(b.mcp)) no('MCP servers (mcp)');

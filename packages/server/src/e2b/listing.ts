@@ -3,14 +3,14 @@ import { SandboxdError } from '@sandboxd/protocol';
 /*
  * Pure pieces of E2B's sandbox list (`GET /v2/sandboxes`): its query parameters as E2B's
  * SDK sends them, and the paging over a list that is filtered and ordered in memory. The
- * running sandboxes of one account are few (the plan's concurrency bounds them), so the
+ * running and paused sandboxes of one account are few (the plan's concurrency and maxPaused bound them), so the
  * list is read whole, filtered, ordered and cut into pages here.
  */
 
 /** Bounds of `limit` (E2B's default page is 100). */
 export const LIST_LIMITS = { default: 100, max: 1000 } as const;
 
-/** The E2B states a list may ask for. sandboxd never pauses, so `paused` is always empty. */
+/** The E2B states a list may ask for: `running` (sandboxd's `started`) and `paused`. */
 export const E2B_STATES = ['running', 'paused'] as const;
 export type E2bState = (typeof E2B_STATES)[number];
 

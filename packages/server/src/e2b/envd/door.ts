@@ -122,6 +122,8 @@ export class EnvdDoor {
       sb !== null &&
       (token ? await this.d.tokens.verify(sb.id, token) : await this.signatureOk(sb.id, req.method ?? 'GET', url));
     if (!sb || !owned) return { refuse: { status: 404, message: `Sandbox ${id.id} not found` } };
+    if (sb.state === 'paused')
+      return { refuse: { status: 502, message: `Sandbox ${sb.id} is paused: connect to it to resume it` } };
     if (sb.state !== 'started' || sb.stopAt <= this.d.now())
       return { refuse: { status: 502, message: `Sandbox ${sb.id} is not running (it was stopped or timed out)` } };
     const template = sb.template ? this.d.templates[sb.template] : undefined;
