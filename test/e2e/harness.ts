@@ -41,7 +41,7 @@ export interface Server {
   stdout: () => string;
   /** Sends a signal to the server process (by its pid) and waits for it to exit (bounded). */
   kill(signal?: NodeJS.Signals, waitMs?: number): Promise<number | null>;
-  /** Deletes every sandbox and volume of the accounts the tests made (SIGTERM leaves sandboxes running). */
+  /** Deletes every sandbox, volume and snapshot of the accounts the tests made (SIGTERM leaves sandboxes running). */
   cleanup(): Promise<void>;
   /** Cleans up, SIGTERM, then removes the data dir unless `keepData`. */
   stop(opts?: { keepData?: boolean }): Promise<void>;
@@ -129,8 +129,12 @@ export async function startServer(
     },
     async cleanup() {
       for (const key of keysByDir.get(dataDir) ?? []) {
-        const list = await server.api('GET', '/api/v1/sandboxes?state=started&limit=1000', { key });
+        // Every state: a paused sandbox keeps its processes, a stopped one its root layer.
+        const list = await server.api('GET', '/api/v1/sandboxes?limit=1000', { key });
         for (const sb of list.body?.sandboxes ?? []) await server.api('DELETE', `/api/v1/sandboxes/${sb.id}`, { key });
+        // Snapshots live in the image store, which test servers share.
+        const snaps = await server.api('GET', '/api/v1/snapshots', { key });
+        for (const x of snaps.body?.snapshots ?? []) await server.api('DELETE', `/api/v1/snapshots/${x.name}`, { key });
         const vols = await server.api('GET', '/api/v1/volumes', { key });
         for (const v of vols.body?.volumes ?? []) await server.api('DELETE', `/api/v1/volumes/${v.name}`, { key });
       }

@@ -53,6 +53,7 @@ const VALID_BODIES: Record<string, unknown> = {
   updateSandboxTimeout: { timeoutMs: 1000 },
   execCommand: { command: 'echo pwned > /tmp/pwned' },
   createPortLink: {},
+  snapshotSandbox: { name: 'abuse-made' },
   createTerminal: {},
   createKey: { name: 'abuse' },
   trackEvent: { event: 'onboarding.started', metadata: { abuse: true } },
@@ -112,11 +113,12 @@ describe(`API abuse (${RUNTIME})`, { timeout: 300_000 }, () => {
   let terminalId = '';
   let pid = 0;
   const volume = `abuse_${randomBytes(4).toString('hex')}`;
+  const snapshotName = `abuse-snap-${randomBytes(4).toString('hex')}`;
   const routes: Route[] = [];
   let sent = 0;
 
   /** Strings of account A that no answer to anyone else may contain. */
-  const secretsOfA = () => [A.id, A.email, A.key, sandboxId, terminalId, volume, keyIdA].filter(Boolean);
+  const secretsOfA = () => [A.id, A.email, A.key, sandboxId, terminalId, volume, snapshotName, keyIdA].filter(Boolean);
   const assertNoLeak = (text: string, what: string) => {
     for (const secret of secretsOfA()) assert.ok(!text.includes(secret), `${what}: the answer leaks ${secret}`);
   };
@@ -125,6 +127,7 @@ describe(`API abuse (${RUNTIME})`, { timeout: 300_000 }, () => {
     template.replace(/\{(\w+)\}/g, (_, name: string) => {
       if (name === 'terminalId') return terminalId;
       if (name === 'pid') return String(pid);
+      if (name === 'name' && template.startsWith('/api/v1/snapshots/')) return snapshotName;
       if (name === 'name') return volume;
       if (name === 'port') return '8000';
       if (name === 'id' && template.startsWith('/api/v1/sandboxes/')) return sandboxId;
@@ -186,6 +189,7 @@ describe(`API abuse (${RUNTIME})`, { timeout: 300_000 }, () => {
               ['sandboxes', '/api/v1/sandboxes?limit=1000'],
               ['keys', '/api/v1/keys'],
               ['volumes', '/api/v1/volumes'],
+              ['snapshots', '/api/v1/snapshots'],
               ['events', '/api/v1/events'],
             ].map(async ([name, path]) => [`${'AB'[i]}.${name}`, await get(path, x.key)]),
           ),
@@ -219,6 +223,11 @@ describe(`API abuse (${RUNTIME})`, { timeout: 300_000 }, () => {
     });
     assert.equal(p.status, 200, p.text);
     pid = p.body.pid;
+    const snap = await s.api('POST', `/api/v1/sandboxes/${sandboxId}/snapshot`, {
+      key: A.key,
+      body: { name: snapshotName },
+    });
+    assert.equal(snap.status, 201, snap.text);
     const k = await s.api('POST', '/api/v1/keys', { key: A.key, body: { name: 'to-revoke' } });
     revokedKey = k.body.key;
     assert.equal((await s.api('DELETE', `/api/v1/keys/${k.body.id}`, { key: A.key })).status, 204);

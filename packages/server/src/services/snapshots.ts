@@ -76,7 +76,7 @@ export class SnapshotService {
   /** `not_found` unless the account has a ready snapshot of that name. */
   async get(accountId: string, name: string): Promise<SnapshotRecord> {
     const s = await this.d.store.getSnapshot(accountId, name);
-    if (s?.state !== 'ready') throw new SandboxdError('not_found', 'Snapshot not found', { name });
+    if (s?.state !== 'ready') throw new SandboxdError('not_found', 'Snapshot not found');
     return s;
   }
 
