@@ -1,51 +1,55 @@
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { readdir, rmdir, writeFile } from 'node:fs/promises';
 import type { ResourceLimits } from '../../driver.js';
+import {
+  CGROUP_ROOT,
+  type CgroupFile,
+  cgroupFilePath,
+  cgroupLayout,
+  cgroupParentDirs,
+  cgroupProcsOf,
+} from './cgroup-fs.js';
 
-// Every sandbox's cgroup is `<parent>/<id>` in each hierarchy (cgroup v1 layout).
+// Every sandbox's cgroup is `<parent>/<id>`: in each v1 hierarchy, or in the unified one
+// (v2); cgroup-fs.ts knows where each file is.
 
-/** The OCI `cgroupsPath` of sandbox `id`: relative to each hierarchy's root. */
+/**
+ * The OCI `cgroupsPath` of sandbox `id`: relative to each hierarchy's root, the same on v1
+ * and v2 (crun's cgroupfs manager, its default: no systemd slice, no sub-group).
+ */
 export function cgroupsPath(parent: string, id: string): string {
   return `/${parent}/${id}`;
 }
 
-/** Host pids in sandbox `id`'s cgroup (its pids hierarchy); empty when it has none. */
-export function cgroupProcs(parent: string, id: string): number[] {
-  try {
-    return readFileSync(`/sys/fs/cgroup/pids/${parent}/${id}/cgroup.procs`, 'utf8')
-      .split('\n')
-      .filter(Boolean)
-      .map(Number);
-  } catch {
-    return [];
-  }
+/** Host pids in sandbox `id`'s cgroup (v1: its pids hierarchy); empty when it has none. */
+export function cgroupProcs(parent: string, id: string, root = CGROUP_ROOT): number[] {
+  return cgroupProcsOf(parent, id, root);
 }
 
 /**
- * Removes the folder `parent` from every hierarchy, with the sandbox cgroups left in it
- * (a runtime that died before removing one); never throws, never kills: a cgroup that
- * still holds a process stays, and with it `parent`.
+ * Removes the folder `parent` from every hierarchy (v2: the unified one), with the sandbox
+ * cgroups left in it (a runtime that died before removing one); never throws, never kills:
+ * a cgroup that still holds a process stays, and with it `parent`.
  */
-export async function removeCgroupParent(parent: string): Promise<void> {
-  for (const ctl of await readdir('/sys/fs/cgroup').catch(() => [] as string[])) {
-    const dir = `/sys/fs/cgroup/${ctl}/${parent}`;
+export async function removeCgroupParent(parent: string, root = CGROUP_ROOT): Promise<void> {
+  for (const { dir } of cgroupParentDirs(parent, root)) {
     const children = await readdir(dir, { withFileTypes: true }).catch(() => []);
     for (const c of children) if (c.isDirectory()) await rmdir(`${dir}/${c.name}`).catch(() => undefined);
     await rmdir(dir).catch(() => undefined);
   }
 }
 
-/** Hierarchies (e.g. `pids`) in which the folder `parent` exists. */
-export async function cgroupParentLeft(parent: string): Promise<string[]> {
+/** Hierarchies (e.g. `pids`; v2: `unified`) in which the folder `parent` exists. */
+export async function cgroupParentLeft(parent: string, root = CGROUP_ROOT): Promise<string[]> {
   const out: string[] = [];
-  for (const ctl of await readdir('/sys/fs/cgroup').catch(() => [] as string[])) {
+  for (const { hierarchy, dir } of cgroupParentDirs(parent, root)) {
     if (
-      await readdir(`/sys/fs/cgroup/${ctl}/${parent}`).then(
+      await readdir(dir).then(
         () => true,
         () => false,
       )
     )
-      out.push(ctl);
+      out.push(hierarchy);
   }
   return out;
 }
@@ -70,24 +74,25 @@ export async function applyCgroupLimits(
   id: string,
   limits: ResourceLimits,
   was: ResourceLimits,
-  root = '/sys/fs/cgroup',
+  root = CGROUP_ROOT,
 ): Promise<void> {
-  const v2 = !existsSync(`${root}/memory`) && existsSync(`${root}/cgroup.controllers`);
-  const at = (ctl: string, file: string) =>
-    v2 ? `${root}/${parent}/${id}/${file}` : `${root}/${ctl}/${parent}/${id}/${file}`;
+  const layout = cgroupLayout(root);
+  const v2 = layout === 'v2';
+  const at = (file: CgroupFile) => cgroupFilePath(file, parent, id, root, layout);
   const writes: Promise<void>[] = [];
   if (limits.memoryBytes !== was.memoryBytes) {
     const mem = String(limits.memoryBytes);
     if (v2) {
-      writes.push(writeFile(at('memory', 'memory.max'), mem));
+      // memory.swap.max is swap alone (0: crun wrote OCI swap minus memory), so it follows.
+      writes.push(writeFile(at('memoryMax'), mem));
     } else {
       // memsw (memory + swap) may never be below the memory limit: raise it first, lower it last.
-      const memsw = at('memory', 'memory.memsw.limit_in_bytes');
+      const memsw = at('memorySwapMax');
       const hasMemsw = existsSync(memsw);
       writes.push(
         (async () => {
           if (hasMemsw && limits.memoryBytes > was.memoryBytes) await writeFile(memsw, mem);
-          await writeFile(at('memory', 'memory.limit_in_bytes'), mem);
+          await writeFile(at('memoryMax'), mem);
           if (hasMemsw && limits.memoryBytes < was.memoryBytes) await writeFile(memsw, mem);
         })(),
       );
@@ -95,12 +100,8 @@ export async function applyCgroupLimits(
   }
   if (limits.cpus !== was.cpus) {
     const quota = cpuQuotaUs(limits.cpus);
-    writes.push(
-      v2
-        ? writeFile(at('cpu', 'cpu.max'), `${quota} ${CPU_PERIOD_US}`)
-        : writeFile(at('cpu', 'cpu.cfs_quota_us'), String(quota)),
-    );
+    writes.push(v2 ? writeFile(at('cpuMax'), `${quota} ${CPU_PERIOD_US}`) : writeFile(at('cpuMax'), String(quota)));
   }
-  if (limits.pids !== was.pids) writes.push(writeFile(at('pids', 'pids.max'), String(limits.pids)));
+  if (limits.pids !== was.pids) writes.push(writeFile(at('pidsMax'), String(limits.pids)));
   await Promise.all(writes);
 }

@@ -1,7 +1,7 @@
-import { existsSync } from 'node:fs';
 import { readFile, writeFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { SandboxdError } from '@sandboxd/protocol';
+import { CGROUP_ROOT, cgroupFilePath, cgroupLayout } from './cgroup-fs.js';
 
 /**
  * The cgroup freezer of sandbox cgroup `<parent>/<cid>`: every process of the sandbox (its
@@ -10,24 +10,19 @@ import { SandboxdError } from '@sandboxd/protocol';
  * it outlives the server: a restarted server reads it back with {@link isFrozen}.
  *
  * cgroup v1 (`freezer` hierarchy, `freezer.state` FROZEN/FREEZING/THAWED) or, where only the
- * unified hierarchy is mounted, v2 (`cgroup.freeze`, `cgroup.events` `frozen 1`). The
- * files are written directly: no runtime process per pause (crun pause does the same
- * writes, at the cost of a process start).
+ * unified hierarchy is mounted, v2 (`cgroup.freeze`, `cgroup.events` `frozen 1`); paths
+ * from cgroup-fs.ts. The files are written directly: no runtime process per pause (crun
+ * pause does the same writes, at the cost of a process start).
  */
-
-function layout(root: string): 'v1' | 'v2' {
-  return !existsSync(`${root}/freezer`) && existsSync(`${root}/cgroup.controllers`) ? 'v2' : 'v1';
-}
 
 /** How long {@link freeze} waits for the kernel to stop every task before giving up. */
 const FREEZE_WAIT_MS = 5_000;
 
 /** Freezes the cgroup and resolves once every task is frozen. Rejects `internal` when the cgroup is missing or will not freeze. */
-export async function freeze(parent: string, cid: string, root = '/sys/fs/cgroup'): Promise<void> {
-  const v = layout(root);
-  const dir = v === 'v1' ? `${root}/freezer/${parent}/${cid}` : `${root}/${parent}/${cid}`;
+export async function freeze(parent: string, cid: string, root = CGROUP_ROOT): Promise<void> {
+  const v = cgroupLayout(root);
   try {
-    await writeFile(v === 'v1' ? `${dir}/freezer.state` : `${dir}/cgroup.freeze`, v === 'v1' ? 'FROZEN' : '1');
+    await writeFile(cgroupFilePath('freeze', parent, cid, root, v), v === 'v1' ? 'FROZEN' : '1');
   } catch (e) {
     throw new SandboxdError('internal', `cannot freeze sandbox cgroup ${cid}: ${(e as Error).message}`);
   }
@@ -45,38 +40,32 @@ export async function freeze(parent: string, cid: string, root = '/sys/fs/cgroup
 }
 
 /** Thaws the cgroup (no-op when it is not frozen). Rejects `internal` when the cgroup is missing. */
-export async function thaw(parent: string, cid: string, root = '/sys/fs/cgroup'): Promise<void> {
-  const v = layout(root);
-  const file = v === 'v1' ? `${root}/freezer/${parent}/${cid}/freezer.state` : `${root}/${parent}/${cid}/cgroup.freeze`;
+export async function thaw(parent: string, cid: string, root = CGROUP_ROOT): Promise<void> {
+  const v = cgroupLayout(root);
   try {
-    await writeFile(file, v === 'v1' ? 'THAWED' : '0');
+    await writeFile(cgroupFilePath('freeze', parent, cid, root, v), v === 'v1' ? 'THAWED' : '0');
   } catch (e) {
     throw new SandboxdError('internal', `cannot thaw sandbox cgroup ${cid}: ${(e as Error).message}`);
   }
 }
 
 /** True when the cgroup is frozen (or freezing: a freeze was asked); false when thawed or missing. */
-export async function isFrozen(parent: string, cid: string, root = '/sys/fs/cgroup'): Promise<boolean> {
+export async function isFrozen(parent: string, cid: string, root = CGROUP_ROOT): Promise<boolean> {
   try {
-    if (layout(root) === 'v1') {
-      const s = (await readFile(`${root}/freezer/${parent}/${cid}/freezer.state`, 'utf8')).trim();
-      return s === 'FROZEN';
-    }
-    const events = await readFile(`${root}/${parent}/${cid}/cgroup.events`, 'utf8');
-    return /^frozen 1$/m.test(events);
+    const v = cgroupLayout(root);
+    const text = await readFile(cgroupFilePath('frozen', parent, cid, root, v), 'utf8');
+    return v === 'v1' ? text.trim() === 'FROZEN' : /^frozen 1$/m.test(text);
   } catch {
     return false;
   }
 }
 
 /** True when a freeze was asked and not undone (FROZEN or FREEZING; v2: cgroup.freeze is 1). */
-export async function freezeAsked(parent: string, cid: string, root = '/sys/fs/cgroup'): Promise<boolean> {
+export async function freezeAsked(parent: string, cid: string, root = CGROUP_ROOT): Promise<boolean> {
   try {
-    if (layout(root) === 'v1') {
-      const s = (await readFile(`${root}/freezer/${parent}/${cid}/freezer.state`, 'utf8')).trim();
-      return s === 'FROZEN' || s === 'FREEZING';
-    }
-    return (await readFile(`${root}/${parent}/${cid}/cgroup.freeze`, 'utf8')).trim() === '1';
+    const v = cgroupLayout(root);
+    const s = (await readFile(cgroupFilePath('freeze', parent, cid, root, v), 'utf8')).trim();
+    return v === 'v1' ? s === 'FROZEN' || s === 'FREEZING' : s === '1';
   } catch {
     return false;
   }

@@ -4,6 +4,7 @@ import { readFile, rm } from 'node:fs/promises';
 import type { Socket } from 'node:net';
 import { join } from 'node:path';
 import { constants as osConstants } from 'node:os';
+import { CGROUP_ROOT, cgroupLayout } from '../bundle/cgroup-fs.js';
 import { nativeBin } from '../native.js';
 import { HostSpawner } from './spawner.js';
 
@@ -35,10 +36,11 @@ export interface RunExecOptions {
 /**
  * Whether the host has the cgroup v1 layout (a tmpfs of v1 hierarchies at /sys/fs/cgroup,
  * maybe with a cgroup2 mount at /sys/fs/cgroup/unified: "hybrid", as this host). There
- * `crun run` goes through the mount helper's `cgroup-view` (see {@link OciRuntime.run}).
+ * `crun run` goes through the mount helper's `cgroup-view` (see {@link OciRuntime.run}). On
+ * v2 (unified only) crun runs directly: one group per sandbox, no hierarchy to hide.
  */
 function isCgroupV1Layout(): boolean {
-  return existsSync('/sys/fs/cgroup/memory') && !existsSync('/sys/fs/cgroup/cgroup.controllers');
+  return cgroupLayout() === 'v1';
 }
 
 /**
@@ -65,9 +67,9 @@ export const SANDBOX_CGROUP_CONTROLLERS = ['memory', 'cpu', 'cpuacct', 'pids', '
 export function hostOnlyCgroupPaths(): string[] {
   if (!isCgroupV1Layout()) return [];
   const keep = new Set(SANDBOX_CGROUP_CONTROLLERS);
-  return readdirSync('/sys/fs/cgroup')
+  return readdirSync(CGROUP_ROOT)
     .filter((n) => n !== 'unified' && !n.split(',').every((c) => keep.has(c)))
-    .map((n) => `/sys/fs/cgroup/${n}`);
+    .map((n) => `${CGROUP_ROOT}/${n}`);
 }
 
 /** Path of the mount helper (native/idmap-mount.c), compiled on first use. */
