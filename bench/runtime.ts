@@ -10,8 +10,9 @@
  *
  * Env: BENCH_RUNS (default 50), BENCH_ALIVE (default 200).
  */
-import { readFileSync, rmSync } from 'node:fs';
+import { rmSync } from 'node:fs';
 import { join } from 'node:path';
+import { memoryUsage } from '../packages/server/src/runtime/local/bundle/cgroup-fs.js';
 import { makeTestDriver } from '../packages/server/test/local-driver.js';
 import { BareCrun } from './floor.js';
 import { meminfo, report, summarize, timeMs } from './stats.js';
@@ -83,10 +84,7 @@ try {
   const after = memAvailable();
   const kernelAfter = meminfo();
   let cgroupBytes = 0;
-  for (const id of alive)
-    cgroupBytes += Number(
-      readFileSync(`/sys/fs/cgroup/memory/${options.cgroupParent}/${id}/memory.usage_in_bytes`, 'utf8'),
-    );
+  for (const id of alive) cgroupBytes += memoryUsage(options.cgroupParent!, id).currentBytes ?? 0;
   const MiB = 1024 * 1024;
   const hostPerSandbox = (before - after) / ALIVE / MiB;
   const cgroupPerSandbox = cgroupBytes / ALIVE / MiB;

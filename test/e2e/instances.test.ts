@@ -12,6 +12,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { after, describe, it } from 'node:test';
 import { instanceKey } from '../../packages/server/src/instance.js';
+import { cgroupParentLeft } from '../../packages/server/src/runtime/local/bundle/cgroups.js';
 import { hostVethName, instanceGroup } from '../../packages/server/src/runtime/local/network/addr.js';
 import { runTool } from '../../packages/server/src/runtime/local/network/exec.js';
 import { nftTableName } from '../../packages/server/src/runtime/local/network/rules.js';
@@ -157,10 +158,7 @@ async function tracesOf(i: Instance, ids: string[]): Promise<string[]> {
     'nft tables',
     (await runTool('nft', ['list', 'tables'])).stdout.split('\n').filter((l) => l.includes(nftTableName(i.bridge))),
   );
-  add(
-    'cgroups',
-    readdirSync('/sys/fs/cgroup').filter((c) => existsSync(`/sys/fs/cgroup/${c}/sandboxd-${i.key}`)),
-  );
+  add('cgroups', await cgroupParentLeft(`sandboxd-${i.key}`));
   add('processes', processesOf(i));
   add('run dir', existsSync(join(sharedRunDir, i.key)) ? [join(sharedRunDir, i.key)] : []);
   return left;

@@ -11,6 +11,8 @@ import { after, describe, it } from 'node:test';
 import { isSandboxdError } from '@sandboxd/protocol';
 import { makeTestDriver } from '../../../test/local-driver.js';
 import type { PtyProcess, SandboxSpec } from '../driver.js';
+import { cgroupLimits, cpuUsageNs, sandboxCgroupDir } from './bundle/cgroup-fs.js';
+import { isFrozen } from './bundle/freezer.js';
 import { LocalDriver, type LocalDriverOptions } from './driver.js';
 import { hostVethName } from './network/addr.js';
 import { loopsUnder } from './rootfs/mounts.js';
@@ -55,8 +57,7 @@ async function restart(m: { driver: LocalDriver; options: LocalDriverOptions; da
   return d;
 }
 
-const cpuUsage = (parent: string, cid: string) =>
-  Number(readFileSync(`/sys/fs/cgroup/cpuacct/${parent}/${cid}/cpuacct.usage`, 'utf8'));
+const cpuUsage = (parent: string, cid: string) => cpuUsageNs(parent, cid);
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 async function counter(d: LocalDriver, id: string): Promise<number> {
@@ -91,7 +92,7 @@ describe('local lifecycle', () => {
     await d.pause(s.id);
     const cid = d.containerIdOf(s.id)!;
     const parent = m.options.cgroupParent!;
-    assert.equal(readFileSync(`/sys/fs/cgroup/freezer/${parent}/${cid}/freezer.state`, 'utf8').trim(), 'FROZEN');
+    assert.equal(await isFrozen(parent, cid), true, 'the kernel says frozen');
     const cpu0 = cpuUsage(parent, cid);
     const value = readFileSync(`/proc/${(await d.inspect(s.id))!.pid}/root/tmp/c`, 'utf8').trim();
     await sleep(300);
@@ -142,11 +143,8 @@ describe('local lifecycle', () => {
     const again = await d.start(s.id, { limits: { ...LIMITS, memoryBytes: 96 << 20 } });
     assert.equal(again.state, 'running');
     assert.equal((await d.exec(s.id, 'cat /data/f /root/f; hostname; echo $K')).stdout, 'v\nr\nlchost\nv\n');
-    const memLimit = readFileSync(
-      `/sys/fs/cgroup/memory/${m.options.cgroupParent}/${d.containerIdOf(s.id)}/memory.limit_in_bytes`,
-      'utf8',
-    );
-    assert.equal(Number(memLimit), 96 << 20, 'the limits given to start apply');
+    const memLimit = cgroupLimits(m.options.cgroupParent!, d.containerIdOf(s.id)!).memoryBytes;
+    assert.equal(memLimit, 96 << 20, 'the limits given to start apply');
     assert.deepEqual((await d.listVolumes()).find((v) => v.name === vol)?.mountedBy, [s.id]);
     await d.delete(s.id);
     await d.deleteVolume(vol);
@@ -234,6 +232,6 @@ describe('local lifecycle', () => {
     assert.ok(!existsSync(`/sys/class/net/${hostVethName(s.id)}`));
     const addresses = (await d.capacity()).addresses!;
     assert.equal(addresses.free, addresses.total, 'every address is free again');
-    assert.ok(!existsSync(`/sys/fs/cgroup/pids/${m.options.cgroupParent}/${s.id}`));
+    assert.ok(!existsSync(sandboxCgroupDir(m.options.cgroupParent!, s.id)));
   });
 });

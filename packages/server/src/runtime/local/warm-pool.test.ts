@@ -7,6 +7,7 @@ import { existsSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, it } from 'node:test';
 import { makeTestDriver } from '../../../test/local-driver.js';
+import { cgroupParentDir } from './bundle/cgroup-fs.js';
 import type { LocalDriver } from './driver.js';
 
 const IMAGE = 'local/busybox:latest';
@@ -29,8 +30,8 @@ function traces(bridge: string, dataDir: string, cgroupParent: string): string[]
   const dirs = ['sandboxes', 'roots'].flatMap((d) =>
     existsSync(join(dataDir, 'data', d)) ? readdirSync(join(dataDir, 'data', d)).map((n) => `${d}/${n}`) : [],
   );
-  const cg = existsSync(`/sys/fs/cgroup/pids/${cgroupParent}`)
-    ? readdirSync(`/sys/fs/cgroup/pids/${cgroupParent}`, { withFileTypes: true })
+  const cg = existsSync(cgroupParentDir(cgroupParent))
+    ? readdirSync(cgroupParentDir(cgroupParent), { withFileTypes: true })
         .filter((e) => e.isDirectory())
         .map((e) => `cgroup ${e.name}`)
     : [];
@@ -68,7 +69,7 @@ it('a pooled sandbox that died is not handed out: the create starts its own and 
   await m.driver.recover();
   await m.driver.refillPools();
   assert.deepEqual(m.driver.warmPool(), { [IMAGE]: 1 });
-  const cgroups = `/sys/fs/cgroup/pids/${m.options.cgroupParent}`;
+  const cgroups = cgroupParentDir(m.options.cgroupParent!);
   const pooled = readdirSync(cgroups).filter((n) => n.startsWith('warm_'));
   assert.equal(pooled.length, 1);
   for (const pid of readFileSync(join(cgroups, pooled[0], 'cgroup.procs'), 'utf8')

@@ -75,9 +75,14 @@ export function cgroupFilePath(
   return layout === 'v2' ? `${root}/${parent}/${id}/${f.v2}` : `${root}/${f.v1[0]}/${parent}/${id}/${f.v1[1]}`;
 }
 
+/** The folder `parent` whose sub-folders are the sandbox cgroups (v1: in the pids hierarchy). */
+export function cgroupParentDir(parent: string, root = CGROUP_ROOT): string {
+  return cgroupLayout(root) === 'v2' ? `${root}/${parent}` : `${root}/pids/${parent}`;
+}
+
 /** The folder of sandbox cgroup `<parent>/<id>` that holds its process list (v1: in the pids hierarchy). */
 export function sandboxCgroupDir(parent: string, id: string, root = CGROUP_ROOT): string {
-  return cgroupLayout(root) === 'v2' ? `${root}/${parent}/${id}` : `${root}/pids/${parent}/${id}`;
+  return `${cgroupParentDir(parent, root)}/${id}`;
 }
 
 /**
