@@ -13,6 +13,7 @@ import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync, readlinkSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
+import { sandboxCgroupDir } from '../../packages/server/src/runtime/local/bundle/cgroup-fs.js';
 import { instanceGroup } from '../../packages/server/src/runtime/local/network/addr.js';
 import {
   destroyScope,
@@ -61,7 +62,7 @@ function vethOf(pid: string): string {
 
 /** A host process in the netns of sandbox `id` (found through its cgroup), until killed; and its veth. */
 async function holdNetns(scope: Scope, id: string): Promise<{ holder: ChildProcess; veth: string }> {
-  const pid = readFileSync(`/sys/fs/cgroup/pids/${scope.cgroupParent}/${id}/cgroup.procs`, 'utf8').split('\n')[0];
+  const pid = readFileSync(`${sandboxCgroupDir(scope.cgroupParent, id)}/cgroup.procs`, 'utf8').split('\n')[0];
   assert.match(pid, /^\d+$/);
   const ns = readlinkSync(`/proc/${pid}/ns/net`);
   const veth = vethOf(pid);
@@ -109,7 +110,7 @@ describe('background release of deleted sandboxes', { skip: !local && 'needs SAN
       assert.equal((await s.api('GET', `/api/v1/sandboxes/${old.id}`, { key })).status, 404);
       const procs = () => {
         try {
-          return readFileSync(`/sys/fs/cgroup/pids/${scope.cgroupParent}/${old.id}/cgroup.procs`, 'utf8').trim();
+          return readFileSync(`${sandboxCgroupDir(scope.cgroupParent, old.id)}/cgroup.procs`, 'utf8').trim();
         } catch {
           return '';
         }
