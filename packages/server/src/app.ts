@@ -282,7 +282,7 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
       }
       await reaper.stop();
       await driver.close();
-      store.close();
+      await store.close();
     },
     async removeFromHost() {
       const started = await store.listSandboxesByState(['started', 'paused']);
@@ -303,7 +303,7 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
       try {
         await driver.destroyAll?.();
       } finally {
-        store.close();
+        await store.close();
       }
       return { stopped };
     },
