@@ -37,6 +37,12 @@ export interface TestPostgres {
   startMs: number;
   /** Creates an empty database (a fresh name unless given) and returns its URL. */
   createDatabase(name?: string): Promise<string>;
+  /**
+   * A fresh, empty schema in one shared database, and a URL whose connections use it
+   * (`options=-c search_path=<schema>`): as good as a new database for the store, in ~1 ms
+   * instead of the ~250 ms of CREATE DATABASE.
+   */
+  createSchema(): Promise<string>;
   /** `pg_ctl -m fast stop`, then removes the temp dir; idempotent. */
   stop(): Promise<void>;
 }
@@ -113,19 +119,31 @@ export async function startPostgres(): Promise<TestPostgres> {
     const url = `postgres://postgres@127.0.0.1:${port}/postgres`;
     let n = 0;
     let stopped: Promise<void> | undefined;
+    let shared: Promise<string> | undefined;
+    const admin = async (url: string, text: string) => {
+      const c = new pg.Client({ connectionString: url });
+      await c.connect();
+      try {
+        await c.query(text);
+      } finally {
+        await c.end();
+      }
+    };
+    const createDatabase = async (name = `t${process.pid}_${++n}`) => {
+      await admin(url, `CREATE DATABASE "${name.replace(/"/g, '')}"`);
+      return `postgres://postgres@127.0.0.1:${port}/${name}`;
+    };
     return {
       url,
       port,
       startMs,
-      async createDatabase(name = `t${process.pid}_${++n}`) {
-        const c = new pg.Client({ connectionString: url });
-        await c.connect();
-        try {
-          await c.query(`CREATE DATABASE "${name.replace(/"/g, '')}"`);
-        } finally {
-          await c.end();
-        }
-        return `postgres://postgres@127.0.0.1:${port}/${name}`;
+      createDatabase,
+      async createSchema() {
+        shared ??= createDatabase('schemas');
+        const base = await shared;
+        const schema = `s${++n}`;
+        await admin(base, `CREATE SCHEMA ${schema}`);
+        return `${base}?options=${encodeURIComponent(`-c search_path=${schema}`)}`;
       },
       stop() {
         stopped ??= (async () => {

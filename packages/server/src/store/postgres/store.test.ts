@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { Kysely, PostgresDialect, sql } from 'kysely';
 import pg from 'pg';
+import { makeTestApp } from '../../../test/app.js';
 import { pgBinDir, startPostgres, type TestPostgres } from '../../../test/postgres.js';
 import { runStoreConformance } from '../conformance.js';
 import { migrate, PG_MIGRATIONS } from './migrations.js';
@@ -27,10 +28,11 @@ if (!bin) {
 
   runStoreConformance({
     name: 'postgres',
-    make: async () => PostgresStore.open(await server.createDatabase()),
+    // A fresh schema per test (a fresh database costs ~250 ms each).
+    make: async () => PostgresStore.open(await server.createSchema()),
     // Two pools on one database: two replicas. Opened at once, so both race to migrate it.
     makePair: async () => {
-      const url = await server.createDatabase();
+      const url = await server.createSchema();
       const [a, b] = await Promise.all([PostgresStore.open(url), PostgresStore.open(url)]);
       return [a, b];
     },
@@ -64,7 +66,7 @@ if (!bin) {
     });
 
     it('refuses a database whose schema is newer than this server', async () => {
-      const url = await server.createDatabase();
+      const url = await server.createSchema();
       const db = rawDb(url);
       try {
         await migrate(db);
@@ -76,7 +78,7 @@ if (!bin) {
     });
 
     it('a step that fails leaves the database at the previous version', async () => {
-      const url = await server.createDatabase();
+      const url = await server.createSchema();
       const db = rawDb(url);
       try {
         await assert.rejects(
@@ -95,8 +97,42 @@ if (!bin) {
       await assert.rejects(PostgresStore.open(url), /no_such_database/);
     });
 
+    it('two apps on one database (SANDBOXD_DATABASE_URL) act as replicas: one account, one limit, every record seen by both', async () => {
+      const databaseUrl = await server.createSchema();
+      // One runtime behind both (what runners will be): only the database is shared here.
+      const a = await makeTestApp({ databaseUrl, warmPool: [] });
+      const b = await makeTestApp({ databaseUrl, warmPool: [] }, { driver: a.driver });
+      try {
+        const acct = await a.newAccount();
+        const creates = await Promise.all(
+          Array.from({ length: 12 }, (_, i) =>
+            (i % 2 ? a : b).req({
+              method: 'POST',
+              url: '/api/v1/sandboxes',
+              key: acct.key,
+              payload: { image: 'local/busybox:latest' },
+            }),
+          ),
+        );
+        const codes = creates.map((r) => r.statusCode).sort();
+        assert.deepEqual(codes, [...Array(5).fill(201), ...Array(7).fill(403)], 'FREE allows 5 at once');
+        const made = creates.filter((r) => r.statusCode === 201).map((r) => r.json().sandbox.id as string);
+        for (const [i, id] of made.entries()) {
+          const got = await (i % 2 ? b : a).req({ method: 'GET', url: `/api/v1/sandboxes/${id}`, key: acct.key });
+          assert.equal(got.statusCode, 200, `${id}: ${got.body}`);
+        }
+        const [ba, bb] = await Promise.all(
+          [a, b].map(async (t) => (await t.req({ method: 'GET', url: '/api/v1/account', key: acct.key })).json()),
+        );
+        assert.equal(ba.balance, bb.balance, 'one ledger');
+      } finally {
+        await a.close();
+        await b.close();
+      }
+    });
+
     it('close is idempotent', async () => {
-      const s = await PostgresStore.open(await server.createDatabase());
+      const s = await PostgresStore.open(await server.createSchema());
       await s.close();
       await s.close();
     });
