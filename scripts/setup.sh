@@ -3,7 +3,7 @@
 # dependencies, the native helpers and the default images. `npm start` and `npm test` call
 # it; it is quick when everything is already there.
 # Usage: scripts/setup.sh [--test] [--image-dir DIR] [--no-images]
-#   --test   also what the tests need: Chromium and a local OCI registry (Debian), and the
+#   --test   also what the tests need: Chromium, a local OCI registry and PostgreSQL (Debian), and the
 #            npm devDependencies (linters, playwright-core, ...). Without it, only what serving needs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,8 +17,9 @@ fail() { echo "sandboxd set-up: $*" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || fail "run as root: the local runtime creates namespaces, cgroups, mounts and network devices (try: sudo npm start)."
 
 PKGS="crun runc catatonit skopeo umoci mmdebstrap busybox-static e2fsprogs iproute2 nftables golang-github-containers-common util-linux ca-certificates libseccomp-dev"
-# Tests only: a real browser for the console suite, a real registry for the pull tests.
-[ "$for_tests" = 1 ] && PKGS="$PKGS chromium docker-registry"
+# Tests only: a real browser for the console suite, a real registry for the pull tests, and
+# PostgreSQL for the store suite on PostgreSQL (the tests start their own server in a temp dir).
+[ "$for_tests" = 1 ] && PKGS="$PKGS chromium docker-registry postgresql"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
@@ -26,6 +27,11 @@ done
 if [ -n "$missing" ]; then
   command -v apt-get >/dev/null || fail "these Debian packages are missing and there is no apt-get to install them:$missing"
   echo "sandboxd set-up: installing Debian packages:$missing"
+  # PostgreSQL for the tests only: no system cluster (the tests make their own in a temp dir).
+  case " $missing " in *" postgresql "*)
+    mkdir -p /etc/postgresql-common/createcluster.d
+    echo 'create_main_cluster = false' > /etc/postgresql-common/createcluster.d/sandboxd-no-main-cluster.conf ;;
+  esac
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
 fi

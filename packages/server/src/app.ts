@@ -44,6 +44,7 @@ import { LifecycleService } from './services/lifecycle.js';
 import { SnapshotService } from './services/snapshots.js';
 import { VolumeService } from './services/volumes.js';
 import { MemoryCounters } from './store/memory-counters.js';
+import { PostgresStore } from './store/postgres/store.js';
 import { SqliteStore } from './store/sqlite/store.js';
 import type { Store } from './store/store.js';
 
@@ -105,7 +106,15 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
   const testClock = config.testClock && !opts.clock ? new OffsetClock() : null;
   const clock = opts.clock ?? testClock ?? systemClock;
   const driver = opts.driver ?? (await createDriver(config));
-  const store = opts.store ?? new SqliteStore(config.dbPath);
+  // The database: PostgreSQL when SANDBOXD_DATABASE_URL is set (shared by replicas, migrated
+  // by whichever starts first), else SQLite in the data dir.
+  const store =
+    opts.store ??
+    (config.databaseUrl
+      ? await PostgresStore.open(config.databaseUrl, {
+          onPoolError: (err) => log.warn({ err }, 'database: an idle PostgreSQL connection failed; it is replaced'),
+        })
+      : new SqliteStore(config.dbPath));
   const deps: ServiceDeps = { store, driver, clock, config, log };
 
   // Shared by the services that need them, and by the proxy.
@@ -282,7 +291,7 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
       }
       await reaper.stop();
       await driver.close();
-      store.close();
+      await store.close();
     },
     async removeFromHost() {
       const started = await store.listSandboxesByState(['started', 'paused']);
@@ -303,7 +312,7 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
       try {
         await driver.destroyAll?.();
       } finally {
-        store.close();
+        await store.close();
       }
       return { stopped };
     },

@@ -84,13 +84,13 @@ describe('server source layout', () => {
 
   it('app.ts is the only place that constructs services, stores, rate limits, the terminal gateway and the port proxy', () => {
     const built =
-      /\bnew\s+(\w+Service|TerminalGateway|PortProxy|PortAccess|SandboxTargets|PortLinks|StorageGuard|Reaper|Metrics|RateLimits|MemoryCounters|SqliteStore|FrontDoor)\s*\(/g;
+      /\bnew\s+(\w+Service|TerminalGateway|PortProxy|PortAccess|SandboxTargets|PortLinks|StorageGuard|Reaper|Metrics|RateLimits|MemoryCounters|SqliteStore|FrontDoor)\s*\(|\b(PostgresStore)\.open\s*\(/g;
     const offenders: string[] = [];
     let inApp = 0;
     for (const f of files) {
       for (const m of readFileSync(join(SRC, f), 'utf8').matchAll(built)) {
         if (f === 'app.ts') inApp++;
-        else offenders.push(`${f}: new ${m[1]}(`);
+        else offenders.push(m[1] ? `${f}: new ${m[1]}(` : `${f}: ${m[2]}.open(`);
       }
     }
     assert.deepEqual(offenders, []);

@@ -57,6 +57,22 @@ describe('loadConfig', () => {
     assert.throws(() => loadConfig({ SANDBOXD_BOOTSTRAP_API_KEY: 'short' }), ConfigError);
   });
 
+  it('SANDBOXD_DATABASE_URL: unset is SQLite in the data dir; a postgres URL is kept; anything else is refused by name without echoing it', () => {
+    assert.equal(loadConfig({}).databaseUrl, undefined);
+    assert.equal(loadConfig({ SANDBOXD_DATABASE_URL: '' }).databaseUrl, undefined);
+    for (const url of ['postgres://u:p@db.example:5432/sandboxd', 'postgresql://localhost/sbx?sslmode=require'])
+      assert.equal(loadConfig({ SANDBOXD_DATABASE_URL: url }).databaseUrl, url);
+    for (const bad of ['mysql://u:secret@h/db', 'sqlite:///x.db', 'not a url', 'localhost:5432'])
+      assert.throws(
+        () => loadConfig({ SANDBOXD_DATABASE_URL: bad }),
+        (e: Error) =>
+          e instanceof ConfigError &&
+          /SANDBOXD_DATABASE_URL must be a postgres:\/\//.test(e.message) &&
+          !/secret/.test(e.message),
+        bad,
+      );
+  });
+
   it('capacity: maxSandboxes (0: no count limit) and the create floors of memory and disk, by env or file', () => {
     const d = loadConfig({});
     assert.deepEqual([d.maxSandboxes, d.createMinMemoryMb, d.createMinFreeMb], [0, 256, 512]);

@@ -78,8 +78,13 @@ export interface Config {
   port: number;
   host: string;
   dataDir: string;
-  /** SQLite file; default `<dataDir>/sandboxd.db`. */
+  /** SQLite file; default `<dataDir>/sandboxd.db`. Unused when `databaseUrl` is set. */
   dbPath: string;
+  /**
+   * `SANDBOXD_DATABASE_URL`: a `postgres://` or `postgresql://` URL puts every record in that
+   * PostgreSQL database, shared by every server (replica) pointed at it; unset: SQLite at `dbPath`.
+   */
+  databaseUrl?: string;
   /** Image cache of the local runtime; default `<dataDir>/images`. */
   imageDir: string;
   /** Host part of `publicAccessUrlTemplate`; default `sandbox.localhost:<port>`. */
@@ -240,6 +245,7 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
     host: pick('host', 'SANDBOXD_HOST', String, '127.0.0.1'),
     dataDir,
     dbPath: pick('dbPath', 'SANDBOXD_DB_PATH', String, join(dataDir, 'sandboxd.db')),
+    databaseUrl: pick<string | undefined>('databaseUrl', 'SANDBOXD_DATABASE_URL', databaseUrl, undefined),
     imageDir: resolve(pick('imageDir', 'SANDBOXD_IMAGE_DIR', String, join(dataDir, 'images'))),
     publicHost: pick('publicHost', 'SANDBOXD_PUBLIC_HOST', String, `sandbox.localhost:${port}`),
     region: pick('region', 'SANDBOXD_REGION', String, 'local'),
@@ -414,6 +420,25 @@ function tlsConfig(cert: string | undefined, key: string | undefined, override?:
   if (!cert && !key) return null;
   if (!cert || !key) throw new ConfigError('SANDBOXD_TLS_CERT and SANDBOXD_TLS_KEY must be set together');
   return { certPath: resolve(cert), keyPath: resolve(key) };
+}
+
+/**
+ * `SANDBOXD_DATABASE_URL`: a PostgreSQL URL (`postgres://` or `postgresql://`, as libpq and
+ * `pg` take it). The error never repeats the value: it may hold a password.
+ */
+function databaseUrl(raw: string): string {
+  const url = raw.trim();
+  let parsed: URL | null = null;
+  try {
+    parsed = new URL(url);
+  } catch {
+    /* below */
+  }
+  if (!parsed || !['postgres:', 'postgresql:'].includes(parsed.protocol))
+    throw new ConfigError(
+      `SANDBOXD_DATABASE_URL must be a postgres:// or postgresql:// URL (unset: SQLite in the data dir)${parsed ? `, got a ${parsed.protocol} URL` : ', got something that is not a URL'}`,
+    );
+  return url;
 }
 
 function parseJson(name: string, raw: string): unknown {

@@ -7,7 +7,10 @@ import { FakeDriver } from '../src/runtime/fake/driver.js';
 import { SqliteStore } from '../src/store/sqlite/store.js';
 import type { Store } from '../src/store/store.js';
 
-/** A started app on the fake driver, an in-memory SQLite store (or `opts.store`) and a manual clock; for unit tests. */
+/**
+ * A started app on the fake driver, an in-memory SQLite store (or `opts.store`, or the
+ * PostgreSQL database of `overrides.databaseUrl`) and a manual clock; for unit tests.
+ */
 export interface TestApp {
   app: Sandboxd;
   driver: FakeDriver;
@@ -44,7 +47,8 @@ export async function makeTestApp(
     config,
     driver,
     clock,
-    store: opts.store ?? new SqliteStore(':memory:'),
+    // With a `databaseUrl` override, app.ts opens that PostgreSQL database itself.
+    store: opts.store ?? (overrides.databaseUrl ? undefined : new SqliteStore(':memory:')),
     logger: pino({ level: 'silent' }),
     rateLimitNow: opts.rateLimitNow,
   });

@@ -33,7 +33,7 @@ describe('OpenAPI document (@fastify/swagger)', () => {
   });
   after(async () => {
     await app.http.close();
-    app.store.close();
+    await app.store.close();
   });
 
   /** The documented routes: every method but HEAD of every route without `schema.hide`. */
@@ -117,7 +117,7 @@ describe('OpenAPI document (@fastify/swagger)', () => {
     await other.http.ready();
     const again = await other.http.inject({ method: 'GET', url: '/api/v1/openapi.json' });
     await other.http.close();
-    other.store.close();
+    await other.store.close();
     assert.equal(again.body, text);
   });
 });

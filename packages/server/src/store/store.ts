@@ -233,5 +233,6 @@ export interface Store extends Counters {
   // misc
   getMeta(key: string): Promise<string | null>;
   setMeta(key: string, value: string): Promise<void>;
-  close(): void;
+  /** Releases the database (SQLite's handle, PostgreSQL's pool); idempotent. */
+  close(): Promise<void>;
 }

@@ -2,14 +2,29 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { describe, it } from 'node:test';
+import { after, describe, it } from 'node:test';
 import { runStoreConformance } from '../conformance.js';
 import Database from 'better-sqlite3';
 import { MIGRATIONS } from '../migrations/index.js';
 import { cacheStatements, openDatabase } from './open.js';
 import { SqliteStore } from './store.js';
 
-runStoreConformance({ name: 'sqlite', make: async () => new SqliteStore(':memory:') });
+const pairDirs: string[] = [];
+after(() => {
+  for (const d of pairDirs) rmSync(d, { recursive: true, force: true });
+});
+
+runStoreConformance({
+  name: 'sqlite',
+  make: async () => new SqliteStore(':memory:'),
+  // Two handles on one WAL file: what two processes on one data dir would see.
+  makePair: async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'sbx-store-pair-'));
+    pairDirs.push(dir);
+    const path = join(dir, 'db.sqlite');
+    return [new SqliteStore(path), new SqliteStore(path)];
+  },
+});
 
 describe('SqliteStore', () => {
   it('persists across reopen (file database, WAL)', async () => {
@@ -21,10 +36,10 @@ describe('SqliteStore', () => {
         { id: 'acc_b', email: 'b@x', passwordHash: null, plan: 'FREE', admin: false, createdAt: 1 },
         { tokens: 5, reason: 'signup' },
       );
-      s1.close();
+      await s1.close();
       const s2 = new SqliteStore(path);
       assert.equal(await s2.balance('acc_b'), 5);
-      s2.close();
+      await s2.close();
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
@@ -44,7 +59,7 @@ describe('SqliteStore', () => {
         const r = await s.getSandbox('s1');
         assert.ok(r && r.template === undefined && r.metadata === undefined);
       } finally {
-        s.close();
+        await s.close();
       }
     } finally {
       rmSync(dir, { recursive: true, force: true });
@@ -79,7 +94,7 @@ describe('SqliteStore', () => {
           ['s1'],
         );
       } finally {
-        s.close();
+        await s.close();
       }
     } finally {
       rmSync(dir, { recursive: true, force: true });

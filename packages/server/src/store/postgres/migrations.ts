@@ -1,0 +1,175 @@
+import { type Kysely, sql } from 'kysely';
+import type { PgDatabase } from './schema.js';
+
+/** A PostgreSQL schema step; recorded in `schema_version` once applied. */
+export interface PgMigration {
+  version: number;
+  name: string;
+  sql: string;
+}
+
+/**
+ * The first PostgreSQL schema: the SQLite schema as of its migration 5, in PostgreSQL's
+ * dialect. Times are epoch milliseconds (BIGINT, read back as JS numbers); documents
+ * (`env`, `volumes`, `details`, `metadata`, events' metadata) are `json`, which keeps the
+ * caller's key order (`jsonb` would reorder keys); the metadata filter casts to `jsonb` for
+ * `@>`. Keys and names compare byte-wise (`COLLATE "C"`), as in SQLite, so list order and
+ * cursors do not depend on the database's locale. Emails are unique case-insensitively.
+ */
+const initial = `
+CREATE TABLE accounts (
+  id TEXT COLLATE "C" PRIMARY KEY,
+  email TEXT NOT NULL,
+  password_hash TEXT,
+  plan TEXT NOT NULL,
+  admin BOOLEAN NOT NULL DEFAULT false,
+  created_at BIGINT NOT NULL
+);
+CREATE UNIQUE INDEX accounts_email ON accounts (lower(email));
+CREATE TABLE sessions (
+  token_hash TEXT PRIMARY KEY,
+  account_id TEXT COLLATE "C" NOT NULL REFERENCES accounts(id) ON DELETE CASCADE,
+  created_at BIGINT NOT NULL,
+  expires_at BIGINT NOT NULL
+);
+CREATE INDEX sessions_expires ON sessions (expires_at);
+CREATE TABLE login_links (
+  token_hash TEXT PRIMARY KEY,
+  account_id TEXT COLLATE "C" NOT NULL REFERENCES accounts(id) ON DELETE CASCADE,
+  expires_at BIGINT NOT NULL,
+  used_at BIGINT
+);
+CREATE TABLE api_keys (
+  id TEXT COLLATE "C" PRIMARY KEY,
+  account_id TEXT COLLATE "C" NOT NULL REFERENCES accounts(id) ON DELETE CASCADE,
+  name TEXT NOT NULL,
+  prefix TEXT NOT NULL,
+  key_hash TEXT NOT NULL UNIQUE,
+  created_at BIGINT NOT NULL,
+  last_used_at BIGINT
+);
+CREATE INDEX api_keys_account ON api_keys (account_id, created_at);
+CREATE TABLE sandboxes (
+  id TEXT COLLATE "C" PRIMARY KEY,
+  account_id TEXT COLLATE "C" NOT NULL REFERENCES accounts(id),
+  name TEXT COLLATE "C" NOT NULL,
+  image TEXT NOT NULL,
+  region TEXT NOT NULL,
+  env_json JSON NOT NULL,
+  volumes_json JSON NOT NULL,
+  created_at BIGINT NOT NULL,
+  state TEXT NOT NULL CHECK (state IN ('creating', 'started', 'paused', 'stopped', 'starting', 'error')),
+  stop_at BIGINT NOT NULL,
+  reserved_minutes BIGINT NOT NULL,
+  ended_at BIGINT,
+  details_json JSON,
+  ports_public BOOLEAN NOT NULL DEFAULT true,
+  template TEXT,
+  metadata_json JSON,
+  on_timeout TEXT NOT NULL DEFAULT 'stop' CHECK (on_timeout IN ('stop', 'pause')),
+  run_started_at BIGINT,
+  expires_at BIGINT,
+  UNIQUE (account_id, name)
+);
+CREATE INDEX sandboxes_account_list ON sandboxes (account_id, created_at DESC, id DESC);
+CREATE INDEX sandboxes_state_stop ON sandboxes (state, stop_at);
+CREATE INDEX sandboxes_state_expires ON sandboxes (state, expires_at);
+CREATE INDEX sandboxes_state_ended ON sandboxes (state, ended_at);
+CREATE TABLE volumes (
+  account_id TEXT COLLATE "C" NOT NULL REFERENCES accounts(id),
+  name TEXT COLLATE "C" NOT NULL,
+  size_gb INTEGER NOT NULL,
+  created_at BIGINT NOT NULL,
+  PRIMARY KEY (account_id, name)
+);
+CREATE TABLE sandbox_mounts (
+  sandbox_id TEXT COLLATE "C" NOT NULL REFERENCES sandboxes(id) ON DELETE CASCADE,
+  account_id TEXT COLLATE "C" NOT NULL,
+  volume_name TEXT COLLATE "C" NOT NULL,
+  mount_path TEXT NOT NULL,
+  PRIMARY KEY (sandbox_id, mount_path)
+);
+CREATE INDEX sandbox_mounts_volume ON sandbox_mounts (account_id, volume_name);
+CREATE TABLE ledger (
+  id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  account_id TEXT COLLATE "C" NOT NULL REFERENCES accounts(id),
+  delta BIGINT NOT NULL,
+  reason TEXT NOT NULL,
+  sandbox_id TEXT,
+  created_at BIGINT NOT NULL
+);
+CREATE INDEX ledger_account ON ledger (account_id, id);
+CREATE TABLE events (
+  id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  account_id TEXT COLLATE "C" NOT NULL REFERENCES accounts(id),
+  event TEXT NOT NULL,
+  metadata_json JSON NOT NULL,
+  created_at BIGINT NOT NULL
+);
+CREATE INDEX events_account ON events (account_id, id);
+CREATE TABLE meta (
+  key TEXT PRIMARY KEY,
+  value TEXT NOT NULL
+);
+CREATE TABLE rate_counters (
+  key TEXT PRIMARY KEY,
+  count BIGINT NOT NULL,
+  reset_at BIGINT NOT NULL
+);
+CREATE TABLE snapshots (
+  account_id TEXT COLLATE "C" NOT NULL REFERENCES accounts(id),
+  name TEXT COLLATE "C" NOT NULL,
+  state TEXT NOT NULL CHECK (state IN ('creating', 'ready')),
+  size_bytes BIGINT NOT NULL,
+  base_image TEXT NOT NULL,
+  sandbox_id TEXT NOT NULL,
+  created_at BIGINT NOT NULL,
+  PRIMARY KEY (account_id, name)
+);
+`;
+
+/** Every PostgreSQL migration, in order. Append only; never edit an applied one. */
+export const PG_MIGRATIONS: readonly PgMigration[] = [{ version: 1, name: 'initial', sql: initial }];
+
+/**
+ * The advisory lock keys of sandboxd (two-int form: this class and an object): the
+ * migrations' lock (session-level, held while migrating) and the host-wide lock that
+ * serializes decisions on `maxSandboxes` (transaction-level).
+ */
+export const LOCK_CLASS = 0x5bd0;
+export const LOCK_MIGRATE = 1;
+export const LOCK_HOST = 2;
+
+/**
+ * Applies the pending migrations once, whichever process gets here first: on one
+ * connection it takes the session advisory lock `(LOCK_CLASS, LOCK_MIGRATE)` (the others
+ * wait on it), creates `schema_version` if missing, and applies each newer step in its own
+ * transaction together with its `schema_version` row. A database newer than this server is
+ * a start-up error. Returns the version the database is at.
+ */
+export async function migrate(db: Kysely<PgDatabase>, migrations: readonly PgMigration[] = PG_MIGRATIONS) {
+  return db.connection().execute(async (conn) => {
+    await sql`SELECT pg_advisory_lock(${LOCK_CLASS}, ${LOCK_MIGRATE})`.execute(conn);
+    try {
+      await sql`CREATE TABLE IF NOT EXISTS schema_version (
+        version INTEGER PRIMARY KEY,
+        name TEXT NOT NULL,
+        applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
+      )`.execute(conn);
+      const row = await sql<{ v: number | null }>`SELECT max(version) AS v FROM schema_version`.execute(conn);
+      const current = row.rows[0]?.v ?? 0;
+      const latest = migrations.at(-1)?.version ?? 0;
+      if (current > latest) throw new Error(`database schema version ${current} is newer than this server (${latest})`);
+      for (const m of migrations) {
+        if (m.version <= current) continue;
+        await conn.transaction().execute(async (trx) => {
+          await sql.raw(m.sql).execute(trx);
+          await sql`INSERT INTO schema_version (version, name) VALUES (${m.version}, ${m.name})`.execute(trx);
+        });
+      }
+      return Math.max(current, latest);
+    } finally {
+      await sql`SELECT pg_advisory_unlock(${LOCK_CLASS}, ${LOCK_MIGRATE})`.execute(conn);
+    }
+  });
+}

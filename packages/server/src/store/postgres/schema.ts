@@ -1,0 +1,73 @@
+import type { ColumnType, Generated } from 'kysely';
+
+/** A `json` column: read back parsed, written as the JSON text (never an object: `pg` turns arrays into SQL arrays). */
+type Json = ColumnType<unknown, string, string>;
+type NullableJson = ColumnType<unknown | null, string | null, string | null>;
+
+/** The tables of the PostgreSQL store, as Kysely sees them (BIGINT columns are read as numbers). */
+export interface PgDatabase {
+  accounts: {
+    id: string;
+    email: string;
+    password_hash: string | null;
+    plan: string;
+    admin: boolean;
+    created_at: number;
+  };
+  sessions: { token_hash: string; account_id: string; created_at: number; expires_at: number };
+  login_links: { token_hash: string; account_id: string; expires_at: number; used_at: number | null };
+  api_keys: {
+    id: string;
+    account_id: string;
+    name: string;
+    prefix: string;
+    key_hash: string;
+    created_at: number;
+    last_used_at: number | null;
+  };
+  sandboxes: PgSandboxRow;
+  volumes: { account_id: string; name: string; size_gb: number; created_at: number };
+  sandbox_mounts: { sandbox_id: string; account_id: string; volume_name: string; mount_path: string };
+  ledger: {
+    id: Generated<number>;
+    account_id: string;
+    delta: number;
+    reason: string;
+    sandbox_id: string | null;
+    created_at: number;
+  };
+  events: { id: Generated<number>; account_id: string; event: string; metadata_json: Json; created_at: number };
+  meta: { key: string; value: string };
+  rate_counters: { key: string; count: number; reset_at: number };
+  snapshots: {
+    account_id: string;
+    name: string;
+    state: 'creating' | 'ready';
+    size_bytes: number;
+    base_image: string;
+    sandbox_id: string;
+    created_at: number;
+  };
+}
+
+export interface PgSandboxRow {
+  id: string;
+  account_id: string;
+  name: string;
+  image: string;
+  region: string;
+  env_json: Json;
+  volumes_json: Json;
+  created_at: number;
+  state: string;
+  stop_at: number;
+  reserved_minutes: number;
+  ended_at: number | null;
+  details_json: NullableJson;
+  ports_public: boolean;
+  template: string | null;
+  metadata_json: NullableJson;
+  on_timeout: 'stop' | 'pause';
+  run_started_at: number | null;
+  expires_at: number | null;
+}

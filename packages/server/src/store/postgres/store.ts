@@ -1,0 +1,504 @@
+import { SandboxdError } from '@sandboxd/protocol';
+import { Kysely, PostgresDialect, sql } from 'kysely';
+import pg from 'pg';
+import type { LedgerReason } from '../../domain/billing.js';
+import type { SandboxRecord, SandboxRecordState } from '../../domain/sandbox.js';
+import { decodeCursor, encodeCursor } from '../sqlite/rows.js';
+import type {
+  AccountRecord,
+  ApiKeyRecord,
+  EventRecord,
+  LedgerRow,
+  Page,
+  PageRequest,
+  Reservation,
+  SandboxUpdate,
+  SnapshotRecord,
+  Store,
+  VolumeRecord,
+} from '../store.js';
+import { migrate } from './migrations.js';
+import * as sb from './sandboxes.js';
+import type { PgDatabase } from './schema.js';
+import { PgSnapshots } from './snapshots.js';
+
+const { Pool, types } = pg;
+
+/** BIGINT (20) and NUMERIC (1700) as JS numbers: every one here is a time in ms, a count or a sum well below 2^53. */
+const INT8 = 20;
+const NUMERIC = 1700;
+const pgTypes = {
+  getTypeParser: ((oid: number, format?: 'text' | 'binary') =>
+    oid === INT8 || oid === NUMERIC
+      ? (v: string) => Number(v)
+      : types.getTypeParser(oid, format ?? 'text')) as typeof types.getTypeParser,
+};
+
+export interface PostgresStoreOptions {
+  /** Connections of this process's pool (default 10). */
+  poolSize?: number;
+  /** An idle connection of the pool failed (the pool drops it and opens another when needed). */
+  onPoolError?: (err: Error) => void;
+}
+
+/** A unique-constraint violation of PostgreSQL. */
+const isUniqueViolation = (e: unknown) => (e as { code?: string }).code === '23505';
+
+/**
+ * The PostgreSQL {@link Store} (`SANDBOXD_DATABASE_URL=postgres://...`): one pool per
+ * process, shared by every replica through the database. Each decision runs in one
+ * READ COMMITTED transaction under row locks: the account's row (`FOR NO KEY UPDATE`)
+ * serializes an account's reservations, status changes with debits or limits, snapshot
+ * quota and volume deletes; a transaction advisory lock serializes the host-wide
+ * `maxSandboxes` checks (taken first, so locks are always taken in one order). Counters
+ * and login links are single atomic statements. See docs/postgres.md.
+ */
+export class PostgresStore implements Store {
+  private readonly snaps: PgSnapshots;
+  private closed?: Promise<void>;
+
+  private constructor(private readonly db: Kysely<PgDatabase>) {
+    this.snaps = new PgSnapshots(db);
+  }
+
+  /** Connects to `url`, applies pending migrations (once, whichever process comes first) and returns the store. */
+  static async open(url: string, opts: PostgresStoreOptions = {}): Promise<PostgresStore> {
+    const pool = new Pool({ connectionString: url, max: opts.poolSize ?? 10, types: pgTypes });
+    pool.on('error', (err) => opts.onPoolError?.(err));
+    const db = new Kysely<PgDatabase>({ dialect: new PostgresDialect({ pool }) });
+    try {
+      await migrate(db);
+    } catch (e) {
+      await db.destroy();
+      throw e;
+    }
+    return new PostgresStore(db);
+  }
+
+  // accounts
+  async createAccount(a: AccountRecord, grant: { tokens: number; reason: LedgerReason }) {
+    await this.db.transaction().execute(async (trx) => {
+      try {
+        await trx
+          .insertInto('accounts')
+          .values({
+            id: a.id,
+            email: a.email,
+            password_hash: a.passwordHash,
+            plan: a.plan,
+            admin: a.admin,
+            created_at: a.createdAt,
+          })
+          .execute();
+      } catch (e) {
+        if (isUniqueViolation(e)) throw new SandboxdError('conflict', 'An account with this email exists');
+        throw e;
+      }
+      if (grant.tokens !== 0)
+        await trx
+          .insertInto('ledger')
+          .values({
+            account_id: a.id,
+            delta: grant.tokens,
+            reason: grant.reason,
+            sandbox_id: null,
+            created_at: a.createdAt,
+          })
+          .execute();
+    });
+  }
+  async getAccount(id: string) {
+    const r = await this.db.selectFrom('accounts').selectAll().where('id', '=', id).executeTakeFirst();
+    return r ? toAccount(r) : null;
+  }
+  async getAccountByEmail(email: string) {
+    const r = await this.db
+      .selectFrom('accounts')
+      .selectAll()
+      .where(sql<boolean>`lower(email) = lower(${email})`)
+      .executeTakeFirst();
+    return r ? toAccount(r) : null;
+  }
+  async listAccounts() {
+    return (await this.db.selectFrom('accounts').selectAll().orderBy('created_at').orderBy('id').execute()).map(
+      toAccount,
+    );
+  }
+  async countAccounts() {
+    const r = await this.db
+      .selectFrom('accounts')
+      .select((e) => e.fn.countAll<number>().as('n'))
+      .executeTakeFirstOrThrow();
+    return r.n;
+  }
+  async setAccountPlan(id: string, plan: string) {
+    const r = await this.db.updateTable('accounts').set({ plan }).where('id', '=', id).executeTakeFirst();
+    if (Number(r.numUpdatedRows) === 0) throw new SandboxdError('not_found', 'Account not found');
+  }
+
+  // sessions and login links
+  async createSession(s: { tokenHash: string; accountId: string; createdAt: number; expiresAt: number }) {
+    await this.db.deleteFrom('sessions').where('expires_at', '<=', s.createdAt).execute();
+    await this.db
+      .insertInto('sessions')
+      .values({ token_hash: s.tokenHash, account_id: s.accountId, created_at: s.createdAt, expires_at: s.expiresAt })
+      .execute();
+  }
+  async getSession(tokenHash: string, now: number) {
+    const r = await this.db
+      .selectFrom('sessions')
+      .select('account_id')
+      .where('token_hash', '=', tokenHash)
+      .where('expires_at', '>', now)
+      .executeTakeFirst();
+    return r ? { accountId: r.account_id } : null;
+  }
+  async deleteSession(tokenHash: string) {
+    await this.db.deleteFrom('sessions').where('token_hash', '=', tokenHash).execute();
+  }
+  async createLoginLink(l: { tokenHash: string; accountId: string; expiresAt: number }) {
+    await this.db
+      .insertInto('login_links')
+      .values({ token_hash: l.tokenHash, account_id: l.accountId, expires_at: l.expiresAt, used_at: null })
+      .execute();
+  }
+  /** One statement: of concurrent consumers of a link, exactly one gets the account. */
+  async consumeLoginLink(tokenHash: string, now: number) {
+    const r = await this.db
+      .updateTable('login_links')
+      .set({ used_at: now })
+      .where('token_hash', '=', tokenHash)
+      .where('used_at', 'is', null)
+      .where('expires_at', '>', now)
+      .returning('account_id')
+      .executeTakeFirst();
+    return r ? r.account_id : null;
+  }
+
+  // api keys
+  async createApiKey(k: ApiKeyRecord) {
+    await this.db
+      .insertInto('api_keys')
+      .values({
+        id: k.id,
+        account_id: k.accountId,
+        name: k.name,
+        prefix: k.prefix,
+        key_hash: k.keyHash,
+        created_at: k.createdAt,
+        last_used_at: k.lastUsedAt,
+      })
+      .execute();
+  }
+  async listApiKeys(accountId: string) {
+    return (
+      await this.db
+        .selectFrom('api_keys')
+        .selectAll()
+        .where('account_id', '=', accountId)
+        .orderBy('created_at')
+        .orderBy('id')
+        .execute()
+    ).map(toApiKey);
+  }
+  async findApiKeyByHash(keyHash: string) {
+    const r = await this.db.selectFrom('api_keys').selectAll().where('key_hash', '=', keyHash).executeTakeFirst();
+    return r ? toApiKey(r) : null;
+  }
+  async touchApiKey(id: string, at: number) {
+    await this.db.updateTable('api_keys').set({ last_used_at: at }).where('id', '=', id).execute();
+  }
+  async deleteApiKey(accountId: string, id: string) {
+    const r = await this.db
+      .deleteFrom('api_keys')
+      .where('id', '=', id)
+      .where('account_id', '=', accountId)
+      .executeTakeFirst();
+    return Number(r.numDeletedRows) > 0;
+  }
+
+  // ledger
+  async addLedger(row: Omit<LedgerRow, 'id'>): Promise<number> {
+    const r = await this.db
+      .insertInto('ledger')
+      .values({
+        account_id: row.accountId,
+        delta: row.delta,
+        reason: row.reason,
+        sandbox_id: row.sandboxId,
+        created_at: row.createdAt,
+      })
+      .returning('id')
+      .executeTakeFirstOrThrow();
+    return r.id;
+  }
+  async balance(accountId: string) {
+    return sb.balance(this.db, accountId);
+  }
+  async listLedger(accountId: string, page: PageRequest): Promise<Page<LedgerRow>> {
+    const before = page.cursor ? Number(decodeCursor(page.cursor)[0]) : Number.MAX_SAFE_INTEGER;
+    const rows = await this.db
+      .selectFrom('ledger')
+      .selectAll()
+      .where('account_id', '=', accountId)
+      .where('id', '<', before)
+      .orderBy('id', 'desc')
+      .limit(page.limit + 1)
+      .execute();
+    const items: LedgerRow[] = rows.slice(0, page.limit).map((r) => ({
+      id: r.id,
+      accountId: r.account_id,
+      delta: r.delta,
+      reason: r.reason as LedgerReason,
+      sandboxId: r.sandbox_id,
+      createdAt: r.created_at,
+    }));
+    const last = items.at(-1);
+    return rows.length > page.limit && last ? { items, nextCursor: encodeCursor([last.id, last.id]) } : { items };
+  }
+
+  // sandboxes
+  async reserveSandbox(record: SandboxRecord, r: Reservation) {
+    return sb.reserve(this.db, record, r);
+  }
+  async getSandbox(id: string) {
+    return sb.get(this.db, id);
+  }
+  async listSandboxes(
+    accountId: string,
+    q: PageRequest & { states: SandboxRecordState[]; metadata?: Record<string, string> },
+  ) {
+    return sb.list(this.db, accountId, q);
+  }
+  async listSandboxesByState(states: SandboxRecordState[]) {
+    if (states.length === 0) return [];
+    return (await this.db.selectFrom('sandboxes').selectAll().where('state', 'in', states).execute()).map(sb.toSandbox);
+  }
+  async listExpired(now: number) {
+    return (
+      await this.db
+        .selectFrom('sandboxes')
+        .selectAll()
+        .where('state', '=', 'started')
+        .where('stop_at', '<=', now)
+        .orderBy('stop_at')
+        .execute()
+    ).map(sb.toSandbox);
+  }
+  async updateSandbox(id: string, u: SandboxUpdate) {
+    return sb.update(this.db, id, u);
+  }
+  async deleteSandbox(id: string) {
+    await this.db.deleteFrom('sandboxes').where('id', '=', id).execute();
+  }
+  async purgeEnded(cutoff: number) {
+    const r = await this.db
+      .deleteFrom('sandboxes')
+      .where('state', 'in', ['stopped', 'error'])
+      .where('ended_at', 'is not', null)
+      .where('ended_at', '<', cutoff)
+      .executeTakeFirst();
+    return Number(r.numDeletedRows);
+  }
+  async listEnded(cutoff: number, limit: number) {
+    return (
+      await this.db
+        .selectFrom('sandboxes')
+        .selectAll()
+        .where('state', 'in', ['stopped', 'error'])
+        .where('ended_at', 'is not', null)
+        .where('ended_at', '<', cutoff)
+        .orderBy('ended_at')
+        .limit(limit)
+        .execute()
+    ).map(sb.toSandbox);
+  }
+  async listPausedExpired(now: number) {
+    return (
+      await this.db
+        .selectFrom('sandboxes')
+        .selectAll()
+        .where('state', '=', 'paused')
+        .where('expires_at', 'is not', null)
+        .where('expires_at', '<=', now)
+        .execute()
+    ).map(sb.toSandbox);
+  }
+  async countByState() {
+    const out: Record<SandboxRecordState, number> = {
+      creating: 0,
+      started: 0,
+      paused: 0,
+      stopped: 0,
+      starting: 0,
+      error: 0,
+    };
+    const rows = await this.db
+      .selectFrom('sandboxes')
+      .select(['state', (e) => e.fn.countAll<number>().as('n')])
+      .groupBy('state')
+      .execute();
+    for (const r of rows) out[r.state as SandboxRecordState] = r.n;
+    return out;
+  }
+  async countLive(accountId: string) {
+    return sb.countLive(this.db, accountId);
+  }
+  async countPaused(accountId: string) {
+    return sb.countPaused(this.db, accountId);
+  }
+  async countAllLive() {
+    return sb.countAllLive(this.db);
+  }
+
+  // snapshots
+  async beginSnapshot(s: SnapshotRecord, quotaBytes: number) {
+    await this.snaps.begin(s, quotaBytes);
+  }
+  async finishSnapshot(accountId: string, name: string, sizeBytes: number, quotaBytes: number) {
+    return this.snaps.finish(accountId, name, sizeBytes, quotaBytes);
+  }
+  async getSnapshot(accountId: string, name: string) {
+    return this.snaps.get(this.db, accountId, name);
+  }
+  async listSnapshots(accountId: string) {
+    return this.snaps.list(accountId);
+  }
+  async listAllSnapshots() {
+    return this.snaps.listAll();
+  }
+  async deleteSnapshot(accountId: string, name: string) {
+    return this.snaps.delete(accountId, name);
+  }
+  async snapshotBytes(accountId: string) {
+    return this.snaps.bytes(this.db, accountId);
+  }
+
+  // volumes
+  async listVolumes(accountId: string) {
+    return sb.listVolumes(this.db, accountId);
+  }
+  async getVolume(accountId: string, name: string) {
+    return sb.getVolume(this.db, accountId, name);
+  }
+  async createVolume(v: VolumeRecord) {
+    await sb.createVolume(this.db, v);
+  }
+  async deleteVolume(accountId: string, name: string) {
+    return sb.deleteVolume(this.db, accountId, name);
+  }
+
+  // events
+  async addEvent(e: EventRecord) {
+    await this.db
+      .insertInto('events')
+      .values({
+        account_id: e.accountId,
+        event: e.event,
+        metadata_json: JSON.stringify(e.metadata),
+        created_at: e.createdAt,
+      })
+      .execute();
+  }
+  async listEvents(accountId: string, limit: number): Promise<EventRecord[]> {
+    const rows = await this.db
+      .selectFrom('events')
+      .select(['id', 'event', 'metadata_json', 'created_at'])
+      .where('account_id', '=', accountId)
+      .orderBy('id', 'desc')
+      .limit(limit)
+      .execute();
+    return rows.reverse().map((r) => ({
+      accountId,
+      event: r.event,
+      metadata: r.metadata_json as Record<string, unknown>,
+      createdAt: r.created_at,
+    }));
+  }
+
+  // rate-limit counters
+  /** One statement: the row is new, restarted (its window ended) or counted up, atomically across replicas. */
+  async hitCounter(key: string, windowMs: number, now: number) {
+    const r = await sql<{ count: number; reset_at: number }>`
+      INSERT INTO rate_counters AS c (key, count, reset_at) VALUES (${key}, 1, ${now}::bigint + ${windowMs}::bigint)
+      ON CONFLICT (key) DO UPDATE SET
+        count = CASE WHEN c.reset_at <= ${now}::bigint THEN 1 ELSE c.count + 1 END,
+        reset_at = CASE WHEN c.reset_at <= ${now}::bigint THEN ${now}::bigint + ${windowMs}::bigint ELSE c.reset_at END
+      RETURNING count, reset_at`.execute(this.db);
+    const row = r.rows[0];
+    return { count: row.count, resetAt: row.reset_at };
+  }
+  async readCounter(key: string, now: number) {
+    const r = await this.db
+      .selectFrom('rate_counters')
+      .select(['count', 'reset_at'])
+      .where('key', '=', key)
+      .where('reset_at', '>', now)
+      .executeTakeFirst();
+    return r ? { count: r.count, resetAt: r.reset_at } : null;
+  }
+  async deleteCounter(key: string) {
+    await this.db.deleteFrom('rate_counters').where('key', '=', key).execute();
+  }
+  async purgeCounters(now: number) {
+    const r = await this.db.deleteFrom('rate_counters').where('reset_at', '<=', now).executeTakeFirst();
+    return Number(r.numDeletedRows);
+  }
+
+  // meta
+  async getMeta(key: string) {
+    const r = await this.db.selectFrom('meta').select('value').where('key', '=', key).executeTakeFirst();
+    return r ? r.value : null;
+  }
+  async setMeta(key: string, value: string) {
+    await this.db
+      .insertInto('meta')
+      .values({ key, value })
+      .onConflict((oc) => oc.column('key').doUpdateSet({ value }))
+      .execute();
+  }
+
+  /** Ends the pool (waits for checked-out connections to be released); idempotent. */
+  close(): Promise<void> {
+    this.closed ??= this.db.destroy();
+    return this.closed;
+  }
+}
+
+function toAccount(r: {
+  id: string;
+  email: string;
+  password_hash: string | null;
+  plan: string;
+  admin: boolean;
+  created_at: number;
+}): AccountRecord {
+  return {
+    id: r.id,
+    email: r.email,
+    passwordHash: r.password_hash,
+    plan: r.plan,
+    admin: r.admin,
+    createdAt: r.created_at,
+  };
+}
+
+function toApiKey(r: {
+  id: string;
+  account_id: string;
+  name: string;
+  prefix: string;
+  key_hash: string;
+  created_at: number;
+  last_used_at: number | null;
+}): ApiKeyRecord {
+  return {
+    id: r.id,
+    accountId: r.account_id,
+    name: r.name,
+    prefix: r.prefix,
+    keyHash: r.key_hash,
+    createdAt: r.created_at,
+    lastUsedAt: r.last_used_at,
+  };
+}
