@@ -640,6 +640,54 @@ export function runStoreConformance(target: StoreTarget): void {
         assert.equal(await s.getMeta('k'), 'v2');
       }));
 
+    it('leases: taken when free, renewed by the holder, refused to others while live, taken over once expired', () =>
+      withStore(async (s) => {
+        assert.deepEqual(await s.acquireLease('reaper', 'a', 3000, 1000), { held: true, holder: 'a', expiresAt: 4000 });
+        assert.deepEqual(
+          await s.acquireLease('reaper', 'b', 3000, 2000),
+          { held: false, holder: 'a', expiresAt: 4000 },
+          'another holder is told who has it, and nothing changes',
+        );
+        assert.deepEqual(
+          await s.acquireLease('reaper', 'a', 3000, 2500),
+          { held: true, holder: 'a', expiresAt: 5500 },
+          'renewed',
+        );
+        assert.deepEqual(
+          await s.acquireLease('other', 'b', 100, 2500),
+          { held: true, holder: 'b', expiresAt: 2600 },
+          'names apart',
+        );
+        assert.deepEqual(await s.acquireLease('reaper', 'b', 3000, 5499), {
+          held: false,
+          holder: 'a',
+          expiresAt: 5500,
+        });
+        assert.deepEqual(
+          await s.acquireLease('reaper', 'b', 3000, 5500),
+          { held: true, holder: 'b', expiresAt: 8500 },
+          'taken over once expired (not renewed in time)',
+        );
+        assert.deepEqual(await s.acquireLease('reaper', 'a', 3000, 6000), {
+          held: false,
+          holder: 'b',
+          expiresAt: 8500,
+        });
+        assert.equal(await s.releaseLease('reaper', 'a'), false, 'not the holder: nothing released');
+        assert.deepEqual(await s.acquireLease('reaper', 'a', 3000, 6000), {
+          held: false,
+          holder: 'b',
+          expiresAt: 8500,
+        });
+        assert.equal(await s.releaseLease('reaper', 'b'), true);
+        assert.deepEqual(
+          await s.acquireLease('reaper', 'a', 3000, 6001),
+          { held: true, holder: 'a', expiresAt: 9001 },
+          'released: taken at once',
+        );
+        assert.equal(await s.releaseLease('never', 'a'), false);
+      }));
+
     it('sessions: a new one purges expired ones; delete ends one', () =>
       withStore(async (s) => {
         await s.createSession({ tokenHash: 'old', accountId: 'acc_a', createdAt: 0, expiresAt: 10 });
@@ -809,6 +857,46 @@ export function runStoreConformance(target: StoreTarget): void {
           Array.from({ length: 60 }, (_, i) => i + 1),
         );
         assert.deepEqual(await b.readCounter('shared', 6), { count: 60, resetAt: 60_005 });
+      }));
+
+    it('a lease raced for from two stores has one holder; renewal, takeover after expiry and release hold across stores', () =>
+      withPair(0, async (a, b) => {
+        const race = await Promise.all(
+          Array.from({ length: 20 }, (_, i) => (i % 2 ? a : b).acquireLease('reaper', `h${i}`, 3000, 1000)),
+        );
+        const winners = race.filter((r) => r.held);
+        assert.equal(winners.length, 1, 'exactly one holder wins');
+        const holder = winners[0].holder;
+        assert.ok(
+          race.every((r) => r.holder === holder && r.expiresAt === 4000),
+          'the others are told who won',
+        );
+        assert.deepEqual(
+          await a.acquireLease('reaper', holder, 3000, 3000),
+          {
+            held: true,
+            holder,
+            expiresAt: 6000,
+          },
+          'renewed through either store',
+        );
+        // Both race again for an expired lease: still one winner.
+        const again = await Promise.all(
+          Array.from({ length: 20 }, (_, i) => (i % 2 ? a : b).acquireLease('reaper', `n${i}`, 3000, 6000)),
+        );
+        assert.equal(again.filter((r) => r.held).length, 1, 'one takes the expired lease over');
+        const next = again.find((r) => r.held)?.holder ?? '';
+        assert.notEqual(next, holder);
+        assert.equal(await a.releaseLease('reaper', next), true);
+        assert.deepEqual(
+          await b.acquireLease('reaper', 'late', 3000, 6001),
+          {
+            held: true,
+            holder: 'late',
+            expiresAt: 9001,
+          },
+          'released from one store: taken at once from the other',
+        );
       }));
 
     it('a login link is consumed once across stores', () =>

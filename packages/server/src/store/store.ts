@@ -135,12 +135,34 @@ export interface Counters {
   purgeCounters(now: number): Promise<number>;
 }
 
+/** What {@link Leases.acquireLease} found: whether the caller holds the lease now, who does, until when (epoch ms). */
+export interface LeaseState {
+  held: boolean;
+  holder: string;
+  expiresAt: number;
+}
+
+/**
+ * Named leases with an expiry: at most one holder of a name at a time, across every process
+ * on the database (the reaper's, so that one API replica reaps at a time). Each call is
+ * atomic. `now` is passed in (epoch ms), never read inside.
+ */
+export interface Leases {
+  /**
+   * Takes lease `name` for `holder` until `now + ttlMs` when it is free or expired, renews it
+   * when `holder` already has it, and otherwise changes nothing and reports who has it.
+   */
+  acquireLease(name: string, holder: string, ttlMs: number, now: number): Promise<LeaseState>;
+  /** Gives the lease up if `holder` has it (another may take it at once); false when it did not. */
+  releaseLease(name: string, holder: string): Promise<boolean>;
+}
+
 /**
  * Persistence of sandboxd. Every method is atomic; those that decide something (reserve,
  * update with a debit) take their decision inside one transaction. Errors are
  * `SandboxdError`s: `tokens`, `concurrency`, `conflict`, `not_found`.
  */
-export interface Store extends Counters {
+export interface Store extends Counters, Leases {
   // accounts
   createAccount(a: AccountRecord, grant: { tokens: number; reason: LedgerReason }): Promise<void>;
   getAccount(id: string): Promise<AccountRecord | null>;

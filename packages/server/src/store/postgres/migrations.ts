@@ -128,8 +128,20 @@ CREATE TABLE snapshots (
 );
 `;
 
+/** Named leases (the reaper's: one replica reaps at a time); as SQLite's migration 6. */
+const leases = `
+CREATE TABLE leases (
+  name TEXT PRIMARY KEY,
+  holder TEXT NOT NULL,
+  expires_at BIGINT NOT NULL
+);
+`;
+
 /** Every PostgreSQL migration, in order. Append only; never edit an applied one. */
-export const PG_MIGRATIONS: readonly PgMigration[] = [{ version: 1, name: 'initial', sql: initial }];
+export const PG_MIGRATIONS: readonly PgMigration[] = [
+  { version: 1, name: 'initial', sql: initial },
+  { version: 2, name: 'leases', sql: leases },
+];
 
 /**
  * The advisory lock keys of sandboxd (two-int form: this class and an object): the

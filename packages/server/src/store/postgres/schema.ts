@@ -39,6 +39,7 @@ export interface PgDatabase {
   events: { id: Generated<number>; account_id: string; event: string; metadata_json: Json; created_at: number };
   meta: { key: string; value: string };
   rate_counters: { key: string; count: number; reset_at: number };
+  leases: { name: string; holder: string; expires_at: number };
   snapshots: {
     account_id: string;
     name: string;

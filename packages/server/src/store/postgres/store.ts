@@ -8,6 +8,7 @@ import type {
   AccountRecord,
   ApiKeyRecord,
   EventRecord,
+  LeaseState,
   LedgerRow,
   Page,
   PageRequest,
@@ -443,6 +444,38 @@ export class PostgresStore implements Store {
   async purgeCounters(now: number) {
     const r = await this.db.deleteFrom('rate_counters').where('reset_at', '<=', now).executeTakeFirst();
     return Number(r.numDeletedRows);
+  }
+
+  // leases
+  /**
+   * One upsert takes the row (new, or expired) or renews it (same holder) and returns it, or
+   * leaves it (another holder's, live) and returns nothing; then the row is read to say who
+   * has it. The read may find it gone (released in between): the upsert runs again.
+   */
+  async acquireLease(name: string, holder: string, ttlMs: number, now: number): Promise<LeaseState> {
+    for (let attempt = 0; ; attempt++) {
+      const up = await sql<{ holder: string; expires_at: number }>`
+        INSERT INTO leases AS l (name, holder, expires_at) VALUES (${name}, ${holder}, ${now}::bigint + ${ttlMs}::bigint)
+        ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
+          WHERE l.holder = excluded.holder OR l.expires_at <= ${now}::bigint
+        RETURNING holder, expires_at`.execute(this.db);
+      if (up.rows[0]) return { held: true, holder, expiresAt: up.rows[0].expires_at };
+      const cur = await this.db
+        .selectFrom('leases')
+        .select(['holder', 'expires_at'])
+        .where('name', '=', name)
+        .executeTakeFirst();
+      if (cur) return { held: cur.holder === holder, holder: cur.holder, expiresAt: cur.expires_at };
+      if (attempt >= 2) return { held: false, holder: '', expiresAt: now };
+    }
+  }
+  async releaseLease(name: string, holder: string) {
+    const r = await this.db
+      .deleteFrom('leases')
+      .where('name', '=', name)
+      .where('holder', '=', holder)
+      .executeTakeFirst();
+    return Number(r.numDeletedRows) > 0;
   }
 
   // meta

@@ -4,6 +4,7 @@ import type {
   AccountRecord,
   ApiKeyRecord,
   EventRecord,
+  LeaseState,
   LedgerRow,
   Page,
   PageRequest,
@@ -225,6 +226,29 @@ export class SqliteStore implements Store {
   }
   async purgeCounters(now: number) {
     return this.db.prepare('DELETE FROM rate_counters WHERE reset_at <= ?').run(now).changes;
+  }
+
+  /** One upsert that takes, renews or leaves the row, in a transaction with the read of who holds it. */
+  async acquireLease(name: string, holder: string, ttlMs: number, now: number): Promise<LeaseState> {
+    return this.db
+      .transaction(() => {
+        this.db
+          .prepare(
+            `INSERT INTO leases (name, holder, expires_at) VALUES (@name, @holder, @now + @ttlMs)
+           ON CONFLICT(name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
+             WHERE leases.holder = excluded.holder OR leases.expires_at <= @now`,
+          )
+          .run({ name, holder, now, ttlMs });
+        const r = this.db.prepare('SELECT holder, expires_at FROM leases WHERE name = ?').get(name) as {
+          holder: string;
+          expires_at: number;
+        };
+        return { held: r.holder === holder, holder: r.holder, expiresAt: r.expires_at };
+      })
+      .immediate();
+  }
+  async releaseLease(name: string, holder: string) {
+    return this.db.prepare('DELETE FROM leases WHERE name = ? AND holder = ?').run(name, holder).changes > 0;
   }
 
   async getMeta(key: string) {
