@@ -73,6 +73,29 @@ describe('loadConfig', () => {
       );
   });
 
+  it('with SANDBOXD_DATABASE_URL the rate-limit counters default to the database (shared by replicas); an explicit store wins', () => {
+    const url = 'postgres://u@db.example/sandboxd';
+    assert.equal(loadConfig({}).rateLimit.store, 'memory');
+    assert.equal(loadConfig({ SANDBOXD_DATABASE_URL: url }).rateLimit.store, 'database');
+    assert.equal(
+      loadConfig({ SANDBOXD_DATABASE_URL: url, SANDBOXD_RATE_LIMIT_STORE: 'memory' }).rateLimit.store,
+      'memory',
+    );
+  });
+
+  it('SANDBOXD_REAPER_LEASE_MS: 3 s by default, at least twice the reaper interval', () => {
+    assert.equal(loadConfig({}).reaperLeaseMs, 3000);
+    assert.equal(loadConfig({ SANDBOXD_REAPER_LEASE_MS: '5000' }).reaperLeaseMs, 5000);
+    assert.throws(
+      () => loadConfig({ SANDBOXD_REAPER_LEASE_MS: '1500', SANDBOXD_REAPER_INTERVAL_MS: '1000' }),
+      /SANDBOXD_REAPER_LEASE_MS \(1500\) must be at least twice SANDBOXD_REAPER_INTERVAL_MS \(1000\)/,
+    );
+    assert.throws(
+      () => loadConfig({ SANDBOXD_REAPER_LEASE_MS: 'soon' }),
+      /SANDBOXD_REAPER_LEASE_MS must be an integer/,
+    );
+  });
+
   it('capacity: maxSandboxes (0: no count limit) and the create floors of memory and disk, by env or file', () => {
     const d = loadConfig({});
     assert.deepEqual([d.maxSandboxes, d.createMinMemoryMb, d.createMinFreeMb], [0, 256, 512]);

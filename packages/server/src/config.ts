@@ -39,7 +39,8 @@ const WEEK_MS = 7 * 86_400_000;
 export interface RateLimitConfig {
   /**
    * Where the counters live (`_STORE`): `memory` (this process; a restart forgets them) or
-   * `database` (the store's database, shared by every server using it).
+   * `database` (the store's database, shared by every server using it). Default: `database`
+   * when `SANDBOXD_DATABASE_URL` is set (replicas share the limits), else `memory`.
    */
   store: 'memory' | 'database';
   /** API requests per second per account, sustained (`_ACCOUNT_PER_SEC`), and the burst (`_ACCOUNT_BURST`). */
@@ -137,6 +138,12 @@ export interface Config {
   reaperIntervalMs: number;
   /** Full list-compare-repair against the driver, period. */
   reconcileIntervalMs: number;
+  /**
+   * `SANDBOXD_REAPER_LEASE_MS`: with a shared database (PostgreSQL), one server at a time
+   * reaps, holding the lease `reaper` this long from each pass (renewed by every pass); a
+   * holder that dies is replaced within this time. At least twice `reaperIntervalMs`.
+   */
+  reaperLeaseMs: number;
   /** Grace period of SIGTERM before in-flight requests are cut. */
   shutdownGraceMs: number;
   bootstrap: { apiKey?: string; adminEmail?: string; adminPassword?: string };
@@ -239,13 +246,14 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
   const port = pick('port', 'SANDBOXD_PORT', int('SANDBOXD_PORT', 0, 65535), 8080);
   const dataDir = resolve(pick('dataDir', 'SANDBOXD_DATA_DIR', String, './data'));
   const minFreeMb = pick('minFreeMb', 'SANDBOXD_MIN_FREE_MB', int('SANDBOXD_MIN_FREE_MB', 0, 2 ** 30), 256);
+  const dbUrl = pick<string | undefined>('databaseUrl', 'SANDBOXD_DATABASE_URL', databaseUrl, undefined);
   const plans = mergePlans(file.plans as Record<string, Partial<PlanConfig>> | undefined, overrides.plans);
   const cfg: Config = {
     port,
     host: pick('host', 'SANDBOXD_HOST', String, '127.0.0.1'),
     dataDir,
     dbPath: pick('dbPath', 'SANDBOXD_DB_PATH', String, join(dataDir, 'sandboxd.db')),
-    databaseUrl: pick<string | undefined>('databaseUrl', 'SANDBOXD_DATABASE_URL', databaseUrl, undefined),
+    databaseUrl: dbUrl,
     imageDir: resolve(pick('imageDir', 'SANDBOXD_IMAGE_DIR', String, join(dataDir, 'images'))),
     publicHost: pick('publicHost', 'SANDBOXD_PUBLIC_HOST', String, `sandbox.localhost:${port}`),
     region: pick('region', 'SANDBOXD_REGION', String, 'local'),
@@ -328,6 +336,12 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
       int('SANDBOXD_RECONCILE_INTERVAL_MS', 100, 2 ** 31),
       30_000,
     ),
+    reaperLeaseMs: pick(
+      'reaperLeaseMs',
+      'SANDBOXD_REAPER_LEASE_MS',
+      int('SANDBOXD_REAPER_LEASE_MS', 100, 600_000),
+      3000,
+    ),
     shutdownGraceMs: pick(
       'shutdownGraceMs',
       'SANDBOXD_SHUTDOWN_GRACE_MS',
@@ -339,7 +353,8 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
       adminEmail: env.SANDBOXD_BOOTSTRAP_ADMIN_EMAIL || undefined,
       adminPassword: env.SANDBOXD_BOOTSTRAP_ADMIN_PASSWORD || undefined,
     },
-    rateLimit: rateLimits(env, file.rateLimit, overrides.rateLimit),
+    // Shared by default where the database is (PostgreSQL: replicas share one limit).
+    rateLimit: rateLimits(env, file.rateLimit, overrides.rateLimit, dbUrl ? 'database' : 'memory'),
     testClock: pick('testClock', 'SANDBOXD_TEST_CLOCK', bool('SANDBOXD_TEST_CLOCK'), false),
     logLevel: pick('logLevel', 'SANDBOXD_LOG_LEVEL', String, 'info'),
     tls: tlsConfig(
@@ -373,15 +388,28 @@ function validate(cfg: Config): void {
       `SANDBOXD_CREATE_MIN_FREE_MB (${cfg.createMinFreeMb}) must be 0 or at least SANDBOXD_MIN_FREE_MB (${cfg.minFreeMb}): below that floor creates answer 507 first`,
     );
   }
+  if (cfg.reaperLeaseMs < 2 * cfg.reaperIntervalMs) {
+    throw new ConfigError(
+      `SANDBOXD_REAPER_LEASE_MS (${cfg.reaperLeaseMs}) must be at least twice SANDBOXD_REAPER_INTERVAL_MS (${cfg.reaperIntervalMs}): every pass renews the lease`,
+    );
+  }
   if (cfg.bootstrap.adminPassword !== undefined && cfg.bootstrap.adminPassword.length < 8) {
     throw new ConfigError('SANDBOXD_BOOTSTRAP_ADMIN_PASSWORD must have at least 8 characters');
   }
 }
 
-/** `SANDBOXD_RATE_LIMIT_<FIELD>` (e.g. `_ACCOUNT_PER_SEC`) over the file's `rateLimit` over the defaults. */
-function rateLimits(env: Env, fromFile: unknown, fromOverrides?: Partial<RateLimitConfig>): RateLimitConfig {
+/**
+ * `SANDBOXD_RATE_LIMIT_<FIELD>` (e.g. `_ACCOUNT_PER_SEC`) over the file's `rateLimit` over the
+ * defaults; `store` defaults to `defaultStore` (`database` when the database is PostgreSQL).
+ */
+function rateLimits(
+  env: Env,
+  fromFile: unknown,
+  fromOverrides: Partial<RateLimitConfig> | undefined,
+  defaultStore: RateLimitConfig['store'],
+): RateLimitConfig {
   const file = (fromFile ?? {}) as Record<string, unknown>;
-  const out = { ...DEFAULT_RATE_LIMITS };
+  const out = { ...DEFAULT_RATE_LIMITS, store: defaultStore };
   for (const k of Object.keys(out) as Array<keyof RateLimitConfig>) {
     const name = `SANDBOXD_RATE_LIMIT_${k.replace(/[A-Z]/g, (c) => `_${c}`).toUpperCase()}`;
     const raw = fromOverrides?.[k] ?? (env[name] || undefined) ?? file[k];

@@ -1,7 +1,10 @@
+import { randomBytes } from 'node:crypto';
+import { hostname } from 'node:os';
 import { planOf, type ServiceDeps } from '../services/context.js';
 import type { LifecycleService } from '../services/lifecycle.js';
 import type { SandboxService } from '../services/sandboxes.js';
 import type { SandboxRecord } from '../domain/sandbox.js';
+import type { Store } from '../store/store.js';
 
 /** What one reconcile pass repaired. */
 export interface ReconcileReport {
@@ -17,6 +20,9 @@ export interface ReconcileReport {
   orphans: string[];
 }
 
+/** The lease that makes one server the reaper among those sharing a database. */
+export const REAPER_LEASE = 'reaper';
+
 const PURGE_EVERY_MS = 10_000;
 /** Ended records purged per pass (each one's kept root layer is removed with it). */
 const PURGE_BATCH = 200;
@@ -27,6 +33,13 @@ const RETRY_AFTER_FAILURE_MS = 5_000;
  * started sandbox whose `stopAt` has passed and purges records that ended more than
  * `stoppedRetentionMs` ago; `reconcile()` compares the store with `driver.list()` and
  * repairs what a crash or a runtime failure left behind. `start()` runs both on timers.
+ *
+ * With a shared database (`SANDBOXD_DATABASE_URL`), servers reap one at a time: each pass
+ * first takes or renews the store's lease {@link REAPER_LEASE} for `reaperLeaseMs`, and a
+ * server that another holds it from skips the pass (nothing listed, nothing logged). The
+ * holder renews it every tick (<= 1 s); one that dies is replaced once its lease runs out,
+ * within `reaperLeaseMs`; `stop()` gives it up so that another takes it at once. On
+ * SQLite (one process) there is no lease: the process always reaps.
  */
 export class Reaper {
   private tickTimer: NodeJS.Timeout | null = null;
@@ -35,6 +48,12 @@ export class Reaper {
   private timerTickBusy = false;
   private lastPurge = Number.NEGATIVE_INFINITY;
   private readonly failedUntil = new Map<string, number>();
+  /** This process's name on the lease: host, pid and a random part (two servers in one process differ). */
+  readonly leaseHolder = `${hostname()}/${process.pid}/${randomBytes(6).toString('hex')}`;
+  /** Whether the last pass held the lease (log lines on changes only). */
+  private holding = false;
+  /** The lease's end as last taken or renewed (this process's clock). */
+  private leaseUntil = Number.NEGATIVE_INFINITY;
 
   constructor(
     private readonly d: ServiceDeps,
@@ -60,32 +79,86 @@ export class Reaper {
     }, this.d.config.reconcileIntervalMs).unref();
   }
 
-  /** Stops the timers and waits for a pass in progress. */
+  /** Stops the timers, waits for a pass in progress and gives the lease up (when it has one). */
   async stop(): Promise<void> {
     if (this.tickTimer) clearInterval(this.tickTimer);
     if (this.reconcileTimer) clearInterval(this.reconcileTimer);
     this.tickTimer = this.reconcileTimer = null;
     await this.running.catch(() => {});
+    if (this.shared && this.holding) {
+      this.holding = false;
+      this.leaseUntil = Number.NEGATIVE_INFINITY;
+      await this.d.store
+        .releaseLease(REAPER_LEASE, this.leaseHolder)
+        .then(() => this.d.log.info({ holder: this.leaseHolder }, 'reaper lease released'))
+        .catch((err) => this.d.log.warn({ err }, 'releasing the reaper lease failed; it runs out by itself'));
+    }
   }
 
-  /** One expiry + purge pass; passes never overlap. Returns the ids stopped. */
+  /** Servers share the database (PostgreSQL): passes need the lease. */
+  private get shared(): boolean {
+    return Boolean(this.d.config.databaseUrl);
+  }
+
+  /**
+   * Takes or renews the reaper lease; true when this process holds it (always without a
+   * shared database). Logs when it is taken or lost, never on a pass that simply skips.
+   */
+  async holdLease(): Promise<boolean> {
+    if (!this.shared) return true;
+    const now = this.d.clock.now();
+    const ttl = this.d.config.reaperLeaseMs;
+    let got: Awaited<ReturnType<Store['acquireLease']>>;
+    try {
+      got = await this.d.store.acquireLease(REAPER_LEASE, this.leaseHolder, ttl, now);
+    } catch (err) {
+      // Not known to be ours any more: no pass until the database answers again.
+      if (this.holding) this.d.log.warn({ err }, 'reaper lease could not be renewed; not reaping until it is');
+      this.holding = false;
+      throw err;
+    }
+    if (got.held && !this.holding)
+      this.d.log.info({ holder: this.leaseHolder }, 'reaper lease taken: this server reaps');
+    if (!got.held && this.holding)
+      this.d.log.warn({ holder: got.holder, expiresAt: got.expiresAt }, 'reaper lease lost to another server');
+    this.holding = got.held;
+    this.leaseUntil = got.held ? got.expiresAt : Number.NEGATIVE_INFINITY;
+    return got.held;
+  }
+
+  /**
+   * Within a long pass: renews the lease once a third of its time has gone, so that a pass
+   * that outlasts it does not lose it; false when it is no longer this process's.
+   */
+  private async keepLease(): Promise<boolean> {
+    if (!this.shared) return true;
+    if (this.d.clock.now() < this.leaseUntil - (this.d.config.reaperLeaseMs * 2) / 3) return true;
+    return this.holdLease();
+  }
+
+  /** One expiry + purge pass; passes never overlap. Returns the ids stopped (none when another server holds the lease). */
   tick(): Promise<string[]> {
     return this.serial(async () => {
+      if (!(await this.holdLease())) return [];
       const now = this.d.clock.now();
       const stopped: string[] = [];
       for (const r of await this.d.store.listExpired(now)) {
         if ((this.failedUntil.get(r.id) ?? 0) > now) continue;
+        if (!(await this.keepLease())) return stopped;
         if (await this.stopOne(r, 'timeout')) stopped.push(r.id);
       }
       for (const r of await this.d.store.listPausedExpired(now)) {
         if ((this.failedUntil.get(r.id) ?? 0) > now) continue;
+        if (!(await this.keepLease())) return stopped;
         await this.removeOne(r, 'paused retention ended');
       }
       if (now - this.lastPurge >= PURGE_EVERY_MS) {
         this.lastPurge = now;
         let purged = 0;
-        for (const r of await this.d.store.listEnded(now - this.d.config.stoppedRetentionMs, PURGE_BATCH))
+        for (const r of await this.d.store.listEnded(now - this.d.config.stoppedRetentionMs, PURGE_BATCH)) {
+          if (!(await this.keepLease())) break;
           if (await this.removeOne(r, 'retention ended')) purged++;
+        }
         if (purged) this.d.log.info({ purged }, 'purged ended sandbox records');
       }
       return stopped;
@@ -98,16 +171,23 @@ export class Reaper {
    * answered 201: they are removed from the runtime and marked `error` with a full refund.
    * At `startup` only sandboxes the runtime lists are deleted from it: the driver's
    * `recover()` already removes everything else it found (in the background, so that the
-   * start does not wait for it).
+   * start does not wait for it). A server that another holds the reaper lease from repairs
+   * nothing (an empty report), at start-up too.
    */
   reconcile(opts: { startup?: boolean } = {}): Promise<ReconcileReport> {
     return this.serial(async () => {
       const report: ReconcileReport = { expired: [], aligned: [], lost: [], abandoned: [], orphans: [] };
+      if (!(await this.holdLease())) return report;
       const records = await this.d.store.listSandboxesByState(['creating', 'started', 'paused', 'starting']);
       const runtime = new Map((await this.d.driver.list()).map((s) => [s.id, s]));
       const now = this.d.clock.now();
       const abandoned: SandboxRecord[] = [];
+      let lost = false; // the lease, to another server, amid a long pass: the rest is its
       for (const r of records) {
+        if (!(await this.keepLease())) {
+          lost = true;
+          break;
+        }
         if (r.state === 'creating') {
           // Checked in this order: once a create is over, its record no longer changes.
           if (this.sandboxes.isCreating(r.id) || (await this.d.store.getSandbox(r.id))?.state !== 'creating') continue;
@@ -158,7 +238,7 @@ export class Reaper {
           .dropNewVolumes(r)
           .catch((err) => this.d.log.warn({ err, sandboxId: r.id }, 'volumes of an abandoned create'));
       const known = new Set(records.map((r) => r.id));
-      for (const id of runtime.keys()) {
+      for (const id of lost ? [] : runtime.keys()) {
         if (known.has(id)) continue;
         const rec = await this.d.store.getSandbox(id); // a create may have begun since the listing
         // A stopped record keeps its root layer in the runtime for a later start.
