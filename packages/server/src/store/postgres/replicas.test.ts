@@ -1,0 +1,177 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { makeTestApp, type TestApp } from '../../../test/app.js';
+import { pgBinDir, startPostgres, type TestPostgres } from '../../../test/postgres.js';
+import { DEFAULT_RATE_LIMITS, type RateLimitConfig } from '../../config.js';
+import type { AccountRecord } from '../store.js';
+import { REAPER_LEASE } from '../../lifecycle/reaper.js';
+
+/*
+ * Two apps on one real PostgreSQL act as API replicas (each with a fake runtime of its
+ * own): one reaps at a time, and the lease moves when its holder closes or stops renewing
+ * it; rate limits and login throttles count on both. The reapers are driven by hand
+ * (`tick`), with each app's own manual clock.
+ */
+
+const bin = pgBinDir();
+if (!bin) {
+  it('replicas on PostgreSQL', {
+    skip: 'no PostgreSQL binaries under /usr/lib/postgresql: run scripts/setup.sh --test',
+  });
+} else {
+  let server: TestPostgres;
+  before(async () => {
+    server = await startPostgres();
+  });
+  after(async () => {
+    await server?.stop();
+  });
+
+  /** Two replicas on a fresh schema; `fn` runs, then both close (closing twice is harmless). */
+  async function withReplicas(
+    fn: (a: TestApp, b: TestApp, databaseUrl: string) => Promise<void>,
+    overrides: Parameters<typeof makeTestApp>[0] = {},
+    opts: Parameters<typeof makeTestApp>[1] = {},
+  ) {
+    const databaseUrl = await server.createSchema();
+    const a = await makeTestApp({ databaseUrl, warmPool: [], ...overrides }, opts);
+    const b = await makeTestApp({ databaseUrl, warmPool: [], ...overrides }, opts);
+    try {
+      await fn(a, b, databaseUrl);
+    } finally {
+      await a.close();
+      await b.close();
+    }
+  }
+
+  const account = async (t: TestApp): Promise<AccountRecord> => {
+    const { id } = await t.newAccount({ tokens: 1000 });
+    const a = await t.app.store.getAccount(id);
+    assert.ok(a);
+    return a;
+  };
+  /** A started sandbox whose stopAt is its creation time (the reaper's next pass stops it). */
+  const expiring = async (t: TestApp, a: AccountRecord) =>
+    (await t.app.services.sandboxes.create(a, { image: 'local/busybox:latest', timeoutMs: 0 })).id;
+  const stops = (...ts: TestApp[]) => ts.flatMap((t) => t.driver.calls.filter((c) => c.startsWith('stop ')));
+  const state = async (t: TestApp, id: string) => (await t.app.store.getSandbox(id))?.state;
+
+  describe('the reaper lease: one replica reaps at a time', () => {
+    it('the holder reaps an expired sandbox once; the other skips its passes, also run at the same time', () =>
+      withReplicas(async (a, b) => {
+        assert.deepEqual(await a.app.reaper.tick(), [], 'a takes the lease');
+        const acct = await account(a);
+        const id = await expiring(a, acct);
+        const rounds = await Promise.all(
+          Array.from({ length: 5 }, () => Promise.all([b.app.reaper.tick(), a.app.reaper.tick()])),
+        );
+        assert.deepEqual(
+          rounds.flatMap(([fromB]) => fromB),
+          [],
+          'b never reaps while a holds the lease',
+        );
+        assert.deepEqual(
+          rounds.flatMap(([, fromA]) => fromA),
+          [id],
+        );
+        assert.deepEqual(stops(a, b), [`stop ${id}`], 'one stop, by the holder');
+        assert.equal(await state(b, id), 'stopped');
+        const lease = await b.app.store.acquireLease(REAPER_LEASE, 'someone-else', 3000, b.clock.now());
+        assert.deepEqual([lease.held, lease.holder], [false, a.app.reaper.leaseHolder]);
+      }));
+
+    it('a replica that starts while another holds the lease repairs nothing at start-up', () =>
+      withReplicas(async (a, b, databaseUrl) => {
+        await a.app.reaper.tick();
+        const acct = await account(a);
+        const live = await a.app.services.sandboxes.create(acct, { image: 'local/busybox:latest', timeoutMs: 600_000 });
+        // c's runtime has never heard of `live`: a reconcile of c's would mark it lost.
+        const c = await makeTestApp({ databaseUrl, warmPool: [] });
+        try {
+          assert.equal(await state(c, live.id), 'started');
+          assert.deepEqual(await c.app.reaper.reconcile(), {
+            expired: [],
+            aligned: [],
+            lost: [],
+            abandoned: [],
+            orphans: [],
+          });
+          assert.equal(await state(c, live.id), 'started');
+        } finally {
+          await c.close();
+        }
+      }));
+
+    it('a holder that closes releases the lease: the other takes it on its next pass and reaps', () =>
+      withReplicas(async (a, b) => {
+        await a.app.reaper.tick();
+        const acct = await account(b);
+        const id = await expiring(b, acct);
+        assert.deepEqual(await b.app.reaper.tick(), [], 'a holds the lease');
+        assert.equal(await state(b, id), 'started');
+        await a.close();
+        assert.deepEqual(await b.app.reaper.tick(), [id], 'taken at once, without waiting for the lease to run out');
+        assert.deepEqual(stops(a, b), [`stop ${id}`]);
+      }));
+
+    it('a holder that stops renewing (dead) is replaced once its lease has run out, and then skips', () =>
+      withReplicas(
+        async (a, b) => {
+          await a.app.reaper.tick(); // a holds the lease until a's now + 3000, then never renews it
+          const acct = await account(b);
+          const id = await expiring(b, acct);
+          b.clock.advance(2999);
+          assert.deepEqual(await b.app.reaper.tick(), [], 'not before the lease has run out');
+          b.clock.advance(1);
+          assert.deepEqual(await b.app.reaper.tick(), [id], 'b took over and reaped');
+          const next = await expiring(b, acct);
+          a.clock.advance(3000);
+          assert.deepEqual(await a.app.reaper.tick(), [], 'a, back, finds b holding the lease and skips');
+          assert.deepEqual(await b.app.reaper.tick(), [next]);
+          assert.deepEqual(stops(a, b), [`stop ${id}`, `stop ${next}`]);
+        },
+        { reaperLeaseMs: 3000 },
+      ));
+  });
+
+  describe('rate limits and login throttles are shared by replicas on PostgreSQL (the default store there)', () => {
+    const { store: _default, ...limits } = DEFAULT_RATE_LIMITS;
+    let t = 1_000_000;
+    const now = () => t;
+    it('an account limit and a failed-login lockout counted on one replica hold on the other', () =>
+      withReplicas(
+        async (a, b) => {
+          const acct = await a.newAccount();
+          t += 60_000; // past the sign-up's own requests
+          const get = (x: TestApp) => x.req({ method: 'GET', url: '/api/v1/account', key: acct.key });
+          for (let i = 0; i < 3; i++) assert.equal((await get(a)).statusCode, 200);
+          for (let i = 0; i < 2; i++) assert.equal((await get(b)).statusCode, 200);
+          const over = await get(a);
+          assert.equal(over.statusCode, 429, 'the 6th request of a burst of 5, over two replicas');
+          assert.equal(over.json().details.limit, 'account');
+          assert.equal((await get(b)).statusCode, 429);
+
+          const email = (await a.app.store.getAccount(acct.id))?.email;
+          const login = (x: TestApp, password: string) =>
+            x.req({ method: 'POST', url: '/api/v1/auth/login', key: null, payload: { email, password } });
+          assert.equal((await login(a, 'wrong')).statusCode, 401);
+          assert.equal((await login(b, 'wrong')).statusCode, 401);
+          const blocked = await login(a, 'password123');
+          assert.equal(blocked.statusCode, 429, 'two failures over two replicas lock the email, right password or not');
+          assert.equal(blocked.json().details.limit, 'login');
+          assert.equal((await login(b, 'password123')).statusCode, 429);
+          t += 900_000; // the auth window ends
+          assert.equal((await login(b, 'password123')).statusCode, 200);
+        },
+        {
+          rateLimit: {
+            ...limits,
+            accountPerSec: 1,
+            accountBurst: 5,
+            loginFailuresPerEmail: 2,
+          } as RateLimitConfig,
+        },
+        { rateLimitNow: now },
+      ));
+  });
+}
