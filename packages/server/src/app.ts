@@ -273,7 +273,8 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
         });
       }
       await reaper.reconcile({ startup: true });
-      await snapshots.reconcile();
+      // Unfinished snapshots are a crash's only for the reaper (with a shared database, another may be making them).
+      if (await reaper.holdLease()) await snapshots.reconcile();
       await reaper.tick();
       const b = await bootstrap(deps, services);
       reaper.start();

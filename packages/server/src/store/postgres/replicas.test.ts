@@ -85,10 +85,22 @@ if (!bin) {
         await a.app.reaper.tick();
         const acct = await account(a);
         const live = await a.app.services.sandboxes.create(acct, { image: 'local/busybox:latest', timeoutMs: 600_000 });
+        // A snapshot a is making: c's start-up must not take it for a crash's leftover.
+        const snap = {
+          accountId: acct.id,
+          name: 'in-progress',
+          state: 'creating' as const,
+          sizeBytes: 0,
+          baseImage: 'local/busybox:latest',
+          sandboxId: live.id,
+          createdAt: a.clock.now(),
+        };
+        await a.app.store.beginSnapshot(snap, 2 ** 40);
         // c's runtime has never heard of `live`: a reconcile of c's would mark it lost.
         const c = await makeTestApp({ databaseUrl, warmPool: [] });
         try {
           assert.equal(await state(c, live.id), 'started');
+          assert.equal((await c.app.store.getSnapshot(acct.id, 'in-progress'))?.state, 'creating');
           assert.deepEqual(await c.app.reaper.reconcile(), {
             expired: [],
             aligned: [],
