@@ -81,7 +81,7 @@ if (!bin) {
       }));
 
     it('a replica that starts while another holds the lease repairs nothing at start-up', () =>
-      withReplicas(async (a, b, databaseUrl) => {
+      withReplicas(async (a, _b, databaseUrl) => {
         await a.app.reaper.tick();
         const acct = await account(a);
         const live = await a.app.services.sandboxes.create(acct, { image: 'local/busybox:latest', timeoutMs: 600_000 });
