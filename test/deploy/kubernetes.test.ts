@@ -8,12 +8,14 @@
  */
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
-import { readdirSync, readFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { Ajv, type ValidateFunction } from 'ajv';
 import { parseAllDocuments } from 'yaml';
+import { writeE2eOverlay } from './e2e-overlay.js';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const overlay = join(root, 'deploy', 'kubernetes', 'overlays', 'example');
@@ -246,5 +248,37 @@ describe('deploy/kubernetes (offline render + schema check)', { skip }, () => {
         assert.ok(svc.spec.ports.some((sp: Obj) => sp.name === p.backend.service.port.name));
       }
     assert.deepEqual([...ing.spec.tls[0].hosts].sort(), [...hosts].sort(), 'the TLS certificate covers both hosts');
+  });
+
+  it("the real-cluster suite's overlay (test/deploy/cluster.test.ts) renders and passes the schemas", () => {
+    const dir = mkdtempSync(join(tmpdir(), 'sandboxd-k8s-overlay-'));
+    try {
+      writeE2eOverlay(dir, {
+        namespace: 'sandboxd-e2e-0',
+        image: 'registry.example.com:5000/team/sandboxd:1.2.3',
+        databaseUrl: 'postgres://u:p@db.example.internal:5432/sandboxd_e2e',
+        apiKey: `sk_${'0'.repeat(40)}`,
+        publicHost: 'sbx.e2e.example.com',
+        apiHost: 'api.e2e.example.com',
+      });
+      const rendered = render(dir);
+      const problems = rendered.flatMap((o) => check(validate, o).map((p) => `${o.kind} ${o.metadata?.name}: ${p}`));
+      assert.deepEqual(problems, []);
+      for (const o of rendered)
+        assert.equal(o.kind === 'Namespace' ? o.metadata.name : o.metadata.namespace, 'sandboxd-e2e-0');
+      const dep = find(rendered, 'Deployment', 'sandboxd-api');
+      const c = dep.spec.template.spec.containers[0];
+      assert.equal(c.image, 'registry.example.com:5000/team/sandboxd:1.2.3');
+      assert.equal(
+        resolveEnv(c.env, 'SANDBOXD_RUNNERS', { namespace: 'sandboxd-e2e-0' }),
+        'k8s:sandboxd-e2e-0/sandboxd-runner',
+      );
+      secretRef(rendered, envOf(c).get('SANDBOXD_BOOTSTRAP_API_KEY'));
+      assert.equal(envOf(c).get('SANDBOXD_PUBLIC_HOST')?.value, 'sbx.e2e.example.com');
+      const hosts = find(rendered, 'Ingress', 'sandboxd').spec.rules.map((r: Obj) => r.host);
+      assert.deepEqual(hosts, ['api.e2e.example.com', '*.sbx.e2e.example.com']);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
