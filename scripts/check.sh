@@ -11,5 +11,6 @@ bash scripts/gen-envd.sh --check
 npx biome check --error-on-warnings .
 node --import tsx scripts/gen-openapi.ts --check
 node --import tsx scripts/gen-api-docs.ts --check
+node --import tsx scripts/gen-k8s-schemas.ts --check
 # Offline: no usage data, no update check (see redocly.yaml).
 REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_NOTIFICATIONS=true npx redocly lint --format=summary spec/openapi.json

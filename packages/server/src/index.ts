@@ -5,3 +5,10 @@ export { FakeDriver, createFakeDriver } from './runtime/fake/driver.js';
 export { SqliteStore } from './store/sqlite/store.js';
 export type { Store } from './store/store.js';
 export { OffsetClock, ManualClock, systemClock, type Clock } from './domain/clock.js';
+export {
+  watchK8sRunners,
+  parseK8sRunners,
+  type K8sRunner,
+  type K8sRunnersWatch,
+  type WatchK8sRunnersOptions,
+} from './runtime/remote/k8s-discovery.js';
