@@ -28,11 +28,19 @@ export async function serveTunnel(driver: RuntimeDriver, url: URL, socket: Duple
     return;
   }
   const upstream = connect({ host: sb.address, port, noDelay: true });
-  const timer = setTimeout(() => upstream.destroy(new Error('connect timed out')), CONNECT_TIMEOUT_MS);
+  const timer = setTimeout(
+    () => upstream.destroy(Object.assign(new Error('connect timed out'), { code: 'ETIMEDOUT' })),
+    CONNECT_TIMEOUT_MS,
+  );
   let connected = false;
-  upstream.once('error', (e) => {
+  upstream.once('error', (e: NodeJS.ErrnoException) => {
     clearTimeout(timer);
-    if (!connected) socket.end(rawErrorResponse(errorBody('upstream', `Sandbox ${id} port ${port}: ${e.message}`)));
+    const body = errorBody('upstream', `Sandbox ${id} port ${port}: ${e.message}`, {
+      sandboxId: id,
+      port,
+      code: e.code,
+    });
+    if (!connected) socket.end(rawErrorResponse(body));
     else socket.destroy();
   });
   socket.once('close', () => upstream.destroy());
