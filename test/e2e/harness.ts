@@ -55,7 +55,14 @@ export interface Server {
 
 /** Starts `node --import tsx packages/server/src/main.ts` and waits for /healthz (bounded). */
 export async function startServer(
-  o: { dataDir?: string; env?: Record<string, string>; port?: number; https?: boolean } = {},
+  o: {
+    dataDir?: string;
+    env?: Record<string, string>;
+    port?: number;
+    https?: boolean;
+    /** Where readiness is polled (default `/healthz`): a runner answers only with its token. */
+    ready?: { path: string; headers?: Record<string, string> };
+  } = {},
 ): Promise<Server> {
   const dataDir = o.dataDir ?? mkdtempSync(join(tmpdir(), 'sandboxd-e2e-'));
   const port = o.port ?? (await freePort());
@@ -94,7 +101,8 @@ export async function startServer(
   for (;;) {
     if (proc.exitCode !== null) await failed(`server exited with ${proc.exitCode}; see ${dataDir}`);
     try {
-      if ((await fetch(`${baseUrl}/healthz`)).status === 200) break;
+      if ((await fetch(`${baseUrl}${o.ready?.path ?? '/healthz'}`, { headers: o.ready?.headers })).status === 200)
+        break;
     } catch {
       /* not listening yet */
     }

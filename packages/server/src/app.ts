@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import pino, { type Logger } from 'pino';
-import type { Config } from './config.js';
+import { ConfigError, type Config } from './config.js';
 import { OffsetClock, systemClock, type Clock } from './domain/clock.js';
 import { EnvdDoor } from './e2b/envd/door.js';
 import { filesystemService } from './e2b/envd/filesystem.js';
@@ -24,6 +24,7 @@ import { PublicHosts } from './proxy/host.js';
 import { PortProxy } from './proxy/proxy.js';
 import { SandboxTargets } from './proxy/targets.js';
 import type { RuntimeDriver } from './runtime/driver.js';
+import { RunnerServer } from './runner/server.js';
 import { createFakeDriver } from './runtime/fake/driver.js';
 import { AccountService } from './services/accounts.js';
 import { AuthService } from './services/auth.js';
@@ -182,9 +183,13 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
   // The port proxy claims requests for `*.<publicHost>` on the front door, before fastify.
   // With the local runtime every target must lie in its subnet; the fake runtime has no
   // network, so the proxy connects nowhere (502).
+  // With sandboxes on a runner (role api), their addresses route only on its host: the
+  // proxy connects through the runner's tunnel, and the runner checks the address.
+  const tunnel = driver.tunnel?.bind(driver);
   const targets = new SandboxTargets({
     locate: (id) => sandboxes.locate(id),
-    allowedSubnet: config.runtime === 'local' ? config.subnet : null,
+    allowedSubnet: config.runtime === 'local' && config.role === 'all' ? config.subnet : null,
+    tunnel,
   });
   sandboxes.onGone((id) => targets.forget(id));
   const access = new PortAccess({
@@ -320,11 +325,81 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
   };
 }
 
+/** The assembled runner (`SANDBOXD_ROLE=runner`): one host's runtime served to API processes. */
+export interface SandboxdRunner {
+  server: RunnerServer;
+  driver: RuntimeDriver;
+  log: Logger;
+  /** Driver init + recover, then listens on `config.host:config.port`; resolves with the address. */
+  start(): Promise<string>;
+  /** Stops serving (streams are cut); sandboxes keep running. */
+  close(): Promise<void>;
+}
+
 /**
- * The driver `config.runtime` names. The local driver is loaded on demand, so a server or
- * test on the fake runtime never loads the crun driver's modules.
+ * The composition root of the runner role: the driver `config.runtime` names (local: crun)
+ * behind the runner protocol on its own port, with the token and TLS of the config.
+ */
+export async function buildRunner(opts: {
+  config: Readonly<Config>;
+  driver?: RuntimeDriver;
+  logger?: Logger;
+}): Promise<SandboxdRunner> {
+  const { config } = opts;
+  const log = opts.logger ?? createLogger(config.logLevel);
+  if (!config.runnerToken) throw new ConfigError('SANDBOXD_RUNNER_TOKEN is required when SANDBOXD_ROLE is runner');
+  const driver = opts.driver ?? (await createDriver({ ...config, role: 'all' }));
+  const server = new RunnerServer({
+    driver,
+    token: config.runnerToken,
+    nodeName: config.nodeName,
+    tls: config.tls ? { cert: readFileSync(config.tls.certPath), key: readFileSync(config.tls.keyPath) } : null,
+    log: log.child({ component: 'runner' }),
+  });
+  return {
+    server,
+    driver,
+    log,
+    async start() {
+      await driver.init();
+      const recovered = await driver.recover();
+      server.recovered = recovered;
+      log.info(
+        {
+          adopted: recovered.adopted.length,
+          cleaned: recovered.cleaned.length,
+          pending: recovered.background?.pending() ?? 0,
+        },
+        'runtime recovered',
+      );
+      return server.listen(config.host, config.port);
+    },
+    async close() {
+      await server.close();
+      await driver.close();
+    },
+  };
+}
+
+/**
+ * The driver the config names: for role `api`, a {@link RemoteDriver} to its one runner;
+ * else `config.runtime`'s. The local driver is loaded on demand, so a server or test on the
+ * fake runtime never loads the crun driver's modules.
  */
 async function createDriver(config: Readonly<Config>): Promise<RuntimeDriver> {
+  if (config.role === 'api') {
+    const runners = config.runners;
+    if (runners?.kind === 'k8s')
+      throw new ConfigError(
+        `SANDBOXD_RUNNERS=k8s:${runners.namespace}/${runners.service}: Kubernetes discovery is not part of this build yet; give the runner's URL`,
+      );
+    if (runners?.urls.length !== 1)
+      throw new ConfigError(
+        `SANDBOXD_RUNNERS names ${runners?.urls.length ?? 0} runners: only one runner per API process is supported yet (placement over several is a later step)`,
+      );
+    const { RemoteDriver } = await import('./runtime/remote/driver.js');
+    return new RemoteDriver({ url: runners.urls[0], token: config.runnerToken ?? '' });
+  }
   if (config.runtime === 'fake') return createFakeDriver();
   const { createLocalDriver } = await import('./runtime/local/driver.js');
   return createLocalDriver(config);

@@ -57,6 +57,55 @@ describe('loadConfig', () => {
     assert.throws(() => loadConfig({ SANDBOXD_BOOTSTRAP_API_KEY: 'short' }), ConfigError);
   });
 
+  it('SANDBOXD_ROLE, SANDBOXD_RUNNERS, SANDBOXD_RUNNER_TOKEN, SANDBOXD_NODE_NAME: defaults, forms and refusals by name', () => {
+    const c = loadConfig({});
+    assert.equal(c.role, 'all');
+    assert.equal(c.runners, null);
+    assert.equal(c.runnerToken, undefined);
+    assert.ok(c.nodeName.length > 0);
+    const token = 'a-runner-token-of-some-length';
+    const runner = loadConfig({ SANDBOXD_ROLE: 'runner', SANDBOXD_RUNNER_TOKEN: token, SANDBOXD_NODE_NAME: 'node-1' });
+    assert.deepEqual([runner.role, runner.runnerToken, runner.nodeName], ['runner', token, 'node-1']);
+    const api = loadConfig({
+      SANDBOXD_ROLE: 'api',
+      SANDBOXD_RUNNER_TOKEN: token,
+      SANDBOXD_RUNNERS: ' https://r1.example:7443/ , http://10.0.0.2:8081',
+    });
+    assert.deepEqual(api.runners, { kind: 'urls', urls: ['https://r1.example:7443', 'http://10.0.0.2:8081'] });
+    assert.deepEqual(
+      loadConfig({ SANDBOXD_ROLE: 'api', SANDBOXD_RUNNER_TOKEN: token, SANDBOXD_RUNNERS: 'k8s:sandboxd/runners' })
+        .runners,
+      { kind: 'k8s', namespace: 'sandboxd', service: 'runners' },
+    );
+    const refused: [Record<string, string>, RegExp][] = [
+      [{ SANDBOXD_ROLE: 'both' }, /SANDBOXD_ROLE must be one of all, api, runner/],
+      [{ SANDBOXD_ROLE: 'runner' }, /SANDBOXD_RUNNER_TOKEN is required when SANDBOXD_ROLE is runner/],
+      [
+        { SANDBOXD_ROLE: 'api', SANDBOXD_RUNNERS: 'http://r:1' },
+        /SANDBOXD_RUNNER_TOKEN is required when SANDBOXD_ROLE is api/,
+      ],
+      [{ SANDBOXD_ROLE: 'runner', SANDBOXD_RUNNER_TOKEN: 'short' }, /SANDBOXD_RUNNER_TOKEN must have at least 16/],
+      [
+        { SANDBOXD_ROLE: 'api', SANDBOXD_RUNNER_TOKEN: token },
+        /SANDBOXD_RUNNERS is required when SANDBOXD_ROLE is api/,
+      ],
+      [{ SANDBOXD_RUNNERS: 'ftp://r:1' }, /SANDBOXD_RUNNERS: "ftp:\/\/r:1" must be an http/],
+      [{ SANDBOXD_RUNNERS: 'http://r:1/x' }, /must have no path/],
+      [{ SANDBOXD_RUNNERS: 'http://u:p@r:1' }, /without credentials/],
+      [{ SANDBOXD_RUNNERS: 'http://r:1,http://r:1/' }, /named twice/],
+      [{ SANDBOXD_RUNNERS: 'not a url' }, /is not a URL/],
+      [{ SANDBOXD_RUNNERS: 'k8s:Bad/x' }, /k8s:<namespace>\/<service>/],
+      [{ SANDBOXD_RUNNERS: 'k8s:ns' }, /k8s:<namespace>\/<service>/],
+      [{ SANDBOXD_NODE_NAME: 'a b' }, /SANDBOXD_NODE_NAME must be/],
+    ];
+    for (const [env, msg] of refused)
+      assert.throws(
+        () => loadConfig(env),
+        (e: unknown) => e instanceof ConfigError && msg.test(e.message),
+        JSON.stringify(env),
+      );
+  });
+
   it('SANDBOXD_DATABASE_URL: unset is SQLite in the data dir; a postgres URL is kept; anything else is refused by name without echoing it', () => {
     assert.equal(loadConfig({}).databaseUrl, undefined);
     assert.equal(loadConfig({ SANDBOXD_DATABASE_URL: '' }).databaseUrl, undefined);

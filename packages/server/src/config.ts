@@ -1,4 +1,5 @@
 import { readFileSync } from 'node:fs';
+import { hostname } from 'node:os';
 import { join, resolve } from 'node:path';
 
 const GiB = 1024 ** 3;
@@ -163,6 +164,61 @@ export interface Config {
    * (`image=size,...`; `off` for none). Default: 4 of `local/debian:bookworm`.
    */
   warmPool: { image: string; size: number }[];
+  /**
+   * `SANDBOXD_ROLE`: `all` (the API and a local runtime in one process), `api` (the API; its
+   * sandboxes live on the runners of `runners`), `runner` (one host's runtime, served to API
+   * processes only). See docs/runners.md.
+   */
+  role: 'all' | 'api' | 'runner';
+  /** `SANDBOXD_RUNNERS`: how an `api` process finds its runners; null for the other roles when unset. */
+  runners: RunnerSource | null;
+  /** `SANDBOXD_RUNNER_TOKEN`: the secret shared by API processes and runners; required for `api` and `runner`. */
+  runnerToken?: string;
+  /** `SANDBOXD_NODE_NAME`: a runner's name (default the host name). */
+  nodeName: string;
+}
+
+/** Where an `api` process finds runners: a list of URLs, or a Kubernetes Service's endpoints. */
+export type RunnerSource = { kind: 'urls'; urls: string[] } | { kind: 'k8s'; namespace: string; service: string };
+
+/** Shortest `SANDBOXD_RUNNER_TOKEN` accepted. */
+export const MIN_RUNNER_TOKEN_LENGTH = 16;
+
+/**
+ * `SANDBOXD_RUNNERS`: `http(s)://host:port` URLs, comma-separated (no path, query or
+ * credentials), or `k8s:<namespace>/<service>` (DNS-1123 labels). Throws {@link ConfigError}.
+ */
+export function parseRunners(raw: string): RunnerSource {
+  const s = raw.trim();
+  if (s.startsWith('k8s:')) {
+    const m = /^k8s:([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)\/([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)$/.exec(s);
+    if (!m)
+      throw new ConfigError(
+        `SANDBOXD_RUNNERS: "${s}" must be k8s:<namespace>/<service>, each a lower-case DNS label (a-z, 0-9, -)`,
+      );
+    return { kind: 'k8s', namespace: m[1], service: m[3] };
+  }
+  const urls = s
+    .split(',')
+    .map((u) => u.trim())
+    .filter(Boolean);
+  if (!urls.length) throw new ConfigError('SANDBOXD_RUNNERS is empty: give runner URLs or k8s:<namespace>/<service>');
+  const out: string[] = [];
+  for (const u of urls) {
+    let url: URL;
+    try {
+      url = new URL(u);
+    } catch {
+      throw new ConfigError(`SANDBOXD_RUNNERS: "${u}" is not a URL (expected http(s)://host:port)`);
+    }
+    if (!['http:', 'https:'].includes(url.protocol) || url.username || url.password || url.search || url.hash)
+      throw new ConfigError(`SANDBOXD_RUNNERS: "${u}" must be an http:// or https:// URL without credentials or query`);
+    if (url.pathname !== '/') throw new ConfigError(`SANDBOXD_RUNNERS: "${u}" must have no path (the runner's root)`);
+    const norm = `${url.protocol}//${url.host}`;
+    if (out.includes(norm)) throw new ConfigError(`SANDBOXD_RUNNERS: ${norm} is named twice`);
+    out.push(norm);
+  }
+  return { kind: 'urls', urls: out };
 }
 
 /** The images pooled by default: the default image of the console, the CLI and E2B's `base`. */
@@ -363,6 +419,10 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
       overrides.tls,
     ),
     warmPool: pick('warmPool', 'SANDBOXD_WARM_POOL', parseWarmPool, parseWarmPool(DEFAULT_WARM_POOL)),
+    role: pick('role', 'SANDBOXD_ROLE', oneOf('SANDBOXD_ROLE', ['all', 'api', 'runner'] as const), 'all'),
+    runners: pick<RunnerSource | null>('runners', 'SANDBOXD_RUNNERS', parseRunners, null),
+    runnerToken: pick<string | undefined>('runnerToken', 'SANDBOXD_RUNNER_TOKEN', String, undefined),
+    nodeName: pick('nodeName', 'SANDBOXD_NODE_NAME', String, hostname()),
     e2bTemplates: e2bTemplates(
       overrides.e2bTemplates ??
         (env.SANDBOXD_E2B_TEMPLATES ? parseJson('SANDBOXD_E2B_TEMPLATES', env.SANDBOXD_E2B_TEMPLATES) : undefined) ??
@@ -396,6 +456,24 @@ function validate(cfg: Config): void {
   if (cfg.bootstrap.adminPassword !== undefined && cfg.bootstrap.adminPassword.length < 8) {
     throw new ConfigError('SANDBOXD_BOOTSTRAP_ADMIN_PASSWORD must have at least 8 characters');
   }
+  if (cfg.role !== 'all') {
+    if (!cfg.runnerToken)
+      throw new ConfigError(
+        `SANDBOXD_RUNNER_TOKEN is required when SANDBOXD_ROLE is ${cfg.role}: the secret shared by API processes and runners`,
+      );
+    if (cfg.runnerToken.length < MIN_RUNNER_TOKEN_LENGTH || /\s/.test(cfg.runnerToken))
+      throw new ConfigError(
+        `SANDBOXD_RUNNER_TOKEN must have at least ${MIN_RUNNER_TOKEN_LENGTH} characters and no white space`,
+      );
+  }
+  if (cfg.role === 'api' && !cfg.runners)
+    throw new ConfigError(
+      'SANDBOXD_RUNNERS is required when SANDBOXD_ROLE is api: the runner URL(s) or k8s:<namespace>/<service>',
+    );
+  if (!/^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$/.test(cfg.nodeName))
+    throw new ConfigError(
+      `SANDBOXD_NODE_NAME must be letters, digits, '.', '_' or '-' (at most 253), got "${cfg.nodeName}"`,
+    );
 }
 
 /**

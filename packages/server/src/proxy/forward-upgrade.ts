@@ -26,7 +26,7 @@ export interface UpgradeForward {
  */
 export function forwardUpgrade(req: IncomingMessage, client: Duplex, head: Buffer, f: UpgradeForward): void {
   const where = { sandboxId: f.target.sandboxId, port: f.port };
-  const up = connect({ host: f.target.address, port: f.port, noDelay: true });
+  const up = f.target.open ? f.target.open(f.port) : connect({ host: f.target.address, port: f.port, noDelay: true });
   f.onTunnel?.(up);
   let answered = false;
   let refused = false;

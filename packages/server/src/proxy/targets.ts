@@ -1,6 +1,8 @@
-import { isIPv4 } from 'node:net';
+import { isIPv4, type Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
 import type { SandboxLocation } from '../services/sandboxes.js';
 import { ProxyError } from './reply.js';
+import { TunnelSocket } from './tunnel-socket.js';
 import { UpstreamPool } from './upstream.js';
 
 /** Where a sandbox's ports are, and who may reach them. */
@@ -13,6 +15,8 @@ export interface ProxyTarget {
   portsPublic: boolean;
   /** Keep-alive connections to this sandbox only; closed when it goes. */
   pool: UpstreamPool;
+  /** Opens a connection to a port through the runner's tunnel; absent: a direct TCP connection to `address`. */
+  open?: (port: number) => Socket;
 }
 
 /** Options of {@link SandboxTargets}. */
@@ -25,6 +29,12 @@ export interface SandboxTargetsOptions {
    * no reachable address (the fake runtime), so the proxy never connects anywhere.
    */
   allowedSubnet: string | null;
+  /**
+   * When sandboxes live on a runner (their addresses route only on its host): a TCP
+   * connection to `port` of a sandbox through the runner, which checks the sandbox is its
+   * own and running; `allowedSubnet` is then not consulted.
+   */
+  tunnel?: (sandboxId: string, port: number) => Promise<Duplex>;
   /** How long a resolved target is reused before store and runtime are asked again. Default 1000 ms. */
   cacheMs?: number;
   now?: () => number;
@@ -103,12 +113,15 @@ export class SandboxTargets {
       target = { ...prev.target, portsPublic: rt.portsPublic };
     } else {
       prev?.target.pool.destroy();
+      const tunnel = this.opts.tunnel;
+      const open = tunnel ? (port: number) => new TunnelSocket(tunnel(sandboxId, port)).asSocket() : undefined;
       target = {
         sandboxId,
         accountId: rt.accountId,
         address: rt.address,
         portsPublic: rt.portsPublic,
-        pool: new UpstreamPool(rt.address),
+        pool: new UpstreamPool(rt.address, { open }),
+        open,
       };
     }
     if (this.closed || this.stale.has(sandboxId)) {
@@ -123,6 +136,7 @@ export class SandboxTargets {
   /** Whether the proxy may connect to `ip` at all. */
   addressAllowed(ip: string): boolean {
     if (!isIPv4(ip)) return false;
+    if (this.opts.tunnel) return true; // the runner checks the address is one of its sandboxes'
     const n = ipToInt(ip);
     if (!this.subnet) return false;
     const { base, mask } = this.subnet;

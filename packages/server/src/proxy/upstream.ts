@@ -21,10 +21,19 @@ export class UpstreamConn {
   /** True once it has carried a response and went back to the pool. */
   reused = false;
 
+  /** `open`: how to reach the port when not by a direct TCP connection to `host` (a runner's tunnel). */
   constructor(
     host: string,
     readonly port: number,
+    open?: (port: number) => Socket,
   ) {
+    if (open) {
+      this.socket = open(port);
+      this.socket.on('data', (c: Buffer) => {
+        if (!this.received(c.length, c)) this.socket.pause();
+      });
+      return;
+    }
     this.socket = connect({
       host,
       port,
@@ -45,6 +54,8 @@ export class UpstreamConn {
 
 /** Options of {@link UpstreamPool}. */
 export interface UpstreamPoolOptions {
+  /** How to reach a port when not by a direct TCP connection (a runner's tunnel); default `net.connect`. */
+  open?: (port: number) => Socket;
   /** Idle connections kept per port. Default 8. */
   maxIdlePerPort?: number;
   /** An idle connection is closed after this long. Default 4000 ms (below common keep-alive timeouts). */
@@ -60,6 +71,7 @@ export class UpstreamPool {
   private closed = false;
   private readonly maxIdle: number;
   private readonly idleMs: number;
+  private readonly open?: (port: number) => Socket;
 
   constructor(
     private readonly address: string,
@@ -67,6 +79,7 @@ export class UpstreamPool {
   ) {
     this.maxIdle = opts.maxIdlePerPort ?? 8;
     this.idleMs = opts.idleMs ?? 4000;
+    this.open = opts.open;
   }
 
   /** An idle connection to `port` (`reused` set), or a new one that is connecting. */
@@ -78,7 +91,7 @@ export class UpstreamPool {
       c.socket.setTimeout(0);
       return c;
     }
-    const c = new UpstreamConn(this.address, port);
+    const c = new UpstreamConn(this.address, port, this.open);
     // Permanent listeners: an idle connection's error or close must not go unhandled.
     c.socket.on('error', () => {});
     c.socket.on('timeout', () => c.socket.destroy()); // armed only while idle

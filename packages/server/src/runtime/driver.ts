@@ -364,6 +364,14 @@ export interface RuntimeDriver {
    */
   capacity(): Promise<RuntimeCapacity>;
 
+  /**
+   * A TCP connection to `port` of a running sandbox, for drivers whose sandbox addresses
+   * route only on another host (a runner's): the port proxy connects through it. Absent:
+   * `address` is reachable from this process. Rejects `not_found` (not running there),
+   * `upstream` (the port refused; `details.code`), `unavailable` (the host is unreachable).
+   */
+  tunnel?(id: string, port: number): Promise<import('node:stream').Duplex>;
+
   /** Releases driver resources held by this process (not sandboxes). */
   close(): Promise<void>;
   /**

@@ -1,0 +1,192 @@
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer as createTlsServer } from 'node:https';
+import type { AddressInfo } from 'node:net';
+import type { Duplex } from 'node:stream';
+import { errorBody, SandboxdError } from '@sandboxd/protocol';
+import type { Logger } from 'pino';
+import { WebSocketServer } from 'ws';
+import { KEEP_ALIVE_TIMEOUT_MS, rawErrorResponse } from '../http/front-door.js';
+import type { RecoveryReport, RuntimeDriver } from '../runtime/driver.js';
+import {
+  bearerMatches,
+  fromWireArgs,
+  RUNNER_PREFIX,
+  toErrorBody,
+  UNARY_METHODS,
+  type RunnerHealth,
+} from '../runtime/remote/wire.js';
+import { serveFileRead, serveFileWatch, serveFileWrite } from './files.js';
+import { serveProcessSocket } from './sockets.js';
+import { serveTunnel } from './tunnel.js';
+
+/** Largest JSON body of a unary call (a create's spec, an exec's command), bytes. */
+const MAX_JSON_BYTES = 4 * 1024 * 1024;
+
+/** Options of {@link RunnerServer}. */
+export interface RunnerServerOptions {
+  /** The host's runtime, initialised and recovered by the caller (see {@link RunnerServer.recovered}). */
+  driver: RuntimeDriver;
+  /** `SANDBOXD_RUNNER_TOKEN`: every request and upgrade must carry it as a bearer token. */
+  token: string;
+  /** `SANDBOXD_NODE_NAME`: reported by the health endpoint. */
+  nodeName: string;
+  /** PEM certificate (chain) and key: the port speaks HTTPS only. Null: plain HTTP. */
+  tls: { cert: Buffer; key: Buffer } | null;
+  log: Logger;
+}
+
+/**
+ * The runner's server: one host's runtime served to API replicas (protocol in
+ * `runtime/remote/wire.ts`). Requests and upgrades without the token are refused with 401
+ * before anything else is read. The runner holds no records: what the driver knows is all
+ * it knows.
+ */
+export class RunnerServer {
+  readonly server: Server;
+  private readonly wss = new WebSocketServer({ noServer: true, perMessageDeflate: false, maxPayload: 1 << 20 });
+  private readonly sockets = new Set<Duplex>();
+  /** What the driver's `recover()` found at start-up; `recover` calls of clients get it. */
+  recovered: RecoveryReport = { adopted: [], cleaned: [] };
+
+  constructor(private readonly o: RunnerServerOptions) {
+    const handler = (req: IncomingMessage, res: ServerResponse) => void this.request(req, res);
+    this.server = o.tls ? (createTlsServer(o.tls, handler) as unknown as Server) : createServer(handler);
+    this.server.keepAliveTimeout = KEEP_ALIVE_TIMEOUT_MS;
+    this.server.on('connection', (s: Duplex) => {
+      this.sockets.add(s);
+      s.on('close', () => this.sockets.delete(s));
+    });
+    if (o.tls)
+      this.server.on('secureConnection', (s: Duplex) => {
+        this.sockets.add(s);
+        s.on('close', () => this.sockets.delete(s));
+      });
+    this.server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => this.upgrade(req, socket, head));
+  }
+
+  /** Listens on `host:port`; resolves with the address (`http(s)://host:port`). */
+  async listen(host: string, port: number): Promise<string> {
+    await new Promise<void>((resolve, reject) => {
+      this.server.once('error', reject);
+      this.server.listen(port, host, () => {
+        this.server.off('error', reject);
+        resolve();
+      });
+    });
+    const a = this.server.address() as AddressInfo;
+    const h = a.family === 'IPv6' ? `[${a.address}]` : a.address;
+    return `${this.o.tls ? 'https' : 'http'}://${h}:${a.port}`;
+  }
+
+  /** Stops listening and cuts every connection (streams included); sandboxes keep running. */
+  async close(): Promise<void> {
+    const closed = new Promise<void>((r) => this.server.close(() => r()));
+    for (const ws of this.wss.clients) ws.terminate();
+    for (const s of this.sockets) s.destroy();
+    await closed;
+  }
+
+  private authorized(req: IncomingMessage): boolean {
+    return bearerMatches(req.headers.authorization, this.o.token);
+  }
+
+  private async request(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    if (!this.authorized(req)) {
+      req.resume();
+      return reply(res, 401, errorBody('unauthorized', 'The runner token is missing or wrong'));
+    }
+    const path = (req.url ?? '/').split('?')[0];
+    const method = path.startsWith(`${RUNNER_PREFIX}/`) ? path.slice(RUNNER_PREFIX.length + 1) : '';
+    try {
+      if (method === 'health' && req.method === 'GET') {
+        const d = this.o.driver;
+        const body: RunnerHealth = {
+          node: this.o.nodeName,
+          capacity: await d.capacity(),
+          warmPool: d.warmPool ? d.warmPool() : {},
+        };
+        return reply(res, 200, body);
+      }
+      if (req.method !== 'POST') {
+        req.resume();
+        return reply(res, 404, errorBody('not_found', `No runner endpoint ${req.method} ${path}`));
+      }
+      if (method === 'files.write') return await serveFileWrite(this.o.driver, req, res);
+      const args = await readArgs(req);
+      if (method === 'files.read') return await serveFileRead(this.o.driver, args, res);
+      if (method === 'files.watch') return await serveFileWatch(this.o.driver, args, res);
+      if (!(UNARY_METHODS as readonly string[]).includes(method))
+        return reply(res, 404, errorBody('not_found', `No runner endpoint ${req.method} ${path}`));
+      const result = await this.unary(method, args);
+      return reply(res, 200, { result: result ?? null });
+    } catch (e) {
+      const body = toErrorBody(e);
+      if (body.kind === 'internal') this.o.log.warn({ err: e, method }, 'runner: a driver call failed');
+      if (res.headersSent) res.destroy();
+      else reply(res, body.code, body);
+    }
+  }
+
+  private async unary(method: string, args: unknown[]): Promise<unknown> {
+    const d = this.o.driver;
+    if (method === 'recover') {
+      const { background: _, ...report } = this.recovered;
+      return report;
+    }
+    if (method.startsWith('files.')) {
+      const f = d.files as unknown as Record<string, (...a: unknown[]) => Promise<unknown>>;
+      return f[method.slice(6)].apply(d.files, args);
+    }
+    if (method.startsWith('images.')) {
+      if (!d.images) throw new SandboxdError('unsupported', 'This runner has no image store');
+      const [ref] = args as [string];
+      return method === 'images.pull' ? d.images.pull(ref) : d.images.build(ref);
+    }
+    const fn = (d as unknown as Record<string, (...a: unknown[]) => Promise<unknown>>)[method];
+    return fn.apply(d, args);
+  }
+
+  private upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
+    socket.on('error', () => socket.destroy());
+    if (!this.authorized(req)) {
+      socket.end(rawErrorResponse(errorBody('unauthorized', 'The runner token is missing or wrong')));
+      return;
+    }
+    const url = new URL(req.url ?? '/', 'http://runner');
+    const kind = url.pathname.slice(RUNNER_PREFIX.length + 1);
+    if (url.pathname.startsWith(RUNNER_PREFIX) && (kind === 'spawn' || kind === 'tty')) {
+      this.wss.handleUpgrade(req, socket, head, (ws) => serveProcessSocket(this.o.driver, kind, ws, this.o.log));
+      return;
+    }
+    if (url.pathname === `${RUNNER_PREFIX}/tunnel`) {
+      void serveTunnel(this.o.driver, url, socket, head);
+      return;
+    }
+    socket.end(rawErrorResponse(errorBody('not_found', `No runner endpoint ${url.pathname}`)));
+  }
+}
+
+/** The `args` array of a unary call's JSON body. Throws `validation`/`payload_too_large`. */
+async function readArgs(req: IncomingMessage): Promise<unknown[]> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const c of req as AsyncIterable<Buffer>) {
+    size += c.length;
+    if (size > MAX_JSON_BYTES) throw new SandboxdError('payload_too_large', 'The call is over 4 MiB');
+    chunks.push(c);
+  }
+  let body: { args?: unknown };
+  try {
+    body = JSON.parse(Buffer.concat(chunks).toString('utf8') || '{}');
+  } catch {
+    throw new SandboxdError('validation', 'The call body is not JSON');
+  }
+  if (!Array.isArray(body.args)) throw new SandboxdError('validation', 'The call body must be {"args": [...]}');
+  return fromWireArgs(body.args);
+}
+
+function reply(res: ServerResponse, status: number, body: unknown): void {
+  const text = JSON.stringify(body);
+  res.writeHead(status, { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(text) });
+  res.end(text);
+}

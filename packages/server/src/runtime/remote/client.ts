@@ -1,0 +1,234 @@
+import { Agent as HttpAgent, request as httpRequest, type ClientRequest, type IncomingMessage } from 'node:http';
+import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
+import type { Duplex } from 'node:stream';
+import { SandboxdError } from '@sandboxd/protocol';
+import WebSocket from 'ws';
+import { fromErrorBody, RUNNER_PREFIX, TUNNEL_PROTOCOL } from './wire.js';
+
+/** How long a connection to the runner may take before the call fails `unavailable`. */
+export const CONNECT_TIMEOUT_MS = 5_000;
+/** Default limit of a unary call, answer included. */
+export const CALL_TIMEOUT_MS = 120_000;
+
+/** Options of {@link RunnerClient}. */
+export interface RunnerClientOptions {
+  /** Extra CA certificates (PEM) trusted for an `https` runner (besides the system's and NODE_EXTRA_CA_CERTS). */
+  ca?: Buffer | string;
+}
+
+/**
+ * The HTTP side of the runner protocol (`wire.ts`) for one runner: keep-alive connections,
+ * the token on every request, errors as `SandboxdError`s. A runner that refuses the
+ * connection, resets it mid-call or does not answer in time gives `unavailable` naming
+ * the runner, never a hang.
+ */
+export class RunnerClient {
+  readonly url: URL;
+  readonly name: string;
+  private readonly agent: HttpAgent;
+  private readonly tls: boolean;
+
+  constructor(
+    url: string,
+    private readonly token: string,
+    private readonly o: RunnerClientOptions = {},
+  ) {
+    this.url = new URL(url);
+    this.tls = this.url.protocol === 'https:';
+    this.name = this.url.host;
+    const agentOpts = { keepAlive: true, keepAliveMsecs: 1000, maxFreeSockets: 64 };
+    this.agent = this.tls ? new HttpsAgent({ ...agentOpts, ca: o.ca }) : new HttpAgent(agentOpts);
+  }
+
+  /** Closes the idle keep-alive connections. */
+  close(): void {
+    this.agent.destroy();
+  }
+
+  /** A unary call: `POST /runner/v1/<method>` `{args}`, resolves with `result`. */
+  async call<T>(method: string, args: unknown[], timeoutMs = CALL_TIMEOUT_MS): Promise<T> {
+    const body = JSON.stringify({ args });
+    const res = await this.send(method, { body, timeoutMs, retryReset: true });
+    const json = (await readJson(res, this.name)) as { result: T };
+    return json.result;
+  }
+
+  /**
+   * One request to `/runner/v1/<path>`; resolves with the response once its status is 200
+   * (the body unread), rejects with the error body's `SandboxdError` otherwise.
+   * `body`: a string sent whole, or a function that streams into the request.
+   */
+  async send(
+    path: string,
+    o: {
+      method?: string;
+      body?: string | ((req: ClientRequest) => void);
+      headers?: Record<string, string>;
+      timeoutMs?: number;
+      /** Retry once when a reused keep-alive connection was closed under the request (the runner never saw it). */
+      retryReset?: boolean;
+    },
+  ): Promise<IncomingMessage> {
+    try {
+      return await this.sendOnce(path, o);
+    } catch (e) {
+      if (o.retryReset && (e as { reusedSocket?: boolean }).reusedSocket) return this.sendOnce(path, o);
+      throw e;
+    }
+  }
+
+  private sendOnce(
+    path: string,
+    o: {
+      method?: string;
+      body?: string | ((req: ClientRequest) => void);
+      headers?: Record<string, string>;
+      timeoutMs?: number;
+    },
+  ): Promise<IncomingMessage> {
+    const timeoutMs = o.timeoutMs ?? CALL_TIMEOUT_MS;
+    return new Promise((resolve, reject) => {
+      const req = (this.tls ? httpsRequest : httpRequest)(new URL(`${RUNNER_PREFIX}/${path}`, this.url), {
+        method: o.method ?? 'POST',
+        agent: this.agent,
+        headers: {
+          authorization: `Bearer ${this.token}`,
+          ...(typeof o.body === 'string'
+            ? { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(o.body)) }
+            : {}),
+          ...o.headers,
+        },
+      });
+      let settled = false;
+      const timer = setTimeout(() => {
+        req.destroy(
+          new SandboxdError(
+            'unavailable',
+            `Runner ${this.name} did not answer within ${Math.round(timeoutMs / 1000)} s`,
+          ),
+        );
+      }, timeoutMs);
+      req.on('socket', (s) => {
+        if (s.connecting) {
+          s.setTimeout(CONNECT_TIMEOUT_MS, () =>
+            req.destroy(
+              new SandboxdError(
+                'unavailable',
+                `Runner ${this.name} did not accept a connection within ${CONNECT_TIMEOUT_MS} ms`,
+              ),
+            ),
+          );
+          s.once('connect', () => s.setTimeout(0));
+        }
+      });
+      req.on('error', (e) => {
+        clearTimeout(timer);
+        if (settled) return;
+        settled = true;
+        const err = this.unreachable(e);
+        (err as { reusedSocket?: boolean }).reusedSocket = req.reusedSocket && isReset(e);
+        reject(err);
+      });
+      req.on('response', (res) => {
+        clearTimeout(timer);
+        if (settled) return res.resume();
+        settled = true;
+        if (res.statusCode === 200) return resolve(res);
+        readJson(res, this.name).then(
+          (b) => reject(fromErrorBody(b, `Runner ${this.name} answered ${res.statusCode}`)),
+          reject,
+        );
+      });
+      if (typeof o.body === 'string') req.end(o.body);
+      else if (o.body) o.body(req);
+      else req.end();
+    });
+  }
+
+  /** A WebSocket to `/runner/v1/<kind>`; rejects `unavailable` when it cannot be opened. */
+  socket(kind: 'spawn' | 'tty'): Promise<WebSocket> {
+    const u = new URL(`${RUNNER_PREFIX}/${kind}`, this.url);
+    u.protocol = this.tls ? 'wss:' : 'ws:';
+    return new Promise((resolve, reject) => {
+      const ws = new WebSocket(u, {
+        headers: { authorization: `Bearer ${this.token}` },
+        handshakeTimeout: CONNECT_TIMEOUT_MS,
+        perMessageDeflate: false,
+        maxPayload: 64 << 20,
+        ca: this.o.ca,
+      });
+      ws.once('open', () => resolve(ws));
+      ws.once('unexpected-response', (_req, res) => {
+        readJson(res, this.name).then(
+          (b) => reject(fromErrorBody(b, `Runner ${this.name} refused the ${kind} socket (${res.statusCode})`)),
+          reject,
+        );
+      });
+      ws.once('error', (e) => reject(this.unreachable(e)));
+    });
+  }
+
+  /**
+   * A TCP connection to `port` of sandbox `sandboxId`, through the runner's tunnel. Rejects
+   * with the runner's error (`not_found`, `upstream`) or `unavailable`.
+   */
+  tunnel(sandboxId: string, port: number): Promise<Duplex> {
+    const u = new URL(`${RUNNER_PREFIX}/tunnel`, this.url);
+    u.searchParams.set('sandbox', sandboxId);
+    u.searchParams.set('port', String(port));
+    return new Promise((resolve, reject) => {
+      const req = (this.tls ? httpsRequest : httpRequest)(u, {
+        method: 'GET',
+        ca: this.o.ca,
+        headers: { authorization: `Bearer ${this.token}`, connection: 'Upgrade', upgrade: TUNNEL_PROTOCOL },
+      });
+      req.setTimeout(CONNECT_TIMEOUT_MS * 3, () =>
+        req.destroy(new SandboxdError('unavailable', `Runner ${this.name} did not open the tunnel in time`)),
+      );
+      req.on('upgrade', (_res, socket, head) => {
+        req.setTimeout(0);
+        socket.setTimeout(0);
+        socket.setNoDelay(true);
+        if (head.length) socket.unshift(head);
+        resolve(socket);
+      });
+      req.on('response', (res) => {
+        readJson(res, this.name).then(
+          (b) => reject(fromErrorBody(b, `Runner ${this.name} refused the tunnel (${res.statusCode})`)),
+          reject,
+        );
+      });
+      req.on('error', (e) => reject(this.unreachable(e)));
+      req.end();
+    });
+  }
+
+  /** The `unavailable` error a failed connection stands for (a `SandboxdError` passes as is). */
+  unreachable(e: unknown): SandboxdError {
+    if (e instanceof SandboxdError) return e;
+    const code = (e as NodeJS.ErrnoException).code;
+    const why =
+      code && !(e as Error).message.includes(code) ? `${code}: ${(e as Error).message}` : (e as Error).message;
+    return new SandboxdError('unavailable', `Runner ${this.name} is unreachable (${why})`, { runner: this.name });
+  }
+}
+
+function isReset(e: unknown): boolean {
+  const code = (e as NodeJS.ErrnoException).code;
+  return code === 'ECONNRESET' || code === 'EPIPE';
+}
+
+/** The JSON body of `res`; an unreadable one is `internal`, a cut one `unavailable`. */
+export async function readJson(res: IncomingMessage, runner: string): Promise<unknown> {
+  const chunks: Buffer[] = [];
+  try {
+    for await (const c of res as AsyncIterable<Buffer>) chunks.push(c);
+  } catch (e) {
+    throw new SandboxdError('unavailable', `Runner ${runner} cut its answer (${(e as Error).message})`, { runner });
+  }
+  try {
+    return JSON.parse(Buffer.concat(chunks).toString('utf8'));
+  } catch {
+    throw new SandboxdError('internal', `Runner ${runner} answered ${res.statusCode} with a body that is not JSON`);
+  }
+}

@@ -1,0 +1,357 @@
+import assert from 'node:assert/strict';
+import { execFileSync, spawn as spawnChild, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { request } from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { after, before, describe, it } from 'node:test';
+import { isSandboxdError } from '@sandboxd/protocol';
+import pino from 'pino';
+import WebSocket from 'ws';
+import { makeTestDriver } from '../../../test/local-driver.js';
+import { RunnerServer } from '../../runner/server.js';
+import { CONFORMANCE_LIMITS, runDriverConformance, testId } from '../conformance.js';
+import type { SandboxSpec } from '../driver.js';
+import { LocalDriver, type LocalDriverOptions } from '../local/driver.js';
+import { RemoteDriver } from './driver.js';
+
+const TOKEN = 'test-runner-token-0123456789';
+const log = pino({ level: 'warn' });
+
+/** A self-signed certificate for 127.0.0.1, in a temporary directory. */
+function selfSigned(): { cert: Buffer; key: Buffer; dir: string } {
+  const dir = mkdtempSync(join(tmpdir(), 'sbxd-runner-tls-'));
+  execFileSync(
+    'openssl',
+    [
+      'req',
+      '-x509',
+      '-newkey',
+      'ec',
+      '-pkeyopt',
+      'ec_paramgen_curve:prime256v1',
+      '-nodes',
+      '-keyout',
+      join(dir, 'key.pem'),
+      '-out',
+      join(dir, 'cert.pem'),
+      '-days',
+      '2',
+      '-subj',
+      '/CN=127.0.0.1',
+      '-addext',
+      'subjectAltName=IP:127.0.0.1',
+    ],
+    { stdio: 'ignore' },
+  );
+  return { cert: readFileSync(join(dir, 'cert.pem')), key: readFileSync(join(dir, 'key.pem')), dir };
+}
+
+/** A LocalDriver behind a RunnerServer on loopback (TLS), and a RemoteDriver to it. */
+async function startRunner(tag: string) {
+  const { driver: local, dataDir } = makeTestDriver(tag);
+  await local.init();
+  const tls = selfSigned();
+  const server = new RunnerServer({ driver: local, token: TOKEN, nodeName: `node-${tag}`, tls, log });
+  server.recovered = await local.recover();
+  const url = await server.listen('127.0.0.1', 0);
+  const remote = new RemoteDriver({ url, token: TOKEN, ca: tls.cert });
+  await remote.init();
+  await remote.recover();
+  return {
+    url,
+    ca: tls.cert,
+    remote,
+    local,
+    server,
+    async stop() {
+      await remote.close();
+      await server.close();
+      await local.destroyAll();
+      rmSync(dataDir, { recursive: true, force: true });
+      rmSync(tls.dir, { recursive: true, force: true });
+    },
+  };
+}
+
+let conf: Awaited<ReturnType<typeof startRunner>> | null = null;
+runDriverConformance({
+  name: 'remote (a runner over HTTPS on loopback, wrapping the local driver)',
+  image: 'local/busybox:latest',
+  make: async () => {
+    conf = await startRunner('remote');
+    return conf.remote;
+  },
+  destroy: async () => {
+    await conf?.stop();
+    conf = null;
+  },
+});
+
+const spec = (over: Partial<SandboxSpec> = {}): SandboxSpec => ({
+  id: testId('remote'),
+  image: 'local/busybox:latest',
+  env: {},
+  volumes: [],
+  limits: CONFORMANCE_LIMITS,
+  ...over,
+});
+
+async function* chunks(...parts: string[]): AsyncIterable<Uint8Array> {
+  for (const p of parts) yield Buffer.from(p);
+}
+
+describe('remote driver: streams, files, tunnel, health and the token', { timeout: 180_000 }, () => {
+  let r: Awaited<ReturnType<typeof startRunner>>;
+  let id: string;
+  before(async () => {
+    r = await startRunner('remstream');
+    id = (await r.remote.create(spec())).id;
+  });
+  after(async () => {
+    await r?.stop();
+  });
+
+  it('spawns a process with stdin, stdout, stderr and its exit', async () => {
+    const p = await r.remote.spawn(id, ['/bin/sh', '-c', 'cat; echo err >&2; exit 5'], { stdin: true });
+    assert.ok(p.pid > 1);
+    assert.equal(p.stdinOpen, true);
+    let out = '';
+    let err = '';
+    p.onData((stream, c) => {
+      if (stream === 'stdout') out += c.toString();
+      else err += c.toString();
+    });
+    const exit = new Promise((res) => p.onExit(res));
+    p.write(Buffer.from('hello '));
+    p.write(Buffer.from('runner\n'));
+    p.closeStdin();
+    assert.equal(p.stdinOpen, false);
+    assert.deepEqual(await exit, { exitCode: 5, signal: null, timedOut: false });
+    assert.equal(out, 'hello runner\n');
+    assert.equal(err, 'err\n');
+  });
+
+  it('carries a large stdin with backpressure, and pauses output', async () => {
+    const p = await r.remote.spawn(id, ['/bin/sh', '-c', 'wc -c'], { stdin: true });
+    let out = '';
+    p.onData((_s, c) => {
+      out += c.toString();
+    });
+    const exit = new Promise((res) => p.onExit(res));
+    const block = Buffer.alloc(64 * 1024, 120);
+    let refused = 0;
+    for (let i = 0; i < 64; i++) {
+      if (!p.write(block)) {
+        refused++;
+        await new Promise<void>((res) => p.onDrain(res));
+      }
+    }
+    p.closeStdin();
+    await exit;
+    assert.equal(out.trim(), String(64 * 64 * 1024));
+    assert.ok(refused > 0, 'a 4 MiB stdin met the in-flight window at least once');
+  });
+
+  it('kills a spawned process with a signal, and reports unknown users as validation', async () => {
+    const p = await r.remote.spawn(id, ['/bin/sleep', '30']);
+    const exit = new Promise<{ exitCode: number; signal: string | null }>((res) => p.onExit(res));
+    p.kill('SIGTERM');
+    const e = await exit;
+    assert.equal(e.signal, 'SIGTERM');
+    await assert.rejects(r.remote.spawn(id, ['/bin/true'], { user: 'ghost' }), { kind: 'validation' });
+    await assert.rejects(r.remote.spawn('no_such_sandbox', ['/bin/true']), { kind: 'not_found' });
+  });
+
+  it('writes, stats, reads (with a range), lists, moves and removes files', async () => {
+    const entry = await r.remote.files.write(id, '/tmp/a.txt', chunks('hello ', 'files\n'), { length: 12 });
+    assert.equal(entry.size, 12);
+    assert.equal((await r.remote.files.stat(id, '/tmp/a.txt')).size, 12);
+    const read = await r.remote.files.read(id, '/tmp/a.txt');
+    assert.equal(read.unsatisfiable, false);
+    if (!read.unsatisfiable) {
+      let text = '';
+      for await (const c of read.body) text += c.toString();
+      assert.equal(text, 'hello files\n');
+    }
+    const part = await r.remote.files.read(id, '/tmp/a.txt', { range: '6-10' });
+    assert.ok(!part.unsatisfiable && part.start === 6 && part.end === 10);
+    if (!part.unsatisfiable) {
+      let text = '';
+      for await (const c of part.body) text += c.toString();
+      assert.equal(text, 'files');
+    }
+    const far = await r.remote.files.read(id, '/tmp/a.txt', { range: '100-' });
+    assert.deepEqual(far, { unsatisfiable: true, size: 12 });
+    await r.remote.files.mkdir(id, '/tmp/d/e');
+    await r.remote.files.move(id, '/tmp/a.txt', '/tmp/d/b.txt');
+    const list = await r.remote.files.list(id, '/tmp/d', { depth: 2 });
+    assert.deepEqual(list.entries.map((e) => e.path).sort(), ['/tmp/d/b.txt', '/tmp/d/e']);
+    await r.remote.files.remove(id, '/tmp/d');
+    await assert.rejects(r.remote.files.stat(id, '/tmp/d'), { kind: 'not_found' });
+    assert.equal((await r.remote.files.whoami(id)).uid, 0);
+  });
+
+  it('a write whose body fails or is aborted leaves nothing and rejects', async () => {
+    async function* failing(): AsyncIterable<Uint8Array> {
+      yield Buffer.from('part');
+      throw new Error('the client went away');
+    }
+    await assert.rejects(r.remote.files.write(id, '/tmp/fail.txt', failing()), /went away/);
+    const ac = new AbortController();
+    async function* slow(): AsyncIterable<Uint8Array> {
+      yield Buffer.from('part');
+      ac.abort(new Error('stopped by the caller'));
+      await new Promise((res) => setTimeout(res, 50));
+      yield Buffer.from('more');
+    }
+    await assert.rejects(r.remote.files.write(id, '/tmp/abort.txt', slow(), { signal: ac.signal }), /stopped/);
+    for (let i = 0; i < 50; i++) {
+      const ls = (await r.remote.exec(id, 'ls -a /tmp')).stdout;
+      if (!/fail|abort/.test(ls)) break;
+      await new Promise((res) => setTimeout(res, 20));
+    }
+    assert.doesNotMatch((await r.remote.exec(id, 'ls -a /tmp')).stdout, /fail\.txt|abort\.txt/);
+  });
+
+  it('watches a directory and ends the watch on close', { timeout: 20_000 }, async () => {
+    await r.remote.files.mkdir(id, '/tmp/w');
+    const w = await r.remote.files.watch(id, '/tmp/w', { recursive: false });
+    const seen = new Promise<string>((res) =>
+      w.onEvent((e) => {
+        if ('path' in e && e.path.includes('x.txt')) res(e.path);
+      }),
+    );
+    const ended = new Promise<void>((res) => w.onEnd(res));
+    await r.remote.exec(id, 'echo 1 > /tmp/w/x.txt');
+    assert.match(await seen, /x\.txt/);
+    w.close();
+    await ended;
+  });
+
+  it('tunnels a TCP connection to a sandbox port; refuses a sandbox it does not run', async () => {
+    await r.remote.execBackground(id, 'while true; do echo tunnelled | nc -l -p 7000; done');
+    let got = '';
+    for (let i = 0; i < 50 && !got.includes('tunnelled'); i++) {
+      got = await r.remote.tunnel(id, 7000).then(
+        (s) =>
+          new Promise<string>((res) => {
+            let acc = '';
+            s.on('data', (d: Buffer) => {
+              acc += d.toString();
+            });
+            s.on('close', () => res(acc));
+            s.on('error', () => res(acc));
+          }),
+        () => '',
+      );
+      if (!got.includes('tunnelled')) await new Promise((res) => setTimeout(res, 50));
+    }
+    assert.match(got, /tunnelled/);
+    await assert.rejects(r.remote.tunnel('no_such_sandbox', 7000), { kind: 'not_found' });
+  });
+
+  it('reports the node name and capacity on its health endpoint', async () => {
+    const h = await r.remote.health();
+    assert.equal(h.node, 'node-remstream');
+    assert.ok(h.capacity.addresses && h.capacity.addresses.total > 0);
+  });
+
+  it('refuses requests and upgrades without the right token (401)', async () => {
+    for (const token of ['', 'wrong-token', `${TOKEN}x`]) {
+      const bad = new RemoteDriver({ url: r.url, token, ca: r.ca });
+      await assert.rejects(bad.list(), { kind: 'unauthorized' });
+      await assert.rejects(bad.init(), { kind: 'unauthorized' });
+      await assert.rejects(bad.spawn(id, ['/bin/true']), { kind: 'unauthorized' });
+      await assert.rejects(bad.tunnel(id, 7000), { kind: 'unauthorized' });
+      await bad.close();
+    }
+    const status = await new Promise<number>((res, rej) => {
+      const ws = new WebSocket(`${r.url.replace('https', 'wss')}/runner/v1/tty`, { ca: r.ca });
+      ws.on('unexpected-response', (_q, s) => res(s.statusCode ?? 0));
+      ws.on('open', () => rej(new Error('opened without a token')));
+      ws.on('error', rej);
+    });
+    assert.equal(status, 401);
+  });
+});
+
+describe('remote driver: a runner killed mid-call', { timeout: 120_000 }, () => {
+  let child: ChildProcess;
+  let info: { url: string; options: LocalDriverOptions; dataDir: string };
+  before(async () => {
+    child = spawnChild(
+      process.execPath,
+      ['--import', 'tsx', join(import.meta.dirname, '../../../test/runner-child.ts')],
+      {
+        env: { ...process.env, RUNNER_TOKEN: TOKEN, RUNNER_TAG: 'rkill' },
+        stdio: ['ignore', 'pipe', 'inherit'],
+      },
+    );
+    const line = await new Promise<string>((res, rej) => {
+      const t = setTimeout(() => rej(new Error('the runner did not start within 60 s')), 60_000);
+      createInterface({ input: child.stdout! }).once('line', (l) => {
+        clearTimeout(t);
+        res(l);
+      });
+      child.once('exit', (c) => rej(new Error(`the runner exited (${c})`)));
+    });
+    info = JSON.parse(line);
+  });
+  after(async () => {
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+    // What the killed runner's driver left: removed by a driver on the same options.
+    const d = new LocalDriver(info.options);
+    await d.init();
+    await d.destroyAll();
+    rmSync(info.dataDir, { recursive: true, force: true });
+  });
+
+  it('an exec in flight, a stream and the next calls fail `unavailable`, not a hang', async () => {
+    const remote = new RemoteDriver({ url: info.url, token: TOKEN });
+    await remote.init();
+    const s = await remote.create(spec());
+    const p = await remote.spawn(s.id, ['/bin/sleep', '60']);
+    const streamExit = new Promise<{ exitCode: number }>((res) => p.onExit(res));
+    const inFlight = remote.exec(s.id, 'sleep 60');
+    await new Promise((res) => setTimeout(res, 300));
+    child.kill('SIGKILL');
+    await assert.rejects(inFlight, (e: unknown) => {
+      assert.ok(isSandboxdError(e), String(e));
+      assert.equal(e.kind, 'unavailable');
+      assert.match(e.message, /Runner 127\.0\.0\.1:\d+/);
+      return true;
+    });
+    assert.equal((await streamExit).exitCode, 137);
+    await assert.rejects(remote.list(), { kind: 'unavailable', message: /unreachable.*ECONNREFUSED/ });
+    await assert.rejects(remote.spawn(s.id, ['/bin/true']), { kind: 'unavailable' });
+    await assert.rejects(remote.files.stat(s.id, '/'), { kind: 'unavailable' });
+    assert.deepEqual(await remote.capacity(), { memoryAvailableBytes: null, diskFreeBytes: null, addresses: null });
+    await remote.close();
+  });
+});
+
+// A raw request without a token: the runner answers 401 with the error body.
+describe('runner HTTP without a token', () => {
+  it('answers 401 with {code, kind, message}', async () => {
+    const { driver, dataDir } = makeTestDriver('notoken');
+    const server = new RunnerServer({ driver, token: TOKEN, nodeName: 'n', tls: null, log });
+    const url = await server.listen('127.0.0.1', 0);
+    const { status, body } = await new Promise<{ status: number; body: string }>((res, rej) => {
+      const req = request(`${url}/runner/v1/list`, { method: 'POST' }, (r) => {
+        let b = '';
+        r.on('data', (c) => {
+          b += c;
+        });
+        r.on('end', () => res({ status: r.statusCode ?? 0, body: b }));
+      });
+      req.on('error', rej);
+      req.end('{"args":[]}');
+    });
+    await server.close();
+    rmSync(dataDir, { recursive: true, force: true });
+    assert.equal(status, 401);
+    assert.equal(JSON.parse(body).kind, 'unauthorized');
+  });
+});
