@@ -96,6 +96,12 @@ export function wireState(s: SandboxRecordState): Sandbox['state'] {
   return s;
 }
 
+/** 409 `conflict` naming the sandbox's current (wire) state: the answer to any operation in the wrong state. */
+export function wrongState(r: Pick<SandboxRecord, 'state'>): SandboxdError {
+  const state = wireState(r.state);
+  return new SandboxdError('conflict', `Sandbox is ${state}`, { state });
+}
+
 /**
  * The wire form of a record. `creating` never reaches the wire. `stoppedRetentionMs` gives
  * `expiresAt` of stopped and error records (when they are purged).

@@ -1,19 +1,14 @@
 import { LIMITS, SandboxdError } from '@sandboxd/protocol';
 import { billedMinutes, refundMinutes } from '../domain/billing.js';
 import { hostFullError } from '../domain/capacity.js';
-import { runStart, wireState, type SandboxRecord, type SandboxRecordState } from '../domain/sandbox.js';
+import { pausedLimitError } from '../domain/limits.js';
+import { runStart, type SandboxRecord, type SandboxRecordState, wrongState } from '../domain/sandbox.js';
 import { isOutOfSpace, outOfStorage } from '../domain/storage.js';
 import type { AccountRecord } from '../store/store.js';
 import type { CapacityService } from './capacity.js';
 import { planOf, type ServiceDeps } from './context.js';
 import type { SandboxService } from './sandboxes.js';
 import type { StorageGuard } from './storage.js';
-
-/** 409 naming the sandbox's current state. */
-export function wrongState(r: Pick<SandboxRecord, 'state'>): SandboxdError {
-  const state = wireState(r.state);
-  return new SandboxdError('conflict', `Sandbox is ${state}`, { state });
-}
 
 /**
  * Pause, resume, stop and start of an account's sandboxes (decisions: Lifecycle additions).
@@ -62,11 +57,7 @@ export class LifecycleService {
   async pauseRecord(r: SandboxRecord, plan: ReturnType<typeof planOf>, reason = 'paused'): Promise<SandboxRecord> {
     // Checked before the freeze too, so that a refused pause never freezes anything.
     const paused = await this.d.store.countPaused(r.accountId);
-    if (paused >= plan.maxPaused)
-      throw new SandboxdError('quota', `Paused sandbox limit reached: the plan allows ${plan.maxPaused}`, {
-        quota: 'maxPaused',
-        limit: plan.maxPaused,
-      });
+    if (paused >= plan.maxPaused) throw pausedLimitError(plan.maxPaused);
     await this.d.driver.pause(r.id);
     const at = this.d.clock.now();
     const refund = refundMinutes(r.reservedMinutes, { createdAt: runStart(r), at: Math.min(at, r.stopAt) });

@@ -16,7 +16,7 @@ import {
   type MountRecord,
   type SandboxRecord,
   type SandboxRecordState,
-  wireState,
+  wrongState,
 } from '../domain/sandbox.js';
 import type { AccountRecord } from '../store/store.js';
 import { planOf, type ServiceDeps } from './context.js';
@@ -292,8 +292,7 @@ export class SandboxService {
     req: { id: string; port: number; expiresInMs?: number; scheme: 'http' | 'https' },
   ): Promise<{ url: string; expiresAt: number }> {
     const r = await this.get(accountId, req.id);
-    if (r.state !== 'started')
-      throw new SandboxdError('conflict', `Sandbox is ${wireState(r.state)}`, { state: wireState(r.state) });
+    if (r.state !== 'started') throw wrongState(r);
     const expiresAt = this.d.clock.now() + (req.expiresInMs ?? LINK_TTL.defaultMs);
     const token = this.d.portLinks.sign({ sandboxId: r.id, port: req.port, expiresAt });
     return {

@@ -3,7 +3,8 @@ import { snapshotImage, snapshotRef } from '../domain/snapshots.js';
 import { isOutOfSpace, outOfStorage } from '../domain/storage.js';
 import type { AccountRecord, SnapshotRecord } from '../store/store.js';
 import { planOf, type ServiceDeps } from './context.js';
-import { SNAPSHOTTABLE, wrongState } from './lifecycle.js';
+import { wrongState } from '../domain/sandbox.js';
+import { SNAPSHOTTABLE } from './lifecycle.js';
 import type { SandboxService } from './sandboxes.js';
 import type { StorageGuard } from './storage.js';
 

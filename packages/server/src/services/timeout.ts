@@ -1,9 +1,9 @@
 import { SandboxdError } from '@sandboxd/protocol';
 import { billedMinutes } from '../domain/billing.js';
-import { runStart } from '../domain/sandbox.js';
+import { runStart, wrongState } from '../domain/sandbox.js';
 import type { AccountRecord } from '../store/store.js';
 import { planOf, type ServiceDeps } from './context.js';
-import { wrongState } from './lifecycle.js';
+
 import type { SandboxService } from './sandboxes.js';
 
 /**

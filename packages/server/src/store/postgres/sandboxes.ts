@@ -1,6 +1,7 @@
 import { SandboxdError } from '@sandboxd/protocol';
 import { type Kysely, type Selectable, sql } from 'kysely';
 import { sandboxesFull } from '../../domain/capacity.js';
+import { concurrencyLimitError, pausedLimitError } from '../../domain/limits.js';
 import {
   assertTransition,
   HELD_STATES,
@@ -135,9 +136,7 @@ export async function reserve(db: Q, record: SandboxRecord, r: Reservation): Pro
     }
     const live = await countLive(trx, record.accountId);
     if (live >= r.concurrency) {
-      throw new SandboxdError('concurrency', `Concurrency limit reached: ${r.concurrency} sandboxes running`, {
-        limit: r.concurrency,
-      });
+      throw concurrencyLimitError(r.concurrency);
     }
     const volumes = record.volumes.map((m) => ({ ...m }));
     for (const m of volumes) {
@@ -338,18 +337,11 @@ async function checkLimits(
   }
   if (entersActive && l.concurrency !== undefined) {
     const live = await countLive(trx, cur.accountId);
-    if (live >= l.concurrency)
-      throw new SandboxdError('concurrency', `Concurrency limit reached: ${l.concurrency} sandboxes running`, {
-        limit: l.concurrency,
-      });
+    if (live >= l.concurrency) throw concurrencyLimitError(l.concurrency);
   }
   if (to === 'paused' && l.maxPaused !== undefined) {
     const paused = await countPaused(trx, cur.accountId);
-    if (paused >= l.maxPaused)
-      throw new SandboxdError('quota', `Paused sandbox limit reached: the plan allows ${l.maxPaused}`, {
-        quota: 'maxPaused',
-        limit: l.maxPaused,
-      });
+    if (paused >= l.maxPaused) throw pausedLimitError(l.maxPaused);
   }
 }
 

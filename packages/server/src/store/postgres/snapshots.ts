@@ -1,5 +1,6 @@
 import { SandboxdError } from '@sandboxd/protocol';
 import { type Kysely, sql } from 'kysely';
+import { snapshotQuotaError } from '../../domain/limits.js';
 import type { SnapshotRecord } from '../store.js';
 import { lockAccount } from './sandboxes.js';
 import type { PgDatabase } from './schema.js';
@@ -15,14 +16,6 @@ const toSnapshot = (r: PgDatabase['snapshots']): SnapshotRecord => ({
   sandboxId: r.sandbox_id,
   createdAt: r.created_at,
 });
-
-function quotaError(used: number, quotaBytes: number, extra = 0): SandboxdError {
-  return new SandboxdError(
-    'quota',
-    `Snapshot quota reached: the account's snapshots use ${used} bytes${extra ? ` and this one adds ${extra}` : ''}; the plan allows ${quotaBytes}`,
-    { quota: 'snapshotBytes', limit: quotaBytes, used, ...(extra ? { sizeBytes: extra } : {}) },
-  );
-}
 
 /** Snapshot rows; the quota is decided under the account's row lock. */
 export class PgSnapshots {
@@ -44,7 +37,7 @@ export class PgSnapshots {
       if (await this.get(trx, s.accountId, s.name))
         throw new SandboxdError('conflict', `Snapshot ${s.name} exists`, { name: s.name });
       const used = await this.bytes(trx, s.accountId);
-      if (used >= quotaBytes) throw quotaError(used, quotaBytes);
+      if (used >= quotaBytes) throw snapshotQuotaError(used, quotaBytes);
       await trx
         .insertInto('snapshots')
         .values({
@@ -66,7 +59,7 @@ export class PgSnapshots {
       const cur = await this.get(trx, accountId, name);
       if (!cur) throw new SandboxdError('not_found', 'Snapshot not found');
       const used = await this.bytes(trx, accountId);
-      if (used + sizeBytes > quotaBytes) throw quotaError(used, quotaBytes, sizeBytes);
+      if (used + sizeBytes > quotaBytes) throw snapshotQuotaError(used, quotaBytes, sizeBytes);
       await trx
         .updateTable('snapshots')
         .set({ state: 'ready', size_bytes: sizeBytes })

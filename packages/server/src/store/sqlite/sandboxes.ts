@@ -1,5 +1,6 @@
 import { SandboxdError } from '@sandboxd/protocol';
 import { sandboxesFull } from '../../domain/capacity.js';
+import { concurrencyLimitError, pausedLimitError } from '../../domain/limits.js';
 import {
   assertTransition,
   HELD_STATES,
@@ -45,9 +46,7 @@ export class SqliteSandboxes {
         }
         const live = this.countLive(record.accountId);
         if (live >= r.concurrency) {
-          throw new SandboxdError('concurrency', `Concurrency limit reached: ${r.concurrency} sandboxes running`, {
-            limit: r.concurrency,
-          });
+          throw concurrencyLimitError(r.concurrency);
         }
         const volumes = record.volumes.map((m) => ({ ...m }));
         for (const m of volumes) {
@@ -225,18 +224,11 @@ export class SqliteSandboxes {
     }
     if (entersActive && l.concurrency !== undefined) {
       const live = this.countLive(cur.accountId);
-      if (live >= l.concurrency)
-        throw new SandboxdError('concurrency', `Concurrency limit reached: ${l.concurrency} sandboxes running`, {
-          limit: l.concurrency,
-        });
+      if (live >= l.concurrency) throw concurrencyLimitError(l.concurrency);
     }
     if (to === 'paused' && l.maxPaused !== undefined) {
       const paused = this.countPaused(cur.accountId);
-      if (paused >= l.maxPaused)
-        throw new SandboxdError('quota', `Paused sandbox limit reached: the plan allows ${l.maxPaused}`, {
-          quota: 'maxPaused',
-          limit: l.maxPaused,
-        });
+      if (paused >= l.maxPaused) throw pausedLimitError(l.maxPaused);
     }
   }
 

@@ -1,4 +1,5 @@
 import { SandboxdError } from '@sandboxd/protocol';
+import { snapshotQuotaError } from '../../domain/limits.js';
 import type { SnapshotRecord } from '../store.js';
 import type { Db } from './open.js';
 
@@ -22,14 +23,6 @@ const toSnapshot = (r: SnapshotRow): SnapshotRecord => ({
   createdAt: r.created_at,
 });
 
-function quotaError(used: number, quotaBytes: number, extra = 0): SandboxdError {
-  return new SandboxdError(
-    'quota',
-    `Snapshot quota reached: the account's snapshots use ${used} bytes${extra ? ` and this one adds ${extra}` : ''}; the plan allows ${quotaBytes}`,
-    { quota: 'snapshotBytes', limit: quotaBytes, used, ...(extra ? { sizeBytes: extra } : {}) },
-  );
-}
-
 /** Snapshot rows; the quota is decided inside IMMEDIATE transactions. */
 export class SqliteSnapshots {
   constructor(private readonly db: Db) {}
@@ -48,7 +41,7 @@ export class SqliteSnapshots {
         if (this.get(s.accountId, s.name))
           throw new SandboxdError('conflict', `Snapshot ${s.name} exists`, { name: s.name });
         const used = this.bytes(s.accountId);
-        if (used >= quotaBytes) throw quotaError(used, quotaBytes);
+        if (used >= quotaBytes) throw snapshotQuotaError(used, quotaBytes);
         this.db
           .prepare(
             'INSERT INTO snapshots (account_id, name, state, size_bytes, base_image, sandbox_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)',
@@ -64,7 +57,7 @@ export class SqliteSnapshots {
         const cur = this.get(accountId, name);
         if (!cur) throw new SandboxdError('not_found', 'Snapshot not found');
         const used = this.bytes(accountId);
-        if (used + sizeBytes > quotaBytes) throw quotaError(used, quotaBytes, sizeBytes);
+        if (used + sizeBytes > quotaBytes) throw snapshotQuotaError(used, quotaBytes, sizeBytes);
         this.db
           .prepare("UPDATE snapshots SET state = 'ready', size_bytes = ? WHERE account_id = ? AND name = ?")
           .run(sizeBytes, accountId, name);

@@ -229,22 +229,7 @@ export async function loopDetach(devices: string[]): Promise<void> {
   }
 }
 
-/**
- * Per-key mutual exclusion: `lock(key, fn)` runs `fn` after every earlier call with the same
- * key has settled, and returns its result.
- */
-export function keyedLock(): <T>(key: string, fn: () => Promise<T>) => Promise<T> {
-  const tails = new Map<string, Promise<unknown>>();
-  return <T>(key: string, fn: () => Promise<T>): Promise<T> => {
-    const next = (tails.get(key) ?? Promise.resolve()).then(fn, fn);
-    const tail = next.catch(() => {});
-    tails.set(key, tail);
-    void tail.then(() => {
-      if (tails.get(key) === tail) tails.delete(key);
-    });
-    return next;
-  };
-}
+export { keyedLock } from '../../../domain/keyed-lock.js';
 
 /** The host's mount and loop tables, for leak checks in tests and diagnostics. */
 export interface HostSnapshot {

@@ -1,0 +1,25 @@
+import { SandboxdError } from '@sandboxd/protocol';
+
+/* The plan limits' refusals, one builder each, for every store and service that decides them. */
+
+/** 403 `concurrency`: the account has `limit` sandboxes taking a concurrency slot. */
+export function concurrencyLimitError(limit: number): SandboxdError {
+  return new SandboxdError('concurrency', `Concurrency limit reached: ${limit} sandboxes running`, { limit });
+}
+
+/** 403 `quota`: the account keeps the plan's `maxPaused` paused sandboxes. */
+export function pausedLimitError(limit: number): SandboxdError {
+  return new SandboxdError('quota', `Paused sandbox limit reached: the plan allows ${limit}`, {
+    quota: 'maxPaused',
+    limit,
+  });
+}
+
+/** 403 `quota`: the account's snapshots use `used` bytes (and one being made would add `extra`) of the plan's `quotaBytes`. */
+export function snapshotQuotaError(used: number, quotaBytes: number, extra = 0): SandboxdError {
+  return new SandboxdError(
+    'quota',
+    `Snapshot quota reached: the account's snapshots use ${used} bytes${extra ? ` and this one adds ${extra}` : ''}; the plan allows ${quotaBytes}`,
+    { quota: 'snapshotBytes', limit: quotaBytes, used, ...(extra ? { sizeBytes: extra } : {}) },
+  );
+}
