@@ -210,8 +210,6 @@ export interface Store extends Counters, Leases {
   updateSandbox(id: string, u: SandboxUpdate): Promise<SandboxRecord>;
   /** Removes the record and its mounts (ledger rows stay). */
   deleteSandbox(id: string): Promise<void>;
-  /** Removes `stopped`/`error` records that ended before `cutoff`; returns how many. */
-  purgeEnded(cutoff: number): Promise<number>;
   /** `stopped`/`error` records that ended before `cutoff` (at most `limit`), oldest first. */
   listEnded(cutoff: number, limit: number): Promise<SandboxRecord[]>;
   /** `paused` records whose `expiresAt` is at or before `now` (reaper). */

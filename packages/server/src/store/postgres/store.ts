@@ -292,15 +292,6 @@ export class PostgresStore implements Store {
   async deleteSandbox(id: string) {
     await this.db.deleteFrom('sandboxes').where('id', '=', id).execute();
   }
-  async purgeEnded(cutoff: number) {
-    const r = await this.db
-      .deleteFrom('sandboxes')
-      .where('state', 'in', ['stopped', 'error'])
-      .where('ended_at', 'is not', null)
-      .where('ended_at', '<', cutoff)
-      .executeTakeFirst();
-    return Number(r.numDeletedRows);
-  }
   async listEnded(cutoff: number, limit: number) {
     return (
       await this.db

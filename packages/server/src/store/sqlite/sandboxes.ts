@@ -262,12 +262,6 @@ export class SqliteSandboxes {
     ).n;
   }
 
-  purgeEnded(cutoff: number): number {
-    return this.db
-      .prepare("DELETE FROM sandboxes WHERE state IN ('stopped', 'error') AND ended_at IS NOT NULL AND ended_at < ?")
-      .run(cutoff).changes;
-  }
-
   countByState(): Record<SandboxRecordState, number> {
     const out: Record<SandboxRecordState, number> = {
       creating: 0,

@@ -128,9 +128,6 @@ export class SqliteStore implements Store {
   async deleteSandbox(id: string) {
     this.s.delete(id);
   }
-  async purgeEnded(cutoff: number) {
-    return this.s.purgeEnded(cutoff);
-  }
   async countByState() {
     return this.s.countByState();
   }
