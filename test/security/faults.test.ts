@@ -403,10 +403,17 @@ describe('faults: kill -9 and disk full', {
     let s: Server | undefined;
     let harnessDir = '';
     try {
-      // A floor of 1 MiB: "full" is refused by the guard; "nearly full" lets the work itself hit ENOSPC.
+      // A floor of 1 MiB, for the 507 guard and the capacity check alike (the capacity floor
+      // defaults to twice the other, so with 1.06 MiB free it answered 503 whenever its cached
+      // figure was fresh): "full" is refused by the guard; "nearly full" lets the work itself hit ENOSPC.
       s = await startServer({
         dataDir: freshDataDir(),
-        env: { SANDBOXD_DATA_DIR: small.dir, SANDBOXD_MIN_FREE_MB: '1', SANDBOXD_RECONCILE_INTERVAL_MS: '500' },
+        env: {
+          SANDBOXD_DATA_DIR: small.dir,
+          SANDBOXD_MIN_FREE_MB: '1',
+          SANDBOXD_CREATE_MIN_FREE_MB: '1',
+          SANDBOXD_RECONCILE_INTERVAL_MS: '500',
+        },
       });
       harnessDir = s.dataDir;
       const srv = s;
