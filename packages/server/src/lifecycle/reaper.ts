@@ -59,7 +59,7 @@ export class Reaper {
     private readonly d: ServiceDeps,
     private readonly sandboxes: Pick<
       SandboxService,
-      'isCreating' | 'stop' | 'markLost' | 'dropNewVolumes' | 'emitGone' | 'exclusive'
+      'isCreating' | 'wasRefused' | 'stop' | 'markLost' | 'dropNewVolumes' | 'emitGone' | 'exclusive'
     >,
     private readonly lifecycle: Pick<LifecycleService, 'isStarting' | 'pauseRecord' | 'backToStopped'>,
   ) {}
@@ -198,7 +198,7 @@ export class Reaper {
           const why = opts.startup
             ? 'the server stopped while the sandbox was being created'
             : 'the sandbox could not be created';
-          await this.sandboxes.markLost(r, why, { fullRefund: true });
+          await this.sandboxes.markLost(r, why, { fullRefund: true, remove: this.sandboxes.wasRefused(r.id) });
           abandoned.push(r);
           report.abandoned.push(r.id);
         } else if (r.state === 'starting') {

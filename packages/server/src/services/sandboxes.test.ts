@@ -95,6 +95,7 @@ describe('SandboxService', () => {
     assert.deepEqual((await t.app.reaper.reconcile()).abandoned, [left[0].id]);
     assert.equal(await t.app.store.balance(a.id), 1000, 'refunded');
     assert.equal(await t.app.store.countLive(a.id), 0);
+    assert.equal(await t.app.store.getSandbox(left[0].id), null, 'refused for want of space: no record stays');
   });
 
   it('402 before 403, and 403 at the concurrency limit', async () => {

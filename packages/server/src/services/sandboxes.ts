@@ -62,6 +62,8 @@ export class SandboxService {
   private readonly goneListeners: Array<(id: string) => void> = [];
   /** Ids whose create is in progress in this process; any other `creating` record is abandoned. */
   private readonly creating = new Set<string>();
+  /** Refused creates whose record a failed store write left `creating` ({@link takeRefused}). */
+  private readonly refused = new Set<string>();
   /**
    * One state change of a sandbox at a time (pause, resume, stop, start, snapshot, delete,
    * the reaper's): a pause must not be undone by the thaw that ends a snapshot's copy.
@@ -225,6 +227,8 @@ export class SandboxService {
     await this.d.driver.delete(record.id).catch((err) => log.warn({ err }, 'cleanup after failed create'));
     const at = this.d.clock.now();
     const details = { reason: 'create_failed', message: e instanceof Error ? e.message : String(e) };
+    // Refused (the request or the host was at fault): refund and removal in one transaction.
+    const remove = clientError || noSpace || full;
     try {
       await this.d.store.updateSandbox(record.id, {
         state: 'error',
@@ -234,12 +238,21 @@ export class SandboxService {
         ledgerReason: 'sandbox.refund',
         expectStates: ['creating'],
         at,
+        remove,
       });
-      if (clientError || noSpace || full) await this.d.store.deleteSandbox(record.id);
       await this.dropNewVolumes(record);
     } catch (err) {
+      if (remove) this.refused.add(record.id);
       log.error({ err }, 'recording a failed create failed; the reconciler will finish it');
     }
+  }
+
+  /**
+   * A create that was refused but whose record the store could not remove (a full disk):
+   * the reconciler removes it ({@link markLost} with `remove`) instead of keeping it `error`.
+   */
+  wasRefused(id: string): boolean {
+    return this.refused.has(id);
   }
 
   /**
@@ -396,9 +409,14 @@ export class SandboxService {
 
   /**
    * Records that the runtime lost a sandbox: `error`, unused minutes refunded (all of them
-   * with `fullRefund`, for a create whose client never got an answer).
+   * with `fullRefund`, for a create whose client never got an answer); with `remove`, the
+   * record is removed in the same transaction instead (a refused create).
    */
-  async markLost(r: SandboxRecord, message: string, opts: { fullRefund?: boolean } = {}): Promise<void> {
+  async markLost(
+    r: SandboxRecord,
+    message: string,
+    opts: { fullRefund?: boolean; remove?: boolean } = {},
+  ): Promise<void> {
     const at = this.d.clock.now();
     const refund = opts.fullRefund
       ? r.reservedMinutes
@@ -414,8 +432,12 @@ export class SandboxService {
         ledgerReason: 'sandbox.refund',
         expectStates: [r.state],
         at,
+        remove: opts.remove,
       })
-      .catch((e) => this.d.log.warn({ err: e, sandboxId: r.id }, 'markLost'));
+      .then(
+        () => this.refused.delete(r.id),
+        (e) => this.d.log.warn({ err: e, sandboxId: r.id }, 'markLost'),
+      );
     this.emitGone(r.id);
   }
 

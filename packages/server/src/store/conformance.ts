@@ -234,6 +234,35 @@ export function runStoreConformance(target: StoreTarget): void {
         await assert.rejects(s.updateSandbox('nope', { at: 5 }), (e: SandboxdError) => e.kind === 'not_found');
       }));
 
+    it('update with remove: the refund row is written and the record and its mounts are gone, in one step', () =>
+      withStore(async (s) => {
+        await s.reserveSandbox(
+          { ...rec('s1', 'acc_a', 1), volumes: [{ mountPath: '/data', name: 'v1', sizeGb: 1 }] },
+          { minutes: 3, concurrency: 5, volumes: [{ name: 'v1', sizeGb: 1 }], newName: () => 'x' },
+        );
+        assert.equal(await s.balance('acc_a'), 7);
+        await assert.rejects(
+          s.updateSandbox('s1', { state: 'error', ledgerDelta: 3, expectStates: ['started'], remove: true, at: 6 }),
+          (e: SandboxdError) => e.kind === 'conflict',
+        );
+        assert.ok(await s.getSandbox('s1'), 'a refused update removes nothing');
+        await s.updateSandbox('s1', {
+          state: 'error',
+          ledgerDelta: 3,
+          ledgerReason: 'sandbox.refund',
+          expectStates: ['creating'],
+          remove: true,
+          at: 6,
+        });
+        assert.equal(await s.getSandbox('s1'), null);
+        assert.equal(await s.balance('acc_a'), 10);
+        assert.equal(await s.countLive('acc_a'), 0);
+        assert.deepEqual(
+          (await s.listVolumes('acc_a')).map((v) => [v.name, v.mountedBy]),
+          [['v1', []]],
+        );
+      }));
+
     it('lists newest first with a cursor and filters by state', () =>
       withStore(async (s) => {
         for (let i = 0; i < 5; i++) {

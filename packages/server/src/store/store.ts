@@ -99,6 +99,12 @@ export interface SandboxUpdate {
    * `paused` (`maxPaused`: the account's paused count, 403 `quota`).
    */
   limits?: { concurrency?: number; maxSandboxes?: number; maxPaused?: number };
+  /**
+   * Removes the record (and its mounts) in the same transaction, after the checks and the
+   * ledger row: a create that never answered 201 leaves nothing but its ledger rows, or stays
+   * as it was when the transaction fails.
+   */
+  remove?: boolean;
 }
 
 /** A snapshot image of an account, as stored. `creating` while the runtime makes it. */

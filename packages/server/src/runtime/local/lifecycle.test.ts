@@ -87,7 +87,11 @@ describe('local lifecycle', () => {
     const m = await setup('lcfreeze');
     const d = m.driver;
     const s = await d.create(spec());
-    await d.execBackground(s.id, "sh -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/c; sleep 0.05; done' &");
+    // Written to a temp file and renamed: a reader (or the freeze) never sees a truncated file.
+    await d.execBackground(
+      s.id,
+      "sh -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/c.new; mv /tmp/c.new /tmp/c; sleep 0.05; done' &",
+    );
     for (let i = 0; i < 100 && (await counter(d, s.id)) < 3; i++) await sleep(20);
     await d.pause(s.id);
     const cid = d.containerIdOf(s.id)!;

@@ -295,19 +295,21 @@ export async function update(db: Q, id: string, u: SandboxUpdate): Promise<Sandb
       expiresAt: u.expiresAt !== undefined ? u.expiresAt : (cur.expiresAt ?? null),
     };
     if (u.runStartedAt !== undefined) next.runStartedAt = u.runStartedAt;
-    await trx
-      .updateTable('sandboxes')
-      .set({
-        state: next.state,
-        stop_at: next.stopAt,
-        ended_at: next.endedAt,
-        details_json: next.details ? JSON.stringify(next.details) : null,
-        reserved_minutes: next.reservedMinutes,
-        run_started_at: next.runStartedAt ?? null,
-        expires_at: next.expiresAt ?? null,
-      })
-      .where('id', '=', id)
-      .execute();
+    if (u.remove) await trx.deleteFrom('sandboxes').where('id', '=', id).execute();
+    else
+      await trx
+        .updateTable('sandboxes')
+        .set({
+          state: next.state,
+          stop_at: next.stopAt,
+          ended_at: next.endedAt,
+          details_json: next.details ? JSON.stringify(next.details) : null,
+          reserved_minutes: next.reservedMinutes,
+          run_started_at: next.runStartedAt ?? null,
+          expires_at: next.expiresAt ?? null,
+        })
+        .where('id', '=', id)
+        .execute();
     if (delta !== 0)
       await trx
         .insertInto('ledger')

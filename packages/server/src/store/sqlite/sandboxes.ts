@@ -191,20 +191,22 @@ export class SqliteSandboxes {
           expiresAt: u.expiresAt !== undefined ? u.expiresAt : (cur.expiresAt ?? null),
         };
         if (u.runStartedAt !== undefined) next.runStartedAt = u.runStartedAt;
-        this.db
-          .prepare(
-            'UPDATE sandboxes SET state = ?, stop_at = ?, ended_at = ?, details_json = ?, reserved_minutes = ?, run_started_at = ?, expires_at = ? WHERE id = ?',
-          )
-          .run(
-            next.state,
-            next.stopAt,
-            next.endedAt,
-            next.details ? JSON.stringify(next.details) : null,
-            next.reservedMinutes,
-            next.runStartedAt ?? null,
-            next.expiresAt ?? null,
-            id,
-          );
+        if (u.remove) this.delete(id);
+        else
+          this.db
+            .prepare(
+              'UPDATE sandboxes SET state = ?, stop_at = ?, ended_at = ?, details_json = ?, reserved_minutes = ?, run_started_at = ?, expires_at = ? WHERE id = ?',
+            )
+            .run(
+              next.state,
+              next.stopAt,
+              next.endedAt,
+              next.details ? JSON.stringify(next.details) : null,
+              next.reservedMinutes,
+              next.runStartedAt ?? null,
+              next.expiresAt ?? null,
+              id,
+            );
         if (delta !== 0) {
           this.db
             .prepare('INSERT INTO ledger (account_id, delta, reason, sandbox_id, created_at) VALUES (?, ?, ?, ?, ?)')
