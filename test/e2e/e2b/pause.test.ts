@@ -39,10 +39,13 @@ describe("E2B's pause and resume through the e2b SDK", { timeout: 600_000 }, () 
   it('pause; listed as paused; envd calls fail cleanly; connect resumes it with its background process alive', async () => {
     const sbx = await Sandbox.create('base', { metadata: { suite: RUN }, timeoutMs: 120_000 });
     try {
-      const bg = await sbx.commands.run('i=0; while true; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.1; done', {
-        background: true,
-        timeoutMs: 0,
-      });
+      const bg = await sbx.commands.run(
+        'i=0; while true; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.1; done',
+        {
+          background: true,
+          timeoutMs: 0,
+        },
+      );
       const count = async () => Number((await sbx.files.read('/tmp/count')).trim() || '0');
       await until('the counter', async () => ((await sbx.files.exists('/tmp/count')) ? true : undefined));
 
