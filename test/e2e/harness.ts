@@ -3,12 +3,13 @@
  * Env: SANDBOXD_E2E_RUNTIME (`fake` default, `local` for the crun driver),
  * SANDBOXD_E2E_IMAGE (default `local/busybox:latest`).
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { createWriteStream, mkdtempSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 import './error-kinds.js';
 import { localEnv, teardownLocal } from './local-runtime.js';
 
@@ -62,6 +63,11 @@ export async function startServer(
     https?: boolean;
     /** Where readiness is polled (default `/healthz`): a runner answers only with its token. */
     ready?: { path: string; headers?: Record<string, string> };
+    /**
+     * Runs the server on a fake host (`fake-host.ts`): its argv prefix and address, which the
+     * server listens on. Its teardown then runs there too.
+     */
+    on?: { wrap: string[]; address: string };
   } = {},
 ): Promise<Server> {
   const dataDir = o.dataDir ?? mkdtempSync(join(tmpdir(), 'sandboxd-e2e-'));
@@ -70,7 +76,7 @@ export async function startServer(
     ...process.env,
     SANDBOXD_RUNTIME: RUNTIME,
     SANDBOXD_DATA_DIR: dataDir,
-    SANDBOXD_HOST: '127.0.0.1',
+    SANDBOXD_HOST: o.on?.address ?? '127.0.0.1',
     SANDBOXD_PORT: String(port),
     SANDBOXD_BOOTSTRAP_API_KEY: ADMIN_KEY,
     SANDBOXD_LOG_LEVEL: 'warn',
@@ -80,7 +86,8 @@ export async function startServer(
     ...o.env,
   };
   if (!keysByDir.has(dataDir)) keysByDir.set(dataDir, new Set([ADMIN_KEY]));
-  const proc = spawn(process.execPath, ['--import', 'tsx', 'packages/server/src/main.ts'], {
+  const argv = [...(o.on?.wrap ?? []), process.execPath, '--import', 'tsx', 'packages/server/src/main.ts'];
+  const proc = spawn(argv[0], argv.slice(1), {
     cwd: ROOT,
     env,
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -90,12 +97,16 @@ export async function startServer(
   proc.stderr!.pipe(createWriteStream(join(dataDir, `server-${proc.pid}.stderr.log`)));
   const exited = new Promise<number | null>((r) => proc.once('exit', (code) => r(code)));
   // `https`: the server is on TLS (SANDBOXD_TLS_*); the caller makes its certificate trusted.
-  const baseUrl = `${o.https ? 'https' : 'http'}://127.0.0.1:${port}`;
+  const baseUrl = `${o.https ? 'https' : 'http'}://${o.on?.address ?? '127.0.0.1'}:${port}`;
   const deadline = Date.now() + (RUNTIME === 'local' ? 60_000 : 20_000);
   // A server that fails to start may have set up part of the host (bridge, nft table, cgroups)
   // for a data dir nobody will stop: undo it, unless the caller owns the dir (a restart).
+  const teardown = (): Promise<void> =>
+    o.on
+      ? runWrapped([...o.on.wrap, process.execPath, '--import', 'tsx', 'test/e2e/teardown-local-cli.ts', dataDir])
+      : teardownLocal(dataDir);
   const failed = async (message: string): Promise<never> => {
-    if (RUNTIME === 'local' && !o.dataDir) await exited.then(() => teardownLocal(dataDir)).catch(() => {});
+    if (RUNTIME === 'local' && !o.dataDir) await exited.then(teardown).catch(() => {});
     throw new Error(message);
   };
   for (;;) {
@@ -132,7 +143,7 @@ export async function startServer(
     async stop(opts = {}) {
       if (proc.exitCode === null && proc.signalCode === null) await server.cleanup().catch(() => {});
       await server.kill('SIGTERM');
-      if (RUNTIME === 'local' && !opts.keepData) await teardownLocal(dataDir);
+      if (RUNTIME === 'local' && !opts.keepData) await teardown();
       if (!opts.keepData && !process.env.SANDBOXD_E2E_KEEP) rmSync(dataDir, { recursive: true, force: true });
     },
     async cleanup() {
@@ -172,6 +183,11 @@ export async function startServer(
     },
   };
   return server;
+}
+
+/** Runs argv (from the checkout) to its end; rejects with its stderr when it fails. */
+async function runWrapped(argv: string[]): Promise<void> {
+  await promisify(execFile)(argv[0], argv.slice(1), { cwd: ROOT });
 }
 
 /** Creates an account through the admin API; returns its id and a fresh API key. */

@@ -5,7 +5,9 @@
  * with stdin, file upload and download, a port reached through the api's port proxy (the
  * runner's tunnel), pause/resume, delete; then the runner is killed with -9: the api
  * answers 503 `unavailable` naming the runner, and once the runner is back (same data dir,
- * same port) the same sandbox answers again.
+ * same port) the same sandbox answers again. The runner runs on a fake host (fake-host.ts):
+ * its own network namespace, so its sandboxes' addresses route only there, as on another
+ * machine.
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
@@ -14,6 +16,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { TermClient, terminalUrl } from '../../packages/server/test/terminals.js';
+import { type FakeHost, makeFakeHost } from './fake-host.js';
 import { IMAGE, newAccount, RUNTIME, type Server, startServer } from './harness.js';
 import { hget, waitListening } from './proxy-support.js';
 
@@ -33,6 +36,7 @@ describe('api + runner: two processes, one deployment (real runtime)', {
   skip: RUNTIME !== 'local' ? 'needs SANDBOXD_E2E_RUNTIME=local' : undefined,
   timeout: 300_000,
 }, () => {
+  let fake: FakeHost;
   let runner: Server;
   let api: Server;
   let key: string;
@@ -42,7 +46,8 @@ describe('api + runner: two processes, one deployment (real runtime)', {
   const call = (method: string, path: string, body?: unknown) => api.api(method, path, { key, body });
 
   before(async () => {
-    runner = await startServer({ dataDir: runnerDir, env: runnerEnv, ready: runnerReady });
+    fake = await makeFakeHost();
+    runner = await startServer({ dataDir: runnerDir, env: runnerEnv, ready: runnerReady, on: fake });
     api = await startServer({
       env: { SANDBOXD_ROLE: 'api', SANDBOXD_RUNNERS: runner.baseUrl, SANDBOXD_RUNNER_TOKEN: TOKEN },
     });
@@ -51,6 +56,7 @@ describe('api + runner: two processes, one deployment (real runtime)', {
   after(async () => {
     await api?.stop();
     await runner?.stop();
+    await fake?.remove();
   });
 
   it('the runner refuses a request without its token (401)', async () => {
@@ -171,8 +177,8 @@ describe('api + runner: two processes, one deployment (real runtime)', {
     const e = await call('POST', `/api/v1/sandboxes/${id}/exec`, { command: 'echo x' });
     assert.equal(e.status, 503, e.text);
     assert.equal(e.body.kind, 'unavailable');
-    assert.match(e.body.message, /Runner 127\.0\.0\.1:\d+/);
-    runner = await startServer({ dataDir: runnerDir, port: runner.port, env: runnerEnv, ready: runnerReady });
+    assert.match(e.body.message, new RegExp(`Runner ${fake.address.replaceAll('.', '\\.')}:\\d+`));
+    runner = await startServer({ dataDir: runnerDir, port: runner.port, env: runnerEnv, ready: runnerReady, on: fake });
     const again = await call('POST', `/api/v1/sandboxes/${id}/exec`, { command: 'cat /www/index.html' });
     assert.equal(again.status, 200, again.text);
     assert.equal(again.body.stdout, `hello from ${id}\n`);
