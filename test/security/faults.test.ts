@@ -523,8 +523,10 @@ describe('faults: kill -9 and disk full', {
         'no record left creating',
       );
       const listed = await sandboxesOf(srv, key);
+      // z's delete while full may have been refused after its sandbox was killed (then the
+      // reconciler records the loss): z is checked once space is back, below.
       assert.deepEqual(
-        listed.filter((z) => z.state !== 'started'),
+        listed.filter((z) => z.state !== 'started' && z.id !== zid),
         [],
         'a refused create leaves no record',
       );

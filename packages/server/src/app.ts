@@ -17,6 +17,7 @@ import { Metrics } from './http/metrics.js';
 import { RateLimits } from './http/rate-limit.js';
 import { createHttpServer } from './http/server.js';
 import { TerminalGateway } from './http/terminal-ws.js';
+import { Presence } from './lifecycle/presence.js';
 import { Reaper } from './lifecycle/reaper.js';
 import { PortAccess } from './proxy/access.js';
 import { PortLinks } from './proxy/links.js';
@@ -116,7 +117,8 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
           onPoolError: (err) => log.warn({ err }, 'database: an idle PostgreSQL connection failed; it is replaced'),
         })
       : new SqliteStore(config.dbPath));
-  const deps: ServiceDeps = { store, driver, clock, config, log };
+  const presence = new Presence({ store, clock, config });
+  const deps: ServiceDeps = { store, driver, clock, config, log, presence };
 
   // Shared by the services that need them, and by the proxy.
   const portLinks = new PortLinks({ secretPath: join(config.dataDir, 'proxy-link.key') });
@@ -258,6 +260,8 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
     log,
     async start() {
       await accessTokens.init();
+      // Known to be running before anything it starts can be seen half-done by another server.
+      await presence.beat();
       await driver.init();
       const recovered = await driver.recover();
       const background = recovered.background;
@@ -296,6 +300,9 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
         clearInterval(sweep);
       }
       await reaper.stop();
+      await presence
+        .stop()
+        .catch((err) => log.warn({ err }, 'releasing the presence lease failed; it runs out by itself'));
       await driver.close();
       await store.close();
     },

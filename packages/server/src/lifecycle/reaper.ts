@@ -1,9 +1,8 @@
-import { randomBytes } from 'node:crypto';
-import { hostname } from 'node:os';
 import { planOf, type ServiceDeps } from '../services/context.js';
 import type { LifecycleService } from '../services/lifecycle.js';
 import type { SandboxService } from '../services/sandboxes.js';
 import type { SandboxRecord } from '../domain/sandbox.js';
+import type { Presence } from './presence.js';
 import type { Store } from '../store/store.js';
 
 /** What one reconcile pass repaired. */
@@ -48,8 +47,10 @@ export class Reaper {
   private timerTickBusy = false;
   private lastPurge = Number.NEGATIVE_INFINITY;
   private readonly failedUntil = new Map<string, number>();
-  /** This process's name on the lease: host, pid and a random part (two servers in one process differ). */
-  readonly leaseHolder = `${hostname()}/${process.pid}/${randomBytes(6).toString('hex')}`;
+  /** This process's name on the lease: its presence's id (host, pid and a random part). */
+  get leaseHolder(): string {
+    return this.d.presence.id;
+  }
   /** Whether the last pass held the lease (log lines on changes only). */
   private holding = false;
   /** The lease's end as last taken or renewed (this process's clock). */
@@ -139,6 +140,7 @@ export class Reaper {
   /** One expiry + purge pass; passes never overlap. Returns the ids stopped (none when another server holds the lease). */
   tick(): Promise<string[]> {
     return this.serial(async () => {
+      await this.d.presence.beat().catch((err) => this.d.log.warn({ err }, 'presence lease could not be renewed'));
       if (!(await this.holdLease())) return [];
       const now = this.d.clock.now();
       const stopped: string[] = [];
@@ -167,8 +169,9 @@ export class Reaper {
 
   /**
    * Compares live records with the runtime and repairs. Records still in `creating` whose
-   * create is not in progress here (all of them at `startup`: a crashed process) never
-   * answered 201: they are removed from the runtime and marked `error` with a full refund.
+   * create is in progress neither here nor on another server that still runs (the owner the
+   * record names, {@link Presence}) never answered 201: they are removed from the runtime and
+   * marked `error` with a full refund; `starting` ones likewise go back to `stopped`.
    * At `startup` only sandboxes the runtime lists are deleted from it: the driver's
    * `recover()` already removes everything else it found (in the background, so that the
    * start does not wait for it). A server that another holds the reaper lease from repairs
@@ -191,6 +194,7 @@ export class Reaper {
         if (r.state === 'creating') {
           // Checked in this order: once a create is over, its record no longer changes.
           if (this.sandboxes.isCreating(r.id) || (await this.d.store.getSandbox(r.id))?.state !== 'creating') continue;
+          if (await this.ownerAtWork(r)) continue; // another server's create, in progress
           if (!opts.startup || runtime.has(r.id))
             await this.d.driver
               .delete(r.id)
@@ -204,6 +208,7 @@ export class Reaper {
         } else if (r.state === 'starting') {
           // A start a crash cut short: back to stopped, refunded (whatever it booted is stopped again).
           if (this.lifecycle.isStarting(r.id) || (await this.d.store.getSandbox(r.id))?.state !== 'starting') continue;
+          if (await this.ownerAtWork(r)) continue;
           await this.lifecycle
             .backToStopped(r, new Error('the server stopped while the sandbox was being started'))
             .catch((err) => this.d.log.warn({ err, sandboxId: r.id }, 'settling an interrupted start'));
@@ -264,6 +269,15 @@ export class Reaper {
    * ended one past `stoppedRetentionMs`): the runtime's part (processes, kept memory or
    * root layer; volumes kept), then the record.
    */
+  /**
+   * A record of work in progress (`creating`, `starting`) whose owner, another server on the
+   * database, still runs: not abandoned, whatever this process knows of it.
+   */
+  private async ownerAtWork(r: SandboxRecord): Promise<boolean> {
+    const owner = r.details?.owner;
+    return owner !== this.d.presence.id && (await this.d.presence.alive(owner));
+  }
+
   private removeOne(r: SandboxRecord, why: string): Promise<boolean> {
     return this.sandboxes.exclusive(r.id, () => this.removeNow(r, why));
   }

@@ -1,6 +1,7 @@
 import type { Logger } from 'pino';
 import type { Config, PlanConfig } from '../config.js';
 import type { Clock } from '../domain/clock.js';
+import type { Presence } from '../lifecycle/presence.js';
 import type { RuntimeDriver } from '../runtime/driver.js';
 import type { Store } from '../store/store.js';
 
@@ -14,6 +15,8 @@ export interface ServiceDeps {
   clock: Clock;
   config: Readonly<Config>;
   log: Logger;
+  /** This process among those sharing the database: the owner named by records of work in progress. */
+  presence: Presence;
 }
 
 /** The plan of an account; an account on a plan no longer configured falls back to the default. */

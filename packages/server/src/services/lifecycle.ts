@@ -166,7 +166,7 @@ export class LifecycleService {
         stopAt: at + t,
         runStartedAt: at,
         endedAt: null,
-        details: null,
+        details: { owner: this.d.presence.id },
         ledgerDelta: -minutes,
         ledgerReason: 'sandbox.start',
         reservedMinutes: minutes,
@@ -189,6 +189,7 @@ export class LifecycleService {
       }
       const out = await this.d.store.updateSandbox(r.id, {
         state: 'started',
+        details: null,
         expectStates: ['starting'],
         at: this.d.clock.now(),
       });

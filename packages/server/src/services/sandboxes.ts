@@ -151,7 +151,8 @@ export class SandboxService {
         stopAt: now + timeoutMs,
         reservedMinutes: 0,
         endedAt: null,
-        details: null,
+        // Until `started`: whose create this is (another server's reconciler leaves it alone while it runs).
+        details: { owner: this.d.presence.id },
         ...(opts.template !== undefined ? { template: opts.template } : {}),
         ...(req.metadata !== undefined || opts.metadata !== undefined
           ? { metadata: { ...opts.metadata, ...req.metadata } }
@@ -198,6 +199,7 @@ export class SandboxService {
     try {
       started = await this.d.store.updateSandbox(record.id, {
         state: 'started',
+        details: null,
         expectStates: ['creating'],
         at: this.d.clock.now(),
       });
@@ -358,9 +360,12 @@ export class SandboxService {
   private async deleteNow(accountId: string, id: string): Promise<void> {
     const r = await this.get(accountId, id);
     if (r.state === 'starting') throw new SandboxdError('conflict', 'Sandbox is starting', { state: 'starting' });
-    if (r.state === 'started' || r.state === 'paused') await this.stop(r, { reason: 'deleted', discard: true });
-    else await this.d.driver.delete(r.id);
-    await this.d.store.deleteSandbox(r.id);
+    // A running one: its refund and the record's removal in one transaction.
+    const live = r.state === 'started' || r.state === 'paused';
+    if (!live || !(await this.stop(r, { reason: 'deleted', discard: true, remove: true }))) {
+      await this.d.driver.delete(r.id);
+      await this.d.store.deleteSandbox(r.id);
+    }
     this.d.log.info({ sandboxId: r.id }, 'sandbox deleted');
     this.emitGone(r.id);
   }
@@ -370,9 +375,13 @@ export class SandboxService {
    * writable root layer for a later start (unless `discard`: it is removed, volumes kept),
    * the record becomes `stopped` and unused whole minutes of the run are refunded (a paused
    * one had them refunded when it paused). A sandbox already stopped by someone else is
-   * left as is. Driver failures propagate and leave the record as it was.
+   * left as is (null). Driver failures propagate and leave the record as it was. With
+   * `remove` (a delete), the record is removed in the transaction that refunds.
    */
-  async stop(r: SandboxRecord, opts: { reason: string; discard?: boolean }): Promise<SandboxRecord | null> {
+  async stop(
+    r: SandboxRecord,
+    opts: { reason: string; discard?: boolean; remove?: boolean },
+  ): Promise<SandboxRecord | null> {
     if (opts.discard) await this.d.driver.delete(r.id);
     else {
       // The intent first: a crash between the runtime's stop and the record's is finished as a stop, not taken for a loss.
@@ -397,6 +406,7 @@ export class SandboxService {
         ledgerReason: 'sandbox.refund',
         expectStates: ['started', 'paused'],
         at,
+        remove: opts.remove,
       });
       this.d.log.info({ sandboxId: r.id, reason: opts.reason, refund }, 'sandbox stopped');
       this.emitGone(r.id);

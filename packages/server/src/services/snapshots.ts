@@ -3,10 +3,18 @@ import { snapshotImage, snapshotRef } from '../domain/snapshots.js';
 import { isOutOfSpace, outOfStorage } from '../domain/storage.js';
 import type { AccountRecord, SnapshotRecord } from '../store/store.js';
 import { planOf, type ServiceDeps } from './context.js';
-import { wrongState } from '../domain/sandbox.js';
+import { type SandboxRecord, wrongState } from '../domain/sandbox.js';
 import { SNAPSHOTTABLE } from './lifecycle.js';
 import type { SandboxService } from './sandboxes.js';
 import type { StorageGuard } from './storage.js';
+
+/**
+ * The lease naming the server that makes snapshot `ref` (its presence id) while it does; its
+ * time is only a bound for a holder that never lets it go: whether the maker runs is its
+ * presence's to say.
+ */
+const makingLease = (ref: string) => `snapshot:${ref}`;
+const MAKING_LEASE_MS = 24 * 3_600_000;
 
 /** The wire form of a snapshot record. */
 export function toWireSnapshot(s: SnapshotRecord): Snapshot {
@@ -44,12 +52,45 @@ export class SnapshotService {
     if (!SNAPSHOTTABLE.includes(r.state)) throw wrongState(r);
     await this.d.storage.check();
     const plan = planOf(this.d.config, account.plan);
+    const ref = snapshotRef(account.id, name);
+    await this.claimMaking(ref, name);
+    try {
+      return await this.make(account, r, name, ref, plan.snapshotBytes);
+    } finally {
+      await this.d.store
+        .releaseLease(makingLease(ref), this.d.presence.id)
+        .catch((err) => this.d.log.warn({ err, snapshot: name }, 'releasing a snapshot lease failed'));
+    }
+  }
+
+  /**
+   * Names this process as the maker of `ref` (the lease {@link makingLease}), so that no
+   * other server's start-up takes the unfinished snapshot for a crash's. One left by a
+   * server that is gone is taken over; one of a server at work is `conflict`.
+   */
+  private async claimMaking(ref: string, name: string): Promise<void> {
+    const lease = makingLease(ref);
+    const me = this.d.presence.id;
+    let got = await this.d.store.acquireLease(lease, me, MAKING_LEASE_MS, this.d.clock.now());
+    if (!got.held && !(await this.d.presence.alive(got.holder))) {
+      await this.d.store.releaseLease(lease, got.holder);
+      got = await this.d.store.acquireLease(lease, me, MAKING_LEASE_MS, this.d.clock.now());
+    }
+    if (!got.held) throw new SandboxdError('conflict', 'A snapshot of that name is being made', { name });
+  }
+
+  private async make(
+    account: AccountRecord,
+    r: SandboxRecord,
+    name: string,
+    ref: string,
+    quotaBytes: number,
+  ): Promise<SnapshotRecord> {
     const createdAt = this.d.clock.now();
     await this.d.store.beginSnapshot(
       { accountId: account.id, name, state: 'creating', sizeBytes: 0, baseImage: r.image, sandboxId: r.id, createdAt },
-      plan.snapshotBytes,
+      quotaBytes,
     );
-    const ref = snapshotRef(account.id, name);
     let sizeBytes: number;
     try {
       sizeBytes = (await this.d.driver.snapshot(r.id, ref)).sizeBytes;
@@ -61,7 +102,7 @@ export class SnapshotService {
       throw new SandboxdError('internal', 'The runtime failed to make the snapshot', { sandboxId: r.id });
     }
     try {
-      const out = await this.d.store.finishSnapshot(account.id, name, sizeBytes, plan.snapshotBytes);
+      const out = await this.d.store.finishSnapshot(account.id, name, sizeBytes, quotaBytes);
       this.d.log.info({ sandboxId: r.id, snapshot: name, sizeBytes }, 'snapshot made');
       return out;
     } catch (e) {
@@ -91,22 +132,23 @@ export class SnapshotService {
 
   /**
    * At start-up: rows a crash left `creating` are removed with their image, and snapshot
-   * images with no row (a crash between the copy and the row) are removed.
+   * images with no row (a crash between the copy and the row) are removed. A snapshot that
+   * another server on the database is making (it holds its lease and runs) is left alone.
    */
   async reconcile(): Promise<{ dropped: string[] }> {
     const dropped: string[] = [];
     const rows = await this.d.store.listAllSnapshots();
-    const ready = new Set<string>();
+    const kept = new Set<string>();
     for (const s of rows) {
       const ref = snapshotRef(s.accountId, s.name);
-      if (s.state === 'ready') ready.add(ref);
+      if (s.state === 'ready' || (await this.beingMade(ref))) kept.add(ref);
       else {
         await this.drop(s.accountId, s.name, ref);
         dropped.push(ref);
       }
     }
     for (const img of await this.d.driver.listSnapshots()) {
-      if (ready.has(img.ref)) continue;
+      if (kept.has(img.ref)) continue;
       await this.d.driver
         .deleteImage(img.ref)
         .catch((err) => this.d.log.warn({ err, image: img.ref }, 'removing a stray snapshot'));
@@ -114,6 +156,15 @@ export class SnapshotService {
     }
     if (dropped.length) this.d.log.info({ dropped }, 'removed snapshots a crash left unfinished');
     return { dropped };
+  }
+
+  /** Whether a server that still runs holds the making lease of `ref` (else the lease is let go). */
+  private async beingMade(ref: string): Promise<boolean> {
+    const lease = makingLease(ref);
+    const got = await this.d.store.acquireLease(lease, this.d.presence.id, 1, this.d.clock.now());
+    if (!got.held && (await this.d.presence.alive(got.holder))) return true;
+    await this.d.store.releaseLease(lease, got.holder).catch(() => undefined);
+    return false;
   }
 
   private async drop(accountId: string, name: string, ref: string): Promise<void> {

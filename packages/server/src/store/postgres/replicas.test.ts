@@ -146,6 +146,73 @@ if (!bin) {
       ));
   });
 
+  describe("work in progress on one replica is another's to finish only once that replica is gone", () => {
+    /** A promise the test resolves by hand, and a way to make a driver call wait for it. */
+    const gate = () => {
+      let open = () => {};
+      const opened = new Promise<void>((r) => {
+        open = r;
+      });
+      return { open, opened };
+    };
+
+    it("a create in progress on b is left alone by a's reconcile; once b's presence lapses it is abandoned and refunded", () =>
+      withReplicas(async (a, b) => {
+        await a.app.reaper.tick(); // a reaps
+        const acct = await account(b);
+        const g = gate();
+        const create = b.driver.create.bind(b.driver);
+        b.driver.create = async (spec) => {
+          await g.opened;
+          return create(spec);
+        };
+        const pending = b.app.services.sandboxes.create(acct, { image: 'local/busybox:latest' }).catch((e) => e);
+        let rec = (await a.app.store.listSandboxesByState(['creating']))[0];
+        for (let i = 0; i < 100 && !rec; i++) {
+          await new Promise((r) => setTimeout(r, 10));
+          rec = (await a.app.store.listSandboxesByState(['creating']))[0];
+        }
+        assert.equal(rec?.details?.owner, b.app.reaper.leaseHolder, 'the record names its owner');
+        assert.deepEqual((await a.app.reaper.reconcile()).abandoned, [], "b runs: its create is b's");
+        assert.equal(await state(a, rec.id), 'creating');
+        // b stops renewing (a crash): once its presence lease has run out on a's clock, a finishes the job.
+        a.clock.advance(3001); // past the default SANDBOXD_REAPER_LEASE_MS
+        assert.deepEqual((await a.app.reaper.reconcile()).abandoned, [rec.id]);
+        assert.equal(await state(a, rec.id), 'error');
+        assert.equal(await a.app.store.balance(acct.id), 1000, 'refunded in full');
+        g.open();
+        await pending;
+        assert.equal(await state(a, rec.id), 'error', "b's late answer changes nothing");
+      }));
+
+    it("a snapshot b is making survives a's start-up reconciliation; once b is gone it is dropped", () =>
+      withReplicas(async (a, b) => {
+        const acct = await account(b);
+        const sb = await b.app.services.sandboxes.create(acct, { image: 'local/busybox:latest' });
+        const g = gate();
+        const snapshot = b.driver.snapshot.bind(b.driver);
+        b.driver.snapshot = async (id, ref) => {
+          await g.opened;
+          return snapshot(id, ref);
+        };
+        const account_ = (await b.app.store.getAccount(acct.id))!;
+        const making = b.app.services.snapshots.create(account_, sb.id, 'busy').catch((e) => e);
+        for (let i = 0; i < 100 && !(await a.app.store.getSnapshot(acct.id, 'busy')); i++)
+          await new Promise((r) => setTimeout(r, 10));
+        assert.equal((await a.app.store.getSnapshot(acct.id, 'busy'))?.state, 'creating');
+        assert.deepEqual((await a.app.services.snapshots.reconcile()).dropped, [], 'b is making it');
+        await assert.rejects(
+          a.app.services.snapshots.create((await a.app.store.getAccount(acct.id))!, sb.id, 'busy'),
+          (e: { kind?: string }) => e.kind === 'conflict' || e.kind === 'not_found',
+        );
+        a.clock.advance(3001); // past the default SANDBOXD_REAPER_LEASE_MS
+        assert.equal((await a.app.services.snapshots.reconcile()).dropped.length, 1, 'b is gone: a crash leftover');
+        assert.equal(await a.app.store.getSnapshot(acct.id, 'busy'), null);
+        g.open();
+        await making;
+      }));
+  });
+
   describe('rate limits and login throttles are shared by replicas on PostgreSQL (the default store there)', () => {
     const { store: _default, ...limits } = DEFAULT_RATE_LIMITS;
     let t = 1_000_000;
