@@ -70,8 +70,8 @@ export class TerminalHost implements DriverTerminals {
         session.terminate('sandbox stopped');
         throw new SandboxdError('conflict', 'The sandbox stopped while the terminal started', { state: 'stopped' });
       }
-      let held = this.bySandbox.get(sandboxId);
-      if (!held) this.bySandbox.set(sandboxId, (held = new Map()));
+      const held = this.bySandbox.get(sandboxId) ?? new Map<string, Held>();
+      this.bySandbox.set(sandboxId, held);
       held.set(id, { session, idleMs: spec.idleMs, idleTimer: null });
       this.clientsChanged(session);
       log.info({ shell: spec.shell, cwd: spec.cwd, pid: pty.pid }, 'terminal created');
