@@ -2,13 +2,15 @@
  * Black-box, real runtime: one runner and TWO api processes sharing one PostgreSQL
  * database (SANDBOXD_ROLE=runner / api). A terminal's PTY and its clients live on the
  * runner, so a terminal opened through api A is listed and joined through api B (same
- * output on both, input from either, clientCount counts both); E2B's PTYs are the same
- * terminals. Then api A is killed with -9: B's client keeps working, A's client reconnects
+ * output on both, input from either, clientCount counts both), and a client that stops
+ * reading is dropped (1013) without slowing one on the other replica; E2B's PTYs are the
+ * same terminals. Then api A is killed with -9: B's client keeps working, A's client reconnects
  * through B to the same shell (same `$$`), and an E2B PTY started through A is driven
  * through B.
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { after, before, describe, it } from 'node:test';
 import { Sandbox } from 'e2b';
 import { pgBinDir, startPostgres, type TestPostgres } from '../../packages/server/test/postgres.js';
@@ -27,6 +29,9 @@ function e2bAt(s: Server, key: string): void {
   delete process.env.E2B_DOMAIN;
   delete process.env.E2B_DEBUG;
 }
+
+const rssBytes = (pid: number) =>
+  Number(/VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? 0) * 1024;
 
 /** The shell's pid as it prints it (`echo <tag>-$$`), once `c` shows it. */
 async function shellPid(c: TermClient, tag: string): Promise<number> {
@@ -118,6 +123,48 @@ describe('terminals across api replicas: one runner, two apis, one PostgreSQL (r
     pid = await shellPid(a, 'pid');
     assert.ok(pid > 0);
     assert.deepEqual(a.textFrames, [], 'output comes in binary frames only');
+  });
+
+  it('a client of A that stops reading is dropped (1013) while a client of B gets 100 MB; every process stays bounded', async (t) => {
+    const made = await apiB.api('POST', `/api/v1/sandboxes/${id}/terminals`, { key, body: {} });
+    assert.equal(made.status, 201, made.text);
+    const tid = made.body.terminal.id as string;
+    const fast = await TermClient.connect(terminalUrl(apiB.baseUrl, id, tid), auth());
+    const slow = await TermClient.connect(terminalUrl(apiA.baseUrl, id, tid), auth());
+    await fast.control('ready');
+    await slow.control('ready');
+    slow.pause();
+    const procs = { runner, apiA, apiB };
+    const rss0 = Object.fromEntries(Object.entries(procs).map(([k, s]) => [k, rssBytes(s.proc.pid!)]));
+    const rssMax = { ...rss0 };
+    const sampler = setInterval(() => {
+      for (const [k, s] of Object.entries(procs)) rssMax[k] = Math.max(rssMax[k], rssBytes(s.proc.pid!));
+    }, 50);
+    try {
+      fast.type('yes | head -c 100M; echo DONE-$TERM\r');
+      let count = 2;
+      for (let i = 0; i < 1200 && count !== 1; i++) {
+        count = (await get(apiA, `/terminals/${tid}`)).body.clientCount;
+        if (count !== 1) await new Promise((r) => setTimeout(r, 50));
+      }
+      assert.equal(count, 1, 'the slow client was dropped');
+      slow.resume();
+      const closed = await slow.closed;
+      assert.equal(closed.code, 1013);
+      assert.match(closed.reason, /too slow/);
+      await fast.waitForOutput(/DONE-xterm-256color/, 300_000);
+    } finally {
+      clearInterval(sampler);
+    }
+    // `yes` writes "y\n", which the tty sends as "y\r\n": 1.5 bytes per byte.
+    assert.ok(fast.receivedBytes >= 100 * 1024 * 1024 * 1.5, `the fast client got ${fast.receivedBytes} bytes`);
+    for (const k of Object.keys(procs)) {
+      const grew = `${k}: RSS grew by ${((rssMax[k] - rss0[k]) / 2 ** 20).toFixed(0)} MiB`;
+      t.diagnostic(grew);
+      assert.ok(rssMax[k] - rss0[k] < 200 * 1024 * 1024, grew);
+    }
+    fast.type('exit 0\r');
+    assert.equal((await fast.closed).code, 1000);
   });
 
   it("E2B's PTY started through api A is a terminal api B lists and joins", async () => {

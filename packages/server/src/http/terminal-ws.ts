@@ -139,9 +139,10 @@ export class TerminalGateway {
     attach(client).then(
       (a) => {
         attachment = a;
-        if (ws.readyState !== WebSocket.OPEN) return a.detach();
+        // Read again (also a closing socket, so that its close handshake is read).
         paused.attaching = false;
         applyPause();
+        if (ws.readyState !== WebSocket.OPEN) a.detach();
       },
       (err: unknown) => {
         const gone = err instanceof SandboxdError && err.kind === 'not_found';
