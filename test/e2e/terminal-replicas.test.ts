@@ -6,7 +6,8 @@
  * reading is dropped (1013) without slowing one on the other replica; E2B's PTYs are the
  * same terminals. Then api A is killed with -9: B's client keeps working, A's client reconnects
  * through B to the same shell (same `$$`), and an E2B PTY started through A is driven
- * through B.
+ * through B; a third api stopped with SIGTERM closes its client with 1001 and leaves the
+ * shell running.
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
@@ -62,22 +63,22 @@ describe('terminals across api replicas: one runner, two apis, one PostgreSQL (r
   let pid: number;
   let e2bPid: number;
   let e2bViewer: TermClient;
+  let apiEnv: Record<string, string>;
   const e2bOut: Buffer[] = [];
   const auth = () => ({ authorization: `Bearer ${key}` });
   const get = (s: Server, path: string) => s.api('GET', `/api/v1/sandboxes/${id}${path}`, { key });
 
   before(async () => {
     pg = await startPostgres();
-    const databaseUrl = await pg.createDatabase();
     runner = await startServer({
       env: { SANDBOXD_ROLE: 'runner', SANDBOXD_RUNNER_TOKEN: TOKEN, SANDBOXD_NODE_NAME: 'e2e-replicas' },
       ready: runnerReady,
     });
-    const apiEnv = {
+    apiEnv = {
       SANDBOXD_ROLE: 'api',
       SANDBOXD_RUNNERS: runner.baseUrl,
       SANDBOXD_RUNNER_TOKEN: TOKEN,
-      SANDBOXD_DATABASE_URL: databaseUrl,
+      SANDBOXD_DATABASE_URL: await pg.createDatabase(),
     };
     apiA = await startServer({ env: apiEnv });
     apiB = await startServer({ env: apiEnv });
@@ -221,6 +222,28 @@ describe('terminals across api replicas: one runner, two apis, one PostgreSQL (r
     assert.equal(await sbx.pty.kill(e2bPid), true);
     assert.deepEqual(await e2bViewer.control('exit'), { type: 'exit', exitCode: 137, signal: 'SIGKILL' });
     assert.equal((await e2bViewer.closed).code, 1000);
+  });
+
+  it('a third api shut down with SIGTERM closes its client with 1001 and no exit; the shell runs on', async () => {
+    const apiC = await startServer({ env: apiEnv });
+    try {
+      const c = await TermClient.connect(terminalUrl(apiC.baseUrl, id, termId), auth());
+      await c.control('ready');
+      assert.equal((await get(apiB, `/terminals/${termId}`)).body.clientCount, 3);
+      await apiC.kill('SIGTERM');
+      const closed = await c.closed;
+      assert.equal(closed.code, 1001);
+      assert.deepEqual(
+        c.controls.map((m) => m.type),
+        ['ready'],
+        'no exit: the terminal lives on the runner',
+      );
+      b.type('echo on-$((5*5))\r');
+      await b.waitForOutput(/on-25/);
+      assert.equal((await get(apiB, `/terminals/${termId}`)).body.status, 'active');
+    } finally {
+      await apiC.stop();
+    }
   });
 
   it('the shell exits: every client gets exit and 1000; the terminal is exited through B', async () => {
