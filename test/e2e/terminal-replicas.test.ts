@@ -7,7 +7,7 @@
  * same terminals. Then api A is killed with -9: B's client keeps working, A's client reconnects
  * through B to the same shell (same `$$`), and an E2B PTY started through A is driven
  * through B; a third api stopped with SIGTERM closes its client with 1001 and leaves the
- * shell running.
+ * shell running; the runner stopped with SIGTERM ends its terminals (exit, 1001).
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
@@ -254,5 +254,15 @@ describe('terminals across api replicas: one runner, two apis, one PostgreSQL (r
     }
     assert.equal((await get(apiB, `/terminals/${termId}`)).body.status, 'exited');
     assert.deepEqual((await get(apiB, '/terminals')).body, { terminals: [] });
+  });
+
+  it('the runner stopped with SIGTERM ends its terminals: a client of an api gets exit (SIGHUP) and 1001', async () => {
+    const t = await apiB.api('POST', `/api/v1/sandboxes/${id}/terminals`, { key, body: {} });
+    assert.equal(t.status, 201, t.text);
+    const c = await TermClient.connect(terminalUrl(apiB.baseUrl, id, t.body.terminal.id), auth());
+    await c.control('ready');
+    await runner.kill('SIGTERM');
+    assert.deepEqual(await c.control('exit'), { type: 'exit', exitCode: 129, signal: 'SIGHUP' });
+    assert.deepEqual(await c.closed, { code: 1001, reason: 'runner shutting down' });
   });
 });

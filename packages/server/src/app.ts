@@ -393,6 +393,7 @@ export async function buildRunner(opts: {
     async close() {
       // The terminals end with the runner: clients get exit and 1001, shells are hung up.
       terminals.closeAll('runner shutting down');
+      await server.drainTerminalSockets();
       await server.close();
       await driver.close();
     },

@@ -209,6 +209,16 @@ export class RunnerServer {
     });
   }
 
+  /**
+   * Resolves once every terminal socket has closed (their close frames answered by the api
+   * replicas), or after `graceMs`: call after ending the terminals, before {@link close},
+   * so the replicas read each client's `exit` and close code instead of a cut connection.
+   */
+  async drainTerminalSockets(graceMs = 1000): Promise<void> {
+    const deadline = Date.now() + graceMs;
+    while (this.terminalSockets.size && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+  }
+
   private ping(): void {
     for (const ws of this.terminalSockets) {
       if (!this.alive.has(ws)) {
