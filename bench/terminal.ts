@@ -8,7 +8,9 @@
  *   yes|head  = `yes | head -c BYTES` to the terminal, until the end marker / exit
  *
  * Image: local/debian:bookworm (GNU coreutils, like the host). Needs root, crun, script.
- * Env: BENCH_TERM_KEYS (default 300), BENCH_TERM_BYTES (default 100000000).
+ * Env: BENCH_TERM_KEYS (default 300), BENCH_TERM_BYTES (default 100000000),
+ * BENCH_TERM_ROLE (`all`, default: one server process; `split`: an api process in front of
+ * a runner process, where the terminals live).
  * Run: node --import tsx bench/terminal.ts
  */
 import { spawn } from 'node:child_process';
@@ -22,6 +24,7 @@ const { TermClient, terminalUrl } = await import('../packages/server/test/termin
 const KEYS = Number(process.env.BENCH_TERM_KEYS ?? 300);
 const BYTES = Number(process.env.BENCH_TERM_BYTES ?? 100_000_000);
 const IMAGE = 'local/debian:bookworm';
+const ROLE = process.env.BENCH_TERM_ROLE ?? 'all';
 const WARMUP = 20;
 const auth = { authorization: `Bearer ${ADMIN_KEY}` };
 
@@ -174,6 +177,7 @@ async function main(s: Server) {
   for (const [k, v] of Object.entries(lat)) row(k, summarize(v));
   for (const [k, v] of Object.entries(tp)) row(k, undefined, v);
   report('terminal', rows, {
+    role: ROLE,
     image: IMAGE,
     keys: KEYS,
     payloadBytes: BYTES,
@@ -189,9 +193,21 @@ async function main(s: Server) {
   });
 }
 
-const server = await startServer();
+let runner: Server | null = null;
+let server: Server;
+if (ROLE === 'split') {
+  const token = `bench-terminal-${process.pid}-${Date.now()}`;
+  runner = await startServer({
+    env: { SANDBOXD_ROLE: 'runner', SANDBOXD_RUNNER_TOKEN: token },
+    ready: { path: '/runner/v1/health', headers: { authorization: `Bearer ${token}` } },
+  });
+  server = await startServer({
+    env: { SANDBOXD_ROLE: 'api', SANDBOXD_RUNNERS: runner.baseUrl, SANDBOXD_RUNNER_TOKEN: token },
+  });
+} else server = await startServer();
 try {
   await main(server);
 } finally {
   await server.stop();
+  await runner?.stop();
 }

@@ -27,6 +27,8 @@ import { SandboxTargets } from './proxy/targets.js';
 import type { RuntimeDriver } from './runtime/driver.js';
 import { RunnerServer } from './runner/server.js';
 import { createFakeDriver } from './runtime/fake/driver.js';
+import { TerminalHost } from './runtime/terminals/host.js';
+import { CLOSE } from './runtime/terminals/types.js';
 import { AccountService } from './services/accounts.js';
 import { AuthService } from './services/auth.js';
 import { bootstrap, type BootstrapResult } from './services/bootstrap.js';
@@ -130,7 +132,14 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
   sandboxes.onGone(() => capacity.forget());
   const accounts = new AccountService(deps);
   const auth = new AuthService(deps);
-  const terminals = new TerminalService({ ...deps, storage }, sandboxes);
+  // Terminals live where their PTYs run: on the runner (the driver's own), else held here.
+  const terminalHost = driver.terminals
+    ? null
+    : new TerminalHost({
+        execTty: (id, o) => driver.execTty(id, o),
+        log: log.child({ component: 'terminals' }),
+      });
+  const terminals = new TerminalService({ ...deps, storage }, sandboxes, driver.terminals ?? terminalHost!);
   const processes = new ProcessService(deps, sandboxes);
   const lifecycle = new LifecycleService({ ...deps, storage, capacity }, sandboxes);
   const snapshots = new SnapshotService({ ...deps, storage }, sandboxes);
@@ -241,9 +250,11 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
   proxy.attach(frontDoor);
 
   // Shutdown: terminal clients get close 1001 and the proxy's streams are cut, so closing
-  // never waits on a client.
+  // never waits on a client. Terminals held here end (exit, then 1001); those on a runner
+  // live on, their clients reconnect through another replica.
   http.addHook('preClose', (done) => {
-    terminals.closeAll();
+    if (terminalHost) terminalHost.closeAll();
+    else gateway.closeClients(CLOSE.goingAway, 'server shutting down; reconnect');
     gateway.close();
     proxy.close();
     targets.close();
@@ -356,8 +367,13 @@ export async function buildRunner(opts: {
   const log = opts.logger ?? createLogger(config.logLevel);
   if (!config.runnerToken) throw new ConfigError('SANDBOXD_RUNNER_TOKEN is required when SANDBOXD_ROLE is runner');
   const driver = opts.driver ?? (await createDriver({ ...config, role: 'all' }));
+  const terminals = new TerminalHost({
+    execTty: (id, o) => driver.execTty(id, o),
+    log: log.child({ component: 'terminals' }),
+  });
   const server = new RunnerServer({
     driver,
+    terminals,
     token: config.runnerToken,
     nodeName: config.nodeName,
     tls: config.tls ? { cert: readFileSync(config.tls.certPath), key: readFileSync(config.tls.keyPath) } : null,
@@ -382,6 +398,9 @@ export async function buildRunner(opts: {
       return server.listen(config.host, config.port);
     },
     async close() {
+      // The terminals end with the runner: clients get exit and 1001, shells are hung up.
+      terminals.closeAll('runner shutting down');
+      await server.drainTerminalSockets();
       await server.close();
       await driver.close();
     },

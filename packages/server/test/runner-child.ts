@@ -6,6 +6,7 @@
  */
 import pino from 'pino';
 import { RunnerServer } from '../src/runner/server.js';
+import { TerminalHost } from '../src/runtime/terminals/host.js';
 import { makeTestDriver } from './local-driver.js';
 
 const { driver, options, dataDir } = makeTestDriver(process.env.RUNNER_TAG ?? 'rchild');
@@ -13,6 +14,7 @@ await driver.init();
 const recovered = await driver.recover();
 const server = new RunnerServer({
   driver,
+  terminals: new TerminalHost({ execTty: (id, o) => driver.execTty(id, o), log: pino({ level: 'warn' }) }),
   token: process.env.RUNNER_TOKEN ?? '',
   nodeName: 'child',
   tls: null,

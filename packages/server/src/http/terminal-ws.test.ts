@@ -280,13 +280,10 @@ describe('terminal routes and WebSocket (real ws clients, fake driver)', () => {
       tag: 'tagged',
       keepWhileIdle: true,
     });
-    assert.deepEqual(
-      [s.info.argv, s.info.env, s.info.cwd, s.info.tag, s.info.shell],
-      [['/bin/sh'], { A: 'b' }, '/tmp', 'tagged', 'sh'],
-    );
-    assert.equal((await t.app.services.terminals.byPid(account, sb, s.pid))?.info.id, s.info.id);
+    assert.deepEqual([s.argv, s.env, s.cwd, s.tag, s.shell], [['/bin/sh'], { A: 'b' }, '/tmp', 'tagged', 'sh']);
+    assert.equal((await t.app.services.terminals.byPid(account, sb, s.pid))?.id, s.id);
     const status = async () =>
-      (await t.req({ method: 'GET', url: `/api/v1/sandboxes/${sb}/terminals/${s.info.id}` })).statusCode;
+      (await t.req({ method: 'GET', url: `/api/v1/sandboxes/${sb}/terminals/${s.id}` })).statusCode;
     await new Promise((r) => setTimeout(r, 700)); // two idle periods without a client
     assert.equal(await status(), 200, 'kept while it runs');
     await s.write('exit 0\r');

@@ -2,7 +2,7 @@ import { SandboxdError, type ServerControlMessage } from '@sandboxd/protocol';
 import type { Duplex } from 'node:stream';
 import type { Logger } from 'pino';
 import { WebSocket, type RawData } from 'ws';
-import type { TerminalAttachment, TerminalClient, TerminalSession } from '../services/terminal-session.js';
+import { CLOSE, type TerminalAttachment, type TerminalClient } from '../runtime/terminals/types.js';
 
 /** Largest client message (keyboard input or paste), bytes. */
 export const MAX_INPUT_MESSAGE_BYTES = 1024 * 1024;
@@ -70,11 +70,28 @@ export class TerminalGateway {
     });
   }
 
-  /** Attaches an accepted socket to its terminal session; `replay` sends the recent output first. */
-  connect(ws: WebSocket, session: TerminalSession, replay: boolean): void {
+  /**
+   * Attaches an accepted socket to its terminal through `attach` (where the terminal is
+   * held: in this process, or on the runner). The socket is not read until the attachment
+   * is made; when it fails (the terminal went meanwhile, the runner is unreachable) the
+   * socket is closed (1000 `terminal not found`, or 1011 naming the cause).
+   */
+  connect(ws: WebSocket, attach: (client: TerminalClient) => Promise<TerminalAttachment>): void {
     this.live.add(ws);
     this.alive.add(ws);
     let attachment: TerminalAttachment | null = null;
+    // Reading is paused while the attachment is made, and while the terminal asks so.
+    const paused = { attaching: true, byTerminal: false };
+    const applyPause = () => {
+      if (paused.attaching || paused.byTerminal) {
+        this.inputPaused.add(ws);
+        ws.pause();
+      } else {
+        this.inputPaused.delete(ws);
+        ws.resume();
+      }
+    };
+    applyPause();
     const client: TerminalClient = {
       sendOutput: (chunk) => {
         if (ws.readyState === WebSocket.OPEN) ws.send(chunk, { binary: true }, () => attachment?.written());
@@ -88,17 +105,17 @@ export class TerminalGateway {
       close: (code, reason) => ws.close(code, reason),
       // Paused by the terminal, not dead: the heartbeat leaves it alone (its pongs wait unread).
       pauseInput: () => {
-        this.inputPaused.add(ws);
-        ws.pause();
+        paused.byTerminal = true;
+        applyPause();
       },
       resumeInput: () => {
-        this.inputPaused.delete(ws);
-        ws.resume();
+        paused.byTerminal = false;
+        applyPause();
       },
     };
     ws.on('pong', () => this.alive.add(ws));
     ws.on('error', (err) => {
-      this.d.log.debug({ err, terminalId: session.info.id }, 'terminal socket error');
+      this.d.log.debug({ err }, 'terminal socket error');
       // A protocol error (invalid UTF-8, a message over 1 MiB, a malformed frame) has already
       // sent its close frame (1007, 1009, 1002) and ws drops whatever else arrives. Cutting
       // the socket at once would reset a connection the client is still writing to, and the
@@ -119,8 +136,32 @@ export class TerminalGateway {
       if (!control) return attachment?.input(bytes);
       if (control.type === 'resize') attachment?.resize(control.cols as number, control.rows as number);
     });
-    attachment = session.attach(client, { replay });
-    if (ws.readyState !== WebSocket.OPEN) attachment.detach();
+    attach(client).then(
+      (a) => {
+        attachment = a;
+        // Read again (also a closing socket, so that its close handshake is read).
+        paused.attaching = false;
+        applyPause();
+        if (ws.readyState !== WebSocket.OPEN) a.detach();
+      },
+      (err: unknown) => {
+        const gone = err instanceof SandboxdError && err.kind === 'not_found';
+        if (!gone) this.d.log.warn({ err }, 'attaching a terminal socket failed');
+        paused.attaching = false;
+        applyPause();
+        if (ws.readyState !== WebSocket.OPEN) return;
+        if (gone) ws.close(CLOSE.normal, 'terminal not found');
+        else ws.close(CLOSE.lostRunner, closeReason(err));
+      },
+    );
+  }
+
+  /**
+   * Closes every socket with `code` without ending its terminal (an API replica that shuts
+   * down while the terminals live on the runner: the clients reconnect through another).
+   */
+  closeClients(code: number, reason: string): void {
+    for (const ws of this.live) if (ws.readyState === WebSocket.OPEN) ws.close(code, reason);
   }
 
   private ping(): void {
@@ -135,7 +176,7 @@ export class TerminalGateway {
   }
 
   /**
-   * Stops the heartbeat. Sockets get their close frame from `TerminalService.closeAll`;
+   * Stops the heartbeat. Sockets get their close frame from the terminals' `closeAll` or {@link closeClients};
    * those still open `graceMs` later are cut, so server shutdown never waits on a client.
    */
   close(graceMs = 1000): void {
@@ -144,6 +185,18 @@ export class TerminalGateway {
       for (const ws of this.live) ws.terminate();
     }, graceMs).unref();
   }
+}
+
+/** A close reason (at most 123 bytes) naming why an attachment failed. */
+function closeReason(err: unknown): string {
+  const msg = err instanceof Error ? err.message : String(err);
+  const b = Buffer.from(msg);
+  return b.length <= 123
+    ? msg
+    : `${b
+        .subarray(0, 120)
+        .toString('utf8')
+        .replace(/\uFFFD$/, '')}...`;
 }
 
 /** A JSON object with a string `type` in a text frame starting with `{`; otherwise null (input). */

@@ -4,9 +4,10 @@ import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { errorBody, SandboxdError } from '@sandboxd/protocol';
 import type { Logger } from 'pino';
-import { WebSocketServer } from 'ws';
+import { type WebSocket, WebSocketServer } from 'ws';
 import { KEEP_ALIVE_TIMEOUT_MS, rawErrorResponse } from '../http/front-door.js';
 import type { RecoveryReport, RuntimeDriver } from '../runtime/driver.js';
+import type { TerminalHost } from '../runtime/terminals/host.js';
 import {
   bearerMatches,
   fromWireArgs,
@@ -17,15 +18,22 @@ import {
 } from '../runtime/remote/wire.js';
 import { serveFileRead, serveFileWatch, serveFileWrite } from './files.js';
 import { serveProcessSocket } from './sockets.js';
+import { serveTerminalCall, serveTerminalSocket, terminalTarget } from './terminals.js';
 import { serveTunnel } from './tunnel.js';
 
 /** Largest JSON body of a unary call (a create's spec, an exec's command), bytes. */
 const MAX_JSON_BYTES = 4 * 1024 * 1024;
+/** Ping period of terminal sockets; one whose replica missed the previous pong is cut (its client detached). */
+const TERMINAL_HEARTBEAT_MS = 30_000;
+/** Driver calls after which the sandbox has no process left: its terminals are ended. */
+const ENDS_SANDBOX = new Set(['kill', 'stop', 'delete']);
 
 /** Options of {@link RunnerServer}. */
 export interface RunnerServerOptions {
   /** The host's runtime, initialised and recovered by the caller (see {@link RunnerServer.recovered}). */
   driver: RuntimeDriver;
+  /** The terminals of the runtime's PTYs, served to every replica (`terminals.*` calls, `/runner/v1/terminal`). */
+  terminals: TerminalHost;
   /** `SANDBOXD_RUNNER_TOKEN`: every request and upgrade must carry it as a bearer token. */
   token: string;
   /** `SANDBOXD_NODE_NAME`: reported by the health endpoint. */
@@ -45,6 +53,10 @@ export class RunnerServer {
   readonly server: Server;
   private readonly wss = new WebSocketServer({ noServer: true, perMessageDeflate: false, maxPayload: 1 << 20 });
   private readonly sockets = new Set<Duplex>();
+  /** Terminal sockets of API replicas, and those that answered the last ping. */
+  private readonly terminalSockets = new Set<WebSocket>();
+  private readonly alive = new WeakSet<WebSocket>();
+  private readonly heartbeat: NodeJS.Timeout;
   /** What the driver's `recover()` found at start-up; `recover` calls of clients get it. */
   recovered: RecoveryReport = { adopted: [], cleaned: [] };
 
@@ -62,6 +74,8 @@ export class RunnerServer {
         s.on('close', () => this.sockets.delete(s));
       });
     this.server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => this.upgrade(req, socket, head));
+    this.heartbeat = setInterval(() => this.ping(), TERMINAL_HEARTBEAT_MS);
+    this.heartbeat.unref();
   }
 
   /** Listens on `host:port`; resolves with the address (`http(s)://host:port`). */
@@ -78,8 +92,12 @@ export class RunnerServer {
     return `${this.o.tls ? 'https' : 'http'}://${h}:${a.port}`;
   }
 
-  /** Stops listening and cuts every connection (streams included); sandboxes keep running. */
+  /**
+   * Stops listening and cuts every connection (streams included); sandboxes keep running.
+   * The terminals end with this process (`TerminalHost.closeAll`, by the caller).
+   */
   async close(): Promise<void> {
+    clearInterval(this.heartbeat);
     const closed = new Promise<void>((r) => this.server.close(() => r()));
     for (const ws of this.wss.clients) ws.terminate();
     for (const s of this.sockets) s.destroy();
@@ -137,13 +155,18 @@ export class RunnerServer {
       const f = d.files as unknown as Record<string, (...a: unknown[]) => Promise<unknown>>;
       return f[method.slice(6)].apply(d.files, args);
     }
+    if (method.startsWith('terminals.')) return serveTerminalCall(this.o.terminals, method.slice(10), args);
     if (method.startsWith('images.')) {
       if (!d.images) throw new SandboxdError('unsupported', 'This runner has no image store');
       const [ref] = args as [string];
       return method === 'images.pull' ? d.images.pull(ref) : d.images.build(ref);
     }
     const fn = (d as unknown as Record<string, (...a: unknown[]) => Promise<unknown>>)[method];
-    return fn.apply(d, args);
+    const result = await fn.apply(d, args);
+    // A sandbox without processes has no terminal left: end them here too, whichever replica asked.
+    if (ENDS_SANDBOX.has(method) && typeof args[0] === 'string')
+      await this.o.terminals.closeSandbox(args[0], 'sandbox stopped');
+    return result;
   }
 
   private upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
@@ -158,11 +181,53 @@ export class RunnerServer {
       this.wss.handleUpgrade(req, socket, head, (ws) => serveProcessSocket(this.o.driver, kind, ws, this.o.log));
       return;
     }
+    if (url.pathname === `${RUNNER_PREFIX}/terminal`) {
+      void this.upgradeTerminal(url, req, socket, head);
+      return;
+    }
     if (url.pathname === `${RUNNER_PREFIX}/tunnel`) {
       void serveTunnel(this.o.driver, url, socket, head);
       return;
     }
     socket.end(rawErrorResponse(errorBody('not_found', `No runner endpoint ${url.pathname}`)));
+  }
+
+  /** A client of a terminal: refused with 404 before the handshake when the terminal is not held here. */
+  private async upgradeTerminal(url: URL, req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
+    const target = terminalTarget(url);
+    const held = target && (await this.o.terminals.get(target.sandboxId, target.terminalId));
+    if (!target || !held) {
+      socket.end(rawErrorResponse(errorBody('not_found', 'Terminal not found')));
+      return;
+    }
+    this.wss.handleUpgrade(req, socket, head, (ws) => {
+      this.terminalSockets.add(ws);
+      this.alive.add(ws);
+      ws.on('pong', () => this.alive.add(ws));
+      ws.on('close', () => this.terminalSockets.delete(ws));
+      serveTerminalSocket(this.o.terminals, target, ws, this.o.log);
+    });
+  }
+
+  /**
+   * Resolves once every terminal socket has closed (their close frames answered by the api
+   * replicas), or after `graceMs`: call after ending the terminals, before {@link close},
+   * so the replicas read each client's `exit` and close code instead of a cut connection.
+   */
+  async drainTerminalSockets(graceMs = 1000): Promise<void> {
+    const deadline = Date.now() + graceMs;
+    while (this.terminalSockets.size && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+  }
+
+  private ping(): void {
+    for (const ws of this.terminalSockets) {
+      if (!this.alive.has(ws)) {
+        ws.terminate();
+        continue;
+      }
+      this.alive.delete(ws);
+      ws.ping();
+    }
   }
 }
 

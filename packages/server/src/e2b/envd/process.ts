@@ -1,13 +1,13 @@
 import { Code, ConnectError, type HandlerContext, type ServiceImpl } from '@connectrpc/connect';
 import type { Services } from '../../services/index.js';
 import type { ProcessFollower, TrackedProcess } from '../../services/processes.js';
+import type { Terminal } from '../../services/terminals.js';
 import {
   CLOSE,
   MAX_TERMINAL_SIZE,
   type TerminalAttachment,
   type TerminalClient,
-  type TerminalSession,
-} from '../../services/terminal-session.js';
+} from '../../runtime/terminals/types.js';
 import { connectErrors, type EnvdCall, envdCall, userOf } from './context.js';
 import { EventQueue } from './event-queue.js';
 import type { Process, ProcessInput, ProcessSelector } from './gen/process_pb.js';
@@ -45,7 +45,7 @@ type WireEvent = {
 };
 
 /** What a selector found: a process started through the API, or a program on a PTY (a terminal). */
-type Target = { process: TrackedProcess } | { pty: TerminalSession };
+type Target = { process: TrackedProcess } | { pty: Terminal };
 
 const keepaliveEvent = (): WireEvent => ({ event: { event: { case: 'keepalive', value: {} } } });
 const startEvent = (pid: number): WireEvent => ({ event: { event: { case: 'start', value: { pid } } } });
@@ -82,7 +82,7 @@ export function processService(d: EnvdProcessDeps): ServiceImpl<typeof Process> 
     const match = (pid: number, tag: string | null) => ('pid' in sel ? pid === sel.pid : tag === sel.tag);
     const p = procs.find((x) => match(x.pid, x.info.tag));
     if (p) return { process: p };
-    const t = ptys.find((x) => match(x.pid, x.info.tag));
+    const t = ptys.find((x) => match(x.pid, x.tag));
     if (t) return { pty: t };
     throw new ConnectError(`${describeSelector(sel)} not found`, Code.NotFound);
   }
@@ -91,7 +91,7 @@ export function processService(d: EnvdProcessDeps): ServiceImpl<typeof Process> 
     if (!input?.case) throw new ConnectError('input (stdin or pty bytes) is required', Code.InvalidArgument);
     if (input.case === 'pty') {
       if (!('pty' in target)) throw notPty(target.process.pid, 'send its input as stdin');
-      await target.pty.write(input.value);
+      await connectErrors(() => target.pty.write(input.value));
       return;
     }
     if ('pty' in target)
@@ -158,7 +158,7 @@ export function processService(d: EnvdProcessDeps): ServiceImpl<typeof Process> 
       return {
         processes: [
           ...procs.map((p) => info(p.pid, p.info.tag, p.info.argv, p.info.env, p.info.cwd)),
-          ...ptys.map((t) => info(t.pid, t.info.tag, t.info.argv, t.info.env, t.info.cwd)),
+          ...ptys.map((t) => info(t.pid, t.tag, t.argv, t.env, t.cwd)),
         ],
       };
     },
@@ -198,7 +198,7 @@ export function processService(d: EnvdProcessDeps): ServiceImpl<typeof Process> 
       const call = envdCall(ctx);
       const signal = signalOf(req.signal);
       const target = await find(call, req.process);
-      if ('pty' in target) target.pty.signal(signal);
+      if ('pty' in target) await connectErrors(() => target.pty.signal(signal));
       else await connectErrors(() => processes.signal(call.accountId, call.sandbox.id, target.process.pid, signal));
       return {};
     },
@@ -215,7 +215,7 @@ export function processService(d: EnvdProcessDeps): ServiceImpl<typeof Process> 
           `PTY size ${cols}x${rows}: cols and rows are 1..${MAX_TERMINAL_SIZE}`,
           Code.InvalidArgument,
         );
-      target.pty.resize(cols, rows);
+      await connectErrors(() => target.pty.resize(cols, rows));
       return {};
     },
   };
@@ -272,9 +272,10 @@ async function* followProcess(p: TrackedProcess, ctx: HandlerContext, replay: bo
  * A PTY's events as a stream: `start` with its pid, its output as `pty` bytes, `end`. The
  * stream is one client of the terminal: the terminal's flow control pauses the PTY while
  * every client is behind, and drops a client far behind while another keeps up (the
- * stream then fails with `aborted`).
+ * stream then fails with `aborted`). A stream whose runner connection is lost fails with
+ * `unavailable` (the program may still run there: Connect finds it again).
  */
-async function* followTerminal(t: TerminalSession, ctx: HandlerContext): AsyncGenerator<WireEvent> {
+async function* followTerminal(t: Terminal, ctx: HandlerContext): AsyncGenerator<WireEvent> {
   let attachment: TerminalAttachment | undefined;
   const q = new EventQueue<WireEvent>({ highWater: Infinity, onDrained: () => attachment?.written() });
   q.push(startEvent(t.pid));
@@ -290,14 +291,16 @@ async function* followTerminal(t: TerminalSession, ctx: HandlerContext): AsyncGe
     },
     close: (code, reason) => {
       if (code === CLOSE.tooSlow) q.fail(new ConnectError(reason, Code.Aborted));
+      else if (code === CLOSE.lostRunner) q.fail(new ConnectError(reason, Code.Unavailable));
       else q.end();
     },
   };
-  attachment = t.attach(client, { replay: false });
+  const a = await connectErrors(() => t.attach(client, { replay: false }));
+  attachment = a;
   try {
     yield* q.events(ctx.signal, keepAliveOf(ctx));
   } finally {
-    attachment.detach();
+    a.detach();
   }
 }
 

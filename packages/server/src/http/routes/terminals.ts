@@ -12,8 +12,7 @@ import {
 import type { FastifyRequest } from 'fastify';
 import type { TLSSocket } from 'node:tls';
 import { Type } from 'typebox';
-import type { TerminalSession } from '../../services/terminal-session.js';
-import type { TerminalService } from '../../services/terminals.js';
+import type { Terminal, TerminalService } from '../../services/terminals.js';
 import { principalOf } from '../deps.js';
 import type { TerminalGateway } from '../terminal-ws.js';
 
@@ -32,14 +31,18 @@ export interface TerminalRouteDeps {
  * `ws://` or `wss://` + the Host the request was sent to + the terminal's WebSocket path;
  * `wss` when the request came over TLS or with `X-Forwarded-Proto: https`.
  */
-export function terminalWsUrl(req: FastifyRequest, t: TerminalSession, fallbackHost: () => string): string {
+export function terminalWsUrl(
+  req: FastifyRequest,
+  t: Pick<Terminal, 'id' | 'sandboxId'>,
+  fallbackHost: () => string,
+): string {
   const forwarded = String(req.headers['x-forwarded-proto'] ?? '')
     .split(',')[0]
     .trim()
     .toLowerCase();
   const tls = (req.raw.socket as TLSSocket | undefined)?.encrypted === true || forwarded === 'https';
   const host = req.headers.host || fallbackHost();
-  return `${tls ? 'wss' : 'ws'}://${host}/api/v1/sandboxes/${t.info.sandboxId}/terminals/${t.info.id}/ws`;
+  return `${tls ? 'wss' : 'ws'}://${host}/api/v1/sandboxes/${t.sandboxId}/terminals/${t.id}/ws`;
 }
 
 const iso = (ms: number) => new Date(ms).toISOString();
@@ -74,11 +77,11 @@ export const terminalRoutes: FastifyPluginAsyncTypebox<TerminalRouteDeps> = asyn
     async (req, reply) => {
       const t = await terminals.create(principalOf(req).account.id, req.params.id, req.body);
       const terminal = {
-        id: t.info.id,
-        sandboxId: t.info.sandboxId,
-        shell: t.info.shell,
+        id: t.id,
+        sandboxId: t.sandboxId,
+        shell: t.shell,
         status: t.status,
-        createdAt: iso(t.info.createdAt),
+        createdAt: iso(t.createdAt),
       };
       return reply.code(201).send({ terminal, wsUrl: terminalWsUrl(req, t, d.fallbackHost) });
     },
@@ -100,8 +103,8 @@ export const terminalRoutes: FastifyPluginAsyncTypebox<TerminalRouteDeps> = asyn
       const list = await terminals.list(principalOf(req).account.id, req.params.id);
       return {
         terminals: list.map((t) => ({
-          id: t.info.id,
-          shell: t.info.shell,
+          id: t.id,
+          shell: t.shell,
           status: t.status,
           clientCount: t.clientCount,
         })),
@@ -124,12 +127,12 @@ export const terminalRoutes: FastifyPluginAsyncTypebox<TerminalRouteDeps> = asyn
     async (req) => {
       const t = await terminals.get(principalOf(req).account.id, req.params.id, req.params.terminalId);
       return {
-        id: t.info.id,
-        sandboxId: t.info.sandboxId,
-        shell: t.info.shell,
+        id: t.id,
+        sandboxId: t.sandboxId,
+        shell: t.shell,
         status: t.status,
         clientCount: t.clientCount,
-        createdAt: iso(t.info.createdAt),
+        createdAt: iso(t.createdAt),
       };
     },
   );
@@ -155,7 +158,7 @@ export const terminalRoutes: FastifyPluginAsyncTypebox<TerminalRouteDeps> = asyn
   // The terminal WebSocket: an upgrade passes the same hooks as any request (authentication,
   // rate limits, validation), then this route's checks, before the handshake; a refusal is
   // plain HTTP with the Error body. A GET without the upgrade answers 400.
-  const sessions = new WeakMap<FastifyRequest, TerminalSession>();
+  const terminalsOf = new WeakMap<FastifyRequest, Terminal>();
   app.route({
     method: 'GET',
     url: '/api/v1/sandboxes/:id/terminals/:terminalId/ws',
@@ -171,7 +174,7 @@ export const terminalRoutes: FastifyPluginAsyncTypebox<TerminalRouteDeps> = asyn
     preHandler: async (req) => {
       if (!req.ws) return;
       const accountId = principalOf(req).account.id;
-      sessions.set(req, await terminals.forAttach(accountId, req.params.id, req.params.terminalId));
+      terminalsOf.set(req, await terminals.forAttach(accountId, req.params.id, req.params.terminalId));
       d.gateway.admit(accountId, req.raw.socket);
     },
     handler: async () => {
@@ -181,9 +184,10 @@ export const terminalRoutes: FastifyPluginAsyncTypebox<TerminalRouteDeps> = asyn
       );
     },
     wsHandler: (socket, req) => {
-      const session = sessions.get(req);
-      if (!session) return socket.terminate();
-      d.gateway.connect(socket, session, (req.query as { replay?: string }).replay === '1');
+      const t = terminalsOf.get(req);
+      if (!t) return socket.terminate();
+      const replay = (req.query as { replay?: string }).replay === '1';
+      d.gateway.connect(socket, (client) => t.attach(client, { replay }));
     },
   });
 };

@@ -145,10 +145,18 @@ export class RunnerClient {
     });
   }
 
-  /** A WebSocket to `/runner/v1/<kind>`; rejects `unavailable` when it cannot be opened. */
-  socket(kind: 'spawn' | 'tty'): Promise<WebSocket> {
+  /**
+   * A WebSocket to `/runner/v1/<kind>` (with `query`); rejects with the runner's error
+   * (its refusal's body) or `unavailable` when it cannot be opened. `setup` runs before
+   * the handshake, so listeners it adds miss nothing the runner sends at once.
+   */
+  socket(
+    kind: 'spawn' | 'tty' | 'terminal',
+    o: { query?: Record<string, string>; setup?: (ws: WebSocket) => void } = {},
+  ): Promise<WebSocket> {
     const u = new URL(`${RUNNER_PREFIX}/${kind}`, this.url);
     u.protocol = this.tls ? 'wss:' : 'ws:';
+    for (const [k, v] of Object.entries(o.query ?? {})) u.searchParams.set(k, v);
     return new Promise((resolve, reject) => {
       const ws = new WebSocket(u, {
         headers: { authorization: `Bearer ${this.token}` },
@@ -157,6 +165,7 @@ export class RunnerClient {
         maxPayload: 64 << 20,
         ca: this.o.ca,
       });
+      o.setup?.(ws);
       ws.once('open', () => resolve(ws));
       ws.once('unexpected-response', (_req, res) => {
         readJson(res, this.name).then(

@@ -14,6 +14,9 @@ import { RunnerServer } from '../../runner/server.js';
 import { CONFORMANCE_LIMITS, runDriverConformance, testId } from '../conformance.js';
 import type { SandboxSpec } from '../driver.js';
 import { LocalDriver, type LocalDriverOptions } from '../local/driver.js';
+import { runTerminalConformance, TestTerminalClient } from '../terminals/conformance.js';
+import { TerminalHost } from '../terminals/host.js';
+import type { TerminalSpec } from '../terminals/types.js';
 import { RemoteDriver } from './driver.js';
 
 const TOKEN = 'test-runner-token-0123456789';
@@ -53,7 +56,8 @@ async function startRunner(tag: string) {
   const { driver: local, dataDir } = makeTestDriver(tag);
   await local.init();
   const tls = selfSigned();
-  const server = new RunnerServer({ driver: local, token: TOKEN, nodeName: `node-${tag}`, tls, log });
+  const terminals = new TerminalHost({ execTty: (id, o) => local.execTty(id, o), log });
+  const server = new RunnerServer({ driver: local, terminals, token: TOKEN, nodeName: `node-${tag}`, tls, log });
   server.recovered = await local.recover();
   const url = await server.listen('127.0.0.1', 0);
   const remote = new RemoteDriver({ url, token: TOKEN, ca: tls.cert });
@@ -89,6 +93,26 @@ runDriverConformance({
   },
 });
 
+// The terminals of a runner through two API replicas (two RemoteDrivers to one runner).
+let termRunner: Awaited<ReturnType<typeof startRunner>> | null = null;
+let secondReplica: RemoteDriver | null = null;
+runTerminalConformance({
+  name: 'a runner over HTTPS on loopback, seen by two replicas (RemoteDriver)',
+  image: 'local/busybox:latest',
+  realPty: true,
+  make: async () => {
+    termRunner = await startRunner('rterm');
+    secondReplica = new RemoteDriver({ url: termRunner.url, token: TOKEN, ca: termRunner.ca });
+    await secondReplica.init();
+    return { driver: termRunner.remote, views: [termRunner.remote.terminals, secondReplica.terminals] };
+  },
+  destroy: async () => {
+    await secondReplica?.close();
+    await termRunner?.stop();
+    termRunner = null;
+  },
+});
+
 const spec = (over: Partial<SandboxSpec> = {}): SandboxSpec => ({
   id: testId('remote'),
   image: 'local/busybox:latest',
@@ -96,6 +120,18 @@ const spec = (over: Partial<SandboxSpec> = {}): SandboxSpec => ({
   volumes: [],
   limits: CONFORMANCE_LIMITS,
   ...over,
+});
+
+const termSpec = (): TerminalSpec => ({
+  tty: { argv: ['/bin/sh'], cols: 80, rows: 24 },
+  shell: 'sh',
+  env: {},
+  cwd: '/',
+  tag: null,
+  createdAt: 0,
+  idleMs: 60_000,
+  keepWhileIdle: false,
+  timeoutMs: 0,
 });
 
 async function* chunks(...parts: string[]): AsyncIterable<Uint8Array> {
@@ -252,6 +288,22 @@ describe('remote driver: streams, files, tunnel, health and the token', { timeou
     await assert.rejects(r.remote.tunnel('no_such_sandbox', 7000), { kind: 'not_found' });
   });
 
+  it('a terminal: deleting its sandbox through the runner ends it; the attach socket refuses unknown terminals (404)', async () => {
+    const other = (await r.remote.create(spec())).id;
+    const t = await r.remote.terminals.create(other, termSpec());
+    const c = new TestTerminalClient();
+    c.attachment = await r.remote.terminals.attach(other, t.id, c);
+    await c.control('ready');
+    await r.remote.delete(other);
+    assert.equal((await c.control('exit')).type, 'exit');
+    assert.equal((await c.closing()).code, 1000);
+    assert.deepEqual(await r.remote.terminals.list(other), []);
+    await assert.rejects(r.remote.terminals.attach(id, 'term_aaaaaaaaaaaaaaaa', new TestTerminalClient()), {
+      kind: 'not_found',
+    });
+    await assert.rejects(r.remote.terminals.create('no_such_sandbox', termSpec()), { kind: 'not_found' });
+  });
+
   it('reports the node name and capacity on its health endpoint', async () => {
     const h = await r.remote.health();
     assert.equal(h.node, 'node-remstream');
@@ -265,6 +317,10 @@ describe('remote driver: streams, files, tunnel, health and the token', { timeou
       await assert.rejects(bad.init(), { kind: 'unauthorized' });
       await assert.rejects(bad.spawn(id, ['/bin/true']), { kind: 'unauthorized' });
       await assert.rejects(bad.tunnel(id, 7000), { kind: 'unauthorized' });
+      await assert.rejects(bad.terminals.list(id), { kind: 'unauthorized' });
+      await assert.rejects(bad.terminals.attach(id, 'term_aaaaaaaaaaaaaaaa', new TestTerminalClient()), {
+        kind: 'unauthorized',
+      });
       await bad.close();
     }
     const status = await new Promise<number>((res, rej) => {
@@ -308,12 +364,16 @@ describe('remote driver: a runner killed mid-call', { timeout: 120_000 }, () => 
     rmSync(info.dataDir, { recursive: true, force: true });
   });
 
-  it('an exec in flight, a stream and the next calls fail `unavailable`, not a hang', async () => {
+  it('an exec in flight, a stream, a terminal client and the next calls fail `unavailable` (1011), not a hang', async () => {
     const remote = new RemoteDriver({ url: info.url, token: TOKEN });
     await remote.init();
     const s = await remote.create(spec());
     const p = await remote.spawn(s.id, ['/bin/sleep', '60']);
     const streamExit = new Promise<{ exitCode: number }>((res) => p.onExit(res));
+    const term = await remote.terminals.create(s.id, termSpec());
+    const viewer = new TestTerminalClient();
+    viewer.attachment = await remote.terminals.attach(s.id, term.id, viewer);
+    await viewer.control('ready');
     const inFlight = remote.exec(s.id, 'sleep 60');
     await new Promise((res) => setTimeout(res, 300));
     child.kill('SIGKILL');
@@ -324,6 +384,10 @@ describe('remote driver: a runner killed mid-call', { timeout: 120_000 }, () => 
       return true;
     });
     assert.equal((await streamExit).exitCode, 137);
+    const cut = await viewer.closing();
+    assert.equal(cut.code, 1011, 'a terminal client whose runner went is closed with 1011');
+    assert.match(cut.reason, /lost the connection to runner/);
+    await assert.rejects(remote.terminals.list(s.id), { kind: 'unavailable' });
     await assert.rejects(remote.list(), { kind: 'unavailable', message: /unreachable.*ECONNREFUSED/ });
     await assert.rejects(remote.spawn(s.id, ['/bin/true']), { kind: 'unavailable' });
     await assert.rejects(remote.files.stat(s.id, '/'), { kind: 'unavailable' });
@@ -336,7 +400,8 @@ describe('remote driver: a runner killed mid-call', { timeout: 120_000 }, () => 
 describe('runner HTTP without a token', () => {
   it('answers 401 with {code, kind, message}', async () => {
     const { driver, dataDir } = makeTestDriver('notoken');
-    const server = new RunnerServer({ driver, token: TOKEN, nodeName: 'n', tls: null, log });
+    const terminals = new TerminalHost({ execTty: (id, o) => driver.execTty(id, o), log });
+    const server = new RunnerServer({ driver, terminals, token: TOKEN, nodeName: 'n', tls: null, log });
     const url = await server.listen('127.0.0.1', 0);
     const { status, body } = await new Promise<{ status: number; body: string }>((res, rej) => {
       const req = request(`${url}/runner/v1/list`, { method: 'POST' }, (r) => {

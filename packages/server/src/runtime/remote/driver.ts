@@ -20,6 +20,7 @@ import type {
 import { CALL_TIMEOUT_MS, readJson, RunnerClient, type RunnerClientOptions } from './client.js';
 import { RemoteFiles } from './files.js';
 import { remoteSpawn, remoteTty } from './process.js';
+import { RemoteTerminals } from './terminals.js';
 import { reviveSandbox, type RunnerHealth } from './wire.js';
 
 /** Calls that may build or pull an image, or copy a root file system: minutes, not seconds. */
@@ -46,12 +47,15 @@ export interface RemoteDriverOptions extends RunnerClientOptions {
 export class RemoteDriver implements RuntimeDriver {
   readonly runner: RunnerClient;
   readonly files: RemoteFiles;
+  /** The runner's terminals: PTYs and their clients live on the runner, every API replica sees them. */
+  readonly terminals: RemoteTerminals;
   readonly images: DriverImageStore;
   private pool: Record<string, number> = {};
 
   constructor(o: RemoteDriverOptions) {
     this.runner = new RunnerClient(o.url, o.token, o);
     this.files = new RemoteFiles(this.runner);
+    this.terminals = new RemoteTerminals(this.runner);
     const call = this.call.bind(this);
     this.images = {
       async pull(ref, opts) {
@@ -176,6 +180,7 @@ export class RemoteDriver implements RuntimeDriver {
   }
 
   async close(): Promise<void> {
+    this.terminals.close();
     this.runner.close();
   }
 }

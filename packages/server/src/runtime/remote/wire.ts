@@ -11,9 +11,10 @@ import type { RuntimeSandbox } from '../driver.js';
  *   its message (the services read capacity words like `Exchange full` from it).
  * - `GET /runner/v1/health`: `{node, capacity, warmPool}`.
  * - Streams: WebSockets at `/runner/v1/spawn` and `/runner/v1/tty` (see the frame tags
- *   below); file contents as streamed HTTP bodies (`files.read`, `files.write`) and a
- *   watch as NDJSON (`files.watch`); the port proxy's TCP tunnel as an HTTP upgrade at
- *   `/runner/v1/tunnel`.
+ *   below); each client of a terminal held by the runner as a WebSocket at
+ *   `/runner/v1/terminal?sandbox=&terminal=&replay=` (`runner/terminals.ts`); file
+ *   contents as streamed HTTP bodies (`files.read`, `files.write`) and a watch as NDJSON
+ *   (`files.watch`); the port proxy's TCP tunnel as an HTTP upgrade at `/runner/v1/tunnel`.
  * - Every request and upgrade carries `Authorization: Bearer <SANDBOXD_RUNNER_TOKEN>`.
  */
 export const RUNNER_PREFIX = '/runner/v1';
@@ -30,7 +31,7 @@ export const FRAME = { stdin: 0, stdout: 1, stderr: 2 } as const;
 /** Bytes of stdin (or PTY input) one client keeps in flight before `write` answers false. */
 export const INPUT_WINDOW_BYTES = 256 * 1024;
 
-/** The unary methods of a driver (its `files` ones prefixed `files.`, its image store's `images.`). */
+/** The unary methods of a driver (its `files` ones prefixed `files.`, its image store's `images.`, its terminals' `terminals.`). */
 export const UNARY_METHODS = [
   'recover',
   'resolveImage',
@@ -60,6 +61,14 @@ export const UNARY_METHODS = [
   'files.whoami',
   'images.pull',
   'images.build',
+  'terminals.create',
+  'terminals.list',
+  'terminals.get',
+  'terminals.delete',
+  'terminals.input',
+  'terminals.resize',
+  'terminals.signal',
+  'terminals.closeSandbox',
 ] as const;
 export type UnaryMethod = (typeof UNARY_METHODS)[number];
 

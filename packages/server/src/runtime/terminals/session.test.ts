@@ -2,8 +2,8 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import pino from 'pino';
 import type { ServerControlMessage } from '@sandboxd/protocol';
-import type { PtyProcess } from '../runtime/driver.js';
-import { RingBuffer } from './terminal-ring.js';
+import type { PtyProcess } from '../pty.js';
+import { RingBuffer } from './ring.js';
 import {
   CLIENT_HIGH_WATER_BYTES,
   CLIENT_LOW_WATER_BYTES,
@@ -11,8 +11,8 @@ import {
   HANGUP_GRACE_MS,
   REPLAY_BYTES,
   TerminalSession,
-  type TerminalClient,
-} from './terminal-session.js';
+} from './session.js';
+import type { TerminalClient } from './types.js';
 
 /** A PTY driven by the test: `emit` output, `exit` the process; records calls. */
 class StubPty implements PtyProcess {
@@ -88,7 +88,6 @@ class StubClient implements TerminalClient {
 const info = {
   id: 'term_aaaaaaaaaaaaaaaa',
   sandboxId: 'sbx_x',
-  accountId: 'acc_x',
   shell: 'bash' as const,
   createdAt: 0,
   argv: ['/bin/bash'],

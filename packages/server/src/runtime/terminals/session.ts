@@ -1,7 +1,8 @@
-import type { ExitMessage, ServerControlMessage, Shell } from '@sandboxd/protocol';
+import type { ExitMessage, Shell } from '@sandboxd/protocol';
 import type { Logger } from 'pino';
-import type { PtyProcess } from '../runtime/driver.js';
-import { RingBuffer } from './terminal-ring.js';
+import type { PtyProcess } from '../pty.js';
+import { RingBuffer } from './ring.js';
+import { CLOSE, MAX_TERMINAL_SIZE, type TerminalAttachment, type TerminalClient, type TerminalState } from './types.js';
 
 /** Output kept for `?replay=1` and for the first client, bytes. */
 export const REPLAY_BYTES = 64 * 1024;
@@ -11,46 +12,13 @@ export const CLIENT_HIGH_WATER_BYTES = 1024 * 1024;
 export const CLIENT_LOW_WATER_BYTES = 256 * 1024;
 /** A client with more than this unsent is dropped (close 1013) instead of stalling the others. */
 export const CLIENT_MAX_BUFFER_BYTES = 4 * 1024 * 1024;
-/** Close codes the session uses. */
-export const CLOSE = { normal: 1000, goingAway: 1001, tooSlow: 1013 } as const;
 /** After the hang-up (SIGHUP) of a terminated shell, how long before SIGKILL. */
 export const HANGUP_GRACE_MS = 2000;
-/** Terminal sizes accepted by create and resize. */
-export const MAX_TERMINAL_SIZE = 1000;
-
-/** One connected viewer of a terminal (a WebSocket in production); transport-agnostic. */
-export interface TerminalClient {
-  /** Terminal output bytes (a binary frame). */
-  sendOutput(chunk: Buffer): void;
-  /** A control message (a text frame). */
-  sendControl(msg: ServerControlMessage): void;
-  /** Bytes queued for this client and not yet handed to the network. */
-  readonly bufferedBytes: number;
-  /** Ends the connection; the client's `detach` follows. */
-  close(code: number, reason: string): void;
-  /**
-   * Stop reading this client's input (the program is not reading what was typed), and go
-   * on. Without them input from a client is taken however much piles up.
-   */
-  pauseInput?(): void;
-  resumeInput?(): void;
-}
-
-/** What `attach` returns: the client's way to type, resize, report progress and leave. */
-export interface TerminalAttachment {
-  input(data: Buffer | string): void;
-  /** Ignores sizes outside 1..1000 (never throws). */
-  resize(cols: number, rows: number): void;
-  /** Call after output was handed to the network, so a paused PTY can resume. */
-  written(): void;
-  detach(): void;
-}
 
 /** Immutable facts of a terminal. */
 export interface TerminalInfo {
   id: string;
   sandboxId: string;
-  accountId: string;
   shell: Shell;
   createdAt: number;
   /** What runs on the PTY, the environment it was asked to run with (on top of the sandbox's), where. */
@@ -121,6 +89,17 @@ export class TerminalSession {
 
   get clientCount(): number {
     return this.clients.size;
+  }
+
+  /** The terminal now, as plain data. */
+  state(): TerminalState {
+    return {
+      ...this.info,
+      status: this.status,
+      exit: this.exit,
+      pid: this.pty.pid,
+      clientCount: this.clients.size,
+    };
   }
 
   /**
