@@ -54,6 +54,7 @@ export class Reaper {
   private holding = false;
   /** The lease's end as last taken or renewed (this process's clock). */
   private leaseUntil = Number.NEGATIVE_INFINITY;
+  private nudged = false;
 
   constructor(
     private readonly d: ServiceDeps,
@@ -77,6 +78,19 @@ export class Reaper {
     this.reconcileTimer = setInterval(() => {
       this.reconcile().catch((err) => this.d.log.error({ err }, 'reconcile failed'));
     }, this.d.config.reconcileIntervalMs).unref();
+  }
+
+  /**
+   * Asks for a reconcile pass soon, while the timers run (a runner stopped answering, has
+   * been silent for `runnerDownMs`, or answers again); asks made before it begins are one.
+   */
+  nudge(): void {
+    if (!this.reconcileTimer || this.nudged) return;
+    this.nudged = true;
+    setImmediate(() => {
+      this.nudged = false;
+      this.reconcile().catch((err) => this.d.log.error({ err }, 'reconcile failed'));
+    });
   }
 
   /** Stops the timers, waits for a pass in progress and gives the lease up (when it has one). */
@@ -179,7 +193,10 @@ export class Reaper {
       const report: ReconcileReport = { expired: [], aligned: [], lost: [], abandoned: [], orphans: [] };
       if (!(await this.holdLease())) return report;
       const records = await this.d.store.listSandboxesByState(['creating', 'started', 'paused', 'starting']);
-      const runtime = new Map((await this.d.driver.list()).map((s) => [s.id, s]));
+      const survey = this.d.driver.survey
+        ? await this.d.driver.survey()
+        : { sandboxes: await this.d.driver.list(), absent: () => null };
+      const runtime = new Map(survey.sandboxes.map((s) => [s.id, s]));
       const now = this.d.clock.now();
       const abandoned: SandboxRecord[] = [];
       let lost = false; // the lease, to another server, amid a long pass: the rest is its
@@ -208,6 +225,13 @@ export class Reaper {
             .backToStopped(r, new Error('the server stopped while the sandbox was being started'))
             .catch((err) => this.d.log.warn({ err, sandboxId: r.id }, 'settling an interrupted start'));
           report.aligned.push(r.id);
+        } else if (!runtime.has(r.id) && survey.absent(r.runner ?? null)) {
+          // Its runner did not answer the listing: gone only once it has been silent for runnerDownMs.
+          const away = survey.absent(r.runner ?? null)!;
+          if (away.forMs < this.d.config.runnerDownMs || (r.state !== 'started' && r.state !== 'paused')) continue;
+          const message = `runner ${away.host} has not answered for ${Math.round(away.forMs / 1000)} s: ${away.reason}`;
+          await this.sandboxes.markLost(r, message, { details: { reason: 'runner_down', runner: away.host } });
+          report.lost.push(r.id);
         } else if (runtime.get(r.id)?.state === 'stopped' && typeof r.details?.stopping === 'string') {
           // A stop a crash cut short between the runtime's stop and the record's: finished.
           if (await this.stopOne(r, r.details.stopping)) report.aligned.push(r.id);

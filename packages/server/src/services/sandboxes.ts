@@ -346,7 +346,13 @@ export class SandboxService {
     const r = await this.get(accountId, id);
     if (r.state === 'starting') throw new SandboxdError('conflict', 'Sandbox is starting', { state: 'starting' });
     if (r.state === 'started' || r.state === 'paused') await this.stop(r, { reason: 'deleted', discard: true });
-    else await this.d.driver.delete(r.id);
+    else
+      await this.d.driver.delete(r.id).catch((e) => {
+        // A stopped or failed sandbox whose runner does not answer: the record goes now; the
+        // runner's part is removed by the reconciler once it answers (a sandbox with no record).
+        if (!(e instanceof SandboxdError && e.kind === 'unavailable')) throw e;
+        this.d.log.warn({ sandboxId: r.id, err: e.message }, 'deleting the record; its runner removes the rest later');
+      });
     await this.d.store.deleteSandbox(r.id);
     this.d.log.info({ sandboxId: r.id }, 'sandbox deleted');
     this.emitGone(r.id);
@@ -396,9 +402,15 @@ export class SandboxService {
 
   /**
    * Records that the runtime lost a sandbox: `error`, unused minutes refunded (all of them
-   * with `fullRefund`, for a create whose client never got an answer).
+   * with `fullRefund`, for a create whose client never got an answer). `details` go into the
+   * record's details over `{reason: 'lost', message}` (e.g. the runner that stopped answering).
+   * Once only: the update expects the record's state as given.
    */
-  async markLost(r: SandboxRecord, message: string, opts: { fullRefund?: boolean } = {}): Promise<void> {
+  async markLost(
+    r: SandboxRecord,
+    message: string,
+    opts: { fullRefund?: boolean; details?: Record<string, unknown> } = {},
+  ): Promise<void> {
     const at = this.d.clock.now();
     const refund = opts.fullRefund
       ? r.reservedMinutes
@@ -409,7 +421,7 @@ export class SandboxService {
       .updateSandbox(r.id, {
         state: 'error',
         endedAt: at,
-        details: { reason: 'lost', message },
+        details: { reason: 'lost', message, ...opts.details },
         ledgerDelta: refund,
         ledgerReason: 'sandbox.refund',
         expectStates: [r.state],
