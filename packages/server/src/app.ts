@@ -165,8 +165,12 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
     images: new ImageService(deps),
   };
   const reaper = new Reaper(deps, sandboxes, lifecycle);
-  // A runner that stops answering (for SANDBOXD_RUNNER_DOWN_MS) or answers again: reconcile now.
-  fleet?.onChange(() => reaper.nudge());
+  // A runner that stops answering (for SANDBOXD_RUNNER_DOWN_MS) or answers again: reconcile
+  // now, and the next capacity check measures again.
+  fleet?.onChange(() => {
+    capacity.forget();
+    reaper.nudge();
+  });
   let recoveryPending = () => 0;
   const metrics = new Metrics(
     () => sandboxes.countByState(),

@@ -92,10 +92,12 @@ export class SandboxService {
   /**
    * Creates a sandbox and resolves once it is started. Throws `validation` (400),
    * `tokens` (402), `concurrency` (403), `template_not_found` (404),
-   * `conflict` (409, volume of another size), `capacity` (503: the host has no room, by
-   * `maxSandboxes`, memory, disk or addresses, or the runtime failed for lack of one),
-   * `insufficient_storage` (507), `internal`. Tokens are refunded on failure; a create
-   * refused for the request, for capacity or for storage leaves no record, nor a record of a
+   * `conflict` (409, volume of another size, or role api: volumes on two runners),
+   * `capacity` (503: the host, or every runner, has no room, by `maxSandboxes`, memory,
+   * disk or addresses, or the runtime failed for lack of one), `unavailable` (503, role api:
+   * no runner answers, or not the one its volumes live on), `insufficient_storage` (507),
+   * `internal`. Tokens are refunded on failure; a create refused for the request, for
+   * capacity, for an unreachable runner or for storage leaves no record, nor a record of a
    * volume it did not get to make (a 503 before the runtime is asked writes nothing at all).
    * `opts` are recorded with it (E2B's template and metadata).
    */
@@ -210,17 +212,21 @@ export class SandboxService {
 
   /**
    * Undoes a create that will not answer 201: runtime pieces, tokens (refunded), the record
-   * (kept as `error` when the runtime failed, removed when the request or the disk was at
-   * fault) and new volumes it did not get to make. When the store cannot record it (a full disk), the
+   * (kept as `error` when the runtime failed, removed when the request, the disk, a full
+   * host or a runner that does not answer was at fault) and new volumes it did not get to make. When the store cannot record it (a full disk), the
    * record stays `creating` and the reconciler finishes the job once this create is over.
    */
   private async failCreate(record: SandboxRecord, e: unknown, log: ServiceDeps['log']): Promise<void> {
     const clientError = e instanceof SandboxdError && CLIENT_KINDS.has(e.kind);
     const noSpace = isOutOfSpace(e);
     const full = !noSpace && hostFull(e) !== null;
+    // Role api: no runner answers, or the one it had to go to does not (a runner it reached
+    // meanwhile deletes what it made once it answers again: the reconciler's orphans).
+    const unreachable = e instanceof SandboxdError && e.kind === 'unavailable';
     if (clientError) log.info({ kind: (e as SandboxdError).kind }, 'sandbox create refused by runtime');
     else if (noSpace) log.warn({ err: e }, 'sandbox create failed: out of storage');
     else if (full) log.warn({ err: e }, 'sandbox create failed: the host is full');
+    else if (unreachable) log.warn({ err: e }, 'sandbox create failed: its runner does not answer');
     else log.error({ err: e }, 'sandbox create failed');
     await this.d.driver.delete(record.id).catch((err) => log.warn({ err }, 'cleanup after failed create'));
     const at = this.d.clock.now();
@@ -235,7 +241,7 @@ export class SandboxService {
         expectStates: ['creating'],
         at,
       });
-      if (clientError || noSpace || full) await this.d.store.deleteSandbox(record.id);
+      if (clientError || noSpace || full || unreachable) await this.d.store.deleteSandbox(record.id);
       await this.dropNewVolumes(record);
     } catch (err) {
       log.error({ err }, 'recording a failed create failed; the reconciler will finish it');
