@@ -278,7 +278,7 @@ export class FleetDriver implements RuntimeDriver {
   async delete(id: string): Promise<void> {
     const node = this.homes.get(id) ?? (await this.o.records.runnerOf(id));
     if (node) {
-      await this.call(this.usable(node, id), (d) => d.delete(id));
+      await this.call(await this.usable(node, id), (d) => d.delete(id));
     } else await this.everyUp((d) => d.delete(id));
     this.homes.delete(id);
   }
@@ -388,7 +388,7 @@ export class FleetDriver implements RuntimeDriver {
   /** Runs `fn` on the runner of sandbox `id`. */
   private async on<T>(id: string, fn: (d: RunnerDriver) => Promise<T>): Promise<T> {
     const node = this.homes.get(id);
-    return this.call(node ? this.usable(node, id) : await this.locate(id), fn);
+    return this.call(node ? await this.usable(node, id) : await this.locate(id), fn);
   }
 
   /** Runs `fn` on `m`; a failure to answer takes `m` out of use until its health check answers. */
@@ -405,10 +405,18 @@ export class FleetDriver implements RuntimeDriver {
     if (isUnreachable(e)) this.members.failed(m, e);
   }
 
-  /** The member of `node` if it is up, else the 503 naming it. */
-  private usable(node: string, id: string): RunnerMember {
+  /**
+   * The member of `node` if it is up, else the 503 naming it. One that is down is checked
+   * first (one check at a time, shared by every call waiting on it), so that a runner back
+   * from a restart serves at once rather than at its next periodic check.
+   */
+  private async usable(node: string, id: string): Promise<RunnerMember> {
     const m = this.members.node(node);
     if (m?.up) return m;
+    if (m && !m.removed && m.duplicateOf === null) {
+      await this.members.recheck(m);
+      if (m.up) return m;
+    }
     throw m
       ? m.unavailable(`sandbox ${id} lives`)
       : new SandboxdError('unavailable', `Runner ${node}, where sandbox ${id} lives, is not among the runners`, {
@@ -424,7 +432,7 @@ export class FleetDriver implements RuntimeDriver {
     const node = await this.o.records.runnerOf(id);
     if (node) {
       this.remember(id, node);
-      return this.usable(node, id);
+      return await this.usable(node, id);
     }
     const up = this.members.up();
     const found = await Promise.all(

@@ -103,6 +103,11 @@ export class Membership {
     await Promise.all(this.up().map((m) => m.refreshImages(this.o.now())));
   }
 
+  /** Checks `m` now (joining a check in progress); resolves once it answered or failed. */
+  recheck(m: RunnerMember): Promise<void> {
+    return this.poll(m);
+  }
+
   /** A call to `m` failed for lack of an answer: not used until a check says it answers again. */
   failed(m: RunnerMember, e: unknown): void {
     const wasUp = m.up;
