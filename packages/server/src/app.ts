@@ -1,5 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
+import type { KubeConfig } from '@kubernetes/client-node';
 import type { FastifyInstance } from 'fastify';
 import pino, { type Logger } from 'pino';
 import { ConfigError, type Config } from './config.js';
@@ -75,7 +76,12 @@ export interface BuildAppOptions {
    * and whether each runner's health is checked on timers (default true; tests call
    * `fleet.refresh()`).
    */
-  runners?: { connect?: (url: string) => RunnerDriver; poll?: boolean };
+  runners?: {
+    connect?: (url: string) => RunnerDriver;
+    poll?: boolean;
+    /** `k8s:` runners: the Kubernetes API to ask (default the pod's service account). */
+    kubeConfig?: KubeConfig;
+  };
 }
 
 /**
@@ -432,6 +438,10 @@ async function createFleet(
   if (!runners) throw new ConfigError('SANDBOXD_RUNNERS is required when SANDBOXD_ROLE is api');
   let source: RunnerUrls = fixedUrls(runners.kind === 'urls' ? runners.urls : []);
   if (runners.kind === 'k8s') {
+    if (!o.kubeConfig && !process.env.KUBERNETES_SERVICE_HOST)
+      throw new ConfigError(
+        `SANDBOXD_RUNNERS=k8s:${runners.namespace}/${runners.service} finds runners through the Kubernetes API of the pod it runs in, and this process is not in a pod (KUBERNETES_SERVICE_HOST is unset): give runner URLs instead`,
+      );
     const { watchK8sRunners } = await import('./runtime/remote/k8s-discovery.js');
     source = {
       start: (onUrls) =>
@@ -440,6 +450,7 @@ async function createFleet(
           service: runners.service,
           onChange: (found) => onUrls(found.map((r) => r.url)),
           log: log.child({ component: 'discovery' }),
+          kubeConfig: o.kubeConfig,
         }),
     };
   }

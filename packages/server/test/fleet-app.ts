@@ -1,3 +1,4 @@
+import type { KubeConfig } from '@kubernetes/client-node';
 import type { InjectOptions, LightMyRequestResponse } from 'fastify';
 import pino from 'pino';
 import { buildApp, type Sandboxd } from '../src/app.js';
@@ -21,8 +22,8 @@ export interface FleetApp {
 }
 
 /**
- * Builds and starts an `api` app whose runners are `runners` (every URL of theirs given in
- * SANDBOXD_RUNNERS order), on in-memory SQLite (or the PostgreSQL of
+ * Builds and starts an `api` app whose runners are `runners` at `urls` (SANDBOXD_RUNNERS;
+ * `overrides.runners` may name a Kubernetes Service instead, with `opts.kubeConfig`), on in-memory SQLite (or the PostgreSQL of
  * `overrides.databaseUrl`), with a manual clock; health checks and the reaper are driven by
  * hand (`fleet.refresh()`, `app.reaper.reconcile()`).
  */
@@ -30,6 +31,7 @@ export async function makeFleetApp(
   runners: FakeRunners,
   urls: string[],
   overrides: Partial<Config> = {},
+  opts: { kubeConfig?: KubeConfig } = {},
 ): Promise<FleetApp> {
   const adminKey = `sk_${'F'.repeat(40)}`;
   const config = loadConfig(
@@ -52,7 +54,7 @@ export async function makeFleetApp(
     clock,
     store: overrides.databaseUrl ? undefined : new SqliteStore(':memory:'),
     logger: pino({ level: 'silent' }),
-    runners: { connect: runners.connect, poll: false },
+    runners: { connect: runners.connect, poll: false, kubeConfig: opts.kubeConfig },
   });
   await app.start();
   await app.reaper.stop(); // tests drive the reaper by hand
