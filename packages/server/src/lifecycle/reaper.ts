@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import { SandboxdError } from '@sandboxd/protocol';
 import { hostname } from 'node:os';
 import { planOf, type ServiceDeps } from '../services/context.js';
 import type { LifecycleService } from '../services/lifecycle.js';
@@ -297,7 +298,12 @@ export class Reaper {
     const cur = await this.d.store.getSandbox(r.id);
     if (!cur || cur.state !== r.state) return false;
     try {
-      await this.d.driver.delete(r.id);
+      await this.d.driver.delete(r.id).catch((e) => {
+        // An ended sandbox whose runner does not answer: the record goes; the runner's part
+        // is removed by reconcile once it answers (a sandbox with no record).
+        if (!(isUnavailable(e) && (r.state === 'stopped' || r.state === 'error'))) throw e;
+        this.d.log.info({ sandboxId: r.id, err: e.message }, 'purging the record; its runner removes the rest later');
+      });
       await this.d.store.deleteSandbox(r.id);
       this.failedUntil.delete(r.id);
       this.d.log.info({ sandboxId: r.id, state: r.state, why }, 'sandbox deleted');
@@ -352,4 +358,8 @@ export class Reaper {
     this.running = p;
     return p;
   }
+}
+
+function isUnavailable(e: unknown): e is SandboxdError {
+  return e instanceof SandboxdError && e.kind === 'unavailable';
 }

@@ -128,6 +128,23 @@ describe('a runner that stops answering (role api, fake runners)', () => {
       assert.deepEqual(await runners.ids(A), [a1.id]);
     }));
 
+  it('an ended sandbox of a silent runner is purged at the end of its retention; the runner drops it once back', () =>
+    withFleetApp(async (t, runners) => {
+      const acct = await t.account();
+      const s = await create(t, acct);
+      await t.app.services.lifecycle.stop(acct, s.id);
+      runners.setDown(A);
+      await t.fleet.refresh();
+      t.clock.advance(86_400_000 + 60_000); // past stoppedRetentionMs (1 day)
+      await t.app.reaper.tick();
+      assert.equal(await t.app.store.getSandbox(s.id), null, 'the record is purged');
+      assert.deepEqual(await runners.ids(A), [s.id], 'a still has it');
+      runners.setDown(A, null);
+      await t.fleet.refresh();
+      assert.deepEqual((await t.app.reaper.reconcile()).orphans, [s.id]);
+      assert.deepEqual(await runners.ids(A), []);
+    }));
+
   it('/healthz and /metrics report each runner; creates answer 503 unavailable, then capacity, before anything is written', () =>
     withFleetApp(async (t, runners) => {
       runners.setDown(B);
