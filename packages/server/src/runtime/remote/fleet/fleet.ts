@@ -1,6 +1,6 @@
 import type { Duplex } from 'node:stream';
 import { SandboxdError } from '@sandboxd/protocol';
-import { type CapacityFloors, type CapacityResource, shortagesIn } from '../../../domain/capacity.js';
+import type { CapacityFloors } from '../../../domain/capacity.js';
 import { DRIVER_SNAPSHOT_PREFIX } from '../../../domain/snapshots.js';
 import type {
   DriverImageStore,
@@ -25,8 +25,12 @@ import { isUnreachable, type RunnerDriver, type RunnerMember } from './member.js
 import { type FleetLog, Membership } from './membership.js';
 import { bestCapacity } from './placement.js';
 import { LIST_TIMEOUT_MS, Placer, within } from './placer.js';
+import { type RunnerStatus, runnerStatuses } from './status.js';
+import { surveyRunners } from './survey.js';
 import type { FleetRecords, RunnerUrls } from './records.js';
 import { routedFiles } from './routed-files.js';
+
+export type { RunnerStatus } from './status.js';
 
 /** Sandbox ids whose runner this process remembers; past it the memory starts again (the records have them). */
 const MAX_REMEMBERED = 100_000;
@@ -50,26 +54,6 @@ export interface FleetOptions {
   poll?: boolean;
   /** How long `init()` waits for the runners' first answers, ms (default min(downAfterMs, 10 s)). */
   initWaitMs?: number;
-}
-
-/** One runner as /healthz and /metrics report it. */
-export interface RunnerStatus {
-  /** Its node name (null until it first answered). */
-  node: string | null;
-  url: string;
-  /** `up`: creates may go there; `down`: it does not answer (or is a duplicate); `removed`: its URL left the list. */
-  state: 'up' | 'down' | 'removed';
-  /** While not up: how long it has not answered, ms, and why. */
-  downForMs?: number;
-  reason?: string;
-  /** Sandboxes it holds (running or paused), as it last reported; null: never reported. */
-  sandboxes: number | null;
-  /** Its capacity as last reported (null: never reported, or it cannot tell). */
-  memoryAvailableBytes: number | null;
-  diskFreeBytes: number | null;
-  addresses: { free: number; total: number } | null;
-  /** What it has no room in, by its last report and the API's floors. */
-  full: Array<Exclude<CapacityResource, 'sandboxes' | 'processes'>>;
 }
 
 /**
@@ -144,25 +128,7 @@ export class FleetDriver implements RuntimeDriver {
 
   /** Every runner as /healthz and /metrics report it. */
   runners(): RunnerStatus[] {
-    const now = this.now();
-    return this.members
-      .nodes()
-      .map((m) => {
-        const h = m.health;
-        const state = m.up ? 'up' : m.removed ? 'removed' : 'down';
-        return {
-          node: m.node,
-          url: m.url,
-          state,
-          ...(state === 'up' ? {} : { downForMs: Math.max(0, now - m.lastOkAt), reason: m.why }),
-          sandboxes: h?.sandboxes ?? null,
-          memoryAvailableBytes: h?.capacity.memoryAvailableBytes ?? null,
-          diskFreeBytes: h?.capacity.diskFreeBytes ?? null,
-          addresses: h?.capacity.addresses ?? null,
-          full: h ? shortagesIn(h.capacity, this.o.floors).map((x) => x.resource as RunnerStatus['full'][number]) : [],
-        } satisfies RunnerStatus;
-      })
-      .sort((a, b) => ((a.node ?? a.url) < (b.node ?? b.url) ? -1 : 1));
+    return runnerStatuses(this.members.nodes(), this.o.floors, this.now());
   }
 
   /** Starts watching the runner list and waits (bounded) for every runner's first answer. Idempotent. */
@@ -350,32 +316,8 @@ export class FleetDriver implements RuntimeDriver {
   }
 
   /** Every runner that answers is listed (bounded wait each); the rest are reported absent with how long they have been silent. */
-  async survey(): Promise<RuntimeSurvey> {
-    const answered = new Set<string>();
-    const sandboxes: RuntimeSandbox[] = [];
-    const list = this.members.members();
-    await Promise.all(
-      list
-        .filter((m) => m.up)
-        .map(async (m) => {
-          try {
-            sandboxes.push(...(await within(m.driver.list(), LIST_TIMEOUT_MS, m.node!)));
-            answered.add(m.node!);
-          } catch (e) {
-            this.unreachable(m, e);
-          }
-        }),
-    );
-    const complete = list.every((m) => m.duplicateOf !== null || (m.node !== null && answered.has(m.node)));
-    return {
-      sandboxes,
-      absent: (host) => {
-        if (host === null)
-          return complete ? null : { host: '(not recorded)', forMs: 0, reason: 'not every runner answered' };
-        if (answered.has(host)) return null;
-        return this.members.absence(host) ?? { host, forMs: 0, reason: 'it did not answer the listing' };
-      },
-    };
+  survey(): Promise<RuntimeSurvey> {
+    return surveyRunners(this.members, (m, e) => this.unreachable(m, e));
   }
 
   async close(): Promise<void> {
