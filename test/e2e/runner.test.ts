@@ -49,7 +49,14 @@ describe('api + runner: two processes, one deployment (real runtime)', {
     fake = await makeFakeHost();
     runner = await startServer({ dataDir: runnerDir, env: runnerEnv, ready: runnerReady, on: fake });
     api = await startServer({
-      env: { SANDBOXD_ROLE: 'api', SANDBOXD_RUNNERS: runner.baseUrl, SANDBOXD_RUNNER_TOKEN: TOKEN },
+      // A long SANDBOXD_RUNNER_DOWN_MS: the outage below (kill -9, restart) stays shorter, so the
+      // sandbox is kept (test/e2e/fleet.test.ts covers one that lasts longer).
+      env: {
+        SANDBOXD_ROLE: 'api',
+        SANDBOXD_RUNNERS: runner.baseUrl,
+        SANDBOXD_RUNNER_TOKEN: TOKEN,
+        SANDBOXD_RUNNER_DOWN_MS: '600000',
+      },
     });
     key = (await newAccount(api, { tokens: 1_000_000, plan: 'PRO' })).key;
   });

@@ -52,11 +52,57 @@ export const CapacitySchema = Type.Object(
 );
 export type Capacity = Static<typeof CapacitySchema>;
 
-/** `GET /healthz`: up, and what the host has left. */
+/** One runner of an `api` process (`SANDBOXD_ROLE=api`), as `/healthz` reports it. */
+export const RunnerStatusSchema = Type.Object(
+  {
+    node: Type.Union([Type.String(), Type.Null()], {
+      description: "The runner's node name (`SANDBOXD_NODE_NAME`); null until it first answered.",
+    }),
+    url: Type.String({ description: 'Where the api process reaches it.' }),
+    state: Type.Union([Type.Literal('up'), Type.Literal('down'), Type.Literal('removed')], {
+      description:
+        '`up`: it answers and creates may go there; `down`: it does not answer (its sandboxes turn `error` after SANDBOXD_RUNNER_DOWN_MS); `removed`: it left the runner list.',
+    }),
+    downForMs: Type.Optional(Type.Integer({ minimum: 0, description: 'While not up: ms since it last answered.' })),
+    reason: Type.Optional(Type.String({ description: 'While not up: why.' })),
+    sandboxes: Type.Union([Type.Integer({ minimum: 0 }), Type.Null()], {
+      description: 'Sandboxes it holds (running or paused), as it last reported; null: never reported.',
+    }),
+    memoryAvailableBytes: Type.Union([Type.Integer({ minimum: 0 }), Type.Null()], {
+      description: "Its host's MemAvailable, as last reported; null: unknown.",
+    }),
+    diskFreeBytes: Type.Union([Type.Integer({ minimum: 0 }), Type.Null()], {
+      description: "Free space of its data dir's file system, as last reported; null: unknown.",
+    }),
+    addresses: Type.Union(
+      [
+        Type.Object(
+          { free: Type.Integer({ minimum: 0 }), total: Type.Integer({ minimum: 0 }) },
+          { additionalProperties: false },
+        ),
+        Type.Null(),
+      ],
+      { description: 'Its sandbox network addresses left and in all; null: unknown.' },
+    ),
+    full: Type.Array(Type.Union([Type.Literal('memory'), Type.Literal('disk'), Type.Literal('addresses')]), {
+      description: 'What it has no room in by its last report (the floors of `capacity`); empty: creates may go there.',
+    }),
+  },
+  { title: 'RunnerStatus', additionalProperties: false },
+);
+export type RunnerStatusWire = Static<typeof RunnerStatusSchema>;
+
+/** `GET /healthz`: up, and what the host (or the best runner) has left. */
 export const HealthSchema = Type.Object(
   {
     status: Type.Literal('ok'),
     capacity: Type.Optional(CapacitySchema),
+    runners: Type.Optional(
+      Type.Array(RunnerStatusSchema, {
+        description:
+          'Role `api` only: every runner, by node name. `capacity` is then that of the runner the next create would go to.',
+      }),
+    ),
   },
   { title: 'Health', additionalProperties: false },
 );

@@ -1,8 +1,10 @@
 import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
+import type { KubeConfig } from '@kubernetes/client-node';
 import type { FastifyInstance } from 'fastify';
 import pino, { type Logger } from 'pino';
 import { ConfigError, type Config } from './config.js';
+import { NO_ROOM } from './domain/capacity.js';
 import { OffsetClock, systemClock, type Clock } from './domain/clock.js';
 import { EnvdDoor } from './e2b/envd/door.js';
 import { filesystemService } from './e2b/envd/filesystem.js';
@@ -25,6 +27,9 @@ import { PublicHosts } from './proxy/host.js';
 import { PortProxy } from './proxy/proxy.js';
 import { SandboxTargets } from './proxy/targets.js';
 import type { RuntimeDriver } from './runtime/driver.js';
+import { FleetDriver, type RunnerStatus } from './runtime/remote/fleet/fleet.js';
+import type { RunnerDriver } from './runtime/remote/fleet/member.js';
+import { fixedUrls, type RunnerUrls } from './runtime/remote/fleet/records.js';
 import { RunnerServer } from './runner/server.js';
 import { createFakeDriver } from './runtime/fake/driver.js';
 import { TerminalHost } from './runtime/terminals/host.js';
@@ -33,6 +38,7 @@ import { AccountService } from './services/accounts.js';
 import { AuthService } from './services/auth.js';
 import { bootstrap, type BootstrapResult } from './services/bootstrap.js';
 import { CapacityService } from './services/capacity.js';
+import { runnerRecords } from './services/runner-records.js';
 import type { ServiceDeps } from './services/context.js';
 import { EventService } from './services/events.js';
 import { ExecService } from './services/exec.js';
@@ -68,6 +74,17 @@ export interface BuildAppOptions {
    * memory counters (immune to wall-clock steps), `Date.now` for the database's (shared).
    */
   rateLimitNow?: () => number;
+  /**
+   * Role `api`: how a runner URL becomes a driver (default a RemoteDriver; tests give fakes)
+   * and whether each runner's health is checked on timers (default true; tests call
+   * `fleet.refresh()`).
+   */
+  runners?: {
+    connect?: (url: string) => RunnerDriver;
+    poll?: boolean;
+    /** `k8s:` runners: the Kubernetes API to ask (default the pod's service account). */
+    kubeConfig?: KubeConfig;
+  };
 }
 
 /**
@@ -80,6 +97,8 @@ export interface Sandboxd {
   reaper: Reaper;
   store: Store;
   driver: RuntimeDriver;
+  /** Role `api`: the driver, as the fleet of runners it is (their states, a health check now); else null. */
+  fleet: FleetDriver | null;
   clock: Clock;
   log: Logger;
   /**
@@ -109,7 +128,6 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
   const log = opts.logger ?? createLogger(config.logLevel);
   const testClock = config.testClock && !opts.clock ? new OffsetClock() : null;
   const clock = opts.clock ?? testClock ?? systemClock;
-  const driver = opts.driver ?? (await createDriver(config));
   // The database: PostgreSQL when SANDBOXD_DATABASE_URL is set (shared by replicas, migrated
   // by whichever starts first), else SQLite in the data dir.
   const store =
@@ -119,6 +137,10 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
           onPoolError: (err) => log.warn({ err }, 'database: an idle PostgreSQL connection failed; it is replaced'),
         })
       : new SqliteStore(config.dbPath));
+  // Role api: the sandboxes live on runners; the fleet finds each one's runner in the records.
+  const fleet =
+    !opts.driver && config.role === 'api' ? await createFleet(config, store, log, clock, opts.runners) : null;
+  const driver: RuntimeDriver = opts.driver ?? fleet ?? (await createDriver(config));
   const presence = new Presence({ store, clock, config });
   const deps: ServiceDeps = { store, driver, clock, config, log, presence };
 
@@ -126,7 +148,7 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
   const portLinks = new PortLinks({ secretPath: join(config.dataDir, 'proxy-link.key') });
   const storage = new StorageGuard([config.dataDir, dirname(config.dbPath)], config.minFreeMb * 2 ** 20);
 
-  const capacity = new CapacityService({ driver, store, config });
+  const capacity = new CapacityService({ driver, store, config }, { subject: fleet ? NO_ROOM.runners : NO_ROOM.host });
   const sandboxes = new SandboxService({ ...deps, portLinks, storage, capacity });
   // A sandbox that goes frees room: the next create or health check measures again.
   sandboxes.onGone(() => capacity.forget());
@@ -160,6 +182,12 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
     images: new ImageService(deps),
   };
   const reaper = new Reaper(deps, sandboxes, lifecycle);
+  // A runner that stops answering (for SANDBOXD_RUNNER_DOWN_MS) or answers again: reconcile
+  // now, and the next capacity check measures again.
+  fleet?.onChange(() => {
+    capacity.forget();
+    reaper.nudge();
+  });
   let recoveryPending = () => 0;
   const metrics = new Metrics(
     () => sandboxes.countByState(),
@@ -169,6 +197,7 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
   metrics.gaugeBy('sandboxd_warm_pool_ready', 'Started sandboxes ready to be claimed, by pooled image.', 'image', () =>
     driver.warmPool ? driver.warmPool() : {},
   );
+  if (fleet) runnerGauges(metrics, () => fleet.runners());
   // The rate-limit counters: this process's memory, or the store's database (shared by replicas).
   const shared = config.rateLimit.store === 'database';
   const rateLimits = new RateLimits(
@@ -187,7 +216,18 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
 
   let ready = false;
   const http = createHttpServer(
-    { services, config, metrics, rateLimits, reaper, testClock, isReady: () => ready, gateway, accessTokens },
+    {
+      services,
+      config,
+      metrics,
+      rateLimits,
+      reaper,
+      testClock,
+      isReady: () => ready,
+      gateway,
+      accessTokens,
+      runners: fleet ? () => fleet.runners() : null,
+    },
     { logger: log, frontDoor },
   );
 
@@ -267,6 +307,7 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
     reaper,
     store,
     driver,
+    fleet,
     clock,
     log,
     async start() {
@@ -408,24 +449,98 @@ export async function buildRunner(opts: {
 }
 
 /**
- * The driver the config names: for role `api`, a {@link RemoteDriver} to its one runner;
- * else `config.runtime`'s. The local driver is loaded on demand, so a server or test on the
- * fake runtime never loads the crun driver's modules.
+ * Role `api`: the {@link FleetDriver} over the runners `SANDBOXD_RUNNERS` names (URLs, or
+ * the endpoints of a Kubernetes Service, watched), each reached by a RemoteDriver with the
+ * runner token; the records say where each sandbox and volume lives.
+ */
+async function createFleet(
+  config: Readonly<Config>,
+  store: Store,
+  log: Logger,
+  clock: Clock,
+  o: BuildAppOptions['runners'] = {},
+): Promise<FleetDriver> {
+  const runners = config.runners;
+  if (!runners) throw new ConfigError('SANDBOXD_RUNNERS is required when SANDBOXD_ROLE is api');
+  let source: RunnerUrls = fixedUrls(runners.kind === 'urls' ? runners.urls : []);
+  if (runners.kind === 'k8s') {
+    if (!o.kubeConfig && !process.env.KUBERNETES_SERVICE_HOST)
+      throw new ConfigError(
+        `SANDBOXD_RUNNERS=k8s:${runners.namespace}/${runners.service} finds runners through the Kubernetes API of the pod it runs in, and this process is not in a pod (KUBERNETES_SERVICE_HOST is unset): give runner URLs instead`,
+      );
+    const { watchK8sRunners } = await import('./runtime/remote/k8s-discovery.js');
+    source = {
+      start: (onUrls) =>
+        watchK8sRunners({
+          namespace: runners.namespace,
+          service: runners.service,
+          onChange: (found) => onUrls(found.map((r) => r.url)),
+          log: log.child({ component: 'discovery' }),
+          kubeConfig: o.kubeConfig,
+        }),
+    };
+  }
+  let connect = o.connect;
+  if (!connect) {
+    const { RemoteDriver } = await import('./runtime/remote/driver.js');
+    connect = (url) => new RemoteDriver({ url, token: config.runnerToken ?? '' });
+  }
+  return new FleetDriver({
+    source,
+    connect,
+    records: runnerRecords(store),
+    downAfterMs: config.runnerDownMs,
+    floors: { memoryBytes: config.createMinMemoryMb * 2 ** 20, diskBytes: config.createMinFreeMb * 2 ** 20 },
+    log: log.child({ component: 'fleet' }),
+    now: () => clock.now(),
+    poll: o.poll,
+  });
+}
+
+/** Per-runner gauges (label `runner`: its node name, or its URL until it answered). */
+function runnerGauges(metrics: Metrics, runners: () => RunnerStatus[]): void {
+  const by = (value: (r: RunnerStatus) => number | null) => () => {
+    const out: Record<string, number> = {};
+    for (const r of runners()) out[r.node ?? r.url] = value(r) ?? Number.NaN;
+    return out;
+  };
+  metrics.gaugeBy(
+    'sandboxd_runner_up',
+    '1 while the runner answers (creates may go there), else 0.',
+    'runner',
+    by((r) => (r.state === 'up' ? 1 : 0)),
+  );
+  metrics.gaugeBy(
+    'sandboxd_runner_sandboxes',
+    'Sandboxes the runner holds (running or paused), as it last reported.',
+    'runner',
+    by((r) => r.sandboxes),
+  );
+  metrics.gaugeBy(
+    'sandboxd_runner_memory_available_bytes',
+    "MemAvailable of the runner's host, as last reported.",
+    'runner',
+    by((r) => r.memoryAvailableBytes),
+  );
+  metrics.gaugeBy(
+    'sandboxd_runner_disk_free_bytes',
+    "Free space of the runner's data dir, as last reported.",
+    'runner',
+    by((r) => r.diskFreeBytes),
+  );
+  metrics.gaugeBy(
+    'sandboxd_runner_addresses_free',
+    'Sandbox network addresses left on the runner, as last reported.',
+    'runner',
+    by((r) => r.addresses?.free ?? null),
+  );
+}
+
+/**
+ * The driver `config.runtime` names (roles `all` and `runner`). The local driver is loaded
+ * on demand, so a server or test on the fake runtime never loads the crun driver's modules.
  */
 async function createDriver(config: Readonly<Config>): Promise<RuntimeDriver> {
-  if (config.role === 'api') {
-    const runners = config.runners;
-    if (runners?.kind === 'k8s')
-      throw new ConfigError(
-        `SANDBOXD_RUNNERS=k8s:${runners.namespace}/${runners.service}: Kubernetes discovery is not part of this build yet; give the runner's URL`,
-      );
-    if (runners?.urls.length !== 1)
-      throw new ConfigError(
-        `SANDBOXD_RUNNERS names ${runners?.urls.length ?? 0} runners: only one runner per API process is supported yet (placement over several is a later step)`,
-      );
-    const { RemoteDriver } = await import('./runtime/remote/driver.js');
-    return new RemoteDriver({ url: runners.urls[0], token: config.runnerToken ?? '' });
-  }
   if (config.runtime === 'fake') return createFakeDriver();
   const { createLocalDriver } = await import('./runtime/local/driver.js');
   return createLocalDriver(config);

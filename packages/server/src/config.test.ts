@@ -57,7 +57,7 @@ describe('loadConfig', () => {
     assert.throws(() => loadConfig({ SANDBOXD_BOOTSTRAP_API_KEY: 'short' }), ConfigError);
   });
 
-  it('SANDBOXD_ROLE, SANDBOXD_RUNNERS, SANDBOXD_RUNNER_TOKEN, SANDBOXD_NODE_NAME: defaults, forms and refusals by name', () => {
+  it('SANDBOXD_ROLE, SANDBOXD_RUNNERS, SANDBOXD_RUNNER_TOKEN, SANDBOXD_NODE_NAME, SANDBOXD_RUNNER_DOWN_MS: defaults, forms and refusals by name', () => {
     const c = loadConfig({});
     assert.equal(c.role, 'all');
     assert.equal(c.runners, null);
@@ -97,7 +97,11 @@ describe('loadConfig', () => {
       [{ SANDBOXD_RUNNERS: 'k8s:Bad/x' }, /k8s:<namespace>\/<service>/],
       [{ SANDBOXD_RUNNERS: 'k8s:ns' }, /k8s:<namespace>\/<service>/],
       [{ SANDBOXD_NODE_NAME: 'a b' }, /SANDBOXD_NODE_NAME must be/],
+      [{ SANDBOXD_RUNNER_DOWN_MS: '100' }, /SANDBOXD_RUNNER_DOWN_MS/],
+      [{ SANDBOXD_RUNNER_DOWN_MS: 'soon' }, /SANDBOXD_RUNNER_DOWN_MS/],
     ];
+    assert.equal(c.runnerDownMs, 5000, 'SANDBOXD_RUNNER_DOWN_MS default');
+    assert.equal(loadConfig({ SANDBOXD_RUNNER_DOWN_MS: '30000' }).runnerDownMs, 30_000);
     for (const [env, msg] of refused)
       assert.throws(
         () => loadConfig(env),

@@ -176,6 +176,13 @@ export interface Config {
   runnerToken?: string;
   /** `SANDBOXD_NODE_NAME`: a runner's name (default the host name). */
   nodeName: string;
+  /**
+   * `SANDBOXD_RUNNER_DOWN_MS` (role `api`): a runner that has not answered for this long has
+   * its started and paused sandboxes turned `error` (unused minutes refunded) by the reaper.
+   * Until then they only answer 503. Health checks of each runner run every
+   * min(1 s, this / 5). See docs/runners.md.
+   */
+  runnerDownMs: number;
 }
 
 /** Where an `api` process finds runners: a list of URLs, or a Kubernetes Service's endpoints. */
@@ -423,6 +430,12 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
     runners: pick<RunnerSource | null>('runners', 'SANDBOXD_RUNNERS', parseRunners, null),
     runnerToken: pick<string | undefined>('runnerToken', 'SANDBOXD_RUNNER_TOKEN', String, undefined),
     nodeName: pick('nodeName', 'SANDBOXD_NODE_NAME', String, hostname()),
+    runnerDownMs: pick(
+      'runnerDownMs',
+      'SANDBOXD_RUNNER_DOWN_MS',
+      int('SANDBOXD_RUNNER_DOWN_MS', 250, 86_400_000),
+      5000,
+    ),
     e2bTemplates: e2bTemplates(
       overrides.e2bTemplates ??
         (env.SANDBOXD_E2B_TEMPLATES ? parseJson('SANDBOXD_E2B_TEMPLATES', env.SANDBOXD_E2B_TEMPLATES) : undefined) ??

@@ -1,4 +1,5 @@
 import { SandboxdError } from '@sandboxd/protocol';
+import type { RuntimeCapacity } from '../runtime/driver.js';
 
 /**
  * What a full host has run out of, as a 503 `capacity` names it: the configured count of
@@ -18,6 +19,12 @@ const MiB = 2 ** 20;
 /** A size in MiB for messages. */
 export const mib = (bytes: number): string => `${Math.floor(bytes / MiB)} MiB`;
 
+/** Who has no room, as a capacity refusal's message begins: one host, or every runner of an API process. */
+export const NO_ROOM = {
+  host: 'The host has no room for more sandboxes',
+  runners: 'No runner has room for more sandboxes',
+} as const;
+
 /**
  * The 503 `capacity` refusal of a create: a message naming the resource and saying when to
  * retry, `details: {resource, retryAfterMs, ...figures}`. The server adds `Retry-After`.
@@ -26,12 +33,64 @@ export function capacityError(
   resource: CapacityResource,
   why: string,
   figures: Record<string, unknown> = {},
+  subject: string = NO_ROOM.host,
 ): SandboxdError {
-  return new SandboxdError(
-    'capacity',
-    `The host has no room for more sandboxes: ${why}; retry in ${CAPACITY_RETRY_MS / 1000} s`,
-    { resource, retryAfterMs: CAPACITY_RETRY_MS, ...figures },
-  );
+  return new SandboxdError('capacity', `${subject}: ${why}; retry in ${CAPACITY_RETRY_MS / 1000} s`, {
+    resource,
+    retryAfterMs: CAPACITY_RETRY_MS,
+    ...figures,
+  });
+}
+
+/** The floors of creates, bytes (`createMinMemoryMb`, `createMinFreeMb`); 0: off. */
+export interface CapacityFloors {
+  memoryBytes: number;
+  diskBytes: number;
+}
+
+/** One resource a host has no room in: what, why (for messages), the figures. */
+export interface Shortage {
+  resource: CapacityResource;
+  why: string;
+  figures: Record<string, unknown>;
+}
+
+/**
+ * Each of memory, disk and addresses that is at its limit in the runtime's figures `c`, in
+ * that order (empty: room for another sandbox). A figure the runtime cannot tell (null)
+ * never counts as short.
+ */
+export function shortagesIn(c: RuntimeCapacity, floors: CapacityFloors): Shortage[] {
+  const out: Shortage[] = [];
+  const { memoryBytes: memory, diskBytes: disk } = floors;
+  if (memory > 0 && c.memoryAvailableBytes !== null && c.memoryAvailableBytes < memory)
+    out.push({
+      resource: 'memory',
+      why: `memory is low (${mib(c.memoryAvailableBytes)} available, the floor is ${mib(memory)}: createMinMemoryMb)`,
+      figures: { availableBytes: c.memoryAvailableBytes, floorBytes: memory },
+    });
+  if (disk > 0 && c.diskFreeBytes !== null && c.diskFreeBytes < disk)
+    out.push({
+      resource: 'disk',
+      why: `disk space is low (${mib(c.diskFreeBytes)} free on the data dir's file system, the floor is ${mib(disk)}: createMinFreeMb)`,
+      figures: { freeBytes: c.diskFreeBytes, floorBytes: disk },
+    });
+  if (c.addresses && c.addresses.free <= 0)
+    out.push({
+      resource: 'addresses',
+      why: `no free sandbox network address (all ${c.addresses.total} are in use)`,
+      figures: { ...c.addresses },
+    });
+  return out;
+}
+
+/** The 503 `capacity` refusals of {@link shortagesIn}, messages beginning with `subject` ({@link NO_ROOM}). */
+export function capacityShortages(
+  c: RuntimeCapacity,
+  floors: CapacityFloors,
+  subject: string = NO_ROOM.host,
+): SandboxdError[] {
+  return shortagesIn(c, floors).map((x) => capacityError(x.resource, x.why, x.figures, subject));
 }
 
 /** The refusal at `maxSandboxes`. */

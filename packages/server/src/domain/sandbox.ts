@@ -53,6 +53,12 @@ export interface SandboxStatus {
   endedAt: number | null;
   /** Why it is in `error`, or how it stopped. */
   details: Record<string, unknown> | null;
+  /**
+   * The runner (its `SANDBOXD_NODE_NAME`) the sandbox lives on, recorded before the runner
+   * is asked to create it (`Store.placeSandbox`), so that any API replica finds it; absent
+   * when none is recorded (role `all`, or a create not placed yet).
+   */
+  runner?: string;
 }
 
 export type SandboxRecord = SandboxSpecRecord & SandboxStatus;

@@ -4,6 +4,7 @@ import type { Config } from '../config.js';
 import type { OffsetClock } from '../domain/clock.js';
 import type { AccessTokens } from '../e2b/tokens.js';
 import type { Reaper } from '../lifecycle/reaper.js';
+import type { RunnerStatus } from '../runtime/remote/fleet/fleet.js';
 import type { Principal } from '../services/auth.js';
 import type { Services } from '../services/index.js';
 import type { Metrics } from './metrics.js';
@@ -24,6 +25,8 @@ export interface HttpDeps {
   isReady: () => boolean;
   /** E2B's per-sandbox access tokens (the control API gives them, envd checks them). */
   accessTokens: AccessTokens;
+  /** Role `api`: every runner's state for /healthz; null otherwise. */
+  runners: (() => RunnerStatus[]) | null;
 }
 
 /** The authenticated principal of a request on an authenticated route. */

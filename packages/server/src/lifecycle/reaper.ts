@@ -1,3 +1,4 @@
+import { SandboxdError } from '@sandboxd/protocol';
 import { planOf, type ServiceDeps } from '../services/context.js';
 import type { LifecycleService } from '../services/lifecycle.js';
 import type { SandboxService } from '../services/sandboxes.js';
@@ -55,6 +56,7 @@ export class Reaper {
   private holding = false;
   /** The lease's end as last taken or renewed (this process's clock). */
   private leaseUntil = Number.NEGATIVE_INFINITY;
+  private nudged = false;
 
   constructor(
     private readonly d: ServiceDeps,
@@ -78,6 +80,19 @@ export class Reaper {
     this.reconcileTimer = setInterval(() => {
       this.reconcile().catch((err) => this.d.log.error({ err }, 'reconcile failed'));
     }, this.d.config.reconcileIntervalMs).unref();
+  }
+
+  /**
+   * Asks for a reconcile pass soon, while the timers run (a runner stopped answering, has
+   * been silent for `runnerDownMs`, or answers again); asks made before it begins are one.
+   */
+  nudge(): void {
+    if (!this.reconcileTimer || this.nudged) return;
+    this.nudged = true;
+    setImmediate(() => {
+      this.nudged = false;
+      this.reconcile().catch((err) => this.d.log.error({ err }, 'reconcile failed'));
+    });
   }
 
   /** Stops the timers, waits for a pass in progress and gives the lease up (when it has one). */
@@ -182,7 +197,10 @@ export class Reaper {
       const report: ReconcileReport = { expired: [], aligned: [], lost: [], abandoned: [], orphans: [] };
       if (!(await this.holdLease())) return report;
       const records = await this.d.store.listSandboxesByState(['creating', 'started', 'paused', 'starting']);
-      const runtime = new Map((await this.d.driver.list()).map((s) => [s.id, s]));
+      const survey = this.d.driver.survey
+        ? await this.d.driver.survey()
+        : { sandboxes: await this.d.driver.list(), absent: () => null };
+      const runtime = new Map(survey.sandboxes.map((s) => [s.id, s]));
       const now = this.d.clock.now();
       const abandoned: SandboxRecord[] = [];
       let lost = false; // the lease, to another server, amid a long pass: the rest is its
@@ -213,6 +231,13 @@ export class Reaper {
             .backToStopped(r, new Error('the server stopped while the sandbox was being started'))
             .catch((err) => this.d.log.warn({ err, sandboxId: r.id }, 'settling an interrupted start'));
           report.aligned.push(r.id);
+        } else if (!runtime.has(r.id) && survey.absent(r.runner ?? null)) {
+          // Its runner did not answer the listing: gone only once it has been silent for runnerDownMs.
+          const away = survey.absent(r.runner ?? null)!;
+          if (away.forMs < this.d.config.runnerDownMs || (r.state !== 'started' && r.state !== 'paused')) continue;
+          const message = `runner ${away.host} has not answered for ${Math.round(away.forMs / 1000)} s: ${away.reason}`;
+          await this.sandboxes.markLost(r, message, { details: { reason: 'runner_down', runner: away.host } });
+          report.lost.push(r.id);
         } else if (runtime.get(r.id)?.state === 'stopped' && typeof r.details?.stopping === 'string') {
           // A stop a crash cut short between the runtime's stop and the record's: finished.
           if (await this.stopOne(r, r.details.stopping)) report.aligned.push(r.id);
@@ -287,7 +312,12 @@ export class Reaper {
     const cur = await this.d.store.getSandbox(r.id);
     if (!cur || cur.state !== r.state) return false;
     try {
-      await this.d.driver.delete(r.id);
+      await this.d.driver.delete(r.id).catch((e) => {
+        // An ended sandbox whose runner does not answer: the record goes; the runner's part
+        // is removed by reconcile once it answers (a sandbox with no record).
+        if (!(isUnavailable(e) && (r.state === 'stopped' || r.state === 'error'))) throw e;
+        this.d.log.info({ sandboxId: r.id, err: e.message }, 'purging the record; its runner removes the rest later');
+      });
       await this.d.store.deleteSandbox(r.id);
       this.failedUntil.delete(r.id);
       this.d.log.info({ sandboxId: r.id, state: r.state, why }, 'sandbox deleted');
@@ -342,4 +372,8 @@ export class Reaper {
     this.running = p;
     return p;
   }
+}
+
+function isUnavailable(e: unknown): e is SandboxdError {
+  return e instanceof SandboxdError && e.kind === 'unavailable';
 }

@@ -118,10 +118,12 @@ export class RunnerServer {
     try {
       if (method === 'health' && req.method === 'GET') {
         const d = this.o.driver;
+        const [capacity, sandboxes] = await Promise.all([d.capacity(), d.list()]);
         const body: RunnerHealth = {
           node: this.o.nodeName,
-          capacity: await d.capacity(),
+          capacity,
           warmPool: d.warmPool ? d.warmPool() : {},
+          sandboxes: sandboxes.filter((s) => s.state !== 'stopped').length,
         };
         return reply(res, 200, body);
       }

@@ -201,6 +201,25 @@ export interface RuntimeCapacity {
   addresses: { free: number; total: number } | null;
 }
 
+/** What {@link RuntimeDriver.survey} found. */
+export interface RuntimeSurvey {
+  /** The sandboxes of every host that answered (as `list()` gives them). */
+  sandboxes: RuntimeSandbox[];
+  /**
+   * Null when host `host` (a runner's node name; null: a sandbox whose host is not recorded)
+   * answered this survey, so a sandbox of it missing from `sandboxes` is gone; else how long
+   * that host has not answered (ms) and why.
+   */
+  absent(host: string | null): HostAbsence | null;
+}
+
+/** A host that did not answer: since when (`forMs`, ms) and the last error's words. */
+export interface HostAbsence {
+  host: string;
+  forMs: number;
+  reason: string;
+}
+
 /** What `recover()` found after a restart. */
 export interface RecoveryReport {
   adopted: string[];
@@ -341,6 +360,13 @@ export interface RuntimeDriver {
    * `upstream` (the port refused; `details.code`), `unavailable` (the host is unreachable).
    */
   tunnel?(id: string, port: number): Promise<import('node:stream').Duplex>;
+
+  /**
+   * For drivers over several hosts (the runner fleet): `list()` together with which hosts
+   * answered it, so that the reconciler tells a sandbox its host lost from one whose host is
+   * not answering. Absent: `list()` covers every sandbox of the driver.
+   */
+  survey?(): Promise<RuntimeSurvey>;
 
   /** Releases driver resources held by this process (not sandboxes). */
   close(): Promise<void>;

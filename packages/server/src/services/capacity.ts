@@ -1,6 +1,6 @@
 import type { Capacity, SandboxdError } from '@sandboxd/protocol';
 import type { Config } from '../config.js';
-import { capacityError, mib } from '../domain/capacity.js';
+import { type CapacityFloors, capacityShortages, NO_ROOM } from '../domain/capacity.js';
 import type { RuntimeCapacity, RuntimeDriver } from '../runtime/driver.js';
 import type { Store } from '../store/store.js';
 
@@ -21,6 +21,8 @@ export class CapacityService {
   private cached: { at: number; value: Promise<RuntimeCapacity> } | null = null;
   private readonly now: () => number;
   private readonly cacheMs: number;
+  /** How refusals begin: one host's, or (role `api`) every runner's. */
+  private readonly subject: string;
 
   constructor(
     private readonly d: {
@@ -28,15 +30,19 @@ export class CapacityService {
       store: Pick<Store, 'countAllLive'>;
       config: Pick<Config, 'maxSandboxes' | 'createMinFreeMb' | 'createMinMemoryMb'>;
     },
-    opts: { now?: () => number; cacheMs?: number } = {},
+    opts: { now?: () => number; cacheMs?: number; subject?: string } = {},
   ) {
     this.now = opts.now ?? (() => performance.now());
     this.cacheMs = opts.cacheMs ?? CAPACITY_CACHE_MS;
+    this.subject = opts.subject ?? NO_ROOM.host;
   }
 
   /** The floors of creates, bytes. */
-  private get floors() {
-    return { memory: this.d.config.createMinMemoryMb * 2 ** 20, disk: this.d.config.createMinFreeMb * 2 ** 20 };
+  private get floors(): CapacityFloors {
+    return {
+      memoryBytes: this.d.config.createMinMemoryMb * 2 ** 20,
+      diskBytes: this.d.config.createMinFreeMb * 2 ** 20,
+    };
   }
 
   /** The runtime's figures, from the cache while fresh. A failed measurement is not kept. */
@@ -68,34 +74,7 @@ export class CapacityService {
 
   /** A refusal for each of memory, disk and addresses that is at its limit, in that order. */
   private shortages(c: RuntimeCapacity): SandboxdError[] {
-    const f = this.floors;
-    const out: SandboxdError[] = [];
-    if (f.memory > 0 && c.memoryAvailableBytes !== null && c.memoryAvailableBytes < f.memory) {
-      out.push(
-        capacityError(
-          'memory',
-          `memory is low (${mib(c.memoryAvailableBytes)} available, the floor is ${mib(f.memory)}: createMinMemoryMb)`,
-          { availableBytes: c.memoryAvailableBytes, floorBytes: f.memory },
-        ),
-      );
-    }
-    if (f.disk > 0 && c.diskFreeBytes !== null && c.diskFreeBytes < f.disk) {
-      out.push(
-        capacityError(
-          'disk',
-          `disk space is low (${mib(c.diskFreeBytes)} free on the data dir's file system, the floor is ${mib(f.disk)}: createMinFreeMb)`,
-          { freeBytes: c.diskFreeBytes, floorBytes: f.disk },
-        ),
-      );
-    }
-    if (c.addresses && c.addresses.free <= 0) {
-      out.push(
-        capacityError('addresses', `no free sandbox network address (all ${c.addresses.total} are in use)`, {
-          ...c.addresses,
-        }),
-      );
-    }
-    return out;
+    return capacityShortages(c, this.floors, this.subject);
   }
 
   /** What is left, for /healthz and /metrics. */
@@ -107,8 +86,8 @@ export class CapacityService {
     for (const e of this.shortages(c)) full.push((e.details as { resource: Capacity['full'][number] }).resource);
     return {
       sandboxes: { used, max, free: max === null ? null : Math.max(0, max - used) },
-      memory: { availableBytes: c.memoryAvailableBytes, floorBytes: f.memory },
-      disk: { freeBytes: c.diskFreeBytes, floorBytes: f.disk },
+      memory: { availableBytes: c.memoryAvailableBytes, floorBytes: f.memoryBytes },
+      disk: { freeBytes: c.diskFreeBytes, floorBytes: f.diskBytes },
       addresses: c.addresses,
       full,
     };

@@ -94,10 +94,12 @@ export class SandboxService {
   /**
    * Creates a sandbox and resolves once it is started. Throws `validation` (400),
    * `tokens` (402), `concurrency` (403), `template_not_found` (404),
-   * `conflict` (409, volume of another size), `capacity` (503: the host has no room, by
-   * `maxSandboxes`, memory, disk or addresses, or the runtime failed for lack of one),
-   * `insufficient_storage` (507), `internal`. Tokens are refunded on failure; a create
-   * refused for the request, for capacity or for storage leaves no record, nor a record of a
+   * `conflict` (409, volume of another size, or role api: volumes on two runners),
+   * `capacity` (503: the host, or every runner, has no room, by `maxSandboxes`, memory,
+   * disk or addresses, or the runtime failed for lack of one), `unavailable` (503, role api:
+   * no runner answers, or not the one its volumes live on), `insufficient_storage` (507),
+   * `internal`. Tokens are refunded on failure; a create refused for the request, for
+   * capacity, for an unreachable runner or for storage leaves no record, nor a record of a
    * volume it did not get to make (a 503 before the runtime is asked writes nothing at all).
    * `opts` are recorded with it (E2B's template and metadata).
    */
@@ -214,23 +216,27 @@ export class SandboxService {
 
   /**
    * Undoes a create that will not answer 201: runtime pieces, tokens (refunded), the record
-   * (kept as `error` when the runtime failed, removed when the request or the disk was at
-   * fault) and new volumes it did not get to make. When the store cannot record it (a full disk), the
+   * (kept as `error` when the runtime failed, removed when the request, the disk, a full
+   * host or a runner that does not answer was at fault) and new volumes it did not get to make. When the store cannot record it (a full disk), the
    * record stays `creating` and the reconciler finishes the job once this create is over.
    */
   private async failCreate(record: SandboxRecord, e: unknown, log: ServiceDeps['log']): Promise<void> {
     const clientError = e instanceof SandboxdError && CLIENT_KINDS.has(e.kind);
     const noSpace = isOutOfSpace(e);
     const full = !noSpace && hostFull(e) !== null;
+    // Role api: no runner answers, or the one it had to go to does not (a runner it reached
+    // meanwhile deletes what it made once it answers again: the reconciler's orphans).
+    const unreachable = e instanceof SandboxdError && e.kind === 'unavailable';
     if (clientError) log.info({ kind: (e as SandboxdError).kind }, 'sandbox create refused by runtime');
     else if (noSpace) log.warn({ err: e }, 'sandbox create failed: out of storage');
     else if (full) log.warn({ err: e }, 'sandbox create failed: the host is full');
+    else if (unreachable) log.warn({ err: e }, 'sandbox create failed: its runner does not answer');
     else log.error({ err: e }, 'sandbox create failed');
     await this.d.driver.delete(record.id).catch((err) => log.warn({ err }, 'cleanup after failed create'));
     const at = this.d.clock.now();
     const details = { reason: 'create_failed', message: e instanceof Error ? e.message : String(e) };
-    // Refused (the request or the host was at fault): refund and removal in one transaction.
-    const remove = clientError || noSpace || full;
+    // Refused (the request, the host or its runner was at fault): refund and removal in one transaction.
+    const remove = clientError || noSpace || full || unreachable;
     try {
       await this.d.store.updateSandbox(record.id, {
         state: 'error',
@@ -363,7 +369,12 @@ export class SandboxService {
     // A running one: its refund and the record's removal in one transaction.
     const live = r.state === 'started' || r.state === 'paused';
     if (!live || !(await this.stop(r, { reason: 'deleted', discard: true, remove: true }))) {
-      await this.d.driver.delete(r.id);
+      await this.d.driver.delete(r.id).catch((e) => {
+        // A stopped or failed sandbox whose runner does not answer: the record goes now; the
+        // runner's part is removed by the reconciler once it answers (a sandbox with no record).
+        if (!(e instanceof SandboxdError && e.kind === 'unavailable')) throw e;
+        this.d.log.warn({ sandboxId: r.id, err: e.message }, 'deleting the record; its runner removes the rest later');
+      });
       await this.d.store.deleteSandbox(r.id);
     }
     this.d.log.info({ sandboxId: r.id }, 'sandbox deleted');
@@ -420,12 +431,14 @@ export class SandboxService {
   /**
    * Records that the runtime lost a sandbox: `error`, unused minutes refunded (all of them
    * with `fullRefund`, for a create whose client never got an answer); with `remove`, the
-   * record is removed in the same transaction instead (a refused create).
+   * record is removed in the same transaction instead (a refused create). `details` go into
+   * the record's details over `{reason: 'lost', message}` (e.g. the runner that stopped
+   * answering). Once only: the update expects the record's state as given.
    */
   async markLost(
     r: SandboxRecord,
     message: string,
-    opts: { fullRefund?: boolean; remove?: boolean } = {},
+    opts: { fullRefund?: boolean; remove?: boolean; details?: Record<string, unknown> } = {},
   ): Promise<void> {
     const at = this.d.clock.now();
     const refund = opts.fullRefund
@@ -437,7 +450,7 @@ export class SandboxService {
       .updateSandbox(r.id, {
         state: 'error',
         endedAt: at,
-        details: { reason: 'lost', message },
+        details: { reason: 'lost', message, ...opts.details },
         ledgerDelta: refund,
         ledgerReason: 'sandbox.refund',
         expectStates: [r.state],

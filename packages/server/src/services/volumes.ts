@@ -30,8 +30,18 @@ export class VolumeService {
     try {
       await this.d.driver.deleteVolume(driverName);
     } catch (e) {
-      if (!(e instanceof SandboxdError && e.kind === 'not_found')) throw e;
+      if (e instanceof SandboxdError && e.kind === 'not_found') return this.deleted(accountId, name);
+      // Its runner does not answer: the volume stays, record and data (the client is told 503).
+      if (e instanceof SandboxdError && e.kind === 'unavailable')
+        await this.d.store
+          .createVolume(v)
+          .catch((err) => this.d.log.warn({ err, accountId, volume: name }, 'restoring a volume record failed'));
+      throw e;
     }
+    this.deleted(accountId, name);
+  }
+
+  private deleted(accountId: string, name: string): void {
     this.d.log.info({ accountId, volume: name }, 'volume deleted');
   }
 }

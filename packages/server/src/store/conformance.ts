@@ -312,6 +312,53 @@ export function runStoreConformance(target: StoreTarget): void {
         assert.equal(await s.deleteVolume('acc_a', 'v'), true);
       }));
 
+    it('placement: a sandbox and the volumes it mounts are recorded on one runner, never moved', () =>
+      withStore(async (s) => {
+        const vols = (names: string[]) => names.map((name, i) => ({ mountPath: `/m${i}`, name, sizeGb: 1 }));
+        const res = (names: string[]) => ({
+          minutes: 1,
+          concurrency: 10,
+          volumes: names.map((name) => ({ name, sizeGb: null })),
+          newName: () => 'x',
+        });
+        await s.reserveSandbox({ ...rec('s1', 'acc_a', 1), volumes: vols(['v1', 'v2']) }, res(['v1', 'v2']));
+        assert.equal((await s.getSandbox('s1'))?.runner, undefined, 'not placed yet');
+        assert.equal((await s.getVolume('acc_a', 'v1'))?.runner, undefined);
+        await s.placeSandbox('s1', 'node-a');
+        await s.placeSandbox('s1', 'node-a'); // again on the same runner: nothing changes
+        assert.equal((await s.getSandbox('s1'))?.runner, 'node-a');
+        assert.deepEqual(
+          (await s.listVolumes('acc_a')).map((v) => [v.name, v.runner]),
+          [
+            ['v1', 'node-a'],
+            ['v2', 'node-a'],
+          ],
+        );
+        await assert.rejects(s.placeSandbox('s1', 'node-b'), (e: SandboxdError) => e.kind === 'conflict');
+        // A sandbox naming a volume of node-a and a new one cannot go to node-b; nothing is written.
+        await s.reserveSandbox({ ...rec('s2', 'acc_a', 2), volumes: vols(['v1', 'v3']) }, res(['v1', 'v3']));
+        await assert.rejects(s.placeSandbox('s2', 'node-b'), (e: SandboxdError) => {
+          assert.equal(e.kind, 'conflict');
+          assert.deepEqual(e.details, { volume: 'v1', runner: 'node-a' });
+          return true;
+        });
+        assert.equal((await s.getSandbox('s2'))?.runner, undefined);
+        assert.equal((await s.getVolume('acc_a', 'v3'))?.runner, undefined);
+        await s.placeSandbox('s2', 'node-a');
+        assert.equal((await s.getVolume('acc_a', 'v3'))?.runner, 'node-a');
+        // The runner stays through state changes; a volume re-created keeps the runner given.
+        const started = await s.updateSandbox('s2', { state: 'started', at: 3 });
+        assert.equal(started.runner, 'node-a');
+        assert.equal((await s.getSandbox('s2'))?.runner, 'node-a');
+        assert.deepEqual((await s.listSandboxesByState(['creating', 'started'])).map((r) => [r.id, r.runner]).sort(), [
+          ['s1', 'node-a'],
+          ['s2', 'node-a'],
+        ]);
+        await s.createVolume({ accountId: 'acc_a', name: 'v9', sizeGb: 1, createdAt: 4, runner: 'node-c' });
+        assert.equal((await s.getVolume('acc_a', 'v9'))?.runner, 'node-c');
+        await assert.rejects(s.placeSandbox('nope', 'node-a'), (e: SandboxdError) => e.kind === 'not_found');
+      }));
+
     it('sessions expire, login links work once, api keys are found by hash and scoped to their account', () =>
       withStore(async (s) => {
         await s.createSession({ tokenHash: 'h1', accountId: 'acc_a', createdAt: 10, expiresAt: 20 });
@@ -774,6 +821,29 @@ export function runStoreConformance(target: StoreTarget): void {
         assert.equal(await a.countLive('acc_a'), 5);
         assert.equal(await b.balance('acc_a'), 95);
         assert.equal((await a.listLedger('acc_a', { limit: 100 })).items.length, 6, 'the grant and 5 debits');
+      }));
+
+    it('two sandboxes sharing a new volume placed at once on two runners: one wins, the volume is its', () =>
+      withPair(100, async (a, b) => {
+        for (let round = 0; round < 5; round++) {
+          const vol = `shared${round}`;
+          const r = (id: string, at: number) => ({
+            ...rec(id, 'acc_a', at),
+            volumes: [{ mountPath: '/data', name: vol, sizeGb: 1 }],
+          });
+          const res = { minutes: 1, concurrency: 50, volumes: [{ name: vol, sizeGb: 1 }], newName: () => `r${round}` };
+          await a.reserveSandbox(r(`x${round}`, round * 2 + 1), res);
+          await b.reserveSandbox(r(`y${round}`, round * 2 + 2), { ...res, newName: () => `q${round}` });
+          const rs = await Promise.allSettled([
+            a.placeSandbox(`x${round}`, 'node-a'),
+            b.placeSandbox(`y${round}`, 'node-b'),
+          ]);
+          assert.deepEqual(outcomes(rs), { ok: 1, conflict: 1 });
+          const winner = rs[0].status === 'fulfilled' ? 'node-a' : 'node-b';
+          assert.equal((await b.getVolume('acc_a', vol))?.runner, winner);
+          const loser = winner === 'node-a' ? `y${round}` : `x${round}`;
+          assert.equal((await a.getSandbox(loser))?.runner, undefined, 'the loser is not placed');
+        }
       }));
 
     it('parallel reservations never overdraw: the balance covers exactly 3', () =>

@@ -37,6 +37,8 @@ export interface VolumeRecord {
   name: string;
   sizeGb: number;
   createdAt: number;
+  /** The runner its data lives on (set with the first sandbox placed with it); absent: none yet, or role `all`. */
+  runner?: string;
 }
 
 export interface EventRecord {
@@ -214,6 +216,15 @@ export interface Store extends Counters, Leases {
   listExpired(now: number): Promise<SandboxRecord[]>;
   /** Applies `u` atomically; returns the new record. `not_found`, `conflict`, `tokens`. */
   updateSandbox(id: string, u: SandboxUpdate): Promise<SandboxRecord>;
+  /**
+   * Records, in one transaction, that sandbox `id` lives on `runner`, and so do the volumes
+   * it mounts that live on no runner yet. Called before the runner creates it, so a record
+   * never lacks the runner of a sandbox that exists. `not_found` (no such record);
+   * `conflict` when the record names another runner already, or one of its volumes lives
+   * on another runner (`details: {volume, runner}`): nothing changes then. Placing it again
+   * on the same runner changes nothing.
+   */
+  placeSandbox(id: string, runner: string): Promise<void>;
   /** Removes the record and its mounts (ledger rows stay). */
   deleteSandbox(id: string): Promise<void>;
   /** `stopped`/`error` records that ended before `cutoff` (at most `limit`), oldest first. */

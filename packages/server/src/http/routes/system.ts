@@ -12,7 +12,7 @@ export const systemRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) 
         operationId: 'health',
         summary: '200 once the server can create sandboxes, with what the host has left for them',
         description:
-          'Answers 200 while the server runs, whether or not the host has room: `capacity` says what is left (`full` names what a create would be refused for with 503 `capacity`). 503 only while starting or shutting down. `capacity` is absent when it could not be measured.',
+          "Answers 200 while the server runs, whether or not the host has room: `capacity` says what is left (`full` names what a create would be refused for with 503 `capacity`). 503 only while starting or shutting down. `capacity` is absent when it could not be measured (role `api`: no runner answers). Role `api` adds `runners`, each runner's state and what it last reported.",
         tags: ['system'],
         response: { 200: HealthSchema },
       },
@@ -20,11 +20,12 @@ export const systemRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) 
     },
     async (req) => {
       if (!d.isReady()) throw new SandboxdError('unavailable', 'Starting');
+      const runners = d.runners ? { runners: d.runners() } : {};
       try {
-        return { status: 'ok' as const, capacity: await d.services.capacity.report() };
+        return { status: 'ok' as const, capacity: await d.services.capacity.report(), ...runners };
       } catch (err) {
         req.log.warn({ err }, 'capacity could not be measured');
-        return { status: 'ok' as const };
+        return { status: 'ok' as const, ...runners };
       }
     },
   );

@@ -78,9 +78,9 @@ export class RemoteDriver implements RuntimeDriver {
     return this.runner.call<T>(method, args, timeoutMs);
   }
 
-  /** The runner's name, capacity and warm pool (`GET /runner/v1/health`). */
-  async health(): Promise<RunnerHealth> {
-    const res = await this.runner.send('health', { method: 'GET', retryReset: true, timeoutMs: 10_000 });
+  /** The runner's name, capacity, warm pool and sandbox count (`GET /runner/v1/health`), within `timeoutMs`. */
+  async health(timeoutMs = 10_000): Promise<RunnerHealth> {
+    const res = await this.runner.send('health', { method: 'GET', retryReset: true, timeoutMs });
     const h = (await readJson(res, this.runner.name)) as RunnerHealth;
     this.pool = h.warmPool ?? {};
     return h;

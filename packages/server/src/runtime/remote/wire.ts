@@ -77,6 +77,8 @@ export interface RunnerHealth {
   node: string;
   capacity: import('../driver.js').RuntimeCapacity;
   warmPool: Record<string, number>;
+  /** Sandboxes holding the host's resources (running or paused); absent from older runners. */
+  sandboxes?: number;
 }
 
 /** The wire form of any error: a `SandboxdError` as it is, anything else `internal` with its message. */

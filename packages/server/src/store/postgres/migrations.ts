@@ -137,10 +137,17 @@ CREATE TABLE leases (
 );
 `;
 
+/** The runner (node name) each sandbox and volume lives on; as SQLite's migration 7. */
+const runners = `
+ALTER TABLE sandboxes ADD COLUMN runner TEXT;
+ALTER TABLE volumes ADD COLUMN runner TEXT;
+`;
+
 /** Every PostgreSQL migration, in order. Append only; never edit an applied one. */
 export const PG_MIGRATIONS: readonly PgMigration[] = [
   { version: 1, name: 'initial', sql: initial },
   { version: 2, name: 'leases', sql: leases },
+  { version: 3, name: 'runners', sql: runners },
 ];
 
 /**

@@ -43,6 +43,7 @@ export function toSandbox(r: Selectable<PgSandboxRow>): SandboxRecord {
     ...(r.on_timeout === 'pause' ? { onTimeout: 'pause' as const } : {}),
     ...(r.run_started_at !== null ? { runStartedAt: r.run_started_at } : {}),
     expiresAt: r.expires_at,
+    ...(r.runner !== null ? { runner: r.runner } : {}),
   };
 }
 
@@ -107,13 +108,27 @@ export async function getVolume(q: Q, accountId: string, name: string): Promise<
     .where('account_id', '=', accountId)
     .where('name', '=', name)
     .executeTakeFirst();
-  return v ? { accountId, name, sizeGb: v.size_gb, createdAt: v.created_at } : null;
+  return v
+    ? {
+        accountId,
+        name,
+        sizeGb: v.size_gb,
+        createdAt: v.created_at,
+        ...(v.runner !== null ? { runner: v.runner } : {}),
+      }
+    : null;
 }
 
 async function insertVolume(q: Q, v: VolumeRecord): Promise<void> {
   await q
     .insertInto('volumes')
-    .values({ account_id: v.accountId, name: v.name, size_gb: v.sizeGb, created_at: v.createdAt })
+    .values({
+      account_id: v.accountId,
+      name: v.name,
+      size_gb: v.sizeGb,
+      created_at: v.createdAt,
+      runner: v.runner ?? null,
+    })
     .onConflict((oc) => oc.columns(['account_id', 'name']).doNothing())
     .execute();
 }
@@ -213,6 +228,7 @@ async function insertWithUniqueName(trx: Q, rec: SandboxRecord, newName: () => s
         on_timeout: rec.onTimeout ?? 'stop',
         run_started_at: rec.runStartedAt ?? null,
         expires_at: rec.expiresAt ?? null,
+        runner: rec.runner ?? null,
       })
       .onConflict((oc) => oc.columns(['account_id', 'name']).doNothing())
       .returning('id')
@@ -361,6 +377,7 @@ export async function listVolumes(q: Q, accountId: string): Promise<Array<Volume
     name: v.name,
     sizeGb: v.size_gb,
     createdAt: v.created_at,
+    ...(v.runner !== null ? { runner: v.runner } : {}),
     mountedBy: [...new Set(mounts.filter((m) => m.v === v.name).map((m) => m.s))],
   }));
 }
@@ -396,5 +413,49 @@ export async function deleteVolume(db: Q, accountId: string, name: string): Prom
       .where('name', '=', name)
       .executeTakeFirst();
     return Number(r.numDeletedRows) > 0;
+  });
+}
+
+/**
+ * See `Store.placeSandbox`: under the account's lock (volumes are the account's, so two
+ * placements claiming one new volume decide one after the other), then the record's row lock.
+ */
+export async function place(db: Q, id: string, runner: string): Promise<void> {
+  const owner = await db.selectFrom('sandboxes').select('account_id').where('id', '=', id).executeTakeFirst();
+  if (!owner) throw new SandboxdError('not_found', 'Sandbox not found');
+  await db.transaction().execute(async (trx) => {
+    await lockAccount(trx, owner.account_id);
+    const row = await trx.selectFrom('sandboxes').select('runner').where('id', '=', id).forUpdate().executeTakeFirst();
+    if (!row) throw new SandboxdError('not_found', 'Sandbox not found');
+    if (row.runner !== null && row.runner !== runner)
+      throw new SandboxdError('conflict', `Sandbox ${id} lives on runner ${row.runner}`, { runner: row.runner });
+    const vols = await trx
+      .selectFrom('sandbox_mounts as m')
+      .innerJoin('volumes as v', (j) =>
+        j.onRef('v.account_id', '=', 'm.account_id').onRef('v.name', '=', 'm.volume_name'),
+      )
+      .select(['v.name as name', 'v.runner as runner'])
+      .distinct()
+      .where('m.sandbox_id', '=', id)
+      .execute();
+    const other = vols.find((v) => v.runner !== null && v.runner !== runner);
+    if (other)
+      throw new SandboxdError('conflict', `Volume ${other.name} lives on runner ${other.runner}`, {
+        volume: other.name,
+        runner: other.runner,
+      });
+    await trx.updateTable('sandboxes').set({ runner }).where('id', '=', id).execute();
+    if (vols.length)
+      await trx
+        .updateTable('volumes')
+        .set({ runner })
+        .where('account_id', '=', owner.account_id)
+        .where(
+          'name',
+          'in',
+          vols.map((v) => v.name),
+        )
+        .where('runner', 'is', null)
+        .execute();
   });
 }

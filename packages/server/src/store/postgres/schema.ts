@@ -26,7 +26,7 @@ export interface PgDatabase {
     last_used_at: number | null;
   };
   sandboxes: PgSandboxRow;
-  volumes: { account_id: string; name: string; size_gb: number; created_at: number };
+  volumes: { account_id: string; name: string; size_gb: number; created_at: number; runner: string | null };
   sandbox_mounts: { sandbox_id: string; account_id: string; volume_name: string; mount_path: string };
   ledger: {
     id: Generated<number>;
@@ -71,4 +71,5 @@ export interface PgSandboxRow {
   on_timeout: 'stop' | 'pause';
   run_started_at: number | null;
   expires_at: number | null;
+  runner: string | null;
 }

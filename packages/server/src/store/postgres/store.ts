@@ -289,6 +289,9 @@ export class PostgresStore implements Store {
   async updateSandbox(id: string, u: SandboxUpdate) {
     return sb.update(this.db, id, u);
   }
+  async placeSandbox(id: string, runner: string) {
+    await sb.place(this.db, id, runner);
+  }
   async deleteSandbox(id: string) {
     await this.db.deleteFrom('sandboxes').where('id', '=', id).execute();
   }

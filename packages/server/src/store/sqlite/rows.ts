@@ -24,6 +24,7 @@ export interface SandboxRow {
   on_timeout: 'stop' | 'pause';
   run_started_at: number | null;
   expires_at: number | null;
+  runner: string | null;
 }
 
 export function toSandbox(r: SandboxRow): SandboxRecord {
@@ -47,6 +48,7 @@ export function toSandbox(r: SandboxRow): SandboxRecord {
     ...(r.on_timeout === 'pause' ? { onTimeout: 'pause' as const } : {}),
     ...(r.run_started_at !== null ? { runStartedAt: r.run_started_at } : {}),
     expiresAt: r.expires_at,
+    ...(r.runner !== null ? { runner: r.runner } : {}),
   };
 }
 

@@ -89,14 +89,15 @@ export class SqliteSandboxes {
 
   private insertWithUniqueName(rec: SandboxRecord, newName: () => string): void {
     const stmt = this.db.prepare(
-      `INSERT INTO sandboxes (id, account_id, name, image, region, env_json, volumes_json, created_at, state, stop_at, reserved_minutes, ended_at, details_json, ports_public, template, metadata_json, on_timeout, run_started_at, expires_at)
-       VALUES (@id, @accountId, @name, @image, @region, @env, @volumes, @createdAt, @state, @stopAt, @reservedMinutes, @endedAt, @details, @portsPublicInt, @template, @metadataJson, @onTimeoutText, @runStartedAtInt, @expiresAtInt)`,
+      `INSERT INTO sandboxes (id, account_id, name, image, region, env_json, volumes_json, created_at, state, stop_at, reserved_minutes, ended_at, details_json, ports_public, template, metadata_json, on_timeout, run_started_at, expires_at, runner)
+       VALUES (@id, @accountId, @name, @image, @region, @env, @volumes, @createdAt, @state, @stopAt, @reservedMinutes, @endedAt, @details, @portsPublicInt, @template, @metadataJson, @onTimeoutText, @runStartedAtInt, @expiresAtInt, @runnerText)`,
     );
     for (let attempt = 0; ; attempt++) {
       try {
-        const { portsPublic, template, metadata, onTimeout, runStartedAt, expiresAt, ...row } = rec;
+        const { portsPublic, template, metadata, onTimeout, runStartedAt, expiresAt, runner, ...row } = rec;
         stmt.run({
           ...row,
+          runnerText: runner ?? null,
           onTimeoutText: onTimeout ?? 'stop',
           runStartedAtInt: runStartedAt ?? null,
           expiresAtInt: expiresAt ?? null,
@@ -300,6 +301,7 @@ export class SqliteSandboxes {
       name: string;
       size_gb: number;
       created_at: number;
+      runner: string | null;
     }[];
     const mounts = this.db
       .prepare(
@@ -311,21 +313,58 @@ export class SqliteSandboxes {
       name: v.name,
       sizeGb: v.size_gb,
       createdAt: v.created_at,
+      ...(v.runner !== null ? { runner: v.runner } : {}),
       mountedBy: [...new Set(mounts.filter((m) => m.v === v.name).map((m) => m.s))],
     }));
   }
 
   getVolume(accountId: string, name: string): VolumeRecord | null {
     const v = this.db.prepare('SELECT * FROM volumes WHERE account_id = ? AND name = ?').get(accountId, name) as
-      | { size_gb: number; created_at: number }
+      | { size_gb: number; created_at: number; runner: string | null }
       | undefined;
-    return v ? { accountId, name, sizeGb: v.size_gb, createdAt: v.created_at } : null;
+    return v
+      ? {
+          accountId,
+          name,
+          sizeGb: v.size_gb,
+          createdAt: v.created_at,
+          ...(v.runner !== null ? { runner: v.runner } : {}),
+        }
+      : null;
   }
 
   createVolume(v: VolumeRecord): void {
     this.db
-      .prepare('INSERT OR IGNORE INTO volumes (account_id, name, size_gb, created_at) VALUES (?, ?, ?, ?)')
-      .run(v.accountId, v.name, v.sizeGb, v.createdAt);
+      .prepare('INSERT OR IGNORE INTO volumes (account_id, name, size_gb, created_at, runner) VALUES (?, ?, ?, ?, ?)')
+      .run(v.accountId, v.name, v.sizeGb, v.createdAt, v.runner ?? null);
+  }
+
+  /** See `Store.placeSandbox`. */
+  place(id: string, runner: string): void {
+    this.db
+      .transaction(() => {
+        const cur = this.get(id);
+        if (!cur) throw new SandboxdError('not_found', 'Sandbox not found');
+        if (cur.runner !== undefined && cur.runner !== runner)
+          throw new SandboxdError('conflict', `Sandbox ${id} lives on runner ${cur.runner}`, { runner: cur.runner });
+        const vols = this.db
+          .prepare(
+            'SELECT DISTINCT v.name AS name, v.runner AS runner FROM sandbox_mounts m JOIN volumes v ON v.account_id = m.account_id AND v.name = m.volume_name WHERE m.sandbox_id = ?',
+          )
+          .all(id) as { name: string; runner: string | null }[];
+        const other = vols.find((v) => v.runner !== null && v.runner !== runner);
+        if (other)
+          throw new SandboxdError('conflict', `Volume ${other.name} lives on runner ${other.runner}`, {
+            volume: other.name,
+            runner: other.runner,
+          });
+        this.db.prepare('UPDATE sandboxes SET runner = ? WHERE id = ?').run(runner, id);
+        const claim = this.db.prepare(
+          'UPDATE volumes SET runner = ? WHERE account_id = ? AND name = ? AND runner IS NULL',
+        );
+        for (const v of vols) claim.run(runner, cur.accountId, v.name);
+      })
+      .immediate();
   }
 
   deleteVolume(accountId: string, name: string): boolean {

@@ -125,6 +125,9 @@ export class SqliteStore implements Store {
   async updateSandbox(id: string, u: SandboxUpdate) {
     return this.s.update(id, u);
   }
+  async placeSandbox(id: string, runner: string) {
+    this.s.place(id, runner);
+  }
   async deleteSandbox(id: string) {
     this.s.delete(id);
   }

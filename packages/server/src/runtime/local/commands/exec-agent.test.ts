@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync, rmSync } from 'node:fs';
 import { after, before, describe, it } from 'node:test';
-import { agentBinary, ExecAgent } from './exec-agent.js';
+import { AgentGoneError, agentBinary, ExecAgent } from './exec-agent.js';
 import { HostSpawner } from './spawner.js';
 import { LocalDriver } from '../driver.js';
 import { makeTestDriver } from '../../../../test/local-driver.js';
@@ -44,6 +44,22 @@ describe('exec agent (host process)', () => {
   });
   after(() => {
     for (const c of children) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
+  });
+
+  it('a channel that breaks before the runtime exits rejects start(), with no unhandled rejection', async () => {
+    const unhandled: unknown[] = [];
+    const seen = (e: unknown) => unhandled.push(e);
+    process.on('unhandledRejection', seen);
+    try {
+      // A "runtime" that hands over the channel, closes it at once (as a sandbox deleted under
+      // a starting agent does), and exits 0 a moment later.
+      const runtime = ['/bin/sh', '-c', 'exec 0<&- 1>&-; sleep 0.3; exit 0'];
+      await assert.rejects(ExecAgent.start(runtime, 'no-such-sandbox', { user: '0:0', env: [] }), AgentGoneError);
+      await new Promise((r) => setTimeout(r, 50));
+      assert.deepEqual(unhandled, []);
+    } finally {
+      process.off('unhandledRejection', seen);
+    }
   });
 
   it('keeps stdout, stderr and exit code apart, and reports 128+signal', async () => {

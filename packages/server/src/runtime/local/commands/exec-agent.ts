@@ -148,6 +148,10 @@ export class ExecAgent {
     const ran = HostSpawner.shared().run(bin, args, {
       channel: (s) => {
         agent = ExecAgent.attach(s, s, o.timeoutMs);
+        // The channel may break before the runtime exits (the sandbox deleted meanwhile):
+        // the rejection is the caller's once `ran` settles, not an unhandled one that ends
+        // the server's process before then.
+        agent.catch(() => undefined);
       },
       timeoutMs: o.timeoutMs ?? 10_000,
     });
