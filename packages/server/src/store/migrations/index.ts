@@ -4,6 +4,7 @@ import { sql as rateCounters } from './003-rate-counters.js';
 import { sql as e2bSandboxFields } from './004-e2b-sandbox-fields.js';
 import { sql as lifecycle } from './005-lifecycle.js';
 import { sql as leases } from './006-leases.js';
+import { sql as sandboxNetwork } from './008-sandbox-network.js';
 
 /** A schema step; `version` is stored in SQLite's `user_version` once applied. */
 export interface Migration {
@@ -20,4 +21,5 @@ export const MIGRATIONS: readonly Migration[] = [
   { version: 4, name: 'e2b-sandbox-fields', sql: e2bSandboxFields },
   { version: 5, name: 'lifecycle', sql: lifecycle },
   { version: 6, name: 'leases', sql: leases },
+  { version: 8, name: 'sandbox-network', sql: sandboxNetwork },
 ];

@@ -71,4 +71,5 @@ export interface PgSandboxRow {
   on_timeout: 'stop' | 'pause';
   run_started_at: number | null;
   expires_at: number | null;
+  network_json: NullableJson;
 }

@@ -89,17 +89,18 @@ export class SqliteSandboxes {
 
   private insertWithUniqueName(rec: SandboxRecord, newName: () => string): void {
     const stmt = this.db.prepare(
-      `INSERT INTO sandboxes (id, account_id, name, image, region, env_json, volumes_json, created_at, state, stop_at, reserved_minutes, ended_at, details_json, ports_public, template, metadata_json, on_timeout, run_started_at, expires_at)
-       VALUES (@id, @accountId, @name, @image, @region, @env, @volumes, @createdAt, @state, @stopAt, @reservedMinutes, @endedAt, @details, @portsPublicInt, @template, @metadataJson, @onTimeoutText, @runStartedAtInt, @expiresAtInt)`,
+      `INSERT INTO sandboxes (id, account_id, name, image, region, env_json, volumes_json, created_at, state, stop_at, reserved_minutes, ended_at, details_json, ports_public, template, metadata_json, on_timeout, run_started_at, expires_at, network_json)
+       VALUES (@id, @accountId, @name, @image, @region, @env, @volumes, @createdAt, @state, @stopAt, @reservedMinutes, @endedAt, @details, @portsPublicInt, @template, @metadataJson, @onTimeoutText, @runStartedAtInt, @expiresAtInt, @networkJson)`,
     );
     for (let attempt = 0; ; attempt++) {
       try {
-        const { portsPublic, template, metadata, onTimeout, runStartedAt, expiresAt, ...row } = rec;
+        const { portsPublic, template, metadata, onTimeout, runStartedAt, expiresAt, network, ...row } = rec;
         stmt.run({
           ...row,
           onTimeoutText: onTimeout ?? 'stop',
           runStartedAtInt: runStartedAt ?? null,
           expiresAtInt: expiresAt ?? null,
+          networkJson: network ? JSON.stringify(network) : null,
           template: template ?? null,
           metadataJson: metadata ? JSON.stringify(metadata) : null,
           env: JSON.stringify(rec.env),
@@ -191,9 +192,10 @@ export class SqliteSandboxes {
           expiresAt: u.expiresAt !== undefined ? u.expiresAt : (cur.expiresAt ?? null),
         };
         if (u.runStartedAt !== undefined) next.runStartedAt = u.runStartedAt;
+        if (u.network !== undefined) next.network = u.network;
         this.db
           .prepare(
-            'UPDATE sandboxes SET state = ?, stop_at = ?, ended_at = ?, details_json = ?, reserved_minutes = ?, run_started_at = ?, expires_at = ? WHERE id = ?',
+            'UPDATE sandboxes SET state = ?, stop_at = ?, ended_at = ?, details_json = ?, reserved_minutes = ?, run_started_at = ?, expires_at = ?, network_json = ? WHERE id = ?',
           )
           .run(
             next.state,
@@ -203,6 +205,7 @@ export class SqliteSandboxes {
             next.reservedMinutes,
             next.runStartedAt ?? null,
             next.expiresAt ?? null,
+            next.network ? JSON.stringify(next.network) : null,
             id,
           );
         if (delta !== 0) {

@@ -58,6 +58,7 @@ export class EgressResolver {
     up.on('message', (msg, rinfo) => this.#onUpstream(msg, rinfo));
     up.on('error', () => {});
     await new Promise<void>((res, rej) => up.once('error', rej).bind(0, gw, () => res()));
+    up.unref(); // never what keeps a process alive: its server (or test) decides
     this.#up = up;
     const udp = createSocket('udp4');
     udp.on('message', (msg, rinfo) => {
@@ -67,10 +68,12 @@ export class EgressResolver {
     });
     udp.on('error', () => {});
     await new Promise<void>((res, rej) => udp.once('error', rej).bind(0, gw, () => res()));
+    udp.unref();
     this.#udp = udp;
     const tcp = createServer((s) => this.#onTcp(s));
     tcp.on('error', () => {});
     await new Promise<void>((res, rej) => tcp.once('error', rej).listen(0, gw, () => res()));
+    tcp.unref();
     this.#tcp = tcp;
     return { udp: udp.address().port, tcp: (tcp.address() as { port: number }).port };
   }

@@ -54,6 +54,7 @@ export class EgressProxy {
     const server = createServer({ pauseOnConnect: false }, (s) => this.#accept(s, kind));
     server.on('error', () => {});
     await new Promise<void>((res, rej) => server.once('error', rej).listen(0, this.o.gateway, () => res()));
+    server.unref(); // never what keeps a process alive: its server (or test) decides
     this.#servers.push(server);
     return (server.address() as { port: number }).port;
   }

@@ -85,7 +85,7 @@ export interface RulesetOptions {
  *   routes back through the veth they came in on (strict reverse path): a sandbox cannot
  *   send with another sandbox's address, the gateway's or any other. Then (nat) a query to
  *   gateway:53 of an `internet` or ruled sandbox goes to the resolver, and TCP 80/443 of a
- *   ruled sandbox, to any address, to the proxy.
+ *   ruled sandbox, to any address but those of its CIDR rules, to the proxy.
  * - input: from a sandbox only replies to connections the host opened, and what the nat
  *   rules above redirected to the resolver and the proxy; every other new connection to any
  *   host address is dropped.
@@ -126,6 +126,8 @@ export function buildRuleset(o: RulesetOptions): string {
       `    iifgroup ${g} ip daddr ${gw} tcp dport 53 ip saddr @${s.internet} dnat ip to ${gw}:${p.dnsTcp}`,
       `    iifgroup ${g} ip daddr ${gw} udp dport 53 ip saddr @${s.ruled} dnat ip to ${gw}:${p.dnsUdp}`,
       `    iifgroup ${g} ip daddr ${gw} tcp dport 53 ip saddr @${s.ruled} dnat ip to ${gw}:${p.dnsTcp}`,
+      // A CIDR rule's addresses are reached as dialled, by any name.
+      `    iifgroup ${g} ip saddr . ip daddr @${s.nets} return`,
       `    iifgroup ${g} tcp dport 80 ip saddr @${s.ruled} dnat ip to ${gw}:${p.http}`,
       `    iifgroup ${g} tcp dport 443 ip saddr @${s.ruled} dnat ip to ${gw}:${p.tls}`,
       '  }',
