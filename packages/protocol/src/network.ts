@@ -13,7 +13,7 @@ export const EgressAllowSchema = Type.Object(
     allow: Type.Array(Type.String({ minLength: 1, maxLength: 256 }), {
       maxItems: MAX_EGRESS_RULES,
       description:
-        'Each rule a domain (`pypi.org`: that name only), a wildcard (`*.npmjs.org`: every name under it, not the name itself) or an IPv4 CIDR (`203.0.113.0/24`, or one address). Private, loopback, link-local, metadata and the host\'s own addresses stay unreachable whatever the rules say.',
+        "Each rule a domain (`pypi.org`: that name only), a wildcard (`*.npmjs.org`: every name under it, not the name itself) or an IPv4 CIDR (`203.0.113.0/24`, or one address). Private, loopback, link-local, metadata and the host's own addresses stay unreachable whatever the rules say.",
     }),
   },
   { title: 'EgressAllow', additionalProperties: false },
@@ -26,7 +26,7 @@ export const EgressAllowSchema = Type.Object(
 export const EgressSchema = Type.Union([Type.Enum(['none', 'internet']), EgressAllowSchema], {
   title: 'Egress',
   description:
-    '`none`: no traffic leaves the sandbox. `internet`: every public address. `{allow}`: names resolved through the sandbox\'s resolver (for their TTL) and CIDRs; HTTP and TLS are checked by Host and SNI.',
+    "`none`: no traffic leaves the sandbox. `internet`: every public address. `{allow}`: names resolved through the sandbox's resolver (for their TTL) and CIDRs; HTTP and TLS are checked by Host and SNI.",
 });
 export type Egress = Static<typeof EgressSchema>;
 

@@ -631,7 +631,9 @@ function parseEgressDns(s: string): { host: string; port: number }[] {
     const m = /^(\d{1,3}(?:\.\d{1,3}){3})(?::(\d{1,5}))?$/.exec(item.trim());
     const port = m?.[2] === undefined ? 53 : Number(m[2]);
     if (!m || port < 1 || port > 65535)
-      throw new ConfigError(`SANDBOXD_EGRESS_DNS must be IPv4 addresses with optional ports, ip[:port],..., got "${s}"`);
+      throw new ConfigError(
+        `SANDBOXD_EGRESS_DNS must be IPv4 addresses with optional ports, ip[:port],..., got "${s}"`,
+      );
     return { host: m[1], port };
   });
 }

@@ -40,7 +40,11 @@ function within(a: EgressLevel, b: EgressLevel): boolean {
  * `planLevel`), else the server's default, lowered to what the plan allows (a plan of
  * `allow` without rules to give: `none`).
  */
-export function decideEgress(asked: Egress | undefined, serverDefault: 'none' | 'internet', planLevel: EgressLevel): Egress {
+export function decideEgress(
+  asked: Egress | undefined,
+  serverDefault: 'none' | 'internet',
+  planLevel: EgressLevel,
+): Egress {
   if (asked !== undefined) {
     if (!within(egressLevel(asked), planLevel)) throw egressPlanError(egressLevel(asked), planLevel);
     return asked;

@@ -292,7 +292,11 @@ export class SandboxService {
    */
   async updateNetwork(account: AccountRecord, id: string, network: SandboxNetwork): Promise<SandboxRecord> {
     const plan = planOf(this.d.config, account.plan);
-    const egress = decideEgress(checkEgress(network.egress, '/egress'), this.d.config.egress, plan.egress ?? 'internet');
+    const egress = decideEgress(
+      checkEgress(network.egress, '/egress'),
+      this.d.config.egress,
+      plan.egress ?? 'internet',
+    );
     const setEgress = this.d.driver.setEgress?.bind(this.d.driver);
     if (!setEgress) throw new SandboxdError('unsupported', 'This runtime cannot change the network of a sandbox');
     return this.exclusive(id, async () => {

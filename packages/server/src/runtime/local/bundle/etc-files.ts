@@ -21,7 +21,11 @@ export async function writeEtcFiles(
   address: string,
   nameserver: string,
 ): Promise<{ files: EtcFiles; setAddress: (address: string) => Promise<void> }> {
-  const files: EtcFiles = { hosts: join(dir, 'hosts'), hostname: join(dir, 'hostname'), resolv: join(dir, 'resolv.conf') };
+  const files: EtcFiles = {
+    hosts: join(dir, 'hosts'),
+    hostname: join(dir, 'hostname'),
+    resolv: join(dir, 'resolv.conf'),
+  };
   // Rewritten in place (same inode, so the bind mount shows it) once the address is known.
   const setAddress = (a: string) =>
     writeFile(files.hosts, `127.0.0.1\tlocalhost\n::1\tlocalhost\n${a ? `${a}\t${hostname}\n` : ''}`);

@@ -47,9 +47,7 @@ export class EgressResolver {
   readonly #pending = new Map<number, { resolve: (b: Buffer | null) => void; to: Upstream; timer: NodeJS.Timeout }>();
   readonly #tcpConns = new Set<TcpSocket>();
 
-  constructor(
-    private readonly o: { gateway: string; upstream: Upstream[]; policy: ResolverPolicy },
-  ) {}
+  constructor(private readonly o: { gateway: string; upstream: Upstream[]; policy: ResolverPolicy }) {}
 
   /** Binds the listeners and the upstream socket on the gateway address; resolves their ports. */
   async listen(): Promise<{ udp: number; tcp: number }> {

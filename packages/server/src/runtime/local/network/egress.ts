@@ -61,22 +61,21 @@ export class EgressGate {
   constructor(o: EgressGateOptions) {
     this.#o = o;
     const upstream = o.upstream?.length ? o.upstream : hostNameservers();
-    const gate = this;
     this.#resolver = new EgressResolver({
       gateway: o.gateway,
       upstream,
       policy: {
-        modeOf: (a) => gate.#byAddr.get(a)?.mode ?? 'none',
-        allowsName: (a, n) => gate.allowsName(a, n),
-        record: (a, n, addrs, ttl) => gate.#record(a, n, addrs, ttl),
+        modeOf: (a) => this.#byAddr.get(a)?.mode ?? 'none',
+        allowsName: (a, n) => this.allowsName(a, n),
+        record: (a, n, addrs, ttl) => this.#record(a, n, addrs, ttl),
       },
     });
     this.#proxy = new EgressProxy({
       gateway: o.gateway,
       policy: {
-        isRuled: (a) => gate.#byAddr.get(a)?.mode === 'allow',
-        allowsName: (a, n) => gate.allowsName(a, n),
-        addressesFor: (a, n) => gate.#addressesFor(a, n),
+        isRuled: (a) => this.#byAddr.get(a)?.mode === 'allow',
+        allowsName: (a, n) => this.allowsName(a, n),
+        addressesFor: (a, n) => this.#addressesFor(a, n),
       },
     });
   }

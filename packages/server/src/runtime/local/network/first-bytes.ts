@@ -47,7 +47,8 @@ export function tlsServerName(buf: Buffer): FirstBytes {
     if (buf[off + 1] !== 3) return { refused: 'not TLS' };
     const len = buf.readUInt16BE(off + 3);
     if (len === 0) return { refused: 'empty TLS record' };
-    if (buf.length < off + 5 + len) return off + 5 + len > MAX_FIRST_BYTES ? { refused: 'ClientHello too large' } : 'more';
+    if (buf.length < off + 5 + len)
+      return off + 5 + len > MAX_FIRST_BYTES ? { refused: 'ClientHello too large' } : 'more';
     parts.push(buf.subarray(off + 5, off + 5 + len));
     got += len;
     off += 5 + len;

@@ -218,7 +218,10 @@ export class NetworkManager {
     if (this.#opts.via === undefined) return;
     const via = parseVia(this.#opts.via);
     if (!existsSync(`/sys/class/net/${via.dev}`)) {
-      throw new SandboxdError('conflict', `network: the egress interface ${via.dev} (SANDBOXD_EGRESS_VIA) does not exist`);
+      throw new SandboxdError(
+        'conflict',
+        `network: the egress interface ${via.dev} (SANDBOXD_EGRESS_VIA) does not exist`,
+      );
     }
     await runTool('ip', ['-batch', '-'], { input: viaRoutingScript(via, this.#subnet, this.#group) });
   }
