@@ -43,6 +43,17 @@ describe('egress by rule', {
   };
   const served = (r: ProbeResult) => (r.ok && r.status === 200 ? JSON.parse(r.body!) : null);
   const dnsAsked = (part: string) => fi.log.some((l) => l.dns?.includes(part));
+  /** Waits (bounded) until the warm pool holds a started sandbox of DEBIAN. */
+  const poolReady = async () => {
+    for (let i = 0; i < 600; i++) {
+      const m = /sandboxd_warm_pool_ready\{image="local\/debian:bookworm"\} (\d+)/.exec(
+        await (await fetch(`${s.baseUrl}/metrics`)).text(),
+      );
+      if (Number(m?.[1] ?? 0) >= 1) return;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    assert.fail('the warm pool did not fill');
+  };
 
   before(async () => {
     const dataDir = mkdtempSync(join(tmpdir(), 'sandboxd-e2e-'));
@@ -111,6 +122,7 @@ describe('egress by rule', {
 
   it('allow rules: allowed names over HTTP and HTTPS, a wildcard, a CIDR; the rest refused', async () => {
     const rules = [NET.allowed.name, `*.${NET.wild.suffix}`, NET.cidr.prefix, NET.rebind.name];
+    await poolReady();
     const r = await create({ network: { egress: { allow: rules } } });
     assert.equal(r.status, 201, r.text);
     ids.ruled = r.body.sandbox.id;

@@ -44,7 +44,10 @@ export class EgressResolver {
   #udp: Socket | undefined;
   #tcp: Server | undefined;
   #up: Socket | undefined;
-  readonly #pending = new Map<number, { resolve: (b: Buffer | null) => void; to: Upstream; timer: NodeJS.Timeout }>();
+  readonly #pending = new Map<
+    number,
+    { resolve: (b: Buffer | null) => void; to: Upstream; sent: Buffer; timer: NodeJS.Timeout }
+  >();
   readonly #tcpConns = new Set<TcpSocket>();
 
   constructor(private readonly o: { gateway: string; upstream: Upstream[]; policy: ResolverPolicy }) {}
@@ -152,8 +155,8 @@ export class EgressResolver {
         const timer = setTimeout(() => {
           this.#pending.delete(ours);
           resolve(null);
-        }, UPSTREAM_TIMEOUT_MS);
-        this.#pending.set(ours, { resolve, to, timer });
+        }, this.o.upstreamTimeoutMs ?? UPSTREAM_TIMEOUT_MS);
+        this.#pending.set(ours, { resolve, to, sent: out, timer });
         up.send(out, to.port, to.host, (err) => {
           if (err) {
             clearTimeout(timer);
@@ -162,7 +165,7 @@ export class EgressResolver {
           }
         });
       });
-      if (got && sameQuestion(got, msg)) {
+      if (got) {
         const back = Buffer.from(got);
         back.writeUInt16BE(id, 0);
         return back;
@@ -174,7 +177,7 @@ export class EgressResolver {
   #onUpstream(msg: Buffer, rinfo: RemoteInfo): void {
     if (msg.length < 12) return;
     const p = this.#pending.get(msg.readUInt16BE(0));
-    if (!p || p.to.host !== rinfo.address || p.to.port !== rinfo.port) return;
+    if (!p || p.to.host !== rinfo.address || p.to.port !== rinfo.port || !sameQuestion(msg, p.sent)) return;
     this.#pending.delete(msg.readUInt16BE(0));
     clearTimeout(p.timer);
     p.resolve(msg);
