@@ -178,6 +178,15 @@ export class EgressGate {
     if (!p || p.mode !== 'allow') return;
     const ttl = Math.min(MAX_ANSWER_TTL_S, Math.max(MIN_ANSWER_TTL_S, Math.floor(ttlS)));
     const usable = addrs.filter((a) => !this.isBlocked(a));
+    // The same answer again while more than half of its time is left: its elements stand.
+    const had = p.names.get(name);
+    if (
+      had &&
+      had.addrs.length === usable.length &&
+      usable.every((a) => had.addrs.includes(a)) &&
+      had.until - Date.now() > (ttl * 1000) / 2
+    )
+      return;
     const t = this.#o.table;
     // add, delete, add: the element gets this answer's timeout even if it was there already.
     const lines = usable.flatMap((a) => {
@@ -188,10 +197,24 @@ export class EgressGate {
         `add element inet ${t} ${EGRESS_SETS.resolved} ${e}`,
       ];
     });
+    const until = Date.now() + ttl * 1000;
     await this.#nft.run(lines);
-    p.names.delete(name);
-    p.names.set(name, { addrs: usable, until: Date.now() + ttl * 1000 });
-    if (p.names.size > MAX_NAMES_PER_SANDBOX) p.names.delete(p.names.keys().next().value!);
+    if (this.#byAddr.get(address) !== p) {
+      // The sandbox's egress changed meanwhile: keep the elements only if the new one allows the name.
+      if (!this.allowsName(address, name)) {
+        await this.#nft.run(
+          usable.flatMap((a) => [
+            `add element inet ${t} ${EGRESS_SETS.resolved} { ${address} . ${a} }`,
+            `delete element inet ${t} ${EGRESS_SETS.resolved} { ${address} . ${a} }`,
+          ]),
+        );
+        return;
+      }
+    }
+    const current = this.#byAddr.get(address) ?? p;
+    current.names.delete(name);
+    current.names.set(name, { addrs: usable, until });
+    if (current.names.size > MAX_NAMES_PER_SANDBOX) current.names.delete(current.names.keys().next().value!);
   }
 
   async #addressesFor(address: string, name: string): Promise<string[]> {
