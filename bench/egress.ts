@@ -82,8 +82,10 @@ try {
       });
       if (r.exitCode !== 0) throw new Error(`${mode}: ${r.stderr}`);
       if (i < WARMUP) continue;
-      for (const [c, ms] of Object.entries(JSON.parse(r.stdout) as Record<string, number>))
-        (samples[`${c}, ${mode}`] ??= []).push(ms);
+      for (const [c, ms] of Object.entries(JSON.parse(r.stdout) as Record<string, number>)) {
+        samples[`${c}, ${mode}`] ??= [];
+        samples[`${c}, ${mode}`].push(ms);
+      }
     }
   }
   const c = uplink.counters();

@@ -50,7 +50,15 @@ export class EgressResolver {
   >();
   readonly #tcpConns = new Set<TcpSocket>();
 
-  constructor(private readonly o: { gateway: string; upstream: Upstream[]; policy: ResolverPolicy }) {}
+  constructor(
+    private readonly o: {
+      gateway: string;
+      upstream: Upstream[];
+      policy: ResolverPolicy;
+      /** How long each upstream gets to answer (default 2000). */
+      upstreamTimeoutMs?: number;
+    },
+  ) {}
 
   /** Binds the listeners and the upstream socket on the gateway address; resolves their ports. */
   async listen(): Promise<{ udp: number; tcp: number }> {
@@ -115,7 +123,7 @@ export class EgressResolver {
     const raw = await this.#forward(msg, q.id);
     if (!raw) return reply(q, RCODE.SERVFAIL);
     const a = answersOf(raw);
-    if (a && a.addrs.length) {
+    if (a?.addrs.length) {
       try {
         await this.o.policy.record(from, name, a.addrs, a.ttlS);
       } catch {

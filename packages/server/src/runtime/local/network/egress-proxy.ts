@@ -87,8 +87,8 @@ export class EgressProxy {
       if (r === 'more') return;
       s.off('data', onData);
       s.pause();
-      if ('refused' in r) return this.#refuse(s, kind, r.refused);
-      void this.#relay(s, kind, from, r.name, head);
+      if ('refused' in r) this.#refuse(s, kind, r.refused);
+      else void this.#relay(s, kind, from, r.name, head);
     };
     s.on('data', onData);
     s.on('end', () => {

@@ -175,7 +175,7 @@ export class EgressGate {
 
   async #record(address: string, name: string, addrs: string[], ttlS: number): Promise<void> {
     const p = this.#byAddr.get(address);
-    if (!p || p.mode !== 'allow') return;
+    if (p?.mode !== 'allow') return;
     const ttl = Math.min(MAX_ANSWER_TTL_S, Math.max(MIN_ANSWER_TTL_S, Math.floor(ttlS)));
     const usable = addrs.filter((a) => !this.isBlocked(a));
     // The same answer again while more than half of its time is left: its elements stand.

@@ -102,7 +102,7 @@ export function buildRuleset(o: RulesetOptions): string {
   const g = String(o.group);
   const s = EGRESS_SETS;
   const blocked = blockedPrefixes(o.hostNetworks).map(formatPrefix);
-  const p = o.ports && o.ports.dnsUdp && o.ports.dnsTcp && o.ports.http && o.ports.tls ? o.ports : null;
+  const p = o.ports?.dnsUdp && o.ports.dnsTcp && o.ports.http && o.ports.tls ? o.ports : null;
   const gw = o.gateway;
   const lines = [
     `table inet ${t} {}`,
