@@ -46,6 +46,7 @@ export const UNARY_METHODS = [
   'snapshot',
   'deleteImage',
   'listSnapshots',
+  'setEgress',
   'delete',
   'exec',
   'execBackground',
