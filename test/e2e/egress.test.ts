@@ -29,6 +29,7 @@ describe('egress by rule', {
   let fi: FakeInternet;
   let uplink: ReturnType<typeof watchUplink>;
   let subnet: string;
+  let env: Record<string, string>;
   const ids: Record<string, string> = {};
 
   const create = async (body: Record<string, unknown>, key = ADMIN_KEY) =>
@@ -64,6 +65,12 @@ describe('egress by rule', {
     uplink = watchUplink(String(n), subnet, uplinkDev(), fi.hostDev);
     const config = join(dataDir, 'plans.json');
     writeFileSync(config, JSON.stringify({ plans: { NOEGRESS: { egress: 'none' }, RULES: { egress: 'allow' } } }));
+    env = {
+      SANDBOXD_CONFIG: config,
+      SANDBOXD_EGRESS_VIA: fi.via,
+      SANDBOXD_EGRESS_DNS: NET.dns,
+      SANDBOXD_WARM_POOL: `${DEBIAN}=2`,
+    };
     s = await startServer({
       dataDir,
       env: {
@@ -278,7 +285,7 @@ describe('egress by rule', {
     assert.deepEqual([noneName.ok, noneRaw.ok], [false, false]);
   });
 
-  it("stop and start keep the rules; nothing reached the host's real uplink", async () => {
+  it("stop and start, and a kill -9 and restart, keep the rules; nothing reached the host's real uplink", async () => {
     assert.equal((await s.api('POST', `/api/v1/sandboxes/${ids.internet}/stop`)).status, 200);
     const p = await s.api('PATCH', `/api/v1/sandboxes/${ids.internet}/network`, {
       body: { egress: { allow: [NET.allowed.name] } },
@@ -291,6 +298,17 @@ describe('egress by rule', {
     ]);
     assert.equal(served(allowed)?.ip, NET.allowed.ip, JSON.stringify(allowed));
     assert.equal(denied.ok, false);
+    // kill -9 and a restart: the table is made anew, the adopted sandboxes' egress put back.
+    await s.kill('SIGKILL');
+    s = await startServer({ dataDir: s.dataDir, env });
+    const [again, stillDenied] = await probe(ids.internet, [
+      { op: 'https', to: NET.allowed.name, sni: NET.allowed.name },
+      { op: 'http', to: NET.denied.ip, host: 'x', port: 8080 },
+    ]);
+    const [ruledAgain] = await probe(ids.ruled, [{ op: 'http', to: NET.denied.ip, host: 'x', port: 8080 }]);
+    assert.equal(served(again)?.ip, NET.allowed.ip, `after a restart: ${JSON.stringify(again)}`);
+    assert.equal(stillDenied.ok, false, 'after a restart');
+    assert.equal(served(ruledAgain)?.ip, NET.denied.ip, 'internet, set before the restart, holds after it');
     const c = uplink.counters();
     assert.ok(c.via > 0, `the control counter saw the traffic to the fake internet (${c.via})`);
     assert.equal(c.uplink, 0, 'packets from the sandbox subnet toward the real uplink');
