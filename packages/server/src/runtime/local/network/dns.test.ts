@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { createSocket, type Socket } from 'node:dgram';
+import { connect } from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import * as dnsPacket from 'dns-packet';
 import { EgressResolver } from './dns.js';
@@ -50,7 +51,12 @@ describe('the sandboxes resolver', () => {
   let up: Awaited<ReturnType<typeof upstream>>;
   let resolver: EgressResolver;
   const recorded: unknown[] = [];
-  const modes: Record<string, 'none' | 'internet' | 'allow'> = { '10.0.0.2': 'allow', '10.0.0.3': 'internet' };
+  const modes: Record<string, 'none' | 'internet' | 'allow'> = {
+    '10.0.0.2': 'allow',
+    '10.0.0.3': 'internet',
+    '127.0.0.1': 'allow', // the TCP case connects from here
+  };
+  let ports: { udp: number; tcp: number };
 
   before(async () => {
     up = await upstream({
@@ -68,7 +74,7 @@ describe('the sandboxes resolver', () => {
         record: async (a, n, addrs, ttl) => void recorded.push({ a, n, addrs, ttl }),
       },
     });
-    await resolver.listen();
+    ports = await resolver.listen();
   });
   after(() => {
     resolver.close();
@@ -119,6 +125,33 @@ describe('the sandboxes resolver', () => {
       const junk = Buffer.from(Array.from({ length: 12 + (i % 60) }, (_, j) => (i * 31 + j * 7) & 255));
       await resolver.answer(junk, '10.0.0.2');
     }
+  });
+
+  it('answers over TCP too (length-prefixed, several queries on one connection)', async () => {
+    const sock = connect({ host: '127.0.0.1', port: ports.tcp });
+    await new Promise((r) => sock.once('connect', r));
+    const frame = (m: Buffer) => Buffer.concat([Buffer.from([m.length >> 8, m.length & 255]), m]);
+    sock.write(Buffer.concat([frame(query('pypi.org', 'A', 1)), frame(query('evil.test', 'A', 2))]));
+    let buf = Buffer.alloc(0);
+    const replies: ReturnType<typeof decode>[] = [];
+    await new Promise<void>((done) => {
+      sock.on('data', (d: Buffer) => {
+        buf = Buffer.concat([buf, d]);
+        while (buf.length >= 2 && buf.length >= 2 + buf.readUInt16BE(0)) {
+          replies.push(decode(buf.subarray(2, 2 + buf.readUInt16BE(0))));
+          buf = buf.subarray(2 + buf.readUInt16BE(0));
+        }
+        if (replies.length === 2) done();
+      });
+    });
+    sock.destroy();
+    assert.deepEqual(
+      replies.map((r) => [r.id, r.rcode, r.answers?.length]),
+      [
+        [1, 'NOERROR', 2],
+        [2, 'NXDOMAIN', 0],
+      ],
+    );
   });
 
   it('takes a reply only from the upstream it asked, to its question: forged ones are ignored', async () => {
