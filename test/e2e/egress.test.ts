@@ -9,13 +9,13 @@
  * The sandboxes are claimed from the warm pool (which starts them with `none`).
  */
 import assert from 'node:assert/strict';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { execFileSync } from 'node:child_process';
 import { ADMIN_KEY, newAccount, RUNTIME, type Server, startServer } from './harness.js';
-import { localOptions } from './local-runtime.js';
+import { localOptions, teardownLocal } from './local-runtime.js';
 import { type FakeInternet, NET, startFakeInternet, uplinkDev, watchUplink } from './fake-internet.js';
 import { type Probe, type ProbeResult, probeCommand } from './egress-probe.js';
 
@@ -71,14 +71,11 @@ describe('egress by rule', {
       SANDBOXD_EGRESS_DNS: NET.dns,
       SANDBOXD_WARM_POOL: `${DEBIAN}=2`,
     };
-    s = await startServer({
-      dataDir,
-      env: {
-        SANDBOXD_CONFIG: config,
-        SANDBOXD_EGRESS_VIA: fi.via,
-        SANDBOXD_EGRESS_DNS: NET.dns,
-        SANDBOXD_WARM_POOL: `${DEBIAN}=2`,
-      },
+    // The dir is ours (startServer cleans up only after dirs it made): a failed start is undone here.
+    s = await startServer({ dataDir, env }).catch(async (e) => {
+      await teardownLocal(dataDir).catch(() => {});
+      rmSync(dataDir, { recursive: true, force: true });
+      throw e;
     });
   });
 
