@@ -41,7 +41,7 @@ export function createCommand(ctx: Context): Command {
         'pause',
       ]),
     )
-    .option('--egress <mode>', 'what it may reach outside: none or internet (default: the server\'s)')
+    .option('--egress <mode>', "what it may reach outside: none or internet (default: the server's)")
     .option('-a, --allow <rule>', 'egress by rule instead: a domain, *.domain or IPv4 CIDR (repeatable)', collect)
     .option('-q, --quiet', 'print only the id')
     .option('--json', 'print the sandbox as JSON')

@@ -9,11 +9,13 @@ import { CliError, collect, printJson } from '../ui.js';
  */
 export function egressOption(mode: string | undefined, allow: string[] | undefined): Egress | undefined {
   if (allow?.length) {
-    if (mode !== undefined && mode !== 'allow') throw new CliError('--allow and --egress none|internet exclude each other');
+    if (mode !== undefined && mode !== 'allow')
+      throw new CliError('--allow and --egress none|internet exclude each other');
     return { allow };
   }
   if (mode === undefined) return undefined;
-  if (mode !== 'none' && mode !== 'internet') throw new CliError(`--egress must be none or internet (got "${mode}"); rules go in --allow`);
+  if (mode !== 'none' && mode !== 'internet')
+    throw new CliError(`--egress must be none or internet (got "${mode}"); rules go in --allow`);
   return mode;
 }
 

@@ -225,7 +225,10 @@ describe('E2B control API (fake runtime)', () => {
       [{ allow_internet_access: false }, 'none'],
       [{ allow_internet_access: true }, 'internet'],
       [{ network: { denyOut: ['0.0.0.0/0'], allowPublicTraffic: true, allowOut: [], httpsPorts: [] } }, 'none'],
-      [{ network: { denyOut: ['0.0.0.0/0'], allowOut: ['pypi.org', '1.1.1.1'] } }, { allow: ['pypi.org', '1.1.1.1/32'] }],
+      [
+        { network: { denyOut: ['0.0.0.0/0'], allowOut: ['pypi.org', '1.1.1.1'] } },
+        { allow: ['pypi.org', '1.1.1.1/32'] },
+      ],
       [{ autoPause: false, autoResume: { enabled: false }, volumeMounts: [], mcp: null, secure: false }, 'none'],
     ] as const) {
       const r = await u.e2b('POST', '/v2/sandboxes', { templateID: 'local/busybox:latest', timeout: 60, ...extra });

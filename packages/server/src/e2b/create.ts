@@ -1,6 +1,6 @@
 import { type Egress, EnvMap } from '@sandboxd/protocol';
 import { type Static, Type } from 'typebox';
-import type { Config, E2bTemplate } from '../config.js';
+import type { E2bTemplate } from '../config.js';
 
 /*
  * E2B's sandbox creation (`POST /v2/sandboxes`, `NewSandboxV2`, and the older
@@ -97,9 +97,7 @@ export function unsupportedIn(b: NewSandbox): string[] {
   if (n) {
     const denyAll = present(n.denyOut) && (n.denyOut?.every((x) => x === ALL_TRAFFIC) ?? false);
     if (present(n.allowOut) && !denyAll)
-      no(
-        'egress rules without denying all other traffic (network.allowOut needs network.denyOut: ["0.0.0.0/0"])',
-      );
+      no('egress rules without denying all other traffic (network.allowOut needs network.denyOut: ["0.0.0.0/0"])');
     if (present(n.denyOut) && !denyAll)
       no('egress deny lists (network.denyOut); only denying all traffic, with network.allowOut as the exceptions');
     if (present(n.rules)) no('egress transform rules (network.rules)');
