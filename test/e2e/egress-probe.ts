@@ -7,7 +7,8 @@ export type Probe =
   | { op: 'resolve'; name: string }
   | { op: 'http'; to: string; host: string; port?: number }
   | { op: 'https'; to: string; sni: string | null; host?: string }
-  | { op: 'dns'; server: string; name: string };
+  | { op: 'dns'; server: string; name: string }
+  | { op: 'udp'; to: string; port: number };
 
 export interface ProbeResult {
   ok: boolean;
@@ -63,6 +64,11 @@ def run(o):
             s.sendto(q, (o['server'], 53))
             d = s.recv(4096)
             return {'ok': True, 'rcode': d[3] & 15, 'answers': struct.unpack('>H', d[6:8])[0]}
+        if k == 'udp':
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            s.settimeout(2)
+            s.sendto(b'ping', (o['to'], o['port']))
+            return {'ok': True, 'body': s.recv(512).decode()}
         return {'ok': False, 'error': 'unknown op'}
     except Exception as e:
         return {'ok': False, 'error': type(e).__name__ + ': ' + str(e)}

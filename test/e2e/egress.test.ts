@@ -163,6 +163,12 @@ describe('egress by rule', {
     assert.equal(served(cidr)?.ip, NET.cidr.ip, JSON.stringify(cidr));
     assert.equal(served(cidrHttp)?.ip, NET.cidr.ip, 'a CIDR is reached as dialled, TLS without SNI included');
 
+    const [quic, udp] = await probe(ids.ruled, [
+      { op: 'udp', to: NET.allowed.ip, port: 443 },
+      { op: 'udp', to: NET.allowed.ip, port: 9999 },
+    ]);
+    assert.equal(quic.ok, false, "UDP 443 (QUIC: its SNI is out of the proxy's reach) to a name-ruled address");
+    assert.equal(udp.body, `${NET.allowed.ip}:9999`, "UDP to another port of an allowed name's address");
     const [deniedName, deniedIp, deniedIpHttp, otherPort, resolvedPort] = await probe(ids.ruled, [
       { op: 'resolve', name: NET.denied.name },
       { op: 'http', to: NET.denied.ip, host: NET.denied.ip, port: 8080 },
@@ -245,6 +251,8 @@ describe('egress by rule', {
       .split(/\s+/)[3]
       .split('/')[0];
     const gateway = subnet.replace(/0\/24$/, '1');
+    const [quicOpen] = await probe(ids.internet, [{ op: 'udp', to: NET.denied.ip, port: 443 }]);
+    assert.equal(quicOpen.body, `${NET.denied.ip}:443`, 'internet: UDP 443 too');
     const [name, raw, tls, metadata, metadataTls, priv, link, host, gw] = await probe(ids.internet, [
       { op: 'resolve', name: NET.denied.name },
       { op: 'http', to: NET.denied.ip, host: 'x', port: 8080 },

@@ -2,7 +2,8 @@
  * The servers of the fake internet (test/e2e/fake-internet.ts), run inside its network
  * namespace: a DNS server (dns-packet) answering A records from a table (and a wildcard),
  * and on every address HTTP on 80 and 8080 and HTTPS on 443 (a self-signed certificate),
- * each answering JSON `{ip, port, host}` (the address it was reached on, the Host it got).
+ * each answering JSON `{ip, port, host}` (the address it was reached on, the Host it got),
+ * and a UDP echo on 443 and 9999.
  * Every DNS question and request is printed as a JSON line; `ready` once all listen.
  * argv[2]: JSON `{dns: ip, records: {name: ip}, wildcards: {suffix: ip}, addrs: [ip], cert, key}`.
  */
@@ -60,6 +61,14 @@ const handler = (port: number) => (req: IncomingMessage, res: ServerResponse) =>
   res.end(JSON.stringify(body));
 };
 
+/** UDP echo on 443 (where QUIC would be) and 9999: answers `<its address>:<port>`. */
+const udpEcho = (addr: string, port: number) =>
+  new Promise<void>((r) => {
+    const u = createSocket('udp4');
+    u.on('message', (_m, rinfo) => u.send(`${addr}:${port}`, rinfo.port, rinfo.address));
+    u.bind(port, addr, () => r());
+  });
+
 const tls = { cert: readFileSync(cfg.cert), key: readFileSync(cfg.key) };
 const listening: Promise<void>[] = [
   new Promise((r) => dns.bind(53, cfg.dns, () => r())),
@@ -67,6 +76,8 @@ const listening: Promise<void>[] = [
     new Promise<void>((r) => createHttp(handler(80)).listen(80, addr, () => r())),
     new Promise<void>((r) => createHttp(handler(8080)).listen(8080, addr, () => r())),
     new Promise<void>((r) => createHttps(tls, handler(443)).listen(443, addr, () => r())),
+    udpEcho(addr, 443),
+    udpEcho(addr, 9999),
   ]),
 ];
 await Promise.all(listening);

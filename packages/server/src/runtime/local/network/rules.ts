@@ -93,7 +93,8 @@ export interface RulesetOptions {
  *   packets of connections already allowed, then nothing to the host's own, broadcast or
  *   multicast addresses, non-public ranges or the host's other networks; then `internet`
  *   sandboxes reach the rest, ruled ones the addresses their allowed names resolved to
- *   (until the answer's TTL) and their CIDRs; everything else is dropped.
+ *   (until the answer's TTL; UDP 443, QUIC, only within their CIDRs) and their CIDRs;
+ *   everything else is dropped.
  * - postrouting: what leaves from the subnet (sandboxes, and the resolver and proxy, which
  *   speak from the gateway address) is masqueraded.
  */
@@ -153,6 +154,8 @@ export function buildRuleset(o: RulesetOptions): string {
     `    iifgroup ${g} fib daddr type { local, broadcast, multicast, anycast } drop`,
     `    iifgroup ${g} ip daddr { ${blocked.join(', ')} } drop`,
     `    iifgroup ${g} ip saddr @${s.internet} accept`,
+    // QUIC carries its SNI where the proxy cannot read it: ruled sandboxes fall back to TCP.
+    `    iifgroup ${g} ip saddr @${s.ruled} udp dport 443 ip saddr . ip daddr != @${s.nets} drop`,
     `    iifgroup ${g} ip saddr . ip daddr @${s.resolved} accept`,
     `    iifgroup ${g} ip saddr . ip daddr @${s.nets} accept`,
     `    iifgroup ${g} drop`,
