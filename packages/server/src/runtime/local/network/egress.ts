@@ -11,6 +11,7 @@ import { contains, formatPrefix, ipToInt, mergePrefixes, parsePrefix, type Prefi
 import { EgressResolver, type Upstream } from './dns.js';
 import { EgressProxy } from './egress-proxy.js';
 import { NftBatcher } from './nft-batch.js';
+import { NftSession } from './nft-session.js';
 import { EGRESS_SETS, type EgressPorts } from './rules.js';
 
 /** The shortest time an answer's addresses stay allowed, whatever its TTL (the client still has to connect). */
@@ -52,7 +53,7 @@ export interface EgressGateOptions {
 export class EgressGate {
   readonly #o: EgressGateOptions;
   readonly #byAddr = new Map<string, Policy>();
-  readonly #nft = new NftBatcher();
+  readonly #nft: NftBatcher;
   readonly #resolver: EgressResolver;
   readonly #proxy: EgressProxy;
   #ports: EgressPorts | undefined;
@@ -60,6 +61,7 @@ export class EgressGate {
 
   constructor(o: EgressGateOptions) {
     this.#o = o;
+    this.#nft = new NftBatcher(new NftSession(`inet ${o.table}`, EGRESS_SETS.marker));
     const upstream = o.upstream?.length ? o.upstream : hostNameservers();
     this.#resolver = new EgressResolver({
       gateway: o.gateway,
@@ -96,6 +98,7 @@ export class EgressGate {
   close(): void {
     this.#resolver.close();
     this.#proxy.close();
+    this.#nft.close();
     this.#ports = undefined;
   }
 

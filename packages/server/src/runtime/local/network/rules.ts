@@ -43,6 +43,8 @@ export const EGRESS_SETS = {
   resolved: 'egress_resolved',
   /** `sandbox . prefix` of CIDR rules (interval set). */
   nets: 'egress_nets',
+  /** Always empty: listed after each batch of a long-lived `nft -i` to tell that it is done. */
+  marker: 'egress_marker',
 } as const;
 
 /** The host ports the egress services listen on (on the gateway address); 0 = not running. */
@@ -113,6 +115,7 @@ export function buildRuleset(o: RulesetOptions): string {
     `  set ${s.ruled} { type ipv4_addr; }`,
     `  set ${s.resolved} { type ipv4_addr . ipv4_addr; flags timeout; }`,
     `  set ${s.nets} { type ipv4_addr . ipv4_addr; flags interval; }`,
+    `  set ${s.marker} { type ipv4_addr; }`,
     '  chain prerouting {',
     '    type filter hook prerouting priority -10; policy accept;',
     `    iifgroup ${g} meta nfproto ipv6 drop`,
