@@ -10,6 +10,8 @@ const BATCH_TIMEOUT_MS = 5000;
  * between is that batch's error. This saves a process per batch (~3-25 ms here) on the path
  * of a DNS answer. Any trouble (no nft, a timeout, an exit) closes the session and rejects:
  * the caller runs the batch with `nft -f -` instead and a later batch starts a new session.
+ * It is started with node's own `spawn` (not the host spawner, which runs programs to their
+ * end): once per process, not per batch. It ends with the server (its stdin closes).
  */
 export class NftSession {
   #child: ChildProcessWithoutNullStreams | undefined;
