@@ -18,8 +18,9 @@ fail() { echo "sandboxd set-up: $*" >&2; exit 1; }
 
 PKGS="crun runc catatonit skopeo umoci mmdebstrap busybox-static e2fsprogs iproute2 nftables golang-github-containers-common util-linux ca-certificates libseccomp-dev"
 # Tests only: a real browser for the console suite, a real registry for the pull tests, and
-# PostgreSQL for the store suite on PostgreSQL (the tests start their own server in a temp dir).
-[ "$for_tests" = 1 ] && PKGS="$PKGS chromium docker-registry postgresql"
+# PostgreSQL for the store suite on PostgreSQL (the tests start their own server in a temp dir),
+# openssl for the self-signed certificates of the egress suite's fake internet.
+[ "$for_tests" = 1 ] && PKGS="$PKGS chromium docker-registry postgresql openssl"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -113,6 +113,44 @@ describe('sbx lifecycle verbs against a stub server', { timeout: 120_000 }, () =
     assert.throws(() => parsePairs(['novalue'], '--metadata'), /--metadata must be KEY=VALUE/);
   });
 
+  it('create --allow / --egress and `sbx network` send network.egress; contradictions never reach the server', async () => {
+    const rules = ['pypi.org', '*.npmjs.org', '203.0.113.0/24'];
+    replies.set('POST /api/v1/sandboxes', {
+      status: 201,
+      body: { sandbox: sandbox({ network: { egress: { allow: rules } } }) },
+    });
+    const r = await sbx(['create', '--allow', rules[0], '-a', rules[1], '-a', rules[2]]);
+    ok(r);
+    assert.deepEqual(JSON.parse(seen[0].body).network, { egress: { allow: rules } });
+    assert.match(r.stdout, /egress {4}allow: pypi\.org, \*\.npmjs\.org, 203\.0\.113\.0\/24/);
+    ok(await sbx(['create', '--egress', 'internet']));
+    assert.deepEqual(JSON.parse(seen[1].body).network, { egress: 'internet' });
+    const both = await sbx(['create', '--egress', 'none', '--allow', 'pypi.org']);
+    assert.equal(both.code, 1);
+    assert.match(both.stderr, /--allow and --egress none\|internet exclude each other/);
+    const odd = await sbx(['create', '--egress', 'some']);
+    assert.equal(odd.code, 1);
+    assert.match(odd.stderr, /--egress must be none or internet/);
+    assert.equal(seen.length, 2);
+
+    replies.set(`PATCH /api/v1/sandboxes/${ID}/network`, {
+      status: 200,
+      body: { id: ID, network: { egress: { allow: ['files.pythonhosted.org'] } } },
+    });
+    const n = await sbx(['network', ID, '-a', 'files.pythonhosted.org']);
+    ok(n);
+    assert.equal(n.stdout, `${ID} egress: allow: files.pythonhosted.org\n`);
+    assert.deepEqual(
+      posts().at(-1),
+      `PATCH /api/v1/sandboxes/${ID}/network {"egress":{"allow":["files.pythonhosted.org"]}}`,
+    );
+    ok(await sbx(['network', ID, 'none']));
+    assert.deepEqual(posts().at(-1), `PATCH /api/v1/sandboxes/${ID}/network {"egress":"none"}`);
+    const nothing = await sbx(['network', ID]);
+    assert.equal(nothing.code, 1);
+    assert.match(nothing.stderr, /say none, internet, or --allow RULE/);
+  });
+
   it('create sends --metadata (repeatable) and --on-timeout; bad values never reach the server', async () => {
     replies.set('POST /api/v1/sandboxes', {
       status: 201,

@@ -8,6 +8,7 @@ import { SandboxdApiError } from '@sandboxd/sdk';
 import { createContext } from './context.js';
 import { cpCommand } from './commands/cp.js';
 import { createCommand } from './commands/create.js';
+import { networkCommand } from './commands/network.js';
 import { execCommand } from './commands/exec.js';
 import { imagesCommand } from './commands/images.js';
 import { keysCommand } from './commands/keys.js';
@@ -62,6 +63,7 @@ export function buildProgram(): Command {
     cpCommand(ctx),
     shellCommand(ctx),
     timeoutCommand(ctx),
+    networkCommand(ctx),
     ...lifecycleCommands(ctx),
     snapshotCommand(ctx),
     rmCommand(ctx),

@@ -10,3 +10,4 @@ export * from './images.js';
 export * from './files.js';
 export * from './processes.js';
 export * from './health.js';
+export * from './network.js';

@@ -1,5 +1,6 @@
 import { Type, type Static } from 'typebox';
 import { DateTime, LIMITS, PageQuery, SANDBOX_ID_PATTERN, VOLUME_NAME_PATTERN } from './common.js';
+import { SandboxNetworkSchema } from './network.js';
 
 /** Sandbox lifecycle states visible on the wire. */
 export const SANDBOX_STATES = ['started', 'paused', 'stopped', 'error'] as const;
@@ -45,6 +46,7 @@ export const SandboxSchema = Type.Object(
           "Paused, stopped or error: when the sandbox and what it kept (memory, root layer) are deleted (the plan's `pausedRetentionMs` after a pause; 24 hours after a stop).",
       }),
     ),
+    network: Type.Optional(SandboxNetworkSchema),
   },
   { title: 'Sandbox', additionalProperties: false },
 );
@@ -116,6 +118,7 @@ export const SandboxCreateSchema = Type.Object(
         description: 'At `stopAt`: `stop` (default; the root layer is kept for `start`) or `pause`.',
       }),
     ),
+    network: Type.Optional(SandboxNetworkSchema),
   },
   { title: 'SandboxCreate', additionalProperties: false },
 );

@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { after, before, beforeEach, describe, it } from 'node:test';
 import { SandboxdClient } from './client.js';
-import { ConflictError, NotFoundError, QuotaExceededError } from './errors.js';
+import { ConflictError, NotFoundError, QuotaExceededError, ValidationError } from './errors.js';
 import { HttpClient } from './http.js';
 import { listQueryParams } from './lifecycle.js';
 import { Sandbox } from './sandbox.js';
@@ -133,6 +133,30 @@ describe('sandbox lifecycle, snapshots and list filters', { timeout: 30_000 }, (
     assert.deepEqual(sb.metadata, { env: 'ci' });
     assert.equal(sb.onTimeout, 'pause');
     assert.equal(sb.expiresAt, undefined);
+  });
+
+  it('create sends network.egress; setNetwork PATCHes it and keeps the answer; a bad rule is a ValidationError', async () => {
+    replies.set('POST /api/v1/sandboxes', {
+      status: 201,
+      body: { sandbox: info({ network: { egress: { allow: ['pypi.org'] } } }) },
+    });
+    const sb = await client.sandboxes.create({ image: 'img', network: { egress: { allow: ['pypi.org'] } } });
+    assert.deepEqual(JSON.parse(seen[0].body).network, { egress: { allow: ['pypi.org'] } });
+    assert.deepEqual(sb.info.network, { egress: { allow: ['pypi.org'] } });
+    replies.set(`PATCH ${base}/network`, { status: 200, body: { id: ID, network: { egress: 'internet' } } });
+    assert.deepEqual(await sb.setNetwork('internet'), { egress: 'internet' });
+    assert.deepEqual(JSON.parse(seen[1].body), { egress: 'internet' });
+    assert.deepEqual(sb.info.network, { egress: 'internet' });
+    const problem = { in: 'body', path: '/egress/allow/0', message: 'a domain needs at least two labels' };
+    replies.set(`PATCH ${base}/network`, {
+      status: 400,
+      body: { code: 400, kind: 'validation', message: `/egress/allow/0: ${problem.message}`, details: [problem] },
+    });
+    await assert.rejects(sb.setNetwork({ allow: ['localhost'] }), (e: unknown) => {
+      assert.ok(e instanceof ValidationError);
+      assert.deepEqual(e.details, [problem]);
+      return true;
+    });
   });
 
   it('maps pause, resume, stop, start to their POST routes and takes the answered state', async () => {

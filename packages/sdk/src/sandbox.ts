@@ -10,11 +10,13 @@ import type { ProcessHandle } from './process-handle.js';
 import { hasHandlers, Processes, wireExecOptions, type ExecCallOptions } from './processes.js';
 import { Terminals } from './terminal.js';
 import type {
+  Egress,
   ExecResult,
   SandboxCreateParams,
   SandboxInfo,
   SandboxListPage,
   SandboxListQuery,
+  SandboxNetwork,
   SandboxRunParams,
   SnapshotInfo,
 } from './types.js';
@@ -210,6 +212,23 @@ export class Sandbox {
     );
     this.info = { ...this.info, stopAt: r.stopAt };
     return new Date(r.stopAt);
+  }
+
+  /**
+   * Replaces what the sandbox may reach outside (`'none'`, `'internet'` or `{allow: [...]}`);
+   * new connections follow it once this resolves (open ones stay). A stopped sandbox gets it
+   * at its next start. Resolves with the network settings as the server keeps them (rules
+   * canonical). Throws ValidationError naming the bad rule (`details[].path`,
+   * `/egress/allow/<i>`), QuotaExceededError (beyond the plan), ConflictError, NotFoundError.
+   */
+  async setNetwork(egress: Egress): Promise<SandboxNetwork> {
+    const r = await this.http.request<{ id: string; network: SandboxNetwork }>(
+      'PATCH',
+      `/api/v1/sandboxes/${encodeURIComponent(this.id)}/network`,
+      { json: { egress } },
+    );
+    this.info = { ...this.info, network: r.network };
+    return r.network;
   }
 
   /** POSTs a lifecycle action and takes the sandbox the server answers with. */

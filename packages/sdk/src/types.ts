@@ -8,8 +8,15 @@ import type * as P from '@sandboxd/protocol';
 
 /** A sandbox as the server describes it. */
 export type SandboxInfo = Static<typeof P.SandboxSchema>;
-/** The body of sandbox creation: `image` plus optional `env`, `volumes`, `timeoutMs`, `ports`, `metadata`, `onTimeout`. */
+/** The body of sandbox creation: `image` plus optional `env`, `volumes`, `timeoutMs`, `ports`, `metadata`, `onTimeout`, `network`. */
 export type SandboxCreateParams = Static<typeof P.SandboxCreateSchema>;
+/**
+ * What a sandbox may reach outside: `'none'`, `'internet'`, or `{allow: [rule, ...]}` with
+ * domains (`pypi.org`), wildcards (`*.npmjs.org`) and IPv4 CIDRs.
+ */
+export type Egress = P.Egress;
+/** A sandbox's network settings: `{egress}`. */
+export type SandboxNetwork = P.SandboxNetwork;
 /** A sandbox's lifecycle state: `started`, `paused`, `stopped` or `error`. */
 export type SandboxState = P.SandboxState;
 /** What a sandbox does at `stopAt`: `stop` (default) or `pause`. */

@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
-import { ConfigError, loadConfig } from './config.js';
+import { ConfigError, DEFAULT_PLANS, loadConfig } from './config.js';
 
 describe('loadConfig', () => {
   it('has the documented defaults and is frozen', () => {
@@ -55,6 +55,29 @@ describe('loadConfig', () => {
     assert.throws(() => loadConfig({ SANDBOXD_PORT: 'abc' }), /SANDBOXD_PORT/);
     assert.throws(() => loadConfig({ SANDBOXD_EGRESS: 'all' }), /SANDBOXD_EGRESS/);
     assert.throws(() => loadConfig({ SANDBOXD_BOOTSTRAP_API_KEY: 'short' }), ConfigError);
+  });
+
+  it('SANDBOXD_EGRESS (nat is the old name of internet), _VIA, _DNS; plan egress levels', () => {
+    assert.equal(loadConfig({}).egress, 'none');
+    assert.equal(loadConfig({ SANDBOXD_EGRESS: 'internet' }).egress, 'internet');
+    assert.equal(loadConfig({ SANDBOXD_EGRESS: 'nat' }).egress, 'internet');
+    assert.equal(loadConfig({}).egressVia, undefined);
+    assert.equal(loadConfig({ SANDBOXD_EGRESS_VIA: 'veth-x:198.51.100.1' }).egressVia, 'veth-x:198.51.100.1');
+    assert.equal(loadConfig({ SANDBOXD_EGRESS_VIA: 'eth1' }).egressVia, 'eth1');
+    assert.throws(() => loadConfig({ SANDBOXD_EGRESS_VIA: 'eth1:nope' }), /SANDBOXD_EGRESS_VIA/);
+    assert.throws(() => loadConfig({ SANDBOXD_EGRESS_VIA: 'a name' }), /SANDBOXD_EGRESS_VIA/);
+    assert.deepEqual(loadConfig({ SANDBOXD_EGRESS_DNS: '203.0.113.53, 198.51.100.1:5353' }).egressDns, [
+      { host: '203.0.113.53', port: 53 },
+      { host: '198.51.100.1', port: 5353 },
+    ]);
+    assert.throws(() => loadConfig({ SANDBOXD_EGRESS_DNS: 'dns.example' }), /SANDBOXD_EGRESS_DNS/);
+    assert.throws(() => loadConfig({ SANDBOXD_EGRESS_DNS: '1.1.1.1:0' }), /SANDBOXD_EGRESS_DNS/);
+    const c = loadConfig({}, { plans: { LOW: { ...DEFAULT_PLANS.FREE, egress: 'allow' } } });
+    assert.deepEqual([c.plans.FREE.egress, c.plans.PRO.egress, c.plans.LOW.egress], ['internet', 'internet', 'allow']);
+    assert.throws(
+      () => loadConfig({}, { plans: { BAD: { ...DEFAULT_PLANS.FREE, egress: 'all' as 'none' } } }),
+      /plans\.BAD\.egress/,
+    );
   });
 
   it('SANDBOXD_ROLE, SANDBOXD_RUNNERS, SANDBOXD_RUNNER_TOKEN, SANDBOXD_NODE_NAME, SANDBOXD_RUNNER_DOWN_MS: defaults, forms and refusals by name', () => {

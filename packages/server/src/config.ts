@@ -1,3 +1,4 @@
+import { EGRESS_LEVELS, type EgressLevel } from '@sandboxd/protocol';
 import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -26,6 +27,11 @@ export interface PlanConfig {
   pausedRetentionMs: number;
   /** Bytes all snapshots of an account may add on disk (a snapshot past it answers 403 `quota`). */
   snapshotBytes: number;
+  /**
+   * The most egress a sandbox may ask for: `none`, `allow` (rules only) or `internet`
+   * (anything, rules included). Absent: `internet`.
+   */
+  egress?: EgressLevel;
   limits: PlanSandboxLimits;
 }
 
@@ -92,7 +98,21 @@ export interface Config {
   /** Host part of `publicAccessUrlTemplate`; default `sandbox.localhost:<port>`. */
   publicHost: string;
   region: string;
-  egress: 'none' | 'nat';
+  /**
+   * `SANDBOXD_EGRESS`: the egress of a create that names none (bounded by the account's
+   * plan): `none` (default) or `internet`; `nat` is the old name of `internet`.
+   */
+  egress: 'none' | 'internet';
+  /**
+   * `SANDBOXD_EGRESS_VIA`: where sandbox egress is routed, `dev` or `dev:next-hop` (e.g. a
+   * veth into a network namespace); unset: the host's own routes.
+   */
+  egressVia?: string;
+  /**
+   * `SANDBOXD_EGRESS_DNS`: upstream resolvers of the sandboxes' resolver, `ip[:port],...`;
+   * unset: the nameservers of the host's /etc/resolv.conf.
+   */
+  egressDns?: { host: string; port: number }[];
   runtime: 'local' | 'fake';
   /** Local runtime: host bridge name (<= 15 chars) and the IPv4 subnet sandboxes get addresses from. */
   bridge: string;
@@ -272,6 +292,7 @@ export const DEFAULT_PLANS: Record<string, PlanConfig> = {
     maxPaused: 5,
     pausedRetentionMs: WEEK_MS,
     snapshotBytes: 5 * GiB,
+    egress: 'internet',
     limits: { memoryBytes: 2 * GiB, cpus: 1, pids: 512, rootDiskBytes: 10 * GiB },
   },
   PRO: {
@@ -281,6 +302,7 @@ export const DEFAULT_PLANS: Record<string, PlanConfig> = {
     maxPaused: 50,
     pausedRetentionMs: WEEK_MS,
     snapshotBytes: 50 * GiB,
+    egress: 'internet',
     limits: { memoryBytes: 8 * GiB, cpus: 4, pids: 4096, rootDiskBytes: 50 * GiB },
   },
 };
@@ -320,7 +342,9 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
     imageDir: resolve(pick('imageDir', 'SANDBOXD_IMAGE_DIR', String, join(dataDir, 'images'))),
     publicHost: pick('publicHost', 'SANDBOXD_PUBLIC_HOST', String, `sandbox.localhost:${port}`),
     region: pick('region', 'SANDBOXD_REGION', String, 'local'),
-    egress: pick('egress', 'SANDBOXD_EGRESS', oneOf('SANDBOXD_EGRESS', ['none', 'nat'] as const), 'none'),
+    egress: pick('egress', 'SANDBOXD_EGRESS', parseEgress, 'none'),
+    egressVia: pick<string | undefined>('egressVia', 'SANDBOXD_EGRESS_VIA', parseEgressVia, undefined),
+    egressDns: pick<Config['egressDns']>('egressDns', 'SANDBOXD_EGRESS_DNS', parseEgressDns, undefined),
     runtime: pick('runtime', 'SANDBOXD_RUNTIME', oneOf('SANDBOXD_RUNTIME', ['local', 'fake'] as const), 'local'),
     bridge: pick('bridge', 'SANDBOXD_BRIDGE', String, 'sbx0'),
     subnet: pick('subnet', 'SANDBOXD_SUBNET', String, '10.89.0.0/16'),
@@ -521,8 +545,11 @@ function mergePlans(
       throw new ConfigError(`plan name "${name}" must match ^[A-Z][A-Z0-9_]{0,31}$`);
     const base = out[name] ?? DEFAULT_PLANS.FREE;
     const plan: PlanConfig = { ...base, ...p, limits: { ...base.limits, ...(p.limits ?? {}) } };
+    plan.egress ??= 'internet';
+    if (!EGRESS_LEVELS.includes(plan.egress))
+      throw new ConfigError(`plans.${name}.egress must be one of ${EGRESS_LEVELS.join(', ')}`);
     for (const [k, v] of Object.entries({ ...plan, ...plan.limits })) {
-      if (k === 'limits') continue;
+      if (k === 'limits' || k === 'egress') continue;
       if (typeof v !== 'number' || !Number.isFinite(v) || v < 0)
         throw new ConfigError(`plans.${name}.${k} must be a non-negative number`);
     }
@@ -598,6 +625,30 @@ function parseIntStrict(name: string, s: string, min: number, max: number): numb
   const n = Number(s);
   if (n < min || n > max) throw new ConfigError(`${name} must be between ${min} and ${max}, got ${n}`);
   return n;
+}
+
+/** `none`, `internet`, or `nat` (the old name of `internet`). */
+function parseEgress(s: string): 'none' | 'internet' {
+  const v = oneOf('SANDBOXD_EGRESS', ['none', 'internet', 'nat'] as const)(s);
+  return v === 'nat' ? 'internet' : v;
+}
+
+function parseEgressVia(s: string): string {
+  if (!/^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,14}(:\d{1,3}(\.\d{1,3}){3})?$/.test(s))
+    throw new ConfigError(`SANDBOXD_EGRESS_VIA must be an interface name, or name:next-hop-address, got "${s}"`);
+  return s;
+}
+
+function parseEgressDns(s: string): { host: string; port: number }[] {
+  return s.split(',').map((item) => {
+    const m = /^(\d{1,3}(?:\.\d{1,3}){3})(?::(\d{1,5}))?$/.exec(item.trim());
+    const port = m?.[2] === undefined ? 53 : Number(m[2]);
+    if (!m || port < 1 || port > 65535)
+      throw new ConfigError(
+        `SANDBOXD_EGRESS_DNS must be IPv4 addresses with optional ports, ip[:port],..., got "${s}"`,
+      );
+    return { host: m[1], port };
+  });
 }
 
 function oneOf<T extends string>(name: string, values: readonly T[]) {

@@ -2,6 +2,7 @@ import { Command, Option } from 'commander';
 import { Sandbox, type SandboxCreateParams } from '@sandboxd/sdk';
 import { withExamples, type Context } from '../context.js';
 import { CliError, collect, parseDuration, parseEnv, parsePairs, printJson, relative } from '../ui.js';
+import { egressOption, formatEgress } from './network.js';
 
 /** Default image of `sbx create`. */
 export const DEFAULT_IMAGE = 'local/debian:bookworm';
@@ -40,6 +41,8 @@ export function createCommand(ctx: Context): Command {
         'pause',
       ]),
     )
+    .option('--egress <mode>', "what it may reach outside: none or internet (default: the server's)")
+    .option('-a, --allow <rule>', 'egress by rule instead: a domain, *.domain or IPv4 CIDR (repeatable)', collect)
     .option('-q, --quiet', 'print only the id')
     .option('--json', 'print the sandbox as JSON')
     .action(
@@ -50,6 +53,8 @@ export function createCommand(ctx: Context): Command {
         timeout?: string;
         metadata?: string[];
         onTimeout?: 'stop' | 'pause';
+        egress?: string;
+        allow?: string[];
         quiet?: boolean;
         json?: boolean;
       }) => {
@@ -62,6 +67,8 @@ export function createCommand(ctx: Context): Command {
         const metadata = parsePairs(o.metadata ?? [], '--metadata');
         if (metadata) params.metadata = metadata;
         if (o.onTimeout) params.onTimeout = o.onTimeout;
+        const egress = egressOption(o.egress, o.allow);
+        if (egress !== undefined) params.network = { egress };
         const client = ctx.client();
         const sb = await Sandbox.create(params, client);
         if (o.json) return printJson(sb.info);
@@ -73,6 +80,7 @@ export function createCommand(ctx: Context): Command {
             `  image     ${sb.image}\n` +
             `  ${sb.onTimeout === 'pause' ? 'pauses at' : 'stops at '} ${sb.info.stopAt} (${relative(sb.info.stopAt)})\n` +
             (Object.keys(sb.metadata ?? {}).length ? `  metadata  ${formatMetadata(sb.metadata)}\n` : '') +
+            `  egress    ${formatEgress(sb.info.network?.egress)}\n` +
             `  URL       ${scheme}//${sb.info.publicAccessUrlTemplate}\n`,
         );
       },
@@ -82,5 +90,6 @@ export function createCommand(ctx: Context): Command {
     'sbx create',
     'sbx create --image local/busybox:latest --env GREETING=hi --volume data:/data --timeout 30m',
     'sbx create --metadata team=ml --metadata run=42 --on-timeout pause',
+    'sbx create --allow pypi.org --allow files.pythonhosted.org --allow "*.github.com"',
   );
 }

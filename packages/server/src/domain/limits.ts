@@ -23,3 +23,12 @@ export function snapshotQuotaError(used: number, quotaBytes: number, extra = 0):
     { quota: 'snapshotBytes', limit: quotaBytes, used, ...(extra ? { sizeBytes: extra } : {}) },
   );
 }
+
+/** 403 `quota`: the plan does not allow the egress asked for (`asked` is beyond `limit`). */
+export function egressPlanError(asked: string, limit: string): SandboxdError {
+  return new SandboxdError(
+    'quota',
+    `Egress "${asked}" is beyond the plan's limit: the plan allows ${limit === 'allow' ? 'only allow rules' : `"${limit}"`}`,
+    { quota: 'egress', limit, asked },
+  );
+}

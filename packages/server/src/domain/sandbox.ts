@@ -1,4 +1,4 @@
-import { SandboxdError, type OnTimeout, type Sandbox } from '@sandboxd/protocol';
+import { SandboxdError, type OnTimeout, type Sandbox, type SandboxNetwork } from '@sandboxd/protocol';
 
 /**
  * Record states. `creating` and `starting` are internal: `creating` is never listed (404
@@ -33,6 +33,11 @@ export interface SandboxSpecRecord {
   metadata?: Record<string, string>;
   /** What the reaper does at `stopAt`; absent means `stop`. */
   onTimeout?: OnTimeout;
+  /**
+   * Its network settings (egress), as created or last changed (`PATCH .../network`, the one
+   * part of the spec that changes); absent for sandboxes made before egress rules existed.
+   */
+  network?: SandboxNetwork;
 }
 
 /** Mutable status of a sandbox. Changed only through {@link assertTransition}. */
@@ -124,6 +129,7 @@ export function toWireSandbox(r: SandboxRecord, opts: { publicHost: string; stop
     publicAccessUrlTemplate: `{{PORT}}-${r.id}.${opts.publicHost}`,
     metadata: r.metadata ?? {},
     onTimeout: r.onTimeout ?? 'stop',
+    ...(r.network ? { network: r.network } : {}),
   };
   if (r.state === 'paused' && r.expiresAt) out.expiresAt = new Date(r.expiresAt).toISOString();
   else if (

@@ -75,6 +75,7 @@ describe('E2B control API (fake runtime)', () => {
       (await t.req({ method: 'GET', url: '/api/v1/sandboxes?limit=1000', key: a.key })).json().sandboxes as Array<{
         id: string;
         state: string;
+        network?: unknown;
       }>;
     const balance = async () => (await t.app.store.balance(a.id)) as number;
     return { ...a, e2b, own, balance };
@@ -195,7 +196,7 @@ describe('E2B control API (fake runtime)', () => {
       [{ network: { allowPublicTraffic: false } }, 'network.allowPublicTraffic'],
       [{ network: { maskRequestHost: 'x' } }, 'network.maskRequestHost'],
       [{ network: { httpsPorts: [3000] } }, 'network.httpsPorts'],
-      [{ allow_internet_access: true }, 'allow_internet_access: true'],
+      [{ allow_internet_access: true, network: { denyOut: ['0.0.0.0/0'] } }, 'allow_internet_access: true'],
     ];
     for (const [extra, text] of cases) {
       const r = await u.e2b('POST', '/v2/sandboxes', { templateID: 'base', ...extra });
@@ -218,15 +219,23 @@ describe('E2B control API (fake runtime)', () => {
     assert.deepEqual(await u.own(), []);
   });
 
-  it('create: what asks for nothing sandboxd lacks is taken (no egress on this server)', async () => {
+  it("create: what asks for nothing sandboxd lacks is taken; E2B's egress fields map onto sandboxd's", async () => {
     const u = await user();
-    for (const extra of [
-      { allow_internet_access: false },
-      { network: { denyOut: ['0.0.0.0/0'], allowPublicTraffic: true, allowOut: [], httpsPorts: [] } },
-      { autoPause: false, autoResume: { enabled: false }, volumeMounts: [], mcp: null, secure: false },
-    ]) {
+    for (const [extra, egress] of [
+      [{ allow_internet_access: false }, 'none'],
+      [{ allow_internet_access: true }, 'internet'],
+      [{ network: { denyOut: ['0.0.0.0/0'], allowPublicTraffic: true, allowOut: [], httpsPorts: [] } }, 'none'],
+      [
+        { network: { denyOut: ['0.0.0.0/0'], allowOut: ['pypi.org', '1.1.1.1'] } },
+        { allow: ['pypi.org', '1.1.1.1/32'] },
+      ],
+      [{ autoPause: false, autoResume: { enabled: false }, volumeMounts: [], mcp: null, secure: false }, 'none'],
+    ] as const) {
       const r = await u.e2b('POST', '/v2/sandboxes', { templateID: 'local/busybox:latest', timeout: 60, ...extra });
       assert.equal(r.statusCode, 201, `${JSON.stringify(extra)}: ${r.body}`);
+      const own = await u.own();
+      const rec = own.find((x) => x.id === r.json().sandboxID);
+      assert.deepEqual(rec?.network, { egress }, JSON.stringify(extra));
     }
   });
 

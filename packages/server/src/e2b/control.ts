@@ -6,7 +6,7 @@ import type { PlanConfig } from '../config.js';
 import type { SandboxRecord } from '../domain/sandbox.js';
 import { type HttpDeps, principalOf } from '../http/deps.js';
 import { planOf } from '../services/context.js';
-import { imageOfTemplate, type NewSandbox, NewSandboxSchema, unsupportedIn } from './create.js';
+import { egressOf, imageOfTemplate, type NewSandbox, NewSandboxSchema, unsupportedIn } from './create.js';
 import {
   decodeNextToken,
   encodeNextToken,
@@ -240,7 +240,8 @@ export const e2bControlRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app,
       const message = 'autoPauseMemory: false only applies when autoPause is true';
       throw new SandboxdError('validation', message, [{ in: 'body', path: '/autoPauseMemory', message }]);
     }
-    const refused = unsupportedIn(b, { egress: d.config.egress });
+    const refused = unsupportedIn(b);
+    const egress = egressOf(b);
     if (refused.length) throw new SandboxdError('unsupported', refused.join('; '));
     const { image, configured } = imageOfTemplate(d.config.e2bTemplates, b.templateID);
     const end = d.metrics.createSeconds.startTimer();
@@ -252,6 +253,7 @@ export const e2bControlRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app,
           ...(b.timeout !== undefined ? { timeoutMs: b.timeout * 1000 } : {}),
           ...(b.envVars !== undefined ? { env: b.envVars } : {}),
           ...(b.autoPause === true ? { onTimeout: 'pause' as const } : {}),
+          ...(egress !== undefined ? { network: { egress } } : {}),
         },
         { template: b.templateID, ...(b.metadata !== undefined ? { metadata: b.metadata } : {}) },
       );

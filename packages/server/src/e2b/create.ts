@@ -1,6 +1,6 @@
-import { EnvMap } from '@sandboxd/protocol';
+import { type Egress, EnvMap } from '@sandboxd/protocol';
 import { type Static, Type } from 'typebox';
-import type { Config, E2bTemplate } from '../config.js';
+import type { E2bTemplate } from '../config.js';
 
 /*
  * E2B's sandbox creation (`POST /v2/sandboxes`, `NewSandboxV2`, and the older
@@ -78,10 +78,10 @@ const present = (v: unknown): boolean =>
 
 /**
  * What of `b` sandboxd cannot do, each as a sentence naming the field; empty when it can do
- * all of it. `egress` is the server's: sandboxes either all reach the internet (`nat`) or
- * none does (`none`), so asking for the other is refused too.
+ * all of it. Egress maps onto sandboxd's own (see {@link egressOf}); what does not map
+ * (a deny list short of all traffic, allow rules without denying the rest) is refused.
  */
-export function unsupportedIn(b: NewSandbox, o: { egress: Config['egress'] }): string[] {
+export function unsupportedIn(b: NewSandbox): string[] {
   const out: string[] = [];
   const no = (what: string) => out.push(`sandboxd does not support ${what} yet`);
   // autoPause: true is `onTimeout: 'pause'`; the pause keeps memory (E2B's autoPauseMemory: true).
@@ -95,15 +95,11 @@ export function unsupportedIn(b: NewSandbox, o: { egress: Config['egress'] }): s
   if (given(b.iam)) no('workload identity (iam)');
   const n = b.network;
   if (n) {
-    if (present(n.allowOut)) no('egress rules (network.allowOut)');
-    const denyAll = n.denyOut?.every((x) => x === ALL_TRAFFIC) ?? false;
-    if (present(n.denyOut) && !(denyAll && o.egress === 'none')) {
-      no(
-        denyAll
-          ? 'turning internet access off per sandbox (network.denyOut) on this server, whose sandboxes all reach the internet'
-          : 'egress rules (network.denyOut); only denying all traffic, on a server without egress',
-      );
-    }
+    const denyAll = present(n.denyOut) && (n.denyOut?.every((x) => x === ALL_TRAFFIC) ?? false);
+    if (present(n.allowOut) && !denyAll)
+      no('egress rules without denying all other traffic (network.allowOut needs network.denyOut: ["0.0.0.0/0"])');
+    if (present(n.denyOut) && !denyAll)
+      no('egress deny lists (network.denyOut); only denying all traffic, with network.allowOut as the exceptions');
     if (present(n.rules)) no('egress transform rules (network.rules)');
     if (given(n.egressProxy)) no('egress proxies (network.egressProxy)');
     if (n.allowPublicTraffic === false)
@@ -113,13 +109,22 @@ export function unsupportedIn(b: NewSandbox, o: { egress: Config['egress'] }): s
     if (present(n.maskRequestHost)) no('host masks (network.maskRequestHost)');
     if (present(n.httpsPorts)) no('HTTPS sandbox ports (network.httpsPorts)');
   }
-  if (b.allow_internet_access === false && o.egress !== 'none')
-    no(
-      'turning internet access off per sandbox (allow_internet_access: false) on this server, whose sandboxes all reach the internet',
-    );
-  if (b.allow_internet_access === true && o.egress === 'none')
-    no('internet access for sandboxes (allow_internet_access: true) on this server, whose sandboxes have no egress');
+  if (b.allow_internet_access === true && present(n?.denyOut))
+    no('internet access together with denying it (allow_internet_access: true and network.denyOut)');
   return out;
+}
+
+/**
+ * sandboxd's egress for an E2B create (after {@link unsupportedIn}): `denyOut: ["0.0.0.0/0"]`
+ * is `none`, or `{allow: allowOut}` with exceptions; `allow_internet_access` false is `none`,
+ * true `internet`; undefined (the server's default) when it says nothing.
+ */
+export function egressOf(b: NewSandbox): Egress | undefined {
+  const n = b.network;
+  if (present(n?.denyOut)) return present(n?.allowOut) ? { allow: [...(n?.allowOut ?? [])] } : 'none';
+  if (b.allow_internet_access === false) return 'none';
+  if (b.allow_internet_access === true) return 'internet';
+  return undefined;
 }
 
 /**

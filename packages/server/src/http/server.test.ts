@@ -17,6 +17,7 @@ describe('HTTP API (inject, fake driver)', () => {
       'image',
       'metadata',
       'name',
+      'network',
       'onTimeout',
       'publicAccessUrlTemplate',
       'region',

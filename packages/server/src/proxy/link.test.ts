@@ -34,6 +34,7 @@ describe('private ports and port links (composed app, fake driver)', () => {
       'image',
       'metadata',
       'name',
+      'network',
       'onTimeout',
       'publicAccessUrlTemplate',
       'region',

@@ -86,6 +86,18 @@ export function runDriverConformance(target: ConformanceTarget): void {
       await driver.delete(s.id);
     });
 
+    it('takes an egress at create and a new one while running (setEgress); an unknown id is not_found', async () => {
+      const s = await driver.create(spec({ egress: { allow: ['pypi.org', '*.npmjs.org', '203.0.113.0/24'] } }));
+      if (driver.setEgress) {
+        await driver.setEgress(s.id, 'internet');
+        await driver.setEgress(s.id, { allow: ['files.pythonhosted.org'] });
+        await driver.setEgress(s.id, 'none');
+        await rejectsWith(driver.setEgress(testId('none'), 'none'), 'not_found');
+      }
+      assert.equal((await driver.exec(s.id, 'echo ok')).stdout, 'ok\n');
+      await driver.delete(s.id);
+    });
+
     it('reports its capacity: memory, disk and addresses left, each unknown (null) or a count', async () => {
       const count = (n: unknown) => n === null || (Number.isSafeInteger(n) && (n as number) >= 0);
       const s = await driver.create(spec());

@@ -1,3 +1,4 @@
+import type { Egress } from '@sandboxd/protocol';
 import type { DriverFiles } from './files.js';
 import type { PtyProcess, TtyOptions } from './pty.js';
 import type { DriverTerminals } from './terminals/types.js';
@@ -53,6 +54,11 @@ export interface SandboxSpec {
   limits: ResourceLimits;
   /** Hostname inside the sandbox; defaults to the id. */
   hostname?: string;
+  /**
+   * What the sandbox may reach outside (rules already checked: see `parseEgressRule`);
+   * absent means `none`. The only part of a spec that changes later ({@link RuntimeDriver.setEgress}).
+   */
+  egress?: Egress;
 }
 
 /**
@@ -306,6 +312,12 @@ export interface RuntimeDriver {
   deleteImage(ref: string): Promise<void>;
   /** Refs of every image made by {@link snapshot} (to drop those whose making a crash cut short of its record). */
   listSnapshots(): Promise<ImageInfo[]>;
+  /**
+   * Replaces the egress of a sandbox: for a running or paused one it holds for new
+   * connections once this resolves (open ones stay); a stopped one gets it at its next
+   * start. Throws `not_found`, `validation` (bad rule). Absent: the runtime cannot change it.
+   */
+  setEgress?(id: string, egress: Egress): Promise<void>;
   /** Kills if running and frees everything but named volumes. Unknown id: no-op. */
   delete(id: string): Promise<void>;
 

@@ -2,6 +2,7 @@ import {
   LIMITS,
   SandboxdError,
   type SandboxCreate,
+  type SandboxNetwork,
   type SandboxListQuery,
   type ValidationProblem,
 } from '@sandboxd/protocol';
@@ -24,6 +25,7 @@ import { LINK_PARAM, LINK_TTL, type PortLinks } from '../proxy/links.js';
 import { isOutOfSpace, outOfStorage } from '../domain/storage.js';
 import { hostFullError } from '../domain/capacity.js';
 import { keyedLock } from '../domain/keyed-lock.js';
+import { checkEgress, decideEgress } from '../domain/egress.js';
 import type { CapacityService } from './capacity.js';
 import type { StorageGuard } from './storage.js';
 
@@ -115,6 +117,12 @@ export class SandboxService {
     if (tooLong.length)
       throw new SandboxdError('validation', tooLong.map((p) => `${p.path}: ${p.message}`).join('; '), tooLong);
     const { mounts, sizes } = parseVolumes(req.volumes ?? {});
+    const egress = decideEgress(
+      req.network ? checkEgress(req.network.egress, '/network/egress') : undefined,
+      this.d.config.egress,
+      plan.egress ?? 'internet',
+    );
+    req = { ...req, network: { egress } };
     await this.driverImage(account.id, req.image); // an unknown snapshot: 404 before anything is reserved
     await this.d.storage.check();
     await this.d.capacity.check();
@@ -160,6 +168,7 @@ export class SandboxService {
           ? { metadata: { ...opts.metadata, ...req.metadata } }
           : {}),
         ...(req.onTimeout === 'pause' ? { onTimeout: 'pause' as const } : {}),
+        ...(req.network ? { network: req.network } : {}),
         runStartedAt: now,
         expiresAt: null,
       },
@@ -184,6 +193,7 @@ export class SandboxService {
         })),
         limits: plan.limits,
         hostname: record.name,
+        egress: record.network?.egress ?? 'none',
       });
     } catch (e) {
       await this.failCreate(record, e, log);
@@ -292,6 +302,30 @@ export class SandboxService {
     const ref = await driverImageOf(image, (name) => this.d.store.getSnapshot(accountId, name), accountId);
     if (ref === null) throw new SandboxdError('template_not_found', 'Template not found', { image });
     return ref;
+  }
+
+  /**
+   * Replaces the egress of a sandbox of this account (started, paused or stopped: a stopped
+   * one gets it at its next start); new connections follow it once this resolves. Throws
+   * `validation` (a bad rule, by its path), `quota` (403: beyond the plan), `not_found`,
+   * `conflict` (error state, or a create or start in progress), `unsupported` (the runtime
+   * cannot change it).
+   */
+  async updateNetwork(account: AccountRecord, id: string, network: SandboxNetwork): Promise<SandboxRecord> {
+    const plan = planOf(this.d.config, account.plan);
+    const egress = decideEgress(
+      checkEgress(network.egress, '/egress'),
+      this.d.config.egress,
+      plan.egress ?? 'internet',
+    );
+    const setEgress = this.d.driver.setEgress?.bind(this.d.driver);
+    if (!setEgress) throw new SandboxdError('unsupported', 'This runtime cannot change the network of a sandbox');
+    return this.exclusive(id, async () => {
+      const r = await this.get(account.id, id);
+      if (!['started', 'paused', 'stopped'].includes(r.state)) throw wrongState(r);
+      await setEgress(id, egress);
+      return this.d.store.updateSandbox(id, { network: { egress }, at: this.d.clock.now() });
+    });
   }
 
   /** The sandbox of this account; `not_found` otherwise (also while it is being created). */

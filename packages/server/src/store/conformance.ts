@@ -464,6 +464,7 @@ export function runStoreConformance(target: StoreTarget): void {
             onTimeout: 'pause',
             runStartedAt: 1,
             expiresAt: null,
+            network: { egress: 'none' },
           },
           { minutes: 2, concurrency: 5, volumes: [], newName: () => 'x' },
         );
@@ -498,6 +499,16 @@ export function runStoreConformance(target: StoreTarget): void {
         });
         assert.deepEqual([resumed.expiresAt, resumed.runStartedAt, resumed.reservedMinutes], [null, 10, 7]);
         assert.deepEqual(await s.getSandbox('s1'), resumed);
+        // The network setting: kept as given (rule order included), replaced by an update alone.
+        const allow = { egress: { allow: ['pypi.org', '*.npmjs.org', '203.0.113.0/24'] } };
+        const ruled = await s.updateSandbox('s1', { network: allow, at: 11 });
+        assert.deepEqual(ruled.network, allow);
+        assert.deepEqual((await s.getSandbox('s1'))?.network, allow);
+        const moved = await s.updateSandbox('s1', { stopAt: big + 2, at: 12 });
+        assert.deepEqual(moved.network, allow, 'an update without network keeps it');
+        const open = await s.updateSandbox('s1', { network: { egress: 'internet' }, at: 13 });
+        assert.deepEqual((await s.getSandbox('s1'))?.network, { egress: 'internet' });
+        assert.deepEqual(open.network, { egress: 'internet' });
         const [row] = (await s.listLedger('acc_a', { limit: 1 })).items;
         assert.deepEqual([row.delta, row.reason, row.sandboxId, row.createdAt], [-3, 'sandbox.resume', 's1', 10]);
         const stopped = await s.updateSandbox('s1', {

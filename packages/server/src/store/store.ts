@@ -1,3 +1,4 @@
+import type { SandboxNetwork } from '@sandboxd/protocol';
 import type { LedgerReason } from '../domain/billing.js';
 import type { SandboxRecord, SandboxRecordState } from '../domain/sandbox.js';
 
@@ -92,6 +93,8 @@ export interface SandboxUpdate {
   runStartedAt?: number;
   /** A paused sandbox's deletion time; null to clear it. */
   expiresAt?: number | null;
+  /** New network settings (egress), replacing the record's. */
+  network?: SandboxNetwork;
   /** The record's `reservedMinutes` after the update (a new run's), instead of the old less `ledgerDelta`. */
   reservedMinutes?: number;
   /**

@@ -8,6 +8,8 @@ import {
   SandboxCreateSchema,
   SandboxListQuerySchema,
   SandboxListSchema,
+  SandboxNetworkReplySchema,
+  SandboxNetworkSchema,
   SandboxParamsSchema,
   SandboxReplySchema,
   TimeoutReplySchema,
@@ -128,6 +130,27 @@ export const sandboxRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d)
     async (req) => {
       const r = await timeout.set(principalOf(req).account, { id: req.params.id, timeoutMs: req.body.timeoutMs });
       return { id: r.id, stopAt: new Date(r.stopAt).toISOString() };
+    },
+  );
+
+  app.patch(
+    '/api/v1/sandboxes/:id/network',
+    {
+      schema: {
+        operationId: 'updateSandboxNetwork',
+        summary: "Replace a sandbox's egress; new connections follow it at once",
+        description:
+          'Started, paused or stopped sandboxes (a stopped one gets it at its next start); connections already open stay. 403 `quota` when the plan does not allow it; 409 in the error state.',
+        tags,
+        params: SandboxParamsSchema,
+        body: SandboxNetworkSchema,
+        response: { 200: SandboxNetworkReplySchema },
+      },
+      config: { errors: [400, 401, 403, 404, 409, 501] },
+    },
+    async (req) => {
+      const r = await sandboxes.updateNetwork(principalOf(req).account, req.params.id, req.body);
+      return { id: r.id, network: r.network ?? { egress: 'none' as const } };
     },
   );
 

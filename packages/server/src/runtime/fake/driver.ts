@@ -1,4 +1,4 @@
-import { SandboxdError } from '@sandboxd/protocol';
+import { type Egress, SandboxdError } from '@sandboxd/protocol';
 import type {
   ExecOptions,
   ExecResult,
@@ -192,6 +192,14 @@ export class FakeDriver implements RuntimeDriver {
   async list(): Promise<RuntimeSandbox[]> {
     return [...this.sandboxes.values()].map((s) => ({ ...s.info }));
   }
+  /** Records the egress (the fake has no network to apply it to). */
+  async setEgress(id: string, egress: Egress): Promise<void> {
+    const s = this.sandboxes.get(id);
+    if (!s) throw new SandboxdError('not_found', `sandbox ${id} not found`);
+    this.calls.push(`setEgress ${id}`);
+    s.spec = { ...s.spec, egress };
+  }
+
   async kill(id: string): Promise<void> {
     const s = this.sandboxes.get(id);
     if (!s) return;

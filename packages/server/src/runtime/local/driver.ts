@@ -1,7 +1,7 @@
 import { mkdir, readFile, realpath, rename, rm, rmdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { SandboxdError } from '@sandboxd/protocol';
+import { type Egress, SandboxdError } from '@sandboxd/protocol';
 import type { Config } from '../../config.js';
 import { instanceKey } from '../../instance.js';
 import type {
@@ -37,6 +37,7 @@ import { resolveImageUser } from './images/user.js';
 import { type Leftover, Leftovers } from './leftovers.js';
 import { mapLimit } from './network/exec.js';
 import { NetworkManager } from './network/manager.js';
+import { intToIp, planSubnet } from './network/addr.js';
 import { localDriverOptions, type LocalDriverOptions, type ResolvedOptions, withDefaults } from './options.js';
 import { PoolKeeper } from './pools/keeper.js';
 import { HostSpawner } from './commands/spawner.js';
@@ -128,13 +129,18 @@ export class LocalDriver implements RuntimeDriver {
       useAgent: this.opts.execAgent !== false,
       cgroupProcs: (id) => cgroupProcs(this.opts.cgroupParent, id),
     });
-    this.network = new NetworkManager({ bridge: this.opts.bridge, subnet: this.opts.subnet, egress: this.opts.egress });
+    this.network = new NetworkManager({
+      bridge: this.opts.bridge,
+      subnet: this.opts.subnet,
+      via: this.opts.egressVia,
+      dnsUpstream: this.opts.egressDns,
+    });
     this.roots = new RootfsManager({ dir: join(opts.dataDir, 'roots') });
     this.volumes = new VolumeStore({ dir: join(opts.dataDir, 'volumes') });
     this.bundles = new BundleWriter({
       runtime,
       cgroupParent: this.opts.cgroupParent,
-      egress: this.opts.egress,
+      nameserver: intToIp(planSubnet(this.opts.subnet).gateway),
       instance: this.key,
     });
     // crun joins a netns made beforehand; runc makes its own, so no network is pooled for it.
@@ -269,6 +275,12 @@ export class LocalDriver implements RuntimeDriver {
           await (legacy.has(id) ? this.legacyRuntime() : this.crun).kill(id).catch(() => undefined);
         items.push({ id, slot });
         this.reserved.add(id);
+      }
+    }
+    // The table was made anew by init(): the adopted sandboxes' egress goes back in.
+    for (const rec of adopt.values()) {
+      if (rec.phase === 'ready' && rec.address && rec.spec.egress && rec.spec.egress !== 'none') {
+        await this.network.egress.apply(rec.spec.id, rec.address, rec.spec.egress).catch(() => undefined);
       }
     }
     const live = new Map(
@@ -455,7 +467,9 @@ export class LocalDriver implements RuntimeDriver {
         volumes.length ? mountHelper(['inject', String(w.initPid), String(w.uidBase), ...volumes]) : null,
         applyCgroupLimits(this.opts.cgroupParent, cid, spec.limits, w.spec.limits),
         setHostname(w.initPid, hostname),
-        writeEtcFiles(dir, hostname, w.address, this.opts.egress === 'nat'),
+        writeEtcFiles(dir, hostname, w.address, intToIp(planSubnet(this.opts.subnet).gateway)),
+        // The pooled sandbox had `none`: the create's egress holds before it answers.
+        this.network.egress.apply(spec.id, w.address, spec.egress),
       ]);
       rec.phase = 'ready';
       await this.state.write(rec);
@@ -537,6 +551,7 @@ export class LocalDriver implements RuntimeDriver {
       partial.address = net.address;
       partial.netnsPath = net.netnsPath;
       partial.initStart = processStart(partial.initPid);
+      if (!forPool) await this.network.egress.apply(spec.id, net.address, spec.egress);
       partial.phase = 'ready';
       await this.state.write(partial);
       return partial;
@@ -733,7 +748,22 @@ export class LocalDriver implements RuntimeDriver {
     const drained = this.pools.drain().catch(() => undefined);
     this.commands.dropAll();
     await Promise.all([drained, this.leftovers?.stop(), this.released()]);
+    this.network.close();
     this.records.clear();
+  }
+
+  /**
+   * Replaces sandbox `id`'s egress: recorded (a start after a stop, a restart of the server
+   * apply it again) and, while it has an address, applied to its nft set elements at once.
+   */
+  async setEgress(id: string, egress: Egress): Promise<void> {
+    await this.serial(id, async () => {
+      const rec = this.records.get(id);
+      if (!isVisible(rec)) throw new SandboxdError('not_found', `sandbox ${id} not found`);
+      if (rec.address) await this.network.egress.apply(id, rec.address, egress);
+      rec.spec = { ...rec.spec, egress };
+      await this.state.write(rec);
+    });
   }
 
   /**

@@ -178,6 +178,7 @@ export async function start(h: LifecycleHost, rec: SandboxRecord, limits: Resour
     rec.address = net.address;
     rec.netnsPath = net.netnsPath;
     rec.initStart = processStart(rec.initPid);
+    await h.network.egress.apply(id, net.address, rec.spec.egress);
     rec.phase = 'ready';
     await h.state.write(rec);
   } catch (e) {

@@ -2,6 +2,7 @@ import type { Config } from '../../config.js';
 import type { ResourceLimits } from '../driver.js';
 import type { OciRuntimeName } from './commands/oci-runtime.js';
 import type { WarmEntry } from './pools/warm.js';
+import type { Upstream } from './network/dns.js';
 
 /** Options of the local driver; only the folders are required. */
 export interface LocalDriverOptions {
@@ -17,7 +18,10 @@ export interface LocalDriverOptions {
   runDir?: string;
   bridge?: string;
   subnet?: string;
-  egress?: 'none' | 'nat';
+  /** Where sandbox egress is routed (`SANDBOXD_EGRESS_VIA`: `dev` or `dev:next-hop`); default the host's routes. */
+  egressVia?: string;
+  /** Upstream resolvers of the sandboxes' resolver (`SANDBOXD_EGRESS_DNS`); default the host's resolv.conf. */
+  egressDns?: Upstream[];
   /** First host uid handed to sandboxes; each gets 65536 from there. Default 100000. */
   uidRangeStart?: number;
   /** Name of the cgroup folder that holds every sandbox's cgroup. Default `sandboxd-<key>`. */
@@ -42,9 +46,12 @@ export interface LocalDriverOptions {
 
 /** Options with their defaults filled in. */
 export type ResolvedOptions = Required<
-  Omit<LocalDriverOptions, 'registryCredentials' | 'insecureRegistries' | 'ociRuntime' | 'holdLeftovers'>
+  Omit<
+    LocalDriverOptions,
+    'registryCredentials' | 'insecureRegistries' | 'ociRuntime' | 'holdLeftovers' | 'egressVia' | 'egressDns'
+  >
 > &
-  Pick<LocalDriverOptions, 'holdLeftovers'>;
+  Pick<LocalDriverOptions, 'holdLeftovers' | 'egressVia' | 'egressDns'>;
 
 /** `opts` over the defaults, for the instance of key `key`. */
 export function withDefaults(opts: LocalDriverOptions, key: string): ResolvedOptions {
@@ -53,7 +60,6 @@ export function withDefaults(opts: LocalDriverOptions, key: string): ResolvedOpt
     runDir: '/run/sandboxd',
     bridge: 'sbx0',
     subnet: '10.89.0.0/16',
-    egress: 'none',
     uidRangeStart: 100_000,
     cgroupParent: `sandboxd-${key}`,
     netPoolSize: 2,
@@ -73,7 +79,8 @@ export function localDriverOptions(config: Readonly<Config>): LocalDriverOptions
     runDir: config.runDir,
     bridge: config.bridge,
     subnet: config.subnet,
-    egress: config.egress,
+    egressVia: config.egressVia,
+    egressDns: config.egressDns?.map((u) => ({ ...u })),
     uidRangeStart: config.uidRangeStart,
     cgroupParent: config.cgroupParent,
     ociRuntime: config.ociRuntime,

@@ -1,5 +1,5 @@
 import type { Duplex } from 'node:stream';
-import { SandboxdError } from '@sandboxd/protocol';
+import { type Egress, SandboxdError } from '@sandboxd/protocol';
 import type {
   DriverImageStore,
   ExecOptions,
@@ -129,6 +129,9 @@ export class RemoteDriver implements RuntimeDriver {
   }
   async deleteImage(ref: string): Promise<void> {
     await this.call('deleteImage', [ref]);
+  }
+  async setEgress(id: string, egress: Egress): Promise<void> {
+    await this.call('setEgress', [id, egress]);
   }
   listSnapshots(): Promise<ImageInfo[]> {
     return this.call('listSnapshots', []);

@@ -47,6 +47,7 @@ export const UNARY_METHODS = [
   'snapshot',
   'deleteImage',
   'listSnapshots',
+  'setEgress',
   'delete',
   'exec',
   'execBackground',

@@ -5,6 +5,7 @@ import { sql as e2bSandboxFields } from './004-e2b-sandbox-fields.js';
 import { sql as lifecycle } from './005-lifecycle.js';
 import { sql as leases } from './006-leases.js';
 import { sql as runners } from './007-runners.js';
+import { sql as sandboxNetwork } from './008-sandbox-network.js';
 
 /** A schema step; `version` is stored in SQLite's `user_version` once applied. */
 export interface Migration {
@@ -22,4 +23,5 @@ export const MIGRATIONS: readonly Migration[] = [
   { version: 5, name: 'lifecycle', sql: lifecycle },
   { version: 6, name: 'leases', sql: leases },
   { version: 7, name: 'runners', sql: runners },
+  { version: 8, name: 'sandbox-network', sql: sandboxNetwork },
 ];

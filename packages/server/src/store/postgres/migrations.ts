@@ -128,6 +128,11 @@ CREATE TABLE snapshots (
 );
 `;
 
+/** A sandbox's network settings (`{egress}`); as SQLite's migration 8. Numbered 4: 3 is another change's. */
+const sandboxNetwork = `
+ALTER TABLE sandboxes ADD COLUMN network_json JSON;
+`;
+
 /** Named leases (the reaper's: one replica reaps at a time); as SQLite's migration 6. */
 const leases = `
 CREATE TABLE leases (
@@ -148,6 +153,7 @@ export const PG_MIGRATIONS: readonly PgMigration[] = [
   { version: 1, name: 'initial', sql: initial },
   { version: 2, name: 'leases', sql: leases },
   { version: 3, name: 'runners', sql: runners },
+  { version: 4, name: 'sandbox-network', sql: sandboxNetwork },
 ];
 
 /**

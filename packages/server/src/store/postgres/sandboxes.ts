@@ -1,4 +1,4 @@
-import { SandboxdError } from '@sandboxd/protocol';
+import { SandboxdError, type SandboxNetwork } from '@sandboxd/protocol';
 import { type Kysely, type Selectable, sql } from 'kysely';
 import { sandboxesFull } from '../../domain/capacity.js';
 import { concurrencyLimitError, pausedLimitError } from '../../domain/limits.js';
@@ -42,6 +42,7 @@ export function toSandbox(r: Selectable<PgSandboxRow>): SandboxRecord {
     ...(r.metadata_json !== null ? { metadata: r.metadata_json as Record<string, string> } : {}),
     ...(r.on_timeout === 'pause' ? { onTimeout: 'pause' as const } : {}),
     ...(r.run_started_at !== null ? { runStartedAt: r.run_started_at } : {}),
+    ...(r.network_json ? { network: r.network_json as unknown as SandboxNetwork } : {}),
     expiresAt: r.expires_at,
     ...(r.runner !== null ? { runner: r.runner } : {}),
   };
@@ -229,6 +230,7 @@ async function insertWithUniqueName(trx: Q, rec: SandboxRecord, newName: () => s
         run_started_at: rec.runStartedAt ?? null,
         expires_at: rec.expiresAt ?? null,
         runner: rec.runner ?? null,
+        network_json: rec.network ? JSON.stringify(rec.network) : null,
       })
       .onConflict((oc) => oc.columns(['account_id', 'name']).doNothing())
       .returning('id')
@@ -311,6 +313,7 @@ export async function update(db: Q, id: string, u: SandboxUpdate): Promise<Sandb
       expiresAt: u.expiresAt !== undefined ? u.expiresAt : (cur.expiresAt ?? null),
     };
     if (u.runStartedAt !== undefined) next.runStartedAt = u.runStartedAt;
+    if (u.network !== undefined) next.network = u.network;
     if (u.remove) await trx.deleteFrom('sandboxes').where('id', '=', id).execute();
     else
       await trx
@@ -323,6 +326,7 @@ export async function update(db: Q, id: string, u: SandboxUpdate): Promise<Sandb
           reserved_minutes: next.reservedMinutes,
           run_started_at: next.runStartedAt ?? null,
           expires_at: next.expiresAt ?? null,
+          network_json: next.network ? JSON.stringify(next.network) : null,
         })
         .where('id', '=', id)
         .execute();

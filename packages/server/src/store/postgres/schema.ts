@@ -72,4 +72,5 @@ export interface PgSandboxRow {
   run_started_at: number | null;
   expires_at: number | null;
   runner: string | null;
+  network_json: NullableJson;
 }

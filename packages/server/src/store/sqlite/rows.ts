@@ -25,6 +25,7 @@ export interface SandboxRow {
   run_started_at: number | null;
   expires_at: number | null;
   runner: string | null;
+  network_json: string | null;
 }
 
 export function toSandbox(r: SandboxRow): SandboxRecord {
@@ -47,6 +48,7 @@ export function toSandbox(r: SandboxRow): SandboxRecord {
     ...(r.metadata_json !== null ? { metadata: JSON.parse(r.metadata_json) } : {}),
     ...(r.on_timeout === 'pause' ? { onTimeout: 'pause' as const } : {}),
     ...(r.run_started_at !== null ? { runStartedAt: r.run_started_at } : {}),
+    ...(r.network_json ? { network: JSON.parse(r.network_json) } : {}),
     expiresAt: r.expires_at,
     ...(r.runner !== null ? { runner: r.runner } : {}),
   };

@@ -89,18 +89,19 @@ export class SqliteSandboxes {
 
   private insertWithUniqueName(rec: SandboxRecord, newName: () => string): void {
     const stmt = this.db.prepare(
-      `INSERT INTO sandboxes (id, account_id, name, image, region, env_json, volumes_json, created_at, state, stop_at, reserved_minutes, ended_at, details_json, ports_public, template, metadata_json, on_timeout, run_started_at, expires_at, runner)
-       VALUES (@id, @accountId, @name, @image, @region, @env, @volumes, @createdAt, @state, @stopAt, @reservedMinutes, @endedAt, @details, @portsPublicInt, @template, @metadataJson, @onTimeoutText, @runStartedAtInt, @expiresAtInt, @runnerText)`,
+      `INSERT INTO sandboxes (id, account_id, name, image, region, env_json, volumes_json, created_at, state, stop_at, reserved_minutes, ended_at, details_json, ports_public, template, metadata_json, on_timeout, run_started_at, expires_at, runner, network_json)
+       VALUES (@id, @accountId, @name, @image, @region, @env, @volumes, @createdAt, @state, @stopAt, @reservedMinutes, @endedAt, @details, @portsPublicInt, @template, @metadataJson, @onTimeoutText, @runStartedAtInt, @expiresAtInt, @runnerText, @networkJson)`,
     );
     for (let attempt = 0; ; attempt++) {
       try {
-        const { portsPublic, template, metadata, onTimeout, runStartedAt, expiresAt, runner, ...row } = rec;
+        const { portsPublic, template, metadata, onTimeout, runStartedAt, expiresAt, runner, network, ...row } = rec;
         stmt.run({
           ...row,
           runnerText: runner ?? null,
           onTimeoutText: onTimeout ?? 'stop',
           runStartedAtInt: runStartedAt ?? null,
           expiresAtInt: expiresAt ?? null,
+          networkJson: network ? JSON.stringify(network) : null,
           template: template ?? null,
           metadataJson: metadata ? JSON.stringify(metadata) : null,
           env: JSON.stringify(rec.env),
@@ -192,11 +193,12 @@ export class SqliteSandboxes {
           expiresAt: u.expiresAt !== undefined ? u.expiresAt : (cur.expiresAt ?? null),
         };
         if (u.runStartedAt !== undefined) next.runStartedAt = u.runStartedAt;
+        if (u.network !== undefined) next.network = u.network;
         if (u.remove) this.delete(id);
         else
           this.db
             .prepare(
-              'UPDATE sandboxes SET state = ?, stop_at = ?, ended_at = ?, details_json = ?, reserved_minutes = ?, run_started_at = ?, expires_at = ? WHERE id = ?',
+              'UPDATE sandboxes SET state = ?, stop_at = ?, ended_at = ?, details_json = ?, reserved_minutes = ?, run_started_at = ?, expires_at = ?, network_json = ? WHERE id = ?',
             )
             .run(
               next.state,
@@ -206,6 +208,7 @@ export class SqliteSandboxes {
               next.reservedMinutes,
               next.runStartedAt ?? null,
               next.expiresAt ?? null,
+              next.network ? JSON.stringify(next.network) : null,
               id,
             );
         if (delta !== 0) {

@@ -1,4 +1,3 @@
-import { existsSync, readFileSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 
@@ -6,31 +5,32 @@ import { join } from 'node:path';
 export interface EtcFiles {
   hosts: string;
   hostname: string;
-  /** Unset: the sandbox keeps its image's resolv.conf. */
-  resolv?: string;
+  resolv: string;
 }
 
 /**
  * Writes the /etc files of a sandbox named `hostname` into `dir`: hosts (naming the sandbox
- * at `address`, when known), hostname and, with `resolv`, a copy of the host's
- * /etc/resolv.conf if there is one. Returns their paths and `setAddress`, which rewrites
- * hosts for an address known only later.
+ * at `address`, when known), hostname and resolv.conf, naming `nameserver` (the gateway,
+ * where sandboxd's resolver answers: whatever the sandbox's egress, its names resolve
+ * there or nowhere). Returns their paths and `setAddress`, which rewrites hosts for an
+ * address known only later.
  */
 export async function writeEtcFiles(
   dir: string,
   hostname: string,
   address: string,
-  resolv: boolean,
+  nameserver: string,
 ): Promise<{ files: EtcFiles; setAddress: (address: string) => Promise<void> }> {
-  const files: EtcFiles = { hosts: join(dir, 'hosts'), hostname: join(dir, 'hostname') };
+  const files: EtcFiles = {
+    hosts: join(dir, 'hosts'),
+    hostname: join(dir, 'hostname'),
+    resolv: join(dir, 'resolv.conf'),
+  };
   // Rewritten in place (same inode, so the bind mount shows it) once the address is known.
   const setAddress = (a: string) =>
     writeFile(files.hosts, `127.0.0.1\tlocalhost\n::1\tlocalhost\n${a ? `${a}\t${hostname}\n` : ''}`);
   await setAddress(address);
   await writeFile(files.hostname, `${hostname}\n`);
-  if (resolv && existsSync('/etc/resolv.conf')) {
-    files.resolv = join(dir, 'resolv.conf');
-    await writeFile(files.resolv, readFileSync('/etc/resolv.conf'));
-  }
+  await writeFile(files.resolv, `nameserver ${nameserver}\noptions timeout:2 attempts:2\n`);
   return { files, setAddress };
 }

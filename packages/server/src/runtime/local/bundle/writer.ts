@@ -43,8 +43,8 @@ export class BundleWriter {
       cgroupParent: string;
       /** Instance key, marked on every container (see INSTANCE_ANNOTATION). */
       instance: string;
-      /** 'nat': sandboxes get the host's resolv.conf. */
-      egress: 'none' | 'nat';
+      /** The sandboxes' resolver (the gateway address), named in every resolv.conf. */
+      nameserver: string;
     },
   ) {}
 
@@ -78,7 +78,7 @@ export class BundleWriter {
    */
   async write(dir: string, b: SandboxBundle): Promise<{ setAddress: (address: string) => Promise<void> }> {
     const host = this.host!;
-    const etc = await writeEtcFiles(dir, b.hostname, b.net?.address ?? '', this.o.egress === 'nat');
+    const etc = await writeEtcFiles(dir, b.hostname, b.net?.address ?? '', this.o.nameserver);
     // The empty directory bound read-only over masked directories (owned by host root, so
     // nobody in the sandbox can write it).
     const empty = join(dir, 'masked');

@@ -7,7 +7,7 @@ import { runTool } from './exec.js';
 import { NetworkManager, type NetworkOptions } from './manager.js';
 
 // Names and addresses no one else uses; every sandbox id of this file starts with `fa_`.
-const OPTS: NetworkOptions = { bridge: 'sbxt-fa', subnet: '10.89.251.0/29', egress: 'none' };
+const OPTS: NetworkOptions = { bridge: 'sbxt-fa', subnet: '10.89.251.0/29' };
 const IDS = ['fa_0', 'fa_1', 'fa_2', 'fa_3', 'fa_4', 'fa_5'];
 
 async function cleanUp(): Promise<void> {
@@ -41,6 +41,7 @@ describe('NetworkManager.freeAddresses', () => {
       assert.deepEqual(await nm.freeAddresses(), { free: 3, total: 5 });
       const fresh = new NetworkManager(OPTS);
       await fresh.init();
+      fresh.close();
       assert.deepEqual(await fresh.freeAddresses(), { free: 3, total: 5 }, 'read from the host');
       for (const id of IDS.slice(2, 5)) await nm.attach(id);
       assert.deepEqual(await nm.freeAddresses(), { free: 0, total: 5 });

@@ -21,7 +21,10 @@ import { nativeBin } from '../native.js';
 import { attachCommand } from './commands.js';
 import { mapLimit, runJson, runTool } from './exec.js';
 import { findRouteClash, hostNetworksBesides } from './host.js';
-import { buildRuleset, nftTableName } from './rules.js';
+import { blockedPrefixes, buildRuleset, nftTableName } from './rules.js';
+import type { Upstream } from './dns.js';
+import { EgressGate } from './egress.js';
+import { parseVia, viaRoutingScript, viaRuleDeletions, viaTable } from './via.js';
 
 /** Host-side settings of one sandbox network. */
 export interface NetworkOptions {
@@ -33,8 +36,15 @@ export interface NetworkOptions {
   bridge: string;
   /** IPv4 CIDR of the sandboxes, prefix length 8..29; the first host address is the gateway. */
   subnet: string;
-  /** `none`: sandboxes reach nothing but their own netns. `nat`: masqueraded egress to public addresses only. */
-  egress: 'none' | 'nat';
+  /**
+   * Where sandbox egress is routed: an interface (`veth-x`, an on-link route) or an interface
+   * and next hop (`veth-x:198.51.100.1`), through a routing table of the instance's own that
+   * everything from the subnet uses (sandboxes, and the resolver and proxy, which speak from
+   * the gateway). Unset: the host's own routes (its default route).
+   */
+  via?: string;
+  /** Upstream resolvers of the sandboxes' resolver; default the host's resolv.conf nameservers. */
+  dnsUpstream?: Upstream[];
 }
 
 /** One sandbox's network as it exists on the host. */
@@ -98,19 +108,27 @@ export class NetworkManager {
   readonly #locks = new Map<string, Promise<unknown>>();
   #cursor: number;
   #helper: string | undefined;
+  #egress: EgressGate | undefined;
 
   /** Validates the options (`validation` error); touches nothing on the host. */
   constructor(opts: NetworkOptions) {
     checkIfName(opts.bridge);
-    if (opts.egress !== 'none' && opts.egress !== 'nat') {
-      throw new SandboxdError('validation', `network egress must be 'none' or 'nat', not ${String(opts.egress)}`);
-    }
+    if (opts.via !== undefined) parseVia(opts.via);
     this.#opts = { ...opts };
     this.#plan = planSubnet(opts.subnet);
     this.#subnet = formatPrefix(this.#plan.prefix);
     this.#gateway = intToIp(this.#plan.gateway);
     this.#group = instanceGroup(opts.bridge);
     this.#cursor = this.#plan.first;
+  }
+
+  /**
+   * Per-sandbox egress (nft set elements, the resolver, the proxy); exists once `init()`
+   * ran. Sandboxes start with `none`.
+   */
+  get egress(): EgressGate {
+    if (!this.#egress) throw new SandboxdError('internal', 'network: init() must run before egress is set');
+    return this.#egress;
   }
 
   /** The interface group of this instance's host veths (and of its anchor device). */
@@ -123,18 +141,29 @@ export class NetworkManager {
    * no sandbox ever exists unprotected), then the anchor device (a bridge without ports,
    * with a fixed MAC, in the instance's group, IPv6 off, holding the gateway address), then
    * a blackhole route for the subnet, and the routes of the networks it made (the kernel drops
-   * a route with the gateway address). With egress 'nat' it also turns on `net.ipv4.ip_forward`
-   * (host-wide; never turned off again); with 'none' it leaves it. Throws `conflict` when an
+   * a route with the gateway address), the policy routing of `via`, then starts the egress
+   * services (resolver, proxy) and opens the ruleset to them, putting back the egress of the
+   * sandboxes it knows. `net.ipv4.ip_forward` is turned on (host-wide; never turned off again)
+   * when the first sandbox gets egress. Throws `conflict` when an
    * interface of the anchor's name exists and is not a bridge, or a host route overlaps the
    * subnet.
    */
   async init(): Promise<void> {
-    const { bridge, egress } = this.#opts;
+    const { bridge } = this.#opts;
     const clash = await findRouteClash(this.#plan.prefix, (dev) => dev === bridge || this.#isOurVeth(dev));
     if (clash) throw new SandboxdError('conflict', `network: subnet ${this.#subnet} overlaps the host route ${clash}`);
-    const hostNetworks = egress === 'nat' ? await hostNetworksBesides(bridge) : [];
-    const rules = buildRuleset({ name: bridge, group: this.#group, subnet: this.#subnet, egress, hostNetworks });
-    await runTool('nft', ['-f', '-'], { input: rules });
+    const hostNetworks = await hostNetworksBesides(bridge);
+    const ruleset = (ports?: Parameters<typeof buildRuleset>[0]['ports']) =>
+      buildRuleset({
+        name: bridge,
+        group: this.#group,
+        subnet: this.#subnet,
+        gateway: this.#gateway,
+        hostNetworks,
+        ports,
+      });
+    // Closed first (no resolver, no proxy yet: DNS and 80/443 are dropped), so no sandbox is ever unprotected.
+    await runTool('nft', ['-f', '-'], { input: ruleset() });
     if (!existsSync(`/sys/class/net/${bridge}`)) {
       // A concurrent init may win the race; the check below decides.
       await runTool('ip', ['link', 'add', bridge, 'address', bridgeMac(bridge), 'type', 'bridge'], {
@@ -156,10 +185,45 @@ export class NetworkManager {
       ...known.map((n) => `route replace ${n.address}/32 dev ${hostVethName(n.id)} src ${this.#gateway}`),
     ];
     await runTool('ip', ['-batch', '-'], { input: `${script.join('\n')}\n` });
-    if (egress === 'nat' && readFileSync('/proc/sys/net/ipv4/ip_forward', 'utf8').trim() !== '1') {
-      writeFileSync('/proc/sys/net/ipv4/ip_forward', '1');
-    }
+    await this.#routeVia();
+    // The resolver and the proxy bind the gateway address, which exists from here on.
+    this.#egress ??= new EgressGate({
+      table: nftTableName(bridge),
+      gateway: this.#gateway,
+      blocked: blockedPrefixes(hostNetworks),
+      upstream: this.#opts.dnsUpstream,
+    });
+    const ports = await this.#egress.start();
+    await runTool('nft', ['-f', '-'], { input: ruleset(ports) });
+    await this.#egress.reapply();
     this.#ready = true;
+  }
+
+  /** Removes the policy routing of `via` (rules, the table's routes); idempotent. */
+  async #unrouteVia(): Promise<void> {
+    for (const del of viaRuleDeletions(this.#subnet, this.#group)) {
+      for (let i = 0; i < 8; i++) if ((await runTool('ip', del, { allowFailure: true })).code !== 0) break;
+    }
+    await runTool('ip', ['route', 'flush', 'table', String(viaTable(this.#group))], { allowFailure: true });
+  }
+
+  /** Stops the egress services (resolver, proxy) of this process; the host side stays. */
+  close(): void {
+    this.#egress?.close();
+  }
+
+  /** The policy routing of `via` (or its removal when unset), idempotently. */
+  async #routeVia(): Promise<void> {
+    await this.#unrouteVia();
+    if (this.#opts.via === undefined) return;
+    const via = parseVia(this.#opts.via);
+    if (!existsSync(`/sys/class/net/${via.dev}`)) {
+      throw new SandboxdError(
+        'conflict',
+        `network: the egress interface ${via.dev} (SANDBOXD_EGRESS_VIA) does not exist`,
+      );
+    }
+    await runTool('ip', ['-batch', '-'], { input: viaRoutingScript(via, this.#subnet, this.#group) });
   }
 
   /**
@@ -246,6 +310,9 @@ export class NetworkManager {
     ];
     await runTool('ip', ['-force', '-batch', '-'], { input: `${script.join('\n')}\n`, allowFailure: true });
     await runTool('nft', ['delete', 'table', 'inet', nftTableName(bridge)], { allowFailure: true });
+    this.#egress?.close();
+    this.#egress = undefined;
+    await this.#unrouteVia();
     const leftRoute = await runTool('ip', ['route', 'show', 'exact', this.#subnet]);
     const leftTable = await runTool('nft', ['list', 'table', 'inet', nftTableName(bridge)], { allowFailure: true });
     if (existsSync(`/sys/class/net/${bridge}`) || leftRoute.stdout.trim() !== '' || leftTable.code === 0) {
@@ -296,6 +363,8 @@ export class NetworkManager {
    */
   async #remove(id: string, now: boolean): Promise<void> {
     const veth = hostVethName(id);
+    // What the address may reach goes before the address can go to another sandbox.
+    for (const [addr, owner] of this.#used) if (owner === id) await this.#egress?.release(intToIp(addr));
     const vethPath = `/sys/class/net/${veth}`;
     const script = [
       ...(now && existsSync(vethPath) ? [`link del ${veth}`] : []),

@@ -1,7 +1,7 @@
 import { formatPrefix, mergePrefixes, parsePrefix, type Prefix } from './addr.js';
 
 /**
- * IPv4 ranges a sandbox never reaches even with NAT egress: private, shared, loopback,
+ * IPv4 ranges a sandbox never reaches, whatever its egress: private, shared, loopback,
  * link-local (cloud metadata), benchmarking, multicast and reserved space.
  */
 export const NON_PUBLIC_IPV4 = [
@@ -17,9 +17,44 @@ export const NON_PUBLIC_IPV4 = [
   '224.0.0.0/3',
 ];
 
+/**
+ * The one list of destinations no sandbox reaches (the forward chain drops them, and the
+ * egress proxy refuses them): {@link NON_PUBLIC_IPV4} plus the host's other networks.
+ */
+export function blockedPrefixes(hostNetworks: Prefix[]): Prefix[] {
+  return mergePrefixes([...NON_PUBLIC_IPV4.map(parsePrefix), ...hostNetworks]);
+}
+
 /** Name of the nftables table (family inet) that holds every rule of one instance's network. */
 export function nftTableName(name: string): string {
   return `sandboxd_${name}`;
+}
+
+/**
+ * The sets of the table that say, per sandbox address, what it may reach. Their elements
+ * are the only per-sandbox state of the firewall; the rules never change with them.
+ */
+export const EGRESS_SETS = {
+  /** Sandbox addresses whose egress is `internet`. */
+  internet: 'egress_internet',
+  /** Sandbox addresses with `allow` rules (DNS through sandboxd, 80/443 through the proxy). */
+  ruled: 'egress_ruled',
+  /** `sandbox . destination` from DNS answers of allowed names, each with the answer's TTL as timeout. */
+  resolved: 'egress_resolved',
+  /** `sandbox . prefix` of CIDR rules (interval set). */
+  nets: 'egress_nets',
+  /** Always empty: listed after each batch of a long-lived `nft -i` to tell that it is done. */
+  marker: 'egress_marker',
+} as const;
+
+/** The host ports the egress services listen on (on the gateway address); 0 = not running. */
+export interface EgressPorts {
+  /** The resolver, UDP and TCP (a sandbox's queries to gateway:53 are redirected there). */
+  dnsUdp: number;
+  dnsTcp: number;
+  /** The proxy for TCP 80 (HTTP, checked by Host) and 443 (TLS, checked by SNI). */
+  http: number;
+  tls: number;
 }
 
 /** Inputs of {@link buildRuleset}. */
@@ -30,65 +65,109 @@ export interface RulesetOptions {
   group: number;
   /** Sandbox subnet, e.g. `10.89.0.0/16`. */
   subnet: string;
-  egress: 'none' | 'nat';
-  /** Networks on the host's other interfaces; with NAT they join {@link NON_PUBLIC_IPV4}. */
+  /** The gateway address (on the anchor device): where the resolver and the proxy listen. */
+  gateway: string;
+  /** Networks on the host's other interfaces: joined to {@link NON_PUBLIC_IPV4}. */
   hostNetworks: Prefix[];
+  /** The egress services' ports; absent (or zeros) while they do not run: DNS and 80/443 are then dropped. */
+  ports?: EgressPorts;
 }
 
 /**
  * The complete nft script for one instance. Applied with `nft -f -` it replaces the table
  * in one transaction (create-if-missing, delete, re-create), so re-running it is idempotent
- * and there is never a moment without rules. Base chains run at priority -10, and a drop in
- * any base chain is final, so other tables' accepts cannot open what this table closes.
- * The rules are the same whatever the number of sandboxes: each sandbox's host veth is in
- * the instance's interface group, which `iifgroup`/`oifgroup` match.
+ * and there is never a moment without rules (its sets start empty: every sandbox is back to
+ * `none` until its egress is applied again). Filter chains run at priority -10, and a drop
+ * in any base chain is final, so other tables' accepts cannot open what this table closes.
+ * The rules are the same whatever the number of sandboxes and their egress: each sandbox's
+ * host veth is in the instance's interface group, which `iifgroup`/`oifgroup` match, and
+ * what one sandbox may reach is elements of the sets of {@link EGRESS_SETS}.
  *
  * - prerouting: from a sandbox, no IPv6, and only packets whose source address the host
  *   routes back through the veth they came in on (strict reverse path): a sandbox cannot
- *   send with another sandbox's address, the gateway's or any other.
- * - input: from a sandbox only replies to connections the host opened (established,
- *   related); every new connection to any host address is dropped.
- * - forward, egress 'none': everything from or to a sandbox is dropped.
- * - forward, egress 'nat': to a sandbox only replies (so never sandbox to sandbox); from a
- *   sandbox nothing to the host's own, broadcast or multicast addresses, nothing to
- *   non-public ranges or the host's other networks; the rest is masqueraded.
+ *   send with another sandbox's address, the gateway's or any other. Then (nat) a query to
+ *   gateway:53 of an `internet` or ruled sandbox goes to the resolver, and TCP 80/443 of a
+ *   ruled sandbox, to any address but those of its CIDR rules, to the proxy.
+ * - input: from a sandbox only replies to connections the host opened, and what the nat
+ *   rules above redirected to the resolver and the proxy; every other new connection to any
+ *   host address is dropped.
+ * - forward: to a sandbox only replies (so never sandbox to sandbox); from a sandbox,
+ *   packets of connections already allowed, then nothing to the host's own, broadcast or
+ *   multicast addresses, non-public ranges or the host's other networks; then `internet`
+ *   sandboxes reach the rest, ruled ones the addresses their allowed names resolved to
+ *   (until the answer's TTL; UDP 443, QUIC, only within their CIDRs) and their CIDRs;
+ *   everything else is dropped.
+ * - postrouting: what leaves from the subnet (sandboxes, and the resolver and proxy, which
+ *   speak from the gateway address) is masqueraded.
  */
 export function buildRuleset(o: RulesetOptions): string {
   const t = nftTableName(o.name);
   const g = String(o.group);
+  const s = EGRESS_SETS;
+  const blocked = blockedPrefixes(o.hostNetworks).map(formatPrefix);
+  const p = o.ports?.dnsUdp && o.ports.dnsTcp && o.ports.http && o.ports.tls ? o.ports : null;
+  const gw = o.gateway;
   const lines = [
     `table inet ${t} {}`,
     `delete table inet ${t}`,
     `table inet ${t} {`,
+    `  set ${s.internet} { type ipv4_addr; }`,
+    `  set ${s.ruled} { type ipv4_addr; }`,
+    `  set ${s.resolved} { type ipv4_addr . ipv4_addr; flags timeout; }`,
+    `  set ${s.nets} { type ipv4_addr . ipv4_addr; flags interval; }`,
+    `  set ${s.marker} { type ipv4_addr; }`,
     '  chain prerouting {',
     '    type filter hook prerouting priority -10; policy accept;',
     `    iifgroup ${g} meta nfproto ipv6 drop`,
     `    iifgroup ${g} fib saddr . iif oif missing drop`,
     '  }',
+  ];
+  if (p) {
+    lines.push(
+      '  chain steer {',
+      '    type nat hook prerouting priority -110; policy accept;',
+      `    iifgroup ${g} ip daddr ${gw} udp dport 53 ip saddr @${s.internet} dnat ip to ${gw}:${p.dnsUdp}`,
+      `    iifgroup ${g} ip daddr ${gw} tcp dport 53 ip saddr @${s.internet} dnat ip to ${gw}:${p.dnsTcp}`,
+      `    iifgroup ${g} ip daddr ${gw} udp dport 53 ip saddr @${s.ruled} dnat ip to ${gw}:${p.dnsUdp}`,
+      `    iifgroup ${g} ip daddr ${gw} tcp dport 53 ip saddr @${s.ruled} dnat ip to ${gw}:${p.dnsTcp}`,
+      // A CIDR rule's addresses are reached as dialled, by any name.
+      `    iifgroup ${g} ip saddr . ip daddr @${s.nets} return`,
+      `    iifgroup ${g} tcp dport 80 ip saddr @${s.ruled} dnat ip to ${gw}:${p.http}`,
+      `    iifgroup ${g} tcp dport 443 ip saddr @${s.ruled} dnat ip to ${gw}:${p.tls}`,
+      '  }',
+    );
+  }
+  lines.push(
     '  chain input {',
     '    type filter hook input priority -10; policy accept;',
     `    iifgroup ${g} ct state established,related accept`,
+    ...(p
+      ? [
+          `    iifgroup ${g} ct status dnat ip daddr ${gw} udp dport ${p.dnsUdp} accept`,
+          `    iifgroup ${g} ct status dnat ip daddr ${gw} tcp dport { ${p.dnsTcp}, ${p.http}, ${p.tls} } accept`,
+        ]
+      : []),
     `    iifgroup ${g} drop`,
     '  }',
     '  chain forward {',
     '    type filter hook forward priority -10; policy accept;',
-  ];
-  if (o.egress === 'none') {
-    lines.push(`    iifgroup ${g} drop`, `    oifgroup ${g} drop`, '  }');
-  } else {
-    const blocked = mergePrefixes([...NON_PUBLIC_IPV4.map(parsePrefix), ...o.hostNetworks]).map(formatPrefix);
-    lines.push(
-      `    oifgroup ${g} ct state established,related accept`,
-      `    oifgroup ${g} drop`,
-      `    iifgroup ${g} fib daddr type { local, broadcast, multicast, anycast } drop`,
-      `    iifgroup ${g} ip daddr { ${blocked.join(', ')} } drop`,
-      '  }',
-      '  chain postrouting {',
-      '    type nat hook postrouting priority 110; policy accept;',
-      `    ip saddr ${o.subnet} oifgroup != ${g} masquerade`,
-      '  }',
-    );
-  }
-  lines.push('}');
+    `    oifgroup ${g} ct state established,related accept`,
+    `    oifgroup ${g} drop`,
+    `    iifgroup ${g} ct state established,related accept`,
+    `    iifgroup ${g} fib daddr type { local, broadcast, multicast, anycast } drop`,
+    `    iifgroup ${g} ip daddr { ${blocked.join(', ')} } drop`,
+    `    iifgroup ${g} ip saddr @${s.internet} accept`,
+    // QUIC carries its SNI where the proxy cannot read it: ruled sandboxes fall back to TCP.
+    `    iifgroup ${g} ip saddr @${s.ruled} udp dport 443 ip saddr . ip daddr != @${s.nets} drop`,
+    `    iifgroup ${g} ip saddr . ip daddr @${s.resolved} accept`,
+    `    iifgroup ${g} ip saddr . ip daddr @${s.nets} accept`,
+    `    iifgroup ${g} drop`,
+    '  }',
+    '  chain postrouting {',
+    '    type nat hook postrouting priority 110; policy accept;',
+    `    ip saddr ${o.subnet} oifgroup != ${g} masquerade`,
+    '  }',
+    '}',
+  );
   return `${lines.join('\n')}\n`;
 }

@@ -1,5 +1,5 @@
 import type { Duplex } from 'node:stream';
-import { SandboxdError } from '@sandboxd/protocol';
+import { type Egress, SandboxdError } from '@sandboxd/protocol';
 import type { CapacityFloors } from '../../../domain/capacity.js';
 import { DRIVER_SNAPSHOT_PREFIX } from '../../../domain/snapshots.js';
 import type {
@@ -227,6 +227,12 @@ export class FleetDriver implements RuntimeDriver {
   }
   resume(id: string): Promise<void> {
     return this.on(id, (d) => d.resume(id));
+  }
+  setEgress(id: string, egress: Egress): Promise<void> {
+    return this.on(id, async (d) => {
+      if (!d.setEgress) throw new SandboxdError('unsupported', 'This runner cannot change the network of a sandbox');
+      await d.setEgress(id, egress);
+    });
   }
   stop(id: string): Promise<void> {
     return this.on(id, (d) => d.stop(id));

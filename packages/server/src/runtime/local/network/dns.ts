@@ -1,0 +1,262 @@
+import { createSocket, type RemoteInfo, type Socket } from 'node:dgram';
+import { createServer, type Server, type Socket as TcpSocket } from 'node:net';
+import { randomInt } from 'node:crypto';
+import * as dnsPacket from 'dns-packet';
+
+/** An upstream resolver: IPv4 address and port. */
+export interface Upstream {
+  host: string;
+  port: number;
+}
+
+/** What the resolver asks of the egress gate about the sandbox that sent a query. */
+export interface ResolverPolicy {
+  /** `none` (or unknown address): REFUSED; `internet`: forwarded as is; `allow`: checked. */
+  modeOf(address: string): 'none' | 'internet' | 'allow';
+  allowsName(address: string, name: string): boolean;
+  /** Records the IPv4 answers for `name` (before the reply goes out: the sandbox connects right after). */
+  record(address: string, name: string, addrs: string[], ttlS: number): Promise<void>;
+}
+
+const RCODE = { NOERROR: 0, FORMERR: 1, SERVFAIL: 2, NXDOMAIN: 3, REFUSED: 5 } as const;
+const RD_RA = dnsPacket.RECURSION_DESIRED | dnsPacket.RECURSION_AVAILABLE;
+const UPSTREAM_TIMEOUT_MS = 2000;
+const MAX_PENDING = 4096;
+const TCP_IDLE_MS = 10_000;
+
+/** `name` as rules see it: lowercase, without the trailing dot. */
+export function canonicalName(name: string): string {
+  return name.toLowerCase().replace(/\.$/, '');
+}
+
+/**
+ * The sandboxes' resolver (dns-packet for the wire format): listens on the gateway address
+ * (UDP and TCP, on ports the ruleset redirects a sandbox's gateway:53 to) and answers by the
+ * source address, which the strict reverse-path rule ties to one sandbox. Denied names get
+ * NXDOMAIN and are never sent upstream, so nothing leaves through a name the rules deny
+ * (no tunnelling through sandboxd's resolver); allowed ones are forwarded to the upstream
+ * resolvers from the gateway address (so through the egress path) and their A answers are
+ * recorded with their TTL before the answer is sent. AAAA of allowed names answer empty
+ * (sandboxes have no IPv6). Garbage is dropped; a reply is only taken from the upstream it
+ * was sent to, with the query's id and question.
+ */
+export class EgressResolver {
+  #udp: Socket | undefined;
+  #tcp: Server | undefined;
+  #up: Socket | undefined;
+  readonly #pending = new Map<
+    number,
+    { resolve: (b: Buffer | null) => void; to: Upstream; sent: Buffer; timer: NodeJS.Timeout }
+  >();
+  readonly #tcpConns = new Set<TcpSocket>();
+
+  constructor(
+    private readonly o: {
+      gateway: string;
+      upstream: Upstream[];
+      policy: ResolverPolicy;
+      /** How long each upstream gets to answer (default 2000). */
+      upstreamTimeoutMs?: number;
+    },
+  ) {}
+
+  /** Binds the listeners and the upstream socket on the gateway address; resolves their ports. */
+  async listen(): Promise<{ udp: number; tcp: number }> {
+    const gw = this.o.gateway;
+    const up = createSocket('udp4');
+    up.on('message', (msg, rinfo) => this.#onUpstream(msg, rinfo));
+    up.on('error', () => {});
+    await new Promise<void>((res, rej) => up.once('error', rej).bind(0, gw, () => res()));
+    up.unref(); // never what keeps a process alive: its server (or test) decides
+    this.#up = up;
+    const udp = createSocket('udp4');
+    udp.on('message', (msg, rinfo) => {
+      void this.answer(msg, rinfo.address).then((reply) => {
+        if (reply) udp.send(reply, rinfo.port, rinfo.address, () => {});
+      });
+    });
+    udp.on('error', () => {});
+    await new Promise<void>((res, rej) => udp.once('error', rej).bind(0, gw, () => res()));
+    udp.unref();
+    this.#udp = udp;
+    const tcp = createServer((s) => this.#onTcp(s));
+    tcp.on('error', () => {});
+    await new Promise<void>((res, rej) => tcp.once('error', rej).listen(0, gw, () => res()));
+    tcp.unref();
+    this.#tcp = tcp;
+    return { udp: udp.address().port, tcp: (tcp.address() as { port: number }).port };
+  }
+
+  close(): void {
+    for (const p of this.#pending.values()) {
+      clearTimeout(p.timer);
+      p.resolve(null);
+    }
+    this.#pending.clear();
+    for (const s of this.#tcpConns) s.destroy();
+    this.#udp?.close();
+    this.#up?.close();
+    this.#tcp?.close();
+    this.#udp = this.#up = this.#tcp = undefined;
+  }
+
+  /**
+   * The reply to query `msg` from sandbox address `from`, or null (garbage: no reply).
+   * Never throws.
+   */
+  async answer(msg: Buffer, from: string): Promise<Buffer | null> {
+    let q: dnsPacket.Packet;
+    try {
+      q = dnsPacket.decode(msg);
+    } catch {
+      return null;
+    }
+    if (q.type !== 'query' || q.id === undefined) return null;
+    const question = q.questions?.length === 1 ? q.questions[0] : undefined;
+    if (!question || (q.flags ?? 0) & 0x7800 /* opcode */) return reply(q, RCODE.FORMERR);
+    const mode = this.o.policy.modeOf(from);
+    if (mode === 'none') return reply(q, RCODE.REFUSED);
+    if (mode === 'internet') return (await this.#forward(msg, q.id)) ?? reply(q, RCODE.SERVFAIL);
+    const name = canonicalName(question.name);
+    if (!this.o.policy.allowsName(from, name)) return reply(q, RCODE.NXDOMAIN);
+    if (question.type === 'AAAA') return reply(q, RCODE.NOERROR);
+    const raw = await this.#forward(msg, q.id);
+    if (!raw) return reply(q, RCODE.SERVFAIL);
+    const a = answersOf(raw);
+    if (a?.addrs.length) {
+      try {
+        await this.o.policy.record(from, name, a.addrs, a.ttlS);
+      } catch {
+        return reply(q, RCODE.SERVFAIL);
+      }
+    }
+    return raw;
+  }
+
+  /**
+   * The A records of `name` from the upstream resolvers, as the sandbox's own query would
+   * get them (for the proxy, when the sandbox connected without asking sandboxd first).
+   */
+  async lookup(name: string): Promise<{ addrs: string[]; ttlS: number } | null> {
+    const id = randomInt(65536);
+    const msg = dnsPacket.encode({
+      type: 'query',
+      id,
+      flags: dnsPacket.RECURSION_DESIRED,
+      questions: [{ type: 'A', name, class: 'IN' }],
+    });
+    const raw = await this.#forward(msg, id);
+    return raw ? answersOf(raw) : null;
+  }
+
+  /** Sends `msg` to each upstream in turn until one answers; the answer carries `id` again. */
+  async #forward(msg: Buffer, id: number): Promise<Buffer | null> {
+    const up = this.#up;
+    if (!up || this.#pending.size >= MAX_PENDING) return null;
+    for (const to of this.o.upstream) {
+      let ours = randomInt(65536);
+      for (let i = 0; i < 8 && this.#pending.has(ours); i++) ours = randomInt(65536);
+      if (this.#pending.has(ours)) return null;
+      const out = Buffer.from(msg);
+      out.writeUInt16BE(ours, 0);
+      const got = await new Promise<Buffer | null>((resolve) => {
+        const timer = setTimeout(() => {
+          this.#pending.delete(ours);
+          resolve(null);
+        }, this.o.upstreamTimeoutMs ?? UPSTREAM_TIMEOUT_MS);
+        this.#pending.set(ours, { resolve, to, sent: out, timer });
+        up.send(out, to.port, to.host, (err) => {
+          if (err) {
+            clearTimeout(timer);
+            this.#pending.delete(ours);
+            resolve(null);
+          }
+        });
+      });
+      if (got) {
+        const back = Buffer.from(got);
+        back.writeUInt16BE(id, 0);
+        return back;
+      }
+    }
+    return null;
+  }
+
+  #onUpstream(msg: Buffer, rinfo: RemoteInfo): void {
+    if (msg.length < 12) return;
+    const p = this.#pending.get(msg.readUInt16BE(0));
+    if (!p || p.to.host !== rinfo.address || p.to.port !== rinfo.port || !sameQuestion(msg, p.sent)) return;
+    this.#pending.delete(msg.readUInt16BE(0));
+    clearTimeout(p.timer);
+    p.resolve(msg);
+  }
+
+  /** DNS over TCP: 2-byte length, then the message; answered in order. */
+  #onTcp(s: TcpSocket): void {
+    const from = (s.remoteAddress ?? '').replace(/^::ffff:/, '');
+    this.#tcpConns.add(s);
+    s.setTimeout(TCP_IDLE_MS, () => s.destroy());
+    s.on('error', () => {});
+    s.on('close', () => this.#tcpConns.delete(s));
+    let buf = Buffer.alloc(0);
+    let chain = Promise.resolve();
+    s.on('data', (chunk: Buffer) => {
+      buf = Buffer.concat([buf, chunk]);
+      if (buf.length > 2 + 65535 * 2) return void s.destroy();
+      while (buf.length >= 2 && buf.length >= 2 + buf.readUInt16BE(0)) {
+        const msg = buf.subarray(2, 2 + buf.readUInt16BE(0));
+        buf = buf.subarray(2 + msg.length);
+        chain = chain.then(async () => {
+          const r = await this.answer(Buffer.from(msg), from);
+          if (!r) return void s.destroy();
+          const len = Buffer.alloc(2);
+          len.writeUInt16BE(r.length);
+          if (!s.destroyed) s.write(Buffer.concat([len, r]));
+        });
+      }
+    });
+  }
+}
+
+/** A reply to `q` with no answers and `rcode`. */
+function reply(q: dnsPacket.Packet, rcode: number): Buffer {
+  return dnsPacket.encode({
+    type: 'response',
+    id: q.id,
+    flags: (RD_RA | rcode) & ~0x7800,
+    questions: q.questions ?? [],
+  });
+}
+
+/** Whether the reply `got` answers the question of `sent`. */
+function sameQuestion(got: Buffer, sent: Buffer): boolean {
+  try {
+    const a = dnsPacket.decode(got);
+    const b = dnsPacket.decode(sent);
+    const qa = a.questions?.[0];
+    const qb = b.questions?.[0];
+    return (
+      a.type === 'response' &&
+      qa !== undefined &&
+      qb !== undefined &&
+      canonicalName(qa.name) === canonicalName(qb.name) &&
+      qa.type === qb.type
+    );
+  } catch {
+    return false;
+  }
+}
+
+/** The A addresses of a reply and their smallest TTL (seconds), or null for garbage. */
+function answersOf(raw: Buffer): { addrs: string[]; ttlS: number } | null {
+  try {
+    const p = dnsPacket.decode(raw);
+    const a = (p.answers ?? []).filter((x) => x.type === 'A') as dnsPacket.StringAnswer[];
+    return {
+      addrs: [...new Set(a.map((x) => x.data))],
+      ttlS: a.length ? Math.min(...a.map((x) => x.ttl ?? 0)) : 0,
+    };
+  } catch {
+    return null;
+  }
+}

@@ -1,0 +1,136 @@
+import { connect, createServer, type Server, type Socket } from 'node:net';
+import { type FirstBytes, httpHost, MAX_FIRST_BYTES, tlsServerName } from './first-bytes.js';
+
+/** What the proxy asks of the egress gate. */
+export interface ProxyPolicy {
+  /** Whether the sandbox at `address` has `allow` rules (only those are proxied). */
+  isRuled(address: string): boolean;
+  allowsName(address: string, name: string): boolean;
+  /**
+   * The public addresses `name` resolved to for that sandbox (recorded from its DNS answers,
+   * else looked up upstream and recorded); never a blocked one. Empty when none.
+   */
+  addressesFor(address: string, name: string): Promise<string[]>;
+}
+
+const FIRST_BYTES_MS = 10_000;
+const CONNECT_MS = 10_000;
+/** Connections at once, in all and per sandbox: past them new ones are closed at once. */
+const MAX_CONNECTIONS = 8192;
+const MAX_PER_SANDBOX = 512;
+/** TLS alert: fatal, handshake_failure. */
+const TLS_REFUSAL = Buffer.from([0x15, 0x03, 0x01, 0x00, 0x02, 0x02, 0x28]);
+
+/**
+ * The transparent proxy for TCP 80 and 443 of sandboxes with `allow` rules (the ruleset
+ * redirects their connections to it, whatever address they dialled). It reads the HTTP Host
+ * or the TLS SNI (at most 16 KiB, within 10 s), checks the name against the sandbox's rules
+ * and connects, from the gateway address (so through the egress path), to an address that
+ * name resolved to for that sandbox: never to the address the sandbox chose. No name, a
+ * denied name, or an unparsable start: refused (HTTP 403, a TLS handshake_failure alert).
+ * Then bytes are relayed as they are (TLS is not terminated).
+ */
+export class EgressProxy {
+  #servers: Server[] = [];
+  readonly #conns = new Set<Socket>();
+  readonly #perSandbox = new Map<string, number>();
+
+  constructor(private readonly o: { gateway: string; policy: ProxyPolicy }) {}
+
+  /** Listens on the gateway address; resolves the ports of the HTTP and the TLS side. */
+  async listen(): Promise<{ http: number; tls: number }> {
+    const http = await this.#listen('http');
+    const tls = await this.#listen('tls');
+    return { http, tls };
+  }
+
+  close(): void {
+    for (const s of this.#servers) s.close();
+    for (const c of this.#conns) c.destroy();
+    this.#servers = [];
+  }
+
+  async #listen(kind: 'http' | 'tls'): Promise<number> {
+    const server = createServer({ pauseOnConnect: false }, (s) => this.#accept(s, kind));
+    server.on('error', () => {});
+    await new Promise<void>((res, rej) => server.once('error', rej).listen(0, this.o.gateway, () => res()));
+    server.unref(); // never what keeps a process alive: its server (or test) decides
+    this.#servers.push(server);
+    return (server.address() as { port: number }).port;
+  }
+
+  #accept(s: Socket, kind: 'http' | 'tls'): void {
+    const from = (s.remoteAddress ?? '').replace(/^::ffff:/, '');
+    s.on('error', () => {});
+    const count = this.#perSandbox.get(from) ?? 0;
+    if (!this.o.policy.isRuled(from) || this.#conns.size >= MAX_CONNECTIONS || count >= MAX_PER_SANDBOX) {
+      s.destroy();
+      return;
+    }
+    this.#conns.add(s);
+    this.#perSandbox.set(from, count + 1);
+    s.once('close', () => {
+      this.#conns.delete(s);
+      const n = (this.#perSandbox.get(from) ?? 1) - 1;
+      if (n <= 0) this.#perSandbox.delete(from);
+      else this.#perSandbox.set(from, n);
+    });
+    s.setTimeout(FIRST_BYTES_MS, () => s.destroy());
+    const parse = kind === 'http' ? httpHost : tlsServerName;
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const onData = (chunk: Buffer): void => {
+      chunks.push(chunk);
+      size += chunk.length;
+      const head = Buffer.concat(chunks);
+      const r: FirstBytes = size > MAX_FIRST_BYTES * 2 ? { refused: 'too large' } : parse(head);
+      if (r === 'more') return;
+      s.off('data', onData);
+      s.pause();
+      if ('refused' in r) this.#refuse(s, kind, r.refused);
+      else void this.#relay(s, kind, from, r.name, head);
+    };
+    s.on('data', onData);
+    s.on('end', () => {
+      if (!s.destroyed && s.listenerCount('data') > 0) s.destroy();
+    });
+  }
+
+  async #relay(s: Socket, kind: 'http' | 'tls', from: string, name: string, head: Buffer): Promise<void> {
+    if (!this.o.policy.allowsName(from, name)) return this.#refuse(s, kind, `${name} is not allowed`);
+    let addrs: string[];
+    try {
+      addrs = await this.o.policy.addressesFor(from, name);
+    } catch {
+      addrs = [];
+    }
+    if (addrs.length === 0 || s.destroyed) return this.#refuse(s, kind, `${name} has no reachable address`);
+    const up = connect({ host: addrs[0], port: kind === 'http' ? 80 : 443, localAddress: this.o.gateway });
+    this.#conns.add(up);
+    up.once('close', () => this.#conns.delete(up));
+    up.setTimeout(CONNECT_MS, () => up.destroy());
+    up.on('error', () => s.destroy());
+    s.on('close', () => up.destroy());
+    up.on('close', () => s.destroy());
+    up.once('connect', () => {
+      up.setTimeout(0);
+      s.setTimeout(0);
+      up.write(head);
+      s.pipe(up);
+      up.pipe(s);
+      s.resume();
+    });
+  }
+
+  #refuse(s: Socket, kind: 'http' | 'tls', why: string): void {
+    if (kind === 'http') {
+      const body = `sandboxd egress: ${why}\n`;
+      s.end(
+        `HTTP/1.1 403 Forbidden\r\ncontent-type: text/plain\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
+      );
+    } else {
+      s.end(TLS_REFUSAL);
+    }
+    setTimeout(() => s.destroy(), 1000).unref();
+  }
+}

@@ -1,0 +1,267 @@
+import { readFileSync, writeFileSync } from 'node:fs';
+import {
+  type Egress,
+  type EgressRule,
+  formatEgressRule,
+  parseEgressRule,
+  ruleAllowsName,
+  SandboxdError,
+} from '@sandboxd/protocol';
+import { contains, formatPrefix, ipToInt, mergePrefixes, parsePrefix, type Prefix } from './addr.js';
+import { EgressResolver, type Upstream } from './dns.js';
+import { EgressProxy } from './egress-proxy.js';
+import { NftBatcher } from './nft-batch.js';
+import { NftSession } from './nft-session.js';
+import { EGRESS_SETS, type EgressPorts } from './rules.js';
+
+/** The shortest time an answer's addresses stay allowed, whatever its TTL (the client still has to connect). */
+export const MIN_ANSWER_TTL_S = 10;
+/** The longest, whatever its TTL. */
+export const MAX_ANSWER_TTL_S = 86_400;
+/** Most names whose answers one sandbox keeps at once (the oldest go first). */
+const MAX_NAMES_PER_SANDBOX = 1024;
+
+/** One sandbox's egress as the gate holds it. */
+interface Policy {
+  id: string;
+  mode: 'none' | 'internet' | 'allow';
+  rules: EgressRule[];
+  /** CIDR rules merged, as nft elements `a.b.c.d/n`. */
+  nets: string[];
+  /** Names answered (allowed at the time): their addresses and until when (epoch ms). */
+  names: Map<string, { addrs: string[]; until: number }>;
+}
+
+/** Options of {@link EgressGate}. */
+export interface EgressGateOptions {
+  /** The nft table of the instance (family inet). */
+  table: string;
+  /** The gateway address: the resolver and the proxy listen and speak from it. */
+  gateway: string;
+  /** Destinations never reached (rules.ts `blockedPrefixes`): the proxy refuses them too. */
+  blocked: Prefix[];
+  /** Upstream resolvers; default the host's /etc/resolv.conf IPv4 nameservers. */
+  upstream?: Upstream[];
+}
+
+/**
+ * Per-sandbox egress: which sandbox address may reach what, kept as elements of the
+ * instance's nft sets (see rules.ts), plus the resolver and the proxy that enforce `allow`
+ * rules by name. No rule per sandbox: applying or changing one sandbox's egress is one nft
+ * transaction of a few elements, whatever the number of sandboxes.
+ */
+export class EgressGate {
+  readonly #o: EgressGateOptions;
+  readonly #byAddr = new Map<string, Policy>();
+  readonly #nft: NftBatcher;
+  readonly #resolver: EgressResolver;
+  readonly #proxy: EgressProxy;
+  #ports: EgressPorts | undefined;
+  #forwarding = false;
+
+  constructor(o: EgressGateOptions) {
+    this.#o = o;
+    this.#nft = new NftBatcher(new NftSession(`inet ${o.table}`, EGRESS_SETS.marker));
+    const upstream = o.upstream?.length ? o.upstream : hostNameservers();
+    this.#resolver = new EgressResolver({
+      gateway: o.gateway,
+      upstream,
+      policy: {
+        modeOf: (a) => this.#byAddr.get(a)?.mode ?? 'none',
+        allowsName: (a, n) => this.allowsName(a, n),
+        record: (a, n, addrs, ttl) => this.#record(a, n, addrs, ttl),
+      },
+    });
+    this.#proxy = new EgressProxy({
+      gateway: o.gateway,
+      policy: {
+        isRuled: (a) => this.#byAddr.get(a)?.mode === 'allow',
+        allowsName: (a, n) => this.allowsName(a, n),
+        addressesFor: (a, n) => this.#addressesFor(a, n),
+      },
+    });
+  }
+
+  /** Starts the resolver and the proxy on the gateway address (once); resolves their ports. */
+  async start(): Promise<EgressPorts> {
+    if (this.#ports) return this.#ports;
+    const dns = await this.#resolver.listen();
+    const proxy = await this.#proxy.listen().catch((e: unknown) => {
+      this.#resolver.close();
+      throw e;
+    });
+    this.#ports = { dnsUdp: dns.udp, dnsTcp: dns.tcp, http: proxy.http, tls: proxy.tls };
+    return this.#ports;
+  }
+
+  /** Stops the resolver and the proxy; the policies stay (a later start serves them again). */
+  close(): void {
+    this.#resolver.close();
+    this.#proxy.close();
+    this.#nft.close();
+    this.#ports = undefined;
+  }
+
+  /**
+   * Gives sandbox `id` at `address` the egress `egress` (rules already valid: see
+   * `parseEgressRule`), replacing what it had, in one nft transaction: from the moment this
+   * resolves, new connections follow it (those already open stay). Addresses answered for
+   * names the new rules no longer allow are dropped. Throws `validation` on a bad rule,
+   * `internal` when nft fails (then nothing changed).
+   */
+  async apply(id: string, address: string, egress: Egress | undefined): Promise<void> {
+    const next = compile(id, egress ?? 'none');
+    const prev = this.#byAddr.get(address);
+    const lines: string[] = [];
+    const t = this.#o.table;
+    const del = (set: string, elem: string) =>
+      lines.push(`add element inet ${t} ${set} { ${elem} }`, `delete element inet ${t} ${set} { ${elem} }`);
+    const add = (set: string, elem: string) => lines.push(`add element inet ${t} ${set} { ${elem} }`);
+    if (prev?.mode === 'internet' && next.mode !== 'internet') del(EGRESS_SETS.internet, address);
+    if (prev?.mode === 'allow' && next.mode !== 'allow') del(EGRESS_SETS.ruled, address);
+    if (next.mode === 'internet') add(EGRESS_SETS.internet, address);
+    if (next.mode === 'allow') add(EGRESS_SETS.ruled, address);
+    for (const n of prev?.nets ?? []) if (!next.nets.includes(n)) del(EGRESS_SETS.nets, `${address} . ${n}`);
+    for (const n of next.nets) add(EGRESS_SETS.nets, `${address} . ${n}`);
+    // Answers stay for the names the new rules still allow.
+    const now = Date.now();
+    for (const [name, ans] of prev?.names ?? []) {
+      if (ans.until > now && next.mode === 'allow' && next.rules.some((r) => ruleAllowsName(r, name))) {
+        next.names.set(name, ans);
+      }
+    }
+    const kept = new Set([...next.names.values()].flatMap((a) => a.addrs));
+    for (const ans of prev?.names.values() ?? [])
+      for (const a of ans.addrs) if (!kept.has(a)) del(EGRESS_SETS.resolved, `${address} . ${a}`);
+    if (next.mode !== 'none') this.#forwardOn();
+    await this.#nft.run(lines);
+    if (next.mode === 'none') this.#byAddr.delete(address);
+    else this.#byAddr.set(address, next);
+  }
+
+  /** Forgets whatever `address` may reach (its sandbox is gone or stopped); idempotent. */
+  async release(address: string): Promise<void> {
+    if (!this.#byAddr.has(address)) return;
+    await this.apply(this.#byAddr.get(address)!.id, address, 'none');
+  }
+
+  /**
+   * Puts every policy's elements back (after the table was made again, which empties its
+   * sets). Answers are not: the sandboxes ask again.
+   */
+  async reapply(): Promise<void> {
+    const all = [...this.#byAddr];
+    this.#byAddr.clear();
+    for (const [address, p] of all) {
+      await this.apply(p.id, address, p.mode === 'allow' ? { allow: p.rules.map(formatEgressRule) } : p.mode);
+    }
+  }
+
+  /** Whether the sandbox at `address` may reach `name` (lowercase, no trailing dot). */
+  allowsName(address: string, name: string): boolean {
+    const p = this.#byAddr.get(address);
+    if (!p) return false;
+    if (p.mode === 'internet') return true;
+    return p.mode === 'allow' && p.rules.some((r) => ruleAllowsName(r, name));
+  }
+
+  /** Whether `ip` is never to be reached from a sandbox (non-public, the host's networks). */
+  isBlocked(ip: string): boolean {
+    let n: number;
+    try {
+      n = ipToInt(ip);
+    } catch {
+      return true;
+    }
+    return this.#o.blocked.some((p) => contains(p, n));
+  }
+
+  async #record(address: string, name: string, addrs: string[], ttlS: number): Promise<void> {
+    const p = this.#byAddr.get(address);
+    if (p?.mode !== 'allow') return;
+    const ttl = Math.min(MAX_ANSWER_TTL_S, Math.max(MIN_ANSWER_TTL_S, Math.floor(ttlS)));
+    const usable = addrs.filter((a) => !this.isBlocked(a));
+    // The same answer again while more than half of its time is left: its elements stand.
+    const had = p.names.get(name);
+    if (
+      had &&
+      had.addrs.length === usable.length &&
+      usable.every((a) => had.addrs.includes(a)) &&
+      had.until - Date.now() > (ttl * 1000) / 2
+    )
+      return;
+    const t = this.#o.table;
+    // add, delete, add: the element gets this answer's timeout even if it was there already.
+    const lines = usable.flatMap((a) => {
+      const e = `{ ${address} . ${a} timeout ${ttl}s }`;
+      return [
+        `add element inet ${t} ${EGRESS_SETS.resolved} ${e}`,
+        `delete element inet ${t} ${EGRESS_SETS.resolved} { ${address} . ${a} }`,
+        `add element inet ${t} ${EGRESS_SETS.resolved} ${e}`,
+      ];
+    });
+    const until = Date.now() + ttl * 1000;
+    await this.#nft.run(lines);
+    if (this.#byAddr.get(address) !== p) {
+      // The sandbox's egress changed meanwhile: keep the elements only if the new one allows the name.
+      if (!this.allowsName(address, name)) {
+        await this.#nft.run(
+          usable.flatMap((a) => [
+            `add element inet ${t} ${EGRESS_SETS.resolved} { ${address} . ${a} }`,
+            `delete element inet ${t} ${EGRESS_SETS.resolved} { ${address} . ${a} }`,
+          ]),
+        );
+        return;
+      }
+    }
+    const current = this.#byAddr.get(address) ?? p;
+    current.names.delete(name);
+    current.names.set(name, { addrs: usable, until });
+    if (current.names.size > MAX_NAMES_PER_SANDBOX) current.names.delete(current.names.keys().next().value!);
+  }
+
+  async #addressesFor(address: string, name: string): Promise<string[]> {
+    const p = this.#byAddr.get(address);
+    if (!p || !this.allowsName(address, name)) return [];
+    const known = p.names.get(name);
+    if (known && known.until > Date.now() && known.addrs.length) return known.addrs;
+    const got = await this.#resolver.lookup(name);
+    if (!got) return [];
+    await this.#record(address, name, got.addrs, got.ttlS);
+    return got.addrs.filter((a) => !this.isBlocked(a));
+  }
+
+  /** Routing for sandboxes (host-wide, as for NAT egress before): on at the first sandbox with egress. */
+  #forwardOn(): void {
+    if (this.#forwarding) return;
+    if (readFileSync('/proc/sys/net/ipv4/ip_forward', 'utf8').trim() !== '1') {
+      writeFileSync('/proc/sys/net/ipv4/ip_forward', '1');
+    }
+    this.#forwarding = true;
+  }
+}
+
+/** The gate's view of an egress setting; `validation` for a bad rule (the API checked it before). */
+function compile(id: string, e: Egress): Policy {
+  if (typeof e === 'string') return { id, mode: e, rules: [], nets: [], names: new Map() };
+  const rules: EgressRule[] = [];
+  const prefixes: Prefix[] = [];
+  for (const raw of e.allow) {
+    const r = parseEgressRule(raw);
+    if ('problem' in r) throw new SandboxdError('validation', `egress rule "${raw}": ${r.problem}`);
+    rules.push(r);
+    if (r.kind === 'cidr') prefixes.push(parsePrefix(`${r.base}/${r.len}`));
+  }
+  return { id, mode: 'allow', rules, nets: mergePrefixes(prefixes).map(formatPrefix), names: new Map() };
+}
+
+/** The IPv4 nameservers of the host's /etc/resolv.conf (port 53). */
+export function hostNameservers(): Upstream[] {
+  let text = '';
+  try {
+    text = readFileSync('/etc/resolv.conf', 'utf8');
+  } catch {
+    return [];
+  }
+  return [...text.matchAll(/^\s*nameserver\s+(\d+\.\d+\.\d+\.\d+)\s*$/gm)].map((m) => ({ host: m[1], port: 53 }));
+}

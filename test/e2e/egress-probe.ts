@@ -1,0 +1,83 @@
+/**
+ * What a sandbox of the egress suite runs: a Python program (the debian image has python3)
+ * that tries a list of connections and prints one JSON result each. Every try is bounded
+ * (2-3 s) and never throws: `{ok: false, error}` says how it failed.
+ */
+export type Probe =
+  | { op: 'resolve'; name: string }
+  | { op: 'http'; to: string; host: string; port?: number }
+  | { op: 'https'; to: string; sni: string | null; host?: string }
+  | { op: 'dns'; server: string; name: string }
+  | { op: 'udp'; to: string; port: number };
+
+export interface ProbeResult {
+  ok: boolean;
+  error?: string;
+  addrs?: string[];
+  status?: number;
+  body?: string;
+  rcode?: number;
+  answers?: number;
+}
+
+export const PROBE_PY = String.raw`
+import json, random, socket, ssl, struct, sys
+
+def read_all(s):
+    data = b''
+    while len(data) < 65536:
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+def http_result(data):
+    head, _, body = data.partition(b'\r\n\r\n')
+    line = head.split(b'\r\n')[0].decode('latin1')
+    return {'ok': True, 'status': int(line.split(' ')[1]), 'body': body.decode('latin1')}
+
+def run(o):
+    k = o['op']
+    try:
+        if k == 'resolve':
+            infos = socket.getaddrinfo(o['name'], 80, socket.AF_INET, socket.SOCK_STREAM)
+            return {'ok': True, 'addrs': sorted({i[4][0] for i in infos})}
+        if k == 'http':
+            s = socket.create_connection((o['to'], o.get('port', 80)), timeout=3)
+            s.sendall(('GET / HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n' % o['host']).encode())
+            return http_result(read_all(s))
+        if k == 'https':
+            ctx = ssl.create_default_context()
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+            raw = socket.create_connection((o['to'], 443), timeout=3)
+            s = ctx.wrap_socket(raw, server_hostname=o['sni'])
+            s.sendall(('GET / HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n' % (o.get('host') or o['sni'] or 'x')).encode())
+            return http_result(read_all(s))
+        if k == 'dns':
+            qid = random.randint(0, 65535)
+            q = struct.pack('>HHHHHH', qid, 0x0100, 1, 0, 0, 0)
+            q += b''.join(bytes([len(p)]) + p.encode() for p in o['name'].split('.')) + b'\0' + struct.pack('>HH', 1, 1)
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            s.settimeout(2)
+            s.sendto(q, (o['server'], 53))
+            d = s.recv(4096)
+            return {'ok': True, 'rcode': d[3] & 15, 'answers': struct.unpack('>H', d[6:8])[0]}
+        if k == 'udp':
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            s.settimeout(2)
+            s.sendto(b'ping', (o['to'], o['port']))
+            return {'ok': True, 'body': s.recv(512).decode()}
+        return {'ok': False, 'error': 'unknown op'}
+    except Exception as e:
+        return {'ok': False, 'error': type(e).__name__ + ': ' + str(e)}
+
+print(json.dumps([run(o) for o in json.loads(sys.argv[1])]))
+`;
+
+/** The shell command that runs `probes` with {@link PROBE_PY}. */
+export function probeCommand(probes: Probe[]): string {
+  const q = (s: string) => `'${s.replace(/'/g, `'"'"'`)}'`;
+  return `python3 -c ${q(PROBE_PY)} ${q(JSON.stringify(probes))}`;
+}

@@ -1,0 +1,84 @@
+/**
+ * The servers of the fake internet (test/e2e/fake-internet.ts), run inside its network
+ * namespace: a DNS server (dns-packet) answering A records from a table (and a wildcard),
+ * and on every address HTTP on 80 and 8080 and HTTPS on 443 (a self-signed certificate),
+ * each answering JSON `{ip, port, host}` (the address it was reached on, the Host it got),
+ * and a UDP echo on 443 and 9999.
+ * Every DNS question and request is printed as a JSON line; `ready` once all listen.
+ * argv[2]: JSON `{dns: ip, records: {name: ip}, wildcards: {suffix: ip}, addrs: [ip], cert, key}`.
+ */
+import { createSocket } from 'node:dgram';
+import { readFileSync } from 'node:fs';
+import { createServer as createHttp, type IncomingMessage, type ServerResponse } from 'node:http';
+import { createServer as createHttps } from 'node:https';
+import * as dnsPacket from 'dns-packet';
+
+const cfg = JSON.parse(process.argv[2]) as {
+  dns: string;
+  records: Record<string, string>;
+  wildcards: Record<string, string>;
+  addrs: string[];
+  cert: string;
+  key: string;
+};
+const log = (o: unknown) => process.stdout.write(`${JSON.stringify(o)}\n`);
+
+function lookup(name: string): string | undefined {
+  if (cfg.records[name]) return cfg.records[name];
+  for (const [suffix, ip] of Object.entries(cfg.wildcards)) if (name.endsWith(`.${suffix}`)) return ip;
+  return undefined;
+}
+
+const dns = createSocket('udp4');
+dns.on('message', (msg, rinfo) => {
+  let q: dnsPacket.Packet;
+  try {
+    q = dnsPacket.decode(msg);
+  } catch {
+    return;
+  }
+  const question = q.questions?.[0];
+  if (!question) return;
+  const name = question.name.toLowerCase().replace(/\.$/, '');
+  log({ dns: name, type: question.type, from: rinfo.address });
+  const ip = lookup(name);
+  const answers: dnsPacket.Answer[] =
+    ip && question.type === 'A' ? [{ type: 'A', name: question.name, ttl: 60, class: 'IN', data: ip }] : [];
+  const out = dnsPacket.encode({
+    type: 'response',
+    id: q.id,
+    flags: dnsPacket.RECURSION_DESIRED | dnsPacket.RECURSION_AVAILABLE | (ip ? 0 : 3),
+    questions: q.questions,
+    answers,
+  });
+  dns.send(out, rinfo.port, rinfo.address);
+});
+
+const handler = (port: number) => (req: IncomingMessage, res: ServerResponse) => {
+  const body = { ip: req.socket.localAddress, port, host: req.headers.host ?? null, from: req.socket.remoteAddress };
+  log({ http: body });
+  res.setHeader('content-type', 'application/json');
+  res.end(JSON.stringify(body));
+};
+
+/** UDP echo on 443 (where QUIC would be) and 9999: answers `<its address>:<port>`. */
+const udpEcho = (addr: string, port: number) =>
+  new Promise<void>((r) => {
+    const u = createSocket('udp4');
+    u.on('message', (_m, rinfo) => u.send(`${addr}:${port}`, rinfo.port, rinfo.address));
+    u.bind(port, addr, () => r());
+  });
+
+const tls = { cert: readFileSync(cfg.cert), key: readFileSync(cfg.key) };
+const listening: Promise<void>[] = [
+  new Promise((r) => dns.bind(53, cfg.dns, () => r())),
+  ...cfg.addrs.flatMap((addr) => [
+    new Promise<void>((r) => createHttp(handler(80)).listen(80, addr, () => r())),
+    new Promise<void>((r) => createHttp(handler(8080)).listen(8080, addr, () => r())),
+    new Promise<void>((r) => createHttps(tls, handler(443)).listen(443, addr, () => r())),
+    udpEcho(addr, 443),
+    udpEcho(addr, 9999),
+  ]),
+];
+await Promise.all(listening);
+log({ ready: true });
