@@ -7,7 +7,7 @@ import { IMAGE, newAccount, startServer, type Server } from './harness.js';
 const ISO = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/;
 
 function assertSandbox(sb: Record<string, unknown>) {
-  // The spec's eight fields, plus sandboxd's lifecycle additions (docs/lifecycle.md): `expiresAt` only when paused, stopped or error.
+  // The spec's eight fields, plus sandboxd's lifecycle additions (docs/lifecycle.md: `expiresAt` only when paused, stopped or error) and its egress (`network`).
   assert.deepEqual(
     Object.keys(sb)
       .filter((k) => k !== 'expiresAt')
@@ -18,6 +18,7 @@ function assertSandbox(sb: Record<string, unknown>) {
       'image',
       'metadata',
       'name',
+      'network',
       'onTimeout',
       'publicAccessUrlTemplate',
       'region',

@@ -28,7 +28,7 @@ it('npm run test:unit passes without root', { skip: unreadable() }, () => {
     const r = spawnSync(
       'setpriv',
       [...AS_NOBODY, 'env', `HOME=${home}`, `TMPDIR=${home}`, 'bash', 'scripts/test-unit.sh'],
-      { cwd: ROOT, encoding: 'utf8', timeout: 180_000, env },
+      { cwd: ROOT, encoding: 'utf8', timeout: 900_000, env },
     );
     const tail = `${r.stdout.slice(-3000)}\n${r.stderr.slice(-2000)}`;
     assert.equal(r.status, 0, tail);

@@ -124,6 +124,18 @@ describe('CapacityService', () => {
     assert.equal(s.calls(), 3, 'forgotten: measured again');
   });
 
+  it('never refuses on a cached figure: room freed since the last measurement lets the create through', async () => {
+    const s = setup();
+    s.driver.hostCapacity.diskFreeBytes = 0;
+    await refusal(s.svc.check());
+    const calls = s.calls();
+    s.driver.hostCapacity.diskFreeBytes = 600 * MiB; // freed within the cache period
+    await s.svc.check();
+    assert.equal(s.calls(), calls + 1, 'the refusal measured again');
+    await s.svc.check();
+    assert.equal(s.calls(), calls + 1, 'a fresh figure with room is kept');
+  });
+
   it('a failed measurement is not kept: the next ask measures again', async () => {
     const s = setup();
     s.failWith(new Error('meminfo unreadable'));

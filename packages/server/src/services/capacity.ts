@@ -68,7 +68,12 @@ export class CapacityService {
    * for another sandbox. The count of sandboxes is checked by the reservation itself.
    */
   async check(): Promise<void> {
-    const [first] = this.shortages(await this.measure());
+    let [first] = this.shortages(await this.measure());
+    if (first) {
+      // A refusal rests on a figure measured now, never on one cached from before room was freed.
+      this.forget();
+      [first] = this.shortages(await this.measure());
+    }
     if (first) throw first;
   }
 
