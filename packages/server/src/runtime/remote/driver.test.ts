@@ -15,6 +15,7 @@ import { CONFORMANCE_LIMITS, runDriverConformance, testId } from '../conformance
 import type { SandboxSpec } from '../driver.js';
 import { LocalDriver, type LocalDriverOptions } from '../local/driver.js';
 import { runTerminalConformance, TestTerminalClient } from '../terminals/conformance.js';
+import { ProcessHost } from '../processes/host.js';
 import { TerminalHost } from '../terminals/host.js';
 import type { TerminalSpec } from '../terminals/types.js';
 import { RemoteDriver } from './driver.js';
@@ -57,7 +58,15 @@ async function startRunner(tag: string) {
   await local.init();
   const tls = selfSigned();
   const terminals = new TerminalHost({ execTty: (id, o) => local.execTty(id, o), log });
-  const server = new RunnerServer({ driver: local, terminals, token: TOKEN, nodeName: `node-${tag}`, tls, log });
+  const server = new RunnerServer({
+    driver: local,
+    terminals,
+    processes: ProcessHost.over(local),
+    token: TOKEN,
+    nodeName: `node-${tag}`,
+    tls,
+    log,
+  });
   server.recovered = await local.recover();
   const url = await server.listen('127.0.0.1', 0);
   const remote = new RemoteDriver({ url, token: TOKEN, ca: tls.cert });
@@ -401,7 +410,15 @@ describe('runner HTTP without a token', () => {
   it('answers 401 with {code, kind, message}', async () => {
     const { driver, dataDir } = makeTestDriver('notoken');
     const terminals = new TerminalHost({ execTty: (id, o) => driver.execTty(id, o), log });
-    const server = new RunnerServer({ driver, terminals, token: TOKEN, nodeName: 'n', tls: null, log });
+    const server = new RunnerServer({
+      driver,
+      terminals,
+      processes: ProcessHost.over(driver),
+      token: TOKEN,
+      nodeName: 'n',
+      tls: null,
+      log,
+    });
     const url = await server.listen('127.0.0.1', 0);
     const { status, body } = await new Promise<{ status: number; body: string }>((res, rej) => {
       const req = request(`${url}/runner/v1/list`, { method: 'POST' }, (r) => {
