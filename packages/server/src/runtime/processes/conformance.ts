@@ -291,7 +291,8 @@ export function runProcessConformance(target: ProcessConformanceTarget): void {
 
     it('a reader that does not read slows the process instead of buffering it; once it reads it gets every byte', async () => {
       const total = 40_000_000;
-      const p = await a.start(sandboxId, spec(`head -c ${total} /dev/zero | tr "\\0" a`));
+      // Held: unheld, it would run freely (the ring keeping its last 1 MiB) until the reader came.
+      const p = await a.start(sandboxId, spec(`head -c ${total} /dev/zero | tr "\\0" a`, { held: true }));
       const slow = await follow(b, p.pid, new TestFollower(false));
       // Not reading: whatever the machine's speed, 40 MB cannot pass the windows in between.
       await new Promise((r) => setTimeout(r, 1500));
