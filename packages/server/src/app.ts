@@ -32,6 +32,7 @@ import type { RunnerDriver } from './runtime/remote/fleet/member.js';
 import { fixedUrls, type RunnerUrls } from './runtime/remote/fleet/records.js';
 import { RunnerServer } from './runner/server.js';
 import { createFakeDriver } from './runtime/fake/driver.js';
+import { ProcessHost } from './runtime/processes/host.js';
 import { TerminalHost } from './runtime/terminals/host.js';
 import { CLOSE } from './runtime/terminals/types.js';
 import { AccountService } from './services/accounts.js';
@@ -162,7 +163,10 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
         log: log.child({ component: 'terminals' }),
       });
   const terminals = new TerminalService({ ...deps, storage }, sandboxes, driver.terminals ?? terminalHost!);
-  const processes = new ProcessService(deps, sandboxes);
+  // Processes started through the API are tracked where they run: on the runner (the
+  // driver's own), else here.
+  const processHost = driver.processes ? null : ProcessHost.over(driver);
+  const processes = new ProcessService(deps, sandboxes, driver.processes ?? processHost!);
   const lifecycle = new LifecycleService({ ...deps, storage, capacity }, sandboxes);
   const snapshots = new SnapshotService({ ...deps, storage }, sandboxes);
   const services: Services = {
@@ -415,6 +419,7 @@ export async function buildRunner(opts: {
   const server = new RunnerServer({
     driver,
     terminals,
+    processes: ProcessHost.over(driver),
     token: config.runnerToken,
     nodeName: config.nodeName,
     tls: config.tls ? { cert: readFileSync(config.tls.certPath), key: readFileSync(config.tls.keyPath) } : null,

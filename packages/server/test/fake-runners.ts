@@ -1,6 +1,7 @@
 import { SandboxdError } from '@sandboxd/protocol';
 import type { SandboxSpec } from '../src/runtime/driver.js';
 import { FakeDriver, type FakeDriverOptions } from '../src/runtime/fake/driver.js';
+import { ProcessHost } from '../src/runtime/processes/host.js';
 import type { RunnerDriver } from '../src/runtime/remote/fleet/member.js';
 import type { FleetRecords, VolumeHome } from '../src/runtime/remote/fleet/records.js';
 import type { RunnerHealth } from '../src/runtime/remote/wire.js';
@@ -13,6 +14,8 @@ import type { RunnerHealth } from '../src/runtime/remote/wire.js';
  */
 export class FakeRunners {
   readonly drivers = new Map<string, FakeDriver>();
+  /** The processes started through the API on each runner (tracked by the runner, as a real one does). */
+  private readonly processHosts = new Map<string, ProcessHost>();
   private readonly names = new Map<string, string>();
   private readonly down = new Map<string, string>();
   /** Calls per URL, `method id` (for assertions on routing). */
@@ -27,6 +30,7 @@ export class FakeRunners {
   add(url: string, node: string, opts: FakeDriverOptions = {}): FakeDriver {
     const d = new FakeDriver(opts);
     this.drivers.set(url, d);
+    this.processHosts.set(url, ProcessHost.over(d));
     this.names.set(url, node);
     this.calls.set(url, []);
     return d;
@@ -58,6 +62,7 @@ export class FakeRunners {
   /** A {@link RunnerDriver} for `url`, as the fleet's `connect` gives one. */
   readonly connect = (url: string): RunnerDriver => {
     const fake = this.driver(url);
+    const processes = this.processHosts.get(url)!;
     const check = () => {
       const why = this.down.get(url);
       if (why !== undefined)
@@ -79,6 +84,7 @@ export class FakeRunners {
       new Proxy(target, {
         get(t, prop, receiver) {
           if (prop === 'health' && prefix === '') return health;
+          if (prop === 'processes' && prefix === '') return wrap(processes, 'processes.');
           const v = Reflect.get(t, prop, receiver);
           if (prop === 'files' || prop === 'images') return wrap(v as object, `${String(prop)}.`);
           if (typeof v !== 'function' || prop === 'close') return typeof v === 'function' ? v.bind(t) : v;

@@ -6,6 +6,7 @@
  */
 import pino from 'pino';
 import { RunnerServer } from '../src/runner/server.js';
+import { ProcessHost } from '../src/runtime/processes/host.js';
 import { TerminalHost } from '../src/runtime/terminals/host.js';
 import { makeTestDriver } from './local-driver.js';
 
@@ -15,6 +16,7 @@ const recovered = await driver.recover();
 const server = new RunnerServer({
   driver,
   terminals: new TerminalHost({ execTty: (id, o) => driver.execTty(id, o), log: pino({ level: 'warn' }) }),
+  processes: ProcessHost.over(driver),
   token: process.env.RUNNER_TOKEN ?? '',
   nodeName: 'child',
   tls: null,

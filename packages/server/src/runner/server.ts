@@ -7,6 +7,7 @@ import type { Logger } from 'pino';
 import { type WebSocket, WebSocketServer } from 'ws';
 import { KEEP_ALIVE_TIMEOUT_MS, rawErrorResponse } from '../http/front-door.js';
 import type { RecoveryReport, RuntimeDriver } from '../runtime/driver.js';
+import type { DriverProcesses } from '../runtime/processes/types.js';
 import type { TerminalHost } from '../runtime/terminals/host.js';
 import {
   bearerMatches,
@@ -17,15 +18,16 @@ import {
   type RunnerHealth,
 } from '../runtime/remote/wire.js';
 import { serveFileRead, serveFileWatch, serveFileWrite } from './files.js';
-import { serveProcessSocket } from './sockets.js';
+import { processTarget, serveProcessCall, serveProcessSocket, serveProcessStdin } from './processes.js';
+import { serveStreamSocket } from './sockets.js';
 import { serveTerminalCall, serveTerminalSocket, terminalTarget } from './terminals.js';
 import { serveTunnel } from './tunnel.js';
 
 /** Largest JSON body of a unary call (a create's spec, an exec's command), bytes. */
 const MAX_JSON_BYTES = 4 * 1024 * 1024;
-/** Ping period of terminal sockets; one whose replica missed the previous pong is cut (its client detached). */
-const TERMINAL_HEARTBEAT_MS = 30_000;
-/** Driver calls after which the sandbox has no process left: its terminals are ended. */
+/** Ping period of terminal and process sockets; one whose replica missed the previous pong is cut (its client detached). */
+const HEARTBEAT_MS = 30_000;
+/** Driver calls after which the sandbox has no process left: its terminals are ended, its tracked processes forgotten. */
 const ENDS_SANDBOX = new Set(['kill', 'stop', 'delete']);
 
 /** Options of {@link RunnerServer}. */
@@ -34,6 +36,8 @@ export interface RunnerServerOptions {
   driver: RuntimeDriver;
   /** The terminals of the runtime's PTYs, served to every replica (`terminals.*` calls, `/runner/v1/terminal`). */
   terminals: TerminalHost;
+  /** The processes started through the API, tracked here and served to every replica (`processes.*` calls, `/runner/v1/process`). */
+  processes: DriverProcesses;
   /** `SANDBOXD_RUNNER_TOKEN`: every request and upgrade must carry it as a bearer token. */
   token: string;
   /** `SANDBOXD_NODE_NAME`: reported by the health endpoint. */
@@ -53,8 +57,9 @@ export class RunnerServer {
   readonly server: Server;
   private readonly wss = new WebSocketServer({ noServer: true, perMessageDeflate: false, maxPayload: 1 << 20 });
   private readonly sockets = new Set<Duplex>();
-  /** Terminal sockets of API replicas, and those that answered the last ping. */
+  /** Terminal sockets of API replicas, process readers' sockets, and those that answered the last ping. */
   private readonly terminalSockets = new Set<WebSocket>();
+  private readonly processSockets = new Set<WebSocket>();
   private readonly alive = new WeakSet<WebSocket>();
   private readonly heartbeat: NodeJS.Timeout;
   /** What the driver's `recover()` found at start-up; `recover` calls of clients get it. */
@@ -74,7 +79,7 @@ export class RunnerServer {
         s.on('close', () => this.sockets.delete(s));
       });
     this.server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => this.upgrade(req, socket, head));
-    this.heartbeat = setInterval(() => this.ping(), TERMINAL_HEARTBEAT_MS);
+    this.heartbeat = setInterval(() => this.ping(), HEARTBEAT_MS);
     this.heartbeat.unref();
   }
 
@@ -132,6 +137,7 @@ export class RunnerServer {
         return reply(res, 404, errorBody('not_found', `No runner endpoint ${req.method} ${path}`));
       }
       if (method === 'files.write') return await serveFileWrite(this.o.driver, req, res);
+      if (method === 'processes.stdin') return await serveProcessStdin(this.o.processes, req, res);
       const args = await readArgs(req);
       if (method === 'files.read') return await serveFileRead(this.o.driver, args, res);
       if (method === 'files.watch') return await serveFileWatch(this.o.driver, args, res);
@@ -158,6 +164,7 @@ export class RunnerServer {
       return f[method.slice(6)].apply(d.files, args);
     }
     if (method.startsWith('terminals.')) return serveTerminalCall(this.o.terminals, method.slice(10), args);
+    if (method.startsWith('processes.')) return serveProcessCall(this.o.processes, method.slice(10), args);
     if (method.startsWith('images.')) {
       if (!d.images) throw new SandboxdError('unsupported', 'This runner has no image store');
       const [ref] = args as [string];
@@ -166,8 +173,10 @@ export class RunnerServer {
     const fn = (d as unknown as Record<string, (...a: unknown[]) => Promise<unknown>>)[method];
     const result = await fn.apply(d, args);
     // A sandbox without processes has no terminal left: end them here too, whichever replica asked.
-    if (ENDS_SANDBOX.has(method) && typeof args[0] === 'string')
+    if (ENDS_SANDBOX.has(method) && typeof args[0] === 'string') {
       await this.o.terminals.closeSandbox(args[0], 'sandbox stopped');
+      await this.o.processes.closeSandbox(args[0]);
+    }
     return result;
   }
 
@@ -180,11 +189,15 @@ export class RunnerServer {
     const url = new URL(req.url ?? '/', 'http://runner');
     const kind = url.pathname.slice(RUNNER_PREFIX.length + 1);
     if (url.pathname.startsWith(RUNNER_PREFIX) && (kind === 'spawn' || kind === 'tty')) {
-      this.wss.handleUpgrade(req, socket, head, (ws) => serveProcessSocket(this.o.driver, kind, ws, this.o.log));
+      this.wss.handleUpgrade(req, socket, head, (ws) => serveStreamSocket(this.o.driver, kind, ws, this.o.log));
       return;
     }
     if (url.pathname === `${RUNNER_PREFIX}/terminal`) {
       void this.upgradeTerminal(url, req, socket, head);
+      return;
+    }
+    if (url.pathname === `${RUNNER_PREFIX}/process`) {
+      void this.upgradeProcess(url, req, socket, head);
       return;
     }
     if (url.pathname === `${RUNNER_PREFIX}/tunnel`) {
@@ -211,6 +224,24 @@ export class RunnerServer {
     });
   }
 
+  /** A reader of a tracked process: refused with 404 before the handshake when the process is not tracked here. */
+  private async upgradeProcess(url: URL, req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
+    const target = processTarget(url);
+    const held = target && (await this.o.processes.get(target.sandboxId, target.pid));
+    if (!target || !held) {
+      const pid = target?.pid ?? url.searchParams.get('pid');
+      socket.end(rawErrorResponse(errorBody('not_found', `No process ${pid} started through the API in this sandbox`)));
+      return;
+    }
+    this.wss.handleUpgrade(req, socket, head, (ws) => {
+      this.processSockets.add(ws);
+      this.alive.add(ws);
+      ws.on('pong', () => this.alive.add(ws));
+      ws.on('close', () => this.processSockets.delete(ws));
+      serveProcessSocket(this.o.processes, target, ws, this.o.log);
+    });
+  }
+
   /**
    * Resolves once every terminal socket has closed (their close frames answered by the api
    * replicas), or after `graceMs`: call after ending the terminals, before {@link close},
@@ -222,7 +253,7 @@ export class RunnerServer {
   }
 
   private ping(): void {
-    for (const ws of this.terminalSockets) {
+    for (const ws of [...this.terminalSockets, ...this.processSockets]) {
       if (!this.alive.has(ws)) {
         ws.terminate();
         continue;

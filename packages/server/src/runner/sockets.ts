@@ -16,7 +16,7 @@ const OUTPUT_WINDOW_BYTES = 1024 * 1024;
  * process paused) while the client asked so or while the socket has a window in flight.
  * A socket that closes first kills the process.
  */
-export function serveProcessSocket(driver: RuntimeDriver, kind: 'spawn' | 'tty', ws: WebSocket, log: Logger): void {
+export function serveStreamSocket(driver: RuntimeDriver, kind: 'spawn' | 'tty', ws: WebSocket, log: Logger): void {
   let proc: StreamedProcess | PtyProcess | null = null;
   let exited = false;
   let clientPaused = false;

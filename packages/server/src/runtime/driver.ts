@@ -1,9 +1,12 @@
 import type { Egress } from '@sandboxd/protocol';
 import type { DriverFiles } from './files.js';
+import type { DriverProcesses } from './processes/types.js';
 import type { PtyProcess, TtyOptions } from './pty.js';
+import type { SpawnOptions, StreamedProcess } from './spawn.js';
 import type { DriverTerminals } from './terminals/types.js';
 
 export type { PtyProcess, TtyOptions } from './pty.js';
+export type { ProcessExit, SpawnOptions, StreamedProcess } from './spawn.js';
 
 /**
  * The narrow interface between sandboxd's services and whatever runs sandboxes.
@@ -103,55 +106,6 @@ export interface ExecResult {
   exitCode: number;
   truncated: boolean;
   timedOut: boolean;
-}
-
-/** Options of {@link RuntimeDriver.spawn}. */
-export interface SpawnOptions {
-  /** Merged over the sandbox env. */
-  env?: Record<string, string>;
-  /** Working directory inside the sandbox; default the image's WorkingDir, else `/`. */
-  cwd?: string;
-  /** `root`, a numeric `uid` or `uid:gid`, or a name from the sandbox's /etc/passwd; default the image's user. */
-  user?: string;
-  /** On expiry the process tree is killed and exitCode is 124. Default 0: none. */
-  timeoutMs?: number;
-  /** stdin is a pipe fed by `write` (else /dev/null). */
-  stdin?: boolean;
-}
-
-/** How a streamed process ended. */
-export interface ProcessExit {
-  /** Exit code; 128 + n when killed by signal n; 124 on timeout. */
-  exitCode: number;
-  /** Name of the signal that killed it (`SIGKILL`), or null. */
-  signal: string | null;
-  timedOut: boolean;
-}
-
-/**
- * A process inside a sandbox whose output is delivered as it comes. Flow-controlled both
- * ways: while paused, the process is slowed once a small window of its output is in
- * flight (never buffered without bound); `write` returns false once a window of stdin is
- * in flight (wait for `onDrain`).
- */
-export interface StreamedProcess {
-  /** Pid of the process as seen inside the sandbox. */
-  readonly pid: number;
-  /** Output, in order; one listener. Output that came before the listener is kept for it. */
-  onData(listener: (stream: 'stdout' | 'stderr', chunk: Buffer) => void): void;
-  /** Called once, after all output was delivered. */
-  onExit(listener: (exit: ProcessExit) => void): void;
-  pause(): void;
-  resume(): void;
-  /** Appends to stdin; false once input is queued (wait for `onDrain`) or stdin is closed. */
-  write(data: Uint8Array): boolean;
-  onDrain(listener: () => void): void;
-  /** The process reads EOF once what was written reached it. */
-  closeStdin(): void;
-  /** False when started without stdin, once closed, or once the process closed it or exited. */
-  readonly stdinOpen: boolean;
-  /** Sends a signal to the process's group (default SIGKILL). */
-  kill(signal?: NodeJS.Signals): void;
 }
 
 export type { DriverFiles } from './files.js';
@@ -345,6 +299,13 @@ export interface RuntimeDriver {
    * Absent: the caller holds them itself over {@link execTty} (a `TerminalHost`).
    */
   readonly terminals?: DriverTerminals;
+  /**
+   * Processes started through the API (background and streamed execs; see
+   * processes/types.ts), tracked where the sandboxes run, for drivers whose processes run
+   * in another process (a runner's): every API replica then sees the same processes.
+   * Absent: the caller tracks them itself over {@link spawn} (a `ProcessHost`).
+   */
+  readonly processes?: DriverProcesses;
 
   /** Creates the volume if missing; `conflict` if it exists with another size. */
   ensureVolume(name: string, sizeGb: number): Promise<VolumeInfo>;

@@ -1,7 +1,7 @@
 import { LIMITS, SandboxdError, type ExecRequest, type ExecResult } from '@sandboxd/protocol';
 import type { StreamedProcess } from '../runtime/driver.js';
 import type { ServiceDeps } from './context.js';
-import type { ProcessService, TrackedProcess } from './processes.js';
+import type { LiveProcess, ProcessService } from './processes.js';
 import { resolveLogin } from './login.js';
 import { assertStarted, whileRunning } from './started.js';
 import { envProblems, type SandboxService } from './sandboxes.js';
@@ -22,7 +22,7 @@ export class ExecService {
   ) {}
 
   /** Starts the command as a tracked process whose output is read as it comes (`options.stream`). */
-  async stream(accountId: string, req: ExecRequest & { sandboxId: string }): Promise<TrackedProcess> {
+  async stream(accountId: string, req: ExecRequest & { sandboxId: string }): Promise<LiveProcess> {
     const id = await this.check(accountId, req);
     return whileRunning(() => this.startTracked(id, req, true));
   }
@@ -34,7 +34,7 @@ export class ExecService {
    * the working directory under the home by default); `env` goes on top. Throws like
    * {@link run}, and `validation` for an unknown user or an empty argv.
    */
-  async spawn(accountId: string, sandboxId: string, req: SpawnRequest): Promise<TrackedProcess> {
+  async spawn(accountId: string, sandboxId: string, req: SpawnRequest): Promise<LiveProcess> {
     const command = req.argv.join(' ');
     if (!req.argv.length || !req.argv[0])
       throw new SandboxdError('validation', 'The command is empty', [
@@ -66,7 +66,7 @@ export class ExecService {
     });
   }
 
-  private startTracked(id: string, req: ExecRequest, held = false): Promise<TrackedProcess> {
+  private startTracked(id: string, req: ExecRequest, held = false): Promise<LiveProcess> {
     const o = req.options ?? {};
     return this.processes.start(id, ['/bin/sh', '-c', req.command], {
       env: o.env,

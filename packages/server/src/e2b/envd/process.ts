@@ -1,6 +1,8 @@
 import { Code, ConnectError, type HandlerContext, type ServiceImpl } from '@connectrpc/connect';
+import { isSandboxdError } from '@sandboxd/protocol';
 import type { Services } from '../../services/index.js';
-import type { ProcessFollower, TrackedProcess } from '../../services/processes.js';
+import type { ProcessFollower, ProcessFollowing } from '../../runtime/processes/types.js';
+import type { LiveProcess } from '../../services/processes.js';
 import type { Terminal } from '../../services/terminals.js';
 import {
   CLOSE,
@@ -45,7 +47,7 @@ type WireEvent = {
 };
 
 /** What a selector found: a process started through the API, or a program on a PTY (a terminal). */
-type Target = { process: TrackedProcess } | { pty: Terminal };
+type Target = { process: LiveProcess } | { pty: Terminal };
 
 const keepaliveEvent = (): WireEvent => ({ event: { event: { case: 'keepalive', value: {} } } });
 const startEvent = (pid: number): WireEvent => ({ event: { event: { case: 'start', value: { pid } } } });
@@ -80,7 +82,7 @@ export function processService(d: EnvdProcessDeps): ServiceImpl<typeof Process> 
       ]),
     );
     const match = (pid: number, tag: string | null) => ('pid' in sel ? pid === sel.pid : tag === sel.tag);
-    const p = procs.find((x) => match(x.pid, x.info.tag));
+    const p = procs.find((x) => match(x.pid, x.tag));
     if (p) return { process: p };
     const t = ptys.find((x) => match(x.pid, x.tag));
     if (t) return { pty: t };
@@ -157,7 +159,7 @@ export function processService(d: EnvdProcessDeps): ServiceImpl<typeof Process> 
       });
       return {
         processes: [
-          ...procs.map((p) => info(p.pid, p.info.tag, p.info.argv, p.info.env, p.info.cwd)),
+          ...procs.map((p) => info(p.pid, p.tag, p.argv, p.env, p.cwd)),
           ...ptys.map((t) => info(t.pid, t.tag, t.argv, t.env, t.cwd)),
         ],
       };
@@ -189,8 +191,12 @@ export function processService(d: EnvdProcessDeps): ServiceImpl<typeof Process> 
       if ('pty' in target)
         throw notPty(target.pty.pid, 'a PTY has no stdin to close: send Ctrl-D (0x04) as input', true);
       // Closing a closed stdin is not an error (as with envd).
-      if (target.process.info.proc.stdinOpen)
-        await connectErrors(() => processes.closeStdin(call.accountId, call.sandbox.id, target.process.pid));
+      if (target.process.stdinOpen)
+        await connectErrors(() =>
+          processes.closeStdin(call.accountId, call.sandbox.id, target.process.pid).catch((e: unknown) => {
+            if (!(isSandboxdError(e) && e.kind === 'conflict')) throw e;
+          }),
+        );
       return {};
     },
 
@@ -232,16 +238,19 @@ function notPty(pid: number, what: string, isPty = false): ConnectError {
  * A process's events as a stream: `start`, its output as `stdout`/`stderr` (from the start
  * of what is kept with `replay`, else only what comes next), `end`. The process is paused
  * while the stream holds {@link PROCESS_HIGH_WATER} bytes; the stream's end (the client
- * went, the deadline) detaches it and leaves the process running.
+ * went, the deadline) detaches it and leaves the process running. A stream whose runner
+ * connection is lost fails with `unavailable` (the process may still run there: Connect
+ * finds it again).
  */
-async function* followProcess(p: TrackedProcess, ctx: HandlerContext, replay: boolean): AsyncGenerator<WireEvent> {
+async function* followProcess(p: LiveProcess, ctx: HandlerContext, replay: boolean): AsyncGenerator<WireEvent> {
   let blocked = false;
+  let following: ProcessFollowing | null = null;
   const q = new EventQueue<WireEvent>({
     highWater: PROCESS_HIGH_WATER,
     onDrained: (held) => {
       if (blocked && held <= PROCESS_LOW_WATER) {
         blocked = false;
-        p.drained(follower);
+        following?.drained();
       }
     },
   });
@@ -259,12 +268,14 @@ async function* followProcess(p: TrackedProcess, ctx: HandlerContext, replay: bo
       return ok;
     },
     end: () => q.end(),
+    lost: (reason) => q.fail(new ConnectError(reason, Code.Unavailable)),
   };
-  const detach = p.attach(follower, { reconnect: false, follow: true, replay });
+  following = await connectErrors(() => p.follow(follower, { reconnect: false, follow: true, replay }));
+  const f = following;
   try {
     yield* q.events(ctx.signal, keepAliveOf(ctx));
   } finally {
-    detach();
+    f.detach();
   }
 }
 

@@ -53,9 +53,14 @@ export const processRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d)
       config: { errors: [400, 401, 404] },
     },
     async (req, reply) => {
-      const p = await processes.get(principalOf(req).account.id, req.params.id, req.params.pid);
+      const accountId = principalOf(req).account.id;
+      const { id, pid } = req.params;
       const follow = (req.query as { follow?: boolean }).follow === true;
-      return reply.type('application/x-ndjson').send(followProcess(p, { reconnect: true, follow }) as never);
+      const body = await followProcess((f, o) => processes.follow(accountId, id, pid, f, o), {
+        reconnect: true,
+        follow,
+      });
+      return reply.type('application/x-ndjson').send(body as never);
     },
   );
 

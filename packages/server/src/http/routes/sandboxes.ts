@@ -185,7 +185,8 @@ export const sandboxRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d)
         const call = { ...req.body, sandboxId: req.params.id };
         if (o?.stream) {
           const p = await exec.stream(principalOf(req).account.id, call);
-          return reply.type('application/x-ndjson').send(followProcess(p, { reconnect: false, follow: true }) as never);
+          const body = await followProcess(p.follow, { reconnect: false, follow: true });
+          return reply.type('application/x-ndjson').send(body as never);
         }
         return await exec.run(principalOf(req).account.id, call);
       } finally {

@@ -151,7 +151,7 @@ export class RunnerClient {
    * the handshake, so listeners it adds miss nothing the runner sends at once.
    */
   socket(
-    kind: 'spawn' | 'tty' | 'terminal',
+    kind: 'spawn' | 'tty' | 'terminal' | 'process',
     o: { query?: Record<string, string>; setup?: (ws: WebSocket) => void } = {},
   ): Promise<WebSocket> {
     const u = new URL(`${RUNNER_PREFIX}/${kind}`, this.url);

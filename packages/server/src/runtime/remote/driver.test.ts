@@ -15,6 +15,8 @@ import { CONFORMANCE_LIMITS, runDriverConformance, testId } from '../conformance
 import type { SandboxSpec } from '../driver.js';
 import { LocalDriver, type LocalDriverOptions } from '../local/driver.js';
 import { runTerminalConformance, TestTerminalClient } from '../terminals/conformance.js';
+import { runProcessConformance, TestFollower } from '../processes/conformance.js';
+import { ProcessHost } from '../processes/host.js';
 import { TerminalHost } from '../terminals/host.js';
 import type { TerminalSpec } from '../terminals/types.js';
 import { RemoteDriver } from './driver.js';
@@ -57,7 +59,15 @@ async function startRunner(tag: string) {
   await local.init();
   const tls = selfSigned();
   const terminals = new TerminalHost({ execTty: (id, o) => local.execTty(id, o), log });
-  const server = new RunnerServer({ driver: local, terminals, token: TOKEN, nodeName: `node-${tag}`, tls, log });
+  const server = new RunnerServer({
+    driver: local,
+    terminals,
+    processes: ProcessHost.over(local),
+    token: TOKEN,
+    nodeName: `node-${tag}`,
+    tls,
+    log,
+  });
   server.recovered = await local.recover();
   const url = await server.listen('127.0.0.1', 0);
   const remote = new RemoteDriver({ url, token: TOKEN, ca: tls.cert });
@@ -110,6 +120,25 @@ runTerminalConformance({
     await secondReplica?.close();
     await termRunner?.stop();
     termRunner = null;
+  },
+});
+
+// The tracked processes of a runner through two API replicas (two RemoteDrivers to one runner).
+let procRunner: Awaited<ReturnType<typeof startRunner>> | null = null;
+let procReplica: RemoteDriver | null = null;
+runProcessConformance({
+  name: 'a runner over HTTPS on loopback, seen by two replicas (RemoteDriver)',
+  image: 'local/busybox:latest',
+  make: async () => {
+    procRunner = await startRunner('rproc');
+    procReplica = new RemoteDriver({ url: procRunner.url, token: TOKEN, ca: procRunner.ca });
+    await procReplica.init();
+    return { driver: procRunner.remote, views: [procRunner.remote.processes, procReplica.processes] };
+  },
+  destroy: async () => {
+    await procReplica?.close();
+    await procRunner?.stop();
+    procRunner = null;
   },
 });
 
@@ -304,6 +333,47 @@ describe('remote driver: streams, files, tunnel, health and the token', { timeou
     await assert.rejects(r.remote.terminals.create('no_such_sandbox', termSpec()), { kind: 'not_found' });
   });
 
+  it('tracked processes: deleting the sandbox through the runner kills and forgets them; the reader socket refuses unknown pids (404); a stdin refused midway answers its error', async () => {
+    const other = (await r.remote.create(spec())).id;
+    const p = await r.remote.processes.start(other, {
+      argv: ['/bin/sh', '-c', 'read x; echo "got $x"; sleep 60'],
+      run: { stdin: true },
+      env: {},
+      tag: null,
+      startedAt: 0,
+      held: false,
+    });
+    const f = new TestFollower();
+    f.following = await r.remote.processes.follow(other, p.pid, f, { reconnect: false, follow: true });
+    await r.remote.processes.writeStdin(other, p.pid, chunks('one\n'));
+    await f.until('its answer', () => f.text() === 'got one\n');
+    await r.remote.processes.closeStdin(other, p.pid);
+    // The runner answers 409 while the body is still coming: the write rejects with it, nothing hangs.
+    async function* endless(): AsyncIterable<Uint8Array> {
+      for (let i = 0; i < 10_000; i++) yield Buffer.alloc(64 * 1024, 0x62);
+    }
+    await assert.rejects(r.remote.processes.writeStdin(other, p.pid, endless()), { kind: 'conflict' });
+    await r.remote.delete(other);
+    await f.done();
+    assert.equal(f.exit?.signal, 'SIGKILL');
+    assert.deepEqual(await r.remote.processes.list(other), []);
+    await assert.rejects(
+      r.remote.processes.follow(id, 999_999, new TestFollower(), { reconnect: false, follow: true }),
+      { kind: 'not_found', message: /No process 999999/ },
+    );
+    await assert.rejects(
+      r.remote.processes.start('no_such_sandbox', {
+        argv: ['/bin/true'],
+        run: {},
+        env: {},
+        tag: null,
+        startedAt: 0,
+        held: false,
+      }),
+      { kind: 'not_found' },
+    );
+  });
+
   it('reports the node name and capacity on its health endpoint', async () => {
     const h = await r.remote.health();
     assert.equal(h.node, 'node-remstream');
@@ -318,6 +388,11 @@ describe('remote driver: streams, files, tunnel, health and the token', { timeou
       await assert.rejects(bad.spawn(id, ['/bin/true']), { kind: 'unauthorized' });
       await assert.rejects(bad.tunnel(id, 7000), { kind: 'unauthorized' });
       await assert.rejects(bad.terminals.list(id), { kind: 'unauthorized' });
+      await assert.rejects(bad.processes.list(id), { kind: 'unauthorized' });
+      await assert.rejects(bad.processes.writeStdin(id, 1, chunks('x')), { kind: 'unauthorized' });
+      await assert.rejects(bad.processes.follow(id, 1, new TestFollower(), { reconnect: false, follow: true }), {
+        kind: 'unauthorized',
+      });
       await assert.rejects(bad.terminals.attach(id, 'term_aaaaaaaaaaaaaaaa', new TestTerminalClient()), {
         kind: 'unauthorized',
       });
@@ -364,7 +439,7 @@ describe('remote driver: a runner killed mid-call', { timeout: 120_000 }, () => 
     rmSync(info.dataDir, { recursive: true, force: true });
   });
 
-  it('an exec in flight, a stream, a terminal client and the next calls fail `unavailable` (1011), not a hang', async () => {
+  it('an exec in flight, a stream, a terminal client, a process reader and the next calls fail `unavailable` (1011, lost), not a hang', async () => {
     const remote = new RemoteDriver({ url: info.url, token: TOKEN });
     await remote.init();
     const s = await remote.create(spec());
@@ -374,6 +449,17 @@ describe('remote driver: a runner killed mid-call', { timeout: 120_000 }, () => 
     const viewer = new TestTerminalClient();
     viewer.attachment = await remote.terminals.attach(s.id, term.id, viewer);
     await viewer.control('ready');
+    const tracked = await remote.processes.start(s.id, {
+      argv: ['/bin/sh', '-c', 'echo tracked; sleep 60'],
+      run: {},
+      env: {},
+      tag: null,
+      startedAt: 0,
+      held: false,
+    });
+    const reader = new TestFollower();
+    reader.following = await remote.processes.follow(s.id, tracked.pid, reader, { reconnect: false, follow: true });
+    await reader.until('its output', () => reader.text() === 'tracked\n');
     const inFlight = remote.exec(s.id, 'sleep 60');
     await new Promise((res) => setTimeout(res, 300));
     child.kill('SIGKILL');
@@ -387,7 +473,11 @@ describe('remote driver: a runner killed mid-call', { timeout: 120_000 }, () => 
     const cut = await viewer.closing();
     assert.equal(cut.code, 1011, 'a terminal client whose runner went is closed with 1011');
     assert.match(cut.reason, /lost the connection to runner/);
+    await reader.done();
+    assert.match(String(reader.lostReason), /lost the connection to runner/, 'a reader whose runner went is lost');
+    assert.equal(reader.exit, null, 'and sees no exit');
     await assert.rejects(remote.terminals.list(s.id), { kind: 'unavailable' });
+    await assert.rejects(remote.processes.list(s.id), { kind: 'unavailable' });
     await assert.rejects(remote.list(), { kind: 'unavailable', message: /unreachable.*ECONNREFUSED/ });
     await assert.rejects(remote.spawn(s.id, ['/bin/true']), { kind: 'unavailable' });
     await assert.rejects(remote.files.stat(s.id, '/'), { kind: 'unavailable' });
@@ -401,7 +491,15 @@ describe('runner HTTP without a token', () => {
   it('answers 401 with {code, kind, message}', async () => {
     const { driver, dataDir } = makeTestDriver('notoken');
     const terminals = new TerminalHost({ execTty: (id, o) => driver.execTty(id, o), log });
-    const server = new RunnerServer({ driver, terminals, token: TOKEN, nodeName: 'n', tls: null, log });
+    const server = new RunnerServer({
+      driver,
+      terminals,
+      processes: ProcessHost.over(driver),
+      token: TOKEN,
+      nodeName: 'n',
+      tls: null,
+      log,
+    });
     const url = await server.listen('127.0.0.1', 0);
     const { status, body } = await new Promise<{ status: number; body: string }>((res, rej) => {
       const req = request(`${url}/runner/v1/list`, { method: 'POST' }, (r) => {

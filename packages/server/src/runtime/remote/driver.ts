@@ -20,6 +20,7 @@ import type {
 import { CALL_TIMEOUT_MS, readJson, RunnerClient, type RunnerClientOptions } from './client.js';
 import { RemoteFiles } from './files.js';
 import { remoteSpawn, remoteTty } from './process.js';
+import { RemoteProcesses } from './processes.js';
 import { RemoteTerminals } from './terminals.js';
 import { reviveSandbox, type RunnerHealth } from './wire.js';
 
@@ -49,6 +50,8 @@ export class RemoteDriver implements RuntimeDriver {
   readonly files: RemoteFiles;
   /** The runner's terminals: PTYs and their clients live on the runner, every API replica sees them. */
   readonly terminals: RemoteTerminals;
+  /** The runner's tracked processes: started through any API replica, listed and followed through every one. */
+  readonly processes: RemoteProcesses;
   readonly images: DriverImageStore;
   private pool: Record<string, number> = {};
 
@@ -56,6 +59,7 @@ export class RemoteDriver implements RuntimeDriver {
     this.runner = new RunnerClient(o.url, o.token, o);
     this.files = new RemoteFiles(this.runner);
     this.terminals = new RemoteTerminals(this.runner);
+    this.processes = new RemoteProcesses(this.runner);
     const call = this.call.bind(this);
     this.images = {
       async pull(ref, opts) {
@@ -184,6 +188,7 @@ export class RemoteDriver implements RuntimeDriver {
 
   async close(): Promise<void> {
     this.terminals.close();
+    this.processes.close();
     this.runner.close();
   }
 }

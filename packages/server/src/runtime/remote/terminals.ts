@@ -1,5 +1,5 @@
 import type { ServerControlMessage } from '@sandboxd/protocol';
-import type { RawData, WebSocket } from 'ws';
+import type { RawData } from 'ws';
 import {
   CLOSE,
   type DriverTerminals,
@@ -9,9 +9,7 @@ import {
   type TerminalState,
 } from '../terminals/types.js';
 import type { RunnerClient } from './client.js';
-
-/** Ping period of the sockets to the runner; one that missed the previous pong is cut (its clients get 1011). */
-const HEARTBEAT_MS = 30_000;
+import { SocketHeartbeat } from './heartbeat.js';
 /** Close codes of the runner's terminal socket that are passed on to the client as they are. */
 const PASSED_ON = new Set<number>([CLOSE.normal, CLOSE.goingAway, CLOSE.tooSlow]);
 
@@ -29,9 +27,8 @@ const PASSED_ON = new Set<number>([CLOSE.normal, CLOSE.goingAway, CLOSE.tooSlow]
  * terminal itself lives on (reconnect through any replica).
  */
 export class RemoteTerminals implements DriverTerminals {
-  private readonly live = new Set<WebSocket>();
-  private readonly alive = new WeakSet<WebSocket>();
-  private heartbeat: NodeJS.Timeout | null = null;
+  /** Sockets to the runner are pinged; one that missed the previous pong is cut (its clients get 1011). */
+  private readonly heartbeat = new SocketHeartbeat();
 
   constructor(private readonly runner: RunnerClient) {}
 
@@ -94,9 +91,8 @@ export class RemoteTerminals implements DriverTerminals {
       setup: (s) => {
         s.on('message', message);
         s.on('error', () => s.terminate());
-        s.on('pong', () => this.alive.add(s));
+        s.on('pong', () => this.heartbeat.pong(s));
         s.on('close', (code: number, reason: Buffer) => {
-          this.live.delete(s);
           if (!opened || left) return;
           left = true;
           if (PASSED_ON.has(code)) client.close(code, reason.toString('utf8'));
@@ -105,7 +101,7 @@ export class RemoteTerminals implements DriverTerminals {
       },
     });
     opened = true;
-    this.watch(ws);
+    this.heartbeat.watch(ws);
     const send = (data: Buffer | string, binary: boolean) => {
       if (!left && ws.readyState === ws.OPEN) ws.send(data, { binary });
     };
@@ -134,30 +130,6 @@ export class RemoteTerminals implements DriverTerminals {
 
   /** Stops the heartbeat and cuts every attachment's socket (their clients get 1011). */
   close(): void {
-    if (this.heartbeat) clearInterval(this.heartbeat);
-    this.heartbeat = null;
-    for (const ws of this.live) ws.terminate();
-  }
-
-  private watch(ws: WebSocket): void {
-    if (ws.readyState !== ws.OPEN) return;
-    this.live.add(ws);
-    this.alive.add(ws);
-    if (this.heartbeat) return;
-    this.heartbeat = setInterval(() => {
-      for (const s of this.live) {
-        if (!this.alive.has(s)) {
-          s.terminate();
-          continue;
-        }
-        this.alive.delete(s);
-        s.ping();
-      }
-      if (!this.live.size && this.heartbeat) {
-        clearInterval(this.heartbeat);
-        this.heartbeat = null;
-      }
-    }, HEARTBEAT_MS);
-    this.heartbeat.unref();
+    this.heartbeat.close();
   }
 }

@@ -185,9 +185,19 @@ describe('fleet: routing', () => {
     assert.equal((await other.exec(s2.id, 'echo two')).stdout, 'two\n');
     await assert.rejects(other.files.stat(s2.id, '/'), /The fake runtime has no file operations/);
     assert.ok(runners.calls.get(B)!.includes(`files.stat ${s2.id}`), 'file calls are routed too');
+    // A process started through one replica is tracked by its runner: another replica lists it.
+    const spec2 = { argv: ['/bin/sh', '-c', 'echo tracked'], run: {}, env: {}, tag: 'mine', startedAt: 0, held: false };
+    const started = await fleet.processes.start(s2.id, spec2);
+    assert.deepEqual(
+      (await other.processes.list(s2.id)).map((p) => [p.pid, p.tag]),
+      [[started.pid, 'mine']],
+    );
+    assert.ok(runners.calls.get(B)!.includes(`processes.list ${s2.id}`), 'process calls are routed too');
     await other.pause(s2.id);
     assert.equal((await other.inspect(s2.id))?.state, 'paused');
     assert.equal(lookups, 1, 'one look-up in the records, then memory');
+    assert.deepEqual(await other.processes.list(s1.id), [], 'the processes of a sandbox of A are asked of A');
+    assert.ok(runners.calls.get(A)!.includes(`processes.list ${s1.id}`));
     assert.equal(await other.inspect('sb_nowhere'), null);
     await rejectsWith(other.exec('sb_nowhere', 'true'), 'not_found');
     await fleet.close();

@@ -21,6 +21,7 @@ import type {
   VolumeInfo,
 } from '../../driver.js';
 import type { DriverFiles } from '../../files.js';
+import type { DriverProcesses } from '../../processes/types.js';
 import type { DriverTerminals } from '../../terminals/types.js';
 import { isUnreachable, type RunnerDriver, type RunnerMember } from './member.js';
 import { type FleetLog, Membership } from './membership.js';
@@ -30,6 +31,7 @@ import { type RunnerStatus, runnerStatuses } from './status.js';
 import { surveyRunners } from './survey.js';
 import type { FleetRecords, RunnerUrls } from './records.js';
 import { routedFiles } from './routed-files.js';
+import { routedProcesses } from './routed-processes.js';
 import { routedTerminals } from './routed-terminals.js';
 
 export type { RunnerStatus } from './status.js';
@@ -73,6 +75,8 @@ export class FleetDriver implements RuntimeDriver {
   readonly files: DriverFiles;
   /** The terminals of each sandbox's runner (the PTYs and their clients live there). */
   readonly terminals: DriverTerminals;
+  /** The tracked processes of each sandbox's runner (the processes and their readers live there). */
+  readonly processes: DriverProcesses;
   readonly images: DriverImageStore;
   private readonly members: Membership;
   private readonly placer: Placer;
@@ -103,6 +107,7 @@ export class FleetDriver implements RuntimeDriver {
     });
     this.files = routedFiles((id, fn) => this.on(id, (d) => fn(d.files)));
     this.terminals = routedTerminals((id, fn) => this.on(id, fn));
+    this.processes = routedProcesses((id, fn) => this.on(id, fn));
     const all = <T>(fn: (d: RunnerDriver) => Promise<T>) => this.everyUp(fn);
     this.images = {
       async pull(ref, opts) {

@@ -1,12 +1,4 @@
-import type { ProcessEvent } from '@sandboxd/protocol';
-
-export type Stream = 'stdout' | 'stderr';
-
-/** One chunk of a process's output, as the process wrote it. */
-export interface OutputChunk {
-  stream: Stream;
-  chunk: Buffer;
-}
+import type { OutputChunk } from './types.js';
 
 /**
  * The last `capacity` bytes of a process's output, stdout and stderr interleaved in the
@@ -50,16 +42,5 @@ export class OutputRing {
 
   get length(): number {
     return this.size;
-  }
-}
-
-const utf8 = new TextDecoder('utf-8', { fatal: true });
-
-/** The NDJSON event of an output chunk: `data` when it is valid UTF-8, else `dataBase64`. */
-export function outputEvent(c: OutputChunk): ProcessEvent {
-  try {
-    return { type: c.stream, data: utf8.decode(c.chunk) };
-  } catch {
-    return { type: c.stream, dataBase64: c.chunk.toString('base64') };
   }
 }

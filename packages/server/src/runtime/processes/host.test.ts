@@ -1,0 +1,278 @@
+/** ProcessHost and TrackedProcess over scripted processes (no runtime): limits, eviction, hold, backpressure, replay. */
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { PROCESS_REPLAY_BYTES, SandboxdError } from '@sandboxd/protocol';
+import type { ProcessExit, SpawnOptions, StreamedProcess } from '../spawn.js';
+import { TestFollower } from './conformance.js';
+import { commandOf, ProcessHost } from './host.js';
+import { MAX_EXITED_PROCESSES, MAX_RUNNING_PROCESSES, type ProcessSpec } from './types.js';
+
+/** A process whose output, exit and stdin the test drives; it records pauses, resumes and signals. */
+class ScriptedProcess implements StreamedProcess {
+  paused = false;
+  pauses = 0;
+  resumes = 0;
+  signals: NodeJS.Signals[] = [];
+  stdin: Buffer[] = [];
+  stdinOpen: boolean;
+  /** `write` answers false (stdin queued) until {@link drain}. */
+  full = false;
+  private data: ((s: 'stdout' | 'stderr', c: Buffer) => void) | null = null;
+  private exits: Array<(e: ProcessExit) => void> = [];
+  private drains: Array<() => void> = [];
+
+  constructor(
+    readonly pid: number,
+    stdin = false,
+  ) {
+    this.stdinOpen = stdin;
+  }
+  onData(l: (s: 'stdout' | 'stderr', c: Buffer) => void): void {
+    this.data = l;
+  }
+  onExit(l: (e: ProcessExit) => void): void {
+    this.exits.push(l);
+  }
+  pause(): void {
+    if (!this.paused) this.pauses++;
+    this.paused = true;
+  }
+  resume(): void {
+    if (this.paused) this.resumes++;
+    this.paused = false;
+  }
+  write(d: Uint8Array): boolean {
+    if (!this.stdinOpen) return false;
+    this.stdin.push(Buffer.from(d));
+    return !this.full;
+  }
+  onDrain(l: () => void): void {
+    this.drains.push(l);
+  }
+  closeStdin(): void {
+    this.stdinOpen = false;
+  }
+  kill(signal: NodeJS.Signals = 'SIGKILL'): void {
+    this.signals.push(signal);
+  }
+  /** The process writes `text` (delivered whatever `paused` says: the test checks what the host asked). */
+  out(text: string | Buffer, stream: 'stdout' | 'stderr' = 'stdout'): void {
+    this.data?.(stream, typeof text === 'string' ? Buffer.from(text) : text);
+  }
+  end(exitCode = 0, signal: string | null = null): void {
+    this.stdinOpen = false;
+    for (const l of this.exits) l({ exitCode, signal, timedOut: false });
+  }
+  drain(): void {
+    this.full = false;
+    for (const l of this.drains.splice(0)) l();
+  }
+}
+
+/** A host over scripted processes; `spawned` lists them in start order; `gate` holds spawns until released. */
+function scripted(o: { holdMaxMs?: number } = {}) {
+  const spawned: ScriptedProcess[] = [];
+  let nextPid = 100;
+  let gate: Promise<void> | null = null;
+  const host = new ProcessHost({
+    spawn: async (_id: string, _argv: string[], opts: SpawnOptions) => {
+      if (gate) await gate;
+      const p = new ScriptedProcess(nextPid++, opts.stdin === true);
+      spawned.push(p);
+      return p;
+    },
+    workingDir: async () => '/work',
+    holdMaxMs: o.holdMaxMs,
+  });
+  return {
+    host,
+    spawned,
+    hold(): () => void {
+      let open!: () => void;
+      gate = new Promise((r) => (open = r));
+      return () => {
+        gate = null;
+        open();
+      };
+    },
+  };
+}
+
+const spec = (over: Partial<ProcessSpec> = {}): ProcessSpec => ({
+  argv: ['/bin/sh', '-c', 'x'],
+  run: {},
+  env: {},
+  tag: null,
+  startedAt: 0,
+  held: false,
+  ...over,
+});
+const SB = 'sbx_unit';
+const follow = { reconnect: false, follow: true };
+
+describe('ProcessHost', () => {
+  it(`runs at most ${MAX_RUNNING_PROCESSES} per sandbox (starts in flight count); an exited one frees its slot; other sandboxes are apart`, async () => {
+    const { host, spawned, hold } = scripted();
+    const open = hold();
+    const starts = Array.from({ length: MAX_RUNNING_PROCESSES }, () => host.start(SB, spec()));
+    await assert.rejects(host.start(SB, spec()), (e: unknown) => {
+      assert.ok(e instanceof SandboxdError && e.kind === 'conflict');
+      assert.match(e.message, /already runs 64 processes/);
+      return true;
+    });
+    open();
+    await Promise.all(starts);
+    await assert.rejects(host.start(SB, spec()), { kind: 'conflict' });
+    await host.start('sbx_other', spec());
+    spawned[0].end(0);
+    await host.start(SB, spec());
+    assert.equal((await host.list(SB)).length, MAX_RUNNING_PROCESSES + 1);
+  });
+
+  it(`keeps the ${MAX_EXITED_PROCESSES} most recent exited processes; the oldest goes first`, async () => {
+    const { host, spawned } = scripted();
+    for (let i = 0; i < MAX_EXITED_PROCESSES + 3; i++) await host.start(SB, spec());
+    const running = await host.start(SB, spec());
+    for (const p of spawned.slice(0, -1)) p.end(0);
+    const listed = await host.list(SB);
+    assert.deepEqual(
+      listed.map((p) => p.pid),
+      spawned.slice(3).map((p) => p.pid),
+      'oldest first',
+    );
+    assert.equal(listed.at(-1)?.pid, running.pid);
+    assert.equal(listed.filter((p) => p.exit !== null).length, MAX_EXITED_PROCESSES);
+    assert.equal(await host.get(SB, spawned[0].pid), null);
+  });
+
+  it('a sandbox closed while a start is in flight: the new process is killed and the start is conflict', async () => {
+    const { host, spawned, hold } = scripted();
+    const running = await host.start(SB, spec());
+    const open = hold();
+    const late = host.start(SB, spec());
+    await host.closeSandbox(SB);
+    open();
+    await assert.rejects(late, { kind: 'conflict', message: /not running/ });
+    assert.deepEqual(
+      spawned.map((p) => p.signals),
+      [['SIGKILL'], ['SIGKILL']],
+    );
+    assert.equal(await host.get(SB, running.pid), null);
+    assert.equal(host.size, 0);
+  });
+
+  it('lists what it was given: command, listed env, tag, cwd (the image’s when none), startedAt; stdin rules', async () => {
+    const { host, spawned } = scripted();
+    const p = await host.start(
+      SB,
+      spec({
+        argv: ['/bin/echo', 'a b'],
+        run: { env: { HOME: '/h', A: '1' }, stdin: true },
+        env: { A: '1' },
+        tag: 't',
+        startedAt: 5,
+      }),
+    );
+    assert.deepEqual(p, {
+      pid: 100,
+      command: "/bin/echo 'a b'",
+      argv: ['/bin/echo', 'a b'],
+      env: { A: '1' },
+      tag: 't',
+      cwd: '/work',
+      startedAt: 5,
+      exit: null,
+      stdinOpen: true,
+    });
+    const proc = spawned[0];
+    proc.full = true;
+    let written = false;
+    const w = host.writeStdin(SB, p.pid, [Buffer.from('ab'), Buffer.from('cd')]).then(() => {
+      written = true;
+    });
+    await new Promise((r) => setImmediate(r));
+    assert.equal(written, false, 'waits for the process to take its stdin');
+    proc.drain();
+    await w;
+    assert.equal(Buffer.concat(proc.stdin).toString(), 'abcd');
+    await host.closeStdin(SB, p.pid);
+    await assert.rejects(host.writeStdin(SB, p.pid, [Buffer.from('x')]), {
+      kind: 'conflict',
+      message: /stdin is closed/,
+    });
+    proc.end(2);
+    await assert.rejects(host.signal(SB, p.pid, 'SIGTERM'), { kind: 'conflict', message: /has exited/ });
+    await assert.rejects(host.closeStdin(SB, p.pid), { kind: 'conflict', message: /has exited/ });
+    await assert.rejects(host.follow(SB, 1, new TestFollower(), follow), {
+      kind: 'not_found',
+      message: /No process 1 /,
+    });
+  });
+});
+
+describe('TrackedProcess (through ProcessHost)', () => {
+  it('a held process stays paused until its first reader, or until the hold runs out', async () => {
+    const { host, spawned } = scripted({ holdMaxMs: 50 });
+    const a = await host.start(SB, spec({ held: true }));
+    assert.equal(spawned[0].paused, true);
+    const f = new TestFollower();
+    f.following = await host.follow(SB, a.pid, f, follow);
+    assert.equal(spawned[0].paused, false, 'the first reader lets it run');
+    await host.start(SB, spec({ held: true }));
+    assert.equal(spawned[1].paused, true);
+    for (let i = 0; i < 200 && spawned[1].paused; i++) await new Promise((r) => setTimeout(r, 10));
+    assert.equal(spawned[1].paused, false, 'no reader came: it runs anyway');
+  });
+
+  it('pauses while any reader is behind, resumes once every blocked reader drained or left; a reader that keeps up gets everything', async () => {
+    const { host, spawned } = scripted();
+    const p = await host.start(SB, spec());
+    const proc = spawned[0];
+    const fast = new TestFollower();
+    const slow = new TestFollower(false);
+    const other = new TestFollower(false);
+    fast.following = await host.follow(SB, p.pid, fast, follow);
+    proc.out('one');
+    assert.equal(proc.paused, false);
+    slow.following = await host.follow(SB, p.pid, slow, follow);
+    assert.equal(proc.paused, true, 'the replay to a reader that is behind pauses it');
+    other.following = await host.follow(SB, p.pid, other, follow);
+    proc.out('two');
+    slow.read();
+    assert.equal(proc.paused, true, 'another reader is still behind');
+    other.following.detach();
+    assert.equal(proc.paused, false, 'the last blocked reader left');
+    proc.out('three', 'stderr');
+    proc.end(4);
+    for (const f of [fast, slow]) {
+      assert.equal(f.text(), 'onetwo');
+      assert.equal(f.text('stderr'), 'three');
+      assert.deepEqual(f.exit, { exitCode: 4, signal: null, timedOut: false });
+      assert.equal(f.ended, true);
+    }
+    assert.equal(other.exit, null, 'a reader that left is not told');
+  });
+
+  it('replays the last 1 MiB, saying per stream how much came before it', async () => {
+    const { host, spawned } = scripted();
+    const p = await host.start(SB, spec());
+    spawned[0].out(Buffer.alloc(1000, 0x65), 'stderr');
+    spawned[0].out(Buffer.alloc(PROCESS_REPLAY_BYTES, 0x6f));
+    spawned[0].out('tail');
+    const f = new TestFollower();
+    f.following = await host.follow(SB, p.pid, f, { reconnect: true, follow: false });
+    assert.deepEqual(f.events[0], { type: 'start', pid: p.pid, replayFrom: { stdout: 4, stderr: 1000 } });
+    assert.equal(f.received, PROCESS_REPLAY_BYTES);
+    assert.ok(f.text().endsWith('otail'));
+    assert.equal(f.ended, true, 'without follow it ends after what is kept');
+    assert.equal(f.exit, null);
+  });
+});
+
+describe('commandOf', () => {
+  it('lists /bin/sh -c commands by their command, other argv as a shell would read it', () => {
+    assert.equal(commandOf(['/bin/sh', '-c', 'echo hi; exit 2']), 'echo hi; exit 2');
+    assert.equal(commandOf(['/bin/bash', '-l', '-c', 'sleep 5']), "/bin/bash -l -c 'sleep 5'");
+    assert.equal(commandOf(['/bin/echo', "it's", '', 'a=b']), "/bin/echo 'it'\\''s' '' a=b");
+  });
+});
