@@ -119,7 +119,12 @@ describe('terminals across api replicas: one runner, two apis, one PostgreSQL (r
     await a.waitForOutput(/from-b-48/);
     await b.waitForOutput(/from-b-48/);
     b.resize(101, 33);
-    a.type('stty size\r');
+    // The resize travels through api B, the typing through api A: either may reach the runner
+    // first, so ask again until the shell sees the new size.
+    for (let i = 0; i < 100 && !/33 101/.test(a.text); i++) {
+      a.type('stty size\r');
+      await new Promise((r) => setTimeout(r, 100));
+    }
     await a.waitForOutput(/33 101/);
     pid = await shellPid(a, 'pid');
     assert.ok(pid > 0);
