@@ -69,6 +69,8 @@ describe('three api replicas on PostgreSQL over two runners on two hosts (real r
   const startRunner = (r: 'a' | 'b', port?: number) =>
     startServer({ dataDir: runnerDirs[r], port, env: runnerEnv(`scale-${r}`), ready: runnerReady, on: hosts[r] });
   let replicas: Server[] = [];
+  /** Every replica started, the killed one too: stop() gives its host slot and data dir back. */
+  const allReplicas: Server[] = [];
   let key: string;
 
   /** Ids of the sandboxes runner `r` holds, as it says itself. */
@@ -113,10 +115,11 @@ describe('three api replicas on PostgreSQL over two runners on two hosts (real r
     };
     // One after the other: the first one up migrates the database and takes the reaper lease.
     for (let i = 0; i < 3; i++) replicas.push(await startServer({ env }));
+    allReplicas.push(...replicas);
     key = (await newAccount(replicas[0], { tokens: 1_000_000, plan: 'PRO' })).key;
   });
   after(async () => {
-    for (const s of replicas) await s.stop().catch(() => {});
+    for (const s of allReplicas) await s.stop().catch(() => {});
     for (const r of ['a', 'b'] as const) await runners[r]?.stop().catch(() => {});
     for (const r of ['a', 'b'] as const) await hosts[r]?.remove();
     await pg?.stop();
