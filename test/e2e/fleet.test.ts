@@ -16,24 +16,13 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { IMAGE, newAccount, RUNTIME, type Server, startServer } from './harness.js';
+import { IMAGE, newAccount, RUNTIME, type Server, startServer, until } from './harness.js';
 import { hget, waitListening } from './proxy-support.js';
 
 const TOKEN = `e2e-fleet-token-${randomBytes(8).toString('hex')}`;
 const auth = { authorization: `Bearer ${TOKEN}` };
 const runnerReady = { path: '/runner/v1/health', headers: auth };
 const DOWN_MS = 3000;
-
-/** Polls `fn` every 200 ms until it returns a value that is not undefined (at most `ms`). */
-async function until<T>(what: string, fn: () => Promise<T | undefined>, ms = 60_000): Promise<T> {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = await fn();
-    if (v !== undefined) return v;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 200));
-  }
-}
 
 describe('api over two runners: placement, volumes, a runner killed and back (real runtime)', {
   skip: RUNTIME !== 'local' ? 'needs SANDBOXD_E2E_RUNTIME=local' : undefined,

@@ -209,3 +209,14 @@ export async function newAccount(
   keysByDir.get(s.dataDir)?.add(k.body.key);
   return { id: a.body.account.id, key: k.body.key };
 }
+
+/** Polls `fn` every 200 ms until it returns a value that is not undefined (at most `ms`). */
+export async function until<T>(what: string, fn: () => Promise<T | undefined>, ms = 60_000): Promise<T> {
+  const end = Date.now() + ms;
+  for (;;) {
+    const v = await fn();
+    if (v !== undefined) return v;
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}

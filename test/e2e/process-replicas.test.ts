@@ -8,14 +8,12 @@
  * followed to its end through the other.
  */
 import assert from 'node:assert/strict';
-import { randomBytes } from 'node:crypto';
 import { after, before, describe, it } from 'node:test';
 import { Sandbox } from 'e2b';
-import { pgBinDir, startPostgres, type TestPostgres } from '../../packages/server/test/postgres.js';
-import { newAccount, RUNTIME, type Server, startServer } from './harness.js';
+import { type Server, startServer } from './harness.js';
+import { ReplicaPair, replicasSkip } from './replicas-support.js';
+import { Waiters } from '../../packages/server/src/runtime/waiting.js';
 
-const TOKEN = `e2e-proc-replicas-${randomBytes(8).toString('hex')}`;
-const runnerReady = { path: '/runner/v1/health', headers: { authorization: `Bearer ${TOKEN}` } };
 const IMAGE = 'local/debian:bookworm'; // bash, for E2B's commands (`/bin/bash -l -c`)
 
 type Event = { type: string; pid?: number; data?: string; exitCode?: number; signal?: string | null } & {
@@ -30,7 +28,7 @@ class EventStream {
   events: Event[] = [];
   cut: Error | null = null;
   ended = false;
-  private waiters = new Set<() => void>();
+  private readonly waiters = new Waiters(() => `stdout ends ${JSON.stringify(this.stdout().slice(-200))}`);
   private readonly reader: ReadableStreamDefaultReader<Uint8Array>;
   readonly done: Promise<void>;
 
@@ -50,20 +48,7 @@ class EventStream {
     return this.events.find((e) => e.type === 'exit');
   }
   until(what: string, test: () => boolean, timeoutMs = 60_000): Promise<void> {
-    if (test()) return Promise.resolve();
-    return new Promise((resolve, reject) => {
-      const check = () => {
-        if (!test()) return;
-        clearTimeout(timer);
-        this.waiters.delete(check);
-        resolve();
-      };
-      const timer = setTimeout(() => {
-        this.waiters.delete(check);
-        reject(new Error(`timed out waiting for ${what}; stdout ends ${JSON.stringify(this.stdout().slice(-200))}`));
-      }, timeoutMs);
-      this.waiters.add(check);
-    });
+    return this.waiters.until(what, test, timeoutMs);
   }
   cancel(): Promise<void> {
     return this.reader.cancel();
@@ -81,16 +66,13 @@ class EventStream {
           this.events.push(JSON.parse(buf.slice(0, nl)));
           buf = buf.slice(nl + 1);
         }
-        this.wake();
+        this.waiters.wake();
       }
       this.ended = true;
     } catch (e) {
       this.cut = e as Error;
     }
-    this.wake();
-  }
-  private wake(): void {
-    for (const w of [...this.waiters]) w();
+    this.waiters.wake();
   }
 }
 
@@ -107,16 +89,10 @@ const lines = (from: number, to: number) =>
   Array.from({ length: to - from + 1 }, (_, i) => `line-${from + i}\n`).join('');
 
 describe('processes across api replicas: one runner, two apis, one PostgreSQL (real runtime)', {
-  skip:
-    RUNTIME !== 'local'
-      ? 'needs SANDBOXD_E2E_RUNTIME=local'
-      : pgBinDir() === null
-        ? 'needs PostgreSQL (scripts/setup.sh --test)'
-        : undefined,
+  skip: replicasSkip,
   timeout: 300_000,
 }, () => {
-  let pg: TestPostgres;
-  let runner: Server;
+  const pair = new ReplicaPair();
   let apiA: Server;
   let apiB: Server;
   let key: string;
@@ -142,29 +118,10 @@ describe('processes across api replicas: one runner, two apis, one PostgreSQL (r
   };
 
   before(async () => {
-    pg = await startPostgres();
-    runner = await startServer({
-      env: { SANDBOXD_ROLE: 'runner', SANDBOXD_RUNNER_TOKEN: TOKEN, SANDBOXD_NODE_NAME: 'e2e-proc-replicas' },
-      ready: runnerReady,
-    });
-    apiEnv = {
-      SANDBOXD_ROLE: 'api',
-      SANDBOXD_RUNNERS: runner.baseUrl,
-      SANDBOXD_RUNNER_TOKEN: TOKEN,
-      SANDBOXD_DATABASE_URL: await pg.createDatabase(),
-    };
-    apiA = await startServer({ env: apiEnv });
-    apiB = await startServer({ env: apiEnv });
-    key = (await newAccount(apiA, { tokens: 1_000_000, plan: 'PRO' })).key;
-    const c = await apiA.api('POST', '/api/v1/sandboxes', { key, body: { image: IMAGE, timeoutMs: 600_000 } });
-    assert.equal(c.status, 201, c.text);
-    id = c.body.sandbox.id;
+    ({ apiA, apiB, apiEnv, key, id } = await pair.start({ nodeName: 'e2e-proc-replicas', image: IMAGE }));
   });
   after(async () => {
-    await apiB?.stop();
-    await apiA?.stop();
-    await runner?.stop();
-    await pg?.stop();
+    await pair.stop();
   });
 
   it('a background process started through api A is listed, followed (replay + live), fed stdin and signalled through api B', async () => {

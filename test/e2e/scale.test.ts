@@ -19,39 +19,24 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { pgBinDir, startPostgres, type TestPostgres } from '../../packages/server/test/postgres.js';
+import { startPostgres, type TestPostgres } from '../../packages/server/test/postgres.js';
 import { TermClient, terminalUrl } from '../../packages/server/test/terminals.js';
 import { chargesById, ledgerOf, sandboxesOf } from '../security/faults-support.js';
 import { type FakeHost, makeFakeHost } from './fake-host.js';
-import { IMAGE, newAccount, RUNTIME, type Server, startServer } from './harness.js';
+import { IMAGE, newAccount, type Server, startServer, until } from './harness.js';
+import { replicasSkip, runnerReady as readyWith } from './replicas-support.js';
 
 const TOKEN = `e2e-scale-token-${randomBytes(8).toString('hex')}`;
 const runnerAuth = { authorization: `Bearer ${TOKEN}` };
-const runnerReady = { path: '/runner/v1/health', headers: runnerAuth };
+const runnerReady = readyWith(TOKEN);
 /** A silent runner's sandboxes turn `error` after this long. */
 const DOWN_MS = 3000;
 /** The replicas' reaper lease (a dead reaper is replaced within it) and reconcile period. */
 const LEASE_MS = 3000;
 const RECONCILE_MS = 1500;
 
-/** Polls `fn` every 200 ms until it returns a value that is not undefined (at most `ms`). */
-async function until<T>(what: string, fn: () => Promise<T | undefined>, ms = 60_000): Promise<T> {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = await fn();
-    if (v !== undefined) return v;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 200));
-  }
-}
-
 describe('three api replicas on PostgreSQL over two runners on two hosts (real runtime)', {
-  skip:
-    RUNTIME !== 'local'
-      ? 'needs SANDBOXD_E2E_RUNTIME=local'
-      : pgBinDir() === null
-        ? 'needs PostgreSQL (scripts/setup.sh --test)'
-        : undefined,
+  skip: replicasSkip,
   timeout: 900_000,
 }, () => {
   let pg: TestPostgres;

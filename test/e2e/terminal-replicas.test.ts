@@ -10,16 +10,13 @@
  * shell running; the runner stopped with SIGTERM ends its terminals (exit, 1001).
  */
 import assert from 'node:assert/strict';
-import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { after, before, describe, it } from 'node:test';
 import { Sandbox } from 'e2b';
-import { pgBinDir, startPostgres, type TestPostgres } from '../../packages/server/test/postgres.js';
 import { TermClient, terminalUrl } from '../../packages/server/test/terminals.js';
-import { newAccount, RUNTIME, type Server, startServer } from './harness.js';
+import { type Server, startServer } from './harness.js';
+import { ReplicaPair, replicasSkip } from './replicas-support.js';
 
-const TOKEN = `e2e-replicas-token-${randomBytes(8).toString('hex')}`;
-const runnerReady = { path: '/runner/v1/health', headers: { authorization: `Bearer ${TOKEN}` } };
 const IMAGE = 'local/debian:bookworm'; // bash, for E2B's PTYs (`/bin/bash -i -l`)
 
 /** Points E2B's SDK (its environment variables) at `s`, as its user would. */
@@ -43,15 +40,10 @@ async function shellPid(c: TermClient, tag: string): Promise<number> {
 }
 
 describe('terminals across api replicas: one runner, two apis, one PostgreSQL (real runtime)', {
-  skip:
-    RUNTIME !== 'local'
-      ? 'needs SANDBOXD_E2E_RUNTIME=local'
-      : pgBinDir() === null
-        ? 'needs PostgreSQL (scripts/setup.sh --test)'
-        : undefined,
+  skip: replicasSkip,
   timeout: 300_000,
 }, () => {
-  let pg: TestPostgres;
+  const pair = new ReplicaPair();
   let runner: Server;
   let apiA: Server;
   let apiB: Server;
@@ -69,30 +61,11 @@ describe('terminals across api replicas: one runner, two apis, one PostgreSQL (r
   const get = (s: Server, path: string) => s.api('GET', `/api/v1/sandboxes/${id}${path}`, { key });
 
   before(async () => {
-    pg = await startPostgres();
-    runner = await startServer({
-      env: { SANDBOXD_ROLE: 'runner', SANDBOXD_RUNNER_TOKEN: TOKEN, SANDBOXD_NODE_NAME: 'e2e-replicas' },
-      ready: runnerReady,
-    });
-    apiEnv = {
-      SANDBOXD_ROLE: 'api',
-      SANDBOXD_RUNNERS: runner.baseUrl,
-      SANDBOXD_RUNNER_TOKEN: TOKEN,
-      SANDBOXD_DATABASE_URL: await pg.createDatabase(),
-    };
-    apiA = await startServer({ env: apiEnv });
-    apiB = await startServer({ env: apiEnv });
-    key = (await newAccount(apiA, { tokens: 1_000_000, plan: 'PRO' })).key;
-    const c = await apiA.api('POST', '/api/v1/sandboxes', { key, body: { image: IMAGE, timeoutMs: 600_000 } });
-    assert.equal(c.status, 201, c.text);
-    id = c.body.sandbox.id;
+    ({ runner, apiA, apiB, apiEnv, key, id } = await pair.start({ nodeName: 'e2e-replicas', image: IMAGE }));
   });
   after(async () => {
     for (const c of [a, b, e2bViewer]) c?.close();
-    await apiB?.stop();
-    await apiA?.stop();
-    await runner?.stop();
-    await pg?.stop();
+    await pair.stop();
   });
 
   it('a terminal opened through api A is listed through api B', async () => {

@@ -4,6 +4,7 @@
  */
 import { StringDecoder } from 'node:string_decoder';
 import WebSocket from 'ws';
+import { Waiters } from '../src/runtime/waiting.js';
 
 const TEXT_KEEP = 1024 * 1024;
 
@@ -30,7 +31,9 @@ export class TermClient {
   private recent = '';
   readonly closed: Promise<{ code: number; reason: string }>;
   private readonly decoder = new StringDecoder('utf8');
-  private waiters = new Set<() => void>();
+  private readonly waiters = new Waiters(
+    () => `output tail: ${JSON.stringify(this.text.slice(-300))}; close: ${JSON.stringify(this.closeInfo)}`,
+  );
 
   private constructor(readonly ws: WebSocket) {
     ws.on('message', (data: Buffer, isBinary: boolean) => {
@@ -49,12 +52,12 @@ export class TermClient {
           this.textFrames.push(s);
         }
       }
-      this.wake();
+      this.waiters.wake();
     });
     this.closed = new Promise((resolve) => {
       ws.on('close', (code, reason) => {
         this.closeInfo = { code, reason: reason.toString() };
-        this.wake();
+        this.waiters.wake();
         resolve(this.closeInfo);
       });
     });
@@ -96,24 +99,7 @@ export class TermClient {
 
   /** Resolves once `pred()` holds; re-checked on every frame and close. Rejects after `timeoutMs`. */
   waitFor(pred: () => boolean, what: string, timeoutMs = 20_000): Promise<void> {
-    if (pred()) return Promise.resolve();
-    return new Promise((resolve, reject) => {
-      const check = () => {
-        if (!pred()) return;
-        clearTimeout(timer);
-        this.waiters.delete(check);
-        resolve();
-      };
-      const timer = setTimeout(() => {
-        this.waiters.delete(check);
-        reject(
-          new Error(
-            `timed out waiting for ${what}; output tail: ${JSON.stringify(this.text.slice(-300))}; close: ${JSON.stringify(this.closeInfo)}`,
-          ),
-        );
-      }, timeoutMs);
-      this.waiters.add(check);
-    });
+    return this.waiters.until(what, pred, timeoutMs);
   }
 
   /**
@@ -150,10 +136,6 @@ export class TermClient {
 
   close(): void {
     this.ws.close();
-  }
-
-  private wake(): void {
-    for (const w of [...this.waiters]) w();
   }
 }
 

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { isSandboxdError, type ErrorKind } from '@sandboxd/protocol';
 import type { PtyProcess, RuntimeDriver, SandboxSpec } from './driver.js';
+import { rejectsWith } from './waiting.js';
 
 /**
  * The behaviour every RuntimeDriver must show, the in-memory fake included. Commands used
@@ -25,14 +25,6 @@ export const CONFORMANCE_LIMITS = {
   pids: 128,
   rootDiskBytes: 256 * 1024 * 1024,
 };
-
-async function rejectsWith(p: Promise<unknown>, kind: ErrorKind): Promise<void> {
-  await assert.rejects(p, (e: unknown) => {
-    assert.ok(isSandboxdError(e), `expected SandboxdError(${kind}), got ${String(e)}`);
-    assert.equal(e.kind, kind);
-    return true;
-  });
-}
 
 function waitFor(pty: PtyProcess, pattern: RegExp, timeoutMs = 5000): Promise<string> {
   return new Promise((resolve, reject) => {

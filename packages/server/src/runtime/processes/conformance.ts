@@ -1,6 +1,5 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { type ErrorKind, isSandboxdError } from '@sandboxd/protocol';
 import { CONFORMANCE_LIMITS, testId } from '../conformance.js';
 import type { RuntimeDriver } from '../driver.js';
 import type { ProcessExit } from '../spawn.js';
@@ -12,6 +11,7 @@ import type {
   ProcessFollowing,
   ProcessSpec,
 } from './types.js';
+import { eventually, rejectsWith, Waiters } from '../waiting.js';
 
 /**
  * The behaviour every holder of tracked processes ({@link DriverProcesses}) shows, in this
@@ -37,23 +37,23 @@ export class TestFollower implements ProcessFollower {
   ended = false;
   lostReason: string | null = null;
   following: ProcessFollowing | null = null;
-  private waiters = new Set<() => void>();
+  private readonly waiters = new Waiters(() => `stdout ends ${JSON.stringify(this.text().slice(-300))}`);
 
   constructor(private reads = true) {}
 
   send(ev: FollowEvent): boolean {
     this.events.push(ev);
     if (ev.type === 'output') this.bytes[ev.stream] += ev.chunk.length;
-    this.wake();
+    this.waiters.wake();
     return this.reads;
   }
   end(): void {
     this.ended = true;
-    this.wake();
+    this.waiters.wake();
   }
   lost(reason: string): void {
     this.lostReason = reason;
-    this.wake();
+    this.waiters.wake();
   }
 
   /** Starts reading: says it drained. */
@@ -78,45 +78,12 @@ export class TestFollower implements ProcessFollower {
 
   /** Resolves once `test()` holds (checked at each event), or rejects after `timeoutMs`. */
   until(what: string, test: () => boolean, timeoutMs = 30_000): Promise<void> {
-    if (test()) return Promise.resolve();
-    return new Promise((resolve, reject) => {
-      const check = () => {
-        if (!test()) return;
-        clearTimeout(timer);
-        this.waiters.delete(check);
-        resolve();
-      };
-      const timer = setTimeout(() => {
-        this.waiters.delete(check);
-        reject(new Error(`timed out waiting for ${what}; stdout ends ${JSON.stringify(this.text().slice(-300))}`));
-      }, timeoutMs);
-      this.waiters.add(check);
-    });
+    return this.waiters.until(what, test, timeoutMs);
   }
   /** Resolves once the reader ended (after `exit`, or after the replay). */
   done(): Promise<void> {
     return this.until('the end', () => this.ended || this.lostReason !== null);
   }
-  private wake(): void {
-    for (const w of [...this.waiters]) w();
-  }
-}
-
-async function rejectsWith(p: Promise<unknown>, kind: ErrorKind): Promise<void> {
-  await assert.rejects(p, (e: unknown) => {
-    assert.ok(isSandboxdError(e), `expected SandboxdError(${kind}), got ${String(e)}`);
-    assert.equal(e.kind, kind);
-    return true;
-  });
-}
-
-/** Polls `fn` until it answers true (bounded). */
-async function eventually(what: string, fn: () => Promise<boolean>, tries = 400): Promise<void> {
-  for (let i = 0; i < tries; i++) {
-    if (await fn()) return;
-    await new Promise((r) => setTimeout(r, 25));
-  }
-  assert.fail(`never: ${what}`);
 }
 
 async function* chunks(...parts: Array<string | Buffer>): AsyncIterable<Uint8Array> {

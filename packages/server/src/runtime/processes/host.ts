@@ -1,6 +1,7 @@
 import { SandboxdError } from '@sandboxd/protocol';
 import type { RuntimeDriver } from '../driver.js';
 import type { SpawnOptions, StreamedProcess } from '../spawn.js';
+import { StartsInFlight } from '../starts-in-flight.js';
 import { TrackedProcess } from './tracked.js';
 import {
   type DriverProcesses,
@@ -32,10 +33,8 @@ export interface ProcessHostOptions {
 export class ProcessHost implements DriverProcesses {
   /** Tracked processes by sandbox, then by pid (insertion order: oldest first). */
   private readonly bySandbox = new Map<string, Map<number, TrackedProcess>>();
-  /** Starts in flight per sandbox, counted against the running limit. */
-  private readonly pending = new Map<string, number>();
-  /** Bumped when a sandbox's processes are closed while starts are in flight: those are killed at once. */
-  private readonly generation = new Map<string, number>();
+  /** Starts in flight, counted against the running limit; killed at once when their sandbox closes meanwhile. */
+  private readonly starting = new StartsInFlight();
 
   constructor(private readonly o: ProcessHostOptions) {}
 
@@ -49,19 +48,18 @@ export class ProcessHost implements DriverProcesses {
   }
 
   async start(sandboxId: string, spec: ProcessSpec): Promise<ProcessState> {
-    const running = this.runningCount(sandboxId) + (this.pending.get(sandboxId) ?? 0);
+    const running = this.runningCount(sandboxId) + this.starting.count(sandboxId);
     if (running >= MAX_RUNNING_PROCESSES)
       throw new SandboxdError(
         'conflict',
         `The sandbox already runs ${MAX_RUNNING_PROCESSES} processes started through the API`,
         { running },
       );
-    this.pending.set(sandboxId, (this.pending.get(sandboxId) ?? 0) + 1);
-    const gen = this.generation.get(sandboxId) ?? 0;
+    const ticket = this.starting.begin(sandboxId);
     try {
       const cwd = spec.run.cwd ?? (await this.o.workingDir(sandboxId));
       const proc = await this.o.spawn(sandboxId, spec.argv, spec.run);
-      if ((this.generation.get(sandboxId) ?? 0) !== gen) {
+      if (this.starting.closedSince(sandboxId, ticket)) {
         // The sandbox stopped while the process started.
         proc.kill('SIGKILL');
         throw new SandboxdError('conflict', 'Sandbox is not running', { state: 'stopped' });
@@ -87,12 +85,7 @@ export class ProcessHost implements DriverProcesses {
       procs.set(proc.pid, tracked);
       return tracked.state();
     } finally {
-      const left = (this.pending.get(sandboxId) ?? 1) - 1;
-      if (left > 0) this.pending.set(sandboxId, left);
-      else {
-        this.pending.delete(sandboxId);
-        this.generation.delete(sandboxId);
-      }
+      this.starting.end(sandboxId);
     }
   }
 
@@ -136,7 +129,7 @@ export class ProcessHost implements DriverProcesses {
   }
 
   async closeSandbox(sandboxId: string): Promise<void> {
-    if (this.pending.has(sandboxId)) this.generation.set(sandboxId, (this.generation.get(sandboxId) ?? 0) + 1);
+    this.starting.close(sandboxId);
     const m = this.bySandbox.get(sandboxId);
     this.bySandbox.delete(sandboxId);
     for (const p of m?.values() ?? []) if (p.running) p.proc.kill('SIGKILL');

@@ -1,10 +1,11 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { isSandboxdError, type ErrorKind, type ServerControlMessage } from '@sandboxd/protocol';
+import type { ServerControlMessage } from '@sandboxd/protocol';
 import { CONFORMANCE_LIMITS, testId } from '../conformance.js';
 import type { RuntimeDriver } from '../driver.js';
 import { CLIENT_MAX_BUFFER_BYTES } from './session.js';
 import type { DriverTerminals, TerminalAttachment, TerminalClient, TerminalSpec } from './types.js';
+import { eventually, rejectsWith, Waiters } from '../waiting.js';
 
 /**
  * The behaviour every holder of terminals ({@link DriverTerminals}) shows, in this process
@@ -34,7 +35,7 @@ export class TestTerminalClient implements TerminalClient {
   inputPauses: string[] = [];
   attachment: TerminalAttachment | null = null;
   private backlog = 0;
-  private waiters = new Set<() => void>();
+  private readonly waiters = new Waiters(() => `output ends ${JSON.stringify(this.text.slice(-300))}`);
 
   constructor(private reads = true) {}
 
@@ -44,18 +45,18 @@ export class TestTerminalClient implements TerminalClient {
     if (this.text.length > 1 << 20) this.text = this.text.slice(-(1 << 19));
     if (!this.reads) this.backlog += chunk.length;
     else setImmediate(() => this.attachment?.written());
-    this.wake();
+    this.waiters.wake();
   }
   sendControl(msg: ServerControlMessage): void {
     this.controls.push(msg);
-    this.wake();
+    this.waiters.wake();
   }
   get bufferedBytes(): number {
     return this.backlog;
   }
   close(code: number, reason: string): void {
     this.closed ??= { code, reason };
-    this.wake();
+    this.waiters.wake();
   }
   pauseInput(): void {
     this.inputPauses.push('pause');
@@ -73,20 +74,7 @@ export class TestTerminalClient implements TerminalClient {
 
   /** Resolves once `test()` holds (checked at each event), or rejects after `timeoutMs`. */
   until(what: string, test: () => boolean, timeoutMs = 20_000): Promise<void> {
-    if (test()) return Promise.resolve();
-    return new Promise((resolve, reject) => {
-      const check = () => {
-        if (!test()) return;
-        clearTimeout(timer);
-        this.waiters.delete(check);
-        resolve();
-      };
-      const timer = setTimeout(() => {
-        this.waiters.delete(check);
-        reject(new Error(`timed out waiting for ${what}; output ends ${JSON.stringify(this.text.slice(-300))}`));
-      }, timeoutMs);
-      this.waiters.add(check);
-    });
+    return this.waiters.until(what, test, timeoutMs);
   }
   output(re: RegExp): Promise<void> {
     return this.until(String(re), () => re.test(this.text));
@@ -99,26 +87,6 @@ export class TestTerminalClient implements TerminalClient {
     await this.until('close', () => this.closed !== null);
     return this.closed!;
   }
-  private wake(): void {
-    for (const w of [...this.waiters]) w();
-  }
-}
-
-async function rejectsWith(p: Promise<unknown>, kind: ErrorKind): Promise<void> {
-  await assert.rejects(p, (e: unknown) => {
-    assert.ok(isSandboxdError(e), `expected SandboxdError(${kind}), got ${String(e)}`);
-    assert.equal(e.kind, kind);
-    return true;
-  });
-}
-
-/** Polls `fn` until it answers true (bounded). */
-async function eventually(what: string, fn: () => Promise<boolean>, tries = 400): Promise<void> {
-  for (let i = 0; i < tries; i++) {
-    if (await fn()) return;
-    await new Promise((r) => setTimeout(r, 25));
-  }
-  assert.fail(`never: ${what}`);
 }
 
 /** Registers the terminal conformance suite for `target` with node's test runner. */

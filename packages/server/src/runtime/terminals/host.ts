@@ -2,6 +2,7 @@ import { SandboxdError } from '@sandboxd/protocol';
 import type { Logger } from 'pino';
 import { newTerminalId } from '../../domain/ids.js';
 import type { PtyProcess, TtyOptions } from '../pty.js';
+import { StartsInFlight } from '../starts-in-flight.js';
 import { TerminalSession } from './session.js';
 import {
   CLOSE,
@@ -35,16 +36,13 @@ interface Held {
 export class TerminalHost implements DriverTerminals {
   /** Held terminals by sandbox, then by terminal id (insertion order: oldest first). */
   private readonly bySandbox = new Map<string, Map<string, Held>>();
-  /** Creates in flight per sandbox, counted against the per-sandbox limit. */
-  private readonly pending = new Map<string, number>();
-  /** Bumped when a sandbox's terminals are closed while creates are in flight: those end at once. */
-  private readonly generation = new Map<string, number>();
+  /** Creates in flight, counted against the per-sandbox limit; ended at once when their sandbox closes meanwhile. */
+  private readonly starting = new StartsInFlight();
 
   constructor(private readonly o: TerminalHostOptions) {}
 
   async create(sandboxId: string, spec: TerminalSpec): Promise<TerminalState> {
-    this.reserveSlot(sandboxId);
-    const gen = this.generation.get(sandboxId) ?? 0;
+    const ticket = this.reserveSlot(sandboxId);
     try {
       const pty = await this.o.execTty(sandboxId, spec.tty);
       const id = newTerminalId();
@@ -66,7 +64,7 @@ export class TerminalHost implements DriverTerminals {
         (s) => this.clientsChanged(s),
         { timeoutMs: spec.timeoutMs },
       );
-      if ((this.generation.get(sandboxId) ?? 0) !== gen) {
+      if (this.starting.closedSince(sandboxId, ticket)) {
         session.terminate('sandbox stopped');
         throw new SandboxdError('conflict', 'The sandbox stopped while the terminal started', { state: 'stopped' });
       }
@@ -77,12 +75,7 @@ export class TerminalHost implements DriverTerminals {
       log.info({ shell: spec.shell, cwd: spec.cwd, pid: pty.pid }, 'terminal created');
       return session.state();
     } finally {
-      const left = (this.pending.get(sandboxId) ?? 1) - 1;
-      if (left > 0) this.pending.set(sandboxId, left);
-      else {
-        this.pending.delete(sandboxId);
-        this.generation.delete(sandboxId);
-      }
+      this.starting.end(sandboxId);
     }
   }
 
@@ -124,14 +117,14 @@ export class TerminalHost implements DriverTerminals {
   }
 
   async closeSandbox(sandboxId: string, reason: string): Promise<void> {
-    if (this.pending.has(sandboxId)) this.generation.set(sandboxId, (this.generation.get(sandboxId) ?? 0) + 1);
+    this.starting.close(sandboxId);
     for (const h of [...(this.bySandbox.get(sandboxId)?.values() ?? [])]) this.remove(h, reason);
   }
 
   /** Ends every terminal (this process shuts down): clients get `exit` and `code` (1001), shells are hung up. */
   closeAll(reason = 'server shutting down', code: number = CLOSE.goingAway): void {
     for (const [sandboxId, held] of [...this.bySandbox]) {
-      if (this.pending.has(sandboxId)) this.generation.set(sandboxId, (this.generation.get(sandboxId) ?? 0) + 1);
+      this.starting.close(sandboxId);
       for (const h of [...held.values()]) this.remove(h, reason, code);
     }
   }
@@ -149,11 +142,13 @@ export class TerminalHost implements DriverTerminals {
     return h;
   }
 
-  /** Counts a create against the limit, evicting the oldest exited terminal without a client when full. */
-  private reserveSlot(sandboxId: string): void {
+  /**
+   * Counts a create against the limit, evicting the oldest exited terminal without a client
+   * when full; returns the create's {@link StartsInFlight} ticket.
+   */
+  private reserveSlot(sandboxId: string): number {
     const held = [...(this.bySandbox.get(sandboxId)?.values() ?? [])];
-    const pending = this.pending.get(sandboxId) ?? 0;
-    if (held.length + pending >= MAX_TERMINALS_PER_SANDBOX) {
+    if (held.length + this.starting.count(sandboxId) >= MAX_TERMINALS_PER_SANDBOX) {
       const victim = held.find((h) => h.session.status === 'exited' && h.session.clientCount === 0);
       if (!victim) {
         throw new SandboxdError(
@@ -164,7 +159,7 @@ export class TerminalHost implements DriverTerminals {
       }
       this.remove(victim, 'evicted');
     }
-    this.pending.set(sandboxId, pending + 1);
+    return this.starting.begin(sandboxId);
   }
 
   private remove(h: Held, reason: string, code: number = CLOSE.normal): void {
