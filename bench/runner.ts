@@ -16,7 +16,7 @@
  * Env: BENCH_RUNS (default 300).
  */
 import { randomBytes } from 'node:crypto';
-import { FakeRunners, MemoryRecords } from '../packages/server/test/fake-runners.js';
+import { fakeFleet, MemoryRecords } from '../packages/server/test/fake-runners.js';
 import { CONFORMANCE_LIMITS } from '../packages/server/src/runtime/conformance.js';
 import { RemoteDriver } from '../packages/server/src/runtime/remote/driver.js';
 import { FleetDriver } from '../packages/server/src/runtime/remote/fleet/fleet.js';
@@ -178,17 +178,7 @@ async function fleetOverRemote(url: string, id: string) {
 
 /** Mean microseconds of an exec through a FleetDriver of two in-memory runners against the runner's driver directly. */
 async function routingMicros(): Promise<{ fleetMicros: number; directMicros: number; addedMicros: number }> {
-  const runners = new FakeRunners({ 'http://r1:1': 'r1', 'http://r2:1': 'r2' });
-  const fleet = new FleetDriver({
-    source: fixedUrls(['http://r1:1', 'http://r2:1']),
-    connect: runners.connect,
-    records: new MemoryRecords(),
-    downAfterMs: 5000,
-    floors: { memoryBytes: 0, diskBytes: 0 },
-    log: { info() {}, warn() {} },
-    poll: false,
-  });
-  await fleet.init();
+  const { fleet, runners } = await fakeFleet({ 'http://r1:1': 'r1', 'http://r2:1': 'r2' });
   const s = await fleet.create({
     id: 'bench_fleet',
     image: 'local/busybox:latest',

@@ -2,8 +2,9 @@ import { SandboxdError } from '@sandboxd/protocol';
 import type { SandboxSpec } from '../src/runtime/driver.js';
 import { FakeDriver, type FakeDriverOptions } from '../src/runtime/fake/driver.js';
 import { ProcessHost } from '../src/runtime/processes/host.js';
+import { FleetDriver } from '../src/runtime/remote/fleet/fleet.js';
 import type { RunnerDriver } from '../src/runtime/remote/fleet/member.js';
-import type { FleetRecords, VolumeHome } from '../src/runtime/remote/fleet/records.js';
+import { type FleetRecords, fixedUrls, type VolumeHome } from '../src/runtime/remote/fleet/records.js';
 import type { RunnerHealth } from '../src/runtime/remote/wire.js';
 
 /**
@@ -132,4 +133,23 @@ export class MemoryRecords implements FleetRecords {
     this.sandboxes.set(id, runner);
     for (const v of vols) if (!this.volumes.has(v.name)) this.volumes.set(v.name, runner);
   }
+}
+
+/**
+ * A started FleetDriver over fake runners at `nodes` (URL -> node name): records in memory,
+ * no capacity floors, silent, no polling.
+ */
+export async function fakeFleet(nodes: Record<string, string>): Promise<{ fleet: FleetDriver; runners: FakeRunners }> {
+  const runners = new FakeRunners(nodes);
+  const fleet = new FleetDriver({
+    source: fixedUrls(Object.keys(nodes)),
+    connect: runners.connect,
+    records: new MemoryRecords(),
+    downAfterMs: 5000,
+    floors: { memoryBytes: 0, diskBytes: 0 },
+    log: { info() {}, warn() {} },
+    poll: false,
+  });
+  await fleet.init();
+  return { fleet, runners };
 }
