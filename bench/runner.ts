@@ -12,10 +12,14 @@
  *   exec round trip = POST /api/v1/sandboxes/{id}/exec `true`, answered
  *   added           = p50 (api + runners) - p50 (all)   (target: <= 1 ms)
  *   routing         = mean (fleet.exec) - mean (runner driver's exec), microseconds
+ *   floor           = a bare Node HTTP round trip to another process (keep-alive, an exec's
+ *                     JSON each way): what any hop between two processes costs here
  *
  * Env: BENCH_RUNS (default 300).
  */
+import { fork } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { Agent, request } from 'node:http';
 import { fakeFleet, MemoryRecords } from '../packages/server/test/fake-runners.js';
 import { CONFORMANCE_LIMITS } from '../packages/server/src/runtime/conformance.js';
 import { RemoteDriver } from '../packages/server/src/runtime/remote/driver.js';
@@ -94,6 +98,7 @@ try {
     mean: x.mean - sa.mean,
   });
   const routing = await routingMicros();
+  const bare = await bareHttpHop();
   // A sandbox of the api over runner bench-r1 (so that api's reconciler keeps it), called from here.
   const hop = await fleetOverRemote(runner.baseUrl, (await sandboxOf(api)).id);
   report(
@@ -114,6 +119,7 @@ try {
       targetMs: 1,
       fleetRoutingMicros: routing,
       fleetOverRemote: hop,
+      bareHttpHop: bare,
     },
   );
   report(
@@ -131,6 +137,9 @@ try {
       },
     ],
     { remote: hop.remote, fleet: hop.fleet, addedP50Ms: hop.fleet.p50 - hop.remote.p50 },
+  );
+  console.log(
+    `floor: a bare Node HTTP round trip to another process (keep-alive, an exec's JSON each way): p50 ${bare.p50.toFixed(2)} ms, p99 ${bare.p99.toFixed(2)} ms`,
   );
   console.log(
     `fleet routing alone (in process, no network): ${routing.fleetMicros.toFixed(2)} us per exec through the fleet vs ${routing.directMicros.toFixed(2)} us on the runner's driver: ${routing.addedMicros.toFixed(2)} us added`,
@@ -202,4 +211,55 @@ async function routingMicros(): Promise<{ fleetMicros: number; directMicros: num
   }
   await fleet.close();
   return { fleetMicros, directMicros, addedMicros: fleetMicros - directMicros };
+}
+
+/**
+ * The floor of the hop: a POST with an exec call's JSON to a minimal Node HTTP server in
+ * another process, answered with an exec result's JSON, over one keep-alive connection.
+ */
+async function bareHttpHop() {
+  const server = `
+    require('node:http').createServer((req, res) => {
+      req.resume();
+      req.on('end', () => {
+        const t = JSON.stringify({ result: { stdout: '', stderr: '', exitCode: 0 } });
+        res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(t) });
+        res.end(t);
+      });
+    }).listen(0, '127.0.0.1', function () { process.send(this.address().port); });`;
+  const child = fork('-e', [server], { execArgv: [], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  try {
+    const port = await new Promise<number>((resolve, reject) => {
+      child.once('message', (m) => resolve(Number(m)));
+      child.once('exit', (code) => reject(new Error(`the bare server exited (${code})`)));
+    });
+    const agent = new Agent({ keepAlive: true });
+    const body = JSON.stringify({ args: ['sbx_0123456789abcdefghij', 'true', { timeoutMs: 60000 }] });
+    const one = () =>
+      new Promise<void>((resolve, reject) => {
+        const req = request(
+          {
+            host: '127.0.0.1',
+            port,
+            method: 'POST',
+            path: '/runner/v1/exec',
+            agent,
+            headers: { 'content-type': 'application/json' },
+          },
+          (res) => {
+            res.resume();
+            res.on('end', resolve);
+          },
+        );
+        req.on('error', reject);
+        req.end(body);
+      });
+    for (let i = 0; i < 100; i++) await one();
+    const t: number[] = [];
+    for (let i = 0; i < RUNS; i++) t.push(await timeMs(one));
+    agent.destroy();
+    return summarize(t);
+  } finally {
+    child.kill();
+  }
 }
