@@ -12,14 +12,16 @@
  *   exec round trip = POST /api/v1/sandboxes/{id}/exec `true`, answered
  *   added           = p50 (api + runners) - p50 (all)   (target: <= 1 ms)
  *   routing         = mean (fleet.exec) - mean (runner driver's exec), microseconds
- *   floor           = a bare Node HTTP round trip to another process (keep-alive, an exec's
- *                     JSON each way): what any hop between two processes costs here
+ *   floors          = a bare Node HTTP round trip to another process (keep-alive, an exec's
+ *                     JSON each way), and the same as a WebSocket message each way (what
+ *                     unary runner calls travel on): what any hop between two processes costs
  *
  * Env: BENCH_RUNS (default 300).
  */
 import { fork } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { Agent, request } from 'node:http';
+import WebSocket from 'ws';
 import { fakeFleet, MemoryRecords } from '../packages/server/test/fake-runners.js';
 import { CONFORMANCE_LIMITS } from '../packages/server/src/runtime/conformance.js';
 import { RemoteDriver } from '../packages/server/src/runtime/remote/driver.js';
@@ -99,6 +101,7 @@ try {
   });
   const routing = await routingMicros();
   const bare = await bareHttpHop();
+  const bareWs = await bareWsHop();
   // A sandbox of the api over runner bench-r1 (so that api's reconciler keeps it), called from here.
   const hop = await fleetOverRemote(runner.baseUrl, (await sandboxOf(api)).id);
   report(
@@ -120,6 +123,7 @@ try {
       fleetRoutingMicros: routing,
       fleetOverRemote: hop,
       bareHttpHop: bare,
+      bareWsHop: bareWs,
     },
   );
   report(
@@ -140,6 +144,9 @@ try {
   );
   console.log(
     `floor: a bare Node HTTP round trip to another process (keep-alive, an exec's JSON each way): p50 ${bare.p50.toFixed(2)} ms, p99 ${bare.p99.toFixed(2)} ms`,
+  );
+  console.log(
+    `floor: a bare WebSocket round trip to another process (the calls socket's transport, an exec's JSON each way): p50 ${bareWs.p50.toFixed(2)} ms, p99 ${bareWs.p99.toFixed(2)} ms`,
   );
   console.log(
     `fleet routing alone (in process, no network): ${routing.fleetMicros.toFixed(2)} us per exec through the fleet vs ${routing.directMicros.toFixed(2)} us on the runner's driver: ${routing.addedMicros.toFixed(2)} us added`,
@@ -258,6 +265,51 @@ async function bareHttpHop() {
     const t: number[] = [];
     for (let i = 0; i < RUNS; i++) t.push(await timeMs(one));
     agent.destroy();
+    return summarize(t);
+  } finally {
+    child.kill();
+  }
+}
+
+/** The same as {@link bareHttpHop} as one WebSocket message each way (`ws`, as the calls socket). */
+async function bareWsHop() {
+  const server = `
+    const { WebSocketServer } = require('ws');
+    const wss = new WebSocketServer({ port: 0, host: '127.0.0.1', perMessageDeflate: false });
+    wss.on('connection', (ws) => ws.on('message', (m) => {
+      const { id } = JSON.parse(m);
+      ws.send(JSON.stringify({ id, result: { stdout: '', stderr: '', exitCode: 0 } }));
+    }));
+    wss.on('listening', () => process.send(wss.address().port));`;
+  const child = fork('-e', [server], { execArgv: [], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  try {
+    const port = await new Promise<number>((resolve, reject) => {
+      child.once('message', (m) => resolve(Number(m)));
+      child.once('exit', (code) => reject(new Error(`the bare server exited (${code})`)));
+    });
+    const ws = new WebSocket(`ws://127.0.0.1:${port}`, { perMessageDeflate: false });
+    await new Promise((resolve, reject) => {
+      ws.once('open', resolve);
+      ws.once('error', reject);
+    });
+    let answer: () => void = () => undefined;
+    ws.on('message', () => answer());
+    let id = 0;
+    const one = () =>
+      new Promise<void>((resolve) => {
+        answer = resolve;
+        ws.send(
+          JSON.stringify({
+            id: ++id,
+            method: 'exec',
+            args: ['sbx_0123456789abcdefghij', 'true', { timeoutMs: 60000 }],
+          }),
+        );
+      });
+    for (let i = 0; i < 100; i++) await one();
+    const t: number[] = [];
+    for (let i = 0; i < RUNS; i++) t.push(await timeMs(one));
+    ws.close();
     return summarize(t);
   } finally {
     child.kill();

@@ -56,10 +56,17 @@ export interface RunnerServerOptions {
 export class RunnerServer {
   readonly server: Server;
   private readonly wss = new WebSocketServer({ noServer: true, perMessageDeflate: false, maxPayload: 1 << 20 });
+  /** The calls sockets of API replicas (`/runner/v1/calls`): a message is one unary call. */
+  private readonly callsWss = new WebSocketServer({
+    noServer: true,
+    perMessageDeflate: false,
+    maxPayload: MAX_JSON_BYTES,
+  });
   private readonly sockets = new Set<Duplex>();
   /** Terminal sockets of API replicas, process readers' sockets, and those that answered the last ping. */
   private readonly terminalSockets = new Set<WebSocket>();
   private readonly processSockets = new Set<WebSocket>();
+  private readonly callSockets = new Set<WebSocket>();
   private readonly alive = new WeakSet<WebSocket>();
   private readonly heartbeat: NodeJS.Timeout;
   /** What the driver's `recover()` found at start-up; `recover` calls of clients get it. */
@@ -83,6 +90,11 @@ export class RunnerServer {
     this.heartbeat.unref();
   }
 
+  /** Calls sockets open now (one per API replica that called since it connected), for tests. */
+  get callSocketCount(): number {
+    return this.callSockets.size;
+  }
+
   /** Listens on `host:port`; resolves with the address (`http(s)://host:port`). */
   async listen(host: string, port: number): Promise<string> {
     await new Promise<void>((resolve, reject) => {
@@ -104,7 +116,7 @@ export class RunnerServer {
   async close(): Promise<void> {
     clearInterval(this.heartbeat);
     const closed = new Promise<void>((r) => this.server.close(() => r()));
-    for (const ws of this.wss.clients) ws.terminate();
+    for (const ws of [...this.wss.clients, ...this.callsWss.clients]) ws.terminate();
     for (const s of this.sockets) s.destroy();
     await closed;
   }
@@ -204,7 +216,53 @@ export class RunnerServer {
       void serveTunnel(this.o.driver, url, socket, head);
       return;
     }
+    if (url.pathname === `${RUNNER_PREFIX}/calls`) {
+      this.callsWss.handleUpgrade(req, socket, head, (ws) => this.serveCalls(ws));
+      return;
+    }
     socket.end(rawErrorResponse(errorBody('not_found', `No runner endpoint ${url.pathname}`)));
+  }
+
+  /**
+   * A calls socket: each text message `{id, method, args}` is one unary call, answered by
+   * `{id, result}` or `{id, error}` when it ends (calls run concurrently; answers come in the
+   * order they end).
+   */
+  private serveCalls(ws: WebSocket): void {
+    this.callSockets.add(ws);
+    this.alive.add(ws);
+    ws.on('pong', () => this.alive.add(ws));
+    ws.on('close', () => this.callSockets.delete(ws));
+    ws.on('error', () => undefined); // followed by close
+    ws.on('message', (data: Buffer, isBinary: boolean) => {
+      let id: unknown = null;
+      let method = '';
+      const answered = (async () => {
+        let m: { id?: unknown; method?: unknown; args?: unknown };
+        try {
+          m = JSON.parse(isBinary ? '' : data.toString('utf8'));
+        } catch {
+          throw new SandboxdError('validation', 'A call is a JSON text message {"id", "method", "args"}');
+        }
+        id = m.id;
+        if (typeof m.id !== 'number' || typeof m.method !== 'string' || !Array.isArray(m.args))
+          throw new SandboxdError('validation', 'A call is {"id": number, "method": string, "args": [...]}');
+        method = m.method;
+        if (!(UNARY_METHODS as readonly string[]).includes(method))
+          throw new SandboxdError('not_found', `No runner call ${method}`);
+        return { id, result: (await this.unary(method, fromWireArgs(m.args))) ?? null };
+      })();
+      answered.then(
+        (answer) => {
+          if (ws.readyState === ws.OPEN) ws.send(JSON.stringify(answer));
+        },
+        (e: unknown) => {
+          const error = toErrorBody(e);
+          if (error.kind === 'internal') this.o.log.warn({ err: e, method }, 'runner: a driver call failed');
+          if (ws.readyState === ws.OPEN) ws.send(JSON.stringify({ id, error }));
+        },
+      );
+    });
   }
 
   /** A client of a terminal: refused with 404 before the handshake when the terminal is not held here. */
@@ -253,7 +311,7 @@ export class RunnerServer {
   }
 
   private ping(): void {
-    for (const ws of [...this.terminalSockets, ...this.processSockets]) {
+    for (const ws of [...this.terminalSockets, ...this.processSockets, ...this.callSockets]) {
       if (!this.alive.has(ws)) {
         ws.terminate();
         continue;

@@ -27,6 +27,8 @@ export class RunnerClient {
   readonly name: string;
   private readonly agent: HttpAgent;
   private readonly tls: boolean;
+  /** Unary calls, over one WebSocket (a third of an HTTP request's cost per call). */
+  private readonly calls = new CallSocket(this);
 
   constructor(
     url: string,
@@ -40,13 +42,27 @@ export class RunnerClient {
     this.agent = this.tls ? new HttpsAgent({ ...agentOpts, ca: o.ca }) : new HttpAgent(agentOpts);
   }
 
-  /** Closes the idle keep-alive connections. */
+  /** Closes the idle keep-alive connections and the calls socket (calls in flight fail `unavailable`). */
   close(): void {
     this.agent.destroy();
+    this.calls.close();
   }
 
-  /** A unary call: `POST /runner/v1/<method>` `{args}`, resolves with `result`. */
+  /**
+   * A unary call: a `{id, method, args}` message on the calls socket (`/runner/v1/calls`),
+   * resolves with its answer's `result`. A runner without that socket (an older version)
+   * is called with `POST /runner/v1/<method>` `{args}` instead.
+   */
   async call<T>(method: string, args: unknown[], timeoutMs = CALL_TIMEOUT_MS): Promise<T> {
+    if (this.calls.supported) {
+      const r = await this.calls.call<T>(method, args, timeoutMs);
+      if (r.answered) return r.result;
+    }
+    return this.callOverHttp(method, args, timeoutMs);
+  }
+
+  /** A unary call as `POST /runner/v1/<method>` `{args}`. */
+  async callOverHttp<T>(method: string, args: unknown[], timeoutMs = CALL_TIMEOUT_MS): Promise<T> {
     const body = JSON.stringify({ args });
     const res = await this.send(method, { body, timeoutMs, retryReset: true });
     const json = (await readJson(res, this.name)) as { result: T };
@@ -151,7 +167,7 @@ export class RunnerClient {
    * the handshake, so listeners it adds miss nothing the runner sends at once.
    */
   socket(
-    kind: 'spawn' | 'tty' | 'terminal' | 'process',
+    kind: 'spawn' | 'tty' | 'terminal' | 'process' | 'calls',
     o: { query?: Record<string, string>; setup?: (ws: WebSocket) => void } = {},
   ): Promise<WebSocket> {
     const u = new URL(`${RUNNER_PREFIX}/${kind}`, this.url);
@@ -239,5 +255,136 @@ export async function readJson(res: IncomingMessage, runner: string): Promise<un
     return JSON.parse(Buffer.concat(chunks).toString('utf8'));
   } catch {
     throw new SandboxdError('internal', `Runner ${runner} answered ${res.statusCode} with a body that is not JSON`);
+  }
+}
+
+/** A call sent on the calls socket, waiting for its answer. */
+interface PendingCall {
+  ws: WebSocket;
+  resolve: (r: { answered: true; result: unknown }) => void;
+  reject: (e: Error) => void;
+  timer: NodeJS.Timeout;
+}
+
+/**
+ * The unary calls of one {@link RunnerClient}, multiplexed on one WebSocket to
+ * `/runner/v1/calls`: each message `{id, method, args}` is answered by `{id, result}` or
+ * `{id, error}` (an error body), in any order. Opened at the first call and again after it
+ * closed; when it closes, the calls in flight on it fail `unavailable` (the runner may or
+ * may not have run them, as when an HTTP request is cut).
+ */
+class CallSocket {
+  /** False once the runner refused the socket with 404 (a runner that predates it). */
+  supported = true;
+  private ws: WebSocket | null = null;
+  private opening: Promise<WebSocket | null> | null = null;
+  private nextId = 1;
+  private readonly pending = new Map<number, PendingCall>();
+
+  constructor(private readonly client: RunnerClient) {}
+
+  /** Resolves with the answer, or `{answered: false}` when the runner has no calls socket. */
+  async call<T>(
+    method: string,
+    args: unknown[],
+    timeoutMs: number,
+  ): Promise<{ answered: true; result: T } | { answered: false }> {
+    const ws = await this.open();
+    if (!ws) return { answered: false };
+    const id = this.nextId++;
+    const message = JSON.stringify({ id, method, args });
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.pending.delete(id);
+        reject(
+          new SandboxdError(
+            'unavailable',
+            `Runner ${this.client.name} did not answer within ${Math.round(timeoutMs / 1000)} s`,
+            { runner: this.client.name },
+          ),
+        );
+      }, timeoutMs);
+      this.pending.set(id, { ws, resolve: resolve as PendingCall['resolve'], reject, timer });
+      ws.send(message, (err) => {
+        if (err) this.settle(id)?.reject(this.client.unreachable(err));
+      });
+    });
+  }
+
+  /** Closes the socket; calls in flight fail `unavailable`. */
+  close(): void {
+    const ws = this.ws;
+    this.ws = null;
+    ws?.terminate();
+    for (const id of [...this.pending.keys()])
+      this.settle(id)?.reject(
+        new SandboxdError('unavailable', `The connection to runner ${this.client.name} was closed`, {
+          runner: this.client.name,
+        }),
+      );
+  }
+
+  private open(): Promise<WebSocket | null> {
+    if (this.ws?.readyState === WebSocket.OPEN) return Promise.resolve(this.ws);
+    if (!this.supported) return Promise.resolve(null);
+    this.opening ??= this.client
+      .socket('calls', { setup: (ws) => this.watch(ws) })
+      .then(
+        (ws) => {
+          this.ws = ws;
+          return ws;
+        },
+        (e: unknown) => {
+          if (e instanceof SandboxdError && e.kind === 'not_found') {
+            this.supported = false;
+            return null;
+          }
+          throw e;
+        },
+      )
+      .finally(() => {
+        this.opening = null;
+      });
+    return this.opening;
+  }
+
+  private watch(ws: WebSocket): void {
+    ws.on('message', (data: Buffer, isBinary: boolean) => {
+      if (isBinary) return;
+      let m: { id?: unknown; result?: unknown; error?: unknown };
+      try {
+        m = JSON.parse(data.toString('utf8'));
+      } catch {
+        return;
+      }
+      if (typeof m.id !== 'number') return;
+      const p = this.settle(m.id);
+      if (!p) return;
+      if (m.error !== undefined)
+        p.reject(fromErrorBody(m.error, `Runner ${this.client.name} answered an error without a body`));
+      else p.resolve({ answered: true, result: m.result ?? null });
+    });
+    ws.on('close', (code: number) => {
+      if (this.ws === ws) this.ws = null;
+      for (const [id, p] of [...this.pending])
+        if (p.ws === ws)
+          this.settle(id)?.reject(
+            new SandboxdError(
+              'unavailable',
+              `Runner ${this.client.name} closed the connection before answering (${code})`,
+              { runner: this.client.name },
+            ),
+          );
+    });
+    ws.on('error', () => undefined); // followed by close
+  }
+
+  /** Removes call `id` from those in flight, its timer stopped; undefined when it was settled already. */
+  private settle(id: number): PendingCall | undefined {
+    const p = this.pending.get(id);
+    if (!p) return undefined;
+    this.pending.delete(id);
+    clearTimeout(p.timer);
+    return p;
   }
 }

@@ -1,12 +1,13 @@
 import assert from 'node:assert/strict';
 import { execFileSync, spawn as spawnChild, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { request } from 'node:http';
+import { createServer, request } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { after, before, describe, it } from 'node:test';
-import { isSandboxdError } from '@sandboxd/protocol';
+import { errorBody, isSandboxdError } from '@sandboxd/protocol';
 import pino from 'pino';
 import WebSocket from 'ws';
 import { makeTestDriver } from '../../../test/local-driver.js';
@@ -19,6 +20,8 @@ import { runProcessConformance, TestFollower } from '../processes/conformance.js
 import { ProcessHost } from '../processes/host.js';
 import { TerminalHost } from '../terminals/host.js';
 import type { TerminalSpec } from '../terminals/types.js';
+import { rawErrorResponse } from '../../http/front-door.js';
+import { RunnerClient } from './client.js';
 import { RemoteDriver } from './driver.js';
 
 const TOKEN = 'test-runner-token-0123456789';
@@ -405,6 +408,64 @@ describe('remote driver: streams, files, tunnel, health and the token', { timeou
       ws.on('error', rej);
     });
     assert.equal(status, 401);
+  });
+
+  it('unary calls share one calls socket per client; a call it cannot take is answered with an error, not dropped', async () => {
+    const other = new RemoteDriver({ url: r.url, token: TOKEN, ca: r.ca });
+    await Promise.all(Array.from({ length: 20 }, () => other.inspect(id)));
+    assert.equal(r.server.callSocketCount, 2, "this test's client and the suite's: one socket each");
+    await other.close();
+    const ws = new WebSocket(`${r.url.replace('https', 'wss')}/runner/v1/calls`, {
+      ca: r.ca,
+      headers: { authorization: `Bearer ${TOKEN}` },
+    });
+    await new Promise((res, rej) => {
+      ws.once('open', res);
+      ws.once('error', rej);
+    });
+    const answers: Array<{ id: unknown; result?: { id?: string }; error?: { kind: string; message: string } }> = [];
+    ws.on('message', (d) => answers.push(JSON.parse(String(d))));
+    ws.send('not json');
+    ws.send(JSON.stringify({ id: 1, method: 'no.such.method', args: [] }));
+    ws.send(JSON.stringify({ id: 2, method: 'list' }));
+    ws.send(JSON.stringify({ id: 3, method: 'inspect', args: [id] }));
+    for (let i = 0; answers.length < 4 && i < 200; i++) await new Promise((res) => setTimeout(res, 25));
+    ws.close();
+    const byId = new Map(answers.map((a) => [a.id, a]));
+    assert.equal(byId.get(null)?.error?.kind, 'validation');
+    assert.deepEqual(byId.get(1)?.error && { kind: byId.get(1)?.error?.kind }, { kind: 'not_found' });
+    assert.match(String(byId.get(1)?.error?.message), /no\.such\.method/);
+    assert.equal(byId.get(2)?.error?.kind, 'validation');
+    assert.equal(byId.get(3)?.result?.id, id);
+  });
+});
+
+// An API replica of this version in front of a runner that predates the calls socket (a rolling upgrade).
+describe('runner client: a runner without the calls socket', () => {
+  it('is called over HTTP, each call', async () => {
+    const seen: string[] = [];
+    const server = createServer((req, res) => {
+      seen.push(`${req.method} ${req.url}`);
+      req.resume();
+      req.on('end', () => {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ result: [] }));
+      });
+    });
+    server.on('upgrade', (req, socket) => {
+      seen.push(`upgrade ${req.url}`);
+      socket.end(rawErrorResponse(errorBody('not_found', `No runner endpoint ${req.url}`)));
+    });
+    await new Promise<void>((res) => server.listen(0, '127.0.0.1', res));
+    const client = new RunnerClient(`http://127.0.0.1:${(server.address() as AddressInfo).port}`, TOKEN);
+    try {
+      assert.deepEqual(await client.call('list', []), []);
+      assert.deepEqual(await client.call('list', []), []);
+      assert.deepEqual(seen, ['upgrade /runner/v1/calls', 'POST /runner/v1/list', 'POST /runner/v1/list']);
+    } finally {
+      client.close();
+      server.close();
+    }
   });
 });
 

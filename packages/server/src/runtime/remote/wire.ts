@@ -5,10 +5,14 @@ import type { RuntimeSandbox } from '../driver.js';
 /**
  * The runner protocol, shared by the runner (`runner/`) and its client (`RemoteDriver`).
  *
- * - Unary driver calls: `POST /runner/v1/<method>` with `{"args": [...]}`; the answer is
- *   `{"result": ...}` (200) or an error body `{code, kind, message, details}` with the
- *   kind's status. A runtime failure that is no `SandboxdError` travels as `internal` with
- *   its message (the services read capacity words like `Exchange full` from it).
+ * - Unary driver calls: text messages on one WebSocket per client at `/runner/v1/calls`,
+ *   `{"id": n, "method": "...", "args": [...]}`, each answered (in the order they end) by
+ *   `{"id": n, "result": ...}` or `{"id": n, "error": {code, kind, message, details}}`; the
+ *   same call also as `POST /runner/v1/<method>` with `{"args": [...]}`, answered
+ *   `{"result": ...}` (200) or the error body with the kind's status (clients fall back to it
+ *   when a runner refuses the calls socket with 404). A runtime failure that is no
+ *   `SandboxdError` travels as `internal` with its message (the services read capacity words
+ *   like `Exchange full` from it).
  * - `GET /runner/v1/health`: `{node, capacity, warmPool}`.
  * - Streams: WebSockets at `/runner/v1/spawn` and `/runner/v1/tty` (see the frame tags
  *   below); each client of a terminal held by the runner as a WebSocket at
