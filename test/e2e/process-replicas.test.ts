@@ -11,6 +11,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { Sandbox } from 'e2b';
 import { type Server, startServer } from './harness.js';
+import { e2bAt } from './e2b/support.js';
 import { ReplicaPair, replicasSkip } from './replicas-support.js';
 import { Waiters } from '../../packages/server/src/runtime/waiting.js';
 
@@ -74,15 +75,6 @@ class EventStream {
     }
     this.waiters.wake();
   }
-}
-
-/** Points E2B's SDK (its environment variables) at `s`, as its user would. */
-function e2bAt(s: Server, key: string): void {
-  process.env.E2B_API_URL = `${s.baseUrl}/e2b`;
-  process.env.E2B_SANDBOX_URL = s.baseUrl;
-  process.env.E2B_API_KEY = key;
-  delete process.env.E2B_DOMAIN;
-  delete process.env.E2B_DEBUG;
 }
 
 const lines = (from: number, to: number) =>

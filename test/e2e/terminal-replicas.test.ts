@@ -15,18 +15,10 @@ import { after, before, describe, it } from 'node:test';
 import { Sandbox } from 'e2b';
 import { TermClient, terminalUrl } from '../../packages/server/test/terminals.js';
 import { type Server, startServer } from './harness.js';
+import { e2bAt } from './e2b/support.js';
 import { ReplicaPair, replicasSkip } from './replicas-support.js';
 
 const IMAGE = 'local/debian:bookworm'; // bash, for E2B's PTYs (`/bin/bash -i -l`)
-
-/** Points E2B's SDK (its environment variables) at `s`, as its user would. */
-function e2bAt(s: Server, key: string): void {
-  process.env.E2B_API_URL = `${s.baseUrl}/e2b`;
-  process.env.E2B_SANDBOX_URL = s.baseUrl;
-  process.env.E2B_API_KEY = key;
-  delete process.env.E2B_DOMAIN;
-  delete process.env.E2B_DEBUG;
-}
 
 const rssBytes = (pid: number) =>
   Number(/VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? 0) * 1024;

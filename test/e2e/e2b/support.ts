@@ -16,10 +16,15 @@ export interface E2bEnv {
 export async function startE2b(o: { env?: Record<string, string>; tokens?: number } = {}): Promise<E2bEnv> {
   const s = await startServer({ env: o.env });
   const { id, key } = await newAccount(s, { tokens: o.tokens ?? 1_000_000 });
+  e2bAt(s, key);
+  return { s, key, accountId: id };
+}
+
+/** Points E2B's SDK (its environment variables) at server `s` with `key`, as its user would. */
+export function e2bAt(s: Server, key: string): void {
   process.env.E2B_API_URL = `${s.baseUrl}/e2b`;
   process.env.E2B_SANDBOX_URL = s.baseUrl;
   process.env.E2B_API_KEY = key;
   delete process.env.E2B_DOMAIN;
   delete process.env.E2B_DEBUG;
-  return { s, key, accountId: id };
 }
