@@ -14,7 +14,19 @@ export const CALL_TIMEOUT_MS = 120_000;
 export interface RunnerClientOptions {
   /** Extra CA certificates (PEM) trusted for an `https` runner (besides the system's and NODE_EXTRA_CA_CERTS). */
   ca?: Buffer | string;
+  /**
+   * Ping period of the calls socket, ms (default {@link CALLS_PING_MS}): a socket whose
+   * runner did not answer the previous ping is cut, failing its calls in flight.
+   */
+  callsPingMs?: number;
 }
+
+/**
+ * Ping period of the calls socket. A runner whose host went away without closing the
+ * connection (powered off, network cut) fails the calls in flight within two periods,
+ * instead of each waiting for its own time limit.
+ */
+export const CALLS_PING_MS = 5_000;
 
 /**
  * The HTTP side of the runner protocol (`wire.ts`) for one runner: keep-alive connections,
@@ -28,7 +40,7 @@ export class RunnerClient {
   private readonly agent: HttpAgent;
   private readonly tls: boolean;
   /** Unary calls, over one WebSocket (a third of an HTTP request's cost per call). */
-  private readonly calls = new CallSocket(this);
+  private readonly calls: CallSocket;
 
   constructor(
     url: string,
@@ -40,6 +52,7 @@ export class RunnerClient {
     this.name = this.url.host;
     const agentOpts = { keepAlive: true, keepAliveMsecs: 1000, maxFreeSockets: 64 };
     this.agent = this.tls ? new HttpsAgent({ ...agentOpts, ca: o.ca }) : new HttpAgent(agentOpts);
+    this.calls = new CallSocket(this, o.callsPingMs ?? CALLS_PING_MS);
   }
 
   /** Closes the idle keep-alive connections and the calls socket (calls in flight fail `unavailable`). */
@@ -281,7 +294,10 @@ class CallSocket {
   private nextId = 1;
   private readonly pending = new Map<number, PendingCall>();
 
-  constructor(private readonly client: RunnerClient) {}
+  constructor(
+    private readonly client: RunnerClient,
+    private readonly pingMs: number,
+  ) {}
 
   /** Resolves with the answer, or `{answered: false}` when the runner has no calls socket. */
   async call<T>(
@@ -349,6 +365,16 @@ class CallSocket {
   }
 
   private watch(ws: WebSocket): void {
+    let answered = true;
+    const heartbeat = setInterval(() => {
+      if (!answered) return ws.terminate();
+      answered = false;
+      if (ws.readyState === WebSocket.OPEN) ws.ping();
+    }, this.pingMs);
+    heartbeat.unref();
+    ws.on('pong', () => {
+      answered = true;
+    });
     ws.on('message', (data: Buffer, isBinary: boolean) => {
       if (isBinary) return;
       let m: { id?: unknown; result?: unknown; error?: unknown };
@@ -365,6 +391,7 @@ class CallSocket {
       else p.resolve({ answered: true, result: m.result ?? null });
     });
     ws.on('close', (code: number) => {
+      clearInterval(heartbeat);
       if (this.ws === ws) this.ws = null;
       for (const [id, p] of [...this.pending])
         if (p.ws === ws)

@@ -9,7 +9,7 @@ import { createInterface } from 'node:readline';
 import { after, before, describe, it } from 'node:test';
 import { errorBody, isSandboxdError } from '@sandboxd/protocol';
 import pino from 'pino';
-import WebSocket from 'ws';
+import WebSocket, { WebSocketServer } from 'ws';
 import { makeTestDriver } from '../../../test/local-driver.js';
 import { RunnerServer } from '../../runner/server.js';
 import { CONFORMANCE_LIMITS, runDriverConformance, testId } from '../conformance.js';
@@ -465,6 +465,29 @@ describe('runner client: a runner without the calls socket', () => {
     } finally {
       client.close();
       server.close();
+    }
+  });
+});
+
+// A runner whose host went away without closing the connection: it answers nothing, pings included.
+describe('runner client: a runner that stops answering on an open calls socket', () => {
+  it('fails the calls in flight `unavailable` within two ping periods, not at their own time limit', async () => {
+    const wss = new WebSocketServer({ port: 0, host: '127.0.0.1', autoPong: false });
+    await new Promise((res) => wss.once('listening', res));
+    const client = new RunnerClient(`http://127.0.0.1:${(wss.address() as AddressInfo).port}`, TOKEN, {
+      callsPingMs: 100,
+    });
+    try {
+      // The call's own limit would fail it as "did not answer within 60 s".
+      await assert.rejects(client.call('list', [], 60_000), (e: unknown) => {
+        assert.ok(isSandboxdError(e), String(e));
+        assert.equal(e.kind, 'unavailable');
+        assert.match(e.message, /closed the connection before answering/);
+        return true;
+      });
+    } finally {
+      client.close();
+      wss.close();
     }
   });
 });
