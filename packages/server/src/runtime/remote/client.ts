@@ -293,6 +293,8 @@ class CallSocket {
   private opening: Promise<WebSocket | null> | null = null;
   private nextId = 1;
   private readonly pending = new Map<number, PendingCall>();
+  /** Bumped by {@link close}: a socket whose opening began before is closed once open. */
+  private generation = 0;
 
   constructor(
     private readonly client: RunnerClient,
@@ -329,6 +331,7 @@ class CallSocket {
 
   /** Closes the socket; calls in flight fail `unavailable`. */
   close(): void {
+    this.generation++;
     const ws = this.ws;
     this.ws = null;
     ws?.terminate();
@@ -343,10 +346,17 @@ class CallSocket {
   private open(): Promise<WebSocket | null> {
     if (this.ws?.readyState === WebSocket.OPEN) return Promise.resolve(this.ws);
     if (!this.supported) return Promise.resolve(null);
+    const generation = this.generation;
     this.opening ??= this.client
       .socket('calls', { setup: (ws) => this.watch(ws) })
       .then(
         (ws) => {
+          if (generation !== this.generation) {
+            ws.terminate();
+            throw new SandboxdError('unavailable', `The connection to runner ${this.client.name} was closed`, {
+              runner: this.client.name,
+            });
+          }
           this.ws = ws;
           return ws;
         },
