@@ -12,6 +12,7 @@ import { appendFile, chown, mkdir, mkdtemp } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
+import { after, before, it } from 'node:test';
 import pg from 'pg';
 import { freePort } from './images.js';
 
@@ -166,4 +167,27 @@ export async function startPostgres(): Promise<TestPostgres> {
     rmSync(dir, { recursive: true, force: true });
     throw e;
   }
+}
+
+/**
+ * One PostgreSQL server for the tests that `body` registers: started before them and
+ * stopped after them. `body` gets it as a getter, because the server only exists once
+ * `before` has run. Where PostgreSQL is not installed, one skipped test named `name` says why.
+ */
+export function withTestPostgres(name: string, body: (server: () => TestPostgres) => void): void {
+  if (!pgBinDir()) {
+    it(name, { skip: 'no PostgreSQL binaries under /usr/lib/postgresql: run scripts/setup.sh --test' });
+    return;
+  }
+  let server: TestPostgres | undefined;
+  before(async () => {
+    server = await startPostgres();
+  });
+  after(async () => {
+    await server?.stop();
+  });
+  body(() => {
+    if (!server) throw new Error('PostgreSQL is not started yet (use it inside a test or hook)');
+    return server;
+  });
 }

@@ -1,9 +1,9 @@
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import { FakeRunners } from '../../../test/fake-runners.js';
 import { type FleetApp, makeFleetApp } from '../../../test/fleet-app.js';
 import type { SandboxRecord } from '../../domain/sandbox.js';
-import { pgBinDir, startPostgres, type TestPostgres } from '../../../test/postgres.js';
+import { withTestPostgres } from '../../../test/postgres.js';
 
 /*
  * Two API replicas (role api, each its own fleet) on one real PostgreSQL, sharing two fake
@@ -16,22 +16,9 @@ const A = 'http://a:1';
 const B = 'http://b:1';
 const DOWN_MS = 4000;
 
-const bin = pgBinDir();
-if (!bin) {
-  it('fleet replicas on PostgreSQL', {
-    skip: 'no PostgreSQL binaries under /usr/lib/postgresql: run scripts/setup.sh --test',
-  });
-} else {
-  let server: TestPostgres;
-  before(async () => {
-    server = await startPostgres();
-  });
-  after(async () => {
-    await server?.stop();
-  });
-
+withTestPostgres('fleet replicas on PostgreSQL', (server) => {
   async function withReplicas(fn: (x: FleetApp, y: FleetApp, runners: FakeRunners) => Promise<void>) {
-    const databaseUrl = await server.createSchema();
+    const databaseUrl = await server().createSchema();
     const runners = new FakeRunners({ [A]: 'a', [B]: 'b' });
     const x = await makeFleetApp(runners, [A, B], { databaseUrl, runnerDownMs: DOWN_MS });
     const y = await makeFleetApp(runners, [A, B], { databaseUrl, runnerDownMs: DOWN_MS });
@@ -117,4 +104,4 @@ if (!bin) {
         assert.deepEqual(await runners.ids(A), []);
       }));
   });
-}
+});

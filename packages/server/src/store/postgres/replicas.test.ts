@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import { makeTestApp, type TestApp } from '../../../test/app.js';
-import { pgBinDir, startPostgres, type TestPostgres } from '../../../test/postgres.js';
+import { withTestPostgres } from '../../../test/postgres.js';
 import { DEFAULT_RATE_LIMITS, type RateLimitConfig } from '../../config.js';
 import type { AccountRecord } from '../store.js';
 import { REAPER_LEASE } from '../../lifecycle/reaper.js';
@@ -13,27 +13,14 @@ import { REAPER_LEASE } from '../../lifecycle/reaper.js';
  * (`tick`), with each app's own manual clock.
  */
 
-const bin = pgBinDir();
-if (!bin) {
-  it('replicas on PostgreSQL', {
-    skip: 'no PostgreSQL binaries under /usr/lib/postgresql: run scripts/setup.sh --test',
-  });
-} else {
-  let server: TestPostgres;
-  before(async () => {
-    server = await startPostgres();
-  });
-  after(async () => {
-    await server?.stop();
-  });
-
+withTestPostgres('replicas on PostgreSQL', (server) => {
   /** Two replicas on a fresh schema; `fn` runs, then both close (closing twice is harmless). */
   async function withReplicas(
     fn: (a: TestApp, b: TestApp, databaseUrl: string) => Promise<void>,
     overrides: Parameters<typeof makeTestApp>[0] = {},
     opts: Parameters<typeof makeTestApp>[1] = {},
   ) {
-    const databaseUrl = await server.createSchema();
+    const databaseUrl = await server().createSchema();
     const a = await makeTestApp({ databaseUrl, warmPool: [], ...overrides }, opts);
     const b = await makeTestApp({ databaseUrl, warmPool: [], ...overrides }, opts);
     try {
@@ -253,4 +240,4 @@ if (!bin) {
         { rateLimitNow: now },
       ));
   });
-}
+});

@@ -1,9 +1,9 @@
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import { Kysely, PostgresDialect, sql } from 'kysely';
 import pg from 'pg';
 import { makeTestApp } from '../../../test/app.js';
-import { pgBinDir, startPostgres, type TestPostgres } from '../../../test/postgres.js';
+import { pgBinDir, withTestPostgres } from '../../../test/postgres.js';
 import { runStoreConformance } from '../conformance.js';
 import { migrate, PG_MIGRATIONS } from './migrations.js';
 import type { PgDatabase } from './schema.js';
@@ -14,25 +14,14 @@ import { PostgresStore } from './store.js';
  * a temp dir by test/postgres.ts and stopped after it; a fresh database per test.
  */
 
-const bin = pgBinDir();
-if (!bin) {
-  it('PostgreSQL store', { skip: 'no PostgreSQL binaries under /usr/lib/postgresql: run scripts/setup.sh --test' });
-} else {
-  let server: TestPostgres;
-  before(async () => {
-    server = await startPostgres();
-  });
-  after(async () => {
-    await server?.stop();
-  });
-
+withTestPostgres('PostgreSQL store', (server) => {
   runStoreConformance({
     name: 'postgres',
     // A fresh schema per test (a fresh database costs ~250 ms each).
-    make: async () => PostgresStore.open(await server.createSchema()),
+    make: async () => PostgresStore.open(await server().createSchema()),
     // Two pools on one database: two replicas. Opened at once, so both race to migrate it.
     makePair: async () => {
-      const url = await server.createSchema();
+      const url = await server().createSchema();
       const [a, b] = await Promise.all([PostgresStore.open(url), PostgresStore.open(url)]);
       return [a, b];
     },
@@ -40,12 +29,12 @@ if (!bin) {
 
   describe('PostgresStore', () => {
     it('starts a server for the tests (pg_ctl -w start)', (t) => {
-      assert.ok(server.port > 0);
-      t.diagnostic(`PostgreSQL from ${bin} started in ${Math.round(server.startMs)} ms`);
+      assert.ok(server().port > 0);
+      t.diagnostic(`PostgreSQL from ${pgBinDir()} started in ${Math.round(server().startMs)} ms`);
     });
 
     it('migrates once when several replicas start at once; reopening changes nothing', async () => {
-      const url = await server.createDatabase();
+      const url = await server().createDatabase();
       const stores = await Promise.all(Array.from({ length: 4 }, () => PostgresStore.open(url)));
       await Promise.all(stores.map((s) => s.close()));
       const again = await PostgresStore.open(url);
@@ -66,7 +55,7 @@ if (!bin) {
     });
 
     it('refuses a database whose schema is newer than this server', async () => {
-      const url = await server.createSchema();
+      const url = await server().createSchema();
       const db = rawDb(url);
       try {
         await migrate(db);
@@ -78,7 +67,7 @@ if (!bin) {
     });
 
     it('a step that fails leaves the database at the previous version', async () => {
-      const url = await server.createSchema();
+      const url = await server().createSchema();
       const db = rawDb(url);
       try {
         const last = PG_MIGRATIONS.at(-1)?.version ?? 0;
@@ -94,12 +83,12 @@ if (!bin) {
     });
 
     it('an unreachable database is an error at open, with nothing left open', async () => {
-      const url = `postgres://postgres@127.0.0.1:${server.port}/no_such_database`;
+      const url = `postgres://postgres@127.0.0.1:${server().port}/no_such_database`;
       await assert.rejects(PostgresStore.open(url), /no_such_database/);
     });
 
     it('two apps on one database (SANDBOXD_DATABASE_URL) act as replicas: one account, one limit, every record seen by both', async () => {
-      const databaseUrl = await server.createSchema();
+      const databaseUrl = await server().createSchema();
       // One runtime behind both (what runners will be): only the database is shared here.
       const a = await makeTestApp({ databaseUrl, warmPool: [] });
       const b = await makeTestApp({ databaseUrl, warmPool: [] }, { driver: a.driver });
@@ -133,12 +122,12 @@ if (!bin) {
     });
 
     it('close is idempotent', async () => {
-      const s = await PostgresStore.open(await server.createSchema());
+      const s = await PostgresStore.open(await server().createSchema());
       await s.close();
       await s.close();
     });
   });
-}
+});
 
 function rawDb(url: string): Kysely<PgDatabase> {
   return new Kysely<PgDatabase>({
