@@ -12,16 +12,8 @@ import {
   type StartEvent,
 } from './types.js';
 
-/** Immutable facts of a tracked process, as listed. */
-export interface TrackedInfo {
-  pid: number;
-  command: string;
-  argv: string[];
-  env: Record<string, string>;
-  tag: string | null;
-  cwd: string;
-  startedAt: number;
-}
+/** Immutable facts of a tracked process, as listed (the part of its state that never changes). */
+export type TrackedInfo = Pick<ProcessState, 'pid' | 'command' | 'argv' | 'env' | 'tag' | 'cwd' | 'startedAt'>;
 
 /**
  * One process started through the API: its last 1 MiB of output and its live readers.

@@ -15,11 +15,10 @@ import { RunnerServer } from '../../runner/server.js';
 import { CONFORMANCE_LIMITS, runDriverConformance, testId } from '../conformance.js';
 import type { SandboxSpec } from '../driver.js';
 import { LocalDriver, type LocalDriverOptions } from '../local/driver.js';
-import { runTerminalConformance, TestTerminalClient } from '../terminals/conformance.js';
+import { runTerminalConformance, shTerminalSpec, TestTerminalClient } from '../terminals/conformance.js';
 import { runProcessConformance, TestFollower } from '../processes/conformance.js';
 import { ProcessHost } from '../processes/host.js';
 import { TerminalHost } from '../terminals/host.js';
-import type { TerminalSpec } from '../terminals/types.js';
 import { rawErrorResponse } from '../../http/front-door.js';
 import { RunnerClient } from './client.js';
 import { RemoteDriver } from './driver.js';
@@ -152,18 +151,6 @@ const spec = (over: Partial<SandboxSpec> = {}): SandboxSpec => ({
   volumes: [],
   limits: CONFORMANCE_LIMITS,
   ...over,
-});
-
-const termSpec = (): TerminalSpec => ({
-  tty: { argv: ['/bin/sh'], cols: 80, rows: 24 },
-  shell: 'sh',
-  env: {},
-  cwd: '/',
-  tag: null,
-  createdAt: 0,
-  idleMs: 60_000,
-  keepWhileIdle: false,
-  timeoutMs: 0,
 });
 
 async function* chunks(...parts: string[]): AsyncIterable<Uint8Array> {
@@ -322,7 +309,7 @@ describe('remote driver: streams, files, tunnel, health and the token', { timeou
 
   it('a terminal: deleting its sandbox through the runner ends it; the attach socket refuses unknown terminals (404)', async () => {
     const other = (await r.remote.create(spec())).id;
-    const t = await r.remote.terminals.create(other, termSpec());
+    const t = await r.remote.terminals.create(other, shTerminalSpec());
     const c = new TestTerminalClient();
     c.attachment = await r.remote.terminals.attach(other, t.id, c);
     await c.control('ready');
@@ -333,7 +320,7 @@ describe('remote driver: streams, files, tunnel, health and the token', { timeou
     await assert.rejects(r.remote.terminals.attach(id, 'term_aaaaaaaaaaaaaaaa', new TestTerminalClient()), {
       kind: 'not_found',
     });
-    await assert.rejects(r.remote.terminals.create('no_such_sandbox', termSpec()), { kind: 'not_found' });
+    await assert.rejects(r.remote.terminals.create('no_such_sandbox', shTerminalSpec()), { kind: 'not_found' });
   });
 
   it('tracked processes: deleting the sandbox through the runner kills and forgets them; the reader socket refuses unknown pids (404); a stdin refused midway answers its error', async () => {
@@ -529,7 +516,7 @@ describe('remote driver: a runner killed mid-call', { timeout: 120_000 }, () => 
     const s = await remote.create(spec());
     const p = await remote.spawn(s.id, ['/bin/sleep', '60']);
     const streamExit = new Promise<{ exitCode: number }>((res) => p.onExit(res));
-    const term = await remote.terminals.create(s.id, termSpec());
+    const term = await remote.terminals.create(s.id, shTerminalSpec());
     const viewer = new TestTerminalClient();
     viewer.attachment = await remote.terminals.attach(s.id, term.id, viewer);
     await viewer.control('ready');

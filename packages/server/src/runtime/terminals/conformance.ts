@@ -89,6 +89,22 @@ export class TestTerminalClient implements TerminalClient {
   }
 }
 
+/** A terminal running a plain `/bin/sh` at 80x24 in `/`, kept 60 s without a client (`over` replaces fields). */
+export function shTerminalSpec(over: Partial<TerminalSpec> = {}): TerminalSpec {
+  return {
+    tty: { argv: ['/bin/sh'], cols: 80, rows: 24 },
+    shell: 'sh',
+    env: {},
+    cwd: '/',
+    tag: null,
+    createdAt: 0,
+    idleMs: 60_000,
+    keepWhileIdle: false,
+    timeoutMs: 0,
+    ...over,
+  };
+}
+
 /** Registers the terminal conformance suite for `target` with node's test runner. */
 export function runTerminalConformance(target: TerminalConformanceTarget): void {
   describe(`DriverTerminals conformance: ${target.name}`, () => {
@@ -96,18 +112,13 @@ export function runTerminalConformance(target: TerminalConformanceTarget): void 
     let a: DriverTerminals;
     let b: DriverTerminals;
     let sandboxId: string;
-    const spec = (over: Partial<TerminalSpec> = {}): TerminalSpec => ({
-      tty: { argv: ['/bin/sh'], env: { TERM: 'xterm-256color' }, cols: 80, rows: 24 },
-      shell: 'sh',
-      env: { TERM: 'xterm-256color' },
-      cwd: '/',
-      tag: null,
-      createdAt: 1_700_000_000_000,
-      idleMs: 60_000,
-      keepWhileIdle: false,
-      timeoutMs: 0,
-      ...over,
-    });
+    const spec = (over: Partial<TerminalSpec> = {}): TerminalSpec =>
+      shTerminalSpec({
+        tty: { argv: ['/bin/sh'], env: { TERM: 'xterm-256color' }, cols: 80, rows: 24 },
+        env: { TERM: 'xterm-256color' },
+        createdAt: 1_700_000_000_000,
+        ...over,
+      });
     const attach = async (view: DriverTerminals, id: string, c: TestTerminalClient, replay = false) => {
       c.attachment = await view.attach(sandboxId, id, c, { replay });
       return c.attachment;

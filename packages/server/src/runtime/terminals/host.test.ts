@@ -4,9 +4,9 @@ import pino from 'pino';
 import { FakeDriver } from '../fake/driver.js';
 import { CONFORMANCE_LIMITS } from '../conformance.js';
 import type { PtyProcess, TtyOptions } from '../pty.js';
-import { runTerminalConformance, TestTerminalClient } from './conformance.js';
+import { runTerminalConformance, shTerminalSpec, TestTerminalClient } from './conformance.js';
 import { TerminalHost } from './host.js';
-import { MAX_TERMINALS_PER_SANDBOX, type TerminalSpec } from './types.js';
+import { MAX_TERMINALS_PER_SANDBOX } from './types.js';
 
 const log = pino({ level: 'silent' });
 
@@ -26,19 +26,6 @@ runTerminalConformance({
   },
 });
 
-const spec = (over: Partial<TerminalSpec> = {}): TerminalSpec => ({
-  tty: { argv: ['/bin/sh'], cols: 80, rows: 24 },
-  shell: 'sh',
-  env: {},
-  cwd: '/',
-  tag: null,
-  createdAt: 0,
-  idleMs: 60_000,
-  keepWhileIdle: false,
-  timeoutMs: 0,
-  ...over,
-});
-
 async function withSandbox(fn: (host: TerminalHost, id: string, driver: FakeDriver) => Promise<void>): Promise<void> {
   const driver = new FakeDriver();
   await driver.init();
@@ -56,15 +43,17 @@ async function withSandbox(fn: (host: TerminalHost, id: string, driver: FakeDriv
 describe('TerminalHost', () => {
   it(`holds at most ${MAX_TERMINALS_PER_SANDBOX} terminals per sandbox (creates in flight count); the oldest exited one without a client is evicted then`, async () => {
     await withSandbox(async (host, id) => {
-      const made = await Promise.all(Array.from({ length: MAX_TERMINALS_PER_SANDBOX }, () => host.create(id, spec())));
-      await assert.rejects(host.create(id, spec()), {
+      const made = await Promise.all(
+        Array.from({ length: MAX_TERMINALS_PER_SANDBOX }, () => host.create(id, shTerminalSpec())),
+      );
+      await assert.rejects(host.create(id, shTerminalSpec()), {
         kind: 'conflict',
         details: { limit: MAX_TERMINALS_PER_SANDBOX },
       });
       await host.signal(id, made[5].id, 'SIGKILL');
       for (let i = 0; i < 200 && (await host.get(id, made[5].id))?.status !== 'exited'; i++)
         await new Promise((r) => setTimeout(r, 5));
-      const next = await host.create(id, spec());
+      const next = await host.create(id, shTerminalSpec());
       assert.equal(await host.get(id, made[5].id), null, 'the oldest exited one without a client was evicted');
       assert.equal((await host.list(id)).length, MAX_TERMINALS_PER_SANDBOX);
       assert.ok((await host.list(id)).some((t) => t.id === next.id));
@@ -85,7 +74,7 @@ describe('TerminalHost', () => {
       },
       log,
     });
-    const creating = host.create(id, spec());
+    const creating = host.create(id, shTerminalSpec());
     await new Promise((r) => setImmediate(r));
     await host.closeSandbox(id, 'sandbox stopped');
     release!();
@@ -96,7 +85,7 @@ describe('TerminalHost', () => {
 
   it('closeAll (shutdown) sends exit and closes every client with 1001', async () => {
     await withSandbox(async (host, id) => {
-      const t = await host.create(id, spec());
+      const t = await host.create(id, shTerminalSpec());
       const c = new TestTerminalClient();
       await host.attach(id, t.id, c);
       host.closeAll();
