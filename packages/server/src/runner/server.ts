@@ -2,7 +2,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import { createServer as createTlsServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
-import { errorBody, SandboxdError } from '@sandboxd/protocol';
+import { type ErrorBody, errorBody, SandboxdError } from '@sandboxd/protocol';
 import type { Logger } from 'pino';
 import { type WebSocket, WebSocketServer } from 'ws';
 import { KEEP_ALIVE_TIMEOUT_MS, rawErrorResponse } from '../http/front-door.js';
@@ -158,11 +158,25 @@ export class RunnerServer {
       const result = await this.unary(method, args);
       return reply(res, 200, { result: result ?? null });
     } catch (e) {
-      const body = toErrorBody(e);
-      if (body.kind === 'internal') this.o.log.warn({ err: e, method }, 'runner: a driver call failed');
+      const body = this.failure(e, method);
       if (res.headersSent) res.destroy();
       else reply(res, body.code, body);
     }
+  }
+
+  /** The error body of a failed call; a failure that is no `SandboxdError` (`internal`) is logged. */
+  private failure(e: unknown, method: string): ErrorBody {
+    const body = toErrorBody(e);
+    if (body.kind === 'internal') this.o.log.warn({ err: e, method }, 'runner: a driver call failed');
+    return body;
+  }
+
+  /** Keeps `ws` in `set` while it is open and under the heartbeat (cut once it misses a pong). */
+  private watched(ws: WebSocket, set: Set<WebSocket>): void {
+    set.add(ws);
+    this.alive.add(ws);
+    ws.on('pong', () => this.alive.add(ws));
+    ws.on('close', () => set.delete(ws));
   }
 
   private async unary(method: string, args: unknown[]): Promise<unknown> {
@@ -229,10 +243,7 @@ export class RunnerServer {
    * order they end).
    */
   private serveCalls(ws: WebSocket): void {
-    this.callSockets.add(ws);
-    this.alive.add(ws);
-    ws.on('pong', () => this.alive.add(ws));
-    ws.on('close', () => this.callSockets.delete(ws));
+    this.watched(ws, this.callSockets);
     ws.on('error', () => undefined); // followed by close
     ws.on('message', (data: Buffer, isBinary: boolean) => {
       let id: unknown = null;
@@ -257,8 +268,7 @@ export class RunnerServer {
           if (ws.readyState === ws.OPEN) ws.send(JSON.stringify(answer));
         },
         (e: unknown) => {
-          const error = toErrorBody(e);
-          if (error.kind === 'internal') this.o.log.warn({ err: e, method }, 'runner: a driver call failed');
+          const error = this.failure(e, method);
           if (ws.readyState === ws.OPEN) ws.send(JSON.stringify({ id, error }));
         },
       );
@@ -274,10 +284,7 @@ export class RunnerServer {
       return;
     }
     this.wss.handleUpgrade(req, socket, head, (ws) => {
-      this.terminalSockets.add(ws);
-      this.alive.add(ws);
-      ws.on('pong', () => this.alive.add(ws));
-      ws.on('close', () => this.terminalSockets.delete(ws));
+      this.watched(ws, this.terminalSockets);
       serveTerminalSocket(this.o.terminals, target, ws, this.o.log);
     });
   }
@@ -292,10 +299,7 @@ export class RunnerServer {
       return;
     }
     this.wss.handleUpgrade(req, socket, head, (ws) => {
-      this.processSockets.add(ws);
-      this.alive.add(ws);
-      ws.on('pong', () => this.alive.add(ws));
-      ws.on('close', () => this.processSockets.delete(ws));
+      this.watched(ws, this.processSockets);
       serveProcessSocket(this.o.processes, target, ws, this.o.log);
     });
   }
