@@ -77,7 +77,9 @@ it('after a kill -9 mid-create, a new process adopts the finished sandboxes and 
       .sort(),
   );
   // Everything half made was removed: a fresh create with the next id works.
-  const next = `crash_${created.length}`;
+  // The create after the last adopted one was the one cut, or not begun. (Not crash_<created>:
+  // the create under way when the kill came may have finished unseen, and been adopted.)
+  const next = `crash_${Math.max(created.length, ...live.map((s) => Number(s.id.split('_')[1]) + 1))}`;
   await driver.delete(next);
   const s = await driver.create({
     id: next,
