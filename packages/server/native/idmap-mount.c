@@ -84,6 +84,8 @@ static void die(const char *fmt, ...) {
   exit(1);
 }
 
+#include "loop-attach.h"
+
 static unsigned long num(const char *s, const char *what) {
   char *end;
   errno = 0;
@@ -144,48 +146,9 @@ static void idmapped_bind(int userns, const char *src, const char *dst, unsigned
   close(fd);
 }
 
-/* Attaches image to a free loop device with autoclear; returns the open device fd. */
-static int loop_attach(const char *image, char *dev, size_t devlen) {
-  int img = open(image, O_RDWR | O_CLOEXEC);
-  if (img < 0) die("open %s", image);
-  int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
-  if (ctl < 0) die("open /dev/loop-control");
-  for (int attempt = 0; attempt < 64; attempt++) {
-    int n = ioctl(ctl, LOOP_CTL_GET_FREE);
-    if (n < 0) die("LOOP_CTL_GET_FREE");
-    snprintf(dev, devlen, "/dev/loop%d", n);
-    int lfd = open(dev, O_RDWR | O_CLOEXEC);
-    if (lfd < 0) { if (errno == ENOENT || errno == ENXIO) continue; die("open %s", dev); }
-    struct loop_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.fd = (unsigned)img;
-    cfg.block_size = 4096;
-    cfg.info.lo_flags = LO_FLAGS_AUTOCLEAR | LO_FLAGS_DIRECT_IO;
-    strncpy((char *)cfg.info.lo_file_name, image, LO_NAME_SIZE - 1);
-    if (ioctl(lfd, LOOP_CONFIGURE, &cfg) == 0) { close(img); close(ctl); return lfd; }
-    int e = errno;
-    close(lfd);
-    if (e == EBUSY) continue; /* another process took it first */
-    if (e == EINVAL) { /* no direct I/O on this backing file system: retry buffered */
-      lfd = open(dev, O_RDWR | O_CLOEXEC);
-      if (lfd < 0) continue;
-      cfg.info.lo_flags = LO_FLAGS_AUTOCLEAR;
-      if (ioctl(lfd, LOOP_CONFIGURE, &cfg) == 0) { close(img); close(ctl); return lfd; }
-      e = errno;
-      close(lfd);
-      if (e == EBUSY) continue;
-    }
-    errno = e;
-    die("LOOP_CONFIGURE %s", dev);
-  }
-  errno = 0;
-  die("no free loop device after 64 attempts");
-  return -1;
-}
-
 static void loop_mount(const char *image, const char *dst, const char *opts) {
   char dev[64];
-  int lfd = loop_attach(image, dev, sizeof dev);
+  int lfd = loop_attach(image, 0, LO_FLAGS_DIRECT_IO, dev, sizeof dev);
   if (mount(dev, dst, "ext4", MS_NODEV | MS_NOSUID, opts)) die("mount %s (%s) at %s", image, dev, dst);
   close(lfd); /* the mount holds the device now; autoclear detaches it on the last unmount */
 }

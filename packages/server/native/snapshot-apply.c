@@ -58,6 +58,8 @@ static void die(const char *fmt, ...) {
   exit(1);
 }
 
+#include "loop-attach.h"
+
 static unsigned long long base_id, range;
 static unsigned long long total_bytes, total_files, total_whiteouts;
 
@@ -300,36 +302,6 @@ static void apply_dir(int up, int out, const char *path) {
   closedir(d);
 }
 
-/* Attaches `image` read-only to a free loop device with autoclear; returns the device fd. */
-static int loop_attach_ro(const char *image, char *dev, size_t devlen) {
-  int img = open(image, O_RDONLY | O_CLOEXEC);
-  if (img < 0) die("open %s", image);
-  int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
-  if (ctl < 0) die("open /dev/loop-control");
-  for (int attempt = 0; attempt < 64; attempt++) {
-    int n = ioctl(ctl, LOOP_CTL_GET_FREE);
-    if (n < 0) die("LOOP_CTL_GET_FREE");
-    snprintf(dev, devlen, "/dev/loop%d", n);
-    int lfd = open(dev, O_RDONLY | O_CLOEXEC);
-    if (lfd < 0) { if (errno == ENOENT || errno == ENXIO) continue; die("open %s", dev); }
-    struct loop_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.fd = (unsigned)img;
-    cfg.block_size = 4096;
-    cfg.info.lo_flags = LO_FLAGS_AUTOCLEAR | LO_FLAGS_READ_ONLY;
-    strncpy((char *)cfg.info.lo_file_name, image, LO_NAME_SIZE - 1);
-    if (ioctl(lfd, LOOP_CONFIGURE, &cfg) == 0) { close(img); close(ctl); return lfd; }
-    int e = errno;
-    close(lfd);
-    if (e == EBUSY) continue;
-    errno = e;
-    die("LOOP_CONFIGURE %s", dev);
-  }
-  errno = 0;
-  die("no free loop device after 64 attempts");
-  return -1;
-}
-
 int main(int argc, char **argv) {
   if (argc != 6) {
     errno = 0;
@@ -354,7 +326,7 @@ int main(int argc, char **argv) {
     if (mount(NULL, mnt, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | flags, NULL)) die("remount %s read-only", mnt);
   } else if (S_ISREG(sst.st_mode)) {
     char dev[64];
-    int lfd = loop_attach_ro(source, dev, sizeof dev);
+    int lfd = loop_attach(source, 1, 0, dev, sizeof dev);
     if (mount(dev, mnt, "ext4", flags | MS_RDONLY, NULL)) die("mount %s (%s)", source, dev);
     close(lfd);
   } else {

@@ -155,6 +155,19 @@ describe('RootfsManager', () => {
     assert.ok(!existsSync(img));
   });
 
+  it('prepares 200 roots at once: no helper loses the race for a loop device', { timeout: 180_000 }, async () => {
+    // LOOP_CTL_GET_FREE gives every caller the same device until one configures it; without
+    // the helpers taking turns, some of a burst of 200 lost 64 times in a row (a 500 on create).
+    const ids = Array.from({ length: 200 }, (_, i) => `burst${i}`);
+    const made = await Promise.allSettled(
+      ids.map((id) => mgr.prepare({ id, lowerDir: lower, rootDiskBytes: CAP, uidBase: BASE })),
+    );
+    const failed = made.flatMap((r) => (r.status === 'rejected' ? [String(r.reason)] : []));
+    await Promise.all(ids.map((id) => mgr.release(id)));
+    assert.deepEqual(failed, []);
+    assert.deepEqual(await mgr.list(), []);
+  });
+
   it('refuses duplicates and bad arguments without leaving anything', async () => {
     await mgr.prepare({ id: 'dup', lowerDir: lower, rootDiskBytes: CAP, uidBase: BASE });
     await assert.rejects(
