@@ -157,6 +157,7 @@ export function sandboxTraces(scope: Scope, ids: Iterable<string>): Map<string, 
     check(join(scope.dataDir, 'roots', `${id}.img`), 'root image');
     check(join(scope.instanceRunDir, 'crun', id), 'crun state');
     check(join(scope.instanceRunDir, 'runc', id), 'runc state');
+    check(join(scope.instanceRunDir, 'bundles', id), 'bundle');
     check(`/run/netns/sbx-${id}`, 'netns');
     check(`/sys/class/net/${hostVethName(id)}`, 'veth');
     for (const c of controllers) check(join(c, scope.cgroupParent, id), 'cgroup');

@@ -27,6 +27,7 @@ import { freezeAsked, thaw } from './bundle/freezer.js';
 import { writeEtcFiles } from './bundle/etc-files.js';
 import { ID_RANGE_SIZE, INSTANCE_ANNOTATION } from './bundle/oci-config.js';
 import { BundleWriter } from './bundle/writer.js';
+import { ensureRunTmpfs, removeRunDir } from './run-dir.js';
 import { ExecAgent } from './commands/exec-agent.js';
 import { AgentFiles } from './files.js';
 import { SandboxCommands } from './commands/exec.js';
@@ -138,6 +139,7 @@ export class LocalDriver implements RuntimeDriver {
     this.roots = new RootfsManager({ dir: join(opts.dataDir, 'roots') });
     this.volumes = new VolumeStore({ dir: join(opts.dataDir, 'volumes') });
     this.bundles = new BundleWriter({
+      dir: join(this.runDir, 'bundles'),
       runtime,
       cgroupParent: this.opts.cgroupParent,
       nameserver: intToIp(planSubnet(this.opts.subnet).gateway),
@@ -196,7 +198,9 @@ export class LocalDriver implements RuntimeDriver {
     if (process.getuid?.() !== 0)
       throw new SandboxdError('internal', 'the local runtime needs root (run sandboxd as root)');
     await mkdir(this.state.dir, { recursive: true });
+    await ensureRunTmpfs(this.runDir);
     await mkdir(this.crun.root, { recursive: true });
+    await mkdir(this.bundles.dir, { recursive: true });
     await mkdir(join(this.runDir, 'exec'), { recursive: true, mode: 0o700 });
     await checkTraversable(this.opts.dataDir);
     await this.network.init();
@@ -209,7 +213,7 @@ export class LocalDriver implements RuntimeDriver {
    * to a background removal ({@link RecoveryReport.background}), which keeps each
    * leftover's id, uid slot and address from being reused until it is gone. Only what is
    * this instance's is looked at: containers of its own runtime root whose bundle lies in
-   * its data dir and that carry its key (see {@link ownContainers}), networks of its own
+   * its own folders and that carry its key (see {@link ownContainers}), networks of its own
    * bridge, roots and loop devices under its data dir.
    */
   async recover(): Promise<RecoveryReport> {
@@ -307,8 +311,9 @@ export class LocalDriver implements RuntimeDriver {
   }
 
   /**
-   * The containers of this instance's runtime root, split: `mine` (bundle under this data
-   * dir's `sandboxes/`, marked with this instance's key), with the uid slot their config
+   * The containers of this instance's runtime root, split: `mine` (bundle in this instance's
+   * bundles folder, or, made by an older version, its data dir's `sandboxes/`; marked with
+   * this instance's key), with the uid slot their config
    * names; `foreign`, any other (id -> the slot its uid range falls on, if any), which
    * nothing here ever touches.
    */
@@ -318,7 +323,7 @@ export class LocalDriver implements RuntimeDriver {
   }> {
     const mine = new Map<string, CrunState & { slot?: number }>();
     const foreign = new Map<string, number | undefined>();
-    const under = await this.underStateDir();
+    const under = await this.underOwnBundles();
     await mapLimit(await this.crun.list(), 8, async (c) => {
       const conf = await this.containerConfig(this.crun, c);
       if (under(c.bundle) && conf?.instance === this.key) mine.set(c.id, { ...c, slot: conf.slot });
@@ -336,7 +341,7 @@ export class LocalDriver implements RuntimeDriver {
     const out = new Map<string, CrunState & { slot?: number }>();
     const legacy = this.legacyRuntime();
     if (legacy.root === this.crun.root) return out;
-    const under = await this.underStateDir();
+    const under = await this.underOwnBundles();
     for (const c of await legacy.list().catch(() => [])) {
       if (!under(c.bundle)) continue;
       out.set(c.id, { ...c, slot: (await this.containerConfig(legacy, c))?.slot });
@@ -348,9 +353,14 @@ export class LocalDriver implements RuntimeDriver {
     return new OciRuntime({ root: join(this.opts.runDir, this.crun.binary), binary: this.crun.binary });
   }
 
-  /** A test: does a path lie in this data dir's `sandboxes/` (as given, or its real path)? */
-  private async underStateDir(): Promise<(p: string | undefined) => boolean> {
-    const dirs = [this.state.dir, await realpath(this.state.dir).catch(() => this.state.dir)];
+  /**
+   * A test: does a path lie in this instance's bundles folder, or in this data dir's
+   * `sandboxes/` (where bundles were before they moved to the run dir), as given or as its
+   * real path?
+   */
+  private async underOwnBundles(): Promise<(p: string | undefined) => boolean> {
+    const real = (d: string) => realpath(d).catch(() => d);
+    const dirs = [this.state.dir, await real(this.state.dir), this.bundles.dir, await real(this.bundles.dir)];
     return (p) => typeof p === 'string' && dirs.some((d) => p !== d && isUnder(p, d));
   }
 
@@ -455,8 +465,8 @@ export class LocalDriver implements RuntimeDriver {
     this.records.set(spec.id, rec);
     try {
       if (!isAlive(w)) throw new Error('the pooled sandbox is not running');
-      const dir = this.state.dirOf(spec.id);
-      await rename(this.state.dirOf(cid), dir);
+      await rename(this.state.dirOf(cid), this.state.dirOf(spec.id));
+      await this.bundles.move(cid, spec.id);
       const hostname = spec.hostname ?? spec.id;
       const volumes: string[] = [];
       for (const v of spec.volumes) {
@@ -467,7 +477,7 @@ export class LocalDriver implements RuntimeDriver {
         volumes.length ? mountHelper(['inject', String(w.initPid), String(w.uidBase), ...volumes]) : null,
         applyCgroupLimits(this.opts.cgroupParent, cid, spec.limits, w.spec.limits),
         setHostname(w.initPid, hostname),
-        writeEtcFiles(dir, hostname, w.address, intToIp(planSubnet(this.opts.subnet).gateway)),
+        writeEtcFiles(this.bundles.dirOf(spec.id), hostname, w.address, intToIp(planSubnet(this.opts.subnet).gateway)),
         // The pooled sandbox had `none`: the create's egress holds before it answers.
         this.network.egress.apply(spec.id, w.address, spec.egress),
       ]);
@@ -477,7 +487,9 @@ export class LocalDriver implements RuntimeDriver {
     } catch {
       this.records.delete(spec.id);
       await this.teardown(spec.id, rec).catch(() => undefined);
-      await rm(this.state.dirOf(cid), { recursive: true, force: true }); // when the rename did not happen
+      // When the renames did not happen:
+      await rm(this.state.dirOf(cid), { recursive: true, force: true });
+      await this.bundles.remove(cid);
       return null;
     }
   }
@@ -530,7 +542,7 @@ export class LocalDriver implements RuntimeDriver {
             }),
         netFirst ? (pooled ?? this.network.attach(spec.id)) : null,
       ]);
-      const bundle = await this.bundles.write(dir, {
+      const bundle = await this.bundles.write({
         id: spec.id,
         hostname: spec.hostname ?? spec.id,
         rootfs: root.rootfs,
@@ -540,7 +552,7 @@ export class LocalDriver implements RuntimeDriver {
         net: early,
         volumes: root.volumes.map((staged, i) => volumeOciMount(staged, spec.volumes[i].mountPath)),
       });
-      partial.initPid = await this.crun.run(spec.id, dir, {
+      partial.initPid = await this.crun.run(spec.id, bundle.dir, {
         // PID 1 is the exec agent: its channel is ready for the first exec without a runtime call.
         onChannel: (channel) => this.commands.adopt(spec.id, ExecAgent.attach(channel, channel)),
       });
@@ -788,7 +800,7 @@ export class LocalDriver implements RuntimeDriver {
     // The runtime root goes only when empty: a container that is not this instance's keeps it.
     const others = await this.crun.list();
     if (others.length === 0) {
-      await rm(this.runDir, { recursive: true, force: true });
+      await removeRunDir(this.runDir);
       await rmdir(this.opts.runDir).catch(() => undefined); // the base, unless another instance uses it
     }
     const problems = [
@@ -828,6 +840,7 @@ export class LocalDriver implements RuntimeDriver {
     };
     await Promise.all([releaseStorage(), this.network.detach(rec?.netId ?? id)]);
     await rm(dir, { recursive: true, force: true });
+    await this.bundles.remove(id);
     this.records.delete(id);
   }
 

@@ -111,7 +111,7 @@ export async function stop(h: LifecycleHost, rec: SandboxRecord): Promise<void> 
 
 /**
  * Frees what a sandbox without processes holds but its layer and uid slot: its container
- * (under its current and, after a crash in start, its own id), network, volume mounts;
+ * (under its current and, after a crash in start, its own id) and bundle, network, volume mounts;
  * unmounts whatever of its layer the host still has, cleanly. Leaves `rec` with no init,
  * address or network. Idempotent.
  */
@@ -122,6 +122,7 @@ async function releaseRuntime(h: LifecycleHost, rec: SandboxRecord): Promise<voi
     if (await freezeAsked(h.cgroupParent, cid)) await thaw(h.cgroupParent, cid).catch(() => undefined);
     await h.crun.delete(cid).catch(() => h.crun.kill(cid).then(() => h.crun.delete(cid)));
   }
+  await h.bundles.remove(id); // written again by start
   await Promise.all([
     rec.netId !== undefined || rec.address ? h.network.detach(rec.netId ?? id) : undefined,
     ...rec.spec.volumes.map((v) => h.volumes.release(v.name, id).catch(() => undefined)),
@@ -139,7 +140,6 @@ async function releaseRuntime(h: LifecycleHost, rec: SandboxRecord): Promise<voi
 export async function start(h: LifecycleHost, rec: SandboxRecord, limits: ResourceLimits): Promise<void> {
   checkLimits(limits);
   const id = rec.spec.id;
-  const dir = h.state.dirOf(id);
   rec.spec = { ...rec.spec, limits: { ...limits, rootDiskBytes: rec.spec.limits.rootDiskBytes } };
   rec.cid = id;
   rec.phase = 'starting';
@@ -158,7 +158,7 @@ export async function start(h: LifecycleHost, rec: SandboxRecord, limits: Resour
       h.roots.remount({ id: rec.rootId ?? id, lowerDir, uidBase: rec.uidBase, volumes: volumePaths }),
       netFirst ? (pooled ?? h.network.attach(id)) : null,
     ]);
-    const bundle = await h.bundles.write(dir, {
+    const bundle = await h.bundles.write({
       id,
       hostname: rec.spec.hostname ?? id,
       rootfs: root.rootfs,
@@ -168,7 +168,7 @@ export async function start(h: LifecycleHost, rec: SandboxRecord, limits: Resour
       net: early,
       volumes: root.volumes.map((staged, i) => volumeOciMount(staged, rec.spec.volumes[i].mountPath)),
     });
-    rec.initPid = await h.crun.run(id, dir, {
+    rec.initPid = await h.crun.run(id, bundle.dir, {
       onChannel: (channel) => h.commands.adopt(id, ExecAgent.attach(channel, channel)),
     });
     const net = early ?? (await h.network.attach(id, { pid: rec.initPid }));

@@ -24,9 +24,10 @@ after(async () => {
 function traces(bridge: string, dataDir: string, cgroupParent: string): string[] {
   const netns = existsSync('/run/netns') ? readdirSync('/run/netns').filter((n) => n.startsWith('sbx-warm_')) : [];
   const ports = existsSync(`/sys/class/net/${bridge}/brif`) ? readdirSync(`/sys/class/net/${bridge}/brif`) : [];
+  // (Not the instance's run dir, a tmpfs of its own that stays while the driver lives.)
   const mounts = readFileSync('/proc/self/mountinfo', 'utf8')
     .split('\n')
-    .filter((l) => l.includes(dataDir));
+    .filter((l) => l.includes(dataDir) && !l.includes(' - tmpfs sandboxd-run '));
   const dirs = ['sandboxes', 'roots'].flatMap((d) =>
     existsSync(join(dataDir, 'data', d)) ? readdirSync(join(dataDir, 'data', d)).map((n) => `${d}/${n}`) : [],
   );

@@ -1,5 +1,5 @@
 import { statSync } from 'node:fs';
-import { chmod, mkdir, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, rename, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { agentBinary } from '../commands/exec-agent.js';
 import { hostOnlyCgroupPaths, type OciRuntimeName } from '../commands/oci-runtime.js';
@@ -22,7 +22,10 @@ export type SandboxBundle = Pick<
 
 /**
  * Writes sandbox bundles (config.json and the /etc files it binds in) for one host and OCI
- * runtime. What every bundle shares is found once, in {@link init}.
+ * runtime, each in its own folder `<dir>/<container id>/`. `dir` lies in the instance's run
+ * dir (a tmpfs, see run-dir.ts): a bundle is needed only while its container runs, and
+ * making and deleting its files on a disk cost each create more than the floor's whole
+ * `crun run`. What every bundle shares is found once, in {@link init}.
  */
 export class BundleWriter {
   private host:
@@ -38,6 +41,8 @@ export class BundleWriter {
 
   constructor(
     private readonly o: {
+      /** Folder of the bundles' folders. */
+      dir: string;
       runtime: OciRuntimeName;
       /** cgroup folder of every sandbox's cgroup. */
       cgroupParent: string;
@@ -71,13 +76,25 @@ export class BundleWriter {
     this.host = { seccomp, seccompBpfBase64, maskedNetPaths, agentPath: agentBinary(), maskedDirs };
   }
 
+  /** Folder of the bundles' folders. */
+  get dir(): string {
+    return this.o.dir;
+  }
+
+  /** The bundle folder of container `id`. */
+  dirOf(id: string): string {
+    return join(this.o.dir, id);
+  }
+
   /**
-   * Writes sandbox `b`'s bundle into `dir` (which exists): its /etc files, then config.json.
-   * Resolves with `setAddress`, which puts an address known only after start (runc) into
-   * /etc/hosts.
+   * Writes container `b.id`'s bundle into {@link dirOf} (made if missing): its /etc files,
+   * then config.json. Resolves with the folder and `setAddress`, which puts an address known
+   * only after start (runc) into /etc/hosts.
    */
-  async write(dir: string, b: SandboxBundle): Promise<{ setAddress: (address: string) => Promise<void> }> {
+  async write(b: SandboxBundle): Promise<{ dir: string; setAddress: (address: string) => Promise<void> }> {
     const host = this.host!;
+    const dir = this.dirOf(b.id);
+    await mkdir(dir, { recursive: true });
     const etc = await writeEtcFiles(dir, b.hostname, b.net?.address ?? '', this.o.nameserver);
     // The empty directory bound read-only over masked directories (owned by host root, so
     // nobody in the sandbox can write it).
@@ -113,6 +130,16 @@ export class BundleWriter {
       cgroupsPath: cgroupsPath(this.o.cgroupParent, b.id),
     });
     await writeFile(join(dir, 'config.json'), JSON.stringify(config));
-    return { setAddress: etc.setAddress };
+    return { dir, setAddress: etc.setAddress };
+  }
+
+  /** Moves the bundle of container `from` to the folder of `to` (a warm-pooled sandbox claimed). */
+  move(from: string, to: string): Promise<void> {
+    return rename(this.dirOf(from), this.dirOf(to));
+  }
+
+  /** Removes the bundle of container `id`, if any. */
+  remove(id: string): Promise<void> {
+    return rm(this.dirOf(id), { recursive: true, force: true });
   }
 }
