@@ -26,12 +26,6 @@
  *       cgroup2 mount that holds a controller, and otherwise makes a cgroup2 group per
  *       container, which every v1 cgroup mount then walks). One process instead of
  *       unshare + sh + umount.
- *   idmap-mount in-netns <netns path> [<sysctl>=<value>]... -- <program> [<arg>...]
- *       Joins the network namespace at <netns path>, sets each sysctl (a path under
- *       /proc/sys, e.g. net/ipv6/conf/all/disable_ipv6=1) through a proc instance of its own
- *       (made and never attached anywhere), then execs <program>. The host's /proc/sys caches
- *       one entry per network namespace under names they all share ("all", "eth0", ...), so
- *       a lookup there walks as many entries as there are namespaces; a fresh instance has none.
  *   idmap-mount inject <pid> <uidBase> <src> <dst> [<src> <dst>]...
  *       Mounts each <src> (a host directory, e.g. a mounted volume) at <dst> inside the
  *       running sandbox whose init is host process <pid>: an idmapped (through the sandbox's
@@ -379,40 +373,6 @@ int main(int argc, char **argv) {
     execvp(argv[4], argv + 4);
     die("exec %s", argv[4]);
   }
-  if (!strcmp(cmd, "in-netns") && argc >= 5) {
-    int i = 3;
-    int ns = open(argv[2], O_RDONLY | O_CLOEXEC);
-    if (ns < 0) die("open %s", argv[2]);
-    if (setns(ns, CLONE_NEWNET)) die("setns %s", argv[2]);
-    close(ns);
-    int proc = -1;
-    for (; i < argc && strcmp(argv[i], "--"); i++) {
-      char *eq = strchr(argv[i], '=');
-      if (!eq || eq == argv[i] || argv[i][0] == '/' || strstr(argv[i], "..")) { errno = 0; die("bad sysctl %s", argv[i]); }
-      if (proc < 0) {
-        int fs = fsopen("proc", FSOPEN_CLOEXEC);
-        if (fs < 0) die("fsopen proc");
-        if (fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0)) die("fsconfig proc");
-        proc = fsmount(fs, FSMOUNT_CLOEXEC, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC);
-        if (proc < 0) die("fsmount proc");
-        close(fs);
-      }
-      char path[4096];
-      if (snprintf(path, sizeof path, "sys/%.*s", (int)(eq - argv[i]), argv[i]) >= (int)sizeof path) {
-        errno = ENAMETOOLONG;
-        die("%s", argv[i]);
-      }
-      int fd = openat(proc, path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
-      if (fd < 0) die("open /proc/%s", path);
-      size_t len = strlen(eq + 1);
-      if (write(fd, eq + 1, len) != (ssize_t)len) die("write /proc/%s", path);
-      close(fd);
-    }
-    if (proc >= 0) close(proc);
-    if (i + 1 >= argc) { errno = 0; die("in-netns: no program after --"); }
-    execvp(argv[i + 1], argv + i + 1);
-    die("exec %s", argv[i + 1]);
-  }
   if (!strcmp(cmd, "umount")) {
     int i = 2, strict = 0;
     for (; i < argc && !strncmp(argv[i], "--", 2); i++) {
@@ -429,7 +389,6 @@ int main(int argc, char **argv) {
   errno = 0;
   die("usage: bind <uidBase> <size> <src> <dst>... | inject <pid> <uidBase> <src> <dst>... | loopmount <image> <dst> <opts> | "
       "rootfs <template> <dir> <uidBase> <size> <lower> [<volume>...] | cgroup-view <controllers> -- <program> [<arg>...] | "
-      "in-netns <netns> [<sysctl>=<value>]... -- <program> [<arg>...] | "
       "umount [--strict] [--shutdown=<ext4 root>] <path>...");
   return 1;
 }

@@ -150,6 +150,7 @@ export class NetworkManager {
    */
   async init(): Promise<void> {
     const { bridge } = this.#opts;
+    this.#helper = nativeBin('net-attach'); // compiled now, not by the first create
     const clash = await findRouteClash(this.#plan.prefix, (dev) => dev === bridge || this.#isOurVeth(dev));
     if (clash) throw new SandboxdError('conflict', `network: subnet ${this.#subnet} overlaps the host route ${clash}`);
     const hostNetworks = await hostNetworksBesides(bridge);
@@ -345,10 +346,16 @@ export class NetworkManager {
     const addr = this.#allocate(id);
     const net = this.#describe(id, intToIp(addr));
     try {
-      this.#helper ??= nativeBin('idmap-mount');
-      const helper = this.#helper;
-      const cmd = attachCommand({ id, group: this.#group, address: net.address, gateway: this.#gateway, pid, helper });
-      await runTool('sh', cmd.args, { input: cmd.input });
+      this.#helper ??= nativeBin('net-attach');
+      const cmd = attachCommand({
+        id,
+        group: this.#group,
+        address: net.address,
+        gateway: this.#gateway,
+        pid,
+        helper: this.#helper,
+      });
+      await runTool(cmd.file, cmd.args);
     } catch (e) {
       await this.#remove(id, true).catch(() => {});
       throw e;
