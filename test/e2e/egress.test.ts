@@ -135,8 +135,11 @@ describe('egress by rule', {
       egress: { allow: rules },
     });
     // Claimed from the warm pool: no container of its own id was started for it.
-    const crunRoot = join(s.dataDir, 'run');
-    const containers = execFileSync('find', [crunRoot, '-maxdepth', '4', '-type', 'd'], { encoding: 'utf8' });
+    // (crun's state dirs, `<run dir>/<key>/crun/<container>`; bundles are named after the sandbox.)
+    const runDir = join(s.dataDir, 'run');
+    const containers = execFileSync('find', [runDir, '-maxdepth', '4', '-type', 'd', '-path', '*/crun/*'], {
+      encoding: 'utf8',
+    });
     assert.doesNotMatch(containers, new RegExp(`/${ids.ruled}$`, 'm'), 'the create was a warm claim');
 
     const [res, http, https, wild, wildHttps, wildBare, cidr, cidrHttp] = await probe(ids.ruled, [
