@@ -25,7 +25,8 @@
  *       it makes none in the others, nor a cgroup2 group (on a hybrid host crun refuses a
  *       cgroup2 mount that holds a controller, and otherwise makes a cgroup2 group per
  *       container, which every v1 cgroup mount then walks). One process instead of
- *       unshare + sh + umount.
+ *       unshare + sh + umount. <program> runs from a read-only bind of its binary, so that
+ *       crun need not copy and re-execute itself (see readonly_self).
  *   idmap-mount inject <pid> <uidBase> <src> <dst> [<src> <dst>]...
  *       Mounts each <src> (a host directory, e.g. a mounted volume) at <dst> inside the
  *       running sandbox whose init is host process <pid>: an idmapped (through the sandbox's
@@ -309,6 +310,44 @@ static void cgroup_view(const char *keep) {
   }
 }
 
+/* The path execvp would run for `name` (searched in PATH unless it holds a '/'). */
+static void which(const char *name, char *out, size_t len) {
+  if (strchr(name, '/')) {
+    if (snprintf(out, len, "%s", name) >= (int)len) { errno = ENAMETOOLONG; die("%s", name); }
+    return;
+  }
+  const char *path = getenv("PATH");
+  if (!path || !*path) path = "/usr/local/bin:/usr/bin:/bin";
+  for (const char *p = path; *p;) {
+    const char *end = strchr(p, ':');
+    size_t n = end ? (size_t)(end - p) : strlen(p);
+    if (n && (size_t)snprintf(out, len, "%.*s/%s", (int)n, p, name) < len && access(out, X_OK) == 0) return;
+    p += n + (end ? 1 : 0);
+  }
+  errno = ENOENT;
+  die("%s not found in PATH", name);
+}
+
+/*
+ * Binds the OCI runtime's binary `prog` read-only over itself, in this process's private
+ * mount namespace only, and tells the runtime so. crun (as runc did) guards against a
+ * container overwriting the runtime through /proc/<pid>/exe (CVE-2019-5736) by re-executing
+ * itself from a read-only copy on every run: a temporary file, two mounts, an unmount and a
+ * second exec with its dynamic linking, each time. It skips that when its binary already is
+ * on a read-only mount and _LIBCONTAINER_CLONED_BINARY is set, which is what this makes
+ * true: a write through /proc/<pid>/exe meets the read-only mount (and a sandbox's root is
+ * an unprivileged user on the host anyway). Failure only costs the runtime its own copy.
+ */
+static void readonly_self(const char *prog) {
+  int fd = open_tree(AT_FDCWD, prog, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+  if (fd < 0) return;
+  struct mount_attr attr = { .attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV };
+  if (mount_setattr(fd, "", AT_EMPTY_PATH, &attr, sizeof attr) == 0 &&
+      move_mount(fd, "", AT_FDCWD, prog, MOVE_MOUNT_F_EMPTY_PATH) == 0)
+    setenv("_LIBCONTAINER_CLONED_BINARY", "1", 1);
+  close(fd);
+}
+
 /* Makes each missing directory of absolute `path` (0755, owned by uid and gid `owner`). */
 static void mkdirs_owned(const char *path, unsigned long owner) {
   char buf[4096];
@@ -370,8 +409,11 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "rootfs") && argc >= 7) { rootfs(argv, argc); return 0; }
   if (!strcmp(cmd, "cgroup-view") && argc >= 5 && !strcmp(argv[3], "--")) {
     cgroup_view(argv[2]);
-    execvp(argv[4], argv + 4);
-    die("exec %s", argv[4]);
+    char prog[4096];
+    which(argv[4], prog, sizeof prog);
+    readonly_self(prog);
+    execv(prog, argv + 4);
+    die("exec %s", prog);
   }
   if (!strcmp(cmd, "umount")) {
     int i = 2, strict = 0;

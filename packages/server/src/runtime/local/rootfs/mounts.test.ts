@@ -12,6 +12,7 @@ import {
   loopDetach,
   loopMount,
   loopsUnder,
+  mountHelper,
   mountsUnder,
   parseMountinfo,
   run,
@@ -156,5 +157,22 @@ describe('loop mounts', () => {
     const done = await unmountUnder(base);
     assert.equal(done.length, 4);
     assert.deepEqual(await mountsUnder(base), []);
+  });
+});
+
+describe('cgroup-view (how crun run is started)', () => {
+  it('runs the program from a read-only bind of its own binary, in a private mount namespace only, and says so in _LIBCONTAINER_CLONED_BINARY', async () => {
+    // A copy of a shell under the test's folder (busybox: named sh), whose bind is looked for by path.
+    mkdirSync(join(root, 'bin'));
+    const prog = join(root, 'bin', 'sh');
+    await run('cp', ['/bin/busybox', prog]);
+    const script = `grep ' ${prog} ' /proc/self/mountinfo; echo "env=$_LIBCONTAINER_CLONED_BINARY"; { echo x > /proc/self/exe; } 2>&1; true`;
+    const out = await mountHelper(['cgroup-view', 'memory', '--', prog, '-c', script]);
+    // (Not "Text file busy", which any running binary answers: the mount refuses the write.)
+    assert.match(out, /can't create \/proc\/self\/exe: Read-only file system/, out);
+    const [line, env] = out.trim().split('\n');
+    assert.match(line, / ro,nosuid,nodev[ ,]/, `the binary is a read-only mount: ${line}`);
+    assert.equal(env, 'env=1');
+    assert.deepEqual(await mountsUnder(prog), [], 'nothing of it shows on the host');
   });
 });
