@@ -18,6 +18,11 @@
  * 4. Inside: <address>/32 on eth0, lo and eth0 up, a permanent neighbour entry for
  *    <gateway> (the host end's MAC) and the default route through it (onlink).
  *
+ *   net-attach unname <netns name>
+ *
+ * Drops the name /run/netns/<netns name> (as `ip netns del`): once the sandbox runs, its
+ * processes hold the namespace (network/manager.ts, settle).
+ *
  * Exit 0 on success; otherwise one line on stderr naming the step, exit 1. Nothing is rolled
  * back here: the caller removes the netns and the veth (network/manager.ts).
  */
@@ -232,7 +237,22 @@ static int own_proc(void) {
   return proc;
 }
 
+/* `ip netns del <name>`: the name's bind unmounted (lazily) and its file removed. */
+static void netns_unname(const char *name) {
+  char path[256];
+  if (strchr(name, '/') || snprintf(path, sizeof path, "%s/%s", NETNS_RUN_DIR, name) >= (int)sizeof path) {
+    errno = EINVAL;
+    die("bad netns name %s", name);
+  }
+  if (umount2(path, MNT_DETACH) && errno != EINVAL && errno != ENOENT) die("umount %s", path);
+  if (unlink(path) && errno != ENOENT) die("unlink %s", path);
+}
+
 int main(int argc, char **argv) {
+  if (argc == 3 && !strcmp(argv[1], "unname")) {
+    netns_unname(argv[2]);
+    return 0;
+  }
   if (argc != 10) {
     errno = 0;
     die("usage: <netns name> <pid|-> <host veth> <group> <host mac> <sandbox mac> <alias> <address> <gateway>");

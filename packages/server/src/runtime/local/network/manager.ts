@@ -254,7 +254,8 @@ export class NetworkManager {
     checkSandboxId(id);
     return this.#locked(id, async () => {
       if (!existsSync(netnsPath(id))) return;
-      await runTool('ip', ['netns', 'del', netnsName(id)]);
+      this.#helper ??= nativeBin('net-attach');
+      await runTool(this.#helper, ['unname', netnsName(id)]);
     });
   }
 
