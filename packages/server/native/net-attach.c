@@ -226,6 +226,17 @@ static void sysctl_at(int proc, const char *key, const char *value) {
   close(fd);
 }
 
+/* Whether /proc/sys/<key> (through `proc`) starts with `c`. */
+static int sysctl_is(int proc, const char *key, char c) {
+  char path[256], buf[8] = { 0 };
+  snprintf(path, sizeof path, "sys/%s", key);
+  int fd = openat(proc, path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return 0;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  return n > 0 && buf[0] == c;
+}
+
 /* A proc instance of this process's own, never attached anywhere (see the top comment). */
 static int own_proc(void) {
   int fs = (int)syscall(SYS_fsopen, "proc", FSOPEN_CLOEXEC);
@@ -273,8 +284,9 @@ int main(int argc, char **argv) {
   if (host_sock < 0 || host_ns < 0) die("host namespace");
   netns_add(ns_name, pid);
   int proc = own_proc();
+  /* `all` sets `default` too on current kernels (eth0, made next, inherits it); one write fewer. */
   sysctl_at(proc, "net/ipv6/conf/all/disable_ipv6", "1");
-  sysctl_at(proc, "net/ipv6/conf/default/disable_ipv6", "1");
+  if (!sysctl_is(proc, "net/ipv6/conf/default/disable_ipv6", '1')) sysctl_at(proc, "net/ipv6/conf/default/disable_ipv6", "1");
   int in_nl = nl_open();
   int in_sock = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   int in_ns = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);

@@ -140,7 +140,12 @@ describe('NetworkManager (real kernel objects)', () => {
     // IPv6 is off on the anchor, the host veth and inside the netns.
     assert.equal(sh(`cat /proc/sys/net/ipv6/conf/${OPTS.bridge}/disable_ipv6`).trim(), '1');
     assert.equal(sh(`cat /proc/sys/net/ipv6/conf/${hostVethName('nt_a')}/disable_ipv6`).trim(), '1');
-    assert.equal(sh(`ip netns exec ${a.netnsName} cat /proc/sys/net/ipv6/conf/all/disable_ipv6`).trim(), '1');
+    for (const conf of ['all', 'default', 'eth0', 'lo'])
+      assert.equal(
+        sh(`ip netns exec ${a.netnsName} cat /proc/sys/net/ipv6/conf/${conf}/disable_ipv6`).trim(),
+        '1',
+        conf,
+      );
     assert.equal(sh(`ip -n ${a.netnsName} -6 addr show`).trim(), '');
 
     // Even with IPv6 turned back on at both ends, the firewall drops all IPv6 from the sandbox:
