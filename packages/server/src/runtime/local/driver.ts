@@ -365,20 +365,27 @@ export class LocalDriver implements RuntimeDriver {
   }
 
   /**
-   * The instance marker and uid slot of container `c`, from its bundle's config.json (the
-   * file this driver wrote), else from `<runtime> state` (marker only); null when neither
-   * can be read.
+   * The instance marker and uid slot of container `c`, from the config.json this driver
+   * wrote: crun's copy in its state dir (the bundle's goes once the container runs), else
+   * the bundle's (runc, or a container that never ran), else `<runtime> state` (marker
+   * only); null when none can be read.
    */
   private async containerConfig(
     runtime: OciRuntime,
     c: CrunState,
   ): Promise<{ instance?: string; slot?: number } | null> {
-    let conf: { annotations?: Record<string, string>; linux?: { uidMappings?: { hostID: number }[] } } | null;
-    try {
-      conf = JSON.parse(await readFile(join(c.bundle, 'config.json'), 'utf8'));
-    } catch {
-      conf = await runtime.state(c.id);
-    }
+    type Conf = { annotations?: Record<string, string>; linux?: { uidMappings?: { hostID: number }[] } };
+    const read = async (file: string): Promise<Conf | null> => {
+      try {
+        return JSON.parse(await readFile(file, 'utf8')) as Conf;
+      } catch {
+        return null;
+      }
+    };
+    const conf: Conf | null =
+      (await read(join(runtime.root, c.id, 'config.json'))) ??
+      (await read(join(c.bundle, 'config.json'))) ??
+      (await runtime.state(c.id));
     if (!conf) return null;
     const hostId = conf.linux?.uidMappings?.[0]?.hostID;
     const slot =
@@ -556,6 +563,7 @@ export class LocalDriver implements RuntimeDriver {
         // PID 1 is the exec agent: its channel is ready for the first exec without a runtime call.
         onChannel: (channel) => this.commands.adopt(spec.id, ExecAgent.attach(channel, channel)),
       });
+      await this.bundles.shed(spec.id);
       const net = early ?? (await this.network.attach(spec.id, { pid: partial.initPid }));
       partial.netId = net.id;
       await this.settleHost(partial);

@@ -43,14 +43,15 @@ after(async () => {
   release();
   // Whatever failed: every container is this instance's again, so that destroyAll removes it.
   for (const id of sandboxIds())
-    editJson(join(bundleDir(id), 'config.json'), (c) => (c.annotations[INSTANCE_ANNOTATION] = d1.key));
+    if (existsSync(runtimeConfig(id)))
+      editJson(runtimeConfig(id), (c) => (c.annotations[INSTANCE_ANNOTATION] = d1.key));
   await (d2 ?? d1).destroyAll();
   rmSync(base, { recursive: true, force: true });
 });
 
 const stateDir = (id: string) => join(opts.dataDir, 'sandboxes', id);
-/** Bundles live in the instance's run dir (a tmpfs of its own). */
-const bundleDir = (id: string) => join(d1.runDir, 'bundles', id);
+/** The config.json a running container's marker is read from: crun's copy in its state dir (the bundle's goes once it runs). */
+const runtimeConfig = (id: string) => join(d1.runDir, 'crun', id, 'config.json');
 const record = (id: string) => JSON.parse(readFileSync(join(stateDir(id), 'state.json'), 'utf8'));
 const editJson = (file: string, edit: (v: any) => void) => {
   const v = JSON.parse(readFileSync(file, 'utf8'));
@@ -92,7 +93,7 @@ async function pooledRoots(): Promise<string[]> {
 it('marks every container with its instance key; a graceful close removes the pools and keeps the sandboxes', async () => {
   const ids: string[] = [];
   for (let i = 0; i < 5; i++) ids.push((await d1.create(spec())).id);
-  const conf = JSON.parse(readFileSync(join(bundleDir(ids[0]), 'config.json'), 'utf8'));
+  const conf = JSON.parse(readFileSync(runtimeConfig(ids[0]), 'utf8'));
   assert.equal(conf.annotations[INSTANCE_ANNOTATION], d1.key);
   assert.match(d1.key, /^[0-9a-f]{10}$/);
   assert.equal(d1.runDir, join(opts.runDir!, d1.key));
@@ -115,7 +116,7 @@ it('serves before leftovers are gone, keeps their ids and uid ranges, never touc
   // Two sandboxes a crash left half made (their containers still run): leftovers.
   for (const id of [left1, left2]) editJson(join(stateDir(id), 'state.json'), (r) => (r.phase = 'creating'));
   // One container that carries another instance's marker: not this instance's.
-  editJson(join(bundleDir(foreign), 'config.json'), (c) => (c.annotations[INSTANCE_ANNOTATION] = 'someoneelse'));
+  editJson(runtimeConfig(foreign), (c) => (c.annotations[INSTANCE_ANNOTATION] = 'someoneelse'));
   // One that an earlier version ran in the runtime root every instance shared: a bundle in
   // this data dir (a plain one: a running sandbox's root and netns are no longer on the
   // host's mount table to start it again); its record keeps its uid range reserved.

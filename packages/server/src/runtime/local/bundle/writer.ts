@@ -138,6 +138,15 @@ export class BundleWriter {
     return rename(this.dirOf(from), this.dirOf(to));
   }
 
+  /**
+   * Drops what the bundle of running container `id` no longer needs: under crun its
+   * config.json, of which crun keeps its own copy in its state dir (the run dir is a tmpfs:
+   * every page kept there is memory). The /etc files stay: the sandbox has them bound in.
+   */
+  async shed(id: string): Promise<void> {
+    if (this.o.runtime === 'crun') await rm(join(this.dirOf(id), 'config.json'), { force: true });
+  }
+
   /** Removes the bundle of container `id`, if any. */
   remove(id: string): Promise<void> {
     return rm(this.dirOf(id), { recursive: true, force: true });

@@ -151,7 +151,9 @@ export class OciRuntime {
         `${this.binary} run ${id} failed (${r.timedOut ? 'timed out' : r.code}): ${why.trim().split('\n').slice(-3).join('; ')}`,
       );
     }
-    return Number((await readFile(pidFile, 'utf8')).trim());
+    const pid = Number((await readFile(pidFile, 'utf8')).trim());
+    await rm(pidFile, { force: true }); // read once: a page less in a tmpfs run dir
+    return pid;
   }
 
   /** Runs the runtime with `args` after `--root`; resolves with its stdout, rejects naming its stderr. */
