@@ -67,17 +67,8 @@
 #define EXT4_IOC_SHUTDOWN _IOR('X', 125, unsigned int)
 #define EXT4_GOING_FLAGS_NOLOGFLUSH 0x2
 
-static void die(const char *fmt, ...) {
-  int e = errno;
-  va_list ap;
-  va_start(ap, fmt);
-  fputs("idmap-mount: ", stderr);
-  vfprintf(stderr, fmt, ap);
-  va_end(ap);
-  if (e) fprintf(stderr, ": %s", strerror(e));
-  fputc('\n', stderr);
-  exit(1);
-}
+#define HELPER_NAME "idmap-mount"
+#include "die.h"
 
 #include "loop-attach.h"
 

@@ -1,6 +1,6 @@
 /*
  * loop-attach.h: attaches a file to a free loop device, for idmap-mount.c and
- * snapshot-apply.c (which include it after defining `die(fmt, ...)`, which must not return).
+ * snapshot-apply.c (which include it after die.h).
  *
  * LOOP_CTL_GET_FREE hands every caller the same lowest free device until one of them
  * configures it; the losers see EBUSY and ask again. A burst of creates (100 at once) made

@@ -54,17 +54,8 @@
 #define IN6_ADDR_GEN_MODE_NONE 1
 #endif
 
-static void die(const char *fmt, ...) {
-  int e = errno;
-  va_list ap;
-  va_start(ap, fmt);
-  fputs("net-attach: ", stderr);
-  vfprintf(stderr, fmt, ap);
-  va_end(ap);
-  if (e) fprintf(stderr, ": %s", strerror(e));
-  fputc('\n', stderr);
-  exit(1);
-}
+#define HELPER_NAME "net-attach"
+#include "die.h"
 
 /* ---- rtnetlink messages ---- */
 

@@ -46,17 +46,8 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
-static void die(const char *fmt, ...) {
-  int e = errno;
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "snapshot-apply: ");
-  vfprintf(stderr, fmt, ap);
-  if (e) fprintf(stderr, ": %s", strerror(e));
-  fprintf(stderr, "\n");
-  va_end(ap);
-  exit(1);
-}
+#define HELPER_NAME "snapshot-apply"
+#include "die.h"
 
 #include "loop-attach.h"
 
