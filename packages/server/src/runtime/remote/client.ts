@@ -4,6 +4,7 @@ import type { Duplex } from 'node:stream';
 import { SandboxdError } from '@sandboxd/protocol';
 import WebSocket from 'ws';
 import { fromErrorBody, RUNNER_PREFIX, TUNNEL_PROTOCOL } from './wire.js';
+import { SocketHeartbeat } from './heartbeat.js';
 
 /** How long a connection to the runner may take before the call fails `unavailable`. */
 export const CONNECT_TIMEOUT_MS = 5_000;
@@ -295,11 +296,14 @@ class CallSocket {
   private readonly pending = new Map<number, PendingCall>();
   /** Bumped by {@link close}: a socket whose opening began before is closed once open. */
   private generation = 0;
+  private readonly heartbeat: SocketHeartbeat;
 
   constructor(
     private readonly client: RunnerClient,
-    private readonly pingMs: number,
-  ) {}
+    pingMs: number,
+  ) {
+    this.heartbeat = new SocketHeartbeat(pingMs);
+  }
 
   /** Resolves with the answer, or `{answered: false}` when the runner has no calls socket. */
   async call<T>(
@@ -335,12 +339,14 @@ class CallSocket {
     const ws = this.ws;
     this.ws = null;
     ws?.terminate();
-    for (const id of [...this.pending.keys()])
-      this.settle(id)?.reject(
-        new SandboxdError('unavailable', `The connection to runner ${this.client.name} was closed`, {
-          runner: this.client.name,
-        }),
-      );
+    this.heartbeat.close();
+    for (const id of [...this.pending.keys()]) this.settle(id)?.reject(this.closed());
+  }
+
+  private closed(): SandboxdError {
+    return new SandboxdError('unavailable', `The connection to runner ${this.client.name} was closed`, {
+      runner: this.client.name,
+    });
   }
 
   private open(): Promise<WebSocket | null> {
@@ -353,11 +359,10 @@ class CallSocket {
         (ws) => {
           if (generation !== this.generation) {
             ws.terminate();
-            throw new SandboxdError('unavailable', `The connection to runner ${this.client.name} was closed`, {
-              runner: this.client.name,
-            });
+            throw this.closed();
           }
           this.ws = ws;
+          this.heartbeat.watch(ws);
           return ws;
         },
         (e: unknown) => {
@@ -375,16 +380,7 @@ class CallSocket {
   }
 
   private watch(ws: WebSocket): void {
-    let answered = true;
-    const heartbeat = setInterval(() => {
-      if (!answered) return ws.terminate();
-      answered = false;
-      if (ws.readyState === WebSocket.OPEN) ws.ping();
-    }, this.pingMs);
-    heartbeat.unref();
-    ws.on('pong', () => {
-      answered = true;
-    });
+    ws.on('pong', () => this.heartbeat.pong(ws));
     ws.on('message', (data: Buffer, isBinary: boolean) => {
       if (isBinary) return;
       let m: { id?: unknown; result?: unknown; error?: unknown };
@@ -401,7 +397,6 @@ class CallSocket {
       else p.resolve({ answered: true, result: m.result ?? null });
     });
     ws.on('close', (code: number) => {
-      clearInterval(heartbeat);
       if (this.ws === ws) this.ws = null;
       for (const [id, p] of [...this.pending])
         if (p.ws === ws)

@@ -4,15 +4,17 @@ import type { WebSocket } from 'ws';
 export const HEARTBEAT_MS = 30_000;
 
 /**
- * Long-lived sockets to a runner (terminal clients, process readers), pinged every
- * {@link HEARTBEAT_MS}: one whose runner did not answer the previous ping is terminated,
- * so its owner sees the link lost instead of waiting on a dead connection. The timer runs
- * only while a socket is watched.
+ * Long-lived sockets to a runner (terminal clients, process readers, the calls socket),
+ * pinged every `periodMs` (default {@link HEARTBEAT_MS}): one whose runner did not answer
+ * the previous ping is terminated, so its owner sees the link lost instead of waiting on a
+ * dead connection. The timer runs only while a socket is watched.
  */
 export class SocketHeartbeat {
   private readonly live = new Set<WebSocket>();
   private readonly alive = new WeakSet<WebSocket>();
   private timer: NodeJS.Timeout | null = null;
+
+  constructor(private readonly periodMs = HEARTBEAT_MS) {}
 
   /** Call with every socket's `pong` listener set up (see {@link pong}). */
   watch(ws: WebSocket): void {
@@ -21,7 +23,7 @@ export class SocketHeartbeat {
     this.alive.add(ws);
     ws.once('close', () => this.live.delete(ws));
     if (this.timer) return;
-    this.timer = setInterval(() => this.beat(), HEARTBEAT_MS);
+    this.timer = setInterval(() => this.beat(), this.periodMs);
     this.timer.unref();
   }
 
