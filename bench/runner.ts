@@ -220,6 +220,14 @@ async function routingMicros(): Promise<{ fleetMicros: number; directMicros: num
   return { fleetMicros, directMicros, addedMicros: fleetMicros - directMicros };
 }
 
+/** 100 round trips of `one` to warm up, then {@link RUNS} timed ones. */
+async function warmThenTime(one: () => Promise<void>) {
+  for (let i = 0; i < 100; i++) await one();
+  const t: number[] = [];
+  for (let i = 0; i < RUNS; i++) t.push(await timeMs(one));
+  return summarize(t);
+}
+
 /**
  * The floor of the hop: a POST with an exec call's JSON to a minimal Node HTTP server in
  * another process, answered with an exec result's JSON, over one keep-alive connection.
@@ -261,11 +269,9 @@ async function bareHttpHop() {
         req.on('error', reject);
         req.end(body);
       });
-    for (let i = 0; i < 100; i++) await one();
-    const t: number[] = [];
-    for (let i = 0; i < RUNS; i++) t.push(await timeMs(one));
+    const summary = await warmThenTime(one);
     agent.destroy();
-    return summarize(t);
+    return summary;
   } finally {
     child.kill();
   }
@@ -306,11 +312,9 @@ async function bareWsHop() {
           }),
         );
       });
-    for (let i = 0; i < 100; i++) await one();
-    const t: number[] = [];
-    for (let i = 0; i < RUNS; i++) t.push(await timeMs(one));
+    const summary = await warmThenTime(one);
     ws.close();
-    return summarize(t);
+    return summary;
   } finally {
     child.kill();
   }
