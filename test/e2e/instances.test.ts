@@ -7,6 +7,7 @@
  */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
+import { recordFile } from '../../packages/server/src/runtime/local/records.js';
 import { chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -97,7 +98,7 @@ async function echo(s: Server, id: string, text = 'ok'): Promise<string> {
 
 const state = async (s: Server, id: string) => (await s.api('GET', `/api/v1/sandboxes/${id}`)).body.sandbox?.state;
 const record = (i: Instance, id: string) =>
-  JSON.parse(readFileSync(join(i.dataDir, 'sandboxes', id, 'state.json'), 'utf8'));
+  JSON.parse(readFileSync(recordFile(join(i.dataDir, 'sandboxes', id)) ?? '', 'utf8'));
 /** The instance's host veths: those in its interface group (each sandbox's is routed, on no bridge). */
 const instanceVeths = async (i: Instance) => {
   const group = String(instanceGroup(i.bridge));

@@ -6,6 +6,7 @@
  */
 import assert from 'node:assert/strict';
 import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { recordFile } from './records.js';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import { isSandboxdError } from '@sandboxd/protocol';
@@ -177,7 +178,7 @@ describe('local lifecycle', () => {
     const b = await m.driver.create(spec()); // crash while starting: a half-made container runs
     for (const id of [a.id, b.id]) await m.driver.exec(id, `echo ${id} > /f`);
     await m.driver.pause(a.id); // frozen when the stop began
-    const stateFile = (id: string) => join(m.options.dataDir, 'sandboxes', id, 'state.json');
+    const stateFile = (id: string) => recordFile(join(m.options.dataDir, 'sandboxes', id)) ?? '';
     for (const [id, phase] of [
       [a.id, 'stopping'],
       [b.id, 'starting'],

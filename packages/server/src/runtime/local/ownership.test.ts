@@ -6,6 +6,7 @@
  */
 import assert from 'node:assert/strict';
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { recordFile } from './records.js';
 import { join } from 'node:path';
 import { after, before, it } from 'node:test';
 import { makeTestDriver } from '../../../test/local-driver.js';
@@ -52,7 +53,7 @@ after(async () => {
 const stateDir = (id: string) => join(opts.dataDir, 'sandboxes', id);
 /** The config.json a running container's marker is read from: crun's copy in its state dir (the bundle's goes once it runs). */
 const runtimeConfig = (id: string) => join(d1.runDir, 'crun', id, 'config.json');
-const record = (id: string) => JSON.parse(readFileSync(join(stateDir(id), 'state.json'), 'utf8'));
+const record = (id: string) => JSON.parse(readFileSync(recordFile(stateDir(id)) ?? '', 'utf8'));
 const editJson = (file: string, edit: (v: any) => void) => {
   const v = JSON.parse(readFileSync(file, 'utf8'));
   edit(v);
@@ -114,7 +115,7 @@ it('serves before leftovers are gone, keeps their ids and uid ranges, never touc
   assert.equal(ids.length, 5);
   const [kept, left1, left2, foreign, legacy] = ids;
   // Two sandboxes a crash left half made (their containers still run): leftovers.
-  for (const id of [left1, left2]) editJson(join(stateDir(id), 'state.json'), (r) => (r.phase = 'creating'));
+  for (const id of [left1, left2]) editJson(recordFile(stateDir(id)) ?? '', (r) => (r.phase = 'creating'));
   // One container that carries another instance's marker: not this instance's.
   editJson(runtimeConfig(foreign), (c) => (c.annotations[INSTANCE_ANNOTATION] = 'someoneelse'));
   // One that an earlier version ran in the runtime root every instance shared: a bundle in

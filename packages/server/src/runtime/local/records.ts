@@ -1,5 +1,5 @@
-import { existsSync } from 'node:fs';
-import { readdir, readFile, rename, writeFile } from 'node:fs/promises';
+import { existsSync, readdirSync } from 'node:fs';
+import { readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { ImageInfo, RuntimeSandbox, SandboxSpec } from '../driver.js';
 import { processStart } from './commands/oci-runtime.js';
@@ -42,9 +42,30 @@ export interface SandboxRecord {
   initStart: number | null;
 }
 
+/** Names of record files: `state.<generation>.json`; `state.json` (generation 0) as older versions wrote it. */
+const RECORD_FILE_RE = /^state(?:\.(\d{1,15}))?\.json$/;
+
+/** The record files among `names`, newest first. */
+function recordFiles(names: string[]): { gen: number; name: string }[] {
+  return names
+    .map((name) => ({ name, m: RECORD_FILE_RE.exec(name) }))
+    .filter((f) => f.m)
+    .map((f) => ({ gen: Number(f.m?.[1] ?? 0), name: f.name }))
+    .sort((a, b) => b.gen - a.gen);
+}
+
+/** The newest record file in sandbox folder `dir` (tests and tools read it), or null. */
+export function recordFile(dir: string): string | null {
+  const newest = recordFiles(readdirSync(dir))[0];
+  return newest ? join(dir, newest.name) : null;
+}
+
 /**
- * The sandboxes' folders: `<dir>/<id>/` holds a sandbox's `state.json` (its record) beside
- * its bundle. A record is replaced atomically (a crash leaves the old or the new one).
+ * The sandboxes' folders: `<dir>/<id>/` holds a sandbox's record. A record is replaced as a
+ * crash leaves the old or the new one: each write is a new file, `state.<n+1>.json`, and the
+ * older ones go once it is written; a reader takes the newest that parses (a write cut by a
+ * kill -9 does not). Not a rename over the old file: on ext4 (auto_da_alloc) that starts
+ * writing the new file's data out, ~1.2 ms on these machines against ~0.03 ms.
  */
 export class RecordStore {
   constructor(readonly dir: string) {}
@@ -61,20 +82,25 @@ export class RecordStore {
 
   /** Writes `rec` to its sandbox's folder, which must exist. */
   async write(rec: SandboxRecord): Promise<void> {
-    const file = join(this.dirOf(rec.spec.id), 'state.json');
-    await writeFile(`${file}.tmp`, JSON.stringify(rec));
-    await rename(`${file}.tmp`, file);
+    const dir = this.dirOf(rec.spec.id);
+    const older = recordFiles(await readdir(dir));
+    await writeFile(join(dir, `state.${(older[0]?.gen ?? 0) + 1}.json`), JSON.stringify(rec));
+    await Promise.all(older.map((f) => rm(join(dir, f.name), { force: true })));
   }
 
   /** The record of `id`, or null when there is none or it cannot be read. */
   async read(id: string): Promise<SandboxRecord | null> {
-    try {
-      const rec = JSON.parse(await readFile(join(this.dirOf(id), 'state.json'), 'utf8')) as SandboxRecord;
-      rec.cid ??= rec.spec.id; // records written before warm pools had none
-      return rec;
-    } catch {
-      return null;
+    const dir = this.dirOf(id);
+    for (const f of recordFiles(await readdir(dir).catch(() => [] as string[]))) {
+      try {
+        const rec = JSON.parse(await readFile(join(dir, f.name), 'utf8')) as SandboxRecord;
+        rec.cid ??= rec.spec.id; // records written before warm pools had none
+        return rec;
+      } catch {
+        // cut short by a crash: the one before it holds
+      }
     }
+    return null;
   }
 
   /** Ids of every sandbox folder, with or without a record in it. */
