@@ -58,3 +58,31 @@ export function meminfo(): Record<string, number> {
       }),
   );
 }
+
+/** CPU time of the whole host so far, in ticks (USER_HZ) summed over every CPU: busy and in all. */
+export function hostTicks(): { busy: number; total: number } {
+  const f = readFileSync('/proc/stat', 'utf8').split('\n')[0].trim().split(/\s+/).slice(1).map(Number);
+  const total = f.reduce((a, b) => a + b, 0);
+  return { busy: total - f[3] - (f[4] ?? 0), total };
+}
+
+/**
+ * Waits until the host is quiet: at most `maxBusy` of its CPU time busy over two windows of
+ * `windowMs` in a row, so that a timed run does not pay for what an earlier one left running
+ * (a server's deletes settling, a warm pool refilling). Bounded by `timeoutMs`; resolves with
+ * whether it got quiet.
+ */
+export async function quietHost({ windowMs = 150, maxBusy = 0.15, timeoutMs = 20_000 } = {}): Promise<boolean> {
+  const end = Date.now() + timeoutMs;
+  let calm = 0;
+  let last = hostTicks();
+  while (Date.now() < end) {
+    await new Promise((r) => setTimeout(r, windowMs));
+    const now = hostTicks();
+    const busy = (now.busy - last.busy) / Math.max(1, now.total - last.total);
+    last = now;
+    calm = busy <= maxBusy ? calm + 1 : 0;
+    if (calm >= 2) return true;
+  }
+  return false;
+}

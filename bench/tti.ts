@@ -9,7 +9,9 @@
  *
  * Sequential: BENCH_TTI_RUNS runs (default 100), the three sides taking turns run by run;
  * before each pooled run the pool has refilled (not timed), as it would between a user's
- * creates. Burst: BENCH_TTI_BURST creates at once (default 100), each followed by its first
+ * creates. Every timed run and burst starts on a quiet host (bench/stats.ts quietHost): the
+ * three sides share the machine, and a run must not pay for what another side left running
+ * (the pool refilling after a claim, a delete settling). Burst: BENCH_TTI_BURST creates at once (default 100), each followed by its first
  * command, with the pool sized for the burst; then the same burst cold, then the floor's.
  *
  * Targets: pooled p50 <= 0.6x the floor's and p99 <= 1x; cold within 1.3x; burst p99 no
@@ -23,7 +25,7 @@ import { TEST_IMAGE_DIR } from '../packages/server/test/local-driver.js';
 import { ImageStore } from '../packages/server/src/runtime/local/images/store.js';
 import { newAccount, RUNTIME, type Server, startServer } from '../test/e2e/harness.js';
 import { BareCrun } from './floor.js';
-import { report, summarize, timeMs } from './stats.js';
+import { quietHost, report, summarize, timeMs } from './stats.js';
 
 if (RUNTIME !== 'local') throw new Error('run with SANDBOXD_E2E_RUNTIME=local (npm run bench sets it)');
 const RUNS = Number(process.env.BENCH_TTI_RUNS ?? 100);
@@ -104,12 +106,22 @@ const burst = { pooled: [] as number[], cold: [] as number[], floor: [] as numbe
 const burstWall = { pooled: 0, cold: 0, floor: 0 };
 try {
   await poolHolds(pooled, Math.min(BURST, 4));
+  // Each timed run starts on a quiet host: it does not pay for what the one before left
+  // running (a delete settling, the pool refilling after a claim), whichever side that was.
+  let loud = 0;
+  const quiet = async () => {
+    if (!(await quietHost())) loud++;
+  };
   for (let i = 0; i < RUNS + 3; i++) {
     await poolHolds(pooled, 1);
+    await quiet();
     const p = await apiTti(pooled);
     await p.sb.delete();
+    await poolHolds(pooled, 1);
+    await quiet();
     const c = await apiTti(cold);
     await c.sb.delete();
+    await quiet();
     const f = await floorTti();
     await floor.delete(f.id);
     if (i < 3) continue; // warm-up
@@ -119,9 +131,10 @@ try {
   }
 
   // Bursts: all at once, each create followed by its first command.
-  await poolHolds(pooled, BURST);
   for (const side of ['pooled', 'cold'] as const) {
     const server = side === 'pooled' ? pooled : cold;
+    await poolHolds(pooled, BURST);
+    await quiet();
     let made: { ms: number; sb: Sandbox }[] = [];
     burstWall[side] = await timeMs(async () => {
       made = await Promise.all(Array.from({ length: BURST }, () => apiTti(server)));
@@ -130,6 +143,8 @@ try {
     await Promise.all(made.map((m) => m.sb.delete()));
   }
   let floors: { ms: number; id: string }[] = [];
+  await poolHolds(pooled, BURST);
+  await quiet();
   burstWall.floor = await timeMs(async () => {
     floors = await Promise.all(Array.from({ length: BURST }, floorTti));
   });
@@ -172,6 +187,7 @@ try {
         floor: bf,
         wallMs: burstWall,
       },
+      runsNotQuiet: loud,
     },
   );
 } finally {

@@ -48,6 +48,7 @@ import { pathToFileURL } from 'node:url';
 import WebSocket from 'ws';
 import { LocalDriver, type LocalDriverOptions } from '../../packages/server/src/runtime/local/driver.js';
 import { hostVethName } from '../../packages/server/src/runtime/local/network/addr.js';
+import { hostTicks } from '../../bench/stats.js';
 
 process.env.SANDBOXD_E2E_RUNTIME ??= 'local';
 const { ADMIN_KEY, newAccount, startServer } = await import('../e2e/harness.js');
@@ -386,11 +387,6 @@ function cpuTicks(pid: number): number {
   const st = readFileSync(`/proc/${pid}/stat`, 'utf8');
   const f = st.slice(st.lastIndexOf(')') + 2).split(' ');
   return Number(f[11]) + Number(f[12]);
-}
-function hostTicks(): { busy: number; total: number } {
-  const f = readFileSync('/proc/stat', 'utf8').split('\n')[0].trim().split(/\s+/).slice(1).map(Number);
-  const total = f.reduce((a, b) => a + b, 0);
-  return { busy: total - f[3] - (f[4] ?? 0), total };
 }
 const TICK = 100; // USER_HZ
 /** ns of CPU used by every process under cgroup folder `parent` (v1 cpuacct, else v2 cpu.stat), or null. */
