@@ -11,8 +11,9 @@
  * before each pooled run the pool has refilled (not timed), as it would between a user's
  * creates. Every timed run and burst starts on a quiet host (bench/stats.ts quietHost): the
  * three sides share the machine, and a run must not pay for what another side left running
- * (the pool refilling after a claim, a delete settling). Burst: BENCH_TTI_BURST creates at once (default 100), each followed by its first
- * command, with the pool sized for the burst; then the same burst cold, then the floor's.
+ * (the pool refilling after a claim, a delete settling). Burst: BENCH_TTI_BURST creates at
+ * once (default 100), each followed by its first command, with the pool sized for the burst;
+ * then the same burst cold, then the floor's.
  *
  * Targets: pooled p50 <= 0.6x the floor's and p99 <= 1x; cold within 1.3x; burst p99 no
  * worse than the floor's burst, and <= 1 s pooled.

@@ -55,3 +55,13 @@ it('no folder or no record: null', async () => {
   assert.equal(await store.read('d'), null);
   assert.equal(recordFile(store.dirOf('d')), null);
 });
+
+it('writes at the same time each get a file of their own; the newest of them is the record', async () => {
+  mkdirSync(store.dirOf('e'));
+  await Promise.all(Array.from({ length: 8 }, (_, i) => store.write({ ...rec('e', 'ready'), slot: i })));
+  const r = await store.read('e');
+  assert.ok(r && r.slot >= 0 && r.slot < 8, 'a whole record');
+  await store.write(rec('e', 'creating'));
+  assert.equal(readdirSync(store.dirOf('e')).length, 1);
+  assert.equal((await store.read('e'))?.phase, 'creating');
+});
