@@ -107,22 +107,22 @@ const burst = { pooled: [] as number[], cold: [] as number[], floor: [] as numbe
 const burstWall = { pooled: 0, cold: 0, floor: 0 };
 try {
   await poolHolds(pooled, Math.min(BURST, 4));
-  // Each timed run starts on a quiet host: it does not pay for what the one before left
-  // running (a delete settling, the pool refilling after a claim), whichever side that was.
+  // Each timed run starts with the pool holding `n` and on a quiet host: it does not pay for
+  // what the one before left running (a delete settling, the pool refilling after a claim),
+  // whichever side that was.
   let loud = 0;
-  const quiet = async () => {
+  const settled = async (n: number) => {
+    await poolHolds(pooled, n);
     if (!(await quietHost())) loud++;
   };
   for (let i = 0; i < RUNS + 3; i++) {
-    await poolHolds(pooled, 1);
-    await quiet();
+    await settled(1);
     const p = await apiTti(pooled);
     await p.sb.delete();
-    await poolHolds(pooled, 1);
-    await quiet();
+    await settled(1);
     const c = await apiTti(cold);
     await c.sb.delete();
-    await quiet();
+    await settled(1);
     const f = await floorTti();
     await floor.delete(f.id);
     if (i < 3) continue; // warm-up
@@ -134,8 +134,7 @@ try {
   // Bursts: all at once, each create followed by its first command.
   for (const side of ['pooled', 'cold'] as const) {
     const server = side === 'pooled' ? pooled : cold;
-    await poolHolds(pooled, BURST);
-    await quiet();
+    await settled(BURST);
     let made: { ms: number; sb: Sandbox }[] = [];
     burstWall[side] = await timeMs(async () => {
       made = await Promise.all(Array.from({ length: BURST }, () => apiTti(server)));
@@ -144,8 +143,7 @@ try {
     await Promise.all(made.map((m) => m.sb.delete()));
   }
   let floors: { ms: number; id: string }[] = [];
-  await poolHolds(pooled, BURST);
-  await quiet();
+  await settled(BURST);
   burstWall.floor = await timeMs(async () => {
     floors = await Promise.all(Array.from({ length: BURST }, floorTti));
   });

@@ -7,7 +7,6 @@
  */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { recordFile } from '../../packages/server/src/runtime/local/records.js';
 import { chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -17,6 +16,7 @@ import { cgroupParentLeft } from '../../packages/server/src/runtime/local/bundle
 import { hostVethName, instanceGroup } from '../../packages/server/src/runtime/local/network/addr.js';
 import { runTool } from '../../packages/server/src/runtime/local/network/exec.js';
 import { nftTableName } from '../../packages/server/src/runtime/local/network/rules.js';
+import { recordFile } from '../../packages/server/src/runtime/local/records.js';
 import { loopsUnder } from '../../packages/server/src/runtime/local/rootfs/mounts.js';
 import { IMAGE, RUNTIME, type Server, startServer } from './harness.js';
 import { releaseSlot, TEST_IMAGE_DIR } from './local-runtime.js';

@@ -6,7 +6,6 @@
  */
 import assert from 'node:assert/strict';
 import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { recordFile } from './records.js';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import { isSandboxdError } from '@sandboxd/protocol';
@@ -16,6 +15,7 @@ import { cgroupLimits, cpuUsageNs, sandboxCgroupDir } from './bundle/cgroup-fs.j
 import { isFrozen } from './bundle/freezer.js';
 import { LocalDriver, type LocalDriverOptions } from './driver.js';
 import { hostVethName } from './network/addr.js';
+import { recordFile } from './records.js';
 import { loopsUnder } from './rootfs/mounts.js';
 
 const IMAGE = 'local/busybox:latest';

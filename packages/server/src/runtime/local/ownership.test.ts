@@ -6,7 +6,6 @@
  */
 import assert from 'node:assert/strict';
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { recordFile } from './records.js';
 import { join } from 'node:path';
 import { after, before, it } from 'node:test';
 import { makeTestDriver } from '../../../test/local-driver.js';
@@ -16,6 +15,7 @@ import { INSTANCE_ANNOTATION } from './bundle/oci-config.js';
 import { OciRuntime, processStart } from './commands/oci-runtime.js';
 import { LocalDriver, type LocalDriverOptions } from './driver.js';
 import { hostVethName, instanceGroup } from './network/addr.js';
+import { recordFile } from './records.js';
 import { loopsUnder, mountsUnder } from './rootfs/mounts.js';
 
 const LIMITS = { memoryBytes: 64 << 20, cpus: 0.5, pids: 32, rootDiskBytes: 64 << 20 };

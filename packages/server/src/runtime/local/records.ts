@@ -84,13 +84,14 @@ export class RecordStore {
   async write(rec: SandboxRecord): Promise<void> {
     const dir = this.dirOf(rec.spec.id);
     const older = recordFiles(await readdir(dir));
+    const newest = older[0]?.gen ?? 0;
     // A name of its own (exclusive create): a second write at the same time takes the next.
-    for (let gen = (older[0]?.gen ?? 0) + 1; ; gen++) {
+    for (let gen = newest + 1; ; gen++) {
       try {
         await writeFile(join(dir, `state.${gen}.json`), JSON.stringify(rec), { flag: 'wx' });
         break;
       } catch (e) {
-        if ((e as NodeJS.ErrnoException).code !== 'EEXIST' || gen > (older[0]?.gen ?? 0) + 64) throw e;
+        if ((e as NodeJS.ErrnoException).code !== 'EEXIST' || gen > newest + 64) throw e;
       }
     }
     await Promise.all(older.map((f) => rm(join(dir, f.name), { force: true })));

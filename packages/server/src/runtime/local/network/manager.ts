@@ -107,7 +107,7 @@ export class NetworkManager {
   readonly #nets = new Map<string, SandboxNet>();
   readonly #locks = new Map<string, Promise<unknown>>();
   #cursor: number;
-  #helper: string | undefined;
+  #netAttachPath: string | undefined;
   #egress: EgressGate | undefined;
 
   /** Validates the options (`validation` error); touches nothing on the host. */
@@ -136,6 +136,12 @@ export class NetworkManager {
     return this.#group;
   }
 
+  /** Path of the net-attach native helper (native/net-attach.c), compiled on first use. */
+  #netAttach(): string {
+    this.#netAttachPath ??= nativeBin('net-attach');
+    return this.#netAttachPath;
+  }
+
   /**
    * Installs the host side, idempotently: the nft table `inet sandboxd_<bridge>` first (so
    * no sandbox ever exists unprotected), then the anchor device (a bridge without ports,
@@ -150,7 +156,7 @@ export class NetworkManager {
    */
   async init(): Promise<void> {
     const { bridge } = this.#opts;
-    this.#helper = nativeBin('net-attach'); // compiled now, not by the first create
+    this.#netAttach(); // compiled now, not by the first create
     const clash = await findRouteClash(this.#plan.prefix, (dev) => dev === bridge || this.#isOurVeth(dev));
     if (clash) throw new SandboxdError('conflict', `network: subnet ${this.#subnet} overlaps the host route ${clash}`);
     const hostNetworks = await hostNetworksBesides(bridge);
@@ -254,8 +260,7 @@ export class NetworkManager {
     checkSandboxId(id);
     return this.#locked(id, async () => {
       if (!existsSync(netnsPath(id))) return;
-      this.#helper ??= nativeBin('net-attach');
-      await runTool(this.#helper, ['unname', netnsName(id)]);
+      await runTool(this.#netAttach(), ['unname', netnsName(id)]);
     });
   }
 
@@ -347,14 +352,13 @@ export class NetworkManager {
     const addr = this.#allocate(id);
     const net = this.#describe(id, intToIp(addr));
     try {
-      this.#helper ??= nativeBin('net-attach');
       const cmd = attachCommand({
         id,
         group: this.#group,
         address: net.address,
         gateway: this.#gateway,
         pid,
-        helper: this.#helper,
+        helper: this.#netAttach(),
       });
       await runTool(cmd.file, cmd.args);
     } catch (e) {
