@@ -30,6 +30,14 @@
  *             8 = user by name: uid/gid are ignored; the trailing string (a name or a
  *                 numeric uid) is looked up in the sandbox's /etc/passwd by the child;
  *             16 = cwd is a default: when the user cannot enter it, its home, else /.
+ *             32 = simple: argv is `/bin/sh -c command word..`, where the words are the
+ *                 whole of a command dash would run as they are (no expansion, quoting,
+ *                 redirection, assignment or builtin: the server checks). When /bin/sh is
+ *                 dash, the first word is looked up in PATH and run with the words as
+ *                 argv and PWD exported, as dash would run it, one exec fewer; anything
+ *                 off that path (not dash, not found, not executable, no PATH, a relative
+ *                 PATH entry) runs `/bin/sh -c command` instead, which then says why.
+ *                 An older agent ignores the flag: the words are sh's unused $0, $1, ..
  *             The command runs as uid:gid with no supplementary groups; without HOME in
  *             env it gets the home of uid from the sandbox's /etc/passwd (else /).
  *   ACK (2): u32 bytes: the server consumed that much of a streamed command's output.
@@ -66,6 +74,7 @@
 #include <grp.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -85,7 +94,7 @@
 enum { T_EXEC = 1, T_ACK = 2, T_STDIN = 3, T_STDIN_CLOSE = 4, T_SIGNAL = 5 };
 enum { R_HELLO = 0, R_STARTED = 1, R_STDOUT = 2, R_STDERR = 3, R_EXIT = 4, R_FAILED = 5, R_STDIN_ACK = 6,
        R_STDIN_GONE = 7 };
-enum { F_BACKGROUND = 1, F_STREAM = 2, F_STDIN = 4, F_USER_NAME = 8, F_CWD_FALLBACK = 16 };
+enum { F_BACKGROUND = 1, F_STREAM = 2, F_STDIN = 4, F_USER_NAME = 8, F_CWD_FALLBACK = 16, F_SIMPLE = 32 };
 /* Most STDIN bytes buffered per command (the server keeps well below it). */
 #define MAX_STDIN_BUF (4u << 20)
 
@@ -327,6 +336,52 @@ static void home_of(uid_t uid, char *out, size_t cap) {
 }
 
 /* The default working dir may be closed to another user: its home, else /. 0: neither. Runs in the child. */
+/* True when /bin/sh is dash (a link whose target's last name is `dash`). */
+static int sh_is_dash(void) {
+  char t[4096];
+  ssize_t n = readlink("/bin/sh", t, sizeof t - 1);
+  if (n <= 0) return 0;
+  t[n] = 0;
+  const char *b = strrchr(t, '/');
+  return strcmp(b ? b + 1 : t, "dash") == 0;
+}
+
+/*
+ * Runs words[0] as dash runs a simple command (child only; returns when it did not exec):
+ * a name without '/' is looked up in each absolute PATH entry in order, PWD is exported
+ * the way dash sets it (the inherited PWD when it names the working directory, else
+ * getcwd). `pwd` is a buffer for "PWD=..", `slot` the envp entry free for it.
+ */
+static void exec_simple(char **words, char **envp, char **slot, char *pwd, size_t cap) {
+  if (!sh_is_dash()) return;
+  const char *path = NULL, *old = NULL;
+  char **oldp = NULL;
+  for (char **e = envp; *e; e++) {
+    if (strncmp(*e, "PATH=", 5) == 0) path = *e + 5;
+    else if (strncmp(*e, "PWD=", 4) == 0) { old = *e + 4; oldp = e; }
+  }
+  if (!path || !*path) return;
+  struct stat a, b;
+  int keep = old && old[0] == '/' && stat(".", &a) == 0 && stat(old, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+  if (!keep) {
+    memcpy(pwd, "PWD=", 4);
+    if (!getcwd(pwd + 4, cap - 4)) return;
+    if (oldp) *oldp = pwd; else { *slot = pwd; slot[1] = NULL; }
+  }
+  if (strchr(words[0], '/')) { execve(words[0], words, envp); return; }
+  char file[4096];
+  for (const char *p = path;;) {
+    const char *end = strchrnul(p, ':');
+    size_t dl = (size_t)(end - p), nl = strlen(words[0]);
+    if (dl == 0 || p[0] != '/' || dl + 1 + nl >= sizeof file) return; /* dash's own rules then */
+    memcpy(file, p, dl); file[dl] = '/'; memcpy(file + dl + 1, words[0], nl + 1);
+    execve(file, words, envp);
+    if (errno != ENOENT && errno != ENOTDIR) return;
+    if (!*end) return;
+    p = end + 1;
+  }
+}
+
 static int cwd_fallback(uint32_t flags, uid_t uid) {
   if (!(flags & F_CWD_FALLBACK)) return 0;
   int en = errno;
@@ -350,7 +405,7 @@ static void start_exec(uint32_t id, const unsigned char *p, uint32_t n) {
   if (argc < 1 || argc > 65536 || envc > 65536) { send_failed(id, 126, "bad request", EINVAL); return; }
   int by_name = (flags & F_USER_NAME) != 0;
   size_t total = 1 + (size_t)argc + envc + (by_name ? 1 : 0);
-  char **strs = calloc(total + 3, sizeof(char *));
+  char **strs = calloc(total + 4, sizeof(char *));
   if (!strs) { send_failed(id, 126, "agent", ENOMEM); return; }
   for (size_t i = 0; i < total; i++) {
     const char *z = memchr(s, 0, (size_t)(end - s));
@@ -415,7 +470,16 @@ static void start_exec(uint32_t id, const unsigned char *p, uint32_t n) {
     if (stage) { /* unknown user */ }
     else if ((getuid() != uid || getgid() != gid) && (setgroups(0, NULL) < 0 || setgid(gid) < 0 || setuid(uid) < 0)) { en = errno; stage = 3; }
     else if (chdir(cwd) < 0 && !cwd_fallback(flags, uid)) { en = errno; stage = 1; }
-    else { execve(argv[0], argv, envp); en = errno; stage = 2; }
+    else {
+      if ((flags & F_SIMPLE) && argc > 3) {
+        static char pwd[4096 + 8];
+        char **slot = envp; while (*slot) slot++;
+        exec_simple(argv + 3, envp, slot, pwd, sizeof pwd);
+        *slot = NULL;
+        argv[3] = NULL; /* sh gets no $0 .. */
+      }
+      execve(argv[0], argv, envp); en = errno; stage = 2;
+    }
     int msg[2] = {stage, en};
     if (write(rep[1], msg, sizeof msg) < 0) { /* nothing to do */ }
     _exit(127);

@@ -166,6 +166,30 @@ describe('exec agent (host process)', () => {
     );
   });
 
+  it('runs a simple command without the shell, with what the shell would give it', async () => {
+    const sh = (command: string) => ['/bin/sh', '-c', command];
+    const simple = (command: string) => ({ ...base, cwd: '/tmp', simpleWords: command.split(' ') });
+    // Direct: the command is the agent's own child; through the shell, the shell's.
+    const ppid = (stat: string) => Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+    const agentPid = children[0].pid;
+    assert.equal(ppid((await agent.exec(sh('cat /proc/self/stat'), simple('cat /proc/self/stat'))).stdout), agentPid);
+    assert.notEqual(ppid((await agent.exec(sh('cat /proc/self/stat'), { ...base, cwd: '/tmp' })).stdout), agentPid);
+    // PWD exported as dash does: the working directory, unless an inherited PWD names it.
+    assert.equal((await agent.exec(sh('printenv PWD'), simple('printenv PWD'))).stdout, '/tmp\n');
+    const stale = { ...simple('printenv PWD'), env: [...base.env, 'PWD=/nowhere'] };
+    assert.equal((await agent.exec(sh('printenv PWD'), stale)).stdout, '/tmp\n');
+    // What does not run directly goes through the shell, which says why, as it always did.
+    for (const command of ['no-such-program-x --y', '/tmp', '/no/such/program']) {
+      const direct = await agent.exec(sh(command), simple(command));
+      assert.deepEqual(direct, await agent.exec(sh(command), { ...base, cwd: '/tmp' }), command);
+      assert.ok(direct.exitCode === 126 || direct.exitCode === 127, `${command}: ${direct.exitCode}`);
+      assert.match(direct.stderr, /^\/bin\/sh: 1: /, command);
+    }
+    // Output, exit code and arguments as through the shell.
+    const ls = 'ls -d /tmp /no/such';
+    assert.deepEqual(await agent.exec(sh(ls), simple(ls)), await agent.exec(sh(ls), { ...base, cwd: '/tmp' }));
+  });
+
   it('starts background commands and answers with their pid at once', async () => {
     const pid = await agent.execBackground(['/bin/sh', '-c', 'sleep 30'], base);
     assert.ok(pid > 1);
@@ -226,6 +250,27 @@ describe('exec agent (in a sandbox)', () => {
         .filter((f) => f > 3),
       [],
     );
+  });
+
+  it('runs simple commands without the shell where /bin/sh is dash, with the env the shell gives', async () => {
+    await driver.create({ id: 'agent_d', image: 'local/debian:bookworm', env: { A: 'b' }, volumes: [], limits });
+    try {
+      const ppid = async (id: string) => {
+        const r = await driver.exec(id, 'cat /proc/self/stat');
+        return Number(r.stdout.slice(r.stdout.lastIndexOf(')') + 2).split(' ')[1]);
+      };
+      // dash forks even the last command of `-c`: the agent's own child ran without it.
+      assert.equal(await ppid('agent_d'), 1, "the command is the agent's child");
+      const env = (await driver.exec('agent_d', 'env')).stdout.split('\n').sort();
+      const viaShell = (await driver.exec('agent_d', 'env | cat')).stdout.split('\n').sort();
+      assert.deepEqual(env, viaShell);
+      assert.ok(env.includes('A=b') && env.includes('PWD=/root'), env.join(' '));
+      const missing = await driver.exec('agent_d', 'no-such-program --x');
+      assert.equal(missing.exitCode, 127);
+      assert.match(missing.stderr, /no-such-program: not found/);
+    } finally {
+      await driver.delete('agent_d');
+    }
   });
 
   it('after a server restart a new agent serves execs, and is replaced when killed from inside', async () => {

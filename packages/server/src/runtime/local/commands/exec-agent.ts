@@ -19,6 +19,11 @@ export interface AgentExecOptions {
   cwd: string;
   timeoutMs: number;
   maxOutputBytes: number;
+  /**
+   * argv is `/bin/sh -c command` and these are the words of a command the agent may run
+   * without the shell (see simple-command.ts); it runs it with the shell otherwise.
+   */
+  simpleWords?: string[] | null;
 }
 
 export interface AgentExecResult {
@@ -75,7 +80,8 @@ const F_BACKGROUND = 1,
   F_STREAM = 2,
   F_STDIN = 4,
   F_USER_NAME = 8,
-  F_CWD_FALLBACK = 16;
+  F_CWD_FALLBACK = 16,
+  F_SIMPLE = 32;
 
 interface Pending {
   background: boolean;
@@ -244,10 +250,13 @@ export class ExecAgent {
     const id = this.nextId++;
     const numeric = /^\d+:\d+$/.test(o.user);
     const [uid, gid] = numeric ? o.user.split(':').map(Number) : [0, 0];
+    const simple = o.simpleWords?.length && argv.length === 3 ? o.simpleWords : null;
+    if (simple) argv = [...argv, ...simple];
     const strings = cStrings([o.cwd, ...argv, ...o.env, ...(numeric ? [] : [o.user])]);
     let flags = background ? F_BACKGROUND : 0;
     if (stream) flags |= F_STREAM | (stream.stdin ? F_STDIN : 0) | (stream.cwdIsDefault ? F_CWD_FALLBACK : 0);
     if (!numeric) flags |= F_USER_NAME;
+    if (simple) flags |= F_SIMPLE;
     const frame = encodeFrame(
       T_EXEC,
       id,

@@ -4,6 +4,7 @@ import type { ExecOptions, ExecResult, SpawnOptions, StreamedProcess } from '../
 import { AgentGoneError, AgentSpawnError, ExecAgent } from './exec-agent.js';
 import { nsPid, type OciRuntime } from './oci-runtime.js';
 import { mergeEnvList } from '../sandbox-checks.js';
+import { simpleWords } from './simple-command.js';
 
 /** What running a command needs to know of a sandbox (a driver record has it). */
 export interface CommandTarget {
@@ -64,11 +65,12 @@ export class SandboxCommands {
     const timeoutMs = options.timeoutMs ?? 60_000;
     const maxOutputBytes = options.maxOutputBytes ?? 1024 * 1024;
     const argv = ['/bin/sh', '-c', command];
+    const simple = simpleWords(command, env);
     for (let attempt = 0; ; attempt++) {
       const agent = await this.agent(t);
       if (!agent) break;
       try {
-        return await agent.exec(argv, { user: t.user, env, cwd, timeoutMs, maxOutputBytes });
+        return await agent.exec(argv, { user: t.user, env, cwd, timeoutMs, maxOutputBytes, simpleWords: simple });
       } catch (e) {
         if (!(e instanceof AgentGoneError)) throw e;
         // The agent was gone before the command said a word: once more with a new one. Twice
