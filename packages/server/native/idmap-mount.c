@@ -388,19 +388,8 @@ static void inject(char **argv, int argc) {
   }
 }
 
-/* Sets the hostname of the UTS namespace of `pid` (a sandbox's init, whose own root lacks CAP_SYS_ADMIN). */
-static void set_hostname(const char *pidarg, const char *name) {
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%ld/ns/uts", (long)num(pidarg, "pid"));
-  int uts = open(path, O_RDONLY | O_CLOEXEC);
-  if (uts < 0) die("open %s", path);
-  if (setns(uts, CLONE_NEWUTS)) die("setns into %s", path);
-  if (sethostname(name, strlen(name))) die("sethostname %s", name);
-}
-
 int main(int argc, char **argv) {
   const char *cmd = argc > 1 ? argv[1] : "";
-  if (!strcmp(cmd, "hostname") && argc == 4) { set_hostname(argv[2], argv[3]); return 0; }
   if (!strcmp(cmd, "bind") && argc >= 6 && argc % 2 == 0) {
     int userns = make_userns(num(argv[2], "uidBase"), num(argv[3], "size"));
     for (int i = 4; i < argc; i += 2) idmapped_bind(userns, argv[i], argv[i + 1], 0);
@@ -433,6 +422,6 @@ int main(int argc, char **argv) {
   errno = 0;
   die("usage: bind <uidBase> <size> <src> <dst>... | inject <pid> <uidBase> <src> <dst>... | loopmount <image> <dst> <opts> | "
       "rootfs <template> <dir> <uidBase> <size> <lower> [<volume>...] | cgroup-view <controllers> -- <program> [<arg>...] | "
-      "umount [--strict] [--shutdown=<ext4 root>] <path>... | hostname <pid> <name>");
+      "umount [--strict] [--shutdown=<ext4 root>] <path>...");
   return 1;
 }

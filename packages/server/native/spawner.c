@@ -1,6 +1,7 @@
 /* cc-flags: -static */
 /*
- * spawner: starts host programs (ip, nft, crun, the mount helper) for the server.
+ * spawner: starts host programs (ip, nft, crun, the mount helper) for the server, and sets
+ * the hostname of a sandbox's UTS namespace without starting one.
  *
  * Node starts a program by forking its whole address space (libuv's uv_spawn on Linux):
  * at the server's ~170 MB that blocks the event loop ~5 ms per program and takes ~10 ms in
@@ -27,6 +28,10 @@
  *     stdout and stderr are collected, each up to maxOutputBytes (the rest is dropped).
  *     On timeout the program gets SIGKILL; its result comes once it exited and its output
  *     pipes closed (a timed-out program's pipes are closed by the spawner).
+ *   HOSTNAME (2): u32 pid | name: sets the hostname of the UTS namespace of process `pid` (a
+ *     sandbox's init, whose own root lacks CAP_SYS_ADMIN): the spawner enters it, sets the
+ *     name and goes back to its own namespace before anything else (and dies if it cannot).
+ *     Answered EXIT with code 0 and no output, or FAILED.
  * spawner -> server
  *   HELLO (0, id 0): u32 protocol version, sent once at start.
  *   EXIT (1): i32 exit code (-1 when killed by a signal) | i32 signal | u32 flags
@@ -44,6 +49,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -53,7 +59,7 @@
 #include <unistd.h>
 #include "frames.h"
 
-#define PROTOCOL_VERSION 1
+#define PROTOCOL_VERSION 2
 #define MAX_FRAME (16u << 20)
 #define MAX_OUTPUT (4u << 20)
 #define MAX_CHILDREN 512
@@ -61,7 +67,7 @@
 
 extern char **environ;
 
-enum { T_SPAWN = 1 };
+enum { T_SPAWN = 1, T_HOSTNAME = 2 };
 enum { R_HELLO = 0, R_EXIT = 1, R_FAILED = 2 };
 enum { F_QUIET = 1, F_CHANNEL = 2 };
 
@@ -79,6 +85,8 @@ struct child {
 };
 
 static int ctl_in = -1, ctl_out = -1;
+/* The spawner's own UTS namespace, to come back to after a HOSTNAME. */
+static int own_uts = -1;
 static struct child kids[MAX_CHILDREN];
 
 /* One frame to the server (see frames.h). A broken channel ends us. */
@@ -225,10 +233,29 @@ failed:;
   send_failed(id, e, what);
 }
 
+static void set_hostname(uint32_t id, const unsigned char *p, uint32_t n) {
+  if (n < 5 || n - 4 > 64) { send_failed(id, EINVAL, "malformed hostname request"); return; }
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%u/ns/uts", get32(p));
+  int uts = open(path, O_RDONLY | O_CLOEXEC);
+  if (uts < 0) { send_failed(id, errno, path); return; }
+  int failed = own_uts < 0 || setns(uts, CLONE_NEWUTS) < 0;
+  int e = errno;
+  close(uts);
+  if (failed) { send_failed(id, e, "setns"); return; }
+  failed = sethostname((const char *)p + 4, n - 4) < 0;
+  e = errno;
+  if (setns(own_uts, CLONE_NEWUTS) < 0) _exit(1); /* never start a program in a sandbox's namespace */
+  if (failed) { send_failed(id, e, "sethostname"); return; }
+  unsigned char r[16] = {0};
+  send_frame(R_EXIT, id, r, 16, NULL, 0, NULL, 0);
+}
+
 static void handle_frame(const unsigned char *f, uint32_t len) {
   if (len < 5) return;
   uint32_t id = get32(f + 1);
   if (f[0] == T_SPAWN) spawn_one(id, f + 5, len - 5);
+  else if (f[0] == T_HOSTNAME) set_hostname(id, f + 5, len - 5);
 }
 
 /* Reads what the server sent and runs every complete frame; EOF or nonsense ends us. */
@@ -335,6 +362,7 @@ int main(void) {
   sigprocmask(SIG_BLOCK, &chld, NULL);
   int sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
   if (sfd < 0) _exit(1);
+  own_uts = open("/proc/self/ns/uts", O_RDONLY | O_CLOEXEC);
 
   unsigned char hello[4]; put32(hello, PROTOCOL_VERSION);
   send_frame(R_HELLO, 0, hello, 4, NULL, 0, NULL, 0);

@@ -31,6 +31,7 @@ import { ensureRunTmpfs, removeRunDir } from './run-dir.js';
 import { ExecAgent } from './commands/exec-agent.js';
 import { AgentFiles } from './files.js';
 import { SandboxCommands } from './commands/exec.js';
+import { HostSpawner } from './commands/spawner.js';
 import { type CrunState, defaultOciRuntime, OciRuntime, processStart } from './commands/oci-runtime.js';
 import { readHostCapacity } from './host-capacity.js';
 import { ImageStore } from './images/store.js';
@@ -898,11 +899,12 @@ export class LocalDriver implements RuntimeDriver {
 
 /**
  * Sets the hostname of the UTS namespace of host process `pid` (a sandbox's init) from the
- * host, with the mount helper (setns + sethostname, as crun sets it): the sandbox's own root
- * lacks CAP_SYS_ADMIN for it. One program, where nsenter + sh took two (~2 ms of a claim).
+ * host (setns + sethostname, as crun sets it): the sandbox's own root lacks CAP_SYS_ADMIN
+ * for it. The spawner does it itself, with no program started: ~0.2 ms of a claim, where the
+ * mount helper took ~1.2 ms (and nsenter + sh before it ~2 ms).
  */
-async function setHostname(pid: number, hostname: string): Promise<void> {
-  await mountHelper(['hostname', String(pid), hostname], 5000);
+function setHostname(pid: number, hostname: string): Promise<void> {
+  return HostSpawner.shared().setHostname(pid, hostname);
 }
 
 function toImageInfo(i: ImageInfo): ImageInfo {

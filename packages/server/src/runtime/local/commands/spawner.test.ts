@@ -1,7 +1,9 @@
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import { test } from 'node:test';
-import { readFileSync } from 'node:fs';
+import { spawn } from 'node:child_process';
+import { readFileSync, readlinkSync } from 'node:fs';
+import { hostname } from 'node:os';
 import { connect, type Socket } from 'node:net';
 import { HostSpawner, SpawnError } from './spawner.js';
 
@@ -122,4 +124,33 @@ test('a killed spawner fails what was in flight and is started again', async () 
   const r = await sp.run('echo', ['again']);
   assert.equal(r.stdout.toString(), 'again\n');
   assert.notEqual(sp.pid, pid);
+});
+
+test("sets the hostname of another process's UTS namespace, and stays in its own", async () => {
+  const child = spawn('unshare', ['--uts', 'sleep', '30'], { stdio: 'ignore' });
+  try {
+    // The namespace exists once unshare made it (then it execs sleep).
+    const own = readlinkSync('/proc/self/ns/uts');
+    const theirs = () => {
+      try {
+        return readlinkSync(`/proc/${child.pid}/ns/uts`);
+      } catch {
+        return own;
+      }
+    };
+    for (let i = 0; i < 500 && theirs() === own; i++) await new Promise((r) => setTimeout(r, 10));
+    assert.notEqual(theirs(), own);
+    await sp.setHostname(child.pid!, 'sbx-test-name');
+    const inside = await sp.run('nsenter', [`--uts=/proc/${child.pid}/ns/uts`, 'hostname']);
+    assert.equal(inside.stdout.toString().trim(), 'sbx-test-name');
+    const outside = await sp.run('hostname', []);
+    assert.equal(outside.stdout.toString().trim(), hostname(), "the spawner's programs keep the host's name");
+    await assert.rejects(sp.setHostname(child.pid!, 'x'.repeat(65)), SpawnError);
+  } finally {
+    child.kill('SIGKILL');
+  }
+  await assert.rejects(
+    sp.setHostname(2 ** 31 - 2, 'gone'),
+    (e: SpawnError) => e instanceof SpawnError && e.errno === 2,
+  );
 });

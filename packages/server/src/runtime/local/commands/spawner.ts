@@ -46,8 +46,9 @@ export class SpawnError extends Error {
   }
 }
 
-const PROTOCOL_VERSION = 1;
-const T_SPAWN = 1;
+const PROTOCOL_VERSION = 2;
+const T_SPAWN = 1,
+  T_HOSTNAME = 2;
 const R_HELLO = 0,
   R_EXIT = 1,
   R_FAILED = 2;
@@ -159,6 +160,23 @@ export class HostSpawner {
       if (token) this.channels.delete(token);
       this.holdOpen();
     }
+  }
+
+  /**
+   * Sets the hostname of the UTS namespace of process `pid` (a sandbox's init): the spawner
+   * enters it and comes back, with no program started. Rejects with SpawnError (`errno`)
+   * when `pid` is gone or the name is refused.
+   */
+  async setHostname(pid: number, name: string): Promise<void> {
+    const proc = this.process();
+    const id = this.nextId++;
+    const frame = encodeFrame(T_HOSTNAME, id, [u32(pid)], Buffer.from(name));
+    const file = 'sethostname';
+    await new Promise<SpawnResult>((resolve, reject) => {
+      this.pending.set(id, { file, resolve, reject });
+      this.holdOpen();
+      proc.stdin!.write(frame);
+    }).finally(() => this.holdOpen());
   }
 
   /** Pid of the spawner process, or 0 when none runs. */
