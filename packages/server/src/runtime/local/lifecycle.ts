@@ -158,7 +158,7 @@ export async function start(h: LifecycleHost, rec: SandboxRecord, limits: Resour
       h.roots.remount({ id: rec.rootId ?? id, lowerDir, uidBase: rec.uidBase, volumes: volumePaths }),
       netFirst ? (pooled ?? h.network.attach(id)) : null,
     ]);
-    const bundle = await h.bundles.write({
+    const bundle = h.bundles.write({
       id,
       hostname: rec.spec.hostname ?? id,
       rootfs: root.rootfs,
@@ -175,7 +175,7 @@ export async function start(h: LifecycleHost, rec: SandboxRecord, limits: Resour
     const net = early ?? (await h.network.attach(id, { pid: rec.initPid }));
     rec.netId = net.id;
     await h.settleHost(rec);
-    if (!early) await bundle.setAddress(net.address);
+    if (!early) bundle.setAddress(net.address);
     rec.address = net.address;
     rec.netnsPath = net.netnsPath;
     rec.initStart = processStart(rec.initPid);

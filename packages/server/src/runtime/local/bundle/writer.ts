@@ -1,5 +1,5 @@
-import { statSync } from 'node:fs';
-import { chmod, mkdir, rename, rm, writeFile } from 'node:fs/promises';
+import { chmodSync, mkdirSync, renameSync, statSync, writeFileSync } from 'node:fs';
+import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { agentBinary } from '../commands/exec-agent.js';
 import { hostOnlyCgroupPaths, type OciRuntimeName } from '../commands/oci-runtime.js';
@@ -88,19 +88,20 @@ export class BundleWriter {
 
   /**
    * Writes container `b.id`'s bundle into {@link dirOf} (made if missing): its /etc files,
-   * then config.json. Resolves with the folder and `setAddress`, which puts an address known
-   * only after start (runc) into /etc/hosts.
+   * then config.json. Returns the folder and `setAddress`, which puts an address known only
+   * after start (runc) into /etc/hosts. Synchronous: the bundles are on the run dir's tmpfs,
+   * where the ~7 calls take tens of microseconds, against ~0.8 ms through the thread pool.
    */
-  async write(b: SandboxBundle): Promise<{ dir: string; setAddress: (address: string) => Promise<void> }> {
+  write(b: SandboxBundle): { dir: string; setAddress: (address: string) => void } {
     const host = this.host!;
     const dir = this.dirOf(b.id);
-    await mkdir(dir, { recursive: true });
-    const etc = await writeEtcFiles(dir, b.hostname, b.net?.address ?? '', this.o.nameserver);
+    mkdirSync(dir, { recursive: true });
+    const etc = writeEtcFiles(dir, b.hostname, b.net?.address ?? '', this.o.nameserver);
     // The empty directory bound read-only over masked directories (owned by host root, so
     // nobody in the sandbox can write it).
     const empty = join(dir, 'masked');
-    await mkdir(empty, { recursive: true });
-    await chmod(empty, 0o555);
+    mkdirSync(empty, { recursive: true });
+    chmodSync(empty, 0o555);
     const config = buildOciConfig({
       id: b.id,
       instance: this.o.instance,
@@ -129,13 +130,16 @@ export class BundleWriter {
       seccompBpfBase64: host.seccompBpfBase64,
       cgroupsPath: cgroupsPath(this.o.cgroupParent, b.id),
     });
-    await writeFile(join(dir, 'config.json'), JSON.stringify(config));
+    writeFileSync(join(dir, 'config.json'), JSON.stringify(config));
     return { dir, setAddress: etc.setAddress };
   }
 
-  /** Moves the bundle of container `from` to the folder of `to` (a warm-pooled sandbox claimed). */
-  move(from: string, to: string): Promise<void> {
-    return rename(this.dirOf(from), this.dirOf(to));
+  /**
+   * Moves the bundle of container `from` to the folder of `to` (a warm-pooled sandbox
+   * claimed). Synchronous: one rename on the run dir's tmpfs, on a claim's critical path.
+   */
+  move(from: string, to: string): void {
+    renameSync(this.dirOf(from), this.dirOf(to));
   }
 
   /**

@@ -11,10 +11,9 @@
  * only after its image, so whatever is found here is whole.
  */
 import { createHash } from 'node:crypto';
-import { chmodSync, mkdirSync } from 'node:fs';
+import { chmodSync, mkdirSync, readFileSync } from 'node:fs';
 import { link, readdir, rename, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { readJsonIfExists } from './source.js';
 import type { ImageRecord } from './unpack.js';
 
 export interface RefEntry {
@@ -59,11 +58,11 @@ export class Catalog {
 
   /** Record of an unpacked image, or undefined. */
   async image(digest: string): Promise<ImageRecord | undefined> {
-    return readJsonIfExists<ImageRecord>(join(this.imageDir(digest), 'image.json'));
+    return readSmallJson<ImageRecord>(join(this.imageDir(digest), 'image.json'));
   }
 
   async ref(canonical: string): Promise<RefEntry | undefined> {
-    const e = await readJsonIfExists<RefEntry>(this.refFile(canonical));
+    const e = readSmallJson<RefEntry>(this.refFile(canonical));
     return e && e.ref === canonical ? e : undefined;
   }
 
@@ -111,7 +110,12 @@ export class Catalog {
     const out: RefEntry[] = [];
     for (const f of await readdir(this.refs)) {
       if (!f.endsWith('.json')) continue;
-      const e = await readJsonIfExists<RefEntry>(join(this.refs, f)).catch(() => undefined);
+      let e: RefEntry | undefined;
+      try {
+        e = readSmallJson<RefEntry>(join(this.refs, f));
+      } catch {
+        e = undefined;
+      }
       if (e?.ref && e.digest) out.push(e);
     }
     return out.sort((a, b) => a.ref.localeCompare(b.ref));
@@ -125,5 +129,19 @@ export class Catalog {
   /** Dir of the kept OCI layout of a locally built image (`local/debian:bookworm` -> `debian_bookworm`). */
   layoutDir(canonical: string): string {
     return join(this.layouts, canonical.replace(/^local\//, '').replace(/[^a-z0-9._-]/g, '_'));
+  }
+}
+
+/**
+ * A small JSON file (a ref, an image record), or undefined when there is none. Read
+ * synchronously: every create resolves its image, and two files through the thread pool
+ * take ~0.5 ms of waiting where reading them here takes ~30 microseconds.
+ */
+function readSmallJson<T>(path: string): T | undefined {
+  try {
+    return JSON.parse(readFileSync(path, 'utf8')) as T;
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    throw e;
   }
 }
