@@ -1,4 +1,4 @@
-import { renameSync } from 'node:fs';
+import { mkdirSync, renameSync } from 'node:fs';
 import { mkdir, readFile, realpath, rm, rmdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -523,8 +523,10 @@ export class LocalDriver implements RuntimeDriver {
     const dir = this.state.dirOf(spec.id);
     const partial = newRecord(spec, image, mergeEnv(image.env, spec.env), { slot, uidBase, rootId: pooledRoot?.id });
     home.set(spec.id, partial);
+    // The create's egress, set while crun runs when the address is known before (crun).
+    let egress: Promise<void> | undefined;
     try {
-      await mkdir(dir, { recursive: true });
+      mkdirSync(dir, { recursive: true });
       await this.state.write(partial);
       partial.user = resolveImageUser(image.rootfsDir, image.user);
       const volumePaths: string[] = [];
@@ -560,6 +562,10 @@ export class LocalDriver implements RuntimeDriver {
         net: early,
         volumes: root.volumes.map((staged, i) => volumeOciMount(staged, spec.volumes[i].mountPath)),
       });
+      if (early && !forPool) {
+        egress = this.network.egress.apply(spec.id, early.address, spec.egress);
+        egress.catch(() => undefined); // awaited below, or before the teardown
+      }
       partial.initPid = await this.crun.run(spec.id, bundle.dir, {
         // PID 1 is the exec agent: its channel is ready for the first exec without a runtime call.
         onChannel: (channel) => this.commands.adopt(spec.id, ExecAgent.attach(channel, channel)),
@@ -579,11 +585,13 @@ export class LocalDriver implements RuntimeDriver {
       partial.address = net.address;
       partial.netnsPath = net.netnsPath;
       partial.initStart = processStart(partial.initPid);
-      if (!forPool) await this.network.egress.apply(spec.id, net.address, spec.egress);
+      if (!forPool) await (egress ?? this.network.egress.apply(spec.id, net.address, spec.egress));
       partial.phase = 'ready';
       await this.state.write(partial);
       return partial;
     } catch (e) {
+      // An egress still being set would land after the teardown released the address's.
+      await egress?.catch(() => undefined);
       home.delete(spec.id);
       await this.teardown(spec.id, partial).catch(() => undefined);
       if (e instanceof SandboxdError) throw e;
