@@ -570,7 +570,7 @@ export class LocalDriver implements RuntimeDriver {
         // PID 1 is the exec agent: its channel is ready for the first exec without a runtime call.
         onChannel: (channel) => this.commands.adopt(spec.id, ExecAgent.attach(channel, channel)),
       });
-      await this.bundles.shed(spec.id);
+      this.bundles.shed(spec.id);
       const net = early ?? (await this.network.attach(spec.id, { pid: partial.initPid }));
       partial.netId = net.id;
       // Taking the root layer and the netns off the host's tables runs two helper programs

@@ -171,7 +171,7 @@ export async function start(h: LifecycleHost, rec: SandboxRecord, limits: Resour
     rec.initPid = await h.crun.run(id, bundle.dir, {
       onChannel: (channel) => h.commands.adopt(id, ExecAgent.attach(channel, channel)),
     });
-    await h.bundles.shed(id);
+    h.bundles.shed(id);
     const net = early ?? (await h.network.attach(id, { pid: rec.initPid }));
     rec.netId = net.id;
     await h.settleHost(rec);

@@ -1,4 +1,4 @@
-import { chmodSync, mkdirSync, renameSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdirSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { agentBinary } from '../commands/exec-agent.js';
@@ -147,8 +147,8 @@ export class BundleWriter {
    * config.json, of which crun keeps its own copy in its state dir (the run dir is a tmpfs:
    * every page kept there is memory). The /etc files stay: the sandbox has them bound in.
    */
-  async shed(id: string): Promise<void> {
-    if (this.o.runtime === 'crun') await rm(join(this.dirOf(id), 'config.json'), { force: true });
+  shed(id: string): void {
+    if (this.o.runtime === 'crun') rmSync(join(this.dirOf(id), 'config.json'), { force: true });
   }
 
   /** Removes the bundle of container `id`, if any. */
