@@ -335,7 +335,6 @@ static void home_of(uid_t uid, char *out, size_t cap) {
   passwd_entry(NULL, &uid, &gid, out, cap);
 }
 
-/* The default working dir may be closed to another user: its home, else /. 0: neither. Runs in the child. */
 /* True when /bin/sh is dash (a link whose target's last name is `dash`). */
 static int sh_is_dash(void) {
   char t[4096];
@@ -382,6 +381,7 @@ static void exec_simple(char **words, char **envp, char **slot, char *pwd, size_
   }
 }
 
+/* The default working dir may be closed to another user: its home, else /. 0: neither. Runs in the child. */
 static int cwd_fallback(uint32_t flags, uid_t uid) {
   if (!(flags & F_CWD_FALLBACK)) return 0;
   int en = errno;
