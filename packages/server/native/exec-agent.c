@@ -369,9 +369,10 @@ static void exec_simple(char **words, char **envp, char **slot, char *pwd, size_
   }
   if (strchr(words[0], '/')) { execve(words[0], words, envp); return; }
   char file[4096];
+  size_t nl = strlen(words[0]);
   for (const char *p = path;;) {
     const char *end = strchrnul(p, ':');
-    size_t dl = (size_t)(end - p), nl = strlen(words[0]);
+    size_t dl = (size_t)(end - p);
     if (dl == 0 || p[0] != '/' || dl + 1 + nl >= sizeof file) return; /* dash's own rules then */
     memcpy(file, p, dl); file[dl] = '/'; memcpy(file + dl + 1, words[0], nl + 1);
     execve(file, words, envp);

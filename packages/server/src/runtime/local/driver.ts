@@ -25,7 +25,6 @@ import type { DriverFiles } from '../files.js';
 import { findUser, readSandboxPasswd } from '../passwd.js';
 import { applyCgroupLimits, cgroupProcs, removeCgroupParent } from './bundle/cgroups.js';
 import { freezeAsked, thaw } from './bundle/freezer.js';
-import { writeEtcFiles } from './bundle/etc-files.js';
 import { ID_RANGE_SIZE, INSTANCE_ANNOTATION } from './bundle/oci-config.js';
 import { BundleWriter } from './bundle/writer.js';
 import { ensureRunTmpfs, removeRunDir } from './run-dir.js';
@@ -481,7 +480,7 @@ export class LocalDriver implements RuntimeDriver {
         await this.volumes.ensure(v.name, v.sizeGb);
         volumes.push(await this.volumes.acquire(v.name, spec.id), v.mountPath);
       }
-      writeEtcFiles(this.bundles.dirOf(spec.id), hostname, w.address, intToIp(planSubnet(this.opts.subnet).gateway));
+      this.bundles.writeEtc(spec.id, hostname, w.address);
       await Promise.all([
         volumes.length ? mountHelper(['inject', String(w.initPid), String(w.uidBase), ...volumes]) : null,
         applyCgroupLimits(this.opts.cgroupParent, cid, spec.limits, w.spec.limits),

@@ -86,16 +86,9 @@ export class RecordStore {
   async write(rec: SandboxRecord): Promise<void> {
     const dir = this.dirOf(rec.spec.id);
     const older = recordFiles(readdirSync(dir));
-    const newest = older[0]?.gen ?? 0;
-    // A name of its own (exclusive create): a second write at the same time takes the next.
-    for (let gen = newest + 1; ; gen++) {
-      try {
-        writeFileSync(join(dir, `state.${gen}.json`), JSON.stringify(rec), { flag: 'wx' });
-        break;
-      } catch (e) {
-        if ((e as NodeJS.ErrnoException).code !== 'EEXIST' || gen > newest + 64) throw e;
-      }
-    }
+    // Synchronous from the listing to the last unlink, so no other write of this process
+    // comes between: the next generation is free (exclusive create all the same).
+    writeFileSync(join(dir, `state.${(older[0]?.gen ?? 0) + 1}.json`), JSON.stringify(rec), { flag: 'wx' });
     for (const f of older) rmSync(join(dir, f.name), { force: true });
   }
 

@@ -135,6 +135,14 @@ export class BundleWriter {
   }
 
   /**
+   * Rewrites the /etc files of the bundle of `id` (a warm-pooled sandbox claimed: its new
+   * hostname, at its address), in place: the running sandbox has them bound in.
+   */
+  writeEtc(id: string, hostname: string, address: string): void {
+    writeEtcFiles(this.dirOf(id), hostname, address, this.o.nameserver);
+  }
+
+  /**
    * Moves the bundle of container `from` to the folder of `to` (a warm-pooled sandbox
    * claimed). Synchronous: one rename on the run dir's tmpfs, on a claim's critical path.
    */

@@ -114,7 +114,6 @@ export class HostSpawner {
       channelName = Buffer.from(name);
     }
     const strings = cStrings([file, ...args]);
-    const proc = this.process();
     const id = this.nextId++;
     const frame = encodeFrame(
       T_SPAWN,
@@ -135,11 +134,7 @@ export class HostSpawner {
       if (token) this.channels.delete(token);
       throw new SpawnError(file, 7 /* E2BIG */, `${file}: arguments and input too long`);
     }
-    const result = new Promise<SpawnResult>((resolve, reject) => {
-      this.pending.set(id, { file, resolve, reject });
-      this.holdOpen();
-      proc.stdin!.write(frame);
-    });
+    const result = this.request(id, frame, file);
     try {
       const r = await result;
       // The connection was made before the program started, but its arrival here races
@@ -168,15 +163,25 @@ export class HostSpawner {
    * when `pid` is gone or the name is refused.
    */
   async setHostname(pid: number, name: string): Promise<void> {
-    const proc = this.process();
     const id = this.nextId++;
-    const frame = encodeFrame(T_HOSTNAME, id, [u32(pid)], Buffer.from(name));
-    const file = 'sethostname';
-    await new Promise<SpawnResult>((resolve, reject) => {
+    try {
+      await this.request(id, encodeFrame(T_HOSTNAME, id, [u32(pid)], Buffer.from(name)), 'sethostname');
+    } finally {
+      this.holdOpen();
+    }
+  }
+
+  /**
+   * Sends request `frame` (numbered `id`) to the spawner, started if none runs, and resolves
+   * with its answer; `file` names it in errors. The caller calls holdOpen() once it settled.
+   */
+  private request(id: number, frame: Buffer, file: string): Promise<SpawnResult> {
+    const proc = this.process();
+    return new Promise<SpawnResult>((resolve, reject) => {
       this.pending.set(id, { file, resolve, reject });
       this.holdOpen();
       proc.stdin!.write(frame);
-    }).finally(() => this.holdOpen());
+    });
   }
 
   /** Pid of the spawner process, or 0 when none runs. */
