@@ -537,7 +537,10 @@ export class LocalDriver implements RuntimeDriver {
       // intermittent setns EPERM on the first execs). runc joins the user namespace first and
       // cannot enter such a netns, so under runc the runtime makes it and it is wired after start.
       const netFirst = this.crun.binary === 'crun';
-      const pooled = netFirst && !forPool ? this.pools.takeNet() : undefined;
+      let pooled = netFirst && !forPool ? this.pools.takeNet() : undefined;
+      // No address left: the net pool's refill may be making a network with the last one.
+      if (netFirst && !forPool && !pooled && !this.network.hasFreeAddress())
+        pooled = await this.pools.takeNetBeingMade();
       if (pooled) partial.netId = pooled.id; // from here on, teardown frees it
       const [root, early] = await Promise.all([
         pooledRoot

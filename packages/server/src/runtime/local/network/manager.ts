@@ -490,6 +490,11 @@ export class NetworkManager {
   }
 
   /** The next free address from the cursor on, or undefined; changes nothing. */
+  /** True while an address of the subnet is free (networks made for the pool hold theirs). */
+  hasFreeAddress(): boolean {
+    return this.#nextFree() !== undefined;
+  }
+
   #nextFree(): number | undefined {
     const { first, last } = this.#plan;
     const size = last - first + 1;

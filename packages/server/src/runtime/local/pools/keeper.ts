@@ -88,6 +88,16 @@ export class PoolKeeper {
   }
 
   /**
+   * {@link takeNet} once the network a refill step is making now is made: when no address
+   * is left, the last one may be going to that network, which the create should then get
+   * rather than a 503 for addresses while it is moments from ready.
+   */
+  async takeNetBeingMade(): Promise<SandboxNet | undefined> {
+    await this.nets.made();
+    return this.takeNet();
+  }
+
+  /**
    * A root prepared for image rootfs `lowerDir` and cap `rootDiskBytes` (with its uid slot),
    * or undefined; from now on roots are prepared for these. Schedules a refill.
    */

@@ -5,6 +5,8 @@ import { type Pool, pooledId } from './pool.js';
 export class NetPool implements Pool {
   readonly prefix = 'netpool_';
   private readonly nets: SandboxNet[] = [];
+  /** The network a refill step is making, until it is in `nets` (or failed). */
+  private making: Promise<void> | null = null;
 
   constructor(
     private readonly o: {
@@ -26,9 +28,21 @@ export class NetPool implements Pool {
 
   refillStep(): Promise<void> | null {
     if (this.nets.length >= this.o.size) return null;
-    return this.o.network.attach(pooledId(this.prefix)).then((net) => {
-      this.nets.push(net);
-    });
+    const making = this.o.network
+      .attach(pooledId(this.prefix))
+      .then((net) => {
+        this.nets.push(net);
+      })
+      .finally(() => {
+        if (this.making === making) this.making = null;
+      });
+    this.making = making;
+    return making;
+  }
+
+  /** Settles once the network a refill step is making now (if any) is in the pool or failed. */
+  async made(): Promise<void> {
+    await this.making?.catch(() => undefined);
   }
 
   async drain(): Promise<void> {
