@@ -1,3 +1,4 @@
+/* cc-flags: -static */
 /*
  * idmap-mount: sandboxd's mount helper for the local (crun) runtime.
  *

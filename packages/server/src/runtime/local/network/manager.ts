@@ -17,6 +17,7 @@ import {
   SANDBOX_ID_RE,
   type SubnetPlan,
 } from './addr.js';
+import { keyedLock } from '../../../domain/keyed-lock.js';
 import { nativeBin } from '../native.js';
 import { attachCommand } from './commands.js';
 import { mapLimit, runJson, runTool } from './exec.js';
@@ -25,6 +26,15 @@ import { blockedPrefixes, buildRuleset, nftTableName } from './rules.js';
 import type { Upstream } from './dns.js';
 import { EgressGate } from './egress.js';
 import { parseVia, viaRoutingScript, viaRuleDeletions, viaTable } from './via.js';
+
+/**
+ * Builds of sandbox networks run one at a time in this process. Nearly all of a build holds
+ * the kernel's one rtnl lock (the netns's loopback, the veth pair, routes), and its IPv6
+ * sysctl writes only try that lock and restart the write while another holds it: builds at
+ * once spun on each other. Measured in a burst of 100 cold creates on 2 cores: a third less
+ * CPU for the whole burst and its wall time down from ~2 s to ~1.5 s.
+ */
+const oneBuildAtATime = keyedLock();
 
 /** Host-side settings of one sandbox network. */
 export interface NetworkOptions {
@@ -360,7 +370,7 @@ export class NetworkManager {
         pid,
         helper: this.#netAttach(),
       });
-      await runTool(cmd.file, cmd.args);
+      await oneBuildAtATime('build', () => runTool(cmd.file, cmd.args));
     } catch (e) {
       await this.#remove(id, true).catch(() => {});
       throw e;
