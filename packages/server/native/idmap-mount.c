@@ -14,7 +14,7 @@
  *       loop-mounted at <dir> (made 0710 root:uidBase), layer/upper owned by uidBase,
  *       <lowerDir> idmapped read-only at <dir>/lower, each <volume> idmapped at
  *       <dir>/volumes/<index>, overlayfs at <dir>/rootfs, then <dir>/lower detached again
- *       (overlayfs keeps its own private clone of each layer).
+ *       (overlayfs keeps its own private clone of each layer). Prints the loop device.
  *       <template> "-": the layer <dir>.img exists (a stopped sandbox's, kept): it is mounted
  *       as it is, existing volumes/<index> dirs are reused, and overlayfs's "volatile" marker
  *       (layer/work/work/incompat/volatile, left by the earlier volatile mount) is removed
@@ -133,9 +133,9 @@ static void idmapped_bind(int userns, const char *src, const char *dst, unsigned
   close(fd);
 }
 
-static void loop_mount(const char *image, const char *dst, const char *opts) {
-  char dev[64];
-  int lfd = loop_attach(image, 0, LO_FLAGS_DIRECT_IO, dev, sizeof dev);
+/* Mounts <image> at <dst> through a loop device, whose path it writes to dev[64]. */
+static void loop_mount(const char *image, const char *dst, const char *opts, char dev[64]) {
+  int lfd = loop_attach(image, 0, LO_FLAGS_DIRECT_IO, dev, 64);
   if (mount(dev, dst, "ext4", MS_NODEV | MS_NOSUID, opts)) die("mount %s (%s) at %s", image, dev, dst);
   close(lfd); /* the mount holds the device now; autoclear detaches it on the last unmount */
 }
@@ -199,7 +199,8 @@ static void rootfs(char **argv, int argc) {
   int reuse = !strcmp(tmpl, "-");
   if (mkdir(dir, 0700) && errno != EEXIST) die("mkdir %s", dir);
   if (!reuse) sparse_copy(tmpl, img);
-  loop_mount(img, dir, "noinit_itable,discard");
+  char dev[64];
+  loop_mount(img, dir, "noinit_itable,discard", dev);
   if (chdir(dir)) die("chdir %s", dir);
   /* Only host root and the sandbox's root group may enter: crun resolves paths as the latter. */
   if (chown(".", 0, (gid_t)base) || chmod(".", 0710)) die("chown/chmod %s", dir);
@@ -218,6 +219,7 @@ static void rootfs(char **argv, int argc) {
   if (mount("overlay", "rootfs", "overlay", MS_NODEV, "lowerdir=lower,upperdir=layer/upper,workdir=layer/work,volatile"))
     die("mount overlay at %s/rootfs", dir);
   if (umount2("lower", MNT_DETACH)) die("umount %s/lower", dir);
+  printf("%s\n", dev); /* the caller tracks the layer's device without reading the mount table */
 }
 
 /* Makes the ext4 file system mounted at path fail all further I/O without writing back:
@@ -397,7 +399,11 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (!strcmp(cmd, "inject") && argc >= 6 && argc % 2 == 0) { inject(argv, argc); return 0; }
-  if (!strcmp(cmd, "loopmount") && argc == 5) { loop_mount(argv[2], argv[3], argv[4]); return 0; }
+  if (!strcmp(cmd, "loopmount") && argc == 5) {
+    char dev[64];
+    loop_mount(argv[2], argv[3], argv[4], dev);
+    return 0;
+  }
   if (!strcmp(cmd, "rootfs") && argc >= 7) { rootfs(argv, argc); return 0; }
   if (!strcmp(cmd, "cgroup-view") && argc >= 5 && !strcmp(argv[3], "--")) {
     cgroup_view(argv[2]);

@@ -843,10 +843,13 @@ export class LocalDriver implements RuntimeDriver {
    * keeps needing the root on the host (its exec starts in the rootfs directory).
    */
   private async settleHost(rec: SandboxRecord): Promise<void> {
-    await Promise.all([
-      this.crun.binary === 'crun' ? this.roots.detach(rec.rootId ?? rec.spec.id) : undefined,
-      this.network.settle(rec.netId ?? rec.spec.id),
-    ]);
+    const netId = rec.netId ?? rec.spec.id;
+    if (this.crun.binary === 'crun') {
+      // One helper run unmounts the root layer and the netns name; settle drops the name's file.
+      const name = this.network.namePath(netId);
+      await this.roots.detach(rec.rootId ?? rec.spec.id, name ? [name] : []);
+    }
+    await this.network.settle(netId);
   }
 
   /** Frees everything of `id` that exists, in reverse order of creation. Idempotent. */

@@ -1,4 +1,4 @@
-import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, statfsSync, unlinkSync, writeFileSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { SandboxdError } from '@sandboxd/protocol';
 import {
@@ -35,6 +35,9 @@ import { parseVia, viaRoutingScript, viaRuleDeletions, viaTable } from './via.js
  * CPU for the whole burst and its wall time down from ~2 s to ~1.5 s.
  */
 const oneBuildAtATime = keyedLock();
+
+/** statfs type of a namespace file (nsfs), e.g. a netns name's bind mount. */
+const NSFS_MAGIC = 0x6e736673;
 
 /** Host-side settings of one sandbox network. */
 export interface NetworkOptions {
@@ -269,9 +272,24 @@ export class NetworkManager {
   async settle(id: string): Promise<void> {
     checkSandboxId(id);
     return this.#locked(id, async () => {
-      if (!existsSync(netnsPath(id))) return;
-      await runTool(this.#netAttach(), ['unname', netnsName(id)]);
+      const path = netnsPath(id);
+      if (!existsSync(path)) return;
+      // Unmounted already (the caller's mount helper run took it with the root layer's
+      // mounts, see {@link namePath}): only the file is left.
+      if (statfsSync(path).type !== NSFS_MAGIC) unlinkSync(path);
+      else await runTool(this.#netAttach(), ['unname', netnsName(id)]);
     });
+  }
+
+  /**
+   * The netns name of `id` (a bind mount of its namespace under /run/netns), when it exists.
+   * A caller that unmounts other things of the sandbox anyway may unmount it in the same
+   * run; {@link settle} then only removes the file.
+   */
+  namePath(id: string): string | undefined {
+    checkSandboxId(id);
+    const path = netnsPath(id);
+    return existsSync(path) ? path : undefined;
   }
 
   /**

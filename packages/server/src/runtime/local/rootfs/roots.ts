@@ -145,16 +145,20 @@ export class RootfsManager {
     const lower = await realDir(o.lowerDir, 'image rootfs');
     const vols = await Promise.all((o.volumes ?? []).map((v) => realDir(v, 'volume')));
     return this.locked(o.id, async () => {
-      if (existsSync(dir) || existsSync(`${dir}.img`) || (await mountsUnder(dir)).length)
+      // Anything mounted under `dir` needs `dir`: no look at the host's mount table (in a
+      // burst of creates it holds every layer being made, and each look reads all of it).
+      if (existsSync(dir) || existsSync(`${dir}.img`))
         throw new SandboxdError('conflict', `root layer of ${o.id} already exists`);
       const template = await this.template(bytes);
       try {
-        await mountHelper(['rootfs', template, dir, String(uidBase), String(size), lower, ...vols]);
+        this.rememberDevice(
+          o.id,
+          await mountHelper(['rootfs', template, dir, String(uidBase), String(size), lower, ...vols]),
+        );
       } catch (e) {
         await this.releaseLocked(o.id).catch(() => {});
         throw e;
       }
-      this.remember(o.id, await mountsUnder(dir));
       return { rootfs: join(dir, 'rootfs'), volumes: vols.map((_v, i) => join(dir, 'volumes', String(i))) };
     });
   }
@@ -168,13 +172,16 @@ export class RootfsManager {
    * `crun run`) copies the host's mount table, and every look at /proc/self/mountinfo reads
    * all of it: mounts kept per sandbox would make each create cost more as sandboxes add up.
    * From here on the layer is reachable only from inside the sandbox. Unknown id: no-op.
+   * `also`: more mount points to unmount in the same helper run, after the layer's (the
+   * sandbox's netns name: one program per create fewer).
    */
-  async detach(id: string): Promise<void> {
+  async detach(id: string, also: string[] = []): Promise<void> {
     const dir = this.pathOf(id);
     await this.locked(id, async () => {
       const mounts = await mountsUnder(dir);
       this.remember(id, mounts);
-      if (mounts.length) await unmount(mounts.map((m) => m.mountPoint));
+      const points = [...mounts.map((m) => m.mountPoint), ...also];
+      if (points.length) await unmount(points);
     });
   }
 
@@ -198,12 +205,14 @@ export class RootfsManager {
       if ((await mountsUnder(dir)).length || !(await this.idle(o.id, 5_000)))
         throw new SandboxdError('conflict', `the kept root layer of ${o.id} is still in use`);
       try {
-        await mountHelper(['rootfs', '-', dir, String(uidBase), String(size), lower, ...vols]);
+        this.rememberDevice(
+          o.id,
+          await mountHelper(['rootfs', '-', dir, String(uidBase), String(size), lower, ...vols]),
+        );
       } catch (e) {
         await this.unmountClean(dir).catch(() => {});
         throw e;
       }
-      this.remember(o.id, await mountsUnder(dir));
       return { rootfs: join(dir, 'rootfs'), volumes: vols.map((_v, i) => join(dir, 'volumes', String(i))) };
     });
   }
@@ -222,6 +231,12 @@ export class RootfsManager {
       await this.unmountClean(dir);
       return this.idle(id, waitMs);
     });
+  }
+
+  /** Notes the loop device of layer `id` that the mount helper's `rootfs` printed. */
+  private rememberDevice(id: string, printed: string): void {
+    const dev = printed.trim();
+    if (/^\/dev\/loop\d+$/.test(dev)) this.loops.set(id, dev);
   }
 
   /** Notes the loop device of layer `id` from its host mounts (its ext4 at `<dir>/<id>`). */
