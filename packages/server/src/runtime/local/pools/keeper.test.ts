@@ -9,8 +9,9 @@ import type { PrepareOptions } from '../rootfs/roots.js';
 import { POOL_REFILL_DELAY_MS, POOL_YIELD_MS, PoolKeeper, type PoolKeeperOptions } from './keeper.js';
 
 /** A keeper on fakes that log every host change; `failRoots` makes root preparation fail. */
-function fakeKeeper(over: Partial<PoolKeeperOptions> = {}, failRoots = false) {
+function fakeKeeper(over: Partial<PoolKeeperOptions> = {}, failRoots = false, addresses = Number.POSITIVE_INFINITY) {
   const log: string[] = [];
+  let free = addresses;
   let running = 0;
   let overlap = false;
   const step = async <T>(entry: string, value: T): Promise<T> => {
@@ -24,9 +25,13 @@ function fakeKeeper(over: Partial<PoolKeeperOptions> = {}, failRoots = false) {
     nets: 2,
     roots: 1,
     network: {
-      attach: (id: string) =>
-        step(`attach ${id}`, { id, address: '10.0.0.2', netnsPath: `/run/netns/${id}` } as SandboxNet),
+      attach: (id: string) => {
+        if (free <= 0) return Promise.reject(new Error('no free address'));
+        free--; // taken at once, as the network manager does
+        return step(`attach ${id}`, { id, address: '10.0.0.2', netnsPath: `/run/netns/${id}` } as SandboxNet);
+      },
       detach: (id: string) => step(`detach ${id}`, undefined),
+      hasFreeAddress: () => free > 0,
     },
     rootfs: {
       prepare: async (o: PrepareOptions) => {
@@ -102,6 +107,21 @@ test('a failed step ends the refill and leaves the pool short', async () => {
   assert.deepEqual(kinds(log), ['attach netpool_*']);
   assert.equal(keeper.takeRoot('/img/a', 64), undefined);
   assert.deepEqual(keeper.slots(), [], 'the failed root gave its slot back');
+  await keeper.close();
+});
+
+test('a refill makes no network while no address is free, and counts the one being made as ready', async () => {
+  const { keeper, log } = fakeKeeper({ nets: 2 }, false, 1);
+  keeper.takeRoot('/img/a', 64);
+  const filling = keeper.refill();
+  await new Promise((r) => setImmediate(r));
+  assert.equal(keeper.readyNets(), 1, 'the network being made holds the last address: a create can take it');
+  await filling;
+  // The second network found no address: no step was started, and the root was still made.
+  assert.deepEqual(kinds(log), ['attach netpool_*', 'prepare rootpool_* /img/a 64 1000']);
+  assert.equal(keeper.readyNets(), 1);
+  assert.match(keeper.takeNet()?.id ?? '', /^netpool_/);
+  assert.equal(keeper.readyNets(), 0);
   await keeper.close();
 });
 

@@ -18,7 +18,7 @@ export interface PoolKeeperOptions {
   nets: number;
   /** Roots kept prepared for the image and size last taken for; 0 keeps none. */
   roots: number;
-  network: Pick<NetworkManager, 'attach' | 'detach'>;
+  network: Pick<NetworkManager, 'attach' | 'detach' | 'hasFreeAddress'>;
   rootfs: Pick<RootfsManager, 'prepare' | 'release'>;
   /** A uid slot that neither a sandbox nor a pool ({@link PoolKeeper.slots}) holds. */
   allocSlot: () => number;
@@ -123,9 +123,9 @@ export class PoolKeeper {
     return this.warm.counts();
   }
 
-  /** Networks made ahead of need, ready to be taken by a create. */
+  /** Networks made ahead of need, or being made now, that a create can take (see {@link takeNetBeingMade}). */
   readyNets(): number {
-    return this.nets.size();
+    return this.nets.available();
   }
 
   /** Uid slots held by pooled things and by things being made for a pool. */

@@ -12,7 +12,7 @@ export class NetPool implements Pool {
     private readonly o: {
       /** How many networks to keep made; 0 keeps none. */
       size: number;
-      network: Pick<NetworkManager, 'attach' | 'detach'>;
+      network: Pick<NetworkManager, 'attach' | 'detach' | 'hasFreeAddress'>;
     },
   ) {}
 
@@ -26,8 +26,20 @@ export class NetPool implements Pool {
     return this.nets.shift();
   }
 
+  /**
+   * Networks held plus the one being made: what a create can count on. A step starts only
+   * while an address is free, and takes it at once, so the one being made is all but made.
+   */
+  available(): number {
+    return this.nets.length + (this.making ? 1 : 0);
+  }
+
+  /**
+   * Starts making one network, unless the pool is full or no address is free (a step then
+   * would only fail, and while it ran a create could not count on the address it sought).
+   */
   refillStep(): Promise<void> | null {
-    if (this.nets.length >= this.o.size) return null;
+    if (this.nets.length >= this.o.size || !this.o.network.hasFreeAddress()) return null;
     const making = this.o.network
       .attach(pooledId(this.prefix))
       .then((net) => {
