@@ -1,10 +1,12 @@
 import assert from 'node:assert/strict';
 import { connect, createServer, type Server } from 'node:net';
 import { after, before, describe, it } from 'node:test';
-import { readdirSync, rmSync } from 'node:fs';
+import { existsSync, readdirSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
 import { CONFORMANCE_LIMITS, runDriverConformance, testId } from '../conformance.js';
 import type { SandboxSpec } from '../driver.js';
 import { oomKills, pidsCounters } from './bundle/cgroup-fs.js';
+import { mountsUnder } from './rootfs/mounts.js';
 import type { LocalDriver } from './driver.js';
 import { makeTestDriver } from '../../../test/local-driver.js';
 
@@ -143,6 +145,24 @@ for (const warm of [false, true])
         kind: 'validation',
         message: /ghost/,
       });
+    });
+
+    it("leaves neither its netns name nor its root layer's mounts on the host once started", async () => {
+      // Both are dropped after the create answered (settleHost): wait for it, bounded.
+      const recs = (driver as unknown as { records: Map<string, { netId?: string; rootId?: string }> }).records;
+      const left = async () => {
+        const out: string[] = [];
+        for (const id of [a, b]) {
+          const rec = recs.get(id)!;
+          const name = `/run/netns/sbx-${rec.netId ?? id}`;
+          if (existsSync(name)) out.push(name);
+          out.push(...(await mountsUnder(join(base, 'data', 'roots', rec.rootId ?? id))).map((m) => m.mountPoint));
+        }
+        return out;
+      };
+      for (let i = 0; i < 100 && (await left()).length > 0; i++) await new Promise((r) => setTimeout(r, 50));
+      assert.deepEqual(await left(), []);
+      assert.equal((await sh(a, 'echo up')).stdout, 'up\n', 'the sandbox still runs on them');
     });
 
     it('runs root as an unprivileged host uid in its own user namespace', async () => {

@@ -1,4 +1,5 @@
-import { existsSync, readdirSync, readFileSync, statfsSync, unlinkSync, writeFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, statfsSync, writeFileSync } from 'node:fs';
+import { unlink } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { SandboxdError } from '@sandboxd/protocol';
 import {
@@ -275,8 +276,9 @@ export class NetworkManager {
       const path = netnsPath(id);
       if (!existsSync(path)) return;
       // Unmounted already (the caller's mount helper run took it with the root layer's
-      // mounts, see {@link namePath}): only the file is left.
-      if (statfsSync(path).type !== NSFS_MAGIC) unlinkSync(path);
+      // mounts, see {@link namePath}): only the file is left. Its unlink waits for the
+      // kernel's mount lock, which a burst of creates keeps busy: off the event loop.
+      if (statfsSync(path).type !== NSFS_MAGIC) await unlink(path);
       else await runTool(this.#netAttach(), ['unname', netnsName(id)]);
     });
   }

@@ -109,6 +109,12 @@ export class RootfsManager {
    * sysfs reads whether the layer's device is gone, instead of a scan of every loop device.
    */
   private readonly loops = new Map<string, string>();
+  /**
+   * Host mount points of each layer mounted by this process, newest first, as {@link prepare}
+   * and {@link remount} made them: {@link detach} unmounts these without reading the host's
+   * mount table (a burst of creates fills it, and each read is all of it).
+   */
+  private readonly mounted = new Map<string, string[]>();
 
   /** `dir` (e.g. `<dataDir>/sandboxes`) is created if missing and made mode 0711. */
   constructor(opts: { dir: string }) {
@@ -155,6 +161,7 @@ export class RootfsManager {
           o.id,
           await mountHelper(['rootfs', template, dir, String(uidBase), String(size), lower, ...vols]),
         );
+        this.rememberMounts(o.id, vols.length);
       } catch (e) {
         await this.releaseLocked(o.id).catch(() => {});
         throw e;
@@ -178,9 +185,15 @@ export class RootfsManager {
   async detach(id: string, also: string[] = []): Promise<void> {
     const dir = this.pathOf(id);
     await this.locked(id, async () => {
-      const mounts = await mountsUnder(dir);
-      this.remember(id, mounts);
-      const points = [...mounts.map((m) => m.mountPoint), ...also];
+      let points = this.mounted.get(id);
+      this.mounted.delete(id);
+      if (!points) {
+        // Mounted before this process started (or by another): read from the host.
+        const mounts = await mountsUnder(dir);
+        this.remember(id, mounts);
+        points = mounts.map((m) => m.mountPoint);
+      }
+      points = [...points, ...also];
       if (points.length) await unmount(points);
     });
   }
@@ -209,6 +222,7 @@ export class RootfsManager {
           o.id,
           await mountHelper(['rootfs', '-', dir, String(uidBase), String(size), lower, ...vols]),
         );
+        this.rememberMounts(o.id, vols.length);
       } catch (e) {
         await this.unmountClean(dir).catch(() => {});
         throw e;
@@ -227,10 +241,18 @@ export class RootfsManager {
   async putAway(id: string, waitMs = 10_000): Promise<boolean> {
     const dir = this.pathOf(id);
     return this.locked(id, async () => {
+      this.mounted.delete(id);
       this.remember(id, await mountsUnder(dir));
       await this.unmountClean(dir);
       return this.idle(id, waitMs);
     });
+  }
+
+  /** Notes the host mount points of layer `id` that the mount helper's `rootfs` made, newest first. */
+  private rememberMounts(id: string, volumes: number): void {
+    const dir = this.pathOf(id);
+    const vols = Array.from({ length: volumes }, (_v, i) => join(dir, 'volumes', String(volumes - 1 - i)));
+    this.mounted.set(id, [join(dir, 'rootfs'), ...vols, dir]);
   }
 
   /** Notes the loop device of layer `id` that the mount helper's `rootfs` printed. */
@@ -299,6 +321,7 @@ export class RootfsManager {
 
   private async releaseLocked(id: string): Promise<void> {
     this.loops.delete(id);
+    this.mounted.delete(id);
     const dir = join(this.dir, id);
     const mounts = await mountsUnder(dir);
     // The layer is thrown away: shut its ext4 down first so unmounting writes nothing back.
