@@ -1,5 +1,5 @@
 import { mkdirSync, renameSync } from 'node:fs';
-import { mkdir, readFile, realpath, rm, rmdir } from 'node:fs/promises';
+import { mkdir, rm, rmdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { type Egress, SandboxdError } from '@sandboxd/protocol';
@@ -25,24 +25,24 @@ import type { DriverFiles } from '../files.js';
 import { findUser, readSandboxPasswd } from '../passwd.js';
 import { applyCgroupLimits, cgroupProcs, removeCgroupParent } from './bundle/cgroups.js';
 import { freezeAsked, thaw } from './bundle/freezer.js';
-import { ID_RANGE_SIZE, INSTANCE_ANNOTATION } from './bundle/oci-config.js';
+import { ID_RANGE_SIZE } from './bundle/oci-config.js';
 import { BundleWriter } from './bundle/writer.js';
 import { ensureRunTmpfs, removeRunDir } from './run-dir.js';
 import { ExecAgent } from './commands/exec-agent.js';
 import { AgentFiles } from './files.js';
 import { SandboxCommands } from './commands/exec.js';
 import { HostSpawner } from './commands/spawner.js';
-import { type CrunState, defaultOciRuntime, OciRuntime, processStart } from './commands/oci-runtime.js';
+import { defaultOciRuntime, OciRuntime, processStart } from './commands/oci-runtime.js';
 import { readHostCapacity } from './host-capacity.js';
 import { ImageStore } from './images/store.js';
 import { resolveImageUser } from './images/user.js';
 import { type Leftover, Leftovers } from './leftovers.js';
-import { mapLimit } from './network/exec.js';
 import { NetworkManager } from './network/manager.js';
 import { intToIp, planSubnet } from './network/addr.js';
 import { localDriverOptions, type LocalDriverOptions, type ResolvedOptions, withDefaults } from './options.js';
 import { PoolKeeper } from './pools/keeper.js';
 import { spawnTty } from './pty/relay.js';
+import { ContainerOwnership } from './ownership.js';
 import { Snapshots } from './snapshot.js';
 import * as lifecycle from './lifecycle.js';
 import {
@@ -55,7 +55,7 @@ import {
   recordView,
   type SandboxRecord,
 } from './records.js';
-import { isUnder, keyedLock, mountHelper } from './rootfs/mounts.js';
+import { keyedLock, mountHelper } from './rootfs/mounts.js';
 import { RootfsManager, volumeOciMount } from './rootfs/roots.js';
 import { VolumeStore } from './rootfs/volumes.js';
 import {
@@ -107,6 +107,7 @@ export class LocalDriver implements RuntimeDriver {
   private readonly opts: ResolvedOptions;
   private readonly bundles: BundleWriter;
   private readonly snaps: Snapshots;
+  private readonly ownership: ContainerOwnership;
   /** What lifecycle.ts (pause, resume, stop, start) uses of the driver. */
   private readonly life: lifecycle.LifecycleHost;
   /** Per sandbox id: pause, resume, stop, start and delete run one at a time. */
@@ -179,6 +180,13 @@ export class LocalDriver implements RuntimeDriver {
         return new Set(recs.map((r) => r.imageDigest));
       },
     });
+    this.ownership = new ContainerOwnership({
+      crun: this.crun,
+      instance: this.key,
+      runDirBase: this.opts.runDir,
+      uidRangeStart: this.opts.uidRangeStart,
+      bundleDirs: [this.state.dir, this.bundles.dir],
+    });
     this.life = {
       cgroupParent: this.opts.cgroupParent,
       crun: this.crun,
@@ -213,7 +221,7 @@ export class LocalDriver implements RuntimeDriver {
    * to a background removal ({@link RecoveryReport.background}), which keeps each
    * leftover's id, uid slot and address from being reused until it is gone. Only what is
    * this instance's is looked at: containers of its own runtime root whose bundle lies in
-   * its own folders and that carry its key (see {@link ownContainers}), networks of its own
+   * its own folders and that carry its key (see {@link ContainerOwnership}), networks of its own
    * bridge, roots and loop devices under its data dir.
    */
   async recover(): Promise<RecoveryReport> {
@@ -222,8 +230,8 @@ export class LocalDriver implements RuntimeDriver {
     const earlier = this.leftovers?.ids() ?? [];
     await this.leftovers?.stop();
     for (const id of earlier) this.reserved.delete(id);
-    const { mine: running, foreign } = await this.ownContainers();
-    const legacy = await this.legacyContainers();
+    const { mine: running, foreign } = await this.ownership.containers();
+    const legacy = await this.ownership.legacyContainers();
     const ids = new Set<string>([
       ...running.keys(),
       ...legacy.keys(),
@@ -276,7 +284,7 @@ export class LocalDriver implements RuntimeDriver {
         // A container whose uid range is unknown cannot keep it reserved: it dies now.
         const live = running.get(id) ?? legacy.get(id);
         if (slot === undefined && live)
-          await (legacy.has(id) ? this.legacyRuntime() : this.crun).kill(id).catch(() => undefined);
+          await (legacy.has(id) ? this.ownership.legacyRuntime() : this.crun).kill(id).catch(() => undefined);
         items.push({ id, slot });
         this.reserved.add(id);
       }
@@ -298,7 +306,7 @@ export class LocalDriver implements RuntimeDriver {
       hold: this.opts.holdLeftovers,
       remove: async ({ id }) => {
         try {
-          if (legacy.has(id)) await this.legacyRuntime().delete(id);
+          if (legacy.has(id)) await this.ownership.legacyRuntime().delete(id);
           await this.teardown(id, found.get(id));
         } finally {
           this.reserved.delete(id);
@@ -308,94 +316,6 @@ export class LocalDriver implements RuntimeDriver {
     report.background = this.leftovers;
     void this.pools.refill();
     return report;
-  }
-
-  /**
-   * The containers of this instance's runtime root, split: `mine` (bundle in this instance's
-   * bundles folder, or, made by an older version, its data dir's `sandboxes/`; marked with
-   * this instance's key), with the uid slot their config
-   * names; `foreign`, any other (id -> the slot its uid range falls on, if any), which
-   * nothing here ever touches.
-   */
-  private async ownContainers(): Promise<{
-    mine: Map<string, CrunState & { slot?: number }>;
-    foreign: Map<string, number | undefined>;
-  }> {
-    const mine = new Map<string, CrunState & { slot?: number }>();
-    const foreign = new Map<string, number | undefined>();
-    const under = await this.underOwnBundles();
-    await mapLimit(await this.crun.list(), 8, async (c) => {
-      const conf = await this.containerConfig(this.crun, c);
-      if (under(c.bundle) && conf?.instance === this.key) mine.set(c.id, { ...c, slot: conf.slot });
-      else foreign.set(c.id, conf?.slot);
-    });
-    return { mine, foreign };
-  }
-
-  /**
-   * Containers that an earlier version of this instance ran in the runtime root shared by
-   * every instance (`<runDir>/<runtime>`, before run dirs were per instance): those whose
-   * bundle lies in this data dir. Recovery removes them (they carry no key).
-   */
-  private async legacyContainers(): Promise<Map<string, CrunState & { slot?: number }>> {
-    const out = new Map<string, CrunState & { slot?: number }>();
-    const legacy = this.legacyRuntime();
-    if (legacy.root === this.crun.root) return out;
-    const under = await this.underOwnBundles();
-    for (const c of await legacy.list().catch(() => [])) {
-      if (!under(c.bundle)) continue;
-      out.set(c.id, { ...c, slot: (await this.containerConfig(legacy, c))?.slot });
-    }
-    return out;
-  }
-
-  private legacyRuntime(): OciRuntime {
-    return new OciRuntime({ root: join(this.opts.runDir, this.crun.binary), binary: this.crun.binary });
-  }
-
-  /**
-   * A test: does a path lie in this instance's bundles folder, or in this data dir's
-   * `sandboxes/` (where bundles were before they moved to the run dir), as given or as its
-   * real path?
-   */
-  private async underOwnBundles(): Promise<(p: string | undefined) => boolean> {
-    const real = (d: string) => realpath(d).catch(() => d);
-    const dirs = [this.state.dir, await real(this.state.dir), this.bundles.dir, await real(this.bundles.dir)];
-    return (p) => typeof p === 'string' && dirs.some((d) => p !== d && isUnder(p, d));
-  }
-
-  /**
-   * The instance marker and uid slot of container `c`, from the config.json this driver
-   * wrote: crun's copy in its state dir (the bundle's goes once the container runs), else
-   * the bundle's (runc, or a container that never ran), else `<runtime> state` (marker
-   * only); null when none can be read.
-   */
-  private async containerConfig(
-    runtime: OciRuntime,
-    c: CrunState,
-  ): Promise<{ instance?: string; slot?: number } | null> {
-    type Conf = { annotations?: Record<string, string>; linux?: { uidMappings?: { hostID: number }[] } };
-    const read = async (file: string): Promise<Conf | null> => {
-      try {
-        return JSON.parse(await readFile(file, 'utf8')) as Conf;
-      } catch {
-        return null;
-      }
-    };
-    const conf: Conf | null =
-      (await read(join(runtime.root, c.id, 'config.json'))) ??
-      (await read(join(c.bundle, 'config.json'))) ??
-      (await runtime.state(c.id));
-    if (!conf) return null;
-    const hostId = conf.linux?.uidMappings?.[0]?.hostID;
-    const slot =
-      typeof hostId === 'number' && (hostId - this.opts.uidRangeStart) % ID_RANGE_SIZE === 0
-        ? (hostId - this.opts.uidRangeStart) / ID_RANGE_SIZE
-        : undefined;
-    return {
-      instance: conf.annotations?.[INSTANCE_ANNOTATION],
-      slot: slot !== undefined && slot >= 0 ? slot : undefined,
-    };
   }
 
   resolveImage(ref: string): Promise<ImageInfo> {
