@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import { readFile, writeFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { SandboxdError } from '@sandboxd/protocol';
@@ -60,11 +61,15 @@ export async function isFrozen(parent: string, cid: string, root = CGROUP_ROOT):
   }
 }
 
-/** True when a freeze was asked and not undone (FROZEN or FREEZING; v2: cgroup.freeze is 1). */
+/**
+ * True when a freeze was asked and not undone (FROZEN or FREEZING; v2: cgroup.freeze is 1).
+ * Every command asks first, so the read is synchronous: a cgroup file is a few microseconds
+ * to read, and a pool thread's round trip cost each command ~0.2 ms of waiting.
+ */
 export async function freezeAsked(parent: string, cid: string, root = CGROUP_ROOT): Promise<boolean> {
   try {
     const v = cgroupLayout(root);
-    const s = (await readFile(cgroupFilePath('freeze', parent, cid, root, v), 'utf8')).trim();
+    const s = readFileSync(cgroupFilePath('freeze', parent, cid, root, v), 'utf8').trim();
     return v === 'v1' ? s === 'FROZEN' || s === 'FREEZING' : s === '1';
   } catch {
     return false;
