@@ -402,6 +402,7 @@ describe('faults: kill -9 and disk full', {
     const ids = new Set<string>();
     let s: Server | undefined;
     let harnessDir = '';
+    let scope: ReturnType<typeof scopeOf> | undefined;
     try {
       // A floor of 1 MiB, for the 507 guard and the capacity check alike (the capacity floor
       // defaults to twice the other, so with 1.06 MiB free it answered 503 whenever its cached
@@ -633,10 +634,13 @@ describe('faults: kill -9 and disk full', {
         await s.kill('SIGTERM');
       }
       if (harnessDir) await destroyScope(harnessDir, small.dir).catch((e) => console.log(`# teardown: ${e}`));
+      // Its key names the instance's run dir: read while the data dir is there (reading it
+      // later would make the data dir again, and leave it behind in /tmp).
+      if (harnessDir) scope = scopeOf(harnessDir, small.dir);
       small.remove();
       if (harnessDir && !process.env.SANDBOXD_E2E_KEEP) rmSync(harnessDir, { recursive: true, force: true });
     }
-    const scope = scopeOf(harnessDir, small.dir);
+    assert.ok(scope, 'the server started');
     assert.deepEqual(scopeProcesses(scope), [], 'processes left after the server stopped');
     assert.deepEqual(
       scopeDiff(snapshotBefore, hostSnapshot(), scope, ids),
