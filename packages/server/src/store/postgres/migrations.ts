@@ -148,12 +148,26 @@ ALTER TABLE sandboxes ADD COLUMN runner TEXT;
 ALTER TABLE volumes ADD COLUMN runner TEXT;
 `;
 
+/** Each account's balance, kept with its ledger by a trigger; as SQLite's migration 9. */
+const accountBalance = `
+ALTER TABLE accounts ADD COLUMN balance BIGINT NOT NULL DEFAULT 0;
+UPDATE accounts a SET balance = COALESCE((SELECT SUM(delta) FROM ledger l WHERE l.account_id = a.id), 0);
+CREATE FUNCTION sandboxd_ledger_balance() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  UPDATE accounts SET balance = balance + NEW.delta WHERE id = NEW.account_id;
+  RETURN NULL;
+END
+$$;
+CREATE TRIGGER ledger_balance AFTER INSERT ON ledger FOR EACH ROW EXECUTE FUNCTION sandboxd_ledger_balance();
+`;
+
 /** Every PostgreSQL migration, in order. Append only; never edit an applied one. */
 export const PG_MIGRATIONS: readonly PgMigration[] = [
   { version: 1, name: 'initial', sql: initial },
   { version: 2, name: 'leases', sql: leases },
   { version: 3, name: 'runners', sql: runners },
   { version: 4, name: 'sandbox-network', sql: sandboxNetwork },
+  { version: 5, name: 'account-balance', sql: accountBalance },
 ];
 
 /**

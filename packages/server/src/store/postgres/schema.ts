@@ -13,6 +13,8 @@ export interface PgDatabase {
     plan: string;
     admin: boolean;
     created_at: number;
+    /** Kept by a trigger on `ledger` (migration 5); never written here. */
+    balance: ColumnType<number, never, never>;
   };
   sessions: { token_hash: string; account_id: string; created_at: number; expires_at: number };
   login_links: { token_hash: string; account_id: string; expires_at: number; used_at: number | null };

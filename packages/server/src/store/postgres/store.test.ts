@@ -121,6 +121,36 @@ withTestPostgres('PostgreSQL store', (server) => {
       }
     });
 
+    it("migration 5 fills each account's balance from its ledger, and every later ledger row moves it", async () => {
+      const url = await server().createSchema();
+      const db = rawDb(url);
+      try {
+        await migrate(
+          db,
+          PG_MIGRATIONS.filter((m) => m.version <= 4),
+        );
+        await sql`INSERT INTO accounts (id, email, password_hash, plan, admin, created_at) VALUES
+          ('a', 'a@x', NULL, 'FREE', false, 0), ('b', 'b@x', NULL, 'FREE', false, 0)`.execute(db);
+        await sql`INSERT INTO ledger (account_id, delta, reason, sandbox_id, created_at) VALUES
+          ('a', 100, 'signup', NULL, 1), ('a', -7, 'sandbox.create', 's1', 2), ('a', 2, 'sandbox.refund', 's1', 3)`.execute(
+          db,
+        );
+      } finally {
+        await db.destroy();
+      }
+      const s = await PostgresStore.open(url);
+      try {
+        assert.equal(await s.balance('a'), 95);
+        assert.equal(await s.balance('b'), 0);
+        await s.addLedger({ accountId: 'a', delta: -5, reason: 'sandbox.extend', sandboxId: 's1', createdAt: 4 });
+        await s.addLedger({ accountId: 'b', delta: 3, reason: 'admin.grant', sandboxId: null, createdAt: 5 });
+        assert.equal(await s.balance('a'), 90);
+        assert.equal(await s.balance('b'), 3);
+      } finally {
+        await s.close();
+      }
+    });
+
     it('close is idempotent', async () => {
       const s = await PostgresStore.open(await server().createSchema());
       await s.close();

@@ -66,6 +66,33 @@ describe('SqliteStore', () => {
     }
   });
 
+  it("migration 9 fills each account's balance from its ledger, and every later ledger row moves it", async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'sbx-store-'));
+    try {
+      const path = join(dir, 'db.sqlite');
+      const old = openDatabase(path, { migrations: MIGRATIONS.filter((m) => m.version <= 8) });
+      old.exec(`INSERT INTO accounts (id, email, password_hash, plan, admin, created_at) VALUES ('a', 'a@x', NULL, 'FREE', 0, 0);
+        INSERT INTO accounts (id, email, password_hash, plan, admin, created_at) VALUES ('b', 'b@x', NULL, 'FREE', 0, 0);
+        INSERT INTO ledger (account_id, delta, reason, sandbox_id, created_at) VALUES ('a', 100, 'signup', NULL, 1);
+        INSERT INTO ledger (account_id, delta, reason, sandbox_id, created_at) VALUES ('a', -7, 'sandbox.create', 's1', 2);
+        INSERT INTO ledger (account_id, delta, reason, sandbox_id, created_at) VALUES ('a', 2, 'sandbox.refund', 's1', 3);`);
+      old.close();
+      const s = new SqliteStore(path);
+      try {
+        assert.equal(await s.balance('a'), 95);
+        assert.equal(await s.balance('b'), 0);
+        await s.addLedger({ accountId: 'a', delta: -5, reason: 'sandbox.extend', sandboxId: 's1', createdAt: 4 });
+        await s.addLedger({ accountId: 'b', delta: 3, reason: 'admin.grant', sandboxId: null, createdAt: 5 });
+        assert.equal(await s.balance('a'), 90);
+        assert.equal(await s.balance('b'), 3);
+      } finally {
+        await s.close();
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it('migration 5 rebuilds the sandboxes table for the new states and keeps every record and mount', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'sbx-store-'));
     try {
