@@ -15,6 +15,25 @@ export interface StoreTarget {
   makePair: () => Promise<[Store, Store]>;
 }
 
+/**
+ * The balance migration tests of both stores: the ledger an older database holds (account
+ * `a`: rows summing to 95; account `b`: none), as SQL VALUES of
+ * `(account_id, delta, reason, sandbox_id, created_at)`, and what the migrated store must
+ * show of it ({@link checkFilledBalances}).
+ */
+export const OLD_LEDGER_VALUES =
+  "('a', 100, 'signup', NULL, 1), ('a', -7, 'sandbox.create', 's1', 2), ('a', 2, 'sandbox.refund', 's1', 3)";
+
+/** Balances filled from {@link OLD_LEDGER_VALUES}, then moved by every later ledger row. */
+export async function checkFilledBalances(s: Store): Promise<void> {
+  assert.equal(await s.balance('a'), 95);
+  assert.equal(await s.balance('b'), 0);
+  await s.addLedger({ accountId: 'a', delta: -5, reason: 'sandbox.extend', sandboxId: 's1', createdAt: 4 });
+  await s.addLedger({ accountId: 'b', delta: 3, reason: 'admin.grant', sandboxId: null, createdAt: 5 });
+  assert.equal(await s.balance('a'), 90);
+  assert.equal(await s.balance('b'), 3);
+}
+
 const rec = (id: string, accountId: string, createdAt: number): SandboxRecord => ({
   id,
   accountId,

@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
-import { runStoreConformance } from '../conformance.js';
+import { checkFilledBalances, OLD_LEDGER_VALUES, runStoreConformance } from '../conformance.js';
 import Database from 'better-sqlite3';
 import { MIGRATIONS } from '../migrations/index.js';
 import { cacheStatements, openDatabase } from './open.js';
@@ -73,18 +73,11 @@ describe('SqliteStore', () => {
       const old = openDatabase(path, { migrations: MIGRATIONS.filter((m) => m.version <= 8) });
       old.exec(`INSERT INTO accounts (id, email, password_hash, plan, admin, created_at) VALUES ('a', 'a@x', NULL, 'FREE', 0, 0);
         INSERT INTO accounts (id, email, password_hash, plan, admin, created_at) VALUES ('b', 'b@x', NULL, 'FREE', 0, 0);
-        INSERT INTO ledger (account_id, delta, reason, sandbox_id, created_at) VALUES ('a', 100, 'signup', NULL, 1);
-        INSERT INTO ledger (account_id, delta, reason, sandbox_id, created_at) VALUES ('a', -7, 'sandbox.create', 's1', 2);
-        INSERT INTO ledger (account_id, delta, reason, sandbox_id, created_at) VALUES ('a', 2, 'sandbox.refund', 's1', 3);`);
+        INSERT INTO ledger (account_id, delta, reason, sandbox_id, created_at) VALUES ${OLD_LEDGER_VALUES};`);
       old.close();
       const s = new SqliteStore(path);
       try {
-        assert.equal(await s.balance('a'), 95);
-        assert.equal(await s.balance('b'), 0);
-        await s.addLedger({ accountId: 'a', delta: -5, reason: 'sandbox.extend', sandboxId: 's1', createdAt: 4 });
-        await s.addLedger({ accountId: 'b', delta: 3, reason: 'admin.grant', sandboxId: null, createdAt: 5 });
-        assert.equal(await s.balance('a'), 90);
-        assert.equal(await s.balance('b'), 3);
+        await checkFilledBalances(s);
       } finally {
         await s.close();
       }
