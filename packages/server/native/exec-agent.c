@@ -11,6 +11,9 @@
  * With `--init` it is the sandbox's PID 1 instead (started by `crun run`, the channel on its
  * stdio): it then also reaps every orphan, and when the channel closes (the server went
  * away) it stays, as a plain init; the next server starts a second agent with `crun exec`.
+ * As init it first makes /dev/shm (mode 1777) on the sandbox's /dev tmpfs: a directory there
+ * rather than a tmpfs of its own, since every file system instance alive costs every memory
+ * cgroup of the host a shrinker slot (see bundle/oci-config.ts).
  *
  * The control fds are moved above 2 with close-on-exec and 0..2 become /dev/null, so no
  * command ever holds the channel. EOF on the channel ends a non-init agent once the
@@ -614,6 +617,7 @@ int main(int argc, char **argv) {
   /* Not dumpable: the sandbox's root (no CAP_SYS_PTRACE) can neither ptrace the agent nor
    * open its /proc/<pid>/fd to take the channel. Commands are dumpable again after execve. */
   prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+  if (init_mode && mkdir("/dev/shm", 01777) == 0) chmod("/dev/shm", 01777); /* past the umask */
   ctl_in = fcntl(0, F_DUPFD_CLOEXEC, 3);
   ctl_out = fcntl(1, F_DUPFD_CLOEXEC, 3);
   if (ctl_in < 0 || ctl_out < 0) {

@@ -283,6 +283,32 @@ for name, nr in [("keyctl", 250), ("add_key", 248), ("bpf", 321), ("perf_event_o
       assert.equal((await sh(a, 'head -c 10 /proc/kcore | wc -c')).stdout.trim(), '0');
     });
 
+    it("has /dev/shm: a sticky, world-writable directory of /dev's 64 MiB noexec, nodev tmpfs", async () => {
+      const r = await sh(
+        a,
+        "stat -c '%a %u' /dev/shm; stat -f -c '%T' /dev/shm; df -k /dev/shm | tail -1 | awk '{print $2}';" +
+          " grep ' /dev/shm ' /proc/self/mountinfo | wc -l; grep ' /dev ' /proc/self/mountinfo | cut -d' ' -f6",
+      );
+      const [mode, fs, kib, ownMounts, devOptions] = r.stdout.trim().split('\n');
+      assert.equal(mode, '1777 0');
+      assert.equal(fs, 'tmpfs');
+      assert.equal(kib, '65536');
+      assert.equal(ownMounts, '0', 'no file system instance of its own');
+      assert.match(devOptions, /(^|,)nosuid(,|$)/);
+      assert.match(devOptions, /(^|,)nodev(,|$)/);
+      assert.match(devOptions, /(^|,)noexec(,|$)/);
+      // Another user than root can use it (sticky: not remove root's files); nothing there runs.
+      const u = await sh(
+        a,
+        'echo root > /dev/shm/r; cp /bin/busybox /dev/shm/bb; chmod 755 /dev/shm/bb; /dev/shm/bb true; echo exec=$?;' +
+          " su -s /bin/sh nobody -c 'echo u > /dev/shm/u && cat /dev/shm/u; rm -f /dev/shm/r; echo rm=$?'",
+      );
+      assert.match(u.stdout, /exec=126/);
+      assert.match(u.stdout, /^u$/m);
+      assert.match(u.stdout, /rm=1/);
+      assert.equal((await sh(a, 'cat /dev/shm/r; rm -f /dev/shm/*')).stdout, 'root\n');
+    });
+
     const cid = (id: string) => driver.containerIdOf(id)!;
 
     it(warm ? 'was claimed from the warm pool' : 'was started for its create', () => {

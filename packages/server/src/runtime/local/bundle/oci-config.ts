@@ -123,23 +123,21 @@ export function buildOciConfig(o: BundleOptions): Record<string, unknown> {
   const ro = ['rbind', 'ro', 'nosuid', 'nodev', 'noexec'];
   const mounts: BundleMount[] = [
     { destination: '/proc', type: 'proc', source: 'proc', options: ['nosuid', 'noexec', 'nodev'] },
+    // /dev/shm is a directory of this tmpfs (made by the agent at init, mode 1777), not a
+    // tmpfs of its own: one file system instance less per sandbox (see maskDirsWith). Both
+    // are 64 MiB, charged to the sandbox's memory cgroup. noexec and nodev are as /dev/shm
+    // had them; the nodes and the agent bound over files here keep their own mounts' flags.
     {
       destination: '/dev',
       type: 'tmpfs',
       source: 'tmpfs',
-      options: ['nosuid', 'strictatime', 'mode=755', 'size=65536k'],
+      options: ['nosuid', 'noexec', 'nodev', 'strictatime', 'mode=755', 'size=65536k'],
     },
     {
       destination: '/dev/pts',
       type: 'devpts',
       source: 'devpts',
       options: ['nosuid', 'noexec', 'newinstance', 'ptmxmode=0666', 'mode=0620'],
-    },
-    {
-      destination: '/dev/shm',
-      type: 'tmpfs',
-      source: 'shm',
-      options: ['nosuid', 'noexec', 'nodev', 'mode=1777', 'size=65536k'],
     },
     { destination: '/dev/mqueue', type: 'mqueue', source: 'mqueue', options: ['nosuid', 'noexec', 'nodev'] },
     o.hostSysfs
