@@ -2,7 +2,8 @@
 /*
  * seccomp-bpf: compiles a seccomp profile to the raw BPF program the kernel loads, with
  * libseccomp, the way crun does from the OCI config (default action, x86_64 + x86 + x32,
- * one rule per line), but as a binary tree (see below). crun then loads it from the run.oci.seccomp_bpf_data annotation
+ * one rule per line), but as a binary tree (see below), and with x32 only where the kernel
+ * runs x32 code (see kernel_runs_x32). crun then loads it from the run.oci.seccomp_bpf_data annotation
  * instead of compiling the profile again for every sandbox (~15 ms each).
  *
  * stdin, one directive per line:
@@ -25,7 +26,29 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+/*
+ * Whether this kernel runs x32 code (x86_64 syscall numbers with bit 30 set). Most kernels
+ * are built without it (CONFIG_X86_X32_ABI off): they answer ENOSYS to every such call, and
+ * the x32 rules, ~30% of the program, are dead weight that crun keeps three times per
+ * sandbox (in its copy of config.json, in base64; in its state dir; in the kernel: ~10 KiB
+ * of host memory per sandbox). Without them the filter answers such a call, like any other
+ * foreign architecture, ENOSYS itself (SCMP_FLTATR_ACT_BADARCH). Asked in a child, which a
+ * filter of our own parent may kill: then x32 stays in, as before.
+ */
+static int kernel_runs_x32(void) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    long r = syscall(0x40000000L | __NR_getppid);
+    _exit(r >= 0 ? 0 : errno == ENOSYS ? 1 : 2);
+  }
+  int st;
+  if (pid < 0 || waitpid(pid, &st, 0) != pid) return 1;
+  return !(WIFEXITED(st) && WEXITSTATUS(st) == 1);
+}
 
 static uint32_t action(const char *name, long err) {
   return strcmp(name, "allow") == 0 ? SCMP_ACT_ALLOW : SCMP_ACT_ERRNO((uint16_t)err);
@@ -59,7 +82,12 @@ int main(void) {
         fprintf(stderr, "binary tree optimization not supported\n");
         return 1;
       }
-      if (seccomp_arch_add(ctx, SCMP_ARCH_X32) < 0 || seccomp_arch_remove(ctx32, SCMP_ARCH_NATIVE) < 0 || seccomp_arch_add(ctx32, SCMP_ARCH_X86) < 0) {
+      if (seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_ERRNO(ENOSYS)) < 0 ||
+          seccomp_attr_set(ctx32, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_ERRNO(ENOSYS)) < 0) {
+        fprintf(stderr, "bad arch action not supported\n");
+        return 1;
+      }
+      if ((kernel_runs_x32() && seccomp_arch_add(ctx, SCMP_ARCH_X32) < 0) || seccomp_arch_remove(ctx32, SCMP_ARCH_NATIVE) < 0 || seccomp_arch_add(ctx32, SCMP_ARCH_X86) < 0) {
         fprintf(stderr, "arch_add failed\n");
         return 1;
       }
