@@ -1,4 +1,4 @@
-import { existsSync, readdirSync, readFileSync, statfsSync, writeFileSync } from 'node:fs';
+import { existsSync, readdirSync, statfsSync, writeFileSync } from 'node:fs';
 import { unlink } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { SandboxdError } from '@sandboxd/protocol';
@@ -6,16 +6,13 @@ import {
   bridgeMac,
   checkIfName,
   checkSandboxId,
-  contains,
   formatPrefix,
   hostVethName,
   instanceGroup,
   intToIp,
-  ipToInt,
   netnsName,
   netnsPath,
   planSubnet,
-  SANDBOX_ID_RE,
   type SubnetPlan,
 } from './addr.js';
 import { keyedLock } from '../../../domain/keyed-lock.js';
@@ -26,6 +23,8 @@ import { findRouteClash, hostNetworksBesides } from './host.js';
 import { blockedPrefixes, buildRuleset, nftTableName } from './rules.js';
 import type { Upstream } from './dns.js';
 import { EgressGate } from './egress.js';
+import { AddressBook } from './addresses.js';
+import { instanceVeths, isInstanceVeth } from './sysfs.js';
 import { parseVia, viaRoutingScript, viaRuleDeletions, viaTable } from './via.js';
 
 /**
@@ -76,7 +75,6 @@ export interface SandboxNet {
 
 /** Low priority, so the anchor's own connected route wins while it exists. */
 const BLACKHOLE_METRIC = 4294967295;
-const VETH_RE = /^sv[0-9a-f]{10}$/;
 /**
  * How long a detach waits for the kernel to free a veth whose netns lost its last user
  * (it does so in batches, asynchronously) before deleting it itself.
@@ -116,11 +114,10 @@ export class NetworkManager {
   readonly #group: number;
   #ready = false;
   #loaded: Promise<void> | undefined;
-  /** Address (as number) -> id using it ('' for an address only the host knows about). */
-  readonly #used = new Map<number, string>();
+  readonly #addresses: AddressBook;
   readonly #nets = new Map<string, SandboxNet>();
-  readonly #locks = new Map<string, Promise<unknown>>();
-  #cursor: number;
+  /** Calls for one id run one after another; different ids in parallel. */
+  readonly #locked = keyedLock();
   #netAttachPath: string | undefined;
   #egress: EgressGate | undefined;
 
@@ -133,7 +130,7 @@ export class NetworkManager {
     this.#subnet = formatPrefix(this.#plan.prefix);
     this.#gateway = intToIp(this.#plan.gateway);
     this.#group = instanceGroup(opts.bridge);
-    this.#cursor = this.#plan.first;
+    this.#addresses = new AddressBook(this.#plan);
   }
 
   /**
@@ -171,7 +168,7 @@ export class NetworkManager {
   async init(): Promise<void> {
     const { bridge } = this.#opts;
     this.#netAttach(); // compiled now, not by the first create
-    const clash = await findRouteClash(this.#plan.prefix, (dev) => dev === bridge || this.#isOurVeth(dev));
+    const clash = await findRouteClash(this.#plan.prefix, (dev) => dev === bridge || isInstanceVeth(dev, this.#group));
     if (clash) throw new SandboxdError('conflict', `network: subnet ${this.#subnet} overlaps the host route ${clash}`);
     const hostNetworks = await hostNetworksBesides(bridge);
     const ruleset = (ports?: Parameters<typeof buildRuleset>[0]['ports']) =>
@@ -317,7 +314,7 @@ export class NetworkManager {
    * name without such a veth is not listed.
    */
   async list(): Promise<SandboxNet[]> {
-    const veths = this.#hostVeths();
+    const veths = instanceVeths(this.#opts.bridge, this.#group);
     const addrByDev = new Map<string, string>();
     if (veths.size > 0) {
       const routes = await runJson<{ dst: string; dev?: string }>(
@@ -344,7 +341,7 @@ export class NetworkManager {
     const { bridge } = this.#opts;
     this.#ready = false;
     await mapLimit(await this.list(), 4, (n) => this.#locked(n.id, () => this.#remove(n.id, true)));
-    const names = [...this.#hostVeths().keys()];
+    const names = [...instanceVeths(this.#opts.bridge, this.#group).keys()];
     const script = [
       ...names.map((n) => `link del ${n}`),
       `link del ${bridge}`,
@@ -361,9 +358,8 @@ export class NetworkManager {
       throw new SandboxdError('internal', `network: teardown of ${bridge} left something behind`);
     }
     this.#loaded = undefined;
-    this.#used.clear();
+    this.#addresses.clear();
     this.#nets.clear();
-    this.#cursor = this.#plan.first;
   }
 
   /**
@@ -373,8 +369,7 @@ export class NetworkManager {
    */
   async freeAddresses(): Promise<{ free: number; total: number }> {
     if (this.#ready) await this.#loadHostState().catch(() => {});
-    const size = this.#plan.last - this.#plan.first + 1;
-    return { free: Math.max(0, size - this.#used.size), total: size };
+    return this.#addresses.counts();
   }
 
   async #attach(id: string, pid?: number): Promise<SandboxNet> {
@@ -383,9 +378,8 @@ export class NetworkManager {
       throw new SandboxdError('conflict', `network of sandbox ${id} exists`);
     }
     await this.#loadHostState();
-    if (this.#nextFree() === undefined) await this.#recheckHostOnly();
-    const addr = this.#allocate(id);
-    const net = this.#describe(id, intToIp(addr));
+    if (!this.#addresses.hasFree()) await this.#recheckHostOnly();
+    const net = this.#describe(id, this.#addresses.allocate(id));
     try {
       const cmd = attachCommand({
         id,
@@ -411,7 +405,7 @@ export class NetworkManager {
   async #remove(id: string, now: boolean): Promise<void> {
     const veth = hostVethName(id);
     // What the address may reach goes before the address can go to another sandbox.
-    for (const [addr, owner] of this.#used) if (owner === id) await this.#egress?.release(intToIp(addr));
+    for (const address of this.#addresses.heldBy(id)) await this.#egress?.release(address);
     const vethPath = `/sys/class/net/${veth}`;
     const script = [
       ...(now && existsSync(vethPath) ? [`link del ${veth}`] : []),
@@ -428,36 +422,7 @@ export class NetworkManager {
       throw new SandboxdError('internal', `network: could not remove the network of sandbox ${id}`);
     }
     this.#nets.delete(id);
-    for (const [addr, owner] of this.#used) if (owner === id) this.#used.delete(addr);
-  }
-
-  /** Host veths of this instance: name -> sandbox id (from the alias `sandboxd:<id>`). */
-  #hostVeths(): Map<string, string> {
-    const out = new Map<string, string>();
-    let names: string[] = [];
-    try {
-      names = readdirSync('/sys/class/net');
-    } catch {
-      return out;
-    }
-    // Ports of the anchor are veths of an older version of this instance (bridged topology).
-    let ports = new Set<string>();
-    try {
-      ports = new Set(readdirSync(`/sys/class/net/${this.#opts.bridge}/brif`));
-    } catch {
-      /* no anchor */
-    }
-    for (const n of names) {
-      if (!VETH_RE.test(n) || !(ports.has(n) || this.#isOurVeth(n))) continue;
-      const id = readSys(`/sys/class/net/${n}/ifalias`).replace(/^sandboxd:/, '');
-      if (SANDBOX_ID_RE.test(id) && hostVethName(id) === n) out.set(n, id);
-    }
-    return out;
-  }
-
-  /** Whether `dev` is a host veth in this instance's interface group. */
-  #isOurVeth(dev: string): boolean {
-    return VETH_RE.test(dev) && readSys(`/sys/class/net/${dev}/netdev_group`) === String(this.#group);
+    this.#addresses.release(id);
   }
 
   /**
@@ -467,7 +432,7 @@ export class NetworkManager {
    */
   #loadHostState(): Promise<void> {
     this.#loaded ??= (async () => {
-      const veths = this.#hostVeths();
+      const veths = instanceVeths(this.#opts.bridge, this.#group);
       const routes = await runJson<{ dst: string; dev?: string; type?: string }>(
         'ip',
         ['-j', '-4', 'route', 'show', 'table', 'main'],
@@ -475,7 +440,7 @@ export class NetworkManager {
       );
       for (const r of routes) {
         if (r.type === 'blackhole' || !/^[\d.]+(\/32)?$/.test(r.dst)) continue;
-        this.#reserve(r.dst.replace(/\/32$/, ''), (r.dev && veths.get(r.dev)) || '');
+        this.#addresses.reserve(r.dst.replace(/\/32$/, ''), (r.dev && veths.get(r.dev)) || '');
       }
       if (existsSync(`/sys/class/net/${this.#opts.bridge}/brif`)) {
         const bridged = readdirSync(`/sys/class/net/${this.#opts.bridge}/brif`).length > 0;
@@ -488,28 +453,13 @@ export class NetworkManager {
               },
             )
           : [];
-        for (const n of neigh) this.#reserve(n.dst, '');
+        for (const n of neigh) this.#addresses.reserve(n.dst, '');
       }
     })().catch((e: unknown) => {
       this.#loaded = undefined;
       throw e;
     });
     return this.#loaded;
-  }
-
-  #reserve(address: string, id: string): void {
-    if (!/^[\d.]+$/.test(address)) return;
-    const n = ipToInt(address);
-    if (contains(this.#plan.prefix, n) && !this.#used.has(n)) this.#used.set(n, id);
-  }
-
-  /** Next free address after the last one handed out (synchronous: no other attach interleaves). */
-  #allocate(id: string): number {
-    const found = this.#nextFree();
-    if (found === undefined) throw new SandboxdError('internal', `network: no free address left in ${this.#subnet}`);
-    this.#used.set(found, id);
-    this.#cursor = found + 1 > this.#plan.last ? this.#plan.first : found + 1;
-    return found;
   }
 
   /**
@@ -520,47 +470,16 @@ export class NetworkManager {
     const routes = await runJson<{ dst: string }>('ip', ['-j', '-4', 'route', 'show', 'table', 'main'], {
       allowFailure: true,
     });
-    const routed = new Set(routes.map((r) => r.dst.replace(/\/32$/, '')));
-    for (const [addr, owner] of this.#used) if (owner === '' && !routed.has(intToIp(addr))) this.#used.delete(addr);
+    this.#addresses.pruneHostOnly(new Set(routes.map((r) => r.dst.replace(/\/32$/, ''))));
   }
 
-  /** The next free address from the cursor on, or undefined; changes nothing. */
   /** True while an address of the subnet is free (networks made for the pool hold theirs). */
   hasFreeAddress(): boolean {
-    return this.#nextFree() !== undefined;
-  }
-
-  #nextFree(): number | undefined {
-    const { first, last } = this.#plan;
-    const size = last - first + 1;
-    for (let i = 0; i < size; i++) {
-      const candidate = first + ((this.#cursor - first + i) % size);
-      if (!this.#used.has(candidate)) return candidate;
-    }
-    return undefined;
+    return this.#addresses.hasFree();
   }
 
   #describe(id: string, address: string): SandboxNet {
     return { id, netnsName: netnsName(id), netnsPath: netnsPath(id), address, gateway: this.#gateway };
-  }
-
-  /** Runs `fn` after every earlier call for `id` has settled. */
-  #locked<T>(id: string, fn: () => Promise<T>): Promise<T> {
-    const run = (this.#locks.get(id) ?? Promise.resolve()).then(fn);
-    const tail = run.catch(() => {});
-    this.#locks.set(id, tail);
-    void tail.then(() => {
-      if (this.#locks.get(id) === tail) this.#locks.delete(id);
-    });
-    return run;
-  }
-}
-
-function readSys(path: string): string {
-  try {
-    return readFileSync(path, 'utf8').trim();
-  } catch {
-    return '';
   }
 }
 
