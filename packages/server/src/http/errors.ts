@@ -9,6 +9,7 @@ import {
 } from '@sandboxd/protocol';
 import type { FastifyError } from 'fastify';
 import { isOutOfSpace, OUT_OF_STORAGE_MESSAGE } from '../domain/storage.js';
+import { pointerToken } from '../domain/json-pointer.js';
 
 interface SchemaError {
   keyword?: string;
@@ -99,8 +100,7 @@ export function formatProblems(errors: SchemaError[], part: string): ValidationP
 
     if (e.keyword === 'additionalProperties') {
       const names = (e.params?.additionalProperties as string[] | undefined) ?? [];
-      for (const n of names)
-        push({ in: part, path: `${path}/${escapePointer(n)}`, message: 'is not an allowed field' });
+      for (const n of names) push({ in: part, path: `${path}/${pointerToken(n)}`, message: 'is not an allowed field' });
       continue;
     }
     if (e.keyword === 'anyOf') {
@@ -125,15 +125,11 @@ export function formatProblems(errors: SchemaError[], part: string): ValidationP
       const missing = (e.params?.requiredProperties as string[] | undefined) ?? [
         String(e.params?.missingProperty ?? ''),
       ];
-      for (const n of missing) push({ in: part, path: `${path}/${escapePointer(n)}`, message: 'is required' });
+      for (const n of missing) push({ in: part, path: `${path}/${pointerToken(n)}`, message: 'is required' });
       continue;
     }
     push({ in: part, path, message: e.message ?? 'is invalid' });
   }
   if (!out.length) out.push({ in: part, path: '', message: 'is invalid' });
   return out;
-}
-
-function escapePointer(s: string): string {
-  return s.replace(/~/g, '~0').replace(/\//g, '~1');
 }

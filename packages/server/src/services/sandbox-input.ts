@@ -1,0 +1,70 @@
+/**
+ * Checks of what a create or exec request carries beyond its schema: env entries execve
+ * would refuse, and the volume map (mount paths, sizes, nesting). Errors are `validation`
+ * with a JSON pointer into the body for each problem.
+ */
+import { LIMITS, SandboxdError, type SandboxCreate, type ValidationProblem } from '@sandboxd/protocol';
+import { pointerToken } from '../domain/json-pointer.js';
+import { type MountRecord, mountPathProblem } from '../domain/sandbox.js';
+
+/**
+ * Entries `NAME=value` longer than {@link LIMITS.maxArgBytes} in UTF-8: execve refuses
+ * them (E2BIG), so a sandbox or command given one could never start.
+ */
+export function envProblems(env: Record<string, string> | undefined, base: string): ValidationProblem[] {
+  const out: ValidationProblem[] = [];
+  for (const [k, v] of Object.entries(env ?? {})) {
+    const bytes = Buffer.byteLength(k) + 1 + Buffer.byteLength(v);
+    if (bytes > LIMITS.maxArgBytes) {
+      out.push({
+        in: 'body',
+        path: `${base}/${pointerToken(k)}`,
+        message: `NAME=value is ${bytes} bytes; at most ${LIMITS.maxArgBytes}`,
+      });
+    }
+  }
+  return out;
+}
+
+export function badRequest(message: string, path: string, extra: Record<string, unknown> = {}): SandboxdError {
+  return new SandboxdError('validation', message, [{ in: 'body', path, message, ...extra }]);
+}
+
+/** Turns the request's volume map into mounts (sizes resolved later) and requested sizes. */
+export function parseVolumes(v: NonNullable<SandboxCreate['volumes']>): {
+  mounts: MountRecord[];
+  sizes: Array<{ name: string; sizeGb: number | null }>;
+} {
+  const problems: ValidationProblem[] = [];
+  const mounts: MountRecord[] = [];
+  const sizes = new Map<string, number | null>();
+  for (const [mountPath, spec] of Object.entries(v)) {
+    const ptr = `/volumes/${pointerToken(mountPath)}`;
+    const p = mountPathProblem(mountPath);
+    if (p) problems.push({ in: 'body', path: ptr, message: `mount path ${p}` });
+    const name = typeof spec === 'string' ? spec : spec.name;
+    const size = typeof spec === 'string' ? null : (spec.sizeGb ?? null);
+    const seen = sizes.get(name);
+    if (seen !== undefined && seen !== null && size !== null && seen !== size)
+      problems.push({ in: 'body', path: ptr, message: `volume ${name} is given two sizes` });
+    sizes.set(name, size ?? seen ?? null);
+    mounts.push({ mountPath, name, sizeGb: size ?? 1 });
+  }
+  // A mount path below another volume's would be resolved by the runtime through that
+  // volume's content, which other sandboxes of the account may write (symlinks planted
+  // there would decide where, or whether, this one is mounted): refused.
+  for (const inner of mounts) {
+    const outer = mounts.find((o) => o !== inner && inner.mountPath.startsWith(`${o.mountPath}/`));
+    if (outer) {
+      const ptr = `/volumes/${pointerToken(inner.mountPath)}`;
+      problems.push({
+        in: 'body',
+        path: ptr,
+        message: `mount path must not be inside another volume's mount path (${outer.mountPath})`,
+      });
+    }
+  }
+  if (problems.length)
+    throw new SandboxdError('validation', problems.map((p) => `${p.path}: ${p.message}`).join('; '), problems);
+  return { mounts, sizes: [...sizes].map(([name, sizeGb]) => ({ name, sizeGb })) };
+}
