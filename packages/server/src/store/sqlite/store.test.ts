@@ -26,6 +26,28 @@ runStoreConformance({
   },
 });
 
+/**
+ * Makes a database file migrated up to `version`, runs `seed` in it, then hands a
+ * SqliteStore over it (which applies every later migration) to `check`; the file goes after.
+ */
+async function fromOlderDatabase(version: number, seed: string, check: (s: SqliteStore) => Promise<void>) {
+  const dir = mkdtempSync(join(tmpdir(), 'sbx-store-'));
+  try {
+    const path = join(dir, 'db.sqlite');
+    const old = openDatabase(path, { migrations: MIGRATIONS.filter((m) => m.version <= version) });
+    old.exec(seed);
+    old.close();
+    const s = new SqliteStore(path);
+    try {
+      await check(s);
+    } finally {
+      await s.close();
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
 describe('SqliteStore', () => {
   it('persists across reopen (file database, WAL)', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'sbx-store-'));
@@ -46,59 +68,39 @@ describe('SqliteStore', () => {
   });
 
   it('an older database gains the E2B columns; its sandboxes have no template nor metadata', async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'sbx-store-'));
-    try {
-      const path = join(dir, 'db.sqlite');
-      const old = openDatabase(path, { migrations: MIGRATIONS.filter((m) => m.version <= 3) });
-      old.exec(`INSERT INTO accounts (id, email, password_hash, plan, admin, created_at) VALUES ('a', 'a@x', NULL, 'FREE', 0, 0);
+    await fromOlderDatabase(
+      3,
+      `INSERT INTO accounts (id, email, password_hash, plan, admin, created_at) VALUES ('a', 'a@x', NULL, 'FREE', 0, 0);
         INSERT INTO sandboxes (id, account_id, name, image, region, env_json, volumes_json, created_at, state, stop_at, reserved_minutes)
-        VALUES ('s1', 'a', 'n', 'img', 'local', '{}', '[]', 1, 'started', 2, 1);`);
-      old.close();
-      const s = new SqliteStore(path);
-      try {
+        VALUES ('s1', 'a', 'n', 'img', 'local', '{}', '[]', 1, 'started', 2, 1);`,
+      async (s) => {
         const r = await s.getSandbox('s1');
         assert.ok(r && r.template === undefined && r.metadata === undefined);
-      } finally {
-        await s.close();
-      }
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
+      },
+    );
   });
 
   it("migration 9 fills each account's balance from its ledger, and every later ledger row moves it", async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'sbx-store-'));
-    try {
-      const path = join(dir, 'db.sqlite');
-      const old = openDatabase(path, { migrations: MIGRATIONS.filter((m) => m.version <= 8) });
-      old.exec(`INSERT INTO accounts (id, email, password_hash, plan, admin, created_at) VALUES ('a', 'a@x', NULL, 'FREE', 0, 0);
+    await fromOlderDatabase(
+      8,
+      `INSERT INTO accounts (id, email, password_hash, plan, admin, created_at) VALUES ('a', 'a@x', NULL, 'FREE', 0, 0);
         INSERT INTO accounts (id, email, password_hash, plan, admin, created_at) VALUES ('b', 'b@x', NULL, 'FREE', 0, 0);
-        INSERT INTO ledger (account_id, delta, reason, sandbox_id, created_at) VALUES ${OLD_LEDGER_VALUES};`);
-      old.close();
-      const s = new SqliteStore(path);
-      try {
+        INSERT INTO ledger (account_id, delta, reason, sandbox_id, created_at) VALUES ${OLD_LEDGER_VALUES};`,
+      async (s) => {
         await checkFilledBalances(s);
-      } finally {
-        await s.close();
-      }
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
+      },
+    );
   });
 
   it('migration 5 rebuilds the sandboxes table for the new states and keeps every record and mount', async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'sbx-store-'));
-    try {
-      const path = join(dir, 'db.sqlite');
-      const old = openDatabase(path, { migrations: MIGRATIONS.filter((m) => m.version <= 4) });
-      old.exec(`INSERT INTO accounts (id, email, password_hash, plan, admin, created_at) VALUES ('a', 'a@x', NULL, 'FREE', 0, 0);
+    await fromOlderDatabase(
+      4,
+      `INSERT INTO accounts (id, email, password_hash, plan, admin, created_at) VALUES ('a', 'a@x', NULL, 'FREE', 0, 0);
         INSERT INTO volumes (account_id, name, size_gb, created_at) VALUES ('a', 'v', 1, 1);
         INSERT INTO sandboxes (id, account_id, name, image, region, env_json, volumes_json, created_at, state, stop_at, reserved_minutes, ports_public, metadata_json)
         VALUES ('s1', 'a', 'n', 'img', 'local', '{}', '[{"mountPath":"/v","name":"v","sizeGb":1}]', 1, 'started', 2, 1, 0, '{"k":"v"}');
-        INSERT INTO sandbox_mounts (sandbox_id, account_id, volume_name, mount_path) VALUES ('s1', 'a', 'v', '/v');`);
-      old.close();
-      const s = new SqliteStore(path);
-      try {
+        INSERT INTO sandbox_mounts (sandbox_id, account_id, volume_name, mount_path) VALUES ('s1', 'a', 'v', '/v');`,
+      async (s) => {
         const r = await s.getSandbox('s1');
         assert.ok(r);
         assert.deepEqual(
@@ -113,12 +115,8 @@ describe('SqliteStore', () => {
           (await s.listPausedExpired(99)).map((x) => x.id),
           ['s1'],
         );
-      } finally {
-        await s.close();
-      }
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
+      },
+    );
   });
 
   it('prepares each SQL text once, up to the cap; shared statements run with fresh arguments', () => {
