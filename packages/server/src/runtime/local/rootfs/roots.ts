@@ -157,16 +157,11 @@ export class RootfsManager {
         throw new SandboxdError('conflict', `root layer of ${o.id} already exists`);
       const template = await this.template(bytes);
       try {
-        this.rememberDevice(
-          o.id,
-          await mountHelper(['rootfs', template, dir, String(uidBase), String(size), lower, ...vols]),
-        );
-        this.rememberMounts(o.id, vols.length);
+        return await this.mountLayer(o.id, template, { uidBase, size, lower, vols });
       } catch (e) {
         await this.releaseLocked(o.id).catch(() => {});
         throw e;
       }
-      return { rootfs: join(dir, 'rootfs'), volumes: vols.map((_v, i) => join(dir, 'volumes', String(i))) };
     });
   }
 
@@ -218,16 +213,11 @@ export class RootfsManager {
       if ((await mountsUnder(dir)).length || !(await this.idle(o.id, 5_000)))
         throw new SandboxdError('conflict', `the kept root layer of ${o.id} is still in use`);
       try {
-        this.rememberDevice(
-          o.id,
-          await mountHelper(['rootfs', '-', dir, String(uidBase), String(size), lower, ...vols]),
-        );
-        this.rememberMounts(o.id, vols.length);
+        return await this.mountLayer(o.id, '-', { uidBase, size, lower, vols });
       } catch (e) {
         await this.unmountClean(dir).catch(() => {});
         throw e;
       }
-      return { rootfs: join(dir, 'rootfs'), volumes: vols.map((_v, i) => join(dir, 'volumes', String(i))) };
     });
   }
 
@@ -248,17 +238,25 @@ export class RootfsManager {
     });
   }
 
-  /** Notes the host mount points of layer `id` that the mount helper's `rootfs` made, newest first. */
-  private rememberMounts(id: string, volumes: number): void {
+  /**
+   * Runs the mount helper's `rootfs` for layer `id` (`template`: the image file to copy, or
+   * `-` for the kept one) and notes what it made: the loop device it printed and the host
+   * mount points, newest first, for {@link detach}. Resolves with the root and the staged
+   * volumes' paths, in the order given.
+   */
+  private async mountLayer(
+    id: string,
+    template: string,
+    o: { uidBase: number; size: number; lower: string; vols: string[] },
+  ): Promise<PreparedRootfs> {
     const dir = this.pathOf(id);
-    const vols = Array.from({ length: volumes }, (_v, i) => join(dir, 'volumes', String(volumes - 1 - i)));
-    this.mounted.set(id, [join(dir, 'rootfs'), ...vols, dir]);
-  }
-
-  /** Notes the loop device of layer `id` that the mount helper's `rootfs` printed. */
-  private rememberDevice(id: string, printed: string): void {
-    const dev = printed.trim();
+    const args = [String(o.uidBase), String(o.size), o.lower, ...o.vols];
+    const dev = (await mountHelper(['rootfs', template, dir, ...args])).trim();
     if (/^\/dev\/loop\d+$/.test(dev)) this.loops.set(id, dev);
+    const volumes = o.vols.map((_v, i) => join(dir, 'volumes', String(i)));
+    const rootfs = join(dir, 'rootfs');
+    this.mounted.set(id, [rootfs, ...[...volumes].reverse(), dir]);
+    return { rootfs, volumes };
   }
 
   /** Notes the loop device of layer `id` from its host mounts (its ext4 at `<dir>/<id>`). */
