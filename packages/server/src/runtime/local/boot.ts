@@ -16,8 +16,7 @@ import { resolveImageUser } from './images/user.js';
 import type { LifecycleHost } from './lifecycle.js';
 import type { PoolKeeper } from './pools/keeper.js';
 import { isAlive, newRecord, recordView, type SandboxRecord } from './records.js';
-import type { keyedLock } from './rootfs/mounts.js';
-import { mountHelper } from './rootfs/mounts.js';
+import { type keyedLock, mountHelper } from './rootfs/mounts.js';
 import { volumeOciMount } from './rootfs/roots.js';
 import { mergeEnv } from './sandbox-checks.js';
 
