@@ -71,3 +71,22 @@ export async function readSandboxPasswd(files: DriverFiles, id: string): Promise
 function isAboutPath(details: unknown): boolean {
   return typeof details === 'object' && details !== null && 'path' in details;
 }
+
+/**
+ * The numeric `uid[:gid]` of `user` in running sandbox `id` (an OCI runtime takes no names):
+ * numbers as given, names from the sandbox's own /etc/passwd, `root` as 0:0 without one.
+ * No user given: `fallback` (the image's). `validation` for a name the sandbox lacks.
+ */
+export async function numericUser(
+  files: DriverFiles,
+  id: string,
+  fallback: string,
+  user: string | undefined,
+): Promise<string> {
+  if (user === undefined) return fallback;
+  if (/^\d+(:\d+)?$/.test(user)) return user;
+  const e = findUser(await readSandboxPasswd(files, id), user);
+  if (e) return `${e.uid}:${e.gid}`;
+  if (user === 'root') return '0:0';
+  throw new SandboxdError('validation', `Unknown user in the sandbox: ${user}`, { user });
+}

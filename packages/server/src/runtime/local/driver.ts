@@ -1,4 +1,4 @@
-import { mkdir, rm, rmdir } from 'node:fs/promises';
+import { mkdir, rmdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { type Egress, SandboxdError } from '@sandboxd/protocol';
@@ -21,9 +21,9 @@ import type {
   VolumeInfo,
 } from '../driver.js';
 import type { DriverFiles } from '../files.js';
-import { findUser, readSandboxPasswd } from '../passwd.js';
+import { numericUser } from '../passwd.js';
 import { cgroupProcs, removeCgroupParent } from './bundle/cgroups.js';
-import { freezeAsked, thaw } from './bundle/freezer.js';
+import { freezeAsked } from './bundle/freezer.js';
 import { ID_RANGE_SIZE } from './bundle/oci-config.js';
 import { BundleWriter } from './bundle/writer.js';
 import { ensureRunTmpfs, removeRunDir } from './run-dir.js';
@@ -43,6 +43,7 @@ import { Snapshots } from './snapshot.js';
 import * as lifecycle from './lifecycle.js';
 import { boot, claim, type StartHost } from './boot.js';
 import { recoverInstance } from './recover.js';
+import { type ReleaseHost, settleHost, teardown } from './release.js';
 import { ID_RE, isAlive, isKept, isVisible, RecordStore, recordView, type SandboxRecord } from './records.js';
 import { keyedLock } from './rootfs/mounts.js';
 import { RootfsManager } from './rootfs/roots.js';
@@ -100,6 +101,8 @@ export class LocalDriver implements RuntimeDriver {
   private readonly life: lifecycle.LifecycleHost;
   /** What boot.ts (boot, claim) uses of the driver. */
   private readonly starts: StartHost;
+  /** What release.ts (settle, teardown) uses of the driver. */
+  private readonly release: ReleaseHost;
   /** Per sandbox id: pause, resume, stop, start and delete run one at a time. */
   private readonly serial = keyedLock();
 
@@ -148,7 +151,7 @@ export class LocalDriver implements RuntimeDriver {
         entries: this.opts.warmPool,
         limits: this.opts.warmLimits,
         start: (cid, image, limits) => this.startPooled(cid, image, limits),
-        release: (cid) => this.teardown(cid, this.pooled.get(cid)).finally(() => this.pooled.delete(cid)),
+        release: (cid) => teardown(this.release, cid, this.pooled.get(cid)).finally(() => this.pooled.delete(cid)),
       },
       busy: () => this.creating > 0,
     });
@@ -188,8 +191,9 @@ export class LocalDriver implements RuntimeDriver {
       bundles: this.bundles,
       images: this.images,
       takeNet: () => (this.crun.binary === 'crun' ? this.pools.takeNet() : undefined),
-      settleHost: (rec) => this.settleHost(rec),
+      settleHost: (rec) => settleHost(this.release, rec),
     };
+    this.release = { ...this.life, records: this.records };
     this.starts = {
       ...this.life,
       pools: this.pools,
@@ -197,7 +201,7 @@ export class LocalDriver implements RuntimeDriver {
       serial: this.serial,
       allocSlot: () => this.allocSlot(),
       uidBaseOf: (slot) => this.uidBaseOf(slot),
-      teardown: (id, rec) => this.teardown(id, rec),
+      teardown: (id, rec) => teardown(this.release, id, rec),
     };
   }
 
@@ -359,13 +363,13 @@ export class LocalDriver implements RuntimeDriver {
     if (this.releasing.has(id)) return;
     const rec = this.records.get(id) ?? (await this.state.read(id));
     if (rec?.phase !== 'ready' || rec.spec.volumes.length > 0) {
-      await this.teardown(id, rec);
+      await teardown(this.release, id, rec);
       return;
     }
     this.commands.drop(rec.cid);
     // PID 1 of the sandbox's pid namespace: the kernel kills every other process with it.
     if (isAlive(rec)) process.kill(rec.initPid, 'SIGKILL');
-    const done = this.teardown(id, rec)
+    const done = teardown(this.release, id, rec)
       .catch(() => undefined) // what is left is the next recovery's
       .finally(() => this.releasing.delete(id));
     this.releasing.set(id, { slot: rec.slot, done });
@@ -402,21 +406,11 @@ export class LocalDriver implements RuntimeDriver {
       argv: options.argv,
       env: Object.fromEntries(mergeEnvList(rec.env, options.env).map(splitEnv)),
       cwd: options.cwd ?? rec.workingDir,
-      user: await this.ttyUser(id, rec.user, options.user),
+      user: await numericUser(this.files, id, rec.user, options.user),
       cols: options.cols,
       rows: options.rows,
       detach: this.crun.binary === 'runc',
     });
-  }
-
-  /** The numeric `uid[:gid]` crun takes for a PTY's user (names from the sandbox's own /etc/passwd). */
-  private async ttyUser(id: string, imageUser: string, user: string | undefined): Promise<string> {
-    if (user === undefined) return imageUser;
-    if (/^\d+(:\d+)?$/.test(user)) return user;
-    const e = findUser(await readSandboxPasswd(this.files, id), user);
-    if (e) return `${e.uid}:${e.gid}`;
-    if (user === 'root') return '0:0';
-    throw new SandboxdError('validation', `Unknown user in the sandbox: ${user}`, { user });
   }
 
   async ensureVolume(name: string, sizeGb: number): Promise<VolumeInfo> {
@@ -516,43 +510,6 @@ export class LocalDriver implements RuntimeDriver {
       ...others.map((c) => `container ${c.id} (not this instance's, left alone in ${this.crun.root})`),
     ];
     if (problems.length) throw new SandboxdError('internal', `could not remove ${problems.join(', ')}`);
-  }
-
-  /**
-   * Once the sandbox runs, its root layer and netns live in its own namespaces: the host
-   * drops its mounts of them (the root layer's, and the netns name), so that the host's mount
-   * table, which every new mount namespace copies, does not grow with the sandboxes. runc
-   * keeps needing the root on the host (its exec starts in the rootfs directory).
-   */
-  private async settleHost(rec: SandboxRecord): Promise<void> {
-    const netId = rec.netId ?? rec.spec.id;
-    if (this.crun.binary === 'crun') {
-      // One helper run unmounts the root layer and the netns name; settle drops the name's file.
-      const name = this.network.namePath(netId);
-      await this.roots.detach(rec.rootId ?? rec.spec.id, name ? [name] : []);
-    }
-    await this.network.settle(netId);
-  }
-
-  /** Frees everything of `id` that exists, in reverse order of creation. Idempotent. */
-  private async teardown(id: string, rec: SandboxRecord | null | undefined): Promise<void> {
-    const cid = rec?.cid ?? id;
-    this.commands.drop(cid);
-    if (await freezeAsked(this.opts.cgroupParent, cid)) {
-      // A frozen (paused) container: its processes take the SIGKILL once thawed.
-      await this.crun.kill(cid, 'KILL');
-      await thaw(this.opts.cgroupParent, cid).catch(() => undefined);
-    }
-    await this.crun.delete(cid).catch(() => this.crun.kill(cid).then(() => this.crun.delete(cid)));
-    const dir = this.state.dirOf(id);
-    const releaseStorage = async () => {
-      await this.roots.release(rec?.rootId ?? id);
-      for (const v of rec?.spec.volumes ?? []) await this.volumes.release(v.name, id).catch(() => undefined);
-    };
-    await Promise.all([releaseStorage(), this.network.detach(rec?.netId ?? id)]);
-    await rm(dir, { recursive: true, force: true });
-    await this.bundles.remove(id);
-    this.records.delete(id);
   }
 
   private allocSlot(): number {
