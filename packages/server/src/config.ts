@@ -1,4 +1,3 @@
-import { EGRESS_LEVELS, type EgressLevel } from '@sandboxd/protocol';
 import { hostname } from 'node:os';
 import { join, resolve } from 'node:path';
 import {
@@ -18,7 +17,15 @@ import {
   readJson,
   type RunnerSource,
 } from './config-values.js';
+import { mergePlans, type PlanConfig, type RateLimitConfig, rateLimits } from './config-plans.js';
 
+export {
+  DEFAULT_PLANS,
+  DEFAULT_RATE_LIMITS,
+  type PlanConfig,
+  type PlanSandboxLimits,
+  type RateLimitConfig,
+} from './config-plans.js';
 export {
   ConfigError,
   MIN_RUNNER_TOKEN_LENGTH,
@@ -26,84 +33,6 @@ export {
   parseWarmPool,
   type RunnerSource,
 } from './config-values.js';
-
-const GiB = 1024 ** 3;
-
-/** Per-sandbox resource limits of a plan (kernel-enforced by the driver). */
-export interface PlanSandboxLimits {
-  memoryBytes: number;
-  cpus: number;
-  pids: number;
-  rootDiskBytes: number;
-}
-
-/** A plan: lifetime cap, concurrency, sign-up grant and per-sandbox limits. */
-export interface PlanConfig {
-  /** Largest `stopAt` minus the start of the run (create, start or resume) in ms. */
-  maxLifetimeMs: number;
-  /** Sandboxes in `creating` or `started` an account may hold at once. */
-  concurrency: number;
-  /** Tokens granted when an account is created on this plan. */
-  signupTokens: number;
-  /** Paused sandboxes an account may keep at once (a pause past it answers 403 `quota`). */
-  maxPaused: number;
-  /** A paused sandbox is deleted this long after it paused (default 7 days). */
-  pausedRetentionMs: number;
-  /** Bytes all snapshots of an account may add on disk (a snapshot past it answers 403 `quota`). */
-  snapshotBytes: number;
-  /**
-   * The most egress a sandbox may ask for: `none`, `allow` (rules only) or `internet`
-   * (anything, rules included). Absent: `internet`.
-   */
-  egress?: EgressLevel;
-  limits: PlanSandboxLimits;
-}
-
-/** A week: the default `pausedRetentionMs`. */
-const WEEK_MS = 7 * 86_400_000;
-
-/**
- * Request rate limits (`SANDBOXD_RATE_LIMIT_*`); a rate or count of 0 turns that limit off.
- * The port proxy, /healthz and /metrics are never limited. Windows are fixed: a rate and a
- * burst allow `burst` requests per `burst / perSec` seconds.
- */
-export interface RateLimitConfig {
-  /**
-   * Where the counters live (`_STORE`): `memory` (this process; a restart forgets them) or
-   * `database` (the store's database, shared by every server using it). Default: `database`
-   * when `SANDBOXD_DATABASE_URL` is set (replicas share the limits), else `memory`.
-   */
-  store: 'memory' | 'database';
-  /** API requests per second per account, sustained (`_ACCOUNT_PER_SEC`), and the burst (`_ACCOUNT_BURST`). */
-  accountPerSec: number;
-  accountBurst: number;
-  /** Requests per second per client IP without valid credentials (`_IP_PER_SEC`), and the burst (`_IP_BURST`). */
-  ipPerSec: number;
-  ipBurst: number;
-  /** Failed logins per email (`_LOGIN_FAILURES_PER_EMAIL`) and per IP (`_LOGIN_FAILURES_PER_IP`) within the window. */
-  loginFailuresPerEmail: number;
-  loginFailuresPerIp: number;
-  /** Sign-up attempts per IP within the window (`_SIGNUPS_PER_IP`). */
-  signupsPerIp: number;
-  /** The window of the login and sign-up counts, ms (`_AUTH_WINDOW_MS`). */
-  authWindowMs: number;
-  /** Terminal WebSockets one account may hold open at once (`_TERMINAL_SOCKETS_PER_ACCOUNT`). */
-  terminalSocketsPerAccount: number;
-}
-
-/** Defaults: far above heavy use of one account (a load of 500 exec/s never meets them). */
-export const DEFAULT_RATE_LIMITS: RateLimitConfig = {
-  store: 'memory',
-  accountPerSec: 1000,
-  accountBurst: 2000,
-  ipPerSec: 100,
-  ipBurst: 1000,
-  loginFailuresPerEmail: 10,
-  loginFailuresPerIp: 50,
-  signupsPerIp: 10,
-  authWindowMs: 900_000,
-  terminalSocketsPerAccount: 256,
-};
 
 /** The whole server configuration; built once by {@link loadConfig}, frozen. */
 export interface Config {
@@ -242,30 +171,6 @@ export interface E2bTemplate {
 /** `base` is E2B's default template: the Debian image, used as E2B's `user` account. */
 export const DEFAULT_E2B_TEMPLATES: Record<string, E2bTemplate> = {
   base: { image: 'local/debian:bookworm', user: 'user' },
-};
-
-/** Built-in plans; a config file may override or add plans. */
-export const DEFAULT_PLANS: Record<string, PlanConfig> = {
-  FREE: {
-    maxLifetimeMs: 3_600_000,
-    concurrency: 5,
-    signupTokens: 1000,
-    maxPaused: 5,
-    pausedRetentionMs: WEEK_MS,
-    snapshotBytes: 5 * GiB,
-    egress: 'internet',
-    limits: { memoryBytes: 2 * GiB, cpus: 1, pids: 512, rootDiskBytes: 10 * GiB },
-  },
-  PRO: {
-    maxLifetimeMs: 86_400_000,
-    concurrency: 50,
-    signupTokens: 10_000,
-    maxPaused: 50,
-    pausedRetentionMs: WEEK_MS,
-    snapshotBytes: 50 * GiB,
-    egress: 'internet',
-    limits: { memoryBytes: 8 * GiB, cpus: 4, pids: 4096, rootDiskBytes: 50 * GiB },
-  },
 };
 
 type Env = Record<string, string | undefined>;
@@ -467,53 +372,6 @@ function validate(cfg: Config): void {
     throw new ConfigError(
       `SANDBOXD_NODE_NAME must be letters, digits, '.', '_' or '-' (at most 253), got "${cfg.nodeName}"`,
     );
-}
-
-/**
- * `SANDBOXD_RATE_LIMIT_<FIELD>` (e.g. `_ACCOUNT_PER_SEC`) over the file's `rateLimit` over the
- * defaults; `store` defaults to `defaultStore` (`database` when the database is PostgreSQL).
- */
-function rateLimits(
-  env: Env,
-  fromFile: unknown,
-  fromOverrides: Partial<RateLimitConfig> | undefined,
-  defaultStore: RateLimitConfig['store'],
-): RateLimitConfig {
-  const file = (fromFile ?? {}) as Record<string, unknown>;
-  const out = { ...DEFAULT_RATE_LIMITS, store: defaultStore };
-  for (const k of Object.keys(out) as Array<keyof RateLimitConfig>) {
-    const name = `SANDBOXD_RATE_LIMIT_${k.replace(/[A-Z]/g, (c) => `_${c}`).toUpperCase()}`;
-    const raw = fromOverrides?.[k] ?? (env[name] || undefined) ?? file[k];
-    if (raw === undefined) continue;
-    if (k === 'store') out.store = oneOf(name, ['memory', 'database'] as const)(String(raw));
-    else out[k] = parseIntStrict(name, String(raw), k === 'authWindowMs' ? 1 : 0, 2 ** 40);
-  }
-  return out;
-}
-
-function mergePlans(
-  fromFile?: Record<string, Partial<PlanConfig>>,
-  fromOverrides?: Record<string, PlanConfig>,
-): Record<string, PlanConfig> {
-  const out: Record<string, PlanConfig> = structuredClone(DEFAULT_PLANS);
-  for (const [name, p] of Object.entries({ ...fromFile, ...fromOverrides })) {
-    if (!/^[A-Z][A-Z0-9_]{0,31}$/.test(name))
-      throw new ConfigError(`plan name "${name}" must match ^[A-Z][A-Z0-9_]{0,31}$`);
-    const base = out[name] ?? DEFAULT_PLANS.FREE;
-    const plan: PlanConfig = { ...base, ...p, limits: { ...base.limits, ...(p.limits ?? {}) } };
-    plan.egress ??= 'internet';
-    if (!EGRESS_LEVELS.includes(plan.egress))
-      throw new ConfigError(`plans.${name}.egress must be one of ${EGRESS_LEVELS.join(', ')}`);
-    for (const [k, v] of Object.entries({ ...plan, ...plan.limits })) {
-      if (k === 'limits' || k === 'egress') continue;
-      if (typeof v !== 'number' || !Number.isFinite(v) || v < 0)
-        throw new ConfigError(`plans.${name}.${k} must be a non-negative number`);
-    }
-    if (plan.limits.cpus <= 0 || plan.concurrency < 1)
-      throw new ConfigError(`plans.${name}: cpus and concurrency must be positive`);
-    out[name] = plan;
-  }
-  return out;
 }
 
 /** Both TLS files or neither; each must be readable (checked at start-up, by the server). */
