@@ -3,11 +3,12 @@
  * a folder's listing with breadcrumbs and an editable path; upload by drag and drop or a
  * file picker (the File is the fetch body, so the browser streams it from disk); download by
  * a plain same-origin link (the session cookie is all the route needs); delete in two clicks;
- * new folder.
+ * new folder. The listing and its rows are drawn by files-list.ts.
  */
-import { deletePath, errorText, fileContentUrl, listFiles, makeFolder, uploadFile, type FileEntry } from './api.js';
-import { append, field, formatDate, h, notice, setChildren, setFieldError } from './dom.js';
-import { breadcrumbs, childPath, formatSize, normalizePath, parentPath, sortEntries } from './files-util.js';
+import { errorText, listFiles, makeFolder, uploadFile } from './api.js';
+import { append, field, h, notice, setChildren, setFieldError } from './dom.js';
+import { showCrumbs, showListing, type ListingHost } from './files-list.js';
+import { childPath, formatSize, normalizePath } from './files-util.js';
 
 interface Upload {
   file: File;
@@ -34,6 +35,8 @@ export class FileBrowser {
   /** What the uploads since the queue was last empty came to, shown when it empties again. */
   private batch: { done: string[]; problems: HTMLElement[]; cancelled: boolean } | null = null;
   private dragDepth = 0;
+  /** What the listing (files-list.ts) needs of this panel. */
+  private readonly host: ListingHost;
 
   private readonly status = h('div', { class: 'files-status', 'aria-live': 'polite' });
   private readonly progress = h('div', { class: 'files-progress' });
@@ -66,6 +69,12 @@ export class FileBrowser {
     private readonly sandboxId: string,
     private readonly start = '/',
   ) {
+    this.host = {
+      sandboxId,
+      status: this.status,
+      open: (path) => this.open(path),
+      refresh: () => this.refresh({ quiet: true }),
+    };
     this.newFolder = h(
       'button',
       {
@@ -212,8 +221,8 @@ export class FileBrowser {
       const refocus = this.list.contains(document.activeElement);
       this.cwd = path;
       this.pathInput.value = path;
-      this.showCrumbs(path);
-      this.render(path, entries, truncated);
+      showCrumbs(this.crumbs, path, this.host);
+      showListing(this.list, path, entries, truncated, this.host);
       if (refocus) this.list.focus({ preventScroll: true });
       return true;
     } catch (e) {
@@ -380,160 +389,5 @@ export class FileBrowser {
     } finally {
       submit.disabled = this.gone;
     }
-  }
-
-  private showCrumbs(path: string): void {
-    const parts = breadcrumbs(path);
-    setChildren(
-      this.crumbs,
-      h(
-        'ol',
-        {},
-        ...parts.map((c, i) =>
-          h(
-            'li',
-            {},
-            i === parts.length - 1
-              ? h('span', { 'aria-current': 'location', class: 'mono' }, c.name)
-              : h('button', { type: 'button', class: 'linklike mono', onclick: () => void this.open(c.path) }, c.name),
-          ),
-        ),
-      ),
-    );
-  }
-
-  private render(dir: string, entries: FileEntry[], truncated: boolean): void {
-    const up =
-      dir === '/'
-        ? null
-        : h(
-            'tr',
-            { class: 'up' },
-            h(
-              'td',
-              { 'data-label': 'Name', colspan: 4 },
-              h(
-                'button',
-                {
-                  type: 'button',
-                  class: 'linklike mono',
-                  'aria-label': 'Parent folder',
-                  title: parentPath(dir),
-                  onclick: () => void this.open(parentPath(dir)),
-                },
-                '..',
-              ),
-            ),
-          );
-    setChildren(
-      this.list,
-      h(
-        'table',
-        { class: 'list files-table', 'aria-label': `Contents of ${dir}` },
-        h(
-          'thead',
-          {},
-          h(
-            'tr',
-            {},
-            ...['Name', 'Size', 'Modified'].map((t) => h('th', { scope: 'col' }, t)),
-            h('th', { scope: 'col' }, h('span', { class: 'sr-only' }, 'Actions')),
-          ),
-        ),
-        h('tbody', {}, up, ...sortEntries(entries).map((e) => this.row(e))),
-      ),
-      entries.length === 0 ? h('p', { class: 'empty' }, 'This folder is empty.') : null,
-      truncated
-        ? notice('info', `Only the first ${entries.length.toLocaleString()} entries are shown: the folder has more.`)
-        : null,
-    );
-  }
-
-  private row(e: FileEntry): HTMLElement {
-    let name: HTMLElement;
-    if (e.type === 'dir' || e.type === 'symlink') {
-      // A symlink may lead to a folder: opening it lists the target (or says it is no folder).
-      name = h(
-        'button',
-        { type: 'button', class: 'linklike mono', onclick: () => void this.open(e.path) },
-        h('span', { class: 'sr-only' }, e.type === 'dir' ? 'Folder ' : 'Link '),
-        e.name,
-        e.type === 'dir' ? h('span', { class: 'dim', 'aria-hidden': 'true' }, '/') : null,
-      );
-    } else {
-      name = h('span', { class: 'mono' }, e.name);
-    }
-    const target =
-      e.type === 'symlink' && e.symlinkTarget !== undefined
-        ? h('span', { class: 'dim mono link-target' }, ` → ${e.symlinkTarget}`)
-        : null;
-    return h(
-      'tr',
-      { 'data-path': e.path, 'data-type': e.type },
-      h('td', { 'data-label': 'Name' }, h('div', { class: 'cell entry' }, name, target)),
-      h(
-        'td',
-        { 'data-label': 'Size', class: 'size' },
-        e.type === 'file' ? h('span', { title: `${e.size.toLocaleString()} bytes` }, formatSize(e.size)) : '—',
-      ),
-      h(
-        'td',
-        { 'data-label': 'Modified', class: 'modified' },
-        h('time', { datetime: e.modifiedAt, title: e.modifiedAt }, formatDate(e.modifiedAt)),
-      ),
-      h(
-        'td',
-        { class: 'end' },
-        h(
-          'div',
-          { class: 'entry-actions' },
-          // Files and links to them; a fifo or a device could block a reader.
-          e.type === 'file' || e.type === 'symlink'
-            ? h(
-                'a',
-                {
-                  class: 'btn small',
-                  href: fileContentUrl(this.sandboxId, e.path),
-                  download: e.name,
-                  'aria-label': `Download ${e.name}`,
-                },
-                'Download',
-              )
-            : null,
-          this.deleteButton(e),
-        ),
-      ),
-    );
-  }
-
-  /** Delete in two clicks, as API keys are revoked; leaving the button disarms it. */
-  private deleteButton(e: FileEntry): HTMLButtonElement {
-    const label = `Delete ${e.name}`;
-    const b = h('button', { type: 'button', class: 'btn small danger', 'aria-label': label }, 'Delete');
-    let armed = false;
-    b.addEventListener('blur', () => {
-      if (!armed || b.disabled) return;
-      armed = false;
-      b.textContent = 'Delete';
-      b.setAttribute('aria-label', label);
-    });
-    b.addEventListener('click', async () => {
-      if (!armed) {
-        armed = true;
-        b.textContent = 'Confirm delete';
-        b.setAttribute('aria-label', `Confirm: delete ${e.name}${e.type === 'dir' ? ' and everything in it' : ''}`);
-        return;
-      }
-      b.disabled = true;
-      setChildren(this.status);
-      try {
-        await deletePath(this.sandboxId, e.path);
-        this.status.append(notice('success', `Deleted ${e.path}.`));
-      } catch (err) {
-        this.status.append(notice('error', `Could not delete ${e.path}: ${errorText(err)}`));
-      }
-      await this.refresh({ quiet: true });
-    });
-    return b;
   }
 }
