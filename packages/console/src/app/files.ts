@@ -3,23 +3,14 @@
  * a folder's listing with breadcrumbs and an editable path; upload by drag and drop or a
  * file picker (the File is the fetch body, so the browser streams it from disk); download by
  * a plain same-origin link (the session cookie is all the route needs); delete in two clicks;
- * new folder. The listing and its rows are drawn by files-list.ts.
+ * new folder. This file holds the panel, its navigation and the new-folder form; the listing
+ * and its rows are drawn by files-list.ts, the uploads run in files-upload.ts.
  */
-import { errorText, listFiles, makeFolder, uploadFile } from './api.js';
-import { append, field, h, notice, setChildren, setFieldError } from './dom.js';
+import { errorText, listFiles, makeFolder } from './api.js';
+import { field, h, notice, setChildren, setFieldError } from './dom.js';
 import { showCrumbs, showListing, type ListingHost } from './files-list.js';
-import { childPath, formatSize, normalizePath } from './files-util.js';
-
-interface Upload {
-  file: File;
-  /** The folder that was shown when the file was dropped or picked. */
-  dir: string;
-}
-
-/** Whether a drag carries files (not text or a link from the page). */
-function hasFiles(ev: DragEvent): boolean {
-  return ev.dataTransfer?.types.includes('Files') ?? false;
-}
+import { acceptFileDrops, UploadQueue, type UploadHost } from './files-upload.js';
+import { normalizePath } from './files-util.js';
 
 /** The files panel of one sandbox. */
 export class FileBrowser {
@@ -30,16 +21,13 @@ export class FileBrowser {
   private seq = 0;
   private gone = false;
   private disposed = false;
-  private readonly queue: Upload[] = [];
-  private uploading: (Upload & { ctrl: AbortController }) | null = null;
-  /** What the uploads since the queue was last empty came to, shown when it empties again. */
-  private batch: { done: string[]; problems: HTMLElement[]; cancelled: boolean } | null = null;
-  private dragDepth = 0;
-  /** What the listing (files-list.ts) needs of this panel. */
-  private readonly host: ListingHost;
+  /** What the listing (files-list.ts) and the uploads (files-upload.ts) need of this panel. */
+  private readonly host: ListingHost & UploadHost;
+  private readonly uploads: UploadQueue;
+  /** Removes the page-wide refusal of dropped files. */
+  private readonly stopDrops: () => void;
 
   private readonly status = h('div', { class: 'files-status', 'aria-live': 'polite' });
-  private readonly progress = h('div', { class: 'files-progress' });
   private readonly crumbs = h('nav', { class: 'files-crumbs', 'aria-label': 'Current folder' });
   private readonly list = h('div', { class: 'files-list', tabindex: -1 });
   private readonly pathInput = h('input', {
@@ -55,16 +43,6 @@ export class FileBrowser {
   private readonly folderForm: HTMLFormElement;
   private readonly newFolder: HTMLButtonElement;
 
-  // A file dropped next to the panel would make the browser open it in place of the console.
-  private readonly onWindowDragOver = (ev: DragEvent) => {
-    if (ev.defaultPrevented || !hasFiles(ev)) return;
-    ev.preventDefault();
-    if (ev.dataTransfer) ev.dataTransfer.dropEffect = 'none';
-  };
-  private readonly onWindowDrop = (ev: DragEvent) => {
-    if (!ev.defaultPrevented && hasFiles(ev)) ev.preventDefault();
-  };
-
   constructor(
     private readonly sandboxId: string,
     private readonly start = '/',
@@ -72,9 +50,13 @@ export class FileBrowser {
     this.host = {
       sandboxId,
       status: this.status,
+      folder: () => this.cwd,
+      gone: () => this.gone,
+      disposed: () => this.disposed,
       open: (path) => this.open(path),
       refresh: () => this.refresh({ quiet: true }),
     };
+    this.uploads = new UploadQueue(this.host);
     this.newFolder = h(
       'button',
       {
@@ -122,7 +104,7 @@ export class FileBrowser {
     });
 
     this.picker.addEventListener('change', () => {
-      this.enqueue([...(this.picker.files ?? [])]);
+      this.uploads.enqueue([...(this.picker.files ?? [])]);
       this.picker.value = '';
     });
 
@@ -145,7 +127,7 @@ export class FileBrowser {
       this.crumbs,
       pathForm,
       this.folderForm,
-      this.progress,
+      this.uploads.progress,
       this.status,
       this.list,
       h(
@@ -154,28 +136,11 @@ export class FileBrowser {
         'Drop files on this panel to upload them to the folder shown; a file of the same name is replaced.',
       ),
     );
-    this.el.addEventListener('dragenter', (ev) => {
-      if (!hasFiles(ev)) return;
-      ev.preventDefault();
-      this.dragDepth++;
-      this.el.classList.toggle('dragging', this.canUpload());
-    });
-    this.el.addEventListener('dragover', (ev) => {
-      if (!hasFiles(ev)) return;
-      ev.preventDefault();
-      if (ev.dataTransfer) ev.dataTransfer.dropEffect = this.canUpload() ? 'copy' : 'none';
-    });
-    this.el.addEventListener('dragleave', () => {
-      if (--this.dragDepth <= 0) this.endDrag();
-    });
-    this.el.addEventListener('drop', (ev) => {
-      if (!hasFiles(ev)) return;
-      ev.preventDefault();
-      this.endDrag();
-      this.drop(ev.dataTransfer!);
-    });
-    window.addEventListener('dragover', this.onWindowDragOver);
-    window.addEventListener('drop', this.onWindowDrop);
+    this.stopDrops = acceptFileDrops(
+      this.el,
+      () => this.uploads.canUpload(),
+      (dt) => this.uploads.drop(dt),
+    );
   }
 
   /** Lists the first folder. Never throws: a failure is shown in the panel. */
@@ -186,15 +151,14 @@ export class FileBrowser {
   /** Leaves the page: uploads still running are cancelled. */
   dispose(): void {
     this.disposed = true;
-    this.cancelUploads();
-    window.removeEventListener('dragover', this.onWindowDragOver);
-    window.removeEventListener('drop', this.onWindowDrop);
+    this.uploads.cancel();
+    this.stopDrops();
   }
 
   /** The sandbox is gone: uploads stop and every control is disabled. */
   sandboxGone(): void {
     this.gone = true;
-    this.cancelUploads();
+    this.uploads.cancel();
     this.el.classList.add('gone');
     for (const c of this.el.querySelectorAll<HTMLButtonElement | HTMLInputElement>('button, input')) c.disabled = true;
     for (const a of this.el.querySelectorAll('a[href]')) {
@@ -238,125 +202,6 @@ export class FileBrowser {
   /** Lists the folder shown again. */
   refresh(opts: { quiet?: boolean } = {}): Promise<boolean> {
     return this.open(this.cwd ?? this.start, opts);
-  }
-
-  private canUpload(): boolean {
-    return !this.gone && this.cwd !== null;
-  }
-
-  private endDrag(): void {
-    this.dragDepth = 0;
-    this.el.classList.remove('dragging');
-  }
-
-  /** Takes the files of a drop; dropped folders are named and left out (only files are uploaded). */
-  private drop(dt: DataTransfer): void {
-    const files: File[] = [];
-    const folders: string[] = [];
-    if (dt.items?.length) {
-      for (const item of dt.items) {
-        if (item.kind !== 'file') continue;
-        const entry = item.webkitGetAsEntry?.();
-        const file = item.getAsFile();
-        if (entry?.isDirectory) folders.push(entry.name);
-        else if (file) files.push(file);
-      }
-    } else {
-      files.push(...dt.files);
-    }
-    this.enqueue(
-      files,
-      folders.length
-        ? [notice('error', `Folders cannot be uploaded, only files: ${folders.join(', ')} left out.`)]
-        : [],
-    );
-  }
-
-  /** Queues uploads into the folder shown now; they run one at a time. `problems` are shown with them. */
-  private enqueue(files: File[], problems: HTMLElement[] = []): void {
-    if (this.gone) return;
-    if (this.cwd === null && files.length) {
-      setChildren(this.status, notice('error', 'Open a folder first: the files go into the folder shown.'));
-      return;
-    }
-    if (files.length === 0) {
-      if (problems.length) setChildren(this.status, ...problems);
-      return;
-    }
-    if (!this.batch) {
-      this.batch = { done: [], problems: [], cancelled: false };
-      setChildren(this.status);
-    }
-    this.batch.problems.push(...problems);
-    append(this.status, ...problems);
-    const dir = this.cwd!;
-    this.queue.push(...files.map((file) => ({ file, dir })));
-    if (this.uploading) this.showProgress();
-    else void this.drain();
-  }
-
-  private async drain(): Promise<void> {
-    const batch = this.batch!;
-    while (this.queue.length && !this.disposed && !this.gone) {
-      const up = { ...this.queue.shift()!, ctrl: new AbortController() };
-      this.uploading = up;
-      this.showProgress();
-      const target = childPath(up.dir, up.file.name);
-      try {
-        await uploadFile(this.sandboxId, target, up.file, up.ctrl.signal);
-        batch.done.push(target);
-        // More to come: show this one in the list meanwhile.
-        if (this.queue.length && up.dir === this.cwd) await this.refresh({ quiet: true });
-      } catch (e) {
-        if (up.ctrl.signal.aborted) {
-          batch.cancelled = true;
-          break;
-        }
-        const problem = notice('error', `Could not upload ${up.file.name} to ${up.dir}: ${errorText(e)}`);
-        batch.problems.push(problem);
-        this.status.append(problem);
-      }
-    }
-    this.uploading = null;
-    this.batch = null;
-    this.queue.length = 0;
-    setChildren(this.progress);
-    if (this.disposed || this.gone) return;
-    const { done, problems, cancelled } = batch;
-    setChildren(
-      this.status,
-      done.length
-        ? notice(
-            'success',
-            done.length === 1 ? `Uploaded ${done[0]}.` : `Uploaded ${done.length} files: ${done.join(', ')}.`,
-          )
-        : null,
-      cancelled ? notice('info', 'Upload cancelled; the file being sent was not written.') : null,
-      ...problems,
-    );
-    await this.refresh({ quiet: true });
-  }
-
-  private showProgress(): void {
-    const up = this.uploading;
-    if (!up) return;
-    const more = this.queue.length;
-    setChildren(
-      this.progress,
-      h('progress', { 'aria-label': `Uploading ${up.file.name}` }),
-      h(
-        'span',
-        { role: 'status' },
-        `Uploading ${up.file.name} (${formatSize(up.file.size)}) to ${up.dir}…`,
-        more ? ` ${more} more waiting.` : '',
-      ),
-      h('button', { type: 'button', class: 'btn small', onclick: () => this.cancelUploads() }, 'Cancel upload'),
-    );
-  }
-
-  private cancelUploads(): void {
-    this.queue.length = 0;
-    this.uploading?.ctrl.abort(new DOMException('Upload cancelled', 'AbortError'));
   }
 
   private showFolderForm(show: boolean): void {
