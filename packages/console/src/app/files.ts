@@ -3,22 +3,14 @@
  * a folder's listing with breadcrumbs and an editable path; upload by drag and drop or a
  * file picker (the File is the fetch body, so the browser streams it from disk); download by
  * a plain same-origin link (the session cookie is all the route needs); delete in two clicks;
- * new folder.
+ * new folder. This file holds the panel, its navigation and the new-folder form; the listing
+ * and its rows are drawn by files-list.ts, the uploads run in files-upload.ts.
  */
-import { deletePath, errorText, fileContentUrl, listFiles, makeFolder, uploadFile, type FileEntry } from './api.js';
-import { append, field, formatDate, h, notice, setChildren, setFieldError } from './dom.js';
-import { breadcrumbs, childPath, formatSize, normalizePath, parentPath, sortEntries } from './files-util.js';
-
-interface Upload {
-  file: File;
-  /** The folder that was shown when the file was dropped or picked. */
-  dir: string;
-}
-
-/** Whether a drag carries files (not text or a link from the page). */
-function hasFiles(ev: DragEvent): boolean {
-  return ev.dataTransfer?.types.includes('Files') ?? false;
-}
+import { errorText, listFiles, makeFolder } from './api.js';
+import { field, h, notice, setChildren, setFieldError } from './dom.js';
+import { showCrumbs, showListing, type ListingHost } from './files-list.js';
+import { acceptFileDrops, UploadQueue, type UploadHost } from './files-upload.js';
+import { normalizePath } from './files-util.js';
 
 /** The files panel of one sandbox. */
 export class FileBrowser {
@@ -29,14 +21,13 @@ export class FileBrowser {
   private seq = 0;
   private gone = false;
   private disposed = false;
-  private readonly queue: Upload[] = [];
-  private uploading: (Upload & { ctrl: AbortController }) | null = null;
-  /** What the uploads since the queue was last empty came to, shown when it empties again. */
-  private batch: { done: string[]; problems: HTMLElement[]; cancelled: boolean } | null = null;
-  private dragDepth = 0;
+  /** What the listing (files-list.ts) and the uploads (files-upload.ts) need of this panel. */
+  private readonly host: ListingHost & UploadHost;
+  private readonly uploads: UploadQueue;
+  /** Removes the page-wide refusal of dropped files. */
+  private readonly stopDrops: () => void;
 
   private readonly status = h('div', { class: 'files-status', 'aria-live': 'polite' });
-  private readonly progress = h('div', { class: 'files-progress' });
   private readonly crumbs = h('nav', { class: 'files-crumbs', 'aria-label': 'Current folder' });
   private readonly list = h('div', { class: 'files-list', tabindex: -1 });
   private readonly pathInput = h('input', {
@@ -52,20 +43,20 @@ export class FileBrowser {
   private readonly folderForm: HTMLFormElement;
   private readonly newFolder: HTMLButtonElement;
 
-  // A file dropped next to the panel would make the browser open it in place of the console.
-  private readonly onWindowDragOver = (ev: DragEvent) => {
-    if (ev.defaultPrevented || !hasFiles(ev)) return;
-    ev.preventDefault();
-    if (ev.dataTransfer) ev.dataTransfer.dropEffect = 'none';
-  };
-  private readonly onWindowDrop = (ev: DragEvent) => {
-    if (!ev.defaultPrevented && hasFiles(ev)) ev.preventDefault();
-  };
-
   constructor(
     private readonly sandboxId: string,
     private readonly start = '/',
   ) {
+    this.host = {
+      sandboxId,
+      status: this.status,
+      folder: () => this.cwd,
+      gone: () => this.gone,
+      disposed: () => this.disposed,
+      open: (path) => this.open(path),
+      refresh: () => this.refresh({ quiet: true }),
+    };
+    this.uploads = new UploadQueue(this.host);
     this.newFolder = h(
       'button',
       {
@@ -113,7 +104,7 @@ export class FileBrowser {
     });
 
     this.picker.addEventListener('change', () => {
-      this.enqueue([...(this.picker.files ?? [])]);
+      this.uploads.enqueue([...(this.picker.files ?? [])]);
       this.picker.value = '';
     });
 
@@ -136,7 +127,7 @@ export class FileBrowser {
       this.crumbs,
       pathForm,
       this.folderForm,
-      this.progress,
+      this.uploads.progress,
       this.status,
       this.list,
       h(
@@ -145,28 +136,11 @@ export class FileBrowser {
         'Drop files on this panel to upload them to the folder shown; a file of the same name is replaced.',
       ),
     );
-    this.el.addEventListener('dragenter', (ev) => {
-      if (!hasFiles(ev)) return;
-      ev.preventDefault();
-      this.dragDepth++;
-      this.el.classList.toggle('dragging', this.canUpload());
-    });
-    this.el.addEventListener('dragover', (ev) => {
-      if (!hasFiles(ev)) return;
-      ev.preventDefault();
-      if (ev.dataTransfer) ev.dataTransfer.dropEffect = this.canUpload() ? 'copy' : 'none';
-    });
-    this.el.addEventListener('dragleave', () => {
-      if (--this.dragDepth <= 0) this.endDrag();
-    });
-    this.el.addEventListener('drop', (ev) => {
-      if (!hasFiles(ev)) return;
-      ev.preventDefault();
-      this.endDrag();
-      this.drop(ev.dataTransfer!);
-    });
-    window.addEventListener('dragover', this.onWindowDragOver);
-    window.addEventListener('drop', this.onWindowDrop);
+    this.stopDrops = acceptFileDrops(
+      this.el,
+      () => this.uploads.canUpload(),
+      (dt) => this.uploads.drop(dt),
+    );
   }
 
   /** Lists the first folder. Never throws: a failure is shown in the panel. */
@@ -177,15 +151,14 @@ export class FileBrowser {
   /** Leaves the page: uploads still running are cancelled. */
   dispose(): void {
     this.disposed = true;
-    this.cancelUploads();
-    window.removeEventListener('dragover', this.onWindowDragOver);
-    window.removeEventListener('drop', this.onWindowDrop);
+    this.uploads.cancel();
+    this.stopDrops();
   }
 
   /** The sandbox is gone: uploads stop and every control is disabled. */
   sandboxGone(): void {
     this.gone = true;
-    this.cancelUploads();
+    this.uploads.cancel();
     this.el.classList.add('gone');
     for (const c of this.el.querySelectorAll<HTMLButtonElement | HTMLInputElement>('button, input')) c.disabled = true;
     for (const a of this.el.querySelectorAll('a[href]')) {
@@ -212,8 +185,8 @@ export class FileBrowser {
       const refocus = this.list.contains(document.activeElement);
       this.cwd = path;
       this.pathInput.value = path;
-      this.showCrumbs(path);
-      this.render(path, entries, truncated);
+      showCrumbs(this.crumbs, path, this.host);
+      showListing(this.list, path, entries, truncated, this.host);
       if (refocus) this.list.focus({ preventScroll: true });
       return true;
     } catch (e) {
@@ -229,125 +202,6 @@ export class FileBrowser {
   /** Lists the folder shown again. */
   refresh(opts: { quiet?: boolean } = {}): Promise<boolean> {
     return this.open(this.cwd ?? this.start, opts);
-  }
-
-  private canUpload(): boolean {
-    return !this.gone && this.cwd !== null;
-  }
-
-  private endDrag(): void {
-    this.dragDepth = 0;
-    this.el.classList.remove('dragging');
-  }
-
-  /** Takes the files of a drop; dropped folders are named and left out (only files are uploaded). */
-  private drop(dt: DataTransfer): void {
-    const files: File[] = [];
-    const folders: string[] = [];
-    if (dt.items?.length) {
-      for (const item of dt.items) {
-        if (item.kind !== 'file') continue;
-        const entry = item.webkitGetAsEntry?.();
-        const file = item.getAsFile();
-        if (entry?.isDirectory) folders.push(entry.name);
-        else if (file) files.push(file);
-      }
-    } else {
-      files.push(...dt.files);
-    }
-    this.enqueue(
-      files,
-      folders.length
-        ? [notice('error', `Folders cannot be uploaded, only files: ${folders.join(', ')} left out.`)]
-        : [],
-    );
-  }
-
-  /** Queues uploads into the folder shown now; they run one at a time. `problems` are shown with them. */
-  private enqueue(files: File[], problems: HTMLElement[] = []): void {
-    if (this.gone) return;
-    if (this.cwd === null && files.length) {
-      setChildren(this.status, notice('error', 'Open a folder first: the files go into the folder shown.'));
-      return;
-    }
-    if (files.length === 0) {
-      if (problems.length) setChildren(this.status, ...problems);
-      return;
-    }
-    if (!this.batch) {
-      this.batch = { done: [], problems: [], cancelled: false };
-      setChildren(this.status);
-    }
-    this.batch.problems.push(...problems);
-    append(this.status, ...problems);
-    const dir = this.cwd!;
-    this.queue.push(...files.map((file) => ({ file, dir })));
-    if (this.uploading) this.showProgress();
-    else void this.drain();
-  }
-
-  private async drain(): Promise<void> {
-    const batch = this.batch!;
-    while (this.queue.length && !this.disposed && !this.gone) {
-      const up = { ...this.queue.shift()!, ctrl: new AbortController() };
-      this.uploading = up;
-      this.showProgress();
-      const target = childPath(up.dir, up.file.name);
-      try {
-        await uploadFile(this.sandboxId, target, up.file, up.ctrl.signal);
-        batch.done.push(target);
-        // More to come: show this one in the list meanwhile.
-        if (this.queue.length && up.dir === this.cwd) await this.refresh({ quiet: true });
-      } catch (e) {
-        if (up.ctrl.signal.aborted) {
-          batch.cancelled = true;
-          break;
-        }
-        const problem = notice('error', `Could not upload ${up.file.name} to ${up.dir}: ${errorText(e)}`);
-        batch.problems.push(problem);
-        this.status.append(problem);
-      }
-    }
-    this.uploading = null;
-    this.batch = null;
-    this.queue.length = 0;
-    setChildren(this.progress);
-    if (this.disposed || this.gone) return;
-    const { done, problems, cancelled } = batch;
-    setChildren(
-      this.status,
-      done.length
-        ? notice(
-            'success',
-            done.length === 1 ? `Uploaded ${done[0]}.` : `Uploaded ${done.length} files: ${done.join(', ')}.`,
-          )
-        : null,
-      cancelled ? notice('info', 'Upload cancelled; the file being sent was not written.') : null,
-      ...problems,
-    );
-    await this.refresh({ quiet: true });
-  }
-
-  private showProgress(): void {
-    const up = this.uploading;
-    if (!up) return;
-    const more = this.queue.length;
-    setChildren(
-      this.progress,
-      h('progress', { 'aria-label': `Uploading ${up.file.name}` }),
-      h(
-        'span',
-        { role: 'status' },
-        `Uploading ${up.file.name} (${formatSize(up.file.size)}) to ${up.dir}…`,
-        more ? ` ${more} more waiting.` : '',
-      ),
-      h('button', { type: 'button', class: 'btn small', onclick: () => this.cancelUploads() }, 'Cancel upload'),
-    );
-  }
-
-  private cancelUploads(): void {
-    this.queue.length = 0;
-    this.uploading?.ctrl.abort(new DOMException('Upload cancelled', 'AbortError'));
   }
 
   private showFolderForm(show: boolean): void {
@@ -380,160 +234,5 @@ export class FileBrowser {
     } finally {
       submit.disabled = this.gone;
     }
-  }
-
-  private showCrumbs(path: string): void {
-    const parts = breadcrumbs(path);
-    setChildren(
-      this.crumbs,
-      h(
-        'ol',
-        {},
-        ...parts.map((c, i) =>
-          h(
-            'li',
-            {},
-            i === parts.length - 1
-              ? h('span', { 'aria-current': 'location', class: 'mono' }, c.name)
-              : h('button', { type: 'button', class: 'linklike mono', onclick: () => void this.open(c.path) }, c.name),
-          ),
-        ),
-      ),
-    );
-  }
-
-  private render(dir: string, entries: FileEntry[], truncated: boolean): void {
-    const up =
-      dir === '/'
-        ? null
-        : h(
-            'tr',
-            { class: 'up' },
-            h(
-              'td',
-              { 'data-label': 'Name', colspan: 4 },
-              h(
-                'button',
-                {
-                  type: 'button',
-                  class: 'linklike mono',
-                  'aria-label': 'Parent folder',
-                  title: parentPath(dir),
-                  onclick: () => void this.open(parentPath(dir)),
-                },
-                '..',
-              ),
-            ),
-          );
-    setChildren(
-      this.list,
-      h(
-        'table',
-        { class: 'list files-table', 'aria-label': `Contents of ${dir}` },
-        h(
-          'thead',
-          {},
-          h(
-            'tr',
-            {},
-            ...['Name', 'Size', 'Modified'].map((t) => h('th', { scope: 'col' }, t)),
-            h('th', { scope: 'col' }, h('span', { class: 'sr-only' }, 'Actions')),
-          ),
-        ),
-        h('tbody', {}, up, ...sortEntries(entries).map((e) => this.row(e))),
-      ),
-      entries.length === 0 ? h('p', { class: 'empty' }, 'This folder is empty.') : null,
-      truncated
-        ? notice('info', `Only the first ${entries.length.toLocaleString()} entries are shown: the folder has more.`)
-        : null,
-    );
-  }
-
-  private row(e: FileEntry): HTMLElement {
-    let name: HTMLElement;
-    if (e.type === 'dir' || e.type === 'symlink') {
-      // A symlink may lead to a folder: opening it lists the target (or says it is no folder).
-      name = h(
-        'button',
-        { type: 'button', class: 'linklike mono', onclick: () => void this.open(e.path) },
-        h('span', { class: 'sr-only' }, e.type === 'dir' ? 'Folder ' : 'Link '),
-        e.name,
-        e.type === 'dir' ? h('span', { class: 'dim', 'aria-hidden': 'true' }, '/') : null,
-      );
-    } else {
-      name = h('span', { class: 'mono' }, e.name);
-    }
-    const target =
-      e.type === 'symlink' && e.symlinkTarget !== undefined
-        ? h('span', { class: 'dim mono link-target' }, ` → ${e.symlinkTarget}`)
-        : null;
-    return h(
-      'tr',
-      { 'data-path': e.path, 'data-type': e.type },
-      h('td', { 'data-label': 'Name' }, h('div', { class: 'cell entry' }, name, target)),
-      h(
-        'td',
-        { 'data-label': 'Size', class: 'size' },
-        e.type === 'file' ? h('span', { title: `${e.size.toLocaleString()} bytes` }, formatSize(e.size)) : '—',
-      ),
-      h(
-        'td',
-        { 'data-label': 'Modified', class: 'modified' },
-        h('time', { datetime: e.modifiedAt, title: e.modifiedAt }, formatDate(e.modifiedAt)),
-      ),
-      h(
-        'td',
-        { class: 'end' },
-        h(
-          'div',
-          { class: 'entry-actions' },
-          // Files and links to them; a fifo or a device could block a reader.
-          e.type === 'file' || e.type === 'symlink'
-            ? h(
-                'a',
-                {
-                  class: 'btn small',
-                  href: fileContentUrl(this.sandboxId, e.path),
-                  download: e.name,
-                  'aria-label': `Download ${e.name}`,
-                },
-                'Download',
-              )
-            : null,
-          this.deleteButton(e),
-        ),
-      ),
-    );
-  }
-
-  /** Delete in two clicks, as API keys are revoked; leaving the button disarms it. */
-  private deleteButton(e: FileEntry): HTMLButtonElement {
-    const label = `Delete ${e.name}`;
-    const b = h('button', { type: 'button', class: 'btn small danger', 'aria-label': label }, 'Delete');
-    let armed = false;
-    b.addEventListener('blur', () => {
-      if (!armed || b.disabled) return;
-      armed = false;
-      b.textContent = 'Delete';
-      b.setAttribute('aria-label', label);
-    });
-    b.addEventListener('click', async () => {
-      if (!armed) {
-        armed = true;
-        b.textContent = 'Confirm delete';
-        b.setAttribute('aria-label', `Confirm: delete ${e.name}${e.type === 'dir' ? ' and everything in it' : ''}`);
-        return;
-      }
-      b.disabled = true;
-      setChildren(this.status);
-      try {
-        await deletePath(this.sandboxId, e.path);
-        this.status.append(notice('success', `Deleted ${e.path}.`));
-      } catch (err) {
-        this.status.append(notice('error', `Could not delete ${e.path}: ${errorText(err)}`));
-      }
-      await this.refresh({ quiet: true });
-    });
-    return b;
   }
 }
