@@ -1,7 +1,7 @@
 import { SandboxdError } from '@sandboxd/protocol';
 import { type Kysely, sql } from 'kysely';
 import type { LedgerReason } from '../../domain/billing.js';
-import { decodeCursor, encodeCursor } from '../sqlite/rows.js';
+import { decodeCursor, encodeCursor, toApiKey } from '../sqlite/rows.js';
 import type { AccountRecord, ApiKeyRecord, LedgerRow, Page, PageRequest } from '../store.js';
 import { balance } from './sandboxes.js';
 import type { PgDatabase } from './schema.js';
@@ -209,25 +209,5 @@ function toAccount(r: {
     plan: r.plan,
     admin: r.admin,
     createdAt: r.created_at,
-  };
-}
-
-function toApiKey(r: {
-  id: string;
-  account_id: string;
-  name: string;
-  prefix: string;
-  key_hash: string;
-  created_at: number;
-  last_used_at: number | null;
-}): ApiKeyRecord {
-  return {
-    id: r.id,
-    accountId: r.account_id,
-    name: r.name,
-    prefix: r.prefix,
-    keyHash: r.key_hash,
-    createdAt: r.created_at,
-    lastUsedAt: r.last_used_at,
   };
 }
