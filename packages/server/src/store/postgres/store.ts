@@ -1,16 +1,13 @@
-import { SandboxdError } from '@sandboxd/protocol';
 import { Kysely, PostgresDialect, sql } from 'kysely';
 import pg from 'pg';
 import type { LedgerReason } from '../../domain/billing.js';
 import type { SandboxRecord, SandboxRecordState } from '../../domain/sandbox.js';
-import { decodeCursor, encodeCursor } from '../sqlite/rows.js';
 import type {
   AccountRecord,
   ApiKeyRecord,
   EventRecord,
   LeaseState,
   LedgerRow,
-  Page,
   PageRequest,
   Reservation,
   SandboxUpdate,
@@ -18,6 +15,7 @@ import type {
   Store,
   VolumeRecord,
 } from '../store.js';
+import { PgAccounts } from './accounts.js';
 import { migrate } from './migrations.js';
 import * as sb from './sandboxes.js';
 import type { PgDatabase } from './schema.js';
@@ -42,9 +40,6 @@ export interface PostgresStoreOptions {
   onPoolError?: (err: Error) => void;
 }
 
-/** A unique-constraint violation of PostgreSQL. */
-const isUniqueViolation = (e: unknown) => (e as { code?: string }).code === '23505';
-
 /**
  * The PostgreSQL {@link Store} (`SANDBOXD_DATABASE_URL=postgres://...`): one pool per
  * process, shared by every replica through the database. Each decision runs in one
@@ -55,10 +50,12 @@ const isUniqueViolation = (e: unknown) => (e as { code?: string }).code === '235
  * and login links are single atomic statements. See docs/postgres.md.
  */
 export class PostgresStore implements Store {
+  private readonly a: PgAccounts;
   private readonly snaps: PgSnapshots;
   private closed?: Promise<void>;
 
   private constructor(private readonly db: Kysely<PgDatabase>) {
+    this.a = new PgAccounts(db);
     this.snaps = new PgSnapshots(db);
   }
 
@@ -78,184 +75,67 @@ export class PostgresStore implements Store {
 
   // accounts
   async createAccount(a: AccountRecord, grant: { tokens: number; reason: LedgerReason }) {
-    await this.db.transaction().execute(async (trx) => {
-      try {
-        await trx
-          .insertInto('accounts')
-          .values({
-            id: a.id,
-            email: a.email,
-            password_hash: a.passwordHash,
-            plan: a.plan,
-            admin: a.admin,
-            created_at: a.createdAt,
-          })
-          .execute();
-      } catch (e) {
-        if (isUniqueViolation(e)) throw new SandboxdError('conflict', 'An account with this email exists');
-        throw e;
-      }
-      if (grant.tokens !== 0)
-        await trx
-          .insertInto('ledger')
-          .values({
-            account_id: a.id,
-            delta: grant.tokens,
-            reason: grant.reason,
-            sandbox_id: null,
-            created_at: a.createdAt,
-          })
-          .execute();
-    });
+    await this.a.createAccount(a, grant);
   }
   async getAccount(id: string) {
-    const r = await this.db.selectFrom('accounts').selectAll().where('id', '=', id).executeTakeFirst();
-    return r ? toAccount(r) : null;
+    return this.a.getAccount(id);
   }
   async getAccountByEmail(email: string) {
-    const r = await this.db
-      .selectFrom('accounts')
-      .selectAll()
-      .where(sql<boolean>`lower(email) = lower(${email})`)
-      .executeTakeFirst();
-    return r ? toAccount(r) : null;
+    return this.a.getAccountByEmail(email);
   }
   async listAccounts() {
-    return (await this.db.selectFrom('accounts').selectAll().orderBy('created_at').orderBy('id').execute()).map(
-      toAccount,
-    );
+    return this.a.listAccounts();
   }
   async countAccounts() {
-    const r = await this.db
-      .selectFrom('accounts')
-      .select((e) => e.fn.countAll<number>().as('n'))
-      .executeTakeFirstOrThrow();
-    return r.n;
+    return this.a.countAccounts();
   }
   async setAccountPlan(id: string, plan: string) {
-    const r = await this.db.updateTable('accounts').set({ plan }).where('id', '=', id).executeTakeFirst();
-    if (Number(r.numUpdatedRows) === 0) throw new SandboxdError('not_found', 'Account not found');
+    await this.a.setAccountPlan(id, plan);
   }
 
   // sessions and login links
   async createSession(s: { tokenHash: string; accountId: string; createdAt: number; expiresAt: number }) {
-    await this.db.deleteFrom('sessions').where('expires_at', '<=', s.createdAt).execute();
-    await this.db
-      .insertInto('sessions')
-      .values({ token_hash: s.tokenHash, account_id: s.accountId, created_at: s.createdAt, expires_at: s.expiresAt })
-      .execute();
+    await this.a.createSession(s);
   }
   async getSession(tokenHash: string, now: number) {
-    const r = await this.db
-      .selectFrom('sessions')
-      .select('account_id')
-      .where('token_hash', '=', tokenHash)
-      .where('expires_at', '>', now)
-      .executeTakeFirst();
-    return r ? { accountId: r.account_id } : null;
+    return this.a.getSession(tokenHash, now);
   }
   async deleteSession(tokenHash: string) {
-    await this.db.deleteFrom('sessions').where('token_hash', '=', tokenHash).execute();
+    await this.a.deleteSession(tokenHash);
   }
   async createLoginLink(l: { tokenHash: string; accountId: string; expiresAt: number }) {
-    await this.db
-      .insertInto('login_links')
-      .values({ token_hash: l.tokenHash, account_id: l.accountId, expires_at: l.expiresAt, used_at: null })
-      .execute();
+    await this.a.createLoginLink(l);
   }
-  /** One statement: of concurrent consumers of a link, exactly one gets the account. */
   async consumeLoginLink(tokenHash: string, now: number) {
-    const r = await this.db
-      .updateTable('login_links')
-      .set({ used_at: now })
-      .where('token_hash', '=', tokenHash)
-      .where('used_at', 'is', null)
-      .where('expires_at', '>', now)
-      .returning('account_id')
-      .executeTakeFirst();
-    return r ? r.account_id : null;
+    return this.a.consumeLoginLink(tokenHash, now);
   }
 
   // api keys
   async createApiKey(k: ApiKeyRecord) {
-    await this.db
-      .insertInto('api_keys')
-      .values({
-        id: k.id,
-        account_id: k.accountId,
-        name: k.name,
-        prefix: k.prefix,
-        key_hash: k.keyHash,
-        created_at: k.createdAt,
-        last_used_at: k.lastUsedAt,
-      })
-      .execute();
+    await this.a.createApiKey(k);
   }
   async listApiKeys(accountId: string) {
-    return (
-      await this.db
-        .selectFrom('api_keys')
-        .selectAll()
-        .where('account_id', '=', accountId)
-        .orderBy('created_at')
-        .orderBy('id')
-        .execute()
-    ).map(toApiKey);
+    return this.a.listApiKeys(accountId);
   }
   async findApiKeyByHash(keyHash: string) {
-    const r = await this.db.selectFrom('api_keys').selectAll().where('key_hash', '=', keyHash).executeTakeFirst();
-    return r ? toApiKey(r) : null;
+    return this.a.findApiKeyByHash(keyHash);
   }
   async touchApiKey(id: string, at: number) {
-    await this.db.updateTable('api_keys').set({ last_used_at: at }).where('id', '=', id).execute();
+    await this.a.touchApiKey(id, at);
   }
   async deleteApiKey(accountId: string, id: string) {
-    const r = await this.db
-      .deleteFrom('api_keys')
-      .where('id', '=', id)
-      .where('account_id', '=', accountId)
-      .executeTakeFirst();
-    return Number(r.numDeletedRows) > 0;
+    return this.a.deleteApiKey(accountId, id);
   }
 
   // ledger
-  async addLedger(row: Omit<LedgerRow, 'id'>): Promise<number> {
-    const r = await this.db
-      .insertInto('ledger')
-      .values({
-        account_id: row.accountId,
-        delta: row.delta,
-        reason: row.reason,
-        sandbox_id: row.sandboxId,
-        created_at: row.createdAt,
-      })
-      .returning('id')
-      .executeTakeFirstOrThrow();
-    return r.id;
+  async addLedger(row: Omit<LedgerRow, 'id'>) {
+    return this.a.addLedger(row);
   }
   async balance(accountId: string) {
-    return sb.balance(this.db, accountId);
+    return this.a.balance(accountId);
   }
-  async listLedger(accountId: string, page: PageRequest): Promise<Page<LedgerRow>> {
-    const before = page.cursor ? Number(decodeCursor(page.cursor)[0]) : Number.MAX_SAFE_INTEGER;
-    const rows = await this.db
-      .selectFrom('ledger')
-      .selectAll()
-      .where('account_id', '=', accountId)
-      .where('id', '<', before)
-      .orderBy('id', 'desc')
-      .limit(page.limit + 1)
-      .execute();
-    const items: LedgerRow[] = rows.slice(0, page.limit).map((r) => ({
-      id: r.id,
-      accountId: r.account_id,
-      delta: r.delta,
-      reason: r.reason as LedgerReason,
-      sandboxId: r.sandbox_id,
-      createdAt: r.created_at,
-    }));
-    const last = items.at(-1);
-    return rows.length > page.limit && last ? { items, nextCursor: encodeCursor([last.id, last.id]) } : { items };
+  async listLedger(accountId: string, page: PageRequest) {
+    return this.a.listLedger(accountId, page);
   }
 
   // sandboxes
@@ -490,42 +370,4 @@ export class PostgresStore implements Store {
     this.closed ??= this.db.destroy();
     return this.closed;
   }
-}
-
-function toAccount(r: {
-  id: string;
-  email: string;
-  password_hash: string | null;
-  plan: string;
-  admin: boolean;
-  created_at: number;
-}): AccountRecord {
-  return {
-    id: r.id,
-    email: r.email,
-    passwordHash: r.password_hash,
-    plan: r.plan,
-    admin: r.admin,
-    createdAt: r.created_at,
-  };
-}
-
-function toApiKey(r: {
-  id: string;
-  account_id: string;
-  name: string;
-  prefix: string;
-  key_hash: string;
-  created_at: number;
-  last_used_at: number | null;
-}): ApiKeyRecord {
-  return {
-    id: r.id,
-    accountId: r.account_id,
-    name: r.name,
-    prefix: r.prefix,
-    keyHash: r.key_hash,
-    createdAt: r.created_at,
-    lastUsedAt: r.last_used_at,
-  };
 }
