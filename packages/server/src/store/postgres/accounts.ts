@@ -1,7 +1,7 @@
 import { SandboxdError } from '@sandboxd/protocol';
 import { type Kysely, sql } from 'kysely';
 import type { LedgerReason } from '../../domain/billing.js';
-import { decodeCursor, encodeCursor, toApiKey } from '../sqlite/rows.js';
+import { decodeCursor, encodeCursor, toAccount, toApiKey } from '../sqlite/rows.js';
 import type { AccountRecord, ApiKeyRecord, LedgerRow, Page, PageRequest } from '../store.js';
 import { balance } from './sandboxes.js';
 import type { PgDatabase } from './schema.js';
@@ -192,22 +192,4 @@ export class PgAccounts {
     const last = items.at(-1);
     return rows.length > page.limit && last ? { items, nextCursor: encodeCursor([last.id, last.id]) } : { items };
   }
-}
-
-function toAccount(r: {
-  id: string;
-  email: string;
-  password_hash: string | null;
-  plan: string;
-  admin: boolean;
-  created_at: number;
-}): AccountRecord {
-  return {
-    id: r.id,
-    email: r.email,
-    passwordHash: r.password_hash,
-    plan: r.plan,
-    admin: r.admin,
-    createdAt: r.created_at,
-  };
 }

@@ -54,12 +54,13 @@ export function toSandbox(r: SandboxRow): SandboxRecord {
   };
 }
 
+/** An accounts row, of either store: `admin` is 0/1 in SQLite, a boolean in PostgreSQL. */
 export function toAccount(r: {
   id: string;
   email: string;
   password_hash: string | null;
   plan: string;
-  admin: number;
+  admin: number | boolean;
   created_at: number;
 }): AccountRecord {
   return {
@@ -67,7 +68,7 @@ export function toAccount(r: {
     email: r.email,
     passwordHash: r.password_hash,
     plan: r.plan,
-    admin: r.admin === 1,
+    admin: r.admin === 1 || r.admin === true,
     createdAt: r.created_at,
   };
 }
