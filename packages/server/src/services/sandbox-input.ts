@@ -1,11 +1,13 @@
 /**
  * Checks of what a create or exec request carries beyond its schema: env entries execve
  * would refuse, and the volume map (mount paths, sizes, nesting). Errors are `validation`
- * with a JSON pointer into the body for each problem.
+ * with a JSON pointer into the body for each problem. And the record a checked create
+ * request reserves.
  */
 import { LIMITS, SandboxdError, type SandboxCreate, type ValidationProblem } from '@sandboxd/protocol';
 import { pointerToken } from '../domain/json-pointer.js';
-import { type MountRecord, mountPathProblem } from '../domain/sandbox.js';
+import { newSandboxName } from '../domain/names.js';
+import { type MountRecord, mountPathProblem, type SandboxRecord } from '../domain/sandbox.js';
 
 /**
  * Entries `NAME=value` longer than {@link LIMITS.maxArgBytes} in UTF-8: execve refuses
@@ -67,4 +69,56 @@ export function parseVolumes(v: NonNullable<SandboxCreate['volumes']>): {
   if (problems.length)
     throw new SandboxdError('validation', problems.map((p) => `${p.path}: ${p.message}`).join('; '), problems);
   return { mounts, sizes: [...sizes].map(([name, sizeGb]) => ({ name, sizeGb })) };
+}
+
+/**
+ * What a create records beyond sandboxd's own request: internal, never part of sandboxd's
+ * API schema. E2B's front door gives the template name and the caller's metadata.
+ */
+export interface CreateOptions {
+  template?: string;
+  metadata?: Record<string, string>;
+}
+
+/**
+ * The record a create reserves, in `creating`: `req` checked (its egress decided), `mounts`
+ * its parsed volumes, `owner` the server that runs the create, `now` the create's time.
+ */
+export function creatingRecord(c: {
+  id: string;
+  accountId: string;
+  req: SandboxCreate;
+  opts: CreateOptions;
+  mounts: MountRecord[];
+  region: string;
+  owner: string;
+  now: number;
+  timeoutMs: number;
+}): SandboxRecord {
+  const { req, opts, now } = c;
+  return {
+    id: c.id,
+    accountId: c.accountId,
+    name: newSandboxName(),
+    image: req.image,
+    region: c.region,
+    env: req.env ?? {},
+    volumes: c.mounts,
+    createdAt: now,
+    portsPublic: req.ports?.public !== false,
+    state: 'creating',
+    stopAt: now + c.timeoutMs,
+    reservedMinutes: 0,
+    endedAt: null,
+    // Until `started`: whose create this is (another server's reconciler leaves it alone while it runs).
+    details: { owner: c.owner },
+    ...(opts.template !== undefined ? { template: opts.template } : {}),
+    ...(req.metadata !== undefined || opts.metadata !== undefined
+      ? { metadata: { ...opts.metadata, ...req.metadata } }
+      : {}),
+    ...(req.onTimeout === 'pause' ? { onTimeout: 'pause' as const } : {}),
+    ...(req.network ? { network: req.network } : {}),
+    runStartedAt: now,
+    expiresAt: null,
+  };
 }

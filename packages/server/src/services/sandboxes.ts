@@ -26,9 +26,9 @@ import { keyedLock } from '../domain/keyed-lock.js';
 import { checkEgress, decideEgress } from '../domain/egress.js';
 import type { CapacityService } from './capacity.js';
 import type { StorageGuard } from './storage.js';
-import { badRequest, envProblems, parseVolumes } from './sandbox-input.js';
+import { badRequest, type CreateOptions, creatingRecord, envProblems, parseVolumes } from './sandbox-input.js';
 
-export { envProblems } from './sandbox-input.js';
+export { type CreateOptions, envProblems } from './sandbox-input.js';
 
 /** Errors of `driver.create` that mean "the request was wrong", not "the runtime failed". */
 const CLIENT_KINDS = new Set(['template_not_found', 'validation', 'conflict']);
@@ -38,15 +38,6 @@ function hostFull(e: unknown): SandboxdError | null {
   if (e instanceof SandboxdError && e.kind === 'capacity') return e;
   if (e instanceof SandboxdError && CLIENT_KINDS.has(e.kind)) return null;
   return hostFullError(e);
-}
-
-/**
- * What a create records beyond sandboxd's own request: internal, never part of sandboxd's
- * API schema. E2B's front door gives the template name and the caller's metadata.
- */
-export interface CreateOptions {
-  template?: string;
-  metadata?: Record<string, string>;
 }
 
 /** Where a started sandbox runs, as the port proxy needs it. */
@@ -148,31 +139,17 @@ export class SandboxService {
   ): Promise<SandboxRecord> {
     const now = this.d.clock.now();
     const record = await this.d.store.reserveSandbox(
-      {
+      creatingRecord({
         id,
         accountId: account.id,
-        name: newSandboxName(),
-        image: req.image,
+        req,
+        opts,
+        mounts,
         region: this.d.config.region,
-        env: req.env ?? {},
-        volumes: mounts,
-        createdAt: now,
-        portsPublic: req.ports?.public !== false,
-        state: 'creating',
-        stopAt: now + timeoutMs,
-        reservedMinutes: 0,
-        endedAt: null,
-        // Until `started`: whose create this is (another server's reconciler leaves it alone while it runs).
-        details: { owner: this.d.presence.id },
-        ...(opts.template !== undefined ? { template: opts.template } : {}),
-        ...(req.metadata !== undefined || opts.metadata !== undefined
-          ? { metadata: { ...opts.metadata, ...req.metadata } }
-          : {}),
-        ...(req.onTimeout === 'pause' ? { onTimeout: 'pause' as const } : {}),
-        ...(req.network ? { network: req.network } : {}),
-        runStartedAt: now,
-        expiresAt: null,
-      },
+        owner: this.d.presence.id,
+        now,
+        timeoutMs,
+      }),
       {
         minutes: billedMinutes(timeoutMs),
         concurrency: plan.concurrency,
