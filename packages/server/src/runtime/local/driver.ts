@@ -22,19 +22,13 @@ import type {
 } from '../driver.js';
 import type { DriverFiles } from '../files.js';
 import { numericUser } from '../passwd.js';
-import { cgroupProcs, removeCgroupParent } from './bundle/cgroups.js';
+import { removeCgroupParent } from './bundle/cgroups.js';
 import { freezeAsked } from './bundle/freezer.js';
 import { ID_RANGE_SIZE } from './bundle/oci-config.js';
-import { BundleWriter } from './bundle/writer.js';
 import { ensureRunTmpfs, removeRunDir } from './run-dir.js';
 import { AgentFiles } from './files.js';
-import { SandboxCommands } from './commands/exec.js';
-import { defaultOciRuntime, OciRuntime } from './commands/oci-runtime.js';
 import { readHostCapacity } from './host-capacity.js';
-import { ImageStore } from './images/store.js';
 import type { Leftovers } from './leftovers.js';
-import { NetworkManager } from './network/manager.js';
-import { intToIp, planSubnet } from './network/addr.js';
 import { localDriverOptions, type LocalDriverOptions, type ResolvedOptions, withDefaults } from './options.js';
 import { PoolKeeper } from './pools/keeper.js';
 import { spawnTty } from './pty/relay.js';
@@ -44,10 +38,9 @@ import * as lifecycle from './lifecycle.js';
 import { boot, claim, type StartHost } from './boot.js';
 import { recoverInstance } from './recover.js';
 import { type ReleaseHost, settleHost, teardown } from './release.js';
-import { ID_RE, isAlive, isKept, isVisible, RecordStore, recordView, type SandboxRecord } from './records.js';
+import { ID_RE, isAlive, isKept, isVisible, recordView, type SandboxRecord } from './records.js';
+import { type DriverParts, makeParts } from './parts.js';
 import { keyedLock } from './rootfs/mounts.js';
-import { RootfsManager } from './rootfs/roots.js';
-import { VolumeStore } from './rootfs/volumes.js';
 import {
   checkLimits,
   checkMountPath,
@@ -68,18 +61,18 @@ export class LocalDriver implements RuntimeDriver {
   readonly key: string;
   /** `<runDir>/<key>`: this instance's volatile state (crun's root, exec pid files). */
   readonly runDir: string;
-  readonly images: ImageStore;
+  readonly images: DriverParts['images'];
   readonly files: DriverFiles = new AgentFiles((id, argv, o) => this.spawn(id, argv, o));
-  private readonly crun: OciRuntime;
-  private readonly network: NetworkManager;
-  private readonly roots: RootfsManager;
-  private readonly volumes: VolumeStore;
+  private readonly crun: DriverParts['crun'];
+  private readonly network: DriverParts['network'];
+  private readonly roots: DriverParts['roots'];
+  private readonly volumes: DriverParts['volumes'];
   private readonly records = new Map<string, SandboxRecord>();
   /** Warm-pooled sandboxes (being started, or ready to be claimed), by container id. */
   private readonly pooled = new Map<string, SandboxRecord>();
   /** Creates in progress: the pools' refill waits while there are any. */
   private creating = 0;
-  private readonly commands: SandboxCommands;
+  private readonly commands: DriverParts['commands'];
   /**
    * Ids between create's first check and its record (a second create of one id must see
    * them), and leftovers being removed (their names must not be taken meanwhile).
@@ -91,10 +84,10 @@ export class LocalDriver implements RuntimeDriver {
   private foreignSlots: number[] = [];
   /** Deleted sandboxes whose release runs in the background: their uid slots stay taken. */
   private readonly releasing = new Map<string, { slot: number | undefined; done: Promise<void> }>();
-  private readonly state: RecordStore;
+  private readonly state: DriverParts['state'];
   private readonly pools: PoolKeeper;
   private readonly opts: ResolvedOptions;
-  private readonly bundles: BundleWriter;
+  private readonly bundles: DriverParts['bundles'];
   private readonly snaps: Snapshots;
   private readonly ownership: ContainerOwnership;
   /** What lifecycle.ts (pause, resume, stop, start) uses of the driver. */
@@ -110,35 +103,15 @@ export class LocalDriver implements RuntimeDriver {
     this.key = instanceKey(opts.dataDir);
     this.opts = withDefaults(opts, this.key);
     this.runDir = join(this.opts.runDir, this.key);
-    this.state = new RecordStore(join(opts.dataDir, 'sandboxes'));
-    this.images = new ImageStore({
-      dir: opts.imageDir,
-      credentials: opts.registryCredentials,
-      insecureRegistries: opts.insecureRegistries,
-    });
-    const runtime = opts.ociRuntime ?? defaultOciRuntime();
-    this.crun = new OciRuntime({ root: join(this.runDir, runtime), binary: runtime });
-    this.commands = new SandboxCommands({
-      runtime: this.crun,
-      runDir: this.runDir,
-      useAgent: this.opts.execAgent !== false,
-      cgroupProcs: (id) => cgroupProcs(this.opts.cgroupParent, id),
-    });
-    this.network = new NetworkManager({
-      bridge: this.opts.bridge,
-      subnet: this.opts.subnet,
-      via: this.opts.egressVia,
-      dnsUpstream: this.opts.egressDns,
-    });
-    this.roots = new RootfsManager({ dir: join(opts.dataDir, 'roots') });
-    this.volumes = new VolumeStore({ dir: join(opts.dataDir, 'volumes') });
-    this.bundles = new BundleWriter({
-      dir: join(this.runDir, 'bundles'),
-      runtime,
-      cgroupParent: this.opts.cgroupParent,
-      nameserver: intToIp(planSubnet(this.opts.subnet).gateway),
-      instance: this.key,
-    });
+    const p = makeParts(opts, this.opts, this.key, this.runDir);
+    this.state = p.state;
+    this.images = p.images;
+    this.crun = p.crun;
+    this.commands = p.commands;
+    this.network = p.network;
+    this.roots = p.roots;
+    this.volumes = p.volumes;
+    this.bundles = p.bundles;
     // crun joins a netns made beforehand; runc makes its own, so no network is pooled for it.
     this.pools = new PoolKeeper({
       nets: this.crun.binary === 'crun' ? this.opts.netPoolSize : 0,

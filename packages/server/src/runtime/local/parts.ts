@@ -1,0 +1,57 @@
+/**
+ * The parts a local driver is made of, built from its options: the sandboxes' records, the
+ * image cache, the OCI runtime, the commands' channels, the network, the root layers, the
+ * volumes and the bundles. driver.ts assembles them with the pools and what ties them together.
+ */
+import { join } from 'node:path';
+import { cgroupProcs } from './bundle/cgroups.js';
+import { BundleWriter } from './bundle/writer.js';
+import { SandboxCommands } from './commands/exec.js';
+import { defaultOciRuntime, OciRuntime } from './commands/oci-runtime.js';
+import { ImageStore } from './images/store.js';
+import type { LifecycleHost } from './lifecycle.js';
+import { intToIp, planSubnet } from './network/addr.js';
+import { NetworkManager } from './network/manager.js';
+import type { LocalDriverOptions, ResolvedOptions } from './options.js';
+import { RecordStore } from './records.js';
+import { RootfsManager } from './rootfs/roots.js';
+import { VolumeStore } from './rootfs/volumes.js';
+
+export type DriverParts = Pick<
+  LifecycleHost,
+  'state' | 'images' | 'crun' | 'commands' | 'network' | 'roots' | 'volumes' | 'bundles'
+>;
+
+/**
+ * The parts of the driver of instance `key` (instance.ts), whose volatile state lives in
+ * `runDir` (`<opts.runDir>/<key>`): `opts` as given, `o` with the defaults filled in.
+ */
+export function makeParts(opts: LocalDriverOptions, o: ResolvedOptions, key: string, runDir: string): DriverParts {
+  const runtime = opts.ociRuntime ?? defaultOciRuntime();
+  const crun = new OciRuntime({ root: join(runDir, runtime), binary: runtime });
+  return {
+    state: new RecordStore(join(opts.dataDir, 'sandboxes')),
+    images: new ImageStore({
+      dir: opts.imageDir,
+      credentials: opts.registryCredentials,
+      insecureRegistries: opts.insecureRegistries,
+    }),
+    crun,
+    commands: new SandboxCommands({
+      runtime: crun,
+      runDir,
+      useAgent: o.execAgent !== false,
+      cgroupProcs: (id) => cgroupProcs(o.cgroupParent, id),
+    }),
+    network: new NetworkManager({ bridge: o.bridge, subnet: o.subnet, via: o.egressVia, dnsUpstream: o.egressDns }),
+    roots: new RootfsManager({ dir: join(opts.dataDir, 'roots') }),
+    volumes: new VolumeStore({ dir: join(opts.dataDir, 'volumes') }),
+    bundles: new BundleWriter({
+      dir: join(runDir, 'bundles'),
+      runtime,
+      cgroupParent: o.cgroupParent,
+      nameserver: intToIp(planSubnet(o.subnet).gateway),
+      instance: key,
+    }),
+  };
+}
