@@ -14,6 +14,8 @@ source scripts/node-env.sh
 
 before=$(mktemp); after=$(mktemp)
 bash scripts/host-snapshot.sh > "$before"
+loops=$(mktemp)
+bash scripts/loop-devices.sh list > "$loops"
 rc=0
 # shellcheck disable=SC2086
 node --import tsx test/soak/load.ts ${SOAK_LOAD_ARGS:---sandboxes 200 --rate 500 --duration 120 --terminals 50} || rc=1
@@ -21,6 +23,12 @@ mapfile -t files < <(find test/security -name '*.test.ts' 2>/dev/null | sort)
 if [ "${#files[@]}" -gt 0 ]; then
   node --import tsx --test --test-concurrency=1 --test-reporter=spec "${files[@]}" || rc=1
 fi
+left=$(bash scripts/loop-devices.sh remove-new "$loops")
+if [ -n "$left" ]; then
+  echo "npm run test:soak: loop devices left (bound or held open):" $left
+  rc=1
+fi
+rm -f "$loops"
 bash scripts/host-snapshot.sh > "$after"
 if ! diff -u "$before" "$after" > "$after.diff"; then
   echo "npm run test:soak: the host changed (- before, + after):"

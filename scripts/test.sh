@@ -20,6 +20,7 @@ source scripts/node-env.sh
 bash scripts/check.sh || { echo "npm test: npm run check failed"; exit 1; }
 
 bash scripts/host-snapshot.sh > "$tmp/before"
+bash scripts/loop-devices.sh list > "$tmp/loops"
 # Egress turns IPv4 forwarding on host-wide (as any router does) and leaves it on: the suite
 # puts back what the host had.
 forward_before=$(cat /proc/sys/net/ipv4/ip_forward)
@@ -27,6 +28,11 @@ mapfile -t files < <(find packages test -name '*.test.ts' -not -path '*/node_mod
 node --import tsx --test --test-concurrency=1 --test-reporter=spec "${files[@]}"
 rc=$?
 echo "$forward_before" > /proc/sys/net/ipv4/ip_forward
+left=$(bash scripts/loop-devices.sh remove-new "$tmp/loops")
+if [ -n "$left" ]; then
+  echo "npm test: the suite left loop devices it made (bound or held open):" $left
+  rc=1
+fi
 bash scripts/host-snapshot.sh > "$tmp/after"
 if ! diff -u "$tmp/before" "$tmp/after" > "$tmp/diff"; then
   echo "npm test: the suite left the host changed (- before, + after):"

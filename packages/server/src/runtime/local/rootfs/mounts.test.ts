@@ -1,7 +1,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, mkdirSync, writeFileSync, rmSync, realpathSync } from 'node:fs';
+import { existsSync, mkdtempSync, mkdirSync, writeFileSync, rmSync, realpathSync } from 'node:fs';
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
 import { SandboxdError } from '@sandboxd/protocol';
@@ -114,6 +114,21 @@ describe('loop mounts', () => {
     assert.deepEqual(await mountsUnder(root), []);
     assert.deepEqual(await loopsUnder(image), []);
     await unmount([mnt]); // not mounted: no-op
+  });
+
+  it('loop-remove leaves a bound loop device and ignores missing ones; a bad number is refused', async () => {
+    // (Removing unbound devices is what npm test does after every run, and checks.)
+    const mnt = join(root, 'm-remove');
+    mkdirSync(mnt);
+    await loopMount(image, mnt);
+    const [dev] = await loopsUnder(image);
+    const n = dev.device.replace('/dev/loop', '');
+    assert.equal((await mountHelper(['loop-remove', n, '999999'])).trim(), '0');
+    assert.ok(existsSync(`/sys/block/loop${n}`), 'the bound device stays');
+    assert.equal((await loopsUnder(image)).length, 1, 'still attached');
+    await assert.rejects(mountHelper(['loop-remove', 'x']), /bad loop device number/);
+    await unmount([mnt]);
+    assert.deepEqual(await loopsUnder(image), []);
   });
 
   it('strict unmount of a busy mount is a conflict and leaves it; lazy detaches it', async () => {
