@@ -154,15 +154,8 @@ export class LocalDriver implements RuntimeDriver {
       bundleDirs: [this.state.dir, this.bundles.dir],
     });
     this.life = {
+      ...p,
       cgroupParent: this.opts.cgroupParent,
-      crun: this.crun,
-      network: this.network,
-      roots: this.roots,
-      volumes: this.volumes,
-      state: this.state,
-      commands: this.commands,
-      bundles: this.bundles,
-      images: this.images,
       takeNet: () => (this.crun.binary === 'crun' ? this.pools.takeNet() : undefined),
       settleHost: (rec) => settleHost(this.release, rec),
     };
