@@ -1,4 +1,4 @@
-/* cc-flags: -static */
+/* libc: musl */
 /*
  * exec-agent: runs commands inside one sandbox on behalf of the server.
  *

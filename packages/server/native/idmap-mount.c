@@ -1,4 +1,4 @@
-/* cc-flags: -static */
+/* libc: musl */
 /*
  * idmap-mount: sandboxd's mount helper for the local (crun) runtime.
  *
@@ -67,6 +67,22 @@
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#ifndef __GLIBC__
+/* musl (this helper's libc, see native.ts) has no wrappers for the new mount API, which
+ * glibc has had since 2.36: the raw system calls. */
+#include <linux/mount.h>
+#include <sys/syscall.h>
+static int open_tree(int dfd, const char *path, unsigned flags) {
+  return (int)syscall(SYS_open_tree, dfd, path, flags);
+}
+static int move_mount(int from_dfd, const char *from, int to_dfd, const char *to, unsigned flags) {
+  return (int)syscall(SYS_move_mount, from_dfd, from, to_dfd, to, flags);
+}
+static int mount_setattr(int dfd, const char *path, unsigned flags, struct mount_attr *attr, size_t size) {
+  return (int)syscall(SYS_mount_setattr, dfd, path, flags, attr, size);
+}
+#endif
 
 #ifndef EXT4_SUPER_MAGIC
 #define EXT4_SUPER_MAGIC 0xEF53

@@ -1,4 +1,4 @@
-/* cc-flags: -static */
+/* libc: musl */
 /*
  * net-attach: builds one sandbox network in one short process, over rtnetlink (what the
  * `ip` commands of network/commands.ts did, without a shell, three programs and their

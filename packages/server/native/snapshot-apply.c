@@ -1,3 +1,4 @@
+/* libc: musl */
 /*
  * snapshot-apply: applies a sandbox's overlay upper layer onto a flattened image tree, for
  * the local runtime's snapshots (runtime/local/images/snapshots.ts).
@@ -32,6 +33,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <linux/loop.h>
 #include <sched.h>
 #include <stdarg.h>

@@ -1,4 +1,4 @@
-/* cc-flags: -static */
+/* libc: musl */
 /*
  * spawner: starts host programs (ip, nft, crun, the mount helper) for the server, and sets
  * the hostname of a sandbox's UTS namespace without starting one.

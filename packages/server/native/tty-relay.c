@@ -1,3 +1,4 @@
+/* libc: musl */
 /*
  * tty-relay: runs `crun exec --tty --console-socket` and relays the PTY it receives.
  *
