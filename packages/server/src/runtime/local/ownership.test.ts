@@ -42,12 +42,24 @@ before(async () => {
 });
 after(async () => {
   release();
-  // Whatever failed: every container is this instance's again, so that destroyAll removes it.
-  for (const id of sandboxIds())
-    if (existsSync(runtimeConfig(id)))
-      editJson(runtimeConfig(id), (c) => (c.annotations[INSTANCE_ANNOTATION] = d1.key));
-  await (d2 ?? d1).destroyAll();
-  rmSync(base, { recursive: true, force: true });
+  const last = d2 ?? d1;
+  try {
+    // A delete answers before its release is over: the last test's deletes may still be
+    // removing their containers' files (editing one then raced with it: ENOENT).
+    await last.released();
+    // Whatever failed: every container is this instance's again, so that destroyAll removes it.
+    for (const id of sandboxIds()) {
+      try {
+        editJson(runtimeConfig(id), (c) => (c.annotations[INSTANCE_ANNOTATION] = d1.key));
+      } catch (e) {
+        if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e; // not running (any more)
+      }
+    }
+  } finally {
+    // Always: a driver left open keeps this test process (and npm test) from ever ending.
+    await last.destroyAll();
+    rmSync(base, { recursive: true, force: true });
+  }
 });
 
 const stateDir = (id: string) => join(opts.dataDir, 'sandboxes', id);
