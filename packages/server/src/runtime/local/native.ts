@@ -14,12 +14,12 @@ export const NATIVE_BIN_DIR = resolve(NATIVE_SRC_DIR, '../../../build/bin');
  * `native/*.h`. Synchronous: called at set-up and at driver init, never on a hot path.
  * Throws when the compiler fails.
  *
- * A source's first line may be a comment `cc-flags: <link flags>` (seccomp-bpf.c's), and a line
- * that is only the comment `libc: musl` links it statically against musl (Debian's
+ * A source's first line may be a comment `cc-flags: <link flags>` (seccomp-bpf.c's), and a
+ * line that is only the comment `libc: musl` links it statically against musl (Debian's
  * musl-tools) instead of glibc. The helpers that start once or more per sandbox have that
- * line: a static glibc program spends
- * ~0.3 ms of CPU at every start on `cpuid` (each one a VM exit on these machines, ~3.6 us)
- * to size its caches and pick its string functions; a musl one ~0.04 ms in all.
+ * line: a glibc program spends ~0.3 ms of CPU at every start on `cpuid` (each one a VM exit
+ * on these machines, ~3.6 us) to size its caches and pick its string functions; a musl one
+ * ~0.04 ms in all (docs/runtime.md, "Starting host programs").
  */
 export function nativeBin(name: string): string {
   const src = join(NATIVE_SRC_DIR, `${name}.c`);
