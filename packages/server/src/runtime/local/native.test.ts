@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
-import { NATIVE_SRC_DIR, nativeBin } from './native.js';
+import { linksMusl, NATIVE_SRC_DIR, nativeBin } from './native.js';
 
 /** Whether an ELF file asks for a program interpreter (PT_INTERP): a dynamically linked one. */
 function hasInterpreter(elf: Buffer): boolean {
@@ -16,7 +16,7 @@ function hasInterpreter(elf: Buffer): boolean {
 }
 
 const sources = readdirSync(NATIVE_SRC_DIR).filter((f) => f.endsWith('.c'));
-const musl = sources.filter((f) => /^\/\* libc: musl \*\/$/m.test(readFileSync(join(NATIVE_SRC_DIR, f), 'utf8')));
+const musl = sources.filter((f) => linksMusl(readFileSync(join(NATIVE_SRC_DIR, f), 'utf8')));
 
 describe('native helpers', () => {
   it('the helpers that start per sandbox are marked for musl', () => {

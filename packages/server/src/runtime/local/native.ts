@@ -29,13 +29,18 @@ export function nativeBin(name: string): string {
   const tmp = `${bin}.tmp${process.pid}`;
   const text = readFileSync(src, 'utf8');
   const flags = /^\/\* cc-flags: (.*) \*\//.exec(text)?.[1].trim().split(/\s+/) ?? [];
-  const musl = /^\/\* libc: musl \*\/$/m.test(text);
+  const musl = linksMusl(text);
   const [cc, extra] = musl ? [muslCompiler(), ['-static', '-isystem', muslKernelHeaders()]] : ['cc', []];
   execFileSync(cc, ['-O2', '-Wall', '-Werror', '-I', NATIVE_SRC_DIR, ...extra, '-o', tmp, src, ...flags], {
     stdio: ['ignore', 'inherit', 'inherit'],
   });
   renameSync(tmp, bin);
   return bin;
+}
+
+/** Whether helper source `text` has the line that links it against musl (see {@link nativeBin}). */
+export function linksMusl(text: string): boolean {
+  return /^\/\* libc: musl \*\/$/m.test(text);
 }
 
 /** `musl-gcc`, or a clear error naming the Debian package that has it. */
