@@ -2,6 +2,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { AccessTokens } from '../../e2b/tokens.js';
+import { loadPortLinkSecret } from '../../proxy/link-secret.js';
 import { outcomes, pairRunner, rec, snapshotRecord as snap, type StoreTarget } from './support.js';
 
 /** Registers what every Store must hold when two stores on one database race. */
@@ -203,6 +204,14 @@ export function runConcurrencyConformance(target: StoreTarget): void {
         const made = await Promise.all(tokens.map((t) => t.tokenFor('sbx_x')));
         assert.equal(new Set(made).size, 1, `one secret, one token: ${made.join(' ')}`);
         assert.equal(await new AccessTokens(b).tokenFor('sbx_x'), made[0], 'a later start reads it back');
+        // And one port-link secret.
+        const quiet = { info: () => {}, warn: () => {} };
+        const keys = await Promise.all(
+          Array.from({ length: 8 }, (_, i) =>
+            loadPortLinkSecret(i % 2 ? a : b, { legacyKeyFile: '/nonexistent/proxy-link.key', log: quiet }),
+          ),
+        );
+        assert.equal(new Set(keys.map((k) => k.toString('hex'))).size, 1);
         // The primitive under it, raced many times: the first value stays, every racer reads it.
         for (let round = 0; round < 20; round++) {
           const key = `secret.${round}`;
