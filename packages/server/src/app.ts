@@ -21,6 +21,7 @@ import { TerminalGateway } from './http/terminal-ws.js';
 import { Presence } from './lifecycle/presence.js';
 import { Reaper } from './lifecycle/reaper.js';
 import { PortAccess } from './proxy/access.js';
+import { LEGACY_LINK_KEY_FILE, loadPortLinkSecret } from './proxy/link-secret.js';
 import { PortLinks } from './proxy/links.js';
 import { PublicHosts } from './proxy/host.js';
 import { PortProxy } from './proxy/proxy.js';
@@ -134,7 +135,14 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
   const deps: ServiceDeps = { store, driver, clock, config, log, presence };
 
   // Shared by the services that need them, and by the proxy.
-  const portLinks = new PortLinks({ secretPath: join(config.dataDir, 'proxy-link.key') });
+  // Its secret is the database's, shared by the replicas; start() loads it before serving.
+  let linkSecret: Buffer | null = null;
+  const portLinks = new PortLinks({
+    secret: () => {
+      if (!linkSecret) throw new Error('the port-link secret is read at start-up; the app is not started');
+      return linkSecret;
+    },
+  });
   const storage = new StorageGuard([config.dataDir, dirname(config.dbPath)], config.minFreeMb * 2 ** 20);
 
   const capacity = new CapacityService({ driver, store, config }, { subject: fleet ? NO_ROOM.runners : NO_ROOM.host });
@@ -303,7 +311,12 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
     clock,
     log,
     async start() {
+      // The secrets shared by replicas: made once in the database (the first start's), then read.
       await accessTokens.init();
+      linkSecret = await loadPortLinkSecret(store, {
+        legacyKeyFile: join(config.dataDir, LEGACY_LINK_KEY_FILE),
+        log: log.child({ component: 'proxy' }),
+      });
       // Known to be running before anything it starts can be seen half-done by another server.
       await presence.beat();
       await driver.init();

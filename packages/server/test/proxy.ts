@@ -3,7 +3,7 @@
  * the sandbox, a front door with the real PortProxy, SandboxTargets, PortAccess and
  * PortLinks sits in front, and a stub store/runtime names four sandboxes.
  */
-import { createHash } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { createServer, request, type IncomingHttpHeaders, type Server } from 'node:http';
 import { connect, createServer as createTcpServer, type AddressInfo, type Socket } from 'node:net';
@@ -97,7 +97,8 @@ export async function startFixture(o: { timeoutMs?: number } = {}): Promise<Fixt
   const closedPort = await unusedPort();
 
   const dataDir = mkdtempSync(join(tmpdir(), 'sbxd-proxy-'));
-  const links = new PortLinks({ secretPath: join(dataDir, 'proxy-link.key') });
+  const secret = randomBytes(32);
+  const links = new PortLinks({ secret: () => secret });
   const record = (id: string, state: string, portsPublic: boolean) => ({
     id,
     accountId: 'acc_owner',

@@ -518,6 +518,58 @@ describe('E2B sandbox.files (real runtime)', {
     assert.equal((await fetch(past, { headers: { 'E2b-Sandbox-Id': id } })).status, 404);
   });
 
+  it('a signed URL acts only as the user it was signed for: another user in Authorization is refused', async () => {
+    const h = (user?: string): Record<string, string> => ({
+      'E2b-Sandbox-Id': id,
+      ...(user === undefined ? {} : { Authorization: `Basic ${Buffer.from(`${user}:`).toString('base64')}` }),
+    });
+    // One multipart body as a string: sent with the headers at once, so the refusal (which
+    // closes the connection without reading a body) is read rather than cut by EPIPE.
+    const form = (text: string, user?: string) => ({
+      method: 'POST',
+      headers: { ...h(user), 'content-type': 'multipart/form-data; boundary=zzz' },
+      body: `--zzz\r\nContent-Disposition: form-data; name="file"; filename="f.txt"\r\n\r\n${text}\r\n--zzz--\r\n`,
+    });
+    const refused = async (r: Response, what: string) => {
+      assert.equal(r.status, 403, what);
+      const body = (await r.json()) as { code: number; message: string };
+      assert.equal(body.code, 403, what);
+      assert.match(body.message, /signed for/, what);
+    };
+    await exec(
+      'rm -f /tmp/e2b/bound*.txt; echo root secret > /tmp/e2b/root-only.txt; chmod 600 /tmp/e2b/root-only.txt',
+    );
+    // An upload URL signed for `user`, sent with `Authorization: Basic root:` by whoever holds it.
+    const up = await sbx.uploadUrl('/tmp/e2b/bound.txt', { user: 'user' });
+    await refused(await fetch(up, form('as root', 'root')), 'upload as root');
+    // Signed with no user (the template's default): any named user is another one.
+    const upNoUser = await sbx.uploadUrl('/tmp/e2b/bound-default.txt');
+    await refused(await fetch(upNoUser, form('x', 'root')), 'unsigned root');
+    const down = await sbx.downloadUrl('/tmp/e2b/root-only.txt');
+    await refused(await fetch(down, { headers: h('root') }), 'download as root');
+    const downUser = await sbx.downloadUrl('/tmp/e2b/root-only.txt', { user: 'user' });
+    await refused(await fetch(downUser, { headers: h('root') }), 'download signed for user, as root');
+    assert.equal(
+      (await exec('ls /tmp/e2b/bound.txt /tmp/e2b/bound-default.txt 2>&1 | grep -c "No such"')).stdout.trim(),
+      '2',
+      'nothing was written',
+    );
+    // The honest requests: no Authorization, or the signed user's own.
+    let r = await fetch(up, form('honest'));
+    assert.equal(r.status, 200, await r.clone().text());
+    await r.text();
+    r = await fetch(up, form('honest again', 'user'));
+    assert.equal(r.status, 200);
+    await r.text();
+    assert.equal((await exec("stat -c '%U' /tmp/e2b/bound.txt; cat /tmp/e2b/bound.txt")).stdout, 'user\nhonest again');
+    r = await fetch(downUser, { headers: h() });
+    assert.equal(r.status, 403, 'user may not read the root-only file');
+    await r.text();
+    r = await fetch(down, { headers: h() });
+    assert.equal(r.status, 200, "the image's default user (root) reads it");
+    assert.equal(await r.text(), 'root secret\n');
+  });
+
   it('answers envd errors as JSON on /files, and /health', async () => {
     const h = { 'E2b-Sandbox-Id': id, 'X-Access-Token': token };
     let r = await fetch(`${e.s.baseUrl}/health`, { headers: h });

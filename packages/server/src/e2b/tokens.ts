@@ -1,20 +1,18 @@
-import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
-
-/** Where the secret of the access tokens is kept (the store's meta table, shared by replicas). */
-const SECRET_KEY = 'e2b.envdAccessTokenSecret';
+import { createHmac, timingSafeEqual } from 'node:crypto';
+import { SHARED_SECRETS, sharedSecret } from '../store/shared-secret.js';
+import type { Store } from '../store/store.js';
 
 /**
  * The per-sandbox access tokens of E2B's in-sandbox API (`envdAccessToken`, sent back as
  * `X-Access-Token`). A token is an HMAC of the sandbox id under a secret made once and kept
- * in the database, so it survives restarts, is the same on every replica, and is given
- * again by `connect` without being stored per sandbox.
+ * in the database (meta `e2b.envdAccessTokenSecret`), so it survives restarts, is the same
+ * on every replica (replicas starting at once on a fresh database agree on the first one
+ * inserted), and is given again by `connect` without being stored per sandbox.
  */
 export class AccessTokens {
   private secret: Promise<Buffer> | null = null;
 
-  constructor(
-    private readonly meta: { getMeta(k: string): Promise<string | null>; setMeta(k: string, v: string): Promise<void> },
-  ) {}
+  constructor(private readonly meta: Pick<Store, 'ensureMeta'>) {}
 
   async tokenFor(sandboxId: string): Promise<string> {
     const mac = createHmac('sha256', await this.key())
@@ -37,16 +35,13 @@ export class AccessTokens {
   }
 
   private key(): Promise<Buffer> {
-    this.secret ??= (async () => {
-      const have = await this.meta.getMeta(SECRET_KEY);
-      if (have) return Buffer.from(have, 'base64');
-      const made = randomBytes(32).toString('base64');
-      await this.meta.setMeta(SECRET_KEY, made);
-      return Buffer.from(made, 'base64');
-    })().catch((e) => {
-      this.secret = null;
-      throw e;
-    });
+    this.secret ??= sharedSecret(this.meta, SHARED_SECRETS.envdTokens).then(
+      (s) => s.secret,
+      (e) => {
+        this.secret = null;
+        throw e;
+      },
+    );
     return this.secret;
   }
 }

@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -11,7 +12,12 @@ import { get } from '../../test/proxy.js';
 describe('private ports and port links (composed app, fake driver)', () => {
   let t: TestApp;
   const dataDir = mkdtempSync(join(tmpdir(), 'sbxd-link-'));
-  before(async () => (t = await makeTestApp({ dataDir })));
+  // The key file of a version that kept the secret in the data dir: carried into the database.
+  const fileKey = randomBytes(32);
+  before(async () => {
+    writeFileSync(join(dataDir, 'proxy-link.key'), `${fileKey.toString('hex')}\n`, { mode: 0o600 });
+    t = await makeTestApp({ dataDir });
+  });
   after(async () => {
     try {
       await t?.close();
@@ -56,7 +62,10 @@ describe('private ports and port links (composed app, fake driver)', () => {
     ).exec(url);
     assert.ok(m, url);
     assert.equal(new Date(expiresAt).getTime(), t.clock.now() + 3_600_000);
-    const links = new PortLinks({ secretPath: join(dataDir, 'proxy-link.key') }); // the server's secret
+    // The server's secret: the database's, the old key file's (so the links it signed still work).
+    const held = Buffer.from((await t.app.store.getMeta('proxy.portLinkSecret')) ?? '', 'base64');
+    assert.deepEqual(held, fileKey, 'the key file was moved into the database');
+    const links = new PortLinks({ secret: () => fileKey });
     assert.equal(links.verify(m[1], { sandboxId: sb.id, port: 8000, now: t.clock.now() }), true);
     assert.equal(links.verify(m[1], { sandboxId: sb.id, port: 8001, now: t.clock.now() }), false);
     const short = await t.req({

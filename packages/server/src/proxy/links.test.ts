@@ -1,18 +1,14 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { after, describe, it } from 'node:test';
+import { randomBytes } from 'node:crypto';
+import { describe, it } from 'node:test';
 import { PortLinks } from './links.js';
 
 describe('PortLinks', () => {
-  const dir = mkdtempSync(join(tmpdir(), 'sbxd-links-'));
-  after(() => rmSync(dir, { recursive: true, force: true }));
-  const secretPath = join(dir, 'sub', 'proxy-link.key');
   const g = { sandboxId: `sbx_${'a'.repeat(20)}`, port: 8000 };
+  const withSecret = (secret: Buffer) => new PortLinks({ secret: () => secret });
 
   it('signs a grant that verifies for that sandbox and port until it expires', () => {
-    const links = new PortLinks({ secretPath });
+    const links = withSecret(randomBytes(32));
     const t = links.sign({ ...g, expiresAt: 2_000 });
     assert.equal(links.verify(t, { ...g, now: 1_999 }), true);
     assert.equal(links.verify(t, { ...g, now: 2_000 }), false, 'expired');
@@ -25,13 +21,10 @@ describe('PortLinks', () => {
     assert.equal(links.remainingSeconds(t, 500), 1);
   });
 
-  it('keeps its secret in a 0600 file, so another instance (a restart) accepts old links', () => {
-    const a = new PortLinks({ secretPath });
-    const t = a.sign({ ...g, expiresAt: 10_000 });
-    assert.equal(statSync(secretPath).mode & 0o777, 0o600);
-    assert.match(readFileSync(secretPath, 'utf8'), /^[0-9a-f]{64}\n$/);
-    assert.equal(new PortLinks({ secretPath }).verify(t, { ...g, now: 0 }), true);
-    const other = new PortLinks({ secretPath: join(dir, 'other.key') });
-    assert.equal(other.verify(t, { ...g, now: 0 }), false, 'another secret');
+  it('another instance with the same secret (a replica, a restart) accepts its links; another secret does not', () => {
+    const secret = randomBytes(32);
+    const t = withSecret(secret).sign({ ...g, expiresAt: 10_000 });
+    assert.equal(withSecret(Buffer.from(secret)).verify(t, { ...g, now: 0 }), true);
+    assert.equal(withSecret(randomBytes(32)).verify(t, { ...g, now: 0 }), false, 'another secret');
   });
 });

@@ -1,6 +1,4 @@
-import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { dirname } from 'node:path';
+import { createHmac, timingSafeEqual } from 'node:crypto';
 
 /** Query parameter of a port link, and the cookie it is traded for. */
 export const LINK_PARAM = 'sandboxd_token';
@@ -11,15 +9,14 @@ export const LINK_TTL = { defaultMs: 3_600_000, minMs: 1000, maxMs: 7 * 86_400_0
 
 /**
  * Signed, expiring grants to one port of one sandbox: `<expiresAtMs>.<HMAC-SHA256>` over
- * sandbox id, port and expiry, keyed by a 256-bit secret kept in `secretPath` (created
- * with mode 0600 on first use, so links survive restarts). A link cannot be widened to
- * another port or sandbox and stops working at its expiry; rotating the secret file
- * revokes every link. Nothing touches the disk until the first sign or verify.
+ * sandbox id, port and expiry, keyed by `secret()`: a 256-bit secret shared by every
+ * replica through the database (link-secret.ts loads it at start-up), so a link signed by
+ * one replica opens the port through any other and survives restarts. A link cannot be
+ * widened to another port or sandbox and stops working at its expiry; rotating the secret
+ * revokes every link.
  */
 export class PortLinks {
-  private secret: Buffer | null = null;
-
-  constructor(private readonly opts: { secretPath: string }) {}
+  constructor(private readonly opts: { secret: () => Buffer }) {}
 
   /** A token for `port` of `sandboxId` valid until `expiresAt` (epoch ms). */
   sign(g: { sandboxId: string; port: number; expiresAt: number }): string {
@@ -50,26 +47,6 @@ export class PortLinks {
   }
 
   private key(): Buffer {
-    if (this.secret) return this.secret;
-    const path = this.opts.secretPath;
-    try {
-      this.secret = parseSecret(readFileSync(path, 'utf8'), path);
-    } catch (e) {
-      if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
-      mkdirSync(dirname(path), { recursive: true, mode: 0o700 });
-      try {
-        writeFileSync(path, `${randomBytes(32).toString('hex')}\n`, { mode: 0o600, flag: 'wx' });
-      } catch (w) {
-        if ((w as NodeJS.ErrnoException).code !== 'EEXIST') throw w;
-      }
-      this.secret = parseSecret(readFileSync(path, 'utf8'), path);
-    }
-    return this.secret;
+    return this.opts.secret();
   }
-}
-
-function parseSecret(text: string, path: string): Buffer {
-  const hex = text.trim();
-  if (!/^[0-9a-f]{64,}$/.test(hex)) throw new Error(`${path} must hold at least 32 bytes as hex`);
-  return Buffer.from(hex, 'hex');
 }

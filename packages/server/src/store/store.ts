@@ -273,6 +273,12 @@ export interface Store extends Counters, Leases {
   // misc
   getMeta(key: string): Promise<string | null>;
   setMeta(key: string, value: string): Promise<void>;
+  /**
+   * Sets `key` to `value` unless it already has a value, atomically, and returns the value
+   * it holds then: of stores racing on one database, the first insert wins and every one of
+   * them gets the winner's value back. For the secrets replicas share.
+   */
+  ensureMeta(key: string, value: string): Promise<string>;
   /** Releases the database (SQLite's handle, PostgreSQL's pool); idempotent. */
   close(): Promise<void>;
 }

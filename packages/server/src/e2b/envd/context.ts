@@ -11,10 +11,18 @@ import type { SandboxRecord } from '../../domain/sandbox.js';
 export interface EnvdCall {
   accountId: string;
   sandbox: SandboxRecord;
-  /** The user named by the call (`Authorization: Basic <user>:`), if any. */
+  /**
+   * The user named by the call: with the access token, `Authorization: Basic <user>:`;
+   * with a signed URL, only the user it was signed for. Undefined: the default.
+   */
   user: string | undefined;
   /** The template's default user for calls that name none (`user` for `base`); unset: the image's. */
   defaultUser: string | undefined;
+  /**
+   * Set when the call came with a signed `/files` URL instead of the access token: the
+   * one path and operation it grants (the user is {@link user}).
+   */
+  signed?: { path: string; operation: 'read' | 'write' };
 }
 
 /** The user a call runs as: the one it names, else the template's default, else the image's (undefined). */

@@ -14,6 +14,13 @@ import { type EnvdCall, envdCallKey } from './context.js';
 import { envdErrorBody } from './errors.js';
 
 const SANDBOX_ID = new RegExp(SANDBOX_ID_PATTERN);
+
+/** What a valid signed URL grants: one operation on one path, as one user (undefined: the default). */
+interface SignedGrant {
+  path: string;
+  operation: 'read' | 'write';
+  user: string | undefined;
+}
 /** Largest Connect message accepted (PTY/stdin input, paths): far above what the SDK sends. */
 const READ_MAX_BYTES = 16 * 2 ** 20;
 
@@ -49,6 +56,8 @@ export interface EnvdDoorDeps {
  * HTTP paths with an {@link EnvdCall}. Answers before a handler:
  *  - no token: 401; unknown sandbox or a token that is not its own: 404 (the same answer,
  *    so ids of other accounts' sandboxes cannot be probed);
+ *  - a signed URL whose `Authorization: Basic` names another user than the one it was
+ *    signed for: 403 (the call's user comes only from what was signed);
  *  - the caller's own sandbox no longer running, or killed and its record removed (its
  *    token proves it was the caller's): 502, which E2B's SDK reads as "the sandbox was
  *    killed or timed out" (`isRunning()` is false).
@@ -118,10 +127,19 @@ export class EnvdDoor {
     // E2B answers 502 for a sandbox that is gone, which its SDK reads as "not running".
     if (sb === null && token && (await this.d.tokens.verify(id.id, token)))
       return { refuse: { status: 502, message: `Sandbox ${id.id} is not running (it was killed)` } };
-    const owned =
-      sb !== null &&
-      (token ? await this.d.tokens.verify(sb.id, token) : await this.signatureOk(sb.id, req.method ?? 'GET', url));
+    // A token is the sandbox's whole authority (any user); a signed URL is one grant, and the
+    // call acts only as what it names: its path, operation and user.
+    const grant = sb !== null && !token ? await this.signedGrant(sb.id, req.method ?? 'GET', url) : null;
+    const owned = sb !== null && (token ? await this.d.tokens.verify(sb.id, token) : grant !== null);
     if (!sb || !owned) return { refuse: { status: 404, message: `Sandbox ${id.id} not found` } };
+    const named = basicUser(req);
+    if (grant && named !== undefined && named !== (grant.user ?? ''))
+      return {
+        refuse: {
+          status: 403,
+          message: `This URL is signed for ${grant.user === undefined ? "the sandbox's default user" : `user '${grant.user}'`}; the Authorization header names '${named}'`,
+        },
+      };
     if (sb.state === 'paused')
       return { refuse: { status: 502, message: `Sandbox ${sb.id} is paused: connect to it to resume it` } };
     if (sb.state !== 'started' || sb.stopAt <= this.d.now())
@@ -137,7 +155,15 @@ export class EnvdDoor {
         },
       };
     return {
-      call: { accountId: sb.accountId, sandbox: sb, user: basicUser(req), defaultUser: template?.user },
+      call: grant
+        ? {
+            accountId: sb.accountId,
+            sandbox: sb,
+            user: grant.user,
+            defaultUser: template?.user,
+            signed: { path: grant.path, operation: grant.operation },
+          }
+        : { accountId: sb.accountId, sandbox: sb, user: named, defaultUser: template?.user },
     };
   }
 
@@ -160,22 +186,25 @@ export class EnvdDoor {
     return { id: a.sandboxId };
   }
 
-  /** E2B's signed file URLs: `v1_` + base64 SHA-256 of `path:operation:user:token[:expiration]`. */
-  private async signatureOk(sandboxId: string, method: string, url: URL): Promise<boolean> {
+  /**
+   * What an E2B signed file URL grants, or null when its signature is not valid: `v1_` +
+   * base64 SHA-256 of `path:operation:user:token[:expiration]` (E2B's SDK signs the
+   * `username` it puts in the URL, `''` for none: the template's default user).
+   */
+  private async signedGrant(sandboxId: string, method: string, url: URL): Promise<SignedGrant | null> {
     const sig = url.searchParams.get('signature') ?? '';
     const exp = url.searchParams.get('signature_expiration');
-    if (exp !== null && (!/^[0-9]{1,12}$/.test(exp) || Number(exp) * 1000 < this.d.now())) return false;
-    const op = method === 'GET' || method === 'HEAD' ? 'read' : 'write';
-    const raw = [
-      url.searchParams.get('path') ?? '',
-      op,
-      url.searchParams.get('username') ?? '',
-      await this.d.tokens.tokenFor(sandboxId),
-      ...(exp === null ? [] : [exp]),
-    ].join(':');
+    if (exp !== null && (!/^[0-9]{1,12}$/.test(exp) || Number(exp) * 1000 < this.d.now())) return null;
+    const operation = method === 'GET' || method === 'HEAD' ? 'read' : 'write';
+    const path = url.searchParams.get('path') ?? '';
+    const user = url.searchParams.get('username') ?? '';
+    const raw = [path, operation, user, await this.d.tokens.tokenFor(sandboxId), ...(exp === null ? [] : [exp])].join(
+      ':',
+    );
     const want = Buffer.from(`v1_${createHash('sha256').update(raw).digest('base64').replace(/=+$/, '')}`);
     const got = Buffer.from(sig);
-    return want.length === got.length && timingSafeEqual(want, got);
+    if (want.length !== got.length || !timingSafeEqual(want, got)) return null;
+    return { path, operation, user: user || undefined };
   }
 
   private fallback(req: IncomingMessage, res: ServerResponse): void {
@@ -215,6 +244,7 @@ function basicUser(req: IncomingMessage): string | undefined {
 const CONNECT_CODE: Record<number, Code> = {
   400: Code.InvalidArgument,
   401: Code.Unauthenticated,
+  403: Code.PermissionDenied,
   404: Code.NotFound,
   429: Code.ResourceExhausted,
   500: Code.Internal,

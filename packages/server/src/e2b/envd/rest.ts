@@ -30,7 +30,8 @@ export interface WrittenFile {
  * envd's plain HTTP paths: `GET /health` (204), `GET /files` (download) and `POST /files`
  * (upload: multipart, or a raw `application/octet-stream` body, gzip allowed). Files are
  * read and written inside the sandbox as `?username=` (else the call's user, else the
- * template's default); `?path=` resolves like envd's (relative to that user's home). Errors
+ * template's default); `?path=` resolves like envd's (relative to that user's home). A
+ * signed call (no token) uses only its grant's user and path. Errors
  * are envd's JSON `{code, message}`. False: not a path of envd.
  */
 export function envdRest(d: EnvdRestDeps) {
@@ -42,8 +43,12 @@ export function envdRest(d: EnvdRestDeps) {
     }
     // Other methods: the door's 404, as for any path envd does not serve.
     if (url.pathname !== '/files' || (req.method !== 'GET' && req.method !== 'POST')) return false;
-    const user = url.searchParams.get('username') || call.user || call.defaultUser;
-    const path = url.searchParams.get('path');
+    // A signed call acts only as its grant: its user and path, nothing the request adds.
+    const user = call.signed
+      ? (call.user ?? call.defaultUser)
+      : url.searchParams.get('username') || call.user || call.defaultUser;
+    const path = call.signed ? call.signed.path : url.searchParams.get('path');
+    if (call.signed && call.signed.operation !== (req.method === 'GET' ? 'read' : 'write')) return false;
     try {
       if (req.method === 'GET') await download(d, call, user, path ?? '', req, res);
       else await upload(d, call, user, path, req, res);

@@ -1,6 +1,8 @@
 /** The store conformance suite's part with two stores on one database, as two replicas see it. */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
+import { AccessTokens } from '../../e2b/tokens.js';
+import { loadPortLinkSecret } from '../../proxy/link-secret.js';
 import { outcomes, pairRunner, rec, snapshotRecord as snap, type StoreTarget } from './support.js';
 
 /** Registers what every Store must hold when two stores on one database race. */
@@ -193,6 +195,34 @@ export function runConcurrencyConformance(target: StoreTarget): void {
           },
           'released from one store: taken at once from the other',
         );
+      }));
+
+    it('shared secrets: replicas racing to make one on a fresh database all end with the same value', () =>
+      withPair(0, async (a, b) => {
+        // Eight "replicas" (alternately on each store) start at once: one envd token secret.
+        const tokens = Array.from({ length: 8 }, (_, i) => new AccessTokens(i % 2 ? a : b));
+        const made = await Promise.all(tokens.map((t) => t.tokenFor('sbx_x')));
+        assert.equal(new Set(made).size, 1, `one secret, one token: ${made.join(' ')}`);
+        assert.equal(await new AccessTokens(b).tokenFor('sbx_x'), made[0], 'a later start reads it back');
+        // And one port-link secret.
+        const quiet = { info: () => {}, warn: () => {} };
+        const keys = await Promise.all(
+          Array.from({ length: 8 }, (_, i) =>
+            loadPortLinkSecret(i % 2 ? a : b, { legacyKeyFile: '/nonexistent/proxy-link.key', log: quiet }),
+          ),
+        );
+        assert.equal(new Set(keys.map((k) => k.toString('hex'))).size, 1);
+        // The primitive under it, raced many times: the first value stays, every racer reads it.
+        for (let round = 0; round < 20; round++) {
+          const key = `secret.${round}`;
+          const got = await Promise.all(
+            Array.from({ length: 6 }, (_, i) => (i % 2 ? a : b).ensureMeta(key, `v${round}.${i}`)),
+          );
+          assert.equal(new Set(got).size, 1, `round ${round}: ${got.join(' ')}`);
+          assert.match(got[0], new RegExp(`^v${round}\\.[0-5]$`));
+          assert.equal(await a.getMeta(key), got[0]);
+          assert.equal(await b.ensureMeta(key, 'later'), got[0], 'an existing value is never replaced');
+        }
       }));
 
     it('a login link is consumed once across stores', () =>

@@ -364,6 +364,17 @@ export class PostgresStore implements Store {
       .onConflict((oc) => oc.column('key').doUpdateSet({ value }))
       .execute();
   }
+  async ensureMeta(key: string, value: string) {
+    // A racing insert of the same key waits for the first to commit, then does nothing.
+    await this.db
+      .insertInto('meta')
+      .values({ key, value })
+      .onConflict((oc) => oc.column('key').doNothing())
+      .execute();
+    const held = await this.getMeta(key);
+    if (held === null) throw new Error(`meta ${key} vanished after it was ensured`);
+    return held;
+  }
 
   /** Ends the pool (waits for checked-out connections to be released); idempotent. */
   close(): Promise<void> {

@@ -260,6 +260,12 @@ export class SqliteStore implements Store {
       .prepare('INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value')
       .run(key, value);
   }
+  async ensureMeta(key: string, value: string) {
+    this.db.prepare('INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO NOTHING').run(key, value);
+    const held = await this.getMeta(key);
+    if (held === null) throw new Error(`meta ${key} vanished after it was ensured`);
+    return held;
+  }
   async close(): Promise<void> {
     if (this.db.open) this.db.close();
   }
