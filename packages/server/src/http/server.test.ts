@@ -340,6 +340,14 @@ describe('HTTP API (inject, fake driver)', () => {
     assert.equal((await t.req({ method: 'DELETE', url: '/api/v1/volumes/shared' })).statusCode, 404);
   });
 
+  it('the probes: /livez and /readyz answer 200 {"status":"ok"} without credentials, nothing else in them', async () => {
+    for (const url of ['/livez', '/readyz']) {
+      const r = await t.req({ method: 'GET', url, key: null });
+      assert.equal(r.statusCode, 200, url);
+      assert.deepEqual(r.json(), { status: 'ok' }, url);
+    }
+  });
+
   it('healthz, metrics and openapi', async () => {
     const health = (await t.req({ method: 'GET', url: '/healthz', key: null })).json();
     assert.equal(health.status, 'ok');

@@ -273,6 +273,8 @@ export interface Store extends Counters, Leases {
   // misc
   getMeta(key: string): Promise<string | null>;
   setMeta(key: string, value: string): Promise<void>;
+  /** Resolves once the database answers a trivial query (readiness, `/readyz`); rejects otherwise. */
+  ping(): Promise<void>;
   /** Releases the database (SQLite's handle, PostgreSQL's pool); idempotent. */
   close(): Promise<void>;
 }

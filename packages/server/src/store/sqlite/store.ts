@@ -260,6 +260,9 @@ export class SqliteStore implements Store {
       .prepare('INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value')
       .run(key, value);
   }
+  async ping(): Promise<void> {
+    this.db.prepare('SELECT 1').get();
+  }
   async close(): Promise<void> {
     if (this.db.open) this.db.close();
   }
