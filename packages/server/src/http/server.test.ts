@@ -346,6 +346,9 @@ describe('HTTP API (inject, fake driver)', () => {
       assert.equal(r.statusCode, 200, url);
       assert.deepEqual(r.json(), { status: 'ok' }, url);
     }
+    const doc = (await t.req({ method: 'GET', url: '/api/v1/openapi.json', key: null })).json();
+    for (const p of ['/livez', '/readyz'])
+      assert.equal(doc.paths[p].get.responses['429'], undefined, `${p} is never limited`);
   });
 
   it('healthz, metrics and openapi', async () => {
