@@ -165,6 +165,14 @@ describe('deploy/kubernetes probes, as the kubelet runs them', { skip, timeout: 
 
   after(async () => {
     if (api) {
+      // A test that failed half-way may have left a sandbox: delete it through the api, which
+      // needs the runner's endpoint ready again (the last test takes it out).
+      if (runner) {
+        kube.apply('MODIFIED', endpoint(true));
+        await until('the api to see the runner again', async () =>
+          api!.fleet!.runners().some((r) => r.state === 'up'),
+        ).catch(() => {});
+      }
       const auth = { authorization: `Bearer ${ADMIN_KEY}` };
       const list = await fetch(`http://127.0.0.1:${apiPort}/api/v1/sandboxes`, { headers: auth }).catch(() => null);
       const body = ((await list?.json().catch(() => null)) ?? {}) as { sandboxes?: Array<{ id: string }> };
@@ -266,5 +274,14 @@ describe('deploy/kubernetes probes, as the kubelet runs them', { skip, timeout: 
     assert.equal(r.status, 401);
     const rh = await fetch(`${runner!.baseUrl}/runner/v1/health`);
     assert.equal(rh.status, 401, 'the runner health (capacity figures) needs the token');
+  });
+
+  it('once the runner endpoint is not ready again, the api leaves it and is not ready either', async () => {
+    kube.apply('MODIFIED', endpoint(false));
+    const readiness = of('api').find((p) => p.kind === 'readinessProbe')!;
+    await until('the api readiness probe to fail', async () => (await probe(readiness)).status === 503);
+    assertRevealsNothing(label(readiness), await probe(readiness), secrets);
+    for (const p of of('api').filter((x) => x.kind !== 'readinessProbe'))
+      assert.equal((await probe(p)).status, 200, `${label(p)}: alive, only not ready`);
   });
 });
