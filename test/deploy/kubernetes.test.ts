@@ -136,7 +136,7 @@ describe('deploy/kubernetes (offline render + schema check)', { skip }, () => {
     );
   });
 
-  it('the API: N replicas with role api, the database URL and runner token from the Secret, runners from the k8s Service, /healthz probes', () => {
+  it('the API: N replicas with role api, the database URL and runner token from the Secret, runners from the k8s Service, /readyz and /livez probes', () => {
     const dep = find(objs, 'Deployment', 'sandboxd-api');
     assert.ok(dep.spec.replicas >= 2, 'several replicas');
     const pod = dep.spec.template.spec;
@@ -149,10 +149,11 @@ describe('deploy/kubernetes (offline render + schema check)', { skip }, () => {
     assert.equal(runners, `k8s:${dep.metadata.namespace}/sandboxd-runner`);
     find(objs, 'Service', 'sandboxd-runner');
     const ports = new Set(c.ports.flatMap((p: Obj) => [p.name, p.containerPort]));
-    for (const probe of [c.readinessProbe, c.livenessProbe]) {
-      assert.equal(probe.httpGet.path, '/healthz');
+    // What each probe answers, without credentials, is run in test/deploy/probes.test.ts.
+    assert.equal(c.readinessProbe.httpGet.path, '/readyz');
+    assert.equal(c.livenessProbe.httpGet.path, '/livez');
+    for (const probe of [c.startupProbe, c.readinessProbe, c.livenessProbe])
       assert.ok(ports.has(probe.httpGet.port), 'the probe names a container port');
-    }
     assert.ok(c.resources.requests.cpu && c.resources.requests.memory && c.resources.limits.memory);
     // The runners and the replicas share one token.
     const runnerC = find(objs, 'DaemonSet', 'sandboxd-runner').spec.template.spec.containers[0];
@@ -194,6 +195,10 @@ describe('deploy/kubernetes (offline render + schema check)', { skip }, () => {
       );
     assert.equal(c.command[0], 'nsenter', 'it enters the host cgroup namespace');
     assert.ok(c.ports.some((p: Obj) => p.name === 'runner'));
+    // The probes need no token (the runner's /healthz needs it: test/deploy/probes.test.ts).
+    assert.equal(c.readinessProbe.httpGet.path, '/readyz');
+    assert.equal(c.livenessProbe.httpGet.path, '/livez');
+    assert.equal(c.startupProbe.httpGet.path, '/livez');
   });
 
   it('the runner Service is headless and selects the DaemonSet pods (and not the API pods)', () => {

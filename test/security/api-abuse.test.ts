@@ -24,13 +24,18 @@ import {
   type RawAnswer,
 } from './abuse-support.js';
 
-/** The routes decisions.md lets anyone call: log in and out, sign up, the first-start link, health. */
+/**
+ * The routes decisions.md lets anyone call: log in and out, sign up, the first-start link,
+ * health, and the kubelet's probes (which reveal nothing: docs/kubernetes.md#probes).
+ */
 const PUBLIC = new Set([
   'POST /api/v1/auth/login',
   'POST /api/v1/auth/signup',
   'POST /api/v1/auth/logout',
   'GET /api/v1/auth/link',
   'GET /healthz',
+  'GET /livez',
+  'GET /readyz',
 ]);
 const UNSAFE = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
 /** The WebSocket upgrade is checked with real upgrades, not plain GETs. */

@@ -107,3 +107,10 @@ export const HealthSchema = Type.Object(
   { title: 'Health', additionalProperties: false },
 );
 export type Health = Static<typeof HealthSchema>;
+
+/**
+ * `GET /livez` and `GET /readyz` (every role, no credentials): the kubelet's probes. A fixed
+ * body that reveals nothing (no figures, names or versions); not ready is 503 `unavailable`.
+ */
+export const ProbeSchema = Type.Object({ status: Type.Literal('ok') }, { title: 'Probe', additionalProperties: false });
+export type Probe = Static<typeof ProbeSchema>;

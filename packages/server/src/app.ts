@@ -16,6 +16,7 @@ import { AccessTokens } from './e2b/tokens.js';
 import { FrontDoor } from './http/front-door.js';
 import { Metrics } from './http/metrics.js';
 import { RateLimits } from './http/rate-limit.js';
+import { readiness } from './http/readiness.js';
 import { createHttpServer } from './http/server.js';
 import { TerminalGateway } from './http/terminal-ws.js';
 import { Presence } from './lifecycle/presence.js';
@@ -224,6 +225,7 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
       reaper,
       testClock,
       isReady: () => ready,
+      readiness: readiness({ started: () => ready, store, runners: fleet ? () => fleet.runners() : null }),
       gateway,
       accessTokens,
       runners: fleet ? () => fleet.runners() : null,
@@ -445,6 +447,7 @@ export async function buildRunner(opts: {
       return server.listen(config.host, config.port);
     },
     async close() {
+      server.drain();
       // The terminals end with the runner: clients get exit and 1001, shells are hung up.
       terminals.closeAll('runner shutting down');
       await server.drainTerminalSockets();

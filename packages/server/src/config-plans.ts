@@ -45,7 +45,7 @@ const WEEK_MS = 7 * 86_400_000;
 
 /**
  * Request rate limits (`SANDBOXD_RATE_LIMIT_*`); a rate or count of 0 turns that limit off.
- * The port proxy, /healthz and /metrics are never limited. Windows are fixed: a rate and a
+ * The port proxy, /healthz, the probes (/livez, /readyz) and /metrics are never limited. Windows are fixed: a rate and a
  * burst allow `burst` requests per `burst / perSec` seconds.
  */
 export interface RateLimitConfig {

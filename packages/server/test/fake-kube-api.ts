@@ -13,8 +13,10 @@ export const TOKEN = 'fake-service-account-token';
 
 type Req = { watch: boolean; labelSelector: string | null; resourceVersion: string | null; auth?: string };
 
-/** A fake kube-apiserver answering the EndpointSlice list and watch of namespace {@link NS}. */
+/** A fake kube-apiserver answering the EndpointSlice list and watch of one namespace ({@link NS} unless told). */
 export class FakeKubeApi {
+  constructor(readonly namespace = NS) {}
+
   private rv = 100;
   private readonly objects = new Map<string, V1EndpointSlice>();
   private readonly log: { rv: number; type: string; object: V1EndpointSlice }[] = [];
@@ -78,7 +80,7 @@ export class FakeKubeApi {
       auth: req.headers.authorization,
     };
     this.requests.push(r);
-    if (u.pathname !== `/apis/discovery.k8s.io/v1/namespaces/${NS}/endpointslices`) {
+    if (u.pathname !== `/apis/discovery.k8s.io/v1/namespaces/${this.namespace}/endpointslices`) {
       res.writeHead(404, { 'content-type': 'application/json' }).end(status(404, 'NotFound'));
       return;
     }
@@ -134,12 +136,16 @@ function matches(o: V1EndpointSlice, selector: string | null): boolean {
 }
 
 export type Ep = { ip: string; node: string; ready?: boolean; terminating?: boolean };
-/** An EndpointSlice of `opts.service` (default {@link SVC}) with `eps`. */
-export function slice(name: string, eps: Ep[], opts: { service?: string; port?: number; portName?: string } = {}) {
+/** An EndpointSlice of `opts.service` (default {@link SVC}) in `opts.namespace` (default {@link NS}) with `eps`. */
+export function slice(
+  name: string,
+  eps: Ep[],
+  opts: { service?: string; port?: number; portName?: string; namespace?: string } = {},
+) {
   return {
     apiVersion: 'discovery.k8s.io/v1',
     kind: 'EndpointSlice',
-    metadata: { name, namespace: NS, labels: { 'kubernetes.io/service-name': opts.service ?? SVC } },
+    metadata: { name, namespace: opts.namespace ?? NS, labels: { 'kubernetes.io/service-name': opts.service ?? SVC } },
     addressType: 'IPv4',
     ports: [{ name: opts.portName ?? 'runner', port: opts.port ?? 8090, protocol: 'TCP' }],
     endpoints: eps.map((e) => ({

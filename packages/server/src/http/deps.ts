@@ -21,8 +21,13 @@ export interface HttpDeps {
   testClock: OffsetClock | null;
   /** The OpenAPI document (built after all routes are registered). */
   openapi: () => Record<string, unknown>;
-  /** False until start-up (driver init, recovery) is done. */
+  /** False until start-up (driver init, recovery) is done, and again once shutdown began. */
   isReady: () => boolean;
+  /**
+   * `/readyz`: whether this process can serve now (started, not shutting down, its database
+   * answers, and for role `api` at least one runner answers). Never rejects.
+   */
+  readiness: () => Promise<boolean>;
   /** E2B's per-sandbox access tokens (the control API gives them, envd checks them). */
   accessTokens: AccessTokens;
   /** Role `api`: every runner's state for /healthz; null otherwise. */

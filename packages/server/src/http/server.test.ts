@@ -340,6 +340,17 @@ describe('HTTP API (inject, fake driver)', () => {
     assert.equal((await t.req({ method: 'DELETE', url: '/api/v1/volumes/shared' })).statusCode, 404);
   });
 
+  it('the probes: /livez and /readyz answer 200 {"status":"ok"} without credentials, nothing else in them', async () => {
+    for (const url of ['/livez', '/readyz']) {
+      const r = await t.req({ method: 'GET', url, key: null });
+      assert.equal(r.statusCode, 200, url);
+      assert.deepEqual(r.json(), { status: 'ok' }, url);
+    }
+    const doc = (await t.req({ method: 'GET', url: '/api/v1/openapi.json', key: null })).json();
+    for (const p of ['/livez', '/readyz'])
+      assert.equal(doc.paths[p].get.responses['429'], undefined, `${p} is never limited`);
+  });
+
   it('healthz, metrics and openapi', async () => {
     const health = (await t.req({ method: 'GET', url: '/healthz', key: null })).json();
     assert.equal(health.status, 'ok');

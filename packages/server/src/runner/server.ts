@@ -27,6 +27,12 @@ import { serveTunnel } from './tunnel.js';
 const MAX_JSON_BYTES = 4 * 1024 * 1024;
 /** Ping period of terminal and process sockets; one whose replica missed the previous pong is cut (its client detached). */
 const HEARTBEAT_MS = 30_000;
+/**
+ * The kubelet's probes, answered without the token (docs/runners.md#probes): `/livez` while
+ * the process serves HTTP, `/readyz` while it takes calls. A fixed body that reveals nothing;
+ * the runner's figures stay behind the token (`/runner/v1/health`).
+ */
+const PROBES = new Set(['/livez', '/readyz']);
 /** Driver calls after which the sandbox has no process left: its terminals are ended, its tracked processes forgotten. */
 const ENDS_SANDBOX = new Set(['kill', 'stop', 'delete']);
 
@@ -50,7 +56,7 @@ export interface RunnerServerOptions {
 /**
  * The runner's server: one host's runtime served to API replicas (protocol in
  * `runtime/remote/wire.ts`). Requests and upgrades without the token are refused with 401
- * before anything else is read. The runner holds no records: what the driver knows is all
+ * before anything else is read, but for the probes' GETs ({@link PROBES}). The runner holds no records: what the driver knows is all
  * it knows.
  */
 export class RunnerServer {
@@ -71,6 +77,8 @@ export class RunnerServer {
   private readonly heartbeat: NodeJS.Timeout;
   /** What the driver's `recover()` found at start-up; `recover` calls of clients get it. */
   recovered: RecoveryReport = { adopted: [], cleaned: [] };
+  /** `/readyz`: set once listening (the driver is initialised and recovered by then), cleared by {@link drain}. */
+  private ready = false;
 
   constructor(private readonly o: RunnerServerOptions) {
     const handler = (req: IncomingMessage, res: ServerResponse) => void this.request(req, res);
@@ -104,6 +112,7 @@ export class RunnerServer {
         resolve();
       });
     });
+    this.ready = true;
     const a = this.server.address() as AddressInfo;
     const h = a.family === 'IPv6' ? `[${a.address}]` : a.address;
     return `${this.o.tls ? 'https' : 'http'}://${h}:${a.port}`;
@@ -114,6 +123,7 @@ export class RunnerServer {
    * The terminals end with this process (`TerminalHost.closeAll`, by the caller).
    */
   async close(): Promise<void> {
+    this.drain();
     clearInterval(this.heartbeat);
     const closed = new Promise<void>((r) => this.server.close(() => r()));
     for (const ws of [...this.wss.clients, ...this.callsWss.clients]) ws.terminate();
@@ -125,7 +135,18 @@ export class RunnerServer {
     return bearerMatches(req.headers.authorization, this.o.token);
   }
 
+  /** Shutdown began: `/readyz` answers 503 from now on (the kubelet takes the runner out of its Service). */
+  drain(): void {
+    this.ready = false;
+  }
+
   private async request(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const probe = (req.url ?? '/').split('?')[0];
+    if (PROBES.has(probe) && (req.method === 'GET' || req.method === 'HEAD')) {
+      req.resume();
+      if (probe === '/readyz' && !this.ready) return reply(res, 503, errorBody('unavailable', 'Not ready'));
+      return reply(res, 200, { status: 'ok' });
+    }
     if (!this.authorized(req)) {
       req.resume();
       return reply(res, 401, errorBody('unauthorized', 'The runner token is missing or wrong'));

@@ -279,6 +279,8 @@ export interface Store extends Counters, Leases {
    * them gets the winner's value back. For the secrets replicas share.
    */
   ensureMeta(key: string, value: string): Promise<string>;
+  /** Resolves once the database answers a trivial query (readiness, `/readyz`); rejects otherwise. */
+  ping(): Promise<void>;
   /** Releases the database (SQLite's handle, PostgreSQL's pool); idempotent. */
   close(): Promise<void>;
 }

@@ -1,10 +1,46 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
-import { HealthSchema, SandboxdError } from '@sandboxd/protocol';
+import { HealthSchema, ProbeSchema, SandboxdError } from '@sandboxd/protocol';
 import { Type } from 'typebox';
 import type { HttpDeps } from '../deps.js';
 
-/** Health, metrics, the OpenAPI document and (only with SANDBOXD_TEST_CLOCK=1) the test clock. */
+/** Health, the kubelet's probes, metrics, the OpenAPI document and (only with SANDBOXD_TEST_CLOCK=1) the test clock. */
 export const systemRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) => {
+  // The probes: no credentials, never rate limited, a fixed body that reveals nothing (the
+  // figures are /healthz's). docs/kubernetes.md#probes.
+  app.get(
+    '/livez',
+    {
+      schema: {
+        operationId: 'live',
+        summary: 'Liveness probe: 200 while the process answers HTTP',
+        description:
+          'No credentials. Always `{"status":"ok"}` while the process serves HTTP (starting and shutting down included): restart the process only when this goes unanswered. Reveals nothing else.',
+        tags: ['system'],
+        response: { 200: ProbeSchema },
+      },
+      config: { auth: 'none', rateLimit: false },
+    },
+    async () => ({ status: 'ok' as const }),
+  );
+  app.get(
+    '/readyz',
+    {
+      schema: {
+        operationId: 'ready',
+        summary: 'Readiness probe: 200 while the server can serve, else 503',
+        description:
+          'No credentials. `{"status":"ok"}` once start-up is done, while the database answers and (role `api`) at least one runner answers; 503 `unavailable` otherwise (starting, shutting down, database or every runner unreachable). Reveals nothing else: what is left and why is in `/healthz`.',
+        tags: ['system'],
+        response: { 200: ProbeSchema },
+      },
+      config: { auth: 'none', rateLimit: false, errors: [503] },
+    },
+    async (_req, reply) => {
+      if (await d.readiness()) return { status: 'ok' as const };
+      reply.header('cache-control', 'no-store');
+      throw new SandboxdError('unavailable', 'Not ready');
+    },
+  );
   app.get(
     '/healthz',
     {

@@ -123,6 +123,13 @@ export function runAccountConformance(target: StoreTarget): void {
         assert.equal(await s.getMeta('k'), 'v2');
       }));
 
+    it('ping answers while the database is open, and fails once it is closed (readiness)', () =>
+      withStore(async (s) => {
+        await s.ping();
+        await s.close();
+        await assert.rejects(s.ping());
+      }));
+
     it('leases: taken when free, renewed by the holder, refused to others while live, taken over once expired', () =>
       withStore(async (s) => {
         assert.deepEqual(await s.acquireLease('reaper', 'a', 3000, 1000), { held: true, holder: 'a', expiresAt: 4000 });

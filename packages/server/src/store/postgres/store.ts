@@ -376,6 +376,10 @@ export class PostgresStore implements Store {
     return held;
   }
 
+  async ping(): Promise<void> {
+    await sql`SELECT 1`.execute(this.db);
+  }
+
   /** Ends the pool (waits for checked-out connections to be released); idempotent. */
   close(): Promise<void> {
     this.closed ??= this.db.destroy();

@@ -266,6 +266,9 @@ export class SqliteStore implements Store {
     if (held === null) throw new Error(`meta ${key} vanished after it was ensured`);
     return held;
   }
+  async ping(): Promise<void> {
+    this.db.prepare('SELECT 1').get();
+  }
   async close(): Promise<void> {
     if (this.db.open) this.db.close();
   }
