@@ -4,6 +4,7 @@ import type { Logger } from 'pino';
 import type { FrontDoor } from '../http/front-door.js';
 import type { PortAccess } from './access.js';
 import { forwardHttp } from './forward-http.js';
+import { requestFraming } from './framing.js';
 import { forwardUpgrade } from './forward-upgrade.js';
 import { PublicHosts, type PortAddress } from './host.js';
 import { ProxyError, sendError, writeUpgradeError } from './reply.js';
@@ -64,7 +65,7 @@ export class PortProxy {
   }
 
   private async serve(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const { addr, target } = await this.prepare(req);
+    const { addr, target, framing } = await this.prepare(req);
     const d = await this.o.access.check({
       req,
       ...addr,
@@ -86,6 +87,7 @@ export class PortProxy {
       target,
       port: addr.port,
       path: d.path,
+      framing,
       timeoutMs: this.o.timeoutMs,
       onRefused: (e) => this.logRefusal(e, req),
     });
@@ -112,15 +114,21 @@ export class PortProxy {
     });
   }
 
-  /** Host -> sandbox port -> target; refuses absolute-form and other non-path request targets. */
-  private async prepare(req: IncomingMessage): Promise<{ addr: PortAddress; target: ProxyTarget }> {
+  /**
+   * Host -> sandbox port -> target; refuses absolute-form and other non-path request
+   * targets, and request framing the proxy cannot forward exactly ({@link requestFraming}).
+   */
+  private async prepare(
+    req: IncomingMessage,
+  ): Promise<{ addr: PortAddress; target: ProxyTarget; framing: ReturnType<typeof requestFraming> }> {
     const addr = this.hosts.parse(req);
     if (!req.url?.startsWith('/'))
       throw new ProxyError(
         'validation',
         'The request target must be a path (absolute-form and authority-form are refused)',
       );
-    return { addr, target: await this.o.targets.resolve(addr.sandboxId) };
+    const framing = requestFraming(req);
+    return { addr, target: await this.o.targets.resolve(addr.sandboxId), framing };
   }
 
   private refusal(e: unknown, req: IncomingMessage): ProxyError {
