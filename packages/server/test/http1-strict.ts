@@ -150,8 +150,10 @@ function dechunk(buf: Buffer, start: number): { body: Buffer; next: number } | n
     const l = line(buf, at);
     if (!l) return null;
     const m = /^([0-9a-fA-F]+)(.*)$/.exec(l.text);
-    if (!m || m[1].length > 15 || !CHUNK_EXT.test(m[2])) throw new Invalid(`bad chunk line ${JSON.stringify(l.text)}`);
-    const size = parseInt(m[1], 16);
+    if (!m || !CHUNK_EXT.test(m[2])) throw new Invalid(`bad chunk line ${JSON.stringify(l.text)}`);
+    const big = BigInt(`0x${m[1]}`);
+    if (big > 2n ** 40n) throw new Invalid('chunk too large for this parser');
+    const size = Number(big);
     at = l.next;
     if (size === 0) break;
     if (buf.length - at < size + 2) return null;
@@ -172,7 +174,7 @@ function dechunk(buf: Buffer, start: number): { body: Buffer; next: number } | n
 }
 
 /** One thing the recording upstream saw on one of its connections. */
-export type Seen = { conn: number; req: StrictRequest } | { conn: number; invalid: string; bytes: string };
+export type Seen = { conn: number; seq: string; req: StrictRequest } | { conn: number; invalid: string; bytes: string };
 
 /** A raw TCP server standing in for a sandbox; see the file comment. */
 export interface RecordingUpstream {
@@ -200,8 +202,8 @@ export async function recordingUpstream(): Promise<RecordingUpstream> {
       const buf = Buffer.concat([bufs.get(sock) ?? Buffer.alloc(0), d]);
       const p = parseRequests(buf);
       for (const req of p.requests) {
-        seen.push({ conn: id, req });
         const n = String(++seq);
+        seen.push({ conn: id, seq: n, req });
         const body = req.method === 'HEAD' ? '' : n;
         sock.write(`HTTP/1.1 200 OK\r\nX-Upstream-Seq: ${n}\r\nContent-Length: ${n.length}\r\n\r\n${body}`);
       }
@@ -236,7 +238,8 @@ export interface ClientResponse {
 
 /**
  * Sends `raw` on a new connection to 127.0.0.1:`port` and collects what comes back until
- * `responses` final answers (default 1) arrived, the server closes, or `limitMs` passes;
+ * `responses` final answers (default 1) arrived, the server closes, or `limitMs` passes
+ * (with `responses: 0`, 100 ms);
  * parses it as a sequence of responses (Content-Length or chunked bodies, 1xx dropped).
  */
 export async function exchange(
@@ -249,7 +252,8 @@ export async function exchange(
     const s = connect({ host: '127.0.0.1', port });
     let out = '';
     s.setEncoding('latin1');
-    const timer = setTimeout(() => s.destroy(), o.limitMs ?? 3000);
+    // Nothing to wait for (an incomplete request): give the server a moment, then hang up.
+    const timer = setTimeout(() => s.destroy(), want > 0 ? (o.limitMs ?? 3000) : 100);
     s.on('data', (c: string) => {
       out += c;
       if (parseResponses(out).length >= want) s.destroy();
