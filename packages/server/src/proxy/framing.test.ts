@@ -105,6 +105,23 @@ describe('port proxy: request framing (smuggling reproductions)', () => {
     await nextVisitor();
   });
 
+  it('an upgrade keeps its framing headers as sent, whatever Connection names: the tunnelled bytes stay its body', async () => {
+    const body = `GET /smuggled HTTP/1.1\r\nHost: ${host}\r\n\r\n`;
+    const from = up.seen.length;
+    await exchange(
+      f.port,
+      b(
+        `POST /ws HTTP/1.1\r\nHost: ${host}\r\nConnection: Upgrade, Content-Length\r\nUpgrade: x-test\r\n` +
+          `Content-Length: ${body.length}\r\n\r\n${body}`,
+      ),
+    );
+    const seen = requests(up, from) as StrictRequest[];
+    assert.deepEqual(
+      seen.map((r) => [r.target, r.body.toString('latin1')]),
+      [['/ws', body]],
+    );
+  });
+
   it('header bytes outside ASCII (obs-text) reach the sandbox unchanged', async () => {
     const from = up.seen.length;
     await exchange(f.port, b(`GET / HTTP/1.1\r\nHost: ${host}\r\nX-Latin: caf\xe9 \xff\r\n\r\n`));
@@ -183,6 +200,14 @@ describe('port proxy: response framing from the sandbox side', () => {
       assert.equal(responses[0].headers['transfer-encoding'], undefined);
     }
     assert.equal(s.conns(), 1, 'a well-framed answer keeps its connection');
+    const te = await sandbox(
+      'HTTP/1.1 200 OK\r\nConnection: Transfer-Encoding\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n',
+    );
+    for (let i = 0; i < 2; i++) {
+      const { responses } = await exchange(f.port, b(`GET / HTTP/1.1\r\nHost: ${te.host}\r\n\r\n`));
+      assert.equal(responses[0].body, 'hello');
+    }
+    assert.equal(te.conns(), 1);
   });
 
   it('a response whose framing is in doubt is relayed once and its connection is not reused', async () => {
