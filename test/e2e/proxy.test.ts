@@ -8,6 +8,7 @@ import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { request } from 'node:http';
+import { connect } from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import { promisify } from 'node:util';
 import WebSocket from 'ws';
@@ -223,6 +224,44 @@ describe('port proxy e2e (local runtime)', { skip: skip ?? false }, () => {
     const payload = Buffer.concat(Array.from({ length: 4096 }, () => big));
     assert.ok((await roundTrip(payload)).equals(payload));
     ws.close();
+  });
+
+  it('no request smuggling: Connection naming Content-Length still frames the body for a keep-alive app', async () => {
+    const h = host(app.url(8000));
+    const smuggled = `GET /echo?smuggled=1 HTTP/1.1\r\nHost: ${h}\r\n\r\n`;
+    const raw = (bytes: string) =>
+      new Promise<string>((resolve, reject) => {
+        const c = connect({ host: '127.0.0.1', port: s.port });
+        let out = '';
+        c.setEncoding('latin1');
+        c.setTimeout(20_000, () => c.destroy(new Error('raw request timed out')));
+        c.on('data', (d: string) => {
+          out += d;
+          const end = out.indexOf('\r\n\r\n');
+          const m = /\r\ncontent-length: (\d+)\r\n/i.exec(out);
+          if (end !== -1 && m && out.length >= end + 4 + Number(m[1])) c.end();
+        });
+        c.on('close', () => resolve(out));
+        c.on('error', reject);
+        c.write(bytes, 'latin1');
+      });
+    for (const nominated of ['Content-Length', 'keep-alive, Content-Length, Transfer-Encoding']) {
+      const answer = await raw(
+        `POST /x HTTP/1.1\r\nHost: ${h}\r\nConnection: ${nominated}\r\n` +
+          `Content-Length: ${smuggled.length}\r\n\r\n${smuggled}`,
+      );
+      const r = JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4));
+      assert.deepEqual([r.method, r.bytes], ['POST', smuggled.length], 'the app read the whole body as the body');
+      // The next visitor on the (pooled) connection gets the answer to its own request.
+      for (let i = 0; i < 3; i++) {
+        const next = JSON.parse((await hget(s.port, h, { path: `/echo?visitor=${i}` })).body);
+        assert.equal(next.path, `/echo?visitor=${i}`);
+      }
+    }
+    const refused = await raw(
+      `POST /x HTTP/1.1\r\nHost: ${h}\r\nTransfer-Encoding: gzip, chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n`,
+    );
+    assert.match(refused, /^HTTP\/1\.1 400 /);
   });
 
   it('errors: 404 unknown or deleted, 400 port out of range, 502 names the port, 504 when slow, HTML for browsers', async () => {
