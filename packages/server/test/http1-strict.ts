@@ -284,7 +284,9 @@ export function parseResponses(text: string): ClientResponse[] {
     }
     at = end + 4;
     let body = '';
-    if (headers['transfer-encoding']?.toLowerCase() === 'chunked') {
+    if (status < 200 || status === 204 || status === 304) {
+      // no body, whatever the headers say
+    } else if (headers['transfer-encoding']?.toLowerCase() === 'chunked') {
       for (;;) {
         const nl = text.indexOf('\r\n', at);
         if (nl === -1) return out;

@@ -146,10 +146,11 @@ export function forwardHttp(req: IncomingMessage, res: ServerResponse, f: HttpFo
       clearTimeout(timer);
       ({ framing, keepAlive: reusable } = framingOf(h, method));
       decoder = new BodyDecoder(framing);
+      // A HEAD or 304 answer's Content-Length describes the resource, not this message: passed on. A 204 has none.
       const contentLength =
         framing.kind === 'length'
           ? String(framing.length)
-          : framing.kind === 'none'
+          : framing.kind === 'none' && (method === 'HEAD' || h.statusCode === 304)
             ? declaredLength(h.rawHeaders)
             : null;
       res.writeHead(h.statusCode, h.statusMessage || undefined, downstreamHeaders(h.rawHeaders, { contentLength }));

@@ -375,3 +375,219 @@ describe('port proxy: differential framing test (generated malformed and ambiguo
     assert.equal(up.pending(), 0, 'no partial request left on a pooled connection');
   };
 });
+
+// ---- the sandbox side ----------------------------------------------------------------
+
+const R_FRAMINGS = [
+  'close',
+  'cl',
+  'cl+1',
+  'cl-1',
+  'cl-dup',
+  'cl-list',
+  'cl-conflict',
+  'te',
+  'te+cl',
+  'te-gzip',
+  'te-twice',
+] as const;
+const R_CONNECTIONS = ['', 'close', 'keep-alive', 'Content-Length', 'Transfer-Encoding'] as const;
+const R_CHUNKS = ['plain', 'ext', 'lf', 'bad-size', 'trailer', 'unfinished'] as const;
+const POISON = 'HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nPOISON';
+
+interface Answer {
+  version: string;
+  status: number;
+  early: boolean;
+  framing: (typeof R_FRAMINGS)[number];
+  connection: (typeof R_CONNECTIONS)[number];
+  chunks: (typeof R_CHUNKS)[number];
+  body: string;
+  after: string;
+  extra: string;
+}
+
+const anyAnswer = fc.record<Answer>({
+  version: fc.oneof({ weight: 5, arbitrary: fc.constant('HTTP/1.1') }, fc.constant('HTTP/1.0')),
+  status: fc.oneof({ weight: 6, arbitrary: fc.constant(200) }, fc.constantFrom(204, 304, 404)),
+  early: fc.boolean(),
+  framing: fc.constantFrom(...R_FRAMINGS),
+  connection: fc.constantFrom(...R_CONNECTIONS),
+  chunks: fc.oneof({ weight: 3, arbitrary: fc.constant('plain' as const) }, fc.constantFrom(...R_CHUNKS)),
+  body: fc.constantFrom('hello', '', POISON, 'a\r\n0\r\n\r\n'),
+  after: fc.oneof({ weight: 3, arbitrary: fc.constant('') }, fc.constantFrom(POISON, 'garbage\r\n\r\n')),
+  extra: fc.constantFrom('', 'X-A: 1\r\n', 'X-Fold: a\r\n b\r\n', 'X-Bad: a\nb\r\n'),
+});
+
+function answerBytes(a: Answer): string {
+  const L = a.body.length;
+  const h: string[] = [];
+  let body = a.body;
+  const chunkedBody = () => {
+    const hex = L.toString(16);
+    const one = L ? (a.chunks === 'lf' ? `${hex}\n${a.body}\n` : `${hex}\r\n${a.body}\r\n`) : '';
+    switch (a.chunks) {
+      case 'ext':
+        return `${L ? `${hex};x=y\r\n${a.body}\r\n` : ''}0\r\n\r\n`;
+      case 'lf':
+        return `${one}0\n\n`;
+      case 'bad-size':
+        return `${L ? `z${hex}\r\n${a.body}\r\n` : ''}0\r\n\r\n`;
+      case 'trailer':
+        return `${one}0\r\nX-T: 1\r\n\r\n`;
+      case 'unfinished':
+        return one;
+      default:
+        return `${one}0\r\n\r\n`;
+    }
+  };
+  switch (a.framing) {
+    case 'cl':
+      h.push(`Content-Length: ${L}`);
+      break;
+    case 'cl+1':
+      h.push(`Content-Length: ${L + 1}`);
+      break;
+    case 'cl-1':
+      h.push(`Content-Length: ${Math.max(0, L - 1)}`);
+      break;
+    case 'cl-dup':
+      h.push(`Content-Length: ${L}`, `Content-Length: ${L}`);
+      break;
+    case 'cl-list':
+      h.push(`Content-Length: ${L}, ${L}`);
+      break;
+    case 'cl-conflict':
+      h.push(`Content-Length: ${L}`, `Content-Length: ${L + 2}`);
+      break;
+    case 'te':
+    case 'te+cl':
+    case 'te-gzip':
+    case 'te-twice':
+      h.push(
+        a.framing === 'te-gzip'
+          ? 'Transfer-Encoding: gzip, chunked'
+          : a.framing === 'te-twice'
+            ? 'Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked'
+            : 'Transfer-Encoding: chunked',
+      );
+      if (a.framing === 'te+cl') h.push(`Content-Length: ${L}`);
+      body = chunkedBody();
+      break;
+  }
+  if (a.connection) h.push(`Connection: ${a.connection}`);
+  const head = `${a.version} ${a.status} X\r\n${h.map((x) => `${x}\r\n`).join('')}${a.extra}\r\n`;
+  const bodyless = a.status === 204 || a.status === 304;
+  return `${a.early ? 'HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n' : ''}${head}${bodyless ? '' : body}${a.after}`;
+}
+
+const honestAnswerArb = fc.record<Answer>({
+  version: fc.constant('HTTP/1.1'),
+  status: fc.constantFrom(200, 200, 404, 204, 304),
+  early: fc.boolean(),
+  framing: fc.constantFrom('cl', 'te'),
+  connection: fc.constantFrom('', 'keep-alive', 'Content-Length', 'Transfer-Encoding'),
+  chunks: fc.constantFrom('plain', 'ext', 'trailer'),
+  body: fc.constantFrom('hello', '', POISON, 'a\r\n0\r\n\r\n'),
+  after: fc.constant(''),
+  extra: fc.constantFrom('', 'X-A: 1\r\n'),
+});
+const answerArb = fc.oneof({ weight: 2, arbitrary: anyAnswer }, { weight: 1, arbitrary: honestAnswerArb });
+
+/** A well-framed answer an honest app sends: its status and body must reach the client as they are. */
+function honestAnswer(a: Answer): boolean {
+  const bodyless = a.status === 204 || a.status === 304;
+  return (
+    a.extra !== 'X-Fold: a\r\n b\r\n' &&
+    a.extra !== 'X-Bad: a\nb\r\n' &&
+    a.after === '' &&
+    (bodyless
+      ? a.framing === 'cl' || a.framing === 'close'
+      : a.framing === 'cl' ||
+        (a.framing === 'te' && a.version === 'HTTP/1.1' && ['plain', 'ext', 'trailer'].includes(a.chunks)))
+  );
+}
+
+describe('port proxy: differential framing test of the sandbox side (generated answers)', () => {
+  let f: Fixture;
+  let current: Answer | null = null;
+  const bad: string[] = [];
+  let sandboxHost: string;
+  let close: () => Promise<void>;
+  before(async () => {
+    f = await startFixture({ timeoutMs: 1000 });
+    const { createServer } = await import('node:net');
+    const socks = new Set<import('node:net').Socket>();
+    const server = createServer((sock) => {
+      socks.add(sock);
+      sock.on('close', () => socks.delete(sock));
+      sock.on('error', () => {});
+      let buf = Buffer.alloc(0);
+      sock.on('data', (d: Buffer) => {
+        const p = parseRequests(Buffer.concat([buf, d]));
+        buf = Buffer.from(p.rest);
+        if (p.error) bad.push(p.error);
+        for (const r of p.requests) {
+          if (r.target === '/next') sock.write('HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nnext');
+          else if (current) {
+            sock.write(answerBytes(current), 'latin1');
+            if (current.framing === 'close' || current.connection === 'close') sock.end();
+          }
+        }
+      });
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+    sandboxHost = f.host(IDS.pub, (server.address() as import('node:net').AddressInfo).port);
+    close = () => {
+      for (const s of socks) s.destroy();
+      return new Promise<void>((r) => server.close(() => r()));
+    };
+  });
+  after(async () => {
+    await f.close();
+    await close();
+  });
+
+  it('150 generated answers: relayed as framed, or 502/cut; never out of step for the next visitor', async (t) => {
+    const stats = { relayed: 0, refused: 0, honest: 0 };
+    await fc.assert(
+      fc.asyncProperty(answerArb, async (a) => {
+        current = a;
+        const ctx = `answer ${JSON.stringify(answerBytes(a))}`;
+        const { responses } = await exchange(
+          f.port,
+          Buffer.from(`GET /case HTTP/1.1\r\nHost: ${sandboxHost}\r\n\r\n`),
+          {
+            limitMs: 1500,
+          },
+        );
+        const r = responses[0];
+        if (r && r.headers['x-sandboxd-proxy'] !== 'error') {
+          stats.relayed++;
+          // Close-delimited, what follows is body; otherwise bytes after the answer's end must not reach the client.
+          const closeBody = a.framing === 'close' && a.status !== 204 && a.status !== 304;
+          assert.ok(
+            !r.body.includes('POISON') || a.body === POISON || closeBody,
+            `bytes after the answer reached the client: ${ctx}`,
+          );
+        } else stats.refused++;
+        if (honestAnswer(a)) {
+          stats.honest++;
+          const bodyless = a.status === 204 || a.status === 304;
+          assert.deepEqual([r?.status, r?.body], [a.status, bodyless ? '' : a.body], ctx);
+          if (!bodyless)
+            assert.equal(r.headers['content-length'], a.framing === 'cl' ? String(a.body.length) : undefined);
+        }
+        // The next visitor, most likely on the connection just used, gets its own answer.
+        for (let i = 0; i < 2; i++) {
+          const next = await get(f.port, sandboxHost, { path: '/next' });
+          assert.deepEqual([next.status, next.body], [200, 'next'], `the next visitor after ${ctx}`);
+        }
+        assert.deepEqual(bad, [], 'the proxy sent the sandbox only well-formed requests');
+      }),
+      { seed: SEED, numRuns: 150, endOnFailure: true },
+    );
+    t.diagnostic(`answer corpus: ${JSON.stringify(stats)}`);
+    assert.ok(stats.honest > 10 && stats.relayed > 0 && stats.refused > 0, JSON.stringify(stats));
+  });
+});
