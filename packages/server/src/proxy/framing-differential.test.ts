@@ -216,7 +216,7 @@ function chunked(body: string, style: Part['chunks']): string {
     case 'no-crlf':
       return L ? `${hex(L)}\r\n${body}${last}${trailer}` : last + trailer;
     case 'lf':
-      return (L ? `${hex(L)}\n${body}\n` : '') + '0\n\n';
+      return `${L ? `${hex(L)}\n${body}\n` : ''}0\n\n`;
     default:
       return one(hex(L), body) + last + trailer;
   }
