@@ -4,7 +4,7 @@ import type { Logger } from 'pino';
 import type { FrontDoor } from '../http/front-door.js';
 import type { PortAccess } from './access.js';
 import { forwardHttp } from './forward-http.js';
-import { requestFraming } from './framing.js';
+import { type RequestFraming, requestFraming } from './framing.js';
 import { forwardUpgrade } from './forward-upgrade.js';
 import { PublicHosts, type PortAddress } from './host.js';
 import { ProxyError, sendError, writeUpgradeError } from './reply.js';
@@ -129,7 +129,7 @@ export class PortProxy {
    */
   private async prepare(
     req: IncomingMessage,
-  ): Promise<{ addr: PortAddress; target: ProxyTarget; framing: ReturnType<typeof requestFraming> }> {
+  ): Promise<{ addr: PortAddress; target: ProxyTarget; framing: RequestFraming }> {
     const addr = this.hosts.parse(req);
     if (!req.url?.startsWith('/'))
       throw new ProxyError(
