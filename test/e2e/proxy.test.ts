@@ -8,6 +8,7 @@ import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { request } from 'node:http';
+import { connect } from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import { promisify } from 'node:util';
 import WebSocket from 'ws';
@@ -45,7 +46,7 @@ describe('port proxy e2e (local runtime)', { skip: skip ?? false }, () => {
   };
 
   before(async () => {
-    s = await startLocalServer({ SANDBOXD_PROXY_TIMEOUT_MS: '2000' });
+    s = await startLocalServer({ SANDBOXD_PROXY_TIMEOUT_MS: '2000', SANDBOXD_PROXY_MAX_CONNS_PER_SANDBOX: '8' });
     web = await sandbox('local/busybox:latest');
     const page = await s.api('POST', `/api/v1/sandboxes/${web.id}/exec`, {
       body: { command: `mkdir -p /www && echo "hello from ${web.id}" > /www/index.html` },
@@ -223,6 +224,77 @@ describe('port proxy e2e (local runtime)', { skip: skip ?? false }, () => {
     const payload = Buffer.concat(Array.from({ length: 4096 }, () => big));
     assert.ok((await roundTrip(payload)).equals(payload));
     ws.close();
+  });
+
+  it('no request smuggling: Connection naming Content-Length still frames the body for a keep-alive app', async () => {
+    const h = host(app.url(8000));
+    const smuggled = `GET /echo?smuggled=1 HTTP/1.1\r\nHost: ${h}\r\n\r\n`;
+    const raw = (bytes: string) =>
+      new Promise<string>((resolve, reject) => {
+        const c = connect({ host: '127.0.0.1', port: s.port });
+        let out = '';
+        c.setEncoding('latin1');
+        c.setTimeout(20_000, () => c.destroy(new Error('raw request timed out')));
+        c.on('data', (d: string) => {
+          out += d;
+          const end = out.indexOf('\r\n\r\n');
+          const m = /\r\ncontent-length: (\d+)\r\n/i.exec(out);
+          if (end !== -1 && m && out.length >= end + 4 + Number(m[1])) c.end();
+        });
+        c.on('close', () => resolve(out));
+        c.on('error', reject);
+        c.write(bytes, 'latin1');
+      });
+    for (const nominated of ['Content-Length', 'keep-alive, Content-Length, Transfer-Encoding']) {
+      const answer = await raw(
+        `POST /x HTTP/1.1\r\nHost: ${h}\r\nConnection: ${nominated}\r\n` +
+          `Content-Length: ${smuggled.length}\r\n\r\n${smuggled}`,
+      );
+      const r = JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4));
+      assert.deepEqual([r.method, r.bytes], ['POST', smuggled.length], 'the app read the whole body as the body');
+      // The next visitor on the (pooled) connection gets the answer to its own request.
+      for (let i = 0; i < 3; i++) {
+        const next = JSON.parse((await hget(s.port, h, { path: `/echo?visitor=${i}` })).body);
+        assert.equal(next.path, `/echo?visitor=${i}`);
+      }
+    }
+    const refused = await raw(
+      `POST /x HTTP/1.1\r\nHost: ${h}\r\nTransfer-Encoding: gzip, chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n`,
+    );
+    assert.match(refused, /^HTTP\/1\.1 400 /);
+  });
+
+  it('fair share: a sandbox at its 8 proxied connections gets 503 with Retry-After; a neighbour still answers', async () => {
+    const h = host(app.url(8000));
+    assert.equal((await hget(s.port, h, { path: '/echo' })).status, 200);
+    // Uploads that never finish hold their connection (an upload is not timed out), so no timing is involved.
+    const held = Array.from({ length: 8 }, () => {
+      const c = connect({ host: '127.0.0.1', port: s.port });
+      c.on('error', () => {});
+      c.write(`POST /upload HTTP/1.1\r\nHost: ${h}\r\nContent-Length: 1000000\r\n\r\npart of it`);
+      return c;
+    });
+    try {
+      let r = await hget(s.port, h, { path: '/echo' });
+      for (let i = 0; i < 100 && r.status !== 503; i++) {
+        await new Promise((res) => setTimeout(res, 50));
+        r = await hget(s.port, h, { path: '/echo' });
+      }
+      assert.equal(r.status, 503, 'the noisy sandbox is refused at its share');
+      assert.equal(r.headers['retry-after'], '1');
+      const body = JSON.parse(r.body);
+      assert.deepEqual([body.kind, body.details.resource, body.details.limit], ['capacity', 'proxy_connections', 8]);
+      const neighbour = await hget(s.port, host(web.url(8000)), { path: '/' });
+      assert.deepEqual([neighbour.status, neighbour.body], [200, `hello from ${web.id}\n`], 'the neighbour answers');
+    } finally {
+      for (const c of held) c.destroy();
+    }
+    let back = await hget(s.port, h, { path: '/echo' });
+    for (let i = 0; i < 100 && back.status === 503; i++) {
+      await new Promise((res) => setTimeout(res, 50));
+      back = await hget(s.port, h, { path: '/echo' });
+    }
+    assert.equal(back.status, 200, 'the share comes back once its connections end');
   });
 
   it('errors: 404 unknown or deleted, 400 port out of range, 502 names the port, 504 when slow, HTML for browsers', async () => {

@@ -285,6 +285,7 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
   const proxy = new PortProxy({
     publicHost: config.publicHost,
     timeoutMs: config.proxyTimeoutMs,
+    maxConnsPerSandbox: config.proxyMaxConnsPerSandbox,
     targets,
     access,
     log: log.child({ component: 'proxy' }),

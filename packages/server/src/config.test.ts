@@ -172,6 +172,15 @@ describe('loadConfig', () => {
     );
   });
 
+  it('port proxy: the per-sandbox share of connections, 256 by default, at least 1', () => {
+    assert.equal(loadConfig({}).proxyMaxConnsPerSandbox, 256);
+    assert.equal(loadConfig({ SANDBOXD_PROXY_MAX_CONNS_PER_SANDBOX: '32' }).proxyMaxConnsPerSandbox, 32);
+    assert.throws(
+      () => loadConfig({ SANDBOXD_PROXY_MAX_CONNS_PER_SANDBOX: '0' }),
+      /SANDBOXD_PROXY_MAX_CONNS_PER_SANDBOX/,
+    );
+  });
+
   it('capacity: maxSandboxes (0: no count limit) and the create floors of memory and disk, by env or file', () => {
     const d = loadConfig({});
     assert.deepEqual([d.maxSandboxes, d.createMinMemoryMb, d.createMinFreeMb], [0, 256, 512]);

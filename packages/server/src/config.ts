@@ -102,6 +102,8 @@ export interface Config {
   createMinMemoryMb: number;
   /** Port proxy: how long to wait for a sandbox's response headers (and the connect) before answering 504. */
   proxyTimeoutMs: number;
+  /** Port proxy: proxied requests and WebSocket tunnels open per sandbox at once; the excess answers 503 `capacity`. */
+  proxyMaxConnsPerSandbox: number;
   plans: Record<string, PlanConfig>;
   defaultPlan: string;
   signupEnabled: boolean;
@@ -256,6 +258,12 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
       'SANDBOXD_PROXY_TIMEOUT_MS',
       int('SANDBOXD_PROXY_TIMEOUT_MS', 1, 2 ** 31),
       30_000,
+    ),
+    proxyMaxConnsPerSandbox: pick(
+      'proxyMaxConnsPerSandbox',
+      'SANDBOXD_PROXY_MAX_CONNS_PER_SANDBOX',
+      int('SANDBOXD_PROXY_MAX_CONNS_PER_SANDBOX', 1, 1_000_000),
+      256,
     ),
     plans,
     defaultPlan: pick('defaultPlan', 'SANDBOXD_DEFAULT_PLAN', String, 'FREE'),

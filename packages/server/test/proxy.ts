@@ -45,8 +45,11 @@ export interface Fixture {
   close(): Promise<void>;
 }
 
-/** Starts the fixture; `timeoutMs` is the proxy's response-headers timeout. */
-export async function startFixture(o: { timeoutMs?: number } = {}): Promise<Fixture> {
+/**
+ * Starts the fixture; `timeoutMs` is the proxy's response-headers timeout,
+ * `maxConnsPerSandbox` its per-sandbox share of connections (default the proxy's).
+ */
+export async function startFixture(o: { timeoutMs?: number; maxConnsPerSandbox?: number } = {}): Promise<Fixture> {
   const seen: Fixture['seen'] = [];
   const held = new Set<Socket>();
   let release: () => void = () => {};
@@ -127,6 +130,7 @@ export async function startFixture(o: { timeoutMs?: number } = {}): Promise<Fixt
   const proxy = new PortProxy({
     publicHost: PUBLIC_HOST,
     timeoutMs: o.timeoutMs ?? 30_000,
+    maxConnsPerSandbox: o.maxConnsPerSandbox,
     targets,
     access,
     log: pino({ level: 'silent' }),

@@ -1,6 +1,15 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { RequestFraming } from './framing.js';
 import { downstreamHeaders, upstreamHeaders } from './headers.js';
-import { BodyDecoder, framingOf, MAX_HEAD_BYTES, parseResponseHead, type Framing, type ResponseHead } from './http1.js';
+import {
+  BodyDecoder,
+  declaredLength,
+  framingOf,
+  MAX_HEAD_BYTES,
+  parseResponseHead,
+  type Framing,
+  type ResponseHead,
+} from './http1.js';
 import { ProxyError, sendError, timeoutError, upstreamError } from './reply.js';
 import type { ProxyTarget } from './targets.js';
 import type { UpstreamConn } from './upstream.js';
@@ -11,6 +20,8 @@ export interface HttpForward {
   port: number;
   /** Origin-form request target sent to the sandbox. */
   path: string;
+  /** The request body's framing (`requestFraming`), which the proxy writes itself. */
+  framing: RequestFraming;
   /** Wait for the connection, then (once the request is sent) for the response head, in ms; then 504. */
   timeoutMs: number;
   /** Called once with a refusal the client was told about (for logs). */
@@ -25,14 +36,17 @@ export interface HttpForward {
  * start immediately. Before the response starts: connection errors answer 502, silence
  * past `timeoutMs` 504, an answer that is not HTTP/1.x 502. After it started, a failure on
  * either side cuts the other. A request without a body that meets a pooled connection the
- * sandbox had just closed is retried once on a fresh one.
+ * sandbox had just closed is retried once on a fresh one. The request is framed by the
+ * proxy (`f.framing`: one `Content-Length`, or chunked), and a connection goes back to the
+ * pool only when both directions ended exactly at their framing: the whole request sent,
+ * the answer's framing not in doubt, and no byte after its end.
  */
 export function forwardHttp(req: IncomingMessage, res: ServerResponse, f: HttpForward): void {
   const where = { sandboxId: f.target.sandboxId, port: f.port };
   const method = req.method ?? 'GET';
-  const chunkedBody = req.headers['transfer-encoding'] !== undefined;
-  const hasBody = chunkedBody || Number(req.headers['content-length'] ?? 0) > 0;
-  const head = requestHead(req, f.path, chunkedBody);
+  const chunkedBody = f.framing.kind === 'chunked';
+  const hasBody = chunkedBody || (f.framing.kind === 'length' && f.framing.length > 0);
+  const head = requestHead(req, f.path, f.framing);
   /** waiting: no answer yet; refused: the proxy answered; streaming: the sandbox's answer is being relayed. */
   let phase: 'waiting' | 'refused' | 'streaming' = 'waiting';
   const refuse = (err: ProxyError) => {
@@ -55,6 +69,7 @@ export function forwardHttp(req: IncomingMessage, res: ServerResponse, f: HttpFo
     let reusable = false;
     let bodyDone = false;
     let over = false;
+    let bodyBytes = 0;
     let timer: NodeJS.Timeout | undefined;
 
     const arm = () => {
@@ -131,11 +146,14 @@ export function forwardHttp(req: IncomingMessage, res: ServerResponse, f: HttpFo
       clearTimeout(timer);
       ({ framing, keepAlive: reusable } = framingOf(h, method));
       decoder = new BodyDecoder(framing);
-      res.writeHead(
-        h.statusCode,
-        h.statusMessage || undefined,
-        downstreamHeaders(h.rawHeaders, { dropLength: framing.kind === 'chunked' }),
-      );
+      // A HEAD or 304 answer's Content-Length describes the resource, not this message: passed on. A 204 has none.
+      const contentLength =
+        framing.kind === 'length'
+          ? String(framing.length)
+          : framing.kind === 'none' && (method === 'HEAD' || h.statusCode === 304)
+            ? declaredLength(h.rawHeaders)
+            : null;
+      res.writeHead(h.statusCode, h.statusMessage || undefined, downstreamHeaders(h.rawHeaders, { contentLength }));
       phase = 'streaming';
       res.flushHeaders();
     };
@@ -190,12 +208,19 @@ export function forwardHttp(req: IncomingMessage, res: ServerResponse, f: HttpFo
     };
     const onDrain = () => req.resume();
     const onReqData = (d: Buffer) => {
+      bodyBytes += d.length;
       if (chunkedBody) sock.write(`${d.length.toString(16)}\r\n`);
       const ok = sock.write(d);
       if (chunkedBody) sock.write('\r\n');
       if (!ok) req.pause();
     };
     const onReqEnd = () => {
+      if (f.framing.kind === 'length' && bodyBytes !== f.framing.length) {
+        // node's parser delivers exactly Content-Length bytes; anything else and the sandbox's
+        // connection would be out of step with its framing.
+        fail(Object.assign(new Error('request body length'), { code: 'EFRAMING' }));
+        return;
+      }
       if (chunkedBody) sock.write('0\r\n\r\n');
       sent = true;
       if (connected && phase === 'waiting' && !decoder) arm();
@@ -208,7 +233,7 @@ export function forwardHttp(req: IncomingMessage, res: ServerResponse, f: HttpFo
     if (sock.connecting) sock.once('connect', onConnect);
     sock.on('error', onError).on('end', onEof).on('drain', onDrain);
     res.on('close', onClientClose);
-    sock.write(head);
+    sock.write(head, 'latin1'); // node reads header bytes as latin1: this writes them back as they came
     if (hasBody) {
       req.on('data', onReqData).on('end', onReqEnd);
       req.resume();
@@ -221,11 +246,12 @@ export function forwardHttp(req: IncomingMessage, res: ServerResponse, f: HttpFo
   attempt(false);
 }
 
-/** The request line and headers sent to the sandbox (HTTP/1.1, keep-alive). */
-function requestHead(req: IncomingMessage, path: string, chunkedBody: boolean): string {
+/** The request line and headers sent to the sandbox (HTTP/1.1, keep-alive), framed by `framing` alone. */
+function requestHead(req: IncomingMessage, path: string, framing: RequestFraming): string {
   const h = upstreamHeaders(req, { upgrade: false });
   let s = `${req.method} ${path} HTTP/1.1\r\n`;
   for (let i = 0; i < h.length; i += 2) s += `${h[i]}: ${h[i + 1]}\r\n`;
-  if (chunkedBody) s += 'Transfer-Encoding: chunked\r\n';
+  if (framing.kind === 'chunked') s += 'Transfer-Encoding: chunked\r\n';
+  else if (framing.kind === 'length') s += `Content-Length: ${framing.length}\r\n`;
   return `${s}Connection: keep-alive\r\n\r\n`;
 }

@@ -46,7 +46,7 @@ export function forwardUpgrade(req: IncomingMessage, client: Duplex, head: Buffe
     const h = upstreamHeaders(req, { upgrade: true });
     let block = `${req.method} ${f.path} HTTP/1.1\r\n`;
     for (let i = 0; i < h.length; i += 2) block += `${h[i]}: ${h[i + 1]}\r\n`;
-    up.write(`${block}\r\n`);
+    up.write(`${block}\r\n`, 'latin1'); // header bytes as they came (node reads them as latin1)
     if (head.length) up.write(head);
     client.pipe(up);
   });

@@ -1,12 +1,13 @@
 import type { IncomingMessage } from 'node:http';
 import type { TLSSocket } from 'node:tls';
 import { parseCookie } from 'cookie';
+import { FRAMING_HEADERS } from './framing.js';
 import { LINK_COOKIE } from './links.js';
 
 /** Header carrying the owner's API key to a private port; never forwarded to the sandbox. */
 export const KEY_HEADER = 'x-sandboxd-key';
 
-/** Hop-by-hop headers (RFC 9110 7.6.1) plus those the proxy sets or consumes itself. */
+/** Hop-by-hop headers (RFC 9110 7.6.1) plus those the proxy sets or consumes itself; framing is handled apart. */
 const HOP_BY_HOP = new Set([
   'connection',
   'keep-alive',
@@ -15,7 +16,6 @@ const HOP_BY_HOP = new Set([
   'proxy-authorization',
   'te',
   'trailer',
-  'transfer-encoding',
   'upgrade',
   'expect',
 ]);
@@ -27,6 +27,9 @@ const SET_BY_PROXY = new Set(['x-forwarded-for', 'x-forwarded-proto', 'x-forward
  * upgrade: `Connection: Upgrade` and `Upgrade`), the proxy's credentials removed (the key
  * header, the link cookie), `Host` kept as sent, and `X-Forwarded-For` (appended to the
  * client's chain), `X-Forwarded-Proto` and `X-Forwarded-Host` (both replaced) added.
+ * Framing (`Content-Length`, `Transfer-Encoding`) is never dropped because `Connection`
+ * names it: for a plain request it is left out here and the caller frames the body itself
+ * (`requestFraming`); for an upgrade, whose bytes are tunnelled as sent, it is kept as sent.
  */
 export function upstreamHeaders(req: IncomingMessage, opts: { upgrade: boolean }): string[] {
   const named = connectionTokens(req.headers.connection);
@@ -38,6 +41,10 @@ export function upstreamHeaders(req: IncomingMessage, opts: { upgrade: boolean }
     const lower = name.toLowerCase();
     const value = raw[i + 1];
     if (lower === 'x-forwarded-for') chain.push(value);
+    if (FRAMING_HEADERS.has(lower)) {
+      if (opts.upgrade) out.push(name, value);
+      continue;
+    }
     if (HOP_BY_HOP.has(lower) || SET_BY_PROXY.has(lower) || (named.has(lower) && lower !== 'host')) continue;
     if (lower === 'cookie') {
       const kept = withoutCookie(value, LINK_COOKIE);
@@ -56,10 +63,12 @@ export function upstreamHeaders(req: IncomingMessage, opts: { upgrade: boolean }
 
 /**
  * The sandbox's response headers for the client, flat, with hop-by-hop headers and those
- * named in `Connection` dropped; `Content-Length` too when the body was chunked (the
- * client gets it re-framed).
+ * named in `Connection` dropped. The sandbox's framing headers are never passed on, and
+ * `Connection` cannot remove framing: the proxy frames the answer to the client itself,
+ * with `contentLength` (the length it reads the body by, or a body-less answer's declared
+ * one) as the one `Content-Length`, or none (node then frames it chunked, or by close).
  */
-export function downstreamHeaders(rawHeaders: string[], opts: { dropLength: boolean }): string[] {
+export function downstreamHeaders(rawHeaders: string[], opts: { contentLength: string | null }): string[] {
   let connection = '';
   for (let i = 0; i < rawHeaders.length; i += 2)
     if (rawHeaders[i].toLowerCase() === 'connection') connection += `,${rawHeaders[i + 1]}`;
@@ -67,9 +76,10 @@ export function downstreamHeaders(rawHeaders: string[], opts: { dropLength: bool
   const out: string[] = [];
   for (let i = 0; i < rawHeaders.length; i += 2) {
     const lower = rawHeaders[i].toLowerCase();
-    if (HOP_BY_HOP.has(lower) || named.has(lower) || (opts.dropLength && lower === 'content-length')) continue;
+    if (HOP_BY_HOP.has(lower) || named.has(lower) || FRAMING_HEADERS.has(lower)) continue;
     out.push(rawHeaders[i], rawHeaders[i + 1]);
   }
+  if (opts.contentLength !== null) out.push('Content-Length', opts.contentLength);
   return out;
 }
 

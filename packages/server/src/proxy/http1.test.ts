@@ -52,12 +52,21 @@ describe('HTTP/1.1 response reading', () => {
       framing: { kind: 'length', length: 5 },
       keepAlive: true,
     });
+    // Framing in doubt (repeated Content-Length, CL with TE): relayed, the connection not reused.
     assert.deepEqual(f('HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\nContent-Length: 5'), {
       framing: { kind: 'length', length: 5 },
-      keepAlive: true,
+      keepAlive: false,
     });
     assert.deepEqual(f('HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 9'), {
       framing: { kind: 'chunked' },
+      keepAlive: false,
+    });
+    assert.deepEqual(f('HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked'), {
+      framing: { kind: 'chunked' },
+      keepAlive: false,
+    });
+    assert.deepEqual(f('HTTP/1.1 200 OK\r\nConnection: Content-Length\r\nContent-Length: 2'), {
+      framing: { kind: 'length', length: 2 },
       keepAlive: true,
     });
     assert.deepEqual(f('HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 1'), {
@@ -92,7 +101,7 @@ describe('HTTP/1.1 response reading', () => {
       }
     }
     assert.deepEqual(decode({ kind: 'chunked' }, '0\r\n\r\n'), { body: '', done: true, extra: 0 });
-    for (const bad of ['x\r\n', '5\r\nhelloXX\r\n', `${'1'.repeat(5000)}`])
+    for (const bad of ['x\r\n', '5\r\nhelloXX\r\n', `${'1'.repeat(5000)}`, '5\nhello\r\n', '5;a\x01\r\n'])
       assert.throws(() => decode({ kind: 'chunked' }, bad), Error, bad);
   });
 

@@ -40,17 +40,27 @@ export type Framing = { kind: 'none' } | { kind: 'length'; length: number } | { 
 /**
  * The framing of a response to `method` (RFC 9112 6.3), and whether the connection may be
  * reused after it. Throws for framing the proxy cannot relay faithfully (a transfer coding
- * other than chunked, conflicting Content-Length values).
+ * other than chunked, conflicting Content-Length values). `Connection` never changes the
+ * framing (a `Connection: Content-Length` is only a hop-by-hop token). Framing that is
+ * valid but in doubt, where another reader could see another boundary, is relayed and the
+ * connection then closed, never reused: `Transfer-Encoding` together with
+ * `Content-Length`, `Content-Length` sent more than once (even with equal values), and
+ * `Transfer-Encoding` in an HTTP/1.0 answer.
  */
 export function framingOf(head: ResponseHead, method: string): { framing: Framing; keepAlive: boolean } {
   let te: string | null = null;
   const lengths = new Set<string>();
+  let lengthValues = 0;
   const connection: string[] = [];
   for (let i = 0; i < head.rawHeaders.length; i += 2) {
     const name = head.rawHeaders[i].toLowerCase();
     const value = head.rawHeaders[i + 1];
     if (name === 'transfer-encoding') te = te === null ? value : `${te}, ${value}`;
-    else if (name === 'content-length') for (const v of value.split(',')) lengths.add(v.trim());
+    else if (name === 'content-length')
+      for (const v of value.split(',')) {
+        lengths.add(v.trim());
+        lengthValues++;
+      }
     else if (name === 'connection')
       connection.push(
         ...value
@@ -59,7 +69,8 @@ export function framingOf(head: ResponseHead, method: string): { framing: Framin
           .map((s) => s.trim()),
       );
   }
-  const keepAlive = head.minor === 1 ? !connection.includes('close') : connection.includes('keep-alive');
+  const doubt = (te !== null && (lengthValues > 0 || head.minor === 0)) || lengthValues > 1;
+  const keepAlive = !doubt && (head.minor === 1 ? !connection.includes('close') : connection.includes('keep-alive'));
   const s = head.statusCode;
   if (method === 'HEAD' || s < 200 || s === 204 || s === 304) return { framing: { kind: 'none' }, keepAlive };
   if (te !== null) {
@@ -73,6 +84,23 @@ export function framingOf(head: ResponseHead, method: string): { framing: Framin
     return { framing: { kind: 'length', length: Number(v) }, keepAlive };
   }
   return { framing: { kind: 'close' }, keepAlive: false };
+}
+
+/**
+ * The one `Content-Length` a head declares (every value the same number), or null. For a
+ * body-less answer (HEAD, 304) it is metadata the client gets; it frames nothing.
+ */
+export function declaredLength(rawHeaders: string[]): string | null {
+  let found: string | null = null;
+  for (let i = 0; i < rawHeaders.length; i += 2) {
+    if (rawHeaders[i].toLowerCase() !== 'content-length') continue;
+    for (const v of rawHeaders[i + 1].split(',')) {
+      const t = v.trim();
+      if (!/^[0-9]{1,15}$/.test(t) || (found !== null && found !== t)) return null;
+      found = t;
+    }
+  }
+  return found;
 }
 
 /** What one {@link BodyDecoder.feed} call found. */
@@ -139,8 +167,11 @@ export class BodyDecoder {
       i = end;
       if (nl === -1) break;
       i++; // past the LF
-      const line = this.line.endsWith('\r') ? this.line.slice(0, -1) : this.line;
+      if (!this.line.endsWith('\r')) throw new Error('chunked framing: line not ended by CRLF');
+      const line = this.line.slice(0, -1);
       this.line = '';
+      // biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what a chunk line must not hold
+      if (/[\0-\x08\x0a-\x1f\x7f]/.test(line)) throw new Error('chunked framing: control character');
       if (this.state === Chunk.DataEnd) {
         if (line !== '') throw new Error('chunked framing: missing CRLF after data');
         this.state = Chunk.Size;

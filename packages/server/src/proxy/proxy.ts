@@ -4,9 +4,11 @@ import type { Logger } from 'pino';
 import type { FrontDoor } from '../http/front-door.js';
 import type { PortAccess } from './access.js';
 import { forwardHttp } from './forward-http.js';
+import { type RequestFraming, requestFraming } from './framing.js';
 import { forwardUpgrade } from './forward-upgrade.js';
 import { PublicHosts, type PortAddress } from './host.js';
 import { ProxyError, sendError, writeUpgradeError } from './reply.js';
+import { ConnectionShares } from './shares.js';
 import type { ProxyTarget, SandboxTargets } from './targets.js';
 
 /** Options of {@link PortProxy}. */
@@ -15,6 +17,8 @@ export interface PortProxyOptions {
   publicHost: string;
   /** `config.proxyTimeoutMs`: connect, then response-headers wait, before 504. */
   timeoutMs: number;
+  /** `config.proxyMaxConnsPerSandbox`: proxied exchanges and tunnels open per sandbox at once (default 256). */
+  maxConnsPerSandbox?: number;
   targets: Pick<SandboxTargets, 'resolve'>;
   access: Pick<PortAccess, 'check'>;
   log: Logger;
@@ -26,14 +30,17 @@ export interface PortProxyOptions {
  * taken from the request). Plain requests and upgrades are claimed on the front door
  * before fastify sees them. Refusals are `{code, message, details}` JSON, or a small HTML
  * page for browsers: 400 malformed host or port out of range, 401 private port without
- * credentials, 404 unknown or stopped sandbox, 502 nothing listening, 504 too slow.
+ * credentials, 404 unknown or stopped sandbox, 502 nothing listening, 503 the sandbox's
+ * share of connections used up ({@link ConnectionShares}), 504 too slow.
  */
 export class PortProxy {
   readonly hosts: PublicHosts;
+  readonly shares: ConnectionShares;
   private readonly live = new Set<{ destroy(): unknown }>();
 
   constructor(private readonly o: PortProxyOptions) {
     this.hosts = new PublicHosts(o.publicHost);
+    this.shares = new ConnectionShares(o.maxConnsPerSandbox);
   }
 
   /** Claims this proxy's requests and upgrades on the front door. */
@@ -64,7 +71,7 @@ export class PortProxy {
   }
 
   private async serve(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const { addr, target } = await this.prepare(req);
+    const { addr, target, framing } = await this.prepare(req);
     const d = await this.o.access.check({
       req,
       ...addr,
@@ -82,10 +89,13 @@ export class PortProxy {
       res.end();
       return;
     }
+    if (res.destroyed) return;
+    res.once('close', this.shares.take(target.sandboxId));
     forwardHttp(req, res, {
       target,
       port: addr.port,
       path: d.path,
+      framing,
       timeoutMs: this.o.timeoutMs,
       onRefused: (e) => this.logRefusal(e, req),
     });
@@ -102,6 +112,7 @@ export class PortProxy {
     });
     if (d.kind !== 'forward') throw new ProxyError('validation', 'Unexpected redirect of an upgrade');
     if (socket.destroyed) return;
+    socket.once('close', this.shares.take(target.sandboxId));
     forwardUpgrade(req, socket, head, {
       target,
       port: addr.port,
@@ -112,15 +123,21 @@ export class PortProxy {
     });
   }
 
-  /** Host -> sandbox port -> target; refuses absolute-form and other non-path request targets. */
-  private async prepare(req: IncomingMessage): Promise<{ addr: PortAddress; target: ProxyTarget }> {
+  /**
+   * Host -> sandbox port -> target; refuses absolute-form and other non-path request
+   * targets, and request framing the proxy cannot forward exactly ({@link requestFraming}).
+   */
+  private async prepare(
+    req: IncomingMessage,
+  ): Promise<{ addr: PortAddress; target: ProxyTarget; framing: RequestFraming }> {
     const addr = this.hosts.parse(req);
     if (!req.url?.startsWith('/'))
       throw new ProxyError(
         'validation',
         'The request target must be a path (absolute-form and authority-form are refused)',
       );
-    return { addr, target: await this.o.targets.resolve(addr.sandboxId) };
+    const framing = requestFraming(req);
+    return { addr, target: await this.o.targets.resolve(addr.sandboxId), framing };
   }
 
   private refusal(e: unknown, req: IncomingMessage): ProxyError {

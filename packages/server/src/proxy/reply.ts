@@ -49,6 +49,7 @@ export function sendError(
     'content-length': Buffer.byteLength(body),
     'cache-control': 'no-store',
     'x-sandboxd-proxy': 'error',
+    ...retryAfter(err),
     ...extraHeaders,
   };
   if (!req.complete) headers.connection = 'close';
@@ -61,8 +62,19 @@ export function writeUpgradeError(req: IncomingMessage, socket: Duplex, err: Pro
   if (socket.destroyed || !socket.writable) return;
   const { type, body } = renderError(req, err);
   socket.end(
-    rawResponse(err.status, body, { 'Content-Type': type, 'Cache-Control': 'no-store', 'X-Sandboxd-Proxy': 'error' }),
+    rawResponse(err.status, body, {
+      'Content-Type': type,
+      'Cache-Control': 'no-store',
+      'X-Sandboxd-Proxy': 'error',
+      ...retryAfter(err),
+    }),
   );
+}
+
+/** `Retry-After` (whole seconds, at least 1) of a refusal that asks for a retry (`details.retryAfterMs`), as the API sends it. */
+function retryAfter(err: ProxyError): Record<string, string> {
+  const ms = (err.details as { retryAfterMs?: unknown } | undefined)?.retryAfterMs;
+  return typeof ms === 'number' ? { 'retry-after': String(Math.max(1, Math.ceil(ms / 1000))) } : {};
 }
 
 /** Maps a socket error of the connection to the sandbox to what the client is told. */

@@ -58,6 +58,8 @@ export interface UpstreamPoolOptions {
   open?: (port: number) => Socket;
   /** Idle connections kept per port. Default 8. */
   maxIdlePerPort?: number;
+  /** Idle connections kept over all ports of the sandbox, so walking many ports cannot pile them up. Default 32. */
+  maxIdle?: number;
   /** An idle connection is closed after this long. Default 4000 ms (below common keep-alive timeouts). */
   idleMs?: number;
 }
@@ -70,6 +72,8 @@ export class UpstreamPool {
   private readonly idle = new Map<number, UpstreamConn[]>();
   private closed = false;
   private readonly maxIdle: number;
+  private readonly maxIdleTotal: number;
+  private idleTotal = 0;
   private readonly idleMs: number;
   private readonly open?: (port: number) => Socket;
 
@@ -78,6 +82,7 @@ export class UpstreamPool {
     opts: UpstreamPoolOptions = {},
   ) {
     this.maxIdle = opts.maxIdlePerPort ?? 8;
+    this.maxIdleTotal = opts.maxIdle ?? 32;
     this.idleMs = opts.idleMs ?? 4000;
     this.open = opts.open;
   }
@@ -87,6 +92,7 @@ export class UpstreamPool {
     const list = this.idle.get(port);
     while (!opts.fresh && list?.length) {
       const c = list.pop()!;
+      this.idleTotal--;
       if (c.socket.destroyed || c.socket.readableEnded) continue;
       c.socket.setTimeout(0);
       return c;
@@ -98,7 +104,10 @@ export class UpstreamPool {
     c.socket.once('close', () => {
       const l = this.idle.get(port);
       const i = l?.indexOf(c) ?? -1;
-      if (l && i !== -1) l.splice(i, 1);
+      if (l && i !== -1) {
+        l.splice(i, 1);
+        this.idleTotal--;
+      }
     });
     return c;
   }
@@ -107,12 +116,19 @@ export class UpstreamPool {
   release(c: UpstreamConn): void {
     c.onData = null;
     const list = this.idle.get(c.port) ?? [];
-    if (this.closed || c.socket.destroyed || c.socket.readableEnded || list.length >= this.maxIdle) {
+    if (
+      this.closed ||
+      c.socket.destroyed ||
+      c.socket.readableEnded ||
+      list.length >= this.maxIdle ||
+      this.idleTotal >= this.maxIdleTotal
+    ) {
       c.socket.destroy();
       return;
     }
     c.reused = true;
     list.push(c);
+    this.idleTotal++;
     this.idle.set(c.port, list);
     c.socket.setTimeout(this.idleMs);
     c.socket.resume(); // an idle connection still notices the sandbox closing it
@@ -123,5 +139,11 @@ export class UpstreamPool {
     this.closed = true;
     for (const list of this.idle.values()) for (const c of list) c.socket.destroy();
     this.idle.clear();
+    this.idleTotal = 0;
+  }
+
+  /** Idle connections held, over all ports. */
+  get idleCount(): number {
+    return this.idleTotal;
   }
 }
