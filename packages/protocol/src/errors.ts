@@ -48,7 +48,7 @@ export const ERROR_STATUS = {
   upstream: 502,
   /** The server is starting or shutting down. */
   unavailable: 503,
-  /** The host has no room for more sandboxes (memory, disk, addresses, count); `Retry-After` says when to retry. */
+  /** The host has no room for more sandboxes (memory, disk, addresses, count), or a sandbox is at its share of a host resource (e.g. proxied connections); `Retry-After` says when to retry. */
   capacity: 503,
   /** The sandbox's port did not answer the port proxy in time. */
   upstream_timeout: 504,
