@@ -413,7 +413,7 @@ describe('egress by rule', {
     await s.api('DELETE', `/api/v1/sandboxes/${id}`);
   });
 
-  it("a noisy sandbox at its share of the resolver and the proxy is refused; its neighbours' DNS and egress are not", async () => {
+  it("a noisy sandbox at its share of the resolver and the proxy is refused; its neighbours' DNS and egress are not", async (t) => {
     const noisy = await create({ network: { egress: { allow: [NET.allowed.name, `*.${NET.silent}`] } } });
     assert.equal(noisy.status, 201, noisy.text);
     const neighbour = await create({ network: { egress: { allow: [NET.allowed.name] } } });
@@ -444,6 +444,7 @@ describe('egress by rule', {
       ...Array.from({ length: 20 }, (): Probe => ({ op: 'dns', server: gateway, name: NET.allowed.name })),
     ]);
     const [noise] = await noisyRun;
+    t.diagnostic(`the noisy sandbox: ${JSON.stringify(noise)}`);
     assert.deepEqual(name.addrs, [NET.allowed.ip], `the neighbour's DNS: ${JSON.stringify(name)}`);
     assert.equal(served(https)?.ip, NET.allowed.ip, `the neighbour's HTTPS: ${JSON.stringify(https)}`);
     assert.equal(served(http)?.ip, NET.allowed.ip, `the neighbour's HTTP: ${JSON.stringify(http)}`);
