@@ -70,6 +70,8 @@ describe('egress by rule', {
       SANDBOXD_EGRESS_VIA: fi.via,
       SANDBOXD_EGRESS_DNS: NET.dns,
       SANDBOXD_WARM_POOL: `${DEBIAN}=2`,
+      // A share small enough for the fair-share test to reach (the default is 512).
+      SANDBOXD_EGRESS_PROXY_CONNECTIONS_PER_SANDBOX: '16',
     };
     // The dir is ours (startServer cleans up only after dirs it made): a failed start is undone here.
     s = await startServer({ dataDir, env }).catch(async (e) => {
@@ -291,6 +293,176 @@ describe('egress by rule', {
       { op: 'http', to: NET.allowed.ip, host: 'x', port: 8080 },
     ]);
     assert.deepEqual([noneName.ok, noneRaw.ok], [false, false]);
+  });
+
+  it('no cloud metadata or host-agent address is reached, whatever the egress says', async () => {
+    // Every IPv4 address of the documented list (rules.ts CLOUD_HOST_SERVICES), each served
+    // by the fake internet (control below), under each egress that could claim it.
+    const r = await create({ network: { egress: 'internet' } });
+    assert.equal(r.status, 201, r.text);
+    const id = r.body.sandbox.id;
+    const patch = (egress: unknown) => s.api('PATCH', `/api/v1/sandboxes/${id}/network`, { body: { egress } });
+    const wide = await patch({ allow: ['0.0.0.0/0'] });
+    assert.equal(wide.status, 400, 'a rule wider than a /8 is refused: the widest is tried below');
+    const slash8 = [...new Set(NET.cloud.map((c) => `${c.ip.split('.')[0]}.0.0.0/8`))];
+    const settings: [string, unknown][] = [
+      ['internet', 'internet'],
+      ['CIDR rules covering them', { allow: slash8 }],
+      ['each address as a rule', { allow: NET.cloud.map((c) => c.ip) }],
+      ['allowed names resolving to them', { allow: NET.cloud.map((c) => c.name) }],
+    ];
+    for (const [what, egress] of settings) {
+      const p = await patch(egress);
+      assert.equal(p.status, 200, `${what}: ${p.text}`);
+      const probes: Probe[] = NET.cloud.flatMap((c): Probe[] => [
+        { op: 'http', to: c.ip, host: c.name },
+        { op: 'http', to: c.ip, host: c.name, port: 8080 },
+        { op: 'https', to: c.ip, sni: c.name },
+        { op: 'udp', to: c.ip, port: 9999 },
+        { op: 'http', to: c.name, host: c.name },
+        { op: 'https', to: c.name, sni: c.name },
+      ]);
+      const got = await s.api('POST', `/api/v1/sandboxes/${id}/exec`, {
+        body: { command: probeCommand(probes, { parallel: true }), options: { timeoutMs: 120_000 } },
+      });
+      assert.equal(got.status, 200, got.text);
+      const results = JSON.parse(got.body.stdout) as ProbeResult[];
+      results.forEach((x, i) => {
+        const reached = x.ok && (x.status === undefined || x.status !== 403);
+        assert.ok(!reached, `${what}: ${JSON.stringify(probes[i])} reached: ${JSON.stringify(x)}`);
+      });
+    }
+    // Control: each of those servers answers, seen from inside the fake internet.
+    const control = execFileSync(
+      'ip',
+      [
+        'netns',
+        'exec',
+        fi.netns,
+        'python3',
+        '-c',
+        `import urllib.request, sys\nfor a in sys.argv[1:]: print(urllib.request.urlopen('http://%s:8080/' % a, timeout=3).status)`,
+        ...NET.cloud.map((c) => c.ip),
+      ],
+      { encoding: 'utf8' },
+    );
+    assert.deepEqual(
+      control.trim().split('\n'),
+      NET.cloud.map(() => '200'),
+    );
+    await s.api('DELETE', `/api/v1/sandboxes/${id}`);
+  });
+
+  it('an address whose name was evicted (past 1,024 names) leaves the nft set with it; a narrowing leaves nothing behind', async () => {
+    const r = await create({ network: { egress: { allow: [NET.allowed.name, `*.${NET.wild.suffix}`] } } });
+    assert.equal(r.status, 201, r.text);
+    const id = r.body.sandbox.id;
+    // The sandbox's own address (a UDP connect sends nothing).
+    const me = await s.api('POST', `/api/v1/sandboxes/${id}/exec`, {
+      body: {
+        command: `python3 -c "import socket; s = socket.socket(2, 2); s.connect(('${NET.dns}', 53)); print(s.getsockname()[0])"`,
+      },
+    });
+    const addr = me.body.stdout.trim();
+    assert.match(addr, /^\d+\.\d+\.\d+\.\d+$/, me.text);
+    const table = `sandboxd_sbxe${subnet.split('.')[2]}`;
+    /** Destinations of this sandbox's elements of egress_resolved, read back from the kernel. */
+    const resolvedSet = (): string[] => {
+      const out = JSON.parse(
+        execFileSync('nft', ['-j', 'list', 'set', 'inet', table, 'egress_resolved'], { encoding: 'utf8' }),
+      ) as { nftables: { set?: { elem?: unknown[] } }[] };
+      const elems = out.nftables.find((x) => x.set)?.set?.elem ?? [];
+      return elems
+        .map((e) => JSON.stringify(e).match(/"(\d+\.\d+\.\d+\.\d+)","(\d+\.\d+\.\d+\.\d+)"/))
+        .filter((m) => m && m[1] === addr)
+        .map((m) => m![2]);
+    };
+    const [first, firstHttp] = await probe(id, [
+      { op: 'resolve', name: NET.allowed.name },
+      { op: 'http', to: NET.allowed.ip, host: 'x', port: 8080 },
+    ]);
+    assert.deepEqual(first.addrs, [NET.allowed.ip]);
+    assert.equal(served(firstHttp)?.ip, NET.allowed.ip, 'control: the answer opened its address');
+    assert.ok(resolvedSet().includes(NET.allowed.ip), 'control: the set read back holds it');
+    // 1,024 more names (all one address): the first name is the oldest, so evicted.
+    const [fill] = await probe(id, [{ op: 'resolveMany', suffix: NET.wild.suffix, count: 1024 }]);
+    assert.equal(fill.answers, 1024, JSON.stringify(fill));
+    assert.deepEqual(resolvedSet(), [NET.wild.ip], 'the evicted name took its address out of the set');
+    const [evicted, shared] = await probe(id, [
+      { op: 'http', to: NET.allowed.ip, host: 'x', port: 8080 },
+      { op: 'http', to: NET.wild.ip, host: 'x', port: 8080 },
+    ]);
+    assert.equal(evicted.ok, false, `the evicted name's address: ${JSON.stringify(evicted)}`);
+    assert.equal(served(shared)?.ip, NET.wild.ip, 'an address other names still hold stays');
+    // Narrowed to the wildcard: nothing of the first name comes back; then to a name never asked: nothing stays.
+    const p = await s.api('PATCH', `/api/v1/sandboxes/${id}/network`, {
+      body: { egress: { allow: [`*.${NET.wild.suffix}`] } },
+    });
+    assert.equal(p.status, 200, p.text);
+    assert.deepEqual(resolvedSet(), [NET.wild.ip]);
+    const q = await s.api('PATCH', `/api/v1/sandboxes/${id}/network`, {
+      body: { egress: { allow: [NET.denied.name] } },
+    });
+    assert.equal(q.status, 200, q.text);
+    assert.deepEqual(resolvedSet(), [], 'a narrowing removes every address no longer allowed');
+    const [gone, goneShared] = await probe(id, [
+      { op: 'http', to: NET.allowed.ip, host: 'x', port: 8080 },
+      { op: 'http', to: NET.wild.ip, host: 'x', port: 8080 },
+    ]);
+    assert.deepEqual([gone.ok, goneShared.ok], [false, false]);
+    await s.api('DELETE', `/api/v1/sandboxes/${id}`);
+  });
+
+  it("a noisy sandbox at its share of the resolver and the proxy is refused; its neighbours' DNS and egress are not", async (t) => {
+    const noisy = await create({ network: { egress: { allow: [NET.allowed.name, `*.${NET.silent}`] } } });
+    assert.equal(noisy.status, 201, noisy.text);
+    const neighbour = await create({ network: { egress: { allow: [NET.allowed.name] } } });
+    assert.equal(neighbour.status, 201, neighbour.text);
+    const gateway = subnet.replace(/0\/24$/, '1');
+    // The noisy one holds 24 proxy connections (its share is 16) and floods the resolver for
+    // 10 s with queries upstream never answers (each waits 2 s: far past its share of 64,
+    // and past the 4,096 the resolver holds in all).
+    const flood: Probe = {
+      op: 'flood',
+      server: gateway,
+      suffix: NET.silent,
+      seconds: 10,
+      connTo: NET.allowed.ip,
+      connPort: 80,
+      conns: 24,
+    };
+    const noisyRun = probe(noisy.body.sandbox.id, [flood]);
+    // Once its flood reaches upstream, the neighbour resolves, connects through the proxy and directly.
+    for (let i = 0; i < 300 && !dnsAsked(NET.silent); i++) await new Promise((r) => setTimeout(r, 100));
+    assert.ok(dnsAsked(NET.silent), 'the flood did not start');
+    const [name, https, http, direct, ...queries] = await probe(neighbour.body.sandbox.id, [
+      { op: 'resolve', name: NET.allowed.name },
+      { op: 'https', to: NET.allowed.name, sni: NET.allowed.name },
+      { op: 'http', to: NET.allowed.name, host: NET.allowed.name },
+      { op: 'http', to: NET.allowed.ip, host: 'x', port: 8080 },
+      // One query each, no retries (as getaddrinfo does): each must be answered.
+      ...Array.from({ length: 20 }, (): Probe => ({ op: 'dns', server: gateway, name: NET.allowed.name })),
+    ]);
+    const [noise] = await noisyRun;
+    t.diagnostic(`the noisy sandbox: ${JSON.stringify(noise)}`);
+    assert.deepEqual(name.addrs, [NET.allowed.ip], `the neighbour's DNS: ${JSON.stringify(name)}`);
+    assert.equal(served(https)?.ip, NET.allowed.ip, `the neighbour's HTTPS: ${JSON.stringify(https)}`);
+    assert.equal(served(http)?.ip, NET.allowed.ip, `the neighbour's HTTP: ${JSON.stringify(http)}`);
+    assert.equal(served(direct)?.ip, NET.allowed.ip, JSON.stringify(direct));
+    assert.deepEqual(
+      queries.map((q) => [q.rcode, q.answers]),
+      queries.map(() => [0, 1]),
+      "the neighbour's queries (rcode, answers)",
+    );
+    assert.deepEqual([noise.held, noise.closed], [16, 8], `the noisy one's connections: ${JSON.stringify(noise)}`);
+    assert.ok(noise.refused! > 0, `the noisy one was refused: ${JSON.stringify(noise)}`);
+    // Its share comes back once its queries timed out upstream.
+    let again: ProbeResult | undefined;
+    for (let i = 0; i < 20 && !again?.ok; i++)
+      [again] = await probe(noisy.body.sandbox.id, [{ op: 'resolve', name: NET.allowed.name }]);
+    assert.deepEqual(again?.addrs, [NET.allowed.ip], JSON.stringify(again));
+    await s.api('DELETE', `/api/v1/sandboxes/${noisy.body.sandbox.id}`);
+    await s.api('DELETE', `/api/v1/sandboxes/${neighbour.body.sandbox.id}`);
   });
 
   it("stop and start, and a kill -9 and restart, keep the rules; nothing reached the host's real uplink", async () => {

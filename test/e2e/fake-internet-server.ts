@@ -1,11 +1,13 @@
 /**
  * The servers of the fake internet (test/e2e/fake-internet.ts), run inside its network
- * namespace: a DNS server (dns-packet) answering A records from a table (and a wildcard),
+ * namespace: a DNS server (dns-packet) answering A records from a table (and a wildcard; TTL 600 s),
  * and on every address HTTP on 80 and 8080 and HTTPS on 443 (a self-signed certificate),
  * each answering JSON `{ip, port, host}` (the address it was reached on, the Host it got),
  * and a UDP echo on 443 and 9999.
- * Every DNS question and request is printed as a JSON line; `ready` once all listen.
- * argv[2]: JSON `{dns: ip, records: {name: ip}, wildcards: {suffix: ip}, addrs: [ip], cert, key}`.
+ * Questions for names under `silent` are never answered (they stay pending at the asker).
+ * Every DNS question and request is printed as a JSON line (of the silent ones only the
+ * first: a flood of them would flood the log); `ready` once all listen.
+ * argv[2]: JSON `{dns: ip, records: {name: ip}, wildcards: {suffix: ip}, silent: suffix, addrs: [ip], cert, key}`.
  */
 import { createSocket } from 'node:dgram';
 import { readFileSync } from 'node:fs';
@@ -17,6 +19,7 @@ const cfg = JSON.parse(process.argv[2]) as {
   dns: string;
   records: Record<string, string>;
   wildcards: Record<string, string>;
+  silent: string;
   addrs: string[];
   cert: string;
   key: string;
@@ -29,6 +32,7 @@ function lookup(name: string): string | undefined {
   return undefined;
 }
 
+let silentSeen = false;
 const dns = createSocket('udp4');
 dns.on('message', (msg, rinfo) => {
   let q: dnsPacket.Packet;
@@ -40,10 +44,15 @@ dns.on('message', (msg, rinfo) => {
   const question = q.questions?.[0];
   if (!question) return;
   const name = question.name.toLowerCase().replace(/\.$/, '');
+  if (name.endsWith(`.${cfg.silent}`)) {
+    if (!silentSeen) log({ dns: name, type: question.type, from: rinfo.address });
+    silentSeen = true;
+    return;
+  }
   log({ dns: name, type: question.type, from: rinfo.address });
   const ip = lookup(name);
   const answers: dnsPacket.Answer[] =
-    ip && question.type === 'A' ? [{ type: 'A', name: question.name, ttl: 60, class: 'IN', data: ip }] : [];
+    ip && question.type === 'A' ? [{ type: 'A', name: question.name, ttl: 600, class: 'IN', data: ip }] : [];
   const out = dnsPacket.encode({
     type: 'response',
     id: q.id,

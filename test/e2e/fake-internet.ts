@@ -11,6 +11,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
+import { CLOUD_HOST_SERVICES_IPV4 } from '../../packages/server/src/runtime/local/network/rules.js';
 
 const ROOT = resolve(import.meta.dirname, '../..');
 const sh = (cmd: string, args: string[], input?: string) =>
@@ -30,6 +31,13 @@ export const NET = {
   /** Servers that must never be reached from a sandbox: metadata, a private address. */
   metadata: '169.254.169.254',
   private: '172.16.5.5',
+  /**
+   * Every cloud metadata and host-agent IPv4 address sandboxd lists (rules.ts
+   * `CLOUD_HOST_SERVICES`), each served here and named `cloud<i>.fake.test` by its DNS.
+   */
+  cloud: CLOUD_HOST_SERVICES_IPV4.map((ip, i) => ({ ip, name: `cloud${i}.fake.test` })),
+  /** Names under it are asked upstream and never answered (a resolver's pending queries). */
+  silent: 'silent.fake.test',
 };
 
 export interface FakeInternet {
@@ -79,7 +87,18 @@ export async function startFakeInternet(n: number): Promise<FakeInternet> {
     },
   };
   try {
-    const addrs = [NET.dns, NET.allowed.ip, NET.denied.ip, NET.wild.ip, NET.cidr.ip, NET.metadata, NET.private];
+    const addrs = [
+      ...new Set([
+        NET.dns,
+        NET.allowed.ip,
+        NET.denied.ip,
+        NET.wild.ip,
+        NET.cidr.ip,
+        NET.metadata,
+        NET.private,
+        ...NET.cloud.map((c) => c.ip),
+      ]),
+    ];
     sh('ip', ['netns', 'add', netns]);
     sh(
       'ip',
@@ -129,8 +148,10 @@ export async function startFakeInternet(n: number): Promise<FakeInternet> {
         [NET.allowed.name]: NET.allowed.ip,
         [NET.denied.name]: NET.denied.ip,
         [NET.rebind.name]: NET.rebind.ip,
+        ...Object.fromEntries(NET.cloud.map((c) => [c.name, c.ip])),
       },
       wildcards: { [NET.wild.suffix]: NET.wild.ip },
+      silent: NET.silent,
       addrs: addrs.filter((a) => a !== NET.dns),
       cert: join(dir, 'cert.pem'),
       key: join(dir, 'key.pem'),

@@ -57,7 +57,7 @@ describe('loadConfig', () => {
     assert.throws(() => loadConfig({ SANDBOXD_BOOTSTRAP_API_KEY: 'short' }), ConfigError);
   });
 
-  it('SANDBOXD_EGRESS (nat is the old name of internet), _VIA, _DNS; plan egress levels', () => {
+  it('SANDBOXD_EGRESS (nat is the old name of internet), _VIA, _DNS, the per-sandbox shares; plan egress levels', () => {
     assert.equal(loadConfig({}).egress, 'none');
     assert.equal(loadConfig({ SANDBOXD_EGRESS: 'internet' }).egress, 'internet');
     assert.equal(loadConfig({ SANDBOXD_EGRESS: 'nat' }).egress, 'internet');
@@ -72,6 +72,22 @@ describe('loadConfig', () => {
     ]);
     assert.throws(() => loadConfig({ SANDBOXD_EGRESS_DNS: 'dns.example' }), /SANDBOXD_EGRESS_DNS/);
     assert.throws(() => loadConfig({ SANDBOXD_EGRESS_DNS: '1.1.1.1:0' }), /SANDBOXD_EGRESS_DNS/);
+    const d = loadConfig({});
+    assert.deepEqual(
+      [d.egressDnsPendingPerSandbox, d.egressProxyConnectionsPerSandbox, d.egressProxyIdleTimeoutMs],
+      [64, 512, 600_000],
+    );
+    const share = loadConfig({
+      SANDBOXD_EGRESS_DNS_PENDING_PER_SANDBOX: '8',
+      SANDBOXD_EGRESS_PROXY_CONNECTIONS_PER_SANDBOX: '16',
+      SANDBOXD_EGRESS_PROXY_IDLE_TIMEOUT_MS: '30000',
+    });
+    assert.deepEqual(
+      [share.egressDnsPendingPerSandbox, share.egressProxyConnectionsPerSandbox, share.egressProxyIdleTimeoutMs],
+      [8, 16, 30_000],
+    );
+    assert.throws(() => loadConfig({ SANDBOXD_EGRESS_DNS_PENDING_PER_SANDBOX: '0' }), /PENDING_PER_SANDBOX/);
+    assert.throws(() => loadConfig({ SANDBOXD_EGRESS_PROXY_IDLE_TIMEOUT_MS: '10m' }), /IDLE_TIMEOUT_MS/);
     const c = loadConfig({}, { plans: { LOW: { ...DEFAULT_PLANS.FREE, egress: 'allow' } } });
     assert.deepEqual([c.plans.FREE.egress, c.plans.PRO.egress, c.plans.LOW.egress], ['internet', 'internet', 'allow']);
     assert.throws(

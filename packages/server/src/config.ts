@@ -66,6 +66,17 @@ export interface Config {
    * unset: the nameservers of the host's /etc/resolv.conf.
    */
   egressDns?: { host: string; port: number }[];
+  /**
+   * Each sandbox's share of the egress services (docs/runtime.md, Egress by rule):
+   * `SANDBOXD_EGRESS_DNS_PENDING_PER_SANDBOX` (default 64): its queries waiting for upstream
+   * at once, past them REFUSED; `SANDBOXD_EGRESS_PROXY_CONNECTIONS_PER_SANDBOX` (default
+   * 512): its proxied connections at once, past them closed;
+   * `SANDBOXD_EGRESS_PROXY_IDLE_TIMEOUT_MS` (default 600000): a relayed connection with no
+   * byte either way for that long is closed.
+   */
+  egressDnsPendingPerSandbox: number;
+  egressProxyConnectionsPerSandbox: number;
+  egressProxyIdleTimeoutMs: number;
   runtime: 'local' | 'fake';
   /** Local runtime: host bridge name (<= 15 chars) and the IPv4 subnet sandboxes get addresses from. */
   bridge: string;
@@ -208,6 +219,24 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
     egress: pick('egress', 'SANDBOXD_EGRESS', parseEgress, 'none'),
     egressVia: pick<string | undefined>('egressVia', 'SANDBOXD_EGRESS_VIA', parseEgressVia, undefined),
     egressDns: pick<Config['egressDns']>('egressDns', 'SANDBOXD_EGRESS_DNS', parseEgressDns, undefined),
+    egressDnsPendingPerSandbox: pick(
+      'egressDnsPendingPerSandbox',
+      'SANDBOXD_EGRESS_DNS_PENDING_PER_SANDBOX',
+      int('SANDBOXD_EGRESS_DNS_PENDING_PER_SANDBOX', 1, 4096),
+      64,
+    ),
+    egressProxyConnectionsPerSandbox: pick(
+      'egressProxyConnectionsPerSandbox',
+      'SANDBOXD_EGRESS_PROXY_CONNECTIONS_PER_SANDBOX',
+      int('SANDBOXD_EGRESS_PROXY_CONNECTIONS_PER_SANDBOX', 1, 8192),
+      512,
+    ),
+    egressProxyIdleTimeoutMs: pick(
+      'egressProxyIdleTimeoutMs',
+      'SANDBOXD_EGRESS_PROXY_IDLE_TIMEOUT_MS',
+      int('SANDBOXD_EGRESS_PROXY_IDLE_TIMEOUT_MS', 1000, 2 ** 31 - 1),
+      600_000,
+    ),
     runtime: pick('runtime', 'SANDBOXD_RUNTIME', oneOf('SANDBOXD_RUNTIME', ['local', 'fake'] as const), 'local'),
     bridge: pick('bridge', 'SANDBOXD_BRIDGE', String, 'sbx0'),
     subnet: pick('subnet', 'SANDBOXD_SUBNET', String, '10.89.0.0/16'),

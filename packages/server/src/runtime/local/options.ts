@@ -3,6 +3,7 @@ import type { ResourceLimits } from '../driver.js';
 import type { OciRuntimeName } from './commands/oci-runtime.js';
 import type { WarmEntry } from './pools/warm.js';
 import type { Upstream } from './network/dns.js';
+import type { NetworkOptions } from './network/manager.js';
 
 /** Options of the local driver; only the folders are required. */
 export interface LocalDriverOptions {
@@ -22,6 +23,8 @@ export interface LocalDriverOptions {
   egressVia?: string;
   /** Upstream resolvers of the sandboxes' resolver (`SANDBOXD_EGRESS_DNS`); default the host's resolv.conf. */
   egressDns?: Upstream[];
+  /** Each sandbox's share of the egress services (config `egress*PerSandbox`, `egressProxyIdleTimeoutMs`). */
+  egressShare?: NetworkOptions['share'];
   /** First host uid handed to sandboxes; each gets 65536 from there. Default 100000. */
   uidRangeStart?: number;
   /** Name of the cgroup folder that holds every sandbox's cgroup. Default `sandboxd-<key>`. */
@@ -48,10 +51,16 @@ export interface LocalDriverOptions {
 export type ResolvedOptions = Required<
   Omit<
     LocalDriverOptions,
-    'registryCredentials' | 'insecureRegistries' | 'ociRuntime' | 'holdLeftovers' | 'egressVia' | 'egressDns'
+    | 'registryCredentials'
+    | 'insecureRegistries'
+    | 'ociRuntime'
+    | 'holdLeftovers'
+    | 'egressVia'
+    | 'egressDns'
+    | 'egressShare'
   >
 > &
-  Pick<LocalDriverOptions, 'holdLeftovers' | 'egressVia' | 'egressDns'>;
+  Pick<LocalDriverOptions, 'holdLeftovers' | 'egressVia' | 'egressDns' | 'egressShare'>;
 
 /** `opts` over the defaults, for the instance of key `key`. */
 export function withDefaults(opts: LocalDriverOptions, key: string): ResolvedOptions {
@@ -81,6 +90,11 @@ export function localDriverOptions(config: Readonly<Config>): LocalDriverOptions
     subnet: config.subnet,
     egressVia: config.egressVia,
     egressDns: config.egressDns?.map((u) => ({ ...u })),
+    egressShare: {
+      dnsPendingPerSandbox: config.egressDnsPendingPerSandbox,
+      proxyConnectionsPerSandbox: config.egressProxyConnectionsPerSandbox,
+      proxyIdleTimeoutMs: config.egressProxyIdleTimeoutMs,
+    },
     uidRangeStart: config.uidRangeStart,
     cgroupParent: config.cgroupParent,
     ociRuntime: config.ociRuntime,

@@ -43,7 +43,13 @@ export function makeParts(opts: LocalDriverOptions, o: ResolvedOptions, key: str
       useAgent: o.execAgent !== false,
       cgroupProcs: (id) => cgroupProcs(o.cgroupParent, id),
     }),
-    network: new NetworkManager({ bridge: o.bridge, subnet: o.subnet, via: o.egressVia, dnsUpstream: o.egressDns }),
+    network: new NetworkManager({
+      bridge: o.bridge,
+      subnet: o.subnet,
+      via: o.egressVia,
+      dnsUpstream: o.egressDns,
+      share: o.egressShare,
+    }),
     roots: new RootfsManager({ dir: join(opts.dataDir, 'roots') }),
     volumes: new VolumeStore({ dir: join(opts.dataDir, 'volumes') }),
     bundles: new BundleWriter({

@@ -177,3 +177,113 @@ describe('the sandboxes resolver', () => {
     spoof.close();
   });
 });
+
+describe('the sandboxes resolver: each sandbox has its share', () => {
+  // An upstream that answers `ok.test` at once and holds every `hold*.test` until released.
+  let sock: Socket;
+  let releaseHeld: () => void = () => {};
+  const held = new Promise<void>((r) => {
+    releaseHeld = r;
+  });
+  let resolver: EgressResolver;
+  let tcp = 0;
+  const NOISY = '10.0.1.5';
+  const modes: Record<string, 'internet' | 'allow'> = {
+    [NOISY]: 'internet',
+    '10.0.1.6': 'allow',
+    '10.0.1.7': 'internet',
+    '127.0.0.9': 'internet',
+    '127.0.0.10': 'internet',
+  };
+
+  before(async () => {
+    sock = createSocket('udp4');
+    sock.on('message', async (msg, r) => {
+      const q = decode(msg);
+      const name = q.questions![0].name.toLowerCase();
+      if (name.startsWith('hold')) await held;
+      const ok = name === 'ok.test' || name.startsWith('hold');
+      sock.send(
+        dnsPacket.encode({
+          type: 'response',
+          id: q.id,
+          flags: dnsPacket.RECURSION_DESIRED | dnsPacket.RECURSION_AVAILABLE | (ok ? 0 : 3),
+          questions: q.questions,
+          answers: ok ? [{ type: 'A' as const, name, ttl: 300, class: 'IN' as const, data: '198.51.100.9' }] : [],
+        }),
+        r.port,
+        r.address,
+      );
+    });
+    await new Promise<void>((r) => sock.bind(0, '127.0.0.1', () => r()));
+    resolver = new EgressResolver({
+      gateway: '127.0.0.1',
+      upstream: [{ host: '127.0.0.1', port: sock.address().port }],
+      upstreamTimeoutMs: 60_000,
+      maxPendingPerSandbox: 8,
+      policy: {
+        modeOf: (a) => modes[a] ?? 'none',
+        allowsName: () => true,
+        record: async () => {},
+      },
+    });
+    tcp = (await resolver.listen()).tcp;
+  });
+  after(() => {
+    releaseHeld();
+    resolver.close();
+    sock.close();
+  });
+
+  it('a sandbox flooding it with queries upstream holds back is refused past its share; its neighbours are answered', async () => {
+    // 4,096 queries at once (the resolver's global bound) that upstream does not answer.
+    const noisy: string[] = [];
+    const flood = Array.from({ length: 4096 }, (_, i) =>
+      resolver.answer(query(`hold${i}.test`, 'A', i), NOISY).then((b) => noisy.push(decode(b!).rcode)),
+    );
+    for (const from of ['10.0.1.6', '10.0.1.7']) {
+      const r = decode((await resolver.answer(query('ok.test'), from))!);
+      assert.deepEqual([from, r.rcode, r.answers?.length], [from, 'NOERROR', 1], 'a neighbour starved');
+    }
+    assert.deepEqual(
+      (await resolver.lookup('ok.test', '10.0.1.6'))?.addrs,
+      ['198.51.100.9'],
+      "a neighbour's proxy lookup",
+    );
+    // The noisy one: all but its share refused at once; its lookups too while the share is used up.
+    for (let i = 0; i < 100 && noisy.length < 4096 - 8; i++) await new Promise((r) => setTimeout(r, 20));
+    assert.equal(noisy.length, 4096 - 8);
+    assert.deepEqual([...new Set(noisy)], ['REFUSED']);
+    assert.equal(await resolver.lookup('ok.test', NOISY), null);
+    assert.equal(decode((await resolver.answer(query('ok.test'), NOISY))!).rcode, 'REFUSED');
+    // Once upstream answers, the share is free again.
+    releaseHeld();
+    await Promise.all(flood);
+    assert.equal(noisy.filter((c) => c === 'NOERROR').length, 8);
+    const again = decode((await resolver.answer(query('ok.test'), NOISY))!);
+    assert.deepEqual([again.rcode, again.answers?.length], ['NOERROR', 1]);
+  });
+
+  it('a sandbox holding 16 TCP connections gets no 17th; another one still connects', async () => {
+    const open = (from: string) =>
+      new Promise<import('node:net').Socket>((res, rej) => {
+        const c = connect({ host: '127.0.0.1', port: tcp, localAddress: from });
+        c.once('connect', () => res(c)).once('error', rej);
+      });
+    const closed = (c: import('node:net').Socket) =>
+      new Promise<boolean>((res) => {
+        if (c.destroyed || c.readableEnded) return res(true);
+        c.once('close', () => res(true)).once('end', () => res(true));
+        setTimeout(() => res(false), 5000).unref();
+      });
+    const mine = await Promise.all(Array.from({ length: 16 }, () => open('127.0.0.9')));
+    const extra = await open('127.0.0.9');
+    assert.equal(await closed(extra), true, 'a 17th connection was kept');
+    const other = await open('127.0.0.10');
+    const frame = (m: Buffer) => Buffer.concat([Buffer.from([m.length >> 8, m.length & 255]), m]);
+    other.write(frame(query('ok.test', 'A', 7)));
+    const got = await new Promise<Buffer>((r) => other.once('data', r));
+    assert.equal(decode(got.subarray(2)).rcode, 'NOERROR');
+    for (const c of [...mine, extra, other]) c.destroy();
+  });
+});

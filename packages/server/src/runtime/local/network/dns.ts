@@ -21,7 +21,12 @@ export interface ResolverPolicy {
 const RCODE = { NOERROR: 0, FORMERR: 1, SERVFAIL: 2, NXDOMAIN: 3, REFUSED: 5 } as const;
 const RD_RA = dnsPacket.RECURSION_DESIRED | dnsPacket.RECURSION_AVAILABLE;
 const UPSTREAM_TIMEOUT_MS = 2000;
+/** Queries waiting for upstream at once, of all sandboxes (a backstop: each sandbox has its share). */
 const MAX_PENDING = 4096;
+/** Queries of one sandbox waiting for upstream at once, by default (`SANDBOXD_EGRESS_DNS_PENDING_PER_SANDBOX`). */
+export const DNS_PENDING_PER_SANDBOX = 64;
+/** DNS-over-TCP connections of one sandbox at once (each answers its queries in turn). */
+const TCP_PER_SANDBOX = 16;
 const TCP_IDLE_MS = 10_000;
 
 /** `name` as rules see it: lowercase, without the trailing dot. */
@@ -39,6 +44,12 @@ export function canonicalName(name: string): string {
  * recorded with their TTL before the answer is sent. AAAA of allowed names answer empty
  * (sandboxes have no IPv6). Garbage is dropped; a reply is only taken from the upstream it
  * was sent to, with the query's id and question.
+ *
+ * Fair share: each sandbox has at most `maxPendingPerSandbox` queries waiting for upstream
+ * (its proxy lookups included) and {@link TCP_PER_SANDBOX} TCP connections; past them its
+ * queries get REFUSED (its connections are closed) at once, while every other sandbox's go
+ * on. The global bound ({@link MAX_PENDING}) is only reached by that many sandboxes at
+ * their share at once.
  */
 export class EgressResolver {
   #udp: Socket | undefined;
@@ -49,6 +60,8 @@ export class EgressResolver {
     { resolve: (b: Buffer | null) => void; to: Upstream; sent: Buffer; timer: NodeJS.Timeout }
   >();
   readonly #tcpConns = new Set<TcpSocket>();
+  /** Per sandbox address: its queries waiting for upstream, its TCP connections. */
+  readonly #share = new Map<string, { pending: number; tcp: number }>();
 
   constructor(
     private readonly o: {
@@ -57,6 +70,10 @@ export class EgressResolver {
       policy: ResolverPolicy;
       /** How long each upstream gets to answer (default 2000). */
       upstreamTimeoutMs?: number;
+      /** Queries of one sandbox waiting for upstream at once (default {@link DNS_PENDING_PER_SANDBOX}). */
+      maxPendingPerSandbox?: number;
+      /** Tests: queries waiting for upstream in all (default {@link MAX_PENDING}). */
+      maxPending?: number;
     },
   ) {}
 
@@ -116,28 +133,62 @@ export class EgressResolver {
     if (!question || (q.flags ?? 0) & 0x7800 /* opcode */) return reply(q, RCODE.FORMERR);
     const mode = this.o.policy.modeOf(from);
     if (mode === 'none') return reply(q, RCODE.REFUSED);
-    if (mode === 'internet') return (await this.#forward(msg, q.id)) ?? reply(q, RCODE.SERVFAIL);
     const name = canonicalName(question.name);
-    if (!this.o.policy.allowsName(from, name)) return reply(q, RCODE.NXDOMAIN);
-    if (question.type === 'AAAA') return reply(q, RCODE.NOERROR);
-    const raw = await this.#forward(msg, q.id);
-    if (!raw) return reply(q, RCODE.SERVFAIL);
-    const a = answersOf(raw);
-    if (a?.addrs.length) {
-      try {
-        await this.o.policy.record(from, name, a.addrs, a.ttlS);
-      } catch {
-        return reply(q, RCODE.SERVFAIL);
-      }
+    if (mode === 'allow') {
+      if (!this.o.policy.allowsName(from, name)) return reply(q, RCODE.NXDOMAIN);
+      if (question.type === 'AAAA') return reply(q, RCODE.NOERROR);
     }
-    return raw;
+    // From here the query waits for upstream: within the sandbox's share, else REFUSED.
+    if (!this.#take(from, 'pending')) return reply(q, RCODE.REFUSED);
+    try {
+      const raw = await this.#forward(msg, q.id);
+      if (!raw) return reply(q, RCODE.SERVFAIL);
+      if (mode === 'internet') return raw;
+      const a = answersOf(raw);
+      if (a?.addrs.length) {
+        try {
+          await this.o.policy.record(from, name, a.addrs, a.ttlS);
+        } catch {
+          return reply(q, RCODE.SERVFAIL);
+        }
+      }
+      return raw;
+    } finally {
+      this.#give(from, 'pending');
+    }
+  }
+
+  /** Takes one of `from`'s share of `kind`; false when it has none left. */
+  #take(from: string, kind: 'pending' | 'tcp'): boolean {
+    const s = this.#share.get(from) ?? { pending: 0, tcp: 0 };
+    const max = kind === 'pending' ? (this.o.maxPendingPerSandbox ?? DNS_PENDING_PER_SANDBOX) : TCP_PER_SANDBOX;
+    if (s[kind] >= max) return false;
+    s[kind]++;
+    this.#share.set(from, s);
+    return true;
+  }
+
+  #give(from: string, kind: 'pending' | 'tcp'): void {
+    const s = this.#share.get(from);
+    if (!s) return;
+    s[kind]--;
+    if (s.pending <= 0 && s.tcp <= 0) this.#share.delete(from);
   }
 
   /**
    * The A records of `name` from the upstream resolvers, as the sandbox's own query would
    * get them (for the proxy, when the sandbox connected without asking sandboxd first).
+   * With `forAddress`, the lookup counts in that sandbox's share (null past it).
    */
-  async lookup(name: string): Promise<{ addrs: string[]; ttlS: number } | null> {
+  async lookup(name: string, forAddress?: string): Promise<{ addrs: string[]; ttlS: number } | null> {
+    if (forAddress !== undefined) {
+      if (!this.#take(forAddress, 'pending')) return null;
+      try {
+        return await this.lookup(name);
+      } finally {
+        this.#give(forAddress, 'pending');
+      }
+    }
     const id = randomInt(65536);
     const msg = dnsPacket.encode({
       type: 'query',
@@ -152,7 +203,7 @@ export class EgressResolver {
   /** Sends `msg` to each upstream in turn until one answers; the answer carries `id` again. */
   async #forward(msg: Buffer, id: number): Promise<Buffer | null> {
     const up = this.#up;
-    if (!up || this.#pending.size >= MAX_PENDING) return null;
+    if (!up || this.#pending.size >= (this.o.maxPending ?? MAX_PENDING)) return null;
     for (const to of this.o.upstream) {
       let ours = randomInt(65536);
       for (let i = 0; i < 8 && this.#pending.has(ours); i++) ours = randomInt(65536);
@@ -194,9 +245,11 @@ export class EgressResolver {
   /** DNS over TCP: 2-byte length, then the message; answered in order. */
   #onTcp(s: TcpSocket): void {
     const from = (s.remoteAddress ?? '').replace(/^::ffff:/, '');
+    s.on('error', () => {});
+    if (!this.#take(from, 'tcp')) return void s.destroy();
+    s.once('close', () => this.#give(from, 'tcp'));
     this.#tcpConns.add(s);
     s.setTimeout(TCP_IDLE_MS, () => s.destroy());
-    s.on('error', () => {});
     s.on('close', () => this.#tcpConns.delete(s));
     let buf = Buffer.alloc(0);
     let chain = Promise.resolve();

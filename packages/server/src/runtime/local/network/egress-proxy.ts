@@ -15,9 +15,12 @@ export interface ProxyPolicy {
 
 const FIRST_BYTES_MS = 10_000;
 const CONNECT_MS = 10_000;
-/** Connections at once, in all and per sandbox: past them new ones are closed at once. */
+/** Sockets at once, in all (a relayed connection holds two): past it new connections are closed at once. */
 const MAX_CONNECTIONS = 8192;
-const MAX_PER_SANDBOX = 512;
+/** Connections of one sandbox at once, by default (`SANDBOXD_EGRESS_PROXY_CONNECTIONS_PER_SANDBOX`). */
+export const PROXY_CONNECTIONS_PER_SANDBOX = 512;
+/** A relayed connection with no byte either way for this long is closed, by default (`SANDBOXD_EGRESS_PROXY_IDLE_TIMEOUT_MS`). */
+export const PROXY_IDLE_TIMEOUT_MS = 600_000;
 /** TLS alert: fatal, handshake_failure. */
 const TLS_REFUSAL = Buffer.from([0x15, 0x03, 0x01, 0x00, 0x02, 0x02, 0x28]);
 
@@ -28,14 +31,27 @@ const TLS_REFUSAL = Buffer.from([0x15, 0x03, 0x01, 0x00, 0x02, 0x02, 0x28]);
  * and connects, from the gateway address (so through the egress path), to an address that
  * name resolved to for that sandbox: never to the address the sandbox chose. No name, a
  * denied name, or an unparsable start: refused (HTTP 403, a TLS handshake_failure alert).
- * Then bytes are relayed as they are (TLS is not terminated).
+ * Then bytes are relayed as they are (TLS is not terminated), until either side closes or
+ * no byte passed either way for `idleTimeoutMs`.
+ *
+ * Fair share: a sandbox has at most `maxPerSandbox` connections at once (waiting for their
+ * first bytes or relayed); past it its new ones are closed at once, and no other sandbox's.
  */
 export class EgressProxy {
   #servers: Server[] = [];
   readonly #conns = new Set<Socket>();
   readonly #perSandbox = new Map<string, number>();
 
-  constructor(private readonly o: { gateway: string; policy: ProxyPolicy }) {}
+  constructor(
+    private readonly o: {
+      gateway: string;
+      policy: ProxyPolicy;
+      /** Default {@link PROXY_CONNECTIONS_PER_SANDBOX}. */
+      maxPerSandbox?: number;
+      /** Default {@link PROXY_IDLE_TIMEOUT_MS}. */
+      idleTimeoutMs?: number;
+    },
+  ) {}
 
   /** Listens on the gateway address; resolves the ports of the HTTP and the TLS side. */
   async listen(): Promise<{ http: number; tls: number }> {
@@ -63,7 +79,8 @@ export class EgressProxy {
     const from = (s.remoteAddress ?? '').replace(/^::ffff:/, '');
     s.on('error', () => {});
     const count = this.#perSandbox.get(from) ?? 0;
-    if (!this.o.policy.isRuled(from) || this.#conns.size >= MAX_CONNECTIONS || count >= MAX_PER_SANDBOX) {
+    const max = this.o.maxPerSandbox ?? PROXY_CONNECTIONS_PER_SANDBOX;
+    if (!this.o.policy.isRuled(from) || this.#conns.size >= MAX_CONNECTIONS || count >= max) {
       s.destroy();
       return;
     }
@@ -113,8 +130,10 @@ export class EgressProxy {
     s.on('close', () => up.destroy());
     up.on('close', () => s.destroy());
     up.once('connect', () => {
-      up.setTimeout(0);
-      s.setTimeout(0);
+      // Any byte read or written on either socket restarts its timer: an idle tunnel goes.
+      const idle = this.o.idleTimeoutMs ?? PROXY_IDLE_TIMEOUT_MS;
+      up.setTimeout(idle, () => up.destroy());
+      s.setTimeout(idle, () => s.destroy());
       up.write(head);
       s.pipe(up);
       up.pipe(s);

@@ -18,8 +18,11 @@ import { EGRESS_SETS, type EgressPorts } from './rules.js';
 export const MIN_ANSWER_TTL_S = 10;
 /** The longest, whatever its TTL. */
 export const MAX_ANSWER_TTL_S = 86_400;
-/** Most names whose answers one sandbox keeps at once (the oldest go first). */
-const MAX_NAMES_PER_SANDBOX = 1024;
+/**
+ * Most names whose answers one sandbox keeps at once: past it the oldest name goes, and with
+ * it the addresses no other kept name holds (they leave the nft set at once).
+ */
+export const MAX_NAMES_PER_SANDBOX = 1024;
 
 /** One sandbox's egress as the gate holds it. */
 interface Policy {
@@ -28,7 +31,13 @@ interface Policy {
   rules: EgressRule[];
   /** CIDR rules merged, as nft elements `a.b.c.d/n`. */
   nets: string[];
-  /** Names answered (allowed at the time): their addresses and until when (epoch ms). */
+  /**
+   * Names answered (allowed at the time): their addresses and until when (epoch ms), oldest
+   * first. The `egress_resolved` elements of this sandbox are exactly the addresses of its
+   * names still valid, each with the latest `until` among the names that hold it: every
+   * change of this map queues the nft commands that make the set follow, before anything
+   * else can change it (see {@link EgressGate.apply} and `#record`).
+   */
   names: Map<string, { addrs: string[]; until: number }>;
 }
 
@@ -42,6 +51,14 @@ export interface EgressGateOptions {
   blocked: Prefix[];
   /** Upstream resolvers; default the host's /etc/resolv.conf IPv4 nameservers. */
   upstream?: Upstream[];
+  /** Tests: {@link MAX_NAMES_PER_SANDBOX} by default. */
+  maxNamesPerSandbox?: number;
+  /** Queries of one sandbox waiting for upstream at once (past it: REFUSED). Default 64. */
+  dnsPendingPerSandbox?: number;
+  /** Proxied connections of one sandbox at once (past it: closed). Default 512. */
+  proxyConnectionsPerSandbox?: number;
+  /** A relayed proxy connection with no byte either way for this long is closed. Default 600000 (10 min). */
+  proxyIdleTimeoutMs?: number;
 }
 
 /**
@@ -66,6 +83,7 @@ export class EgressGate {
     this.#resolver = new EgressResolver({
       gateway: o.gateway,
       upstream,
+      maxPendingPerSandbox: o.dnsPendingPerSandbox,
       policy: {
         modeOf: (a) => this.#byAddr.get(a)?.mode ?? 'none',
         allowsName: (a, n) => this.allowsName(a, n),
@@ -74,6 +92,8 @@ export class EgressGate {
     });
     this.#proxy = new EgressProxy({
       gateway: o.gateway,
+      maxPerSandbox: o.proxyConnectionsPerSandbox,
+      idleTimeoutMs: o.proxyIdleTimeoutMs,
       policy: {
         isRuled: (a) => this.#byAddr.get(a)?.mode === 'allow',
         allowsName: (a, n) => this.allowsName(a, n),
@@ -106,8 +126,9 @@ export class EgressGate {
    * Gives sandbox `id` at `address` the egress `egress` (rules already valid: see
    * `parseEgressRule`), replacing what it had, in one nft transaction: from the moment this
    * resolves, new connections follow it (those already open stay). Addresses answered for
-   * names the new rules no longer allow are dropped. Throws `validation` on a bad rule,
-   * `internal` when nft fails (then nothing changed).
+   * names the new rules no longer allow are dropped (but those a still-allowed name holds
+   * too). Answers recorded while it runs are checked against the new rules. Throws
+   * `validation` on a bad rule, `internal` when nft fails (then the old egress stands).
    */
   async apply(id: string, address: string, egress: Egress | undefined): Promise<void> {
     const next = compile(id, egress ?? 'none');
@@ -123,20 +144,60 @@ export class EgressGate {
     if (next.mode === 'allow') add(EGRESS_SETS.ruled, address);
     for (const n of prev?.nets ?? []) if (!next.nets.includes(n)) del(EGRESS_SETS.nets, `${address} . ${n}`);
     for (const n of next.nets) add(EGRESS_SETS.nets, `${address} . ${n}`);
-    // Answers stay for the names the new rules still allow.
+    // Answers stay for the names the new rules still allow; every address of the old ones
+    // is put right (gone, or with the timeout of the names that still hold it).
     const now = Date.now();
     for (const [name, ans] of prev?.names ?? []) {
       if (ans.until > now && next.mode === 'allow' && next.rules.some((r) => ruleAllowsName(r, name))) {
         next.names.set(name, ans);
       }
     }
-    const kept = new Set([...next.names.values()].flatMap((a) => a.addrs));
-    for (const ans of prev?.names.values() ?? [])
-      for (const a of ans.addrs) if (!kept.has(a)) del(EGRESS_SETS.resolved, `${address} . ${a}`);
+    const touched = new Set([...(prev?.names.values() ?? [])].flatMap((a) => a.addrs));
+    lines.push(...this.#resolvedLines(address, next, touched, now));
     if (next.mode !== 'none') this.#forwardOn();
-    await this.#nft.run(lines);
-    if (next.mode === 'none') this.#byAddr.delete(address);
-    else this.#byAddr.set(address, next);
+    // The map changes now, with its commands queued (batches run in order): an answer
+    // recorded from here on is checked against the new rules, and its commands run after.
+    this.#setPolicy(address, next);
+    try {
+      await this.#nft.run(lines);
+    } catch (e) {
+      if (this.#byAddr.get(address) === next || (next.mode === 'none' && !this.#byAddr.has(address))) {
+        // The kernel kept the old egress: so does the map. Answers recorded meanwhile under
+        // the new rules leave the set again (best effort: nft just failed).
+        this.#setPolicy(address, prev);
+        const since = [...next.names].filter(([n, a]) => prev?.names.get(n) !== a).flatMap(([, a]) => a.addrs);
+        await this.#nft.run(this.#resolvedLines(address, prev, new Set(since), Date.now())).catch(() => {});
+      }
+      throw e;
+    }
+  }
+
+  #setPolicy(address: string, p: Policy | undefined): void {
+    if (!p || p.mode === 'none') this.#byAddr.delete(address);
+    else this.#byAddr.set(address, p);
+  }
+
+  /**
+   * The nft commands that make the `egress_resolved` elements of `address` for `addrs` what
+   * `p`'s names say now: an address a valid name holds gets the latest `until` of those names
+   * as timeout; any other is deleted (add then delete: no error when it is not there).
+   */
+  #resolvedLines(address: string, p: Policy | undefined, addrs: Set<string>, now: number): string[] {
+    if (addrs.size === 0) return [];
+    const until = new Map<string, number>();
+    for (const ans of p?.names.values() ?? []) {
+      if (ans.until <= now) continue;
+      for (const a of ans.addrs) if (addrs.has(a) && (until.get(a) ?? 0) < ans.until) until.set(a, ans.until);
+    }
+    const set = `inet ${this.#o.table} ${EGRESS_SETS.resolved}`;
+    return [...addrs].flatMap((a) => {
+      const elem = `${address} . ${a}`;
+      const u = until.get(a);
+      if (u === undefined) return [`add element ${set} { ${elem} }`, `delete element ${set} { ${elem} }`];
+      // add, delete, add: the element gets this timeout even if it was there already.
+      const timed = `{ ${elem} timeout ${Math.max(1, Math.ceil((u - now) / 1000))}s }`;
+      return [`add element ${set} ${timed}`, `delete element ${set} { ${elem} }`, `add element ${set} ${timed}`];
+    });
   }
 
   /** Forgets whatever `address` may reach (its sandbox is gone or stopped); idempotent. */
@@ -176,48 +237,44 @@ export class EgressGate {
     return this.#o.blocked.some((p) => contains(p, n));
   }
 
+  /**
+   * Records an answer for `name` of the sandbox at `address` (when its rules allow the name
+   * now): the map first, then, queued at once, the nft commands that make the set follow:
+   * the answer's addresses, those the name held before and no longer does, and those of the
+   * oldest names dropped past {@link MAX_NAMES_PER_SANDBOX} (unless another name still holds
+   * them). Rejects when nft fails (the name is then forgotten again).
+   */
   async #record(address: string, name: string, addrs: string[], ttlS: number): Promise<void> {
     const p = this.#byAddr.get(address);
-    if (p?.mode !== 'allow') return;
+    if (p?.mode !== 'allow' || !this.allowsName(address, name)) return;
     const ttl = Math.min(MAX_ANSWER_TTL_S, Math.max(MIN_ANSWER_TTL_S, Math.floor(ttlS)));
     const usable = addrs.filter((a) => !this.isBlocked(a));
+    const now = Date.now();
     // The same answer again while more than half of its time is left: its elements stand.
     const had = p.names.get(name);
     if (
       had &&
       had.addrs.length === usable.length &&
       usable.every((a) => had.addrs.includes(a)) &&
-      had.until - Date.now() > (ttl * 1000) / 2
+      had.until - now > (ttl * 1000) / 2
     )
       return;
-    const t = this.#o.table;
-    // add, delete, add: the element gets this answer's timeout even if it was there already.
-    const lines = usable.flatMap((a) => {
-      const e = `{ ${address} . ${a} timeout ${ttl}s }`;
-      return [
-        `add element inet ${t} ${EGRESS_SETS.resolved} ${e}`,
-        `delete element inet ${t} ${EGRESS_SETS.resolved} { ${address} . ${a} }`,
-        `add element inet ${t} ${EGRESS_SETS.resolved} ${e}`,
-      ];
-    });
-    const until = Date.now() + ttl * 1000;
-    await this.#nft.run(lines);
-    if (this.#byAddr.get(address) !== p) {
-      // The sandbox's egress changed meanwhile: keep the elements only if the new one allows the name.
-      if (!this.allowsName(address, name)) {
-        await this.#nft.run(
-          usable.flatMap((a) => [
-            `add element inet ${t} ${EGRESS_SETS.resolved} { ${address} . ${a} }`,
-            `delete element inet ${t} ${EGRESS_SETS.resolved} { ${address} . ${a} }`,
-          ]),
-        );
-        return;
-      }
+    const entry = { addrs: usable, until: now + ttl * 1000 };
+    const touched = new Set([...usable, ...(had?.addrs ?? [])]);
+    p.names.delete(name);
+    p.names.set(name, entry);
+    const max = this.#o.maxNamesPerSandbox ?? MAX_NAMES_PER_SANDBOX;
+    for (const [old, ans] of p.names) {
+      if (p.names.size <= max) break;
+      p.names.delete(old);
+      for (const a of ans.addrs) touched.add(a);
     }
-    const current = this.#byAddr.get(address) ?? p;
-    current.names.delete(name);
-    current.names.set(name, { addrs: usable, until });
-    if (current.names.size > MAX_NAMES_PER_SANDBOX) current.names.delete(current.names.keys().next().value!);
+    try {
+      await this.#nft.run(this.#resolvedLines(address, p, touched, now));
+    } catch (e) {
+      if (p.names.get(name) === entry) p.names.delete(name);
+      throw e;
+    }
   }
 
   async #addressesFor(address: string, name: string): Promise<string[]> {
@@ -225,7 +282,7 @@ export class EgressGate {
     if (!p || !this.allowsName(address, name)) return [];
     const known = p.names.get(name);
     if (known && known.until > Date.now() && known.addrs.length) return known.addrs;
-    const got = await this.#resolver.lookup(name);
+    const got = await this.#resolver.lookup(name, address);
     if (!got) return [];
     await this.#record(address, name, got.addrs, got.ttlS);
     return got.addrs.filter((a) => !this.isBlocked(a));

@@ -22,7 +22,7 @@ import { mapLimit, runJson, runTool } from './exec.js';
 import { findRouteClash, hostNetworksBesides } from './host.js';
 import { blockedPrefixes, buildRuleset, nftTableName } from './rules.js';
 import type { Upstream } from './dns.js';
-import { EgressGate } from './egress.js';
+import { EgressGate, type EgressGateOptions } from './egress.js';
 import { AddressBook } from './addresses.js';
 import { instanceVeths, isInstanceVeth } from './sysfs.js';
 import { parseVia, viaRoutingScript, viaRuleDeletions, viaTable } from './via.js';
@@ -58,6 +58,8 @@ export interface NetworkOptions {
   via?: string;
   /** Upstream resolvers of the sandboxes' resolver; default the host's resolv.conf nameservers. */
   dnsUpstream?: Upstream[];
+  /** Each sandbox's share of the resolver and the proxy (see {@link EgressGateOptions}); default theirs. */
+  share?: Pick<EgressGateOptions, 'dnsPendingPerSandbox' | 'proxyConnectionsPerSandbox' | 'proxyIdleTimeoutMs'>;
 }
 
 /** One sandbox's network as it exists on the host. */
@@ -210,6 +212,7 @@ export class NetworkManager {
       gateway: this.#gateway,
       blocked: blockedPrefixes(hostNetworks),
       upstream: this.#opts.dnsUpstream,
+      ...this.#opts.share,
     });
     const ports = await this.#egress.start();
     await runTool('nft', ['-f', '-'], { input: ruleset(ports) });

@@ -54,12 +54,18 @@ export class NftBatcher {
     }
   }
 
+  /**
+   * Through the session, else (the session failed, or nft refused the batch there: a
+   * long-lived nft can refuse a transaction with "Device or resource busy" while other
+   * processes change the ruleset; seen with other nft users on the host) once through a
+   * fresh `nft -f -`, whose refusal is the answer.
+   */
   async #apply(lines: string[]): Promise<void> {
     if (this.session) {
       try {
         return await this.session.run(lines);
-      } catch (e) {
-        if ((e as Error).message.startsWith('nft:')) throw e; // nft refused the batch itself
+      } catch {
+        // below
       }
     }
     await runTool('nft', ['-f', '-'], { input: `${lines.join('\n')}\n` });

@@ -17,12 +17,66 @@ export const NON_PUBLIC_IPV4 = [
   '224.0.0.0/3',
 ];
 
+/** One address of a cloud's metadata or host-agent service. */
+export interface CloudHostService {
+  /** IPv4 or IPv6 address. */
+  address: string;
+  /** Whose and what it is. */
+  what: string;
+}
+
+/**
+ * Every cloud metadata and host-agent address we know of: what a sandbox must never reach,
+ * whatever its egress (`internet`, a CIDR rule covering it, the address itself as a rule, an
+ * allowed name resolving to it). The IPv4 ones are in {@link blockedPrefixes} (most already
+ * fall in {@link NON_PUBLIC_IPV4}: link-local, shared and IETF space; Azure's WireServer is a
+ * public address and is listed on its own); the IPv6 ones are never reached because every
+ * IPv6 packet of a sandbox is dropped (and IPv6 is off inside it). Metadata reached by a
+ * public name with a public, changing address (Equinix Metal's
+ * `metadata.platformequinix.com`) cannot be listed: see docs/runtime.md.
+ * Sources: each cloud's documentation of its instance metadata service (2026-12).
+ */
+export const CLOUD_HOST_SERVICES: readonly CloudHostService[] = [
+  {
+    address: '169.254.169.254',
+    what:
+      'instance metadata: AWS IMDS, GCP (metadata.google.internal), Azure IMDS, Oracle, OpenStack, ' +
+      'DigitalOcean, Hetzner, Huawei, IBM, Linode, Vultr, Exoscale, UpCloud',
+  },
+  { address: '169.254.169.253', what: 'AWS VPC DNS resolver (Route 53 Resolver)' },
+  { address: '169.254.169.123', what: 'AWS Time Sync' },
+  { address: '169.254.170.2', what: 'AWS ECS task metadata and credentials' },
+  { address: '169.254.170.23', what: 'AWS EKS Pod Identity agent (credentials)' },
+  { address: '169.254.0.23', what: 'Tencent Cloud metadata (metadata.tencentyun.com)' },
+  { address: '169.254.42.42', what: 'Scaleway metadata' },
+  { address: '168.63.129.16', what: 'Azure WireServer (host agent, DNS, health probes; a public address)' },
+  { address: '100.100.100.200', what: 'Alibaba Cloud metadata' },
+  { address: '192.0.0.192', what: 'Oracle Cloud metadata (legacy)' },
+  { address: 'fd00:ec2::254', what: 'AWS IMDS over IPv6' },
+  { address: 'fd00:ec2::253', what: 'AWS VPC DNS resolver over IPv6' },
+  { address: 'fd00:ec2::123', what: 'AWS Time Sync over IPv6' },
+  { address: 'fd00:ec2::23', what: 'AWS EKS Pod Identity agent over IPv6' },
+  { address: 'fd20:ce::254', what: 'GCP metadata over IPv6' },
+  { address: 'fd00:a9fe:a9fe::1', what: 'Linode (Akamai) metadata over IPv6' },
+  { address: 'fd00:42::42', what: 'Scaleway metadata over IPv6' },
+];
+
+/** The IPv4 addresses of {@link CLOUD_HOST_SERVICES}. */
+export const CLOUD_HOST_SERVICES_IPV4: readonly string[] = CLOUD_HOST_SERVICES.map((s) => s.address).filter((a) =>
+  /^\d+\.\d+\.\d+\.\d+$/.test(a),
+);
+
 /**
  * The one list of destinations no sandbox reaches (the forward chain drops them, and the
- * egress proxy refuses them): {@link NON_PUBLIC_IPV4} plus the host's other networks.
+ * egress proxy refuses them): {@link NON_PUBLIC_IPV4}, the IPv4 addresses of
+ * {@link CLOUD_HOST_SERVICES}, and the host's other networks.
  */
 export function blockedPrefixes(hostNetworks: Prefix[]): Prefix[] {
-  return mergePrefixes([...NON_PUBLIC_IPV4.map(parsePrefix), ...hostNetworks]);
+  return mergePrefixes([
+    ...NON_PUBLIC_IPV4.map(parsePrefix),
+    ...CLOUD_HOST_SERVICES_IPV4.map((a) => parsePrefix(`${a}/32`)),
+    ...hostNetworks,
+  ]);
 }
 
 /** Name of the nftables table (family inet) that holds every rule of one instance's network. */
