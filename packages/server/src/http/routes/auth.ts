@@ -35,19 +35,19 @@ export const authRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) =>
       config: { auth: 'none', errors: [400, 401, 429] },
     },
     async (req, reply) => {
-      // Throttled before the password is hashed: failures per email and per address.
+      // Throttled before the password is hashed: failures per email and per address. The
+      // attempt is reserved (counted) first, so parallel attempts cannot all pass the check.
       const email = req.body.email.trim().toLowerCase();
-      const ip = addressKey(req.ip);
-      const wait = await limits.loginWait(email, ip);
-      if (wait > 0) throw rateLimited('login', wait, limits);
+      const attempt = await limits.reserveLogin(email, addressKey(req.ip));
+      if ('wait' in attempt) throw rateLimited('login', attempt.wait, limits);
       let session: Awaited<ReturnType<typeof auth.login>>;
       try {
         session = await auth.login(req.body.email, req.body.password);
       } catch (e) {
-        await limits.loginFailed(email, ip);
+        await attempt.failed();
         throw e;
       }
-      await limits.loginSucceeded(email);
+      await attempt.succeeded();
       const { account, token } = session;
       setSession(reply, token);
       return { account: summary(account) };
