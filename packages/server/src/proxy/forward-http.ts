@@ -2,6 +2,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { downstreamHeaders, upstreamHeaders } from './headers.js';
 import { BodyDecoder, framingOf, MAX_HEAD_BYTES, parseResponseHead, type Framing, type ResponseHead } from './http1.js';
 import { ProxyError, sendError, timeoutError, upstreamError } from './reply.js';
+import { hostCookiesOnly } from './set-cookie.js';
 import type { ProxyTarget } from './targets.js';
 import type { UpstreamConn } from './upstream.js';
 
@@ -134,7 +135,7 @@ export function forwardHttp(req: IncomingMessage, res: ServerResponse, f: HttpFo
       res.writeHead(
         h.statusCode,
         h.statusMessage || undefined,
-        downstreamHeaders(h.rawHeaders, { dropLength: framing.kind === 'chunked' }),
+        hostCookiesOnly(downstreamHeaders(h.rawHeaders, { dropLength: framing.kind === 'chunked' }), req.headers.host),
       );
       phase = 'streaming';
       res.flushHeaders();
