@@ -37,8 +37,11 @@ export interface Browser {
   close(): Promise<void>;
 }
 
-/** Launches Chromium on a fresh --user-data-dir (removed by close()). */
-export async function launch(): Promise<Browser> {
+/**
+ * Launches Chromium on a fresh --user-data-dir (removed by close()). `ignoreHTTPSErrors`:
+ * accept the test's self-signed certificate (a server on TLS).
+ */
+export async function launch(o: { ignoreHTTPSErrors?: boolean } = {}): Promise<Browser> {
   const profile = mkdtempSync(join(tmpdir(), 'sandboxd-chromium-'));
   mkdirSync(SHOTS, { recursive: true });
   let context: BrowserContext;
@@ -49,6 +52,7 @@ export async function launch(): Promise<Browser> {
       args: FLAGS,
       viewport: DESKTOP,
       timeout: 60_000,
+      ignoreHTTPSErrors: o.ignoreHTTPSErrors ?? false,
     });
   } catch (e) {
     rmSync(profile, { recursive: true, force: true });

@@ -169,3 +169,44 @@ for (const store of ['memory', 'database'])
       );
     });
   });
+
+for (const store of ['memory', 'database'])
+  describe(`failed-login throttle under a parallel flood (${RUNTIME}, ${store} counters)`, { timeout: 180_000 }, () => {
+    const N = 50;
+    let s: Server;
+    let victim = '';
+    const login = (email: string, password: string) =>
+      s.api('POST', '/api/v1/auth/login', { key: null, body: { email, password } });
+    const tally = (rs: Array<{ status: number }>) => {
+      const m: Record<number, number> = {};
+      for (const r of rs) m[r.status] = (m[r.status] ?? 0) + 1;
+      return m;
+    };
+    before(async () => {
+      s = await startServer({
+        env: {
+          SANDBOXD_LOG_LEVEL: 'error',
+          SANDBOXD_RATE_LIMIT_STORE: store,
+          SANDBOXD_RATE_LIMIT_IP_PER_SEC: '1000',
+          SANDBOXD_RATE_LIMIT_IP_BURST: '1000',
+          SANDBOXD_RATE_LIMIT_LOGIN_FAILURES_PER_EMAIL: '3',
+          SANDBOXD_RATE_LIMIT_LOGIN_FAILURES_PER_IP: '10',
+        },
+      });
+      const v = await newAccount(s);
+      victim = (await s.api('GET', '/api/v1/account', { key: v.key })).body.email;
+    });
+    after(() => s?.stop());
+
+    it(`${N} parallel wrong passwords: the email's 3 reach the password check (401), the rest 429; then the address's 10`, async () => {
+      const one = await Promise.all(Array.from({ length: N }, (_, i) => login(victim, `wrong-${i}`)));
+      assert.deepEqual(tally(one), { 401: 3, 429: N - 3 });
+      for (const r of one.filter((x) => x.status === 429)) assert.equal(r.body.details.limit, 'login');
+      assert.equal((await login(victim, 'password123')).status, 429, 'the email is locked, right password or not');
+      // The address has 3 failures; over many emails, 7 more reach the check and no more.
+      const many = await Promise.all(
+        Array.from({ length: N }, (_, i) => login(`nobody-${i}@example.com`, 'whatever1')),
+      );
+      assert.deepEqual(tally(many), { 401: 7, 429: N - 7 });
+    });
+  });

@@ -2,6 +2,7 @@ import { SandboxdError } from '@sandboxd/protocol';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { AuthService, Principal } from '../services/auth.js';
 import { addressKey, type RateLimits, requestLimiter } from './rate-limit.js';
+import { sessionToken } from './session-cookie.js';
 
 /** Who may call a route: anyone, any account, or admins only (others get 404). */
 export type AuthLevel = 'none' | 'account' | 'admin';
@@ -17,11 +18,6 @@ declare module 'fastify' {
     principal: Principal | null;
   }
 }
-
-/** Name of the session cookie (set by /api/v1/auth/login, signup and the login link). */
-export const SESSION_COOKIE = 'sandboxd_session';
-
-const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
 
 /**
  * Authenticates every routed request before validation: `Authorization: Bearer <key>`
@@ -62,35 +58,11 @@ async function authenticate(req: FastifyRequest, auth: AuthService): Promise<Pri
     return auth.fromApiKey(m[1]);
   }
   if (typeof xKey === 'string' && xKey !== '') return auth.fromApiKey(xKey.trim());
-  const token = req.cookies[SESSION_COOKIE];
+  const token = sessionToken(req);
   if (!token)
     throw new SandboxdError(
       'unauthorized',
       'Missing credentials: send "Authorization: Bearer <API key>" or "X-API-Key: <API key>"',
     );
-  const p = await auth.fromSession(token);
-  // A WebSocket is a GET that opens a two-way channel: a cross-site page could drive it
-  // with the user's cookie (cross-site WebSocket hijacking), so it needs the check too.
-  const upgrade = req.headers.upgrade !== undefined;
-  if ((upgrade || !SAFE_METHODS.has(req.method)) && !sameOrigin(req)) {
-    throw new SandboxdError(
-      'unauthorized',
-      upgrade
-        ? 'A WebSocket authenticated by session cookie must carry a same-origin Origin header'
-        : 'A request authenticated by session cookie must carry a same-origin Origin header',
-    );
-  }
-  return p;
-}
-
-/** True when the `Origin` header names the host the request was sent to. */
-function sameOrigin(req: FastifyRequest): boolean {
-  const origin = req.headers.origin;
-  if (!origin || origin === 'null') return false;
-  try {
-    const o = new URL(origin);
-    return !!req.headers.host && o.host === new URL(`${o.protocol}//${req.headers.host}`).host;
-  } catch {
-    return false;
-  }
+  return auth.fromSession(token);
 }

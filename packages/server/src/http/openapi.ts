@@ -79,7 +79,8 @@ export function registerOpenApi(app: FastifyInstance, opts: { version: string })
             type: 'apiKey',
             in: 'cookie',
             name: 'sandboxd_session',
-            description: 'Browser session from /api/v1/auth/login; state-changing requests need a same-origin Origin',
+            description:
+              'Browser session from /api/v1/auth/login (named __Host-sandboxd_session over HTTPS); sent twice: 401; state-changing requests and WebSockets need a same-origin Origin',
           },
         },
       },

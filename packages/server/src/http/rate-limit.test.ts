@@ -123,6 +123,26 @@ describe('RateLimits over counters (injected clock)', () => {
     for (let i = 0; i < 10; i++) await off.loginFailed('e', '1.1.1.1');
     assert.equal(await off.loginWait('e', '1.1.1.1'), 0, '0 turns them off');
   });
+
+  it('reserveLogin: parallel reservations pass at most the max; a refusal is not counted; a success gives back', async () => {
+    const c = manual();
+    const config = { ...DEFAULT_RATE_LIMITS, loginFailuresPerEmail: 3, loginFailuresPerIp: 5, authWindowMs: 10_000 };
+    const limits = new RateLimits(config, new MemoryCounters(), c.now);
+    const all = await Promise.all(Array.from({ length: 20 }, () => limits.reserveLogin('e', '1.1.1.1')));
+    const passed = all.filter((a) => !('wait' in a));
+    assert.equal(passed.length, 3);
+    assert.ok(all.every((a) => !('wait' in a) || a.wait === 10_000));
+    assert.deepEqual(await limits.read('login-email:e'), { count: 3, ttl: 10_000 }, 'refusals given back');
+    assert.deepEqual(await limits.read('login-ip:1.1.1.1'), { count: 3, ttl: 10_000 });
+    for (const a of passed) if (!('wait' in a)) await a.failed();
+    assert.equal(await limits.loginWait('e', '2.2.2.2'), 10_000);
+    const ok = await limits.reserveLogin('f', '1.1.1.1');
+    assert.ok(!('wait' in ok));
+    assert.deepEqual(await limits.read('login-ip:1.1.1.1'), { count: 4, ttl: 10_000 }, 'in flight: counted');
+    await ok.succeeded();
+    assert.deepEqual(await limits.read('login-ip:1.1.1.1'), { count: 3, ttl: 10_000 }, 'a success is not a failure');
+    assert.equal(await limits.read('login-email:f'), null);
+  });
 });
 
 describe('rate limit config', () => {

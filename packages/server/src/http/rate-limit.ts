@@ -6,7 +6,11 @@
  * @fastify/rate-limit's limiters (`createRateLimit`), whose store is these counters. The
  * failed-login throttle is not: it counts failures only, is checked before the password is
  * hashed and is cleared by a success, which the library's limiters (one increment per call,
- * no reset) do not offer; it uses the same counters directly ({@link RateLimits.loginWait}).
+ * no reset) do not offer; it uses the same counters directly ({@link RateLimits.reserveLogin}).
+ *
+ * Every limit here counts before it compares (one atomic hit, then the check of the count
+ * that hit returned), never reads, acts, then counts: N parallel requests get N distinct
+ * counts, so at most `max` of them pass, whatever their timing.
  *
  * Time is injected (`now`, epoch ms for the database store) so tests move a clock.
  */
@@ -15,6 +19,14 @@ import { SandboxdError } from '@sandboxd/protocol';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { RateLimitConfig } from '../config.js';
 import type { Counters } from '../store/store.js';
+
+/** A login attempt that {@link RateLimits.reserveLogin} let through to the password check. */
+export interface LoginAttempt {
+  /** The password was wrong: the reserved failure stays counted. */
+  failed(): Promise<void>;
+  /** The password was right: the address's reservation is given back, the email's failures cleared. */
+  succeeded(): Promise<void>;
+}
 
 /** Which limit refused a request (`details.limit` of the 429). */
 export type LimitName = 'account' | 'ip' | 'login' | 'signup';
@@ -111,8 +123,10 @@ export class RateLimits {
   }
 
   /**
-   * The failed-login throttle, checked before the password is hashed: milliseconds until
-   * `email` from `ip` may try again (the longer of the two waits), 0 when it may now.
+   * The failed-login throttle as it stands, without counting anything: milliseconds until
+   * `email` from `ip` may try again (the longer of the two waits), 0 when it may now. For
+   * reading only: the login route reserves with {@link reserveLogin}, because a read then a
+   * later count lets parallel attempts all pass before any is counted.
    */
   async loginWait(email: string, ip: string): Promise<number> {
     const wait = async (w: FixedWindow | null, key: string) => {
@@ -125,7 +139,40 @@ export class RateLimits {
     );
   }
 
-  /** Counts a failed login for `email` and for `ip`. */
+  /**
+   * Reserves one login attempt of `email` from `ip` before the password is checked: counts
+   * it as a failure on both counters at once, and refuses it when either count passes its
+   * max (the reservation is then given back, so a refusal is not a failure). So however
+   * many attempts run in parallel, at most the max of each window reach the password
+   * check. Resolves with the wait in ms when refused, else with a {@link LoginAttempt}:
+   * `failed()` keeps the count, `succeeded()` gives the address's reservation back and
+   * clears the email's failures.
+   */
+  async reserveLogin(email: string, ip: string): Promise<{ wait: number } | LoginAttempt> {
+    const keys = [
+      [this.loginByEmail, `login-email:${email}`],
+      [this.loginByIp, `login-ip:${ip}`],
+    ] as const;
+    const hits = await Promise.all(keys.map(([w, key]) => (w ? this.hit(key, w.windowMs) : null)));
+    let wait = 0;
+    for (const [i, r] of hits.entries()) {
+      const w = keys[i][0];
+      if (r && w && r.count > w.max) wait = Math.max(wait, Math.max(1, r.ttl));
+    }
+    const release = (i: number) => (hits[i] ? this.counters.releaseCounter(keys[i][1], this.now()) : undefined);
+    if (wait > 0) {
+      await Promise.all([release(0), release(1)]);
+      return { wait };
+    }
+    return {
+      failed: async () => {},
+      succeeded: async () => {
+        await Promise.all([this.loginSucceeded(email), release(1)]);
+      },
+    };
+  }
+
+  /** Counts a failed login for `email` and for `ip` (without a check: see {@link reserveLogin}). */
   async loginFailed(email: string, ip: string): Promise<void> {
     await Promise.all([
       this.loginByEmail && this.hit(`login-email:${email}`, this.loginByEmail.windowMs),

@@ -11,6 +11,7 @@ import {
   type ResponseHead,
 } from './http1.js';
 import { ProxyError, sendError, timeoutError, upstreamError } from './reply.js';
+import { hostCookiesOnly } from './set-cookie.js';
 import type { ProxyTarget } from './targets.js';
 import type { UpstreamConn } from './upstream.js';
 
@@ -153,7 +154,11 @@ export function forwardHttp(req: IncomingMessage, res: ServerResponse, f: HttpFo
           : framing.kind === 'none' && (method === 'HEAD' || h.statusCode === 304)
             ? declaredLength(h.rawHeaders)
             : null;
-      res.writeHead(h.statusCode, h.statusMessage || undefined, downstreamHeaders(h.rawHeaders, { contentLength }));
+      res.writeHead(
+        h.statusCode,
+        h.statusMessage || undefined,
+        hostCookiesOnly(downstreamHeaders(h.rawHeaders, { contentLength }), req.headers.host),
+      );
       phase = 'streaming';
       res.flushHeaders();
     };

@@ -37,6 +37,11 @@ export class MemoryCounters implements Counters {
     return null;
   }
 
+  async releaseCounter(key: string, now: number): Promise<void> {
+    const w = this.windows.get(key);
+    if (w && w.resetAt > now && w.count > 0) w.count--;
+  }
+
   async deleteCounter(key: string): Promise<void> {
     this.windows.delete(key);
   }

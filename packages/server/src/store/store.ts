@@ -140,6 +140,11 @@ export interface Counters {
   hitCounter(key: string, windowMs: number, now: number): Promise<CounterWindow>;
   /** The live window of `key` at `now`, or null when there is none; changes nothing. */
   readCounter(key: string, now: number): Promise<CounterWindow | null>;
+  /**
+   * Takes back one event of `key`'s live window at `now` (a reservation that turned out not
+   * to count, such as a successful login's); never below 0, never starts or moves a window.
+   */
+  releaseCounter(key: string, now: number): Promise<void>;
   /** Forgets `key` (a successful login clears its email's failures). */
   deleteCounter(key: string): Promise<void>;
   /** Removes the counters whose window ended at or before `now`; returns how many. */

@@ -1,15 +1,19 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { AccountReplySchema, LoginLinkQuerySchema, LoginSchema, SignupSchema } from '@sandboxd/protocol';
-import type { FastifyReply } from 'fastify';
+import type { FastifyReply, FastifyRequest } from 'fastify';
 import { Type } from 'typebox';
 import { summary } from '../../services/accounts.js';
-import { SESSION_COOKIE } from '../auth.js';
 import type { HttpDeps } from '../deps.js';
 import { addressKey, rateLimited, requestLimiter } from '../rate-limit.js';
+import {
+  cookieValues,
+  SESSION_COOKIE,
+  sessionCookieName,
+  sessionCookieOptions,
+  sessionTokens,
+} from '../session-cookie.js';
 
 const tags = ['auth'];
-/** The session cookie's attributes (Max-Age aside): HttpOnly, SameSite=Lax, Path=/, Secure over https. */
-const COOKIE = { path: '/', httpOnly: true, sameSite: 'lax', secure: 'auto' } as const;
 
 /** Browser sessions: login, logout, sign-up and the one-time login link. */
 export const authRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) => {
@@ -19,8 +23,12 @@ export const authRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) =>
   const signupLimit = d.config.signupEnabled
     ? requestLimiter(app, limits, 'signup', (req) => addressKey(req.ip))
     : async () => {};
-  const setSession = (reply: FastifyReply, token: string) =>
-    reply.setCookie(SESSION_COOKIE, token, { ...COOKIE, maxAge: Math.floor(d.config.sessionTtlMs / 1000) });
+  // `__Host-sandboxd_session` over HTTPS, `sandboxd_session` over HTTP (session-cookie.ts).
+  const setSession = (req: FastifyRequest, reply: FastifyReply, token: string) =>
+    reply.setCookie(sessionCookieName(req), token, {
+      ...sessionCookieOptions(req),
+      maxAge: Math.floor(d.config.sessionTtlMs / 1000),
+    });
 
   app.post(
     '/api/v1/auth/login',
@@ -35,21 +43,21 @@ export const authRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) =>
       config: { auth: 'none', errors: [400, 401, 429] },
     },
     async (req, reply) => {
-      // Throttled before the password is hashed: failures per email and per address.
+      // Throttled before the password is hashed: failures per email and per address. The
+      // attempt is reserved (counted) first, so parallel attempts cannot all pass the check.
       const email = req.body.email.trim().toLowerCase();
-      const ip = addressKey(req.ip);
-      const wait = await limits.loginWait(email, ip);
-      if (wait > 0) throw rateLimited('login', wait, limits);
+      const attempt = await limits.reserveLogin(email, addressKey(req.ip));
+      if ('wait' in attempt) throw rateLimited('login', attempt.wait, limits);
       let session: Awaited<ReturnType<typeof auth.login>>;
       try {
         session = await auth.login(req.body.email, req.body.password);
       } catch (e) {
-        await limits.loginFailed(email, ip);
+        await attempt.failed();
         throw e;
       }
-      await limits.loginSucceeded(email);
+      await attempt.succeeded();
       const { account, token } = session;
-      setSession(reply, token);
+      setSession(req, reply, token);
       return { account: summary(account) };
     },
   );
@@ -58,12 +66,22 @@ export const authRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) =>
     '/api/v1/auth/logout',
     {
       schema: { operationId: 'logout', summary: 'End the session of the cookie', tags, response: { 204: Type.Null() } },
-      config: { auth: 'none', errors: [] },
+      config: { auth: 'none', errors: [401] },
     },
     async (req, reply) => {
-      const token = req.cookies[SESSION_COOKIE];
-      if (token) await auth.logout(token);
-      reply.clearCookie(SESSION_COOKIE, COOKIE);
+      // A state change by cookie: a same-origin Origin is required (sessionTokens checks it),
+      // or any page of the site (a sandbox's port page included) could sign the user out.
+      // Every value sent is ended: with two (one planted), signing out is the way out.
+      const tokens = sessionTokens(req);
+      for (const token of tokens) await auth.logout(token);
+      const name = sessionCookieName(req);
+      const opts = sessionCookieOptions(req);
+      reply.clearCookie(name, opts);
+      // Over HTTP, when it came twice, the planted copy likely sits on this host's name as a
+      // Domain cookie: cleared too. Over HTTPS a plain-named one (older, or planted) goes too.
+      if (name === SESSION_COOKIE && tokens.length > 1) reply.clearCookie(name, { ...opts, domain: hostName(req) });
+      if (name !== SESSION_COOKIE && cookieValues(req.headers.cookie, SESSION_COOKIE).length > 0)
+        reply.clearCookie(SESSION_COOKIE, opts);
       return reply.code(204).send(null);
     },
   );
@@ -83,7 +101,7 @@ export const authRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) =>
     async (req, reply) => {
       await signupLimit(req);
       const account = await accounts.signup(req.body.email, req.body.password);
-      setSession(reply, await auth.newSession(account.id));
+      setSession(req, reply, await auth.newSession(account.id));
       return reply.code(201).send({ account: summary(account) });
     },
   );
@@ -101,8 +119,17 @@ export const authRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) =>
       config: { auth: 'none', errors: [400, 401] },
     },
     async (req, reply) => {
-      setSession(reply, await auth.consumeLoginLink(req.query.token));
+      setSession(req, reply, await auth.consumeLoginLink(req.query.token));
       return reply.redirect('/', 303);
     },
   );
 };
+
+/** The request's host name without port (the Domain a planted cookie for this host carries). */
+function hostName(req: FastifyRequest): string {
+  try {
+    return new URL(`http://${req.headers.host ?? 'localhost'}`).hostname;
+  } catch {
+    return 'localhost';
+  }
+}

@@ -3,7 +3,7 @@ import { gzipSync } from 'node:zlib';
 import { buildConsole, type ConsoleAssets } from '@sandboxd/console';
 import { SandboxdError } from '@sandboxd/protocol';
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
-import { SESSION_COOKIE } from '../auth.js';
+import { sessionToken } from '../session-cookie.js';
 import type { HttpDeps } from '../deps.js';
 
 /** Browser paths of the console; each answers index.html (the app routes on the client). */
@@ -66,8 +66,14 @@ export const consoleRoutes: FastifyPluginAsync<HttpDeps> = async (app, d) => {
 
   const page = async (req: FastifyRequest, reply: FastifyReply) => {
     const nonce = randomBytes(18).toString('base64');
-    const token = req.cookies[SESSION_COOKIE];
     // Tells the app whether to ask for the account, so a signed-out visit makes no 401 request.
+    // A cookie sent twice (session-cookie.ts) is no session: the app shows the sign-in page.
+    let token: string | undefined;
+    try {
+      token = sessionToken(req);
+    } catch {
+      token = undefined;
+    }
     const signedIn = token
       ? await d.services.auth.fromSession(token).then(
           () => true,

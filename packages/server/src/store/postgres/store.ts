@@ -312,6 +312,16 @@ export class PostgresStore implements Store {
       .executeTakeFirst();
     return r ? { count: r.count, resetAt: r.reset_at } : null;
   }
+  /** One statement, so a release never races a hit into a wrong count. */
+  async releaseCounter(key: string, now: number) {
+    await this.db
+      .updateTable('rate_counters')
+      .set((eb) => ({ count: eb('count', '-', 1) }))
+      .where('key', '=', key)
+      .where('reset_at', '>', now)
+      .where('count', '>', 0)
+      .execute();
+  }
   async deleteCounter(key: string) {
     await this.db.deleteFrom('rate_counters').where('key', '=', key).execute();
   }
