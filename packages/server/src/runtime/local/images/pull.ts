@@ -20,6 +20,8 @@ export interface PullOptions {
   credentials?: Credentials;
   insecure: boolean;
   timeoutMs: number;
+  /** Extra environment of skopeo: the pull's proxy (dial-guard.ts). */
+  env?: NodeJS.ProcessEnv;
   onProgress?: (p: Progress) => void;
 }
 
@@ -51,6 +53,7 @@ export async function pullToLayout(ref: ImageRef, work: string, opts: PullOption
       work,
       timeoutMs: opts.timeoutMs,
       insecure: opts.insecure,
+      env: opts.env,
       credentials: opts.credentials ? { registry: ref.domain, creds: opts.credentials } : undefined,
     });
   } finally {

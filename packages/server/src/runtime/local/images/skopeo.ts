@@ -21,6 +21,8 @@ export interface CopyOptions {
   credentials?: { registry: string; creds: Credentials };
   /** Reach the source registry over plain http / without TLS verification. */
   insecure?: boolean;
+  /** Extra environment (the pull's proxy, see dial-guard.ts), over {@link toolEnv}'s. */
+  env?: NodeJS.ProcessEnv;
   onStderr?: (chunk: string) => void;
 }
 
@@ -56,7 +58,7 @@ export async function skopeoCopy(src: string, dest: string, opts: CopyOptions): 
   // Blobs being fetched and archive extraction go to TMPDIR: keep them in the work dir.
   await runTool('skopeo', args, {
     timeoutMs: opts.timeoutMs,
-    env: toolEnv({ TMPDIR: opts.work, REGISTRY_AUTH_FILE: auth }),
+    env: toolEnv({ ...opts.env, TMPDIR: opts.work, REGISTRY_AUTH_FILE: auth }),
     onStderr: opts.onStderr,
   });
 }

@@ -13,7 +13,16 @@ import { Catalog } from './catalog.js';
 import { NoSuchImage, selectImage } from './oci-read.js';
 import { pullToLayout, type Progress } from './pull.js';
 import { parseRef, type ImageRef } from './ref.js';
-import { isNotFound, type Credentials } from './skopeo.js';
+import { isNotFound } from './skopeo.js';
+import { checkHost, DialGuard, systemLookup, type Lookup } from './dial-guard.js';
+import {
+  OPERATOR,
+  PullPolicy,
+  refusedAddress,
+  registryEndpoint,
+  type Puller,
+  type RegistryCredentials,
+} from './pull-policy.js';
 import { fromArchive, fromLayoutDir, type PreparedSource } from './source.js';
 import { ToolError } from './run.js';
 import { removeTree, TempArea } from './tmp.js';
@@ -22,13 +31,24 @@ import { SnapshotStore } from './snapshots.js';
 import type { ImageRecord } from './unpack.js';
 
 export type { Progress } from './pull.js';
+export type { Puller } from './pull-policy.js';
 export { LOCAL_IMAGES, type LocalImageRef } from './build-local.js';
 
 export interface ImageStoreOptions {
   /** Cache root, e.g. `<dataDir>/images`; created if missing. */
   dir: string;
-  /** Registry credentials by host[:port] (`docker.io` for Docker Hub). */
-  credentials?: Record<string, Credentials>;
+  /**
+   * Registry credentials by host[:port] (`docker.io` for Docker Hub); they serve the admin's
+   * pulls, and tenants' only as their `accounts` says (see pull-policy.ts).
+   */
+  credentials?: Record<string, RegistryCredentials>;
+  /**
+   * Registries tenants may pull from (`*`: any); default DEFAULT_REGISTRIES_ALLOWED. A
+   * registry named here may also be at a loopback or private address (see pull-policy.ts).
+   */
+  registriesAllowed?: readonly string[];
+  /** Name resolution of the pulls' connections (tests); default the system's. */
+  lookup?: Lookup;
   /** host:port reached over plain http / without TLS verification. */
   insecureRegistries?: string[];
   /** Time limits in ms (defaults: pull 20 min, import 20 min, unpack 20 min, build 30 min). */
@@ -53,6 +73,11 @@ export interface StoredImage extends ImageInfo {
 
 export type OnProgress = (p: Progress) => void;
 
+/** Whose pull this is; default {@link OPERATOR} (the host's own config, admin routes). */
+export interface PullAs {
+  puller?: Puller;
+}
+
 const MIN = 60_000;
 
 function notFound(ref: string, cause?: unknown): SandboxdError {
@@ -66,6 +91,7 @@ export class ImageStore {
   private readonly tmp: TempArea;
   private readonly installer: Installer;
   private readonly jobs = new Map<string, Promise<ImageRecord>>();
+  private readonly policy: PullPolicy;
   private readonly counts = { pulls: 0, imports: 0, builds: 0 };
   /** Images made from sandboxes (`snapshot/<owner>/<name>`, never pulled): see snapshots.ts. */
   readonly snapshots: SnapshotStore;
@@ -81,6 +107,7 @@ export class ImageStore {
     this.tmp = new TempArea(join(this.cat.root, 'tmp'));
     this.installer = new Installer(this.cat, opts.timeouts?.unpackMs ?? 20 * MIN);
     this.snapshots = new SnapshotStore(this.cat, this.tmp);
+    this.policy = new PullPolicy({ registriesAllowed: opts.registriesAllowed, credentials: opts.credentials });
     const removed = this.tmp.cleanStale(opts.log);
     if (removed.length) opts.log?.(`image store: removed ${removed.length} stale work dir(s)`);
   }
@@ -90,17 +117,20 @@ export class ImageStore {
    * `local/busybox:latest`), else pulled; a `snapshot/...` ref only from the cache.
    * Concurrent calls for one ref share the work.
    * A cached tag is not re-checked against its registry (use {@link pull} to refresh).
-   * Throws `validation` (bad ref), `template_not_found` (unknown image, tag, registry, or
-   * other `local/` name), `internal`.
+   * A pull follows the pull policy for `opts.puller` (pull-policy.ts).
+   * Throws `validation` (bad ref, or a pull the policy refuses), `template_not_found`
+   * (unknown image, tag, registry, or other `local/` name), `internal`.
    */
-  async resolve(ref: string): Promise<StoredImage> {
+  async resolve(ref: string, opts: PullAs = {}): Promise<StoredImage> {
     const r = parseRef(ref);
     const hit = await this.cat.lookup(r.canonical);
     if (hit) return this.view(hit.record, ref, r.canonical);
-    const rec = await this.once(r.canonical, async () => {
+    const puller = opts.puller ?? OPERATOR;
+    if (!r.local) this.policy.check(r.domain, puller, ref);
+    const rec = await this.once(this.jobKey(r, puller), async () => {
       const again = await this.cat.lookup(r.canonical);
       if (again) return again.record;
-      if (!r.local) return this.doPull(r, ref);
+      if (!r.local) return this.doPull(r, ref, puller);
       if (r.snapshot) throw notFound(ref);
       if (!isLocalImage(r.canonical)) throw notFound(ref);
       return this.doBuild(r.canonical);
@@ -108,8 +138,8 @@ export class ImageStore {
     return this.view(rec, ref, r.canonical);
   }
 
-  /** Pulls `ref` from its registry even if cached (a moved tag is followed). */
-  async pull(ref: string, opts: { onProgress?: OnProgress } = {}): Promise<StoredImage> {
+  /** Pulls `ref` from its registry even if cached (a moved tag is followed), as `opts.puller` (see {@link resolve}). */
+  async pull(ref: string, opts: { onProgress?: OnProgress } & PullAs = {}): Promise<StoredImage> {
     const r = parseRef(ref);
     if (r.local)
       throw new SandboxdError(
@@ -117,7 +147,9 @@ export class ImageStore {
         `${r.snapshot ? 'snapshot/ images are made from sandboxes' : 'local/ images are built on this host'}, not pulled`,
         { image: ref },
       );
-    const rec = await this.once(r.canonical, () => this.doPull(r, ref, opts.onProgress));
+    const puller = opts.puller ?? OPERATOR;
+    this.policy.check(r.domain, puller, ref);
+    const rec = await this.once(this.jobKey(r, puller), () => this.doPull(r, ref, puller, opts.onProgress));
     return this.view(rec, ref, r.canonical);
   }
 
@@ -233,6 +265,12 @@ export class ImageStore {
     return (await stat(join(dir, 'index.json')).catch(() => null)) ? dir : null;
   }
 
+  /** Pulls of one ref share the work only when they would use the same credentials. */
+  private jobKey(r: ImageRef, puller: Puller): string {
+    if (r.local) return r.canonical;
+    return this.policy.credentialsFor(r.domain, puller) ? `${r.canonical}\0credentials` : r.canonical;
+  }
+
   private once(key: string, fn: () => Promise<ImageRecord>): Promise<ImageRecord> {
     const cur = this.jobs.get(key);
     if (cur) return cur;
@@ -257,23 +295,42 @@ export class ImageStore {
     };
   }
 
-  private async doPull(r: ImageRef, given: string, onProgress?: OnProgress): Promise<ImageRecord> {
+  /**
+   * Pulls through a {@link DialGuard}: every connection skopeo makes is checked there. The
+   * registry's own name is checked here first, as skopeo (Go) skips a proxy for `localhost`
+   * and literal loopback addresses.
+   */
+  private async doPull(r: ImageRef, given: string, puller: Puller, onProgress?: OnProgress): Promise<ImageRecord> {
+    const insecure = (this.opts.insecureRegistries ?? []).includes(r.domain);
+    const ep = registryEndpoint(r.domain, insecure);
+    const listed = this.policy.listed(r.domain);
+    const lookup = this.opts.lookup ?? systemLookup;
+    const first = await checkHost(ep.host, listed, lookup);
+    if (!first.ok && first.refused) throw refusedAddress(given, r.domain, ep.host, first.address);
+    if (!first.ok) throw notFound(given, new Error(first.error));
     this.counts.pulls++;
-    const creds = this.opts.credentials ?? {};
+    const exempt = (host: string, port: number) => listed && host === ep.host.toLowerCase() && port === ep.port;
     return this.tmp.with('pull', async (work) => {
       let src: PreparedSource;
+      const guard = await DialGuard.start({ exempt, lookup });
       try {
         src = await pullToLayout(r, work, {
-          credentials: creds[r.domain] ?? (r.domain === 'docker.io' ? creds['index.docker.io'] : undefined),
-          insecure: (this.opts.insecureRegistries ?? []).includes(r.domain),
+          credentials: this.policy.credentialsFor(r.domain, puller),
+          insecure,
+          env: guard.env(),
           timeoutMs: this.opts.timeouts?.pullMs ?? 20 * MIN,
           onProgress,
         });
       } catch (e) {
-        if (e instanceof NoSuchImage || isNotFound(e)) throw notFound(given, e);
+        const refusal = guard.refusal;
+        if (refusal) throw refusedAddress(given, r.domain, refusal.host, refusal.detail);
+        if (e instanceof NoSuchImage || isNotFound(e) || (guard.events.length > 0 && !(e as ToolError).timedOut))
+          throw notFound(given, e);
         if (e instanceof ToolError && e.timedOut)
           throw new SandboxdError('internal', 'Image pull timed out', { image: given });
         throw new SandboxdError('internal', `Image pull failed: ${(e as Error).message}`, { image: given });
+      } finally {
+        await guard.close();
       }
       onProgress?.({ phase: 'unpacking' });
       const rec = await this.installer.install(src, work);

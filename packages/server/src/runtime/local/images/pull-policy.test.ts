@@ -1,0 +1,159 @@
+/**
+ * The pull policy for real (skopeo against registries on 127.0.0.1): which registries a
+ * tenant may pull from, whose pulls the server's credentials serve, and that no pull dials a
+ * loopback, private or metadata address, by name, by DNS answer or by redirect, unless the
+ * operator listed that registry.
+ */
+import assert from 'node:assert/strict';
+import { mkdir } from 'node:fs/promises';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { SandboxdError } from '@sandboxd/protocol';
+import { buildBusyboxLayout } from './build-busybox.js';
+import { ImageStore } from './store.js';
+import { pushLayout, startRegistry, tempDir, type TestRegistry } from '../../../../test/images.js';
+import { startFakeRegistry, startRecorder } from '../../../../test/fake-registry.js';
+
+const tenant = (accountId: string) => ({ accountId, admin: false });
+const ADMIN = { accountId: 'acc_admin', admin: true };
+
+/** A refusal of the policy: 400 `validation` naming the registry (or address) and how to allow it. */
+const refused = (what: string) => (e: unknown) => {
+  assert.ok(e instanceof SandboxdError, String(e));
+  assert.equal(e.kind, 'validation', e.message);
+  assert.ok(e.message.includes(what), `${e.message} names ${what}`);
+  assert.match(e.message, /SANDBOXD_REGISTRIES_ALLOWED/);
+  return true;
+};
+const notFound = (e: unknown) => e instanceof SandboxdError && e.kind === 'template_not_found';
+
+describe('pull policy', () => {
+  let tmp: { dir: string; cleanup: () => Promise<void> };
+  let reg: TestRegistry | undefined;
+  let n = 0;
+  const dir = () => join(tmp.dir, `s${++n}`);
+
+  before(async () => {
+    tmp = await tempDir('policy');
+    const layout = join(tmp.dir, 'layout');
+    const work = join(tmp.dir, 'bbwork');
+    await mkdir(work);
+    await buildBusyboxLayout(layout, 'latest', work, { timeoutMs: 60_000 });
+    await mkdir(join(tmp.dir, 'reg'));
+    reg = await startRegistry(join(tmp.dir, 'reg'));
+    await pushLayout(layout, 'latest', `${reg.host}/sbx/busybox:1`, tmp.dir);
+  });
+
+  after(async () => {
+    await reg?.stop();
+    await tmp?.cleanup();
+  });
+
+  test('a tenant cannot pull from a registry the operator did not list; listed, it can', async () => {
+    const ref = `${reg!.host}/sbx/busybox:1`;
+    const store = new ImageStore({ dir: dir(), insecureRegistries: [reg!.host] });
+    await assert.rejects(store.resolve(ref, { puller: tenant('acc_1') }), refused(reg!.host));
+    await assert.rejects(store.pull(ref, { puller: tenant('acc_1') }), refused(reg!.host));
+    // Nothing changed: no image, no pull started.
+    assert.deepEqual(await store.list(), []);
+    assert.equal(store.stats.pulls, 0);
+    // The admin may pull from unlisted registries, but not at a loopback address.
+    await assert.rejects(store.resolve(ref, { puller: ADMIN }), refused(reg!.host));
+    assert.deepEqual(await store.list(), []);
+
+    const listed = new ImageStore({ dir: dir(), insecureRegistries: [reg!.host], registriesAllowed: [reg!.host] });
+    const img = await listed.resolve(ref, { puller: tenant('acc_1') });
+    assert.ok(img.digest.startsWith('sha256:'));
+  });
+
+  test('a registry name that resolves to loopback is refused, for the admin too', async () => {
+    const port = reg!.host.split(':')[1];
+    const alias = `localhost:${port}`;
+    const store = new ImageStore({ dir: dir(), insecureRegistries: [reg!.host, alias], registriesAllowed: ['*'] });
+    await assert.rejects(store.resolve(`${alias}/sbx/busybox:1`, { puller: ADMIN }), refused('localhost'));
+    await assert.rejects(store.resolve(`${alias}/sbx/busybox:1`, { puller: tenant('acc_1') }), refused('localhost'));
+    // A name whose DNS answer is loopback (the resolver of the store is the test's here).
+    const named = 'registry.sandboxd.test';
+    const viaDns = new ImageStore({
+      dir: dir(),
+      insecureRegistries: [`${named}:${port}`],
+      registriesAllowed: ['*'],
+      lookup: async (host) => (host === named ? ['127.0.0.1'] : []),
+    });
+    await assert.rejects(viaDns.resolve(`${named}:${port}/sbx/busybox:1`, { puller: ADMIN }), refused(named));
+    assert.deepEqual(await store.list(), []);
+    assert.deepEqual(await viaDns.list(), []);
+  });
+
+  test('a blob redirect to a non-public address is refused: 0.0.0.0, and a name resolving to loopback', async () => {
+    const target = await startRecorder();
+    const named = 'cdn.sandboxd.test';
+    const fakes = [
+      await startFakeRegistry({ redirectBlobs: (d) => `http://0.0.0.0:${target.port}/blob/${d}` }),
+      await startFakeRegistry({ redirectBlobs: (d) => `http://${named}:${target.port}/blob/${d}` }),
+    ];
+    try {
+      for (const [i, fake] of fakes.entries()) {
+        const store = new ImageStore({
+          dir: dir(),
+          insecureRegistries: [fake.host],
+          registriesAllowed: [fake.host],
+          lookup: async (host) => (host === named ? ['127.0.0.1'] : []),
+        });
+        await assert.rejects(
+          store.resolve(`${fake.host}/sbx/tiny:1`, { puller: ADMIN }),
+          refused(i === 0 ? '0.0.0.0' : named),
+        );
+        assert.ok(
+          fake.seen.some((r) => r.path.includes('/blobs/')),
+          'the registry was asked for a blob',
+        );
+        assert.deepEqual(target.seen, [], 'the redirect target was never reached');
+        assert.deepEqual(await store.list(), []);
+      }
+    } finally {
+      for (const f of fakes) await f.stop();
+      await target.stop();
+    }
+  });
+
+  test("the server's registry credentials serve the admin, and tenants only when configured", async () => {
+    const creds = { username: 'sbx', password: `pw-${process.pid}` };
+    const basic = `Basic ${Buffer.from(`${creds.username}:${creds.password}`).toString('base64')}`;
+    const fake = await startFakeRegistry({ basicAuth: basic });
+    const sent = () => fake.seen.filter((r) => r.authorization === basic).length;
+    const ref = `${fake.host}/sbx/private:1`;
+    const storeWith = (c: Record<string, unknown>) =>
+      new ImageStore({
+        dir: dir(),
+        insecureRegistries: [fake.host],
+        registriesAllowed: [fake.host],
+        credentials: { [fake.host]: { ...creds, ...c } },
+      });
+    try {
+      // Default: admin only. A tenant's pull goes out anonymous (and finds nothing).
+      const dflt = storeWith({});
+      await assert.rejects(dflt.resolve(ref, { puller: tenant('acc_1') }), notFound);
+      assert.equal(sent(), 0, "a tenant's pull never carries the server's credentials");
+      assert.ok(fake.seen.length > 0, 'the registry was asked');
+      await dflt.resolve(ref, { puller: ADMIN });
+      assert.ok(sent() > 0, "the admin's pull uses them");
+
+      // Named accounts: theirs, not others'.
+      fake.seen.length = 0;
+      const named = storeWith({ accounts: ['acc_1'] });
+      await assert.rejects(named.resolve(ref, { puller: tenant('acc_2') }), notFound);
+      assert.equal(sent(), 0);
+      await named.resolve(ref, { puller: tenant('acc_1') });
+      assert.ok(sent() > 0);
+
+      // '*': every tenant.
+      fake.seen.length = 0;
+      const all = storeWith({ accounts: '*' });
+      await all.resolve(ref, { puller: tenant('acc_3') });
+      assert.ok(sent() > 0);
+    } finally {
+      await fake.stop();
+    }
+  });
+});
