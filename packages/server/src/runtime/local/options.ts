@@ -3,6 +3,7 @@ import type { ResourceLimits } from '../driver.js';
 import type { OciRuntimeName } from './commands/oci-runtime.js';
 import type { WarmEntry } from './pools/warm.js';
 import type { Upstream } from './network/dns.js';
+import type { RegistryCredentials } from './images/pull-policy.js';
 
 /** Options of the local driver; only the folders are required. */
 export interface LocalDriverOptions {
@@ -26,8 +27,11 @@ export interface LocalDriverOptions {
   uidRangeStart?: number;
   /** Name of the cgroup folder that holds every sandbox's cgroup. Default `sandboxd-<key>`. */
   cgroupParent?: string;
-  registryCredentials?: Record<string, { username: string; password: string }>;
+  /** Registry credentials by host[:port] and whose pulls they serve (pull-policy.ts); default none. */
+  registryCredentials?: Record<string, RegistryCredentials>;
   insecureRegistries?: string[];
+  /** Registries every account may pull from (`*`: any); default DEFAULT_REGISTRIES_ALLOWED (pull-policy.ts). */
+  registriesAllowed?: string[];
   /** OCI runtime; default crun when installed, else runc. */
   ociRuntime?: OciRuntimeName;
   /** Networks kept made ahead of need, so creating a sandbox does not wait for one (crun only). Default 2. */
@@ -48,7 +52,13 @@ export interface LocalDriverOptions {
 export type ResolvedOptions = Required<
   Omit<
     LocalDriverOptions,
-    'registryCredentials' | 'insecureRegistries' | 'ociRuntime' | 'holdLeftovers' | 'egressVia' | 'egressDns'
+    | 'registryCredentials'
+    | 'insecureRegistries'
+    | 'registriesAllowed'
+    | 'ociRuntime'
+    | 'holdLeftovers'
+    | 'egressVia'
+    | 'egressDns'
   >
 > &
   Pick<LocalDriverOptions, 'holdLeftovers' | 'egressVia' | 'egressDns'>;
@@ -85,7 +95,13 @@ export function localDriverOptions(config: Readonly<Config>): LocalDriverOptions
     cgroupParent: config.cgroupParent,
     ociRuntime: config.ociRuntime,
     insecureRegistries: [...config.insecureRegistries],
-    registryCredentials: { ...config.registryCredentials },
+    registriesAllowed: [...config.registriesAllowed],
+    registryCredentials: Object.fromEntries(
+      Object.entries(config.registryCredentials).map(([k, v]) => [
+        k,
+        { ...v, accounts: Array.isArray(v.accounts) ? [...v.accounts] : v.accounts },
+      ]),
+    ),
     warmPool: config.warmPool.map((e) => ({ ...e })),
     warmLimits: { ...config.plans[config.defaultPlan].limits },
   };

@@ -11,6 +11,7 @@ import { after, before, describe, test } from 'node:test';
 import { SandboxdError } from '@sandboxd/protocol';
 import { buildBusyboxLayout } from './build-busybox.js';
 import { ImageStore } from './store.js';
+import { ANONYMOUS, DEFAULT_REGISTRIES_ALLOWED, isForbiddenAddress, OPERATOR, PullPolicy } from './pull-policy.js';
 import { pushLayout, startRegistry, tempDir, type TestRegistry } from '../../../../test/images.js';
 import { startFakeRegistry, startRecorder } from '../../../../test/fake-registry.js';
 
@@ -155,5 +156,62 @@ describe('pull policy', () => {
     } finally {
       await fake.stop();
     }
+  });
+});
+
+describe('pull policy rules', () => {
+  test('forbidden addresses: loopback, private, link-local, CGNAT, metadata, IPv6 forms of IPv4 ones', () => {
+    const bad = [
+      '127.0.0.1',
+      '127.8.9.10',
+      '0.0.0.0',
+      '10.1.2.3',
+      '172.16.0.1',
+      '172.31.255.255',
+      '192.168.1.1',
+      '169.254.169.254',
+      '100.64.0.1',
+      '100.100.100.200',
+      '168.63.129.16',
+      '224.0.0.1',
+      '255.255.255.255',
+      '::',
+      '::1',
+      'fc00::1',
+      'fd00:ec2::254',
+      'fe80::1',
+      'ff02::1',
+      '::ffff:127.0.0.1',
+      '::ffff:a9fe:a9fe',
+      '64:ff9b::a9fe:a9fe',
+      'not-an-address',
+    ];
+    for (const ip of bad) assert.equal(isForbiddenAddress(ip), true, ip);
+    for (const ip of ['1.1.1.1', '172.32.0.1', '100.128.0.1', '2606:4700::1111', '::ffff:8.8.8.8'])
+      assert.equal(isForbiddenAddress(ip), false, ip);
+  });
+
+  test('who may pull from where, with whose credentials', () => {
+    const p = new PullPolicy({
+      credentials: {
+        'index.docker.io': { username: 'u', password: 'p' },
+        'ghcr.io': { username: 'g', password: 'p', accounts: ['acc_1'] },
+        'quay.io:443': { username: 'q', password: 'p', accounts: '*' },
+      },
+    });
+    for (const d of DEFAULT_REGISTRIES_ALLOWED) assert.doesNotThrow(() => p.check(d, tenant('acc_1'), d));
+    assert.doesNotThrow(() => p.check('registry-1.docker.io', tenant('acc_1'), 'x'));
+    assert.throws(() => p.check('evil.example:5000', tenant('acc_1'), 'x'), refused('evil.example:5000'));
+    assert.throws(() => p.check('evil.example', ANONYMOUS, 'x'), refused('evil.example'));
+    assert.doesNotThrow(() => p.check('evil.example', ADMIN, 'x'));
+    assert.doesNotThrow(() => p.check('evil.example', OPERATOR, 'x'));
+    assert.equal(p.listed('docker.io'), true);
+    assert.equal(new PullPolicy({ registriesAllowed: ['*'] }).listed('10.0.0.1:5000'), false, '* names no registry');
+    assert.equal(p.credentialsFor('docker.io', tenant('acc_1')), undefined);
+    assert.deepEqual(p.credentialsFor('docker.io', ADMIN), { username: 'u', password: 'p' });
+    assert.deepEqual(p.credentialsFor('ghcr.io', tenant('acc_1')), { username: 'g', password: 'p' });
+    assert.equal(p.credentialsFor('ghcr.io', tenant('acc_2')), undefined);
+    assert.equal(p.credentialsFor('ghcr.io', ANONYMOUS), undefined);
+    assert.deepEqual(p.credentialsFor('quay.io', tenant('acc_9')), { username: 'q', password: 'p' });
   });
 });
