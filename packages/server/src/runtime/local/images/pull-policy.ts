@@ -165,10 +165,17 @@ export class PullPolicy {
   }
 }
 
-/** The refusal of a dial to `host` (at `address`), for the message of a refused pull. */
-export function refusedAddress(image: string, registry: string, host: string, address: string): SandboxdError {
-  const own = normalizeRegistry(host) === registryEndpoint(registry, false).host;
-  const what = own ? `registry ${registry}` : `${host} (a redirect or auth server of registry ${registry})`;
+/** The refusal of a dial to `at` (the registry itself when `own`) at `address`, for the message of a refused pull. */
+export function refusedAddress(
+  image: string,
+  registry: string,
+  at: { host: string; port: number; own: boolean },
+  address: string,
+): SandboxdError {
+  const what = at.own
+    ? `registry ${registry}`
+    : `${at.host}:${at.port} (a redirect or auth server of registry ${registry})`;
+  const host = at.host;
   return new SandboxdError(
     'validation',
     `Image pull refused: ${what} is at ${address}, a loopback, private, link-local or metadata address; the operator allows a registry at such an address by naming it in SANDBOXD_REGISTRIES_ALLOWED (registriesAllowed)`,

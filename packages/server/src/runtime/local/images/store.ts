@@ -306,7 +306,7 @@ export class ImageStore {
     const listed = this.policy.listed(r.domain);
     const lookup = this.opts.lookup ?? systemLookup;
     const first = await checkHost(ep.host, listed, lookup);
-    if (!first.ok && first.refused) throw refusedAddress(given, r.domain, ep.host, first.address);
+    if (!first.ok && first.refused) throw refusedAddress(given, r.domain, { ...ep, own: true }, first.address);
     if (!first.ok) throw notFound(given, new Error(first.error));
     this.counts.pulls++;
     const exempt = (host: string, port: number) => listed && host === ep.host.toLowerCase() && port === ep.port;
@@ -323,7 +323,10 @@ export class ImageStore {
         });
       } catch (e) {
         const refusal = guard.refusal;
-        if (refusal) throw refusedAddress(given, r.domain, refusal.host, refusal.detail);
+        if (refusal) {
+          const own = refusal.host.toLowerCase() === ep.host.toLowerCase() && refusal.port === ep.port;
+          throw refusedAddress(given, r.domain, { host: refusal.host, port: refusal.port, own }, refusal.detail);
+        }
         if (e instanceof NoSuchImage || isNotFound(e) || (guard.events.length > 0 && !(e as ToolError).timedOut))
           throw notFound(given, e);
         if (e instanceof ToolError && e.timedOut)
