@@ -54,6 +54,8 @@ export interface DialGuardOptions {
   lookup?: Lookup;
   /** Give up a connect after this many ms (default 30 s). */
   connectTimeoutMs?: number;
+  /** Listen on this Unix socket (for netns-pull.ts) instead of a port on 127.0.0.1. */
+  socketPath?: string;
 }
 
 /** A refused or failed dial, in the order they happened. */
@@ -70,7 +72,8 @@ const HOP_BY_HOP = ['connection', 'keep-alive', 'proxy-authorization', 'proxy-co
 /** One pull's proxy. {@link start} it, hand {@link env} to skopeo, {@link close} it after. */
 export class DialGuard {
   readonly events: DialEvent[] = [];
-  private readonly token = randomBytes(16).toString('hex');
+  /** The pull's secret: the guard answers only requests that carry it (proxy basic auth, user `sbx`). */
+  readonly token = randomBytes(16).toString('hex');
   private readonly sockets = new Set<Duplex>();
   private server?: Server;
   private port = 0;
@@ -84,7 +87,8 @@ export class DialGuard {
     server.on('connection', (s: Socket) => g.track(s));
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
-      server.listen(0, '127.0.0.1', () => resolve());
+      if (opts.socketPath) server.listen(opts.socketPath, () => resolve());
+      else server.listen(0, '127.0.0.1', () => resolve());
     });
     const addr = server.address();
     g.port = typeof addr === 'object' && addr ? addr.port : 0;
@@ -97,7 +101,7 @@ export class DialGuard {
     return this.events.find((e) => e.refused);
   }
 
-  /** Proxy variables for skopeo (and no NO_PROXY: every host goes through the guard). */
+  /** Proxy variables for skopeo (and no NO_PROXY: every host goes through the guard); TCP mode only. */
   env(): NodeJS.ProcessEnv {
     const url = `http://sbx:${this.token}@127.0.0.1:${this.port}`;
     return { HTTPS_PROXY: url, HTTP_PROXY: url, https_proxy: url, http_proxy: url, NO_PROXY: '', no_proxy: '' };

@@ -13,7 +13,7 @@ import { buildBusyboxLayout } from './build-busybox.js';
 import { ImageStore } from './store.js';
 import { ANONYMOUS, DEFAULT_REGISTRIES_ALLOWED, isForbiddenAddress, OPERATOR, PullPolicy } from './pull-policy.js';
 import { pushLayout, startRegistry, tempDir, type TestRegistry } from '../../../../test/images.js';
-import { startFakeRegistry, startRecorder } from '../../../../test/fake-registry.js';
+import { type FakeRegistry, startFakeRegistry, startRecorder } from '../../../../test/fake-registry.js';
 
 const tenant = (accountId: string) => ({ accountId, admin: false });
 const ADMIN = { accountId: 'acc_admin', admin: true };
@@ -86,14 +86,25 @@ describe('pull policy', () => {
     assert.deepEqual(await viaDns.list(), []);
   });
 
-  test('a blob redirect to a non-public address is refused: 0.0.0.0, and a name resolving to loopback', async () => {
+  test('a blob redirect to a non-public address is refused or reaches nothing: 0.0.0.0, a name resolving to loopback, loopback literals', async () => {
     const target = await startRecorder();
     const named = 'cdn.sandboxd.test';
     const fakes = [
       await startFakeRegistry({ redirectBlobs: (d) => `http://0.0.0.0:${target.port}/blob/${d}` }),
       await startFakeRegistry({ redirectBlobs: (d) => `http://${named}:${target.port}/blob/${d}` }),
     ];
+    // Go dials `localhost` and literal loopback addresses without the proxy: in the pull's own
+    // network namespace they reach nothing (the pull fails as not found, nothing is reached).
+    const direct: FakeRegistry[] = [];
+    for (const h of ['127.0.0.1', 'localhost', '[::ffff:127.0.0.1]', '[::1]'])
+      direct.push(await startFakeRegistry({ redirectBlobs: (d) => `http://${h}:${target.port}/blob/${d}` }));
     try {
+      for (const fake of direct) {
+        const store = new ImageStore({ dir: dir(), insecureRegistries: [fake.host], registriesAllowed: [fake.host] });
+        await assert.rejects(store.resolve(`${fake.host}/sbx/tiny:1`, { puller: ADMIN }), notFound);
+        assert.ok(fake.seen.some((r) => r.path.includes('/blobs/')));
+        assert.equal(target.seen.length, 0, 'the redirect target was never reached');
+      }
       for (const [i, fake] of fakes.entries()) {
         const store = new ImageStore({
           dir: dir(),
@@ -113,7 +124,7 @@ describe('pull policy', () => {
         assert.deepEqual(await store.list(), []);
       }
     } finally {
-      for (const f of fakes) await f.stop();
+      for (const f of [...fakes, ...direct]) await f.stop();
       await target.stop();
     }
   });

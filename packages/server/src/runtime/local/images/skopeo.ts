@@ -3,7 +3,9 @@
  * signature policy, our own auth file (credentials never on a command line), linux/<host arch>
  * picked from multi-arch images, temp files inside the caller's work dir.
  */
+import { existsSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
+import { fileURLToPath } from 'node:url';
 import { join } from 'node:path';
 import { hostArch } from './oci-read.js';
 import { runTool, toolEnv, ToolError } from './run.js';
@@ -12,6 +14,18 @@ export interface Credentials {
   username: string;
   password: string;
 }
+
+/** The dial guard a namespaced pull goes out through, and the loopback listeners it needs. */
+export interface NetnsExit {
+  socket: string;
+  token: string;
+  listeners: Array<{ bind: string; port: number; target: string }>;
+}
+
+const NETNS_PULL = fileURLToPath(new URL('./netns-pull.ts', import.meta.url));
+
+/** True when pulls can run in a network namespace of their own (root, unshare installed). */
+export const canIsolatePulls = process.getuid?.() === 0 && existsSync('/usr/bin/unshare');
 
 export interface CopyOptions {
   /** Work dir for policy/auth files and skopeo's temp files. */
@@ -23,6 +37,8 @@ export interface CopyOptions {
   insecure?: boolean;
   /** Extra environment (the pull's proxy, see dial-guard.ts), over {@link toolEnv}'s. */
   env?: NodeJS.ProcessEnv;
+  /** Run skopeo in a network namespace of its own whose only way out is this guard (netns-pull.ts). */
+  netns?: NetnsExit;
   onStderr?: (chunk: string) => void;
 }
 
@@ -56,11 +72,18 @@ export async function skopeoCopy(src: string, dest: string, opts: CopyOptions): 
     dest,
   ];
   // Blobs being fetched and archive extraction go to TMPDIR: keep them in the work dir.
-  await runTool('skopeo', args, {
-    timeoutMs: opts.timeoutMs,
-    env: toolEnv({ ...opts.env, TMPDIR: opts.work, REGISTRY_AUTH_FILE: auth }),
-    onStderr: opts.onStderr,
-  });
+  const env = toolEnv({ ...opts.env, TMPDIR: opts.work, REGISTRY_AUTH_FILE: auth });
+  if (opts.netns) {
+    const n = opts.netns;
+    const argv = ['--net', '--', process.execPath, NETNS_PULL, n.socket, JSON.stringify(n.listeners), '--', 'skopeo'];
+    await runTool('unshare', [...argv, ...args], {
+      timeoutMs: opts.timeoutMs,
+      env: { ...env, SBX_GUARD_TOKEN: n.token },
+      onStderr: opts.onStderr,
+    });
+    return;
+  }
+  await runTool('skopeo', args, { timeoutMs: opts.timeoutMs, env, onStderr: opts.onStderr });
 }
 
 const NOT_FOUND = [

@@ -4,7 +4,8 @@
  * images as needed, unpacking each image once (umoci) into a dir shared by all sandboxes.
  * Layout on disk: see catalog.ts.
  */
-import { stat } from 'node:fs/promises';
+import { mkdtemp, rm, stat } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import { join, resolve as resolvePath } from 'node:path';
 import { SandboxdError } from '@sandboxd/protocol';
 import type { ImageInfo } from '../../driver.js';
@@ -13,7 +14,7 @@ import { Catalog } from './catalog.js';
 import { NoSuchImage, selectImage } from './oci-read.js';
 import { pullToLayout, type Progress } from './pull.js';
 import { parseRef, type ImageRef } from './ref.js';
-import { isNotFound } from './skopeo.js';
+import { canIsolatePulls, isNotFound, type NetnsExit } from './skopeo.js';
 import { checkHost, DialGuard, systemLookup, type Lookup } from './dial-guard.js';
 import {
   OPERATOR,
@@ -79,6 +80,18 @@ export interface PullAs {
 }
 
 const MIN = 60_000;
+
+/**
+ * What a namespaced pull from the operator's registry at a loopback address needs: skopeo
+ * (Go) dials such a registry directly, never through a proxy, so inside the namespace its
+ * address and port are listened on and tunnelled to it through the guard.
+ */
+function loopbackListeners(ep: { host: string; port: number }): NetnsExit['listeners'] {
+  const h = ep.host.toLowerCase();
+  const binds = h === 'localhost' ? ['127.0.0.1', '::1'] : /^127\.|^::1$|^::ffff:127\./.test(h) ? [h] : [];
+  const target = h.includes(':') ? `[${h}]:${ep.port}` : `${h}:${ep.port}`;
+  return binds.map((bind) => ({ bind, port: ep.port, target }));
+}
 
 function notFound(ref: string, cause?: unknown): SandboxdError {
   const e = new SandboxdError('template_not_found', 'Template not found', { image: ref });
@@ -312,12 +325,22 @@ export class ImageStore {
     const exempt = (host: string, port: number) => listed && host === ep.host.toLowerCase() && port === ep.port;
     return this.tmp.with('pull', async (work) => {
       let src: PreparedSource;
-      const guard = await DialGuard.start({ exempt, lookup });
+      // In a network namespace of its own, skopeo's only way out is the guard's socket.
+      const sockDir = !canIsolatePulls
+        ? undefined
+        : work.length < 90
+          ? work
+          : await mkdtemp(join(tmpdir(), 'sbx-pull-'));
+      const socketPath = sockDir && join(sockDir, 'guard.sock');
+      const guard = await DialGuard.start({ exempt, lookup, socketPath });
       try {
         src = await pullToLayout(r, work, {
           credentials: this.policy.credentialsFor(r.domain, puller),
           insecure,
-          env: guard.env(),
+          env: socketPath ? undefined : guard.env(),
+          netns: socketPath
+            ? { socket: socketPath, token: guard.token, listeners: listed ? loopbackListeners(ep) : [] }
+            : undefined,
           timeoutMs: this.opts.timeouts?.pullMs ?? 20 * MIN,
           onProgress,
         });
@@ -334,6 +357,7 @@ export class ImageStore {
         throw new SandboxdError('internal', `Image pull failed: ${(e as Error).message}`, { image: given });
       } finally {
         await guard.close();
+        if (sockDir && sockDir !== work) await rm(sockDir, { recursive: true, force: true });
       }
       onProgress?.({ phase: 'unpacking' });
       const rec = await this.installer.install(src, work);
