@@ -52,6 +52,7 @@ describe('image pulls of creates', { skip: !local && 'needs SANDBOXD_E2E_RUNTIME
     s.api('POST', '/api/v1/sandboxes', { body: { image, timeoutMs: 60_000 }, key });
 
   it('a tenant cannot make the host pull from an unlisted registry, nor from loopback by name', async () => {
+    const before = (await s.api('GET', '/api/v1/account', { key: tenant.key })).body;
     for (const image of [`${open.host}/sbx/tiny:1`, `localhost:${open.host.split(':')[1]}/sbx/tiny:1`]) {
       const r = await create(image, tenant.key);
       assert.equal(r.status, 400, r.text);
@@ -61,6 +62,8 @@ describe('image pulls of creates', { skip: !local && 'needs SANDBOXD_E2E_RUNTIME
     assert.deepEqual(open.seen, [], 'the registry was never dialled');
     const list = await s.api('GET', '/api/v1/sandboxes', { key: tenant.key });
     assert.deepEqual(list.body.sandboxes ?? list.body, [], 'no sandbox recorded');
+    const now = (await s.api('GET', '/api/v1/account', { key: tenant.key })).body;
+    assert.deepEqual(now, before, 'balance and usage as before');
     // The admin may pull from unlisted registries, but not at a loopback address.
     const a = await create(`${open.host}/sbx/tiny:1`);
     assert.equal(a.status, 400, a.text);
