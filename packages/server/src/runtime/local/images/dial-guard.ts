@@ -175,12 +175,12 @@ export class DialGuard {
       return;
     }
     up.on('error', () => client.destroy());
+    client.on('error', () => up.destroy());
     client.write('HTTP/1.1 200 Connection Established\r\n\r\n');
     if (head.length) up.write(head);
+    // Ends travel through the pipes; destroying on 'close' would drop what is still buffered.
     up.pipe(client);
     client.pipe(up);
-    client.once('close', () => up.destroy());
-    up.once('close', () => client.destroy());
   }
 
   /** An absolute-URI request (plain http). */

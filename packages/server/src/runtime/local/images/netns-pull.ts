@@ -33,8 +33,7 @@ function toGuard(client: Socket, target?: string): void {
   const up = connect(sock);
   client.on('error', () => up.destroy());
   up.on('error', () => client.destroy());
-  client.once('close', () => up.destroy());
-  up.once('close', () => client.destroy());
+  // Ends travel through the pipes; destroying on 'close' would drop what is still buffered.
   if (!target) {
     client.pipe(up);
     up.pipe(client);

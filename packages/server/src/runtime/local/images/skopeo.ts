@@ -24,8 +24,22 @@ export interface NetnsExit {
 
 const NETNS_PULL = fileURLToPath(new URL('./netns-pull.ts', import.meta.url));
 
-/** True when pulls can run in a network namespace of their own (root, unshare installed). */
-export const canIsolatePulls = process.getuid?.() === 0 && existsSync('/usr/bin/unshare');
+let isolation: Promise<boolean> | undefined;
+
+/**
+ * True when pulls can run in a network namespace of their own: root, `unshare` installed and
+ * allowed to make one (a container without CAP_SYS_ADMIN is not). Tried once per process.
+ */
+export function canIsolatePulls(): Promise<boolean> {
+  isolation ??=
+    process.getuid?.() === 0 && existsSync('/usr/bin/unshare')
+      ? runTool('unshare', ['--net', '--', 'true'], { timeoutMs: 10_000 }).then(
+          () => true,
+          () => false,
+        )
+      : Promise.resolve(false);
+  return isolation;
+}
 
 export interface CopyOptions {
   /** Work dir for policy/auth files and skopeo's temp files. */

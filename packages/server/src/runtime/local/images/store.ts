@@ -105,6 +105,7 @@ export class ImageStore {
   private readonly installer: Installer;
   private readonly jobs = new Map<string, Promise<ImageRecord>>();
   private readonly policy: PullPolicy;
+  private warnedIsolation = false;
   private readonly counts = { pulls: 0, imports: 0, builds: 0 };
   /** Images made from sandboxes (`snapshot/<owner>/<name>`, never pulled): see snapshots.ts. */
   readonly snapshots: SnapshotStore;
@@ -326,11 +327,14 @@ export class ImageStore {
     return this.tmp.with('pull', async (work) => {
       let src: PreparedSource;
       // In a network namespace of its own, skopeo's only way out is the guard's socket.
-      const sockDir = !canIsolatePulls
-        ? undefined
-        : work.length < 90
-          ? work
-          : await mkdtemp(join(tmpdir(), 'sbx-pull-'));
+      const isolated = await canIsolatePulls();
+      if (!isolated && !this.warnedIsolation) {
+        this.warnedIsolation = true;
+        this.opts.log?.(
+          'image store: pulls run without a network namespace (needs root and unshare): a registry redirect to a literal loopback address is not stopped',
+        );
+      }
+      const sockDir = !isolated ? undefined : work.length < 90 ? work : await mkdtemp(join(tmpdir(), 'sbx-pull-'));
       const socketPath = sockDir && join(sockDir, 'guard.sock');
       const guard = await DialGuard.start({ exempt, lookup, socketPath });
       try {
