@@ -17,6 +17,8 @@ import {
   readJson,
   type RunnerSource,
 } from './config-values.js';
+import { DEFAULT_REGISTRIES_ALLOWED } from './runtime/local/images/pull-policy.js';
+import { parseRegistries, parseRegistryCredentials } from './config-registries.js';
 import { mergePlans, type PlanConfig, type RateLimitConfig, rateLimits } from './config-plans.js';
 
 export {
@@ -94,8 +96,19 @@ export interface Config {
   uidRangeStart: number;
   /** Registries (host:port) reached over plain HTTP, e.g. a loopback test registry. */
   insecureRegistries: string[];
-  /** Registry credentials by host[:port] (config file only, never env). */
-  registryCredentials: Record<string, { username: string; password: string }>;
+  /**
+   * `SANDBOXD_REGISTRIES_ALLOWED` (file `registriesAllowed`): registries (host[:port]) every
+   * account may pull from, `*` for any, `none` for none; default DEFAULT_REGISTRIES_ALLOWED
+   * (Docker Hub, ghcr.io, quay.io, gcr.io, public.ecr.aws, registry.k8s.io,
+   * mcr.microsoft.com). Admins pull from any registry. A registry named here (not by `*`)
+   * may be at a loopback or private address; no other pull dials one. See docs/runtime.md.
+   */
+  registriesAllowed: string[];
+  /**
+   * Registry credentials by host[:port] (config file only, never env). They serve admins'
+   * pulls, and other accounts' only when `accounts` names them (`"*"`: every account).
+   */
+  registryCredentials: Record<string, { username: string; password: string; accounts?: string[] | '*' }>;
   terminalIdleMs: number;
   /** Below this many MiB free on the data dir's file system, creates, execs and terminals answer 507; 0 = no floor. */
   minFreeMb: number;
@@ -260,8 +273,10 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
         .split(',')
         .map((x) => x.trim())
         .filter(Boolean),
-    registryCredentials:
-      overrides.registryCredentials ?? (file.registryCredentials as Config['registryCredentials'] | undefined) ?? {},
+    registriesAllowed: pick('registriesAllowed', 'SANDBOXD_REGISTRIES_ALLOWED', parseRegistries, [
+      ...DEFAULT_REGISTRIES_ALLOWED,
+    ]),
+    registryCredentials: parseRegistryCredentials(overrides.registryCredentials ?? file.registryCredentials),
     terminalIdleMs: pick(
       'terminalIdleMs',
       'SANDBOXD_TERMINAL_IDLE_MS',

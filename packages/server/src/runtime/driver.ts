@@ -62,6 +62,13 @@ export interface SandboxSpec {
    * absent means `none`. The only part of a spec that changes later ({@link RuntimeDriver.setEgress}).
    */
   egress?: Egress;
+  /**
+   * Whose pull it is should the image have to be pulled: the pull policy decides by it which
+   * registries may be pulled from and whose registry credentials serve (see
+   * runtime/local/images/pull-policy.ts). Absent: an unnamed account's (allowed registries,
+   * no credentials).
+   */
+  pullAs?: { accountId: string; admin: boolean };
 }
 
 /**

@@ -172,6 +172,7 @@ export class SandboxService {
         limits: plan.limits,
         hostname: record.name,
         egress: record.network?.egress ?? 'none',
+        pullAs: { accountId: account.id, admin: account.admin },
       });
     } catch (e) {
       await this.failCreate(record, e, log);

@@ -40,6 +40,7 @@ import { recoverInstance } from './recover.js';
 import { type ReleaseHost, settleHost, teardown } from './release.js';
 import { ID_RE, isAlive, isKept, isVisible, recordView, type SandboxRecord } from './records.js';
 import { type DriverParts, makeParts } from './parts.js';
+import { ANONYMOUS } from './images/pull-policy.js';
 import { keyedLock } from './rootfs/mounts.js';
 import {
   checkLimits,
@@ -230,7 +231,7 @@ export class LocalDriver implements RuntimeDriver {
     this.reserved.add(spec.id);
     this.creating++;
     try {
-      const image = await this.images.resolve(spec.image);
+      const image = await this.images.resolve(spec.image, { puller: spec.pullAs ?? ANONYMOUS });
       const warm = this.pools.takeWarm(spec.image, image.digest, spec.limits);
       const pooled = warm ? this.pooled.get(warm) : undefined;
       if (warm) this.pooled.delete(warm);

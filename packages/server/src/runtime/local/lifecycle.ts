@@ -26,6 +26,7 @@ import type { BundleWriter } from './bundle/writer.js';
 import { ExecAgent } from './commands/exec-agent.js';
 import type { SandboxCommands } from './commands/exec.js';
 import { type OciRuntime, processStart } from './commands/oci-runtime.js';
+import { ANONYMOUS } from './images/pull-policy.js';
 import type { ImageStore } from './images/store.js';
 import type { NetworkManager, SandboxNet } from './network/manager.js';
 import { isAlive, isKept, type RecordStore, type SandboxRecord } from './records.js';
@@ -212,7 +213,7 @@ export async function settleKept(h: LifecycleHost, rec: SandboxRecord, hasContai
  * since: the kept layer lies over that one). Throws `conflict` when it is gone.
  */
 async function imageRootfs(images: ImageStore, rec: SandboxRecord): Promise<string> {
-  const now = await images.resolve(rec.spec.image).catch(() => null);
+  const now = await images.resolve(rec.spec.image, { puller: rec.spec.pullAs ?? ANONYMOUS }).catch(() => null);
   if (now?.digest === rec.imageDigest) return now.rootfsDir;
   if (now) {
     // Same store, other digest: the folder of the recorded one (catalog layout: <byDigest>/<hex>/rootfs).

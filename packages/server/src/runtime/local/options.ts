@@ -4,6 +4,7 @@ import type { OciRuntimeName } from './commands/oci-runtime.js';
 import type { WarmEntry } from './pools/warm.js';
 import type { Upstream } from './network/dns.js';
 import type { NetworkOptions } from './network/manager.js';
+import type { RegistryCredentials } from './images/pull-policy.js';
 
 /** Options of the local driver; only the folders are required. */
 export interface LocalDriverOptions {
@@ -29,8 +30,11 @@ export interface LocalDriverOptions {
   uidRangeStart?: number;
   /** Name of the cgroup folder that holds every sandbox's cgroup. Default `sandboxd-<key>`. */
   cgroupParent?: string;
-  registryCredentials?: Record<string, { username: string; password: string }>;
+  /** Registry credentials by host[:port] and whose pulls they serve (pull-policy.ts); default none. */
+  registryCredentials?: Record<string, RegistryCredentials>;
   insecureRegistries?: string[];
+  /** Registries every account may pull from (`*`: any); default DEFAULT_REGISTRIES_ALLOWED (pull-policy.ts). */
+  registriesAllowed?: string[];
   /** OCI runtime; default crun when installed, else runc. */
   ociRuntime?: OciRuntimeName;
   /** Networks kept made ahead of need, so creating a sandbox does not wait for one (crun only). Default 2. */
@@ -53,6 +57,7 @@ export type ResolvedOptions = Required<
     LocalDriverOptions,
     | 'registryCredentials'
     | 'insecureRegistries'
+    | 'registriesAllowed'
     | 'ociRuntime'
     | 'holdLeftovers'
     | 'egressVia'
@@ -99,7 +104,13 @@ export function localDriverOptions(config: Readonly<Config>): LocalDriverOptions
     cgroupParent: config.cgroupParent,
     ociRuntime: config.ociRuntime,
     insecureRegistries: [...config.insecureRegistries],
-    registryCredentials: { ...config.registryCredentials },
+    registriesAllowed: [...config.registriesAllowed],
+    registryCredentials: Object.fromEntries(
+      Object.entries(config.registryCredentials).map(([k, v]) => [
+        k,
+        { ...v, accounts: Array.isArray(v.accounts) ? [...v.accounts] : v.accounts },
+      ]),
+    ),
     warmPool: config.warmPool.map((e) => ({ ...e })),
     warmLimits: { ...config.plans[config.defaultPlan].limits },
   };

@@ -35,6 +35,7 @@ export function makeParts(opts: LocalDriverOptions, o: ResolvedOptions, key: str
       dir: opts.imageDir,
       credentials: opts.registryCredentials,
       insecureRegistries: opts.insecureRegistries,
+      registriesAllowed: opts.registriesAllowed,
     }),
     crun,
     commands: new SandboxCommands({

@@ -6,7 +6,7 @@ import { readdir, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { selectImage } from './oci-read.js';
 import { skopeoSource, type ImageRef } from './ref.js';
-import { skopeoCopy, type Credentials } from './skopeo.js';
+import { skopeoCopy, type Credentials, type NetnsExit } from './skopeo.js';
 import { WORK_TAG, type PreparedSource } from './source.js';
 
 /** Progress of a pull or build. `bytes` counts what was downloaded or written so far. */
@@ -20,6 +20,10 @@ export interface PullOptions {
   credentials?: Credentials;
   insecure: boolean;
   timeoutMs: number;
+  /** Extra environment of skopeo: the pull's proxy (dial-guard.ts). */
+  env?: NodeJS.ProcessEnv;
+  /** Run skopeo in a network namespace whose only way out is the pull's guard. */
+  netns?: NetnsExit;
   onProgress?: (p: Progress) => void;
 }
 
@@ -51,6 +55,8 @@ export async function pullToLayout(ref: ImageRef, work: string, opts: PullOption
       work,
       timeoutMs: opts.timeoutMs,
       insecure: opts.insecure,
+      env: opts.env,
+      netns: opts.netns,
       credentials: opts.credentials ? { registry: ref.domain, creds: opts.credentials } : undefined,
     });
   } finally {

@@ -55,7 +55,11 @@ describe('registry pulls', () => {
   });
 
   test('pull by tag: rootfs and config as built', async () => {
-    const store = new ImageStore({ dir: join(tmp.dir, 's1'), insecureRegistries: [reg!.host] });
+    const store = new ImageStore({
+      dir: join(tmp.dir, 's1'),
+      insecureRegistries: [reg!.host],
+      registriesAllowed: [reg!.host],
+    });
     const events: Progress[] = [];
     const t0 = Date.now();
     const img = await store.pull(`${reg!.host}/sbx/busybox:1`, { onProgress: (p) => events.push(p) });
@@ -99,7 +103,11 @@ describe('registry pulls', () => {
   });
 
   test('pull by digest and from a multi-arch index (picks linux/amd64)', async () => {
-    const store = new ImageStore({ dir: join(tmp.dir, 's2'), insecureRegistries: [reg!.host] });
+    const store = new ImageStore({
+      dir: join(tmp.dir, 's2'),
+      insecureRegistries: [reg!.host],
+      registriesAllowed: [reg!.host],
+    });
     const byDigest = await store.resolve(`${reg!.host}/sbx/busybox@${bbManifest}`);
     assert.equal(byDigest.digest, bbConfig);
     const multi = await store.resolve(`${reg!.host}/sbx/multi:1`);
@@ -109,7 +117,11 @@ describe('registry pulls', () => {
 
   test('unknown tag, repository, registry: template_not_found', async () => {
     const dead = `127.0.0.1:${await freePort()}`;
-    const store = new ImageStore({ dir: join(tmp.dir, 's3'), insecureRegistries: [reg!.host, dead] });
+    const store = new ImageStore({
+      dir: join(tmp.dir, 's3'),
+      insecureRegistries: [reg!.host, dead],
+      registriesAllowed: [reg!.host, dead],
+    });
     const check = async (ref: string) => {
       await assert.rejects(
         store.resolve(ref),
@@ -125,7 +137,7 @@ describe('registry pulls', () => {
     await check(`${dead}/sbx/busybox:1`);
     await check('local/nothing:1');
     // A plain-http registry not marked insecure is not reachable as https.
-    const strict = new ImageStore({ dir: join(tmp.dir, 's4') });
+    const strict = new ImageStore({ dir: join(tmp.dir, 's4'), registriesAllowed: [reg!.host] });
     await assert.rejects(strict.resolve(`${reg!.host}/sbx/busybox:1`), isNotFound);
     await assert.rejects(
       store.pull('local/busybox:latest'),
@@ -144,17 +156,23 @@ describe('registry pulls', () => {
     authReg = await startRegistry(join(tmp.dir, 'areg'), { htpasswd: line });
     await pushLayout(layout, 'latest', `${authReg.host}/sbx/private:1`, tmp.dir, creds);
     const ref = `${authReg.host}/sbx/private:1`;
-    const anon = new ImageStore({ dir: join(tmp.dir, 's5'), insecureRegistries: [authReg.host] });
+    const anon = new ImageStore({
+      dir: join(tmp.dir, 's5'),
+      insecureRegistries: [authReg.host],
+      registriesAllowed: [authReg.host],
+    });
     await assert.rejects(anon.resolve(ref), isNotFound);
     const wrong = new ImageStore({
       dir: join(tmp.dir, 's6'),
       insecureRegistries: [authReg.host],
+      registriesAllowed: [authReg.host],
       credentials: { [authReg.host]: { username: 'sbx', password: 'wrong' } },
     });
     await assert.rejects(wrong.resolve(ref), isNotFound);
     const good = new ImageStore({
       dir: join(tmp.dir, 's7'),
       insecureRegistries: [authReg.host],
+      registriesAllowed: [authReg.host],
       credentials: { [authReg.host]: creds },
     });
     const img = await good.resolve(ref);

@@ -3,7 +3,9 @@
  * signature policy, our own auth file (credentials never on a command line), linux/<host arch>
  * picked from multi-arch images, temp files inside the caller's work dir.
  */
+import { existsSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
+import { fileURLToPath } from 'node:url';
 import { join } from 'node:path';
 import { hostArch } from './oci-read.js';
 import { runTool, toolEnv, ToolError } from './run.js';
@@ -11,6 +13,32 @@ import { runTool, toolEnv, ToolError } from './run.js';
 export interface Credentials {
   username: string;
   password: string;
+}
+
+/** The dial guard a namespaced pull goes out through, and the loopback listeners it needs. */
+export interface NetnsExit {
+  socket: string;
+  token: string;
+  listeners: Array<{ bind: string; port: number; target: string }>;
+}
+
+const NETNS_PULL = fileURLToPath(new URL('./netns-pull.ts', import.meta.url));
+
+let isolation: Promise<boolean> | undefined;
+
+/**
+ * True when pulls can run in a network namespace of their own: root, `unshare` installed and
+ * allowed to make one (a container without CAP_SYS_ADMIN is not). Tried once per process.
+ */
+export function canIsolatePulls(): Promise<boolean> {
+  isolation ??=
+    process.getuid?.() === 0 && existsSync('/usr/bin/unshare')
+      ? runTool('unshare', ['--net', '--', 'true'], { timeoutMs: 10_000 }).then(
+          () => true,
+          () => false,
+        )
+      : Promise.resolve(false);
+  return isolation;
 }
 
 export interface CopyOptions {
@@ -21,6 +49,10 @@ export interface CopyOptions {
   credentials?: { registry: string; creds: Credentials };
   /** Reach the source registry over plain http / without TLS verification. */
   insecure?: boolean;
+  /** Extra environment (the pull's proxy, see dial-guard.ts), over {@link toolEnv}'s. */
+  env?: NodeJS.ProcessEnv;
+  /** Run skopeo in a network namespace of its own whose only way out is this guard (netns-pull.ts). */
+  netns?: NetnsExit;
   onStderr?: (chunk: string) => void;
 }
 
@@ -54,11 +86,18 @@ export async function skopeoCopy(src: string, dest: string, opts: CopyOptions): 
     dest,
   ];
   // Blobs being fetched and archive extraction go to TMPDIR: keep them in the work dir.
-  await runTool('skopeo', args, {
-    timeoutMs: opts.timeoutMs,
-    env: toolEnv({ TMPDIR: opts.work, REGISTRY_AUTH_FILE: auth }),
-    onStderr: opts.onStderr,
-  });
+  const env = toolEnv({ ...opts.env, TMPDIR: opts.work, REGISTRY_AUTH_FILE: auth });
+  if (opts.netns) {
+    const n = opts.netns;
+    const argv = ['--net', '--', process.execPath, NETNS_PULL, n.socket, JSON.stringify(n.listeners), '--', 'skopeo'];
+    await runTool('unshare', [...argv, ...args], {
+      timeoutMs: opts.timeoutMs,
+      env: { ...env, SBX_GUARD_TOKEN: n.token },
+      onStderr: opts.onStderr,
+    });
+    return;
+  }
+  await runTool('skopeo', args, { timeoutMs: opts.timeoutMs, env, onStderr: opts.onStderr });
 }
 
 const NOT_FOUND = [

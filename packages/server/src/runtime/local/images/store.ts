@@ -4,7 +4,8 @@
  * images as needed, unpacking each image once (umoci) into a dir shared by all sandboxes.
  * Layout on disk: see catalog.ts.
  */
-import { stat } from 'node:fs/promises';
+import { mkdtemp, rm, stat } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import { join, resolve as resolvePath } from 'node:path';
 import { SandboxdError } from '@sandboxd/protocol';
 import type { ImageInfo } from '../../driver.js';
@@ -13,7 +14,16 @@ import { Catalog } from './catalog.js';
 import { NoSuchImage, selectImage } from './oci-read.js';
 import { pullToLayout, type Progress } from './pull.js';
 import { parseRef, type ImageRef } from './ref.js';
-import { isNotFound, type Credentials } from './skopeo.js';
+import { canIsolatePulls, isNotFound, type NetnsExit } from './skopeo.js';
+import { checkHost, DialGuard, systemLookup, type Lookup } from './dial-guard.js';
+import {
+  OPERATOR,
+  PullPolicy,
+  refusedAddress,
+  registryEndpoint,
+  type Puller,
+  type RegistryCredentials,
+} from './pull-policy.js';
 import { fromArchive, fromLayoutDir, type PreparedSource } from './source.js';
 import { ToolError } from './run.js';
 import { removeTree, TempArea } from './tmp.js';
@@ -22,13 +32,24 @@ import { SnapshotStore } from './snapshots.js';
 import type { ImageRecord } from './unpack.js';
 
 export type { Progress } from './pull.js';
+export type { Puller } from './pull-policy.js';
 export { LOCAL_IMAGES, type LocalImageRef } from './build-local.js';
 
 export interface ImageStoreOptions {
   /** Cache root, e.g. `<dataDir>/images`; created if missing. */
   dir: string;
-  /** Registry credentials by host[:port] (`docker.io` for Docker Hub). */
-  credentials?: Record<string, Credentials>;
+  /**
+   * Registry credentials by host[:port] (`docker.io` for Docker Hub); they serve the admin's
+   * pulls, and tenants' only as their `accounts` says (see pull-policy.ts).
+   */
+  credentials?: Record<string, RegistryCredentials>;
+  /**
+   * Registries tenants may pull from (`*`: any); default DEFAULT_REGISTRIES_ALLOWED. A
+   * registry named here may also be at a loopback or private address (see pull-policy.ts).
+   */
+  registriesAllowed?: readonly string[];
+  /** Name resolution of the pulls' connections (tests); default the system's. */
+  lookup?: Lookup;
   /** host:port reached over plain http / without TLS verification. */
   insecureRegistries?: string[];
   /** Time limits in ms (defaults: pull 20 min, import 20 min, unpack 20 min, build 30 min). */
@@ -53,7 +74,24 @@ export interface StoredImage extends ImageInfo {
 
 export type OnProgress = (p: Progress) => void;
 
+/** Whose pull this is; default {@link OPERATOR} (the host's own config, admin routes). */
+export interface PullAs {
+  puller?: Puller;
+}
+
 const MIN = 60_000;
+
+/**
+ * What a namespaced pull from the operator's registry at a loopback address needs: skopeo
+ * (Go) dials such a registry directly, never through a proxy, so inside the namespace its
+ * address and port are listened on and tunnelled to it through the guard.
+ */
+function loopbackListeners(ep: { host: string; port: number }): NetnsExit['listeners'] {
+  const h = ep.host.toLowerCase();
+  const binds = h === 'localhost' ? ['127.0.0.1', '::1'] : /^127\.|^::1$|^::ffff:127\./.test(h) ? [h] : [];
+  const target = h.includes(':') ? `[${h}]:${ep.port}` : `${h}:${ep.port}`;
+  return binds.map((bind) => ({ bind, port: ep.port, target }));
+}
 
 function notFound(ref: string, cause?: unknown): SandboxdError {
   const e = new SandboxdError('template_not_found', 'Template not found', { image: ref });
@@ -66,6 +104,8 @@ export class ImageStore {
   private readonly tmp: TempArea;
   private readonly installer: Installer;
   private readonly jobs = new Map<string, Promise<ImageRecord>>();
+  private readonly policy: PullPolicy;
+  private warnedIsolation = false;
   private readonly counts = { pulls: 0, imports: 0, builds: 0 };
   /** Images made from sandboxes (`snapshot/<owner>/<name>`, never pulled): see snapshots.ts. */
   readonly snapshots: SnapshotStore;
@@ -81,6 +121,7 @@ export class ImageStore {
     this.tmp = new TempArea(join(this.cat.root, 'tmp'));
     this.installer = new Installer(this.cat, opts.timeouts?.unpackMs ?? 20 * MIN);
     this.snapshots = new SnapshotStore(this.cat, this.tmp);
+    this.policy = new PullPolicy({ registriesAllowed: opts.registriesAllowed, credentials: opts.credentials });
     const removed = this.tmp.cleanStale(opts.log);
     if (removed.length) opts.log?.(`image store: removed ${removed.length} stale work dir(s)`);
   }
@@ -90,17 +131,20 @@ export class ImageStore {
    * `local/busybox:latest`), else pulled; a `snapshot/...` ref only from the cache.
    * Concurrent calls for one ref share the work.
    * A cached tag is not re-checked against its registry (use {@link pull} to refresh).
-   * Throws `validation` (bad ref), `template_not_found` (unknown image, tag, registry, or
-   * other `local/` name), `internal`.
+   * A pull follows the pull policy for `opts.puller` (pull-policy.ts).
+   * Throws `validation` (bad ref, or a pull the policy refuses), `template_not_found`
+   * (unknown image, tag, registry, or other `local/` name), `internal`.
    */
-  async resolve(ref: string): Promise<StoredImage> {
+  async resolve(ref: string, opts: PullAs = {}): Promise<StoredImage> {
     const r = parseRef(ref);
     const hit = await this.cat.lookup(r.canonical);
     if (hit) return this.view(hit.record, ref, r.canonical);
-    const rec = await this.once(r.canonical, async () => {
+    const puller = opts.puller ?? OPERATOR;
+    if (!r.local) this.policy.check(r.domain, puller, ref);
+    const rec = await this.once(this.jobKey(r, puller), async () => {
       const again = await this.cat.lookup(r.canonical);
       if (again) return again.record;
-      if (!r.local) return this.doPull(r, ref);
+      if (!r.local) return this.doPull(r, ref, puller);
       if (r.snapshot) throw notFound(ref);
       if (!isLocalImage(r.canonical)) throw notFound(ref);
       return this.doBuild(r.canonical);
@@ -108,8 +152,8 @@ export class ImageStore {
     return this.view(rec, ref, r.canonical);
   }
 
-  /** Pulls `ref` from its registry even if cached (a moved tag is followed). */
-  async pull(ref: string, opts: { onProgress?: OnProgress } = {}): Promise<StoredImage> {
+  /** Pulls `ref` from its registry even if cached (a moved tag is followed), as `opts.puller` (see {@link resolve}). */
+  async pull(ref: string, opts: { onProgress?: OnProgress } & PullAs = {}): Promise<StoredImage> {
     const r = parseRef(ref);
     if (r.local)
       throw new SandboxdError(
@@ -117,7 +161,9 @@ export class ImageStore {
         `${r.snapshot ? 'snapshot/ images are made from sandboxes' : 'local/ images are built on this host'}, not pulled`,
         { image: ref },
       );
-    const rec = await this.once(r.canonical, () => this.doPull(r, ref, opts.onProgress));
+    const puller = opts.puller ?? OPERATOR;
+    this.policy.check(r.domain, puller, ref);
+    const rec = await this.once(this.jobKey(r, puller), () => this.doPull(r, ref, puller, opts.onProgress));
     return this.view(rec, ref, r.canonical);
   }
 
@@ -233,6 +279,12 @@ export class ImageStore {
     return (await stat(join(dir, 'index.json')).catch(() => null)) ? dir : null;
   }
 
+  /** Pulls of one ref share the work only when they would use the same credentials. */
+  private jobKey(r: ImageRef, puller: Puller): string {
+    if (r.local) return r.canonical;
+    return this.policy.credentialsFor(r.domain, puller) ? `${r.canonical}\0credentials` : r.canonical;
+  }
+
   private once(key: string, fn: () => Promise<ImageRecord>): Promise<ImageRecord> {
     const cur = this.jobs.get(key);
     if (cur) return cur;
@@ -257,23 +309,59 @@ export class ImageStore {
     };
   }
 
-  private async doPull(r: ImageRef, given: string, onProgress?: OnProgress): Promise<ImageRecord> {
+  /**
+   * Pulls through a {@link DialGuard}: every connection skopeo makes is checked there. The
+   * registry's own name is checked here first, as skopeo (Go) skips a proxy for `localhost`
+   * and literal loopback addresses.
+   */
+  private async doPull(r: ImageRef, given: string, puller: Puller, onProgress?: OnProgress): Promise<ImageRecord> {
+    const insecure = (this.opts.insecureRegistries ?? []).includes(r.domain);
+    const ep = registryEndpoint(r.domain, insecure);
+    const listed = this.policy.listed(r.domain);
+    const lookup = this.opts.lookup ?? systemLookup;
+    const first = await checkHost(ep.host, listed, lookup);
+    if (!first.ok && first.refused) throw refusedAddress(given, r.domain, { ...ep, own: true }, first.address);
+    if (!first.ok) throw notFound(given, new Error(first.error));
     this.counts.pulls++;
-    const creds = this.opts.credentials ?? {};
+    const exempt = (host: string, port: number) => listed && host === ep.host.toLowerCase() && port === ep.port;
     return this.tmp.with('pull', async (work) => {
       let src: PreparedSource;
+      // In a network namespace of its own, skopeo's only way out is the guard's socket.
+      const isolated = await canIsolatePulls();
+      if (!isolated && !this.warnedIsolation) {
+        this.warnedIsolation = true;
+        this.opts.log?.(
+          'image store: pulls run without a network namespace (needs root and unshare): a registry redirect to a literal loopback address is not stopped',
+        );
+      }
+      const sockDir = !isolated ? undefined : work.length < 90 ? work : await mkdtemp(join(tmpdir(), 'sbx-pull-'));
+      const socketPath = sockDir && join(sockDir, 'guard.sock');
+      const guard = await DialGuard.start({ exempt, lookup, socketPath });
       try {
         src = await pullToLayout(r, work, {
-          credentials: creds[r.domain] ?? (r.domain === 'docker.io' ? creds['index.docker.io'] : undefined),
-          insecure: (this.opts.insecureRegistries ?? []).includes(r.domain),
+          credentials: this.policy.credentialsFor(r.domain, puller),
+          insecure,
+          env: socketPath ? undefined : guard.env(),
+          netns: socketPath
+            ? { socket: socketPath, token: guard.token, listeners: listed ? loopbackListeners(ep) : [] }
+            : undefined,
           timeoutMs: this.opts.timeouts?.pullMs ?? 20 * MIN,
           onProgress,
         });
       } catch (e) {
-        if (e instanceof NoSuchImage || isNotFound(e)) throw notFound(given, e);
+        const refusal = guard.refusal;
+        if (refusal) {
+          const own = refusal.host.toLowerCase() === ep.host.toLowerCase() && refusal.port === ep.port;
+          throw refusedAddress(given, r.domain, { host: refusal.host, port: refusal.port, own }, refusal.detail);
+        }
+        if (e instanceof NoSuchImage || isNotFound(e) || (guard.events.length > 0 && !(e as ToolError).timedOut))
+          throw notFound(given, e);
         if (e instanceof ToolError && e.timedOut)
           throw new SandboxdError('internal', 'Image pull timed out', { image: given });
         throw new SandboxdError('internal', `Image pull failed: ${(e as Error).message}`, { image: given });
+      } finally {
+        await guard.close();
+        if (sockDir && sockDir !== work) await rm(sockDir, { recursive: true, force: true });
       }
       onProgress?.({ phase: 'unpacking' });
       const rec = await this.installer.install(src, work);

@@ -1,0 +1,228 @@
+/**
+ * The pull policy for real (skopeo against registries on 127.0.0.1): which registries a
+ * tenant may pull from, whose pulls the server's credentials serve, and that no pull dials a
+ * loopback, private or metadata address, by name, by DNS answer or by redirect, unless the
+ * operator listed that registry.
+ */
+import assert from 'node:assert/strict';
+import { mkdir } from 'node:fs/promises';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { SandboxdError } from '@sandboxd/protocol';
+import { buildBusyboxLayout } from './build-busybox.js';
+import { ImageStore } from './store.js';
+import { ANONYMOUS, DEFAULT_REGISTRIES_ALLOWED, isForbiddenAddress, OPERATOR, PullPolicy } from './pull-policy.js';
+import { pushLayout, startRegistry, tempDir, type TestRegistry } from '../../../../test/images.js';
+import { type FakeRegistry, startFakeRegistry, startRecorder } from '../../../../test/fake-registry.js';
+
+const tenant = (accountId: string) => ({ accountId, admin: false });
+const ADMIN = { accountId: 'acc_admin', admin: true };
+
+/** A refusal of the policy: 400 `validation` naming the registry (or address) and how to allow it. */
+const refused = (what: string) => (e: unknown) => {
+  assert.ok(e instanceof SandboxdError, String(e));
+  assert.equal(e.kind, 'validation', e.message);
+  assert.ok(e.message.includes(what), `${e.message} names ${what}`);
+  assert.match(e.message, /SANDBOXD_REGISTRIES_ALLOWED/);
+  return true;
+};
+const notFound = (e: unknown) => e instanceof SandboxdError && e.kind === 'template_not_found';
+
+describe('pull policy', () => {
+  let tmp: { dir: string; cleanup: () => Promise<void> };
+  let reg: TestRegistry | undefined;
+  let n = 0;
+  const dir = () => join(tmp.dir, `s${++n}`);
+
+  before(async () => {
+    tmp = await tempDir('policy');
+    const layout = join(tmp.dir, 'layout');
+    const work = join(tmp.dir, 'bbwork');
+    await mkdir(work);
+    await buildBusyboxLayout(layout, 'latest', work, { timeoutMs: 60_000 });
+    await mkdir(join(tmp.dir, 'reg'));
+    reg = await startRegistry(join(tmp.dir, 'reg'));
+    await pushLayout(layout, 'latest', `${reg.host}/sbx/busybox:1`, tmp.dir);
+  });
+
+  after(async () => {
+    await reg?.stop();
+    await tmp?.cleanup();
+  });
+
+  test('a tenant cannot pull from a registry the operator did not list; listed, it can', async () => {
+    const ref = `${reg!.host}/sbx/busybox:1`;
+    const store = new ImageStore({ dir: dir(), insecureRegistries: [reg!.host] });
+    await assert.rejects(store.resolve(ref, { puller: tenant('acc_1') }), refused(reg!.host));
+    await assert.rejects(store.pull(ref, { puller: tenant('acc_1') }), refused(reg!.host));
+    // Nothing changed: no image, no pull started.
+    assert.deepEqual(await store.list(), []);
+    assert.equal(store.stats.pulls, 0);
+    // The admin may pull from unlisted registries, but not at a loopback address.
+    await assert.rejects(store.resolve(ref, { puller: ADMIN }), refused(reg!.host));
+    assert.deepEqual(await store.list(), []);
+
+    const listed = new ImageStore({ dir: dir(), insecureRegistries: [reg!.host], registriesAllowed: [reg!.host] });
+    const img = await listed.resolve(ref, { puller: tenant('acc_1') });
+    assert.ok(img.digest.startsWith('sha256:'));
+  });
+
+  test('a registry name that resolves to loopback is refused, for the admin too', async () => {
+    const port = reg!.host.split(':')[1];
+    const alias = `localhost:${port}`;
+    const store = new ImageStore({ dir: dir(), insecureRegistries: [reg!.host, alias], registriesAllowed: ['*'] });
+    await assert.rejects(store.resolve(`${alias}/sbx/busybox:1`, { puller: ADMIN }), refused('localhost'));
+    await assert.rejects(store.resolve(`${alias}/sbx/busybox:1`, { puller: tenant('acc_1') }), refused('localhost'));
+    // A name whose DNS answer is loopback (the resolver of the store is the test's here).
+    const named = 'registry.sandboxd.test';
+    const viaDns = new ImageStore({
+      dir: dir(),
+      insecureRegistries: [`${named}:${port}`],
+      registriesAllowed: ['*'],
+      lookup: async (host) => (host === named ? ['127.0.0.1'] : []),
+    });
+    await assert.rejects(viaDns.resolve(`${named}:${port}/sbx/busybox:1`, { puller: ADMIN }), refused(named));
+    assert.deepEqual(await store.list(), []);
+    assert.deepEqual(await viaDns.list(), []);
+  });
+
+  test('a blob redirect to a non-public address is refused or reaches nothing: 0.0.0.0, a name resolving to loopback, loopback literals', async () => {
+    const target = await startRecorder();
+    const named = 'cdn.sandboxd.test';
+    const fakes = [
+      await startFakeRegistry({ redirectBlobs: (d) => `http://0.0.0.0:${target.port}/blob/${d}` }),
+      await startFakeRegistry({ redirectBlobs: (d) => `http://${named}:${target.port}/blob/${d}` }),
+    ];
+    // Go dials `localhost` and literal loopback addresses without the proxy: in the pull's own
+    // network namespace they reach nothing (the pull fails as not found, nothing is reached).
+    const direct: FakeRegistry[] = [];
+    for (const h of ['127.0.0.1', 'localhost', '[::ffff:127.0.0.1]', '[::1]'])
+      direct.push(await startFakeRegistry({ redirectBlobs: (d) => `http://${h}:${target.port}/blob/${d}` }));
+    try {
+      for (const fake of direct) {
+        const store = new ImageStore({ dir: dir(), insecureRegistries: [fake.host], registriesAllowed: [fake.host] });
+        await assert.rejects(store.resolve(`${fake.host}/sbx/tiny:1`, { puller: ADMIN }), notFound);
+        assert.ok(fake.seen.some((r) => r.path.includes('/blobs/')));
+        assert.equal(target.seen.length, 0, 'the redirect target was never reached');
+      }
+      for (const [i, fake] of fakes.entries()) {
+        const store = new ImageStore({
+          dir: dir(),
+          insecureRegistries: [fake.host],
+          registriesAllowed: [fake.host],
+          lookup: async (host) => (host === named ? ['127.0.0.1'] : []),
+        });
+        await assert.rejects(
+          store.resolve(`${fake.host}/sbx/tiny:1`, { puller: ADMIN }),
+          refused(i === 0 ? '0.0.0.0' : named),
+        );
+        assert.ok(
+          fake.seen.some((r) => r.path.includes('/blobs/')),
+          'the registry was asked for a blob',
+        );
+        assert.deepEqual(target.seen, [], 'the redirect target was never reached');
+        assert.deepEqual(await store.list(), []);
+      }
+    } finally {
+      for (const f of [...fakes, ...direct]) await f.stop();
+      await target.stop();
+    }
+  });
+
+  test("the server's registry credentials serve the admin, and tenants only when configured", async () => {
+    const creds = { username: 'sbx', password: `pw-${process.pid}` };
+    const basic = `Basic ${Buffer.from(`${creds.username}:${creds.password}`).toString('base64')}`;
+    const fake = await startFakeRegistry({ basicAuth: basic });
+    const sent = () => fake.seen.filter((r) => r.authorization === basic).length;
+    const ref = `${fake.host}/sbx/private:1`;
+    const storeWith = (c: Record<string, unknown>) =>
+      new ImageStore({
+        dir: dir(),
+        insecureRegistries: [fake.host],
+        registriesAllowed: [fake.host],
+        credentials: { [fake.host]: { ...creds, ...c } },
+      });
+    try {
+      // Default: admin only. A tenant's pull goes out anonymous (and finds nothing).
+      const dflt = storeWith({});
+      await assert.rejects(dflt.resolve(ref, { puller: tenant('acc_1') }), notFound);
+      assert.equal(sent(), 0, "a tenant's pull never carries the server's credentials");
+      assert.ok(fake.seen.length > 0, 'the registry was asked');
+      await dflt.resolve(ref, { puller: ADMIN });
+      assert.ok(sent() > 0, "the admin's pull uses them");
+
+      // Named accounts: theirs, not others'.
+      fake.seen.length = 0;
+      const named = storeWith({ accounts: ['acc_1'] });
+      await assert.rejects(named.resolve(ref, { puller: tenant('acc_2') }), notFound);
+      assert.equal(sent(), 0);
+      await named.resolve(ref, { puller: tenant('acc_1') });
+      assert.ok(sent() > 0);
+
+      // '*': every tenant.
+      fake.seen.length = 0;
+      const all = storeWith({ accounts: '*' });
+      await all.resolve(ref, { puller: tenant('acc_3') });
+      assert.ok(sent() > 0);
+    } finally {
+      await fake.stop();
+    }
+  });
+});
+
+describe('pull policy rules', () => {
+  test('forbidden addresses: loopback, private, link-local, CGNAT, metadata, IPv6 forms of IPv4 ones', () => {
+    const bad = [
+      '127.0.0.1',
+      '127.8.9.10',
+      '0.0.0.0',
+      '10.1.2.3',
+      '172.16.0.1',
+      '172.31.255.255',
+      '192.168.1.1',
+      '169.254.169.254',
+      '100.64.0.1',
+      '100.100.100.200',
+      '168.63.129.16',
+      '224.0.0.1',
+      '255.255.255.255',
+      '::',
+      '::1',
+      'fc00::1',
+      'fd00:ec2::254',
+      'fe80::1',
+      'ff02::1',
+      '::ffff:127.0.0.1',
+      '::ffff:a9fe:a9fe',
+      '64:ff9b::a9fe:a9fe',
+      'not-an-address',
+    ];
+    for (const ip of bad) assert.equal(isForbiddenAddress(ip), true, ip);
+    for (const ip of ['1.1.1.1', '172.32.0.1', '100.128.0.1', '2606:4700::1111', '::ffff:8.8.8.8'])
+      assert.equal(isForbiddenAddress(ip), false, ip);
+  });
+
+  test('who may pull from where, with whose credentials', () => {
+    const p = new PullPolicy({
+      credentials: {
+        'index.docker.io': { username: 'u', password: 'p' },
+        'ghcr.io': { username: 'g', password: 'p', accounts: ['acc_1'] },
+        'quay.io:443': { username: 'q', password: 'p', accounts: '*' },
+      },
+    });
+    for (const d of DEFAULT_REGISTRIES_ALLOWED) assert.doesNotThrow(() => p.check(d, tenant('acc_1'), d));
+    assert.doesNotThrow(() => p.check('registry-1.docker.io', tenant('acc_1'), 'x'));
+    assert.throws(() => p.check('evil.example:5000', tenant('acc_1'), 'x'), refused('evil.example:5000'));
+    assert.throws(() => p.check('evil.example', ANONYMOUS, 'x'), refused('evil.example'));
+    assert.doesNotThrow(() => p.check('evil.example', ADMIN, 'x'));
+    assert.doesNotThrow(() => p.check('evil.example', OPERATOR, 'x'));
+    assert.equal(p.listed('docker.io'), true);
+    assert.equal(new PullPolicy({ registriesAllowed: ['*'] }).listed('10.0.0.1:5000'), false, '* names no registry');
+    assert.equal(p.credentialsFor('docker.io', tenant('acc_1')), undefined);
+    assert.deepEqual(p.credentialsFor('docker.io', ADMIN), { username: 'u', password: 'p' });
+    assert.deepEqual(p.credentialsFor('ghcr.io', tenant('acc_1')), { username: 'g', password: 'p' });
+    assert.equal(p.credentialsFor('ghcr.io', tenant('acc_2')), undefined);
+    assert.equal(p.credentialsFor('ghcr.io', ANONYMOUS), undefined);
+    assert.deepEqual(p.credentialsFor('quay.io', tenant('acc_9')), { username: 'q', password: 'p' });
+  });
+});
