@@ -20,7 +20,7 @@ import { launch, type Browser } from './console-support.js';
 import { freePort, newAccount, type Server, startServer } from './harness.js';
 
 /** The attacker's app: a page that plants a session cookie for the parent domain. */
-const APP = String.raw`
+const APP = `
 import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 token, api = sys.argv[2], sys.argv[3]
