@@ -3,7 +3,7 @@
  * clients, processes started through the API (records and readers), file watches and file
  * transfers. One noisy sandbox at each of its limits gets a clear error naming the limit;
  * a neighbour sandbox of the same account is unaffected (it creates a terminal, attaches,
- * runs a streamed process, opens a watch, downloads a file); the noisy one works again
+ * runs a streamed process, opens a watch, downloads a file, runs a foreground exec); the noisy one works again
  * once it releases. The server runs with small shares (SANDBOXD_FAIR_SHARE_*) so that each
  * limit is met in a few requests; the defaults are in config-fair-share.ts.
  */
@@ -24,6 +24,7 @@ const SHARE = {
   FOLLOWERS_PER_SANDBOX: 5,
   WATCHES_PER_SANDBOX: 3,
   FILE_TRANSFERS_PER_SANDBOX: 3,
+  EXECS_PER_SANDBOX: 3,
 };
 /** The account's own cap: twice a sandbox's share, so a sandbox at its share leaves the rest to its neighbours. */
 const ACCOUNT_SOCKETS = 8;
@@ -286,5 +287,28 @@ describe('fair shares: one sandbox at its limits leaves its neighbours unaffecte
     });
     again.ac.abort();
     for (const ac of downloads) ac.abort();
+  });
+
+  it('foreground execs in flight: past the share 429 naming it; the neighbour execs; an exec that ends frees a slot', async () => {
+    const waiter = 'while [ ! -e /tmp/go ]; do sleep 0.1; done; echo waited';
+    const waiting = Array.from({ length: SHARE.EXECS_PER_SANDBOX }, () => api.execRaw(noisy, waiter));
+    // Once the sandbox runs them all, every slot is taken (a slot is taken before its process starts).
+    await until('the waiters to run', async () => {
+      const pid = await api.background(noisy, "ps -o args | grep -c '[t]mp/go'");
+      const out = await until('the count', async () => {
+        const r = await fetch(`${s.baseUrl}/api/v1/sandboxes/${noisy}/processes/${pid}/output`, { headers: auth() });
+        const text = await r.text();
+        return /"type":"exit"/.test(text) ? text : undefined;
+      });
+      const n = Number(/"data":"(\d+)/.exec(out)?.[1] ?? 0);
+      return n >= SHARE.EXECS_PER_SANDBOX ? n : undefined;
+    });
+    const over = await api.execRaw(noisy, 'echo never');
+    assert.equal(over.status, 429, JSON.stringify(over.body));
+    assert.match(String(over.body.message), new RegExp(`${SHARE.EXECS_PER_SANDBOX} foreground execs`));
+    assert.equal((await api.exec(neighbour, 'echo neighbour')).stdout, 'neighbour\n');
+    await api.background(noisy, 'touch /tmp/go'); // background execs are processes, not counted here
+    for (const r of await Promise.all(waiting)) assert.equal(r.body.stdout, 'waited\n');
+    assert.equal((await api.exec(noisy, 'echo again')).stdout, 'again\n');
   });
 });

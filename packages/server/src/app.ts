@@ -167,7 +167,7 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
     timeout: new TimeoutService(deps, sandboxes),
     lifecycle,
     snapshots,
-    exec: new ExecService({ driver, clock, storage }, sandboxes, processes),
+    exec: new ExecService({ driver, clock, storage, shares: config.fairShare }, sandboxes, processes),
     processes,
     files: new FileService({ driver, clock, storage, shares: config.fairShare }, sandboxes),
     events: new EventService(deps),

@@ -33,6 +33,8 @@ export interface FairShareConfig {
   watchesPerSandbox: number;
   /** File uploads and downloads (native and E2B) in flight at once per sandbox; past it 429. */
   fileTransfersPerSandbox: number;
+  /** Foreground (one-shot, collected) execs in flight at once per sandbox (each may hold 1 MiB per stream); past it 429. */
+  execsPerSandbox: number;
 }
 
 /** Defaults: far above honest use (a few terminals, a handful of viewers, tens of streams). */
@@ -46,6 +48,7 @@ export const DEFAULT_FAIR_SHARE: Readonly<FairShareConfig> = {
   followersPerSandbox: 128,
   watchesPerSandbox: 16,
   fileTransfersPerSandbox: 32,
+  execsPerSandbox: 128,
 };
 
 /** Smallest value of each field (0 only where nothing needs to be kept). */

@@ -217,6 +217,7 @@ describe('loadConfig', () => {
       followersPerSandbox: 128,
       watchesPerSandbox: 16,
       fileTransfersPerSandbox: 32,
+      execsPerSandbox: 128,
     });
     assert.equal(DEFAULT_FAIR_SHARE.terminalsPerSandbox, MAX_TERMINALS_PER_SANDBOX);
     assert.equal(DEFAULT_FAIR_SHARE.clientsPerTerminal, MAX_CLIENTS_PER_TERMINAL);
