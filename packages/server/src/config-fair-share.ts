@@ -31,7 +31,7 @@ export interface FairShareConfig {
   followersPerSandbox: number;
   /** File watches (WebSocket, E2B WatchDir and watchers) a sandbox holds open; past it 409. */
   watchesPerSandbox: number;
-  /** File uploads and downloads (native and E2B) in flight at once per sandbox; past it 429. */
+  /** File uploads, downloads and listings (native and E2B) in flight at once per sandbox; past it 429. */
   fileTransfersPerSandbox: number;
   /** Foreground (one-shot, collected) execs in flight at once per sandbox (each may hold 1 MiB per stream); past it 429. */
   execsPerSandbox: number;

@@ -13,8 +13,14 @@ function scripted(shares: FileShares | null = SHARES) {
   const reads: Readable[] = [];
   const writes: Array<{ finish: () => void; fail: () => void }> = [];
   const watches: Array<{ end: () => void }> = [];
+  const lists: Array<() => void> = [];
   let failNext = false;
   const files = {
+    list(): Promise<never> {
+      return new Promise((resolve) => {
+        lists.push(() => resolve({ entries: [], truncated: false } as never));
+      });
+    },
     async read(): Promise<FileRead> {
       if (failNext) {
         failNext = false;
@@ -48,7 +54,7 @@ function scripted(shares: FileShares | null = SHARES) {
     },
     { get: async (_a: string, id: string) => ({ id, state: 'started', stopAt: Number.MAX_SAFE_INTEGER }) as never },
   );
-  return { service, reads, writes, watches, failNextRead: () => (failNext = true) };
+  return { service, reads, writes, watches, lists, failNextRead: () => (failNext = true) };
 }
 
 const tick = () => new Promise((r) => setImmediate(r));
@@ -87,6 +93,24 @@ describe('FileService shares', () => {
     await service.read('acc', 'sbx_a', '/f');
     await service.read('acc', 'sbx_a', '/f');
     await assert.rejects(service.read('acc', 'sbx_a', '/f'), { kind: 'rate_limited' });
+  });
+
+  it('a listing holds a transfer slot until it answers', async () => {
+    const { service, lists } = scripted();
+    const listing = [
+      service.list('acc', 'sbx_a', '/', { depth: 10 }),
+      service.list('acc', 'sbx_a', '/', { depth: 10 }),
+    ];
+    await tick();
+    await assert.rejects(
+      service.read('acc', 'sbx_a', '/f'),
+      /already has 2 file transfers \(uploads, downloads, listings\)/,
+    );
+    lists[0]();
+    await listing[0];
+    await service.read('acc', 'sbx_a', '/f');
+    lists[1]();
+    await listing[1];
   });
 
   it('watches: at most the share per sandbox (409 naming it); other sandboxes apart; an ended watch frees its slot', async () => {

@@ -20,7 +20,7 @@ type PathArgs = Record<string, { value: string; in: 'query' | 'body' }>;
  * File operations on a started sandbox, done inside it by the driver (its agent), as the
  * sandbox's user or `user`. Checks ownership (`not_found`), state (`conflict`) and paths
  * (`validation`: absolute, no NUL, at most 4096 bytes) before anything runs. Watches and
- * transfers (reads and writes, whose streams hold a process in the sandbox and buffers
+ * transfers (reads, writes and listings, which hold a process in the sandbox and buffers
  * here) are counted per sandbox against `shares`, in this process: the native routes and
  * the E2B door share one count.
  */
@@ -41,6 +41,7 @@ export class FileService {
     return whileRunning(() => this.d.driver.files.stat(id, path, { user }));
   }
 
+  /** A listing may collect megabytes here (10,000 entries): it holds a transfer slot until it answers. */
   async list(
     accountId: string,
     sandboxId: string,
@@ -48,7 +49,12 @@ export class FileService {
     o: { depth: number; user?: string },
   ): Promise<FileList> {
     const id = await this.target(accountId, sandboxId, { path: { value: path, in: 'query' } });
-    return whileRunning(() => this.d.driver.files.list(id, path, o));
+    const release = this.takeTransfer(id);
+    try {
+      return await whileRunning(() => this.d.driver.files.list(id, path, o));
+    } finally {
+      release();
+    }
   }
 
   async mkdir(accountId: string, sandboxId: string, path: string, user?: string): Promise<FileEntry> {
@@ -123,7 +129,7 @@ export class FileService {
       () =>
         new SandboxdError(
           'rate_limited',
-          `The sandbox already has ${max} file transfers (uploads and downloads) in flight; finish one first`,
+          `The sandbox already has ${max} file transfers (uploads, downloads, listings) in flight; finish one first`,
           { limit: 'fileTransfersPerSandbox', max },
         ),
     );
