@@ -122,18 +122,26 @@ export class ProcessHost implements DriverProcesses {
   }
 
   async follow(sandboxId: string, pid: number, f: ProcessFollower, o: FollowOptions): Promise<ProcessFollowing> {
+    this.admitReader(sandboxId, pid, o);
+    return this.find(sandboxId, pid).attach(f, o);
+  }
+
+  /**
+   * Throws what {@link follow} would for a reader with `o` now: `not_found`, or
+   * `rate_limited` when the process or its sandbox has its share of live readers (a runner
+   * answers it before the reader's socket is accepted).
+   */
+  admitReader(sandboxId: string, pid: number, o: Pick<FollowOptions, 'follow'>): void {
     const p = this.find(sandboxId, pid);
     // A reader of an exited process, or one without `follow`, gets what is kept and ends at once.
-    if (o.follow && p.running) {
-      const max = this.shares.followersPerProcess;
-      if (p.followerCount >= max)
-        throw new SandboxdError('rate_limited', `Process ${pid} already has ${max} readers; close one first`, {
-          limit: 'followersPerProcess',
-          max,
-        });
-      this.checkSandboxFollowers(sandboxId);
-    }
-    return p.attach(f, o);
+    if (!o.follow || !p.running) return;
+    const max = this.shares.followersPerProcess;
+    if (p.followerCount >= max)
+      throw new SandboxdError('rate_limited', `Process ${pid} already has ${max} readers; close one first`, {
+        limit: 'followersPerProcess',
+        max,
+      });
+    this.checkSandboxFollowers(sandboxId);
   }
 
   /** `rate_limited` when the sandbox's processes have their share of live readers. */

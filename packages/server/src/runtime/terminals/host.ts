@@ -123,10 +123,18 @@ export class TerminalHost implements DriverTerminals {
     client: TerminalClient,
     opts: { replay?: boolean } = {},
   ): Promise<TerminalAttachment> {
+    this.admitClient(sandboxId, terminalId);
+    return this.find(sandboxId, terminalId).session.attach(client, opts);
+  }
+
+  /**
+   * Throws what {@link attach} would now: `not_found`, or `rate_limited` when the terminal
+   * has its share of clients (a runner answers it before the client's socket is accepted).
+   */
+  admitClient(sandboxId: string, terminalId: string): void {
     const { session } = this.find(sandboxId, terminalId);
     // Clients of an exited terminal get `exit` and are closed at once: never counted.
     if (session.status === 'active' && session.clientCount >= this.maxClients) throw clientsFull(this.maxClients);
-    return session.attach(client, opts);
   }
 
   async closeSandbox(sandboxId: string, reason: string): Promise<void> {
