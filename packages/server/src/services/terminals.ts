@@ -58,8 +58,9 @@ export class TerminalService {
   /**
    * Starts a shell on a new PTY (defaults: see terminal-probe.ts; 80 x 24) and resolves once
    * it runs. Throws `not_found`, `conflict` (sandbox not started, or the sandbox already
-   * holds its share of terminals, 32 by default, none of which can be evicted), `validation` (shell or cwd missing in
-   * the image), `insufficient_storage` (the data dir is nearly full).
+   * holds its share of terminals, 32 by default, none of which can be evicted),
+   * `validation` (shell or cwd missing in the image), `insufficient_storage` (the data dir
+   * is nearly full).
    */
   async create(accountId: string, sandboxId: string, req: TerminalCreate): Promise<Terminal> {
     return this.open(accountId, sandboxId, async (id) => {
