@@ -158,11 +158,12 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
     : new TerminalHost({
         execTty: (id, o) => driver.execTty(id, o),
         log: log.child({ component: 'terminals' }),
+        shares: config.fairShare,
       });
   const terminals = new TerminalService({ ...deps, storage }, sandboxes, driver.terminals ?? terminalHost!);
   // Processes started through the API are tracked where they run: on the runner (the
   // driver's own), else here.
-  const processHost = driver.processes ? null : ProcessHost.over(driver);
+  const processHost = driver.processes ? null : ProcessHost.over(driver, { shares: config.fairShare });
   const processes = new ProcessService(deps, sandboxes, driver.processes ?? processHost!);
   const lifecycle = new LifecycleService({ ...deps, storage, capacity }, sandboxes);
   const snapshots = new SnapshotService({ ...deps, storage }, sandboxes);
@@ -175,9 +176,9 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
     timeout: new TimeoutService(deps, sandboxes),
     lifecycle,
     snapshots,
-    exec: new ExecService({ driver, clock, storage }, sandboxes, processes),
+    exec: new ExecService({ driver, clock, storage, shares: config.fairShare }, sandboxes, processes),
     processes,
-    files: new FileService({ driver, clock, storage }, sandboxes),
+    files: new FileService({ driver, clock, storage, shares: config.fairShare }, sandboxes),
     events: new EventService(deps),
     volumes: new VolumeService(deps),
     images: new ImageService(deps),
@@ -213,6 +214,7 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
   const gateway = new TerminalGateway({
     log: log.child({ component: 'terminals' }),
     maxSocketsPerAccount: config.rateLimit.terminalSocketsPerAccount,
+    maxSocketsPerSandbox: config.fairShare.terminalSocketsPerSandbox,
   });
 
   let ready = false;
@@ -419,11 +421,12 @@ export async function buildRunner(opts: {
   const terminals = new TerminalHost({
     execTty: (id, o) => driver.execTty(id, o),
     log: log.child({ component: 'terminals' }),
+    shares: config.fairShare,
   });
   const server = new RunnerServer({
     driver,
     terminals,
-    processes: ProcessHost.over(driver),
+    processes: ProcessHost.over(driver, { shares: config.fairShare }),
     token: config.runnerToken,
     nodeName: config.nodeName,
     tls: config.tls ? { cert: readFileSync(config.tls.certPath), key: readFileSync(config.tls.keyPath) } : null,

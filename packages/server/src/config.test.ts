@@ -3,7 +3,14 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
-import { ConfigError, DEFAULT_PLANS, loadConfig } from './config.js';
+import { ConfigError, DEFAULT_FAIR_SHARE, DEFAULT_PLANS, loadConfig } from './config.js';
+import {
+  MAX_EXITED_PROCESSES,
+  MAX_FOLLOWERS_PER_PROCESS,
+  MAX_FOLLOWERS_PER_SANDBOX,
+  MAX_RUNNING_PROCESSES,
+} from './runtime/processes/types.js';
+import { MAX_CLIENTS_PER_TERMINAL, MAX_TERMINALS_PER_SANDBOX } from './runtime/terminals/types.js';
 
 describe('loadConfig', () => {
   it('has the documented defaults and is frozen', () => {
@@ -222,6 +229,47 @@ describe('loadConfig', () => {
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
+  });
+
+  it('fair shares: the documented defaults, SANDBOXD_FAIR_SHARE_* over the file over them, bad values refused by name', () => {
+    assert.deepEqual(loadConfig({}).fairShare, {
+      terminalsPerSandbox: 32,
+      clientsPerTerminal: 16,
+      terminalSocketsPerSandbox: 64,
+      runningProcessesPerSandbox: 64,
+      exitedProcessesPerSandbox: 16,
+      followersPerProcess: 16,
+      followersPerSandbox: 128,
+      watchesPerSandbox: 16,
+      fileTransfersPerSandbox: 32,
+      execsPerSandbox: 128,
+    });
+    assert.equal(DEFAULT_FAIR_SHARE.terminalsPerSandbox, MAX_TERMINALS_PER_SANDBOX);
+    assert.equal(DEFAULT_FAIR_SHARE.clientsPerTerminal, MAX_CLIENTS_PER_TERMINAL);
+    assert.equal(DEFAULT_FAIR_SHARE.runningProcessesPerSandbox, MAX_RUNNING_PROCESSES);
+    assert.equal(DEFAULT_FAIR_SHARE.exitedProcessesPerSandbox, MAX_EXITED_PROCESSES);
+    assert.equal(DEFAULT_FAIR_SHARE.followersPerProcess, MAX_FOLLOWERS_PER_PROCESS);
+    assert.equal(DEFAULT_FAIR_SHARE.followersPerSandbox, MAX_FOLLOWERS_PER_SANDBOX);
+    const dir = mkdtempSync(join(tmpdir(), 'sandboxd-cfg-'));
+    try {
+      const file = join(dir, 'c.json');
+      writeFileSync(file, JSON.stringify({ fairShare: { clientsPerTerminal: 4, watchesPerSandbox: 8 } }));
+      const c = loadConfig({
+        SANDBOXD_CONFIG: file,
+        SANDBOXD_FAIR_SHARE_CLIENTS_PER_TERMINAL: '2',
+        SANDBOXD_FAIR_SHARE_EXITED_PROCESSES_PER_SANDBOX: '0',
+      }).fairShare;
+      assert.equal(c.clientsPerTerminal, 2, 'env over file');
+      assert.equal(c.watchesPerSandbox, 8, 'file over default');
+      assert.equal(c.exitedProcessesPerSandbox, 0, 'nothing exited kept');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+    assert.throws(
+      () => loadConfig({ SANDBOXD_FAIR_SHARE_WATCHES_PER_SANDBOX: '0' }),
+      /SANDBOXD_FAIR_SHARE_WATCHES_PER_SANDBOX/,
+    );
+    assert.throws(() => loadConfig({ SANDBOXD_FAIR_SHARE_FILE_TRANSFERS_PER_SANDBOX: 'x' }), ConfigError);
   });
 
   it('an unknown default plan is a startup error; a config file can add plans', () => {

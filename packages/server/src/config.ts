@@ -19,7 +19,10 @@ import {
 } from './config-values.js';
 import { DEFAULT_REGISTRIES_ALLOWED } from './runtime/local/images/pull-policy.js';
 import { parseRegistries, parseRegistryCredentials } from './config-registries.js';
+import { DEFAULT_FAIR_SHARE, type FairShareConfig, fairShare } from './config-fair-share.js';
 import { mergePlans, type PlanConfig, type RateLimitConfig, rateLimits } from './config-plans.js';
+
+export { DEFAULT_FAIR_SHARE, type FairShareConfig };
 
 export {
   DEFAULT_PLANS,
@@ -148,6 +151,8 @@ export interface Config {
   shutdownGraceMs: number;
   bootstrap: { apiKey?: string; adminEmail?: string; adminPassword?: string };
   rateLimit: RateLimitConfig;
+  /** Per-sandbox shares of terminals, processes, watches and transfers (`SANDBOXD_FAIR_SHARE_*`): config-fair-share.ts. */
+  fairShare: FairShareConfig;
   /** Enables `POST /api/v1/_test/clock`. Never on by default. */
   testClock: boolean;
   logLevel: string;
@@ -355,6 +360,7 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
     },
     // Shared by default where the database is (PostgreSQL: replicas share one limit).
     rateLimit: rateLimits(env, file.rateLimit, overrides.rateLimit, dbUrl ? 'database' : 'memory'),
+    fairShare: fairShare(env, file.fairShare, overrides.fairShare),
     testClock: pick('testClock', 'SANDBOXD_TEST_CLOCK', bool('SANDBOXD_TEST_CLOCK'), false),
     logLevel: pick('logLevel', 'SANDBOXD_LOG_LEVEL', String, 'info'),
     tls: tlsConfig(

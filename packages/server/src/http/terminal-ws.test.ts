@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { after, afterEach, before, describe, it } from 'node:test';
+import { DEFAULT_FAIR_SHARE } from '../config.js';
 import { MAX_TERMINALS_PER_SANDBOX } from '../services/terminals.js';
 import { parseControl } from './terminal-ws.js';
 import { refusedUpgrade, TermClient, terminalUrl } from '../../test/terminals.js';
@@ -317,5 +318,82 @@ describe('terminal routes and WebSocket (real ws clients, fake driver)', () => {
     await c.control('ready');
     await t2.close();
     assert.equal((await c.closed).code, 1001);
+  });
+});
+
+describe('terminal shares per sandbox (real ws clients, fake driver)', () => {
+  let t: TestApp;
+  let base: string;
+  const auth = () => ({ authorization: `Bearer ${t.adminKey}` });
+  const newSandbox = async () =>
+    (await t.req({ method: 'POST', url: '/api/v1/sandboxes', payload: { image: 'local/busybox:latest' } })).json()
+      .sandbox.id as string;
+  const newTerminal = async (sb: string) =>
+    (await t.req({ method: 'POST', url: `/api/v1/sandboxes/${sb}/terminals` })).json().terminal.id as string;
+  const clientCount = async (sb: string, id: string) =>
+    (await t.req({ method: 'GET', url: `/api/v1/sandboxes/${sb}/terminals/${id}` })).json().clientCount;
+
+  before(async () => {
+    t = await makeTestApp({
+      fairShare: { ...DEFAULT_FAIR_SHARE, clientsPerTerminal: 2, terminalSocketsPerSandbox: 3 },
+    });
+    base = await t.app.http.listen({ host: '127.0.0.1', port: 0 });
+  });
+  after(() => t.close());
+
+  it('clients per terminal and sockets per sandbox: 429 naming each before the handshake; another sandbox of the account attaches; a close frees a slot', async () => {
+    const [sb, other] = [await newSandbox(), await newSandbox()];
+    const [t1, t2] = [await newTerminal(sb), await newTerminal(sb)];
+    const open = [
+      await TermClient.connect(terminalUrl(base, sb, t1), auth()),
+      await TermClient.connect(terminalUrl(base, sb, t1), auth()),
+    ];
+    const perTerminal = await refusedUpgrade(terminalUrl(base, sb, t1), auth());
+    assert.equal(perTerminal.status, 429);
+    assert.deepEqual((perTerminal.body as { details: unknown }).details, { limit: 'clientsPerTerminal', max: 2 });
+    assert.match((perTerminal.body as { message: string }).message, /already has 2 clients attached/);
+    open.push(await TermClient.connect(terminalUrl(base, sb, t2), auth()));
+    const perSandbox = await refusedUpgrade(terminalUrl(base, sb, t2), auth());
+    assert.equal(perSandbox.status, 429);
+    assert.deepEqual((perSandbox.body as { details: unknown }).details, {
+      limit: 'terminalSocketsPerSandbox',
+      max: 3,
+    });
+    const neighbour = await TermClient.connect(terminalUrl(base, other, await newTerminal(other)), auth());
+    await neighbour.control('ready');
+    neighbour.close();
+    open[2].close();
+    await open[2].closed;
+    open[2] = await TermClient.connect(terminalUrl(base, sb, t2), auth());
+    await open[2].control('ready');
+    for (const c of open) c.close();
+  });
+
+  it('two upgrades racing for the last client slot: one attaches, the other is refused (429) or closed with 1013 naming the limit', async () => {
+    const sb = await newSandbox();
+    const id = await newTerminal(sb);
+    const first = await TermClient.connect(terminalUrl(base, sb, id), auth());
+    await first.control('ready');
+    const racing = await Promise.allSettled([
+      TermClient.connect(terminalUrl(base, sb, id), auth()),
+      TermClient.connect(terminalUrl(base, sb, id), auth()),
+    ]);
+    const clients: TermClient[] = [];
+    for (const r of racing) {
+      if (r.status === 'fulfilled') clients.push(r.value);
+      else assert.equal((r.reason as { status?: number }).status, 429, String(r.reason));
+    }
+    let ready = 0;
+    for (const c of clients) {
+      await c.waitFor(() => c.controls.some((m) => m.type === 'ready') || c.closeInfo !== null, 'ready or a close');
+      if (c.closeInfo) {
+        assert.equal(c.closeInfo.code, 1013);
+        assert.match(c.closeInfo.reason, /already has 2 clients attached/);
+      } else ready++;
+    }
+    assert.equal(ready, 1, 'exactly one of the two got the last slot');
+    assert.equal(await clientCount(sb, id), 2);
+    first.close();
+    for (const c of clients) c.close();
   });
 });

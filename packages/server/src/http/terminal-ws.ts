@@ -3,6 +3,7 @@ import type { Duplex } from 'node:stream';
 import type { Logger } from 'pino';
 import { WebSocket, type RawData } from 'ws';
 import { CLOSE, type TerminalAttachment, type TerminalClient } from '../runtime/terminals/types.js';
+import { Slots } from '../services/slots.js';
 
 /** Largest client message (keyboard input or paste), bytes. */
 export const MAX_INPUT_MESSAGE_BYTES = 1024 * 1024;
@@ -36,37 +37,61 @@ export const TERMINAL_WS_OPTIONS = {
 export class TerminalGateway {
   private readonly live = new Set<WebSocket>();
   /** Open (or opening) terminal sockets per account, against `maxSocketsPerAccount`. */
-  private readonly perAccount = new Map<string, number>();
+  private readonly perAccount = new Slots();
+  /** Open (or opening) terminal sockets per sandbox, against `maxSocketsPerSandbox`. */
+  private readonly perSandbox = new Slots();
   private readonly alive = new WeakSet<WebSocket>();
   /** Sockets whose reading the terminal paused (its program is not reading input). */
   private readonly inputPaused = new WeakSet<WebSocket>();
   private readonly heartbeat: NodeJS.Timeout;
 
-  /** `maxSocketsPerAccount`: terminal sockets one account may hold open at once (0: no limit). */
-  constructor(private readonly d: { log: Logger; maxSocketsPerAccount: number }) {
+  /**
+   * `maxSocketsPerAccount`: terminal sockets one account may hold open at once;
+   * `maxSocketsPerSandbox`: to the terminals of one sandbox, so that one sandbox never takes
+   * all of its account's (0 or absent: no limit).
+   */
+  constructor(private readonly d: { log: Logger; maxSocketsPerAccount: number; maxSocketsPerSandbox?: number }) {
     this.heartbeat = setInterval(() => this.ping(), HEARTBEAT_MS);
     this.heartbeat.unref();
   }
 
   /**
-   * Counts one socket of `accountId` until `socket` closes (the handshake included), or
-   * throws `rate_limited` (429 without Retry-After: a count, not a rate) when the account
-   * already holds its maximum.
+   * Counts one socket of `accountId` to a terminal of `sandboxId` until `socket` closes (the
+   * handshake included), or throws `rate_limited` (429 without Retry-After: a count, not a
+   * rate) when the sandbox or the account already holds its maximum.
    */
-  admit(accountId: string, socket: Duplex): void {
+  admit(accountId: string, sandboxId: string, socket: Duplex): void {
+    const perSandbox = this.d.maxSocketsPerSandbox ?? 0;
+    const releaseSandbox = this.perSandbox.take(
+      sandboxId,
+      perSandbox,
+      () =>
+        new SandboxdError(
+          'rate_limited',
+          `This sandbox already has ${perSandbox} terminal connections open; close one first`,
+          { limit: 'terminalSocketsPerSandbox', max: perSandbox },
+        ),
+    );
     const max = this.d.maxSocketsPerAccount;
-    if (max > 0 && (this.perAccount.get(accountId) ?? 0) >= max) {
-      throw new SandboxdError(
-        'rate_limited',
-        `This account already has ${max} terminal connections open; close one first`,
-        { limit: 'connections', max },
+    let releaseAccount: () => void;
+    try {
+      releaseAccount = this.perAccount.take(
+        accountId,
+        max,
+        () =>
+          new SandboxdError(
+            'rate_limited',
+            `This account already has ${max} terminal connections open; close one first`,
+            { limit: 'connections', max },
+          ),
       );
+    } catch (e) {
+      releaseSandbox();
+      throw e;
     }
-    this.perAccount.set(accountId, (this.perAccount.get(accountId) ?? 0) + 1);
     socket.once('close', () => {
-      const n = (this.perAccount.get(accountId) ?? 1) - 1;
-      if (n > 0) this.perAccount.set(accountId, n);
-      else this.perAccount.delete(accountId);
+      releaseSandbox();
+      releaseAccount();
     });
   }
 
@@ -146,12 +171,14 @@ export class TerminalGateway {
       },
       (err: unknown) => {
         const gone = err instanceof SandboxdError && err.kind === 'not_found';
-        if (!gone) this.d.log.warn({ err }, 'attaching a terminal socket failed');
+        // The terminal got its share of clients since the upgrade was admitted: try again later.
+        const full = err instanceof SandboxdError && err.kind === 'rate_limited';
+        if (!gone && !full) this.d.log.warn({ err }, 'attaching a terminal socket failed');
         paused.attaching = false;
         applyPause();
         if (ws.readyState !== WebSocket.OPEN) return;
         if (gone) ws.close(CLOSE.normal, 'terminal not found');
-        else ws.close(CLOSE.lostRunner, closeReason(err));
+        else ws.close(full ? CLOSE.tooSlow : CLOSE.lostRunner, closeReason(err));
       },
     );
   }

@@ -8,6 +8,7 @@ import { type WebSocket, WebSocketServer } from 'ws';
 import { KEEP_ALIVE_TIMEOUT_MS, rawErrorResponse } from '../http/front-door.js';
 import type { RecoveryReport, RuntimeDriver } from '../runtime/driver.js';
 import type { DriverProcesses } from '../runtime/processes/types.js';
+import type { ProcessHost } from '../runtime/processes/host.js';
 import type { TerminalHost } from '../runtime/terminals/host.js';
 import {
   bearerMatches,
@@ -304,6 +305,12 @@ export class RunnerServer {
       socket.end(rawErrorResponse(errorBody('not_found', 'Terminal not found')));
       return;
     }
+    // The terminal's share of clients: refused like a missing terminal, with the limit's error.
+    const full = refusal(() => this.o.terminals.admitClient(target.sandboxId, target.terminalId));
+    if (full) {
+      socket.end(rawErrorResponse(full));
+      return;
+    }
     this.wss.handleUpgrade(req, socket, head, (ws) => {
       this.watched(ws, this.terminalSockets);
       serveTerminalSocket(this.o.terminals, target, ws, this.o.log);
@@ -317,6 +324,13 @@ export class RunnerServer {
     if (!target || !held) {
       const pid = target?.pid ?? url.searchParams.get('pid');
       socket.end(rawErrorResponse(errorBody('not_found', `No process ${pid} started through the API in this sandbox`)));
+      return;
+    }
+    // The readers' shares of the process and its sandbox: refused before the handshake.
+    const processes = this.o.processes as Partial<Pick<ProcessHost, 'admitReader'>>;
+    const full = refusal(() => processes.admitReader?.(target.sandboxId, target.pid, target));
+    if (full) {
+      socket.end(rawErrorResponse(full));
       return;
     }
     this.wss.handleUpgrade(req, socket, head, (ws) => {
@@ -370,4 +384,15 @@ function reply(res: ServerResponse, status: number, body: unknown): void {
   const text = JSON.stringify(body);
   res.writeHead(status, { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(text) });
   res.end(text);
+}
+
+/** The error body of a `rate_limited` that `check` throws, or null (other errors are the attach's to report). */
+function refusal(check: () => void): ErrorBody | null {
+  try {
+    check();
+    return null;
+  } catch (e) {
+    if (e instanceof SandboxdError && e.kind === 'rate_limited') return e.toBody();
+    return null;
+  }
 }

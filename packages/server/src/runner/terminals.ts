@@ -105,8 +105,13 @@ export function serveTerminalSocket(
     },
     (err: unknown) => {
       const gone = err instanceof SandboxdError && err.kind === 'not_found';
-      if (!gone) log.warn({ err, ...target }, 'runner: attaching a terminal client failed');
-      if (ws.readyState === ws.OPEN) ws.close(gone ? CLOSE.normal : CLOSE.lostRunner, gone ? 'terminal not found' : '');
+      // The terminal has its share of clients (a race the api's check before the handshake lost):
+      // 1013 with the limit's message, which the api passes on to its client.
+      const full = err instanceof SandboxdError && err.kind === 'rate_limited';
+      if (!gone && !full) log.warn({ err, ...target }, 'runner: attaching a terminal client failed');
+      if (ws.readyState !== ws.OPEN) return;
+      if (full) ws.close(CLOSE.tooSlow, err.message);
+      else ws.close(gone ? CLOSE.normal : CLOSE.lostRunner, gone ? 'terminal not found' : '');
     },
   );
 }

@@ -1,25 +1,37 @@
 import { LIMITS, SandboxdError, type ExecRequest, type ExecResult } from '@sandboxd/protocol';
+import { DEFAULT_FAIR_SHARE } from '../config-fair-share.js';
 import type { StreamedProcess } from '../runtime/driver.js';
 import type { ServiceDeps } from './context.js';
 import type { LiveProcess, ProcessService } from './processes.js';
 import { resolveLogin } from './login.js';
 import { assertStarted, whileRunning } from './started.js';
 import { envProblems, type SandboxService } from './sandboxes.js';
+import { Slots } from './slots.js';
 import type { StorageGuard } from './storage.js';
 
 /**
  * Runs `/bin/sh -c command` in a started sandbox. Foreground waits (default 60 s, exit
  * 124 on timeout; 1 MiB per stream, then `truncated: true`); background answers at once
  * with `pid`, and streamed (`stream: true`) gives the process to read as it runs; both are
- * tracked by the ProcessService. Throws `not_found`, `conflict` (not started),
- * `validation`, `insufficient_storage` (the data dir is nearly full).
+ * tracked by the ProcessService. Foreground execs in flight are counted per sandbox in
+ * this process (`execsPerSandbox`, default 128: each may hold 1 MiB per stream here until it
+ * ends). Throws `not_found`, `conflict` (not started), `validation`, `insufficient_storage`
+ * (the data dir is nearly full), `rate_limited` (the sandbox has its share in flight).
  */
 export class ExecService {
+  private readonly inFlight = new Slots();
+  private readonly maxInFlight: number;
+
   constructor(
-    private readonly d: Pick<ServiceDeps, 'driver' | 'clock'> & { storage: StorageGuard },
+    private readonly d: Pick<ServiceDeps, 'driver' | 'clock'> & {
+      storage: StorageGuard;
+      shares?: { execsPerSandbox: number };
+    },
     private readonly sandboxes: Pick<SandboxService, 'get'>,
     private readonly processes: Pick<ProcessService, 'start'>,
-  ) {}
+  ) {
+    this.maxInFlight = d.shares?.execsPerSandbox ?? DEFAULT_FAIR_SHARE.execsPerSandbox;
+  }
 
   /** Starts the command as a tracked process whose output is read as it comes (`options.stream`). */
   async stream(accountId: string, req: ExecRequest & { sandboxId: string }): Promise<LiveProcess> {
@@ -105,11 +117,23 @@ export class ExecService {
       throw new SandboxdError('validation', 'options.stdin needs options.stream or options.background', [
         { in: 'body', path: '/options/stdin', message: 'needs stream or background' },
       ]);
-    return whileRunning(async () => {
-      if (o.background) {
+    if (o.background)
+      return whileRunning(async () => {
         const p = await this.startTracked(id, req);
         return { stdout: '', stderr: '', exitCode: 0, success: true, pid: p.pid };
-      }
+      });
+    const max = this.maxInFlight;
+    const release = this.inFlight.take(
+      id,
+      max,
+      () =>
+        new SandboxdError(
+          'rate_limited',
+          `The sandbox already has ${max} foreground execs running; wait for one to end`,
+          { limit: 'execsPerSandbox', max },
+        ),
+    );
+    return whileRunning(async () => {
       if (o.user) {
         // One-shot as another user: a streamed process (not listed), collected.
         const p = await this.d.driver.spawn(id, ['/bin/sh', '-c', req.command], {
@@ -134,7 +158,7 @@ export class ExecService {
       };
       if (res.truncated) out.truncated = true;
       return out;
-    });
+    }).finally(release);
   }
 }
 

@@ -1,12 +1,13 @@
 import { posix } from 'node:path';
 import { SandboxdError, SHELLS, type Shell, type TerminalCreate } from '@sandboxd/protocol';
 import type { SandboxRecord } from '../domain/sandbox.js';
-import type {
-  DriverTerminals,
-  TerminalAttachment,
-  TerminalClient,
-  TerminalSpec,
-  TerminalState,
+import {
+  clientsFull,
+  type DriverTerminals,
+  type TerminalAttachment,
+  type TerminalClient,
+  type TerminalSpec,
+  type TerminalState,
 } from '../runtime/terminals/types.js';
 import type { ServiceDeps } from './context.js';
 import { resolveLogin } from './login.js';
@@ -57,8 +58,9 @@ export class TerminalService {
   /**
    * Starts a shell on a new PTY (defaults: see terminal-probe.ts; 80 x 24) and resolves once
    * it runs. Throws `not_found`, `conflict` (sandbox not started, or the sandbox already
-   * holds 32 terminals none of which can be evicted), `validation` (shell or cwd missing in
-   * the image), `insufficient_storage` (the data dir is nearly full).
+   * holds its share of terminals, 32 by default, none of which can be evicted),
+   * `validation` (shell or cwd missing in the image), `insufficient_storage` (the data dir
+   * is nearly full).
    */
   async create(accountId: string, sandboxId: string, req: TerminalCreate): Promise<Terminal> {
     return this.open(accountId, sandboxId, async (id) => {
@@ -172,11 +174,16 @@ export class TerminalService {
 
   /**
    * The terminal a WebSocket may attach to: `not_found` for an unknown (or another
-   * account's) sandbox or terminal, `conflict` when the sandbox is not `started`.
+   * account's) sandbox or terminal, `conflict` when the sandbox is not `started`,
+   * `rate_limited` when it already has its share of clients (`clientsPerTerminal`; the
+   * holder checks again at the attach itself).
    */
   async forAttach(accountId: string, sandboxId: string, terminalId: string): Promise<Terminal> {
     const sb = await this.startedSandbox(accountId, sandboxId);
-    return this.find(sb.id, terminalId);
+    const t = await this.find(sb.id, terminalId);
+    const max = this.d.config.fairShare.clientsPerTerminal;
+    if (t.status === 'active' && t.clientCount >= max) throw clientsFull(max);
+    return t;
   }
 
   private async startedSandbox(accountId: string, sandboxId: string): Promise<SandboxRecord> {

@@ -174,8 +174,9 @@ export const terminalRoutes: FastifyPluginAsyncTypebox<TerminalRouteDeps> = asyn
     preHandler: async (req) => {
       if (!req.ws) return;
       const accountId = principalOf(req).account.id;
-      terminalsOf.set(req, await terminals.forAttach(accountId, req.params.id, req.params.terminalId));
-      d.gateway.admit(accountId, req.raw.socket);
+      const t = await terminals.forAttach(accountId, req.params.id, req.params.terminalId);
+      terminalsOf.set(req, t);
+      d.gateway.admit(accountId, t.sandboxId, req.raw.socket);
     },
     handler: async () => {
       throw new SandboxdError(

@@ -5,7 +5,14 @@ import { PROCESS_REPLAY_BYTES, SandboxdError } from '@sandboxd/protocol';
 import type { ProcessExit, SpawnOptions, StreamedProcess } from '../spawn.js';
 import { TestFollower } from './conformance.js';
 import { commandOf, ProcessHost } from './host.js';
-import { MAX_EXITED_PROCESSES, MAX_RUNNING_PROCESSES, type ProcessSpec } from './types.js';
+import {
+  MAX_EXITED_PROCESSES,
+  MAX_FOLLOWERS_PER_PROCESS,
+  MAX_FOLLOWERS_PER_SANDBOX,
+  MAX_RUNNING_PROCESSES,
+  type ProcessShares,
+  type ProcessSpec,
+} from './types.js';
 
 /** A process whose output, exit and stdin the test drives; it records pauses, resumes and signals. */
 class ScriptedProcess implements StreamedProcess {
@@ -30,8 +37,11 @@ class ScriptedProcess implements StreamedProcess {
   onData(l: (s: 'stdout' | 'stderr', c: Buffer) => void): void {
     this.data = l;
   }
+  /** Set once ended: a listener added later gets the exit at once (as the runtime's processes do). */
+  ended: ProcessExit | null = null;
   onExit(l: (e: ProcessExit) => void): void {
-    this.exits.push(l);
+    if (this.ended) l(this.ended);
+    else this.exits.push(l);
   }
   pause(): void {
     if (!this.paused) this.pauses++;
@@ -61,7 +71,8 @@ class ScriptedProcess implements StreamedProcess {
   }
   end(exitCode = 0, signal: string | null = null): void {
     this.stdinOpen = false;
-    for (const l of this.exits) l({ exitCode, signal, timedOut: false });
+    this.ended = { exitCode, signal, timedOut: false };
+    for (const l of this.exits) l(this.ended);
   }
   drain(): void {
     this.full = false;
@@ -69,8 +80,11 @@ class ScriptedProcess implements StreamedProcess {
   }
 }
 
-/** A host over scripted processes; `spawned` lists them in start order; `gate` holds spawns until released. */
-function scripted(o: { holdMaxMs?: number } = {}) {
+/**
+ * A host over scripted processes; `spawned` lists them in start order; `gate` holds spawns
+ * until released. With `exitAtStart` every process has ended before the host tracks it.
+ */
+function scripted(o: { holdMaxMs?: number; shares?: ProcessShares; exitAtStart?: boolean } = {}) {
   const spawned: ScriptedProcess[] = [];
   let nextPid = 100;
   let gate: Promise<void> | null = null;
@@ -78,11 +92,13 @@ function scripted(o: { holdMaxMs?: number } = {}) {
     spawn: async (_id: string, _argv: string[], opts: SpawnOptions) => {
       if (gate) await gate;
       const p = new ScriptedProcess(nextPid++, opts.stdin === true);
+      if (o.exitAtStart) p.end(0);
       spawned.push(p);
       return p;
     },
     workingDir: async () => '/work',
     holdMaxMs: o.holdMaxMs,
+    shares: o.shares,
   });
   return {
     host,
@@ -143,6 +159,75 @@ describe('ProcessHost', () => {
     assert.equal(listed.at(-1)?.pid, running.pid);
     assert.equal(listed.filter((p) => p.exit !== null).length, MAX_EXITED_PROCESSES);
     assert.equal(await host.get(SB, spawned[0].pid), null);
+  });
+
+  it('processes that ended before they were tracked are evicted too: the records stay within the exited share', async () => {
+    const { host } = scripted({ exitAtStart: true });
+    for (let i = 0; i < MAX_EXITED_PROCESSES * 4; i++) await host.start(SB, spec());
+    assert.equal((await host.list(SB)).length, MAX_EXITED_PROCESSES);
+    assert.equal(host.size, MAX_EXITED_PROCESSES);
+  });
+
+  it('the shares are configurable: running (409 naming it), exited kept; other sandboxes are apart', async () => {
+    const shares = {
+      runningProcessesPerSandbox: 2,
+      exitedProcessesPerSandbox: 1,
+      followersPerProcess: 1,
+      followersPerSandbox: 1,
+    };
+    const { host, spawned } = scripted({ shares });
+    await host.start(SB, spec());
+    await host.start(SB, spec());
+    await assert.rejects(host.start(SB, spec()), (e: SandboxdError) => {
+      assert.equal(e.kind, 'conflict');
+      assert.match(e.message, /already runs 2 processes/);
+      assert.deepEqual(e.details, { running: 2, limit: 'runningProcessesPerSandbox', max: 2 });
+      return true;
+    });
+    await host.start('sbx_other', spec());
+    for (const p of spawned.slice(0, 2)) p.end(0);
+    await host.start(SB, spec());
+    assert.equal((await host.list(SB)).filter((p) => p.exit !== null).length, 1);
+  });
+
+  it(`readers: at most ${MAX_FOLLOWERS_PER_PROCESS} per process and ${MAX_FOLLOWERS_PER_SANDBOX} per sandbox (429 naming each); replays of an exited process are not counted; a reader that leaves frees its slot`, async () => {
+    const { host, spawned } = scripted();
+    const pids = [];
+    for (let i = 0; i < MAX_FOLLOWERS_PER_SANDBOX / MAX_FOLLOWERS_PER_PROCESS + 1; i++)
+      pids.push((await host.start(SB, spec())).pid);
+    const follow = () => ({ reconnect: false, follow: true });
+    const readers = [];
+    for (let i = 0; i < MAX_FOLLOWERS_PER_PROCESS; i++)
+      readers.push(await host.follow(SB, pids[0], new TestFollower(), follow()));
+    await assert.rejects(host.follow(SB, pids[0], new TestFollower(), follow()), (e: SandboxdError) => {
+      assert.equal(e.kind, 'rate_limited');
+      assert.match(e.message, new RegExp(`already has ${MAX_FOLLOWERS_PER_PROCESS} readers`));
+      assert.deepEqual(e.details, { limit: 'followersPerProcess', max: MAX_FOLLOWERS_PER_PROCESS });
+      return true;
+    });
+    // Not following: a replay only, never counted.
+    await host.follow(SB, pids[0], new TestFollower(), { reconnect: false, follow: false });
+    for (const pid of pids.slice(1, -1))
+      for (let i = 0; i < MAX_FOLLOWERS_PER_PROCESS; i++)
+        readers.push(await host.follow(SB, pid, new TestFollower(), follow()));
+    const last = pids.at(-1) as number;
+    await assert.rejects(host.follow(SB, last, new TestFollower(), follow()), (e: SandboxdError) => {
+      assert.equal(e.kind, 'rate_limited');
+      assert.deepEqual(e.details, { limit: 'followersPerSandbox', max: MAX_FOLLOWERS_PER_SANDBOX });
+      return true;
+    });
+    // A held start (a streamed exec) needs a reader: refused before anything is spawned.
+    const before = spawned.length;
+    await assert.rejects(host.start(SB, spec({ held: true })), { kind: 'rate_limited' });
+    assert.equal(spawned.length, before);
+    // Another sandbox is apart.
+    const other = await host.start('sbx_other', spec({ held: true }));
+    await host.follow('sbx_other', other.pid, new TestFollower(), follow());
+    readers.shift()?.detach();
+    await host.follow(SB, last, new TestFollower(), follow());
+    // An exited process's readers end: their slots are free.
+    spawned[0].end(0);
+    await host.follow(SB, last, new TestFollower(), follow());
   });
 
   it('a sandbox closed while a start is in flight: the new process is killed and the start is conflict', async () => {

@@ -7,9 +7,12 @@ import {
   type DriverProcesses,
   type FollowOptions,
   MAX_EXITED_PROCESSES,
+  MAX_FOLLOWERS_PER_PROCESS,
+  MAX_FOLLOWERS_PER_SANDBOX,
   MAX_RUNNING_PROCESSES,
   type ProcessFollower,
   type ProcessFollowing,
+  type ProcessShares,
   type ProcessSpec,
   type ProcessState,
 } from './types.js';
@@ -22,6 +25,8 @@ export interface ProcessHostOptions {
   workingDir(sandboxId: string): Promise<string>;
   /** How long a held process waits for its first reader, ms (tests shorten it). */
   holdMaxMs?: number;
+  /** Per-sandbox shares; absent: the defaults (64 running, 16 exited, 16 readers a process, 128 a sandbox). */
+  shares?: ProcessShares;
 }
 
 /**
@@ -36,25 +41,41 @@ export class ProcessHost implements DriverProcesses {
   /** Starts in flight, counted against the running limit; killed at once when their sandbox closes meanwhile. */
   private readonly starting = new StartsInFlight();
 
-  constructor(private readonly o: ProcessHostOptions) {}
+  private readonly shares: ProcessShares;
+
+  constructor(private readonly o: ProcessHostOptions) {
+    this.shares = o.shares ?? {
+      runningProcessesPerSandbox: MAX_RUNNING_PROCESSES,
+      exitedProcessesPerSandbox: MAX_EXITED_PROCESSES,
+      followersPerProcess: MAX_FOLLOWERS_PER_PROCESS,
+      followersPerSandbox: MAX_FOLLOWERS_PER_SANDBOX,
+    };
+  }
 
   /** The processes of `driver`'s sandboxes, spawned by it (a cwd left out is the image's). */
-  static over(driver: Pick<RuntimeDriver, 'spawn' | 'inspect'>, o: { holdMaxMs?: number } = {}): ProcessHost {
+  static over(
+    driver: Pick<RuntimeDriver, 'spawn' | 'inspect'>,
+    o: { holdMaxMs?: number; shares?: ProcessShares } = {},
+  ): ProcessHost {
     return new ProcessHost({
       spawn: (id, argv, opts) => driver.spawn(id, argv, opts),
       workingDir: async (id) => (await driver.inspect(id))?.workingDir ?? '/',
       holdMaxMs: o.holdMaxMs,
+      shares: o.shares,
     });
   }
 
   async start(sandboxId: string, spec: ProcessSpec): Promise<ProcessState> {
     const running = this.runningCount(sandboxId) + this.starting.count(sandboxId);
-    if (running >= MAX_RUNNING_PROCESSES)
-      throw new SandboxdError(
-        'conflict',
-        `The sandbox already runs ${MAX_RUNNING_PROCESSES} processes started through the API`,
-        { running },
-      );
+    const max = this.shares.runningProcessesPerSandbox;
+    if (running >= max)
+      throw new SandboxdError('conflict', `The sandbox already runs ${max} processes started through the API`, {
+        running,
+        limit: 'runningProcessesPerSandbox',
+        max,
+      });
+    // A held process (a streamed exec) waits for a reader: none could attach.
+    if (spec.held) this.checkSandboxFollowers(sandboxId);
     const ticket = this.starting.begin(sandboxId);
     try {
       const cwd = spec.run.cwd ?? (await this.o.workingDir(sandboxId));
@@ -83,6 +104,9 @@ export class ProcessHost implements DriverProcesses {
       // A pid taken again inside the sandbox replaces the exited process that had it.
       procs.delete(proc.pid);
       procs.set(proc.pid, tracked);
+      // A process that ended before it was tracked (its exit came with the start) was not
+      // counted by the eviction its exit ran: count it now, or such records pile up.
+      if (!tracked.running) this.evictExited(sandboxId);
       return tracked.state();
     } finally {
       this.starting.end(sandboxId);
@@ -98,7 +122,38 @@ export class ProcessHost implements DriverProcesses {
   }
 
   async follow(sandboxId: string, pid: number, f: ProcessFollower, o: FollowOptions): Promise<ProcessFollowing> {
+    this.admitReader(sandboxId, pid, o);
     return this.find(sandboxId, pid).attach(f, o);
+  }
+
+  /**
+   * Throws what {@link follow} would for a reader with `o` now: `not_found`, or
+   * `rate_limited` when the process or its sandbox has its share of live readers (a runner
+   * answers it before the reader's socket is accepted).
+   */
+  admitReader(sandboxId: string, pid: number, o: Pick<FollowOptions, 'follow'>): void {
+    const p = this.find(sandboxId, pid);
+    // A reader of an exited process, or one without `follow`, gets what is kept and ends at once.
+    if (!o.follow || !p.running) return;
+    const max = this.shares.followersPerProcess;
+    if (p.followerCount >= max)
+      throw new SandboxdError('rate_limited', `Process ${pid} already has ${max} readers; close one first`, {
+        limit: 'followersPerProcess',
+        max,
+      });
+    this.checkSandboxFollowers(sandboxId);
+  }
+
+  /** `rate_limited` when the sandbox's processes have their share of live readers. */
+  private checkSandboxFollowers(sandboxId: string): void {
+    let n = 0;
+    for (const p of this.bySandbox.get(sandboxId)?.values() ?? []) n += p.followerCount;
+    const max = this.shares.followersPerSandbox;
+    if (n >= max)
+      throw new SandboxdError('rate_limited', `The sandbox's processes already have ${max} readers; close one first`, {
+        limit: 'followersPerSandbox',
+        max,
+      });
   }
 
   async writeStdin(
@@ -158,7 +213,8 @@ export class ProcessHost implements DriverProcesses {
     const m = this.bySandbox.get(sandboxId);
     if (!m) return;
     const exited = [...m.values()].filter((p) => !p.running);
-    for (const p of exited.slice(0, Math.max(0, exited.length - MAX_EXITED_PROCESSES))) m.delete(p.pid);
+    for (const p of exited.slice(0, Math.max(0, exited.length - this.shares.exitedProcessesPerSandbox)))
+      m.delete(p.pid);
   }
 }
 

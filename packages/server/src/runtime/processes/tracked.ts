@@ -55,6 +55,11 @@ export class TrackedProcess {
     return this.exit === null;
   }
 
+  /** Live readers now (those that follow until exit). */
+  get followerCount(): number {
+    return this.followers.size;
+  }
+
   /** The process now, as plain data. */
   state(): ProcessState {
     return { ...this.info, exit: this.exit, stdinOpen: this.running && this.proc.stdinOpen };

@@ -1,9 +1,21 @@
 import type { ProcessExit, SpawnOptions } from '../spawn.js';
 
-/** Processes one sandbox may run through the API at once (starts in flight count). */
+/** Processes one sandbox may run through the API at once by default (starts in flight count; `SANDBOXD_FAIR_SHARE_RUNNING_PROCESSES_PER_SANDBOX`). */
 export const MAX_RUNNING_PROCESSES = 64;
-/** Exited processes kept per sandbox (listed, output replayable); the oldest goes first. */
+/** Exited processes kept per sandbox by default (listed, output replayable); the oldest goes first (`_EXITED_PROCESSES_PER_SANDBOX`). */
 export const MAX_EXITED_PROCESSES = 16;
+/** Live readers of one process by default (`SANDBOXD_FAIR_SHARE_FOLLOWERS_PER_PROCESS`). */
+export const MAX_FOLLOWERS_PER_PROCESS = 16;
+/** Live readers of all the processes of one sandbox by default (`SANDBOXD_FAIR_SHARE_FOLLOWERS_PER_SANDBOX`). */
+export const MAX_FOLLOWERS_PER_SANDBOX = 128;
+
+/** The per-sandbox shares a process holder enforces (see config-fair-share.ts). */
+export interface ProcessShares {
+  runningProcessesPerSandbox: number;
+  exitedProcessesPerSandbox: number;
+  followersPerProcess: number;
+  followersPerSandbox: number;
+}
 /**
  * How long a held process (see {@link ProcessSpec.held}) waits for its first reader before
  * it runs anyway: a streamed exec whose API replica died between starting it and reading
@@ -100,11 +112,15 @@ export interface FollowOptions {
  * they came) and its readers; while a reader is not keeping up the process is paused (its
  * output stops being acknowledged, so it is slowed inside the sandbox); with no reader it
  * runs freely and only the ring keeps its output. At most {@link MAX_RUNNING_PROCESSES}
- * run per sandbox; the {@link MAX_EXITED_PROCESSES} most recent exited ones stay. They live
+ * run per sandbox; the {@link MAX_EXITED_PROCESSES} most recent exited ones stay; at most
+ * {@link MAX_FOLLOWERS_PER_PROCESS} live readers per process and
+ * {@link MAX_FOLLOWERS_PER_SANDBOX} per sandbox (each holds up to 1 MiB of replay in its
+ * transport's buffers); each of these is the holder's configured share. They live
  * in the holder's memory: a restart of it forgets them (the processes themselves go on).
  * Ownership and sandbox states are the caller's. Errors: `not_found` (a pid not tracked in
- * that sandbox), `conflict` (the limit; stdin not open; a signal to an exited process), the
- * driver's own for `spawn`.
+ * that sandbox), `conflict` (the running limit; stdin not open; a signal to an exited
+ * process), `rate_limited` (the readers' limits: a follow, or the start of a held process
+ * while the sandbox has its readers' share), the driver's own for `spawn`.
  */
 export interface DriverProcesses {
   /** Starts `spec.argv` in the sandbox and tracks it; resolves once it runs. */

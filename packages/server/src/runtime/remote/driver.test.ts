@@ -11,6 +11,7 @@ import { errorBody, isSandboxdError } from '@sandboxd/protocol';
 import pino from 'pino';
 import WebSocket, { WebSocketServer } from 'ws';
 import { makeTestDriver } from '../../../test/local-driver.js';
+import { DEFAULT_FAIR_SHARE, type FairShareConfig } from '../../config-fair-share.js';
 import { RunnerServer } from '../../runner/server.js';
 import { CONFORMANCE_LIMITS, runDriverConformance, testId } from '../conformance.js';
 import type { SandboxSpec } from '../driver.js';
@@ -56,15 +57,15 @@ function selfSigned(): { cert: Buffer; key: Buffer; dir: string } {
 }
 
 /** A LocalDriver behind a RunnerServer on loopback (TLS), and a RemoteDriver to it. */
-async function startRunner(tag: string) {
+async function startRunner(tag: string, shares?: FairShareConfig) {
   const { driver: local, dataDir } = makeTestDriver(tag);
   await local.init();
   const tls = selfSigned();
-  const terminals = new TerminalHost({ execTty: (id, o) => local.execTty(id, o), log });
+  const terminals = new TerminalHost({ execTty: (id, o) => local.execTty(id, o), log, shares });
   const server = new RunnerServer({
     driver: local,
     terminals,
-    processes: ProcessHost.over(local),
+    processes: ProcessHost.over(local, { shares }),
     token: TOKEN,
     nodeName: `node-${tag}`,
     tls,
@@ -428,6 +429,70 @@ describe('remote driver: streams, files, tunnel, health and the token', { timeou
 });
 
 // An API replica of this version in front of a runner that predates the calls socket (a rolling upgrade).
+/** `f()` once it stops being refused `rate_limited` (a slot freed on the far side), at most 5 s. */
+async function eventually<T>(f: () => Promise<T>): Promise<T> {
+  for (let i = 0; ; i++) {
+    try {
+      return await f();
+    } catch (e) {
+      if (i >= 100 || !isSandboxdError(e) || e.kind !== 'rate_limited') throw e;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  }
+}
+
+describe('remote driver: the runner answers the shares of clients and readers before the socket', {
+  timeout: 120_000,
+}, () => {
+  let r: Awaited<ReturnType<typeof startRunner>>;
+  before(async () => {
+    r = await startRunner('remshare', { ...DEFAULT_FAIR_SHARE, clientsPerTerminal: 1, followersPerProcess: 1 });
+  });
+  after(async () => {
+    await r?.stop();
+  });
+
+  it('a second client of a terminal and a second reader of a process are rate_limited naming the limit; released, they attach', async () => {
+    const id = (await r.remote.create(spec())).id;
+    const t = await r.remote.terminals.create(id, shTerminalSpec());
+    const first = new TestTerminalClient();
+    first.attachment = await r.remote.terminals.attach(id, t.id, first);
+    await first.control('ready');
+    await assert.rejects(r.remote.terminals.attach(id, t.id, new TestTerminalClient()), {
+      kind: 'rate_limited',
+      details: { limit: 'clientsPerTerminal', max: 1 },
+    });
+    first.attachment.detach(); // seen by the runner once its socket closes
+    const second = new TestTerminalClient();
+    second.attachment = await eventually(() => r.remote.terminals.attach(id, t.id, second));
+    await second.control('ready');
+    second.attachment.detach();
+
+    const p = await r.remote.processes.start(id, {
+      argv: ['/bin/sh', '-c', 'sleep 60'],
+      run: {},
+      env: {},
+      tag: null,
+      startedAt: 0,
+      held: false,
+    });
+    const f = new TestFollower();
+    f.following = await r.remote.processes.follow(id, p.pid, f, { reconnect: false, follow: true });
+    await assert.rejects(r.remote.processes.follow(id, p.pid, new TestFollower(), { reconnect: false, follow: true }), {
+      kind: 'rate_limited',
+      details: { limit: 'followersPerProcess', max: 1 },
+    });
+    // A replay without follow is not a live reader: not counted.
+    const replay = new TestFollower();
+    await r.remote.processes.follow(id, p.pid, replay, { reconnect: false, follow: false });
+    f.following.detach();
+    const g = new TestFollower();
+    g.following = await eventually(() => r.remote.processes.follow(id, p.pid, g, { reconnect: false, follow: true }));
+    g.following.detach();
+    await r.remote.delete(id);
+  });
+});
+
 describe('runner client: a runner without the calls socket', () => {
   it('is called over HTTP, each call', async () => {
     const seen: string[] = [];

@@ -6,7 +6,9 @@ import { StartsInFlight } from '../starts-in-flight.js';
 import { TerminalSession } from './session.js';
 import {
   CLOSE,
+  clientsFull,
   type DriverTerminals,
+  MAX_CLIENTS_PER_TERMINAL,
   MAX_TERMINALS_PER_SANDBOX,
   type TerminalAttachment,
   type TerminalClient,
@@ -19,6 +21,8 @@ export interface TerminalHostOptions {
   /** Starts a process on a new PTY in a sandbox (the runtime's `execTty`). */
   execTty(sandboxId: string, o: TtyOptions): Promise<PtyProcess>;
   log: Logger;
+  /** Per-sandbox shares (default {@link MAX_TERMINALS_PER_SANDBOX} terminals, {@link MAX_CLIENTS_PER_TERMINAL} clients each). */
+  shares?: { terminalsPerSandbox: number; clientsPerTerminal: number };
 }
 
 /** A held terminal and how long it may stay without a client. */
@@ -39,7 +43,13 @@ export class TerminalHost implements DriverTerminals {
   /** Creates in flight, counted against the per-sandbox limit; ended at once when their sandbox closes meanwhile. */
   private readonly starting = new StartsInFlight();
 
-  constructor(private readonly o: TerminalHostOptions) {}
+  private readonly maxTerminals: number;
+  private readonly maxClients: number;
+
+  constructor(private readonly o: TerminalHostOptions) {
+    this.maxTerminals = o.shares?.terminalsPerSandbox ?? MAX_TERMINALS_PER_SANDBOX;
+    this.maxClients = o.shares?.clientsPerTerminal ?? MAX_CLIENTS_PER_TERMINAL;
+  }
 
   async create(sandboxId: string, spec: TerminalSpec): Promise<TerminalState> {
     const ticket = this.reserveSlot(sandboxId);
@@ -113,7 +123,18 @@ export class TerminalHost implements DriverTerminals {
     client: TerminalClient,
     opts: { replay?: boolean } = {},
   ): Promise<TerminalAttachment> {
+    this.admitClient(sandboxId, terminalId);
     return this.find(sandboxId, terminalId).session.attach(client, opts);
+  }
+
+  /**
+   * Throws what {@link attach} would now: `not_found`, or `rate_limited` when the terminal
+   * has its share of clients (a runner answers it before the client's socket is accepted).
+   */
+  admitClient(sandboxId: string, terminalId: string): void {
+    const { session } = this.find(sandboxId, terminalId);
+    // Clients of an exited terminal get `exit` and are closed at once: never counted.
+    if (session.status === 'active' && session.clientCount >= this.maxClients) throw clientsFull(this.maxClients);
   }
 
   async closeSandbox(sandboxId: string, reason: string): Promise<void> {
@@ -148,13 +169,15 @@ export class TerminalHost implements DriverTerminals {
    */
   private reserveSlot(sandboxId: string): number {
     const held = [...(this.bySandbox.get(sandboxId)?.values() ?? [])];
-    if (held.length + this.starting.count(sandboxId) >= MAX_TERMINALS_PER_SANDBOX) {
+    if (held.length + this.starting.count(sandboxId) >= this.maxTerminals) {
       const victim = held.find((h) => h.session.status === 'exited' && h.session.clientCount === 0);
       if (!victim) {
         throw new SandboxdError(
           'conflict',
-          `A sandbox holds at most ${MAX_TERMINALS_PER_SANDBOX} terminals; delete one first`,
-          { limit: MAX_TERMINALS_PER_SANDBOX },
+          `A sandbox holds at most ${this.maxTerminals} terminals; delete one first`,
+          {
+            limit: this.maxTerminals,
+          },
         );
       }
       this.remove(victim, 'evicted');

@@ -1,8 +1,13 @@
-import type { ServerControlMessage, Shell } from '@sandboxd/protocol';
+import { SandboxdError, type ServerControlMessage, type Shell } from '@sandboxd/protocol';
 import type { TtyOptions } from '../pty.js';
 
-/** Terminals one sandbox may hold (active and exited); the oldest exited one without a client is evicted first. */
+/**
+ * Terminals one sandbox may hold (active and exited) by default; the oldest exited one
+ * without a client is evicted first (`SANDBOXD_FAIR_SHARE_TERMINALS_PER_SANDBOX`).
+ */
 export const MAX_TERMINALS_PER_SANDBOX = 32;
+/** Clients attached to one terminal at once by default (`SANDBOXD_FAIR_SHARE_CLIENTS_PER_TERMINAL`). */
+export const MAX_CLIENTS_PER_TERMINAL = 16;
 /** Terminal sizes accepted by create and resize. */
 export const MAX_TERMINAL_SIZE = 1000;
 /** Close codes a terminal's clients get. */
@@ -85,13 +90,15 @@ export interface TerminalAttachment {
  * as long as that process, whatever happens to the replicas. Every call names the sandbox
  * first, so a driver of several runners routes it by sandbox id like any other call.
  *
- * The holder keeps at most {@link MAX_TERMINALS_PER_SANDBOX} per sandbox, fans output out
+ * The holder keeps at most {@link MAX_TERMINALS_PER_SANDBOX} per sandbox (its configured
+ * share) and {@link MAX_CLIENTS_PER_TERMINAL} clients per terminal, fans output out
  * to every client (and a 64 KiB replay ring), applies backpressure (the PTY pauses only
  * while every client is behind; a client more than 4 MiB behind while another keeps up is
  * closed with 1013), deletes a terminal after `idleMs` without a client, and ends a
  * sandbox's terminals when it stops or is deleted. Ownership, sandbox states and defaults
  * are the caller's. Errors: `not_found` (unknown terminal, or one of another sandbox),
- * `conflict` (the sandbox holds its maximum), the driver's own for `execTty`.
+ * `conflict` (the sandbox holds its maximum), `rate_limited` (an attach to a terminal with
+ * its maximum of clients), the driver's own for `execTty`.
  */
 export interface DriverTerminals {
   /** Starts `spec.tty` on a new PTY in the sandbox and holds it; resolves once it runs. */
@@ -124,4 +131,12 @@ export interface DriverTerminals {
   ): Promise<TerminalAttachment>;
   /** Ends and forgets every terminal of the sandbox (it stopped or is gone): clients get `exit`, close 1000. */
   closeSandbox(sandboxId: string, reason: string): Promise<void>;
+}
+
+/** The `rate_limited` of a terminal that has its share of clients attached. */
+export function clientsFull(max: number): SandboxdError {
+  return new SandboxdError('rate_limited', `This terminal already has ${max} clients attached; close one first`, {
+    limit: 'clientsPerTerminal',
+    max,
+  });
 }
