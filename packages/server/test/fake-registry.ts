@@ -18,6 +18,8 @@ export interface FakeRegistry {
   /** `127.0.0.1:<port>` */
   host: string;
   seen: SeenRequest[];
+  /** Moves every tag to another image (a new config, so a new digest), as a registry's tag moves. */
+  moveTags(): void;
   stop(): Promise<void>;
 }
 
@@ -30,15 +32,15 @@ export interface FakeRegistryOptions {
 
 const sha = (b: Buffer) => `sha256:${createHash('sha256').update(b).digest('hex')}`;
 
-/** An empty tar (two zero blocks), gzipped, and a config naming it; an OCI manifest of both. */
-function tinyImage(): { manifest: Buffer; blobs: Map<string, Buffer> } {
+/** An empty tar (two zero blocks), gzipped, and a config naming it (`n` in its env); an OCI manifest of both. */
+function tinyImage(n = 0): { manifest: Buffer; blobs: Map<string, Buffer> } {
   const tar = Buffer.alloc(1024);
   const layer = gzipSync(tar);
   const config = Buffer.from(
     JSON.stringify({
       architecture: 'amd64',
       os: 'linux',
-      config: { Cmd: ['/bin/sh'] },
+      config: { Cmd: ['/bin/sh'], ...(n ? { Env: [`FAKE_IMAGE=${n}`] } : {}) },
       rootfs: { type: 'layers', diff_ids: [sha(tar)] },
     }),
   );
@@ -76,8 +78,9 @@ function stopper(server: Server): () => Promise<void> {
 
 /** Starts a fake registry serving `<any name>:1` and `<any name>@<manifest digest>`. */
 export async function startFakeRegistry(opts: FakeRegistryOptions = {}): Promise<FakeRegistry> {
-  const img = tinyImage();
-  const manifestDigest = sha(img.manifest);
+  let img = tinyImage();
+  let manifestDigest = sha(img.manifest);
+  let moves = 0;
   const seen: SeenRequest[] = [];
   const server = createServer((req, res) => {
     const path = req.url ?? '/';
@@ -121,7 +124,11 @@ export async function startFakeRegistry(opts: FakeRegistryOptions = {}): Promise
     res.end('{"errors":[{"code":"MANIFEST_UNKNOWN","message":"manifest unknown"}]}');
   });
   const host = await listen(server);
-  return { host, seen, stop: stopper(server) };
+  const moveTags = () => {
+    img = tinyImage(++moves);
+    manifestDigest = sha(img.manifest);
+  };
+  return { host, seen, moveTags, stop: stopper(server) };
 }
 
 /** A server on 127.0.0.1 that records every request and answers 200 `secret`. */
