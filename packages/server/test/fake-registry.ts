@@ -40,7 +40,7 @@ function tinyImage(n = 0): { manifest: Buffer; blobs: Map<string, Buffer> } {
     JSON.stringify({
       architecture: 'amd64',
       os: 'linux',
-      config: { Cmd: ['/bin/sh'], ...(n ? { Env: [`FAKE_IMAGE=${n}`] } : {}) },
+      config: { Cmd: ['/bin/sh'], User: '0', ...(n ? { Env: [`FAKE_IMAGE=${n}`] } : {}) },
       rootfs: { type: 'layers', diff_ids: [sha(tar)] },
     }),
   );
