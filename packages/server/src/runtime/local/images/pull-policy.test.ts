@@ -279,6 +279,53 @@ describe('cached images follow the pull policy', () => {
     }
   });
 
+  test("an image claiming a cached image's config (same config digest) with other layers gets neither its rootfs nor the cache", async () => {
+    const secret = `secret-${process.pid}`;
+    const priv = await startFakeRegistry({ basicAuth: basic, file: secret });
+    // The forger knows the private image's config, not its layer.
+    const forger = await startFakeRegistry({ claimFile: secret });
+    const ref = `${priv.host}/sbx/private:1`;
+    const forged = `${forger.host}/sbx/forged:1`;
+    const storeAt = (d: string) =>
+      new ImageStore({
+        dir: d,
+        insecureRegistries: [priv.host, forger.host],
+        registriesAllowed: [priv.host, forger.host],
+        credentials: { [priv.host]: creds },
+      });
+    const internal = (e: unknown) => e instanceof SandboxdError && e.kind === 'internal';
+    try {
+      // The private image first: the forged one does not get its rootfs.
+      const store = storeAt(dir());
+      const img = await store.resolve(ref, { puller: ADMIN });
+      assert.equal(await readFile(join(img.rootfsDir, 'sbx-file'), 'utf8'), secret);
+      await assert.rejects(store.resolve(forged, { puller: tenant('acc_2') }), internal);
+      await assert.rejects(store.resolve(forged, { puller: ADMIN }), internal);
+      assert.deepEqual(
+        (await store.list()).map((i) => i.ref),
+        [ref],
+      );
+      // The forged one first: it is not unpacked, so it cannot stand in for the private one.
+      const other = storeAt(dir());
+      await assert.rejects(other.resolve(forged, { puller: tenant('acc_2') }), internal);
+      const real = await other.resolve(ref, { puller: ADMIN });
+      assert.equal(await readFile(join(real.rootfsDir, 'sbx-file'), 'utf8'), secret);
+      // Both at once, whichever unpack starts first: the same outcome.
+      const both = storeAt(dir());
+      const [f, p] = await Promise.allSettled([
+        both.resolve(forged, { puller: tenant('acc_2') }),
+        both.resolve(ref, { puller: ADMIN }),
+      ]);
+      assert.equal(f.status, 'rejected');
+      assert.ok(internal((f as PromiseRejectedResult).reason));
+      assert.equal(p.status, 'fulfilled', String((p as PromiseRejectedResult).reason));
+      assert.equal(await readFile(join(p.value.rootfsDir, 'sbx-file'), 'utf8'), secret);
+    } finally {
+      await priv.stop();
+      await forger.stop();
+    }
+  });
+
   test('a cached image of a registry a tenant may not pull from is refused to the tenant, not to the admin', async () => {
     const fake = await startFakeRegistry();
     const ref = `${fake.host}/sbx/public:1`;
