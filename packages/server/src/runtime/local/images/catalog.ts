@@ -88,7 +88,8 @@ export class Catalog {
   /** Points `canonical` at `digest`, recording its `origin` if given (atomic replace). */
   async setRef(canonical: string, digest: string, origin?: RefOrigin): Promise<void> {
     const file = this.refFile(canonical);
-    const tmp = `${file}.${process.pid}.tmp`;
+    // Its own temp file: two writes of one ref at once must not rename each other's.
+    const tmp = `${file}.${process.pid}.${Math.random().toString(36).slice(2)}.tmp`;
     const entry: RefEntry = { ref: canonical, digest, updatedAt: new Date().toISOString(), ...(origin && { origin }) };
     await writeFile(tmp, JSON.stringify(entry));
     await rename(tmp, file);
