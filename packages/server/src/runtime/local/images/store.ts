@@ -334,10 +334,15 @@ export class ImageStore {
     return done;
   }
 
-  /** Pulls of one ref share the work only when they would use the same credentials. */
+  /**
+   * Resolves and pulls of one ref share the work only when they would use the same
+   * credentials and be served the same cache entries (a job may end in a cache hit).
+   */
   private jobKey(r: ImageRef, puller: Puller): string {
     if (r.local) return r.canonical;
-    return this.policy.credentialsFor(r.domain, puller) ? `${r.canonical}\0credentials` : r.canonical;
+    const creds = this.policy.credentialsFor(r.domain, puller) ? 'credentials' : 'anonymous';
+    const served = this.policy.servesCredentialed(r.domain, puller) ? '+cached' : '';
+    return `${r.canonical}\0${creds}${served}`;
   }
 
   private once(key: string, fn: () => Promise<ImageRecord>): Promise<ImageRecord> {
