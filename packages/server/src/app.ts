@@ -131,7 +131,7 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
   // Role api: the sandboxes live on runners; the fleet finds each one's runner in the records.
   const fleet =
     !opts.driver && config.role === 'api' ? await createFleet(config, store, log, clock, opts.runners) : null;
-  const driver: RuntimeDriver = opts.driver ?? fleet ?? (await createDriver(config));
+  const driver: RuntimeDriver = opts.driver ?? fleet ?? (await createDriver(config, log));
   const presence = new Presence({ store, clock, config });
   const deps: ServiceDeps = { store, driver, clock, config, log, presence };
 
@@ -417,7 +417,7 @@ export async function buildRunner(opts: {
   const { config } = opts;
   const log = opts.logger ?? createLogger(config.logLevel);
   if (!config.runnerToken) throw new ConfigError('SANDBOXD_RUNNER_TOKEN is required when SANDBOXD_ROLE is runner');
-  const driver = opts.driver ?? (await createDriver({ ...config, role: 'all' }));
+  const driver = opts.driver ?? (await createDriver({ ...config, role: 'all' }, log));
   const terminals = new TerminalHost({
     execTty: (id, o) => driver.execTty(id, o),
     log: log.child({ component: 'terminals' }),
@@ -465,10 +465,10 @@ export async function buildRunner(opts: {
  * The driver `config.runtime` names (roles `all` and `runner`). The local driver is loaded
  * on demand, so a server or test on the fake runtime never loads the crun driver's modules.
  */
-async function createDriver(config: Readonly<Config>): Promise<RuntimeDriver> {
+async function createDriver(config: Readonly<Config>, log: Logger): Promise<RuntimeDriver> {
   if (config.runtime === 'fake') return createFakeDriver();
   const { createLocalDriver } = await import('./runtime/local/driver.js');
-  return createLocalDriver(config);
+  return createLocalDriver(config, log);
 }
 
 /** Structured logs to stderr; credentials and one-time tokens are redacted. */

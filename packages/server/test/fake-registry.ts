@@ -18,6 +18,8 @@ export interface FakeRegistry {
   /** `127.0.0.1:<port>` */
   host: string;
   seen: SeenRequest[];
+  /** Moves every tag to another image (a new config, so a new digest), as a registry's tag moves. */
+  moveTags(): void;
   stop(): Promise<void>;
 }
 
@@ -26,20 +28,55 @@ export interface FakeRegistryOptions {
   basicAuth?: string;
   /** Where each blob is redirected (307); unset: blobs are served. */
   redirectBlobs?: (digest: string) => string;
+  /** The content of the one file (`/sbx-file`) of the image's layer; unset: an empty layer. */
+  file?: string;
+  /**
+   * A forged image: its config is that of the image whose `file` is this (same bytes, so the
+   * same config digest), its layer the one of `file`. The config's diff_ids then do not
+   * match the layer served.
+   */
+  claimFile?: string;
 }
 
 const sha = (b: Buffer) => `sha256:${createHash('sha256').update(b).digest('hex')}`;
 
-/** An empty tar (two zero blocks), gzipped, and a config naming it; an OCI manifest of both. */
-function tinyImage(): { manifest: Buffer; blobs: Map<string, Buffer> } {
-  const tar = Buffer.alloc(1024);
+/** A tar of one regular file `sbx-file` holding `content` (ustar, fixed owner and time); empty without `content`. */
+function layerTar(content?: string): Buffer {
+  const end = Buffer.alloc(1024);
+  if (content === undefined) return end;
+  const data = Buffer.from(content);
+  const h = Buffer.alloc(512);
+  const put = (v: string, at: number, len: number) => h.write(v, at, len, 'latin1');
+  put('sbx-file', 0, 100);
+  put('0000644\0', 100, 8);
+  put('0000000\0', 108, 8);
+  put('0000000\0', 116, 8);
+  put(`${data.length.toString(8).padStart(11, '0')}\0`, 124, 12);
+  put('00000000000\0', 136, 12);
+  put('        ', 148, 8);
+  put('0', 156, 1);
+  put('ustar\0', 257, 6);
+  put('00', 263, 2);
+  let sum = 0;
+  for (const b of h) sum += b;
+  put(`${sum.toString(8).padStart(6, '0')}\0 `, 148, 8);
+  return Buffer.concat([h, data, Buffer.alloc((512 - (data.length % 512)) % 512), end]);
+}
+
+/**
+ * A one-layer image (the layer of `file`, see {@link FakeRegistryOptions}) and its config
+ * (`n` in its env; the diff_ids of `claimFile`'s layer when given); an OCI manifest of both.
+ */
+function tinyImage(n = 0, file?: string, claimFile?: string): { manifest: Buffer; blobs: Map<string, Buffer> } {
+  const tar = layerTar(file);
+  const claimed = claimFile === undefined ? tar : layerTar(claimFile);
   const layer = gzipSync(tar);
   const config = Buffer.from(
     JSON.stringify({
       architecture: 'amd64',
       os: 'linux',
-      config: { Cmd: ['/bin/sh'] },
-      rootfs: { type: 'layers', diff_ids: [sha(tar)] },
+      config: { Cmd: ['/bin/sh'], User: '0', ...(n ? { Env: [`FAKE_IMAGE=${n}`] } : {}) },
+      rootfs: { type: 'layers', diff_ids: [sha(claimed)] },
     }),
   );
   const manifest = Buffer.from(
@@ -76,8 +113,9 @@ function stopper(server: Server): () => Promise<void> {
 
 /** Starts a fake registry serving `<any name>:1` and `<any name>@<manifest digest>`. */
 export async function startFakeRegistry(opts: FakeRegistryOptions = {}): Promise<FakeRegistry> {
-  const img = tinyImage();
-  const manifestDigest = sha(img.manifest);
+  let img = tinyImage(0, opts.file, opts.claimFile);
+  let manifestDigest = sha(img.manifest);
+  let moves = 0;
   const seen: SeenRequest[] = [];
   const server = createServer((req, res) => {
     const path = req.url ?? '/';
@@ -121,7 +159,11 @@ export async function startFakeRegistry(opts: FakeRegistryOptions = {}): Promise
     res.end('{"errors":[{"code":"MANIFEST_UNKNOWN","message":"manifest unknown"}]}');
   });
   const host = await listen(server);
-  return { host, seen, stop: stopper(server) };
+  const moveTags = () => {
+    img = tinyImage(++moves, opts.file, opts.claimFile);
+    manifestDigest = sha(img.manifest);
+  };
+  return { host, seen, moveTags, stop: stopper(server) };
 }
 
 /** A server on 127.0.0.1 that records every request and answers 200 `secret`. */

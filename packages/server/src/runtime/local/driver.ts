@@ -2,6 +2,7 @@ import { mkdir, rmdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { type Egress, SandboxdError } from '@sandboxd/protocol';
+import type { Logger } from 'pino';
 import type { Config } from '../../config.js';
 import { instanceKey } from '../../instance.js';
 import type {
@@ -528,7 +529,12 @@ function toImageInfo(i: ImageInfo): ImageInfo {
   return { ref: i.ref, digest: i.digest, env: i.env, workingDir: i.workingDir, user: i.user, sizeBytes: i.sizeBytes };
 }
 
-/** Builds the local driver from the server config (the composition root calls this). */
-export function createLocalDriver(config: Readonly<Config>): LocalDriver {
-  return new LocalDriver(localDriverOptions(config));
+/**
+ * Builds the local driver from the server config (the composition root calls this); its
+ * parts report to `logger` (component `images`: the image store) when given.
+ */
+export function createLocalDriver(config: Readonly<Config>, logger?: Logger): LocalDriver {
+  const images = logger?.child({ component: 'images' });
+  const log = images && ((msg: string, level: 'info' | 'warn' = 'info') => images[level](msg));
+  return new LocalDriver({ ...localDriverOptions(config), log });
 }

@@ -2,13 +2,17 @@
  * Pause, resume, stop and start on the real runtime, where the conformance suite cannot
  * look: frozen processes use no CPU and continue where they were, PTYs survive a pause,
  * a restarted driver adopts paused and stopped sandboxes, a crash mid-stop or mid-start
- * ends stopped, a warm-pool claim stops and starts, and nothing is left on the host.
+ * ends stopped, a warm-pool claim stops and starts, a stopped sandbox starts from the image
+ * it was made from whatever the pull policy says of its reference now, and nothing is left
+ * on the host.
  */
 import assert from 'node:assert/strict';
-import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import { isSandboxdError } from '@sandboxd/protocol';
+import { startFakeRegistry } from '../../../test/fake-registry.js';
 import { makeTestDriver } from '../../../test/local-driver.js';
 import type { PtyProcess, SandboxSpec } from '../driver.js';
 import { cgroupLimits, cpuUsageNs, sandboxCgroupDir } from './bundle/cgroup-fs.js';
@@ -21,11 +25,14 @@ import { loopsUnder } from './rootfs/mounts.js';
 const IMAGE = 'local/busybox:latest';
 const LIMITS = { memoryBytes: 128 << 20, cpus: 0.5, pids: 64, rootDiskBytes: 64 << 20 };
 const made: { driver: LocalDriver; dataDir: string }[] = [];
+/** Image caches of single tests, removed after their drivers. */
+const imageDirs: string[] = [];
 after(async () => {
   for (const m of made) {
     await m.driver.destroyAll();
     rmSync(m.dataDir, { recursive: true, force: true });
   }
+  for (const d of imageDirs) rmSync(d, { recursive: true, force: true });
 });
 
 let seq = 0;
@@ -170,6 +177,33 @@ describe('local lifecycle', () => {
     assert.equal((await d.exec(p.id, 'echo up')).stdout, 'up\n');
     await d.start(st.id, { limits: LIMITS });
     assert.equal((await d.exec(st.id, 'cat /f')).stdout, 'before\n');
+  });
+
+  it('a stopped sandbox starts again from its cached image after its registry is no longer allowed for its account', async () => {
+    const fake = await startFakeRegistry();
+    // A cache of its own: the shared one keeps no image of a registry that is gone after this test.
+    const imageDir = mkdtempSync(join(tmpdir(), 'sbx-lc-images-'));
+    imageDirs.push(imageDir);
+    try {
+      const m = await setup('lcpolicy', {
+        imageDir,
+        netPoolSize: 0,
+        registriesAllowed: [fake.host],
+        insecureRegistries: [fake.host],
+      });
+      const s = await m.driver.create(
+        spec({ image: `${fake.host}/sbx/tiny:1`, pullAs: { accountId: 'acc_lc', admin: false } }),
+      );
+      await m.driver.stop(s.id);
+      await fake.stop();
+      // The operator no longer lets accounts pull from that registry.
+      m.options.registriesAllowed = ['docker.io'];
+      const d = await restart(m);
+      assert.equal((await d.start(s.id, { limits: LIMITS })).state, 'running');
+      await d.delete(s.id);
+    } finally {
+      await fake.stop();
+    }
   });
 
   it('after a crash mid-stop or mid-start, recovery leaves the sandbox stopped with its layer', async () => {

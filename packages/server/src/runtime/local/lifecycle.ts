@@ -16,8 +16,6 @@
  * {@link settleKept} (called by `recover()`) turns a record left in `stopping` or `starting`
  * into `stopped`, removing whatever half-made container or network is left.
  */
-import { existsSync } from 'node:fs';
-import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { SandboxdError } from '@sandboxd/protocol';
 import type { ResourceLimits, RuntimeState } from '../driver.js';
@@ -210,16 +208,15 @@ export async function settleKept(h: LifecycleHost, rec: SandboxRecord, hasContai
 
 /**
  * The unpacked rootfs of the image `rec` was made from (its digest, even when its tag moved
- * since: the kept layer lies over that one). Throws `conflict` when it is gone.
+ * since: the kept layer lies over that one): the one in the cache, else its ref resolved
+ * again as the sandbox's account (a pull if need be). Throws `conflict` when it is gone.
+ * The cached digest is used as it is, without the pull policy: the sandbox already holds
+ * that image, whatever the policy says of its ref now.
  */
 async function imageRootfs(images: ImageStore, rec: SandboxRecord): Promise<string> {
+  const cached = await images.byDigest(rec.imageDigest);
+  if (cached) return cached.rootfsDir;
   const now = await images.resolve(rec.spec.image, { puller: rec.spec.pullAs ?? ANONYMOUS }).catch(() => null);
   if (now?.digest === rec.imageDigest) return now.rootfsDir;
-  if (now) {
-    // Same store, other digest: the folder of the recorded one (catalog layout: <byDigest>/<hex>/rootfs).
-    const hex = rec.imageDigest.replace(/^sha256:/, '');
-    const dir = join(now.rootfsDir, '..', '..', hex, 'rootfs');
-    if (/^[a-f0-9]{64}$/.test(hex) && existsSync(dir)) return dir;
-  }
   throw new SandboxdError('conflict', `the image ${rec.spec.image} (${rec.imageDigest}) of this sandbox is gone`);
 }

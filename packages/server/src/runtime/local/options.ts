@@ -49,6 +49,8 @@ export interface LocalDriverOptions {
   recoveryConcurrency?: number;
   /** Tests: the background removal of leftovers starts only once this settles. */
   holdLeftovers?: Promise<unknown>;
+  /** Where the driver's parts report (the image store: stale work dirs, builds, pulls without isolation); default nowhere. */
+  log?: (msg: string, level?: 'info' | 'warn') => void;
 }
 
 /** Options with their defaults filled in. */
@@ -60,12 +62,13 @@ export type ResolvedOptions = Required<
     | 'registriesAllowed'
     | 'ociRuntime'
     | 'holdLeftovers'
+    | 'log'
     | 'egressVia'
     | 'egressDns'
     | 'egressShare'
   >
 > &
-  Pick<LocalDriverOptions, 'holdLeftovers' | 'egressVia' | 'egressDns' | 'egressShare'>;
+  Pick<LocalDriverOptions, 'holdLeftovers' | 'log' | 'egressVia' | 'egressDns' | 'egressShare'>;
 
 /** `opts` over the defaults, for the instance of key `key`. */
 export function withDefaults(opts: LocalDriverOptions, key: string): ResolvedOptions {

@@ -36,6 +36,7 @@ export function makeParts(opts: LocalDriverOptions, o: ResolvedOptions, key: str
       credentials: opts.registryCredentials,
       insecureRegistries: opts.insecureRegistries,
       registriesAllowed: opts.registriesAllowed,
+      log: opts.log,
     }),
     crun,
     commands: new SandboxCommands({

@@ -3,7 +3,7 @@
  *
  *   <dir>/by-digest/<config hex>/rootfs/      unpacked image, read-only by contract
  *   <dir>/by-digest/<config hex>/image.json   its ImageRecord
- *   <dir>/refs/<sha256 of canonical ref>.json { ref, digest }: several refs may share a digest
+ *   <dir>/refs/<sha256 of canonical ref>.json { ref, digest, updatedAt, origin? }: several refs may share a digest
  *   <dir>/layouts/<name>/                     OCI layouts of images built here
  *   <dir>/tmp/                                work dirs (see tmp.ts)
  *
@@ -16,12 +16,24 @@ import { link, readdir, rename, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { ImageRecord } from './unpack.js';
 
+/**
+ * How a ref's image came into the cache: pulled with the server's registry credentials,
+ * pulled without any, or imported by the operator. The store serves a `credentials` one
+ * from the cache only to pullers those credentials serve (store.ts).
+ */
+export type RefOrigin = 'credentials' | 'anonymous' | 'import';
+
 export interface RefEntry {
   /** Canonical reference. */
   ref: string;
   /** Config digest of the image it names. */
   digest: string;
   updatedAt: string;
+  /**
+   * Absent on builds (`local/`), snapshots, and on every ref written before it was recorded
+   * (the store then decides by the registry's credentials, see store.ts).
+   */
+  origin?: RefOrigin;
 }
 
 export class Catalog {
@@ -73,11 +85,12 @@ export class Catalog {
     return entry && record ? { entry, record } : undefined;
   }
 
-  /** Points `canonical` at `digest` (atomic replace). */
-  async setRef(canonical: string, digest: string): Promise<void> {
+  /** Points `canonical` at `digest`, recording its `origin` if given (atomic replace). */
+  async setRef(canonical: string, digest: string, origin?: RefOrigin): Promise<void> {
     const file = this.refFile(canonical);
-    const tmp = `${file}.${process.pid}.tmp`;
-    const entry: RefEntry = { ref: canonical, digest, updatedAt: new Date().toISOString() };
+    // Its own temp file: two writes of one ref at once must not rename each other's.
+    const tmp = `${file}.${process.pid}.${Math.random().toString(36).slice(2)}.tmp`;
+    const entry: RefEntry = { ref: canonical, digest, updatedAt: new Date().toISOString(), ...(origin && { origin }) };
     await writeFile(tmp, JSON.stringify(entry));
     await rename(tmp, file);
   }

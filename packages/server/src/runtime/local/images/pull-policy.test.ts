@@ -5,7 +5,8 @@
  * operator listed that registry.
  */
 import assert from 'node:assert/strict';
-import { mkdir } from 'node:fs/promises';
+import { createHash } from 'node:crypto';
+import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { SandboxdError } from '@sandboxd/protocol';
@@ -164,6 +165,180 @@ describe('pull policy', () => {
       const all = storeWith({ accounts: '*' });
       await all.resolve(ref, { puller: tenant('acc_3') });
       assert.ok(sent() > 0);
+    } finally {
+      await fake.stop();
+    }
+  });
+});
+
+/** The ref file of `canonical` in the catalog of store dir `dir` (catalog.ts). */
+const refFile = (dir: string, canonical: string) =>
+  join(dir, 'refs', `${createHash('sha256').update(canonical).digest('hex')}.json`);
+
+describe('cached images follow the pull policy', () => {
+  let tmp: { dir: string; cleanup: () => Promise<void> };
+  let n = 0;
+  const dir = () => join(tmp.dir, `c${++n}`);
+  const creds = { username: 'sbx', password: `pw-cache-${process.pid}` };
+  const basic = `Basic ${Buffer.from(`${creds.username}:${creds.password}`).toString('base64')}`;
+
+  before(async () => {
+    tmp = await tempDir('policy-cache');
+  });
+  after(async () => {
+    await tmp?.cleanup();
+  });
+
+  /** A store on `d` whose credentials for `fake` serve `accounts` (admin only when unset). */
+  const storeOn = (d: string, fake: FakeRegistry, c: Record<string, unknown> | null = {}, allowed = [fake.host]) =>
+    new ImageStore({
+      dir: d,
+      insecureRegistries: [fake.host],
+      registriesAllowed: allowed,
+      credentials: c ? { [fake.host]: { ...creds, ...c } } : undefined,
+    });
+
+  test("an image pulled with the server's credentials is served from the cache only to those they serve", async () => {
+    const fake = await startFakeRegistry({ basicAuth: basic });
+    const ref = `${fake.host}/sbx/private:1`;
+    const sent = () => fake.seen.filter((r) => r.authorization === basic).length;
+    try {
+      const d = dir();
+      const store = storeOn(d, fake, { accounts: ['acc_1'] });
+      const img = await store.resolve(ref, { puller: ADMIN });
+      assert.equal(store.stats.pulls, 1);
+      const withCreds = sent();
+      // Another tenant: its own anonymous pull, which finds nothing; the cache is not theirs.
+      await assert.rejects(store.resolve(ref, { puller: tenant('acc_2') }), notFound);
+      await assert.rejects(store.resolve(ref, { puller: ANONYMOUS }), notFound);
+      assert.equal(store.stats.pulls, 3, 'each made its own pull');
+      assert.equal(sent(), withCreds, "neither carried the server's credentials");
+      // Those the credentials serve get it from the cache, as before; nothing was overwritten.
+      assert.equal((await store.resolve(ref, { puller: tenant('acc_1') })).digest, img.digest);
+      assert.equal((await store.resolve(ref, { puller: ADMIN })).digest, img.digest);
+      assert.equal((await store.resolve(ref)).digest, img.digest, 'the operator');
+      assert.equal(store.stats.pulls, 3);
+      assert.equal(JSON.parse(await readFile(refFile(d, ref), 'utf8')).origin, 'credentials');
+    } finally {
+      await fake.stop();
+    }
+  });
+
+  test('an anonymous pull of the same image opens the cache entry to all; of another image, leaves it as it was', async () => {
+    // A public image on a registry the server has credentials for (admin only).
+    const fake = await startFakeRegistry();
+    const ref = `${fake.host}/sbx/public:1`;
+    try {
+      const store = storeOn(dir(), fake);
+      const img = await store.resolve(ref, { puller: ADMIN });
+      assert.equal(store.stats.pulls, 1);
+      // The tenant's own pull finds the same image: from now on it is everyone's from the cache.
+      assert.equal((await store.resolve(ref, { puller: tenant('acc_2') })).digest, img.digest);
+      assert.equal(store.stats.pulls, 2);
+      assert.equal((await store.resolve(ref, { puller: tenant('acc_3') })).digest, img.digest);
+      assert.equal((await store.resolve(ref, { puller: ADMIN })).digest, img.digest);
+      assert.equal(store.stats.pulls, 2);
+
+      // The tag moved after the admin's pull: the tenant gets what its own pull found, the
+      // admin still what the cache holds for it (a cached tag is not re-checked).
+      const other = storeOn(dir(), fake);
+      const first = await other.resolve(ref, { puller: ADMIN });
+      fake.moveTags();
+      const moved = await other.resolve(ref, { puller: tenant('acc_2') });
+      assert.notEqual(moved.digest, first.digest);
+      assert.equal((await other.resolve(ref, { puller: ADMIN })).digest, first.digest);
+      // Still not cached for the tenant: it pulls again.
+      const pulls = other.stats.pulls;
+      assert.equal((await other.resolve(ref, { puller: tenant('acc_2') })).digest, moved.digest);
+      assert.equal(other.stats.pulls, pulls + 1);
+    } finally {
+      await fake.stop();
+    }
+  });
+
+  test('a cache entry written before pulls were recorded counts as pulled with credentials where there are any', async () => {
+    const fake = await startFakeRegistry({ basicAuth: basic });
+    const ref = `${fake.host}/sbx/private:1`;
+    try {
+      const d = dir();
+      const store = storeOn(d, fake);
+      const img = await store.resolve(ref, { puller: ADMIN });
+      // An old catalog: the ref file without the marker.
+      const file = refFile(d, ref);
+      const { origin: _, ...old } = JSON.parse(await readFile(file, 'utf8'));
+      await writeFile(file, JSON.stringify(old));
+      await assert.rejects(store.resolve(ref, { puller: tenant('acc_2') }), notFound);
+      assert.equal(store.stats.pulls, 2, "the tenant's own pull");
+      assert.equal((await store.resolve(ref, { puller: ADMIN })).digest, img.digest);
+      // Without credentials for that registry, an unmarked entry is anonymous: everyone's.
+      const plain = storeOn(d, fake, null);
+      assert.equal((await plain.resolve(ref, { puller: tenant('acc_2') })).digest, img.digest);
+      assert.equal(plain.stats.pulls, 0);
+    } finally {
+      await fake.stop();
+    }
+  });
+
+  test("an image claiming a cached image's config (same config digest) with other layers gets neither its rootfs nor the cache", async () => {
+    const secret = `secret-${process.pid}`;
+    const priv = await startFakeRegistry({ basicAuth: basic, file: secret });
+    // The forger knows the private image's config, not its layer.
+    const forger = await startFakeRegistry({ claimFile: secret });
+    const ref = `${priv.host}/sbx/private:1`;
+    const forged = `${forger.host}/sbx/forged:1`;
+    const storeAt = (d: string) =>
+      new ImageStore({
+        dir: d,
+        insecureRegistries: [priv.host, forger.host],
+        registriesAllowed: [priv.host, forger.host],
+        credentials: { [priv.host]: creds },
+      });
+    const internal = (e: unknown) => e instanceof SandboxdError && e.kind === 'internal';
+    try {
+      // The private image first: the forged one does not get its rootfs.
+      const store = storeAt(dir());
+      const img = await store.resolve(ref, { puller: ADMIN });
+      assert.equal(await readFile(join(img.rootfsDir, 'sbx-file'), 'utf8'), secret);
+      await assert.rejects(store.resolve(forged, { puller: tenant('acc_2') }), internal);
+      await assert.rejects(store.resolve(forged, { puller: ADMIN }), internal);
+      assert.deepEqual(
+        (await store.list()).map((i) => i.ref),
+        [ref],
+      );
+      // The forged one first: it is not unpacked, so it cannot stand in for the private one.
+      const other = storeAt(dir());
+      await assert.rejects(other.resolve(forged, { puller: tenant('acc_2') }), internal);
+      const real = await other.resolve(ref, { puller: ADMIN });
+      assert.equal(await readFile(join(real.rootfsDir, 'sbx-file'), 'utf8'), secret);
+      // Both at once, whichever unpack starts first: the same outcome.
+      const both = storeAt(dir());
+      const [f, p] = await Promise.allSettled([
+        both.resolve(forged, { puller: tenant('acc_2') }),
+        both.resolve(ref, { puller: ADMIN }),
+      ]);
+      assert.equal(f.status, 'rejected');
+      assert.ok(internal((f as PromiseRejectedResult).reason));
+      assert.equal(p.status, 'fulfilled', String((p as PromiseRejectedResult).reason));
+      assert.equal(await readFile(join(p.value.rootfsDir, 'sbx-file'), 'utf8'), secret);
+    } finally {
+      await priv.stop();
+      await forger.stop();
+    }
+  });
+
+  test('a cached image of a registry a tenant may not pull from is refused to the tenant, not to the admin', async () => {
+    const fake = await startFakeRegistry();
+    const ref = `${fake.host}/sbx/public:1`;
+    try {
+      const d = dir();
+      const img = await storeOn(d, fake, null).resolve(ref, { puller: ADMIN });
+      // The same cache, a server that no longer lists that registry for tenants.
+      const store = storeOn(d, fake, null, ['docker.io']);
+      await assert.rejects(store.resolve(ref, { puller: tenant('acc_1') }), refused(fake.host));
+      await assert.rejects(store.resolve(ref, { puller: ANONYMOUS }), refused(fake.host));
+      assert.equal((await store.resolve(ref, { puller: ADMIN })).digest, img.digest);
+      assert.equal((await store.resolve(ref)).digest, img.digest, 'the operator');
+      assert.equal(store.stats.pulls, 0);
     } finally {
       await fake.stop();
     }

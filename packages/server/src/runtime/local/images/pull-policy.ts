@@ -5,6 +5,8 @@
  *   pulls: warm pool, CLI) from any registry;
  * - the server's credentials of a registry serve the admin's pulls, and a tenant's only when
  *   that registry's entry names the account (`accounts: [...]`) or all (`accounts: "*"`);
+ * - an image pulled with those credentials is served from the cache only to the pulls they
+ *   serve; any other puller makes its own pull (store.ts);
  * - no pull dials a non-public address ({@link isForbiddenAddress}) unless the operator
  *   named that very registry in `registriesAllowed` (a `*` does not count). dial-guard.ts
  *   enforces this on every connection a pull makes, redirects included.
@@ -151,6 +153,19 @@ export class PullPolicy {
   /** True when the operator named registry `domain` itself: it may then be at a non-public address. */
   listed(domain: string): boolean {
     return this.allowed.has(normalizeRegistry(domain));
+  }
+
+  /** True when the server has credentials for registry `domain`. */
+  hasCredentials(domain: string): boolean {
+    return this.creds.has(normalizeRegistry(domain));
+  }
+
+  /**
+   * True when an image pulled with the server's credentials of registry `domain` may be
+   * served to `puller` from the cache: the admin's, and the pulls those credentials serve.
+   */
+  servesCredentialed(domain: string, puller: Puller): boolean {
+    return puller.admin || this.credentialsFor(domain, puller) !== undefined;
   }
 
   /** The server's credentials for registry `domain` if they may serve `puller`'s pull. */

@@ -10,7 +10,7 @@ import { join, resolve as resolvePath } from 'node:path';
 import { SandboxdError } from '@sandboxd/protocol';
 import type { ImageInfo } from '../../driver.js';
 import { buildLocalLayout, isLocalImage, type LocalImageRef } from './build-local.js';
-import { Catalog } from './catalog.js';
+import { Catalog, type RefEntry, type RefOrigin } from './catalog.js';
 import { NoSuchImage, selectImage } from './oci-read.js';
 import { pullToLayout, type Progress } from './pull.js';
 import { parseRef, type ImageRef } from './ref.js';
@@ -56,8 +56,8 @@ export interface ImageStoreOptions {
   timeouts?: { pullMs?: number; importMs?: number; unpackMs?: number; buildMs?: number };
   /** apt sources for the Debian build (see DebianBuildOptions.mirrors); default deb.debian.org. */
   debianMirrors?: string[];
-  /** Diagnostics (stale temp dirs, build steps). */
-  log?: (msg: string) => void;
+  /** Diagnostics (stale temp dirs, build steps at `info`; what an operator should act on at `warn`). */
+  log?: (msg: string, level?: 'info' | 'warn') => void;
 }
 
 /** An image ready to run: its config and the shared read-only rootfs. */
@@ -104,6 +104,8 @@ export class ImageStore {
   private readonly tmp: TempArea;
   private readonly installer: Installer;
   private readonly jobs = new Map<string, Promise<ImageRecord>>();
+  /** The last write of each ref's entry after a pull (they are made one at a time per ref). */
+  private readonly refWrites = new Map<string, Promise<unknown>>();
   private readonly policy: PullPolicy;
   private warnedIsolation = false;
   private readonly counts = { pulls: 0, imports: 0, builds: 0 };
@@ -131,19 +133,22 @@ export class ImageStore {
    * `local/busybox:latest`), else pulled; a `snapshot/...` ref only from the cache.
    * Concurrent calls for one ref share the work.
    * A cached tag is not re-checked against its registry (use {@link pull} to refresh).
-   * A pull follows the pull policy for `opts.puller` (pull-policy.ts).
+   * A registry image follows the pull policy for `opts.puller` (pull-policy.ts), cached or
+   * not: refused when `puller` may not pull from its registry; when it was pulled with the
+   * server's credentials and those do not serve `puller`, not cached for `puller`, who
+   * makes its own pull (see {@link cachedFor}).
    * Throws `validation` (bad ref, or a pull the policy refuses), `template_not_found`
    * (unknown image, tag, registry, or other `local/` name), `internal`.
    */
   async resolve(ref: string, opts: PullAs = {}): Promise<StoredImage> {
     const r = parseRef(ref);
-    const hit = await this.cat.lookup(r.canonical);
-    if (hit) return this.view(hit.record, ref, r.canonical);
     const puller = opts.puller ?? OPERATOR;
     if (!r.local) this.policy.check(r.domain, puller, ref);
+    const hit = await this.cachedFor(r, puller);
+    if (hit) return this.view(hit, ref, r.canonical);
     const rec = await this.once(this.jobKey(r, puller), async () => {
-      const again = await this.cat.lookup(r.canonical);
-      if (again) return again.record;
+      const again = await this.cachedFor(r, puller);
+      if (again) return again;
       if (!r.local) return this.doPull(r, ref, puller);
       if (r.snapshot) throw notFound(ref);
       if (!isLocalImage(r.canonical)) throw notFound(ref);
@@ -198,7 +203,7 @@ export class ImageStore {
           path,
         });
       const rec = await this.installer.install(src, work);
-      await this.cat.setRef(canonical, rec.digest);
+      await this.cat.setRef(canonical, rec.digest, 'import');
       return this.view(rec, ref ?? canonical, canonical);
     });
   }
@@ -279,10 +284,65 @@ export class ImageStore {
     return (await stat(join(dir, 'index.json')).catch(() => null)) ? dir : null;
   }
 
-  /** Pulls of one ref share the work only when they would use the same credentials. */
+  /**
+   * The cached image of `r` if it may be served to `puller`: any `local/` or `snapshot/`
+   * one; a registry image unless it was pulled with the server's credentials and those do
+   * not serve `puller` ({@link pulledWithCredentials}).
+   */
+  private async cachedFor(r: ImageRef, puller: Puller): Promise<ImageRecord | undefined> {
+    const hit = await this.cat.lookup(r.canonical);
+    if (!hit) return undefined;
+    if (r.local || !this.pulledWithCredentials(r, hit.entry)) return hit.record;
+    return this.policy.servesCredentialed(r.domain, puller) ? hit.record : undefined;
+  }
+
+  /**
+   * Whether the cache entry `e` of `r` holds an image pulled with the server's credentials.
+   * An entry that does not say (written before this was recorded) counts as one when the
+   * server has credentials for that registry: they may well have been used.
+   */
+  private pulledWithCredentials(r: ImageRef, e: RefEntry): boolean {
+    return e.origin === undefined ? this.policy.hasCredentials(r.domain) : e.origin === 'credentials';
+  }
+
+  /**
+   * Records that `puller`'s pull of `r` (with the server's credentials or not: `origin`)
+   * found image `digest`. The entry of a pull with credentials is never taken from the pulls
+   * they serve by another's pull: a pull without them replaces it only when it found the
+   * same image (which is then known to be anyone's), or when `puller` is served that entry
+   * anyway. A pull with credentials that finds the image a pull without them found leaves it
+   * anyone's. Writes of one ref are made one at a time.
+   */
+  private recordPull(r: ImageRef, digest: string, origin: RefOrigin, puller: Puller): Promise<void> {
+    const write = async () => {
+      const prev = await this.cat.ref(r.canonical);
+      const same = prev?.digest === digest;
+      const closed = prev !== undefined && this.pulledWithCredentials(r, prev);
+      if (origin === 'credentials') {
+        await this.cat.setRef(r.canonical, digest, same && !closed ? (prev.origin ?? 'anonymous') : 'credentials');
+        return;
+      }
+      if (closed && !same && !this.policy.servesCredentialed(r.domain, puller)) return;
+      await this.cat.setRef(r.canonical, digest, origin);
+    };
+    const done = (this.refWrites.get(r.canonical) ?? Promise.resolve()).then(write, write);
+    const tail = done.catch(() => {});
+    this.refWrites.set(r.canonical, tail);
+    void tail.then(() => {
+      if (this.refWrites.get(r.canonical) === tail) this.refWrites.delete(r.canonical);
+    });
+    return done;
+  }
+
+  /**
+   * Resolves and pulls of one ref share the work only when they would use the same
+   * credentials and be served the same cache entries (a job may end in a cache hit).
+   */
   private jobKey(r: ImageRef, puller: Puller): string {
     if (r.local) return r.canonical;
-    return this.policy.credentialsFor(r.domain, puller) ? `${r.canonical}\0credentials` : r.canonical;
+    const creds = this.policy.credentialsFor(r.domain, puller) ? 'credentials' : 'anonymous';
+    const served = this.policy.servesCredentialed(r.domain, puller) ? '+cached' : '';
+    return `${r.canonical}\0${creds}${served}`;
   }
 
   private once(key: string, fn: () => Promise<ImageRecord>): Promise<ImageRecord> {
@@ -332,14 +392,16 @@ export class ImageStore {
         this.warnedIsolation = true;
         this.opts.log?.(
           'image store: pulls run without a network namespace (needs root and unshare): a registry redirect to a literal loopback address is not stopped',
+          'warn',
         );
       }
+      const credentials = this.policy.credentialsFor(r.domain, puller);
       const sockDir = !isolated ? undefined : work.length < 90 ? work : await mkdtemp(join(tmpdir(), 'sbx-pull-'));
       const socketPath = sockDir && join(sockDir, 'guard.sock');
       const guard = await DialGuard.start({ exempt, lookup, socketPath });
       try {
         src = await pullToLayout(r, work, {
-          credentials: this.policy.credentialsFor(r.domain, puller),
+          credentials,
           insecure,
           env: socketPath ? undefined : guard.env(),
           netns: socketPath
@@ -365,7 +427,7 @@ export class ImageStore {
       }
       onProgress?.({ phase: 'unpacking' });
       const rec = await this.installer.install(src, work);
-      await this.cat.setRef(r.canonical, rec.digest);
+      await this.recordPull(r, rec.digest, credentials ? 'credentials' : 'anonymous', puller);
       onProgress?.({ phase: 'done', bytes: rec.sizeBytes });
       return rec;
     });
@@ -403,7 +465,7 @@ export class ImageStore {
 
   private async dropDigest(digest: string): Promise<void> {
     if (!(await this.tmp.discard(this.cat.imageDir(digest)))) {
-      this.opts.log?.(`image store: ${digest} has mounts inside; moved to tmp/ but not deleted`);
+      this.opts.log?.(`image store: ${digest} has mounts inside; moved to tmp/ but not deleted`, 'warn');
     }
   }
 }

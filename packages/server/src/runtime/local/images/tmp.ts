@@ -57,14 +57,14 @@ export class TempArea {
    * Deletes work dirs left by processes that no longer run (synchronous: called from the
    * store's constructor). Returns the names removed; skips any dir with a mount inside.
    */
-  cleanStale(log?: (msg: string) => void): string[] {
+  cleanStale(log?: (msg: string, level?: 'info' | 'warn') => void): string[] {
     const removed: string[] = [];
     for (const name of readdirSync(this.root)) {
       const m = /^(\d+)\.(\d+)\./.exec(name);
       if (m && startTime(Number(m[1])) === m[2]) continue; // owner still alive
       const p = join(this.root, name);
       if (mountsUnder(p).length > 0) {
-        log?.(`image store: not removing ${p}: something is mounted inside it`);
+        log?.(`image store: not removing ${p}: something is mounted inside it`, 'warn');
         continue;
       }
       rmSync(p, { recursive: true, force: true });
