@@ -1,5 +1,6 @@
 /** Live processes over HTTP on the real runtime: streamed exec, stdin, signals, list, reconnect with replay. */
 import assert from 'node:assert/strict';
+import { subscribe, unsubscribe } from 'node:diagnostics_channel';
 import { after, before, describe, it } from 'node:test';
 import { IMAGE, newAccount, startServer, type Server } from './harness.js';
 
@@ -35,6 +36,51 @@ async function readEvents(res: Response, until?: (ev: Event, all: Event[]) => bo
     }
   }
   return events;
+}
+
+/**
+ * A response body's NDJSON events one at a time, whatever the boundaries of its reads (a
+ * read may end inside a line, or carry several lines: the start line and output together
+ * when the client was slow to read). null at the end; a body that ends inside a line fails.
+ */
+function eventsOf(res: Response): { next(): Promise<Event | null> } {
+  const reader = (res.body as ReadableStream<Uint8Array>).getReader();
+  const dec = new TextDecoder();
+  let buf = '';
+  return {
+    async next() {
+      for (;;) {
+        const nl = buf.indexOf('\n');
+        if (nl >= 0) {
+          const ev = JSON.parse(buf.slice(0, nl)) as Event;
+          buf = buf.slice(nl + 1);
+          return ev;
+        }
+        const { value, done } = await reader.read();
+        if (done) {
+          assert.equal(buf + dec.decode(), '', 'the body ends with a whole line');
+          return null;
+        }
+        buf += dec.decode(value, { stream: true });
+      }
+    },
+  };
+}
+
+/**
+ * Stalls this process's whole thread for `ms` once, right after the next fetch has sent its
+ * request (undici's `undici:request:bodySent`): the server writes on meanwhile, as it does
+ * while a loaded machine keeps a client from reading. `done()`: the stall happened.
+ */
+function stallOnce(ms: number): { done(): boolean } {
+  let stalled = false;
+  const onSent = () => {
+    unsubscribe('undici:request:bodySent', onSent);
+    stalled = true;
+    Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
+  };
+  subscribe('undici:request:bodySent', onSent);
+  return { done: () => stalled };
 }
 
 const text = (events: Event[], type = 'stdout') =>
@@ -153,31 +199,40 @@ describe('processes (streamed exec, stdin, signals, reconnect)', { timeout: 120_
     assert.ok(Buffer.byteLength(got) <= 1 << 20);
   });
 
-  it('slows a producer whose reader does not read, instead of buffering it', async () => {
+  it('slows a producer whose reader does not read, instead of buffering it; then delivers every byte', async () => {
+    // The client's thread stalls once its request is sent, as on a loaded machine: its first
+    // read then carries the start line and output together. Every line is counted, from the first byte.
+    const stall = stallOnce(1000);
     const res = await stream('head -c 50000000 /dev/zero | tr "\\0" a; echo done >&2');
-    const reader = (res.body as ReadableStream<Uint8Array>).getReader();
-    const first = await reader.read();
-    const pid = JSON.parse(new TextDecoder().decode(first.value).split('\n')[0]).pid as number;
+    const events = eventsOf(res);
+    const start = await events.next();
+    assert.equal(stall.done(), true, 'the client stalled');
+    assert.equal(start?.type, 'start');
+    const pid = start?.pid as number;
     // Not reading: whatever the machine's speed, 50 MB cannot pass a window of a few hundred KiB.
     await new Promise((r) => setTimeout(r, 1500));
     const list = await s.api('GET', `/api/v1/sandboxes/${id}/processes`, { key });
     assert.equal(list.body.processes.find((x: { pid: number }) => x.pid === pid).running, true);
-    let bytes = 0;
-    let tail = '';
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) break;
-      bytes += value.length;
-      tail = (tail + new TextDecoder().decode(value.subarray(-200))).slice(-200);
+    let stdout = 0;
+    let stderr = '';
+    let last: Event | null = null;
+    for (let ev = await events.next(); ev; ev = await events.next()) {
+      if (ev.type === 'stdout') {
+        assert.ok(ev.data !== undefined && /^a*$/.test(ev.data), 'stdout is the payload, as text');
+        stdout += ev.data.length;
+      } else if (ev.type === 'stderr') stderr += ev.data;
+      else last = ev;
     }
-    assert.ok(bytes > 50_000_000, `${bytes}`);
-    assert.match(tail, /"type":"exit","exitCode":0/);
+    // Exactly the payload: a byte lost (or doubled) anywhere fails.
+    assert.equal(stdout, 50_000_000);
+    assert.equal(stderr, 'done\n');
+    assert.deepEqual(last, { type: 'exit', exitCode: 0, signal: null });
   });
 
   it('signals, stdin rules, unknown pids and the process list', async () => {
     const res = await stream('sleep 100', { stdin: true });
-    const reader = (res.body as ReadableStream<Uint8Array>).getReader();
-    const pid = JSON.parse(new TextDecoder().decode((await reader.read()).value).split('\n')[0]).pid as number;
+    const events = eventsOf(res);
+    const pid = (await events.next())?.pid as number;
     const list = await s.api('GET', `/api/v1/sandboxes/${id}/processes`, { key });
     const p = list.body.processes.find((x: { pid: number }) => x.pid === pid);
     assert.deepEqual(Object.keys(p).sort(), ['command', 'cwd', 'exitCode', 'pid', 'running', 'startedAt', 'tag']);
@@ -185,13 +240,9 @@ describe('processes (streamed exec, stdin, signals, reconnect)', { timeout: 120_
     assert.equal(p.running, true);
     assert.equal((await post(`/processes/${pid}/signal`, { signal: 'SIGBOGUS' })).status, 400);
     assert.equal((await post(`/processes/${pid}/signal`, { signal: 'SIGTERM' })).status, 204);
-    let rest = '';
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) break;
-      rest += new TextDecoder().decode(value);
-    }
-    assert.match(rest, /\{"type":"exit","exitCode":143,"signal":"SIGTERM"\}/);
+    let last: Event | null = null;
+    for (let ev = await events.next(); ev; ev = await events.next()) last = ev;
+    assert.deepEqual(last, { type: 'exit', exitCode: 143, signal: 'SIGTERM' });
     assert.equal((await post(`/processes/${pid}/signal`, { signal: 'SIGKILL' })).status, 409);
     assert.equal((await post(`/processes/${pid}/stdin`, undefined, 'late')).status, 409);
     assert.equal((await post('/processes/999999/stdin', undefined, 'x')).status, 404);

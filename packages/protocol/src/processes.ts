@@ -42,7 +42,7 @@ export const SignalRequestSchema = Type.Object(
 
 /** One line of an exec stream (`application/x-ndjson`). */
 export type ProcessEvent =
-  | { type: 'start'; pid: number }
+  | { type: 'start'; pid: number; replayFrom?: { stdout: number; stderr: number } }
   | { type: 'stdout' | 'stderr'; data: string }
   | { type: 'stdout' | 'stderr'; dataBase64: string }
   | { type: 'exit'; exitCode: number; signal: string | null };

@@ -352,6 +352,26 @@ describe('TrackedProcess (through ProcessHost)', () => {
     assert.equal(f.ended, true, 'without follow it ends after what is kept');
     assert.equal(f.exit, null);
   });
+
+  it('a first reader that comes after output left the ring is told so (replayFrom), never silently short', async () => {
+    // A streamed exec whose hold ran out before its reader came (a replica slow or gone meanwhile).
+    const { host, spawned } = scripted({ holdMaxMs: 1 });
+    const p = await host.start(SB, spec({ held: true }));
+    for (let i = 0; i < 500 && spawned[0].paused; i++) await new Promise((r) => setTimeout(r, 10));
+    assert.equal(spawned[0].paused, false, 'the hold ran out');
+    spawned[0].out(Buffer.alloc(PROCESS_REPLAY_BYTES, 0x6f));
+    spawned[0].out('tail');
+    const late = new TestFollower();
+    late.following = await host.follow(SB, p.pid, late, follow);
+    assert.deepEqual(late.events[0], { type: 'start', pid: p.pid, replayFrom: { stdout: 4, stderr: 0 } });
+    assert.equal(late.received, PROCESS_REPLAY_BYTES);
+    // Nothing dropped: `start` is as it always was (no replayFrom without a reconnect).
+    const q = await host.start(SB, spec({ held: true }));
+    const first = new TestFollower();
+    first.following = await host.follow(SB, q.pid, first, follow);
+    spawned[1].out('x');
+    assert.deepEqual(first.events[0], { type: 'start', pid: q.pid });
+  });
 });
 
 describe('commandOf', () => {

@@ -67,11 +67,16 @@ export class TrackedProcess {
 
   /**
    * Adds a reader (see `DriverProcesses.follow`). The reader gets `start` and the replay
-   * synchronously, before this returns.
+   * synchronously, before this returns. A reader is never silently short: `start` carries
+   * `replayFrom` for a reconnect, and for any reader whose replay does not begin at the
+   * process's first byte (a streamed exec whose hold ran out before its reader came; not
+   * for `replay: false`, which asked for what comes next only).
    */
   attach(f: ProcessFollower, o: FollowOptions): ProcessFollowing {
     const start: StartEvent = { type: 'start', pid: this.pid };
-    if (o.reconnect) start.replayFrom = { ...this.ring.dropped };
+    const { dropped } = this.ring;
+    const gap = o.replay !== false && (dropped.stdout > 0 || dropped.stderr > 0);
+    if (o.reconnect || gap) start.replayFrom = { ...dropped };
     let ok = f.send(start);
     // The first reader too gets what is kept: the process may have printed before it attached.
     if (o.replay !== false) for (const c of this.ring.snapshot()) ok = f.send({ type: 'output', ...c }) && ok;

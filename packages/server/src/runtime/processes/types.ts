@@ -58,7 +58,10 @@ export interface ProcessState {
   stdinOpen: boolean;
 }
 
-/** The `start` event of a reader; `replayFrom` (reconnects only) counts the bytes per stream before the replay. */
+/**
+ * The `start` event of a reader; `replayFrom` counts the bytes per stream before the replay:
+ * on a reconnect always, else only when output was dropped before the reader came (a gap).
+ */
 export type StartEvent = { type: 'start'; pid: number; replayFrom?: { stdout: number; stderr: number } };
 
 /** One chunk of a process's output, as the process wrote it. */
@@ -130,10 +133,10 @@ export interface DriverProcesses {
   /** One tracked process, or null. */
   get(sandboxId: string, pid: number): Promise<ProcessState | null>;
   /**
-   * Adds a reader: `start` (with `replayFrom` for a `reconnect`), the kept output (unless
-   * `replay: false`), then with `follow` live output until `exit`, else `end` after what
-   * is kept (with `exit` when it has exited). The first reader of a held process lets it
-   * run. `not_found`.
+   * Adds a reader: `start` (with `replayFrom` for a `reconnect`, or when the kept output no
+   * longer begins at the first byte), the kept output (unless `replay: false`), then with
+   * `follow` live output until `exit`, else `end` after what is kept (with `exit` when it
+   * has exited). The first reader of a held process lets it run. `not_found`.
    */
   follow(sandboxId: string, pid: number, follower: ProcessFollower, o: FollowOptions): Promise<ProcessFollowing>;
   /**
