@@ -89,8 +89,8 @@ export async function claim(
     h.records.delete(spec.id);
     await h.teardown(spec.id, rec).catch(() => undefined);
     // When the renames did not happen:
-    await rm(h.state.dirOf(cid), { recursive: true, force: true });
     await h.bundles.remove(cid);
+    await rm(h.state.dirOf(cid), { recursive: true, force: true });
     return null;
   }
 }

@@ -45,7 +45,9 @@ export async function teardown(h: ReleaseHost, id: string, rec: SandboxRecord | 
     for (const v of rec?.spec.volumes ?? []) await h.volumes.release(v.name, id).catch(() => undefined);
   };
   await Promise.all([releaseStorage(), h.network.detach(rec?.netId ?? id)]);
-  await rm(h.state.dirOf(id), { recursive: true, force: true });
   await h.bundles.remove(id);
+  // The state dir goes last: it is what a restart finds a pending release by, so a kill
+  // between two of these steps leaves nothing that a restart cannot see and finish.
+  await rm(h.state.dirOf(id), { recursive: true, force: true });
   h.records.delete(id);
 }
