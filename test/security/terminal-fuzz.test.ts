@@ -396,7 +396,16 @@ describe(`terminal WebSocket fuzz (${RUNTIME})`, { timeout: 600_000 }, () => {
   };
 
   before(async () => {
-    s = await startServer({ env: { SANDBOXD_LOG_LEVEL: 'error', ...INSPECTABLE } });
+    // Many clients on one terminal is what this suite fuzzes: the per-sandbox shares (16
+    // clients per terminal, 64 sockets per sandbox; fair-share.test.ts) are raised past its count.
+    s = await startServer({
+      env: {
+        SANDBOXD_LOG_LEVEL: 'error',
+        SANDBOXD_FAIR_SHARE_CLIENTS_PER_TERMINAL: '512',
+        SANDBOXD_FAIR_SHARE_TERMINAL_SOCKETS_PER_SANDBOX: '512',
+        ...INSPECTABLE,
+      },
+    });
     const c = await s.api('POST', '/api/v1/sandboxes', { body: { image: IMAGE, timeoutMs: 1_800_000 } });
     assert.equal(c.status, 201, c.text);
     sandboxId = c.body.sandbox.id;
