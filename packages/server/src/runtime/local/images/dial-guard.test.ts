@@ -5,7 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { request } from 'node:http';
-import { connect } from 'node:net';
+import { connect, createServer } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { startRecorder } from '../../../../test/fake-registry.js';
 import { checkHost, DialGuard } from './dial-guard.js';
@@ -91,5 +91,30 @@ describe('dial guard', () => {
         s.on('error', reject);
       }),
     );
+  });
+  test('a hostile upstream status (000, 099) answers 502 and never ends the process', async () => {
+    const bad = createServer((sock) => {
+      sock.once('data', () => {
+        const code = bad.listening && (bad as { n?: number }).n ? '099' : '000';
+        (bad as { n?: number }).n = 1;
+        sock.end(`HTTP/1.1 ${code} X\r\ncontent-length: 0\r\n\r\n`);
+      });
+    });
+    await new Promise<void>((r) => bad.listen(0, '127.0.0.1', r));
+    const port = (bad.address() as { port: number }).port;
+    const guard = await DialGuard.start({
+      exempt: (h, p) => h === 'hostile.test' && p === port,
+      lookup: async (h) => (h === 'hostile.test' ? ['127.0.0.1'] : []),
+    });
+    try {
+      const url = guard.env().HTTP_PROXY!;
+      assert.equal(await viaProxy(url, `http://hostile.test:${port}/v2/`, 'GET'), 502);
+      assert.equal(await viaProxy(url, `http://hostile.test:${port}/v2/`, 'GET'), 502);
+      // The guard still serves.
+      assert.equal(await viaProxy(url, `http://127.0.0.1:${port}/x`, 'GET'), 403);
+    } finally {
+      await guard.close();
+      await new Promise((r) => bad.close(r));
+    }
   });
 });

@@ -222,7 +222,17 @@ export class DialGuard {
     up.on('response', (r) => {
       const out = { ...r.headers };
       for (const h of HOP_BY_HOP) delete out[h];
-      res.writeHead(r.statusCode ?? 502, out);
+      // A hostile upstream's status (node's parser takes `000`) or headers must not throw
+      // out of this handler: that would end the server. Such an answer is a 502.
+      try {
+        res.writeHead(r.statusCode ?? 502, out);
+      } catch (e) {
+        this.events.push({ host: url.hostname, port, refused: false, detail: (e as Error).message });
+        r.destroy();
+        if (!res.headersSent) res.writeHead(502, { 'content-length': 0 }).end();
+        else res.destroy();
+        return;
+      }
       r.pipe(res);
     });
     req.pipe(up);
