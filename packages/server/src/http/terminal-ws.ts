@@ -89,10 +89,17 @@ export class TerminalGateway {
       releaseSandbox();
       throw e;
     }
-    socket.once('close', () => {
+    let held = true;
+    const release = () => {
+      if (!held) return;
+      held = false;
       releaseSandbox();
       releaseAccount();
-    });
+    };
+    socket.once('close', release);
+    // A client that left while the request was being checked: its 'close' has been and
+    // gone, and would never give the slots back.
+    if (socket.destroyed) release();
   }
 
   /**
