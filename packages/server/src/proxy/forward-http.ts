@@ -16,6 +16,9 @@ import type { ProxyTarget } from './targets.js';
 import type { UpstreamConn } from './upstream.js';
 
 /** Where and how one request is forwarded. */
+/** Methods whose requests carry no body by convention (RFC 9110 9.3): one that does is not pooled after. */
+const BODILESS_METHODS = new Set(['GET', 'HEAD', 'OPTIONS', 'TRACE', 'CONNECT']);
+
 export interface HttpForward {
   target: ProxyTarget;
   port: number;
@@ -146,6 +149,9 @@ export function forwardHttp(req: IncomingMessage, res: ServerResponse, f: HttpFo
     const start = (h: ResponseHead): void => {
       clearTimeout(timer);
       ({ framing, keepAlive: reusable } = framingOf(h, method));
+      // Apps often never read the body of a GET, HEAD or OPTIONS: it would stay on the
+      // connection and be read as the next visitor's request. Such a connection is not pooled.
+      if (hasBody && BODILESS_METHODS.has(method)) reusable = false;
       decoder = new BodyDecoder(framing);
       // A HEAD or 304 answer's Content-Length describes the resource, not this message: passed on. A 204 has none.
       const contentLength =
