@@ -7,6 +7,7 @@
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
+import { networkInterfaces } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { SandboxdError } from '@sandboxd/protocol';
@@ -370,6 +371,12 @@ describe('pull policy rules', () => {
       '::ffff:127.0.0.1',
       '::ffff:a9fe:a9fe',
       '64:ff9b::a9fe:a9fe',
+      '64:ff9b:1::a9fe:a9fe', // local-use NAT64
+      '::ffff:0:a9fe:a9fe', // SIIT
+      '2002:a9fe:a9fe::1', // 6to4
+      '2001:0:4136:e378:8000:63bf:3fff:fdd2', // Teredo
+      // The host's own addresses, whatever their range.
+      ...Object.values(networkInterfaces()).flatMap((l) => (l ?? []).map((a) => a.address.replace(/%.*$/, ''))),
       'not-an-address',
     ];
     for (const ip of bad) assert.equal(isForbiddenAddress(ip), true, ip);
@@ -391,7 +398,9 @@ describe('pull policy rules', () => {
     assert.throws(() => p.check('evil.example', ANONYMOUS, 'x'), refused('evil.example'));
     assert.doesNotThrow(() => p.check('evil.example', ADMIN, 'x'));
     assert.doesNotThrow(() => p.check('evil.example', OPERATOR, 'x'));
-    assert.equal(p.listed('docker.io'), true);
+    // Only what the operator named may be at a private address; the defaults are public registries.
+    assert.equal(p.listed('docker.io'), false);
+    assert.equal(new PullPolicy({ registriesAllowed: ['docker.io'] }).listed('docker.io'), true);
     assert.equal(new PullPolicy({ registriesAllowed: ['*'] }).listed('10.0.0.1:5000'), false, '* names no registry');
     assert.equal(p.credentialsFor('docker.io', tenant('acc_1')), undefined);
     assert.deepEqual(p.credentialsFor('docker.io', ADMIN), { username: 'u', password: 'p' });

@@ -13,6 +13,7 @@
  * A refusal is a `validation` error (400) naming the registry and how to allow it.
  */
 import { BlockList, isIP } from 'node:net';
+import { networkInterfaces } from 'node:os';
 import { SandboxdError } from '@sandboxd/protocol';
 import type { Credentials } from './skopeo.js';
 
@@ -92,6 +93,10 @@ const V6: Array<[string, number]> = [
   ['::', 128],
   ['::1', 128],
   ['64:ff9b::', 96], // NAT64 of an IPv4 address: checked as that address below too
+  ['64:ff9b:1::', 48], // local-use NAT64 (RFC 8215): any IPv4 address, private ones included
+  ['::ffff:0:0:0', 96], // SIIT-translated IPv4 (::ffff:0:a.b.c.d)
+  ['2001::', 32], // Teredo: carries an IPv4 address
+  ['2002::', 16], // 6to4: carries an IPv4 address
   ['100::', 64], // discard
   ['2001:db8::', 32],
   ['fc00::', 7], // unique local; fd00:ec2::254, AWS's metadata over IPv6
@@ -113,23 +118,38 @@ function embeddedV4(ip: string): string | undefined {
   return `${hi >> 8}.${hi & 255}.${lo >> 8}.${lo & 255}`;
 }
 
+/** The host's own addresses (every interface's), read afresh at most once a second. */
+let hostCache: { at: number; set: Set<string> } | undefined;
+function hostAddresses(): Set<string> {
+  const now = Date.now();
+  if (hostCache && now - hostCache.at < 1000) return hostCache.set;
+  const set = new Set<string>();
+  for (const list of Object.values(networkInterfaces()))
+    for (const a of list ?? []) set.add(a.address.toLowerCase().replace(/%.*$/, ''));
+  hostCache = { at: now, set };
+  return set;
+}
+
 /**
- * True for an address no pull may dial: loopback, private, link-local, CGNAT, multicast,
+ * True for an address no pull may dial: the host's own addresses, loopback, private, link-local, CGNAT, multicast,
  * reserved and documentation ranges, the clouds' metadata addresses; IPv6 forms of IPv4
  * ones (mapped, NAT64) as their IPv4 address. Anything that is not an IP address is forbidden.
  */
 export function isForbiddenAddress(ip: string): boolean {
   const kind = isIP(ip);
+  if (kind !== 0 && hostAddresses().has(ip.toLowerCase())) return true;
   if (kind === 4) return forbidden.check(ip, 'ipv4');
   if (kind !== 6) return true;
   const v4 = embeddedV4(ip);
-  if (v4 !== undefined) return forbidden.check(v4, 'ipv4');
+  if (v4 !== undefined) return hostAddresses().has(v4) || forbidden.check(v4, 'ipv4');
   return forbidden.check(ip, 'ipv6');
 }
 
 /** The pull policy of one image store. */
 export class PullPolicy {
   private readonly allowed: Set<string>;
+  /** Registries the operator named in the setting (not the defaults): they alone may be at a private address. */
+  private readonly named: Set<string>;
   private readonly any: boolean;
   private readonly creds: Map<string, RegistryCredentials>;
 
@@ -137,6 +157,7 @@ export class PullPolicy {
     const list = opts.registriesAllowed ?? DEFAULT_REGISTRIES_ALLOWED;
     this.any = list.includes('*');
     this.allowed = new Set(list.filter((r) => r !== '*').map(normalizeRegistry));
+    this.named = new Set((opts.registriesAllowed ?? []).filter((r) => r !== '*').map(normalizeRegistry));
     this.creds = new Map(Object.entries(opts.credentials ?? {}).map(([k, v]) => [normalizeRegistry(k), v]));
   }
 
@@ -152,7 +173,7 @@ export class PullPolicy {
 
   /** True when the operator named registry `domain` itself: it may then be at a non-public address. */
   listed(domain: string): boolean {
-    return this.allowed.has(normalizeRegistry(domain));
+    return this.named.has(normalizeRegistry(domain));
   }
 
   /** True when the server has credentials for registry `domain`. */
