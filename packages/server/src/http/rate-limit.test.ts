@@ -143,6 +143,26 @@ describe('RateLimits over counters (injected clock)', () => {
     assert.deepEqual(await limits.read('login-ip:1.1.1.1'), { count: 3, ttl: 10_000 }, 'a success is not a failure');
     assert.equal(await limits.read('login-email:f'), null);
   });
+
+  it('a success gives its reservation back to the window it was counted in, never to the next one', async () => {
+    const c = manual();
+    const config = { ...DEFAULT_RATE_LIMITS, loginFailuresPerEmail: 100, loginFailuresPerIp: 5, authWindowMs: 10_000 };
+    const limits = new RateLimits(config, new MemoryCounters(), c.now);
+    // Right logins of the attacker's own account, reserved just before the address's window ends...
+    const own = await Promise.all(Array.from({ length: 3 }, () => limits.reserveLogin('mine', '1.1.1.1')));
+    c.advance(10_000);
+    // ...then failures against other emails in the next window, and the successes land.
+    for (let i = 0; i < 3; i++) {
+      const a = await limits.reserveLogin(`victim${i}`, '1.1.1.1');
+      if (!('wait' in a)) await a.failed();
+    }
+    for (const a of own) if (!('wait' in a)) await a.succeeded();
+    assert.deepEqual(
+      await limits.read('login-ip:1.1.1.1'),
+      { count: 3, ttl: 10_000 },
+      'the new window keeps its failures',
+    );
+  });
 });
 
 describe('rate limit config', () => {

@@ -94,13 +94,19 @@ export class RateLimits {
    * windows are purged from the counters at most once per `purgeEveryMs` (in the background).
    */
   async hit(key: string, windowMs: number): Promise<{ count: number; ttl: number }> {
+    const { count, ttl } = await this.hitWindow(key, windowMs);
+    return { count, ttl };
+  }
+
+  /** {@link hit}, with the end of the window the event was counted in (to give it back to). */
+  private async hitWindow(key: string, windowMs: number): Promise<{ count: number; ttl: number; resetAt: number }> {
     const now = this.now();
     if (now >= this.nextPurge) {
       this.nextPurge = now + this.purgeEveryMs;
       this.counters.purgeCounters(now).catch(() => {}); // a failing store fails the hits too
     }
     const w = await this.counters.hitCounter(key, windowMs, now);
-    return { count: w.count, ttl: w.resetAt - now };
+    return { count: w.count, ttl: w.resetAt - now, resetAt: w.resetAt };
   }
 
   /**
@@ -153,13 +159,17 @@ export class RateLimits {
       [this.loginByEmail, `login-email:${email}`],
       [this.loginByIp, `login-ip:${ip}`],
     ] as const;
-    const hits = await Promise.all(keys.map(([w, key]) => (w ? this.hit(key, w.windowMs) : null)));
+    const hits = await Promise.all(keys.map(([w, key]) => (w ? this.hitWindow(key, w.windowMs) : null)));
     let wait = 0;
     for (const [i, r] of hits.entries()) {
       const w = keys[i][0];
       if (r && w && r.count > w.max) wait = Math.max(wait, Math.max(1, r.ttl));
     }
-    const release = (i: number) => (hits[i] ? this.counters.releaseCounter(keys[i][1], this.now()) : undefined);
+    // Each reservation is given back to the window it was counted in, never to a later one.
+    const release = (i: number) => {
+      const h = hits[i];
+      return h ? this.counters.releaseCounter(keys[i][1], h.resetAt) : undefined;
+    };
     if (wait > 0) {
       await Promise.all([release(0), release(1)]);
       return { wait };

@@ -37,9 +37,9 @@ export class MemoryCounters implements Counters {
     return null;
   }
 
-  async releaseCounter(key: string, now: number): Promise<void> {
+  async releaseCounter(key: string, resetAt: number): Promise<void> {
     const w = this.windows.get(key);
-    if (w && w.resetAt > now && w.count > 0) w.count--;
+    if (w && w.resetAt === resetAt && w.count > 0) w.count--;
   }
 
   async deleteCounter(key: string): Promise<void> {

@@ -141,10 +141,13 @@ export interface Counters {
   /** The live window of `key` at `now`, or null when there is none; changes nothing. */
   readCounter(key: string, now: number): Promise<CounterWindow | null>;
   /**
-   * Takes back one event of `key`'s live window at `now` (a reservation that turned out not
-   * to count, such as a successful login's); never below 0, never starts or moves a window.
+   * Takes back one event of `key`'s window that ends at `resetAt` (the window a hit was
+   * counted in: `hitCounter`'s answer), for a reservation that turned out not to count, such
+   * as a successful login's. Nothing when another window has replaced it: a release never
+   * takes back an event of a window it was not counted in. Never below 0, never starts or
+   * moves a window.
    */
-  releaseCounter(key: string, now: number): Promise<void>;
+  releaseCounter(key: string, resetAt: number): Promise<void>;
   /** Forgets `key` (a successful login clears its email's failures). */
   deleteCounter(key: string): Promise<void>;
   /** Removes the counters whose window ended at or before `now`; returns how many. */

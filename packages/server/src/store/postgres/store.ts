@@ -313,12 +313,12 @@ export class PostgresStore implements Store {
     return r ? { count: r.count, resetAt: r.reset_at } : null;
   }
   /** One statement, so a release never races a hit into a wrong count. */
-  async releaseCounter(key: string, now: number) {
+  async releaseCounter(key: string, resetAt: number) {
     await this.db
       .updateTable('rate_counters')
       .set((eb) => ({ count: eb('count', '-', 1) }))
       .where('key', '=', key)
-      .where('reset_at', '>', now)
+      .where('reset_at', '=', resetAt)
       .where('count', '>', 0)
       .execute();
   }

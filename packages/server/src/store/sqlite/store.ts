@@ -221,10 +221,10 @@ export class SqliteStore implements Store {
       .get(key, now) as { count: number; reset_at: number } | undefined;
     return r ? { count: r.count, resetAt: r.reset_at } : null;
   }
-  async releaseCounter(key: string, now: number) {
+  async releaseCounter(key: string, resetAt: number) {
     this.db
-      .prepare('UPDATE rate_counters SET count = count - 1 WHERE key = ? AND reset_at > ? AND count > 0')
-      .run(key, now);
+      .prepare('UPDATE rate_counters SET count = count - 1 WHERE key = ? AND reset_at = ? AND count > 0')
+      .run(key, resetAt);
   }
   async deleteCounter(key: string) {
     this.db.prepare('DELETE FROM rate_counters WHERE key = ?').run(key);
