@@ -1,3 +1,4 @@
+import { Slots } from '../services/slots.js';
 import { ProxyError } from './reply.js';
 
 /** Default of `proxyMaxConnsPerSandbox`: far above what browsers (6 per host) and honest load bring. */
@@ -14,7 +15,7 @@ export const SHARE_RETRY_MS = 1000;
  * refused for that sandbox only: 503 `capacity` with `Retry-After`.
  */
 export class ConnectionShares {
-  private readonly open = new Map<string, number>();
+  private readonly slots = new Slots();
 
   constructor(readonly limit: number = DEFAULT_MAX_CONNS_PER_SANDBOX) {}
 
@@ -23,26 +24,20 @@ export class ConnectionShares {
    * 503 `capacity` {@link ProxyError} when the share is used up.
    */
   take(sandboxId: string): () => void {
-    const n = this.open.get(sandboxId) ?? 0;
-    if (n >= this.limit)
-      throw new ProxyError(
-        'capacity',
-        `Sandbox ${sandboxId} has ${this.limit} proxied connections open, its share of the port proxy; retry in ${SHARE_RETRY_MS / 1000} s`,
-        { resource: 'proxy_connections', sandboxId, limit: this.limit, retryAfterMs: SHARE_RETRY_MS },
-      );
-    this.open.set(sandboxId, n + 1);
-    let held = true;
-    return () => {
-      if (!held) return;
-      held = false;
-      const left = (this.open.get(sandboxId) ?? 1) - 1;
-      if (left > 0) this.open.set(sandboxId, left);
-      else this.open.delete(sandboxId);
-    };
+    return this.slots.take(
+      sandboxId,
+      this.limit,
+      () =>
+        new ProxyError(
+          'capacity',
+          `Sandbox ${sandboxId} has ${this.limit} proxied connections open, its share of the port proxy; retry in ${SHARE_RETRY_MS / 1000} s`,
+          { resource: 'proxy_connections', sandboxId, limit: this.limit, retryAfterMs: SHARE_RETRY_MS },
+        ),
+    );
   }
 
   /** Slots of `sandboxId` in use. */
   count(sandboxId: string): number {
-    return this.open.get(sandboxId) ?? 0;
+    return this.slots.count(sandboxId);
   }
 }
