@@ -10,12 +10,12 @@
  * the browser.
  */
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { getCACertificates, setDefaultCACertificates } from 'node:tls';
 import { after, before, describe, it } from 'node:test';
+import { selfSignedCert } from '../../packages/server/test/tls.js';
 import { launch, type Browser } from './console-support.js';
 import { freePort, newAccount, type Server, startServer } from './harness.js';
 
@@ -78,29 +78,10 @@ describe('session cookie vs a sandbox port page (Chromium, TLS)', { timeout: 300
 
   before(async () => {
     dir = mkdtempSync(join(tmpdir(), 'sandboxd-cookie-tls-'));
-    execFileSync(
-      'openssl',
-      [
-        'req',
-        '-x509',
-        '-newkey',
-        'ec',
-        '-pkeyopt',
-        'ec_paramgen_curve:prime256v1',
-        '-nodes',
-        '-keyout',
-        join(dir, 'key.pem'),
-        '-out',
-        join(dir, 'cert.pem'),
-        '-days',
-        '2',
-        '-subj',
-        '/CN=sandbox.localhost',
-        '-addext',
-        'subjectAltName=DNS:sandbox.localhost,DNS:*.sandbox.localhost,IP:127.0.0.1',
-      ],
-      { stdio: 'ignore' },
-    );
+    selfSignedCert(dir, {
+      cn: 'sandbox.localhost',
+      san: ['DNS:sandbox.localhost', 'DNS:*.sandbox.localhost', 'IP:127.0.0.1'],
+    });
     setDefaultCACertificates([...getCACertificates('default'), readFileSync(join(dir, 'cert.pem'), 'utf8')]);
     const port = await freePort();
     s = await startServer({

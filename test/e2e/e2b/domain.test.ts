@@ -9,12 +9,12 @@
  */
 import './localhost-dns.mjs';
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { getCACertificates, setDefaultCACertificates } from 'node:tls';
 import { after, before, describe, it } from 'node:test';
+import { selfSignedCert } from '../../../packages/server/test/tls.js';
 import { Sandbox } from 'e2b';
 import { freePort, newAccount, type Server, startServer } from '../harness.js';
 
@@ -25,25 +25,10 @@ describe('E2B SDK with E2B_DOMAIN over TLS', { timeout: 240_000 }, () => {
 
   before(async () => {
     dir = mkdtempSync(join(tmpdir(), 'sandboxd-tls-'));
-    const subject = ['-subj', '/CN=sandbox.localhost'];
-    const san = ['-addext', 'subjectAltName=DNS:sandbox.localhost,DNS:*.sandbox.localhost,IP:127.0.0.1'];
-    const keyOut = ['-keyout', join(dir, 'key.pem'), '-out', join(dir, 'cert.pem'), '-days', '2'];
-    execFileSync(
-      'openssl',
-      [
-        'req',
-        '-x509',
-        '-newkey',
-        'ec',
-        '-pkeyopt',
-        'ec_paramgen_curve:prime256v1',
-        '-nodes',
-        ...keyOut,
-        ...subject,
-        ...san,
-      ],
-      { stdio: 'ignore' },
-    );
+    selfSignedCert(dir, {
+      cn: 'sandbox.localhost',
+      san: ['DNS:sandbox.localhost', 'DNS:*.sandbox.localhost', 'IP:127.0.0.1'],
+    });
     setDefaultCACertificates([...getCACertificates('default'), readFileSync(join(dir, 'cert.pem'), 'utf8')]);
     port = await freePort();
     s = await startServer({

@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { execFileSync, spawn as spawnChild, type ChildProcess } from 'node:child_process';
+import { spawn as spawnChild, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer, request } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -7,6 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { after, before, describe, it } from 'node:test';
+import { selfSignedCert } from '../../../test/tls.js';
 import { errorBody, isSandboxdError } from '@sandboxd/protocol';
 import pino from 'pino';
 import WebSocket, { WebSocketServer } from 'ws';
@@ -30,29 +31,7 @@ const log = pino({ level: 'warn' });
 /** A self-signed certificate for 127.0.0.1, in a temporary directory. */
 function selfSigned(): { cert: Buffer; key: Buffer; dir: string } {
   const dir = mkdtempSync(join(tmpdir(), 'sbxd-runner-tls-'));
-  execFileSync(
-    'openssl',
-    [
-      'req',
-      '-x509',
-      '-newkey',
-      'ec',
-      '-pkeyopt',
-      'ec_paramgen_curve:prime256v1',
-      '-nodes',
-      '-keyout',
-      join(dir, 'key.pem'),
-      '-out',
-      join(dir, 'cert.pem'),
-      '-days',
-      '2',
-      '-subj',
-      '/CN=127.0.0.1',
-      '-addext',
-      'subjectAltName=IP:127.0.0.1',
-    ],
-    { stdio: 'ignore' },
-  );
+  selfSignedCert(dir, { cn: '127.0.0.1', san: ['IP:127.0.0.1'] });
   return { cert: readFileSync(join(dir, 'cert.pem')), key: readFileSync(join(dir, 'key.pem')), dir };
 }
 
