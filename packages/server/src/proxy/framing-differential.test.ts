@@ -222,52 +222,60 @@ function chunked(body: string, style: Part['chunks']): string {
   }
 }
 
+/**
+ * The `Content-Length` headers of the length framings both generators share, for a body of
+ * `L` bytes (`cl-conflict`'s second value is `L + conflictBy`); null for any other framing.
+ */
+function lengthHeaders(framing: string, L: number, conflictBy: number): string[] | null {
+  switch (framing) {
+    case 'cl':
+      return [`Content-Length: ${L}`];
+    case 'cl+1':
+      return [`Content-Length: ${L + 1}`];
+    case 'cl-1':
+      return [`Content-Length: ${Math.max(0, L - 1)}`];
+    case 'cl-dup':
+      return [`Content-Length: ${L}`, `Content-Length: ${L}`];
+    case 'cl-list':
+      return [`Content-Length: ${L}, ${L}`];
+    case 'cl-conflict':
+      return [`Content-Length: ${L}`, `Content-Length: ${L + conflictBy}`];
+    default:
+      return null;
+  }
+}
+
 function serialize(p: Part, host: string): string {
   const L = p.body.length;
   const h: string[] = [`Host: ${host}`];
   let body = p.body;
-  switch (p.framing) {
-    case 'none':
-      break;
-    case 'cl':
-      h.push(`Content-Length: ${L}`);
-      break;
-    case 'cl+1':
-      h.push(`Content-Length: ${L + 1}`);
-      break;
-    case 'cl-1':
-      h.push(`Content-Length: ${Math.max(0, L - 1)}`);
-      break;
-    case 'cl-dup':
-      h.push(`Content-Length: ${L}`, `Content-Length: ${L}`);
-      break;
-    case 'cl-list':
-      h.push(`Content-Length: ${L}, ${L}`);
-      break;
-    case 'cl-conflict':
-      h.push(`Content-Length: ${L}`, `Content-Length: ${L + 3}`);
-      break;
-    case 'cl-plus':
-      h.push(`Content-Length: +${L}`);
-      break;
-    case 'cl-zero-pad':
-      h.push(`Content-Length: 00${L}`);
-      break;
-    case 'cl-space-colon':
-      h.push(`Content-Length : ${L}`);
-      break;
-    case 'te':
-    case 'te+cl':
-    case 'te-space-colon': {
-      const name = p.framing === 'te-space-colon' ? 'Transfer-Encoding ' : 'Transfer-Encoding';
-      if (p.te === 'two-headers') h.push(`${name}: chunked`, `${name}: chunked`);
-      else if (p.te === 'gzip-then-chunked') h.push(`${name}: gzip`, `${name}: chunked`);
-      else h.push(`${name}: ${p.te}`);
-      if (p.framing === 'te+cl') h.push(`Content-Length: ${L}`);
-      body = chunked(p.body, p.chunks);
-      break;
+  const lengths = lengthHeaders(p.framing, L, 3);
+  if (lengths) h.push(...lengths);
+  else
+    switch (p.framing) {
+      case 'none':
+        break;
+      case 'cl-plus':
+        h.push(`Content-Length: +${L}`);
+        break;
+      case 'cl-zero-pad':
+        h.push(`Content-Length: 00${L}`);
+        break;
+      case 'cl-space-colon':
+        h.push(`Content-Length : ${L}`);
+        break;
+      case 'te':
+      case 'te+cl':
+      case 'te-space-colon': {
+        const name = p.framing === 'te-space-colon' ? 'Transfer-Encoding ' : 'Transfer-Encoding';
+        if (p.te === 'two-headers') h.push(`${name}: chunked`, `${name}: chunked`);
+        else if (p.te === 'gzip-then-chunked') h.push(`${name}: gzip`, `${name}: chunked`);
+        else h.push(`${name}: ${p.te}`);
+        if (p.framing === 'te+cl') h.push(`Content-Length: ${L}`);
+        body = chunked(p.body, p.chunks);
+        break;
+      }
     }
-  }
   if (p.connection) h.push(`Connection: ${p.connection}`);
   for (const x of p.extras) h.push(x.replace('{EOL}', p.eol));
   return `${p.method} ${p.target} ${p.version}${p.eol}${h.join(p.eol)}${p.eol}${p.eol}${body}`;
@@ -441,40 +449,25 @@ function answerBytes(a: Answer): string {
         return `${one}0\r\n\r\n`;
     }
   };
-  switch (a.framing) {
-    case 'cl':
-      h.push(`Content-Length: ${L}`);
-      break;
-    case 'cl+1':
-      h.push(`Content-Length: ${L + 1}`);
-      break;
-    case 'cl-1':
-      h.push(`Content-Length: ${Math.max(0, L - 1)}`);
-      break;
-    case 'cl-dup':
-      h.push(`Content-Length: ${L}`, `Content-Length: ${L}`);
-      break;
-    case 'cl-list':
-      h.push(`Content-Length: ${L}, ${L}`);
-      break;
-    case 'cl-conflict':
-      h.push(`Content-Length: ${L}`, `Content-Length: ${L + 2}`);
-      break;
-    case 'te':
-    case 'te+cl':
-    case 'te-gzip':
-    case 'te-twice':
-      h.push(
-        a.framing === 'te-gzip'
-          ? 'Transfer-Encoding: gzip, chunked'
-          : a.framing === 'te-twice'
-            ? 'Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked'
-            : 'Transfer-Encoding: chunked',
-      );
-      if (a.framing === 'te+cl') h.push(`Content-Length: ${L}`);
-      body = chunkedBody();
-      break;
-  }
+  const lengths = lengthHeaders(a.framing, L, 2);
+  if (lengths) h.push(...lengths);
+  else
+    switch (a.framing) {
+      case 'te':
+      case 'te+cl':
+      case 'te-gzip':
+      case 'te-twice':
+        h.push(
+          a.framing === 'te-gzip'
+            ? 'Transfer-Encoding: gzip, chunked'
+            : a.framing === 'te-twice'
+              ? 'Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked'
+              : 'Transfer-Encoding: chunked',
+        );
+        if (a.framing === 'te+cl') h.push(`Content-Length: ${L}`);
+        body = chunkedBody();
+        break;
+    }
   if (a.connection) h.push(`Connection: ${a.connection}`);
   const head = `${a.version} ${a.status} X\r\n${h.map((x) => `${x}\r\n`).join('')}${a.extra}\r\n`;
   const bodyless = a.status === 204 || a.status === 304;
