@@ -59,7 +59,9 @@ export interface EnvdDoorDeps {
  * to one origin, `E2B_SANDBOX_URL`) or whose Host is `49983-<id>.<publicHost>` (per-sandbox
  * hosts, `E2B_DOMAIN`). It finds the sandbox, checks its access token (`X-Access-Token`,
  * or a signed `/files` URL), and hands the request to the Connect services or to envd's
- * HTTP paths with an {@link EnvdCall}. Answers before a handler:
+ * HTTP paths with an {@link EnvdCall}. A request whose `E2b-Sandbox-Port` names another port
+ * (E2B's code interpreter: 49999) goes to the port proxy instead (`forwardPort`), with the
+ * proxy's rules. Answers before a handler:
  *  - no token: 401; unknown sandbox or a token that is not its own: 404 (the same answer,
  *    so ids of other accounts' sandboxes cannot be probed);
  *  - a signed URL whose `Authorization: Basic` names another user than the one it was
@@ -103,8 +105,8 @@ export class EnvdDoor {
   readonly handle = (req: IncomingMessage, res: ServerResponse): void => {
     const other = this.otherPort(req);
     if (other) {
-      if ('refuse' in other) return refuse(req, res, other.refuse.status, other.refuse.message);
-      this.d.forwardPort?.(req, res, other);
+      if ('refuse' in other) refuse(req, res, other.refuse.status, other.refuse.message);
+      else this.d.forwardPort?.(req, res, other);
       return;
     }
     this.admit(req).then(
