@@ -255,6 +255,7 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
         (p) => p.account.id,
         () => null,
       ),
+    trafficToken: (id, token) => accessTokens.verifyTraffic(id, token),
     now: () => clock.now(),
   });
   // E2B's in-sandbox API (envd) claims its requests first: `E2b-Sandbox-Id`, or the Host

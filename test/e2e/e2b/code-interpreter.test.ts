@@ -191,6 +191,61 @@ describe('E2B code interpreter', {
       }
     });
 
+    it('allowPublicTraffic false: the code port takes the traffic access token the SDK sends; without it 401', async () => {
+      viaSandboxUrl();
+      const priv = await Sandbox.create({ template: 'base', network: { allowPublicTraffic: false } });
+      try {
+        const traffic = (priv as unknown as { trafficAccessToken?: string }).trafficAccessToken;
+        assert.match(traffic ?? '', /^ta_/);
+        await priv.files.write('/tmp/stand-in.py', STAND_IN);
+        await priv.commands.run('exec python3 /tmp/stand-in.py >/tmp/stand-in.log 2>&1', {
+          background: true,
+          timeoutMs: 0,
+        });
+        const withTraffic = (path: string) =>
+          fetch(`https://127.0.0.1:${port}${path}`, {
+            headers: {
+              'E2b-Sandbox-Id': priv.sandboxId,
+              'E2b-Sandbox-Port': '49999',
+              'E2B-Traffic-Access-Token': traffic!,
+            },
+          });
+        let up = false;
+        for (let i = 0; i < 100 && !up; i++) {
+          up = (await withTraffic('/health').catch(() => null))?.status === 200;
+          if (!up) await sleep(100);
+        }
+        assert.ok(up, 'the private port answers with the traffic token');
+        // The SDK sends it with every code-port call.
+        assert.equal((await priv.runCode('3+3')).text, 'token=True');
+        assert.deepEqual(
+          (await priv.listCodeContexts()).map((c) => c.id),
+          ['py'],
+        );
+        for (const call of [byHeader, byHost]) {
+          const none = await call(priv.sandboxId, '/health');
+          assert.equal(none.status, 401, await none.text());
+        }
+        const wrong = await fetch(`https://49999-${priv.sandboxId}.sandbox.localhost:${port}/health`, {
+          headers: { 'E2B-Traffic-Access-Token': `${traffic}x` },
+        });
+        assert.equal(wrong.status, 401, await wrong.text());
+        // Another sandbox's traffic token does not open this one's port.
+        const other = await Sandbox.create({ template: 'base', network: { allowPublicTraffic: false } });
+        try {
+          const t2 = (other as unknown as { trafficAccessToken?: string }).trafficAccessToken!;
+          const cross = await fetch(`https://49999-${priv.sandboxId}.sandbox.localhost:${port}/health`, {
+            headers: { 'E2B-Traffic-Access-Token': t2 },
+          });
+          assert.equal(cross.status, 401, await cross.text());
+        } finally {
+          await other.kill();
+        }
+      } finally {
+        await priv.kill();
+      }
+    });
+
     it('an unknown sandbox by header is 404; a malformed port 400', async () => {
       const r = await byHeader('nosuchsandbox1', '/contexts');
       assert.equal(r.status, 404, await r.text());
