@@ -185,6 +185,13 @@ describe('image-declared services on the local runtime', () => {
     await d.delete(s.id);
   });
 
+  it('a sandbox without egress (none) is still probed from the host: its create answers', async () => {
+    const { driver: d } = await driver('svcnone');
+    const s = await d.create({ ...spec('none', GOOD), egress: 'none' });
+    assert.equal((await d.exec(s.id, 'cat /run/svc-starts')).stdout, 'started\n');
+    await d.delete(s.id);
+  });
+
   it('stop then start: the service starts again and answers before start resolves', async () => {
     const { driver: d } = await driver('svcss');
     const s = await d.create(spec('ss', GOOD, { K: 'v' }));
