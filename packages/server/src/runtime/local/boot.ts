@@ -21,6 +21,9 @@ import { volumeOciMount } from './rootfs/roots.js';
 import { mergeEnv } from './sandbox-checks.js';
 import { bootService, declaredService, waitHealthy, writeEnvsFile } from './service.js';
 
+/** The longest a claim waits for the service of a pooled sandbox to answer again. */
+const CLAIM_HEALTH_MS = 10_000;
+
 /** An image as the image store resolves it. */
 export type ResolvedImage = Awaited<ReturnType<ImageStore['resolve']>>;
 
@@ -93,7 +96,8 @@ export async function claim(
       await Promise.all([
         writeEnvsFile(h.commands, rec, spec.env),
         waitHealthy(w.address, svc, {
-          timeoutMs: h.serviceStartTimeoutMs,
+          // A service that does not answer soon is not waited for here: a cold boot is.
+          timeoutMs: Math.min(h.serviceStartTimeoutMs, CLAIM_HEALTH_MS),
           alive: () => isAlive(w),
           sandboxId: spec.id,
         }),
