@@ -165,9 +165,16 @@ export interface Config {
   e2bTemplates: Record<string, E2bTemplate>;
   /**
    * Local runtime: images whose sandboxes are kept started, ready for a create to claim
-   * (`image=size,...`; `off` for none). Default: 4 of `local/debian:bookworm`.
+   * (`image=size,...`; `off` for none). Default: 4 of `local/debian:bookworm`, 1 of
+   * `local/code-interpreter:latest`.
    */
   warmPool: { image: string; size: number }[];
+  /**
+   * Local runtime: how long a sandbox's boot waits for the service its image declares
+   * (`org.sandboxd.service.*` labels) to answer its health check before the create fails
+   * (`SANDBOXD_SERVICE_START_TIMEOUT_MS`, default 60000).
+   */
+  serviceStartTimeoutMs: number;
   /**
    * `SANDBOXD_ROLE`: `all` (the API and a local runtime in one process), `api` (the API; its
    * sandboxes live on the runners of `runners`), `runner` (one host's runtime, served to API
@@ -189,8 +196,12 @@ export interface Config {
   runnerDownMs: number;
 }
 
-/** The images pooled by default: the default image of the console, the CLI and E2B's `base`. */
-export const DEFAULT_WARM_POOL = 'local/debian:bookworm=4';
+/**
+ * The images pooled by default: the default image of the console, the CLI and E2B's `base`,
+ * and one sandbox of the code-interpreter image (E2B's `code-interpreter-v1`) with its code
+ * server and Python kernel started (~115 MiB idle, see docs/runtime.md).
+ */
+export const DEFAULT_WARM_POOL = 'local/debian:bookworm=4,local/code-interpreter:latest=1';
 
 /** What an E2B template name stands for. */
 export interface E2bTemplate {
@@ -199,9 +210,15 @@ export interface E2bTemplate {
   user?: string;
 }
 
-/** `base` is E2B's default template: the Debian image, used as E2B's `user` account. */
+/**
+ * `base` is E2B's default template: the Debian image, used as E2B's `user` account.
+ * `code-interpreter-v1` (the default template of E2B's `@e2b/code-interpreter`) and
+ * `code-interpreter` are the code-interpreter image, also as `user`.
+ */
 export const DEFAULT_E2B_TEMPLATES: Record<string, E2bTemplate> = {
   base: { image: 'local/debian:bookworm', user: 'user' },
+  'code-interpreter-v1': { image: 'local/code-interpreter:latest', user: 'user' },
+  'code-interpreter': { image: 'local/code-interpreter:latest', user: 'user' },
 };
 
 type Env = Record<string, string | undefined>;
@@ -369,6 +386,12 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
       overrides.tls,
     ),
     warmPool: pick('warmPool', 'SANDBOXD_WARM_POOL', parseWarmPool, parseWarmPool(DEFAULT_WARM_POOL)),
+    serviceStartTimeoutMs: pick(
+      'serviceStartTimeoutMs',
+      'SANDBOXD_SERVICE_START_TIMEOUT_MS',
+      int('SANDBOXD_SERVICE_START_TIMEOUT_MS', 100, 3_600_000),
+      60_000,
+    ),
     role: pick('role', 'SANDBOXD_ROLE', oneOf('SANDBOXD_ROLE', ['all', 'api', 'runner'] as const), 'all'),
     runners: pick<RunnerSource | null>('runners', 'SANDBOXD_RUNNERS', parseRunners, null),
     runnerToken: pick<string | undefined>('runnerToken', 'SANDBOXD_RUNNER_TOKEN', String, undefined),
