@@ -187,4 +187,24 @@ describe('E2B parity: files, metadata, killed sandboxes, MCP (real runtime)', {
     await assert.rejects(foreground, check('foreground'));
     await assert.rejects(background.wait(), check('background'));
   });
+
+  it("the mcp option is taken as E2B takes it; the SDK's gateway start fails as in a template without MCP", async () => {
+    const config = { exa: { apiKey: 'not-a-key' } };
+    // No template named: the SDK picks E2B's `mcp-gateway`, which this server does not have.
+    await assert.rejects(Sandbox.create({ mcp: config }), (err: Error) => {
+      assert.ok(err instanceof SandboxError, String(err));
+      assert.match(err.message, /template 'mcp-gateway' not found/);
+      return true;
+    });
+    // A template without the gateway: the create is taken, the SDK's `mcp-gateway --config ...`
+    // fails in it, and the SDK kills the sandbox and raises E2B's error.
+    const running = async () => (await Sandbox.list({ query: { state: ['running'] } }).nextItems()).length;
+    const before = await running();
+    await assert.rejects(Sandbox.create('base', { mcp: config, timeoutMs: 60_000 }), (err: Error) => {
+      assert.ok(err instanceof SandboxError, String(err));
+      assert.match(err.message, /^Failed to start MCP gateway: .*mcp-gateway: command not found/s);
+      return true;
+    });
+    assert.equal(await running(), before, 'the SDK killed the sandbox it made');
+  });
 });
