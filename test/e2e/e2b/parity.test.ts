@@ -207,4 +207,35 @@ describe('E2B parity: files, metadata, killed sandboxes, MCP (real runtime)', {
     });
     assert.equal(await running(), before, 'the SDK killed the sandbox it made');
   });
+
+  it("base gives `user` passwordless sudo, and sudo's root is the sandbox's root, no more", async () => {
+    assert.equal((await sbx.commands.run('id -un; sudo -n id -u')).stdout, 'user\n0\n');
+    assert.equal((await sbx.commands.run('sudo -n true && sudo -n whoami', { user: 'user' })).stdout, 'root\n');
+    // What root through sudo holds, against root as sandboxd's API runs it: the same ids,
+    // capabilities (bounded), seccomp filter and namespaces. The escape suites
+    // (test/security/) prove that root cannot reach the host.
+    const probe =
+      "grep -E '^(Uid|Gid|CapInh|CapPrm|CapEff|CapBnd|CapAmb|Seccomp|Seccomp_filters):' /proc/self/status; " +
+      'for n in user pid mnt net uts ipc cgroup; do readlink /proc/self/ns/$n; done; cat /proc/self/uid_map';
+    const viaSudo = await sbx.commands.run(`sudo -n sh -c '${probe.replaceAll("'", "'\\''")}'`);
+    const viaApi = await exec(probe);
+    assert.equal(viaSudo.stdout, viaApi.stdout);
+    assert.match(viaSudo.stdout, /^Uid:\t0\t0\t0\t0$/m);
+    assert.match(viaSudo.stdout, /^Seccomp:\t2$/m, 'the seccomp filter holds');
+    const map = viaSudo.stdout.trim().split('\n').pop()!.trim().split(/\s+/).map(Number);
+    assert.equal(map[0], 0);
+    assert.notEqual(map[1], 0, "the sandbox's root is not the host's");
+    // Privileges outside the sandbox's set stay refused to it.
+    const denied = await sbx.commands.run(
+      'sudo -n mount -t tmpfs none /mnt 2>&1; echo mount=$?; sudo -n ip link add d0 type dummy 2>&1; echo link=$?',
+    );
+    assert.match(denied.stdout, /mount=[1-9]/);
+    assert.match(denied.stdout, /link=[1-9]/);
+    // Without the image's label (local/busybox) setuid programs stay powerless (no_new_privs).
+    const bb = await e.s.api('POST', '/api/v1/sandboxes', { key: e.key, body: { image: 'local/busybox:latest' } });
+    assert.equal(bb.status, 201, bb.text);
+    const nnp = await exec('grep NoNewPrivs /proc/self/status', bb.body.sandbox.id);
+    assert.equal(nnp.stdout, 'NoNewPrivs:\t1\n');
+    assert.equal((await exec('grep NoNewPrivs /proc/self/status')).stdout, 'NoNewPrivs:\t0\n');
+  });
 });
