@@ -237,5 +237,16 @@ describe('E2B parity: files, metadata, killed sandboxes, MCP (real runtime)', {
     const nnp = await exec('grep NoNewPrivs /proc/self/status', bb.body.sandbox.id);
     assert.equal(nnp.stdout, 'NoNewPrivs:\t1\n');
     assert.equal((await exec('grep NoNewPrivs /proc/self/status')).stdout, 'NoNewPrivs:\t0\n');
+    // A start after stop keeps it (the sandbox's record has it).
+    const id = bb.body.sandbox.id;
+    const deb = await e.s.api('POST', '/api/v1/sandboxes', { key: e.key, body: { image: 'local/debian:bookworm' } });
+    assert.equal(deb.status, 201, deb.text);
+    const debId = deb.body.sandbox.id;
+    for (const op of ['stop', 'start']) {
+      const r = await e.s.api('POST', `/api/v1/sandboxes/${debId}/${op}`, { key: e.key, body: {} });
+      assert.equal(r.status, 200, `${op}: ${r.text}`);
+    }
+    assert.equal((await exec('setpriv --reuid=1000 --regid=1000 --clear-groups sudo -n id -u', debId)).stdout, '0\n');
+    for (const x of [id, debId]) await e.s.api('DELETE', `/api/v1/sandboxes/${x}`, { key: e.key });
   });
 });
