@@ -226,7 +226,10 @@ describe('agent file tool', () => {
     }
     assert.equal(statSync(d).uid, userInfo().uid, 'an existing directory keeps its owner');
     // Without the last one (what a write needs): the file's directory is made, not the file.
-    assert.deepEqual(JSON.parse((await ok(['mkdirs', `${d}/x/y/file.txt`, '1234', '2345', '0'])).stdout.toString()), {});
+    assert.deepEqual(
+      JSON.parse((await ok(['mkdirs', `${d}/x/y/file.txt`, '1234', '2345', '0'])).stdout.toString()),
+      {},
+    );
     assert.equal(statSync(join(d, 'x/y')).uid, 1234);
     assert.equal(existsSync(join(d, 'x/y/file.txt')), false);
     const there = await fails(['mkdirs', `${d}/a/b`, '1234', '2345', '1']);
@@ -253,20 +256,26 @@ describe('agent file tool', () => {
     assert.equal((await fails(['mkdirs', `${d}/q`, '1', '1', '2'], 2)).op, 'usage');
   });
 
-  it("write sets metadata (user.e2b.* xattrs); entries report them and nothing else", async () => {
+  it('write sets metadata (user.e2b.* xattrs); entries report them and nothing else', async () => {
     const d = box('meta');
     const w = await entry(['write', join(d, 'm.txt'), '-', '-', 'owner=agent 7', 'kind=a=b'], 'x');
     assert.deepEqual(w.metadata, { owner: 'agent 7', kind: 'a=b' });
     assert.deepEqual((await entry(['stat', join(d, 'm.txt')])).metadata, { owner: 'agent 7', kind: 'a=b' });
     const listed = lines(await ok(['list', d, '1'])).map((l) => JSON.parse(l) as Entry);
-    assert.deepEqual(listed.map((e) => [e.name, e.metadata]), [['m.txt', { owner: 'agent 7', kind: 'a=b' }]]);
+    assert.deepEqual(
+      listed.map((e) => [e.name, e.metadata]),
+      [['m.txt', { owner: 'agent 7', kind: 'a=b' }]],
+    );
     // Overwriting replaces the whole set (a new file), as envd's upload does.
     const again = await entry(['write', join(d, 'm.txt'), '-', '-', 'kind=c'], 'y');
     assert.deepEqual(again.metadata, { kind: 'c' });
     assert.equal((await entry(['write', join(d, 'm.txt'), '-', '-'], 'z')).metadata, undefined);
     // Other user.* xattrs are not metadata.
     await ok(['write', join(d, 'other'), '-', '-', 'k=v'], '');
-    const py = spawnSync('python3', ['-c', `import os; os.setxattr(${JSON.stringify(join(d, 'other'))}, 'user.other', b'1')`]);
+    const py = spawnSync('python3', [
+      '-c',
+      `import os; os.setxattr(${JSON.stringify(join(d, 'other'))}, 'user.other', b'1')`,
+    ]);
     assert.equal(py.status, 0, String(py.stderr));
     assert.deepEqual((await entry(['stat', join(d, 'other')])).metadata, { k: 'v' });
     for (const bad of ['novalue', '=v'])
