@@ -138,6 +138,25 @@ describe('E2B parity: files, metadata, killed sandboxes, MCP (real runtime)', {
     assert.equal(await sbx.files.exists('meta/bad.txt'), false);
   });
 
+  it("metadata on a volume's file system and on /dev/shm (a tmpfs) too", async () => {
+    const c = await e.s.api('POST', '/api/v1/sandboxes', {
+      key: e.key,
+      body: { image: 'local/debian:bookworm', volumes: { '/vol': { name: 'e2b_parity_meta', sizeGb: 1 } } },
+    });
+    assert.equal(c.status, 201, c.text);
+    try {
+      const other = await Sandbox.connect(c.body.sandbox.id);
+      for (const path of ['/vol/m.txt', '/dev/shm/m.txt']) {
+        const w = await other.files.write(path, 'v', { metadata: { where: path }, user: 'root' });
+        assert.deepEqual(w.metadata, { where: path }, path);
+        assert.deepEqual((await other.files.getInfo(path)).metadata, { where: path }, path);
+      }
+    } finally {
+      await e.s.api('DELETE', `/api/v1/sandboxes/${c.body.sandbox.id}`, { key: e.key });
+      await e.s.api('DELETE', '/api/v1/volumes/e2b_parity_meta', { key: e.key });
+    }
+  });
+
   it('watch events carry the entry when asked (includeEntry), with its metadata', async () => {
     await sbx.files.makeDir('watched');
     const events: FilesystemEvent[] = [];
@@ -153,6 +172,7 @@ describe('E2B parity: files, metadata, killed sandboxes, MCP (real runtime)', {
       assert.equal(last.path, '/home/user/watched/f.txt');
       assert.equal(last.type, 'file');
       assert.equal(last.owner, 'user');
+      assert.deepEqual(last.metadata, { tag: 't1' });
       await exec('rm /home/user/watched/f.txt');
       await until(() => events.some((ev) => ev.type === FilesystemEventType.REMOVE), 'the remove event');
       assert.equal(events.find((ev) => ev.type === FilesystemEventType.REMOVE)?.entry, undefined);
