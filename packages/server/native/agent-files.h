@@ -8,7 +8,10 @@
  * Entry (one JSON line, lstat semantics):
  *   {"name","path","type":"file"|"dir"|"symlink"|"other","size","mode":st_mode&07777,
  *    "owner":passwd name or uid,"group":group name or gid,"modifiedAt":"YYYY-MM-DDTHH:MM:SS.mmmZ",
- *    "symlinkTarget"?}
+ *    "symlinkTarget"?, "metadata"?}
+ *   metadata: the `user.e2b.<key>` extended attributes of a file or directory (E2B's envd file
+ *   metadata) as {"<key>": "<value>"}, present only when there is one; keys or values that are
+ *   not UTF-8 (or hold a NUL) are left out, as envd leaves them out.
  *   path is the argument with `//` collapsed and a trailing `/` dropped (no `..` or symlink
  *   resolution); name its last component ("/" for the root). Strings are JSON-escaped, invalid
  *   UTF-8 bytes become U+FFFD.
@@ -18,6 +21,14 @@
  *                               depth levels (1 = children), symlinks not followed; at most max
  *                               (default 10000), then a last line {"truncated":true}
  *   mkdir <path>                parents created (0755), EEXIST if path exists; entry
+ *   mkdirs <path> <uid> <gid> <0|1>  (run as the sandbox's root, for a user uid:gid: E2B's envd
+ *                               acting as root) the missing directories above path (1: and path
+ *                               itself, EEXIST if it exists) created 0755 and handed to uid:gid.
+ *                               Walked with O_NOFOLLOW-free openat from /, each existing one
+ *                               checked through its open fd: one uid:gid cannot search (no
+ *                               supplementary groups, as commands run) is EACCES, one that is
+ *                               not a directory ENOTDIR; nothing made above it. Entry of path
+ *                               (1), else {}
  *   move <from> <to>            EEXIST if to exists; rename, or across mounts copy + remove;
  *                               parents of to are not created; entry of to
  *   remove <path>               unlink, or a directory recursively (never following a symlink,
@@ -25,8 +36,11 @@
  *   read <path> <range>         range "", "a-b", "a-" or "-n" (HTTP forms): a header line
  *                               {"size","start","end"} then exactly end-start+1 bytes, or
  *                               {"size","unsatisfiable":true}; exit 3 when the file shrank
- *   write <path> <mode|-> <len|->  stdin to a temp file beside path, renamed over it (a symlink
- *                               at path is replaced); parents created; entry. Short stdin EPIPE,
+ *   write <path> <mode|-> <len|-> [key=value...]  stdin to a temp file beside path, renamed
+ *                               over it (a symlink at path is replaced); parents created; each
+ *                               key=value set as xattr user.e2b.<key> on it before the rename (a
+ *                               file system without user xattrs: left out, as envd does); entry.
+ *                               Short stdin EPIPE,
  *                               longer than len EFBIG; SIGTERM/HUP/INT/PIPE remove the temp
  *   watch <path> <0|1>          inotify (1 = recursive): {"type":"ready"}, then per event
  *                               {"type":"create"|"write"|"remove"|"rename"|"chmod","path",
@@ -58,6 +72,7 @@
 #include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -274,6 +289,41 @@ static int fa_whoami(void) {
   return 0;
 }
 
+#define FA_META_PREFIX "user.e2b."
+/* Whether s[0..n) is UTF-8 without a NUL. */
+static int fa_valid_utf8(const char *s, size_t n) {
+  for (size_t i = 0; i < n; ) {
+    unsigned char c = (unsigned char)s[i];
+    if (c == 0) return 0;
+    if (c < 0x80) { i++; continue; }
+    char t[5] = { 0 };
+    memcpy(t, s + i, n - i < 4 ? n - i : 4);
+    size_t k = fa_utf8((const unsigned char *)t);
+    if (!k) return 0;
+    i += k;
+  }
+  return 1;
+}
+
+/* ,"metadata":{...} of path's user.e2b.* xattrs (lstat semantics), when it has any. */
+static void fa_metadata(struct fa_buf *b, const char *path) {
+  static char names[65536], value[65536 + 1];
+  ssize_t n = llistxattr(path, names, sizeof names);
+  if (n <= 0) return; /* none, no xattrs on this file system, or gone */
+  int first = 1;
+  for (char *k = names; k < names + n; k += strlen(k) + 1) {
+    if (strncmp(k, FA_META_PREFIX, sizeof FA_META_PREFIX - 1) != 0) continue;
+    const char *key = k + sizeof FA_META_PREFIX - 1;
+    ssize_t v = lgetxattr(path, k, value, sizeof value - 1);
+    if (v < 0 || !*key || !fa_valid_utf8(key, strlen(key)) || !fa_valid_utf8(value, (size_t)v)) continue;
+    value[v] = 0;
+    fa_str(b, first ? ",\"metadata\":{" : ",");
+    first = 0;
+    fa_json(b, key); fa_str(b, ":"); fa_json(b, value);
+  }
+  if (!first) fa_str(b, "}");
+}
+
 /* The entry object of `path` (st from lstat; the symlink is read as `name` in dirfd). */
 static void fa_entry(struct fa_buf *b, const char *path, const struct stat *st, int dirfd, const char *name) {
   const char *type = S_ISREG(st->st_mode) ? "file" : S_ISDIR(st->st_mode) ? "dir" : S_ISLNK(st->st_mode) ? "symlink" : "other";
@@ -289,6 +339,7 @@ static void fa_entry(struct fa_buf *b, const char *path, const struct stat *st, 
          tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(st->st_mtim.tv_nsec / 1000000));
   char *target = S_ISLNK(st->st_mode) ? fa_readlink(dirfd, name) : NULL;
   if (target) { fa_str(b, ",\"symlinkTarget\":"); fa_json(b, target); free(target); }
+  if (S_ISREG(st->st_mode) || S_ISDIR(st->st_mode)) fa_metadata(b, path);
   fa_str(b, "}");
 }
 
@@ -347,6 +398,46 @@ static void fa_mkparents(char *path) {
     if (e && (stat(path, &st) < 0 || !S_ISDIR(st.st_mode))) fa_fail(e, "mkdir", path);
     *s = '/';
   }
+}
+
+/* mkdirs (see the top): as root, the missing directories of path made for uid:gid. */
+static int fa_mkdirs(char *path, uid_t uid, gid_t gid, int self) {
+  if (path[0] != '/') fa_fail(EINVAL, "mkdirs", path);
+  int dfd = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) fa_fail(errno, "open", "/");
+  char *end = path + strlen(path);
+  for (char *c = path + 1; c < end; ) {
+    char *slash = strchr(c, '/');
+    if (!slash) slash = end;
+    int last = slash == end;
+    if (last && !self) break;
+    struct stat st;
+    if (fstat(dfd, &st) < 0) fa_fail(errno, "fstat", path);
+    /* The directory we are in must be searchable by uid:gid (what it could not reach it cannot use). */
+    unsigned bit = st.st_uid == uid ? 0100 : st.st_gid == gid ? 0010 : 0001;
+    if (uid != 0 && !(st.st_mode & bit)) fa_fail(EACCES, "mkdir", path);
+    char saved = *slash;
+    *slash = 0;
+    int nfd = openat(dfd, c, O_PATH | O_DIRECTORY | O_CLOEXEC); /* an existing one, symlinks followed */
+    if ((nfd >= 0 || errno == ENOTDIR) && last) { *slash = saved; fa_fail(EEXIST, "mkdir", path); }
+    if (nfd < 0 && errno != ENOENT) { int e = errno; *slash = saved; fa_fail(e, "open", path); }
+    if (nfd < 0) {
+      int mine = mkdirat(dfd, c, 0755) == 0;
+      if (!mine && errno != EEXIST) { int e = errno; *slash = saved; fa_fail(e, "mkdir", path); }
+      nfd = openat(dfd, c, O_PATH | O_DIRECTORY | (mine ? O_NOFOLLOW : 0) | O_CLOEXEC);
+      if (nfd < 0) { int e = errno; *slash = saved; fa_fail(e, "open", path); }
+      /* Only what this call made changes hands (one made meanwhile by another stays theirs). */
+      if (mine && fchownat(nfd, "", uid, gid, AT_EMPTY_PATH) < 0) { int e = errno; *slash = saved; fa_fail(e, "chown", path); }
+    }
+    *slash = saved;
+    close(dfd);
+    dfd = nfd;
+    c = slash + 1;
+  }
+  close(dfd);
+  if (self) return fa_print_entry(path);
+  fa_str(&fa_out, "{}\n"); fa_flush_or_fail();
+  return 0;
 }
 
 struct fa_list { long depth, max, count; int truncated; };
@@ -564,7 +655,7 @@ static void fa_fill(int fd, uint64_t len, int has_len, const char *path) {
   if (has_len && total < len) fa_fail(EPIPE, "write", path);
 }
 
-static int fa_write(char *path, const char *mode_s, const char *len_s) {
+static int fa_write(char *path, const char *mode_s, const char *len_s, char **meta, int nmeta) {
   unsigned mode = 0644;
   uint64_t len = 0;
   int has_len = strcmp(len_s, "-") != 0;
@@ -572,6 +663,10 @@ static int fa_write(char *path, const char *mode_s, const char *len_s) {
   if (strcmp(mode_s, "-") != 0 && ((mode = (unsigned)strtoul(mode_s, &e, 8)) > 07777 || *e || strlen(mode_s) > 6 ||
                                    mode_s[0] < '0' || mode_s[0] > '7')) fa_usage("bad mode");
   if (has_len) len = fa_arg_num(len_s, 0, UINT64_MAX - 1, "bad length");
+  for (int i = 0; i < nmeta; i++) {
+    char *eq = strchr(meta[i], '=');
+    if (!eq || eq == meta[i] || (size_t)(eq - meta[i]) > 255 - (sizeof FA_META_PREFIX - 1)) fa_usage("bad metadata");
+  }
   const char *base = fa_base(path);
   if (!*path || strcmp(path, "/") == 0) fa_fail(*path ? EISDIR : ENOENT, "open", path);
   struct stat st;
@@ -597,6 +692,13 @@ static int fa_write(char *path, const char *mode_s, const char *len_s) {
   if (fd < 0) { int err = errno; fa_tmp[0] = 0; fa_fail(err, "open", path); }
   sigprocmask(SIG_UNBLOCK, &sigs, NULL); /* also when they came blocked */
   fa_fill(fd, len, has_len, path);
+  for (int i = 0; i < nmeta; i++) {
+    char name[256], *eq = strchr(meta[i], '=');
+    snprintf(name, sizeof name, FA_META_PREFIX "%.*s", (int)(eq - meta[i]), meta[i]);
+    if (fsetxattr(fd, name, eq + 1, strlen(eq + 1), 0) == 0) continue;
+    if (errno == ENOTSUP || errno == EOPNOTSUPP) break; /* no user xattrs here: left out, as envd does */
+    fa_fail(errno, "setxattr", path);
+  }
   if (fchmod(fd, mode) < 0) fa_fail(errno, "chmod", path);
   if (close(fd) < 0) fa_fail(errno, "close", path);
   if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode)) fa_fail(EISDIR, "rename", path);
@@ -748,13 +850,18 @@ static int files_main(int argc, char **argv) {
   if (strcmp(op, "remove") == 0 && n == 1) { if (fa_remove(p) < 0) fa_fail(rm_errno, rm_op, rm_errpath.p); return 0; }
   if (strcmp(op, "move") == 0 && n == 2) return fa_move(p, fa_norm(argv[2]));
   if (strcmp(op, "read") == 0 && n == 2) return fa_read(p, argv[2]);
-  if (strcmp(op, "write") == 0 && n == 3) return fa_write(p, argv[2], argv[3]);
+  if (strcmp(op, "write") == 0 && n >= 3) return fa_write(p, argv[2], argv[3], argv + 4, n - 3);
+  if (strcmp(op, "mkdirs") == 0 && n == 4) {
+    if (strcmp(argv[4], "0") != 0 && strcmp(argv[4], "1") != 0) fa_usage("self must be 0 or 1");
+    return fa_mkdirs(p, (uid_t)fa_arg_num(argv[2], 0, 0xfffffffe, "bad uid"),
+                     (gid_t)fa_arg_num(argv[3], 0, 0xfffffffe, "bad gid"), argv[4][0] == '1');
+  }
   if (strcmp(op, "watch") == 0 && n == 2) {
     if (strcmp(argv[2], "0") != 0 && strcmp(argv[2], "1") != 0) fa_usage("recursive must be 0 or 1");
     fa_recursive = argv[2][0] == '1';
     return fa_watch(p);
   }
-  fa_usage("usage: file stat|list|mkdir|move|remove|read|write|watch <path> ... | whoami");
+  fa_usage("usage: file stat|list|mkdir|mkdirs|move|remove|read|write|watch <path> ... | whoami");
 }
 
 #endif

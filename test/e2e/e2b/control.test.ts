@@ -78,7 +78,7 @@ describe("E2B's control API through the e2b SDK", { timeout: 600_000 }, () => {
       assert.equal(info.state, 'running');
       assert.equal(info.cpuCount, 1);
       assert.equal(info.memoryMB, 2048);
-      assert.equal(info.envdVersion, '0.5.7');
+      assert.equal(info.envdVersion, '0.6.3');
       assert.deepEqual(info.volumeMounts, []);
       assert.ok(info.startedAt.getTime() >= t0 - 1000 && info.startedAt.getTime() <= Date.now());
       assert.equal(info.endAt.getTime() - info.startedAt.getTime(), 120_000);

@@ -153,6 +153,13 @@ describe('E2B control API (fake runtime)', () => {
       'template_not_found',
       /local\/nope:1 not found: it is neither a template of this server \(base, code-interpreter-v1, code-interpreter\)/,
     );
+    // E2B's default template for `mcp` (the SDK's mcp-gateway): named as E2B names a missing one, never pulled.
+    assertError(
+      await u.e2b('POST', '/v2/sandboxes', { templateID: 'mcp-gateway', mcp: { exa: {} } }),
+      404,
+      'template_not_found',
+      /^template 'mcp-gateway' not found: this server has no MCP gateway template/,
+    );
     assert.deepEqual(await u.own(), []);
     assert.equal(await u.balance(), before);
   });
@@ -182,6 +189,8 @@ describe('E2B control API (fake runtime)', () => {
       [{ templateID: 'base', network: { allowOut: 'x' } }, '/network'],
       [{ templateID: 'base', network: { futureField: 1 } }, '/network'],
       [{ templateID: 'base', unknownField: 1 }, '/unknownField'],
+      [{ templateID: 'base', mcp: 'exa' }, '/mcp'],
+      [{ templateID: 'base', mcp: ['exa'] }, '/mcp'],
     ];
     for (const [body, field] of cases) {
       const r = await u.e2b('POST', '/v2/sandboxes', body);
@@ -206,7 +215,6 @@ describe('E2B control API (fake runtime)', () => {
       [{ autoPause: true, autoPauseMemory: false }, 'filesystem-only pauses (autoPauseMemory: false'],
       [{ autoResume: { enabled: true } }, 'auto-resume'],
       [{ volumeMounts: [{ name: 'v', path: '/data' }] }, 'E2B volumes (volumeMounts)'],
-      [{ mcp: {} }, 'MCP servers'],
       [{ iam: { tokens: { aws: { audience: 'a', tokenType: 'JWT-SVID' } } } }, 'workload identity'],
       [{ network: { allowOut: ['1.1.1.1'] } }, 'network.allowOut'],
       [{ network: { denyOut: ['8.8.8.8/32'] } }, 'network.denyOut'],
@@ -225,9 +233,9 @@ describe('E2B control API (fake runtime)', () => {
       templateID: 'base',
       autoPause: true,
       autoPauseMemory: false,
-      mcp: {},
+      autoResume: { enabled: true },
     });
-    assertError(two, 501, 'unsupported', /filesystem-only pauses.*; sandboxd does not support MCP servers/);
+    assertError(two, 501, 'unsupported', /filesystem-only pauses.*; sandboxd does not support auto-resume/);
     assertError(
       await u.e2b('POST', '/v2/sandboxes', { templateID: 'base', autoPauseMemory: false }),
       400,
@@ -248,6 +256,8 @@ describe('E2B control API (fake runtime)', () => {
         { allow: ['pypi.org', '1.1.1.1/32'] },
       ],
       [{ autoPause: false, autoResume: { enabled: false }, volumeMounts: [], mcp: null, secure: false }, 'none'],
+      // E2B's API only records `mcp`: its SDK starts the gateway in the sandbox itself.
+      [{ allow_internet_access: false, mcp: { exa: { apiKey: 'k' } } }, 'none'],
     ] as const) {
       const r = await u.e2b('POST', '/v2/sandboxes', { templateID: 'local/busybox:latest', timeout: 60, ...extra });
       assert.equal(r.statusCode, 201, `${JSON.stringify(extra)}: ${r.body}`);

@@ -6,7 +6,14 @@ import type { PlanConfig } from '../config.js';
 import type { SandboxRecord } from '../domain/sandbox.js';
 import { type HttpDeps, principalOf } from '../http/deps.js';
 import { planOf } from '../services/context.js';
-import { egressOf, imageOfTemplate, type NewSandbox, NewSandboxSchema, unsupportedIn } from './create.js';
+import {
+  egressOf,
+  imageOfTemplate,
+  MCP_GATEWAY_TEMPLATE,
+  type NewSandbox,
+  NewSandboxSchema,
+  unsupportedIn,
+} from './create.js';
 import {
   decodeNextToken,
   encodeNextToken,
@@ -245,6 +252,14 @@ export const e2bControlRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app,
     const egress = egressOf(b);
     if (refused.length) throw new SandboxdError('unsupported', refused.join('; '));
     const { image, configured } = imageOfTemplate(d.config.e2bTemplates, b.templateID);
+    // E2B's MCP template is no image anyone can pull: named as E2B names a missing template.
+    if (b.templateID === MCP_GATEWAY_TEMPLATE && !configured)
+      throw new SandboxdError(
+        'template_not_found',
+        `template '${MCP_GATEWAY_TEMPLATE}' not found: this server has no MCP gateway template. Configure one ` +
+          `(SANDBOXD_E2B_TEMPLATES) whose image has E2B's mcp-gateway program, or create from another template`,
+        { templateID: b.templateID },
+      );
     const end = d.metrics.createSeconds.startTimer();
     try {
       const r = await sandboxes.create(

@@ -55,7 +55,13 @@ export const NewSandboxSchema = Type.Object(
         { maxItems: 64 },
       ),
     ),
-    mcp: Type.Optional(Type.Unknown()),
+    /**
+     * E2B's MCP gateway configuration (server name -> its settings). E2B's API only records
+     * it; the SDK itself starts `mcp-gateway --config <it>` in the sandbox (as root, its
+     * default template `mcp-gateway` having that program), so it is taken here and the
+     * template decides, as with E2B.
+     */
+    mcp: Type.Optional(Type.Union([Type.Record(Type.String(), Type.Unknown()), Type.Null()])),
     iam: Type.Optional(Type.Unknown()),
     /** Deprecated in E2B: envd access is always secured (an access token), whatever this says. */
     secure: Type.Optional(Type.Boolean()),
@@ -65,6 +71,9 @@ export const NewSandboxSchema = Type.Object(
 export type NewSandbox = Static<typeof NewSandboxSchema>;
 
 const ALL_TRAFFIC = '0.0.0.0/0';
+
+/** The template E2B's SDK creates from when `mcp` is given without one (`Sandbox.defaultMcpTemplate`). */
+export const MCP_GATEWAY_TEMPLATE = 'mcp-gateway';
 
 /** Given at all (an explicit null counts as not given). */
 const given = (v: unknown): boolean => v !== undefined && v !== null;
@@ -91,7 +100,6 @@ export function unsupportedIn(b: NewSandbox): string[] {
     );
   if (b.autoResume?.enabled === true) no('auto-resume (autoResume)');
   if (present(b.volumeMounts)) no("E2B volumes (volumeMounts); sandboxd's own API mounts its volumes");
-  if (given(b.mcp)) no('MCP servers (mcp)');
   if (given(b.iam)) no('workload identity (iam)');
   const n = b.network;
   if (n) {

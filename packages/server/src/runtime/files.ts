@@ -15,7 +15,7 @@ export interface DriverFiles {
   /** The directory's contents, `depth` levels deep, at most `max` entries (then `truncated`). */
   list(id: string, path: string, o: FileUser & { depth: number; max?: number }): Promise<FileList>;
   /** Creates parents; `conflict` when `path` exists. */
-  mkdir(id: string, path: string, o?: FileUser): Promise<FileEntry>;
+  mkdir(id: string, path: string, o?: FileUser & ParentsAsRoot): Promise<FileEntry>;
   /** `conflict` when `to` exists; across mounts: copy, then remove. */
   move(id: string, from: string, to: string, o?: FileUser): Promise<FileEntry>;
   /** Directories recursively; a symlink is removed, not followed. */
@@ -34,7 +34,7 @@ export interface DriverFiles {
     id: string,
     path: string,
     body: AsyncIterable<Uint8Array>,
-    o?: FileUser & { mode?: string; length?: number; signal?: AbortSignal },
+    o?: FileUser & ParentsAsRoot & { mode?: string; length?: number; signal?: AbortSignal; metadata?: FileMetadata },
   ): Promise<FileEntry>;
   /** Starts an inotify watch; resolves once it is set up. */
   watch(id: string, path: string, o: FileUser & { recursive: boolean }): Promise<FileWatch>;
@@ -55,6 +55,26 @@ export interface FileUserInfo {
 
 export interface FileUser {
   user?: string;
+}
+
+/**
+ * User-defined metadata of a file: its `user.e2b.<key>` extended attributes (E2B's envd file
+ * metadata). Keys are HTTP token characters, values printable ASCII. Entries carry it (as
+ * `metadata`, beside {@link FileEntry}'s fields) when the file has any; sandboxd's own API
+ * leaves it out of its answers.
+ */
+export type FileMetadata = Record<string, string>;
+/** A {@link FileEntry} with the file's metadata, when it has some. */
+export type FileEntryWithMetadata = FileEntry & { metadata?: FileMetadata };
+
+export interface ParentsAsRoot {
+  /**
+   * Missing directories above `path` (for mkdir, and `path` itself) are made by the sandbox's
+   * root and handed to the user (0755, its uid:gid), as E2B's envd makes them, when the user
+   * can search every existing directory on the way (else `permission`); the rest of the
+   * operation still runs as the user. No effect for root.
+   */
+  parentsAsRoot?: boolean;
 }
 
 export interface FileList {

@@ -21,6 +21,11 @@ export interface ProcessExit {
   /** Name of the signal that killed it (`SIGKILL`), or null. */
   signal: string | null;
   timedOut: boolean;
+  /**
+   * No exit status came: the sandbox's agent went while the process ran (the sandbox was
+   * killed or stopped), and the process is reported killed (137, SIGKILL) without it.
+   */
+  agentGone?: boolean;
 }
 
 /**

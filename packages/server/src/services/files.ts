@@ -1,5 +1,5 @@
 import { type FileEntry, MAX_PATH_BYTES, SandboxdError } from '@sandboxd/protocol';
-import type { FileList, FileRead, FileUserInfo, FileWatch } from '../runtime/files.js';
+import type { FileList, FileMetadata, FileRead, FileUserInfo, FileWatch, ParentsAsRoot } from '../runtime/files.js';
 import { DEFAULT_FAIR_SHARE, type FairShareConfig } from '../config-fair-share.js';
 import type { ServiceDeps } from './context.js';
 import type { SandboxService } from './sandboxes.js';
@@ -57,10 +57,16 @@ export class FileService {
     }
   }
 
-  async mkdir(accountId: string, sandboxId: string, path: string, user?: string): Promise<FileEntry> {
+  async mkdir(
+    accountId: string,
+    sandboxId: string,
+    path: string,
+    user?: string,
+    o: ParentsAsRoot = {},
+  ): Promise<FileEntry> {
     const id = await this.target(accountId, sandboxId, { path: { value: path, in: 'body' } });
     await this.d.storage.check();
-    return whileRunning(() => this.d.driver.files.mkdir(id, path, { user }));
+    return whileRunning(() => this.d.driver.files.mkdir(id, path, { ...o, user }));
   }
 
   async move(accountId: string, sandboxId: string, from: string, to: string, user?: string): Promise<FileEntry> {
@@ -107,7 +113,13 @@ export class FileService {
     sandboxId: string,
     path: string,
     body: AsyncIterable<Uint8Array>,
-    o: { mode?: string; length?: number; user?: string; signal?: AbortSignal } = {},
+    o: ParentsAsRoot & {
+      mode?: string;
+      length?: number;
+      user?: string;
+      signal?: AbortSignal;
+      metadata?: FileMetadata;
+    } = {},
   ): Promise<FileEntry> {
     const id = await this.target(accountId, sandboxId, { path: { value: path, in: 'query' } });
     // The root layer and volumes are files on the data dir: refused when it is full.

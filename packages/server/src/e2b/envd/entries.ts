@@ -2,6 +2,7 @@ import { posix } from 'node:path';
 import { create, type MessageInitShape } from '@bufbuild/protobuf';
 import { timestampFromMs } from '@bufbuild/protobuf/wkt';
 import { type FileEntry, type FileEvent, SandboxdError } from '@sandboxd/protocol';
+import type { FileEntryWithMetadata } from '../../runtime/files.js';
 import { underHome } from '../../services/login.js';
 import {
   type EntryInfo,
@@ -56,7 +57,7 @@ export function permissionsString(type: FileEntry['type'], mode: number): string
  * relative symlink target is made absolute against the link's directory (envd gives the
  * resolved target; sandboxd resolves one level, without following the target further).
  */
-export function toEntryInfo(e: FileEntry): EntryInfo {
+export function toEntryInfo(e: FileEntryWithMetadata): EntryInfo {
   const target =
     e.symlinkTarget === undefined || e.symlinkTarget.startsWith('/')
       ? e.symlinkTarget
@@ -73,6 +74,7 @@ export function toEntryInfo(e: FileEntry): EntryInfo {
     group: e.group,
     modifiedTime: Number.isFinite(ms) ? timestampFromMs(ms) : undefined,
     symlinkTarget: target,
+    metadata: e.metadata ?? {},
   });
 }
 

@@ -117,7 +117,9 @@ export function filesystemService(d: EnvdFilesystemDeps): ServiceImpl<typeof Fil
       run(ctx, async ({ call, user, path }) => {
         const dir = await path(req.path);
         try {
-          return { entry: toEntryInfo(await d.files.mkdir(call.accountId, call.sandbox.id, dir, user)) };
+          // As envd (root): missing directories, this one too, are made and handed to the user.
+          const made = await d.files.mkdir(call.accountId, call.sandbox.id, dir, user, { parentsAsRoot: true });
+          return { entry: toEntryInfo(made) };
         } catch (e) {
           if (!isKind(e, 'conflict') || detailsOf(e).code !== 'EEXIST') throw e;
           const have = await d.files.stat(call.accountId, call.sandbox.id, dir, user).catch(() => null);
@@ -203,7 +205,7 @@ async function moveLikeRename(
     }
     if (isKind(e, 'not_found') && isTo(e)) {
       const parent = posix.dirname(normalizePath(to));
-      await files.mkdir(accountId, sandbox.id, parent, user).catch((m) => {
+      await files.mkdir(accountId, sandbox.id, parent, user, { parentsAsRoot: true }).catch((m) => {
         if (!isKind(m, 'conflict')) throw m;
       });
       return await move();

@@ -32,6 +32,8 @@ export interface EnvdProcessDeps {
 const PROCESS_HIGH_WATER = 64 * 1024;
 /** A paused process resumes once its stream holds no more than this. */
 const PROCESS_LOW_WATER = 16 * 1024;
+/** The error of a command stream whose sandbox went while the command ran. */
+const SANDBOX_GONE = 'The sandbox was killed or stopped while the command ran';
 /** PTY size when a Start names none. */
 const DEFAULT_PTY = { cols: 80, rows: 24 };
 
@@ -258,7 +260,12 @@ async function* followProcess(p: LiveProcess, ctx: HandlerContext, replay: boole
     send: (ev) => {
       let ok: boolean;
       if (ev.type === 'start') ok = q.push(startEvent(ev.pid));
-      else if (ev.type === 'exit') ok = q.push(endOf(ev.exit));
+      else if (ev.type === 'exit' && ev.exit.agentGone) {
+        // The sandbox went under the process (killed, stopped, its time up): no end, as with
+        // envd, whose connection drops with its VM; the SDK raises its TimeoutError.
+        q.fail(new ConnectError(SANDBOX_GONE, Code.Unavailable));
+        ok = true;
+      } else if (ev.type === 'exit') ok = q.push(endOf(ev.exit));
       else
         ok = q.push(
           { event: { event: { case: 'data', value: { output: { case: ev.stream, value: ev.chunk } } } } },

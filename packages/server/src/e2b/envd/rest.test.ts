@@ -28,7 +28,13 @@ const entry = (path: string, size: number): FileEntry => ({
 /** Files in memory; `/full/...` answers no_space after reading a little, `/denied/...` permission. */
 class MemFiles {
   readonly data = new Map<string, Buffer>();
-  readonly writes: { path: string; user?: string; length?: number }[] = [];
+  readonly writes: {
+    path: string;
+    user?: string;
+    length?: number;
+    metadata?: Record<string, string>;
+    parentsAsRoot?: boolean;
+  }[] = [];
   async read(_a: string, _s: string, path: string, o: { range?: string; user?: string } = {}): Promise<FileRead> {
     const b = this.data.get(path);
     if (!b) throw new SandboxdError('not_found', `No such file or directory: ${path}`, { path, code: 'ENOENT' });
@@ -42,8 +48,8 @@ class MemFiles {
     _s: string,
     path: string,
     body: AsyncIterable<Uint8Array>,
-    o: { user?: string; length?: number } = {},
-  ): Promise<FileEntry> {
+    o: { user?: string; length?: number; metadata?: Record<string, string>; parentsAsRoot?: boolean } = {},
+  ): Promise<FileEntry & { metadata?: Record<string, string> }> {
     if (path.startsWith('/denied/')) throw new SandboxdError('permission', `Permission denied: ${path}`, { path });
     if (o.user === 'ghost')
       throw new SandboxdError('validation', 'Unknown user in the sandbox: ghost', { unknownUser: true });
@@ -58,8 +64,8 @@ class MemFiles {
     }
     const b = Buffer.concat(chunks);
     this.data.set(path, b);
-    this.writes.push({ path, user: o.user, length: o.length });
-    return entry(path, b.length);
+    this.writes.push({ path, user: o.user, length: o.length, metadata: o.metadata, parentsAsRoot: o.parentsAsRoot });
+    return { ...entry(path, b.length), ...(o.metadata ? { metadata: o.metadata } : {}) };
   }
 }
 
@@ -149,6 +155,34 @@ describe('envd /files', () => {
     await r.text();
     assert.equal(files.data.get('/tmp/gz.txt')?.toString(), text);
     assert.equal(files.writes.at(-1)?.length, undefined, 'the length of a gzip body is not the file');
+  });
+
+  it("uploads with X-Metadata-* headers: the file's metadata, checked as envd checks it", async () => {
+    const r = await post('path=/tmp/m.txt', 'm', {
+      'content-type': 'application/octet-stream',
+      'X-Metadata-Owner': 'agent 7',
+      'x-metadata-run-id': 'r1',
+    });
+    assert.deepEqual(await r.json(), [
+      { name: 'm.txt', type: 'file', path: '/tmp/m.txt', metadata: { owner: 'agent 7', 'run-id': 'r1' } },
+    ]);
+    assert.deepEqual(files.writes.at(-1)?.metadata, { owner: 'agent 7', 'run-id': 'r1' });
+    assert.equal(files.writes.at(-1)?.parentsAsRoot, true, "envd's missing directories are made as root");
+    const plain = await post('path=/tmp/p.txt', 'p', { 'content-type': 'application/octet-stream' });
+    assert.deepEqual(await plain.json(), [{ name: 'p.txt', type: 'file', path: '/tmp/p.txt' }]);
+    assert.equal(files.writes.at(-1)?.metadata, undefined);
+    const count = files.writes.length;
+    for (const [name, value] of [
+      [`X-Metadata-${'k'.repeat(247)}`, 'v'],
+      ['X-Metadata-big', 'v'.repeat(4100)],
+      ['X-Metadata-tab', 'a\tb'],
+    ]) {
+      const bad = await post('path=/tmp/bad.txt', 'b', { 'content-type': 'application/octet-stream', [name]: value });
+      assert.equal(bad.status, 400, name);
+      assert.match(((await bad.json()) as { message: string }).message, /^invalid metadata: /);
+    }
+    assert.equal(files.writes.length, count, 'nothing written');
+    assert.equal(files.data.has('/tmp/bad.txt'), false);
   });
 
   it('refuses bad uploads with envd JSON errors carrying sandboxd kinds', async () => {

@@ -6,6 +6,7 @@ import { createGunzip, createGzip } from 'node:zlib';
 import { SandboxdError } from '@sandboxd/protocol';
 import type { Logger } from 'pino';
 import { parseRange } from '../../http/routes/files.js';
+import type { FileEntryWithMetadata, FileMetadata } from '../../runtime/files.js';
 import type { FileService } from '../../services/files.js';
 import type { EnvdCall } from './context.js';
 import { envdErrorBody } from './errors.js';
@@ -19,11 +20,53 @@ export interface EnvdRestDeps {
   log: Logger;
 }
 
-/** One written file in envd's answer to an upload. */
+/** One written file in envd's answer to an upload (`metadata` only when the file has some). */
 export interface WrittenFile {
   name: string;
   type: 'file';
   path: string;
+  metadata?: FileMetadata;
+}
+
+/** The request-header prefix of a file's metadata on upload (`X-Metadata-<key>: <value>`). */
+const METADATA_HEADER_PREFIX = 'x-metadata-';
+/** The xattr namespace metadata lives in (the file tool adds it): keys are at most 255 bytes with it. */
+const METADATA_XATTR_PREFIX = 'user.e2b.';
+/** Most bytes of metadata on one file (names with their prefix, plus values): one ext4 block, as envd. */
+export const MAX_METADATA_BYTES = 4096;
+const PRINTABLE_ASCII = /^[\x20-\x7e]*$/;
+
+/**
+ * The metadata of an upload, as envd reads it: every `X-Metadata-<key>` header (key
+ * lower-cased, as HTTP names are; the first value of a repeated one), checked as envd checks
+ * it (`validation`, a 400: printable ASCII, keys at most 246 bytes, 4,096 bytes in all).
+ * Undefined when there is none: an upload without metadata clears what the file had.
+ */
+export function uploadMetadata(headers: IncomingMessage['headersDistinct']): FileMetadata | undefined {
+  let out: FileMetadata | undefined;
+  let total = 0;
+  for (const [name, values] of Object.entries(headers)) {
+    if (!name.startsWith(METADATA_HEADER_PREFIX) || !values?.length) continue;
+    const key = name.slice(METADATA_HEADER_PREFIX.length);
+    const value = values[0];
+    if (!key) continue;
+    if (key.length > 255 - METADATA_XATTR_PREFIX.length)
+      throw new SandboxdError(
+        'validation',
+        `invalid metadata: metadata key "${key}" exceeds ${255 - METADATA_XATTR_PREFIX.length} bytes`,
+      );
+    if (!PRINTABLE_ASCII.test(key) || !PRINTABLE_ASCII.test(value))
+      throw new SandboxdError('validation', `invalid metadata: metadata for key "${key}" is not printable ASCII`);
+    total += METADATA_XATTR_PREFIX.length + key.length + value.length;
+    out ??= {};
+    out[key] = value;
+  }
+  if (total > MAX_METADATA_BYTES)
+    throw new SandboxdError(
+      'validation',
+      `invalid metadata: total metadata size ${total} exceeds ${MAX_METADATA_BYTES} bytes`,
+    );
+  return out;
 }
 
 /**
@@ -116,6 +159,7 @@ async function upload(
     if (!req.complete) aborted.abort();
   };
   req.once('close', onClose);
+  const metadata = uploadMetadata(req.headersDistinct);
   const written: WrittenFile[] = [];
   const done = new Set<string>();
   const write = async (target: string, data: AsyncIterable<Uint8Array>, length?: number) => {
@@ -125,13 +169,21 @@ async function upload(
         'validation',
         `You cannot upload multiple files to the same path '${path}' in one request; only the first was written`,
       );
-    const e = await d.files.write(call.accountId, call.sandbox.id, path, data, {
+    // envd writes as root: missing directories on the way are made and handed to the user.
+    const e: FileEntryWithMetadata = await d.files.write(call.accountId, call.sandbox.id, path, data, {
       user,
       length,
       signal: aborted.signal,
+      metadata,
+      parentsAsRoot: true,
     });
     done.add(path);
-    written.push({ name: posix.basename(e.path) || e.name, type: 'file', path: e.path });
+    written.push({
+      name: posix.basename(e.path) || e.name,
+      type: 'file',
+      path: e.path,
+      ...(e.metadata ? { metadata: e.metadata } : {}),
+    });
   };
   try {
     if (media === 'application/octet-stream') {

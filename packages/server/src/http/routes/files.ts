@@ -13,7 +13,7 @@ import {
 } from '@sandboxd/protocol';
 import type { FastifyRequest } from 'fastify';
 import { Type } from 'typebox';
-import type { FileWatch } from '../../runtime/files.js';
+import type { FileEntryWithMetadata, FileWatch } from '../../runtime/files.js';
 import { principalOf, type HttpDeps } from '../deps.js';
 import { acceptRawBodies } from './raw-body.js';
 
@@ -257,7 +257,11 @@ export const fileRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) =>
           socket.close(1013, 'client too slow');
           return;
         }
-        socket.send(JSON.stringify(ev));
+        // An entry's E2B metadata (runtime/files.ts FileMetadata) is not part of sandboxd's API.
+        if ('entry' in ev && ev.entry && 'metadata' in ev.entry) {
+          const { metadata: _, ...entry } = ev.entry as FileEntryWithMetadata;
+          socket.send(JSON.stringify({ ...ev, entry }));
+        } else socket.send(JSON.stringify(ev));
       });
       w.onEnd(() => {
         if (socket.readyState === socket.OPEN) socket.close(1000, 'watch ended');

@@ -20,6 +20,7 @@ import { type keyedLock, mountHelper } from './rootfs/mounts.js';
 import { volumeOciMount } from './rootfs/roots.js';
 import { mergeEnv } from './sandbox-checks.js';
 import { bootService, declaredService, waitHealthy, writeEnvsFile } from './service.js';
+import { allowsSetuid } from './setuid.js';
 
 /** The longest a claim waits for the service of a pooled sandbox to answer again. */
 const CLAIM_HEALTH_MS = 10_000;
@@ -129,6 +130,7 @@ export async function boot(
 ): Promise<SandboxRecord> {
   // A malformed service declaration fails the create before anything is made.
   const service = declaredService(image.labels, spec.image);
+  const setuid = allowsSetuid(image.labels, spec.image);
   // Roots are pooled only for creates without volumes (volumes are staged while preparing).
   // Warm-pooled sandboxes make their own: they are made in the background anyway.
   const pooledRoot =
@@ -138,6 +140,7 @@ export async function boot(
   const dir = h.state.dirOf(spec.id);
   const partial = newRecord(spec, image, mergeEnv(image.env, spec.env), { slot, uidBase, rootId: pooledRoot?.id });
   if (service) partial.service = { ...service, env: mergeEnv(image.env, {}) };
+  if (setuid) partial.setuid = true;
   home.set(spec.id, partial);
   // The create's egress, set while crun runs when the address is known before (crun).
   let egress: Promise<void> | undefined;
@@ -179,6 +182,7 @@ export async function boot(
       uidBase,
       net: early,
       volumes: root.volumes.map((staged, i) => volumeOciMount(staged, spec.volumes[i].mountPath)),
+      allowSetuid: partial.setuid === true,
     });
     if (early && !forPool) {
       egress = h.network.egress.apply(spec.id, early.address, spec.egress);

@@ -1,7 +1,16 @@
 import { Readable } from 'node:stream';
 import { type FileEntry, type FileEvent, SandboxdError } from '@sandboxd/protocol';
 import type { ProcessExit, SpawnOptions, StreamedProcess } from '../driver.js';
-import type { DriverFiles, FileList, FileRead, FileUser, FileUserInfo, FileWatch } from '../files.js';
+import type {
+  DriverFiles,
+  FileList,
+  FileMetadata,
+  FileRead,
+  FileUser,
+  FileUserInfo,
+  FileWatch,
+  ParentsAsRoot,
+} from '../files.js';
 import { AGENT_PATH } from './commands/exec-agent.js';
 
 type Spawn = (id: string, argv: string[], o: SpawnOptions) => Promise<StreamedProcess>;
@@ -11,6 +20,8 @@ const META_TIMEOUT_MS = 60_000;
 /** Most stdout a metadata operation may print (10,000 list entries are ~3 MiB). */
 const MAX_META_OUTPUT = 16 << 20;
 const MAX_STDERR = 64 << 10;
+/** Who makes missing parents for another user (`mkdirs`): the sandbox's root. */
+const ROOT: FileUser = { user: 'root' };
 /** Longest header line of a read. */
 const MAX_HEADER = 4096;
 
@@ -154,8 +165,19 @@ export class AgentFiles implements DriverFiles {
     return { entries, truncated };
   }
 
-  async mkdir(id: string, path: string, o?: FileUser): Promise<FileEntry> {
+  async mkdir(id: string, path: string, o: FileUser & ParentsAsRoot = {}): Promise<FileEntry> {
+    const owner = o.parentsAsRoot ? await this.ownerOfParents(id, o) : null;
+    if (owner) return parseJson<FileEntry>(await this.meta(id, ['mkdirs', path, ...owner, '1'], path, ROOT));
     return parseJson<FileEntry>(await this.meta(id, ['mkdir', path], path, o));
+  }
+
+  /**
+   * The uid and gid that directories made by root for `o.user` are handed to, or null when
+   * that user is root (its own mkdir makes them). `validation` for an unknown user.
+   */
+  private async ownerOfParents(id: string, o: FileUser): Promise<[string, string] | null> {
+    const who = await this.whoami(id, o);
+    return who.uid === 0 ? null : [String(who.uid), String(who.gid)];
   }
 
   async move(id: string, from: string, to: string, o?: FileUser): Promise<FileEntry> {
@@ -229,12 +251,18 @@ export class AgentFiles implements DriverFiles {
     id: string,
     path: string,
     body: AsyncIterable<Uint8Array>,
-    o: FileUser & { mode?: string; length?: number; signal?: AbortSignal } = {},
+    o: FileUser &
+      ParentsAsRoot & { mode?: string; length?: number; signal?: AbortSignal; metadata?: FileMetadata } = {},
   ): Promise<FileEntry> {
-    const p = await this.start(id, ['write', path, o.mode ?? '-', o.length === undefined ? '-' : String(o.length)], {
-      ...o,
-      stdin: true,
+    const owner = o.parentsAsRoot ? await this.ownerOfParents(id, o) : null;
+    if (owner) await this.meta(id, ['mkdirs', path, ...owner, '0'], path, ROOT);
+    const meta = Object.entries(o.metadata ?? {}).map(([k, v]) => {
+      if (!k || k.includes('=') || k.includes('\0') || v.includes('\0'))
+        throw new SandboxdError('validation', `Bad metadata key ${JSON.stringify(k)}`, { path });
+      return `${k}=${v}`;
     });
+    const args = ['write', path, o.mode ?? '-', o.length === undefined ? '-' : String(o.length), ...meta];
+    const p = await this.start(id, args, { ...o, stdin: true });
     const done = collect(p, 64 << 10);
     const abort = () => p.kill('SIGTERM'); // the tool removes its temporary file
     o.signal?.addEventListener('abort', abort, { once: true });

@@ -169,6 +169,7 @@ export async function start(h: LifecycleHost, rec: SandboxRecord, limits: Resour
       uidBase: rec.uidBase,
       net: early,
       volumes: root.volumes.map((staged, i) => volumeOciMount(staged, rec.spec.volumes[i].mountPath)),
+      allowSetuid: rec.setuid === true,
     });
     rec.initPid = await h.crun.run(id, bundle.dir, {
       onChannel: (channel) => h.commands.adopt(id, ExecAgent.attach(channel, channel)),

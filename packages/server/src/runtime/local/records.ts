@@ -46,6 +46,8 @@ export interface SandboxRecord {
    * env (`env` without the sandbox's own); absent: none (and in records of older versions).
    */
   service?: DeclaredService & { env: string[] };
+  /** Its image allows setuid programs (label org.sandboxd.setuid, ./setuid.ts): no no_new_privs. */
+  setuid?: true;
 }
 
 /** Names of record files: `state.<generation>.json`; `state.json` (generation 0) as older versions wrote it. */

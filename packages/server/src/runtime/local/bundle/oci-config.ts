@@ -111,12 +111,14 @@ export interface BundleOptions {
   seccompBpfBase64?: string;
   /** cgroup path relative to each hierarchy's root. */
   cgroupsPath: string;
+  /** No no_new_privs: setuid programs lift their caller to the sandbox's root (../setuid.ts). */
+  allowSetuid?: boolean;
 }
 
 /**
  * The OCI runtime config of a sandbox: its own pid, mount, uts, ipc, cgroup, network and
  * user namespaces; the exec agent as PID 1 (an init that reaps orphans and runs commands); seccomp; a reduced capability set;
- * no_new_privs; masked and read-only /proc and /sys paths; memory, CPU and pid limits.
+ * no_new_privs (unless `allowSetuid`); masked and read-only /proc and /sys paths; memory, CPU and pid limits.
  */
 export function buildOciConfig(o: BundleOptions): Record<string, unknown> {
   const caps = SANDBOX_CAPABILITIES;
@@ -170,7 +172,7 @@ export function buildOciConfig(o: BundleOptions): Record<string, unknown> {
       cwd: '/',
       capabilities: { bounding: caps, effective: caps, permitted: caps, inheritable: [], ambient: [] },
       rlimits: [{ type: 'RLIMIT_NOFILE', hard: 16384, soft: 16384 }],
-      noNewPrivileges: true,
+      noNewPrivileges: o.allowSetuid !== true,
       oomScoreAdj: 500,
     },
     root: { path: o.rootfs, readonly: false },

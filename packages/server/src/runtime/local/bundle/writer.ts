@@ -15,7 +15,7 @@ import { buildSeccompProfile, compileSeccompBpf, type OciSeccomp } from './secco
  */
 export type SandboxBundle = Pick<
   BundleOptions,
-  'id' | 'hostname' | 'rootfs' | 'env' | 'limits' | 'uidBase' | 'volumes'
+  'id' | 'hostname' | 'rootfs' | 'env' | 'limits' | 'uidBase' | 'volumes' | 'allowSetuid'
 > & {
   net: { address: string; netnsPath: string } | null;
 };
@@ -129,6 +129,7 @@ export class BundleWriter {
       seccomp: host.seccomp,
       seccompBpfBase64: host.seccompBpfBase64,
       cgroupsPath: cgroupsPath(this.o.cgroupParent, b.id),
+      allowSetuid: b.allowSetuid,
     });
     writeFileSync(join(dir, 'config.json'), JSON.stringify(config));
     return { dir, setAddress: etc.setAddress };

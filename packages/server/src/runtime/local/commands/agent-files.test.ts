@@ -1,8 +1,9 @@
 import assert from 'node:assert/strict';
-import { type ChildProcess, spawn } from 'node:child_process';
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import {
   chmodSync,
+  chownSync,
   existsSync,
   lstatSync,
   mkdirSync,
@@ -33,6 +34,7 @@ interface Entry {
   group: string;
   modifiedAt: string;
   symlinkTarget?: string;
+  metadata?: Record<string, string>;
 }
 interface Result {
   code: number | null;
@@ -211,6 +213,74 @@ describe('agent file tool', () => {
     }
     assert.equal((await fails(['mkdir', join(d, 'file/sub')])).code, 'ENOTDIR');
     assert.deepEqual(tree(d), ['file', 'p', 'p/q', 'p/q/r']);
+  });
+
+  it('mkdirs (as root) makes the missing directories for a user, only below directories it may search', async () => {
+    const d = box('mkdirs');
+    chmodSync(root, 0o755); // mkdtemp's 0700: the user could not search it
+    const e = await entry(['mkdirs', `${d}/a/b/c`, '1234', '2345', '1']);
+    assert.deepEqual([e.path, e.type, e.mode, e.owner], [`${d}/a/b/c`, 'dir', 0o755, '1234']);
+    for (const p of ['a', 'a/b', 'a/b/c']) {
+      const st = statSync(join(d, p));
+      assert.deepEqual([st.uid, st.gid, st.mode & 0o7777], [1234, 2345, 0o755], p);
+    }
+    assert.equal(statSync(d).uid, userInfo().uid, 'an existing directory keeps its owner');
+    // Without the last one (what a write needs): the file's directory is made, not the file.
+    assert.deepEqual(
+      JSON.parse((await ok(['mkdirs', `${d}/x/y/file.txt`, '1234', '2345', '0'])).stdout.toString()),
+      {},
+    );
+    assert.equal(statSync(join(d, 'x/y')).uid, 1234);
+    assert.equal(existsSync(join(d, 'x/y/file.txt')), false);
+    const there = await fails(['mkdirs', `${d}/a/b`, '1234', '2345', '1']);
+    assert.deepEqual([there.code, there.path], ['EEXIST', `${d}/a/b`]);
+    writeFileSync(join(d, 'f'), '');
+    assert.equal((await fails(['mkdirs', `${d}/f`, '1234', '2345', '1'])).code, 'EEXIST');
+    assert.equal((await fails(['mkdirs', `${d}/f/under/x`, '1234', '2345', '0'])).code, 'ENOTDIR');
+    // A directory the user cannot search: nothing is made below it.
+    mkdirSync(join(d, 'closed'), { mode: 0o700 });
+    const closed = await fails(['mkdirs', `${d}/closed/n/x`, '1234', '2345', '0']);
+    assert.deepEqual([closed.code, closed.op], ['EACCES', 'mkdir']);
+    assert.deepEqual(readdirSync(join(d, 'closed')), []);
+    // ... unless it is the user's own, or its group's with the group's search bit.
+    mkdirSync(join(d, 'group'), { mode: 0o710 });
+    chownSync(join(d, 'group'), 0, 2345);
+    await ok(['mkdirs', `${d}/group/n/x`, '1234', '2345', '0']);
+    assert.equal(statSync(join(d, 'group/n')).uid, 1234);
+    // Symlinked directories on the way are followed (merged /usr, /var/run ...).
+    symlinkSync(join(d, 'a'), join(d, 'to-a'));
+    await ok(['mkdirs', `${d}/to-a/l/x`, '1234', '2345', '0']);
+    assert.equal(statSync(join(d, 'a/l')).uid, 1234);
+    assert.equal((await fails(['mkdirs', 'relative/x', '1', '1', '0'])).code, 'EINVAL');
+    assert.equal((await fails(['mkdirs', `${d}/q`, 'u', '1', '0'], 2)).op, 'usage');
+    assert.equal((await fails(['mkdirs', `${d}/q`, '1', '1', '2'], 2)).op, 'usage');
+  });
+
+  it('write sets metadata (user.e2b.* xattrs); entries report them and nothing else', async () => {
+    const d = box('meta');
+    const w = await entry(['write', join(d, 'm.txt'), '-', '-', 'owner=agent 7', 'kind=a=b'], 'x');
+    assert.deepEqual(w.metadata, { owner: 'agent 7', kind: 'a=b' });
+    assert.deepEqual((await entry(['stat', join(d, 'm.txt')])).metadata, { owner: 'agent 7', kind: 'a=b' });
+    const listed = lines(await ok(['list', d, '1'])).map((l) => JSON.parse(l) as Entry);
+    assert.deepEqual(
+      listed.map((e) => [e.name, e.metadata]),
+      [['m.txt', { owner: 'agent 7', kind: 'a=b' }]],
+    );
+    // Overwriting replaces the whole set (a new file), as envd's upload does.
+    const again = await entry(['write', join(d, 'm.txt'), '-', '-', 'kind=c'], 'y');
+    assert.deepEqual(again.metadata, { kind: 'c' });
+    assert.equal((await entry(['write', join(d, 'm.txt'), '-', '-'], 'z')).metadata, undefined);
+    // Other user.* xattrs are not metadata.
+    await ok(['write', join(d, 'other'), '-', '-', 'k=v'], '');
+    const py = spawnSync('python3', [
+      '-c',
+      `import os; os.setxattr(${JSON.stringify(join(d, 'other'))}, 'user.other', b'1')`,
+    ]);
+    assert.equal(py.status, 0, String(py.stderr));
+    assert.deepEqual((await entry(['stat', join(d, 'other')])).metadata, { k: 'v' });
+    for (const bad of ['novalue', '=v'])
+      assert.equal((await fails(['write', join(d, 'bad'), '-', '-', bad], 2)).op, 'usage');
+    assert.deepEqual(tree(d), ['m.txt', 'other']);
   });
 
   it('move renames files and directories, never onto something that exists', async () => {

@@ -366,7 +366,8 @@ export class ExecAgent {
     this.gone = e;
     this.onGone?.(e);
     // Streamed commands lose their reader with the agent: they are reported killed.
-    for (const proc of this.procs.values()) proc.exited({ exitCode: 137, signal: 'SIGKILL', timedOut: false });
+    for (const proc of this.procs.values())
+      proc.exited({ exitCode: 137, signal: 'SIGKILL', timedOut: false, agentGone: true });
     this.procs.clear();
     // A command that was running dies with the agent (the sandbox was killed, or the agent
     // was): report what it printed and SIGKILL's status, as `crun exec` would. A command

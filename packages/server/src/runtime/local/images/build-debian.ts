@@ -9,15 +9,26 @@ import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { runTool, toolEnv } from './run.js';
 import { writeOciImage, type WrittenImage } from './oci-write.js';
+import { SETUID_LABEL } from '../setuid.js';
 
 /** Packages on top of minbase. */
-export const DEBIAN_PACKAGES = ['bash', 'coreutils', 'procps', 'ca-certificates', 'curl', 'iproute2', 'python3'];
+export const DEBIAN_PACKAGES = [
+  'bash',
+  'coreutils',
+  'procps',
+  'ca-certificates',
+  'curl',
+  'iproute2',
+  'python3',
+  'sudo',
+];
 
 /**
  * Revision of what the build puts in the image, written to `/etc/sandboxd-image-revision`;
- * set-up rebuilds a cached image whose revision is older. 2: the `user` account.
+ * set-up rebuilds a cached image whose revision is older. 2: the `user` account. 3: `sudo`,
+ * passwordless for `user`, and the label that lets it work (org.sandboxd.setuid).
  */
-export const DEBIAN_REVISION = 2;
+export const DEBIAN_REVISION = 3;
 
 /** Image config of local/debian. WorkingDir `/root`: the shell starts in root's home. */
 export const DEBIAN_CONFIG = {
@@ -25,7 +36,11 @@ export const DEBIAN_CONFIG = {
   workingDir: '/root',
   user: 'root',
   cmd: ['/bin/bash'],
-  labels: { 'org.opencontainers.image.title': 'sandboxd local debian' },
+  labels: {
+    'org.opencontainers.image.title': 'sandboxd local debian',
+    // Setuid programs work in its sandboxes (no no_new_privs): `sudo` for `user` (../setuid.ts).
+    [SETUID_LABEL]: 'allow',
+  },
 };
 
 export interface DebianBuildOptions {
@@ -55,6 +70,9 @@ const NEUTRAL_ETC = [
  */
 const USER = [
   'chroot "$1" useradd --create-home --uid 1000 --user-group --shell /bin/bash user',
+  // Passwordless sudo for `user`, as E2B's base template gives it (0440, as visudo wants it).
+  `printf 'user ALL=(ALL:ALL) NOPASSWD: ALL\\n' > "$1"/etc/sudoers.d/user`,
+  'chmod 0440 "$1"/etc/sudoers.d/user',
   `echo ${DEBIAN_REVISION} > "$1"/etc/sandboxd-image-revision`,
 ].join(' && ');
 

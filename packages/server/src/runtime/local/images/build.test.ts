@@ -101,6 +101,12 @@ test('local images build offline and come out right', { timeout: 30 * 60_000 }, 
   assert.match(await readFile(d('etc/passwd'), 'utf8'), /^user:x:1000:1000::\/home\/user:\/bin\/bash$/m);
   assert.equal((await stat(d('home/user'))).uid, 1000, "/home/user is user's");
   assert.equal(imageRevision(deb), DEBIAN_REVISION);
+  // E2B's base template gives `user` passwordless sudo; the label lets setuid work (setuid.ts).
+  assert.equal((await lstat(d('usr/bin/sudo'))).mode & 0o4000, 0o4000, 'sudo keeps its setuid bit');
+  assert.equal(await readFile(d('etc/sudoers.d/user'), 'utf8'), 'user ALL=(ALL:ALL) NOPASSWD: ALL\n');
+  const sudoers = await stat(d('etc/sudoers.d/user'));
+  assert.deepEqual([sudoers.uid, sudoers.mode & 0o7777], [0, 0o440]);
+  assert.equal(deb.labels?.['org.sandboxd.setuid'], 'allow');
   console.log(
     `# debian: ${(deb.sizeBytes / 1048576).toFixed(1)} MiB unpacked, busybox: ${(bb.sizeBytes / 1048576).toFixed(1)} MiB`,
   );
