@@ -4,11 +4,12 @@
  *
  * Each file runs in a process of its own that reports every test to the runner and ends with
  * its own count of them (its `test:summary`). When the runner gets fewer tests than that count,
- * or no count at all, part of the report was lost (a process ended before the runner read
- * all it wrote, see scripts/test-stdio-blocking.ts) and the runner does not notice: the file
- * passes if its process exited 0. This reporter writes one line per such file, then a last
- * line `report check: <files> files, <tests> tests, <n> incomplete`; the run is good only with
- * that line and 0 incomplete (a missing line means this check did not run to the end).
+ * or no count at all, part of the report was lost or never written (the process ended early:
+ * process.exit() in a test, or node's --test-force-exit, see scripts/test-watchdog.ts) and the
+ * runner does not notice: the file passes if its process exited 0. This reporter writes one
+ * line per such file, then a last line `report check: <files> files, <tests> tests, <n>
+ * incomplete`; the run is good only with that line and 0 incomplete (a missing line means this
+ * check did not run to the end).
  *
  * Made for process isolation (node's default), where each event of a file's process carries
  * the file (`entryFile`) and the runner's own event for the file does not.
@@ -59,7 +60,7 @@ export class ReportCheck {
         lines.push(
           r.reported === 0
             ? `${file}: reported no test and no summary (no node:test tests, or its process died first)`
-            : `${file}: its report stopped after ${r.reported} tests, before the summary: the rest was lost`,
+            : `${file}: its report stopped after ${r.reported} tests, before its summary (its process ended early)`,
         );
       } else if (r.counted !== r.reported) {
         lines.push(`${file}: ${r.reported} of the ${r.counted} tests its process ran reached the runner`);

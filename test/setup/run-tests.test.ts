@@ -1,8 +1,9 @@
 /**
- * scripts/run-tests.sh, the runner of npm test: every test a file's process ran reaches the
- * report, and a file whose report arrives incomplete fails the run even when its process
- * exited 0 (node's runner alone calls such a file green). The report check's own rules are
- * tested on made-up event streams.
+ * scripts/run-tests.sh, the runner of npm test: every test a file registers runs and reaches
+ * the report (node's --test-force-exit lost some, silently), a file whose process stays alive
+ * after its tests fails instead of hanging the run, and a file whose report arrives incomplete
+ * fails the run even when its process exited 0. The report check's own rules are tested on
+ * made-up event streams.
  */
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -23,10 +24,11 @@ function fixture(name: string, body: string): string {
   return path;
 }
 
-/** Runs scripts/run-tests.sh on `files` as npm test does. */
-function runTests(files: string[]) {
+/** Runs scripts/run-tests.sh on `files` as npm test does, with `extraEnv`. */
+function runTests(files: string[], extraEnv: Record<string, string> = {}) {
   // A test process's NODE_TEST_CONTEXT would make the nested runner report to this one.
-  const { NODE_TEST_CONTEXT: _, ...env } = process.env;
+  const { NODE_TEST_CONTEXT: _, ...inherited } = process.env;
+  const env = { ...inherited, ...extraEnv };
   const r = spawnSync('bash', ['scripts/run-tests.sh', ...files], {
     cwd: ROOT,
     encoding: 'utf8',
@@ -38,9 +40,9 @@ function runTests(files: string[]) {
 }
 
 describe('scripts/run-tests.sh', () => {
-  it('a file whose report outgrows a pipe is reported whole, though its process is ended at once', () => {
+  it('a file whose report outgrows a pipe is reported whole', () => {
     // 2000 quick tests write their report faster than the runner reads it: under
-    // --test-force-exit without test-stdio-blocking.ts, 4 runs of 5 lost the last 4 to 43.
+    // --test-force-exit, 4 runs of 5 lost the last 4 to 43 and passed.
     const file = fixture(
       'many.test.mjs',
       `import { describe, it } from 'node:test';
@@ -58,6 +60,40 @@ for (let s = 0; s < 20; s++) {
       assert.match(r.stdout, /^ℹ pass 2000$/m, r.tail);
       assert.match(r.stdout.slice(-300), /\nℹ duration_ms [\d.]+\n$/, 'the run ends with node’s summary');
     }
+  });
+
+  it('runs the tests a file registers after an await (--test-force-exit ended it after the first)', () => {
+    const file = fixture(
+      'late.test.mjs',
+      `import { describe, it, test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+test('first', () => {});
+await sleep(200);
+test('after a top-level await', () => {});
+describe('async describe', async () => {
+  it('before its await', () => {});
+  await sleep(100);
+  it('after its await', () => {});
+});
+`,
+    );
+    const r = runTests([file]);
+    assert.equal(r.status, 0, r.tail);
+    assert.match(r.stdout, /^ℹ pass 4$/m, r.tail);
+  });
+
+  it('ends and fails a file whose process stays alive after its tests, saying what holds it', () => {
+    const hang = fixture(
+      'hang.test.mjs',
+      `import { test } from 'node:test';
+test('leaves a timer running', () => { setInterval(() => {}, 1000); });
+`,
+    );
+    const r = runTests([hang], { SANDBOXD_TEST_EXIT_GRACE_MS: '500' });
+    assert.equal(r.status, 1, r.tail);
+    assert.match(r.stdout, /^ℹ fail 1$/m, r.tail);
+    assert.ok(r.stdout.includes(`test-watchdog: ${hang} is still running 500 ms after its tests ended`), r.tail);
+    assert.match(r.stdout, /active: [^)]*Timeout/, r.tail);
   });
 
   it('fails the run when a file’s process ends before its report does, though it exits 0', () => {
@@ -112,7 +148,7 @@ describe('the report check (scripts/test-report-check.ts)', () => {
 
   it('flags a file whose report has no summary, with tests or without', () => {
     assert.deepEqual(run([test('test:pass')]), [
-      `${FILE}: its report stopped after 1 tests, before the summary: the rest was lost`,
+      `${FILE}: its report stopped after 1 tests, before its summary (its process ended early)`,
       'report check: 1 files, 1 tests, 1 incomplete',
     ]);
     assert.match(run([])[0], /reported no test and no summary/);
