@@ -21,7 +21,7 @@ rc=0
 node --import tsx test/soak/load.ts ${SOAK_LOAD_ARGS:---sandboxes 200 --rate 500 --duration 120 --terminals 50} || rc=1
 mapfile -t files < <(find test/security -name '*.test.ts' 2>/dev/null | sort)
 if [ "${#files[@]}" -gt 0 ]; then
-  node --import tsx --test --test-concurrency=1 --test-force-exit --test-reporter=spec "${files[@]}" || rc=1
+  bash scripts/run-tests.sh "${files[@]}" || rc=1
 fi
 left=$(bash scripts/loop-devices.sh remove-new "$loops")
 if [ -n "$left" ]; then

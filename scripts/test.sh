@@ -25,10 +25,9 @@ bash scripts/loop-devices.sh list > "$tmp/loops"
 # puts back what the host had.
 forward_before=$(cat /proc/sys/net/ipv4/ip_forward)
 mapfile -t files < <(find packages test -name '*.test.ts' -not -path '*/node_modules/*' | sort)
-# --test-force-exit: a test file whose process stays alive once its tests are over (a failed
-# after hook that left a driver open did) is ended and reported, instead of hanging the run.
-# The processes it leaves show in the snapshot below.
-node --import tsx --test --test-concurrency=1 --test-force-exit --test-reporter=spec "${files[@]}"
+# One file at a time; a file's process that stays alive after its tests is ended (the processes
+# it leaves show in the snapshot below); a report that arrives incomplete fails the run.
+bash scripts/run-tests.sh "${files[@]}"
 rc=$?
 echo "$forward_before" > /proc/sys/net/ipv4/ip_forward
 left=$(bash scripts/loop-devices.sh remove-new "$tmp/loops")

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Runs test files (the arguments, relative to the repository or absolute; options for node's
+# test runner may come first) as npm test and npm run test:soak do: one file at a time, each in
+# a process of its own, the spec report on stdout. Exits non-zero when a test fails, and also
+# when a file's report reached the runner incomplete (scripts/test-report-check.ts).
+# A file's process still alive a while after its tests (a failed after hook that left a driver
+# open was) is ended and fails (scripts/test-watchdog.ts); the processes it leaves show in npm
+# test's host snapshot. Not node's --test-force-exit, which loses tests silently (see there).
+# Needs scripts/node-env.sh sourced (node and tsx).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+check=$(mktemp)
+trap 'rm -f "$check"' EXIT
+node --import tsx --import ./scripts/test-watchdog.ts --test --test-concurrency=1 \
+  --test-reporter=spec --test-reporter-destination=stdout \
+  --test-reporter=./scripts/test-report-check.ts --test-reporter-destination="$check" "$@"
+rc=$?
+if ! tail -n 1 "$check" | grep -q '^report check: .*, 0 incomplete$'; then
+  echo "run-tests: test files whose report did not reach node's test runner whole:"
+  cat "$check"
+  [ -s "$check" ] || echo "(the report check wrote nothing: it did not run to the end)"
+  rc=1
+fi
+exit $rc
