@@ -22,7 +22,7 @@ import envs
 import results
 from kernel_jsonl import JsonlKernel
 from kernel_jupyter import JupyterKernel
-from users import RUN_DIR, default_cwd
+from users import RUN_DIR, default_cwd, recorded_pid_alive
 
 log = logging.getLogger("sandboxd-ci.contexts")
 
@@ -249,23 +249,24 @@ class Contexts:
 
 
 def kill_stale_kernels():
-    """Ends kernels a previous server process left running (pids under RUN_DIR/pids)."""
+    """Ends kernels a previous server process left running (recorded under RUN_DIR/pids;
+    a pid is only killed if its process has the recorded start time, so a reused pid, e.g.
+    after a snapshot restore, is left alone)."""
     d = os.path.join(RUN_DIR, "pids")
     if not os.path.isdir(d):
         return
     for name in os.listdir(d):
-        try:
-            pid = int(name)
-        except ValueError:
-            continue
-        if pid != os.getpid() and pid > 1:
+        path = os.path.join(d, name)
+        pid = recorded_pid_alive(path)
+        if pid and pid != os.getpid() and pid > 1:
             for kill in (os.killpg, os.kill):
                 try:
                     kill(pid, signal.SIGKILL)
+                    log.info("ended kernel %d left by a previous server", pid)
                     break
                 except (ProcessLookupError, PermissionError):
                     continue
         try:
-            os.unlink(os.path.join(d, name))
+            os.unlink(path)
         except FileNotFoundError:
             pass

@@ -14,7 +14,7 @@ import os
 import signal
 
 import results
-from users import RUN_DIR, kernel_env, user_prefix
+from users import kernel_env, record_pid, user_prefix
 
 log = logging.getLogger("sandboxd-ci.jsonl")
 
@@ -67,10 +67,7 @@ class JsonlKernel:
             start_new_session=True,
             limit=64 * 1024 * 1024,
         )
-        os.makedirs(os.path.join(RUN_DIR, "pids"), exist_ok=True)
-        self._pidfile = os.path.join(RUN_DIR, "pids", str(self.proc.pid))
-        with open(self._pidfile, "w") as f:
-            f.write(str(self.proc.pid))
+        self._pidfile = record_pid(self.proc.pid)
         self._events = asyncio.Queue()
         self._reader = asyncio.ensure_future(self._read(self.proc, self._events))
         self._stderr = asyncio.ensure_future(self._log_stderr(self.proc))

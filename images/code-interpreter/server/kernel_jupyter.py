@@ -25,7 +25,7 @@ except ImportError:  # a host without Jupyter (the server's own tests): JSON-lin
     KernelSpecManager = None
 
 import results
-from users import RUN_DIR, kernel_env, user_prefix, chown_user
+from users import RUN_DIR, chown_user, kernel_env, record_pid, user_prefix
 
 log = logging.getLogger("sandboxd-ci.jupyter")
 
@@ -122,10 +122,7 @@ class JupyterKernel:
             getattr(self.km, "kernel", None), "pid", None
         )
         if pid:
-            os.makedirs(os.path.join(RUN_DIR, "pids"), exist_ok=True)
-            self._pidfile = os.path.join(RUN_DIR, "pids", str(pid))
-            with open(self._pidfile, "w") as f:
-                f.write(str(pid))
+            self._pidfile = record_pid(pid)
 
     def _forget_pid(self):
         if self._pidfile:

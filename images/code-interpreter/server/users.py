@@ -61,3 +61,33 @@ def kernel_env():
             if k in os.environ:
                 env[k] = os.environ[k]
     return env
+
+
+def _start_time(pid):
+    """The process's start time (clock ticks since boot, /proc/<pid>/stat field 22), or None."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def record_pid(pid):
+    """Notes a kernel process under RUN_DIR/pids (name: pid, content: its start time); returns the file."""
+    d = os.path.join(RUN_DIR, "pids")
+    os.makedirs(d, exist_ok=True)
+    path = os.path.join(d, str(pid))
+    with open(path, "w") as f:
+        f.write(_start_time(pid) or "")
+    return path
+
+
+def recorded_pid_alive(path):
+    """The pid of a file written by record_pid if that very process still runs, else None."""
+    try:
+        pid = int(os.path.basename(path))
+        with open(path) as f:
+            want = f.read().strip()
+    except (OSError, ValueError):
+        return None
+    return pid if want and _start_time(pid) == want else None
