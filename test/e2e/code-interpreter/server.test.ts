@@ -442,6 +442,28 @@ describe('code server in local/code-interpreter (local runtime)', { skip: skip ?
     assert.match(err.error?.value ?? '', /boom/);
   });
 
+  it('JavaScript, TypeScript and bash run through the JSON-lines kernels (when the image has them)', async (t) => {
+    if ((await exec('test -f /opt/sandboxd-ci/kernels/js-kernel.mjs')).exitCode !== 0) {
+      t.skip('the image has no kernels/ yet (helper ci-kernels)');
+      return;
+    }
+    const js = await run({ code: 'const a = 40; console.log("js"); a + 2', language: 'javascript' });
+    assert.equal(js.stdout, 'js\n');
+    assert.equal(js.main?.text, '42');
+    assert.equal((await run({ code: 'a * 2', language: 'js' })).main?.text, '80', 'state kept in the default context');
+    assert.equal((await run({ code: 'const b: number = 5; b', language: 'ts' })).main?.text, '5');
+    const err = await run({ code: 'throw new Error("bad")', language: 'javascript' });
+    assert.deepEqual([err.error?.name, err.error?.value], ['Error', 'bad']);
+    const sh = await run({
+      code: 'cd /tmp; echo "$SBX_RUN_VAR"; echo err >&2',
+      language: 'bash',
+      env_vars: { SBX_RUN_VAR: 'b' },
+    });
+    assert.deepEqual([sh.stdout, sh.stderr], ['b\n', 'err\n']);
+    const again = await run({ code: 'pwd; printenv SBX_RUN_VAR || echo unset', language: 'bash' });
+    assert.equal(again.stdout, '/tmp\nunset\n', 'cd persists, the per-run env var does not');
+  });
+
   it('a kernel that dies is replaced: its run ends with KernelDied, the next run works', async () => {
     const c = JSON.parse((await call('POST', '/contexts', { language: 'python' })).text);
     const r = await run({ code: 'import os\nos.kill(os.getpid(), 9)', context_id: c.id });
