@@ -15,6 +15,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 RUN_DIR = os.environ.get("SANDBOXD_CI_RUN_DIR", "/run/sandboxd-ci")
 LOG_FILE = os.environ.get("SANDBOXD_CI_LOG", "/var/log/sandboxd-ci.log")
+OUT_FILE = LOG_FILE + ".out"
+OUT_MAX = 1024 * 1024
 
 
 def log(msg):
@@ -50,10 +52,13 @@ def main():
     while not stopping["now"]:
         started = time.monotonic()
         devnull = open(os.devnull, "rb")
-        # The server logs to LOG_FILE itself (rotated); its stdout/stderr (a crash's
-        # traceback) go to a file truncated at each start, whose tail is logged on exit.
+        # The server logs to LOG_FILE itself (rotated); its stdout/stderr and its kernels'
+        # (a crash's traceback) go to OUT_FILE, emptied at each start and whenever it
+        # passes OUT_MAX (writers append, so they go on at the new end); its tail is
+        # logged when the server exits.
         try:
-            out = open(LOG_FILE + ".out", "w+b")
+            open(OUT_FILE, "wb").close()
+            out = open(OUT_FILE, "a+b")
         except OSError:
             out = subprocess.DEVNULL
         child["p"] = subprocess.Popen(
@@ -65,6 +70,11 @@ def main():
                 code = child["p"].wait(timeout=1)
                 break
             except subprocess.TimeoutExpired:
+                try:
+                    if os.path.getsize(OUT_FILE) > OUT_MAX:
+                        os.truncate(OUT_FILE, 0)
+                except OSError:
+                    pass
                 if stopping["now"]:
                     try:
                         code = child["p"].wait(timeout=5)
@@ -75,7 +85,7 @@ def main():
         devnull.close()
         tail = b""
         if out is not subprocess.DEVNULL:
-            out.seek(max(0, out.seek(0, 2) - 2048))
+            out.seek(max(0, out.seek(0, 2) - 2048))  # a+b: reads from anywhere
             tail = out.read()
             out.close()
         if stopping["now"]:
