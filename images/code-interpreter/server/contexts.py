@@ -64,6 +64,8 @@ class Context:
         self.started = False
         self.lock = asyncio.Lock()
         self.applied = {}  # sandbox envs applied to the kernel (Jupyter kernels only)
+        self.restarts = 0  # counts restarts: a run that sees it change was cut short by one
+        self.closed = False
         self._start_lock = asyncio.Lock()
 
     def describe(self):
@@ -82,14 +84,20 @@ class Context:
             self.started = True
 
     async def restart(self):
+        """A new kernel. A run in progress does not hold the restart up: its kernel is ended
+        at once and the run ends with an error named ContextRestarting (as E2B's)."""
+        self.restarts += 1
+        async with self._start_lock:
+            await self.kernel.shutdown()
+            self.started = False
+            self.applied = {}
         async with self.lock:
-            async with self._start_lock:
-                await self.kernel.shutdown()
-                self.started = False
-                self.applied = {}
             await self.ensure_started()
 
     async def close(self):
+        """Ends the kernel for good (the context was removed); a run in progress ends."""
+        self.closed = True
+        self.restarts += 1
         await self.kernel.shutdown()
         self.started = False
 
@@ -117,12 +125,16 @@ class Context:
         q = asyncio.Queue()
         task = None
         try:
+            if self.closed:
+                yield results.error("ContextRemoved", "Context was removed", "")
+                return
             try:
                 await self.ensure_started()
             except Exception as e:  # noqa: BLE001
                 log.exception("context %s: kernel start failed", self.id)
                 yield results.error("KernelStartFailed", str(e), "")
                 return
+            restarts = self.restarts
             task = asyncio.ensure_future(self._run(code, env_vars, q.put_nowait))
             deadline = None if not timeout else asyncio.get_running_loop().time() + timeout
             while True:
@@ -149,7 +161,11 @@ class Context:
                     return
                 yield results.KEEPALIVE
             exc = task.exception()
-            if exc is not None:
+            if self.closed:
+                yield results.error("ContextRemoved", "Context was removed", "")
+            elif self.restarts != restarts:
+                yield results.error("ContextRestarting", "Context was restarted", "")
+            elif exc is not None:
                 if type(exc).__name__ == "KernelDied":
                     yield results.error(
                         "KernelDied", "The kernel died while running the code; a new one was started (state is lost)", ""

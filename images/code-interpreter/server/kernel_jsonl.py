@@ -161,6 +161,8 @@ class JsonlKernel:
         for t in (self._reader, self._stderr):
             if t:
                 t.cancel()
+        if self._events is not None:
+            self._events.put_nowait(None)  # a run waiting for events ends (KernelDied)
         if self._pidfile:
             try:
                 os.unlink(self._pidfile)

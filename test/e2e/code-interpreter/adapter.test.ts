@@ -222,6 +222,23 @@ describe('code server adapter on the host (fake JSON-lines kernel)', { skip: pyt
     assert.ok(pid2 && pid2 !== pid1, 'a new kernel process');
   });
 
+  it('a restart does not wait for a run in progress: the run ends with ContextRestarting', async () => {
+    const ctx = JSON.parse((await call('POST', '/contexts', { language: 'bash' })).text);
+    let started!: () => void;
+    const waiting = new Promise<void>((r) => (started = r));
+    const running = call('POST', '/execute', { code: 'wait', context_id: ctx.id }, (l) => {
+      if (l.type === 'stdout') started();
+    });
+    await waiting;
+    assert.equal((await call('POST', `/contexts/${ctx.id}/restart`)).status, 200);
+    const r = await running;
+    assert.equal(r.lines.find((l) => l.type === 'error')?.name, 'ContextRestarting');
+    assert.deepEqual(r.lines.at(-1), { type: 'end_of_execution' });
+    const after = await call('POST', '/execute', { code: 'print:again', context_id: ctx.id });
+    assert.equal(after.lines.find((l) => l.type === 'stdout')?.text, 'again\n');
+    assert.equal((await call('DELETE', `/contexts/${ctx.id}`)).status, 200);
+  });
+
   it('contexts: create with cwd, list, restart, delete; E2B errors for bad input', async () => {
     const c = await call('POST', '/contexts', { language: 'bash', cwd: dir });
     assert.equal(c.status, 200, c.text);

@@ -402,6 +402,24 @@ describe('code server in local/code-interpreter (local runtime)', { skip: skip ?
     await call('DELETE', `/contexts/${c.id}`);
   });
 
+  it('a restart ends a run in progress with ContextRestarting instead of waiting for it', async () => {
+    const c = JSON.parse((await call('POST', '/contexts', { language: 'python' })).text);
+    let started!: () => void;
+    const busy = new Promise<void>((r) => (started = r));
+    const running = call(
+      'POST',
+      '/execute',
+      { code: 'print("busy", flush=True)\nwhile True:\n    pass', context_id: c.id },
+      { onLine: (l) => l.type === 'stdout' && started() },
+    );
+    await busy;
+    assert.equal((await call('POST', `/contexts/${c.id}/restart`)).status, 200);
+    const r = await running;
+    assert.equal(r.lines.find((l) => l.type === 'error')?.name, 'ContextRestarting');
+    assert.equal((await run({ code: '1 + 1', context_id: c.id })).main?.text, '2');
+    await call('DELETE', `/contexts/${c.id}`);
+  });
+
   it('a run past its timeout is interrupted with a TimeoutError', async () => {
     const r = await run({ code: 'import time\ntime.sleep(60)', timeout: 1 });
     assert.equal(r.error?.name, 'TimeoutError');
