@@ -168,6 +168,9 @@ async def _connection(handler, reader, writer):
         while True:
             try:
                 method, path, query, headers = await _read_head(reader)
+                if headers.get("expect", "").lower() == "100-continue":
+                    writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+                    await writer.drain()
                 body = await _read_body(reader, headers)
             except (asyncio.IncompleteReadError, ConnectionError):
                 return

@@ -239,6 +239,31 @@ describe('code server adapter on the host (fake JSON-lines kernel)', { skip: pyt
     assert.equal((await call('DELETE', `/contexts/${ctx.id}`)).status, 200);
   });
 
+  it('answers Expect: 100-continue (curl sends it for bodies over 1 KiB) without a wait', async () => {
+    const body = JSON.stringify({ code: `print:${'x'.repeat(4000)}`, language: 'bash' });
+    const res = await new Promise<{ status: number; text: string }>((resolve, reject) => {
+      const req = request({
+        host: '127.0.0.1',
+        port,
+        method: 'POST',
+        path: '/execute',
+        agent: false,
+        headers: { expect: '100-continue', 'content-length': Buffer.byteLength(body) },
+      });
+      req.on('continue', () => req.end(body));
+      req.on('response', (r) => {
+        let text = '';
+        r.setEncoding('utf8');
+        r.on('data', (d: string) => (text += d));
+        r.on('end', () => resolve({ status: r.statusCode ?? 0, text }));
+      });
+      req.on('error', reject);
+      req.setTimeout(10_000, () => req.destroy(new Error('no 100 Continue')));
+    });
+    assert.equal(res.status, 200);
+    assert.match(res.text, /x{4000}/);
+  });
+
   it('contexts: create with cwd, list, restart, delete; E2B errors for bad input', async () => {
     const c = await call('POST', '/contexts', { language: 'bash', cwd: dir });
     assert.equal(c.status, 200, c.text);
