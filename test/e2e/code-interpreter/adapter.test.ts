@@ -7,7 +7,7 @@
  */
 import assert from 'node:assert/strict';
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -280,5 +280,69 @@ describe('code server adapter on the host (fake JSON-lines kernel)', { skip: pyt
     assert.equal((await call('POST', '/execute', { code: 'x', language: 'cobol' })).status, 500);
     assert.equal((await call('POST', '/execute', { language: 'bash' })).status, 422);
     assert.equal((await call('POST', '/execute', undefined)).status, 422);
+  });
+});
+
+describe('code server supervisor on the host', { skip: python() ?? false }, () => {
+  const SUPERVISE = resolve(import.meta.dirname, '../../../images/code-interpreter/server/supervise.py');
+
+  it('restarts a server that dies, lets one supervisor run at a time, and stops the server on SIGTERM', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'sbx-ci-supervise-'));
+    const port = await freePort();
+    const env = {
+      PATH: process.env.PATH ?? '/usr/bin:/bin',
+      HOME: dir,
+      SANDBOXD_CI_PORT: String(port),
+      SANDBOXD_CI_HOST: '127.0.0.1',
+      SANDBOXD_CI_RUN_DIR: join(dir, 'run'),
+      SANDBOXD_CI_LOG: join(dir, 'server.log'),
+      SANDBOXD_CI_WARM: '',
+      SANDBOXD_CI_KERNELS_DIR: join(dir, 'kernels'),
+      SANDBOXD_CI_USER: 'no-such-user-sbx',
+    };
+    const sup = spawn('python3', [SUPERVISE], { env, stdio: 'ignore' });
+    const exited = new Promise<number | null>((r) => sup.once('exit', (c) => r(c)));
+    const pidOf = () => {
+      try {
+        return readFileSync(join(dir, 'run', 'server.pid'), 'utf8').trim();
+      } catch {
+        return '';
+      }
+    };
+    const healthy = () =>
+      new Promise<boolean>((res) => {
+        const req = request({ host: '127.0.0.1', port, path: '/health', agent: false }, (r) => {
+          r.resume();
+          res(r.statusCode === 200);
+        });
+        req.on('error', () => res(false));
+        req.end();
+      });
+    const until = async (what: string, ok: () => Promise<boolean> | boolean) => {
+      for (let i = 0; i < 150; i++) {
+        if (await ok()) return;
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      throw new Error(`${what}: not within 15 s`);
+    };
+    try {
+      await until('first server healthy', async () => pidOf() !== '' && (await healthy()));
+      const first = pidOf();
+      // A second supervisor sees the lock and leaves at once.
+      const second = spawn('python3', [SUPERVISE], { env, stdio: 'ignore' });
+      const code = await new Promise<number | null>((r) => second.once('exit', (c) => r(c)));
+      assert.equal(code, 0);
+      assert.equal(pidOf(), first, 'the second supervisor started no server');
+      process.kill(Number(first), 'SIGKILL');
+      await until('a new server healthy', async () => pidOf() !== first && (await healthy()));
+      assert.match(readFileSync(join(dir, 'server.log'), 'utf8'), /server exited \(-9\); restarting/);
+      const last = Number(pidOf());
+      sup.kill('SIGTERM');
+      assert.equal(await exited, 0);
+      assert.throws(() => process.kill(last, 0), /ESRCH/, 'the server was stopped with its supervisor');
+    } finally {
+      if (sup.exitCode === null) sup.kill('SIGKILL');
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
