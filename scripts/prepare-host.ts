@@ -1,7 +1,8 @@
 /**
  * Second half of set-up, in TypeScript: compiles the native helpers, builds the SDK package
  * (packages/sdk/dist, what plain `node` and the server's /sdk/sandboxd-sdk.tgz use) and the
- * default images (local/debian:bookworm, local/busybox:latest) when missing or outdated.
+ * default images (local/debian:bookworm, local/busybox:latest, local/code-interpreter:latest)
+ * when missing or outdated.
  * Flags: --image-dir DIR (default $SANDBOXD_IMAGE_DIR or ./data/images), --no-images.
  */
 import { readdirSync } from 'node:fs';
