@@ -38,10 +38,12 @@ import tempfile
 import time
 
 CTL_FD = 62
-# Seconds after an interrupt before the end-of-cell line is sent again (the interrupt may have
-# hit that line), and how many times at most.
-RESEND_AFTER = 2.0
-RESEND_MAX = 3
+# While an interrupted cell has not ended: every RESEND_AFTER seconds, at most RESEND_MAX
+# times, SIGINT again (one that lands while bash forks a command is lost: the child still has
+# bash's handler, then execs) and the end-of-cell line again (the interrupt may have aborted
+# it; an extra one only prints a marker nobody waits for).
+RESEND_AFTER = 1.0
+RESEND_MAX = 10
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 # The cell returns at a failure under `set -e` (so errexit never ends the shell); at the top
@@ -249,8 +251,8 @@ class Kernel:
                 and r["resends"] < RESEND_MAX
                 and time.monotonic() - r["at"] > RESEND_AFTER * (r["resends"] + 1)
             ):
-                # The interrupt may have aborted the end-of-cell line itself.
                 r["resends"] += 1
+                self.shell.interrupt()
                 self.shell.write(end_line)
 
         try:

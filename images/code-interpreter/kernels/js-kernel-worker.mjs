@@ -187,12 +187,29 @@ function errorFields(err) {
   }
   return { name: 'Error', value: typeof err === 'string' ? err : util.inspect(err), traceback: [] };
 }
-process.on('uncaughtException', (err) => {
+/**
+ * Reports an error nobody caught (a timer's throw, an unhandled rejection) on the running
+ * request. Node 18 calls a worker's uncaughtException listeners twice for one throw: an
+ * error already reported (the same object, or the same primitive in the same turn) is not
+ * reported again.
+ */
+const reported = new WeakSet();
+let reportedPrimitive = null;
+function reportUncaught(err) {
+  if (err !== null && (typeof err === 'object' || typeof err === 'function')) {
+    if (reported.has(err)) return;
+    reported.add(err);
+  } else {
+    if (reportedPrimitive && reportedPrimitive.value === err) return;
+    reportedPrimitive = { value: err };
+    setImmediate(() => {
+      reportedPrimitive = null;
+    });
+  }
   post({ type: 'error', id: active?.id, ...errorFields(err) });
-});
-process.on('unhandledRejection', (reason) => {
-  post({ type: 'error', id: active?.id, ...errorFields(reason) });
-});
+}
+process.on('uncaughtException', reportUncaught);
+process.on('unhandledRejection', reportUncaught);
 
 // --- Cells. ---
 async function run({ id, code, preError }) {

@@ -120,6 +120,19 @@ export function javascriptCases(kernel: () => KernelClient): void {
     const unhandled = await k.run("Promise.reject(new Error('nobody awaits me')); 5");
     assert.equal(plain(unhandled), '5');
     assert.equal(errorOf(unhandled)?.value, 'nobody awaits me', 'an unhandled rejection is reported on its request');
+    const timer = ended(
+      await k.run(
+        "setTimeout(() => { throw new Error('from a timer') }, 1); await new Promise((r) => setTimeout(r, 50)); 'after'",
+      ),
+    );
+    assert.deepEqual(
+      timer.map((e) => [e.type, e.value ?? e.data?.['text/plain']]),
+      [
+        ['error', 'from a timer'],
+        ['result', "'after'"],
+      ],
+      'a timer that throws while its cell runs: reported once, on that request',
+    );
     assert.equal(plain(await k.run('1 + 1')), '2', 'the kernel goes on');
   });
 
