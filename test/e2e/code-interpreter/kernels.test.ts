@@ -89,7 +89,7 @@ describe('code-interpreter kernels in a sandbox', {
     });
   }
 
-  suite('JavaScript', CI_IMAGE, `node ${DIR}/js-kernel.mjs`, javascriptCases, noCi);
-  suite('TypeScript', CI_IMAGE, `node ${DIR}/js-kernel.mjs --typescript`, typescriptCases, noCi);
-  suite('bash', hasCi ? CI_IMAGE : 'local/debian:bookworm', `python3 ${DIR}/bash-kernel.py`, bashCases, false);
+  suite('JavaScript', CI_IMAGE, `exec node ${DIR}/js-kernel.mjs`, javascriptCases, noCi);
+  suite('TypeScript', CI_IMAGE, `exec node ${DIR}/js-kernel.mjs --typescript`, typescriptCases, noCi);
+  suite('bash', hasCi ? CI_IMAGE : 'local/debian:bookworm', `exec python3 ${DIR}/bash-kernel.py`, bashCases, false);
 });
