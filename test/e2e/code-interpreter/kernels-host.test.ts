@@ -1,7 +1,8 @@
 /**
  * The code interpreter's JSON-lines kernels (images/code-interpreter/kernels/) run on the host:
  * fast, no server, no sandbox. JavaScript runs on the host's /usr/bin/node (else the test's
- * own node) with the repo's TypeScript; bash runs on the host's python3 and bash.
+ * own node) with the repo's TypeScript (and TypeScript's parser for JavaScript: the host has no
+ * Debian node-acorn; the sandbox suite covers acorn); bash on the host's python3 and bash.
  */
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
