@@ -268,21 +268,25 @@ class Kernel:
         with open(cell, "w", encoding="utf-8") as f:
             f.write(code if code.endswith("\n") else code + "\n")
 
+        # env: saved with one `declare -p` (one fork, however many names), exported for the cell,
+        # then unset and the saved declarations evaluated back.
+        names = []
         pre, post = [], []
-        for i, (name, value) in enumerate(env.items()):
+        for name, value in env.items():
             if not NAME_RE.match(name) or value is None:
                 output("stderr", f"bash-kernel: env var {name!r} skipped (not a shell name)\n")
                 continue
-            saved = f"__sbx_env_{i}"
-            pre.append(
-                f"{saved}=$(declare -p {name} 2>/dev/null) || {saved}='unset -v {name}'; "
-                f"export {name}={shlex.quote(str(value))}"
+            names.append((name, str(value)))
+        if names:
+            listed = " ".join(n for n, _ in names)
+            pre.append(f"__sbx_env=$(declare -p {listed} 2>/dev/null)")
+            pre.append("export " + " ".join(f"{n}={shlex.quote(v)}" for n, v in names))
+            # Guarded: a resent end-of-cell line must not undo it twice.
+            post.append(
+                f'if [[ -v __sbx_env ]]; then unset -v {listed}; eval "$__sbx_env"; unset -v __sbx_env; fi'
             )
-            post.append(f'eval "${saved}"; unset -v {saved}')
-        if isinstance(cwd, str) and cwd:
-            pre.append(f"cd -- {shlex.quote(cwd)}")
         end_line = (
-            "__sbx_rc=$?; set +e; " + "".join(f"{p}; " for p in reversed(post))
+            "__sbx_rc=$?; set +e; " + "".join(f"{p}; " for p in post)
             + f"printf '%s %s\\n' {mark} \"$__sbx_rc\" >&{CTL_FD}\n"
         )
         script = "".join(f"{p}\n" for p in pre)
