@@ -285,6 +285,8 @@ class Kernel:
             post.append(
                 f'if [[ -v __sbx_env ]]; then unset -v {listed}; eval "$__sbx_env"; unset -v __sbx_env; fi'
             )
+        if isinstance(cwd, str) and cwd:
+            pre.append(f"cd -- {shlex.quote(cwd)}")
         end_line = (
             "__sbx_rc=$?; set +e; " + "".join(f"{p}; " for p in post)
             + f"printf '%s %s\\n' {mark} \"$__sbx_rc\" >&{CTL_FD}\n"

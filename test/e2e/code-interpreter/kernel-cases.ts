@@ -154,13 +154,14 @@ export function javascriptCases(kernel: () => KernelClient): void {
   it('interrupts a busy loop and an awaiting cell; the kernel keeps its state', async () => {
     const k = kernel();
     const busy = ended(
-      await runInterrupted(k, "globalThis.spins = 0; console.log('spinning'); while (true) { spins++ }", 'spinning'),
+      await runInterrupted(k, "globalThis.before = 'set'; console.log('spinning'); while (true) {}", 'spinning'),
     );
     assert.deepEqual(
       busy.filter((e) => e.type === 'error').map((e) => e.name),
       ['Interrupted'],
     );
-    assert.equal(plain(await k.run('spins > 0 && x === 10')), 'true');
+    // (What the terminated loop itself wrote is not checked: V8's optimized code may not have stored it.)
+    assert.deepEqual(mainResult(await k.run('[before, x, f()]'))?.['application/json'], ['set', 10, 12]);
     const waiting = ended(
       await runInterrupted(
         k,
