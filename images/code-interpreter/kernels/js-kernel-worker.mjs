@@ -56,7 +56,26 @@ function loadTransform() {
   }
   return { run: (code) => transformCell(t.module, code) };
 }
-const transform = loadTransform();
+const loaded = loadTransform();
+/**
+ * A cell that is one `{...}` is an object literal, not a block (as in Node's REPL): it is
+ * tried in parentheses first, and as written when that is not valid.
+ */
+const transform = loaded.missing
+  ? loaded
+  : {
+      run(code) {
+        const m = /^\s*(\{[\s\S]*\})\s*;?\s*$/.exec(code);
+        if (m) {
+          try {
+            return loaded.run(`(${m[1]})`);
+          } catch {
+            /* a block after all */
+          }
+        }
+        return loaded.run(code);
+      },
+    };
 
 // --- Output: everything user code prints becomes stdout/stderr events. ---
 for (const [name, stream] of [
@@ -172,7 +191,15 @@ display.mime = (bundle) => rich({ ...bundle });
 globalThis.display = display;
 
 Object.defineProperty(globalThis, HELPER, {
-  value: Object.freeze({ import: importFrom }),
+  value: Object.freeze({
+    import: importFrom,
+    /** `import.meta` of a cell: as if it were a file in the current directory. */
+    get meta() {
+      const filename = path.join(process.cwd(), '[cell]');
+      const url = pathToFileURL(filename).href;
+      return { url, filename, dirname: process.cwd(), resolve: (s) => new URL(s, url).href };
+    },
+  }),
   enumerable: false,
 });
 

@@ -36,15 +36,19 @@ export function transformCellAcorn(acorn, code) {
 
   const dynamicImports = [];
   walk(ast, (n) => {
-    if (n.type === 'ImportExpression') dynamicImports.push([n.start, n.start + 'import'.length]);
+    if (n.type === 'ImportExpression') {
+      dynamicImports.push([n.start, n.start + 'import'.length, `${HELPER}.import`]);
+    } else if (n.type === 'MetaProperty' && n.meta.name === 'import') {
+      dynamicImports.push([n.start, n.end, `${HELPER}.meta`]);
+    }
   });
   dynamicImports.sort((a, b) => a[0] - b[0]);
   const slice = (start, end) => {
     let out = '';
     let at = start;
-    for (const [s, e] of dynamicImports) {
+    for (const [s, e, replacement] of dynamicImports) {
       if (s < start || e > end) continue;
-      out += `${code.slice(at, s)}${HELPER}.import`;
+      out += `${code.slice(at, s)}${replacement}`;
       at = e;
     }
     return out + code.slice(at, end);
@@ -55,10 +59,15 @@ export function transformCellAcorn(acorn, code) {
   const body = ast.body;
   let out = '';
   let at = 0;
+  // The last statement that counts: not an `export {...}` without a declaration.
+  let lastIndex = body.length - 1;
+  while (lastIndex >= 0 && body[lastIndex].type === 'ExportNamedDeclaration' && !body[lastIndex].declaration) {
+    lastIndex--;
+  }
   body.forEach((st, i) => {
     out += slice(at, st.start);
     at = st.end;
-    out += statement(st, i === body.length - 1);
+    out += statement(st, i === lastIndex);
   });
   out += slice(at, code.length);
   return wrap(out, hoisted);

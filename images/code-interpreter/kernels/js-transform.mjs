@@ -9,7 +9,8 @@
  * declarations are copied to globals, so the next cell sees them and may declare them again.
  * Static `import` declarations become `await <helper>.import(spec)` with the bindings assigned to
  * globals; dynamic `import(x)` calls anywhere become `<helper>.import(x)` (scripts compiled by `vm`
- * have no dynamic import of their own). `export` modifiers are dropped. Line numbers of the cell
+ * have no dynamic import of their own) and `import.meta` becomes `<helper>.meta` (`url`,
+ * `filename`, `dirname` of a file in the current directory). `export` modifiers are dropped. Line numbers of the cell
  * are kept (the wrapper is on the first line), so stack traces point at the cell's lines.
  * A syntax error throws a `SyntaxError` whose message carries `(line:column)`.
  */
@@ -61,22 +62,25 @@ export function transformCell(ts, code) {
   const diags = sf.parseDiagnostics ?? [];
   if (diags.length > 0) throw diagnosticError(ts, { ...diags[0], file: sf });
 
-  // Positions of `import` keywords of dynamic import calls, rewritten wherever they appear.
+  // Ranges rewritten wherever they appear: the `import` of dynamic import calls, `import.meta`.
   const dynamicImports = [];
   const visit = (node) => {
     if (node.kind === K.CallExpression && node.expression.kind === K.ImportKeyword) {
-      dynamicImports.push([node.expression.getStart(sf), node.expression.end]);
+      dynamicImports.push([node.expression.getStart(sf), node.expression.end, `${HELPER}.import`]);
+    } else if (node.kind === K.MetaProperty && node.keywordToken === K.ImportKeyword) {
+      dynamicImports.push([node.getStart(sf), node.end, `${HELPER}.meta`]);
     }
     ts.forEachChild(node, visit);
   };
   visit(sf);
+  dynamicImports.sort((a, b) => a[0] - b[0]);
   /** Source text of [start, end) with the dynamic imports inside it rewritten. */
   const slice = (start, end) => {
     let out = '';
     let at = start;
-    for (const [s, e] of dynamicImports) {
+    for (const [s, e, replacement] of dynamicImports) {
       if (s < start || e > end) continue;
-      out += `${code.slice(at, s)}${HELPER}.import`;
+      out += `${code.slice(at, s)}${replacement}`;
       at = e;
     }
     return out + code.slice(at, end);
@@ -87,12 +91,14 @@ export function transformCell(ts, code) {
   const statements = sf.statements;
   let out = '';
   let at = 0;
+  // The last statement that counts: not an `export {}` (TypeScript adds one to modules).
+  let lastIndex = statements.length - 1;
+  while (lastIndex >= 0 && statements[lastIndex].kind === K.ExportDeclaration) lastIndex--;
   statements.forEach((st, i) => {
     const start = st.getStart(sf);
     out += slice(at, start);
     at = st.end;
-    const last = i === statements.length - 1;
-    out += statement(st, last);
+    out += statement(st, i === lastIndex);
   });
   out += slice(at, code.length);
 

@@ -89,6 +89,12 @@ export function javascriptCases(kernel: () => KernelClient): void {
     assert.deepEqual(ended(await k.run('undefined')), []);
     assert.deepEqual(ended(await k.run('let u; u')), []);
     assert.deepEqual(mainResult(await k.run("'s'")), { 'text/plain': "'s'" });
+    assert.deepEqual(
+      mainResult(await k.run('{ a: 1 }'))?.['application/json'],
+      { a: 1 },
+      'an object literal, not a block',
+    );
+    assert.equal(streamText(await k.run('{ const inner = 2; console.log(inner) }')), '2\n', 'a block stays a block');
     const ev = ended(await k.run("display(display.html('<b>hi</b>')); display({ n: 1 }); 7"));
     assert.deepEqual(
       ev.map((e) => [e.main, e.data]),
@@ -146,6 +152,7 @@ export function javascriptCases(kernel: () => KernelClient): void {
     assert.deepEqual(mainResult(after)?.['application/json'], [true, true]);
     assert.equal(plain(await k.run('process.cwd()', { cwd: '/tmp' })), "'/tmp'");
     assert.equal(plain(await k.run('process.cwd()')), "'/tmp'", 'the cwd stays');
+    assert.equal(plain(await k.run('import.meta.dirname')), "'/tmp'", 'import.meta as of a file in the cwd');
     assert.equal(plain(await k.run("process.chdir('/'); process.cwd()")), "'/'", 'process.chdir works in a cell');
     const bad = errorOf(await k.run('1', { cwd: '/no/such/dir' }));
     assert.ok(bad, 'a cwd that does not exist is an error');
@@ -196,6 +203,7 @@ export function typescriptCases(kernel: () => KernelClient): void {
     assert.equal(plain(second), "'0/2'");
     const untyped = await k.run("const wrong: number = 'a string' as unknown as number; wrong");
     assert.equal(plain(untyped), "'a string'");
+    assert.equal(typeof plain(await k.run('const here: string = import.meta.dirname; here')), 'string');
     assert.equal(errorOf(await k.run('let q: = 1'))?.name, 'SyntaxError');
     assert.equal(plain(await k.run('p.x + Color.Green')), '6', 'state persists');
     assert.deepEqual(k.stray, []);
