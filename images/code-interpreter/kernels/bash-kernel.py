@@ -22,6 +22,12 @@ the cell's exit status on a private descriptor (62), so output never carries ker
 - ``exit`` ends that shell: the cell ends with ``ExitCode`` and a new shell is started (its
   state is new).
 - ``env`` is exported for the cell and undone after it; ``cwd`` (not null) is cd'ed to and stays.
+- Processes: the kernel leads its own process group and bash and what cells start stay in it,
+  so the code server's SIGKILL to the group ends them all; SIGTERM, SIGHUP and EOF on stdin
+  hang up the group; bash gets SIGHUP if the kernel dies alone.
+- Limits: a cell that sets its own ERR or INT trap changes how ``set -e`` and interrupts
+  behave; a command that catches SIGINT and goes on is not stopped (SIGINT is resent every
+  second, at most 10 times).
 """
 
 import codecs
