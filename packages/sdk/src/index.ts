@@ -54,6 +54,7 @@ export {
   NotFoundError,
   TemplateNotFoundError,
   ConflictError,
+  NoCodeInterpreterError,
   PayloadTooLargeError,
   RangeNotSatisfiableError,
   RateLimitError,
