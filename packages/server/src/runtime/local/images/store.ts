@@ -469,6 +469,7 @@ export class ImageStore {
           timeoutMs: this.opts.timeouts?.buildMs ?? 30 * MIN,
           debianMirrors,
           log,
+          previousLayout: await this.builtLayout(canonical),
         });
       } catch (e) {
         if (e instanceof ToolError)
