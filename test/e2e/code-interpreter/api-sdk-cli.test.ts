@@ -29,10 +29,11 @@ describe('code interpreter: sandboxd API, SDK and CLI', { timeout: 900_000 }, ()
   let dir: string;
 
   before(async () => {
-    s = await startServer();
+    // A busy host may take a while to start the sandbox's kernel: the create waits for it.
+    s = await startServer({ env: { SANDBOXD_SERVICE_START_TIMEOUT_MS: '240000' } });
     key = (await newAccount(s, { tokens: 1_000_000 })).key;
     otherKey = (await newAccount(s, { tokens: 1_000_000 })).key;
-    client = new SandboxdClient({ apiKey: key, apiUrl: s.baseUrl });
+    client = new SandboxdClient({ apiKey: key, apiUrl: s.baseUrl, timeoutMs: 300_000 });
     sb = await Sandbox.create({ image: CI_IMAGE, env: { FROM_CREATE: 'created' }, timeoutMs: 900_000 }, client);
     dir = mkdtempSync(join(tmpdir(), 'sbx-run-e2e-'));
   });
