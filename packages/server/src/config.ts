@@ -205,9 +205,15 @@ export interface E2bTemplate {
   user?: string;
 }
 
-/** `base` is E2B's default template: the Debian image, used as E2B's `user` account. */
+/**
+ * `base` is E2B's default template: the Debian image, used as E2B's `user` account.
+ * `code-interpreter-v1` (the default template of E2B's `@e2b/code-interpreter`) and
+ * `code-interpreter` are the code-interpreter image, also as `user`.
+ */
 export const DEFAULT_E2B_TEMPLATES: Record<string, E2bTemplate> = {
   base: { image: 'local/debian:bookworm', user: 'user' },
+  'code-interpreter-v1': { image: 'local/code-interpreter:latest', user: 'user' },
+  'code-interpreter': { image: 'local/code-interpreter:latest', user: 'user' },
 };
 
 type Env = Record<string, string | undefined>;
