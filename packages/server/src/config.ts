@@ -165,7 +165,8 @@ export interface Config {
   e2bTemplates: Record<string, E2bTemplate>;
   /**
    * Local runtime: images whose sandboxes are kept started, ready for a create to claim
-   * (`image=size,...`; `off` for none). Default: 4 of `local/debian:bookworm`.
+   * (`image=size,...`; `off` for none). Default: 4 of `local/debian:bookworm`, 1 of
+   * `local/code-interpreter:latest`.
    */
   warmPool: { image: string; size: number }[];
   /**
@@ -195,8 +196,12 @@ export interface Config {
   runnerDownMs: number;
 }
 
-/** The images pooled by default: the default image of the console, the CLI and E2B's `base`. */
-export const DEFAULT_WARM_POOL = 'local/debian:bookworm=4';
+/**
+ * The images pooled by default: the default image of the console, the CLI and E2B's `base`,
+ * and one sandbox of the code-interpreter image (E2B's `code-interpreter-v1`) with its code
+ * server and Python kernel started (~115 MiB idle, see docs/runtime.md).
+ */
+export const DEFAULT_WARM_POOL = 'local/debian:bookworm=4,local/code-interpreter:latest=1';
 
 /** What an E2B template name stands for. */
 export interface E2bTemplate {
