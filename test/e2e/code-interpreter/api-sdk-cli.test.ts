@@ -231,7 +231,10 @@ describe('code interpreter: sandboxd API, SDK and CLI', { timeout: 900_000 }, ()
       headers: { cookie },
     });
     assert.equal(listed.status, 200, 'a GET needs no Origin');
-    await s.api('DELETE', `/api/v1/sandboxes/${own.body.sandbox.id}`, { key: null, headers: { cookie, origin: s.baseUrl } });
+    await s.api('DELETE', `/api/v1/sandboxes/${own.body.sandbox.id}`, {
+      key: null,
+      headers: { cookie, origin: s.baseUrl },
+    });
   });
 
   it('API: a sandbox that is not of the image is 409 no_code_interpreter naming the image; a paused one 409 conflict', async () => {
