@@ -30,7 +30,7 @@ export function consoleCsp(nonce: string): string {
     "default-src 'none'",
     "script-src 'self'",
     `style-src 'self' 'nonce-${nonce}'`,
-    "img-src 'self'",
+    "img-src 'self' data:",
     "font-src 'self'",
     "connect-src 'self'",
     "manifest-src 'self'",
