@@ -29,6 +29,11 @@ export const ERROR_STATUS = {
   request_timeout: 408,
   /** The resource is in the wrong state for the operation, or conflicts with another. */
   conflict: 409,
+  /**
+   * The sandbox serves no code interpreter (nothing answers its port 49999: not made from
+   * `local/code-interpreter`, or its server is down); `details.image` names the image to use.
+   */
+  no_code_interpreter: 409,
   /** The request body is over the limit. */
   payload_too_large: 413,
   /** Too many requests; `details.retryAfterMs` and `Retry-After` say when to retry. */

@@ -11,3 +11,4 @@ export * from './files.js';
 export * from './processes.js';
 export * from './health.js';
 export * from './network.js';
+export * from './code.js';

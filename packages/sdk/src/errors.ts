@@ -62,6 +62,8 @@ export class NotFoundError extends SandboxdApiError {}
 export class TemplateNotFoundError extends NotFoundError {}
 /** 409: wrong state (e.g. the sandbox is stopped) or a conflicting resource. */
 export class ConflictError extends SandboxdApiError {}
+/** 409: the sandbox serves no code interpreter; create it from `details.image` (`local/code-interpreter`). */
+export class NoCodeInterpreterError extends ConflictError {}
 /** 413: the request body is too large. */
 export class PayloadTooLargeError extends SandboxdApiError {}
 /** 416: the range of a download is outside the file. */
@@ -102,6 +104,7 @@ const CLASS_BY_KIND: Record<ErrorKind, ErrorClass> = {
   template_not_found: TemplateNotFoundError,
   request_timeout: BadRequestError,
   conflict: ConflictError,
+  no_code_interpreter: NoCodeInterpreterError,
   payload_too_large: PayloadTooLargeError,
   range_not_satisfiable: RangeNotSatisfiableError,
   rate_limited: RateLimitError,

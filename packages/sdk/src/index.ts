@@ -23,6 +23,17 @@ export {
 export { FileWatcher, type FileWatchOptions, type FileWatchEnd } from './file-watch.js';
 export { REPLAY_WINDOW } from './replay.js';
 export type { UploadData } from './upload.js';
+export {
+  CodeInterpreter,
+  Execution,
+  Result,
+  type CodeContext,
+  type CodeLanguage,
+  type CreateCodeContextOptions,
+  type ExecutionError,
+  type ResultData,
+  type RunCodeOptions,
+} from './code.js';
 export { Terminal, Terminals, type TerminalConnectOptions } from './terminal.js';
 export {
   SandboxdClient,
@@ -54,6 +65,7 @@ export {
   NotFoundError,
   TemplateNotFoundError,
   ConflictError,
+  NoCodeInterpreterError,
   PayloadTooLargeError,
   RangeNotSatisfiableError,
   RateLimitError,

@@ -2,6 +2,13 @@
  * The Sandbox class: create, find, run commands in, extend, pause, stop, snapshot and delete
  * sandboxes.
  */
+import {
+  CodeInterpreter,
+  type CodeContext,
+  type CreateCodeContextOptions,
+  type Execution,
+  type RunCodeOptions,
+} from './code.js';
 import type { ClientOptions } from './config.js';
 import { Files } from './files.js';
 import { createSnapshot, listQueryParams, runBody, type SnapshotOptions } from './lifecycle.js';
@@ -52,6 +59,8 @@ export class Sandbox {
   readonly files: Files;
   /** Processes started through the API: list, connect, signal, stdin. */
   readonly processes: Processes;
+  /** The code interpreter (sandboxes of `local/code-interpreter`); `runCode` and the context methods use it. */
+  readonly code: CodeInterpreter;
 
   private constructor(
     info: SandboxInfo,
@@ -61,6 +70,7 @@ export class Sandbox {
     this.terminals = new Terminals(http, info.id);
     this.files = new Files(http, info.id);
     this.processes = new Processes(http, info.id);
+    this.code = new CodeInterpreter(http, info.id);
   }
 
   /** Wraps a description returned by the server (e.g. from a raw list). */
@@ -197,6 +207,40 @@ export class Sandbox {
       timeoutMs: requestMs,
       signal: opts.signal,
     });
+  }
+
+  /**
+   * Runs `code` in a stateful kernel of the sandbox's code interpreter (the sandbox must be
+   * made from `local/code-interpreter`): Python by default, or `language`, or in `context`.
+   * Resolves once the run ends with its {@link Execution}: `results` (each with every
+   * representation, `formats()`), `logs`, `error` (a code error is not a rejection;
+   * `TimeoutError` past `timeoutMs`), `executionCount`, `text`. Callbacks get events as they
+   * come; `signal` interrupts the run. Throws ValidationError (unknown language),
+   * NotFoundError (unknown context), NoCodeInterpreterError (not that image), ConflictError
+   * (not started).
+   */
+  runCode(code: string, opts?: RunCodeOptions): Promise<Execution> {
+    return this.code.run(code, opts);
+  }
+
+  /** Starts a new code context (a kernel of its own): `{language?, cwd?}`. */
+  createCodeContext(opts?: CreateCodeContextOptions): Promise<CodeContext> {
+    return this.code.createContext(opts);
+  }
+
+  /** The code contexts of the sandbox. */
+  listCodeContexts(): Promise<CodeContext[]> {
+    return this.code.listContexts();
+  }
+
+  /** Restarts a context's kernel: its state is lost, its id stays. */
+  restartCodeContext(context: CodeContext | string): Promise<void> {
+    return this.code.restartContext(context);
+  }
+
+  /** Ends a code context and its kernel. */
+  removeCodeContext(context: CodeContext | string): Promise<void> {
+    return this.code.removeContext(context);
   }
 
   /**

@@ -26,6 +26,7 @@ import { LEGACY_LINK_KEY_FILE, loadPortLinkSecret } from './proxy/link-secret.js
 import { PortLinks } from './proxy/links.js';
 import { PublicHosts } from './proxy/host.js';
 import { PortProxy } from './proxy/proxy.js';
+import { sandboxPortDialer } from './proxy/dial.js';
 import { SandboxTargets } from './proxy/targets.js';
 import type { RuntimeDriver } from './runtime/driver.js';
 import type { FleetDriver } from './runtime/remote/fleet/fleet.js';
@@ -38,6 +39,7 @@ import { AccountService } from './services/accounts.js';
 import { AuthService } from './services/auth.js';
 import { bootstrap, type BootstrapResult } from './services/bootstrap.js';
 import { CapacityService } from './services/capacity.js';
+import { CodeService } from './services/code.js';
 import type { ServiceDeps } from './services/context.js';
 import { EventService } from './services/events.js';
 import { ExecService } from './services/exec.js';
@@ -178,6 +180,8 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
     snapshots,
     exec: new ExecService({ driver, clock, storage, shares: config.fairShare }, sandboxes, processes),
     processes,
+    // Reaches port 49999 as the port proxy reaches ports (its targets are made below).
+    code: new CodeService({ clock, sandboxes }, { dial: (id, port) => sandboxPortDialer(targets, tunnel)(id, port) }),
     files: new FileService({ driver, clock, storage, shares: config.fairShare }, sandboxes),
     events: new EventService(deps),
     volumes: new VolumeService(deps),

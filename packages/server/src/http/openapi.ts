@@ -10,12 +10,14 @@ const REASONS: Record<number, string> = {
   402: 'Insufficient tokens',
   403: 'Concurrency limit reached (sandboxes), or permission denied inside the sandbox (files)',
   404: 'Not found',
-  409: 'Wrong state or conflict',
+  409: 'Wrong state or conflict; for the code routes also kind no_code_interpreter: the sandbox serves no code interpreter (details.image names the image to use)',
   413: 'Body over 1 MiB',
   416: 'The range is outside the file; Content-Range gives its size',
   429: 'Rate limited; Retry-After (seconds) and details.retryAfterMs say when to retry',
   500: 'Internal error',
+  502: "The sandbox's code interpreter gave no valid answer",
   503: 'Not ready yet (starting) or shutting down; for a create also kind capacity: the host has no room for more sandboxes (details.resource names what is full; Retry-After and details.retryAfterMs say when to retry)',
+  504: "The sandbox's code interpreter did not answer in time",
   507: "The server is out of storage (works again once space is freed), or the sandbox's disk or volume is full",
 };
 
@@ -30,6 +32,11 @@ const TAGS = [
   {
     name: 'processes',
     description: 'Processes started through the API: their output (replayed and live), stdin and signals',
+  },
+  {
+    name: 'code',
+    description:
+      'The code interpreter of a sandbox made from local/code-interpreter: run code in stateful kernels (Python, JavaScript, TypeScript, bash, R), contexts',
   },
   { name: 'terminals', description: 'Interactive shells on a PTY in a sandbox, attached over a WebSocket' },
   { name: 'volumes', description: "The account's named volumes, mounted by sandboxes" },

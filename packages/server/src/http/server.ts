@@ -17,6 +17,7 @@ import { authRoutes } from './routes/auth.js';
 import { consoleRoutes } from './routes/console.js';
 import { imageRoutes } from './routes/images.js';
 import { fileRoutes, isWatchSocketPath } from './routes/files.js';
+import { codeRoutes } from './routes/code.js';
 import { processRoutes } from './routes/processes.js';
 import { sandboxRoutes } from './routes/sandboxes.js';
 import { lifecycleRoutes } from './routes/lifecycle.js';
@@ -121,6 +122,7 @@ export function createHttpServer(
   app.register(lifecycleRoutes, full);
   app.register(fileRoutes, full);
   app.register(processRoutes, full);
+  app.register(codeRoutes, full);
   app.register(accountRoutes, full);
   app.register(adminRoutes, full);
   app.register(imageRoutes, full);

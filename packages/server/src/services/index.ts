@@ -1,6 +1,7 @@
 import type { AccountService } from './accounts.js';
 import type { AuthService } from './auth.js';
 import type { CapacityService } from './capacity.js';
+import type { CodeService } from './code.js';
 import type { EventService } from './events.js';
 import type { ExecService } from './exec.js';
 import type { FileService } from './files.js';
@@ -24,6 +25,8 @@ export interface Services {
   snapshots: SnapshotService;
   exec: ExecService;
   processes: ProcessService;
+  /** The code interpreter of sandboxes made from local/code-interpreter (a relay to port 49999). */
+  code: CodeService;
   files: FileService;
   accounts: AccountService;
   auth: AuthService;

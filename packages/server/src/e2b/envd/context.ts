@@ -51,6 +51,7 @@ const CODE_OF: Record<ErrorKind, Code> = {
   template_not_found: Code.NotFound,
   request_timeout: Code.DeadlineExceeded,
   conflict: Code.FailedPrecondition,
+  no_code_interpreter: Code.FailedPrecondition,
   payload_too_large: Code.ResourceExhausted,
   rate_limited: Code.ResourceExhausted,
   range_not_satisfiable: Code.OutOfRange,
