@@ -17,6 +17,7 @@ import {
   stripAnsi,
   type TableData,
   tableFromData,
+  withoutInlineStyles,
 } from './notebook-util.js';
 
 /** Characters of stdout and stderr shown per cell; the rest is counted, not drawn. */
@@ -148,16 +149,16 @@ export function htmlFrame(html: string): HTMLElement {
     title: 'HTML output (isolated)',
     referrerpolicy: 'no-referrer',
   });
-  frame.srcdoc = html;
+  frame.srcdoc = withoutInlineStyles(html);
   return h('div', { class: 'nb-html-wrap' }, frame);
 }
 
-/** A DataFrame as a `<table>`: from the cells of its HTML (read inertly), else from its `data`. */
+/** A DataFrame as a `<table>`: from its `data`, else from the cells of its HTML (read inertly). */
 function tableEl(r: CodeResult): HTMLElement {
-  const fromHtml = typeof r.html === 'string' && isDataFrameHtml(r.html) ? tableFromHtml(r.html) : null;
-  if (fromHtml) return fromHtml;
   const data = tableFromData(r.data);
-  return data ? drawTable(data) : h('p', { class: 'nb-note info' }, 'An empty table.');
+  if (data) return drawTable(data);
+  const fromHtml = typeof r.html === 'string' && isDataFrameHtml(r.html) ? tableFromHtml(r.html) : null;
+  return fromHtml ?? h('p', { class: 'nb-note info' }, 'An empty table.');
 }
 
 /** Draws table data: a header row and text cells. */
@@ -193,7 +194,7 @@ const span = (v: string | null): number | null => {
  * after the table ("5 rows × 3 columns") is kept as text.
  */
 export function tableFromHtml(html: string): HTMLElement | null {
-  const doc = new DOMParser().parseFromString(html, 'text/html');
+  const doc = new DOMParser().parseFromString(withoutInlineStyles(html), 'text/html');
   const src = doc.querySelector('table');
   if (!src) return null;
   const table = h('table', { class: 'nb-table' });

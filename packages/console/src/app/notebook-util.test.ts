@@ -13,6 +13,7 @@ import {
   stripAnsi,
   svgUrl,
   tableFromData,
+  withoutInlineStyles,
 } from './notebook-util.js';
 
 /** A Map as storage; `limit` makes setItem throw past that many characters, as a full sessionStorage does. */
@@ -94,6 +95,16 @@ describe('notebook helpers', () => {
     assert.equal(svgUrl('<svg/>#'), 'data:image/svg+xml;charset=utf-8,%3Csvg%2F%3E%23');
     assert.ok(isDataFrameHtml('<div><style scoped></style><table border="1" class="dataframe">'));
     assert.ok(!isDataFrameHtml('<table class="other">'));
+  });
+
+  it('withoutInlineStyles: style elements and attributes go, the rest stays', () => {
+    assert.equal(
+      withoutInlineStyles(
+        '<div><style scoped>\n.x { color: red }\n</STYLE ><table class="dataframe"><tr style="text-align: right;"><td style=\'a:b\' id=c>1</td></tr></table></div>',
+      ),
+      '<div><table class="dataframe"><tr><td id=c>1</td></tr></table></div>',
+    );
+    assert.equal(withoutInlineStyles('<p data-style="x">style=1</p>'), '<p data-style="x">style=1</p>');
   });
 
   it('tableFromData: pandas column lists and row objects; capped rows; other shapes refused', () => {

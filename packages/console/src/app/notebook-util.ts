@@ -122,6 +122,18 @@ export function isDataFrameHtml(html: string): boolean {
 }
 
 /**
+ * HTML without its `<style>` elements and `style` attributes. The console's policy refuses
+ * inline styles in every document it makes (an inert parse, a `srcdoc` frame) and the
+ * browser logs each refusal; they would not apply anyway, so they are taken out first. Only
+ * for HTML that is then parsed inertly or shown in a sandboxed frame: this is no sanitizer.
+ */
+export function withoutInlineStyles(html: string): string {
+  return html
+    .replace(/<style\b[\s\S]*?<\/style\s*>/gi, '')
+    .replace(/(<[a-z][^>]*?)\sstyle\s*=\s*(?:"[^"]*"|'[^']*'|[^\s>]+)/gi, '$1');
+}
+
+/**
  * The representation to show: an image (png, jpeg, svg), a table (a DataFrame: `data`, or
  * the HTML of one), HTML (in an isolated frame), then the text forms.
  */
