@@ -16,6 +16,7 @@ import { lifecycleCommands } from './commands/lifecycle.js';
 import { loginCommand } from './commands/login.js';
 import { lsCommand } from './commands/ls.js';
 import { rmCommand } from './commands/rm.js';
+import { runCommand } from './commands/run.js';
 import { shellCommand } from './commands/shell.js';
 import { snapshotCommand, snapshotsCommand } from './commands/snapshots.js';
 import { timeoutCommand } from './commands/timeout.js';
@@ -60,6 +61,7 @@ export function buildProgram(): Command {
     createCommand(ctx),
     lsCommand(ctx),
     execCommand(ctx),
+    runCommand(ctx),
     cpCommand(ctx),
     shellCommand(ctx),
     timeoutCommand(ctx),

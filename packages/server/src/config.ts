@@ -169,6 +169,12 @@ export interface Config {
    */
   warmPool: { image: string; size: number }[];
   /**
+   * Local runtime: how long a sandbox's boot waits for the service its image declares
+   * (`org.sandboxd.service.*` labels) to answer its health check before the create fails
+   * (`SANDBOXD_SERVICE_START_TIMEOUT_MS`, default 60000).
+   */
+  serviceStartTimeoutMs: number;
+  /**
    * `SANDBOXD_ROLE`: `all` (the API and a local runtime in one process), `api` (the API; its
    * sandboxes live on the runners of `runners`), `runner` (one host's runtime, served to API
    * processes only). See docs/runners.md.
@@ -369,6 +375,12 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
       overrides.tls,
     ),
     warmPool: pick('warmPool', 'SANDBOXD_WARM_POOL', parseWarmPool, parseWarmPool(DEFAULT_WARM_POOL)),
+    serviceStartTimeoutMs: pick(
+      'serviceStartTimeoutMs',
+      'SANDBOXD_SERVICE_START_TIMEOUT_MS',
+      int('SANDBOXD_SERVICE_START_TIMEOUT_MS', 100, 3_600_000),
+      60_000,
+    ),
     role: pick('role', 'SANDBOXD_ROLE', oneOf('SANDBOXD_ROLE', ['all', 'api', 'runner'] as const), 'all'),
     runners: pick<RunnerSource | null>('runners', 'SANDBOXD_RUNNERS', parseRunners, null),
     runnerToken: pick<string | undefined>('runnerToken', 'SANDBOXD_RUNNER_TOKEN', String, undefined),

@@ -19,6 +19,7 @@ import { isAlive, newRecord, recordView, type SandboxRecord } from './records.js
 import { type keyedLock, mountHelper } from './rootfs/mounts.js';
 import { volumeOciMount } from './rootfs/roots.js';
 import { mergeEnv } from './sandbox-checks.js';
+import { bootService, declaredService, writeEnvsFile } from './service.js';
 
 /** An image as the image store resolves it. */
 export type ResolvedImage = Awaited<ReturnType<ImageStore['resolve']>>;
@@ -82,6 +83,8 @@ export async function claim(
       // The pooled sandbox had `none`: the create's egress holds before it answers.
       h.network.egress.apply(spec.id, w.address, spec.egress),
     ]);
+    // The service runs since the pool's boot; what it learns of this sandbox is its env.
+    if (rec.service) await writeEnvsFile(h.commands, rec, spec.env);
     rec.phase = 'ready';
     await h.state.write(rec);
     return recordView(rec, false); // not frozen: the pool never pauses its sandboxes
@@ -106,6 +109,8 @@ export async function boot(
   home: Map<string, SandboxRecord>,
   forPool: boolean,
 ): Promise<SandboxRecord> {
+  // A malformed service declaration fails the create before anything is made.
+  const service = declaredService(image.labels, spec.image);
   // Roots are pooled only for creates without volumes (volumes are staged while preparing).
   // Warm-pooled sandboxes make their own: they are made in the background anyway.
   const pooledRoot =
@@ -114,6 +119,7 @@ export async function boot(
   const uidBase = h.uidBaseOf(slot);
   const dir = h.state.dirOf(spec.id);
   const partial = newRecord(spec, image, mergeEnv(image.env, spec.env), { slot, uidBase, rootId: pooledRoot?.id });
+  if (service) partial.service = { ...service, env: mergeEnv(image.env, {}) };
   home.set(spec.id, partial);
   // The create's egress, set while crun runs when the address is known before (crun).
   let egress: Promise<void> | undefined;
@@ -180,6 +186,7 @@ export async function boot(
     partial.netnsPath = net.netnsPath;
     partial.initStart = processStart(partial.initPid);
     if (!forPool) await (egress ?? h.network.egress.apply(spec.id, net.address, spec.egress));
+    await bootService(h.commands, partial, h.serviceStartTimeoutMs);
     partial.phase = 'ready';
     await h.state.write(partial);
     return partial;

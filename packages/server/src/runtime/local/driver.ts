@@ -158,6 +158,7 @@ export class LocalDriver implements RuntimeDriver {
     this.life = {
       ...p,
       cgroupParent: this.opts.cgroupParent,
+      serviceStartTimeoutMs: this.opts.serviceStartTimeoutMs,
       takeNet: () => (this.crun.binary === 'crun' ? this.pools.takeNet() : undefined),
       settleHost: (rec) => settleHost(this.release, rec),
     };

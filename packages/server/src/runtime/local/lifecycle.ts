@@ -31,6 +31,7 @@ import { isAlive, isKept, type RecordStore, type SandboxRecord } from './records
 import { type RootfsManager, volumeOciMount } from './rootfs/roots.js';
 import type { VolumeStore } from './rootfs/volumes.js';
 import { checkLimits } from './sandbox-checks.js';
+import { bootService } from './service.js';
 
 /** What of the driver the lifecycle operations use. */
 export interface LifecycleHost {
@@ -45,6 +46,8 @@ export interface LifecycleHost {
   images: ImageStore;
   /** A network made ahead of need, or undefined (never for runc: it makes its own). */
   takeNet(): SandboxNet | undefined;
+  /** How long a boot waits for the image's service to answer its health check (service.ts). */
+  serviceStartTimeoutMs: number;
   /** Takes the started sandbox's root layer and netns off the host's tables (driver.settleHost). */
   settleHost(rec: SandboxRecord): Promise<void>;
 }
@@ -179,6 +182,7 @@ export async function start(h: LifecycleHost, rec: SandboxRecord, limits: Resour
     rec.netnsPath = net.netnsPath;
     rec.initStart = processStart(rec.initPid);
     await h.network.egress.apply(id, net.address, rec.spec.egress);
+    await bootService(h.commands, rec, h.serviceStartTimeoutMs);
     rec.phase = 'ready';
     await h.state.write(rec);
   } catch (e) {

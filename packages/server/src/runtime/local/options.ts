@@ -45,6 +45,8 @@ export interface LocalDriverOptions {
   warmPool?: WarmEntry[];
   /** Limits warm-pooled sandboxes start with, until a create of their image asks for others. */
   warmLimits?: ResourceLimits;
+  /** How long a boot waits for the service an image declares to be healthy (service.ts). Default 60 s. */
+  serviceStartTimeoutMs?: number;
   /** Leftovers of an earlier process removed at once in the background by `recover()`. Default 4. */
   recoveryConcurrency?: number;
   /** Tests: the background removal of leftovers starts only once this settles. */
@@ -84,6 +86,7 @@ export function withDefaults(opts: LocalDriverOptions, key: string): ResolvedOpt
     warmLimits: { memoryBytes: 512 << 20, cpus: 1, pids: 512, rootDiskBytes: 1 << 30 },
     execAgent: true,
     recoveryConcurrency: 4,
+    serviceStartTimeoutMs: 60_000,
     ...set,
   } as ResolvedOptions;
 }
@@ -116,5 +119,6 @@ export function localDriverOptions(config: Readonly<Config>): LocalDriverOptions
     ),
     warmPool: config.warmPool.map((e) => ({ ...e })),
     warmLimits: { ...config.plans[config.defaultPlan].limits },
+    serviceStartTimeoutMs: config.serviceStartTimeoutMs,
   };
 }

@@ -1,3 +1,4 @@
+import type { DeclaredService } from './service.js';
 import { existsSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { readdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -40,6 +41,11 @@ export interface SandboxRecord {
   /** Host pid of the sandbox's init and its start time, to tell "running" without asking crun. */
   initPid: number;
   initStart: number | null;
+  /**
+   * The service its image declares (../service.ts), started at every boot, with the image's
+   * env (`env` without the sandbox's own); absent: none (and in records of older versions).
+   */
+  service?: DeclaredService & { env: string[] };
 }
 
 /** Names of record files: `state.<generation>.json`; `state.json` (generation 0) as older versions wrote it. */

@@ -130,6 +130,29 @@ export class SandboxCommands {
   }
 
   /**
+   * Starts argv itself (no shell) detached, through the sandbox's agent: stdio on /dev/null,
+   * its own session, reparented to the sandbox's init when the agent's request ends.
+   * Resolves with its pid in the sandbox; rejects when it cannot start (AgentSpawnError:
+   * not found, not executable) or the sandbox's agent does not start.
+   */
+  async startDetached(
+    t: CommandTarget,
+    argv: string[],
+    o: { user: string; env: string[]; cwd: string },
+  ): Promise<number> {
+    for (let attempt = 0; ; attempt++) {
+      const agent = await this.agent(t);
+      if (!agent)
+        throw new SandboxdError('internal', 'The sandbox cannot run processes (its exec agent does not start)');
+      try {
+        return await agent.execBackground(argv, o);
+      } catch (e) {
+        if (!(e instanceof AgentGoneError) || attempt > 0) throw e;
+      }
+    }
+  }
+
+  /**
    * Starts argv with its output streamed, through the sandbox's agent (there is no fallback:
    * a sandbox whose agent cannot start cannot run anything). `user` other than numeric
    * `uid:gid` is looked up in the sandbox's /etc/passwd by the agent.

@@ -7,8 +7,10 @@ import assert from 'node:assert/strict';
 import { lstat, readdir, readFile, stat, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { test } from 'node:test';
+import { ciRevision } from './build-code-interpreter.js';
 import { DEBIAN_REVISION } from './build-debian.js';
 import { ensureDefaultImages, imageRevision } from './defaults.js';
+import { selectImage } from './oci-read.js';
 import { ImageStore } from './store.js';
 import { runTool, toolEnv } from './run.js';
 import { tempDir } from '../../../../test/images.js';
@@ -134,4 +136,36 @@ test('local images build offline and come out right', { timeout: 30 * 60_000 }, 
   assert.equal(bb2.digest, bb.digest);
   assert.equal(deb2.digest, deb.digest);
   assert.deepEqual(again.stats, { pulls: 0, imports: 0, builds: 0, unpacks: 0 });
+});
+
+test('local/code-interpreter builds offline with its kernels, the code server and its service labels', {
+  timeout: 30 * 60_000,
+}, async () => {
+  const store = new ImageStore({ dir: SHARED });
+  const ci = (await ensureDefaultImages(store, (m) => console.log(`# ${m}`)))[2];
+  assert.equal(ci.ref, 'local/code-interpreter:latest');
+  assert.equal(await readFile(join(ci.rootfsDir, 'etc/sandboxd-image-revision'), 'utf8'), `${await ciRevision()}\n`);
+  const layout = await store.builtLayout('local/code-interpreter:latest');
+  assert.ok(layout);
+  const img = await selectImage(layout, 'latest');
+  const labels = (img.config.config as { Labels?: Record<string, string> }).Labels ?? {};
+  assert.deepEqual(JSON.parse(labels['org.sandboxd.service.cmd']), [
+    '/usr/bin/python3',
+    '/opt/sandboxd-ci/server/supervise.py',
+  ]);
+  assert.equal(labels['org.sandboxd.service.port'], '49999');
+  assert.equal(labels['org.sandboxd.service.health'], '/health');
+  assert.equal(img.manifest.layers.length, 2, 'Debian base + the repository files');
+  const c = (p: string) => join(ci.rootfsDir, p);
+  assert.equal((await stat(c('opt/sandboxd-ci/server/main.py'))).uid, 0);
+  assert.equal((await lstat(c('opt/sandboxd-ci/server/main.py'))).mode & 0o777, 0o644);
+  assert.match(await readFile(c('etc/sudoers.d/user'), 'utf8'), /^user ALL=\(ALL:ALL\) NOPASSWD: ALL$/m);
+  assert.ok(await has(c('usr/local/share/jupyter/kernels/python3/kernel.json')), 'python kernel spec');
+  assert.ok(await has(c('usr/local/share/jupyter/kernels/ir/kernel.json')), 'R kernel spec');
+  const out = await inRootfs(
+    ci.rootfsDir,
+    'python3 -B -c "import ipykernel, jupyter_client, numpy, pandas, matplotlib, scipy, PIL, sklearn, seaborn, bs4, openpyxl, requests; print(1)"; node -e "console.log(process.versions.node.split(\'.\')[0] >= 18)"; R --version | head -c 9; echo; id -u user',
+  );
+  assert.equal(out, '1\ntrue\nR version\n1000\n');
+  console.log(`# code-interpreter: ${(ci.sizeBytes / 1048576).toFixed(1)} MiB unpacked`);
 });

@@ -3,17 +3,37 @@
  */
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { ciRevision } from './build-code-interpreter.js';
 import { DEBIAN_REVISION } from './build-debian.js';
 import type { ImageStore, StoredImage } from './store.js';
 
 /** The local images built offline, in build order (small first). */
-const DEFAULTS = ['local/busybox:latest', 'local/debian:bookworm'] as const;
+const DEFAULTS = ['local/busybox:latest', 'local/debian:bookworm', 'local/code-interpreter:latest'] as const;
 
-/** The revision each build writes to `/etc/sandboxd-image-revision` (none: 1). */
-const REVISION: Record<(typeof DEFAULTS)[number], number> = {
-  'local/busybox:latest': 1,
-  'local/debian:bookworm': DEBIAN_REVISION,
+/**
+ * The revision each build writes to `/etc/sandboxd-image-revision` (none: 1). A number is
+ * bumped by hand (an older one is rebuilt); a string is a hash of the image's definition
+ * (any other one is rebuilt).
+ */
+const REVISION: Record<(typeof DEFAULTS)[number], () => Promise<number | string>> = {
+  'local/busybox:latest': async () => 1,
+  'local/debian:bookworm': async () => DEBIAN_REVISION,
+  'local/code-interpreter:latest': () => ciRevision(),
 };
+
+/** The revision marker of a built image as written (undefined: none). */
+export function imageRevisionText(img: StoredImage): string | undefined {
+  try {
+    return readFileSync(join(img.rootfsDir, 'etc/sandboxd-image-revision'), 'utf8').trim();
+  } catch {
+    return undefined;
+  }
+}
+
+/** Whether `img` is at revision `want` (a number: at least it; a hash: exactly it). */
+function upToDate(img: StoredImage, want: number | string): boolean {
+  return typeof want === 'number' ? imageRevision(img) >= want : imageRevisionText(img) === want;
+}
 
 /** The revision a built image carries (1 when it has no marker: built before markers). */
 export function imageRevision(img: StoredImage): number {
@@ -25,24 +45,25 @@ export function imageRevision(img: StoredImage): number {
 }
 
 /**
- * Builds `local/busybox:latest` and `local/debian:bookworm` unless already in `store` at
- * this version's revision
- * (one after the other; Debian takes a few minutes). Resolves with both images.
+ * Builds `local/busybox:latest`, `local/debian:bookworm` and `local/code-interpreter:latest`
+ * unless already in `store` at this version's revision (one after the other; the Debian
+ * ones take minutes). Resolves with the three images, in that order.
  * Throws what {@link ImageStore.build} throws.
  */
 export async function ensureDefaultImages(store: ImageStore, log?: (msg: string) => void): Promise<StoredImage[]> {
   const out: StoredImage[] = [];
   for (const ref of DEFAULTS) {
+    const want = await REVISION[ref]();
     if (await store.has(ref)) {
       const img = await store.resolve(ref);
-      if (imageRevision(img) >= REVISION[ref]) {
+      if (upToDate(img, want)) {
         log?.(`${ref}: present (${img.digest.slice(0, 19)})`);
         out.push(img);
         continue;
       }
       // Sandboxes made from the old build keep its rootfs until the image store prunes it.
       log?.(
-        `${ref}: present but older than this version's build (revision ${imageRevision(img)} < ${REVISION[ref]}): rebuilding`,
+        `${ref}: present but not this version's build (revision ${imageRevisionText(img) ?? 1}, want ${want}): rebuilding`,
       );
     } else log?.(`${ref}: building`);
     const t0 = Date.now();

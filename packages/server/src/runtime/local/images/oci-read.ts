@@ -48,6 +48,7 @@ export interface OciConfig {
     User?: string;
     Cmd?: string[] | null;
     Entrypoint?: string[] | null;
+    Labels?: Record<string, string> | null;
   };
   rootfs?: { diff_ids?: string[] };
 }

@@ -110,6 +110,7 @@ export class SnapshotStore {
         sizeBytes: bytes,
         entrypoint: o.base.entrypoint,
         cmd: o.base.cmd,
+        labels: o.base.labels,
         architecture: o.base.architecture,
         unpackedAt: new Date().toISOString(),
         snapshot: { ref: canonical, base: o.base.digest, instance: o.instance, sandbox: o.sandbox },

@@ -29,7 +29,7 @@ import { ToolError } from './run.js';
 import { removeTree, TempArea } from './tmp.js';
 import { Installer } from './installer.js';
 import { SnapshotStore } from './snapshots.js';
-import type { ImageRecord } from './unpack.js';
+import { type ImageRecord, stringLabels } from './unpack.js';
 
 export type { Progress } from './pull.js';
 export type { Puller } from './pull-policy.js';
@@ -70,6 +70,8 @@ export interface StoredImage extends ImageInfo {
   manifestDigest: string;
   entrypoint: string[];
   cmd: string[];
+  /** The config's `Labels` (see ../service.ts for those sandboxd reads). */
+  labels: Record<string, string>;
 }
 
 export type OnProgress = (p: Progress) => void;
@@ -109,6 +111,8 @@ export class ImageStore {
   private readonly policy: PullPolicy;
   private warnedIsolation = false;
   private readonly counts = { pulls: 0, imports: 0, builds: 0 };
+  /** Labels of local builds whose records lack them, read from their layouts, by digest. */
+  private readonly layoutLabels = new Map<string, Record<string, string>>();
   /** Images made from sandboxes (`snapshot/<owner>/<name>`, never pulled): see snapshots.ts. */
   readonly snapshots: SnapshotStore;
 
@@ -145,7 +149,7 @@ export class ImageStore {
     const puller = opts.puller ?? OPERATOR;
     if (!r.local) this.policy.check(r.domain, puller, ref);
     const hit = await this.cachedFor(r, puller);
-    if (hit) return this.view(hit, ref, r.canonical);
+    if (hit) return this.view(await this.withLabels(hit, r), ref, r.canonical);
     const rec = await this.once(this.jobKey(r, puller), async () => {
       const again = await this.cachedFor(r, puller);
       if (again) return again;
@@ -154,7 +158,25 @@ export class ImageStore {
       if (!isLocalImage(r.canonical)) throw notFound(ref);
       return this.doBuild(r.canonical);
     });
-    return this.view(rec, ref, r.canonical);
+    return this.view(await this.withLabels(rec, r), ref, r.canonical);
+  }
+
+  /**
+   * `rec` with its labels: a record written before labels were kept has none, except a
+   * local build's, whose labels are read from its kept layout (when it is that image).
+   */
+  private async withLabels(rec: ImageRecord, r: ImageRef): Promise<ImageRecord> {
+    if (rec.labels !== undefined || !r.local || r.snapshot) return rec;
+    let labels = this.layoutLabels.get(rec.digest);
+    if (!labels) {
+      labels = {};
+      const layout = this.cat.layoutDir(r.canonical);
+      const tag = r.canonical.slice(r.canonical.lastIndexOf(':') + 1);
+      const image = await selectImage(layout, tag).catch(() => null);
+      if (image?.configDigest === rec.digest) labels = stringLabels(image.config.config?.Labels);
+      this.layoutLabels.set(rec.digest, labels);
+    }
+    return { ...rec, labels };
   }
 
   /** Pulls `ref` from its registry even if cached (a moved tag is followed), as `opts.puller` (see {@link resolve}). */
@@ -365,6 +387,7 @@ export class ImageStore {
       sizeBytes: rec.sizeBytes,
       entrypoint: [...rec.entrypoint],
       cmd: [...rec.cmd],
+      labels: { ...(rec.labels ?? {}) },
       rootfsDir: this.cat.rootfsDir(rec.digest),
     };
   }
@@ -446,6 +469,7 @@ export class ImageStore {
           timeoutMs: this.opts.timeouts?.buildMs ?? 30 * MIN,
           debianMirrors,
           log,
+          previousLayout: await this.builtLayout(canonical),
         });
       } catch (e) {
         if (e instanceof ToolError)

@@ -23,6 +23,12 @@ export interface ImageRecord {
   sizeBytes: number;
   entrypoint: string[];
   cmd: string[];
+  /**
+   * The config's `Labels` (org.sandboxd.service.* declare a service: ../service.ts).
+   * Absent in records written before labels were kept (read as none; local builds are
+   * read again from their kept layout, see ImageStore).
+   */
+  labels?: Record<string, string>;
   architecture: string;
   /** When this host unpacked it (ISO 8601). */
   unpackedAt: string;
@@ -41,7 +47,7 @@ export function parseEnv(env: readonly string[] | null | undefined): Record<stri
 /** The record fields that come from the image config. */
 export function describeConfig(
   cfg: OciConfig,
-): Pick<ImageRecord, 'env' | 'workingDir' | 'user' | 'entrypoint' | 'cmd' | 'architecture'> {
+): Pick<ImageRecord, 'env' | 'workingDir' | 'user' | 'entrypoint' | 'cmd' | 'labels' | 'architecture'> {
   const c = cfg.config ?? {};
   return {
     env: parseEnv(c.Env),
@@ -49,8 +55,17 @@ export function describeConfig(
     user: c.User ? c.User : 'root',
     entrypoint: c.Entrypoint ?? [],
     cmd: c.Cmd ?? [],
+    labels: stringLabels(c.Labels),
     architecture: cfg.architecture ?? hostArch(),
   };
+}
+
+/** The string-valued entries of a config's `Labels` (anything else is dropped). */
+export function stringLabels(labels: unknown): Record<string, string> {
+  const out: Record<string, string> = {};
+  if (labels && typeof labels === 'object' && !Array.isArray(labels))
+    for (const [k, v] of Object.entries(labels)) if (typeof v === 'string') out[k] = v;
+  return out;
 }
 
 /** Apparent size of a tree: regular files counted once per inode, plus symlink lengths. */
