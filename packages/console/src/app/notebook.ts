@@ -92,6 +92,11 @@ export class Notebook {
   private readonly status = h('div', { class: 'nb-status', 'aria-live': 'polite' });
   private readonly language: HTMLSelectElement;
   private readonly store: KeyValueStore;
+  private saveTimer: ReturnType<typeof setTimeout> | null = null;
+  /** A reload or a closed tab does not wait for the typing pause. */
+  private readonly onPageHide = () => {
+    if (this.saveTimer !== null) this.save();
+  };
 
   constructor(
     private readonly sandboxId: string,
@@ -140,11 +145,13 @@ export class Notebook {
       ),
     );
     for (const c of this.nb.cells) this.drawCell(c);
+    window.addEventListener('pagehide', this.onPageHide);
   }
 
   /** Leaves the page: a running cell's request is closed (interrupting it) and the notebook is kept. */
   dispose(): void {
     this.disposed = true;
+    window.removeEventListener('pagehide', this.onPageHide);
     this.stopAll();
     this.save();
   }
@@ -187,7 +194,7 @@ export class Notebook {
     });
     code.value = stored.code;
     const label = h('label', { for: id, class: 'sr-only' });
-    const count = h('span', { class: 'nb-count mono', 'aria-hidden': 'true' });
+    const count = h('span', { class: 'nb-count mono' });
     const out = new OutputArea('Output');
     const run = h('button', { type: 'button', class: 'btn small' }, 'Run');
     const stop = h('button', { type: 'button', class: 'btn small', disabled: true }, 'Interrupt');
@@ -208,7 +215,7 @@ export class Notebook {
     code.addEventListener('input', () => {
       stored.code = code.value;
       fitRows(code);
-      this.save();
+      this.saveSoon();
     });
     code.addEventListener('keydown', (ev) => {
       if (ev.key !== 'Enter' || !(ev.shiftKey || ev.ctrlKey || ev.metaKey)) return;
@@ -429,7 +436,15 @@ export class Notebook {
     }
   }
 
+  /** Saves after typing pauses: the notebook's outputs (images) can be megabytes of JSON. */
+  private saveSoon(): void {
+    if (this.saveTimer !== null) return;
+    this.saveTimer = setTimeout(() => this.save(), 400);
+  }
+
   private save(): void {
+    if (this.saveTimer !== null) clearTimeout(this.saveTimer);
+    this.saveTimer = null;
     const kept = saveNotebook(this.store, this.sandboxId, this.nb);
     this.el.dataset.saved = kept;
   }
