@@ -58,7 +58,8 @@ describe('browser console: notebook', { timeout: 600_000 }, () => {
   };
 
   before(async () => {
-    s = await startServer();
+    // A loaded machine may take longer than the default 60 s to start the image's kernel.
+    s = await startServer({ env: { SANDBOXD_SERVICE_START_TIMEOUT_MS: '180000' } });
     const a = await s.api('POST', '/api/v1/admin/accounts', {
       body: { email: EMAIL, password: PASSWORD, tokens: 10_000 },
     });
