@@ -240,11 +240,18 @@ describe('browser console: notebook', { timeout: 600_000 }, () => {
     assert.equal(await countOf(page, 2), '[2]');
     assert.equal((await cell(page, 2).locator('.nb-result.main .nb-text').textContent())?.trim(), '42');
     assert.equal(await cell(page, 4).locator('table.nb-table').count(), 1);
-    // A short notebook for the pictures: the plot, the table and the error.
-    await cell(page, 3).scrollIntoViewIfNeeded();
+    // The picture: the panel down to the fifth cell (state, the plot, the table, the error).
     mkdirSync(SHOTS, { recursive: true });
     const shot = join(SHOTS, 'sandbox-notebook-desktop.png');
-    await page.locator('section.notebook').screenshot({ path: shot });
+    const panel = await page.locator('section.notebook').boundingBox();
+    const fifth = await cell(page, 5).boundingBox();
+    const scrollY = await page.evaluate(() => window.scrollY);
+    assert.ok(panel && fifth);
+    await page.screenshot({
+      path: shot,
+      fullPage: true,
+      clip: { x: panel.x, y: panel.y + scrollY, width: panel.width, height: fifth.y + fifth.height - panel.y + 12 },
+    });
     await b.shoot('sandbox-notebook-page', { dark: true });
     // The HTML output is drawn again: its script is refused again.
     noConsoleErrors([/Blocked script execution in 'about:srcdoc'/]);
