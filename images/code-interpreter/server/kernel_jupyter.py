@@ -46,6 +46,12 @@ class UserKernelManager(AsyncKernelManager):
     def format_kernel_cmd(self, extra_arguments=None):
         return user_prefix() + super().format_kernel_cmd(extra_arguments)
 
+    def write_connection_file(self, **kwargs):
+        """Written as root (0600), then given to `user`: the kernel must read it."""
+        super().write_connection_file(**kwargs)
+        if os.path.exists(self.connection_file):
+            chown_user(self.connection_file)
+
 
 def _py_env_code(env, unset):
     parts = ["import os as _sbx_os"]
@@ -96,10 +102,10 @@ class JupyterKernel:
             raise RuntimeError(f"Failed to set working directory: {self.cwd} is not a directory")
         kdir = os.path.join(RUN_DIR, "kernels")
         os.makedirs(kdir, exist_ok=True)
+        os.chmod(RUN_DIR, 0o755)
+        os.chmod(kdir, 0o711)  # the kernel (as `user`) reads its own connection file only
         km = UserKernelManager(kernel_name=self.SPECS[self.language])
         km.connection_file = os.path.join(kdir, f"kernel-{uuid.uuid4().hex}.json")
-        km.write_connection_file()
-        chown_user(km.connection_file)
         await km.start_kernel(cwd=self.cwd, env=kernel_env(), independent=False)
         self.km = km
         self._record_pid()
@@ -238,7 +244,9 @@ class JupyterKernel:
             except Exception:  # noqa: BLE001
                 log.exception("kernel shutdown failed")
             try:
-                self.km.cleanup_resources()
+                done = self.km.cleanup_resources()
+                if asyncio.iscoroutine(done):
+                    await done
             except Exception:  # noqa: BLE001
                 pass
             self.km = None

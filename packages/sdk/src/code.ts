@@ -74,21 +74,22 @@ export interface ResultData {
  * display output (a plot shown, `display(...)`), with every representation the kernel gave.
  */
 export class Result implements ResultData {
-  readonly text?: string;
-  readonly html?: string;
-  readonly markdown?: string;
-  readonly svg?: string;
-  readonly png?: string;
-  readonly jpeg?: string;
-  readonly pdf?: string;
-  readonly latex?: string;
-  readonly json?: unknown;
-  readonly javascript?: string;
-  readonly data?: Record<string, unknown>;
-  readonly chart?: Record<string, unknown>;
-  readonly extra?: Record<string, unknown>;
+  declare readonly text?: string;
+  declare readonly html?: string;
+  declare readonly markdown?: string;
+  declare readonly svg?: string;
+  declare readonly png?: string;
+  declare readonly jpeg?: string;
+  declare readonly pdf?: string;
+  declare readonly latex?: string;
+  declare readonly json?: unknown;
+  declare readonly javascript?: string;
+  declare readonly data?: Record<string, unknown>;
+  declare readonly chart?: Record<string, unknown>;
+  declare readonly extra?: Record<string, unknown>;
   readonly isMainResult: boolean;
 
+  // Fields are declared, not initialised: a result has only the formats it was given.
   constructor(d: ResultData) {
     for (const k of FORMATS) if (d[k] !== undefined && d[k] !== null) (this as Record<string, unknown>)[k] = d[k];
     if (d.extra && Object.keys(d.extra).length) this.extra = d.extra;

@@ -5,6 +5,7 @@ import pino, { type Logger } from 'pino';
 import { ConfigError, type Config } from './config.js';
 import { NO_ROOM } from './domain/capacity.js';
 import { OffsetClock, systemClock, type Clock } from './domain/clock.js';
+import { codePortGuard } from './e2b/code-port.js';
 import { EnvdDoor } from './e2b/envd/door.js';
 import { filesystemService } from './e2b/envd/filesystem.js';
 import { Filesystem } from './e2b/envd/gen/filesystem_pb.js';
@@ -258,6 +259,7 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
         (p) => p.account.id,
         () => null,
       ),
+    trafficToken: (id, token) => accessTokens.verifyTraffic(id, token),
     now: () => clock.now(),
   });
   // E2B's in-sandbox API (envd) claims its requests first: `E2b-Sandbox-Id`, or the Host
@@ -280,6 +282,7 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
       );
     },
     rest: envdRest({ files: services.files, paths: envdPaths, log: envdLog }),
+    forwardPort: (req, res, addr) => proxy.handleRequestAt(req, res, addr),
   });
   frontDoor.claimRequests(envd.claims, envd.handle);
   // E2B's SDKs with only E2B_DOMAIN set call their control API at `api.<domain>`.
@@ -294,6 +297,7 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
     maxConnsPerSandbox: config.proxyMaxConnsPerSandbox,
     targets,
     access,
+    guard: codePortGuard({ tokens: accessTokens, findSandbox: (id) => store.getSandbox(id) }),
     log: log.child({ component: 'proxy' }),
   });
   proxy.attach(frontDoor);

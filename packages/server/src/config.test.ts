@@ -34,7 +34,10 @@ describe('loadConfig', () => {
   });
 
   it('pools the default image by default; SANDBOXD_WARM_POOL names images and sizes, or off; bad entries are refused by name', () => {
-    assert.deepEqual(loadConfig({}).warmPool, [{ image: 'local/debian:bookworm', size: 4 }]);
+    assert.deepEqual(loadConfig({}).warmPool, [
+      { image: 'local/debian:bookworm', size: 4 },
+      { image: 'local/code-interpreter:latest', size: 1 },
+    ]);
     assert.deepEqual(loadConfig({ SANDBOXD_WARM_POOL: 'off' }).warmPool, []);
     assert.deepEqual(loadConfig({ SANDBOXD_WARM_POOL: 'a/b:1=2, 127.0.0.1:5000/x:y=0,c=10' }).warmPool, [
       { image: 'a/b:1', size: 2 },

@@ -165,7 +165,8 @@ export interface Config {
   e2bTemplates: Record<string, E2bTemplate>;
   /**
    * Local runtime: images whose sandboxes are kept started, ready for a create to claim
-   * (`image=size,...`; `off` for none). Default: 4 of `local/debian:bookworm`.
+   * (`image=size,...`; `off` for none). Default: 4 of `local/debian:bookworm`, 1 of
+   * `local/code-interpreter:latest`.
    */
   warmPool: { image: string; size: number }[];
   /**
@@ -195,8 +196,12 @@ export interface Config {
   runnerDownMs: number;
 }
 
-/** The images pooled by default: the default image of the console, the CLI and E2B's `base`. */
-export const DEFAULT_WARM_POOL = 'local/debian:bookworm=4';
+/**
+ * The images pooled by default: the default image of the console, the CLI and E2B's `base`,
+ * and one sandbox of the code-interpreter image (E2B's `code-interpreter-v1`) with its code
+ * server and Python kernel started (~115 MiB idle, see docs/runtime.md).
+ */
+export const DEFAULT_WARM_POOL = 'local/debian:bookworm=4,local/code-interpreter:latest=1';
 
 /** What an E2B template name stands for. */
 export interface E2bTemplate {
@@ -205,9 +210,15 @@ export interface E2bTemplate {
   user?: string;
 }
 
-/** `base` is E2B's default template: the Debian image, used as E2B's `user` account. */
+/**
+ * `base` is E2B's default template: the Debian image, used as E2B's `user` account.
+ * `code-interpreter-v1` (the default template of E2B's `@e2b/code-interpreter`) and
+ * `code-interpreter` are the code-interpreter image, also as `user`.
+ */
 export const DEFAULT_E2B_TEMPLATES: Record<string, E2bTemplate> = {
   base: { image: 'local/debian:bookworm', user: 'user' },
+  'code-interpreter-v1': { image: 'local/code-interpreter:latest', user: 'user' },
+  'code-interpreter': { image: 'local/code-interpreter:latest', user: 'user' },
 };
 
 type Env = Record<string, string | undefined>;

@@ -29,10 +29,11 @@ describe('code interpreter: sandboxd API, SDK and CLI', { timeout: 900_000 }, ()
   let dir: string;
 
   before(async () => {
-    s = await startServer();
+    // A busy host may take a while to start the sandbox's kernel: the create waits for it.
+    s = await startServer({ env: { SANDBOXD_SERVICE_START_TIMEOUT_MS: '240000' } });
     key = (await newAccount(s, { tokens: 1_000_000 })).key;
     otherKey = (await newAccount(s, { tokens: 1_000_000 })).key;
-    client = new SandboxdClient({ apiKey: key, apiUrl: s.baseUrl });
+    client = new SandboxdClient({ apiKey: key, apiUrl: s.baseUrl, timeoutMs: 300_000 });
     sb = await Sandbox.create({ image: CI_IMAGE, env: { FROM_CREATE: 'created' }, timeoutMs: 900_000 }, client);
     dir = mkdtempSync(join(tmpdir(), 'sbx-run-e2e-'));
   });
@@ -46,15 +47,20 @@ describe('code interpreter: sandboxd API, SDK and CLI', { timeout: 900_000 }, ()
 
   it('runCode: state kept between runs, stdout, the main result, execution count, callbacks in order', async () => {
     const events: string[] = [];
-    const ex = await sb.runCode('x = 41\nprint("hi")\nx + 1', {
-      onStdout: (t) => void events.push(`stdout:${t}`),
-      onResult: (r) => void events.push(`result:${r.text}`),
-    });
+    const ex = await sb.runCode(
+      'import sys\nx = 41\nprint("hi", flush=True)\nprint("warn", file=sys.stderr, flush=True)\nx + 1',
+      {
+        onStdout: (t) => void events.push(`stdout:${t}`),
+        onStderr: (t) => void events.push(`stderr:${t}`),
+        onResult: (r) => void events.push(`result:${r.text}`),
+      },
+    );
     assert.equal(ex.error, undefined, JSON.stringify(ex.error));
     assert.equal(ex.text, '42');
     assert.deepEqual(ex.logs.stdout, ['hi\n']);
+    assert.deepEqual(ex.logs.stderr, ['warn\n']);
     assert.ok(typeof ex.executionCount === 'number' && ex.executionCount >= 1);
-    assert.deepEqual(events, ['stdout:hi\n', 'result:42']);
+    assert.deepEqual(events, ['stdout:hi\n', 'stderr:warn\n', 'result:42']);
     const again = await sb.runCode('x');
     assert.equal(again.text, '41');
     assert.equal(again.executionCount, (ex.executionCount ?? 0) + 1);
@@ -103,6 +109,9 @@ describe('code interpreter: sandboxd API, SDK and CLI', { timeout: 900_000 }, ()
     const js = await sb.runCode('const a = 6 * 7; await Promise.resolve(a)', { language: 'javascript' });
     assert.equal(js.error, undefined, JSON.stringify(js.error));
     assert.equal(js.text, '42');
+    const ts = await sb.runCode('const n: number = 5;\nn * 2', { language: 'typescript' });
+    assert.equal(ts.error, undefined, JSON.stringify(ts.error));
+    assert.equal(ts.text, '10');
     const sh = await sb.runCode('echo "$((6 * 7)) $FROM_CREATE"', { language: 'bash' });
     assert.equal(sh.logs.stdout.join(''), '42 created\n');
     await assert.rejects(sb.runCode('1', { language: 'cobol' }), ValidationError);
@@ -188,6 +197,44 @@ describe('code interpreter: sandboxd API, SDK and CLI', { timeout: 900_000 }, ()
     assert.ok(listed.body.contexts.some((c: { id: string }) => c.id === created.body.id));
     assert.equal((await api('POST', `/contexts/${created.body.id}/restart`)).status, 204);
     assert.equal((await api('DELETE', `/contexts/${created.body.id}`)).status, 204);
+  });
+
+  it('API: a session cookie works with a same-origin Origin on state changes, and is 401 without', async () => {
+    const email = `ci-cookie-${Date.now()}@example.com`;
+    const made = await s.api('POST', '/api/v1/admin/accounts', {
+      body: { email, password: 'password123', tokens: 100_000 },
+    });
+    assert.equal(made.status, 201, made.text);
+    const login = await s.api('POST', '/api/v1/auth/login', { key: null, body: { email, password: 'password123' } });
+    const cookie = String(login.headers.get('set-cookie')).split(';')[0];
+    const own = await s.api('POST', '/api/v1/sandboxes', {
+      key: null,
+      body: { image: CI_IMAGE, timeoutMs: 300_000 },
+      headers: { cookie, origin: s.baseUrl },
+    });
+    assert.equal(own.status, 201, own.text);
+    const path = `/api/v1/sandboxes/${own.body.sandbox.id}/code/execute`;
+    const body = { code: '6 * 7' };
+    const noOrigin = await s.api('POST', path, { key: null, body, headers: { cookie } });
+    assert.equal(noOrigin.status, 401, noOrigin.text);
+    const ok = await s.api('POST', path, { key: null, body, headers: { cookie, origin: s.baseUrl } });
+    assert.equal(ok.status, 200, ok.text);
+    assert.match(ok.headers.get('content-type') ?? '', /application\/x-ndjson/);
+    const events = ok.text
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
+    assert.deepEqual(events.find((e) => e.type === 'result')?.result, { text: '42', isMainResult: true });
+    assert.equal(events.at(-1).type, 'end');
+    const listed = await s.api('GET', `/api/v1/sandboxes/${own.body.sandbox.id}/code/contexts`, {
+      key: null,
+      headers: { cookie },
+    });
+    assert.equal(listed.status, 200, 'a GET needs no Origin');
+    await s.api('DELETE', `/api/v1/sandboxes/${own.body.sandbox.id}`, {
+      key: null,
+      headers: { cookie, origin: s.baseUrl },
+    });
   });
 
   it('API: a sandbox that is not of the image is 409 no_code_interpreter naming the image; a paused one 409 conflict', async () => {

@@ -133,7 +133,7 @@ describe('code server in local/code-interpreter (local runtime)', { skip: skip ?
   before(async () => {
     s = await startLocalServer();
     const c = await s.api('POST', '/api/v1/sandboxes', {
-      body: { image: IMAGE, envs: { SBX_CI_SANDBOX_VAR: 'from-sandbox' } },
+      body: { image: IMAGE, env: { SBX_CI_SANDBOX_VAR: 'from-sandbox' } },
     });
     assert.equal(c.status, 201, c.text);
     id = c.body.sandbox.id;
@@ -430,10 +430,14 @@ describe('code server in local/code-interpreter (local runtime)', { skip: skip ?
     const r = await run({ code: 'x <- c(1, 2, 3)\nprint(sum(x))\nmean(x)', language: 'r' });
     assert.ok(!r.error, JSON.stringify(r.error));
     assert.match(r.stdout, /\[1\] 6/);
-    assert.match(r.main?.text ?? '', /2/);
+    // IRkernel sends a visible value as display data (so, as with E2B, not the main result).
+    assert.equal(r.results[0]?.text, '[1] 2');
+    assert.equal(r.results[0]?.html, '2');
     const env = await run({ code: 'Sys.getenv("SBX_RUN_VAR")', language: 'r', env_vars: { SBX_RUN_VAR: 'r-run' } });
-    assert.match(env.main?.text ?? '', /r-run/);
-    assert.doesNotMatch((await run({ code: 'Sys.getenv("SBX_RUN_VAR")', language: 'r' })).main?.text ?? '', /r-run/);
+    assert.match(env.results[0]?.text ?? '', /r-run/);
+    const after = await run({ code: 'Sys.getenv("SBX_RUN_VAR")', language: 'r' });
+    assert.ok(after.results[0], 'a result');
+    assert.doesNotMatch(after.results[0]?.text ?? '', /r-run/);
     const err = await run({ code: 'stop("boom")', language: 'r' });
     assert.match(err.error?.value ?? '', /boom/);
   });

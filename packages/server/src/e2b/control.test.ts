@@ -111,6 +111,25 @@ describe('E2B control API (fake runtime)', () => {
     assert.equal(rec?.state, 'started');
   });
 
+  it('create with allowPublicTraffic false: private ports and a traffic access token (also from connect)', async () => {
+    const u = await user();
+    const r = await u.e2b('POST', '/v2/sandboxes', { templateID: 'base', network: { allowPublicTraffic: false } });
+    assert.equal(r.statusCode, 201, r.body);
+    const b = r.json();
+    const tokens = new AccessTokens(t.app.store);
+    assert.equal(b.trafficAccessToken, await tokens.trafficTokenFor(b.sandboxID));
+    assert.match(b.trafficAccessToken, /^ta_[A-Za-z0-9_-]{43}$/);
+    assert.notEqual(b.trafficAccessToken, b.envdAccessToken);
+    assert.equal(await tokens.verifyTraffic(b.sandboxID, b.trafficAccessToken), true);
+    assert.equal(await tokens.verifyTraffic('other', b.trafficAccessToken), false);
+    assert.equal((await t.app.store.getSandbox(b.sandboxID))?.portsPublic, false);
+    const c = await u.e2b('POST', `/sandboxes/${b.sandboxID}/connect`, { timeout: 60 });
+    assert.equal(c.json().trafficAccessToken, b.trafficAccessToken, c.body);
+    const open = await u.e2b('POST', '/v2/sandboxes', { templateID: 'base', network: { allowPublicTraffic: true } });
+    assert.equal(open.json().trafficAccessToken, null);
+    assert.notEqual((await t.app.store.getSandbox(open.json().sandboxID))?.portsPublic, false);
+  });
+
   it("create: a name that is no template is an image; no timeout takes sandboxd's default; v1 path too", async () => {
     const u = await user();
     const r = await u.e2b('POST', '/v2/sandboxes', { templateID: 'local/busybox:latest' });
@@ -132,7 +151,7 @@ describe('E2B control API (fake runtime)', () => {
       r,
       404,
       'template_not_found',
-      /local\/nope:1 not found: it is neither a template of this server \(base\)/,
+      /local\/nope:1 not found: it is neither a template of this server \(base, code-interpreter-v1, code-interpreter\)/,
     );
     assert.deepEqual(await u.own(), []);
     assert.equal(await u.balance(), before);
@@ -193,7 +212,6 @@ describe('E2B control API (fake runtime)', () => {
       [{ network: { denyOut: ['8.8.8.8/32'] } }, 'network.denyOut'],
       [{ network: { rules: { 'api.example.com': [] } } }, 'network.rules'],
       [{ network: { egressProxy: { address: 'p:1080' } } }, 'network.egressProxy'],
-      [{ network: { allowPublicTraffic: false } }, 'network.allowPublicTraffic'],
       [{ network: { maskRequestHost: 'x' } }, 'network.maskRequestHost'],
       [{ network: { httpsPorts: [3000] } }, 'network.httpsPorts'],
       [{ allow_internet_access: true, network: { denyOut: ['0.0.0.0/0'] } }, 'allow_internet_access: true'],

@@ -78,7 +78,8 @@ interface E2bSandbox {
   envdVersion: string;
   envdAccessToken: string;
   domain: string;
-  trafficAccessToken: null;
+  /** Set for a sandbox with private ports (E2B's `allowPublicTraffic: false`): the header its ports take. */
+  trafficAccessToken: string | null;
 }
 
 /** The template E2B sees: the name it was created from, or the image of a sandboxd create. */
@@ -138,7 +139,7 @@ export const e2bControlRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app,
     envdVersion: ENVD_VERSION,
     envdAccessToken: await d.accessTokens.tokenFor(r.id),
     domain: d.config.publicHost,
-    trafficAccessToken: null,
+    trafficAccessToken: r.portsPublic === false ? await d.accessTokens.trafficTokenFor(r.id) : null,
   });
 
   const listed = (r: SandboxRecord, plan: PlanConfig) => ({
@@ -254,6 +255,8 @@ export const e2bControlRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app,
           ...(b.envVars !== undefined ? { env: b.envVars } : {}),
           ...(b.autoPause === true ? { onTimeout: 'pause' as const } : {}),
           ...(egress !== undefined ? { network: { egress } } : {}),
+          // E2B's private sandbox URLs: sandboxd's private ports, opened by the traffic token too.
+          ...(b.network?.allowPublicTraffic === false ? { ports: { public: false } } : {}),
         },
         { template: b.templateID, ...(b.metadata !== undefined ? { metadata: b.metadata } : {}) },
       );

@@ -102,10 +102,6 @@ export function unsupportedIn(b: NewSandbox): string[] {
       no('egress deny lists (network.denyOut); only denying all traffic, with network.allowOut as the exceptions');
     if (present(n.rules)) no('egress transform rules (network.rules)');
     if (given(n.egressProxy)) no('egress proxies (network.egressProxy)');
-    if (n.allowPublicTraffic === false)
-      no(
-        "private sandbox URLs through E2B's API (network.allowPublicTraffic: false); sandboxd's own API creates sandboxes with private ports",
-      );
     if (present(n.maskRequestHost)) no('host masks (network.maskRequestHost)');
     if (present(n.httpsPorts)) no('HTTPS sandbox ports (network.httpsPorts)');
   }

@@ -21,6 +21,26 @@ export class AccessTokens {
     return `ea_${mac}`;
   }
 
+  /**
+   * The traffic access token of a sandbox with private ports (E2B's `trafficAccessToken`,
+   * sent back as `E2B-Traffic-Access-Token` to its ports): another HMAC of the id, under
+   * the same secret.
+   */
+  async trafficTokenFor(sandboxId: string): Promise<string> {
+    const mac = createHmac('sha256', await this.key())
+      .update(`traffic:${sandboxId}`)
+      .digest('base64url');
+    return `ta_${mac}`;
+  }
+
+  /** Constant-time comparison with the sandbox's traffic access token. */
+  async verifyTraffic(sandboxId: string, token: string | undefined): Promise<boolean> {
+    if (!token || token.length > 200) return false;
+    const want = Buffer.from(await this.trafficTokenFor(sandboxId));
+    const got = Buffer.from(token);
+    return want.length === got.length && timingSafeEqual(want, got);
+  }
+
   /** Constant-time comparison with the sandbox's token. */
   async verify(sandboxId: string, token: string | undefined): Promise<boolean> {
     if (!token || token.length > 200) return false;

@@ -27,12 +27,18 @@ export interface PortAccessOptions {
   links: PortLinks;
   /** The account id of an API key, or null when the key is unknown. */
   accountOfKey: (key: string) => Promise<string | null>;
+  /** Whether `token` is sandbox `sandboxId`'s E2B traffic access token (`E2B-Traffic-Access-Token`). Default: none is. */
+  trafficToken?: (sandboxId: string, token: string) => Promise<boolean>;
   now: () => number;
 }
 
+/** The header E2B's SDKs send a sandbox's traffic access token in. */
+export const TRAFFIC_TOKEN_HEADER = 'e2b-traffic-access-token';
+
 /**
  * Who may use a sandbox port. Public ports (the default): everyone, and the request goes
- * on untouched. Private ports: the owner's API key in `X-Sandboxd-Key`, or a link token
+ * on untouched. Private ports: the sandbox's E2B traffic access token in
+ * `E2B-Traffic-Access-Token`, the owner's API key in `X-Sandboxd-Key`, or a link token
  * (from `POST /api/v1/sandboxes/{id}/ports/{port}/link`) in the `sandboxd_token` query
  * parameter or cookie. A browser opening a link (GET or HEAD, not an upgrade) is sent a
  * host-only HttpOnly cookie and redirected to the same URL without the token; other
@@ -46,6 +52,15 @@ export class PortAccess {
     const url = a.req.url ?? '/';
     if (a.portsPublic) return { kind: 'forward', path: url };
     const where = { sandboxId: a.sandboxId, port: a.port };
+    const traffic = a.req.headers[TRAFFIC_TOKEN_HEADER];
+    if (typeof traffic === 'string' && traffic !== '' && this.opts.trafficToken) {
+      if (await this.opts.trafficToken(a.sandboxId, traffic.trim())) return { kind: 'forward', path: url };
+      throw new ProxyError(
+        'unauthorized',
+        `The token in E2B-Traffic-Access-Token does not open port ${a.port} of sandbox ${a.sandboxId}`,
+        where,
+      );
+    }
     const key = a.req.headers[KEY_HEADER];
     if (typeof key === 'string' && key !== '') {
       const owner = await this.opts.accountOfKey(key.trim());

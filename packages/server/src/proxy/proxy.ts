@@ -21,8 +21,16 @@ export interface PortProxyOptions {
   maxConnsPerSandbox?: number;
   targets: Pick<SandboxTargets, 'resolve'>;
   access: Pick<PortAccess, 'check'>;
+  /**
+   * Checks run before {@link PortAccess} (E2B's rules for its code-interpreter port, say):
+   * throw {@link ProxyError} to refuse. Default none.
+   */
+  guard?: PortGuard;
   log: Logger;
 }
+
+/** A check of a request for a sandbox port before it is forwarded; throws {@link ProxyError} to refuse. */
+export type PortGuard = (req: IncomingMessage, addr: PortAddress) => Promise<void>;
 
 /**
  * The public port proxy: requests whose Host is `<port>-<sandboxId>.<publicHost>` go to
@@ -58,6 +66,19 @@ export class PortProxy {
     });
   };
 
+  /**
+   * Handles a request for port `addr` of a sandbox that names it otherwise than by Host
+   * (E2B's `E2b-Sandbox-Id` / `E2b-Sandbox-Port` headers): the same checks and forwarding
+   * as a request for `<port>-<id>.<publicHost>`; never throws.
+   */
+  readonly handleRequestAt = (req: IncomingMessage, res: ServerResponse, addr: PortAddress): void => {
+    this.track(res);
+    this.serve(req, res, addr).catch((e) => {
+      const err = this.refusal(e, req);
+      sendError(req, res, err);
+    });
+  };
+
   /** Handles one claimed upgrade request; never throws. */
   readonly handleUpgrade = (req: IncomingMessage, socket: Duplex, head: Buffer): void => {
     this.track(socket);
@@ -70,8 +91,8 @@ export class PortProxy {
     this.live.clear();
   }
 
-  private async serve(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const { addr, target, framing } = await this.prepare(req);
+  private async serve(req: IncomingMessage, res: ServerResponse, at?: PortAddress): Promise<void> {
+    const { addr, target, framing } = await this.prepare(req, at);
     const d = await this.o.access.check({
       req,
       ...addr,
@@ -129,15 +150,18 @@ export class PortProxy {
    */
   private async prepare(
     req: IncomingMessage,
+    at?: PortAddress,
   ): Promise<{ addr: PortAddress; target: ProxyTarget; framing: RequestFraming }> {
-    const addr = this.hosts.parse(req);
+    const addr = at ?? this.hosts.parse(req);
     if (!req.url?.startsWith('/'))
       throw new ProxyError(
         'validation',
         'The request target must be a path (absolute-form and authority-form are refused)',
       );
     const framing = requestFraming(req);
-    return { addr, target: await this.o.targets.resolve(addr.sandboxId), framing };
+    const target = await this.o.targets.resolve(addr.sandboxId);
+    await this.o.guard?.(req, addr);
+    return { addr, target, framing };
   }
 
   private refusal(e: unknown, req: IncomingMessage): ProxyError {

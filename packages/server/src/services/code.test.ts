@@ -148,6 +148,7 @@ describe('CodeService', () => {
     for (const [status, kind, text] of [
       [400, 'validation', 'Unsupported language: cobol'],
       [404, 'not_found', 'Context nope not found'],
+      [500, 'validation', 'Failed to create context: no kernel for language cobol'],
       [500, 'upstream', 'kernel failed'],
     ] as const) {
       handler = (_q, _b, res) => {

@@ -31,8 +31,9 @@ export interface CodeServiceOptions {
  * in-sandbox server on port 49999 (E2B's code-interpreter protocol) and translates its
  * answers to sandboxd's shapes. The sandbox must be the caller's (`not_found`) and started
  * (`conflict`, as exec). Nothing listening there: `no_code_interpreter` (409, naming the
- * image to use). The server's own refusals keep its message: 400 `validation`, 404
- * `not_found`; anything else it answers is `upstream` (502).
+ * image to use). The server's own refusals keep its message: 400 `validation` (and its
+ * 500 for a language it has no kernel for, as E2B's answers it), 404 `not_found`; anything
+ * else it answers is `upstream` (502).
  */
 export class CodeService {
   private readonly answerTimeoutMs: number;
@@ -170,10 +171,16 @@ export class CodeService {
     const message = errorMessage(text) || `The code interpreter answered ${status}`;
     if (status === 400 || status === 422)
       throw new SandboxdError('validation', message, [{ in: 'body', path: '', message }]);
+    // E2B's server answers an unknown language 500 (its kernel cannot start): a bad request here.
+    if (status === 500 && UNKNOWN_LANGUAGE.test(message))
+      throw new SandboxdError('validation', message, [{ in: 'body', path: '/language', message }]);
     if (status === 404) throw new SandboxdError('not_found', message);
     throw new SandboxdError('upstream', `The code interpreter answered ${status}: ${message}`, { status });
   }
 }
+
+/** The in-sandbox server's message for a language it has no kernel for. */
+const UNKNOWN_LANGUAGE = /no kernel for language|unsupported language|unknown language/i;
 
 function noCodeInterpreter(image: string): SandboxdError {
   return new SandboxdError(

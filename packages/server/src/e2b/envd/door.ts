@@ -45,6 +45,12 @@ export interface EnvdDoorDeps {
    * API); resolves with the wait in ms when the limit is exceeded, else null.
    */
   charge(accountId: string): Promise<number | null>;
+  /**
+   * Serves a request that names another port than envd's in `E2b-Sandbox-Port` (E2B's SDK
+   * does so for its code interpreter, 49999): the port proxy, as if the request were for
+   * `<port>-<id>.<publicHost>`. Absent: such requests are refused (400).
+   */
+  forwardPort?: (req: IncomingMessage, res: ServerResponse, addr: PortAddress) => void;
 }
 
 /**
@@ -53,7 +59,9 @@ export interface EnvdDoorDeps {
  * to one origin, `E2B_SANDBOX_URL`) or whose Host is `49983-<id>.<publicHost>` (per-sandbox
  * hosts, `E2B_DOMAIN`). It finds the sandbox, checks its access token (`X-Access-Token`,
  * or a signed `/files` URL), and hands the request to the Connect services or to envd's
- * HTTP paths with an {@link EnvdCall}. Answers before a handler:
+ * HTTP paths with an {@link EnvdCall}. A request whose `E2b-Sandbox-Port` names another port
+ * (E2B's code interpreter: 49999) goes to the port proxy instead (`forwardPort`), with the
+ * proxy's rules. Answers before a handler:
  *  - no token: 401; unknown sandbox or a token that is not its own: 404 (the same answer,
  *    so ids of other accounts' sandboxes cannot be probed);
  *  - a signed URL whose `Authorization: Basic` names another user than the one it was
@@ -95,6 +103,12 @@ export class EnvdDoor {
   }
 
   readonly handle = (req: IncomingMessage, res: ServerResponse): void => {
+    const other = this.otherPort(req);
+    if (other) {
+      if ('refuse' in other) refuse(req, res, other.refuse.status, other.refuse.message);
+      else this.d.forwardPort?.(req, res, other);
+      return;
+    }
     this.admit(req).then(
       (verdict) => {
         if ('refuse' in verdict) {
@@ -165,6 +179,20 @@ export class EnvdDoor {
           }
         : { accountId: sb.accountId, sandbox: sb, user: named, defaultUser: template?.user },
     };
+  }
+
+  /**
+   * The sandbox port of a request by header for another port than envd's, which goes to
+   * the port proxy (when the door has one); null for envd's requests.
+   */
+  private otherPort(req: IncomingMessage): PortAddress | { refuse: { status: number; message: string } } | null {
+    const id = header(req, 'e2b-sandbox-id');
+    const port = header(req, 'e2b-sandbox-port');
+    if (id === undefined || port === undefined || Number(port) === ENVD_PORT || !this.d.forwardPort) return null;
+    if (!/^[1-9][0-9]{0,4}$/.test(port) || Number(port) > 65535)
+      return { refuse: { status: 400, message: `E2b-Sandbox-Port ${port} is not a port (1-65535)` } };
+    if (!SANDBOX_ID.test(id)) return { refuse: { status: 404, message: `Sandbox ${id} not found` } };
+    return { sandboxId: id, port: Number(port) };
   }
 
   private sandboxIdOf(req: IncomingMessage): { id: string } | { refuse: { status: number; message: string } } {

@@ -13,15 +13,12 @@
  * `org.sandboxd.service.{cmd,port,health}`): the runtime starts it when the sandbox starts.
  */
 import { createHash } from 'node:crypto';
-import { createReadStream, createWriteStream } from 'node:fs';
 import { chmod, cp, mkdir, readdir, readFile, stat, writeFile } from 'node:fs/promises';
 import { join, relative, resolve } from 'node:path';
-import { pipeline } from 'node:stream/promises';
-import { createGunzip } from 'node:zlib';
 import { DEBIAN_PACKAGES } from './build-debian.js';
-import { blobPath, MT, selectImage } from './oci-read.js';
+import { blobPath, selectImage } from './oci-read.js';
 import { runTool, toolEnv } from './run.js';
-import { writeOciImage, type WrittenImage } from './oci-write.js';
+import { writeOciImage, type ExistingLayer, type WrittenImage } from './oci-write.js';
 
 /** `images/code-interpreter/` of this repository: copied to {@link CI_INSTALL_DIR}. */
 export const CI_SOURCE_DIR = resolve(import.meta.dirname, '../../../../../../images/code-interpreter');
@@ -184,18 +181,22 @@ export interface CiBuildOptions {
   onLog?: (line: string) => void;
 }
 
-/** Unpacks the base layer of `layout`'s image `tag` into `out` if it has revision `rev`. */
-async function reuseBase(layout: string, tag: string, rev: string, out: string): Promise<boolean> {
+/**
+ * The base layer of `layout`'s image `tag` (as stored: compressed), if that image was built
+ * with base revision `rev`; else null.
+ */
+async function reusableBase(layout: string, tag: string, rev: string): Promise<ExistingLayer | null> {
   try {
     const img = await selectImage(layout, tag);
     const labels = (img.config.config as { Labels?: Record<string, string> } | undefined)?.Labels;
     const first = img.manifest.layers[0];
-    if (labels?.[CI_BASE_LABEL] !== rev || !first || img.manifest.layers.length !== 2) return false;
-    const stages = first.mediaType === MT.layerGzip ? [createGunzip()] : [];
-    await pipeline([createReadStream(blobPath(layout, first.digest)), ...stages, createWriteStream(out)]);
-    return true;
+    const diffId = img.config.rootfs?.diff_ids?.[0];
+    if (labels?.[CI_BASE_LABEL] !== rev || !first || !diffId || img.manifest.layers.length !== 2) return null;
+    const path = blobPath(layout, first.digest);
+    if ((await stat(path)).size !== first.size) return null;
+    return { path, desc: first, diffId };
   } catch {
-    return false;
+    return null;
   }
 }
 
@@ -264,10 +265,13 @@ export async function buildCodeInterpreterLayout(
 ): Promise<WrittenImage> {
   const srcDir = opts.sourceDir ?? CI_SOURCE_DIR;
   const baseRev = ciBaseRevision(opts.suite);
-  const base = join(work, 'base.tar');
-  if (opts.previousLayout && (await reuseBase(opts.previousLayout, tag, baseRev, base))) {
+  let base: string | ExistingLayer | null = opts.previousLayout
+    ? await reusableBase(opts.previousLayout, tag, baseRev)
+    : null;
+  if (base) {
     opts.onLog?.(`base layer ${baseRev} reused from the previous build`);
   } else {
+    base = join(work, 'base.tar');
     await bootstrap(base, work, opts);
   }
   const files = join(work, 'files.tar');

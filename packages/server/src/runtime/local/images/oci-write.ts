@@ -5,7 +5,7 @@
  */
 import { createHash } from 'node:crypto';
 import { createReadStream, createWriteStream } from 'node:fs';
-import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { copyFile, link, mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
@@ -25,8 +25,11 @@ export interface ImageConfigInput {
 export interface WriteImageOptions {
   /** Tag stored as `org.opencontainers.image.ref.name` in index.json (replaces an older one). */
   tag: string;
-  /** Uncompressed tar files, lowest layer first. */
-  layers: string[];
+  /**
+   * Uncompressed tar files, lowest layer first; or a layer blob that already exists
+   * elsewhere (linked or copied in as it is, with its descriptor and diff id).
+   */
+  layers: (string | ExistingLayer)[];
   config: ImageConfigInput;
   /** gzip the layers (default true). */
   gzip?: boolean;
@@ -34,6 +37,13 @@ export interface WriteImageOptions {
   created?: string;
   /** Default: the host architecture. */
   architecture?: string;
+}
+
+/** A layer blob kept from an earlier image: `path` holds the bytes `desc` describes. */
+export interface ExistingLayer {
+  path: string;
+  desc: Descriptor;
+  diffId: string;
 }
 
 export interface WrittenImage {
@@ -98,6 +108,18 @@ export async function writeLayer(
   }
 }
 
+/** Puts an existing layer blob into `layout` (a hard link, else a copy). */
+async function linkLayer(layout: string, l: ExistingLayer): Promise<{ desc: Descriptor; diffId: string }> {
+  const dir = join(layout, 'blobs', 'sha256');
+  await mkdir(dir, { recursive: true });
+  const dst = join(dir, l.desc.digest.replace(/^sha256:/, ''));
+  await link(l.path, dst).catch(async (e: NodeJS.ErrnoException) => {
+    if (e.code === 'EEXIST') return;
+    await copyFile(l.path, dst);
+  });
+  return { desc: { mediaType: l.desc.mediaType, digest: l.desc.digest, size: l.desc.size }, diffId: l.diffId };
+}
+
 /** Adds (or replaces) `desc` under `tag` in the layout's index.json, atomically. */
 export async function tagManifest(layout: string, tag: string, desc: Descriptor): Promise<void> {
   await mkdir(layout, { recursive: true });
@@ -124,7 +146,7 @@ export async function writeOciImage(layout: string, opts: WriteImageOptions): Pr
   const layers: Descriptor[] = [];
   const diffIds: string[] = [];
   for (const l of opts.layers) {
-    const { desc, diffId } = await writeLayer(layout, l, gzip);
+    const { desc, diffId } = typeof l === 'string' ? await writeLayer(layout, l, gzip) : await linkLayer(layout, l);
     layers.push(desc);
     diffIds.push(diffId);
   }
