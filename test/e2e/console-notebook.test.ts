@@ -257,6 +257,26 @@ describe('browser console: notebook', { timeout: 600_000 }, () => {
     noConsoleErrors([/Blocked script execution in 'about:srcdoc'/]);
   });
 
+  it('runs JavaScript and bash in contexts of their own, and restarts the Python kernel', async () => {
+    const { page } = b;
+    const language = page.getByLabel('Language');
+    await language.selectOption('javascript');
+    await run(page, 10, 'const doubled = [1, 2, 3].map((n) => n * 2);\ndoubled.reduce((a, b) => a + b)');
+    assert.equal((await cell(page, 10).locator('.nb-result.main .nb-text').textContent())?.trim(), '12');
+    await language.selectOption('bash');
+    await run(page, 11, 'cd /tmp && echo "$((6 * 7)) in $PWD"');
+    assert.equal((await cell(page, 11).locator('.nb-stream.stdout').textContent())?.trim(), '42 in /tmp');
+    // Back to Python: its kernel kept its state while the others ran.
+    await language.selectOption('python');
+    await run(page, 12, 'x');
+    assert.equal((await cell(page, 12).locator('.nb-result.main .nb-text').textContent())?.trim(), '21');
+    await page.getByRole('button', { name: 'Restart kernel' }).click();
+    await page.locator('section.notebook .nb-status').getByText('Python kernel restarted.').waitFor();
+    await run(page, 13, "print('x' in globals())");
+    assert.equal((await cell(page, 13).locator('.nb-stream.stdout').textContent())?.trim(), 'False');
+    noConsoleErrors();
+  });
+
   it('says a sandbox without a code interpreter has none, naming the image to use', async () => {
     const { page } = b;
     await page.goto(`${s.baseUrl}/sandboxes/${plainId}`);
