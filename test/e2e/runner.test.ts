@@ -170,6 +170,41 @@ describe('api + runner: two processes, one deployment (real runtime)', {
     assert.equal(closed.status, 502);
   });
 
+  it('an image that declares a service (local/code-interpreter): the create answers once it is healthy on the runner; E2B reaches it by header through the tunnel', async () => {
+    const c = await call('POST', '/api/v1/sandboxes', {
+      image: 'local/code-interpreter:latest',
+      env: { ON_RUNNER: 'yes' },
+    });
+    assert.equal(c.status, 201, c.text);
+    const ci = c.body.sandbox.id as string;
+    try {
+      // No wait: the runner's local runtime probed /health before the create answered.
+      const e2b = (path: string, init: { method?: string; body?: string } = {}) =>
+        fetch(`${api.baseUrl}${path}`, {
+          method: init.method ?? 'GET',
+          body: init.body,
+          headers: { 'content-type': 'application/json', 'E2b-Sandbox-Id': ci, 'E2b-Sandbox-Port': '49999' },
+        });
+      const health = await e2b('/health');
+      assert.equal(health.status, 200, await health.text());
+      const run = await e2b('/execute', {
+        method: 'POST',
+        body: JSON.stringify({ code: 'import os; os.environ.get("ON_RUNNER") == "yes"' }),
+      });
+      assert.equal(run.status, 200);
+      const lines = (await run.text())
+        .split('\n')
+        .filter(Boolean)
+        .map((l) => JSON.parse(l) as Record<string, unknown>);
+      assert.deepEqual(
+        lines.filter((l) => l.type === 'result').map((l) => l.text),
+        ['True'],
+      );
+    } finally {
+      assert.equal((await call('DELETE', `/api/v1/sandboxes/${ci}`)).status, 204);
+    }
+  });
+
   it('pauses and resumes', async () => {
     assert.equal((await call('POST', `/api/v1/sandboxes/${id}/pause`)).status, 200);
     assert.equal((await call('GET', `/api/v1/sandboxes/${id}`)).body.sandbox.state, 'paused');

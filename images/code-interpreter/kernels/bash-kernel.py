@@ -25,6 +25,7 @@ the cell's exit status on a private descriptor (62), so output never carries ker
 """
 
 import codecs
+import ctypes
 import json
 import os
 import re
@@ -38,6 +39,7 @@ import tempfile
 import time
 
 CTL_FD = 62
+PR_SET_PDEATHSIG = 1
 # While an interrupted cell has not ended: every RESEND_AFTER seconds, at most RESEND_MAX
 # times, SIGINT again (one that lands while bash forks a command is lost: the child still has
 # bash's handler, then execs) and the end-of-cell line again (the interrupt may have aborted
@@ -64,6 +66,15 @@ def log(message):
     sys.stderr.flush()
 
 
+def hang_up_with_parent():
+    """In the child before exec: SIGHUP when the kernel dies (even by SIGKILL). An interactive
+    bash sends SIGHUP on to its jobs, so nothing the cell started outlives the kernel."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGHUP)
+    except (OSError, AttributeError):
+        pass
+
+
 class Shell:
     """One interactive bash whose stdout, stderr and marker descriptor are pipes to us."""
 
@@ -76,7 +87,7 @@ class Shell:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             pass_fds=(ctl_w,),
-            start_new_session=True,
+            preexec_fn=hang_up_with_parent,
         )
         os.close(ctl_w)
         self.ctl = ctl_r
@@ -105,10 +116,9 @@ class Shell:
         self.proc.stdin.flush()
 
     def interrupt(self):
-        try:
-            os.killpg(self.proc.pid, signal.SIGINT)
-        except ProcessLookupError:
-            pass
+        """SIGINT to the kernel's process group: bash and the command it runs in the foreground
+        (the kernel's own handler ignores it; background jobs ignore SIGINT)."""
+        os.killpg(os.getpgrp(), signal.SIGINT)
 
     def read(self, fd, on_output):
         """Reads what fd has now; returns False at EOF."""
@@ -173,11 +183,12 @@ class Shell:
             sel.close()
 
     def close(self):
+        """Reaps a shell that has ended and closes its pipes."""
         try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
             self.proc.kill()
-        except ProcessLookupError:
-            pass
-        self.proc.wait()
+            self.proc.wait()
         for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
             try:
                 f.close()
@@ -186,8 +197,43 @@ class Shell:
         os.close(self.ctl)
 
 
+def others_in_group():
+    """Whether a process other than this one is in this process group (from /proc)."""
+    me, group = os.getpid(), os.getpgrp()
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            with open(f"/proc/{name}/stat", encoding="utf-8", errors="replace") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if len(fields) > 2 and int(fields[2]) == group and fields[0] != "Z":
+            return True
+    return False
+
+
+def end_group(shell):
+    """Ends the shell and everything the cells started (all in this process group): SIGHUP
+    (what a terminal's hang-up does), then SIGKILL to what is left, this process included."""
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    os.killpg(os.getpgrp(), signal.SIGHUP)
+    try:
+        shell.proc.wait(2)
+    except subprocess.TimeoutExpired:
+        pass
+    if shell.proc.poll() is not None and not others_in_group():
+        return
+    sys.stdout.flush()
+    os.killpg(os.getpgrp(), signal.SIGKILL)
+
+
 class Kernel:
     def __init__(self):
+        # The kernel leads its own process group (the code server starts it in a new session):
+        # its SIGINT reaches the cell's command, and the server's SIGKILL to the group ends it all.
+        if os.getpgrp() != os.getpid():
+            os.setpgid(0, 0)
         self.workdir = tempfile.mkdtemp(prefix="sandboxd-bash-kernel-")
         self.shell = Shell(self.workdir)
         self.count = 0
@@ -222,21 +268,25 @@ class Kernel:
         with open(cell, "w", encoding="utf-8") as f:
             f.write(code if code.endswith("\n") else code + "\n")
 
+        # env: saved with one `declare -p` (one fork, however many names), exported for the cell,
+        # then unset and the saved declarations evaluated back.
+        names = []
         pre, post = [], []
-        for i, (name, value) in enumerate(env.items()):
+        for name, value in env.items():
             if not NAME_RE.match(name) or value is None:
                 output("stderr", f"bash-kernel: env var {name!r} skipped (not a shell name)\n")
                 continue
-            saved = f"__sbx_env_{i}"
-            pre.append(
-                f"{saved}=$(declare -p {name} 2>/dev/null) || {saved}='unset -v {name}'; "
-                f"export {name}={shlex.quote(str(value))}"
+            names.append((name, str(value)))
+        if names:
+            listed = " ".join(n for n, _ in names)
+            pre.append(f"__sbx_env=$(declare -p {listed} 2>/dev/null)")
+            pre.append("export " + " ".join(f"{n}={shlex.quote(v)}" for n, v in names))
+            # Guarded: a resent end-of-cell line must not undo it twice.
+            post.append(
+                f'if [[ -v __sbx_env ]]; then unset -v {listed}; eval "$__sbx_env"; unset -v __sbx_env; fi'
             )
-            post.append(f'eval "${saved}"; unset -v {saved}')
-        if isinstance(cwd, str) and cwd:
-            pre.append(f"cd -- {shlex.quote(cwd)}")
         end_line = (
-            "__sbx_rc=$?; set +e; " + "".join(f"{p}; " for p in reversed(post))
+            "__sbx_rc=$?; set +e; " + "".join(f"{p}; " for p in post)
             + f"printf '%s %s\\n' {mark} \"$__sbx_rc\" >&{CTL_FD}\n"
         )
         script = "".join(f"{p}\n" for p in pre)
@@ -295,19 +345,22 @@ class Kernel:
 
 
 def main():
+    # SIGTERM/SIGHUP end the kernel cleanly (the finally below ends the shell).
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda _s, _f: sys.exit(0))
     kernel = Kernel()
     try:
         kernel.serve()
     except (BrokenPipeError, KeyboardInterrupt):
         pass
     finally:
-        kernel.shell.close()
         try:
             for name in os.listdir(kernel.workdir):
                 os.unlink(os.path.join(kernel.workdir, name))
             os.rmdir(kernel.workdir)
         except OSError:
             pass
+        end_group(kernel.shell)
 
 
 if __name__ == "__main__":

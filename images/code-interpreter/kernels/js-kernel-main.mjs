@@ -88,8 +88,13 @@ async function workerTerminator() {
 
 export async function runMain(argv) {
   const typescript = argv.includes('--typescript');
-  const tsArg = argv.find((a) => a.startsWith('--typescript-module='));
-  const typescriptModule = tsArg ? tsArg.slice('--typescript-module='.length) : null;
+  const option = (name) => {
+    const arg = argv.find((a) => a.startsWith(`--${name}=`));
+    return arg ? arg.slice(name.length + 3) : null;
+  };
+  const typescriptModule = option('typescript-module');
+  const acornModule = option('acorn-module');
+  const parser = option('parser');
 
   const syncFlag = new Int32Array(new SharedArrayBuffer(4));
   const sync = new MessageChannel();
@@ -97,7 +102,7 @@ export async function runMain(argv) {
     env: SHARE_ENV,
     stdout: true,
     stderr: true,
-    workerData: { typescript, typescriptModule, syncFlag, syncPort: sync.port2 },
+    workerData: { typescript, typescriptModule, acornModule, parser, syncFlag, syncPort: sync.port2 },
     transferList: [sync.port2],
   });
   const terminate = await workerTerminator();

@@ -15,6 +15,7 @@ import util from 'node:util';
 import vm from 'node:vm';
 import { parentPort, receiveMessageOnPort, workerData } from 'node:worker_threads';
 import { HELPER, transformCell, transpileTypeScript } from './js-transform.mjs';
+import { transformCellAcorn } from './js-transform-acorn.mjs';
 
 const KERNEL_DIR = path.dirname(fileURLToPath(import.meta.url));
 const DISPLAY = Symbol.for('Jupyter.display');
@@ -22,20 +23,40 @@ const post = (msg) => parentPort.postMessage(msg);
 const kernelRequire = createRequire(import.meta.url);
 const language = workerData.typescript ? 'typescript' : 'javascript';
 
-/** Debian's node-typescript, or the module given with --typescript-module, or any `typescript`. */
-function loadTypeScript() {
+/** The first of `places` that loads, or `{missing}` saying what was tried. */
+function loadFirst(what, places) {
   const tried = [];
-  for (const where of [workerData.typescriptModule, '/usr/share/nodejs/typescript', 'typescript']) {
+  for (const where of places) {
     if (!where) continue;
     try {
-      return { ts: kernelRequire(where) };
+      return { module: kernelRequire(where) };
     } catch (err) {
       tried.push(`${where}: ${err.code ?? err.message}`);
     }
   }
-  return { missing: `the TypeScript compiler was not found (${tried.join('; ')})` };
+  return { missing: `${what} was not found (${tried.join('; ')})` };
 }
-const { ts, missing } = loadTypeScript();
+
+/**
+ * The cell transform: JavaScript with Debian's node-acorn (what nodejs depends on) unless
+ * `--parser=typescript`, else with the TypeScript compiler (Debian's node-typescript, or the
+ * module given with --typescript-module), which TypeScript cells always need. Loaded once.
+ */
+function loadTransform() {
+  const ts = () =>
+    loadFirst('the TypeScript compiler', [workerData.typescriptModule, '/usr/share/nodejs/typescript', 'typescript']);
+  if (language === 'javascript' && workerData.parser !== 'typescript') {
+    const acorn = loadFirst('acorn', [workerData.acornModule, '/usr/share/nodejs/acorn', 'acorn']);
+    if (acorn.module) return { run: (code) => transformCellAcorn(acorn.module, code) };
+  }
+  const t = ts();
+  if (!t.module) return { missing: t.missing };
+  if (language === 'typescript') {
+    return { run: (code) => transformCell(t.module, transpileTypeScript(t.module, code)) };
+  }
+  return { run: (code) => transformCell(t.module, code) };
+}
+const transform = loadTransform();
 
 // --- Output: everything user code prints becomes stdout/stderr events. ---
 for (const [name, stream] of [
@@ -219,11 +240,10 @@ async function run({ id, code, preError }) {
   try {
     if (preError) {
       post({ type: 'error', id, name: preError.name, value: preError.value, traceback: [] });
-    } else if (missing) {
-      post({ type: 'error', id, name: 'KernelError', value: missing, traceback: [] });
+    } else if (transform.missing) {
+      post({ type: 'error', id, name: 'KernelError', value: transform.missing, traceback: [] });
     } else {
-      const js = language === 'typescript' ? transpileTypeScript(ts, code) : code;
-      const { source, prefixLength } = transformCell(ts, js);
+      const { source, prefixLength } = transform.run(code);
       const filename = `cell-${executionCount}`;
       prefixLengths.set(filename, prefixLength);
       const fn = vm.runInThisContext(source, { filename });

@@ -1,9 +1,11 @@
 #!/usr/bin/env node
 /**
  * sandboxd's JavaScript / TypeScript kernel for the code interpreter (Node 18+, no npm packages:
- * TypeScript is Debian's node-typescript, used to parse every cell and to transpile TypeScript).
+ * JavaScript cells are parsed with Debian's node-acorn, a dependency of its nodejs; TypeScript
+ * cells are transpiled and parsed with Debian's node-typescript).
  *
- * Usage: node js-kernel.mjs [--typescript] [--typescript-module=<dir>]
+ * Usage: node js-kernel.mjs [--typescript] [--typescript-module=<dir>] [--acorn-module=<dir>]
+ *        [--parser=typescript]   (JavaScript parsed with TypeScript's parser, as without acorn)
  *
  * Protocol (the code server's, JSON lines): each stdin line is a request
  * `{"id", "code", "env", "cwd"}`; stdout carries only events `{"id", "type": "stdout"|"stderr",

@@ -173,8 +173,13 @@ export function transformCell(ts, code) {
     return `;({ ${props.join(', ')} } = ${load});`;
   }
 
+  return wrap(out, hoisted);
+}
+
+/** The cell's transformed body in the async wrapper; function declarations copied to globals. */
+export function wrap(body, hoisted) {
   const prefix = `(async function () { ${hoisted.map((n) => `globalThis.${n} = ${n}; `).join('')}`;
-  return { source: `${prefix}${stripUseStrict(out)}\n})`, prefixLength: prefix.length };
+  return { source: `${prefix}${stripUseStrict(body)}\n})`, prefixLength: prefix.length };
 }
 
 /**

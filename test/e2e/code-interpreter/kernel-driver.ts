@@ -19,10 +19,12 @@ export type KernelEvent = {
 };
 
 export interface KernelTransport {
+  /** The kernel's pid on this host (local kernels only). */
+  readonly pid?: number;
   /** Writes one request line (with its newline). */
   write(line: string): Promise<void>;
-  /** Sends SIGINT to the kernel. */
-  interrupt(): Promise<void>;
+  /** Sends a signal to the kernel (SIGINT interrupts the running request). */
+  signal(sig: 'SIGINT' | 'SIGTERM' | 'SIGKILL'): Promise<void>;
   /** Closes the kernel's stdin and waits (bounded) for it to end; kills it if it does not. */
   close(): Promise<void>;
   /** Calls `cb` with every line the kernel prints on stdout. */
@@ -105,7 +107,7 @@ export class KernelClient {
   }
 
   interrupt(): Promise<void> {
-    return this.transport.interrupt();
+    return this.transport.signal('SIGINT');
   }
 
   close(): Promise<void> {
@@ -133,18 +135,21 @@ export function errorOf(events: KernelEvent[]): KernelEvent | undefined {
 
 /** A kernel run as a local child process. */
 export function localKernel(argv: string[], env: NodeJS.ProcessEnv = process.env): KernelClient {
-  const child = spawn(argv[0], argv.slice(1), { stdio: ['pipe', 'pipe', 'pipe'], env });
+  // Its own session, as the code server starts kernels: a kernel's signals to its own process
+  // group stay there.
+  const child = spawn(argv[0], argv.slice(1), { stdio: ['pipe', 'pipe', 'pipe'], env, detached: true });
   const stderr: string[] = [];
   child.stderr.on('data', (d) => stderr.push(String(d)));
   const rl = createInterface({ input: child.stdout });
   const exited = new Promise<void>((res) => child.once('exit', () => res()));
   return new KernelClient({
+    pid: child.pid,
     write: (line) =>
       new Promise((res, rej) => {
         child.stdin.write(line, (err) => (err ? rej(err) : res()));
       }),
-    interrupt: async () => {
-      child.kill('SIGINT');
+    signal: async (sig) => {
+      child.kill(sig);
     },
     close: async () => {
       child.stdin.end();
@@ -206,7 +211,7 @@ export async function sandboxKernel(
   };
   return new KernelClient({
     write: (line) => post('/stdin', line),
-    interrupt: () => post('/signal', undefined, { signal: 'SIGINT' }),
+    signal: (sig) => post('/signal', undefined, { signal: sig }),
     close: async () => {
       await post('/stdin/close').catch(() => {});
       const timer = setTimeout(() => void post('/signal', undefined, { signal: 'SIGKILL' }).catch(() => {}), 10_000);

@@ -19,7 +19,14 @@ import { type KernelClient, sandboxKernel } from './kernel-driver.js';
 
 const ROOT = resolve(fileURLToPath(import.meta.url), '../../../..');
 const KERNELS = join(ROOT, 'images/code-interpreter/kernels');
-const FILES = ['js-kernel.mjs', 'js-kernel-main.mjs', 'js-kernel-worker.mjs', 'js-transform.mjs', 'bash-kernel.py'];
+const FILES = [
+  'js-kernel.mjs',
+  'js-kernel-main.mjs',
+  'js-kernel-worker.mjs',
+  'js-transform.mjs',
+  'js-transform-acorn.mjs',
+  'bash-kernel.py',
+];
 const DIR = '/tmp/sandboxd-kernels';
 const CI_IMAGE = 'local/code-interpreter:latest';
 
@@ -89,7 +96,14 @@ describe('code-interpreter kernels in a sandbox', {
     });
   }
 
-  suite('JavaScript', CI_IMAGE, `node ${DIR}/js-kernel.mjs`, javascriptCases, noCi);
-  suite('TypeScript', CI_IMAGE, `node ${DIR}/js-kernel.mjs --typescript`, typescriptCases, noCi);
-  suite('bash', hasCi ? CI_IMAGE : 'local/debian:bookworm', `python3 ${DIR}/bash-kernel.py`, bashCases, false);
+  suite('JavaScript', CI_IMAGE, `exec node ${DIR}/js-kernel.mjs`, javascriptCases, noCi);
+  suite(
+    "JavaScript parsed with TypeScript's parser",
+    CI_IMAGE,
+    `exec node ${DIR}/js-kernel.mjs --parser=typescript`,
+    javascriptCases,
+    noCi,
+  );
+  suite('TypeScript', CI_IMAGE, `exec node ${DIR}/js-kernel.mjs --typescript`, typescriptCases, noCi);
+  suite('bash', hasCi ? CI_IMAGE : 'local/debian:bookworm', `exec python3 ${DIR}/bash-kernel.py`, bashCases, false);
 });

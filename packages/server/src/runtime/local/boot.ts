@@ -19,7 +19,10 @@ import { isAlive, newRecord, recordView, type SandboxRecord } from './records.js
 import { type keyedLock, mountHelper } from './rootfs/mounts.js';
 import { volumeOciMount } from './rootfs/roots.js';
 import { mergeEnv } from './sandbox-checks.js';
-import { bootService, declaredService, writeEnvsFile } from './service.js';
+import { bootService, declaredService, waitHealthy, writeEnvsFile } from './service.js';
+
+/** The longest a claim waits for the service of a pooled sandbox to answer again. */
+const CLAIM_HEALTH_MS = 10_000;
 
 /** An image as the image store resolves it. */
 export type ResolvedImage = Awaited<ReturnType<ImageStore['resolve']>>;
@@ -44,8 +47,10 @@ export interface StartHost extends LifecycleHost {
  * CPU and pid limits of `spec` are applied to its cgroup, its hostname (UTS namespace and
  * /etc files) becomes the sandbox's, the volumes of `spec` are mounted into it (as a cold
  * start binds them: idmapped for its uid range, nosuid, nodev), and its record (with the env of `spec` over the
- * image's, which every command gets) is written. The pooled sandbox ran nothing but its
- * init. Null when it cannot be claimed (it died): it is removed and the create starts one.
+ * image's, which every command gets) is written. When its image declares a service, the
+ * env of `spec` is written to /run/sandboxd/envs.json and the service's health is checked
+ * again (service.ts). The pooled sandbox ran nothing but its
+ * init (and the service its image declares). Null when it cannot be claimed (it died): it is removed and the create starts one.
  */
 export async function claim(
   h: StartHost,
@@ -83,8 +88,21 @@ export async function claim(
       // The pooled sandbox had `none`: the create's egress holds before it answers.
       h.network.egress.apply(spec.id, w.address, spec.egress),
     ]);
-    // The service runs since the pool's boot; what it learns of this sandbox is its env.
-    if (rec.service) await writeEnvsFile(h.commands, rec, spec.env);
+    // The service runs since the pool's boot (healthy then); what it learns of this sandbox
+    // is its env. It is asked again (one probe, ~1 ms) so that a claim, too, hands out a
+    // sandbox whose service answers (its supervisor may be restarting it).
+    if (rec.service) {
+      const svc = rec.service;
+      await Promise.all([
+        writeEnvsFile(h.commands, rec, spec.env),
+        waitHealthy(w.address, svc, {
+          // A service that does not answer soon is not waited for here: a cold boot is.
+          timeoutMs: Math.min(h.serviceStartTimeoutMs, CLAIM_HEALTH_MS),
+          alive: () => isAlive(w),
+          sandboxId: spec.id,
+        }),
+      ]);
+    }
     rec.phase = 'ready';
     await h.state.write(rec);
     return recordView(rec, false); // not frozen: the pool never pauses its sandboxes

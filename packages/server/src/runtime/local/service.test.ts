@@ -12,7 +12,7 @@ import { after, before, describe, it } from 'node:test';
 import { SandboxdError } from '@sandboxd/protocol';
 import { makeTestDriver, TEST_IMAGE_DIR } from '../../../test/local-driver.js';
 import { tarDir, tempDir } from '../../../test/images.js';
-import { cgroupParentDir } from './bundle/cgroup-fs.js';
+import { cgroupParentDir, cgroupProcsOf } from './bundle/cgroup-fs.js';
 import type { LocalDriver } from './driver.js';
 import { writeOciImage } from './images/oci-write.js';
 import { ImageStore } from './images/store.js';
@@ -185,6 +185,13 @@ describe('image-declared services on the local runtime', () => {
     await d.delete(s.id);
   });
 
+  it('a sandbox without egress (none) is still probed from the host: its create answers', async () => {
+    const { driver: d } = await driver('svcnone');
+    const s = await d.create({ ...spec('none', GOOD), egress: 'none' });
+    assert.equal((await d.exec(s.id, 'cat /run/svc-starts')).stdout, 'started\n');
+    await d.delete(s.id);
+  });
+
   it('stop then start: the service starts again and answers before start resolves', async () => {
     const { driver: d } = await driver('svcss');
     const s = await d.create(spec('ss', GOOD, { K: 'v' }));
@@ -225,6 +232,30 @@ describe('image-declared services on the local runtime', () => {
     assert.deepEqual(JSON.parse((await d.exec(s.id, 'cat /run/sandboxd/envs.json')).stdout), { CLAIMED: 'yes' });
     assert.equal((await d.exec(s.id, 'wget -qO- http://127.0.0.1:49999/health')).stdout, 'ok\n');
     await d.delete(s.id);
+  });
+
+  it('a pooled sandbox whose service stopped answering is not handed out: the create starts its own', async () => {
+    const m = await driver('svcdead', {
+      warmPool: [{ image: GOOD, size: 1 }],
+      warmLimits: LIMITS,
+      serviceStartTimeoutMs: 1500,
+    });
+    await m.driver.refillPools();
+    assert.deepEqual(m.driver.warmPool(), { [GOOD]: 1 });
+    // The pooled sandbox's httpd (the service; nothing restarts it) is killed from the host.
+    const parent = m.options.cgroupParent!;
+    const pooled = readdirSync(cgroupParentDir(parent)).filter((n) => n.startsWith('warm_'));
+    assert.equal(pooled.length, 1, `${pooled}`);
+    const httpd = cgroupProcsOf(parent, pooled[0]).filter((pid) =>
+      readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('httpd'),
+    );
+    assert.equal(httpd.length, 1);
+    process.kill(httpd[0], 'SIGKILL');
+    const s = await m.driver.create(spec('dead', GOOD, { K: 'v' }));
+    assert.equal(m.driver.containerIdOf(s.id), s.id, 'started for the create, not claimed');
+    assert.equal((await m.driver.exec(s.id, 'wget -qO- http://127.0.0.1:49999/health')).stdout, 'ok\n');
+    assert.deepEqual(JSON.parse((await m.driver.exec(s.id, 'cat /run/sandboxd/envs.json')).stdout), { K: 'v' });
+    await m.driver.delete(s.id);
   });
 
   it('a service that never answers fails the create after the timeout, leaving nothing behind', async () => {

@@ -74,7 +74,8 @@ export class Snapshots {
     if (!base) throw new SandboxdError('internal', `the image of sandbox ${id} (${rec.imageDigest}) is gone`);
     const img = join(this.host.rootsDir, `${rec.rootId ?? rec.spec.id}.img`);
     const made = await store.make(ref, {
-      base: base.record,
+      // Its labels (a service it declares) go with it, also those of a record older than labels.
+      base: await this.host.images.withLabelsOf(base.record, rec.spec.image),
       baseRootfs: base.rootfsDir,
       instance: this.host.instance,
       sandbox: id,

@@ -46,6 +46,7 @@ test('the revision is a hash of the files: any edit, new file or mode change giv
 });
 
 test('the base revision follows the package list; the repository dir is what the image copies', async () => {
+  assert.equal(new Set(CI_PACKAGES).size, CI_PACKAGES.length, 'no package twice');
   assert.match(ciBaseRevision(), /^[0-9a-f]{16}$/);
   assert.notEqual(ciBaseRevision('trixie'), ciBaseRevision('bookworm'));
   for (const p of DEBIAN_PACKAGES) assert.ok(CI_PACKAGES.includes(p), `has local/debian's ${p}`);
@@ -64,5 +65,6 @@ test('the config declares the code server as the service on 49999 with /health',
   assert.equal(cfg.labels['org.sandboxd.service.port'], '49999');
   assert.equal(cfg.labels['org.sandboxd.service.health'], '/health');
   assert.equal(cfg.labels[CI_BASE_LABEL], 'abc');
+  assert.equal(cfg.labels['org.sandboxd.setuid'], 'allow', 'sudo works for user');
   assert.equal(cfg.user, 'root');
 });

@@ -29,31 +29,39 @@ export const CI_PORT = 49999;
 
 /** Packages on top of minbase: local/debian's plus what code runs with. */
 export const CI_PACKAGES = [
-  ...DEBIAN_PACKAGES,
-  'sudo',
-  'git',
-  'unzip',
-  'fonts-dejavu-core',
-  'python3-ipykernel',
-  'python3-jupyter-client',
-  'python3-numpy',
-  'python3-pandas',
-  'python3-matplotlib',
-  'python3-scipy',
-  'python3-pil',
-  'python3-requests',
-  'python3-bs4',
-  'python3-openpyxl',
-  'python3-seaborn',
-  'python3-sklearn',
-  'nodejs',
-  'node-typescript',
-  'r-base-core',
-  'r-cran-irkernel',
+  ...new Set([
+    ...DEBIAN_PACKAGES,
+    'sudo',
+    'git',
+    'unzip',
+    'fonts-dejavu-core',
+    'python3-ipykernel',
+    'python3-jupyter-client',
+    'python3-numpy',
+    'python3-pandas',
+    'python3-matplotlib',
+    'python3-scipy',
+    'python3-pil',
+    'python3-requests',
+    'python3-bs4',
+    'python3-openpyxl',
+    'python3-seaborn',
+    'python3-sklearn',
+    'nodejs',
+    'node-typescript',
+    'r-base-core',
+    'r-cran-irkernel',
+  ]),
 ];
 
 /** Config label holding the revision of the base layer (reused when it matches). */
 export const CI_BASE_LABEL = 'org.sandboxd.image.base-revision';
+
+/**
+ * Setuid programs work in its sandboxes (no no_new_privs): `sudo` for `user`, as in
+ * local/debian (runtime/local/setuid.ts reads it).
+ */
+export const CI_SETUID_LABEL = { 'org.sandboxd.setuid': 'allow' };
 
 /** The service labels the runtime reads (see docs/code-interpreter.md). */
 export const CI_SERVICE_LABELS = {
@@ -78,8 +86,12 @@ const SETUP = [
   'rm -rf "$1"/root/.local "$1"/root/.cache "$1"/tmp/*',
 ].join(' && ');
 
-/** What local/debian's build removes (apt lists and caches, logs, machine id), plus bytecode caches. */
+/** What local/debian's build removes (apt lists and caches, logs, machine id), plus Python test suites. */
 const CLEAN = [
+  // The Python packages' own test suites (pandas, scipy, sympy, sklearn...: ~170 MB), never
+  // imported at run time (test helpers live elsewhere, e.g. numpy.testing). Removed after
+  // install, not excluded from it: the packages' postinst byte-compiles them.
+  'find "$1"/usr/lib/python3/dist-packages -mindepth 2 -type d -name tests -prune -exec rm -rf {} + &&',
   'rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/* "$1"/var/log/apt/*',
   '"$1"/var/log/dpkg.log "$1"/var/log/alternatives.log "$1"/var/cache/debconf/*-old',
   '"$1"/var/lib/dpkg/*-old "$1"/etc/machine-id "$1"/var/cache/ldconfig/aux-cache',
@@ -125,6 +137,7 @@ export function ciConfig(baseRevision: string) {
     labels: {
       'org.opencontainers.image.title': 'sandboxd local code-interpreter',
       ...CI_SERVICE_LABELS,
+      ...CI_SETUID_LABEL,
       [CI_BASE_LABEL]: baseRevision,
     },
   };

@@ -295,6 +295,14 @@ export class ImageStore {
     return record && { record, rootfsDir: this.cat.rootfsDir(record.digest) };
   }
 
+  /**
+   * `rec` (an image of the catalog, as {@link byDigest} gives it) with its labels, when it
+   * was recorded before labels were kept and `ref` is the local build it came from.
+   */
+  async withLabelsOf(rec: ImageRecord, ref: string): Promise<ImageRecord> {
+    return this.withLabels(rec, parseRef(ref));
+  }
+
   /** The store's view of a record (an image of the catalog) under `ref`. */
   viewOf(rec: ImageRecord, ref: string): StoredImage {
     return this.view(rec, ref, ref);
