@@ -1,7 +1,7 @@
 /**
  * One sandbox: details, lifecycle (pause, resume, stop, start, snapshot), lifetime (extend or
  * shorten), delete, public port links, the account's balance and concurrency, the web
- * terminals and the file browser. The page is drawn for one state; when the state changes
+ * terminals, the file browser and the notebook. The page is drawn for one state; when the state changes
  * (an action here, or the sandbox's own timeout seen by the poll) it is drawn again.
  */
 import { NotFoundError, Sandbox, ValidationError } from '@sandboxd/sdk';
@@ -10,6 +10,7 @@ import { countdown, field, formatDate, h, notice, setChildren, setFieldError } f
 import { FileBrowser } from '../files.js';
 import { lifecycleBar } from '../lifecycle.js';
 import type { Page, PageContext } from '../main.js';
+import { Notebook } from '../notebook.js';
 import { TerminalTabs } from '../terminal.js';
 import { accountSummary, stateBadge } from './sandboxes.js';
 
@@ -128,6 +129,7 @@ async function drawSandbox(
   const terminals = new TerminalTabs(sb);
   // The page knows no working directory of the sandbox (the API describes none): start at `/`.
   const files = new FileBrowser(sb.id, '/');
+  const notebook = sb.state === 'started' ? new Notebook(sb.id) : null;
   const figures = h('div', {}, accountSummary(acc));
   const del = h('button', { type: 'button', class: 'btn danger' }, 'Delete sandbox');
   let armed = false;
@@ -142,6 +144,7 @@ async function drawSandbox(
       await sb.delete();
       terminals.sandboxGone();
       files.sandboxGone();
+      notebook?.sandboxGone();
       main.classList.add('deleted');
       del.textContent = 'Deleted';
       for (const b of main.querySelectorAll<HTMLButtonElement>('.lifetime button, .new-term, .lifecycle-wrap button'))
@@ -237,6 +240,14 @@ async function drawSandbox(
           h('h2', {}, 'Files'),
           h('p', { class: 'empty' }, `The sandbox is ${sb.state}; its files can be browsed while it is started.`),
         ),
+    notebook
+      ? notebook.el
+      : h(
+          'section',
+          { class: 'card' },
+          h('h2', {}, 'Notebook'),
+          h('p', { class: 'empty' }, `The sandbox is ${sb.state}; code runs in it while it is started.`),
+        ),
   );
   if (sb.state === 'started') await Promise.all([terminals.init(), files.init()]);
   // The state changes by itself at stopAt (or by another client): follow it, drawing the page
@@ -257,6 +268,7 @@ async function drawSandbox(
         gone = true;
         terminals.sandboxGone();
         files.sandboxGone();
+        notebook?.sandboxGone();
         setChildren(stateEl, stateBadge('deleted'));
         setChildren(stopsIn, h('span', { class: 'dim' }, 'deleted'));
       },
@@ -267,5 +279,6 @@ async function drawSandbox(
     clearInterval(poll);
     terminals.dispose();
     files.dispose();
+    notebook?.dispose();
   };
 }

@@ -29,6 +29,9 @@ describe('console routes', () => {
       const nonce = /'nonce-([^']+)'/.exec(csp)![1];
       assert.ok(r.body.includes(`content="${nonce}"`), 'the page carries the nonce of its policy');
       assert.doesNotMatch(csp, /unsafe-inline|unsafe-eval/);
+      // The notebook's images are data: URLs; its HTML frames are srcdoc, so no frame source is allowed.
+      assert.match(csp, /img-src 'self' data:(;|$)/);
+      assert.doesNotMatch(csp, /frame-src|child-src/);
       nonces.add(nonce);
     }
     assert.equal(nonces.size, CONSOLE_PAGES.length - 1 + 3);

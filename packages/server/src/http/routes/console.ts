@@ -19,13 +19,18 @@ export const CONSOLE_PAGES = [
   '/snapshots',
 ];
 
-/** The Content-Security-Policy of the console; `nonce` only lets xterm.js add its own style elements. */
+/**
+ * The Content-Security-Policy of the console; `nonce` only lets xterm.js add its own style
+ * elements. `data:` images are the notebook's plots (base64 PNG, JPEG, and SVG shown as an
+ * image, where its scripts never run). The notebook's HTML results are `srcdoc` frames with an
+ * empty `sandbox` attribute: they inherit this policy, so they load nothing from elsewhere.
+ */
 export function consoleCsp(nonce: string): string {
   return [
     "default-src 'none'",
     "script-src 'self'",
     `style-src 'self' 'nonce-${nonce}'`,
-    "img-src 'self'",
+    "img-src 'self' data:",
     "font-src 'self'",
     "connect-src 'self'",
     "manifest-src 'self'",
