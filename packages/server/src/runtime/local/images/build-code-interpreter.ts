@@ -15,6 +15,7 @@
 import { createHash } from 'node:crypto';
 import { chmod, cp, mkdir, readdir, readFile, stat, writeFile } from 'node:fs/promises';
 import { join, relative, resolve } from 'node:path';
+import { SETUID_LABEL } from '../setuid.js';
 import { DEBIAN_PACKAGES } from './build-debian.js';
 import { blobPath, selectImage } from './oci-read.js';
 import { runTool, toolEnv } from './run.js';
@@ -61,7 +62,7 @@ export const CI_BASE_LABEL = 'org.sandboxd.image.base-revision';
  * Setuid programs work in its sandboxes (no no_new_privs): `sudo` for `user`, as in
  * local/debian (runtime/local/setuid.ts reads it).
  */
-export const CI_SETUID_LABEL = { 'org.sandboxd.setuid': 'allow' };
+export const CI_SETUID_LABEL = { [SETUID_LABEL]: 'allow' };
 
 /** The service labels the runtime reads (see docs/code-interpreter.md). */
 export const CI_SERVICE_LABELS = {
