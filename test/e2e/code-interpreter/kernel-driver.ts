@@ -34,6 +34,8 @@ export interface KernelTransport {
 type Waiter = {
   events: KernelEvent[];
   resolve: (events: KernelEvent[]) => void;
+  /** Fails the request (the kernel was closed before its end). */
+  abandon: () => void;
   onEvent?: (ev: KernelEvent) => void;
 };
 
@@ -96,6 +98,10 @@ export class KernelClient {
           clearTimeout(timer);
           resolve(events);
         },
+        abandon: () => {
+          clearTimeout(timer);
+          reject(new Error(`the kernel was closed before the end of request ${id}`));
+        },
       });
       const req = { id, code, env: o.env ?? {}, cwd: o.cwd ?? null };
       this.transport.write(`${JSON.stringify(req)}\n`).catch((err) => {
@@ -110,8 +116,11 @@ export class KernelClient {
     return this.transport.signal('SIGINT');
   }
 
-  close(): Promise<void> {
-    return this.transport.close();
+  async close(): Promise<void> {
+    await this.transport.close();
+    // Requests the kernel never ended fail now instead of holding their timers.
+    for (const w of this.waiters.values()) w.abandon();
+    this.waiters.clear();
   }
 }
 
@@ -156,6 +165,11 @@ export function localKernel(argv: string[], env: NodeJS.ProcessEnv = process.env
       const timer = setTimeout(() => child.kill('SIGKILL'), 10_000);
       await exited;
       clearTimeout(timer);
+      // A process the kernel started may still hold its stdout/stderr (a killed group's
+      // last child): the kernel is gone, so its pipes are closed on this side.
+      rl.close();
+      child.stdout.destroy();
+      child.stderr.destroy();
     },
     onLine: (cb) => rl.on('line', cb),
   });

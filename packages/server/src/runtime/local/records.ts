@@ -1,4 +1,3 @@
-import type { DeclaredService } from './service.js';
 import { existsSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { readdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -7,6 +6,14 @@ import { processStart } from './commands/oci-runtime.js';
 
 /** Sandbox ids the local driver takes (pooled things' ids have this form too). */
 export const ID_RE = /^[a-z0-9_]{1,64}$/;
+
+/** The service an image declares (service.ts reads it from the image's labels). */
+export interface DeclaredService {
+  argv: string[];
+  port: number;
+  /** Path of the readiness check, `/...`. */
+  health: string;
+}
 
 /** What the driver keeps on disk per sandbox, so a restarted process can adopt it. */
 export interface SandboxRecord {

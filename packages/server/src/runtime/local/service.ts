@@ -24,7 +24,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { SandboxdError } from '@sandboxd/protocol';
 import type { CommandTarget, SandboxCommands } from './commands/exec.js';
 import { AgentFiles } from './files.js';
-import { isAlive, type SandboxRecord } from './records.js';
+import { type DeclaredService, isAlive, type SandboxRecord } from './records.js';
 
 export const SERVICE_LABELS = {
   cmd: 'org.sandboxd.service.cmd',
@@ -35,13 +35,7 @@ export const SERVICE_LABELS = {
 /** Where the sandbox's create-time env vars are written, as a JSON object name -> value (0644, root's). */
 export const ENVS_FILE = '/run/sandboxd/envs.json';
 
-/** The service an image declares. */
-export interface DeclaredService {
-  argv: string[];
-  port: number;
-  /** Path of the readiness check, `/...`. */
-  health: string;
-}
+export type { DeclaredService } from './records.js';
 
 /**
  * The service `labels` declare, null when they declare none (no `org.sandboxd.service.*`
