@@ -100,18 +100,26 @@ export async function startService(
   }
 }
 
-/** One readiness probe: resolves with the status, or rejects (refused, reset, no answer in `timeoutMs`). */
+/**
+ * One readiness probe: resolves with the status, or rejects (refused, reset, no answer in
+ * `timeoutMs`). The service is the image author's: the whole exchange is bounded by one
+ * timer (not the socket's idle timeout, which headers dripped a byte at a time never trip),
+ * and the connection is closed as soon as the status is known (a body is never read, so an
+ * endless one costs nothing). Redirects are answers like any other (not 2xx), never followed.
+ */
 function probe(address: string, svc: DeclaredService, timeoutMs: number): Promise<number> {
   return new Promise((resolve, reject) => {
-    const req = request(
-      { host: address, port: svc.port, path: svc.health, method: 'GET', agent: false, timeout: timeoutMs },
-      (res) => {
-        res.resume();
-        resolve(res.statusCode ?? 0);
-      },
-    );
-    req.on('timeout', () => req.destroy(new Error(`no answer within ${timeoutMs} ms`)));
-    req.on('error', reject);
+    const req = request({ host: address, port: svc.port, path: svc.health, method: 'GET', agent: false }, (res) => {
+      clearTimeout(timer);
+      resolve(res.statusCode ?? 0);
+      res.destroy();
+      req.destroy();
+    });
+    const timer = setTimeout(() => req.destroy(new Error(`no answer within ${timeoutMs} ms`)), timeoutMs);
+    req.on('error', (e) => {
+      clearTimeout(timer);
+      reject(e);
+    });
     req.end();
   });
 }
