@@ -29,14 +29,15 @@ afterEach(async () => {
 
 /** A raw TCP "service" on loopback: `onConnection` plays it. Resolves with its port. */
 async function hostile(onConnection: (s: Socket) => void): Promise<number> {
-  server = createServer((s) => {
+  const srv = createServer((s) => {
     sockets.add(s);
     s.on('error', () => {});
     s.once('close', () => sockets.delete(s));
     onConnection(s);
   });
-  await new Promise<void>((r) => server?.listen(0, '127.0.0.1', r));
-  return (server?.address() as AddressInfo).port;
+  server = srv;
+  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
+  return (srv.address() as AddressInfo).port;
 }
 
 /** Writes `chunk` to `s` every `everyMs` until the test ends (bounded by afterEach) or `s` closes. */
