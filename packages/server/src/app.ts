@@ -297,7 +297,16 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
     maxConnsPerSandbox: config.proxyMaxConnsPerSandbox,
     targets,
     access,
-    guard: codePortGuard({ tokens: accessTokens, findSandbox: (id) => store.getSandbox(id) }),
+    guard: codePortGuard({
+      tokens: accessTokens,
+      findSandbox: (id) => store.getSandbox(id),
+      // The private-port rules (key, link, traffic token), as if the port were private.
+      ownerCredential: (req, sb, addr) =>
+        access.check({ req, ...addr, accountId: sb.accountId, portsPublic: false, upgrade: true }).then(
+          () => true,
+          () => false,
+        ),
+    }),
     log: log.child({ component: 'proxy' }),
   });
   proxy.attach(frontDoor);

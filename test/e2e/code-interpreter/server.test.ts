@@ -8,6 +8,7 @@
 import assert from 'node:assert/strict';
 import { request } from 'node:http';
 import { after, before, describe, it } from 'node:test';
+import { ADMIN_KEY } from '../harness.js';
 import { hget, localUnavailable, startLocalServer, type LocalServer } from '../proxy-support.js';
 import { ImageStore } from '../../../packages/server/src/runtime/local/images/store.js';
 import { resolve } from 'node:path';
@@ -40,7 +41,7 @@ describe('code server in local/code-interpreter (local runtime)', { skip: skip ?
     method: string,
     path: string,
     body?: unknown,
-    o: { onLine?: (l: Line, abort: () => void) => void; timeoutMs?: number } = {},
+    o: { onLine?: (l: Line, abort: () => void) => void; timeoutMs?: number; key?: string | null } = {},
   ): Promise<{ status: number; text: string; lines: Line[]; aborted: boolean }> =>
     new Promise((res, rej) => {
       const data = body === undefined ? undefined : JSON.stringify(body);
@@ -49,7 +50,12 @@ describe('code server in local/code-interpreter (local runtime)', { skip: skip ?
         port: s.port,
         method,
         path,
-        headers: { host, ...(data ? { 'content-type': 'application/json' } : {}) },
+        // The code port runs code for the owner only (its key; codePortGuard), public ports or not.
+        headers: {
+          host,
+          ...(o.key !== null ? { 'x-sandboxd-key': o.key ?? ADMIN_KEY } : {}),
+          ...(data ? { 'content-type': 'application/json' } : {}),
+        },
         agent: false,
       });
       const lines: Line[] = [];
@@ -145,6 +151,17 @@ describe('code server in local/code-interpreter (local runtime)', { skip: skip ?
   });
   after(async () => {
     await s?.teardown();
+  });
+
+  it('through the public port proxy, running code needs the owner’s key (any spelling of /execute); /health does not', async () => {
+    for (const path of ['/execute', '//execute', '/execute/']) {
+      const r = await call('POST', path, { code: 'open("/tmp/ran-without-key", "w").write("x")' }, { key: null });
+      assert.equal(r.status, 401, `${path}: ${r.text}`);
+    }
+    const health = await call('GET', '/health', undefined, { key: null });
+    assert.equal(health.status, 200, health.text);
+    const ran = await exec('test -e /tmp/ran-without-key && echo ran || echo none');
+    assert.equal(ran.stdout.trim(), 'none');
   });
 
   it('GET /health answers "OK"; the default Python context is listed', async () => {
