@@ -182,7 +182,13 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
     exec: new ExecService({ driver, clock, storage, shares: config.fairShare }, sandboxes, processes),
     processes,
     // Reaches port 49999 as the port proxy reaches ports (its targets are made below).
-    code: new CodeService({ clock, sandboxes }, { dial: (id, port) => sandboxPortDialer(targets, tunnel)(id, port) }),
+    code: new CodeService(
+      { clock, sandboxes },
+      {
+        dial: (id, port) => sandboxPortDialer(targets, tunnel)(id, port),
+        runsPerSandbox: config.fairShare.codeRunsPerSandbox,
+      },
+    ),
     files: new FileService({ driver, clock, storage, shares: config.fairShare }, sandboxes),
     events: new EventService(deps),
     volumes: new VolumeService(deps),
