@@ -164,6 +164,23 @@ describe('code server in local/code-interpreter (local runtime)', { skip: skip ?
     assert.equal(ran.stdout.trim(), 'none');
   });
 
+  it('another sandbox cannot reach the code server (port 49999 on 0.0.0.0); the sandbox itself can', async () => {
+    const probe = (addr: string) =>
+      `python3 -c "import socket; s = socket.socket(); s.settimeout(2); r = s.connect_ex(('${addr}', ${PORT})); print('open' if r == 0 else 'closed')" 2>&1 || echo failed`;
+    const addr = (await exec("hostname -I | awk '{print $1}'")).stdout.trim();
+    assert.match(addr, /^\d+\.\d+\.\d+\.\d+$/);
+    assert.equal((await exec(probe(addr))).stdout.trim(), 'open', 'the probe can see an open port');
+    const b = await s.api('POST', '/api/v1/sandboxes', { body: { image: 'local/debian:bookworm' } });
+    assert.equal(b.status, 201, b.text);
+    try {
+      const r = await s.api('POST', `/api/v1/sandboxes/${b.body.sandbox.id}/exec`, { body: { command: probe(addr) } });
+      assert.equal(r.status, 200, r.text);
+      assert.equal(r.body.stdout.trim(), 'closed', `a neighbour's probe of ${addr}:${PORT}`);
+    } finally {
+      await s.api('DELETE', `/api/v1/sandboxes/${b.body.sandbox.id}`);
+    }
+  });
+
   it('GET /health answers "OK"; the default Python context is listed', async () => {
     const h = await call('GET', '/health');
     assert.equal(h.status, 200);
