@@ -63,7 +63,8 @@ export function codeEventStream(
     o.timeoutMs,
   );
   const onAbort = () => out.destroy();
-  o.signal?.addEventListener('abort', onAbort, { once: true });
+  if (o.signal?.aborted) queueMicrotask(onAbort);
+  else o.signal?.addEventListener('abort', onAbort, { once: true });
   const emit = (text: string): boolean => {
     const t = text.trim();
     if (t === '') return false;

@@ -304,6 +304,24 @@ describe('CodeService against a hostile code server (the sandbox is the tenantâ€
     for (const s of [b, c, other]) s.destroy();
   });
 
+  it('a client gone before the run started (signal already aborted) holds no run and no slot', async () => {
+    handler = (_q, _b, res) => {
+      res.writeHead(200, { 'content-type': 'application/x-ndjson' });
+      res.write(`${JSON.stringify({ type: 'stdout', text: 'x\n' })}\n`);
+    };
+    const svc = limited({ runsPerSandbox: 1 });
+    const gone = new AbortController();
+    gone.abort();
+    const before = seen.length;
+    await assert.rejects(
+      bounded(svc.execute('acc', 'sbx9', { code: 'loop' }, gone.signal), 'execute'),
+      (e) => e instanceof SandboxdError,
+    );
+    if (seen.length > before) await bounded(seen.at(-1)?.closed as Promise<void>, 'the connection to close');
+    const next = await svc.execute('acc', 'sbx9', { code: 'loop' });
+    next.destroy();
+  });
+
   it('a line past the bound (no newline, ever) ends the run with UnexpectedEndOfExecution and closes the connection', async () => {
     handler = (_q, _b, res) => {
       res.writeHead(200, { 'content-type': 'application/x-ndjson' });

@@ -184,6 +184,7 @@ export class CodeService {
         reject(new SandboxdError('upstream_timeout', `The code interpreter did not answer within ${wait} ms`));
       }, wait);
       const onAbort = () => {
+        clearTimeout(timer);
         req.destroy();
         reject(new SandboxdError('upstream', 'The request was aborted'));
       };
@@ -199,7 +200,9 @@ export class CodeService {
         socket.destroy();
         reject(new SandboxdError('upstream', `The code interpreter closed the connection: ${(err as Error).message}`));
       });
-      req.end(payload);
+      // A client gone before this point (the signal aborted already) fires no event.
+      if (o.signal?.aborted) onAbort();
+      else req.end(payload);
     });
     const status = res.statusCode ?? 502;
     if (status >= 200 && status < 300) return res;
