@@ -7,6 +7,7 @@
  */
 import assert from 'node:assert/strict';
 import { request } from 'node:http';
+import { connect } from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import { ADMIN_KEY } from '../harness.js';
 import { hget, localUnavailable, startLocalServer, type LocalServer } from '../proxy-support.js';
@@ -161,6 +162,28 @@ describe('code server in local/code-interpreter (local runtime)', { skip: skip ?
     const health = await call('GET', '/health', undefined, { key: null });
     assert.equal(health.status, 200, health.text);
     const ran = await exec('test -e /tmp/ran-without-key && echo ran || echo none');
+    assert.equal(ran.stdout.trim(), 'none');
+  });
+
+  it('an upgrade to an allowed path cannot carry a request to run code behind it (the tunnel is not checked)', async () => {
+    const code = JSON.stringify({ code: 'open("/tmp/smuggled", "w").write("x")' });
+    const raw =
+      `GET /health HTTP/1.1\r\nHost: ${host}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n` +
+      `POST /execute HTTP/1.1\r\nHost: ${host}\r\nContent-Type: application/json\r\nContent-Length: ${code.length}\r\n\r\n${code}`;
+    const answer = await new Promise<string>((resolve) => {
+      const sock = connect(s.port, '127.0.0.1');
+      let got = '';
+      const done = () => resolve(got);
+      sock.setTimeout(10_000, () => sock.destroy());
+      sock.on('data', (d: Buffer) => {
+        got += d.toString('latin1');
+      });
+      sock.on('close', done);
+      sock.on('error', done);
+      sock.write(raw);
+    });
+    assert.match(answer, /^HTTP\/1\.1 401/, answer.slice(0, 200));
+    const ran = await exec('test -e /tmp/smuggled && echo ran || echo none');
     assert.equal(ran.stdout.trim(), 'none');
   });
 
