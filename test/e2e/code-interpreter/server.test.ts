@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { request } from 'node:http';
 import { connect } from 'node:net';
 import { after, before, describe, it } from 'node:test';
-import { ADMIN_KEY } from '../harness.js';
+import { ADMIN_KEY, newAccount } from '../harness.js';
 import { hget, localUnavailable, startLocalServer, type LocalServer } from '../proxy-support.js';
 import { ImageStore } from '../../../packages/server/src/runtime/local/images/store.js';
 import { resolve } from 'node:path';
@@ -159,6 +159,9 @@ describe('code server in local/code-interpreter (local runtime)', { skip: skip ?
       const r = await call('POST', path, { code: 'open("/tmp/ran-without-key", "w").write("x")' }, { key: null });
       assert.equal(r.status, 401, `${path}: ${r.text}`);
     }
+    const other = (await newAccount(s)).key;
+    const stranger = await call('POST', '/execute', { code: 'open("/tmp/ran-without-key", "w")' }, { key: other });
+    assert.equal(stranger.status, 401, `another account's key: ${stranger.text}`);
     const health = await call('GET', '/health', undefined, { key: null });
     assert.equal(health.status, 200, health.text);
     const ran = await exec('test -e /tmp/ran-without-key && echo ran || echo none');
