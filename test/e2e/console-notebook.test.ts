@@ -292,4 +292,16 @@ describe('browser console: notebook', { timeout: 600_000 }, () => {
     assert.equal(await countOf(page, 1), '[ ]');
     noConsoleErrors([/status of 409/]);
   });
+
+  it('signing out forgets the notebooks kept in the tab (their outputs may hold secrets)', async () => {
+    const { page } = b;
+    await page.goto(`${s.baseUrl}/sandboxes/${ciId}`);
+    await page.getByRole('heading', { name: 'Notebook', exact: true }).waitFor();
+    const kept = () =>
+      page.evaluate(() => Object.keys(sessionStorage).filter((k) => k.startsWith('sandboxd.notebook.')).length);
+    assert.ok((await kept()) > 0, 'the notebooks run above are kept');
+    await page.getByRole('button', { name: 'Sign out', exact: true }).click();
+    await page.waitForURL(/\/login$/);
+    assert.equal(await kept(), 0);
+  });
 });

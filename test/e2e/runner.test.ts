@@ -183,7 +183,13 @@ describe('api + runner: two processes, one deployment (real runtime)', {
         fetch(`${api.baseUrl}${path}`, {
           method: init.method ?? 'GET',
           body: init.body,
-          headers: { 'content-type': 'application/json', 'E2b-Sandbox-Id': ci, 'E2b-Sandbox-Port': '49999' },
+          headers: {
+            'content-type': 'application/json',
+            'E2b-Sandbox-Id': ci,
+            'E2b-Sandbox-Port': '49999',
+            // The code port runs code for the sandbox's owner only (codePortGuard).
+            'X-Sandboxd-Key': key,
+          },
         });
       const health = await e2b('/health');
       assert.equal(health.status, 200, await health.text());

@@ -182,7 +182,13 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
     exec: new ExecService({ driver, clock, storage, shares: config.fairShare }, sandboxes, processes),
     processes,
     // Reaches port 49999 as the port proxy reaches ports (its targets are made below).
-    code: new CodeService({ clock, sandboxes }, { dial: (id, port) => sandboxPortDialer(targets, tunnel)(id, port) }),
+    code: new CodeService(
+      { clock, sandboxes },
+      {
+        dial: (id, port) => sandboxPortDialer(targets, tunnel)(id, port),
+        runsPerSandbox: config.fairShare.codeRunsPerSandbox,
+      },
+    ),
     files: new FileService({ driver, clock, storage, shares: config.fairShare }, sandboxes),
     events: new EventService(deps),
     volumes: new VolumeService(deps),
@@ -297,7 +303,16 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
     maxConnsPerSandbox: config.proxyMaxConnsPerSandbox,
     targets,
     access,
-    guard: codePortGuard({ tokens: accessTokens, findSandbox: (id) => store.getSandbox(id) }),
+    guard: codePortGuard({
+      tokens: accessTokens,
+      findSandbox: (id) => store.getSandbox(id),
+      // The private-port rules (key, link, traffic token), as if the port were private.
+      ownerCredential: (req, sb, addr) =>
+        access.check({ req, ...addr, accountId: sb.accountId, portsPublic: false, upgrade: true }).then(
+          () => true,
+          () => false,
+        ),
+    }),
     log: log.child({ component: 'proxy' }),
   });
   proxy.attach(frontDoor);

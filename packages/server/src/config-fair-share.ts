@@ -35,6 +35,8 @@ export interface FairShareConfig {
   fileTransfersPerSandbox: number;
   /** Foreground (one-shot, collected) execs in flight at once per sandbox (each may hold 1 MiB per stream); past it 429. */
   execsPerSandbox: number;
+  /** Code interpreter runs streaming at once per sandbox through the API (each may hold a 16 MiB line); past it 429. */
+  codeRunsPerSandbox: number;
 }
 
 /** Defaults: far above honest use (a few terminals, a handful of viewers, tens of streams). */
@@ -49,6 +51,7 @@ export const DEFAULT_FAIR_SHARE: Readonly<FairShareConfig> = {
   watchesPerSandbox: 16,
   fileTransfersPerSandbox: 32,
   execsPerSandbox: 128,
+  codeRunsPerSandbox: 16,
 };
 
 /** Smallest value of each field (0 only where nothing needs to be kept). */

@@ -246,6 +246,7 @@ describe('loadConfig', () => {
       watchesPerSandbox: 16,
       fileTransfersPerSandbox: 32,
       execsPerSandbox: 128,
+      codeRunsPerSandbox: 16,
     });
     assert.equal(DEFAULT_FAIR_SHARE.terminalsPerSandbox, MAX_TERMINALS_PER_SANDBOX);
     assert.equal(DEFAULT_FAIR_SHARE.clientsPerTerminal, MAX_CLIENTS_PER_TERMINAL);

@@ -7,7 +7,9 @@
  */
 import assert from 'node:assert/strict';
 import { request } from 'node:http';
+import { connect } from 'node:net';
 import { after, before, describe, it } from 'node:test';
+import { ADMIN_KEY, newAccount } from '../harness.js';
 import { hget, localUnavailable, startLocalServer, type LocalServer } from '../proxy-support.js';
 import { ImageStore } from '../../../packages/server/src/runtime/local/images/store.js';
 import { resolve } from 'node:path';
@@ -40,7 +42,7 @@ describe('code server in local/code-interpreter (local runtime)', { skip: skip ?
     method: string,
     path: string,
     body?: unknown,
-    o: { onLine?: (l: Line, abort: () => void) => void; timeoutMs?: number } = {},
+    o: { onLine?: (l: Line, abort: () => void) => void; timeoutMs?: number; key?: string | null } = {},
   ): Promise<{ status: number; text: string; lines: Line[]; aborted: boolean }> =>
     new Promise((res, rej) => {
       const data = body === undefined ? undefined : JSON.stringify(body);
@@ -49,7 +51,12 @@ describe('code server in local/code-interpreter (local runtime)', { skip: skip ?
         port: s.port,
         method,
         path,
-        headers: { host, ...(data ? { 'content-type': 'application/json' } : {}) },
+        // The code port runs code for the owner only (its key; codePortGuard), public ports or not.
+        headers: {
+          host,
+          ...(o.key !== null ? { 'x-sandboxd-key': o.key ?? ADMIN_KEY } : {}),
+          ...(data ? { 'content-type': 'application/json' } : {}),
+        },
         agent: false,
       });
       const lines: Line[] = [];
@@ -145,6 +152,59 @@ describe('code server in local/code-interpreter (local runtime)', { skip: skip ?
   });
   after(async () => {
     await s?.teardown();
+  });
+
+  it('through the public port proxy, running code needs the owner’s key (any spelling of /execute); /health does not', async () => {
+    for (const path of ['/execute', '//execute', '/execute/']) {
+      const r = await call('POST', path, { code: 'open("/tmp/ran-without-key", "w").write("x")' }, { key: null });
+      assert.equal(r.status, 401, `${path}: ${r.text}`);
+    }
+    const other = (await newAccount(s)).key;
+    const stranger = await call('POST', '/execute', { code: 'open("/tmp/ran-without-key", "w")' }, { key: other });
+    assert.equal(stranger.status, 401, `another account's key: ${stranger.text}`);
+    const health = await call('GET', '/health', undefined, { key: null });
+    assert.equal(health.status, 200, health.text);
+    const ran = await exec('test -e /tmp/ran-without-key && echo ran || echo none');
+    assert.equal(ran.stdout.trim(), 'none');
+  });
+
+  it('an upgrade to an allowed path cannot carry a request to run code behind it (the tunnel is not checked)', async () => {
+    const code = JSON.stringify({ code: 'open("/tmp/smuggled", "w").write("x")' });
+    const raw =
+      `GET /health HTTP/1.1\r\nHost: ${host}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n` +
+      `POST /execute HTTP/1.1\r\nHost: ${host}\r\nContent-Type: application/json\r\nContent-Length: ${code.length}\r\n\r\n${code}`;
+    const answer = await new Promise<string>((resolve) => {
+      const sock = connect(s.port, '127.0.0.1');
+      let got = '';
+      const done = () => resolve(got);
+      sock.setTimeout(10_000, () => sock.destroy());
+      sock.on('data', (d: Buffer) => {
+        got += d.toString('latin1');
+      });
+      sock.on('close', done);
+      sock.on('error', done);
+      sock.write(raw);
+    });
+    assert.match(answer, /^HTTP\/1\.1 401/, answer.slice(0, 200));
+    const ran = await exec('test -e /tmp/smuggled && echo ran || echo none');
+    assert.equal(ran.stdout.trim(), 'none');
+  });
+
+  it('another sandbox cannot reach the code server (port 49999 on 0.0.0.0); the sandbox itself can', async () => {
+    const probe = (addr: string) =>
+      `python3 -c "import socket; s = socket.socket(); s.settimeout(2); r = s.connect_ex(('${addr}', ${PORT})); print('open' if r == 0 else 'closed')" 2>&1 || echo failed`;
+    const addr = (await exec("hostname -I | awk '{print $1}'")).stdout.trim();
+    assert.match(addr, /^\d+\.\d+\.\d+\.\d+$/);
+    assert.equal((await exec(probe(addr))).stdout.trim(), 'open', 'the probe can see an open port');
+    const b = await s.api('POST', '/api/v1/sandboxes', { body: { image: 'local/debian:bookworm' } });
+    assert.equal(b.status, 201, b.text);
+    try {
+      const r = await s.api('POST', `/api/v1/sandboxes/${b.body.sandbox.id}/exec`, { body: { command: probe(addr) } });
+      assert.equal(r.status, 200, r.text);
+      assert.equal(r.body.stdout.trim(), 'closed', `a neighbour's probe of ${addr}:${PORT}`);
+    } finally {
+      await s.api('DELETE', `/api/v1/sandboxes/${b.body.sandbox.id}`);
+    }
   });
 
   it('GET /health answers "OK"; the default Python context is listed', async () => {

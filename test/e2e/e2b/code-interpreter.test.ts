@@ -172,6 +172,11 @@ describe('E2B code interpreter', {
       for (const call of [byHeader, byHost]) {
         const none = await call(id, '/execute', { method: 'POST', body });
         assert.equal(none.status, 401, await none.text());
+        // Spellings the code server routes as /execute (it drops empty path segments), and upgrades.
+        for (const path of ['//execute', '/execute/']) {
+          const spelled = await call(id, path, { method: 'POST', body });
+          assert.equal(spelled.status, 401, `${path}: ${await spelled.text()}`);
+        }
         const wrong = await call(id, '/execute', { method: 'POST', body, token: `${token}x` });
         assert.equal(wrong.status, 401, await wrong.text());
         const wrongList = await call(id, '/contexts', { token: 'ea_nope' });

@@ -9,6 +9,7 @@ import { AuthenticationError, type AccountInfo } from '@sandboxd/sdk';
 import { bootSignedIn } from './csp.js';
 import { client, errorText, listEvents, signOut } from './api.js';
 import { h, notice, setChildren } from './dom.js';
+import { forgetStoredNotebooks } from './notebook.js';
 import { renderKeys } from './pages/keys.js';
 import { renderLogin } from './pages/login.js';
 import { renderOnboarding } from './pages/onboarding.js';
@@ -64,6 +65,7 @@ function frame(acc: AccountInfo): HTMLElement {
       class: 'btn ghost small',
       onclick: async () => {
         await signOut().catch(() => {});
+        forgetStoredNotebooks();
         account = null;
         navigate('/login');
       },

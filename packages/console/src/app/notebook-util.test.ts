@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import {
   emptyNotebook,
+  forgetNotebooks,
   imageUrl,
   isDataFrameHtml,
   type KeyValueStore,
@@ -171,5 +172,26 @@ describe('notebook helpers', () => {
     assert.deepEqual(loadNotebook(small, 'sbx_e').cells, [{ code: 'plot()', count: 1, outputs: [] }]);
     assert.equal(saveNotebook(store(10), 'sbx_f', withImage), 'none');
     assert.equal(saveNotebook(null, 'sbx_f', withImage), 'none');
+  });
+
+  it('forgetNotebooks: every kept notebook is removed (sign-out: outputs may hold secrets), nothing else', () => {
+    const kept = new Map<string, string>();
+    const all: Storage = {
+      get length() {
+        return kept.size;
+      },
+      key: (i: number) => [...kept.keys()][i] ?? null,
+      getItem: (k: string) => kept.get(k) ?? null,
+      setItem: (k: string, v: string) => void kept.set(k, v),
+      removeItem: (k: string) => void kept.delete(k),
+      clear: () => kept.clear(),
+    };
+    saveNotebook(all, 'sbx_a', emptyNotebook());
+    saveNotebook(all, 'sbx_b', emptyNotebook());
+    all.setItem('other.app.key', 'stays');
+    assert.equal(kept.size, 3);
+    forgetNotebooks(all);
+    assert.deepEqual([...kept.keys()], ['other.app.key']);
+    assert.deepEqual(loadNotebook(all, 'sbx_a'), emptyNotebook());
   });
 });

@@ -239,7 +239,22 @@ export interface KeyValueStore {
   setItem(key: string, value: string): void;
 }
 
-const key = (sandboxId: string) => `sandboxd.notebook.v1.${sandboxId}`;
+const PREFIX = 'sandboxd.notebook.';
+const key = (sandboxId: string) => `${PREFIX}v1.${sandboxId}`;
+
+/**
+ * Removes every notebook kept in `store` (any version), and nothing else. Run at sign-out:
+ * outputs may hold what the code printed (secrets, say), and sessionStorage outlives the
+ * session in the tab, where the next person to sign in could read it.
+ */
+export function forgetNotebooks(store: Pick<Storage, 'length' | 'key' | 'removeItem'>): void {
+  const mine: string[] = [];
+  for (let i = 0; i < store.length; i++) {
+    const k = store.key(i);
+    if (k?.startsWith(PREFIX)) mine.push(k);
+  }
+  for (const k of mine) store.removeItem(k);
+}
 
 /** A new notebook: Python, one empty cell. */
 export function emptyNotebook(): StoredNotebook {

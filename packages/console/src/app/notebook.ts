@@ -22,6 +22,7 @@ import { createContext, execute, restartContext } from './notebook-api.js';
 import { OutputArea } from './notebook-output.js';
 import {
   type CellOutput,
+  forgetNotebooks,
   type KeyValueStore,
   LANGUAGES,
   type Language,
@@ -77,6 +78,23 @@ function pageStore(): KeyValueStore {
   }
 }
 
+/** The notebooks on the page now (one, on a sandbox's page). */
+const live = new Set<Notebook>();
+
+/**
+ * Forgets every notebook kept in this tab (sign-out): notebook-util.ts `forgetNotebooks`.
+ * The notebooks on the page keep nothing more (not even when the page is left).
+ */
+export function forgetStoredNotebooks(): void {
+  for (const n of live) n.forget();
+  memory.clear();
+  try {
+    forgetNotebooks(window.sessionStorage);
+  } catch {
+    // No sessionStorage: nothing was kept there.
+  }
+}
+
 let ids = 0;
 
 /** The notebook panel of one sandbox. */
@@ -88,6 +106,7 @@ export class Notebook {
   private running: Cell | null = null;
   private gone = false;
   private disposed = false;
+  private forgotten = false;
   private readonly list = h('div', { class: 'nb-cells' });
   private readonly status = h('div', { class: 'nb-status', 'aria-live': 'polite' });
   private readonly language: HTMLSelectElement;
@@ -146,6 +165,14 @@ export class Notebook {
     );
     for (const c of this.nb.cells) this.drawCell(c);
     window.addEventListener('pagehide', this.onPageHide);
+    live.add(this);
+  }
+
+  /** Keeps nothing from now on (sign-out). */
+  forget(): void {
+    this.forgotten = true;
+    if (this.saveTimer !== null) clearTimeout(this.saveTimer);
+    this.saveTimer = null;
   }
 
   /** Leaves the page: a running cell's request is closed (interrupting it) and the notebook is kept. */
@@ -154,6 +181,7 @@ export class Notebook {
     window.removeEventListener('pagehide', this.onPageHide);
     this.stopAll();
     this.save();
+    live.delete(this);
   }
 
   /** The sandbox is gone: runs end and every control is disabled. */
@@ -445,6 +473,7 @@ export class Notebook {
   private save(): void {
     if (this.saveTimer !== null) clearTimeout(this.saveTimer);
     this.saveTimer = null;
+    if (this.forgotten) return;
     const kept = saveNotebook(this.store, this.sandboxId, this.nb);
     this.el.dataset.saved = kept;
   }

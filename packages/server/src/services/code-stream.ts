@@ -4,8 +4,11 @@ import type { CodeEvent, CodeResult } from '@sandboxd/protocol';
 
 /** Bytes of NDJSON held before the sandbox's answer is paused. */
 const HIGH_WATER = 64 * 1024;
-/** The longest line accepted from the sandbox (a large image result is a few MiB of base64). */
-const MAX_LINE = 64 * 1024 * 1024;
+/**
+ * The longest line accepted from the sandbox by default (a large image result is a few MiB
+ * of base64). What one run may hold here; runs per sandbox are bounded by the caller.
+ */
+export const MAX_LINE_BYTES = 16 * 1024 * 1024;
 
 /**
  * The run's events as sandboxd's NDJSON (one {@link CodeEvent} a line), translated from
@@ -13,11 +16,19 @@ const MAX_LINE = 64 * 1024 * 1024;
  * the client does not read, the answer is not read either. Destroying the stream (the
  * client went, or `signal` aborted) closes the connection to the sandbox, whose server then
  * interrupts the run. After `timeoutMs` the same happens and the stream ends with an error
- * event named `TimeoutError`. An answer that ends without its end event ends with an error
- * event named `UnexpectedEndOfExecution`.
+ * event named `TimeoutError`. An answer that ends without its end event, or a line longer
+ * than `maxLineBytes` (default {@link MAX_LINE_BYTES}), ends with an error event named
+ * `UnexpectedEndOfExecution` (the connection closed). Each byte is looked at once: a line
+ * is searched for its end only in the data that came since the last search.
  */
-export function codeEventStream(res: IncomingMessage, o: { timeoutMs: number; signal?: AbortSignal }): Readable {
-  let buf = '';
+export function codeEventStream(
+  res: IncomingMessage,
+  o: { timeoutMs: number; signal?: AbortSignal; maxLineBytes?: number },
+): Readable {
+  const maxLine = o.maxLineBytes ?? MAX_LINE_BYTES;
+  /** The current line's pieces so far (none holds a newline) and their total length. */
+  let pieces: Buffer[] = [];
+  let held = 0;
   let finished = false;
   const finish = (last?: CodeEvent) => {
     if (finished) return;
@@ -52,33 +63,45 @@ export function codeEventStream(res: IncomingMessage, o: { timeoutMs: number; si
     o.timeoutMs,
   );
   const onAbort = () => out.destroy();
-  o.signal?.addEventListener('abort', onAbort, { once: true });
-  res.setEncoding('utf8');
-  res.on('data', (chunk: string) => {
-    if (finished) return;
-    buf += chunk;
-    let nl = buf.indexOf('\n');
-    while (nl >= 0 && !finished) {
-      const text = buf.slice(0, nl).trim();
-      buf = buf.slice(nl + 1);
-      if (text !== '') {
-        for (const ev of translate(text)) {
-          if (ev.type === 'end') return finish(ev);
-          if (!out.push(line(ev))) res.pause();
-        }
+  if (o.signal?.aborted) queueMicrotask(onAbort);
+  else o.signal?.addEventListener('abort', onAbort, { once: true });
+  const emit = (text: string): boolean => {
+    const t = text.trim();
+    if (t === '') return false;
+    for (const ev of translate(t)) {
+      if (ev.type === 'end') {
+        finish(ev);
+        return true;
       }
-      nl = buf.indexOf('\n');
+      if (!out.push(line(ev))) res.pause();
     }
-    if (buf.length > MAX_LINE) finish(unexpected('The code interpreter sent a line over 64 MiB'));
+    return false;
+  };
+  res.on('data', (chunk: Buffer) => {
+    if (finished) return;
+    let from = 0;
+    let nl = chunk.indexOf(10);
+    while (nl >= 0 && !finished) {
+      pieces.push(chunk.subarray(from, nl));
+      const text = Buffer.concat(pieces).toString('utf8');
+      pieces = [];
+      held = 0;
+      if (emit(text)) return;
+      from = nl + 1;
+      nl = chunk.indexOf(10, from);
+    }
+    if (finished || from >= chunk.length) return;
+    pieces.push(chunk.subarray(from));
+    held += chunk.length - from;
+    if (held > maxLine) {
+      pieces = [];
+      finish(unexpected(`The code interpreter sent a line over ${maxLine} bytes`));
+    }
   });
   const cut = () => {
-    const rest = buf.trim();
-    buf = '';
-    if (rest !== '' && !finished)
-      for (const ev of translate(rest)) {
-        if (ev.type === 'end') return finish(ev);
-        out.push(line(ev));
-      }
+    const rest = Buffer.concat(pieces).toString('utf8');
+    pieces = [];
+    if (!finished && emit(rest)) return;
     finish(unexpected('The code interpreter ended the run before its end'));
   };
   res.on('end', cut);

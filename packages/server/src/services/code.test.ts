@@ -245,3 +245,151 @@ function ndjsonJson(res: ServerResponse, v: unknown) {
   res.writeHead(200, { 'content-type': 'application/json' });
   res.end(JSON.stringify(v));
 }
+
+describe('CodeService against a hostile code server (the sandbox is the tenant’s)', () => {
+  /** Writes `chunk` every `everyMs` to `res` until its connection closes. */
+  const drip = (res: ServerResponse, chunk: string, everyMs: number) => {
+    const t = setInterval(() => {
+      if (res.destroyed || res.writableEnded) return clearInterval(t);
+      res.write(chunk);
+    }, everyMs);
+    res.once('close', () => clearInterval(t));
+  };
+  const bounded = <T>(p: Promise<T>, what: string): Promise<T> => {
+    let t: NodeJS.Timeout | undefined;
+    return Promise.race([
+      p.finally(() => clearTimeout(t)),
+      new Promise<T>((_r, reject) => {
+        t = setTimeout(() => reject(new Error(`stuck: ${what}`)), 20_000);
+      }),
+    ]);
+  };
+  const limited = (o: { runsPerSandbox?: number; answerTimeoutMs?: number; maxLineBytes?: number }) =>
+    new CodeService(
+      {
+        clock: { now: () => 0 } as never,
+        sandboxes: {
+          get: async (_a: string, id: string) =>
+            ({ id, state: 'started', stopAt: Number.MAX_SAFE_INTEGER, image: 'local/code-interpreter' }) as never,
+        },
+      },
+      {
+        dial: () =>
+          new Promise((resolve, reject) => {
+            const s = connect({ host: '127.0.0.1', port });
+            s.once('connect', () => resolve(s));
+            s.once('error', reject);
+          }),
+        ...o,
+      },
+    );
+
+  it('runs in flight per sandbox are bounded (rate_limited past the share); an ended run frees its slot; other sandboxes keep theirs', async () => {
+    handler = (_q, _b, res) => {
+      res.writeHead(200, { 'content-type': 'application/x-ndjson' });
+      res.write(`${JSON.stringify({ type: 'stdout', text: 'x\n' })}\n`);
+    };
+    const svc = limited({ runsPerSandbox: 2 });
+    const a = await svc.execute('acc', 'sbx1', { code: 'loop' });
+    const b = await svc.execute('acc', 'sbx1', { code: 'loop' });
+    await assert.rejects(
+      svc.execute('acc', 'sbx1', { code: 'loop' }),
+      (e) => e instanceof SandboxdError && e.kind === 'rate_limited',
+    );
+    const other = await svc.execute('acc', 'sbx2', { code: 'loop' });
+    const closed = seen.at(-3)?.closed;
+    a.destroy();
+    await closed;
+    const c = await svc.execute('acc', 'sbx1', { code: 'loop' });
+    for (const s of [b, c, other]) s.destroy();
+  });
+
+  it('a client gone before the run started (signal already aborted) holds no run and no slot', async () => {
+    handler = (_q, _b, res) => {
+      res.writeHead(200, { 'content-type': 'application/x-ndjson' });
+      res.write(`${JSON.stringify({ type: 'stdout', text: 'x\n' })}\n`);
+    };
+    const svc = limited({ runsPerSandbox: 1 });
+    const gone = new AbortController();
+    gone.abort();
+    const before = seen.length;
+    await assert.rejects(
+      bounded(svc.execute('acc', 'sbx9', { code: 'loop' }, gone.signal), 'execute'),
+      (e) => e instanceof SandboxdError,
+    );
+    if (seen.length > before) await bounded(seen.at(-1)?.closed as Promise<void>, 'the connection to close');
+    const next = await svc.execute('acc', 'sbx9', { code: 'loop' });
+    next.destroy();
+  });
+
+  it('a line past the bound (no newline, ever) ends the run with UnexpectedEndOfExecution and closes the connection', async () => {
+    handler = (_q, _b, res) => {
+      res.writeHead(200, { 'content-type': 'application/x-ndjson' });
+      res.write(`${JSON.stringify({ type: 'stdout', text: 'x\n' })}\n{"type":"result","png":"`);
+      drip(res, 'A'.repeat(64 * 1024), 1);
+    };
+    const body = await limited({ maxLineBytes: 1 << 20 }).execute('acc', 'x', { code: 'big' });
+    const ev = await bounded(events(body), 'the run to end');
+    assert.deepEqual(
+      ev.map((e) => [e.type, (e as { name?: string }).name]),
+      [
+        ['stdout', undefined],
+        ['error', 'UnexpectedEndOfExecution'],
+      ],
+    );
+    await bounded(seen.at(-1)?.closed as Promise<void>, 'the connection to close');
+  });
+
+  it('lines split across many chunks are put together again', async () => {
+    const text = 'y'.repeat(300_000);
+    handler = (_q, _b, res) => {
+      res.writeHead(200, { 'content-type': 'application/x-ndjson' });
+      const all = `${JSON.stringify({ type: 'stdout', text })}\n${JSON.stringify({ type: 'end_of_execution' })}\n`;
+      let i = 0;
+      const next = () => {
+        if (i >= all.length) return res.end();
+        res.write(all.slice(i, i + 1000));
+        i += 1000;
+        setImmediate(next);
+      };
+      next();
+    };
+    const ev = await events(await limited({}).execute('acc', 'x', { code: 'p' }));
+    assert.deepEqual(
+      ev.map((e) => e.type),
+      ['stdout', 'end'],
+    );
+    assert.equal((ev[0] as { text: string }).text, text);
+  });
+
+  it('an error answer with an endless body: the call fails (upstream) without reading it all', async () => {
+    handler = (_q, _b, res) => {
+      res.writeHead(500, { 'content-type': 'text/plain' });
+      drip(res, 'E'.repeat(16 * 1024), 1);
+    };
+    await assert.rejects(
+      bounded(limited({ answerTimeoutMs: 2000 }).listContexts('acc', 'x'), 'listContexts'),
+      (e) => e instanceof SandboxdError && e.kind === 'upstream' && /answered 500/.test(e.message),
+    );
+    await bounded(seen.at(-1)?.closed as Promise<void>, 'the connection to close');
+  });
+
+  it('a context answer that never ends (endless, or dripped) fails within the answer timeout', async () => {
+    handler = (_q, _b, res) => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      drip(res, '['.repeat(64 * 1024), 1);
+    };
+    await assert.rejects(
+      bounded(limited({ answerTimeoutMs: 2000 }).listContexts('acc', 'x'), 'listContexts (endless)'),
+      (e) => e instanceof SandboxdError && (e.kind === 'upstream' || e.kind === 'upstream_timeout'),
+    );
+    handler = (_q, _b, res) => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      drip(res, ' ', 100);
+    };
+    await assert.rejects(
+      bounded(limited({ answerTimeoutMs: 1000 }).createContext('acc', 'x', {}), 'createContext (dripped)'),
+      (e) => e instanceof SandboxdError && e.kind === 'upstream_timeout',
+    );
+  });
+});

@@ -7,8 +7,10 @@ import {
   type CodeExecuteRequest,
   SandboxdError,
 } from '@sandboxd/protocol';
+import { DEFAULT_FAIR_SHARE } from '../config-fair-share.js';
 import type { ServiceDeps } from './context.js';
 import { codeEventStream } from './code-stream.js';
+import { Slots } from './slots.js';
 import type { SandboxService } from './sandboxes.js';
 import { assertStarted } from './started.js';
 
@@ -22,8 +24,15 @@ export type DialSandboxPort = (sandboxId: string, port: number) => Promise<Duple
 /** Options of {@link CodeService}. */
 export interface CodeServiceOptions {
   dial: DialSandboxPort;
-  /** How long to wait for the in-sandbox server to answer a context call. Default 120 s (a kernel start on a busy host). */
+  /**
+   * How long to wait for the in-sandbox server to answer a context call, its body
+   * included (and a run's answer to start). Default 120 s (a kernel start on a busy host).
+   */
   answerTimeoutMs?: number;
+  /** Runs streaming at once per sandbox (`fairShare.codeRunsPerSandbox`); past it `rate_limited`. */
+  runsPerSandbox?: number;
+  /** The longest NDJSON line taken from the sandbox (code-stream.ts's default: 16 MiB). */
+  maxLineBytes?: number;
 }
 
 /**
@@ -33,10 +42,14 @@ export interface CodeServiceOptions {
  * (`conflict`, as exec). Nothing listening there: `no_code_interpreter` (409, naming the
  * image to use). The server's own refusals keep its message: 400 `validation` (and its
  * 500 for a language it has no kernel for, as E2B's answers it), 404 `not_found`; anything
- * else it answers is `upstream` (502).
+ * else it answers is `upstream` (502). The sandbox's side is the tenant's (hostile, say):
+ * runs in flight per sandbox are bounded (`runsPerSandbox`: each may hold a line of up to
+ * `maxLineBytes` here), and a context call's answer is read within `answerTimeoutMs` and
+ * at most 4 MiB (an error's 16 KiB), its connection closed past either.
  */
 export class CodeService {
   private readonly answerTimeoutMs: number;
+  private readonly runs = new Slots();
 
   constructor(
     private readonly d: Pick<ServiceDeps, 'clock'> & { sandboxes: Pick<SandboxService, 'get'> },
@@ -68,15 +81,38 @@ export class CodeService {
       ...(req.language !== undefined ? { language: req.language } : {}),
       ...(req.envs !== undefined ? { env_vars: req.envs } : {}),
     };
-    const started = Date.now();
-    const res = await this.call(accountId, sandboxId, 'POST', '/execute', body, { timeoutMs, signal });
-    return codeEventStream(res, { timeoutMs: Math.max(1, timeoutMs - (Date.now() - started)), signal });
+    const max = this.o.runsPerSandbox ?? DEFAULT_FAIR_SHARE.codeRunsPerSandbox;
+    const release = this.runs.take(
+      sandboxId,
+      max,
+      () =>
+        new SandboxdError('rate_limited', `The sandbox already has ${max} code runs streaming; wait for one to end`, {
+          limit: 'codeRunsPerSandbox',
+          max,
+        }),
+    );
+    try {
+      const started = Date.now();
+      const res = await this.call(accountId, sandboxId, 'POST', '/execute', body, { timeoutMs, signal });
+      const out = codeEventStream(res, {
+        timeoutMs: Math.max(1, timeoutMs - (Date.now() - started)),
+        signal,
+        maxLineBytes: this.o.maxLineBytes,
+      });
+      out.once('close', release);
+      out.once('end', release);
+      out.once('error', release);
+      return out;
+    } catch (e) {
+      release();
+      throw e;
+    }
   }
 
   /** The sandbox's contexts (the default ones of each language started so far among them). */
   async listContexts(accountId: string, sandboxId: string): Promise<CodeContext[]> {
     const res = await this.call(accountId, sandboxId, 'GET', '/contexts');
-    const list = await readJson(res);
+    const list = await readJson(res, this.answerTimeoutMs);
     if (!Array.isArray(list)) throw badAnswer('a context list that is not an array');
     return list.map(toContext);
   }
@@ -87,13 +123,13 @@ export class CodeService {
       ...(req.language !== undefined ? { language: req.language } : {}),
       ...(req.cwd !== undefined ? { cwd: req.cwd } : {}),
     });
-    return toContext(await readJson(res));
+    return toContext(await readJson(res, this.answerTimeoutMs));
   }
 
   /** Ends a context and its kernel. */
   async removeContext(accountId: string, sandboxId: string, contextId: string): Promise<void> {
     const res = await this.call(accountId, sandboxId, 'DELETE', `/contexts/${encodeURIComponent(contextId)}`);
-    res.resume();
+    res.destroy(); // its body (null) is not needed, and may never end
   }
 
   /** Restarts a context's kernel: its state is gone, its id stays. */
@@ -105,7 +141,7 @@ export class CodeService {
       `/contexts/${encodeURIComponent(contextId)}/restart`,
       undefined,
     );
-    res.resume();
+    res.destroy(); // its body (null) is not needed, and may never end
   }
 
   /**
@@ -148,6 +184,7 @@ export class CodeService {
         reject(new SandboxdError('upstream_timeout', `The code interpreter did not answer within ${wait} ms`));
       }, wait);
       const onAbort = () => {
+        clearTimeout(timer);
         req.destroy();
         reject(new SandboxdError('upstream', 'The request was aborted'));
       };
@@ -163,11 +200,13 @@ export class CodeService {
         socket.destroy();
         reject(new SandboxdError('upstream', `The code interpreter closed the connection: ${(err as Error).message}`));
       });
-      req.end(payload);
+      // A client gone before this point (the signal aborted already) fires no event.
+      if (o.signal?.aborted) onAbort();
+      else req.end(payload);
     });
     const status = res.statusCode ?? 502;
     if (status >= 200 && status < 300) return res;
-    const text = await readText(res, 16 * 1024).catch(() => '');
+    const text = await readText(res, 16 * 1024, this.answerTimeoutMs).catch(() => '');
     const message = errorMessage(text) || `The code interpreter answered ${status}`;
     if (status === 400 || status === 422)
       throw new SandboxdError('validation', message, [{ in: 'body', path: '', message }]);
@@ -213,18 +252,49 @@ function errorMessage(text: string): string {
   return t.slice(0, 2000);
 }
 
-async function readText(res: IncomingMessage, max: number): Promise<string> {
-  const chunks: Buffer[] = [];
-  let n = 0;
-  for await (const c of res as AsyncIterable<Buffer>) {
-    if (n < max) chunks.push(c.subarray(0, max - n));
-    n += c.length;
-  }
-  return Buffer.concat(chunks).toString('utf8');
+/**
+ * The first `max` bytes of `res`'s body as text: reading stops there (the connection is
+ * closed: the rest, endless maybe, is never read), and at `timeoutMs` (`upstream_timeout`).
+ * `overflow` true: a body longer than `max` is refused (`upstream`) instead of cut.
+ */
+function readText(res: IncomingMessage, max: number, timeoutMs: number, overflow = false): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let n = 0;
+    const done = (err: Error | null) => {
+      clearTimeout(timer);
+      res.removeListener('data', onData);
+      res.removeListener('end', onEnd);
+      res.removeListener('error', onEnd);
+      res.removeListener('close', onEnd);
+      if (!res.complete) res.destroy();
+      if (err) reject(err);
+      else resolve(Buffer.concat(chunks).toString('utf8'));
+    };
+    const timer = setTimeout(
+      () => done(new SandboxdError('upstream_timeout', `The code interpreter did not answer within ${timeoutMs} ms`)),
+      timeoutMs,
+    );
+    const onData = (c: Buffer) => {
+      if (n + c.length > max) {
+        chunks.push(c.subarray(0, max - n));
+        n = max;
+        return done(overflow ? badAnswer(`a body over ${max} bytes`) : null);
+      }
+      chunks.push(c);
+      n += c.length;
+    };
+    const onEnd = () =>
+      done(res.complete ? null : new SandboxdError('upstream', 'The code interpreter cut its answer'));
+    res.on('data', onData);
+    res.once('end', onEnd);
+    res.once('error', onEnd);
+    res.once('close', onEnd);
+  });
 }
 
-async function readJson(res: IncomingMessage): Promise<unknown> {
-  const text = await readText(res, 4 * 1024 * 1024);
+async function readJson(res: IncomingMessage, timeoutMs: number): Promise<unknown> {
+  const text = await readText(res, 4 * 1024 * 1024, timeoutMs, true);
   try {
     return JSON.parse(text);
   } catch {

@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer, type IncomingMessage, request, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import { getSignature } from 'e2b';
@@ -143,5 +143,79 @@ describe('envd door: who a call acts as', () => {
     assert.deepEqual(await send(`${base}/files?path=/x`, { token: true, user: 'root' }), { status: 200, body: 'root' });
     assert.equal(seen && (seen as EnvdCall).signed, undefined);
     assert.deepEqual(await send(`${base}/files?path=/x`, { token: true }), { status: 200, body: 'user' });
+  });
+});
+
+describe('envd door: E2b-Sandbox-Port values (another port goes to the port proxy)', () => {
+  const SBX = `sbx_${'e'.repeat(20)}`;
+  const store = new SqliteStore(':memory:');
+  const tokens = new AccessTokens(store);
+  let server: Server;
+  let port: number;
+  const forwarded: Array<{ sandboxId: string; port: number }> = [];
+
+  before(async () => {
+    const door = new EnvdDoor({
+      publicHost: 'sandbox.localhost',
+      tokens,
+      findSandbox: async () => null,
+      templates: {},
+      now: () => Date.now(),
+      log: pino({ level: 'silent' }),
+      routes: () => {},
+      rest: async () => false,
+      charge: async () => null,
+      forwardPort: (_req, res, addr) => {
+        forwarded.push(addr);
+        res.writeHead(204).end();
+      },
+    });
+    server = createServer(door.handle);
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    port = (server.address() as AddressInfo).port;
+  });
+  after(async () => {
+    server.closeAllConnections();
+    await new Promise((r) => server.close(r));
+    await store.close();
+  });
+
+  /** One request with the raw header value `value` (sent byte for byte, not normalised by fetch). */
+  const send = (value: string, id = SBX) =>
+    new Promise<number>((resolve, reject) => {
+      const req = request({
+        host: '127.0.0.1',
+        port,
+        path: '/health',
+        headers: { 'E2b-Sandbox-Id': id, 'E2b-Sandbox-Port': value },
+        agent: false,
+      });
+      req.on('response', (r) => {
+        r.resume();
+        resolve(r.statusCode ?? 0);
+      });
+      req.on('error', reject);
+      req.end();
+    });
+
+  it('a decimal port 1-65535 other than envd’s is forwarded as exactly that port of that sandbox', async () => {
+    forwarded.length = 0;
+    assert.equal(await send('49999'), 204);
+    assert.equal(await send('8080'), 204);
+    assert.deepEqual(forwarded, [
+      { sandboxId: SBX, port: 49999 },
+      { sandboxId: SBX, port: 8080 },
+    ]);
+  });
+
+  it('anything else is refused (400) or, naming envd’s port, served by envd with its token rule: never forwarded', async () => {
+    forwarded.length = 0;
+    for (const v of ['0', '65536', '99999', '+80', '1e3', '0x50', '080', '-1', '4.9999e4', '80,81', 'http'])
+      assert.equal(await send(v), 400, `E2b-Sandbox-Port ${v}`);
+    // envd's port however spelled is envd's: without X-Access-Token, 401.
+    for (const v of ['49983', ' 49983 ', '+49983']) assert.equal(await send(v), 401, `E2b-Sandbox-Port ${v}`);
+    // A malformed sandbox id is not found, never forwarded.
+    assert.equal(await send('49999', '../sbx'), 404);
+    assert.deepEqual(forwarded, []);
   });
 });

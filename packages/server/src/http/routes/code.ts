@@ -38,7 +38,7 @@ export const codeRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) =>
           },
         },
       },
-      config: { errors: [400, 401, 404, 409, 502, 504] },
+      config: { errors: [400, 401, 404, 409, 429, 502, 504] },
     },
     async (req, reply) => {
       // The client going (before or during the run) closes the connection to the sandbox.

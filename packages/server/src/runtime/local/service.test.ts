@@ -39,6 +39,16 @@ describe('declaredService (labels)', () => {
     ['port not a number', { [SERVICE_LABELS.port]: 'http' }],
     ['health relative', { [SERVICE_LABELS.health]: 'health' }],
     ['health with a space', { [SERVICE_LABELS.health]: '/he alth' }],
+    ['health with CRLF', { [SERVICE_LABELS.health]: '/h\r\nX-Injected: 1' }],
+    ['health an absolute URL', { [SERVICE_LABELS.health]: 'http://169.254.169.254/' }],
+    ['health too long', { [SERVICE_LABELS.health]: `/${'h'.repeat(4096)}` }],
+    [
+      'cmd too long (kept in every record of its sandboxes)',
+      { [SERVICE_LABELS.cmd]: JSON.stringify(['/bin/srv', 'x'.repeat(70_000)]) },
+    ],
+    ['port with a sign', { [SERVICE_LABELS.port]: '+80' }],
+    ['port with spaces', { [SERVICE_LABELS.port]: ' 80 ' }],
+    ['port in exponent form', { [SERVICE_LABELS.port]: '1e3' }],
   ] as const) {
     it(`refuses ${name} with validation naming the label`, () => {
       const labels: Record<string, string> = { ...ok, ...over };

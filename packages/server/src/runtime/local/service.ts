@@ -37,6 +37,11 @@ export const ENVS_FILE = '/run/sandboxd/envs.json';
 
 export type { DeclaredService } from './records.js';
 
+/** Longest `org.sandboxd.service.cmd` label taken. */
+const MAX_CMD_LABEL = 64 * 1024;
+/** Longest `org.sandboxd.service.health` label taken. */
+const MAX_HEALTH_LABEL = 2048;
+
 /**
  * The service `labels` declare, null when they declare none (no `org.sandboxd.service.*`
  * label). Throws `validation` naming image `ref` and the label when one is malformed or
@@ -57,6 +62,9 @@ export function declaredService(
       label,
     });
   if (cmd === undefined) throw bad(SERVICE_LABELS.cmd, 'is missing');
+  // Any image a tenant pulls may declare one; the declaration is kept in every record of
+  // its sandboxes, so its size is bounded (an argv of 64 KiB, a path of 2 KiB).
+  if (cmd.length > MAX_CMD_LABEL) throw bad(SERVICE_LABELS.cmd, `is over ${MAX_CMD_LABEL} bytes`);
   if (port === undefined) throw bad(SERVICE_LABELS.port, 'is missing');
   if (health === undefined) throw bad(SERVICE_LABELS.health, 'is missing');
   let argv: unknown;
@@ -74,7 +82,8 @@ export function declaredService(
     throw bad(SERVICE_LABELS.cmd, 'must be a JSON array of strings, the first an absolute path');
   if (!/^[0-9]{1,5}$/.test(port) || Number(port) < 1 || Number(port) > 65535)
     throw bad(SERVICE_LABELS.port, 'must be a TCP port (1..65535)');
-  if (!/^\/[\x21-\x7e]*$/.test(health)) throw bad(SERVICE_LABELS.health, 'must be a path starting with /');
+  if (!/^\/[\x21-\x7e]*$/.test(health) || health.length > MAX_HEALTH_LABEL)
+    throw bad(SERVICE_LABELS.health, `must be a path starting with / (at most ${MAX_HEALTH_LABEL} bytes)`);
   return { argv: argv as string[], port: Number(port), health };
 }
 
@@ -100,18 +109,26 @@ export async function startService(
   }
 }
 
-/** One readiness probe: resolves with the status, or rejects (refused, reset, no answer in `timeoutMs`). */
+/**
+ * One readiness probe: resolves with the status, or rejects (refused, reset, no answer in
+ * `timeoutMs`). The service is the image author's: the whole exchange is bounded by one
+ * timer (not the socket's idle timeout, which headers dripped a byte at a time never trip),
+ * and the connection is closed as soon as the status is known (a body is never read, so an
+ * endless one costs nothing). Redirects are answers like any other (not 2xx), never followed.
+ */
 function probe(address: string, svc: DeclaredService, timeoutMs: number): Promise<number> {
   return new Promise((resolve, reject) => {
-    const req = request(
-      { host: address, port: svc.port, path: svc.health, method: 'GET', agent: false, timeout: timeoutMs },
-      (res) => {
-        res.resume();
-        resolve(res.statusCode ?? 0);
-      },
-    );
-    req.on('timeout', () => req.destroy(new Error(`no answer within ${timeoutMs} ms`)));
-    req.on('error', reject);
+    const req = request({ host: address, port: svc.port, path: svc.health, method: 'GET', agent: false }, (res) => {
+      clearTimeout(timer);
+      resolve(res.statusCode ?? 0);
+      res.destroy();
+      req.destroy();
+    });
+    const timer = setTimeout(() => req.destroy(new Error(`no answer within ${timeoutMs} ms`)), timeoutMs);
+    req.on('error', (e) => {
+      clearTimeout(timer);
+      reject(e);
+    });
     req.end();
   });
 }
