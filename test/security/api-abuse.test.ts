@@ -117,13 +117,19 @@ describe(`API abuse (${RUNTIME})`, { timeout: 300_000 }, () => {
   let sandboxId = '';
   let terminalId = '';
   let pid = 0;
+  /** A sandbox of the code interpreter's image (the code routes need its code server) and a context in it. */
+  let codeSandboxId = '';
+  let contextId = '';
   const volume = `abuse_${randomBytes(4).toString('hex')}`;
   const snapshotName = `abuse-snap-${randomBytes(4).toString('hex')}`;
   const routes: Route[] = [];
   let sent = 0;
 
   /** Strings of account A that no answer to anyone else may contain. */
-  const secretsOfA = () => [A.id, A.email, A.key, sandboxId, terminalId, volume, snapshotName, keyIdA].filter(Boolean);
+  const secretsOfA = () =>
+    [A.id, A.email, A.key, sandboxId, terminalId, volume, snapshotName, keyIdA, codeSandboxId, contextId].filter(
+      Boolean,
+    );
   const assertNoLeak = (text: string, what: string) => {
     for (const secret of secretsOfA()) assert.ok(!text.includes(secret), `${what}: the answer leaks ${secret}`);
   };
@@ -131,6 +137,8 @@ describe(`API abuse (${RUNTIME})`, { timeout: 300_000 }, () => {
   const fill = (template: string): string =>
     template.replace(/\{(\w+)\}/g, (_, name: string) => {
       if (name === 'terminalId') return terminalId;
+      if (name === 'contextId') return contextId;
+      if (name === 'id' && template.startsWith('/api/v1/sandboxes/{id}/code/')) return codeSandboxId;
       if (name === 'pid') return String(pid);
       if (name === 'name' && template.startsWith('/api/v1/snapshots/')) return snapshotName;
       if (name === 'name') return volume;
@@ -207,7 +215,11 @@ describe(`API abuse (${RUNTIME})`, { timeout: 300_000 }, () => {
   };
 
   before(async () => {
-    s = await startServer({ env: { SANDBOXD_LOG_LEVEL: 'error', ...INSPECTABLE } });
+    s = await startServer({
+      // Every route is tried with each kind of bad credential: more than the default burst of
+      // requests without valid credentials per address (rate-limit.test.ts tests that limit).
+      env: { SANDBOXD_LOG_LEVEL: 'error', SANDBOXD_RATE_LIMIT_IP_BURST: '10000', ...INSPECTABLE },
+    });
     const a = await newAccount(s, { tokens: 100_000 });
     const emailA = (await s.api('GET', '/api/v1/account', { key: a.key })).body.email as string;
     A = { ...a, email: emailA, cookie: await login(emailA) };
@@ -228,6 +240,15 @@ describe(`API abuse (${RUNTIME})`, { timeout: 300_000 }, () => {
     });
     assert.equal(p.status, 200, p.text);
     pid = p.body.pid;
+    const ci = await s.api('POST', '/api/v1/sandboxes', {
+      key: A.key,
+      body: { image: 'local/code-interpreter', timeoutMs: 1_800_000 },
+    });
+    assert.equal(ci.status, 201, ci.text);
+    codeSandboxId = ci.body.sandbox.id;
+    const ctx = await s.api('POST', `/api/v1/sandboxes/${codeSandboxId}/code/contexts`, { key: A.key, body: {} });
+    assert.equal(ctx.status, 201, ctx.text);
+    contextId = ctx.body.id;
     const snap = await s.api('POST', `/api/v1/sandboxes/${sandboxId}/snapshot`, {
       key: A.key,
       body: { name: snapshotName },
