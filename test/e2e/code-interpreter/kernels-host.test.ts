@@ -5,7 +5,8 @@
  * Debian node-acorn; the sandbox suite covers acorn); bash on the host's python3 and bash.
  */
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -19,12 +20,16 @@ const NODE = existsSync('/usr/bin/node') ? '/usr/bin/node' : process.execPath;
 const TYPESCRIPT = `--typescript-module=${join(ROOT, 'node_modules/typescript')}`;
 const PYTHON = ['/usr/bin/python3', '/usr/local/bin/python3'].find((p) => existsSync(p));
 const BASH = existsSync('/bin/bash') || existsSync('/usr/bin/bash');
+/** The bash kernel keeps its cells in a temp dir, which a killed kernel cannot remove: this one goes after the file. */
+const KERNEL_TMP = mkdtempSync(join(tmpdir(), 'sandboxd-kernels-host-'));
+const KERNEL_ENV = { ...process.env, TMPDIR: KERNEL_TMP };
+after(() => rmSync(KERNEL_TMP, { recursive: true, force: true }));
 
 function suite(name: string, argv: () => string[], cases: (k: () => KernelClient) => void, skip?: string | false) {
   describe(name, { timeout: 120_000, skip }, () => {
     let k: KernelClient;
     before(() => {
-      k = localKernel(argv());
+      k = localKernel(argv(), KERNEL_ENV);
     });
     after(() => k?.close());
     cases(() => k);
@@ -61,7 +66,7 @@ describe('bash kernel on the host: what a cell started ends with the kernel', {
   // SIGKILL to the kernel's group is how the code server ends a kernel; SIGTERM to the kernel alone.
   for (const sig of ['SIGKILL', 'SIGTERM'] as const) {
     it(`a background job and the running command end when the kernel gets ${sig}${sig === 'SIGKILL' ? ' (its group)' : ''}`, async () => {
-      const k = localKernel([PYTHON as string, join(KERNELS, 'bash-kernel.py')]);
+      const k = localKernel([PYTHON as string, join(KERNELS, 'bash-kernel.py')], KERNEL_ENV);
       try {
         const bg = Number(streamText(await k.run('sleep 600 & echo $!')).trim());
         assert.ok(bg > 0 && alive(bg), 'the background job runs');
