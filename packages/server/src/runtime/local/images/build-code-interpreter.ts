@@ -16,7 +16,7 @@ import { createHash } from 'node:crypto';
 import { chmod, cp, mkdir, readdir, readFile, stat, writeFile } from 'node:fs/promises';
 import { join, relative, resolve } from 'node:path';
 import { SETUID_LABEL } from '../setuid.js';
-import { DEBIAN_PACKAGES } from './build-debian.js';
+import { CLEAN as APT_CLEAN, DEBIAN_PACKAGES, minbaseArgs, NEUTRAL_ETC } from './build-debian.js';
 import { blobPath, selectImage } from './oci-read.js';
 import { runTool, toolEnv } from './run.js';
 import { writeOciImage, type ExistingLayer, type WrittenImage } from './oci-write.js';
@@ -93,39 +93,12 @@ const CLEAN = [
   // imported at run time (test helpers live elsewhere, e.g. numpy.testing). Removed after
   // install, not excluded from it: the packages' postinst byte-compiles them.
   'find "$1"/usr/lib/python3/dist-packages -mindepth 2 -type d -name tests -prune -exec rm -rf {} + &&',
-  'rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/* "$1"/var/log/apt/*',
-  '"$1"/var/log/dpkg.log "$1"/var/log/alternatives.log "$1"/var/cache/debconf/*-old',
-  '"$1"/var/lib/dpkg/*-old "$1"/etc/machine-id "$1"/var/cache/ldconfig/aux-cache',
+  APT_CLEAN,
 ].join(' ');
-
-/** Host identity mmdebstrap copied in is replaced by neutral files (the runtime mounts its own). */
-const NEUTRAL_ETC = [
-  ': > "$1"/etc/hostname',
-  ': > "$1"/etc/resolv.conf',
-  'printf "127.0.0.1\\tlocalhost\\n::1\\tlocalhost ip6-localhost ip6-loopback\\n" > "$1"/etc/hosts',
-  'chmod 0644 "$1"/etc/hostname "$1"/etc/resolv.conf "$1"/etc/hosts',
-].join('; ');
 
 /** mmdebstrap's arguments but the output and mirrors: all of the base layer's definition. */
 function baseArgs(suite: string): string[] {
-  return [
-    '--mode=unshare',
-    '--variant=minbase',
-    '--format=tar',
-    '--skip=output/dev',
-    `--include=${CI_PACKAGES.join(',')}`,
-    '--aptopt=Acquire::Languages "none"',
-    '--dpkgopt=path-exclude=/usr/share/man/*',
-    '--dpkgopt=path-exclude=/usr/share/info/*',
-    '--dpkgopt=path-exclude=/usr/share/doc/*',
-    '--dpkgopt=path-include=/usr/share/doc/*/copyright',
-    '--dpkgopt=path-exclude=/usr/share/locale/*',
-    '--dpkgopt=path-include=/usr/share/locale/locale.alias',
-    `--customize-hook=${SETUP}`,
-    `--customize-hook=${CLEAN}`,
-    `--customize-hook=${NEUTRAL_ETC}`,
-    suite,
-  ];
+  return [...minbaseArgs(CI_PACKAGES, [SETUP, CLEAN, NEUTRAL_ETC]), suite];
 }
 
 /** Image config. The service runs as root; the code it runs, as `user`. */

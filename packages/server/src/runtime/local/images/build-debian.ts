@@ -56,7 +56,7 @@ export interface DebianBuildOptions {
 }
 
 /** Host identity that mmdebstrap copied in is replaced by neutral files (the runtime mounts its own). */
-const NEUTRAL_ETC = [
+export const NEUTRAL_ETC = [
   ': > "$1"/etc/hostname',
   ': > "$1"/etc/resolv.conf',
   'printf "127.0.0.1\\tlocalhost\\n::1\\tlocalhost ip6-localhost ip6-loopback\\n" > "$1"/etc/hosts',
@@ -76,11 +76,34 @@ const USER = [
   `echo ${DEBIAN_REVISION} > "$1"/etc/sandboxd-image-revision`,
 ].join(' && ');
 
-const CLEAN = [
+/** apt lists and caches, logs, the machine id: removed from every image built with mmdebstrap. */
+export const CLEAN = [
   'rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/* "$1"/var/log/apt/*',
   '"$1"/var/log/dpkg.log "$1"/var/log/alternatives.log "$1"/var/cache/debconf/*-old',
   '"$1"/var/lib/dpkg/*-old "$1"/etc/machine-id "$1"/var/cache/ldconfig/aux-cache',
 ].join(' ');
+
+/**
+ * mmdebstrap's options for a minbase bootstrap of `packages` (docs, man pages and locales
+ * left out) with `hooks` run in order on the result; the suite, output and mirrors follow.
+ */
+export function minbaseArgs(packages: readonly string[], hooks: readonly string[]): string[] {
+  return [
+    '--mode=unshare',
+    '--variant=minbase',
+    '--format=tar',
+    '--skip=output/dev',
+    `--include=${packages.join(',')}`,
+    '--aptopt=Acquire::Languages "none"',
+    '--dpkgopt=path-exclude=/usr/share/man/*',
+    '--dpkgopt=path-exclude=/usr/share/info/*',
+    '--dpkgopt=path-exclude=/usr/share/doc/*',
+    '--dpkgopt=path-include=/usr/share/doc/*/copyright',
+    '--dpkgopt=path-exclude=/usr/share/locale/*',
+    '--dpkgopt=path-include=/usr/share/locale/locale.alias',
+    ...hooks.map((h) => `--customize-hook=${h}`),
+  ];
+}
 
 /**
  * Writes the Debian image into OCI layout `layout` under `tag`, using `work` (an empty
@@ -93,26 +116,7 @@ export async function buildDebianLayout(
   opts: DebianBuildOptions,
 ): Promise<WrittenImage> {
   const tar = join(work, 'rootfs.tar');
-  const args = [
-    '--mode=unshare',
-    '--variant=minbase',
-    '--format=tar',
-    '--skip=output/dev',
-    `--include=${DEBIAN_PACKAGES.join(',')}`,
-    '--aptopt=Acquire::Languages "none"',
-    '--dpkgopt=path-exclude=/usr/share/man/*',
-    '--dpkgopt=path-exclude=/usr/share/info/*',
-    '--dpkgopt=path-exclude=/usr/share/doc/*',
-    '--dpkgopt=path-include=/usr/share/doc/*/copyright',
-    '--dpkgopt=path-exclude=/usr/share/locale/*',
-    '--dpkgopt=path-include=/usr/share/locale/locale.alias',
-    `--customize-hook=${USER}`,
-    `--customize-hook=${CLEAN}`,
-    `--customize-hook=${NEUTRAL_ETC}`,
-    opts.suite,
-    tar,
-    ...(opts.mirrors ?? []),
-  ];
+  const args = [...minbaseArgs(DEBIAN_PACKAGES, [USER, CLEAN, NEUTRAL_ETC]), opts.suite, tar, ...(opts.mirrors ?? [])];
   let buf = '';
   await runTool('mmdebstrap', args, {
     timeoutMs: opts.timeoutMs,
