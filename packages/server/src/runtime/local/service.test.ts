@@ -256,11 +256,23 @@ describe('image-declared services on the local runtime', () => {
     const parent = m.options.cgroupParent!;
     const pooled = readdirSync(cgroupParentDir(parent)).filter((n) => n.startsWith('warm_'));
     assert.equal(pooled.length, 1, `${pooled}`);
-    const httpd = cgroupProcsOf(parent, pooled[0]).filter((pid) =>
-      readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('httpd'),
-    );
-    assert.equal(httpd.length, 1);
-    process.kill(httpd[0], 'SIGKILL');
+    const cmdline = (pid: number) => {
+      try {
+        return readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+      } catch {
+        return ''; // ended meanwhile
+      }
+    };
+    const httpd = cgroupProcsOf(parent, pooled[0]).filter((pid) => cmdline(pid).includes('httpd'));
+    // busybox httpd forks a child per connection: one may still be serving the fill's probe.
+    assert.ok(httpd.length >= 1, 'the service runs in the pooled sandbox');
+    for (const pid of httpd) {
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {
+        // a connection's child that ended meanwhile
+      }
+    }
     const s = await m.driver.create(spec('dead', GOOD, { K: 'v' }));
     assert.equal(m.driver.containerIdOf(s.id), s.id, 'started for the create, not claimed');
     assert.equal((await m.driver.exec(s.id, 'wget -qO- http://127.0.0.1:49999/health')).stdout, 'ok\n');
