@@ -12,3 +12,4 @@ export * from './processes.js';
 export * from './health.js';
 export * from './network.js';
 export * from './code.js';
+export * from './builds.js';

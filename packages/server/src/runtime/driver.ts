@@ -127,6 +127,19 @@ export interface ImageInfo {
   sizeBytes: number;
 }
 
+/**
+ * Config fields an image build sets on the images it makes (see builds/plan.ts); each one
+ * given replaces the base image's. Labels are the image's whole label set.
+ */
+export interface ImageConfigOverride {
+  env?: Record<string, string>;
+  workingDir?: string;
+  user?: string;
+  entrypoint?: string[] | null;
+  cmd?: string[] | null;
+  labels?: Record<string, string>;
+}
+
 export interface VolumeInfo {
   name: string;
   sizeGb: number;
@@ -268,7 +281,14 @@ export interface RuntimeDriver {
    * the snapshot adds on disk over its base. Throws `not_found`, `conflict` (`ref` exists),
    * `validation` (bad ref).
    */
-  snapshot(id: string, ref: string): Promise<ImageInfo>;
+  snapshot(id: string, ref: string, opts?: { config?: ImageConfigOverride }): Promise<ImageInfo>;
+  /**
+   * Makes image `to` (`snapshot/...`) with the files of image `from` (any image the driver
+   * resolves) and the config `config` (each field given replaces the one of `from`): an
+   * image build's config-only steps. Whole or nothing like {@link snapshot}. Throws
+   * `template_not_found` (`from`), `conflict` (`to` exists), `validation` (bad ref).
+   */
+  deriveImage?(from: string, to: string, config: ImageConfigOverride): Promise<ImageInfo>;
   /** Removes image `ref` made by {@link snapshot} (a sandbox running from it keeps its files). Missing: no-op. */
   deleteImage(ref: string): Promise<void>;
   /** Refs of every image made by {@link snapshot} (to drop those whose making a crash cut short of its record). */

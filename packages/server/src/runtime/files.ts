@@ -40,6 +40,19 @@ export interface DriverFiles {
   watch(id: string, path: string, o: FileUser & { recursive: boolean }): Promise<FileWatch>;
   /** Who file operations run as for `o.user`: names from the sandbox's /etc/passwd and /etc/group. */
   whoami(id: string, o?: FileUser): Promise<FileUserInfo>;
+  /**
+   * Image builds' COPY: unpacks a copy stream (runtime/copy-stream.ts: entries with their
+   * own mode and owner) under directory `dest` (made, with missing parents, 0755 root), as
+   * the sandbox's root. Entry paths are relative and never hold `..`; symlinks are made as
+   * symlinks, never followed on the way in. Resolves with the entries and file bytes written.
+   */
+  unpack?(id: string, dest: string, body: AsyncIterable<Uint8Array>): Promise<{ entries: number; bytes: number }>;
+  /**
+   * Image builds' `COPY --from`: `path` (a file, a symlink or a whole tree, not followed past
+   * `path` itself when `follow`) as a copy stream, entry paths relative to `path` (a file's:
+   * its own name), as the sandbox's root. `not_found` for a missing path.
+   */
+  pack?(id: string, path: string, o?: { follow?: boolean }): Promise<Readable>;
 }
 
 export interface FileUserInfo {
