@@ -35,7 +35,11 @@ export const BuildCreateQuerySchema = Type.Object(
     name: Type.String({ pattern: TEMPLATE_NAME_PATTERN, description: 'Template name.' }),
     tag: Type.Optional(Type.String({ pattern: TEMPLATE_TAG_PATTERN, description: 'Default `latest`.' })),
     dockerfile: Type.Optional(
-      Type.String({ minLength: 1, maxLength: 1024, description: 'Path of the Dockerfile in the context; default `Dockerfile`.' }),
+      Type.String({
+        minLength: 1,
+        maxLength: 1024,
+        description: 'Path of the Dockerfile in the context; default `Dockerfile`.',
+      }),
     ),
     buildArgs: Type.Optional(
       Type.String({ maxLength: 65536, description: 'JSON object of `ARG` values, e.g. `{"VERSION":"1.2"}`.' }),
@@ -96,14 +100,19 @@ export const BuildSchema = Type.Object(
       { additionalProperties: false },
     ),
     digest: Type.Optional(Type.String({ description: 'Config digest of the image, once ready.' })),
-    sizeBytes: Type.Optional(Type.Integer({ minimum: 0, description: 'What the image adds over its base, once ready.' })),
+    sizeBytes: Type.Optional(
+      Type.Integer({ minimum: 0, description: 'What the image adds over its base, once ready.' }),
+    ),
     error: Type.Optional(BuildFailureSchema),
   },
   { title: 'Build', additionalProperties: false },
 );
 export type Build = Static<typeof BuildSchema>;
 
-export const BuildReplySchema = Type.Object({ build: BuildSchema }, { title: 'BuildReply', additionalProperties: false });
+export const BuildReplySchema = Type.Object(
+  { build: BuildSchema },
+  { title: 'BuildReply', additionalProperties: false },
+);
 export type BuildReply = Static<typeof BuildReplySchema>;
 
 export const BuildListSchema = Type.Object(
@@ -116,7 +125,10 @@ export type BuildList = Static<typeof BuildListSchema>;
 export const BuildLogsQuerySchema = Type.Object(
   {
     offset: Type.Optional(
-      Type.Integer({ minimum: 0, description: 'First `seq` to send: resume after a dropped connection with the last seq + 1.' }),
+      Type.Integer({
+        minimum: 0,
+        description: 'First `seq` to send: resume after a dropped connection with the last seq + 1.',
+      }),
     ),
     follow: Type.Optional(Type.Boolean({ description: 'Keep the stream open until the build ends.' })),
   },

@@ -1,3 +1,5 @@
+import type { BuildsApi } from './builds/types.js';
+import { SandboxdError } from '@sandboxd/protocol';
 import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
@@ -193,6 +195,12 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
     events: new EventService(deps),
     volumes: new VolumeService(deps),
     images: new ImageService(deps),
+    // SKELETON(s19-engine): replaced by the builds service.
+    builds: new Proxy({} as BuildsApi, {
+      get: () => async () => {
+        throw new SandboxdError('unsupported', 'Image builds are not wired yet');
+      },
+    }),
   };
   const reaper = new Reaper(deps, sandboxes, lifecycle);
   // A runner that stops answering (for SANDBOXD_RUNNER_DOWN_MS) or answers again: reconcile

@@ -68,13 +68,22 @@ export interface BuildsApi {
     context: Readable,
   ): Promise<BuildRecord>;
   /** Any door with a plan ready: a `queued` build that runs in the background. */
-  start(account: AccountRecord, plan: BuildPlan, o: BuildOptions & { source: BuildRecord['source'] }): Promise<BuildRecord>;
+  start(
+    account: AccountRecord,
+    plan: BuildPlan,
+    o: BuildOptions & { source: BuildRecord['source'] },
+  ): Promise<BuildRecord>;
   /**
    * E2B's two-call start: reserves a `queued` build with no plan yet (`POST /v3/templates`);
    * {@link startReserved} gives it its plan. A reservation not started within an hour ends `error`.
    */
   reserve(account: AccountRecord, o: BuildOptions & { source: BuildRecord['source'] }): Promise<BuildRecord>;
-  startReserved(account: AccountRecord, buildId: string, plan: BuildPlan, o?: { noCache?: boolean }): Promise<BuildRecord>;
+  startReserved(
+    account: AccountRecord,
+    buildId: string,
+    plan: BuildPlan,
+    o?: { noCache?: boolean },
+  ): Promise<BuildRecord>;
   get(accountId: string, buildId: string): Promise<BuildRecord>;
   /** Newest first. */
   list(accountId: string, o?: { name?: string; limit?: number }): Promise<BuildRecord[]>;

@@ -15,6 +15,8 @@ import type { TimeoutService } from './timeout.js';
 import type { VolumeService } from './volumes.js';
 
 /** Every service, as the composition root (app.ts) builds them; what the HTTP routes call. */
+import type { BuildsApi } from '../builds/types.js';
+
 export interface Services {
   sandboxes: SandboxService;
   /** The host's room for new sandboxes (/healthz, /metrics; creates check it). */
@@ -34,6 +36,8 @@ export interface Services {
   volumes: VolumeService;
   images: ImageService;
   terminals: TerminalService;
+  /** Image builds and templates (services/builds.ts); E2B's template door uses it too. */
+  builds: BuildsApi;
 }
 
 export type { ServiceDeps } from './context.js';
