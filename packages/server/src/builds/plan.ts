@@ -103,3 +103,24 @@ export interface BuildPlan {
 
 /** The config a stage starts with before its base's own is known (a base image's config replaces these where it has one). */
 export const DEFAULT_SHELL = ['/bin/sh', '-c'];
+
+/**
+ * One entry of a copy stream (runtime/copy-stream.ts encodes them for the agent's `file
+ * unpack`): what a COPY writes, its path relative to the destination directory (`a/b.txt`,
+ * never absolute, never `..`; `''` for the destination directory itself, dirs only), its own
+ * mode and owner. Dirs come before what they hold.
+ */
+export interface CopyEntry {
+  path: string;
+  type: 'file' | 'dir' | 'symlink';
+  /** Permission bits (`& 0o7777`). */
+  mode: number;
+  uid: number;
+  gid: number;
+  /** Bytes of a file; 0 otherwise. */
+  size: number;
+  /** A symlink's target, as stored (never resolved). */
+  target?: string;
+  /** A file's content: exactly `size` bytes. */
+  body?: () => AsyncIterable<Uint8Array>;
+}
