@@ -186,7 +186,7 @@ class ByteReader {
   }
 
   /** Exactly `n` bytes, in chunks; throws `short()` when the source ends first. */
-  async *take(n: number, short: () => Error): AsyncIterable<Buffer> {
+  async *take(n: number, short: () => Error): AsyncGenerator<Buffer> {
     let left = n;
     while (left > 0) {
       if (this.buf.length === 0 && !(await this.more())) throw short();
@@ -228,32 +228,27 @@ export async function* decodeCopyStream(body: AsyncIterable<Uint8Array>): AsyncI
         continue;
       }
       const short = () => bad(e.path, `the stream ends inside this file (of ${e.size} bytes)`);
-      let state: 'unread' | 'reading' | 'read' = 'unread';
-      let pending: AsyncIterator<Buffer> | null = null;
+      // `chunks` is a generator: its iterator is itself, and what the consumer leaves of it
+      // is read past before the next header (which follows the body).
       const chunks = r.take(e.size, short);
+      const b = { state: 'unread' as 'unread' | 'reading' | 'read' };
       e.body = () => {
-        if (state !== 'unread') throw new Error(`the body of copy stream entry ${e.path} was read already`);
-        state = 'reading';
+        if (b.state !== 'unread') throw new Error(`the body of copy stream entry ${e.path} was read already`);
+        b.state = 'reading';
         return {
-          [Symbol.asyncIterator]() {
-            pending = chunks[Symbol.asyncIterator]();
-            const it = pending;
-            return {
-              next: async () => {
-                const n = await it.next();
-                if (n.done) state = 'read';
-                return n;
-              },
-              return: async () => ({ done: true, value: undefined }),
-            };
-          },
+          [Symbol.asyncIterator]: () => ({
+            next: async () => {
+              const n = await chunks.next();
+              if (n.done) b.state = 'read';
+              return n;
+            },
+            return: async () => ({ done: true as const, value: undefined }),
+          }),
         };
       };
       yield e;
-      // What the consumer left of the body is read past (the next header follows it).
-      const rest: AsyncIterator<Buffer> = pending ?? chunks[Symbol.asyncIterator]();
-      if (state !== 'read') for (let n = await rest.next(); !n.done; n = await rest.next());
-      state = 'read';
+      if (b.state !== 'read') for (let n = await chunks.next(); !n.done; n = await chunks.next());
+      b.state = 'read';
     }
   } finally {
     await r.close();

@@ -8,6 +8,7 @@ import { instanceKey } from '../../instance.js';
 import type {
   ExecOptions,
   ExecResult,
+  ImageConfigOverride,
   ImageInfo,
   PtyProcess,
   RecoveryReport,
@@ -512,8 +513,18 @@ export class LocalDriver implements RuntimeDriver {
   }
 
   /** See snapshot.ts; one at a time with the sandbox's pause, resume, stop, start and delete. */
-  snapshot(id: string, ref: string): Promise<ImageInfo> {
-    return this.serial(id, () => this.snaps.snapshot(id, ref));
+  snapshot(id: string, ref: string, opts: { config?: ImageConfigOverride } = {}): Promise<ImageInfo> {
+    return this.serial(id, () => this.snaps.snapshot(id, ref, opts.config));
+  }
+
+  /** A snapshot image of `from`'s files with `config` over its config; see snapshot.ts. */
+  deriveImage(
+    from: string,
+    to: string,
+    config: ImageConfigOverride,
+    opts: { pullAs?: SandboxSpec['pullAs'] } = {},
+  ): Promise<ImageInfo> {
+    return this.snaps.derive(from, to, config, opts.pullAs);
   }
 
   /** See snapshot.ts; files still used by a sandbox go once it is gone (next deleteImage, snapshot or restart). */
