@@ -69,6 +69,12 @@ export interface SandboxSpec {
    * no credentials).
    */
   pullAs?: { accountId: string; admin: boolean };
+  /**
+   * True: what the image declares to run at every boot (a service, a start command, a ready
+   * check: runtime/local/service.ts) is not run in this sandbox, neither at create nor at a
+   * later start: an image build's step sandboxes. Never a warm-pooled one (which ran it).
+   */
+  skipImageStart?: boolean;
 }
 
 /**

@@ -235,7 +235,8 @@ export class LocalDriver implements RuntimeDriver {
     this.creating++;
     try {
       const image = await this.images.resolve(spec.image, { puller: spec.pullAs ?? ANONYMOUS });
-      const warm = this.pools.takeWarm(spec.image, image.digest, spec.limits);
+      // A pooled sandbox ran what its image starts at boot: not one for a create that skips it.
+      const warm = spec.skipImageStart ? undefined : this.pools.takeWarm(spec.image, image.digest, spec.limits);
       const pooled = warm ? this.pooled.get(warm) : undefined;
       if (warm) this.pooled.delete(warm);
       const claimed = warm && pooled ? await claim(this.starts, spec, image, warm, pooled) : null;
