@@ -99,6 +99,25 @@ describe('copies and derived images through a runner', () => {
     await remote.delete(s.id);
   });
 
+  it('a stream the runner refuses early is not sent to its end', async () => {
+    const s = await remote.create({
+      id: 'copy_five',
+      image: 'local/busybox:latest',
+      env: {},
+      volumes: [],
+      limits: LIMITS,
+    });
+    let pulled = 0;
+    const total = 800;
+    async function* big() {
+      yield Buffer.from('{"p":"../out","t":"f","m":420,"u":0,"g":0,"s":52428800}\n');
+      for (; pulled < total; pulled++) yield Buffer.alloc(64 * 1024);
+    }
+    await assert.rejects(remote.files.unpack(s.id, '/app', big()), (e) => (e as SandboxdError).kind === 'validation');
+    assert.ok(pulled < total, `${pulled} of ${total} chunks were sent after the refusal`);
+    await remote.delete(s.id);
+  });
+
   it('a pack that fails midway errors the body on the client (it never ends cleanly)', async () => {
     const s = await remote.create({
       id: 'copy_three',

@@ -92,18 +92,25 @@ export class RemoteFiles implements DriverFiles {
     }
   }
 
-  /** The copy stream as a streamed request body (`files.unpack`); the runner's agent writes it. */
+  /**
+   * The copy stream as a streamed request body (`files.unpack`); the runner's agent writes
+   * it. When the runner answers before the body is all sent (it refused the stream), the
+   * rest is not sent: the request is cut.
+   */
   async unpack(id: string, dest: string, body: AsyncIterable<Uint8Array>): Promise<{ entries: number; bytes: number }> {
     let bodyError: unknown = null;
+    let request: ClientRequest | null = null;
+    let answered = false;
     try {
       const res = await this.r.send('files.unpack', {
         headers: { [ARGS_HEADER]: JSON.stringify([id, dest]), 'content-type': 'application/octet-stream' },
         timeoutMs: 24 * 3_600_000,
         body: (req) => {
+          request = req;
           void (async () => {
             try {
               for await (const chunk of body) {
-                if (req.destroyed) return;
+                if (req.destroyed || answered) return;
                 if (!req.write(chunk)) await once(req, 'drain');
               }
               req.end();
@@ -117,6 +124,10 @@ export class RemoteFiles implements DriverFiles {
       return ((await readJson(res, this.r.name)) as { result: { entries: number; bytes: number } }).result;
     } catch (e) {
       throw bodyError ?? e;
+    } finally {
+      answered = true;
+      const req = request as ClientRequest | null;
+      if (req && !req.writableFinished) req.destroy();
     }
   }
 
