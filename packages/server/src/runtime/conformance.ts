@@ -391,7 +391,10 @@ export function runDriverConformance(target: ConformanceTarget): void {
         assert.equal(info.ref, r);
         assert.deepEqual([info.env, info.workingDir, info.user], [config.env, '/tmp', '1000:1000']);
         const resolved = await driver.resolveImage(r);
-        assert.deepEqual([resolved.digest, resolved.env, resolved.workingDir], [info.digest, config.env, '/tmp']);
+        assert.deepEqual(
+          [resolved.digest, resolved.env, resolved.workingDir, resolved.entrypoint, resolved.cmd, resolved.labels],
+          [info.digest, config.env, '/tmp', [], ['/bin/sh'], config.labels],
+        );
         const c = await driver.create(spec({ image: r }));
         assert.equal((await driver.exec(c.id, 'echo "$BUILT"')).stdout, 'yes\n');
         assert.equal((await driver.exec(c.id, 'echo "$GREETING"')).stdout, 'hello\n', "the create's env over it");
@@ -424,9 +427,12 @@ export function runDriverConformance(target: ConformanceTarget): void {
         await driver.delete(c.id);
         // From an image that is no snapshot: its files, the config given (the rest its own).
         const plain = layerRef();
-        const p = await driver.deriveImage(target.image, plain, { workingDir: '/tmp' });
+        const p = await driver.deriveImage(target.image, plain, { workingDir: '/tmp', labels: { built: 'yes' } });
         const img = await driver.resolveImage(target.image);
-        assert.deepEqual([p.env, p.workingDir, p.user], [img.env, '/tmp', img.user]);
+        assert.deepEqual(
+          [p.env, p.workingDir, p.user, p.cmd, p.entrypoint, p.labels],
+          [img.env, '/tmp', img.user, img.cmd, img.entrypoint, { built: 'yes' }],
+        );
         const d = await driver.create(spec({ image: plain }));
         assert.equal((await driver.exec(d.id, 'pwd')).stdout, '/tmp\n');
         await driver.delete(d.id);

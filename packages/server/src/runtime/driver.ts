@@ -131,6 +131,13 @@ export interface ImageInfo {
   workingDir: string;
   user: string;
   sizeBytes: number;
+  /**
+   * The rest of its config, where the driver knows it (every driver of this repository
+   * does): an image build starts a stage's config from its base image's.
+   */
+  entrypoint?: string[];
+  cmd?: string[];
+  labels?: Record<string, string>;
 }
 
 /**

@@ -381,6 +381,9 @@ function withConfig(info: ImageInfo, c: ImageConfigOverride = {}): ImageInfo {
     env: c.env !== undefined ? { ...c.env } : info.env,
     workingDir: c.workingDir !== undefined ? c.workingDir : info.workingDir,
     user: c.user !== undefined ? c.user : info.user,
+    entrypoint: c.entrypoint !== undefined ? [...(c.entrypoint ?? [])] : info.entrypoint,
+    cmd: c.cmd !== undefined ? [...(c.cmd ?? [])] : info.cmd,
+    labels: c.labels !== undefined ? { ...c.labels } : info.labels,
   };
 }
 

@@ -43,6 +43,7 @@ import { type ReleaseHost, settleHost, teardown } from './release.js';
 import { ID_RE, isAlive, isKept, isVisible, recordView, type SandboxRecord } from './records.js';
 import { type DriverParts, makeParts } from './parts.js';
 import { ANONYMOUS } from './images/pull-policy.js';
+import { imageInfoOf } from './images/store.js';
 import { keyedLock } from './rootfs/mounts.js';
 import {
   checkLimits,
@@ -211,11 +212,11 @@ export class LocalDriver implements RuntimeDriver {
   }
 
   resolveImage(ref: string): Promise<ImageInfo> {
-    return this.images.resolve(ref).then(toImageInfo);
+    return this.images.resolve(ref).then(imageInfoOf);
   }
 
   async listImages(): Promise<ImageInfo[]> {
-    return (await this.images.list()).map(toImageInfo);
+    return (await this.images.list()).map(imageInfoOf);
   }
 
   async create(spec: SandboxSpec): Promise<RuntimeSandbox> {
@@ -536,10 +537,6 @@ export class LocalDriver implements RuntimeDriver {
   listSnapshots(): Promise<ImageInfo[]> {
     return this.snaps.listSnapshots();
   }
-}
-
-function toImageInfo(i: ImageInfo): ImageInfo {
-  return { ref: i.ref, digest: i.digest, env: i.env, workingDir: i.workingDir, user: i.user, sizeBytes: i.sizeBytes };
 }
 
 /**

@@ -23,7 +23,7 @@ import type { ImageConfigOverride, ImageInfo, SandboxSpec } from '../driver.js';
 import { freeze, freezeAsked, thaw } from './bundle/freezer.js';
 import { ID_RANGE_SIZE } from './bundle/oci-config.js';
 import { ANONYMOUS } from './images/pull-policy.js';
-import type { ImageStore } from './images/store.js';
+import { type ImageStore, imageInfoOf } from './images/store.js';
 import { nativeBin } from './native.js';
 import { isAlive, type SandboxRecord } from './records.js';
 import { loopsUnder, run } from './rootfs/mounts.js';
@@ -83,7 +83,7 @@ export class Snapshots {
       apply: (rootfs, mnt) => this.apply(rec, img, rootfs, mnt),
       config,
     });
-    return toInfo(this.host.images.viewOf(made, ref));
+    return imageInfoOf(this.host.images.viewOf(made, ref));
   }
 
   /**
@@ -110,7 +110,7 @@ export class Snapshots {
       config,
       from,
     });
-    return toInfo(this.host.images.viewOf(made, to));
+    return imageInfoOf(this.host.images.viewOf(made, to));
   }
 
   async deleteImage(ref: string): Promise<void> {
@@ -119,7 +119,7 @@ export class Snapshots {
 
   async listSnapshots(): Promise<ImageInfo[]> {
     const recs = await this.host.images.snapshots.list(this.host.instance);
-    return recs.map((r) => toInfo(this.host.images.viewOf(r, r.snapshot.ref)));
+    return recs.map((r) => imageInfoOf(this.host.images.viewOf(r, r.snapshot.ref)));
   }
 
   /** Copies the layer of `rec` (root image file `img`) onto `rootfs`, frozen if it runs; returns the bytes copied. */
@@ -139,8 +139,4 @@ export class Snapshots {
       if (thawAfter) await thaw(this.host.cgroupParent, rec.cid);
     }
   }
-}
-
-function toInfo(i: ImageInfo): ImageInfo {
-  return { ref: i.ref, digest: i.digest, env: i.env, workingDir: i.workingDir, user: i.user, sizeBytes: i.sizeBytes };
 }
