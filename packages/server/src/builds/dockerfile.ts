@@ -837,7 +837,8 @@ class StageEvaluator {
           `${what} of a URL or git repository (${src}) is not supported: fetch it with RUN (curl, wget, git) within the build's allowDomains`,
         );
       }
-      const abs = posix.join('/', src);
+      const joined = posix.join('/', src);
+      const abs = joined.length > 1 ? joined.replace(/\/+$/u, '') : joined;
       if (from.kind !== 'context') return abs;
       return abs === '/' ? '.' : abs.slice(1);
     });
