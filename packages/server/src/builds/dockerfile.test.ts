@@ -1,3 +1,4 @@
+// biome-ignore-all lint/suspicious/noTemplateCurlyInString: Dockerfile ${VAR} substitutions, not templates
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { SandboxdError } from '@sandboxd/protocol';
