@@ -97,7 +97,8 @@ const newDir = (name: string, mode = 0o755, uid = 0, gid = 0): Node => ({
   visible: true,
 });
 
-const invalid = (message: string, details?: Record<string, unknown>) => new SandboxdError('validation', message, details);
+const invalid = (message: string, details?: Record<string, unknown>) =>
+  new SandboxdError('validation', message, details);
 
 /** `raw` (a tar entry's path) as a clean relative path (`''` for the root), or why not. */
 function entryPath(raw: string): string | { problem: string } {
@@ -275,7 +276,8 @@ export class BuildContext {
     if (typeof p !== 'string') throw invalid(`build context entry "${e.path}" ${p.problem}`, { entry: e.path });
     if (e.type === 'char' || e.type === 'block' || e.type === 'fifo') return null;
     if (p === '') {
-      if (e.type !== 'dir') throw invalid(`build context entry "${e.path}" is the root but not a directory`, { entry: e.path });
+      if (e.type !== 'dir')
+        throw invalid(`build context entry "${e.path}" is the root but not a directory`, { entry: e.path });
       return null;
     }
     const parts = p.split('/');
@@ -307,10 +309,13 @@ export class BuildContext {
     } else if (e.type === 'hardlink') {
       const target = entryPath(e.linkpath);
       const t = typeof target === 'string' ? this.lookup(target) : undefined;
-      if (!t || t.type !== 'file') {
-        throw invalid(`build context entry "${e.path}" is a hard link to "${e.linkpath}", which is not a file before it`, {
-          entry: e.path,
-        });
+      if (t?.type !== 'file') {
+        throw invalid(
+          `build context entry "${e.path}" is a hard link to "${e.linkpath}", which is not a file before it`,
+          {
+            entry: e.path,
+          },
+        );
       }
       node = { ...t, name, children: undefined };
     } else {
@@ -401,7 +406,9 @@ export class BuildContext {
     const r = this.resolve(path, { follow: true, all: true });
     if (!('node' in r)) {
       throw invalid(
-        r.loop ? `${path}: too many levels of symbolic links in the build context` : `the build context has no file ${path}`,
+        r.loop
+          ? `${path}: too many levels of symbolic links in the build context`
+          : `the build context has no file ${path}`,
         { path },
       );
     }
@@ -492,9 +499,12 @@ export class BuildContext {
       matches.push({ name: posix.basename(joined), node: r.node, src });
     }
     if (matches.length === 0) {
-      throw invalid(`COPY failed: no source files were specified (nothing in the build context matches ${sources.join(' ')})`, {
-        sources,
-      });
+      throw invalid(
+        `COPY failed: no source files were specified (nothing in the build context matches ${sources.join(' ')})`,
+        {
+          sources,
+        },
+      );
     }
     const multi = sources.length > 1 || matches.length > 1;
     const archives = await Promise.all(
@@ -531,51 +541,45 @@ export class BuildContext {
       if (e instanceof PatternError) throw invalid(`COPY source ${src}: ${e.message}`, { source: src });
       throw e;
     }
-    const out: { name: string; node: Node }[] = [];
-    const walk = (dir: Node, depth: number) => {
+    const out: { name: string; node: Node; path: string }[] = [];
+    const walk = (dir: Node, dirPath: string, depth: number) => {
       const names = [...dir.children!.keys()].sort();
       for (const name of names) {
         const child = dir.children!.get(name)!;
         if (!child.visible || !matchers[depth].test(name)) continue;
+        const path = dirPath === '' ? name : `${dirPath}/${name}`;
         if (depth === matchers.length - 1) {
-          out.push({ name, node: child });
+          out.push({ name, node: child, path });
         } else if (child.type === 'dir') {
-          walk(child, depth + 1);
+          walk(child, path, depth + 1);
         }
       }
     };
-    walk(base.node, 0);
+    walk(base.node, base.real, 0);
     // A matched symlink is followed, as a named source is (it must lead somewhere).
     return out.map((m) => {
       if (m.node.type !== 'symlink') return m;
-      const path = this.pathOf(m.node);
-      const r = path === null ? { missing: true as const } : this.resolve(path, { follow: true, all: false });
+      const r = this.resolve(m.path, { follow: true, all: false });
       if (!('node' in r)) {
-        throw invalid(`COPY failed: ${src} matches the symlink ${path ?? m.name}, which leads to nothing in the build context`, {
-          source: src,
-        });
+        throw invalid(
+          `COPY failed: ${src} matches the symlink ${m.path}, which leads to nothing in the build context`,
+          {
+            source: src,
+          },
+        );
       }
       return { name: m.name, node: r.node };
     });
   }
 
-  /** The path of `target` in the index (found by a walk). */
-  private pathOf(target: Node): string | null {
-    const find = (dir: Node, prefix: string): string | null => {
-      for (const c of dir.children!.values()) {
-        const p = prefix === '' ? c.name : `${prefix}/${c.name}`;
-        if (c === target) return p;
-        if (c.type === 'dir') {
-          const f = find(c, p);
-          if (f !== null) return f;
-        }
-      }
-      return null;
-    };
-    return find(this.root, '');
-  }
-
-  private walk(dir: Node, prefix: string, o: SelectOptions, owner: { uid: number; gid: number }, out: EntryMap, src: string) {
+  private walk(
+    dir: Node,
+    prefix: string,
+    o: SelectOptions,
+    owner: { uid: number; gid: number },
+    out: EntryMap,
+    src: string,
+  ) {
     const names = [...dir.children!.keys()].sort();
     for (const name of names) {
       const child = dir.children!.get(name)!;
@@ -585,7 +589,10 @@ export class BuildContext {
         out.put({ path, type: 'dir', mode: o.chmod ?? child.mode, uid: owner.uid, gid: owner.gid, size: 0 }, src);
         this.walk(child, path, o, owner, out, src);
       } else if (child.type === 'symlink') {
-        out.put({ path, type: 'symlink', mode: 0o777, uid: owner.uid, gid: owner.gid, size: 0, target: child.target }, src);
+        out.put(
+          { path, type: 'symlink', mode: 0o777, uid: owner.uid, gid: owner.gid, size: 0, target: child.target },
+          src,
+        );
       } else {
         out.put(this.fileEntry(child, path, o, owner), src);
       }
@@ -645,7 +652,7 @@ export class BuildContext {
     const files = new Map<string, { e: TarEntry; sha?: string }>();
     let current: { hash: ReturnType<typeof createHash>; rec: { sha?: string } } | null = null;
     let count = 0;
-    let checked = gzip ? false : true;
+    let checked = !gzip;
     let headBytes: Buffer[] = [];
     const fail = (why: string) => invalid(`ADD ${src}: the archive ${why}`, { source: src });
     const parser = new TarParser({
@@ -776,7 +783,15 @@ class EntryMap {
     for (let i = 1; i < parts.length; i++) {
       const parent = parts.slice(0, i).join('/');
       const had = this.map.get(parent);
-      if (!had) this.map.set(parent, { path: parent, type: 'dir', mode: 0o755, uid: this.owner.uid, gid: this.owner.gid, size: 0 });
+      if (!had)
+        this.map.set(parent, {
+          path: parent,
+          type: 'dir',
+          mode: 0o755,
+          uid: this.owner.uid,
+          gid: this.owner.gid,
+          size: 0,
+        });
       else if (had.type !== 'dir') throw conflict(parent, src);
     }
     const { digest, ...entry } = e;

@@ -178,7 +178,8 @@ export class TarParser {
         this.startRun('skip', rawSize);
         return;
       }
-      const what = code === 'S' ? 'sparse file' : code === 'M' ? 'multi-volume continuation' : `type ${JSON.stringify(code)}`;
+      const what =
+        code === 'S' ? 'sparse file' : code === 'M' ? 'multi-volume continuation' : `type ${JSON.stringify(code)}`;
       throw new TarError(`entry "${h.path ?? ''}" is a ${what}, which a build context cannot hold`);
     }
     const pax = { ...this.globalPax, ...this.pax };
