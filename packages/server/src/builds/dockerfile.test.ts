@@ -145,6 +145,8 @@ describe('parseDockerfile: FROM and stages', () => {
     refusal('FROM a:b:c', 1, /not a valid image reference/);
     refusal('FROM snapshots/Bad', 1, /not a valid image reference/);
     refusal('FROM --foo=1 a', 1, /unknown flag: --foo/);
+    refusal('FROM later\nFROM b AS later', 1, /FROM later names a later stage/);
+    refusal('FROM a AS self\nFROM self2 AS self2', 2, /FROM self2 names this stage itself/);
   });
 
   it('FROM <earlier stage> builds on it and inherits its config; only the stages the target needs are kept', () => {

@@ -242,6 +242,15 @@ function resolve(text: string, buildArgs: Record<string, string>): Front {
       }
     }
     const earlier = names.get(base);
+    if (earlier !== undefined && earlier >= i) {
+      throw dockerfileError(
+        s.ins.line,
+        s.ins.text,
+        earlier === i
+          ? `FROM ${base} names this stage itself`
+          : `FROM ${base} names a later stage (a stage can build only on stages before it)`,
+      );
+    }
     const baseOf =
       earlier !== undefined && earlier < i
         ? { kind: 'stage' as const, stage: earlier }
