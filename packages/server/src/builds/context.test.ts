@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { gzipSync } from 'node:zlib';
 import { SandboxdError } from '@sandboxd/protocol';
+import fc from 'fast-check';
 import { Header } from 'tar';
 import { BuildContext, type Selection } from './context.js';
 import type { CopyEntry } from './plan.js';
@@ -745,5 +746,43 @@ describe('BuildContext: reads, ADD archives, lifecycle', () => {
     assert.equal(ctx.has('x'), false);
     assert.deepEqual(ctx.stats, { entries: 0, bytes: 0 });
     await ctx.close();
+  });
+});
+
+describe('BuildContext: any bytes', () => {
+  it('a mutated or cut archive opens or is refused (validation, payload_too_large), and leaves nothing', async () => {
+    const good = tar([
+      { path: 'd', type: '5' },
+      ...longName({ path: `d/${'n'.repeat(120)}`, data: 'long' }),
+      ...pax({ path: 'p/x.txt' }, { path: 'x', data: 'xx' }),
+      { path: 'd/l', type: '2', linkpath: '../p/x.txt' },
+      { path: 'h', type: '1', linkpath: 'p/x.txt' },
+      { path: 'f', data: Buffer.alloc(1500, 1) },
+    ]);
+    await fc.assert(
+      fc.asyncProperty(
+        fc.array(fc.tuple(fc.nat(good.length - 1), fc.integer({ min: 0, max: 255 })), { maxLength: 6 }),
+        fc.nat(good.length),
+        fc.boolean(),
+        async (flips, cut, gz) => {
+          const b = Buffer.from(good.subarray(0, cut));
+          for (const [at, v] of flips) if (at < b.length) b[at] = v;
+          try {
+            const ctx = await open(gz ? gzipSync(b) : b, { maxBytes: 64 * 1024, maxEntries: 50 });
+            try {
+              if (ctx.has('.'))
+                await ctx.select(['.'], '/x/').catch((e: unknown) => assert.ok(e instanceof SandboxdError));
+            } finally {
+              await ctx.close();
+            }
+          } catch (e) {
+            assert.ok(e instanceof SandboxdError, String(e));
+            assert.ok(['validation', 'payload_too_large'].includes(e.kind), e.message);
+          }
+          assert.deepEqual(await readdir(spoolDir), []);
+        },
+      ),
+      { numRuns: 400 },
+    );
   });
 });

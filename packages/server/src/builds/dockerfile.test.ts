@@ -2,6 +2,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { SandboxdError } from '@sandboxd/protocol';
+import fc from 'fast-check';
 import { DEFAULT_PATH, dockerfileBaseImages, type ParseDockerfileOptions, parseDockerfile } from './dockerfile.js';
 import type { BuildPlan, ConfigStep, CopyStep, RunStep, Step, WorkdirStep } from './plan.js';
 
@@ -499,5 +500,62 @@ describe('parseDockerfile: refusals', () => {
   it('instruction flags are checked on every instruction', () => {
     refusal('FROM a\nENV --x=1 A=b', 2, /unknown flag: --x/);
     refusal('FROM a\nWORKDIR --p /x', 2, /unknown flag: --p/);
+  });
+});
+
+describe('parseDockerfile: any text', () => {
+  it('parses or refuses with a validation error naming a line, never anything else', () => {
+    const words = [
+      'FROM a',
+      'FROM a AS b',
+      'FROM b',
+      'ARG X=1',
+      'ARG',
+      'ENV A=$X',
+      'ENV "',
+      'RUN echo $A',
+      'RUN ["x"',
+      'RUN ["x"]',
+      'COPY . /d/',
+      'COPY --from=b /x /y',
+      'COPY --from=0 x y',
+      'ADD x.tar /',
+      'WORKDIR ${A:-w}',
+      'USER u',
+      'EXPOSE 80/udp',
+      'LABEL k=v',
+      'CMD x',
+      'ENTRYPOINT ["y"]',
+      'SHELL ["/bin/bash", "-c"]',
+      'HEALTHCHECK NONE',
+      '# c',
+      '# escape=`',
+      '\\',
+      '`',
+      '<<EOF',
+      '${',
+      '--mount=x',
+      '"',
+      "'",
+      '',
+    ];
+    fc.assert(
+      fc.property(
+        fc.array(fc.oneof(fc.constantFrom(...words), fc.string({ maxLength: 12 })), { maxLength: 14 }),
+        fc.dictionary(fc.constantFrom('X', 'A', 'Y'), fc.string({ maxLength: 4 })),
+        (lines, buildArgs) => {
+          try {
+            const p = parseDockerfile(lines.join('\n'), { buildArgs });
+            assert.ok(p.stages.length >= 1 && p.target === p.stages.length - 1);
+          } catch (e) {
+            assert.ok(e instanceof SandboxdError, String(e));
+            assert.equal(e.kind, 'validation');
+            const d = e.details as { line: number };
+            assert.ok(Number.isInteger(d.line) && d.line >= 1 && d.line <= Math.max(1, lines.length + 1), e.message);
+          }
+        },
+      ),
+      { numRuns: 3000 },
+    );
   });
 });
