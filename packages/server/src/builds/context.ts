@@ -442,18 +442,19 @@ export class BuildContext {
       throw e;
     }
     if (ignore.empty) return;
-    const mark = (dir: Node, prefix: string): boolean => {
+    const mark = (dir: Node, prefix: string, parentInfo: boolean[]): boolean => {
       let any = false;
       for (const child of dir.children!.values()) {
         const p = prefix === '' ? child.name : `${prefix}/${child.name}`;
-        const kept = !ignore.excludes(p);
-        const below = child.type === 'dir' ? mark(child, p) : false;
+        const info = ignore.matchInfo(p, parentInfo);
+        const kept = !ignore.excluded(info);
+        const below = child.type === 'dir' ? mark(child, p, info) : false;
         child.visible = kept || below;
         any ||= child.visible;
       }
       return any;
     };
-    mark(this.root, '');
+    mark(this.root, '', ignore.matchInfo('', null));
   }
 
   /**

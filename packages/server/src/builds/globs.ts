@@ -153,15 +153,27 @@ export class DockerIgnore {
   /** Whether `path` (relative, slash-separated, no `.`/`..`) is excluded: patternmatcher's MatchesOrParentMatches. */
   excludes(path: string): boolean {
     if (path === '' || path === '.') return false;
-    const slash = path.lastIndexOf('/');
-    const parents = slash < 0 ? [] : path.slice(0, slash).split('/');
+    let info = this.matchInfo('', null);
+    const parts = path.split('/');
+    for (let i = 0; i < parts.length; i++) info = this.matchInfo(parts.slice(0, i + 1).join('/'), info);
+    return this.excluded(info);
+  }
+
+  /**
+   * For a walk from the root down: which patterns match `path` or one of its parents, given
+   * the same for its parent (`null` for the root). One test per pattern per path.
+   */
+  matchInfo(path: string, parent: boolean[] | null): boolean[] {
+    if (parent === null) return this.patterns.map(() => false);
+    return this.patterns.map((p, i) => parent[i] || p.test(path));
+  }
+
+  /** Whether a path with this {@link matchInfo} is excluded: the last pattern that decides wins. */
+  excluded(info: boolean[]): boolean {
     let matched = false;
-    for (const p of this.patterns) {
-      if (p.exclusion !== matched) continue;
-      let match = p.test(path);
-      for (let i = 0; !match && i < parents.length; i++) match = p.test(parents.slice(0, i + 1).join('/'));
-      if (match) matched = !p.exclusion;
-    }
+    this.patterns.forEach((p, i) => {
+      if (p.exclusion === matched && info[i]) matched = !p.exclusion;
+    });
     return matched;
   }
 }
