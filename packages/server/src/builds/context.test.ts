@@ -641,8 +641,8 @@ describe('BuildContext: reads, ADD archives, lifecycle', () => {
 
   it('ADD extracts a local tar or gzip tar (keeping its owners unless --chown); other files are copied as they are', async () => {
     const inner = tar([
-      { path: 'pkg/', type: '5', uid: 10, gid: 20 },
       { path: 'pkg/bin/tool', data: 'tool', mode: 0o755, uid: 10, gid: 20 },
+      { path: 'pkg/', type: '5', uid: 10, gid: 20 },
       { path: 'pkg/link', type: '2', linkpath: 'bin/tool' },
       { path: 'pkg/hard', type: '1', linkpath: 'pkg/bin/tool' },
     ]);

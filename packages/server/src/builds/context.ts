@@ -775,6 +775,8 @@ type Digested = CopyEntry & { digest?: string };
 /** Entries by path: directories merge (the first one's metadata stays), files replace, a file and a directory at one path conflict. Missing parents are added. */
 class EntryMap {
   private readonly map = new Map<string, CopyEntry>();
+  /** Parents added because an entry needed them (an archive's own entry for one replaces its metadata). */
+  private readonly implied = new Set<string>();
   readonly digests = new Map<string, string>();
 
   constructor(private readonly owner: { uid: number; gid: number }) {}
@@ -784,7 +786,7 @@ class EntryMap {
     for (let i = 1; i < parts.length; i++) {
       const parent = parts.slice(0, i).join('/');
       const had = this.map.get(parent);
-      if (!had)
+      if (!had) {
         this.map.set(parent, {
           path: parent,
           type: 'dir',
@@ -793,12 +795,16 @@ class EntryMap {
           gid: this.owner.gid,
           size: 0,
         });
-      else if (had.type !== 'dir') throw conflict(parent, src);
+        this.implied.add(parent);
+      } else if (had.type !== 'dir') {
+        throw conflict(parent, src);
+      }
     }
     const { digest, ...entry } = e;
     const had = this.map.get(e.path);
     if (had && (had.type === 'dir') !== (e.type === 'dir')) throw conflict(e.path, src);
-    if (had?.type === 'dir') return;
+    if (had?.type === 'dir' && !this.implied.has(e.path)) return;
+    this.implied.delete(e.path);
     this.map.set(e.path, entry);
     if (digest !== undefined) this.digests.set(e.path, digest);
   }
