@@ -303,6 +303,8 @@ describe('parseDockerfile: ENV, LABEL, MAINTAINER', () => {
     refusal('FROM a\nENV A="open', 2, /ENV: unexpected end of statement while looking for matching double-quote/);
     refusal('FROM a\nMAINTAINER', 2, /MAINTAINER requires exactly one argument/);
     refusal('FROM a\nENV ${E}=v', 2, /ENV names can not be blank/);
+    refusal('FROM a\nLABEL __proto__=v', 2, /LABEL name __proto__ is not allowed/);
+    refusal('FROM a\nARG __proto__', 2, /ARG name __proto__ is not allowed/);
   });
 });
 

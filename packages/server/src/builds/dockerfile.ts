@@ -403,6 +403,7 @@ function parseInstruction(ins: RawInstruction, esc: string): Parsed {
         const eq = w.indexOf('=');
         const key = eq < 0 ? w : w.slice(0, eq);
         if (key === '') throw dockerfileError(ins.line, ins.text, 'ARG names can not be blank');
+        if (key === '__proto__') throw dockerfileError(ins.line, ins.text, 'ARG name __proto__ is not allowed');
         return eq < 0 ? { key } : { key, value: w.slice(eq + 1) };
       });
       return { k: 'arg', pairs, ins };
@@ -746,6 +747,7 @@ class StageEvaluator {
         const set: Record<string, string> = {};
         for (const [k, v] of pairs) {
           if (k === '') throw dockerfileError(ins.line, ins.text, `${what} names can not be blank`);
+          if (k === '__proto__') throw dockerfileError(ins.line, ins.text, `${what} name __proto__ is not allowed`);
           if (c.k === 'env' && k.includes('=')) throw dockerfileError(ins.line, ins.text, `ENV name "${k}" holds =`);
           set[k] = v;
           if (c.k === 'env') {
