@@ -58,7 +58,7 @@ export interface Selection {
 }
 
 /** Longest path and path segment accepted in an archive. */
-const MAX_PATH_BYTES = 4096;
+const MAX_PATH_BYTES = 4095;
 const MAX_SEGMENT_BYTES = 255;
 /** Symlinks followed at most while resolving one path (Linux's ELOOP limit). */
 const MAX_SYMLINK_HOPS = 40;

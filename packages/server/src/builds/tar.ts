@@ -63,7 +63,8 @@ const TYPES: Record<string, TarEntryType> = {
 };
 /** Vendor types skipped whole (a volume label, Solaris ACLs, inode metadata). */
 const SKIPPED = new Set(['V', 'A', 'I', 'E']);
-const MAX_ID = 0xffff_ffff;
+/** The largest uid or gid a copy stream takes (runtime/copy-stream.ts). */
+const MAX_ID = 0xffff_fffe;
 
 interface PaxFields {
   path?: string;
