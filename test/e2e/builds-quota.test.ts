@@ -6,12 +6,13 @@
  * allow list beyond the plan's egress is refused before anything runs.
  */
 import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { newAccount, RUNTIME, type Server, startServer, until } from './harness.js';
-import { BUSYBOX, Builds, stopClean, withDockerfile } from './builds-support.js';
+import { BUSYBOX, Builds, gzip, stopClean, withDockerfile } from './builds-support.js';
 
 describe('image builds and the plan (real runtime)', {
   skip: RUNTIME !== 'local' && 'needs SANDBOXD_E2E_RUNTIME=local',
@@ -26,6 +27,7 @@ describe('image builds and the plan (real runtime)', {
     JSON.stringify({
       plans: {
         TINYCACHE: { buildCacheBytes: 1_000_000, concurrency: 5 },
+        TINYCTX: { buildContextBytes: 200_000 },
         ONEBUILD: { maxBuilds: 1, concurrency: 5 },
         ONESANDBOX: { concurrency: 1 },
         NOEGRESS: { egress: 'none' },
@@ -63,6 +65,21 @@ describe('image builds and the plan (real runtime)', {
     assert.equal(small.state, 'ready', JSON.stringify(small.error));
   });
 
+  it('buildContextBytes: a larger context, or a small gzip that inflates past it, is refused (413) and nothing is made', async () => {
+    const b = await account('TINYCTX');
+    const df = `FROM ${BUSYBOX}\nCOPY . /ctx/\n`;
+    const big = await b.start({ name: 'ctx' }, withDockerfile(df, { 'blob.bin': randomBytes(400_000) }));
+    assert.equal(big.status, 413, big.text);
+    assert.equal(big.body.kind, 'payload_too_large');
+    const bomb = gzip(withDockerfile(df, { 'zeros.bin': Buffer.alloc(20_000_000) }));
+    assert.ok(bomb.length < 100_000, `the gzip is small (${bomb.length} bytes)`);
+    const r = await b.start({ name: 'ctx' }, bomb);
+    assert.equal(r.status, 413, r.text);
+    assert.deepEqual(await b.list(), [], 'no build was made');
+    const fits = await b.run({ name: 'ctx' }, withDockerfile(df, { 'small.txt': 'small' }));
+    assert.equal(fits.state, 'ready', JSON.stringify(fits.error));
+  });
+
   it('maxBuilds: a second build waits `queued` while the first runs, then runs', async () => {
     const b = await account('ONEBUILD');
     const first = await b.started(
@@ -97,8 +114,9 @@ describe('image builds and the plan (real runtime)', {
       120_000,
     );
     if (settled.state === 'error') {
-      assert.equal(settled.error.kind, 'quota', JSON.stringify(settled.error));
-      assert.match(settled.error.message, /concurren|sandboxes/i);
+      assert.equal(settled.error.kind, 'concurrency', JSON.stringify(settled.error));
+      assert.match(settled.error.message, /Concurrency limit reached/);
+      assert.equal(settled.error.details.line, 2, 'the step that could not get a sandbox');
     } else {
       assert.deepEqual(await b.stepSandboxes(build.id), [], 'no step sandbox past the limit');
       await b.deleteSandbox(busy);
@@ -109,11 +127,11 @@ describe('image builds and the plan (real runtime)', {
     assert.ok(list.length <= 1);
   });
 
-  it('allowDomains beyond the plan: 400 before anything runs; within it, accepted', async () => {
+  it('allowDomains beyond the plan: refused (403 quota, as a create asking for that egress) before anything runs; within it, accepted', async () => {
     const none = await account('NOEGRESS');
     const r = await none.start({ name: 'net', allowDomains: ['example.com'] }, withDockerfile(`FROM ${BUSYBOX}\n`));
-    assert.equal(r.status, 400, r.text);
-    assert.match(r.body.message, /allowDomains|egress|plan/i);
+    assert.equal(r.status, 403, r.text);
+    assert.deepEqual([r.body.kind, r.body.details.quota], ['quota', 'egress']);
     assert.deepEqual(await none.list(), []);
     const rules = await account('RULES');
     const ok = await rules.run(
