@@ -84,6 +84,8 @@ export interface CreateOptions {
    * (`snapshot/<accountId>/_l.<key>`) that no request may name. Never set from a request.
    */
   driverImage?: string;
+  /** The image's own start (service, start command, ready check) is not run: build step sandboxes. Never set from a request. */
+  skipImageStart?: boolean;
 }
 
 /**

@@ -174,6 +174,7 @@ export class SandboxService {
         hostname: record.name,
         egress: record.network?.egress ?? 'none',
         pullAs: { accountId: account.id, admin: account.admin },
+        ...(opts.skipImageStart ? { skipImageStart: true } : {}),
       });
     } catch (e) {
       await this.failCreate(record, e, log);
