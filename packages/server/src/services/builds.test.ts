@@ -6,9 +6,11 @@
  * host is checked for leaked mounts and loop devices.
  */
 import assert from 'node:assert/strict';
+import { readdirSync } from 'node:fs';
+import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { after, before, describe, it } from 'node:test';
-import type { BuildLogEvent, SandboxdError } from '@sandboxd/protocol';
+import { type BuildLogEvent, SandboxdError } from '@sandboxd/protocol';
 import {
   type BuildApp,
   config,
@@ -40,6 +42,7 @@ describe('builds service on the local runtime', { skip: LOCAL ? false : 'needs S
         // Layers of ~4 MiB: three fit; a fourth pushes the least recently used unused one out.
         CACHE13: { buildCacheBytes: 13 * MiB },
         TINY: { buildCacheBytes: MiB },
+        NOEGRESS: { egress: 'none' },
       },
     });
     builds = t.app.services.builds as BuildService;
@@ -183,6 +186,101 @@ describe('builds service on the local runtime', { skip: LOCAL ? false : 'needs S
     assert.equal(fresh.state, 'ready', JSON.stringify(fresh.error));
     assert.equal(fresh.stepsCached, 0);
     assert.equal(t.creates.length - creates, 5);
+  });
+
+  it('a Dockerfile through createFromDockerfile: build args, stages, WORKDIR, COPY --from, --chmod, globs, .dockerignore, a start command', async () => {
+    const a = await t.newAccount();
+    const dockerfile = [
+      'ARG BASE=local/busybox:latest',
+      // biome-ignore lint/suspicious/noTemplateCurlyInString: a Dockerfile substitution
+      'FROM ${BASE} AS build',
+      'ARG WHO=world',
+      'RUN echo "hello $WHO" > /hello',
+      '',
+      'FROM local/busybox:latest',
+      'ENV APP=/opt/app',
+      'WORKDIR $APP',
+      'COPY --from=build /hello ./',
+      'COPY --chmod=0640 src/ ./src/',
+      'COPY *.txt ./',
+      'LABEL org.sandboxd.start.cmd="echo started > /tmp/started"',
+      'CMD ["sh"]',
+    ].join('\n');
+    const tar = tarOf([
+      { path: 'Dockerfile', body: dockerfile },
+      { path: '.dockerignore', body: 'secret.txt\n' },
+      { path: 'src', type: 'dir' },
+      { path: 'src/a.sh', body: 'echo a\n', mode: 0o755 },
+      { path: 'readme.txt', body: 'read me\n' },
+      { path: 'secret.txt', body: 'do not copy\n' },
+    ]);
+    const b = await builds.createFromDockerfile(
+      a,
+      { name: 'fromfile', tag: 'v2', buildArgs: { WHO: 'builder' } },
+      Readable.from([tar]),
+    );
+    assert.equal(b.state, 'queued');
+    const done = await t.waitFinal(a, b.id);
+    assert.equal(done.state, 'ready', JSON.stringify(done.error));
+    const out = await inSandbox(
+      a,
+      'templates/fromfile:v2',
+      'cat hello readme.txt; stat -c "%a %n" src/a.sh; ls; echo "$APP"; sleep 0.5; cat /tmp/started',
+    );
+    assert.equal(out, 'hello builder\nread me\n640 src/a.sh\nhello\nreadme.txt\nsrc\n/opt/app\nstarted\n');
+    assert.deepEqual(readdirSync(join(t.dataDir, 'builds', 'tmp')), [], 'the context spool went with the build');
+  });
+
+  it('a Dockerfile refused before anything runs: the line of what is unsupported, missing or not allowed; nothing made', async () => {
+    const a = await t.newAccount('NOEGRESS');
+    const refuse = async (
+      dockerfile: string,
+      o: { allowDomains?: string[]; files?: Parameters<typeof tarOf>[0] } = {},
+    ) => {
+      const tar = tarOf([{ path: 'Dockerfile', body: dockerfile }, ...(o.files ?? [])]);
+      const e = await builds
+        .createFromDockerfile(a, { name: 'refused', tag: 'latest', allowDomains: o.allowDomains }, Readable.from([tar]))
+        .then(
+          () => assert.fail('accepted'),
+          (err: unknown) => err as SandboxdError,
+        );
+      assert.ok(e instanceof SandboxdError, String(e));
+      return e;
+    };
+    let e = await refuse('FROM local/busybox:latest\nRUN true\nHEALTHCHECK CMD true\n');
+    assert.equal(e.kind, 'validation');
+    assert.match(e.message, /line 3/);
+    e = await refuse('FROM local/busybox:latest\nRUN true\nFROM templates/missing\nRUN true\n');
+    assert.equal(e.kind, 'template_not_found');
+    assert.match(e.message, /Line 3: FROM templates\/missing/);
+    e = await refuse('FROM local/busybox:latest\nCOPY nothere.txt /x\n');
+    assert.equal(e.kind, 'validation');
+    assert.match(e.message, /Line 2: COPY nothere.txt \/x: .*nothere.txt/);
+    e = await refuse('FROM scratch\nCOPY a /a\n', { files: [{ path: 'a', body: 'a' }] });
+    assert.match(e.message, /scratch is not supported/);
+    e = await refuse('FROM local/busybox:latest\nRUN true\n', { allowDomains: ['pypi.org'] });
+    assert.equal(e.kind, 'quota');
+    e = await refuse('FROM local/busybox:latest\nRUN true\n', { allowDomains: ['not a domain!'] });
+    assert.equal(e.kind, 'validation');
+    e = await refuse('', { files: [] }).catch(() => e); // (an empty Dockerfile: refused by the parser)
+    const noDockerfile = await builds
+      .createFromDockerfile(
+        a,
+        { name: 'refused', tag: 'latest' },
+        Readable.from([tarOf([{ path: 'other', body: 'x' }])]),
+      )
+      .then(
+        () => null,
+        (err: SandboxdError) => err,
+      );
+    assert.match(noDockerfile?.message ?? '', /no file Dockerfile/);
+    const badName = await builds.createFromDockerfile(a, { name: 'Bad Name', tag: 'latest' }, Readable.from([])).then(
+      () => null,
+      (err: SandboxdError) => err,
+    );
+    assert.equal(badName?.kind, 'validation');
+    assert.deepEqual(await builds.list(a.id), [], 'no build was recorded');
+    assert.deepEqual(readdirSync(join(t.dataDir, 'builds', 'tmp')), [], 'no spool is left');
   });
 
   it('a failing RUN ends the build error with its step, line, exit code and output; no template, no sandbox left', async () => {
