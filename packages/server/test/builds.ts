@@ -21,9 +21,9 @@ import type {
 } from '../src/builds/plan.js';
 import { loadConfig, type Config, type PlanConfig, DEFAULT_PLANS } from '../src/config.js';
 import { newAccountId } from '../src/domain/ids.js';
-import type { LocalDriver } from '../src/runtime/local/driver.js';
+import type { LocalDriver, LocalDriverOptions } from '../src/runtime/local/driver.js';
 import { SqliteStore } from '../src/store/sqlite/store.js';
-import type { AccountRecord, BuildRecord } from '../src/store/store.js';
+import type { AccountRecord, BuildRecord, Store } from '../src/store/store.js';
 import { makeTestDriver } from './local-driver.js';
 import { hostSnapshot, type HostSnapshot } from '../src/runtime/local/rootfs/mounts.js';
 import { removeAndCheckLeaks } from './local-driver.js';
@@ -113,6 +113,51 @@ export function tarOf(
   return Buffer.concat(blocks);
 }
 
+/** The config of a build test's app on `dataDir` over a driver of `options`, with `o.plans` beside the built-in ones. */
+export function buildConfig(
+  dataDir: string,
+  options: LocalDriverOptions,
+  o: { plans?: Record<string, Partial<PlanConfig>>; config?: Partial<Config> } = {},
+): Readonly<Config> {
+  const plans: Record<string, PlanConfig> = {};
+  for (const [name, p] of Object.entries(o.plans ?? {})) plans[name] = { ...DEFAULT_PLANS.FREE, ...p } as PlanConfig;
+  return loadConfig(
+    {},
+    {
+      runtime: 'local',
+      dataDir,
+      dbPath: join(dataDir, 'sandboxd.db'),
+      imageDir: options.imageDir,
+      bridge: options.bridge,
+      subnet: options.subnet,
+      uidRangeStart: options.uidRangeStart,
+      cgroupParent: options.cgroupParent,
+      runDir: options.runDir,
+      warmPool: [],
+      minFreeMb: 0,
+      createMinFreeMb: 0,
+      createMinMemoryMb: 0,
+      bootstrap: {},
+      plans,
+      ...o.config,
+    },
+  );
+}
+
+/** An account of `plan` with plenty of tokens, made in `store`. */
+export async function newBuildAccount(store: Store, plan = 'FREE'): Promise<AccountRecord> {
+  const a: AccountRecord = {
+    id: newAccountId(),
+    email: `${newAccountId()}@example.com`,
+    passwordHash: null,
+    plan,
+    admin: false,
+    createdAt: Date.now(),
+  };
+  await store.createAccount(a, { tokens: 100_000, reason: 'signup' });
+  return a;
+}
+
 /** An app on the local runtime for build tests. */
 export interface BuildApp {
   app: Sandboxd;
@@ -150,29 +195,7 @@ export async function startBuildApp(
   const { driver, options, dataDir: base } = makeTestDriver(tag);
   const dataDir = join(base, 'data');
   mkdirSync(dataDir, { recursive: true });
-  const plans: Record<string, PlanConfig> = {};
-  for (const [name, p] of Object.entries(o.plans ?? {})) plans[name] = { ...DEFAULT_PLANS.FREE, ...p } as PlanConfig;
-  const config = loadConfig(
-    {},
-    {
-      runtime: 'local',
-      dataDir,
-      dbPath: join(dataDir, 'sandboxd.db'),
-      imageDir: options.imageDir,
-      bridge: options.bridge,
-      subnet: options.subnet,
-      uidRangeStart: options.uidRangeStart,
-      cgroupParent: options.cgroupParent,
-      runDir: options.runDir,
-      warmPool: [],
-      minFreeMb: 0,
-      createMinFreeMb: 0,
-      createMinMemoryMb: 0,
-      bootstrap: {},
-      plans,
-      ...o.config,
-    },
-  );
+  const config = buildConfig(dataDir, options, o);
   const creates: string[] = [];
   const create = driver.create.bind(driver);
   driver.create = async (spec) => {
@@ -202,15 +225,7 @@ export async function startBuildApp(
     driver,
     creates,
     async newAccount(plan = 'FREE') {
-      const a: AccountRecord = {
-        id: newAccountId(),
-        email: `${newAccountId()}@example.com`,
-        passwordHash: null,
-        plan,
-        admin: false,
-        createdAt: Date.now(),
-      };
-      await app.store.createAccount(a, { tokens: 100_000, reason: 'signup' });
+      const a = await newBuildAccount(app.store, plan);
       accounts.push(a);
       return a;
     },
