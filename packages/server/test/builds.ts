@@ -3,7 +3,8 @@
  * and an app on the local runtime (its own bridge, subnet, uid range, cgroup folder and data
  * dir) whose accounts build, with everything it made removed after.
  */
-import { mkdirSync } from 'node:fs';
+import assert from 'node:assert/strict';
+import { mkdirSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pino from 'pino';
@@ -24,7 +25,7 @@ import { newAccountId } from '../src/domain/ids.js';
 import type { LocalDriver, LocalDriverOptions } from '../src/runtime/local/driver.js';
 import { SqliteStore } from '../src/store/sqlite/store.js';
 import type { AccountRecord, BuildRecord, Store } from '../src/store/store.js';
-import { makeTestDriver } from './local-driver.js';
+import { makeTestDriver, TEST_IMAGE_DIR } from './local-driver.js';
 import { hostSnapshot, type HostSnapshot } from '../src/runtime/local/rootfs/mounts.js';
 import { removeAndCheckLeaks } from './local-driver.js';
 
@@ -111,6 +112,19 @@ export function tarOf(
   }
   blocks.push(Buffer.alloc(1024));
   return Buffer.concat(blocks);
+}
+
+/** Fails when the image store holds an image made by `driver`'s instance (a snapshot or a layer it did not remove). */
+export function assertNoImagesOf(driver: LocalDriver): void {
+  const dir = join(TEST_IMAGE_DIR, 'by-digest');
+  const left = readdirSync(dir).filter((d) => {
+    try {
+      return JSON.parse(readFileSync(join(dir, d, 'image.json'), 'utf8')).snapshot?.instance === driver.key;
+    } catch {
+      return false;
+    }
+  });
+  assert.deepEqual(left, [], 'no image of the instance is left after destroyAll');
 }
 
 /** The config of a build test's app on `dataDir` over a driver of `options`, with `o.plans` beside the built-in ones. */
@@ -262,6 +276,7 @@ export async function startBuildApp(
         await app.close();
         await driver.destroyAll();
         await removeAndCheckLeaks(base, hostBefore);
+        assertNoImagesOf(driver);
       }
     },
   };

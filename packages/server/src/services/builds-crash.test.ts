@@ -10,7 +10,7 @@ import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import pino from 'pino';
-import { buildConfig, plan, run, stage } from '../../test/builds.js';
+import { assertNoImagesOf, buildConfig, plan, run, stage } from '../../test/builds.js';
 import { makeTestDriver, removeAndCheckLeaks } from '../../test/local-driver.js';
 import { buildApp, type Sandboxd } from '../app.js';
 import { hostSnapshot } from '../runtime/local/rootfs/mounts.js';
@@ -32,6 +32,7 @@ describe('builds: kill -9 of the server mid-build', {
     cleanups.push(async () => {
       await driver.destroyAll();
       await removeAndCheckLeaks(base, hostBefore);
+      assertNoImagesOf(driver);
     });
     const dataDir = join(base, 'data');
     mkdirSync(dataDir, { recursive: true });
