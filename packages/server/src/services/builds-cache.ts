@@ -79,7 +79,7 @@ export class BuildCache {
   async mark(accountId: string, key: string): Promise<boolean> {
     const at = this.d.clock.now();
     const had = await this.d.store.getLayer(accountId, key);
-    if (had && isMarker(had)) await this.d.store.touchLayer(accountId, key, at);
+    if (had) await this.d.store.touchLayer(accountId, key, at);
     else
       await this.d.store.putLayer({
         accountId,
@@ -90,7 +90,7 @@ export class BuildCache {
         createdAt: at,
         lastUsedAt: at,
       });
-    return Boolean(had && isMarker(had));
+    return had !== null;
   }
 
   async record(l: LayerRecord): Promise<void> {

@@ -89,7 +89,7 @@ describe('builds: kill -9 of the server mid-build', {
     assert.equal(b.error?.kind, 'unavailable');
     assert.match(b.error?.message ?? '', /server stopped during the build/);
     assert.deepEqual(await driver.list(), [], 'no sandbox is left in the runtime');
-    const layers = await app.store.listLayers(accountId);
+    const layers = (await app.store.listLayers(accountId)).filter((l) => l.driverRef !== '');
     assert.equal(layers.length, 1, 'the finished first step');
     const images = (await driver.listSnapshots()).map((i) => i.ref).filter((r) => r.includes(`/${accountId}/`));
     assert.deepEqual(images, [layers[0].driverRef], 'no layer image without its row');
@@ -106,6 +106,6 @@ describe('builds: kill -9 of the server mid-build', {
       done = await app.services.builds.get(accountId, again.id);
     }
     assert.equal(done.state, 'ready', JSON.stringify(done.error));
-    assert.equal(done.stepsCached, 1, 'the first step came from the cache');
+    assert.equal(done.stepsCached, 2, 'FROM and the first step came from the cache');
   });
 });

@@ -32,6 +32,7 @@ describe('builds service: queue, reservations, uploads, checks (fake driver)', (
       plans: {
         ONE: { ...DEFAULT_PLANS.FREE, maxBuilds: 1 },
         SMALL: { ...DEFAULT_PLANS.FREE, buildContextBytes: 1024, egress: 'allow' },
+        ONESANDBOX: { ...DEFAULT_PLANS.FREE, concurrency: 1 },
       },
     });
     builds = t.app.services.builds as BuildService;
@@ -81,6 +82,23 @@ describe('builds service: queue, reservations, uploads, checks (fake driver)', (
     );
   });
 
+  it("a step waits while the plan's concurrency is taken by the account's sandboxes, saying so, and goes on when one ends", async () => {
+    const a = await account('ONESANDBOX');
+    const busy = await t.app.services.sandboxes.create(a, { image: BUSYBOX });
+    const b = await start(a, plan(stage(BUSYBOX, [run('echo ran')])), 'waits');
+    let log = '';
+    for (let i = 0; i < 200 && !/Waiting for a sandbox/.test(log); i++) {
+      await sleep(20);
+      log = (await t.app.store.listBuildLogs(b.id, 0, 100)).map((l) => l.text).join('\n');
+    }
+    assert.match(log, /Waiting for a sandbox: Concurrency limit reached: 1 sandboxes running/);
+    assert.equal((await builds.get(a.id, b.id)).state, 'building');
+    assert.equal((await t.app.services.sandboxes.list(a.id, { limit: 10 })).items.length, 1, 'only the busy one');
+    await t.app.services.sandboxes.delete(a.id, busy.id);
+    const done = await waitFinal(a, b.id);
+    assert.equal(done.state, 'ready', JSON.stringify(done.error));
+  });
+
   it('a queued build cancelled never runs; delete forgets a build and its log, not its template', async () => {
     const one = await account('ONE');
     const first = await start(one, plan(stage(BUSYBOX, [run('sleep 0.5')])), 'first');
@@ -118,6 +136,11 @@ describe('builds service: queue, reservations, uploads, checks (fake driver)', (
     await refused(
       builds.start(a, p, { name: 'ok', tag: 'v', allowDomains: ['exa mple.com'], source: 'e2b' }),
       'validation',
+    );
+    await refused(
+      builds.start(small, p, { name: 'ok', tag: 'v', allowDomains: ['*'], source: 'e2b' }),
+      'validation',
+      /allowDomains/,
     );
     await refused(
       builds.start(a, plan(stage('snapshots/none', [run('true')])), { name: 'ok', tag: 'v', source: 'e2b' }),

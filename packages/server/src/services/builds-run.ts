@@ -199,7 +199,9 @@ export class BuildRun {
         layers: [],
       };
     }
-    this.count(false);
+    // A base counts as cached once the account built on it before (a marker, as config steps have).
+    const seen = await this.d.cache.mark(this.i.account.id, sha256(`from\n${cur.key}`));
+    this.count(seen && !this.i.noCache);
     return cur;
   }
 
@@ -556,18 +558,7 @@ export class BuildRun {
     fn: (id: string) => Promise<T>,
   ): Promise<T> {
     this.throwIfAborted();
-    const plan = planOf(this.d.config as Config, this.i.account.plan);
-    const rec = await this.d.sandboxes.create(
-      this.i.account,
-      {
-        image: from.publicRef,
-        timeoutMs: Math.min(this.d.config.buildStepTimeoutMs + 60_000, plan.maxLifetimeMs),
-        metadata: { 'sandboxd.build': this.i.build.id, 'sandboxd.step': String(n) },
-        network: { egress: this.i.egress },
-        ports: { public: false },
-      },
-      { driverImage: from.ref, skipImageStart: true },
-    );
+    const rec = await this.createSandbox(from, n);
     this.live.add(rec.id);
     try {
       this.throwIfAborted();
@@ -579,6 +570,43 @@ export class BuildRun {
     } finally {
       this.live.delete(rec.id);
       await this.dropSandbox(rec.id);
+    }
+  }
+
+  /**
+   * A step sandbox of the account. While the plan's concurrency is taken (by the account's
+   * other sandboxes) or the host has no room, the step waits (saying so in the log) and
+   * tries again every second, at most the step timeout; then it fails with that error.
+   */
+  private async createSandbox(from: { ref: string; publicRef: string }, n: number) {
+    const plan = planOf(this.d.config as Config, this.i.account.plan);
+    const req = {
+      image: from.publicRef,
+      timeoutMs: Math.min(this.d.config.buildStepTimeoutMs + 60_000, plan.maxLifetimeMs),
+      metadata: { 'sandboxd.build': this.i.build.id, 'sandboxd.step': String(n) },
+      network: { egress: this.i.egress },
+      ports: { public: false },
+    };
+    const until = this.d.clock.now() + this.d.config.buildStepTimeoutMs;
+    for (let said = ''; ; ) {
+      try {
+        return await this.d.sandboxes.create(this.i.account, req, { driverImage: from.ref, skipImageStart: true });
+      } catch (e) {
+        if (!(e instanceof SandboxdError && (e.kind === 'concurrency' || e.kind === 'capacity'))) throw e;
+        if (this.d.clock.now() >= until) throw e;
+        if (said !== e.kind) {
+          said = e.kind;
+          this.i.log.system(
+            e.kind === 'concurrency'
+              ? `Waiting for a sandbox: ${e.message} (the plan's concurrency limit; the build goes on when one ends)`
+              : `Waiting for a sandbox: ${e.message}`,
+            n,
+          );
+          await this.i.log.flush();
+        }
+        await abortableSleep(RETRY_MS, this.i.signal);
+        this.throwIfAborted();
+      }
     }
   }
 
@@ -695,6 +723,23 @@ export class BuildRun {
 }
 
 const sha256 = (s: string) => createHash('sha256').update(s).digest('hex');
+
+/** How often a step waiting for a sandbox (the plan's concurrency, a full host) tries again. */
+const RETRY_MS = 1000;
+
+/** Resolves after `ms`, or at once when `signal` aborts. */
+function abortableSleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal.aborted) return resolve();
+    const done = () => {
+      clearTimeout(timer);
+      signal.removeEventListener('abort', done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal.addEventListener('abort', done, { once: true });
+  });
+}
 
 /** The config of a base image as the runtime describes it. */
 function configOf(info: ImageInfo): ImageConfig {

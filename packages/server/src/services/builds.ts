@@ -852,7 +852,16 @@ export class BuildService implements BuildsApi {
       });
     const asked = checkEgress({ allow: domains }, '/allowDomains');
     const plan = planOf(this.d.config, account.plan);
-    return decideEgress(asked, this.d.config.egress, plan.egress ?? 'internet');
+    try {
+      return decideEgress(asked, this.d.config.egress, plan.egress ?? 'internet');
+    } catch (e) {
+      // A build's allow list is one of its arguments: beyond the plan, it is a bad request.
+      if (e instanceof SandboxdError && e.kind === 'quota')
+        throw new SandboxdError('validation', `allowDomains: ${e.message}`, [
+          { in: 'query', path: '/allowDomains', message: e.message, ...(e.details as object) },
+        ]);
+      throw e;
+    }
   }
 
   /** `quota` when the account has {@link MAX_PENDING_BUILDS} builds queued or running. */
