@@ -459,7 +459,7 @@ export class BuildService implements BuildsApi {
     this.timer.unref();
   }
 
-  /** One pass: expired reservations end, builds of gone servers end (shared database), every account's cache fits its quota. */
+  /** One pass: expired reservations end, builds of gone servers end, the cache matches the runtime, every account's cache fits its quota. */
   async tick(): Promise<void> {
     const now = this.d.clock.now();
     for (const b of await this.d.store.listBuildsByState(['queued'])) {
@@ -477,7 +477,10 @@ export class BuildService implements BuildsApi {
         .catch(() => undefined);
       this.notifier.notify(b.id);
     }
-    if (this.d.presence.shared) await this.recover();
+    // Builds of servers that are gone (a shared database); rows whose layer image vanished are
+    // forgotten and stray layer images removed (alone on the database only: with replicas, at
+    // the start of the one that reaps).
+    await this.recover({ sweep: !this.d.presence.shared });
     for (const accountId of await this.d.store.listLayerAccounts()) await this.collect(accountId);
   }
 
