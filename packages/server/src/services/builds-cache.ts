@@ -131,6 +131,19 @@ export class BuildCache {
     return { removed, used };
   }
 
+  /**
+   * Removes layer `l` unless it is in use (a template names its image, a build here holds
+   * it); the row is removed only when it still names that image. Returns whether it went.
+   */
+  async discard(l: LayerRecord): Promise<boolean> {
+    if (isMarker(l) || this.held.has(l.driverRef)) return false;
+    if ((await this.d.store.listTemplates(l.accountId)).some((t) => t.driverRef === l.driverRef)) return false;
+    await this.d.driver.deleteImage(l.driverRef);
+    const row = await this.d.store.getLayer(l.accountId, l.key);
+    if (row?.driverRef === l.driverRef) await this.d.store.deleteLayer(l.accountId, l.key);
+    return true;
+  }
+
   /** Removes a layer's image and row (its image first: a row never names a missing image for long). */
   async remove(l: LayerRecord): Promise<void> {
     if (!isMarker(l)) await this.d.driver.deleteImage(l.driverRef);

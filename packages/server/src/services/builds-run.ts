@@ -10,7 +10,7 @@ import { layerRef } from '../domain/snapshots.js';
 import { decodeCopyStream, encodeCopyStream } from '../runtime/copy-stream.js';
 import type { ImageConfigOverride, ImageInfo, ProcessExit, RuntimeDriver, StreamedProcess } from '../runtime/driver.js';
 import { findUser, parsePasswd } from '../runtime/passwd.js';
-import type { AccountRecord, LayerRecord, Store, StoredBuild } from '../store/store.js';
+import type { AccountRecord, LayerRecord, StoredBuild } from '../store/store.js';
 import { planOf } from './context.js';
 import type { BuildCache } from './builds-cache.js';
 import { configKey, imageKey, stepKey } from '../builds/cache-key.js';
@@ -49,7 +49,6 @@ export class BuildAborted extends Error {
 }
 
 export interface RunDeps {
-  store: Pick<Store, 'listTemplates'>;
   driver: RuntimeDriver;
   clock: Clock;
   config: Readonly<Pick<Config, 'buildStepTimeoutMs' | 'plans' | 'defaultPlan'>>;
@@ -688,12 +687,10 @@ export class BuildRun {
     }
   }
 
-  /** The image a new layer of the same key replaced (noCache), unless a template still names it. */
+  /** The image a new layer of the same key replaced (noCache), unless it is still in use. */
   private async dropReplaced(old: LayerRecord): Promise<void> {
-    const templates = await this.d.store.listTemplates(old.accountId);
-    if (templates.some((t) => t.driverRef === old.driverRef)) return;
-    await this.d.driver
-      .deleteImage(old.driverRef)
+    await this.d.cache
+      .discard(old)
       .catch((err) => this.d.log.warn({ err, image: old.driverRef }, 'removing a replaced build layer failed'));
   }
 

@@ -618,7 +618,6 @@ export class BuildService implements BuildsApi {
       logger.info('build started');
       run = new BuildRun(
         {
-          store: this.d.store,
           driver: this.d.driver,
           clock: this.d.clock,
           config: this.d.config,
@@ -700,7 +699,7 @@ export class BuildService implements BuildsApi {
     if (failure.kind === 'internal') logger.error({ err: e }, 'build failed in the runtime');
     else logger.info({ kind: failure.kind, message: failure.message }, 'build failed');
     // Layers that made the account pass its cache quota go with the build.
-    if (failure.kind === 'quota' && run) for (const l of run.made) await this.cache.remove(l).catch(() => undefined);
+    if (failure.kind === 'quota' && run) for (const l of run.made) await this.cache.discard(l).catch(() => undefined);
     log.system(`ERROR: ${failure.message}`);
     await log.flush();
     await job.progress.chain;
