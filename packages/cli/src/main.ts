@@ -6,7 +6,8 @@
 import { Command, CommanderError } from 'commander';
 import { SandboxdApiError } from '@sandboxd/sdk';
 import { createContext } from './context.js';
-import { buildCommand, buildsCommand, templatesCommand } from './commands/build.js';
+import { buildCommand } from './commands/build.js';
+import { buildsCommand, templatesCommand } from './commands/builds.js';
 import { cpCommand } from './commands/cp.js';
 import { createCommand } from './commands/create.js';
 import { networkCommand } from './commands/network.js';

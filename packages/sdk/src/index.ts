@@ -51,12 +51,12 @@ export {
   BuildError,
   BUILD_SEND_TIMEOUT_MS,
   MAX_LOG_RECONNECTS,
-  type BuildContext,
   type BuildParams,
   type BuildWaitOptions,
   type BuildLogsOptions,
   type ImageBuildOptions,
 } from './builds.js';
+export type { BuildContext } from './build-context.js';
 export { tarChunks, tarBytes, type TarEntry } from './tar.js';
 export { HttpClient, type RequestOptions } from './http.js';
 export {
