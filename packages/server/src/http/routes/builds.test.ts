@@ -442,6 +442,42 @@ describe('build routes', () => {
   });
 });
 
+describe('build log streams when the server closes', () => {
+  it('a followed log ends (without an end line) so that closing does not wait for the build', async () => {
+    const t = await makeTestApp();
+    const fake = new FakeBuilds();
+    t.app.services.builds = fake;
+    const a = await t.newAccount();
+    const base = await t.app.http.listen({ host: '127.0.0.1', port: 0 });
+    const r = await t.req({
+      method: 'POST',
+      url: '/api/v1/images/builds?name=web',
+      key: a.key,
+      payload: 'x',
+      headers: { 'content-type': TAR },
+    });
+    const id = r.json().build.id as string;
+    fake.log(id, 'running');
+    const res = await fetch(`${base}/api/v1/images/builds/${id}/logs?follow=true`, {
+      headers: { authorization: `Bearer ${a.key}` },
+    });
+    assert.equal(res.status, 200);
+    const body = res.text();
+    await t.close();
+    const lines = (await body)
+      .trimEnd()
+      .split('\n')
+      .map((l) => JSON.parse(l));
+    assert.deepEqual(
+      lines.map((l) => l.type),
+      ['log'],
+      'cut cleanly, no end line: the client resumes with offset',
+    );
+    assert.equal(fake.openFollows, 0);
+    assert.equal(fake.build(id).rec.state, 'building', "the build itself is not the route's to end");
+  });
+});
+
 describe('build query parsing', () => {
   it('buildArgs: a JSON object of strings; allowDomains: comma-split, trimmed', () => {
     assert.equal(parseBuildArgs(undefined), undefined);

@@ -144,6 +144,13 @@ function ndjsonBody(events: AsyncIterable<BuildLogEvent>, stop: () => void, onSt
  */
 export const buildRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) => {
   const builds = () => d.services.builds;
+  // Followed logs end when the server closes (their clients resume elsewhere with `offset`):
+  // closing waits for requests in flight, and a build may run for half an hour.
+  const following = new Set<AbortController>();
+  app.addHook('preClose', (done) => {
+    for (const c of following) c.abort();
+    done();
+  });
 
   app.addHook('preHandler', async (req, reply) => {
     const id = (req.params as { buildId?: string } | undefined)?.buildId;
@@ -263,7 +270,7 @@ export const buildRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) =
       const { buildId } = req.params;
       // A missing build (or another account's) is a 404 before the stream starts.
       await builds().get(accountId, buildId);
-      return streamLogs(req, reply, (signal) =>
+      return streamLogs(req, reply, following, (signal) =>
         builds().logs(accountId, buildId, { offset: req.query.offset, follow: req.query.follow === true, signal }),
       );
     },
@@ -344,15 +351,21 @@ export const buildRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) =
 
 /**
  * Answers 200 NDJSON of `open(signal)`'s events; the signal aborts when the response closes
- * (the client went, or the server is closing), which ends the service's iteration.
+ * (the client went) or the server closes (`following`'s controllers), which ends the
+ * service's iteration and so the answer.
  */
 function streamLogs(
   req: FastifyRequest,
   reply: FastifyReply,
+  following: Set<AbortController>,
   open: (signal: AbortSignal) => AsyncIterable<BuildLogEvent>,
 ): FastifyReply {
   const gone = new AbortController();
-  const stop = () => gone.abort();
+  following.add(gone);
+  const stop = () => {
+    following.delete(gone);
+    gone.abort();
+  };
   reply.raw.once('close', stop);
   const body = ndjsonBody(open(gone.signal), stop, () => {
     if (!reply.raw.headersSent) reply.raw.flushHeaders();
