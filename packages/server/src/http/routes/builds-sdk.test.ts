@@ -7,12 +7,13 @@
  */
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { gunzipSync } from 'node:zlib';
 import { BuildError, NotFoundError, SandboxdClient, ValidationError, type BuildLogEvent } from '@sandboxd/sdk';
+import { BuildContext } from '../../builds/context.js';
 import { FakeBuilds } from '../../../test/fake-builds.js';
 import { makeTestApp, type TestApp } from '../../../test/app.js';
 
@@ -35,7 +36,12 @@ describe('SDK builds through the HTTP server', { timeout: 60_000 }, () => {
     writeFileSync(join(tmp, 'ctx/app/big.bin'), Buffer.alloc(5 << 20, 3));
   });
   after(async () => {
-    await t.close();
+    // fetch (undici) opens a spare connection after an aborted request and sends nothing on
+    // it; node's server does not count such a connection idle, so closing would wait for its
+    // 60 s headers timeout. Those are cut here (the server's close is not what this tests).
+    const closing = t.close();
+    t.app.http.server.closeAllConnections();
+    await closing;
     rmSync(tmp, { recursive: true, force: true });
   });
 
@@ -108,6 +114,49 @@ describe('SDK builds through the HTTP server', { timeout: 60_000 }, () => {
     );
 
     await assert.rejects(alice.builds.create({ name: 'Not-Valid', dockerfileText: 'FROM x' }), ValidationError);
+  });
+
+  it("the SDK's tar opens in the server's BuildContext: long and UTF-8 names, symlinks, an inline Dockerfile hidden from COPY", async () => {
+    const dir = join(tmp, 'interop');
+    const deep = `${'d'.repeat(90)}/${'e'.repeat(90)}`;
+    mkdirSync(join(dir, deep), { recursive: true });
+    mkdirSync(join(dir, 'logs'));
+    writeFileSync(join(dir, deep, `${'f'.repeat(120)}.txt`), 'deep');
+    writeFileSync(join(dir, 'grüße.txt'), 'hallo');
+    writeFileSync(join(dir, 'logs/a.log'), 'noise');
+    writeFileSync(join(dir, '.dockerignore'), 'logs\n');
+    symlinkSync('../../etc/passwd', join(dir, 'escape'));
+    const text = 'FROM local/busybox:latest\nCOPY . /app\n';
+    const b = await alice.builds.create({ name: 'interop', context: dir, dockerfileText: text });
+    const sent = fake.build(b.id);
+    const spoolDir = join(tmp, 'spool');
+    const ctx = await BuildContext.open(
+      (async function* () {
+        yield sent.context;
+      })(),
+      { spoolDir, maxBytes: 1 << 24, maxEntries: 1000 },
+    );
+    try {
+      const name = sent.options.dockerfile!;
+      assert.match(name, /^\.dockerfile\.[0-9a-f]{20}$/);
+      assert.equal((await ctx.readFile(name, 1 << 20)).toString(), text, 'the builder reads the inline Dockerfile');
+      const sel = await ctx.select(['.'], '/app/');
+      const paths = sel.entries.map((e) => e.path).sort();
+      // The context's own .dockerignore is copied, as docker does unless it lists itself.
+      assert.deepEqual(paths, [
+        '.dockerignore',
+        'd'.repeat(90),
+        deep,
+        `${deep}/${'f'.repeat(120)}.txt`,
+        'escape',
+        'grüße.txt',
+      ]);
+      const link = sel.entries.find((e) => e.path === 'escape')!;
+      assert.equal(link.type, 'symlink');
+      assert.equal(link.target, '../../etc/passwd', 'kept as a link, never followed');
+    } finally {
+      await ctx.close();
+    }
   });
 
   it('aborting a build in progress cancels it on the server; another account can neither see nor follow it', async () => {
