@@ -71,11 +71,14 @@ describe('image builds and the plan (real runtime)', {
     const big = await b.start({ name: 'ctx' }, withDockerfile(df, { 'blob.bin': randomBytes(400_000) }));
     assert.equal(big.status, 413, big.text);
     assert.equal(big.body.kind, 'payload_too_large');
+    // The refusal came before the body was read: the connection must not be left to carry
+    // the next requests (they would hang until its idle timeout, then fail).
+    for (let i = 0; i < 3; i++) assert.deepEqual(await b.list(), []);
     const bomb = gzip(withDockerfile(df, { 'zeros.bin': Buffer.alloc(20_000_000) }));
     assert.ok(bomb.length < 100_000, `the gzip is small (${bomb.length} bytes)`);
     const r = await b.start({ name: 'ctx' }, bomb);
     assert.equal(r.status, 413, r.text);
-    assert.deepEqual(await b.list(), [], 'no build was made');
+    for (let i = 0; i < 3; i++) assert.deepEqual(await b.list(), [], 'no build was made');
     const fits = await b.run({ name: 'ctx' }, withDockerfile(df, { 'small.txt': 'small' }));
     assert.equal(fits.state, 'ready', JSON.stringify(fits.error));
   });
@@ -127,11 +130,12 @@ describe('image builds and the plan (real runtime)', {
     assert.ok(list.length <= 1);
   });
 
-  it('allowDomains beyond the plan: refused (403 quota, as a create asking for that egress) before anything runs; within it, accepted', async () => {
+  it('allowDomains beyond the plan: 400 naming it before anything runs; within it, accepted', async () => {
     const none = await account('NOEGRESS');
     const r = await none.start({ name: 'net', allowDomains: ['example.com'] }, withDockerfile(`FROM ${BUSYBOX}\n`));
-    assert.equal(r.status, 403, r.text);
-    assert.deepEqual([r.body.kind, r.body.details.quota], ['quota', 'egress']);
+    assert.equal(r.status, 400, r.text);
+    assert.equal(r.body.kind, 'validation');
+    assert.match(r.body.message, /allowDomains/);
     assert.deepEqual(await none.list(), []);
     const rules = await account('RULES');
     const ok = await rules.run(
