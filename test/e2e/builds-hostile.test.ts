@@ -15,7 +15,7 @@ import { createServer, type Server as NetServer } from 'node:net';
 import { networkInterfaces, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { newAccount, RUNTIME, type Server, startServer } from './harness.js';
+import { newAccount, RUNTIME, type Server, startServer, until } from './harness.js';
 import { TEST_IMAGE_DIR } from './local-runtime.js';
 import { BUSYBOX, Builds, context, DEBIAN, layerRefs, stopClean, tar, withDockerfile } from './builds-support.js';
 
@@ -105,11 +105,26 @@ describe('hostile image builds (real runtime)', {
       .filter((i) => i && !i.internal && !i.address.startsWith('fe80:'))
       .map((i) => i!.address);
 
-  it('RUN cannot reach the host: its API, a canary on every address, the gateway, metadata; nor read host files', async () => {
+  it("RUN cannot reach the host (its API, a canary on every address, the gateway, metadata), another account's sandbox, nor host files", async () => {
+    // A neighbour: another account's sandbox serving on port 8000, which the host reaches (control).
+    const neighbour = await other.sandbox(DEBIAN);
+    await s.api('POST', `/api/v1/sandboxes/${neighbour}/exec`, {
+      key: other.key,
+      body: { command: 'python3 -m http.server 8000 >/dev/null 2>&1', options: { background: true } },
+    });
+    const addr = (await other.sh(neighbour, 'hostname -I')).stdout.trim().split(/\s+/)[0];
+    assert.match(addr, /^\d+\.\d+\.\d+\.\d+$/, `neighbour address: ${addr}`);
+    const served = await until('the neighbour to serve (from the host)', async () =>
+      fetch(`http://${addr}:8000/`, { signal: AbortSignal.timeout(2000) }).then(
+        (r) => (r.status === 200 ? true : undefined),
+        () => undefined,
+      ),
+    );
+    assert.ok(served);
     const targets: Array<[string, number]> = [];
     for (const port of [s.port, canaryPort, 22, 80, 443, 8080]) targets.push(['GW', port]);
     for (const h of hostAddresses()) for (const port of [s.port, canaryPort]) targets.push([h, port]);
-    targets.push(['169.254.169.254', 80]);
+    targets.push(['169.254.169.254', 80], [addr, 8000]);
     const df = [
       `FROM ${DEBIAN}`,
       'COPY probe.py /probe.py',
@@ -139,6 +154,7 @@ describe('hostile image builds (real runtime)', {
       assert.doesNotMatch(log, /sandboxd\.db|by-digest\/[0-9a-f]{64}/, 'a step listed host dirs');
     }
     assert.deepEqual(canarySeen, [], 'the host canary saw a connection');
+    await other.deleteSandbox(neighbour);
   });
 
   it("another account's template: neither listed, built from (by name or layer ref), created from, nor deleted", async () => {

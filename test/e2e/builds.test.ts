@@ -349,6 +349,24 @@ describe('image builds (real runtime)', {
     assert.equal(await b.creates(), creates + 2, 'two steps ran (the second failed), the third never started');
   });
 
+  it('a step sandbox deleted by its account mid-RUN fails the build (never ready), naming the step', async () => {
+    const build = await b.started(
+      { name: 'tampered' },
+      withDockerfile(`FROM ${BUSYBOX}\nRUN echo step-running && sleep 600\nRUN echo never-runs\n`),
+    );
+    const step = await until('the step sandbox', async () => (await b.stepSandboxes(build.id))[0]);
+    await until('the RUN to start', async () =>
+      (await b.logText(build.id)).includes('step-running') ? true : undefined,
+    );
+    assert.equal((await s.api('DELETE', `/api/v1/sandboxes/${step.id}`, { key: b.key })).status, 204);
+    const done = await b.wait(build.id, 120_000);
+    assert.equal(done.state, 'error', JSON.stringify(done));
+    assert.equal(done.error?.details?.line, 2, JSON.stringify(done.error));
+    assert.doesNotMatch(await b.logText(build.id), /never-runs/);
+    assert.ok(!(await b.templates()).some((t) => t.name === 'tampered'));
+    assert.deepEqual(await b.stepSandboxes(), []);
+  });
+
   it('bad Dockerfiles and arguments: 400 naming the line (or the argument) before anything runs', async () => {
     const creates = await b.creates();
     const buildsBefore = (await b.list()).length;
