@@ -559,7 +559,7 @@ export class BuildRun {
     fn: (id: string) => Promise<T>,
   ): Promise<T> {
     this.throwIfAborted();
-    const rec = await this.createSandbox(from, n);
+    const rec = await this.createSandbox(from, n, this.live.size > 0);
     this.live.add(rec.id);
     try {
       this.throwIfAborted();
@@ -578,9 +578,17 @@ export class BuildRun {
    * A step sandbox of the account. While the plan's concurrency is taken (by the account's
    * other sandboxes) or the host has no room, the step waits (saying so in the log) and
    * tries again every second, at most the step timeout; then it fails with that error.
+   * A `second` one (COPY --from's source, beside the step's) on a plan of one sandbox at a
+   * time could never come: refused at once.
    */
-  private async createSandbox(from: { ref: string; publicRef: string }, n: number) {
+  private async createSandbox(from: { ref: string; publicRef: string }, n: number, second: boolean) {
     const plan = planOf(this.d.config as Config, this.i.account.plan);
+    if (second && plan.concurrency < 2)
+      throw new SandboxdError(
+        'concurrency',
+        `COPY --from needs two sandboxes at once (the source's and the step's); the plan allows ${plan.concurrency}`,
+        { limit: plan.concurrency },
+      );
     const req = {
       image: from.publicRef,
       timeoutMs: Math.min(this.d.config.buildStepTimeoutMs + 60_000, plan.maxLifetimeMs),
