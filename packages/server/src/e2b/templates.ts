@@ -327,11 +327,11 @@ export class TemplateCompiler {
     /** A path of a step, absolute: relative ones (and `~`) from the working dir, else the user's home, else `/`. */
     const absolute = (p: string, at: string): string => {
       const home = user ? homeOf(user) : undefined;
+      let abs: string;
       if (p === '~' || p.startsWith('~/')) {
         if (!home) throw invalid('body', at, `'${p}': the current user has no home this builder knows`);
-        return posix.join(home, p.slice(1)) + (p.endsWith('/') && p !== '~/' ? '/' : '');
-      }
-      const abs = p.startsWith('/') ? p : posix.join(workdir || home || '/', p);
+        abs = posix.join(home, p.slice(1));
+      } else abs = p.startsWith('/') ? p : posix.join(workdir || home || '/', p);
       const n = posix.normalize(abs);
       return p.endsWith('/') && !n.endsWith('/') ? `${n}/` : n;
     };
