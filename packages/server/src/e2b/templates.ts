@@ -406,7 +406,9 @@ export class TemplateCompiler {
           need(args.length === 1 && args[0].trim() !== '', 'WORKDIR takes a path');
           noNul();
           const path = absolute(args[0], `${at}/args/0`).replace(/(.)\/$/, '$1');
-          steps.push({ kind: 'workdir', line, text: `WORKDIR ${args[0]}`, path });
+          // `/` is there already: only the config changes (no sandbox runs).
+          if (path === '/') config(line, `WORKDIR ${args[0]}`, { workingDir: '/' });
+          else steps.push({ kind: 'workdir', line, text: `WORKDIR ${args[0]}`, path });
           workdir = path;
           return;
         }
