@@ -166,7 +166,10 @@ describe("E2B's template builder through the e2b SDK", {
     await Template.build(child, 'e2e-child');
     const sbx = await Sandbox.create('e2e-child', { timeoutMs: 120_000 });
     try {
-      assert.equal((await sbx.commands.run('cat /home/app/child /home/user/where', { user: 'root' })).stdout, 'child\n/srv/work\n');
+      assert.equal(
+        (await sbx.commands.run('cat /home/app/child /home/user/where', { user: 'root' })).stdout,
+        'child\n/srv/work\n',
+      );
     } finally {
       await sbx.kill();
     }
