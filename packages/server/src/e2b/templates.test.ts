@@ -23,6 +23,7 @@ import {
   requestedNameAndTags,
   runArgv,
   START_CMD_LABEL,
+  shellLabel,
   type TemplateBuildStart,
   TemplateCompiler,
 } from './templates.js';
@@ -283,12 +284,27 @@ describe("E2B's steps compiled into a BuildPlan", () => {
       kind: 'config',
       line: 1,
       text: 'START srv (ready: test -f /r)',
-      set: { labels: { [START_CMD_LABEL]: 'srv', [READY_CMD_LABEL]: 'test -f /r' } },
+      set: { labels: { [START_CMD_LABEL]: shellLabel('srv'), [READY_CMD_LABEL]: shellLabel('test -f /r') } },
     });
     assert.equal(c.noCache, false);
     assert.equal(compile({ fromImage: 'x', force: true }).noCache, true);
     assert.equal(compile({ fromImage: 'x', steps: [{ type: 'RUN', args: ['a'], force: true }] }).noCache, true);
     assert.equal(stepsOf(compile({ fromImage: 'x', startCmd: null, readyCmd: null }).plan).length, 0);
+  });
+
+  it("shellLabel: the runtime's sh -c runs the command through bash -l (sh without), quoted once", async () => {
+    const { execFileSync } = await import('node:child_process');
+    const cmd = `echo "it's $((1+1))" 'a b'`;
+    const label = shellLabel(cmd);
+    assert.equal(execFileSync('/bin/sh', ['-c', label]).toString(), "it's 2 a b\n");
+    assert.equal(
+      execFileSync('/bin/sh', ['-c', shellLabel('echo $0')])
+        .toString()
+        .trim()
+        .endsWith('bash'),
+      true,
+    );
+    assert.ok(shellLabel("'".repeat(16_000)).length < 65_536, 'within the runtime label bound');
   });
 
   describe('what the real e2b SDK sends', () => {
@@ -354,7 +370,12 @@ describe("E2B's steps compiled into a BuildPlan", () => {
         kind: 'config',
         line: body.steps?.length,
         text: `START httpd -f -p 8000 (ready: ${waitForPort(8000).getCmd()})`,
-        set: { labels: { [START_CMD_LABEL]: 'httpd -f -p 8000', [READY_CMD_LABEL]: waitForPort(8000).getCmd() } },
+        set: {
+          labels: {
+            [START_CMD_LABEL]: shellLabel('httpd -f -p 8000'),
+            [READY_CMD_LABEL]: shellLabel(waitForPort(8000).getCmd()),
+          },
+        },
       });
     });
 
@@ -673,7 +694,8 @@ describe("E2B's template routes over the builds service (fake)", () => {
     assertError(await put(`${url.pathname}?${bad}`), 401, 'unauthorized');
     assertError(await put(url.pathname), 400, 'validation');
     assert.equal(fake.uploads.size, 0, 'nothing kept');
-    const ok = await put(at);
+    // As the SDK sends it: no Content-Type, a Content-Length.
+    const ok = await t.app.http.inject({ method: 'PUT', url: at, payload: Buffer.from('tar bytes') });
     assert.equal(ok.statusCode, 200, ok.body);
     assert.equal(fake.uploads.get(`${u.id}:${HASH}`)?.toString(), 'tar bytes');
     assert.equal((await u.e2b('GET', `/templates/app/files/${HASH}`)).json().present, true);

@@ -85,8 +85,8 @@ export const TemplateBuildStartSchema = Type.Object(
     fromImageRegistry: Type.Optional(Type.Unknown()),
     force: Type.Optional(Type.Union([Type.Boolean(), Type.Null()])),
     steps: Type.Optional(Type.Array(TemplateStepSchema, { maxItems: MAX_TEMPLATE_STEPS })),
-    startCmd: Type.Optional(Type.Union([Type.String({ maxLength: 65_536 }), Type.Null()])),
-    readyCmd: Type.Optional(Type.Union([Type.String({ maxLength: 65_536 }), Type.Null()])),
+    startCmd: Type.Optional(Type.Union([Type.String({ maxLength: 16_000 }), Type.Null()])),
+    readyCmd: Type.Optional(Type.Union([Type.String({ maxLength: 16_000 }), Type.Null()])),
   },
   { additionalProperties: true },
 );
@@ -222,6 +222,17 @@ export function runArgv(cmd: string): string[] {
     'sh',
     cmd,
   ];
+}
+
+/** `s` as one word of a POSIX shell. */
+export const shellQuote = (s: string): string => `'${s.replaceAll("'", `'\\''`)}'`;
+
+/**
+ * A start or ready command as the runtime runs it (`/bin/sh -c <label>`) that runs it as
+ * E2B does: `bash -l -c <cmd>`, or `sh -c` in an image without bash.
+ */
+export function shellLabel(cmd: string): string {
+  return `c=${shellQuote(cmd)}; if command -v bash >/dev/null 2>&1; then exec bash -l -c "$c"; fi; exec /bin/sh -c "$c"`;
 }
 
 /**
@@ -448,8 +459,8 @@ export class TemplateCompiler {
       if ((startCmd ?? '').includes('\0') || (readyCmd ?? '').includes('\0'))
         throw invalid('body', '/startCmd', 'the start and ready commands may not contain NUL');
       const labels: Record<string, string> = {};
-      if (startCmd !== undefined && startCmd.trim() !== '') labels[START_CMD_LABEL] = startCmd;
-      if (readyCmd !== undefined && readyCmd.trim() !== '') labels[READY_CMD_LABEL] = readyCmd;
+      if (startCmd !== undefined && startCmd.trim() !== '') labels[START_CMD_LABEL] = shellLabel(startCmd);
+      if (readyCmd !== undefined && readyCmd.trim() !== '') labels[READY_CMD_LABEL] = shellLabel(readyCmd);
       if (Object.keys(labels).length)
         config(Math.max(1, list.length), `START ${startCmd ?? ''}${readyCmd ? ` (ready: ${readyCmd})` : ''}`, {
           labels,
