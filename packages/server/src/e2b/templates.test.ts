@@ -16,6 +16,7 @@ import { accountTemplateOf } from './create.js';
 import {
   CREATE_USER_SCRIPT,
   copyBaseOf,
+  MAKE_WORKDIR_SCRIPT,
   e2bReasonOf,
   e2bStatusOf,
   parseTemplateName,
@@ -271,6 +272,37 @@ describe("E2B's steps compiled into a BuildPlan", () => {
     throwsKind(() => one([{ type: 'WORKDIR', args: ['~/x'] }]), 'validation', 'no home');
     throwsKind(() => one([{ type: 'USER', args: ['$(id)'] }]), 'validation', 'not a user');
     throwsKind(() => one([{ type: 'USER', args: ['u', 'maybe'] }]), 'validation', 'sudo flag');
+  });
+
+  it("WORKDIR as a user: made by root if missing and handed to the user (as E2B's is the user's); the home is there", () => {
+    const s = stepsOf(
+      compile({
+        fromImage: 'e2bdev/base',
+        steps: [
+          { type: 'WORKDIR', args: ['/srv/app'] },
+          { type: 'WORKDIR', args: ['~'] },
+          { type: 'USER', args: ['root'] },
+          { type: 'WORKDIR', args: ['/opt'] },
+        ],
+      }).plan,
+    );
+    assert.deepEqual(
+      s
+        .slice(1)
+        .map((x) => [
+          x.kind,
+          x.line,
+          x.kind === 'config' ? x.set : x.kind === 'run' ? x.argv.slice(2) : (x as { path?: string }).path,
+        ]),
+      [
+        ['config', 1, { user: 'root' }],
+        ['run', 1, [MAKE_WORKDIR_SCRIPT, 'sh', '/srv/app', 'user']],
+        ['config', 1, { user: 'user', workingDir: '/srv/app' }],
+        ['config', 2, { workingDir: '/home/user' }],
+        ['config', 3, { user: 'root' }],
+        ['workdir', 4, '/opt'],
+      ],
+    );
   });
 
   it('start and ready commands become the labels the runtime reads; force (build or step) is noCache', () => {

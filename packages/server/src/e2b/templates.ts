@@ -259,6 +259,9 @@ export const CREATE_USER_SCRIPT = [
   'fi',
 ].join('\n');
 
+/** E2B's WORKDIR of a user: `$1` made (by root) if missing and then owned by `$2`. */
+export const MAKE_WORKDIR_SCRIPT = 'if [ ! -d "$1" ]; then mkdir -p "$1" && chown "$2" "$1"; fi';
+
 /**
  * The base directory of a COPY source, as E2B's builder takes it: the path up to the last
  * `/` before the first glob character (doublestar's SplitPattern of `src + "/"`); the files
@@ -417,9 +420,25 @@ export class TemplateCompiler {
           need(args.length === 1 && args[0].trim() !== '', 'WORKDIR takes a path');
           noNul();
           const path = absolute(args[0], `${at}/args/0`).replace(/(.)\/$/, '$1');
-          // `/` is there already: only the config changes (no sandbox runs).
-          if (path === '/') config(line, `WORKDIR ${args[0]}`, { workingDir: '/' });
-          else steps.push({ kind: 'workdir', line, text: `WORKDIR ${args[0]}`, path });
+          const text = `WORKDIR ${args[0]}`;
+          // `/` is there already, and so is the user's home (E2B's base, or made by USER):
+          // only the config changes (no sandbox runs).
+          if (path === '/' || (user !== '' && path === homeOf(user))) config(line, text, { workingDir: path });
+          else if (user === '' || user === 'root' || user.startsWith('0:') || user === '0')
+            steps.push({ kind: 'workdir', line, text, path });
+          else {
+            // E2B makes it as the current user (so it is theirs): made here by root if missing,
+            // then handed to the user, in one sandbox.
+            config(line, `USER root (to make ${path})`, { user: 'root' });
+            steps.push({
+              kind: 'run',
+              line,
+              text,
+              argv: ['/bin/sh', '-c', MAKE_WORKDIR_SCRIPT, 'sh', path, user],
+              args: {},
+            });
+            config(line, `${text} (as ${user})`, { user, workingDir: path });
+          }
           workdir = path;
           return;
         }
