@@ -13,7 +13,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { BuildError, type LogEntry, Sandbox, Template, waitForFile } from 'e2b';
-import { RUNTIME } from './harness.js';
+import { newAccount, RUNTIME } from './harness.js';
 import { type E2bEnv, startE2b } from './e2b/support.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -26,11 +26,23 @@ describe("E2B's template builder through the e2b SDK", {
   let dir: string;
   /** sandboxd's own API as the test's account. */
   const api = (method: string, path: string, body?: unknown) => env.s.api(method, path, { key: env.key, body });
-  /** A build as sandboxd's own API shows it. */
-  const buildOf = async (id: string) => {
-    const r = await api('GET', `/api/v1/images/builds/${id}`);
-    assert.equal(r.status, 200, r.text);
-    return r.body.build as { state: string; steps: { total: number; done: number; cached: number } };
+  /**
+   * Steps of a build's log (the builder's `Step n/N : ...` lines) and how many came from the
+   * cache (its ` ---> CACHED` lines: file and config steps; a FROM is counted, not logged).
+   */
+  const cacheOf = (messages: string[]) => ({
+    steps: messages.filter((m) => /^Step \d+\/\d+ : /.test(m)).length,
+    cached: messages.filter((m) => m.trim() === '---> CACHED').length,
+  });
+  /** Every log line of a build, as E2B's status pages give them. */
+  const logsOf = async (info: { templateId: string; buildId: string }) => {
+    const out: string[] = [];
+    for (let i = 0; i < 1000; i++) {
+      const page = await Template.getBuildStatus(info, { logsOffset: out.length });
+      if (page.logEntries.length === 0) return out;
+      out.push(...page.logEntries.map((e) => e.message));
+    }
+    throw new Error('more than 1000 pages of logs');
   };
 
   /** The template every test builds on: each step kind of E2B's builder. */
@@ -78,7 +90,8 @@ describe("E2B's template builder through the e2b SDK", {
     const text = logs.map((l) => l.message).join('\n');
     assert.match(text, /Uploaded 'app'/, 'the SDK uploaded the files through the signed URL');
     assert.match(text, /pwd > \/home\/user\/where/, "the builder's own lines reach the SDK");
-    assert.equal((await buildOf(info.buildId)).state, 'ready');
+    const first = cacheOf(logs.map((l) => l.message));
+    assert.ok(first.steps > 10 && first.cached < first.steps - 1, JSON.stringify(first));
 
     const sbx = await Sandbox.create('e2e-app', { timeoutMs: 300_000 });
     try {
@@ -96,6 +109,7 @@ describe("E2B's template builder through the e2b SDK", {
       );
       assert.equal(await run('stat -c %U /srv/app/hello.txt'), 'user', "COPY's owner: the user at that step");
       assert.equal(await run('stat -c "%U %a" /usr/local/bin/run.sh'), 'root 755');
+      assert.equal(await run('stat -c %U /srv/work'), 'user', "WORKDIR is the user's, as E2B makes it");
       assert.equal(await run('/usr/local/bin/run.sh'), 'run.sh ran');
       // The image's working dir (sandboxd's own exec runs there; E2B's commands in the user's home).
       const wd = await api('POST', `/api/v1/sandboxes/${sbx.sandboxId}/exec`, { command: 'pwd' });
@@ -108,16 +122,22 @@ describe("E2B's template builder through the e2b SDK", {
   });
 
   it('an unchanged rebuild comes from the cache; buildInBackground + getBuildStatus; tags; exists', async () => {
-    const info = await Template.buildInBackground(appTemplate(), 'e2e-app:v2', { tags: ['stable'] });
+    const sdkLogs: string[] = [];
+    const info = await Template.buildInBackground(appTemplate(), 'e2e-app:v2', {
+      tags: ['stable'],
+      onBuildLogs: (l) => sdkLogs.push(l.message),
+    });
     assert.deepEqual(info.tags, ['v2', 'stable']);
+    assert.match(sdkLogs.join('\n'), /Skipping upload of 'app', already cached/, 'uploads are kept by content');
     let status = await Template.getBuildStatus(info);
     for (let i = 0; i < 600 && (status.status === 'building' || status.status === 'waiting'); i++) {
       await sleep(500);
       status = await Template.getBuildStatus(info);
     }
     assert.equal(status.status, 'ready', JSON.stringify(status.reason));
-    const b = await buildOf(info.buildId);
-    assert.ok(b.steps.cached > 0 && b.steps.cached === b.steps.done, `every step cached: ${JSON.stringify(b.steps)}`);
+    const c = cacheOf(await logsOf(info));
+    assert.ok(c.steps > 10, JSON.stringify(c));
+    assert.equal(c.cached, c.steps - 1, 'every step but the FROM says CACHED');
     assert.notEqual(info.buildId, firstBuild);
 
     assert.equal(await Template.exists('e2e-app'), true);
@@ -136,10 +156,20 @@ describe("E2B's template builder through the e2b SDK", {
     }
   });
 
+  it('another account sees none of it: not its template, its tags or its builds', async () => {
+    const other = await newAccount(env.s, { tokens: 1_000_000 });
+    const opts = { apiKey: other.key };
+    assert.equal(await Template.exists('e2e-app', opts), false);
+    await assert.rejects(Template.getBuildStatus({ templateId: 'e2e-app', buildId: firstBuild }, opts), /not found/i);
+    await assert.rejects(Template.getTags('e2e-app', opts), /not found/i);
+  });
+
   it('skipCache: the steps run again', async () => {
-    const info = await Template.build(appTemplate(), 'e2e-app:fresh', { skipCache: true });
-    const b = await buildOf(info.buildId);
-    assert.equal(b.steps.cached, 0, JSON.stringify(b.steps));
+    const logs: string[] = [];
+    await Template.build(appTemplate(), 'e2e-app:fresh', { skipCache: true, onBuildLogs: (l) => logs.push(l.message) });
+    const c = cacheOf(logs);
+    assert.ok(c.steps > 10, JSON.stringify(c));
+    assert.equal(c.cached, 0);
   });
 
   it("a failing step: the SDK's BuildError names it, with its output, at the line that added it; nothing is tagged", async () => {
@@ -152,7 +182,11 @@ describe("E2B's template builder through the e2b SDK", {
       Template.build(tpl, 'e2e-broken', { onBuildLogs: (l) => logs.push(l.message) }),
       (e: unknown) => {
         assert.ok(e instanceof BuildError, String(e));
-        assert.match(e.message, /exit 3|exit code 3/, e.message);
+        assert.match(
+          e.message,
+          /^Step 2 failed: RUN echo it broke >&2; exit 3: .*3/,
+          'E2B numbers it 2 (after echo fine)',
+        );
         assert.ok(e.stack?.includes('e2b-templates.test.ts'), `the stack points at the runCmd call: ${e.stack}`);
         return true;
       },

@@ -489,6 +489,11 @@ describe('E2B build status from a build', () => {
       },
     });
     assert.equal(e2bReasonOf(base)?.step, 'base');
+    const numbered = rec({
+      state: 'error',
+      error: { code: 400, kind: 'validation', message: 'Step 7 (line 4) failed: RUN x: exit 1', details: { line: 4 } },
+    });
+    assert.equal(e2bReasonOf(numbered)?.message, 'Step 4 failed: RUN x: exit 1', "E2B's step number");
     assert.equal(e2bReasonOf(rec({ state: 'ready' })), undefined);
     assert.equal(e2bReasonOf(rec({ state: 'building' })), undefined);
     assert.equal(e2bReasonOf(rec({ state: 'cancelled' }))?.message, 'The build was cancelled');

@@ -544,8 +544,10 @@ export function e2bReasonOf(
         ? String(d.line)
         : undefined;
   const output = typeof d.output === 'string' ? d.output.split('\n').filter((l) => l !== '') : [];
+  // sandboxd's message numbers the plan's steps, with the line: E2B's step is the line.
+  const message = (e?.message ?? 'The build failed').replace(/^Step \d+ \(line (\d+)\)/, 'Step $1');
   return {
-    message: e?.message ?? 'The build failed',
+    message,
     ...(step !== undefined ? { step } : {}),
     logEntries: output.map((message) => ({ timestamp: time, level: 'error' as const, message })),
   };
