@@ -493,7 +493,7 @@ export const e2bControlRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app,
   // the timestamp-paged logs, and any other method or path.
   await app.register(e2bTemplateRoutes, { ...d, prefix: '' }); // its options are ours, less our `/e2b`
   const templatesElse =
-    "this part of E2B's template API (legacy builds from a pushed Docker image, rebuilds, template updates, paged build logs); Template.build, its status, names, tags and deletes work";
+    "this part of E2B's template API (legacy builds of a pushed Docker image, rebuilds, template updates, paged build logs: Template.build, its status, names and tags are served)";
   for (const [url, methods] of [
     ['/templates', ['DELETE', 'PATCH', 'POST', 'PUT']],
     ['/v2/templates', ['DELETE', 'PATCH', 'POST', 'PUT']],

@@ -901,6 +901,80 @@ describe("E2B's template routes over the builds service (fake)", () => {
     assert.equal(busybox.statusCode, 201, busybox.body);
   });
 
+  it('hostile input: every bad request is a 4xx in the error shape, nothing is made, the server stays up', async () => {
+    const u = await user();
+    const { buildID } = (await u.e2b('POST', '/v3/templates', { name: 'h' })).json();
+    const before = fake.builds.size;
+    const long = 'a'.repeat(5000);
+    const cases: Array<[string, string, unknown?]> = [
+      ['POST', '/v3/templates', []],
+      ['POST', '/v3/templates', 'x'],
+      ['POST', '/v3/templates', { name: 5 }],
+      ['POST', '/v3/templates', { name: long }],
+      ['POST', '/v3/templates', { name: 'x\u0000y' }],
+      ['POST', '/v3/templates', { name: 'x', tags: [5] }],
+      ['POST', '/v3/templates', { name: 'x', tags: Array.from({ length: 100 }, (_, i) => `t${i}`) }],
+      ['POST', '/v3/templates', { name: '__proto__' }],
+      ['POST', '/v3/templates', { name: 'x', cpuCount: -1 }],
+      ['GET', '/templates/x/files/%00'],
+      ['GET', `/templates/x/files/${'a'.repeat(150)}`],
+      ['GET', `/templates/${'a'.repeat(150)}/files/${HASH}`],
+      ['GET', `/templates/..%2f..%2fetc/files/${HASH}`],
+      ['POST', `/v2/templates/h/builds/${buildID}`, { fromImage: { a: 1 } }],
+      ['POST', `/v2/templates/h/builds/${buildID}`, { fromImage: 'x', steps: 'RUN x' }],
+      ['POST', `/v2/templates/h/builds/${buildID}`, { fromImage: 'x', steps: [{ type: 5 }] }],
+      ['POST', `/v2/templates/h/builds/${buildID}`, { fromImage: 'x', steps: [{ type: 'RUN', args: [1] }] }],
+      [
+        'POST',
+        `/v2/templates/h/builds/${buildID}`,
+        { fromImage: 'x', steps: [{ type: 'RUN', args: Array(3000).fill('a') }] },
+      ],
+      [
+        'POST',
+        `/v2/templates/h/builds/${buildID}`,
+        { fromImage: 'x', steps: [{ type: 'RUN', args: ['a', '../../root'] }] },
+      ],
+      ['POST', `/v2/templates/h/builds/${buildID}`, { fromImage: 'x', startCmd: long.repeat(4) }],
+      ['POST', `/v2/templates/h/builds/${buildID}`, { fromTemplate: '../x' }],
+      ['GET', `/templates/h/builds/${buildID}/status?logsOffset=abc`],
+      ['GET', `/templates/h/builds/${buildID}/status?limit=1e9`],
+      ['GET', `/templates/h/builds/${buildID}/status?what=1`],
+      ['DELETE', '/templates/tags'],
+      ['DELETE', '/templates/tags', { name: 'h', tags: [] }],
+      ['POST', '/templates/tags', { target: '::::', tags: ['x'] }],
+      ['POST', '/templates/tags', { target: 'h', tags: ['../x'] }],
+      ['GET', '/templates/aliases/x%00y'],
+      ['GET', '/templates/aliases/A%20B'],
+      ['DELETE', '/templates/x:y:z'],
+    ];
+    for (const [method, url, body] of cases) {
+      const r = await u.e2b(method, url, body);
+      assert.ok(r.statusCode >= 400 && r.statusCode < 500, `${method} ${url}: ${r.statusCode} ${r.body}`);
+      const b = r.json();
+      assert.equal(b.code, r.statusCode, `${method} ${url}`);
+      assert.equal(typeof b.kind, 'string');
+      assert.equal(typeof b.message, 'string');
+    }
+    // A path parameter past the router's 200 characters matches no route but the catch-all.
+    const huge = await u.e2b('GET', `/templates/x/files/${long}`);
+    assert.equal(huge.statusCode, 501, huge.body);
+    assert.equal(huge.json().kind, 'unsupported');
+    // The upload URL with nonsense: refused before anything is read or kept.
+    for (const q of ['account=x&expires=abc&signature=s', 'account=x&expires=99999999999999999999&signature=s', '']) {
+      const r = await t.app.http.inject({ method: 'PUT', url: `/e2b/templates/uploads/${HASH}?${q}`, payload: 'x' });
+      assert.ok(r.statusCode === 400 || r.statusCode === 401, `${q}: ${r.statusCode} ${r.body}`);
+    }
+    const r = await t.app.http.inject({
+      method: 'PUT',
+      url: '/e2b/templates/uploads/..%2F..%2Fx?account=x&expires=1&signature=s',
+      payload: 'x',
+    });
+    assert.ok(r.statusCode >= 400 && r.statusCode < 500, r.body);
+    assert.equal(fake.builds.size, before, 'no build made');
+    assert.equal((await fake.get(u.id, buildID)).plan, undefined, 'the reservation was not started');
+    assert.equal((await u.e2b('GET', '/templates')).statusCode, 200, 'still serving');
+  });
+
   it('needs the API key (but the upload URL); the rest of the template API is 501 naming it', async () => {
     assertError(
       await t.req({ method: 'POST', url: '/e2b/v3/templates', key: null, payload: { name: 'x' } }),
