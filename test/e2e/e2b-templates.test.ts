@@ -195,6 +195,17 @@ describe("E2B's template builder through the e2b SDK", {
     assert.equal(await Template.exists('e2e-broken'), false);
   });
 
+  it('a network allow list goes in a header of the connection options; a bad one is refused before anything runs', async () => {
+    const tpl = Template({ fileContextPath: dir }).fromImage('local/busybox:latest').runCmd('true');
+    await Template.build(tpl, 'e2e-net', { headers: { 'X-Sandboxd-Allow-Domains': 'example.com,*.example.org' } });
+    assert.equal(await Template.exists('e2e-net'), true);
+    await assert.rejects(
+      Template.build(tpl, 'e2e-net-bad', { headers: { 'X-Sandboxd-Allow-Domains': 'not a domain!' } }),
+      (e: unknown) => e instanceof BuildError && /allowDomains/.test(e.message),
+    );
+    assert.equal(await Template.exists('e2e-net-bad'), false);
+  });
+
   it('fromTemplate builds on the account template; delete removes every tag', async () => {
     const child = Template({ fileContextPath: dir }).fromTemplate('e2e-app:v2').runCmd('echo child > /home/app/child');
     await Template.build(child, 'e2e-child');

@@ -141,11 +141,13 @@ export const e2bTemplateRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app
       throw new SandboxdError('validation', `memoryMB ${req.body.memoryMB} is more than the plan's ${memoryMB}`, [
         { in: 'body', path: '/memoryMB', message: `at most ${memoryMB} (sandboxes get the plan's sizes)` },
       ]);
+    const allowDomains = allowDomainsOf(req);
     const b = await builds().reserve(account, {
       name,
       tag: tags[0],
       extraTags: tags.slice(1),
       source: 'e2b',
+      ...(allowDomains ? { allowDomains } : {}),
     });
     return reply.code(202).send({
       templateID: name,
@@ -457,6 +459,29 @@ export const e2bTemplateRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app
       },
     );
 };
+
+/**
+ * Domains the RUN steps of an E2B build may reach: E2B's SDK has no such option, but sends
+ * any `headers` of its connection options, so `Template.build(t, name, {headers:
+ * {[ALLOW_DOMAINS_HEADER]: 'deb.debian.org,pypi.org'}})` names them (comma-separated, as
+ * sandboxd's `allowDomains`; checked against the plan by the builds service). None: no network.
+ */
+export const ALLOW_DOMAINS_HEADER = 'x-sandboxd-allow-domains';
+
+function allowDomainsOf(req: FastifyRequest): string[] | undefined {
+  const raw = req.headers[ALLOW_DOMAINS_HEADER];
+  const text = Array.isArray(raw) ? raw.join(',') : raw;
+  if (text === undefined) return undefined;
+  if (text.length > 8192)
+    throw new SandboxdError('validation', `${ALLOW_DOMAINS_HEADER} is longer than 8192 characters`, [
+      { in: 'header', path: ALLOW_DOMAINS_HEADER, message: 'at most 8192 characters' },
+    ]);
+  const list = text
+    .split(',')
+    .map((d) => d.trim())
+    .filter(Boolean);
+  return list.length ? list : undefined;
+}
 
 /** The build once final (or as it is after `ms`), following its log to its `end` line. */
 async function finished(builds: BuildsApi, accountId: string, buildId: string, ms: number): Promise<BuildRecord> {

@@ -502,7 +502,7 @@ describe('E2B build status from a build', () => {
 
 // --- the routes over a fake builds service ----------------------------------------------------
 
-type FakeBuild = BuildRecord & { plan?: BuildPlan; noCache?: boolean; log: BuildLogEvent[] };
+type FakeBuild = BuildRecord & { plan?: BuildPlan; noCache?: boolean; allowDomains?: string[]; log: BuildLogEvent[] };
 
 /** BuildsApi in memory: builds finish when the test says; uploads and templates are maps. */
 class FakeBuilds implements BuildsApi {
@@ -572,7 +572,7 @@ class FakeBuilds implements BuildsApi {
     return b;
   }
   async reserve(account: AccountRecord, o: Parameters<BuildsApi['reserve']>[1]): Promise<BuildRecord> {
-    return this.make(account.id, o);
+    return Object.assign(this.make(account.id, o), o.allowDomains ? { allowDomains: o.allowDomains } : {});
   }
   async startReserved(
     account: AccountRecord,
@@ -691,6 +691,16 @@ describe("E2B's template routes over the builds service (fake)", () => {
       [rec.name, rec.tag, rec.extraTags, rec.source, rec.state],
       ['app', 'v1', ['prod'], 'e2b', 'queued'],
     );
+    assert.equal(rec.allowDomains, undefined, 'no network unless named');
+    const withNet = await t.req({
+      method: 'POST',
+      url: '/e2b/v3/templates',
+      key: null,
+      headers: { 'x-api-key': u.key, 'x-sandboxd-allow-domains': ' deb.debian.org, *.pypi.org ,' },
+      payload: { name: 'net' },
+    });
+    assert.equal(withNet.statusCode, 202, withNet.body);
+    assert.deepEqual((await fake.get(u.id, withNet.json().buildID)).allowDomains, ['deb.debian.org', '*.pypi.org']);
     assertError(await u.e2b('POST', '/v3/templates', { name: 'x', cpuCount: 64 }), 400, 'validation', 'cpuCount');
     assertError(
       await u.e2b('POST', '/v3/templates', { name: 'x', memoryMB: 10_000_000 }),
