@@ -13,7 +13,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { BuildError, type LogEntry, Sandbox, Template, waitForFile } from 'e2b';
-import { newAccount, RUNTIME } from './harness.js';
+import { newAccount, RUNTIME, startServer, until } from './harness.js';
 import { type E2bEnv, startE2b } from './e2b/support.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -225,5 +225,27 @@ describe("E2B's template builder through the e2b SDK", {
     assert.equal(del.status, 204);
     assert.equal(await Template.exists('e2e-child'), false);
     await assert.rejects(Sandbox.create('e2e-child'), /not found/i);
+  });
+
+  it('a kill -9 mid-build: after the restart E2B sees an error with its reason, and no step sandbox is left', async () => {
+    const tpl = Template({ fileContextPath: dir })
+      .fromImage('local/busybox:latest')
+      .runCmd('echo step-running; sleep 600');
+    const info = await Template.buildInBackground(tpl, 'e2e-killed');
+    await until('the RUN step running', async () => {
+      const st = await Template.getBuildStatus(info);
+      assert.equal(st.status === 'error' || st.status === 'ready', false, JSON.stringify(st));
+      return (await logsOf(info)).some((m) => m.includes('step-running')) ? true : undefined;
+    });
+    const list = async () =>
+      (await env.s.api('GET', '/api/v1/sandboxes?limit=1000', { key: env.key })).body.sandboxes as unknown[];
+    assert.equal((await list()).length, 1, "the step's sandbox, while it runs");
+    await env.s.kill('SIGKILL');
+    env.s = await startServer({ dataDir: env.s.dataDir, port: env.s.port });
+    const st = await Template.getBuildStatus(info);
+    assert.equal(st.status, 'error');
+    assert.match(st.reason?.message ?? '', /server/i, JSON.stringify(st.reason));
+    await until('no sandbox left', async () => ((await list()).length === 0 ? true : undefined));
+    assert.equal(await Template.exists('e2e-killed'), false, 'never a half template');
   });
 });
