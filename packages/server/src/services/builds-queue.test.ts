@@ -99,6 +99,25 @@ describe('builds service: queue, reservations, uploads, checks (fake driver)', (
     assert.equal(done.state, 'ready', JSON.stringify(done.error));
   });
 
+  it('COPY --from on a plan of one sandbox at a time fails at once, saying why', async () => {
+    const a = await account('ONESANDBOX');
+    const p = plan(stage(BUSYBOX, []), stage(BUSYBOX, []));
+    p.stages[1].steps.push({
+      kind: 'copy',
+      line: 9,
+      text: 'COPY --from=0 /bin/sh /sh',
+      from: { kind: 'stage', stage: 0 },
+      sources: ['/bin/sh'],
+      dest: '/sh',
+    });
+    const b = await start(a, p, 'two');
+    const done = await waitFinal(a, b.id);
+    assert.equal(done.state, 'error');
+    assert.equal(done.error?.kind, 'concurrency');
+    assert.match(done.error?.message ?? '', /COPY --from needs two sandboxes at once.*allows 1/);
+    assert.deepEqual((await t.app.services.sandboxes.list(a.id, { limit: 10 })).items, []);
+  });
+
   it('a queued build cancelled never runs; delete forgets a build and its log, not its template', async () => {
     const one = await account('ONE');
     const first = await start(one, plan(stage(BUSYBOX, [run('sleep 0.5')])), 'first');
