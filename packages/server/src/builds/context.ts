@@ -81,6 +81,8 @@ interface Node {
   children?: Map<string, Node>;
   /** Not excluded by `.dockerignore` (or a directory holding something that is not). */
   visible: boolean;
+  /** A directory made because a path went through it, not (yet) declared by an entry of its own. */
+  implied?: boolean;
 }
 
 const newDir = (name: string, mode = 0o755, uid = 0, gid = 0): Node => ({
@@ -211,6 +213,8 @@ export class BuildContext {
   private readonly extraFiles: { fh: FileHandle; path: string }[] = [];
   private closed = false;
   private entryCount = 0;
+  /** Directories made for paths through them and not declared (count towards `maxEntries` too). */
+  private impliedDirs = 0;
   private byteCount = 0;
   private readonly archives = new Map<Node, Promise<Archive | null>>();
 
@@ -286,7 +290,16 @@ export class BuildContext {
     for (let i = 0; i < parts.length; i++) {
       let next = dir.children!.get(parts[i]);
       if (!next) {
+        // Implied directories are nodes too: bounded with the entries, else a few entries with
+        // deep paths would make millions of them.
+        if (this.entryCount + ++this.impliedDirs > o.maxEntries) {
+          throw invalid(
+            `the build context has more than ${o.maxEntries} entries (counting the directories its paths go through)`,
+            { limit: o.maxEntries },
+          );
+        }
         next = newDir(parts[i]);
+        next.implied = true;
         dir.children!.set(parts[i], next);
       } else if (next.type !== 'dir') {
         const what = next.type === 'symlink' ? 'a symlink' : 'a file';
@@ -300,6 +313,10 @@ export class BuildContext {
     let node: Node;
     if (e.type === 'dir') {
       if (existing?.type === 'dir') {
+        if (existing.implied) {
+          existing.implied = false;
+          this.impliedDirs--;
+        }
         existing.mode = e.mode;
         existing.uid = e.uid;
         existing.gid = e.gid;
