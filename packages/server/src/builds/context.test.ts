@@ -736,6 +736,18 @@ describe('BuildContext: reads, ADD archives, lifecycle', () => {
     await spoolEmpty();
   });
 
+  it('ADD: the directories an archive implies count towards maxEntries (a 3 MB gzip took 3.4 GB of heap)', async () => {
+    // Each archive entry is 200 directories deep, none declared: a copy of 3 entries is 603.
+    const deep = Array.from({ length: 3 }, (_, i) => longName({ path: `${i}/${'a/'.repeat(200)}f`, data: '' })).flat();
+    const ctx = await open(tar([{ path: 'deep.tgz', data: gzipSync(tar(deep)) }]), { maxEntries: 100 });
+    try {
+      await refusal(ctx.select(['deep.tgz'], '/x/', { add: true }), /more than 100 entries/);
+    } finally {
+      await ctx.close();
+    }
+    await spoolEmpty();
+  });
+
   it('bodies are read lazily from the spool; close removes it and later reads fail', async () => {
     const data = Buffer.alloc(300_000);
     for (let i = 0; i < data.length; i++) data[i] = i % 251;
