@@ -530,7 +530,7 @@ export class BuildContext {
     );
     const single = !multi && !destIsDir && matches[0].node.type === 'file' && !archives[0];
     const root = single ? posix.dirname(destClean) : destClean;
-    const out = new EntryMap(owner);
+    const out = new EntryMap(owner, this.o!.maxEntries);
     matches.forEach((m, i) => {
       const archive = archives[i];
       if (archive) {
@@ -796,7 +796,11 @@ class EntryMap {
   private readonly implied = new Set<string>();
   readonly digests = new Map<string, string>();
 
-  constructor(private readonly owner: { uid: number; gid: number }) {}
+  constructor(
+    private readonly owner: { uid: number; gid: number },
+    /** Most entries of a copy, the parents it adds included (an archive's deep paths imply many). */
+    private readonly max: number,
+  ) {}
 
   put(e: Digested, src: string): void {
     const parts = e.path.split('/');
@@ -804,6 +808,7 @@ class EntryMap {
       const parent = parts.slice(0, i).join('/');
       const had = this.map.get(parent);
       if (!had) {
+        this.room(src);
         this.map.set(parent, {
           path: parent,
           type: 'dir',
@@ -821,6 +826,7 @@ class EntryMap {
     const had = this.map.get(e.path);
     if (had && (had.type === 'dir') !== (e.type === 'dir')) throw conflict(e.path, src);
     if (had?.type === 'dir' && !this.implied.has(e.path)) return;
+    if (!had) this.room(src);
     this.implied.delete(e.path);
     this.map.set(e.path, entry);
     if (digest !== undefined) this.digests.set(e.path, digest);
@@ -828,6 +834,15 @@ class EntryMap {
 
   list(): CopyEntry[] {
     return [...this.map.values()];
+  }
+
+  /** Throws `validation` when one more entry would pass {@link max}. */
+  private room(src: string): void {
+    if (this.map.size >= this.max)
+      throw invalid(`COPY failed: ${src} makes more than ${this.max} entries (counting the directories it implies)`, {
+        source: src,
+        limit: this.max,
+      });
   }
 }
 
