@@ -42,7 +42,7 @@ const nd = (...xs: unknown[]) => xs.map((x) => `${JSON.stringify(x)}\n`).join(''
 
 describe('build log: NDJSON reading', () => {
   it('lines split anywhere across chunks, blank lines skipped, multi-byte characters cut between chunks', async () => {
-    const text = nd({ a: 1 }, { b: 'é✓' }) + '\n' + JSON.stringify({ c: 3 });
+    const text = `${nd({ a: 1 }, { b: 'é✓' })}\n${JSON.stringify({ c: 3 })}`;
     const bytes = enc.encode(text);
     // Three bytes at a time: lines and the multi-byte characters are cut between chunks.
     const stream = new ReadableStream<Uint8Array>({

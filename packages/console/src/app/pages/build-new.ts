@@ -27,9 +27,8 @@ CMD ["cat", "/app/built.txt"]
 const DOCKERFILE = 'Dockerfile';
 
 /** The files of a chosen folder, with paths relative to it (the folder's own name cut off). */
-function contextFiles(list: FileList | null): { files: TarFile[]; bytes: number } | { error: string } {
+function contextFiles(list: FileList | null): { files: TarFile[] } | { error: string } {
   const files: TarFile[] = [];
-  let bytes = 0;
   for (const f of Array.from(list ?? [])) {
     const rel = (f.webkitRelativePath || f.name)
       .split('/')
@@ -40,9 +39,8 @@ function contextFiles(list: FileList | null): { files: TarFile[]; bytes: number 
     // The typed Dockerfile takes the root Dockerfile's place.
     if (p === DOCKERFILE) continue;
     files.push({ path: p, data: f, mtimeMs: f.lastModified });
-    bytes += f.size;
   }
-  return { files, bytes };
+  return { files };
 }
 
 /** The field a 400's problem is about: its path (`/name`) for the query, the Dockerfile when it names a line. */
@@ -88,10 +86,11 @@ export const renderBuildForm: Page = async (main, ctx) => {
     const all = Array.from(inputs.context.files ?? []);
     const own = all.find((f) => f.webkitRelativePath.split('/').slice(1).join('/') === DOCKERFILE);
     if (own) inputs.dockerfile.value = await own.text();
+    const bytes = all.reduce((n, f) => n + f.size, 0);
     setChildren(
       contextInfo,
       all.length
-        ? `${got.files.length} file${got.files.length === 1 ? '' : 's'}, ${formatSize(got.bytes)}${own ? '; its Dockerfile is shown above' : ''}.`
+        ? `${all.length} file${all.length === 1 ? '' : 's'}, ${formatSize(bytes)}${own ? '; its Dockerfile is in the text area, which is what is built' : ''}.`
         : '',
     );
   });

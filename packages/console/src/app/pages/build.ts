@@ -214,7 +214,8 @@ export const renderBuild: Page = async (main, ctx, params) => {
     },
   }).then(async (end: LogEnd | null) => {
     if (!end || left) return;
-    setChildren(logStatus, `End of the log: the build is ${end.state}.`);
+    const how = { ready: 'is ready', error: 'failed', cancelled: 'was cancelled' } as Record<string, string>;
+    setChildren(logStatus, `End of the log: the build ${how[end.state] ?? `is ${end.state}`}.`);
     logStatus.dataset.end = end.state;
     await refresh();
     // The end line carries the failure too: shown even when the record was read before it.
