@@ -85,7 +85,12 @@ export const renderBuildForm: Page = async (main, ctx) => {
     if ('error' in got) return setFieldError('context', got.error);
     const all = Array.from(inputs.context.files ?? []);
     const own = all.find((f) => f.webkitRelativePath.split('/').slice(1).join('/') === DOCKERFILE);
-    if (own) inputs.dockerfile.value = await own.text();
+    if (own) {
+      const before = inputs.dockerfile.value;
+      const text = await own.text();
+      // Unless the text was edited meanwhile.
+      if (inputs.dockerfile.value === before) inputs.dockerfile.value = text;
+    }
     const bytes = all.reduce((n, f) => n + f.size, 0);
     setChildren(
       contextInfo,
