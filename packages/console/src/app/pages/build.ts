@@ -132,16 +132,36 @@ export const renderBuild: Page = async (main, ctx, params) => {
     }
   }
 
-  /** Appends a line, keeping the view at the bottom when it was there. */
+  /**
+   * Lines are appended in batches, once per frame (a long log read at once costs one layout,
+   * not one per line), keeping the view at the bottom when it was there.
+   */
+  let pending: LogLine[] = [];
+  let frame = 0;
   function addLine(l: LogLine): void {
-    const atBottom = log.scrollHeight - log.scrollTop - log.clientHeight < 24;
-    const el = h('div', { class: `log-line log-${l.stream}`, 'data-seq': l.seq }, lineText(l) || '\u200b');
-    log.append(el);
-    lines++;
-    if (lines > MAX_LINES) {
-      droppedNote.nextElementSibling?.remove();
-      lines--;
+    pending.push(l);
+    if (pending.length > MAX_LINES) {
+      pending.shift();
       dropped++;
+    }
+    frame ||= requestAnimationFrame(flush);
+  }
+  function flush(): void {
+    if (frame) cancelAnimationFrame(frame);
+    frame = 0;
+    if (pending.length === 0) return;
+    const atBottom = log.scrollHeight - log.scrollTop - log.clientHeight < 24;
+    const batch = pending;
+    pending = [];
+    log.append(
+      ...batch.map((l) => h('div', { class: `log-line log-${l.stream}`, 'data-seq': l.seq }, lineText(l) || '\u200b')),
+    );
+    lines += batch.length;
+    for (; lines > MAX_LINES; lines--) {
+      droppedNote.nextElementSibling?.remove();
+      dropped++;
+    }
+    if (dropped) {
       droppedNote.hidden = false;
       droppedNote.textContent = `${dropped} earlier line${dropped === 1 ? '' : 's'} not shown`;
     }
@@ -214,6 +234,7 @@ export const renderBuild: Page = async (main, ctx, params) => {
     },
   }).then(async (end: LogEnd | null) => {
     if (!end || left) return;
+    flush();
     const how = { ready: 'is ready', error: 'failed', cancelled: 'was cancelled' } as Record<string, string>;
     setChildren(logStatus, `End of the log: the build ${how[end.state] ?? `is ${end.state}`}.`);
     logStatus.dataset.end = end.state;
@@ -226,6 +247,7 @@ export const renderBuild: Page = async (main, ctx, params) => {
 
   return () => {
     left = true;
+    if (frame) cancelAnimationFrame(frame);
     follow.abort();
     clearInterval(poll);
   };
