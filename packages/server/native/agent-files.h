@@ -48,8 +48,36 @@
  *                               "path":root} when the root goes, or when stdout is closed
  *   whoami                      the caller: {"user","uid","gid","group","home"} (names as in
  *                               entries; home from /etc/passwd, "/" when it has none)
+ *   unpack <dest>               (run as the sandbox's root; image builds' COPY) stdin is a copy
+ *                               stream (below), written under dest (made 0755 with its missing
+ *                               parents; dest itself may be reached through symlinks, nothing
+ *                               under it is: a symlink above an entry is ENOTDIR). Per entry:
+ *                               a dir is made (an existing one merged; a non-dir there is
+ *                               ENOTDIR, never replaced), its owner set at once and its mode
+ *                               once every entry is written (so a 0555 dir is filled first);
+ *                               a file is written to a temp file beside it, exactly s bytes,
+ *                               chowned, chmodded and renamed over what is there (a file or a
+ *                               symlink; a dir is EISDIR); a symlink likewise (made beside,
+ *                               renamed over). Missing dirs above an entry are made 0755.
+ *                               {"entries":n,"bytes":b} (file bytes). A bad header is EINVAL
+ *                               naming the entry, a stream ending inside a file EPIPE (its
+ *                               temp file removed: nothing of it is left)
+ *   pack <path> <0|1>           (as root; `COPY --from`) stdout: path as a copy stream. A dir:
+ *                               "" (the dir itself) first, then what is below it, pre-order,
+ *                               sorted by name per dir, symlinks never followed, a dir on
+ *                               another file system (a mount) listed but not entered, sockets,
+ *                               FIFOs and devices left out. A file or symlink: one entry, its
+ *                               own name. 1: path itself is followed when a symlink. A name or
+ *                               target that is not UTF-8 is EILSEQ; a file that shrank while
+ *                               copied is EIO, exit 3 (the stream is then cut)
  * Errors: one line on stderr {"errno","code","op","path","message"}, exit 1; usage errors
  * (op "usage", errno 22) exit 2.
+ *
+ * Copy stream (runtime/copy-stream.ts has the server's side): entries, each one JSON header
+ * line {"p":path,"t":"f"|"d"|"l","m":mode&07777,"u":uid,"g":gid,"s":size,"l":target} (keys
+ * in any order, "l" for symlinks only, "s" 0 but for files) followed by exactly s bytes of a
+ * file's content; the stream ends at EOF after a whole entry. Paths are relative, with no
+ * empty, `.` or `..` segment; "" names the destination dir itself (a dir entry only).
  */
 #ifndef SANDBOXD_AGENT_FILES_H
 #define SANDBOXD_AGENT_FILES_H
@@ -86,7 +114,8 @@
 struct fa_buf { char *p; size_t len, cap; };
 
 static struct fa_buf fa_out;          /* stdout, written with write(2) by fa_flush */
-static char fa_tmp[PATH_MAX + 64];     /* write's temp file while it exists (signal handlers) */
+static char fa_tmp[PATH_MAX + 64];     /* write's (unpack's) temp file while it exists (signal handlers) */
+static int fa_tmp_dir = AT_FDCWD;      /* the directory fa_tmp is relative to (unpack: the entry's parent) */
 static char fa_io[FA_CHUNK];
 
 static void fa_need(struct fa_buf *b, size_t n) {
@@ -94,7 +123,7 @@ static void fa_need(struct fa_buf *b, size_t n) {
   size_t cap = b->cap ? b->cap : 256;
   while (cap < b->len + n + 1) cap *= 2;
   char *p = realloc(b->p, cap);
-  if (!p) { if (fa_tmp[0]) unlink(fa_tmp); _exit(1); } /* out of memory: not even an error line */
+  if (!p) { if (fa_tmp[0]) unlinkat(fa_tmp_dir, fa_tmp, 0); _exit(1); } /* out of memory: not even an error line */
   b->p = p; b->cap = cap;
 }
 static void fa_add(struct fa_buf *b, const void *s, size_t n) { fa_need(b, n); memcpy(b->p + b->len, s, n); b->p[b->len += n] = 0; }
@@ -153,6 +182,7 @@ static const char *fa_code(int e) {
     FA_C(ENOENT) FA_C(ENOTDIR) FA_C(EISDIR) FA_C(EEXIST) FA_C(ENOTEMPTY) FA_C(ENOSPC) FA_C(EDQUOT)
     FA_C(EACCES) FA_C(EPERM) FA_C(EROFS) FA_C(ENAMETOOLONG) FA_C(ELOOP) FA_C(EXDEV) FA_C(EINVAL)
     FA_C(EPIPE) FA_C(EFBIG) FA_C(EBUSY) FA_C(EIO) FA_C(ENOMEM) FA_C(EMFILE) FA_C(ETXTBSY)
+    FA_C(EILSEQ) FA_C(EAGAIN)
   }
 #undef FA_C
   snprintf(t, sizeof t, "E%d", e);
@@ -161,7 +191,7 @@ static const char *fa_code(int e) {
 
 /* One error line on stderr, the temp file (if any) removed, exit `code`. */
 __attribute__((noreturn)) static void fa_error(int code, int err, const char *op, const char *path, const char *msg) {
-  if (fa_tmp[0]) unlink(fa_tmp);
+  if (fa_tmp[0]) unlinkat(fa_tmp_dir, fa_tmp, 0);
   struct fa_buf b = { 0 };
   fa_fmt(&b, "{\"errno\":%d,\"code\":\"%s\",\"op\":", err, fa_code(err));
   fa_json(&b, op); fa_str(&b, ",\"path\":"); fa_json(&b, path ? path : "");
@@ -629,7 +659,7 @@ static int fa_read(const char *path, const char *range) {
   return 0;
 }
 
-static void fa_on_signal(int sig) { (void)sig; if (fa_tmp[0]) unlink(fa_tmp); _exit(143); }
+static void fa_on_signal(int sig) { (void)sig; if (fa_tmp[0]) unlinkat(fa_tmp_dir, fa_tmp, 0); _exit(143); }
 
 /* Copies stdin to fd: exactly len bytes when has_len (EPIPE short, EFBIG long), else to EOF. */
 static void fa_fill(int fd, uint64_t len, int has_len, const char *path) {
@@ -825,6 +855,481 @@ static int fa_watch(const char *root) {
   }
 }
 
+/* ---- Copy streams (image builds' COPY): unpack and pack; the format is at the top. ---- */
+
+#define FA_MAX_HEADER (128 * 1024) /* longest header line of a copy stream */
+
+/* stdin, buffered: headers are read from it a line at a time, file bodies through it. */
+static struct { char buf[FA_CHUNK]; size_t pos, len; } fa_in;
+
+/* More of stdin into fa_in (after what is there, moved to the front): bytes read, 0 at EOF. */
+static size_t fa_in_more(void) {
+  if (fa_in.pos > 0) {
+    memmove(fa_in.buf, fa_in.buf + fa_in.pos, fa_in.len - fa_in.pos);
+    fa_in.len -= fa_in.pos; fa_in.pos = 0;
+  }
+  for (;;) {
+    ssize_t n = read(0, fa_in.buf + fa_in.len, sizeof fa_in.buf - fa_in.len);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) { struct pollfd pf = { 0, POLLIN, 0 }; poll(&pf, 1, -1); continue; }
+    if (n < 0) fa_fail(errno, "read", "<stdin>");
+    fa_in.len += (size_t)n;
+    return (size_t)n;
+  }
+}
+
+/* A header being parsed: where (for errors) and what. */
+struct fa_hdr {
+  uint64_t index;       /* 0-based entry number */
+  char *p, *l;          /* path, symlink target (malloc'd) */
+  char t;               /* 'f', 'd', 'l' */
+  uint64_t m, u, g, s;
+  int has;              /* bit per key seen: p t m u g s l */
+};
+
+/* A bad header: an EINVAL error naming the entry (its path once known, else its number). */
+__attribute__((noreturn)) static void fa_bad_entry(const struct fa_hdr *h, const char *why) {
+  char num[64], msg[512];
+  snprintf(num, sizeof num, "#%llu", (unsigned long long)h->index + 1);
+  snprintf(msg, sizeof msg, "bad copy stream entry %s: %s", h->p ? h->p : num, why);
+  fa_error(1, EINVAL, "unpack", h->p ? h->p : num, msg);
+}
+
+/* A JSON string at *s (the opening quote) into a malloc'd UTF-8 string (no NUL inside). */
+static char *fa_jstr(const struct fa_hdr *h, const char **s, const char *end) {
+  const char *p = *s + 1;
+  struct fa_buf b = { 0 };
+  fa_need(&b, 16);
+  for (;;) {
+    if (p >= end) fa_bad_entry(h, "unterminated string");
+    unsigned char c = (unsigned char)*p;
+    if (c == '"') { p++; break; }
+    if (c < 0x20) fa_bad_entry(h, "control character in a string");
+    if (c >= 0x80) {
+      char t[5] = { 0 };
+      memcpy(t, p, (size_t)(end - p) < 4 ? (size_t)(end - p) : 4);
+      size_t n = fa_utf8((const unsigned char *)t);
+      if (!n) fa_bad_entry(h, "a string that is not UTF-8");
+      fa_add(&b, p, n); p += n; continue;
+    }
+    if (c != '\\') { fa_add(&b, p, 1); p++; continue; }
+    if (++p >= end) fa_bad_entry(h, "unterminated string");
+    char e = *p++, o = 0;
+    switch (e) {
+    case '"': o = '"'; break;
+    case '\\': o = '\\'; break;
+    case '/': o = '/'; break;
+    case 'b': o = '\b'; break;
+    case 'f': o = '\f'; break;
+    case 'n': o = '\n'; break;
+    case 'r': o = '\r'; break;
+    case 't': o = '\t'; break;
+    case 'u': break;
+    default: fa_bad_entry(h, "bad escape in a string");
+    }
+    if (o) { fa_add(&b, &o, 1); continue; }
+    unsigned cp = 0;
+    for (int k = 0; k < 2; k++) {
+      unsigned v = 0;
+      if (end - p < 4) fa_bad_entry(h, "bad \\u escape");
+      for (int i = 0; i < 4; i++) {
+        char x = p[i];
+        v = v * 16 + (unsigned)(x >= '0' && x <= '9' ? x - '0' : x >= 'a' && x <= 'f' ? x - 'a' + 10
+                                : x >= 'A' && x <= 'F' ? x - 'A' + 10 : 99);
+        if (v > 0xffff) fa_bad_entry(h, "bad \\u escape");
+      }
+      p += 4;
+      if (k == 0 && v >= 0xd800 && v <= 0xdbff) { /* a high surrogate: its low one follows */
+        if (end - p < 2 || p[0] != '\\' || p[1] != 'u') fa_bad_entry(h, "lone surrogate in a string");
+        p += 2; cp = v; continue;
+      }
+      if (k == 1) {
+        if (v < 0xdc00 || v > 0xdfff) fa_bad_entry(h, "lone surrogate in a string");
+        cp = 0x10000 + ((cp - 0xd800) << 10) + (v - 0xdc00);
+      } else {
+        if (v >= 0xdc00 && v <= 0xdfff) fa_bad_entry(h, "lone surrogate in a string");
+        cp = v;
+      }
+      break;
+    }
+    if (cp == 0) fa_bad_entry(h, "NUL in a string");
+    char u[4];
+    size_t n;
+    if (cp < 0x80) { u[0] = (char)cp; n = 1; }
+    else if (cp < 0x800) { u[0] = (char)(0xc0 | cp >> 6); u[1] = (char)(0x80 | (cp & 0x3f)); n = 2; }
+    else if (cp < 0x10000) { u[0] = (char)(0xe0 | cp >> 12); u[1] = (char)(0x80 | ((cp >> 6) & 0x3f)); u[2] = (char)(0x80 | (cp & 0x3f)); n = 3; }
+    else { u[0] = (char)(0xf0 | cp >> 18); u[1] = (char)(0x80 | ((cp >> 12) & 0x3f)); u[2] = (char)(0x80 | ((cp >> 6) & 0x3f)); u[3] = (char)(0x80 | (cp & 0x3f)); n = 4; }
+    fa_add(&b, u, n);
+  }
+  *s = p;
+  return b.p;
+}
+
+/* A JSON number at *s: decimal digits only, no leading zero, at most max. */
+static uint64_t fa_jnum(const struct fa_hdr *h, const char **s, const char *end, uint64_t max, const char *key) {
+  const char *p = *s;
+  uint64_t v = 0;
+  char msg[64];
+  snprintf(msg, sizeof msg, "\"%s\" must be a whole number up to %llu", key, (unsigned long long)max);
+  if (p >= end || *p < '0' || *p > '9' || (*p == '0' && p + 1 < end && p[1] >= '0' && p[1] <= '9')) fa_bad_entry(h, msg);
+  for (; p < end && *p >= '0' && *p <= '9'; p++) {
+    if (v > (max - (uint64_t)(*p - '0')) / 10) fa_bad_entry(h, msg);
+    v = v * 10 + (uint64_t)(*p - '0');
+  }
+  if (p < end && (*p == '.' || *p == 'e' || *p == 'E')) fa_bad_entry(h, msg);
+  *s = p;
+  return v;
+}
+
+static const char *fa_jws(const char *p, const char *end) {
+  while (p < end && (*p == ' ' || *p == '\t' || *p == '\r')) p++;
+  return p;
+}
+
+/* Whether rel is a path a copy stream may hold: relative, no empty, `.` or `..` segment ("" for the root only). */
+static int fa_rel_ok(const char *rel, char type) {
+  if (!*rel) return type == 'd';
+  if (*rel == '/' || strlen(rel) >= PATH_MAX) return 0;
+  for (const char *s = rel;;) {
+    const char *e = strchrnul(s, '/');
+    size_t n = (size_t)(e - s);
+    if (n == 0 || n > NAME_MAX || (n == 1 && s[0] == '.') || (n == 2 && s[0] == '.' && s[1] == '.')) return 0;
+    if (!*e) return 1;
+    s = e + 1;
+  }
+}
+
+/* Parses header line [p, end) into h (index set by the caller); a bad one is fa_bad_entry. */
+static void fa_parse_header(struct fa_hdr *h, const char *p, const char *end) {
+  static const char *const keys = "ptmugsl";
+  p = fa_jws(p, end);
+  if (p >= end || *p != '{') fa_bad_entry(h, "a header is one JSON object on one line");
+  p = fa_jws(p + 1, end);
+  for (int first = 1; p < end && *p != '}'; first = 0) {
+    if (!first) {
+      if (*p != ',') fa_bad_entry(h, "expected , or } in the header");
+      p = fa_jws(p + 1, end);
+    }
+    if (p >= end || *p != '"') fa_bad_entry(h, "expected a key in the header");
+    char *key = fa_jstr(h, &p, end);
+    const char *k = strlen(key) == 1 ? strchr(keys, key[0]) : NULL;
+    if (!k) { char m[96]; snprintf(m, sizeof m, "unknown key \"%.40s\"", key); free(key); fa_bad_entry(h, m); }
+    int bit = 1 << (k - keys);
+    free(key);
+    if (h->has & bit) fa_bad_entry(h, "a key given twice");
+    h->has |= bit;
+    p = fa_jws(p, end);
+    if (p >= end || *p != ':') fa_bad_entry(h, "expected : in the header");
+    p = fa_jws(p + 1, end);
+    char c = *k;
+    if (c == 'p' || c == 'l' || c == 't') {
+      if (p >= end || *p != '"') { char m[64]; snprintf(m, sizeof m, "\"%c\" must be a string", c); fa_bad_entry(h, m); }
+      char *v = fa_jstr(h, &p, end);
+      if (c == 'p') h->p = v;
+      else if (c == 'l') h->l = v;
+      else {
+        if (strcmp(v, "f") && strcmp(v, "d") && strcmp(v, "l")) { free(v); fa_bad_entry(h, "\"t\" must be \"f\", \"d\" or \"l\""); }
+        h->t = v[0];
+        free(v);
+      }
+    } else if (c == 'm') h->m = fa_jnum(h, &p, end, 07777, "m");
+    else if (c == 'u') h->u = fa_jnum(h, &p, end, 0xfffffffe, "u");
+    else if (c == 'g') h->g = fa_jnum(h, &p, end, 0xfffffffe, "g");
+    else h->s = fa_jnum(h, &p, end, (uint64_t)1 << 53, "s");
+    p = fa_jws(p, end);
+  }
+  if (p >= end || *p != '}') fa_bad_entry(h, "unterminated header");
+  if (fa_jws(p + 1, end) != end) fa_bad_entry(h, "text after the header's object");
+  if ((h->has & 0x3f) != 0x3f) fa_bad_entry(h, "a header needs p, t, m, u, g and s");
+  if (!fa_rel_ok(h->p, h->t))
+    fa_bad_entry(h, "the path must be relative, without empty, . or .. segments (\"\" only for the directory itself)");
+  if (h->t == 'l' && (!h->l || !*h->l)) fa_bad_entry(h, "a symlink needs its target (\"l\")");
+  if (h->t != 'l' && h->l) fa_bad_entry(h, "only a symlink has a target (\"l\")");
+  if (h->t != 'f' && h->s) fa_bad_entry(h, "only a file has a size");
+}
+
+/* The next header of stdin into h; 0 at the end of the stream (EOF right after an entry). */
+static int fa_next_header(struct fa_hdr *h) {
+  size_t scanned = 0;
+  for (;;) {
+    char *nl = memchr(fa_in.buf + fa_in.pos + scanned, '\n', fa_in.len - fa_in.pos - scanned);
+    if (nl) {
+      fa_parse_header(h, fa_in.buf + fa_in.pos, nl);
+      fa_in.pos = (size_t)(nl - fa_in.buf) + 1;
+      return 1;
+    }
+    scanned = fa_in.len - fa_in.pos;
+    if (scanned >= FA_MAX_HEADER) fa_bad_entry(h, "header line too long");
+    if (fa_in_more() == 0) {
+      if (scanned == 0) return 0;
+      fa_bad_entry(h, "the stream ends inside a header");
+    }
+  }
+}
+
+/* Copies exactly n bytes of stdin (after what fa_in holds) to fd; EPIPE naming `path` when it ends first. */
+static void fa_in_copy(int fd, uint64_t n, const char *path) {
+  for (int spl = 1; n > 0; ) {
+    if (fa_in.pos < fa_in.len) {
+      size_t k = fa_in.len - fa_in.pos < n ? fa_in.len - fa_in.pos : (size_t)n;
+      if (fa_write_all(fd, fa_in.buf + fa_in.pos, k) < 0) fa_fail(errno, "write", path);
+      fa_in.pos += k; n -= k;
+      continue;
+    }
+    fa_in.pos = fa_in.len = 0;
+    if (spl && n >= 65536) { /* in the kernel, when stdin is a pipe */
+      ssize_t r = splice(0, NULL, fd, NULL, n < (1u << 20) ? (size_t)n : (1u << 20), SPLICE_F_MOVE);
+      if (r < 0 && errno == EINVAL) { spl = 0; continue; }
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0 && errno == EAGAIN) { struct pollfd pf = { 0, POLLIN, 0 }; poll(&pf, 1, -1); continue; }
+      if (r < 0) fa_fail(errno, "write", path);
+      if (r == 0) fa_error(1, EPIPE, "unpack", path, "the copy stream ends inside this file");
+      n -= (uint64_t)r;
+      continue;
+    }
+    if (fa_in_more() == 0) fa_error(1, EPIPE, "unpack", path, "the copy stream ends inside this file");
+  }
+}
+
+/* The open parent directory of entry rel under root (its missing directories made 0755, root's),
+ * never following a symlink; *leaf is rel's last name. The last parent's fd is kept for the next. */
+static char *fa_par_rel;
+static int fa_par_fd = -1;
+static int fa_parent(int root, const char *rel, const char *shown, const char **leaf, int make) {
+  const char *slash = strrchr(rel, '/');
+  *leaf = slash ? slash + 1 : rel;
+  size_t plen = slash ? (size_t)(slash - rel) : 0;
+  if (plen == 0) return root;
+  if (fa_par_rel && strlen(fa_par_rel) == plen && memcmp(fa_par_rel, rel, plen) == 0) return fa_par_fd;
+  if (fa_par_fd >= 0) close(fa_par_fd);
+  free(fa_par_rel);
+  fa_par_rel = NULL; fa_par_fd = -1;
+  char *parent = strndup(rel, plen);
+  if (!parent) fa_fail(ENOMEM, "malloc", shown);
+  int fd = root;
+  for (char *c = parent, *next; c; c = next) {
+    next = strchr(c, '/');
+    if (next) *next++ = 0;
+    int nfd = openat(fd, c, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (nfd < 0 && errno == ENOENT && make) {
+      if (mkdirat(fd, c, 0755) < 0 && errno != EEXIST) fa_fail(errno, "mkdir", shown);
+      nfd = openat(fd, c, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    }
+    if (nfd < 0 && (errno == ELOOP || errno == ENOTDIR))
+      fa_error(1, ENOTDIR, "unpack", shown, "a directory above this entry is not a directory (symlinks are not followed)");
+    if (nfd < 0) fa_fail(errno, "open", shown);
+    if (fd != root) close(fd);
+    fd = nfd;
+  }
+  for (size_t i = 0; i < plen; i++) if (!parent[i]) parent[i] = '/'; /* back to the whole parent path */
+  fa_par_rel = parent; fa_par_fd = fd;
+  return fd;
+}
+
+/* A name for a temp file beside `leaf` in fa_tmp (fa_tmp_dir = dir). */
+static void fa_temp_name(int dir, const char *leaf, int tries) {
+  uint64_t r = 0;
+  if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r) r = (uint64_t)time(NULL) * 2654435761u + (uint64_t)tries;
+  snprintf(fa_tmp, sizeof fa_tmp, ".%.200s.sandboxd-%d-%012llx", leaf, (int)getpid(), (unsigned long long)(r & 0xffffffffffffull));
+  fa_tmp_dir = dir;
+}
+
+struct fa_later { char *rel; unsigned mode; };
+
+/* unpack <dest>: see the top. */
+static int fa_unpack(char *dest) {
+  if (dest[0] != '/') fa_error(1, EINVAL, "unpack", dest, "the destination must be an absolute path");
+  fa_mkparents(dest);
+  if (mkdir(dest, 0755) < 0 && errno != EEXIST) fa_fail(errno, "mkdir", dest);
+  int root = open(dest, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (root < 0) fa_fail(errno, "open", dest);
+  struct sigaction sa = { .sa_handler = fa_on_signal };
+  sigset_t sigs;
+  sigfillset(&sa.sa_mask); sigemptyset(&sigs);
+  for (int i = 0, sig[] = { SIGTERM, SIGHUP, SIGINT, SIGPIPE }; i < 4; i++) { sigaction(sig[i], &sa, NULL); sigaddset(&sigs, sig[i]); }
+  struct fa_later *later = NULL;
+  size_t nlater = 0, caplater = 0;
+  uint64_t n = 0, bytes = 0;
+  for (;; n++) {
+    struct fa_hdr h = { .index = n };
+    if (!fa_next_header(&h)) break;
+    char *shown = *h.p ? fa_join(dest, h.p) : strdup(dest);
+    if (!shown) fa_fail(ENOMEM, "malloc", dest);
+    const char *leaf = NULL;
+    int dir = *h.p ? fa_parent(root, h.p, shown, &leaf, 1) : root;
+    struct stat st;
+    int exists = leaf && fstatat(dir, leaf, &st, AT_SYMLINK_NOFOLLOW) == 0;
+    if (leaf && !exists && errno != ENOENT) fa_fail(errno, "lstat", shown);
+    if (h.t == 'd') {
+      if (exists && !S_ISDIR(st.st_mode))
+        fa_error(1, ENOTDIR, "unpack", shown, "a directory entry where something else exists (it is not replaced)");
+      if (leaf && !exists && mkdirat(dir, leaf, 0700) < 0) fa_fail(errno, "mkdir", shown);
+      int fd = leaf ? openat(dir, leaf, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : root;
+      if (fd < 0) fa_fail(errno, "open", shown);
+      if (fchown(fd, (uid_t)h.u, (gid_t)h.g) < 0) fa_fail(errno, "chown", shown);
+      if (fd != root) close(fd);
+      /* Its mode once what it holds is written: a 0555 directory is filled first. */
+      if (nlater == caplater && !(later = realloc(later, (caplater = caplater ? 2 * caplater : 64) * sizeof *later)))
+        fa_fail(ENOMEM, "malloc", shown);
+      later[nlater].rel = h.p; later[nlater].mode = (unsigned)h.m; nlater++;
+      h.p = NULL;
+    } else {
+      if (exists && S_ISDIR(st.st_mode))
+        fa_error(1, EISDIR, "unpack", shown, h.t == 'f' ? "a file entry where a directory exists" : "a symlink entry where a directory exists");
+      sigprocmask(SIG_BLOCK, &sigs, NULL); /* the temp's name is known to the handlers before it exists */
+      int fd = -1;
+      for (int tries = 0; tries < 16; tries++) {
+        fa_temp_name(dir, leaf, tries);
+        if (h.t == 'f') fd = openat(dir, fa_tmp, O_CREAT | O_EXCL | O_NOFOLLOW | O_WRONLY | O_CLOEXEC, 0600);
+        else fd = symlinkat(h.l, dir, fa_tmp);
+        if (fd >= 0 || errno != EEXIST) break;
+      }
+      if (fd < 0) { int e = errno; fa_tmp[0] = 0; fa_fail(e, h.t == 'f' ? "open" : "symlink", shown); }
+      sigprocmask(SIG_UNBLOCK, &sigs, NULL);
+      if (h.t == 'f') {
+        fa_in_copy(fd, h.s, shown);
+        /* Owner first: a chown clears the setuid and setgid bits. */
+        if (fchown(fd, (uid_t)h.u, (gid_t)h.g) < 0) fa_fail(errno, "chown", shown);
+        if (fchmod(fd, (mode_t)h.m) < 0) fa_fail(errno, "chmod", shown);
+        if (close(fd) < 0) fa_fail(errno, "close", shown);
+        bytes += h.s;
+      } else if (fchownat(dir, fa_tmp, (uid_t)h.u, (gid_t)h.g, AT_SYMLINK_NOFOLLOW) < 0) fa_fail(errno, "chown", shown);
+      if (renameat(dir, fa_tmp, dir, leaf) < 0) fa_fail(errno, "rename", shown);
+      fa_tmp[0] = 0;
+    }
+    free(h.p); free(h.l); free(shown);
+  }
+  for (size_t i = nlater; i-- > 0; ) { /* deepest last written first */
+    char *shown = *later[i].rel ? fa_join(dest, later[i].rel) : strdup(dest);
+    if (!shown) fa_fail(ENOMEM, "malloc", dest);
+    const char *leaf = NULL;
+    int dir = *later[i].rel ? fa_parent(root, later[i].rel, shown, &leaf, 0) : root;
+    int fd = leaf ? openat(dir, leaf, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : root;
+    if (fd < 0) fa_fail(errno, "open", shown);
+    if (fchmod(fd, (mode_t)later[i].mode) < 0) fa_fail(errno, "chmod", shown);
+    if (fd != root) close(fd);
+    free(shown); free(later[i].rel);
+  }
+  free(later);
+  fa_fmt(&fa_out, "{\"entries\":%llu,\"bytes\":%llu}\n", (unsigned long long)n, (unsigned long long)bytes);
+  fa_flush_or_fail();
+  return 0;
+}
+
+/* The header of one entry of pack to fa_out; names that are not UTF-8 cannot be carried (EILSEQ). */
+static void fa_pack_header(const char *rel, const char *shown, const struct stat *st, char t, const char *target) {
+  if (!fa_valid_utf8(rel, strlen(rel)))
+    fa_error(1, EILSEQ, "pack", shown, "a name that is not UTF-8 cannot be copied");
+  if (target && !fa_valid_utf8(target, strlen(target)))
+    fa_error(1, EILSEQ, "pack", shown, "a symlink target that is not UTF-8 cannot be copied");
+  fa_str(&fa_out, "{\"p\":"); fa_json(&fa_out, rel);
+  fa_fmt(&fa_out, ",\"t\":\"%c\",\"m\":%u,\"u\":%u,\"g\":%u,\"s\":%llu", t, (unsigned)(st->st_mode & 07777),
+         (unsigned)st->st_uid, (unsigned)st->st_gid, t == 'f' ? (unsigned long long)st->st_size : 0ull);
+  if (target) { fa_str(&fa_out, ",\"l\":"); fa_json(&fa_out, target); }
+  fa_str(&fa_out, "}\n");
+}
+
+/* A file entry: header then exactly st_size bytes of fd (EIO, exit 3, when it shrank meanwhile). */
+static void fa_pack_file(int fd, const char *rel, const char *shown, const struct stat *st) {
+  fa_pack_header(rel, shown, st, 'f', NULL);
+  uint64_t size = (uint64_t)st->st_size;
+  if (size <= 65536) { /* small: with the header, one write for many files */
+    fa_need(&fa_out, (size_t)size);
+    for (uint64_t got = 0; got < size; ) {
+      ssize_t r = pread(fd, fa_out.p + fa_out.len, (size_t)(size - got), (off_t)got);
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) fa_fail(errno, "read", shown);
+      if (r == 0) fa_error(3, EIO, "pack", shown, "the file shrank while it was copied");
+      fa_out.len += (size_t)r; got += (uint64_t)r;
+    }
+    if (fa_out.len >= FA_CHUNK) fa_flush_or_fail();
+    return;
+  }
+  fa_flush_or_fail();
+  off_t off = 0;
+  for (int sf = 1; (uint64_t)off < size; ) {
+    size_t want = size - (uint64_t)off > (1u << 30) ? (1u << 30) : (size_t)(size - (uint64_t)off);
+    ssize_t r;
+    if (sf) {
+      r = sendfile(1, fd, &off, want);
+      if (r < 0 && (errno == EINVAL || errno == ENOSYS) && off == 0) { sf = 0; continue; }
+      if (r < 0 && errno == EAGAIN) { struct pollfd pf = { 1, POLLOUT, 0 }; poll(&pf, 1, -1); continue; }
+    } else {
+      r = pread(fd, fa_io, want < sizeof fa_io ? want : sizeof fa_io, off);
+      if (r > 0 && fa_write_all(1, fa_io, (size_t)r) < 0) fa_fail(errno, "write", "<stdout>");
+      if (r > 0) off += r;
+    }
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) fa_fail(errno, sf ? "sendfile" : "read", shown);
+    if (r == 0) fa_error(3, EIO, "pack", shown, "the file shrank while it was copied");
+  }
+}
+
+/* The entries below directory fd (rel: its path in the stream, shown: in the sandbox), pre-order, sorted by
+ * name; symlinks never followed, directories of another file system (a mount) listed but not entered. */
+static void fa_pack_dir(int fd, const char *rel, const char *shown, dev_t dev, int depth) {
+  char **names;
+  ssize_t n = fa_names(fd, &names);
+  if (n < 0) fa_fail(errno, "readdir", shown);
+  for (ssize_t i = 0; i < n; i++) {
+    struct stat st;
+    char *r = *rel ? fa_join(rel, names[i]) : strdup(names[i]);
+    char *s = fa_join(shown, names[i]);
+    if (!r || !s) fa_fail(ENOMEM, "malloc", shown);
+    if (fstatat(fd, names[i], &st, AT_SYMLINK_NOFOLLOW) < 0) {
+      if (errno != ENOENT) fa_fail(errno, "lstat", s); /* ENOENT: gone meanwhile */
+    } else if (S_ISDIR(st.st_mode)) {
+      fa_pack_header(r, s, &st, 'd', NULL);
+      if (st.st_dev == dev) {
+        if (depth >= FA_MAX_DEPTH) fa_error(1, ELOOP, "pack", s, "directories nested too deep");
+        int c = openat(fd, names[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+        if (c < 0) fa_fail(errno, "open", s);
+        fa_pack_dir(c, r, s, dev, depth + 1);
+        close(c);
+      }
+    } else if (S_ISREG(st.st_mode)) {
+      int c = openat(fd, names[i], O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+      if (c < 0) fa_fail(errno, "open", s);
+      if (fstat(c, &st) < 0) fa_fail(errno, "fstat", s);
+      fa_pack_file(c, r, s, &st);
+      close(c);
+    } else if (S_ISLNK(st.st_mode)) {
+      char *t = fa_readlink(fd, names[i]);
+      if (!t) fa_fail(errno ? errno : EIO, "readlink", s);
+      fa_pack_header(r, s, &st, 'l', t);
+      free(t);
+    } /* sockets, FIFOs and devices are no part of a copy */
+    free(r); free(s);
+    if (fa_out.len >= FA_CHUNK) fa_flush_or_fail();
+  }
+  fa_free_names(names, n);
+}
+
+/* pack <path> <follow>: see the top. */
+static int fa_pack(const char *path, int follow) {
+  struct stat st;
+  if ((follow ? stat(path, &st) : lstat(path, &st)) < 0) fa_fail(errno, "lstat", path);
+  if (S_ISLNK(st.st_mode)) {
+    char *t = fa_readlink(AT_FDCWD, path);
+    if (!t) fa_fail(errno ? errno : EIO, "readlink", path);
+    fa_pack_header(fa_base(path), path, &st, 'l', t);
+    free(t);
+  } else if (S_ISDIR(st.st_mode) || S_ISREG(st.st_mode)) {
+    int dir = S_ISDIR(st.st_mode);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | (dir ? O_DIRECTORY : 0) | (follow ? 0 : O_NOFOLLOW));
+    if (fd < 0) fa_fail(errno, "open", path);
+    if (fstat(fd, &st) < 0) fa_fail(errno, "fstat", path);
+    if (dir != S_ISDIR(st.st_mode) || (!dir && !S_ISREG(st.st_mode))) fa_error(1, EAGAIN, "pack", path, "it changed while it was opened");
+    if (dir) {
+      fa_pack_header("", path, &st, 'd', NULL);
+      fa_pack_dir(fd, "", path, st.st_dev, 1);
+    } else fa_pack_file(fd, fa_base(path), path, &st);
+    close(fd);
+  } else fa_error(1, EINVAL, "pack", path, "only files, directories and symlinks can be copied");
+  fa_flush_or_fail();
+  return 0;
+}
+
 static int files_main(int argc, char **argv) {
   umask(0); /* modes are exactly as the contract says */
   const char *op = argc > 0 ? argv[0] : "";
@@ -861,7 +1366,12 @@ static int files_main(int argc, char **argv) {
     fa_recursive = argv[2][0] == '1';
     return fa_watch(p);
   }
-  fa_usage("usage: file stat|list|mkdir|mkdirs|move|remove|read|write|watch <path> ... | whoami");
+  if (strcmp(op, "unpack") == 0 && n == 1) return fa_unpack(p);
+  if (strcmp(op, "pack") == 0 && n == 2) {
+    if (strcmp(argv[2], "0") != 0 && strcmp(argv[2], "1") != 0) fa_usage("follow must be 0 or 1");
+    return fa_pack(p, argv[2][0] == '1');
+  }
+  fa_usage("usage: file stat|list|mkdir|mkdirs|move|remove|read|write|watch|unpack|pack <path> ... | whoami");
 }
 
 #endif

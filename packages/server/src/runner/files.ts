@@ -61,6 +61,43 @@ export async function serveFileWrite(driver: RuntimeDriver, req: IncomingMessage
 }
 
 /**
+ * `files.unpack`: arguments `[id, dest]` in {@link ARGS_HEADER}, the copy stream as the
+ * request body (runtime/copy-stream.ts). Answers `{result: {entries, bytes}}`.
+ */
+export async function serveFileUnpack(driver: RuntimeDriver, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  let args: [string, string];
+  try {
+    args = JSON.parse(String(req.headers[ARGS_HEADER] ?? ''));
+  } catch {
+    req.resume();
+    throw new SandboxdError('validation', `files.unpack needs its arguments in ${ARGS_HEADER}`);
+  }
+  if (!Array.isArray(args) || typeof args[0] !== 'string' || typeof args[1] !== 'string') {
+    req.resume();
+    throw new SandboxdError('validation', 'files.unpack takes [sandboxId, dest]');
+  }
+  const result = await driver.files.unpack(args[0], args[1], req as AsyncIterable<Uint8Array>);
+  const text = JSON.stringify({ result });
+  res.writeHead(200, { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(text) });
+  res.end(text);
+}
+
+/**
+ * `files.pack`: the copy stream as the answer's body. A stream that fails midway is cut (the
+ * connection is destroyed), so the client's body errors instead of ending short.
+ */
+export async function serveFilePack(driver: RuntimeDriver, args: unknown[], res: ServerResponse): Promise<void> {
+  const [id, path, o] = args as [string, string, { follow?: boolean } | undefined];
+  const body = await driver.files.pack(id, path, o);
+  res.writeHead(200, { 'Content-Type': 'application/octet-stream' });
+  try {
+    await pipeline(body, res);
+  } catch {
+    res.destroy();
+  }
+}
+
+/**
  * `files.watch`: NDJSON lines, `{type:'ready'}` once the watch is set up, then
  * `{type:'event', event}` for each event, and the body ends when the watch ends. The
  * client closes the watch by closing the request.

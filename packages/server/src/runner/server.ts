@@ -18,7 +18,7 @@ import {
   UNARY_METHODS,
   type RunnerHealth,
 } from '../runtime/remote/wire.js';
-import { serveFileRead, serveFileWatch, serveFileWrite } from './files.js';
+import { serveFilePack, serveFileRead, serveFileUnpack, serveFileWatch, serveFileWrite } from './files.js';
 import { processTarget, serveProcessCall, serveProcessSocket, serveProcessStdin } from './processes.js';
 import { serveStreamSocket } from './sockets.js';
 import { serveTerminalCall, serveTerminalSocket, terminalTarget } from './terminals.js';
@@ -171,10 +171,12 @@ export class RunnerServer {
         return reply(res, 404, errorBody('not_found', `No runner endpoint ${req.method} ${path}`));
       }
       if (method === 'files.write') return await serveFileWrite(this.o.driver, req, res);
+      if (method === 'files.unpack') return await serveFileUnpack(this.o.driver, req, res);
       if (method === 'processes.stdin') return await serveProcessStdin(this.o.processes, req, res);
       const args = await readArgs(req);
       if (method === 'files.read') return await serveFileRead(this.o.driver, args, res);
       if (method === 'files.watch') return await serveFileWatch(this.o.driver, args, res);
+      if (method === 'files.pack') return await serveFilePack(this.o.driver, args, res);
       if (!(UNARY_METHODS as readonly string[]).includes(method))
         return reply(res, 404, errorBody('not_found', `No runner endpoint ${req.method} ${path}`));
       const result = await this.unary(method, args);

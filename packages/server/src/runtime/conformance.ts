@@ -1,6 +1,8 @@
 import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
 import { after, before, describe, it } from 'node:test';
-import type { PtyProcess, RuntimeDriver, SandboxSpec } from './driver.js';
+import { type CopyEntry, decodeCopyStream, encodeCopyStream } from './copy-stream.js';
+import type { ImageConfigOverride, PtyProcess, RuntimeDriver, SandboxSpec } from './driver.js';
 import { rejectsWith } from './waiting.js';
 
 /**
@@ -41,6 +43,63 @@ function waitFor(pty: PtyProcess, pattern: RegExp, timeoutMs = 5000): Promise<st
       }
     });
   });
+}
+
+/** Copy stream entries for the suite. */
+const copy = {
+  dir: (path: string, mode = 0o755, uid = 0, gid = 0): CopyEntry => ({ path, type: 'dir', mode, uid, gid, size: 0 }),
+  file: (path: string, data: Buffer | string, mode = 0o644, uid = 0, gid = 0): CopyEntry => {
+    const b = Buffer.from(data);
+    return {
+      path,
+      type: 'file',
+      mode,
+      uid,
+      gid,
+      size: b.length,
+      body: async function* () {
+        yield b;
+      },
+    };
+  },
+  link: (path: string, target: string, uid = 0, gid = 0): CopyEntry => ({
+    path,
+    type: 'symlink',
+    mode: 0o777,
+    uid,
+    gid,
+    size: 0,
+    target,
+  }),
+};
+
+/** The entries of a copy stream, each file's content read (`data`). */
+async function decodeAll(body: AsyncIterable<Uint8Array>): Promise<Array<Omit<CopyEntry, 'body'> & { data?: Buffer }>> {
+  const out: Array<Omit<CopyEntry, 'body'> & { data?: Buffer }> = [];
+  for await (const e of decodeCopyStream(body)) {
+    const { body: read, ...rest } = e;
+    if (!read) {
+      out.push(rest);
+      continue;
+    }
+    const parts: Buffer[] = [];
+    for await (const c of read()) parts.push(Buffer.from(c));
+    out.push({ ...rest, data: Buffer.concat(parts) });
+  }
+  return out;
+}
+
+/** Raw bytes as a body (a stream the encoder would refuse to make). */
+async function* raw(text: string | Buffer): AsyncIterable<Uint8Array> {
+  yield Buffer.from(text);
+}
+
+/** Paths in the order the agent writes a tree: pre-order, by name per directory. */
+function treeOrder(a: string, b: string): number {
+  const x = a.split('/');
+  const y = b.split('/');
+  for (let i = 0; i < Math.min(x.length, y.length); i++) if (x[i] !== y[i]) return x[i] < y[i] ? -1 : 1;
+  return x.length - y.length;
 }
 
 let seq = 0;
@@ -232,6 +291,159 @@ export function runDriverConformance(target: ConformanceTarget): void {
         await rejectsWith(driver.create(spec({ image: ref('never') })), 'template_not_found');
         await driver.deleteImage(r);
         await driver.delete(s.id);
+      });
+    });
+
+    describe("copies: files.unpack and files.pack (image builds' COPY)", () => {
+      let id: string;
+      before(async () => {
+        id = (await driver.create(spec())).id;
+      });
+      after(async () => {
+        await driver.delete(id);
+      });
+
+      it('unpack then pack keeps modes, owners, symlinks as symlinks, a filled 0555 dir and a large file', async () => {
+        const big = randomBytes(3 * 1024 * 1024 + 11);
+        const entries = [
+          copy.dir(''),
+          copy.dir('app', 0o750, 1000, 1000),
+          copy.file('app/hello.txt', 'hello\n', 0o640, 1000, 1001),
+          copy.dir('ro', 0o555),
+          copy.file('ro/inside.txt', 'inside\n', 0o444),
+          copy.dir('sticky', 0o1777),
+          copy.file('big.bin', big, 0o600),
+          copy.file('empty', ''),
+          copy.link('link', 'app/hello.txt', 1000, 1000),
+        ];
+        const r = await driver.files.unpack(id, '/dst/copy', encodeCopyStream(entries));
+        assert.deepEqual(r, { entries: entries.length, bytes: big.length + 6 + 7 });
+        assert.equal((await driver.exec(id, 'cat /dst/copy/app/hello.txt')).stdout, 'hello\n');
+        assert.equal((await driver.exec(id, 'cat /dst/copy/ro/inside.txt')).stdout, 'inside\n');
+        const back = await decodeAll(await driver.files.pack(id, '/dst/copy'));
+        const want = [...entries].sort((a, b) => treeOrder(a.path, b.path));
+        const shape = (e: Omit<CopyEntry, 'body'>) => [e.path, e.type, e.mode, e.uid, e.gid, e.size, e.target];
+        assert.deepEqual(back.map(shape), want.map(shape));
+        assert.ok(back.find((e) => e.path === 'big.bin')?.data?.equals(big), 'the large file comes back the same');
+        assert.equal(back.find((e) => e.path === 'app/hello.txt')?.data?.toString(), 'hello\n');
+        // A file, a symlink (kept), the symlink followed.
+        const one = await decodeAll(await driver.files.pack(id, '/dst/copy/app/hello.txt'));
+        assert.deepEqual(
+          one.map((e) => [...shape(e), e.data?.toString()]),
+          [['hello.txt', 'file', 0o640, 1000, 1001, 6, undefined, 'hello\n']],
+        );
+        const l = await decodeAll(await driver.files.pack(id, '/dst/copy/link'));
+        assert.deepEqual(l.map(shape), [['link', 'symlink', 0o777, 1000, 1000, 0, 'app/hello.txt']]);
+        const lf = await decodeAll(await driver.files.pack(id, '/dst/copy/link', { follow: true }));
+        assert.deepEqual(
+          lf.map((e) => [e.path, e.type, e.data?.toString()]),
+          [['link', 'file', 'hello\n']],
+        );
+        await rejectsWith(driver.files.pack(id, '/dst/copy/nothing-here'), 'not_found');
+      });
+
+      it('unpack refuses a bad stream, a path out of the destination, a type clash and a symlink above an entry', async () => {
+        const dest = '/dst/errors';
+        await driver.files.unpack(id, dest, encodeCopyStream([copy.dir('d'), copy.file('keep.txt', 'old')]));
+        await rejectsWith(driver.files.unpack(id, dest, raw('this is no header\n')), 'validation');
+        await rejectsWith(
+          driver.files.unpack(id, dest, raw('{"p":"../escaped","t":"f","m":420,"u":0,"g":0,"s":1}\nx')),
+          'validation',
+        );
+        await rejectsWith(driver.files.unpack(id, dest, encodeCopyStream([copy.file('d', 'x')])), 'conflict');
+        await rejectsWith(
+          driver.files.unpack(id, dest, encodeCopyStream([copy.link('up', '/etc'), copy.file('up/planted', 'x')])),
+          'conflict',
+        );
+        await rejectsWith(driver.files.pack(id, '/etc/planted'), 'not_found');
+        await rejectsWith(driver.files.pack(id, '/dst/escaped'), 'not_found');
+        // A stream that ends inside a file: nothing of it is written, the file there stays.
+        const cut = (p: string) => raw(`{"p":"${p}","t":"f","m":420,"u":0,"g":0,"s":100}\n0123456789`);
+        await rejectsWith(driver.files.unpack(id, dest, cut('keep.txt')), 'validation');
+        await rejectsWith(driver.files.unpack(id, dest, cut('new.txt')), 'validation');
+        const left = await decodeAll(await driver.files.pack(id, dest));
+        assert.deepEqual(
+          left.filter((e) => e.type === 'file').map((e) => [e.path, e.data?.toString()]),
+          [['keep.txt', 'old']],
+        );
+      });
+    });
+
+    describe('image builds: snapshot with a config, deriveImage', () => {
+      const owner = `conf_${process.pid}`;
+      const ref = (name: string) => `snapshot/${owner}/${name}.${Date.now().toString(36)}_${seq++}`;
+      const layerRef = () => `snapshot/${owner}/_l.${randomBytes(32).toString('hex')}`;
+      const PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
+
+      it('a snapshot with a config: the image and a sandbox made from it have its env, working dir and user', async () => {
+        const s = await driver.create(spec());
+        assert.equal((await driver.exec(s.id, 'echo layer > /layer.txt')).exitCode, 0);
+        const r = layerRef();
+        const config: ImageConfigOverride = {
+          env: { PATH, BUILT: 'yes' },
+          workingDir: '/tmp',
+          user: '1000:1000',
+          cmd: ['/bin/sh'],
+          entrypoint: null,
+          labels: { 'org.example.layer': '1' },
+        };
+        const info = await driver.snapshot(s.id, r, { config });
+        assert.equal(info.ref, r);
+        assert.deepEqual([info.env, info.workingDir, info.user], [config.env, '/tmp', '1000:1000']);
+        const resolved = await driver.resolveImage(r);
+        assert.deepEqual(
+          [resolved.digest, resolved.env, resolved.workingDir, resolved.entrypoint, resolved.cmd, resolved.labels],
+          [info.digest, config.env, '/tmp', [], ['/bin/sh'], config.labels],
+        );
+        const c = await driver.create(spec({ image: r }));
+        assert.equal((await driver.exec(c.id, 'echo "$BUILT"')).stdout, 'yes\n');
+        assert.equal((await driver.exec(c.id, 'echo "$GREETING"')).stdout, 'hello\n', "the create's env over it");
+        assert.equal((await driver.exec(c.id, 'pwd')).stdout, '/tmp\n');
+        assert.equal((await driver.inspect(c.id))?.user, '1000:1000');
+        assert.equal((await driver.exec(c.id, 'cat /layer.txt')).stdout, 'layer\n');
+        await driver.delete(c.id);
+        await driver.delete(s.id);
+        await driver.deleteImage(r);
+      });
+
+      it('deriveImage: the files of `from` with the config given, a snapshot like the others', async () => {
+        const s = await driver.create(spec());
+        assert.equal((await driver.exec(s.id, 'echo base > /base.txt')).exitCode, 0);
+        const from = ref('from');
+        const base = await driver.snapshot(s.id, from);
+        await driver.delete(s.id);
+        const to = layerRef();
+        const info = await driver.deriveImage(from, to, { env: { PATH, DERIVED: '1' }, workingDir: '/tmp' });
+        assert.equal(info.ref, to);
+        assert.notEqual(info.digest, base.digest);
+        assert.deepEqual([info.env, info.workingDir, info.user], [{ PATH, DERIVED: '1' }, '/tmp', base.user]);
+        assert.equal(info.sizeBytes, 0, 'it adds no file');
+        assert.equal((await driver.resolveImage(to)).digest, info.digest);
+        assert.ok((await driver.listSnapshots()).some((x) => x.ref === to && x.digest === info.digest));
+        const c = await driver.create(spec({ image: to }));
+        assert.equal((await driver.exec(c.id, 'cat /base.txt')).stdout, 'base\n');
+        assert.equal((await driver.exec(c.id, 'echo "$DERIVED"')).stdout, '1\n');
+        assert.equal((await driver.exec(c.id, 'pwd')).stdout, '/tmp\n');
+        await driver.delete(c.id);
+        // From an image that is no snapshot: its files, the config given (the rest its own).
+        const plain = layerRef();
+        const p = await driver.deriveImage(target.image, plain, { workingDir: '/tmp', labels: { built: 'yes' } });
+        const img = await driver.resolveImage(target.image);
+        assert.deepEqual(
+          [p.env, p.workingDir, p.user, p.cmd, p.entrypoint, p.labels],
+          [img.env, '/tmp', img.user, img.cmd, img.entrypoint, { built: 'yes' }],
+        );
+        const d = await driver.create(spec({ image: plain }));
+        assert.equal((await driver.exec(d.id, 'pwd')).stdout, '/tmp\n');
+        await driver.delete(d.id);
+        await rejectsWith(driver.deriveImage(from, to, {}), 'conflict');
+        await rejectsWith(driver.deriveImage(ref('never'), layerRef(), {}), 'template_not_found');
+        await rejectsWith(driver.deriveImage('local/no-such-image:latest', layerRef(), {}), 'template_not_found');
+        for (const bad of ['snapshot/a/b/c', 'snapshot/Upper/x', 'snapshot/a/_', 'local/x:1'])
+          await rejectsWith(driver.deriveImage(from, bad, {}), 'validation');
+        for (const r of [to, plain, from]) await driver.deleteImage(r);
+        await rejectsWith(driver.resolveImage(to), 'template_not_found');
+        assert.ok(!(await driver.listSnapshots()).some((x) => [to, plain].includes(x.ref)));
       });
     });
 

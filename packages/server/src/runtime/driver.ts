@@ -69,6 +69,12 @@ export interface SandboxSpec {
    * no credentials).
    */
   pullAs?: { accountId: string; admin: boolean };
+  /**
+   * True: what the image declares to run at every boot (a service, a start command, a ready
+   * check: runtime/local/service.ts) is not run in this sandbox, neither at create nor at a
+   * later start: an image build's step sandboxes. Never a warm-pooled one (which ran it).
+   */
+  skipImageStart?: boolean;
 }
 
 /**
@@ -125,6 +131,13 @@ export interface ImageInfo {
   workingDir: string;
   user: string;
   sizeBytes: number;
+  /**
+   * The rest of its config, where the driver knows it (every driver of this repository
+   * does): an image build starts a stage's config from its base image's.
+   */
+  entrypoint?: string[];
+  cmd?: string[];
+  labels?: Record<string, string>;
 }
 
 /**
@@ -278,17 +291,26 @@ export interface RuntimeDriver {
    * {@link create} at once. A running sandbox is frozen for the copy and thawed after (a
    * paused or stopped one is copied as it is). The image appears whole or not at all (a
    * crash mid-copy leaves nothing `resolveImage` finds). `sizeBytes` of the result is what
-   * the snapshot adds on disk over its base. Throws `not_found`, `conflict` (`ref` exists),
-   * `validation` (bad ref).
+   * the snapshot adds on disk over its base. Its config is the sandbox's image's, each field
+   * of `opts.config` given replacing that one (an image build's layer: see builds/plan.ts).
+   * Throws `not_found`, `conflict` (`ref` exists), `validation` (bad ref).
    */
   snapshot(id: string, ref: string, opts?: { config?: ImageConfigOverride }): Promise<ImageInfo>;
   /**
    * Makes image `to` (`snapshot/...`) with the files of image `from` (any image the driver
-   * resolves) and the config `config` (each field given replaces the one of `from`): an
-   * image build's config-only steps. Whole or nothing like {@link snapshot}. Throws
-   * `template_not_found` (`from`), `conflict` (`to` exists), `validation` (bad ref).
+   * resolves, pulled if need be as a create would for `opts.pullAs`) and the config
+   * `config` (each field given replaces the one of `from`): an image build's config-only
+   * steps. Whole or nothing like {@link snapshot}, and a snapshot like the others after
+   * (listed by {@link listSnapshots}, removed by {@link deleteImage}); `sizeBytes` 0 (it
+   * adds no file). Throws `validation` (bad `to`), `template_not_found` (`from`),
+   * `conflict` (`to` exists).
    */
-  deriveImage?(from: string, to: string, config: ImageConfigOverride): Promise<ImageInfo>;
+  deriveImage(
+    from: string,
+    to: string,
+    config: ImageConfigOverride,
+    opts?: { pullAs?: SandboxSpec['pullAs'] },
+  ): Promise<ImageInfo>;
   /** Removes image `ref` made by {@link snapshot} (a sandbox running from it keeps its files). Missing: no-op. */
   deleteImage(ref: string): Promise<void>;
   /** Refs of every image made by {@link snapshot} (to drop those whose making a crash cut short of its record). */

@@ -42,17 +42,29 @@ export interface DriverFiles {
   whoami(id: string, o?: FileUser): Promise<FileUserInfo>;
   /**
    * Image builds' COPY: unpacks a copy stream (runtime/copy-stream.ts: entries with their
-   * own mode and owner) under directory `dest` (made, with missing parents, 0755 root), as
-   * the sandbox's root. Entry paths are relative and never hold `..`; symlinks are made as
-   * symlinks, never followed on the way in. Resolves with the entries and file bytes written.
+   * own mode and owner) under directory `dest` (absolute; made, with missing parents, 0755
+   * root's; it may be reached through symlinks), as the sandbox's root. Entry paths are
+   * relative and never hold `..`; nothing below `dest` is followed on the way in (a symlink
+   * above an entry is refused). A dir merges into an existing one (its mode applied once
+   * what it holds is written); a file is written beside and renamed over what is there (a
+   * file or a symlink), exactly its size, so a failure leaves nothing of it; a symlink is
+   * made as a symlink. Resolves with the entries and file bytes written. Throws `validation`
+   * (a bad stream, naming the entry; a stream that ends inside a file), `conflict` (an entry
+   * whose type clashes: a file or symlink where a dir is, a dir where a non-dir is, a
+   * symlink above an entry), `no_space`, each with `details.path`. Entries before the
+   * failing one stay written (the caller discards the sandbox).
    */
-  unpack?(id: string, dest: string, body: AsyncIterable<Uint8Array>): Promise<{ entries: number; bytes: number }>;
+  unpack(id: string, dest: string, body: AsyncIterable<Uint8Array>): Promise<{ entries: number; bytes: number }>;
   /**
-   * Image builds' `COPY --from`: `path` (a file, a symlink or a whole tree, not followed past
-   * `path` itself when `follow`) as a copy stream, entry paths relative to `path` (a file's:
-   * its own name), as the sandbox's root. `not_found` for a missing path.
+   * Image builds' `COPY --from`: `path` as a copy stream, as the sandbox's root: a dir as
+   * `''` (itself) then what is below it (pre-order, sorted by name per dir; symlinks never
+   * followed; a dir of another file system listed but not entered; sockets, FIFOs and
+   * devices left out); a file or a symlink as one entry of its own name. `follow`: `path`
+   * itself is followed when it is a symlink. Rejects `not_found` for a missing path,
+   * `validation` for a path of another type or a name that is not UTF-8; the stream errors
+   * (never ends cleanly) when the copy fails midway.
    */
-  pack?(id: string, path: string, o?: { follow?: boolean }): Promise<Readable>;
+  pack(id: string, path: string, o?: { follow?: boolean }): Promise<Readable>;
 }
 
 export interface FileUserInfo {

@@ -4,6 +4,7 @@ import type {
   ExecResult,
   SpawnOptions,
   StreamedProcess,
+  ImageConfigOverride,
   ImageInfo,
   PtyProcess,
   RecoveryReport,
@@ -17,6 +18,8 @@ import type {
 import { mountPathProblem } from '../../domain/sandbox.js';
 import { fakeDigest, fakeImage, FakeImageStore } from './images.js';
 import type { DriverFiles } from '../files.js';
+import { SNAPSHOT_REF_RE } from '../local/images/ref.js';
+import { fakeFiles, type FakeNode } from './files.js';
 import { FakeStreamedProcess } from './process.js';
 import { FakePty } from './pty.js';
 import { runFakeCommand, type FakeFs } from './shell.js';
@@ -38,6 +41,10 @@ interface FakeSandbox {
   nextPid: number;
   /** The writable root layer: path -> content. */
   files: Map<string, string>;
+  /** What copies (`files.unpack`) made, with modes and owners (see files.ts). */
+  tree: Map<string, FakeNode>;
+  /** The env of its image, under the spec's (images made by snapshot or deriveImage have one). */
+  imageEnv: Record<string, string>;
   ptys: Set<FakePty>;
   /** Stopped by `stop` (root layer kept for `start`) rather than killed. */
   kept?: boolean;
@@ -54,8 +61,11 @@ export class FakeDriver implements RuntimeDriver {
   private readonly sandboxes = new Map<string, FakeSandbox>();
   private readonly volumes = new Map<string, { sizeGb: number; files: Map<string, string> }>();
   private readonly known: Set<string>;
-  /** Images made by `snapshot`: ref -> the files of the sandbox's root layer then. */
-  private readonly snapshots = new Map<string, { info: ImageInfo; files: Map<string, string> }>();
+  /** Images made by `snapshot` and `deriveImage`: ref -> the files of the sandbox's root layer then. */
+  private readonly snapshots = new Map<
+    string,
+    { info: ImageInfo; files: Map<string, string>; tree: Map<string, FakeNode> }
+  >();
   /** Pull, import and build against a fake registry; see {@link FakeImageStore}. */
   readonly images: FakeImageStore;
   /** Next `create` fails with this error (then it is cleared); for tests. */
@@ -113,6 +123,7 @@ export class FakeDriver implements RuntimeDriver {
     }
     for (const v of spec.volumes)
       if (!this.volumes.has(v.name)) this.volumes.set(v.name, { sizeGb: v.sizeGb, files: new Map() });
+    const snap = this.snapshots.get(spec.image);
     const info: RuntimeSandbox = {
       id: spec.id,
       image: spec.image,
@@ -121,11 +132,13 @@ export class FakeDriver implements RuntimeDriver {
       address: '10.88.0.2',
       pid: 4242,
       createdAt: new Date(),
-      workingDir: '/',
-      user: '0:0',
+      workingDir: snap ? snap.info.workingDir || '/' : '/',
+      user: snap ? snap.info.user || '0:0' : '0:0',
     };
-    const files = new Map(this.snapshots.get(spec.image)?.files ?? []);
-    this.sandboxes.set(spec.id, { info, spec, nextPid: 100, files, ptys: new Set() });
+    const files = new Map(snap?.files ?? []);
+    const tree = cloneTree(snap?.tree);
+    const imageEnv = snap ? { ...snap.info.env } : {};
+    this.sandboxes.set(spec.id, { info, spec, nextPid: 100, files, tree, imageEnv, ptys: new Set() });
     return { ...info };
   }
 
@@ -165,17 +178,30 @@ export class FakeDriver implements RuntimeDriver {
     s.kept = false;
     return { ...s.info };
   }
-  async snapshot(id: string, ref: string): Promise<ImageInfo> {
+  async snapshot(id: string, ref: string, opts: { config?: ImageConfigOverride } = {}): Promise<ImageInfo> {
     this.calls.push(`snapshot ${id} ${ref}`);
     const s = this.existing(id);
-    if (!/^snapshot\/[a-z0-9_]{1,64}\/[a-z0-9][a-z0-9_.-]{0,62}$/.test(ref))
-      throw new SandboxdError('validation', `Invalid snapshot reference "${ref}"`);
+    checkSnapshotRef(ref);
     if (this.snapshots.has(ref)) throw new SandboxdError('conflict', `Image ${ref} exists`);
     const files = new Map(s.files);
     const sizeBytes = [...files.values()].reduce((n, v) => n + Buffer.byteLength(v), 0);
     const base = await this.resolveImage(s.spec.image);
-    const info: ImageInfo = { ...base, ref, digest: fakeDigest(`${ref}@${Date.now()}`), sizeBytes };
-    this.snapshots.set(ref, { info, files });
+    const info: ImageInfo = withConfig(
+      { ...base, ref, digest: fakeDigest(`${ref}@${Date.now()}`), sizeBytes },
+      opts.config,
+    );
+    this.snapshots.set(ref, { info, files, tree: cloneTree(s.tree) });
+    return { ...info };
+  }
+  /** A snapshot with the files of `from` (a snapshot's, or none for another image) and `config` over its config. */
+  async deriveImage(from: string, to: string, config: ImageConfigOverride): Promise<ImageInfo> {
+    this.calls.push(`deriveImage ${from} ${to}`);
+    checkSnapshotRef(to);
+    const base = await this.resolveImage(from);
+    if (this.snapshots.has(to)) throw new SandboxdError('conflict', `Image ${to} exists`);
+    const src = this.snapshots.get(from);
+    const info = withConfig({ ...base, ref: to, digest: fakeDigest(`${to}@${Date.now()}`), sizeBytes: 0 }, config);
+    this.snapshots.set(to, { info, files: new Map(src?.files ?? []), tree: cloneTree(src?.tree) });
     return { ...info };
   }
   async deleteImage(ref: string): Promise<void> {
@@ -223,8 +249,8 @@ export class FakeDriver implements RuntimeDriver {
   async exec(id: string, command: string, options: ExecOptions = {}): Promise<ExecResult> {
     const s = this.running(id);
     return runFakeCommand(command, {
-      env: { ...s.spec.env, ...options.env },
-      cwd: options.cwd ?? '/',
+      env: { ...s.imageEnv, ...s.spec.env, ...options.env },
+      cwd: options.cwd ?? s.info.workingDir,
       fs: this.fsOf(s),
       timeoutMs: options.timeoutMs ?? 60_000,
       maxOutputBytes: options.maxOutputBytes ?? 1_048_576,
@@ -237,8 +263,8 @@ export class FakeDriver implements RuntimeDriver {
   ): Promise<{ pid: number }> {
     const s = this.running(id);
     void runFakeCommand(command, {
-      env: { ...s.spec.env, ...options.env },
-      cwd: options.cwd ?? '/',
+      env: { ...s.imageEnv, ...s.spec.env, ...options.env },
+      cwd: options.cwd ?? s.info.workingDir,
       fs: this.fsOf(s),
       timeoutMs: 0,
       maxOutputBytes: 1_048_576,
@@ -254,8 +280,8 @@ export class FakeDriver implements RuntimeDriver {
         `Cannot start ${argv[0]} in the sandbox: the fake runtime runs only /bin/sh -c`,
       );
     const run = runFakeCommand(argv[2], {
-      env: { ...s.spec.env, ...options.env },
-      cwd: options.cwd ?? '/',
+      env: { ...s.imageEnv, ...s.spec.env, ...options.env },
+      cwd: options.cwd ?? s.info.workingDir,
       fs: this.fsOf(s),
       timeoutMs: options.timeoutMs ?? 0,
       maxOutputBytes: 1_048_576,
@@ -263,16 +289,14 @@ export class FakeDriver implements RuntimeDriver {
     return new FakeStreamedProcess(s.nextPid++, run);
   }
 
-  /** Files are not simulated: file routes are proven on the real runtime only. */
-  readonly files: DriverFiles = new Proxy({} as DriverFiles, {
-    get: () => () => Promise.reject(new SandboxdError('internal', 'The fake runtime has no file operations')),
-  });
+  /** Copies (unpack, pack) in memory; the other file operations are not simulated (proven on the real runtime only). */
+  readonly files: DriverFiles = fakeFiles((id) => this.running(id));
 
   async execTty(id: string, options: TtyOptions): Promise<PtyProcess> {
     const s = this.running(id);
     const pty = new FakePty(s.nextPid++, {
-      env: { ...s.spec.env, ...options.env },
-      cwd: options.cwd ?? '/',
+      env: { ...s.imageEnv, ...s.spec.env, ...options.env },
+      cwd: options.cwd ?? s.info.workingDir,
       fs: this.fsOf(s),
       timeoutMs: 60_000,
       maxOutputBytes: 1_048_576,
@@ -340,6 +364,27 @@ export class FakeDriver implements RuntimeDriver {
     this.sandboxes.delete(id);
   }
   async close(): Promise<void> {}
+}
+
+function cloneTree(tree: Map<string, FakeNode> | undefined): Map<string, FakeNode> {
+  return new Map([...(tree ?? [])].map(([k, v]) => [k, { ...v }]));
+}
+
+function checkSnapshotRef(ref: string): void {
+  if (!SNAPSHOT_REF_RE.test(ref)) throw new SandboxdError('validation', `Invalid snapshot reference "${ref}"`);
+}
+
+/** `info` with each field of `c` given in its place. */
+function withConfig(info: ImageInfo, c: ImageConfigOverride = {}): ImageInfo {
+  return {
+    ...info,
+    env: c.env !== undefined ? { ...c.env } : info.env,
+    workingDir: c.workingDir !== undefined ? c.workingDir : info.workingDir,
+    user: c.user !== undefined ? c.user : info.user,
+    entrypoint: c.entrypoint !== undefined ? [...(c.entrypoint ?? [])] : info.entrypoint,
+    cmd: c.cmd !== undefined ? [...(c.cmd ?? [])] : info.cmd,
+    labels: c.labels !== undefined ? { ...c.labels } : info.labels,
+  };
 }
 
 /** Builds a fake driver. */

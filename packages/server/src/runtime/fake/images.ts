@@ -12,7 +12,17 @@ export function fakeDigest(ref: string): string {
 
 /** The image record the fake driver answers for a known ref. */
 export function fakeImage(ref: string): ImageInfo {
-  return { ref, digest: fakeDigest(ref), env: { PATH: '/usr/bin:/bin' }, workingDir: '/', user: '0:0', sizeBytes: 1 };
+  return {
+    ref,
+    digest: fakeDigest(ref),
+    env: { PATH: '/usr/bin:/bin' },
+    workingDir: '/',
+    user: '0:0',
+    sizeBytes: 1,
+    entrypoint: [],
+    cmd: ['/bin/sh'],
+    labels: {},
+  };
 }
 
 /**

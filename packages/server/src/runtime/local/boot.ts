@@ -19,7 +19,7 @@ import { isAlive, newRecord, recordView, type SandboxRecord } from './records.js
 import { type keyedLock, mountHelper } from './rootfs/mounts.js';
 import { volumeOciMount } from './rootfs/roots.js';
 import { mergeEnv } from './sandbox-checks.js';
-import { bootService, declaredService, waitHealthy, writeEnvsFile } from './service.js';
+import { bootService, declaredService, declaredStart, waitHealthy, waitReady, writeEnvsFile } from './service.js';
 import { allowsSetuid } from './setuid.js';
 
 /** The longest a claim waits for the service of a pooled sandbox to answer again. */
@@ -48,10 +48,12 @@ export interface StartHost extends LifecycleHost {
  * CPU and pid limits of `spec` are applied to its cgroup, its hostname (UTS namespace and
  * /etc files) becomes the sandbox's, the volumes of `spec` are mounted into it (as a cold
  * start binds them: idmapped for its uid range, nosuid, nodev), and its record (with the env of `spec` over the
- * image's, which every command gets) is written. When its image declares a service, the
- * env of `spec` is written to /run/sandboxd/envs.json and the service's health is checked
- * again (service.ts). The pooled sandbox ran nothing but its
- * init (and the service its image declares). Null when it cannot be claimed (it died): it is removed and the create starts one.
+ * image's, which every command gets) is written. When its image declares a service or a
+ * start, the env of `spec` is written to /run/sandboxd/envs.json and the service's health
+ * and the ready check are checked again, once each (service.ts). The pooled sandbox ran
+ * nothing but its init (and the service and start command its image declares). Null when
+ * it cannot be claimed (it died, or does not answer again): it is removed and the create
+ * starts one.
  */
 export async function claim(
   h: StartHost,
@@ -92,16 +94,20 @@ export async function claim(
     // The service runs since the pool's boot (healthy then); what it learns of this sandbox
     // is its env. It is asked again (one probe, ~1 ms) so that a claim, too, hands out a
     // sandbox whose service answers (its supervisor may be restarting it).
-    if (rec.service) {
+    if (rec.service || rec.start) {
       const svc = rec.service;
+      const ready = rec.start?.ready;
       await Promise.all([
         writeEnvsFile(h.commands, rec, spec.env),
-        waitHealthy(w.address, svc, {
-          // A service that does not answer soon is not waited for here: a cold boot is.
-          timeoutMs: Math.min(h.serviceStartTimeoutMs, CLAIM_HEALTH_MS),
-          alive: () => isAlive(w),
-          sandboxId: spec.id,
-        }),
+        svc &&
+          waitHealthy(w.address, svc, {
+            // A service that does not answer soon is not waited for here: a cold boot is.
+            timeoutMs: Math.min(h.serviceStartTimeoutMs, CLAIM_HEALTH_MS),
+            alive: () => isAlive(w),
+            sandboxId: spec.id,
+          }),
+        // The ready check passed at the fill: one run says it still holds (else a cold boot).
+        ready && waitReady(h.commands, rec, ready, { timeoutMs: CLAIM_HEALTH_MS, once: true, sandboxId: spec.id }),
       ]);
     }
     rec.phase = 'ready';
@@ -128,8 +134,10 @@ export async function boot(
   home: Map<string, SandboxRecord>,
   forPool: boolean,
 ): Promise<SandboxRecord> {
-  // A malformed service declaration fails the create before anything is made.
-  const service = declaredService(image.labels, spec.image);
+  // A malformed service or start declaration fails the create before anything is made; an
+  // image build's step sandbox (skipImageStart) starts neither.
+  const service = spec.skipImageStart ? null : declaredService(image.labels, spec.image);
+  const start = spec.skipImageStart ? null : declaredStart(image.labels, spec.image);
   const setuid = allowsSetuid(image.labels, spec.image);
   // Roots are pooled only for creates without volumes (volumes are staged while preparing).
   // Warm-pooled sandboxes make their own: they are made in the background anyway.
@@ -140,6 +148,7 @@ export async function boot(
   const dir = h.state.dirOf(spec.id);
   const partial = newRecord(spec, image, mergeEnv(image.env, spec.env), { slot, uidBase, rootId: pooledRoot?.id });
   if (service) partial.service = { ...service, env: mergeEnv(image.env, {}) };
+  if (start) partial.start = start;
   if (setuid) partial.setuid = true;
   home.set(spec.id, partial);
   // The create's egress, set while crun runs when the address is known before (crun).

@@ -8,6 +8,7 @@ import { instanceKey } from '../../instance.js';
 import type {
   ExecOptions,
   ExecResult,
+  ImageConfigOverride,
   ImageInfo,
   PtyProcess,
   RecoveryReport,
@@ -42,6 +43,7 @@ import { type ReleaseHost, settleHost, teardown } from './release.js';
 import { ID_RE, isAlive, isKept, isVisible, recordView, type SandboxRecord } from './records.js';
 import { type DriverParts, makeParts } from './parts.js';
 import { ANONYMOUS } from './images/pull-policy.js';
+import { imageInfoOf } from './images/store.js';
 import { keyedLock } from './rootfs/mounts.js';
 import {
   checkLimits,
@@ -210,11 +212,11 @@ export class LocalDriver implements RuntimeDriver {
   }
 
   resolveImage(ref: string): Promise<ImageInfo> {
-    return this.images.resolve(ref).then(toImageInfo);
+    return this.images.resolve(ref).then(imageInfoOf);
   }
 
   async listImages(): Promise<ImageInfo[]> {
-    return (await this.images.list()).map(toImageInfo);
+    return (await this.images.list()).map(imageInfoOf);
   }
 
   async create(spec: SandboxSpec): Promise<RuntimeSandbox> {
@@ -234,7 +236,8 @@ export class LocalDriver implements RuntimeDriver {
     this.creating++;
     try {
       const image = await this.images.resolve(spec.image, { puller: spec.pullAs ?? ANONYMOUS });
-      const warm = this.pools.takeWarm(spec.image, image.digest, spec.limits);
+      // A pooled sandbox ran what its image starts at boot: not one for a create that skips it.
+      const warm = spec.skipImageStart ? undefined : this.pools.takeWarm(spec.image, image.digest, spec.limits);
       const pooled = warm ? this.pooled.get(warm) : undefined;
       if (warm) this.pooled.delete(warm);
       const claimed = warm && pooled ? await claim(this.starts, spec, image, warm, pooled) : null;
@@ -512,8 +515,18 @@ export class LocalDriver implements RuntimeDriver {
   }
 
   /** See snapshot.ts; one at a time with the sandbox's pause, resume, stop, start and delete. */
-  snapshot(id: string, ref: string): Promise<ImageInfo> {
-    return this.serial(id, () => this.snaps.snapshot(id, ref));
+  snapshot(id: string, ref: string, opts: { config?: ImageConfigOverride } = {}): Promise<ImageInfo> {
+    return this.serial(id, () => this.snaps.snapshot(id, ref, opts.config));
+  }
+
+  /** A snapshot image of `from`'s files with `config` over its config; see snapshot.ts. */
+  deriveImage(
+    from: string,
+    to: string,
+    config: ImageConfigOverride,
+    opts: { pullAs?: SandboxSpec['pullAs'] } = {},
+  ): Promise<ImageInfo> {
+    return this.snaps.derive(from, to, config, opts.pullAs);
   }
 
   /** See snapshot.ts; files still used by a sandbox go once it is gone (next deleteImage, snapshot or restart). */
@@ -524,10 +537,6 @@ export class LocalDriver implements RuntimeDriver {
   listSnapshots(): Promise<ImageInfo[]> {
     return this.snaps.listSnapshots();
   }
-}
-
-function toImageInfo(i: ImageInfo): ImageInfo {
-  return { ref: i.ref, digest: i.digest, env: i.env, workingDir: i.workingDir, user: i.user, sizeBytes: i.sizeBytes };
 }
 
 /**

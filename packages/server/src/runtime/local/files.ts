@@ -71,11 +71,44 @@ export function fileError(err: ToolError, path: string): SandboxdError {
   }
 }
 
+/**
+ * The SandboxdError of a failed `unpack` or `pack` (copy streams): the tool's own words where
+ * it has some (a bad entry, a type clash), else as {@link fileError}.
+ */
+export function copyError(err: ToolError, path: string): SandboxdError {
+  if (err.op !== 'unpack' && err.op !== 'pack') return fileError(err, path);
+  const p = err.path || path;
+  const details = { path: p, code: err.code, op: err.op };
+  const said = err.message ?? err.code ?? 'failed';
+  switch (err.code) {
+    case 'EINVAL':
+      return new SandboxdError(
+        'validation',
+        said.startsWith('bad copy stream') ? capital(said) : `${capital(said)}: ${p}`,
+        details,
+      );
+    case 'EPIPE':
+      return new SandboxdError('validation', `The copy stream ends inside ${p}`, details);
+    case 'EILSEQ':
+      return new SandboxdError('validation', `${capital(said)}: ${p}`, details);
+    case 'EISDIR':
+    case 'ENOTDIR':
+      return new SandboxdError('conflict', `${capital(said)}: ${p}`, details);
+    default:
+      return new SandboxdError('internal', `${err.op} ${p} failed in the sandbox: ${said}`, details);
+  }
+}
+
+function capital(s: string): string {
+  return s.charAt(0).toUpperCase() + s.slice(1);
+}
+
 function parseToolError(stderr: string, exit: ProcessExit, path: string): SandboxdError {
   const line = stderr.split('\n').find((l) => l.startsWith('{'));
   if (line) {
     try {
-      return fileError(JSON.parse(line) as ToolError, path);
+      const err = JSON.parse(line) as ToolError;
+      return err.op === 'unpack' || err.op === 'pack' ? copyError(err, path) : fileError(err, path);
     } catch {
       /* not the tool's JSON: below */
     }
@@ -293,6 +326,65 @@ export class AgentFiles implements DriverFiles {
     }
     if (o.signal?.aborted && o.length === undefined) throw aborted();
     return parseJson<FileEntry>(r.out.toString('utf8'));
+  }
+
+  /** `file unpack <dest>` as the sandbox's root, the body on its stdin (see DriverFiles.unpack). */
+  async unpack(id: string, dest: string, body: AsyncIterable<Uint8Array>): Promise<{ entries: number; bytes: number }> {
+    const p = await this.start(id, ['unpack', dest], { ...ROOT, stdin: true });
+    const done = collect(p, 64 << 10);
+    try {
+      // Not `for await`, as in write: the body is left as it is when the tool stops first.
+      const it = body[Symbol.asyncIterator]();
+      for (;;) {
+        const next = await it.next();
+        if (next.done) break;
+        if (!p.stdinOpen) break; // the tool stopped (an error it reports below)
+        if (!p.write(next.value)) await new Promise<void>((r) => p.onDrain(r));
+      }
+      p.closeStdin();
+    } catch (e) {
+      p.kill('SIGTERM'); // the tool removes its temporary file
+      await done;
+      throw e;
+    }
+    const r = await done;
+    if (r.exit.exitCode !== 0) throw parseToolError(r.err, r.exit, dest);
+    const out = parseJson<{ entries?: unknown; bytes?: unknown }>(r.out.toString('utf8'));
+    if (!Number.isSafeInteger(out.entries) || !Number.isSafeInteger(out.bytes))
+      throw new SandboxdError('internal', "The sandbox's file tool gave an answer that is not its count");
+    return { entries: out.entries as number, bytes: out.bytes as number };
+  }
+
+  /** `file pack <path> <follow>` as the sandbox's root, its stdout as the stream (see DriverFiles.pack). */
+  async pack(id: string, path: string, o: { follow?: boolean } = {}): Promise<Readable> {
+    const p = await this.start(id, ['pack', path, o.follow ? '1' : '0'], ROOT);
+    return new Promise<Readable>((resolve, reject) => {
+      let body: Readable | null = null;
+      const err: Buffer[] = [];
+      const open = () => {
+        body = new Readable({
+          read: () => p.resume(),
+          destroy: (e, cb) => {
+            p.kill(); // the reader went away: the tool stops
+            cb(e);
+          },
+        });
+        resolve(body);
+        return body;
+      };
+      p.onData((stream, chunk) => {
+        if (stream === 'stderr') {
+          if (err.length < 16) err.push(chunk);
+          return;
+        }
+        if (!(body ?? open()).push(chunk)) p.pause();
+      });
+      p.onExit((exit) => {
+        if (exit.exitCode === 0) (body ?? open()).push(null);
+        else if (body) body.destroy(parseToolError(Buffer.concat(err).toString('utf8'), exit, path));
+        else reject(parseToolError(Buffer.concat(err).toString('utf8'), exit, path));
+      });
+    });
   }
 
   async watch(id: string, path: string, o: FileUser & { recursive: boolean }): Promise<FileWatch> {

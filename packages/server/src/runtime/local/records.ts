@@ -15,6 +15,16 @@ export interface DeclaredService {
   health: string;
 }
 
+/** The start command and ready check an image declares (service.ts reads them from its labels). */
+export interface DeclaredStart {
+  /** Shell command started (detached) at every boot. */
+  cmd?: string;
+  /** Shell command run until it exits 0 before a boot is done. */
+  ready?: string;
+  /** How long the ready check may take in all; absent: the driver's service start timeout. */
+  readyTimeoutMs?: number;
+}
+
 /** What the driver keeps on disk per sandbox, so a restarted process can adopt it. */
 export interface SandboxRecord {
   spec: SandboxSpec;
@@ -53,6 +63,8 @@ export interface SandboxRecord {
    * env (`env` without the sandbox's own); absent: none (and in records of older versions).
    */
   service?: DeclaredService & { env: string[] };
+  /** The start command and ready check its image declares (../service.ts), at every boot; absent: none. */
+  start?: DeclaredStart;
   /** Its image allows setuid programs (label org.sandboxd.setuid, ./setuid.ts): no no_new_privs. */
   setuid?: true;
 }

@@ -16,15 +16,30 @@
  * is claimed) is not the service's: it is written to {@link ENVS_FILE} (see
  * {@link writeEnvsFile}) before the create answers, for the service to read.
  *
- * See docs/runtime.md ("Image-declared services").
+ * An image may also declare a start command and a ready check (E2B's template start and
+ * ready commands), alone or with a service:
+ *
+ *   org.sandboxd.start.cmd       a shell command, run by `/bin/sh -c` at every boot (same
+ *                                boots as a service), detached, as the image's user, in its
+ *                                WorkingDir, with the sandbox's env (at a warm-pool fill: the
+ *                                image's; the create's is in {@link ENVS_FILE} then)
+ *   org.sandboxd.ready.cmd       a shell command run (likewise, in the foreground, each run
+ *                                bounded) every ~200 ms until it exits 0: the boot is done
+ *                                only then (and once the service's health answers, if any)
+ *   org.sandboxd.ready.timeout   ms the ready check may take in all (default: the driver's
+ *                                `serviceStartTimeoutMs`); past it the boot fails
+ *                                `upstream_timeout` with the last run's exit code and output
+ *
+ * See docs/runtime.md ("Image-declared services", "Start and ready commands").
  */
 import { request } from 'node:http';
 import { Readable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { SandboxdError } from '@sandboxd/protocol';
+import type { ExecResult } from '../driver.js';
 import type { CommandTarget, SandboxCommands } from './commands/exec.js';
 import { AgentFiles } from './files.js';
-import { type DeclaredService, isAlive, type SandboxRecord } from './records.js';
+import { type DeclaredService, type DeclaredStart, isAlive, type SandboxRecord } from './records.js';
 
 export const SERVICE_LABELS = {
   cmd: 'org.sandboxd.service.cmd',
@@ -35,7 +50,24 @@ export const SERVICE_LABELS = {
 /** Where the sandbox's create-time env vars are written, as a JSON object name -> value (0644, root's). */
 export const ENVS_FILE = '/run/sandboxd/envs.json';
 
-export type { DeclaredService } from './records.js';
+export const START_LABELS = {
+  cmd: 'org.sandboxd.start.cmd',
+  ready: 'org.sandboxd.ready.cmd',
+  readyTimeout: 'org.sandboxd.ready.timeout',
+} as const;
+
+export type { DeclaredService, DeclaredStart } from './records.js';
+
+/** Longest start or ready command taken from a label (kept in every record of its sandboxes). */
+const MAX_SHELL_LABEL = 64 * 1024;
+/** Longest `org.sandboxd.ready.timeout` taken: an hour. */
+const MAX_READY_TIMEOUT_MS = 3_600_000;
+/** Each run of a ready check is killed past this (or past what is left of the whole wait). */
+const READY_RUN_MS = 10_000;
+/** Pause between two runs of a ready check. */
+const READY_EVERY_MS = 200;
+/** The output of a failed ready check kept in the error (its last bytes). */
+const READY_OUTPUT_BYTES = 4096;
 
 /** Longest `org.sandboxd.service.cmd` label taken. */
 const MAX_CMD_LABEL = 64 * 1024;
@@ -85,6 +117,110 @@ export function declaredService(
   if (!/^\/[\x21-\x7e]*$/.test(health) || health.length > MAX_HEALTH_LABEL)
     throw bad(SERVICE_LABELS.health, `must be a path starting with / (at most ${MAX_HEALTH_LABEL} bytes)`);
   return { argv: argv as string[], port: Number(port), health };
+}
+
+/**
+ * The start command and ready check `labels` declare (see the file's comment), null when
+ * they declare neither. Throws `validation` naming image `ref` and the label when one is
+ * malformed (empty, over 64 KiB, a NUL; a timeout that is no whole number of ms from 1 to an
+ * hour, or one without a ready check): such an image starts no sandbox.
+ */
+export function declaredStart(labels: Readonly<Record<string, string>> | undefined, ref: string): DeclaredStart | null {
+  const l = labels ?? {};
+  const cmd = l[START_LABELS.cmd];
+  const ready = l[START_LABELS.ready];
+  const timeout = l[START_LABELS.readyTimeout];
+  if (cmd === undefined && ready === undefined && timeout === undefined) return null;
+  const bad = (label: string, why: string) =>
+    new SandboxdError('validation', `Image ${ref} declares a malformed start: label ${label} ${why}`, {
+      image: ref,
+      label,
+    });
+  const shell = (label: string, v: string) => {
+    if (v.trim() === '' || v.includes('\0') || v.length > MAX_SHELL_LABEL)
+      throw bad(label, `must be a shell command (not empty, no NUL, at most ${MAX_SHELL_LABEL} bytes)`);
+    return v;
+  };
+  const out: DeclaredStart = {};
+  if (cmd !== undefined) out.cmd = shell(START_LABELS.cmd, cmd);
+  if (ready !== undefined) out.ready = shell(START_LABELS.ready, ready);
+  if (timeout !== undefined) {
+    if (ready === undefined) throw bad(START_LABELS.readyTimeout, `is set without ${START_LABELS.ready}`);
+    if (!/^[0-9]{1,10}$/.test(timeout) || Number(timeout) < 1 || Number(timeout) > MAX_READY_TIMEOUT_MS)
+      throw bad(START_LABELS.readyTimeout, `must be a whole number of ms from 1 to ${MAX_READY_TIMEOUT_MS}`);
+    out.readyTimeoutMs = Number(timeout);
+  }
+  return out;
+}
+
+/**
+ * Starts the start command `cmd` detached in sandbox `rec` (`/bin/sh -c cmd`, as its user,
+ * in its working dir, with its env); resolves with its pid in the sandbox. Throws
+ * `validation` when it cannot start (no /bin/sh, a working dir the user cannot enter).
+ */
+export async function startCommand(commands: SandboxCommands, rec: SandboxRecord, cmd: string): Promise<number> {
+  try {
+    return await commands.startDetached(rec, ['/bin/sh', '-c', cmd], {
+      user: rec.user,
+      env: rec.env,
+      cwd: rec.workingDir,
+    });
+  } catch (e) {
+    if (e instanceof SandboxdError) throw e;
+    throw new SandboxdError('validation', `The image's start command cannot start: ${(e as Error).message}`, {
+      sandboxId: rec.spec.id,
+    });
+  }
+}
+
+/** The last `max` bytes of `text` (whole characters). */
+function tail(text: string, max: number): string {
+  const b = Buffer.from(text);
+  return b.length <= max
+    ? text
+    : b
+        .subarray(b.length - max)
+        .toString('utf8')
+        .replace(/^\uFFFD+/, '');
+}
+
+/**
+ * Resolves once the ready check `ready` exits 0 in sandbox `rec` (`/bin/sh -c`, as its
+ * user, in its working dir, with its env): run every ~200 ms, each run bounded (10 s, or
+ * what is left), until `timeoutMs` passed (`once`: a single run), then throws
+ * `upstream_timeout` with the last run's exit code and output (stdout then stderr, its
+ * last 4 KiB) in `details`. `alive()` false (the sandbox died) ends the wait at once with
+ * `internal`.
+ */
+export async function waitReady(
+  commands: SandboxCommands,
+  rec: SandboxRecord,
+  ready: string,
+  o: { timeoutMs: number; alive?: () => boolean; sandboxId: string; once?: boolean },
+): Promise<void> {
+  const deadline = Date.now() + o.timeoutMs;
+  let last: Pick<ExecResult, 'exitCode' | 'stdout' | 'stderr'> = { exitCode: -1, stdout: '', stderr: 'no run made' };
+  for (let attempt = 0; attempt < 1_000_000; attempt++) {
+    if (o.alive && !o.alive())
+      throw new SandboxdError('internal', `sandbox ${o.sandboxId} died while its ready command ran`);
+    const started = Date.now();
+    const runMs = Math.max(100, Math.min(READY_RUN_MS, deadline - started));
+    try {
+      last = await commands.exec(rec, ready, { timeoutMs: runMs, maxOutputBytes: 64 * 1024 });
+    } catch (e) {
+      last = { exitCode: -1, stdout: '', stderr: (e as Error).message };
+    }
+    if (last.exitCode === 0) return;
+    if (o.once || Date.now() >= deadline) break;
+    await sleep(Math.max(0, Math.min(READY_EVERY_MS - (Date.now() - started), deadline - Date.now())));
+    if (Date.now() >= deadline) break;
+  }
+  const within = o.once ? 'when checked again' : `within ${Math.round(o.timeoutMs / 100) / 10} s`;
+  throw new SandboxdError(
+    'upstream_timeout',
+    `The image's ready command did not succeed ${within} (last exit code ${last.exitCode})`,
+    { sandboxId: o.sandboxId, exitCode: last.exitCode, output: tail(last.stdout + last.stderr, READY_OUTPUT_BYTES) },
+  );
 }
 
 /**
@@ -185,14 +321,40 @@ export async function writeEnvsFile(
 }
 
 /**
- * What every boot of a sandbox whose image declares a service does before it is ready:
- * the sandbox's create-time env written to {@link ENVS_FILE}, the service started, its
- * health check awaited (`timeoutMs`). No-op for a sandbox without a service.
+ * What every boot of a sandbox whose image declares a service or a start does before it is
+ * ready: the sandbox's create-time env written to {@link ENVS_FILE}, the service started,
+ * the start command started, then the service's health and the ready check awaited (both
+ * must hold; the first to fail ends the other's wait). `timeoutMs` bounds the health check,
+ * and the ready check unless its image gives its own. No-op for a sandbox with neither.
  */
 export async function bootService(commands: SandboxCommands, rec: SandboxRecord, timeoutMs: number): Promise<void> {
   const svc = rec.service;
-  if (!svc) return;
+  const start = rec.start;
+  if (!svc && !start) return;
   await writeEnvsFile(commands, rec, rec.spec.env);
-  await startService(commands, rec, svc, svc.env);
-  await waitHealthy(rec.address, svc, { timeoutMs, alive: () => isAlive(rec), sandboxId: rec.spec.id });
+  if (svc) await startService(commands, rec, svc, svc.env);
+  if (start?.cmd) await startCommand(commands, rec, start.cmd);
+  let failed = false;
+  const alive = () => !failed && isAlive(rec);
+  const waits: Promise<void>[] = [];
+  if (svc) waits.push(waitHealthy(rec.address, svc, { timeoutMs, alive, sandboxId: rec.spec.id }));
+  if (start?.ready)
+    waits.push(
+      waitReady(commands, rec, start.ready, {
+        timeoutMs: start.readyTimeoutMs ?? timeoutMs,
+        alive,
+        sandboxId: rec.spec.id,
+      }),
+    );
+  await Promise.all(
+    waits.map((w) =>
+      w.catch((e) => {
+        failed = true;
+        throw e;
+      }),
+    ),
+  ).catch(async (e) => {
+    await Promise.allSettled(waits); // the other wait ends at its next turn
+    throw e;
+  });
 }

@@ -19,10 +19,11 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { SandboxdError } from '@sandboxd/protocol';
-import type { ImageInfo } from '../driver.js';
+import type { ImageConfigOverride, ImageInfo, SandboxSpec } from '../driver.js';
 import { freeze, freezeAsked, thaw } from './bundle/freezer.js';
 import { ID_RANGE_SIZE } from './bundle/oci-config.js';
-import type { ImageStore } from './images/store.js';
+import { ANONYMOUS } from './images/pull-policy.js';
+import { type ImageStore, imageInfoOf } from './images/store.js';
 import { nativeBin } from './native.js';
 import { isAlive, type SandboxRecord } from './records.js';
 import { loopsUnder, run } from './rootfs/mounts.js';
@@ -64,7 +65,7 @@ export class Snapshots {
     await this.host.images.snapshots.collect(this.host.instance, await this.host.imagesInUse());
   }
 
-  async snapshot(id: string, ref: string): Promise<ImageInfo> {
+  async snapshot(id: string, ref: string, config?: ImageConfigOverride): Promise<ImageInfo> {
     const store = this.host.images.snapshots;
     store.check(ref);
     const rec = this.host.record(id);
@@ -80,8 +81,36 @@ export class Snapshots {
       instance: this.host.instance,
       sandbox: id,
       apply: (rootfs, mnt) => this.apply(rec, img, rootfs, mnt),
+      config,
     });
-    return toInfo(this.host.images.viewOf(made, ref));
+    return imageInfoOf(this.host.images.viewOf(made, ref));
+  }
+
+  /**
+   * Image `to` with the files of `from` (resolved, and pulled if need be, as a create of
+   * `pullAs` would) and `config` over its config: a snapshot of this instance whose base is
+   * `from` (see images/snapshots.ts).
+   */
+  async derive(
+    from: string,
+    to: string,
+    config: ImageConfigOverride,
+    pullAs?: SandboxSpec['pullAs'],
+  ): Promise<ImageInfo> {
+    const store = this.host.images.snapshots;
+    store.check(to);
+    const base = await this.host.images.resolve(from, { puller: pullAs ?? ANONYMOUS });
+    await store.checkFree(to);
+    const rec = await this.host.images.byDigest(base.digest);
+    if (!rec) throw new SandboxdError('internal', `the image ${from} (${base.digest}) is gone`);
+    const made = await store.derive(to, {
+      base: await this.host.images.withLabelsOf(rec.record, from),
+      baseRootfs: rec.rootfsDir,
+      instance: this.host.instance,
+      config,
+      from,
+    });
+    return imageInfoOf(this.host.images.viewOf(made, to));
   }
 
   async deleteImage(ref: string): Promise<void> {
@@ -90,7 +119,7 @@ export class Snapshots {
 
   async listSnapshots(): Promise<ImageInfo[]> {
     const recs = await this.host.images.snapshots.list(this.host.instance);
-    return recs.map((r) => toInfo(this.host.images.viewOf(r, r.snapshot.ref)));
+    return recs.map((r) => imageInfoOf(this.host.images.viewOf(r, r.snapshot.ref)));
   }
 
   /** Copies the layer of `rec` (root image file `img`) onto `rootfs`, frozen if it runs; returns the bytes copied. */
@@ -110,8 +139,4 @@ export class Snapshots {
       if (thawAfter) await thaw(this.host.cgroupParent, rec.cid);
     }
   }
-}
-
-function toInfo(i: ImageInfo): ImageInfo {
-  return { ref: i.ref, digest: i.digest, env: i.env, workingDir: i.workingDir, user: i.user, sizeBytes: i.sizeBytes };
 }

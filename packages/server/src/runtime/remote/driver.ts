@@ -4,6 +4,7 @@ import type {
   DriverImageStore,
   ExecOptions,
   ExecResult,
+  ImageConfigOverride,
   ImageInfo,
   PtyProcess,
   RecoveryReport,
@@ -128,8 +129,16 @@ export class RemoteDriver implements RuntimeDriver {
   async start(id: string, opts: { limits: ResourceLimits }): Promise<RuntimeSandbox> {
     return reviveSandbox(await this.call<RuntimeSandbox>('start', [id, opts], LONG_CALL_MS));
   }
-  snapshot(id: string, ref: string): Promise<ImageInfo> {
-    return this.call('snapshot', [id, ref], LONG_CALL_MS);
+  snapshot(id: string, ref: string, opts?: { config?: ImageConfigOverride }): Promise<ImageInfo> {
+    return this.call('snapshot', opts ? [id, ref, opts] : [id, ref], LONG_CALL_MS);
+  }
+  deriveImage(
+    from: string,
+    to: string,
+    config: ImageConfigOverride,
+    opts?: { pullAs?: SandboxSpec['pullAs'] },
+  ): Promise<ImageInfo> {
+    return this.call('deriveImage', opts ? [from, to, config, opts] : [from, to, config], LONG_CALL_MS);
   }
   async deleteImage(ref: string): Promise<void> {
     await this.call('deleteImage', [ref]);

@@ -1,5 +1,6 @@
 import { once } from 'node:events';
 import type { ClientRequest, IncomingMessage } from 'node:http';
+import type { Readable } from 'node:stream';
 import type { FileEntry, FileEvent } from '@sandboxd/protocol';
 import { SandboxdError } from '@sandboxd/protocol';
 import type { DriverFiles, FileList, FileRead, FileUser, FileUserInfo, FileWatch } from '../files.js';
@@ -89,6 +90,50 @@ export class RemoteFiles implements DriverFiles {
     } finally {
       signal?.removeEventListener('abort', onAbort);
     }
+  }
+
+  /**
+   * The copy stream as a streamed request body (`files.unpack`); the runner's agent writes
+   * it. When the runner answers before the body is all sent (it refused the stream), the
+   * rest is not sent: the request is cut.
+   */
+  async unpack(id: string, dest: string, body: AsyncIterable<Uint8Array>): Promise<{ entries: number; bytes: number }> {
+    let bodyError: unknown = null;
+    let request: ClientRequest | null = null;
+    let answered = false;
+    try {
+      const res = await this.r.send('files.unpack', {
+        headers: { [ARGS_HEADER]: JSON.stringify([id, dest]), 'content-type': 'application/octet-stream' },
+        timeoutMs: 24 * 3_600_000,
+        body: (req) => {
+          request = req;
+          void (async () => {
+            try {
+              for await (const chunk of body) {
+                if (req.destroyed || answered) return;
+                if (!req.write(chunk)) await once(req, 'drain');
+              }
+              req.end();
+            } catch (e) {
+              bodyError = e;
+              req.destroy(e as Error);
+            }
+          })();
+        },
+      });
+      return ((await readJson(res, this.r.name)) as { result: { entries: number; bytes: number } }).result;
+    } catch (e) {
+      throw bodyError ?? e;
+    } finally {
+      answered = true;
+      const req = request as ClientRequest | null;
+      if (req && !req.writableFinished) req.destroy();
+    }
+  }
+
+  /** The copy stream as the answer's body (`files.pack`); a cut answer errors the stream. */
+  async pack(id: string, path: string, o?: { follow?: boolean }): Promise<Readable> {
+    return this.r.send('files.pack', { body: JSON.stringify({ args: [id, path, o] }), retryReset: true });
   }
 
   async watch(id: string, path: string, o: FileUser & { recursive: boolean }): Promise<FileWatch> {

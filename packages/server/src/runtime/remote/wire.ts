@@ -20,8 +20,9 @@ import type { RuntimeSandbox } from '../driver.js';
  *   of a tracked process as a WebSocket at
  *   `/runner/v1/process?sandbox=&pid=&reconnect=&follow=&replay=` and stdin written to one
  *   as a streamed HTTP body (`processes.stdin`, `runner/processes.ts`); file
- *   contents as streamed HTTP bodies (`files.read`, `files.write`) and a watch as NDJSON
- *   (`files.watch`); the port proxy's TCP tunnel as an HTTP upgrade at `/runner/v1/tunnel`.
+ *   contents as streamed HTTP bodies (`files.read`, `files.write`), image builds' copy
+ *   streams likewise (`files.pack`, `files.unpack`: runtime/copy-stream.ts) and a watch as
+ *   NDJSON (`files.watch`); the port proxy's TCP tunnel as an HTTP upgrade at `/runner/v1/tunnel`.
  * - Every request and upgrade carries `Authorization: Bearer <SANDBOXD_RUNNER_TOKEN>`.
  */
 export const RUNNER_PREFIX = '/runner/v1';
@@ -63,6 +64,7 @@ export const UNARY_METHODS = [
   'stop',
   'start',
   'snapshot',
+  'deriveImage',
   'deleteImage',
   'listSnapshots',
   'setEgress',

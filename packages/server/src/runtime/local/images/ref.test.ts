@@ -68,6 +68,8 @@ test('snapshot refs: snapshot/<owner>/<name> as given, made here (never pulled);
     'snapshot/a/b.c_d-e',
     'snapshot/0/x..y',
     `snapshot/${'a'.repeat(64)}/z`,
+    `snapshot/acct_1/_l.${'0123456789abcdef'.repeat(4)}`, // an image build's layer (internal: starts with _)
+    `snapshot/a/_${'x'.repeat(127)}`,
   ]) {
     const r = parseRef(ref);
     assert.deepEqual([r.canonical, r.local, r.snapshot, r.domain], [ref, true, true, 'snapshot']);
@@ -82,6 +84,10 @@ test('snapshot refs: snapshot/<owner>/<name> as given, made here (never pulled);
     `snapshot/a/b@sha256:${'a'.repeat(64)}`,
     `snapshot/${'a'.repeat(65)}/b`,
     `snapshot/a/${'b'.repeat(64)}`,
+    'snapshot/a/_',
+    `snapshot/a/_${'x'.repeat(128)}`,
+    'snapshot/a/_L.x',
+    'snapshot/a/.x',
   ]) {
     assert.throws(
       () => parseRef(ref),

@@ -29,8 +29,12 @@ const DOMAIN_COMPONENT = /^(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])$/
 const TAG = /^[\w][\w.-]{0,127}$/;
 const DIGEST = /^(sha256:[a-f0-9]{64}|sha512:[a-f0-9]{128})$/;
 const MAX_NAME = 255;
-/** `snapshot/<owner>/<name>`: owner as a sandboxd account id, name as a snapshot name. */
-export const SNAPSHOT_REF_RE = /^snapshot\/([a-z0-9_]{1,64})\/([a-z0-9][a-z0-9_.-]{0,62})$/;
+/**
+ * `snapshot/<owner>/<name>`: owner as a sandboxd account id, name as a snapshot name (what
+ * the API takes), or an internal name starting with `_` (up to 128 characters; the API never
+ * takes one): an image build's layers are `_l.<64 hex>`.
+ */
+export const SNAPSHOT_REF_RE = /^snapshot\/([a-z0-9_]{1,64})\/([a-z0-9][a-z0-9_.-]{0,62}|_[a-z0-9_.-]{1,127})$/;
 
 /** True for refs in the `snapshot/` namespace (valid or not: an invalid one is a `validation` error). */
 export function isSnapshotNamespace(ref: string): boolean {

@@ -18,6 +18,11 @@
  * dir that {@link SnapshotStore.collect} removes. The record says which driver instance
  * made it: listing and collecting only ever look at one instance's snapshots (several
  * instances may share an image dir).
+ *
+ * An image build's images are snapshots too: its layers (a sandbox's snapshot with the
+ * config the build reached, `config`), and images with another image's files and a config
+ * of their own (`derive`: the hard-link copy alone, nothing applied), named
+ * `snapshot/<account>/_l.<key>` (ref.ts).
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { mkdir, rename, writeFile } from 'node:fs/promises';
@@ -26,6 +31,7 @@ import { SandboxdError } from '@sandboxd/protocol';
 import { run } from '../rootfs/mounts.js';
 import type { Catalog } from './catalog.js';
 import { isSnapshotNamespace, parseRef } from './ref.js';
+import type { ImageConfigOverride } from '../../driver.js';
 import type { TempArea } from './tmp.js';
 import type { ImageRecord } from './unpack.js';
 
@@ -37,8 +43,10 @@ export interface SnapshotRecord extends ImageRecord {
     base: string;
     /** Instance key of the driver that made it. */
     instance: string;
-    /** Sandbox it was taken of. */
+    /** Sandbox it was taken of; `''` for an image derived from another (`from`). */
     sandbox: string;
+    /** The ref of the image it was derived from (SnapshotStore.derive), when it was. */
+    from?: string;
   };
 }
 
@@ -60,6 +68,21 @@ export interface MakeSnapshot {
    * `mnt` is an empty dir to mount the layer at. Resolves with the bytes it copied.
    */
   apply: (rootfs: string, mnt: string) => Promise<number>;
+  /** Config fields replacing the base's in the record (an image build's). */
+  config?: ImageConfigOverride;
+}
+
+/** `base`'s config with each field of `c` given in its place (null entrypoint or cmd: none). */
+export function withConfig(base: ImageRecord, c: ImageConfigOverride = {}): ImageRecord {
+  return {
+    ...base,
+    env: c.env !== undefined ? { ...c.env } : base.env,
+    workingDir: c.workingDir !== undefined ? c.workingDir : base.workingDir,
+    user: c.user !== undefined ? c.user : base.user,
+    entrypoint: c.entrypoint !== undefined ? [...(c.entrypoint ?? [])] : base.entrypoint,
+    cmd: c.cmd !== undefined ? [...(c.cmd ?? [])] : base.cmd,
+    labels: c.labels !== undefined ? { ...c.labels } : base.labels,
+  };
 }
 
 export class SnapshotStore {
@@ -88,6 +111,23 @@ export class SnapshotStore {
 
   /** Makes snapshot image `ref` (see the file's comment). Throws `validation`, `conflict`, `internal`. */
   async make(ref: string, o: MakeSnapshot): Promise<SnapshotRecord> {
+    return this.install(ref, o, { sandbox: o.sandbox });
+  }
+
+  /**
+   * Makes snapshot image `ref` of the files of `o.base` (its hard-link copy, nothing applied)
+   * with the config `o.config`: an image build's config-only steps. Whole or nothing as
+   * {@link make}. `sizeBytes` 0: it adds no file. Throws `validation`, `conflict`, `internal`.
+   */
+  async derive(ref: string, o: Omit<MakeSnapshot, 'apply' | 'sandbox'> & { from: string }): Promise<SnapshotRecord> {
+    return this.install(ref, { ...o, sandbox: '', apply: async () => 0 }, { sandbox: '', from: o.from });
+  }
+
+  private async install(
+    ref: string,
+    o: MakeSnapshot,
+    origin: { sandbox: string; from?: string },
+  ): Promise<SnapshotRecord> {
     const canonical = this.check(ref);
     await this.checkFree(ref);
     return this.tmp.with('snapshot', async (work) => {
@@ -101,19 +141,20 @@ export class SnapshotStore {
       const digest = `sha256:${createHash('sha256')
         .update(`${canonical}\n${o.instance}\n${Date.now()}\n${randomBytes(16).toString('hex')}`)
         .digest('hex')}`;
+      const config = withConfig(o.base, o.config);
       const record: SnapshotRecord = {
         digest,
         manifestDigest: digest,
-        env: o.base.env,
-        workingDir: o.base.workingDir,
-        user: o.base.user,
+        env: config.env,
+        workingDir: config.workingDir,
+        user: config.user,
         sizeBytes: bytes,
-        entrypoint: o.base.entrypoint,
-        cmd: o.base.cmd,
-        labels: o.base.labels,
+        entrypoint: config.entrypoint,
+        cmd: config.cmd,
+        labels: config.labels,
         architecture: o.base.architecture,
         unpackedAt: new Date().toISOString(),
-        snapshot: { ref: canonical, base: o.base.digest, instance: o.instance, sandbox: o.sandbox },
+        snapshot: { ref: canonical, base: o.base.digest, instance: o.instance, ...origin },
       };
       await writeFile(join(out, 'image.json'), JSON.stringify(record, null, 2));
       this.making.add(digest);

@@ -76,6 +76,21 @@ export interface StoredImage extends ImageInfo {
 
 export type OnProgress = (p: Progress) => void;
 
+/** What the driver reports of a stored image (its config included, not its rootfs). */
+export function imageInfoOf(i: StoredImage): ImageInfo {
+  return {
+    ref: i.ref,
+    digest: i.digest,
+    env: i.env,
+    workingDir: i.workingDir,
+    user: i.user,
+    sizeBytes: i.sizeBytes,
+    entrypoint: i.entrypoint,
+    cmd: i.cmd,
+    labels: i.labels,
+  };
+}
+
 /** Whose pull this is; default {@link OPERATOR} (the host's own config, admin routes). */
 export interface PullAs {
   puller?: Puller;

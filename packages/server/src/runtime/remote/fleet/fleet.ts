@@ -6,6 +6,7 @@ import type {
   DriverImageStore,
   ExecOptions,
   ExecResult,
+  ImageConfigOverride,
   ImageInfo,
   PtyProcess,
   RecoveryReport,
@@ -245,8 +246,37 @@ export class FleetDriver implements RuntimeDriver {
   start(id: string, opts: { limits: ResourceLimits }): Promise<RuntimeSandbox> {
     return this.on(id, (d) => d.start(id, opts));
   }
-  snapshot(id: string, ref: string): Promise<ImageInfo> {
-    return this.on(id, (d) => d.snapshot(id, ref));
+  snapshot(id: string, ref: string, opts?: { config?: ImageConfigOverride }): Promise<ImageInfo> {
+    return this.on(id, (d) => d.snapshot(id, ref, opts));
+  }
+  /**
+   * On the runner that holds `from` when it is a snapshot (as a create from it is placed:
+   * `template_not_found` when none that answers has it, `unavailable` when one does not
+   * answer), else on the best placed runner that answers; `to` lives there then. `conflict`
+   * when a runner that answers has `to` already.
+   */
+  async deriveImage(
+    from: string,
+    to: string,
+    config: ImageConfigOverride,
+    opts?: { pullAs?: SandboxSpec['pullAs'] },
+  ): Promise<ImageInfo> {
+    const up = this.members.up();
+    if (!up.length) throw this.placer.noRunner();
+    // `to` on another runner than the one that makes it would be two images of one ref.
+    if (to.startsWith(DRIVER_SNAPSHOT_PREFIX) && (await this.placer.snapshotHolders(to, up)).length)
+      throw new SandboxdError('conflict', `Image ${to} exists`, { image: to });
+    let m: RunnerMember | undefined;
+    if (from.startsWith(DRIVER_SNAPSHOT_PREFIX)) {
+      m = (await this.placer.snapshotHolders(from, up))[0];
+      if (!m && this.members.members().some((x) => !x.up))
+        throw new SandboxdError(
+          'unavailable',
+          `The snapshot is on none of the runners that answer; ${this.placer.silent()}`,
+        );
+      if (!m) throw new SandboxdError('template_not_found', 'Template not found', { image: from });
+    } else m = this.best(up);
+    return this.call(m, (d) => d.deriveImage(from, to, config, opts));
   }
   /** On every runner that answers (a snapshot lives on one; elsewhere a no-op). */
   async deleteImage(ref: string): Promise<void> {

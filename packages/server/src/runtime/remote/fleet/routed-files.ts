@@ -15,5 +15,7 @@ export function routedFiles(on: <T>(id: string, fn: (f: DriverFiles) => Promise<
     write: (id, path, body, o) => on(id, (f) => f.write(id, path, body, o)),
     watch: (id, path, o) => on(id, (f) => f.watch(id, path, o)),
     whoami: (id, o) => on(id, (f) => f.whoami(id, o)),
+    unpack: (id, dest, body) => on(id, (f) => f.unpack(id, dest, body)),
+    pack: (id, path, o) => on(id, (f) => f.pack(id, path, o)),
   };
 }
