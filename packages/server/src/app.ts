@@ -1,5 +1,3 @@
-import type { BuildsApi } from './builds/types.js';
-import { SandboxdError } from '@sandboxd/protocol';
 import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
@@ -40,6 +38,7 @@ import { TerminalHost } from './runtime/terminals/host.js';
 import { CLOSE } from './runtime/terminals/types.js';
 import { AccountService } from './services/accounts.js';
 import { AuthService } from './services/auth.js';
+import { BuildService } from './services/builds.js';
 import { bootstrap, type BootstrapResult } from './services/bootstrap.js';
 import { CapacityService } from './services/capacity.js';
 import { CodeService } from './services/code.js';
@@ -172,6 +171,7 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
   const processes = new ProcessService(deps, sandboxes, driver.processes ?? processHost!);
   const lifecycle = new LifecycleService({ ...deps, storage, capacity }, sandboxes);
   const snapshots = new SnapshotService({ ...deps, storage }, sandboxes);
+  const builds = new BuildService({ ...deps, sandboxes, sandboxList: sandboxes, storage });
   const services: Services = {
     sandboxes,
     capacity,
@@ -195,12 +195,7 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
     events: new EventService(deps),
     volumes: new VolumeService(deps),
     images: new ImageService(deps),
-    // SKELETON(s19-engine): replaced by the builds service.
-    builds: new Proxy({} as BuildsApi, {
-      get: () => async () => {
-        throw new SandboxdError('unsupported', 'Image builds are not wired yet');
-      },
-    }),
+    builds,
   };
   const reaper = new Reaper(deps, sandboxes, lifecycle);
   // A runner that stops answering (for SANDBOXD_RUNNER_DOWN_MS) or answers again: reconcile
@@ -376,7 +371,11 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
       }
       await reaper.reconcile({ startup: true });
       // Unfinished snapshots are a crash's only for the reaper (with a shared database, another may be making them).
-      if (await reaper.holdLease()) await snapshots.reconcile();
+      const reaping = await reaper.holdLease();
+      if (reaping) await snapshots.reconcile();
+      // Builds an earlier run left unfinished end `error`; stray cache layers go (the reaper's job, as snapshots).
+      await builds.recover({ startup: true, sweep: reaping });
+      builds.startTimer();
       await reaper.tick();
       const b = await bootstrap(deps, services);
       reaper.start();
@@ -385,6 +384,9 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
     },
     async close() {
       ready = false;
+      // Running builds end `error` and their sandboxes go, while the driver and the store still serve
+      // (and their log followers get their end line, so no request keeps the HTTP server open).
+      await builds.close();
       // Connections that turn idle after close() began would otherwise live until keep-alive expires.
       const sweep = setInterval(() => http.server.closeIdleConnections?.(), 100);
       try {

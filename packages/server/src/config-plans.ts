@@ -37,7 +37,31 @@ export interface PlanConfig {
    * (anything, rules included). Absent: `internet`.
    */
   egress?: EgressLevel;
+  /** Image builds of an account running at once (more wait `queued`); absent: {@link BUILD_PLAN_DEFAULTS}. */
+  maxBuilds?: number;
+  /** Largest build context (the tar as spooled, inflated) and E2B upload, bytes. */
+  buildContextBytes?: number;
+  /** Bytes the account's build cache (its layers) may hold; least recently used layers go first past it. */
+  buildCacheBytes?: number;
   limits: PlanSandboxLimits;
+}
+
+/** A plan's build limits when it names none. */
+export const BUILD_PLAN_DEFAULTS = {
+  maxBuilds: 2,
+  buildContextBytes: 512 * 2 ** 20,
+  buildCacheBytes: 10 * GiB,
+} as const satisfies Required<Pick<PlanConfig, 'maxBuilds' | 'buildContextBytes' | 'buildCacheBytes'>>;
+
+/** The build limits of `plan`, defaults filled in. */
+export function buildLimits(
+  plan: PlanConfig,
+): Required<Pick<PlanConfig, 'maxBuilds' | 'buildContextBytes' | 'buildCacheBytes'>> {
+  return {
+    maxBuilds: plan.maxBuilds ?? BUILD_PLAN_DEFAULTS.maxBuilds,
+    buildContextBytes: plan.buildContextBytes ?? BUILD_PLAN_DEFAULTS.buildContextBytes,
+    buildCacheBytes: plan.buildCacheBytes ?? BUILD_PLAN_DEFAULTS.buildCacheBytes,
+  };
 }
 
 /** A week: the default `pausedRetentionMs`. */
@@ -144,6 +168,7 @@ export function mergePlans(
     const base = out[name] ?? DEFAULT_PLANS.FREE;
     const plan: PlanConfig = { ...base, ...p, limits: { ...base.limits, ...(p.limits ?? {}) } };
     plan.egress ??= 'internet';
+    Object.assign(plan, buildLimits(plan));
     if (!EGRESS_LEVELS.includes(plan.egress))
       throw new ConfigError(`plans.${name}.egress must be one of ${EGRESS_LEVELS.join(', ')}`);
     for (const [k, v] of Object.entries({ ...plan, ...plan.limits })) {
@@ -153,6 +178,8 @@ export function mergePlans(
     }
     if (plan.limits.cpus <= 0 || plan.concurrency < 1)
       throw new ConfigError(`plans.${name}: cpus and concurrency must be positive`);
+    if (!Number.isInteger(plan.maxBuilds) || (plan.maxBuilds ?? 0) < 1)
+      throw new ConfigError(`plans.${name}.maxBuilds must be a positive integer`);
     out[name] = plan;
   }
   return out;

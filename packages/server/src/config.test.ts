@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
-import { ConfigError, DEFAULT_FAIR_SHARE, DEFAULT_PLANS, loadConfig } from './config.js';
+import { buildLimits, ConfigError, DEFAULT_FAIR_SHARE, DEFAULT_PLANS, loadConfig } from './config.js';
 import {
   MAX_EXITED_PROCESSES,
   MAX_FOLLOWERS_PER_PROCESS,
@@ -103,6 +103,31 @@ describe('loadConfig', () => {
     assert.throws(
       () => loadConfig({}, { plans: { BAD: { ...DEFAULT_PLANS.FREE, egress: 'all' as 'none' } } }),
       /plans\.BAD\.egress/,
+    );
+  });
+
+  it("image builds: SANDBOXD_BUILDS_MAX, SANDBOXD_BUILD_STEP_TIMEOUT_MS and the plans' build limits, with their defaults", () => {
+    const c = loadConfig({});
+    assert.equal(c.buildsMax, 2);
+    assert.equal(c.buildStepTimeoutMs, 1_800_000);
+    assert.deepEqual(buildLimits(c.plans.FREE), {
+      maxBuilds: 2,
+      buildContextBytes: 512 * 2 ** 20,
+      buildCacheBytes: 10 * 2 ** 30,
+    });
+    const e = loadConfig({ SANDBOXD_BUILDS_MAX: '5', SANDBOXD_BUILD_STEP_TIMEOUT_MS: '60000' });
+    assert.deepEqual([e.buildsMax, e.buildStepTimeoutMs], [5, 60_000]);
+    assert.throws(() => loadConfig({ SANDBOXD_BUILDS_MAX: '0' }), /SANDBOXD_BUILDS_MAX/);
+    assert.throws(() => loadConfig({ SANDBOXD_BUILD_STEP_TIMEOUT_MS: '10' }), /SANDBOXD_BUILD_STEP_TIMEOUT_MS/);
+    const p = loadConfig({}, { plans: { BIG: { ...DEFAULT_PLANS.FREE, maxBuilds: 4, buildCacheBytes: 5 } } });
+    assert.deepEqual(buildLimits(p.plans.BIG), { maxBuilds: 4, buildContextBytes: 512 * 2 ** 20, buildCacheBytes: 5 });
+    assert.throws(
+      () => loadConfig({}, { plans: { BAD: { ...DEFAULT_PLANS.FREE, maxBuilds: 0 } } }),
+      /plans\.BAD\.maxBuilds/,
+    );
+    assert.throws(
+      () => loadConfig({}, { plans: { BAD: { ...DEFAULT_PLANS.FREE, buildCacheBytes: -1 } } }),
+      /plans\.BAD\.buildCacheBytes/,
     );
   });
 

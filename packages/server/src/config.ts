@@ -25,6 +25,8 @@ import { mergePlans, type PlanConfig, type RateLimitConfig, rateLimits } from '.
 export { DEFAULT_FAIR_SHARE, type FairShareConfig };
 
 export {
+  BUILD_PLAN_DEFAULTS,
+  buildLimits,
   DEFAULT_PLANS,
   DEFAULT_RATE_LIMITS,
   type PlanConfig,
@@ -194,6 +196,16 @@ export interface Config {
    * min(1 s, this / 5). See docs/runners.md.
    */
   runnerDownMs: number;
+  /**
+   * `SANDBOXD_BUILDS_MAX`: image builds this server runs at once, all accounts (default 2);
+   * more wait `queued` (each account also within its plan's `maxBuilds`).
+   */
+  buildsMax: number;
+  /**
+   * `SANDBOXD_BUILD_STEP_TIMEOUT_MS`: how long one step of a build (a RUN, a COPY) may take
+   * before the build fails (default 30 min; never past the plan's `maxLifetimeMs`).
+   */
+  buildStepTimeoutMs: number;
 }
 
 /**
@@ -401,6 +413,13 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
       'SANDBOXD_RUNNER_DOWN_MS',
       int('SANDBOXD_RUNNER_DOWN_MS', 250, 86_400_000),
       5000,
+    ),
+    buildsMax: pick('buildsMax', 'SANDBOXD_BUILDS_MAX', int('SANDBOXD_BUILDS_MAX', 1, 1000), 2),
+    buildStepTimeoutMs: pick(
+      'buildStepTimeoutMs',
+      'SANDBOXD_BUILD_STEP_TIMEOUT_MS',
+      int('SANDBOXD_BUILD_STEP_TIMEOUT_MS', 1000, 86_400_000),
+      1_800_000,
     ),
     e2bTemplates: e2bTemplates(
       overrides.e2bTemplates ??

@@ -1,43 +1,9 @@
 import type { Readable } from 'node:stream';
-import type { BuildFailure, BuildLogEvent, BuildState } from '@sandboxd/protocol';
-import type { AccountRecord } from '../store/store.js';
+import type { BuildLogEvent } from '@sandboxd/protocol';
+import type { AccountRecord, BuildRecord, TemplateRecord } from '../store/store.js';
 import type { BuildPlan } from './plan.js';
 
-/** A build as the store keeps it (the wire form is made by `toWireBuild`). */
-export interface BuildRecord {
-  id: string;
-  accountId: string;
-  name: string;
-  tag: string;
-  /** More tags the result gets (E2B's `tags`). */
-  extraTags: string[];
-  state: BuildState;
-  /** Who asked: sandboxd's own route or E2B's template door. */
-  source: 'dockerfile' | 'e2b';
-  createdAt: number;
-  startedAt?: number;
-  finishedAt?: number;
-  stepsTotal: number;
-  stepsDone: number;
-  stepsCached: number;
-  /** Config digest of the result, once ready. */
-  digest?: string;
-  sizeBytes?: number;
-  error?: BuildFailure;
-}
-
-/** A ready template: `templates/<name>:<tag>` of an account. */
-export interface TemplateRecord {
-  accountId: string;
-  name: string;
-  tag: string;
-  /** The runtime's ref of the image (`snapshot/<accountId>/...`, a cache layer). */
-  driverRef: string;
-  digest: string;
-  sizeBytes: number;
-  buildId: string;
-  createdAt: number;
-}
+export type { BuildRecord, TemplateRecord } from '../store/store.js';
 
 /** What a build needs besides its plan. */
 export interface BuildOptions {

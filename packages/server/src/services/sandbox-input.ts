@@ -78,6 +78,14 @@ export function parseVolumes(v: NonNullable<SandboxCreate['volumes']>): {
 export interface CreateOptions {
   template?: string;
   metadata?: Record<string, string>;
+  /**
+   * The runtime's image to create from, instead of resolving the request's `image` (which
+   * is then only recorded): the builds service's step sandboxes, made from a cache layer
+   * (`snapshot/<accountId>/_l.<key>`) that no request may name. Never set from a request.
+   */
+  driverImage?: string;
+  /** The image's own start (service, start command, ready check) is not run: build step sandboxes. Never set from a request. */
+  skipImageStart?: boolean;
 }
 
 /**

@@ -115,7 +115,8 @@ export class SandboxService {
       plan.egress ?? 'internet',
     );
     req = { ...req, network: { egress } };
-    await this.driverImage(account.id, req.image); // an unknown snapshot: 404 before anything is reserved
+    // An unknown snapshot or template: 404 before anything is reserved.
+    if (opts.driverImage === undefined) await this.driverImage(account.id, req.image);
     await this.d.storage.check();
     await this.d.capacity.check();
     const id = newSandboxId();
@@ -162,7 +163,7 @@ export class SandboxService {
     try {
       await this.d.driver.create({
         id: record.id,
-        image: await this.driverImage(account.id, record.image),
+        image: opts.driverImage ?? (await this.driverImage(account.id, record.image)),
         env: record.env,
         volumes: record.volumes.map((m) => ({
           name: driverVolumeName(account.id, m.name),
@@ -173,6 +174,7 @@ export class SandboxService {
         hostname: record.name,
         egress: record.network?.egress ?? 'none',
         pullAs: { accountId: account.id, admin: account.admin },
+        ...(opts.skipImageStart ? { skipImageStart: true } : {}),
       });
     } catch (e) {
       await this.failCreate(record, e, log);
@@ -274,11 +276,19 @@ export class SandboxService {
 
   /**
    * The driver's reference of a create's `image`: `snapshots/<name>` is the account's own
-   * snapshot (`template_not_found` when it has none of that name, or it is not ready);
-   * the driver's own `snapshot/...` namespace is never reachable by name.
+   * snapshot (`template_not_found` when it has none of that name, or it is not ready),
+   * `templates/<name>[:<tag>]` the account's own template (likewise); the driver's own
+   * `snapshot/...` namespace is never reachable by name.
    */
   async driverImage(accountId: string, image: string): Promise<string> {
-    const ref = await driverImageOf(image, (name) => this.d.store.getSnapshot(accountId, name), accountId);
+    const ref = await driverImageOf(
+      image,
+      {
+        snapshot: (name) => this.d.store.getSnapshot(accountId, name),
+        template: (name, tag) => this.d.store.getTemplate(accountId, name, tag),
+      },
+      accountId,
+    );
     if (ref === null) throw new SandboxdError('template_not_found', 'Template not found', { image });
     return ref;
   }

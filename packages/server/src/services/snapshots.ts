@@ -1,5 +1,5 @@
 import { SandboxdError, type Snapshot } from '@sandboxd/protocol';
-import { snapshotImage, snapshotRef } from '../domain/snapshots.js';
+import { isLayerNamespace, snapshotImage, snapshotRef } from '../domain/snapshots.js';
 import { isOutOfSpace, outOfStorage } from '../domain/storage.js';
 import type { AccountRecord, SnapshotRecord } from '../store/store.js';
 import { planOf, type ServiceDeps } from './context.js';
@@ -132,7 +132,8 @@ export class SnapshotService {
 
   /**
    * At start-up: rows a crash left `creating` are removed with their image, and snapshot
-   * images with no row (a crash between the copy and the row) are removed. A snapshot that
+   * images with no row (a crash between the copy and the row) are removed; image builds'
+   * layers (`snapshot/<owner>/_l.*`) are left to the builds service's own recovery. A snapshot that
    * another server on the database is making (it holds its lease and runs) is left alone.
    */
   async reconcile(): Promise<{ dropped: string[] }> {
@@ -148,7 +149,8 @@ export class SnapshotService {
       }
     }
     for (const img of await this.d.driver.listSnapshots()) {
-      if (kept.has(img.ref)) continue;
+      // Image builds' cache layers (`snapshot/<owner>/_l.*`) are the builds service's to keep or remove.
+      if (kept.has(img.ref) || isLayerNamespace(img.ref)) continue;
       await this.d.driver
         .deleteImage(img.ref)
         .catch((err) => this.d.log.warn({ err, image: img.ref }, 'removing a stray snapshot'));

@@ -1,12 +1,13 @@
 /**
  * The behaviour every Store must show, as node:test suites run against each store
  * (sqlite/store.test.ts, postgres/store.test.ts): counters, sandboxes, volumes and
- * snapshots, accounts, and two stores racing on one database. The parts live in
+ * snapshots, accounts, two stores racing on one database, and image builds. The parts live in
  * conformance/.
  */
 import assert from 'node:assert/strict';
 import type { Store } from './store.js';
 import { runAccountConformance } from './conformance/accounts.js';
+import { runBuildConformance } from './conformance/builds.js';
 import { runConcurrencyConformance } from './conformance/concurrency.js';
 import { runCounterConformance } from './conformance/counters.js';
 import { runSandboxConformance } from './conformance/sandboxes.js';
@@ -42,4 +43,5 @@ export function runStoreConformance(target: StoreTarget): void {
   runVolumeConformance(target);
   runAccountConformance(target);
   runConcurrencyConformance(target);
+  runBuildConformance(target);
 }

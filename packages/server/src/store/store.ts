@@ -1,4 +1,5 @@
-import type { SandboxNetwork } from '@sandboxd/protocol';
+import type { BuildFailure, BuildState, SandboxNetwork } from '@sandboxd/protocol';
+import type { BuildPlan } from '../builds/plan.js';
 import type { LedgerReason } from '../domain/billing.js';
 import type { SandboxRecord, SandboxRecordState } from '../domain/sandbox.js';
 
@@ -120,6 +121,113 @@ export interface SnapshotRecord {
   sizeBytes: number;
   baseImage: string;
   sandboxId: string;
+  createdAt: number;
+}
+
+/** A build as the store keeps it (the wire form is made by `toWireBuild`). */
+export interface BuildRecord {
+  id: string;
+  accountId: string;
+  name: string;
+  tag: string;
+  /** More tags the result gets (E2B's `tags`). */
+  extraTags: string[];
+  state: BuildState;
+  /** Who asked: sandboxd's own route or E2B's template door. */
+  source: 'dockerfile' | 'e2b';
+  createdAt: number;
+  startedAt?: number;
+  finishedAt?: number;
+  stepsTotal: number;
+  stepsDone: number;
+  stepsCached: number;
+  /** Config digest of the result, once ready. */
+  digest?: string;
+  sizeBytes?: number;
+  error?: BuildFailure;
+}
+
+/** A ready template: `templates/<name>:<tag>` of an account. */
+export interface TemplateRecord {
+  accountId: string;
+  name: string;
+  tag: string;
+  /** The runtime's ref of the image (`snapshot/<accountId>/...`, a cache layer). */
+  driverRef: string;
+  digest: string;
+  sizeBytes: number;
+  buildId: string;
+  createdAt: number;
+}
+
+/** A build with what only the builds service reads: its plan while it waits or runs, its options, who runs it. */
+export interface StoredBuild extends BuildRecord {
+  /** The plan while `queued`/`building` (null for an E2B reservation not started yet, and once final). */
+  plan: BuildPlan | null;
+  /** Egress rules of its RUN steps (`allowDomains`); null: none. */
+  allowDomains: string[] | null;
+  noCache: boolean;
+  /** Presence id of the server that accepted it and runs it; null once final. */
+  holder: string | null;
+}
+
+/** A change of a build, applied atomically. Absent fields are left as they are. */
+export interface BuildUpdate {
+  state?: BuildState;
+  startedAt?: number;
+  finishedAt?: number;
+  stepsTotal?: number;
+  stepsDone?: number;
+  stepsCached?: number;
+  digest?: string;
+  sizeBytes?: number;
+  error?: BuildFailure;
+  plan?: BuildPlan | null;
+  noCache?: boolean;
+  holder?: string | null;
+  /** Only apply when the build is in one of these states; else `conflict` (nothing written). */
+  expectStates?: BuildState[];
+  /**
+   * Template rows written in the same transaction (each replaces the row of its account,
+   * name and tag): a build becomes `ready` together with its templates, or not at all.
+   */
+  templates?: TemplateRecord[];
+}
+
+/** One line of a build's log; `seq` from 0 without gaps per build. */
+export interface BuildLogLine {
+  seq: number;
+  time: number;
+  step?: number;
+  stream: 'stdout' | 'stderr' | 'system';
+  text: string;
+}
+
+/** What a build's log may hold: past it, one line (`cutText`) says the rest was cut, and later lines are dropped. */
+export interface BuildLogCap {
+  maxLines: number;
+  maxBytes: number;
+  cutText: string;
+}
+
+/** A cached build step's result: an image of the runtime (`driverRef`) keyed by the account and the step's key. */
+export interface LayerRecord {
+  accountId: string;
+  key: string;
+  driverRef: string;
+  /** Key of the layer it was made on (null: on a base image). */
+  parentKey: string | null;
+  sizeBytes: number;
+  createdAt: number;
+  lastUsedAt: number;
+}
+
+/** A file tar an E2B client uploaded for an account's builds, kept on this server's disk. */
+export interface UploadRecord {
+  accountId: string;
+  hash: string;
+  path: string;
+  sizeBytes: number;
   createdAt: number;
 }
 
@@ -269,6 +377,53 @@ export interface Store extends Counters, Leases {
   deleteSnapshot(accountId: string, name: string): Promise<boolean>;
   /** Bytes of the account's ready snapshots. */
   snapshotBytes(accountId: string): Promise<number>;
+  // builds
+  /** Inserts a new build (its id unused). */
+  createBuild(b: StoredBuild): Promise<void>;
+  getBuild(id: string): Promise<StoredBuild | null>;
+  /** The account's builds, newest first; with `name`, of that template name only. */
+  listBuilds(accountId: string, q: { name?: string; limit: number }): Promise<StoredBuild[]>;
+  /** Every build in one of `states`, any account, oldest first (recovery, the queue). */
+  listBuildsByState(states: BuildState[]): Promise<StoredBuild[]>;
+  /** The account's builds in one of `states`. */
+  countBuilds(accountId: string, states: BuildState[]): Promise<number>;
+  /** Applies `u` atomically (and its templates); `not_found`, `conflict` (`expectStates`). */
+  updateBuild(id: string, u: BuildUpdate): Promise<StoredBuild>;
+  /** Removes the build and its log; false when there was none. */
+  deleteBuild(id: string): Promise<boolean>;
+  /**
+   * Appends lines to the build's log, numbering them on from its last `seq`, within `cap`
+   * (the line that says the log was cut is written once; lines after it are dropped).
+   * Returns how many were written. `not_found` for an unknown build.
+   */
+  appendBuildLogs(id: string, lines: Array<Omit<BuildLogLine, 'seq'>>, cap: BuildLogCap): Promise<number>;
+  /** Up to `limit` lines of the log from `seq` `from` on, in order. */
+  listBuildLogs(id: string, from: number, limit: number): Promise<BuildLogLine[]>;
+  // build cache layers
+  getLayer(accountId: string, key: string): Promise<LayerRecord | null>;
+  /** Inserts the layer or replaces the row of its account and key. */
+  putLayer(l: LayerRecord): Promise<void>;
+  /** Sets `lastUsedAt` (a cache hit). */
+  touchLayer(accountId: string, key: string, at: number): Promise<void>;
+  /** False when there was none. */
+  deleteLayer(accountId: string, key: string): Promise<boolean>;
+  /** The account's layers, least recently used first. */
+  listLayers(accountId: string): Promise<LayerRecord[]>;
+  /** Accounts that have layers. */
+  listLayerAccounts(): Promise<string[]>;
+  /** Bytes of the account's layers. */
+  layerBytes(accountId: string): Promise<number>;
+  // templates
+  getTemplate(accountId: string, name: string, tag: string): Promise<TemplateRecord | null>;
+  /** The account's templates by name, then tag; with `name`, its tags only. */
+  listTemplates(accountId: string, q?: { name?: string }): Promise<TemplateRecord[]>;
+  /** Removes `name:tag`, or every tag of `name` when `tag` is absent; returns how many went. */
+  deleteTemplates(accountId: string, name: string, tag?: string): Promise<number>;
+  // uploads (E2B's template files)
+  /** Inserts the upload or replaces the row of its account and hash. */
+  putUpload(u: UploadRecord): Promise<void>;
+  getUpload(accountId: string, hash: string): Promise<UploadRecord | null>;
+  deleteUpload(accountId: string, hash: string): Promise<boolean>;
   // volumes
   listVolumes(accountId: string): Promise<Array<VolumeRecord & { mountedBy: string[] }>>;
   getVolume(accountId: string, name: string): Promise<VolumeRecord | null>;

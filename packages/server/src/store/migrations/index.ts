@@ -7,6 +7,7 @@ import { sql as leases } from './006-leases.js';
 import { sql as runners } from './007-runners.js';
 import { sql as sandboxNetwork } from './008-sandbox-network.js';
 import { sql as accountBalance } from './009-account-balance.js';
+import { sql as builds } from './010-builds.js';
 
 /** A schema step; `version` is stored in SQLite's `user_version` once applied. */
 export interface Migration {
@@ -26,4 +27,5 @@ export const MIGRATIONS: readonly Migration[] = [
   { version: 7, name: 'runners', sql: runners },
   { version: 8, name: 'sandbox-network', sql: sandboxNetwork },
   { version: 9, name: 'account-balance', sql: accountBalance },
+  { version: 10, name: 'builds', sql: builds },
 ];

@@ -161,6 +161,79 @@ $$;
 CREATE TRIGGER ledger_balance AFTER INSERT ON ledger FOR EACH ROW EXECUTE FUNCTION sandboxd_ledger_balance();
 `;
 
+/**
+ * Image builds: builds, their logs, the cache's layers, templates and E2B's uploads; as
+ * SQLite's migration 10. `plan_json` keeps the caller's key order (`json`).
+ */
+const builds = `
+CREATE TABLE builds (
+  id TEXT COLLATE "C" PRIMARY KEY,
+  account_id TEXT COLLATE "C" NOT NULL REFERENCES accounts(id),
+  name TEXT COLLATE "C" NOT NULL,
+  tag TEXT COLLATE "C" NOT NULL,
+  extra_tags_json JSON NOT NULL,
+  state TEXT NOT NULL CHECK (state IN ('queued', 'building', 'ready', 'error', 'cancelled')),
+  source TEXT NOT NULL CHECK (source IN ('dockerfile', 'e2b')),
+  created_at BIGINT NOT NULL,
+  started_at BIGINT,
+  finished_at BIGINT,
+  steps_total INTEGER NOT NULL DEFAULT 0,
+  steps_done INTEGER NOT NULL DEFAULT 0,
+  steps_cached INTEGER NOT NULL DEFAULT 0,
+  digest TEXT,
+  size_bytes BIGINT,
+  error_json JSON,
+  plan_json JSON,
+  allow_domains_json JSON,
+  no_cache BOOLEAN NOT NULL DEFAULT false,
+  holder TEXT,
+  log_lines INTEGER NOT NULL DEFAULT 0,
+  log_bytes BIGINT NOT NULL DEFAULT 0,
+  log_cut BOOLEAN NOT NULL DEFAULT false
+);
+CREATE INDEX builds_account ON builds (account_id, created_at DESC, id DESC);
+CREATE INDEX builds_state ON builds (state, created_at);
+CREATE TABLE build_logs (
+  build_id TEXT COLLATE "C" NOT NULL REFERENCES builds(id) ON DELETE CASCADE,
+  seq INTEGER NOT NULL,
+  time BIGINT NOT NULL,
+  step INTEGER,
+  stream TEXT NOT NULL CHECK (stream IN ('stdout', 'stderr', 'system')),
+  text TEXT NOT NULL,
+  PRIMARY KEY (build_id, seq)
+);
+CREATE TABLE build_layers (
+  account_id TEXT COLLATE "C" NOT NULL REFERENCES accounts(id),
+  key TEXT COLLATE "C" NOT NULL,
+  driver_ref TEXT NOT NULL,
+  parent_key TEXT,
+  size_bytes BIGINT NOT NULL,
+  created_at BIGINT NOT NULL,
+  last_used_at BIGINT NOT NULL,
+  PRIMARY KEY (account_id, key)
+);
+CREATE INDEX build_layers_lru ON build_layers (account_id, last_used_at);
+CREATE TABLE templates (
+  account_id TEXT COLLATE "C" NOT NULL REFERENCES accounts(id),
+  name TEXT COLLATE "C" NOT NULL,
+  tag TEXT COLLATE "C" NOT NULL,
+  driver_ref TEXT NOT NULL,
+  digest TEXT NOT NULL,
+  size_bytes BIGINT NOT NULL,
+  build_id TEXT NOT NULL,
+  created_at BIGINT NOT NULL,
+  PRIMARY KEY (account_id, name, tag)
+);
+CREATE TABLE build_uploads (
+  account_id TEXT COLLATE "C" NOT NULL REFERENCES accounts(id),
+  hash TEXT COLLATE "C" NOT NULL,
+  path TEXT NOT NULL,
+  size_bytes BIGINT NOT NULL,
+  created_at BIGINT NOT NULL,
+  PRIMARY KEY (account_id, hash)
+);
+`;
+
 /** Every PostgreSQL migration, in order. Append only; never edit an applied one. */
 export const PG_MIGRATIONS: readonly PgMigration[] = [
   { version: 1, name: 'initial', sql: initial },
@@ -168,6 +241,7 @@ export const PG_MIGRATIONS: readonly PgMigration[] = [
   { version: 3, name: 'runners', sql: runners },
   { version: 4, name: 'sandbox-network', sql: sandboxNetwork },
   { version: 5, name: 'account-balance', sql: accountBalance },
+  { version: 6, name: 'builds', sql: builds },
 ];
 
 /**

@@ -42,6 +42,35 @@ export interface PgDatabase {
   meta: { key: string; value: string };
   rate_counters: { key: string; count: number; reset_at: number };
   leases: { name: string; holder: string; expires_at: number };
+  builds: PgBuildRow;
+  build_logs: {
+    build_id: string;
+    seq: number;
+    time: number;
+    step: number | null;
+    stream: 'stdout' | 'stderr' | 'system';
+    text: string;
+  };
+  build_layers: {
+    account_id: string;
+    key: string;
+    driver_ref: string;
+    parent_key: string | null;
+    size_bytes: number;
+    created_at: number;
+    last_used_at: number;
+  };
+  templates: {
+    account_id: string;
+    name: string;
+    tag: string;
+    driver_ref: string;
+    digest: string;
+    size_bytes: number;
+    build_id: string;
+    created_at: number;
+  };
+  build_uploads: { account_id: string; hash: string; path: string; size_bytes: number; created_at: number };
   snapshots: {
     account_id: string;
     name: string;
@@ -75,4 +104,30 @@ export interface PgSandboxRow {
   expires_at: number | null;
   runner: string | null;
   network_json: NullableJson;
+}
+
+export interface PgBuildRow {
+  id: string;
+  account_id: string;
+  name: string;
+  tag: string;
+  extra_tags_json: Json;
+  state: 'queued' | 'building' | 'ready' | 'error' | 'cancelled';
+  source: 'dockerfile' | 'e2b';
+  created_at: number;
+  started_at: number | null;
+  finished_at: number | null;
+  steps_total: number;
+  steps_done: number;
+  steps_cached: number;
+  digest: string | null;
+  size_bytes: number | null;
+  error_json: NullableJson;
+  plan_json: NullableJson;
+  allow_domains_json: NullableJson;
+  no_cache: boolean;
+  holder: string | null;
+  log_lines: Generated<number>;
+  log_bytes: Generated<number>;
+  log_cut: Generated<boolean>;
 }

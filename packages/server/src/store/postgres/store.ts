@@ -1,11 +1,16 @@
 import { Kysely, PostgresDialect, sql } from 'kysely';
 import pg from 'pg';
+import type { BuildState } from '@sandboxd/protocol';
 import type { LedgerReason } from '../../domain/billing.js';
 import type { SandboxRecord, SandboxRecordState } from '../../domain/sandbox.js';
 import type {
   AccountRecord,
   ApiKeyRecord,
+  BuildLogCap,
+  BuildLogLine,
+  BuildUpdate,
   EventRecord,
+  LayerRecord,
   LeaseState,
   LedgerRow,
   PageRequest,
@@ -13,8 +18,11 @@ import type {
   SandboxUpdate,
   SnapshotRecord,
   Store,
+  StoredBuild,
+  UploadRecord,
   VolumeRecord,
 } from '../store.js';
+import { PgBuilds } from './builds.js';
 import { PgAccounts } from './accounts.js';
 import { migrate } from './migrations.js';
 import * as sb from './sandboxes.js';
@@ -52,11 +60,13 @@ export interface PostgresStoreOptions {
 export class PostgresStore implements Store {
   private readonly a: PgAccounts;
   private readonly snaps: PgSnapshots;
+  private readonly b: PgBuilds;
   private closed?: Promise<void>;
 
   private constructor(private readonly db: Kysely<PgDatabase>) {
     this.a = new PgAccounts(db);
     this.snaps = new PgSnapshots(db);
+    this.b = new PgBuilds(db);
   }
 
   /** Connects to `url`, applies pending migrations (once, whichever process comes first) and returns the store. */
@@ -247,6 +257,74 @@ export class PostgresStore implements Store {
   }
   async snapshotBytes(accountId: string) {
     return this.snaps.bytes(this.db, accountId);
+  }
+
+  // builds
+  async createBuild(b: StoredBuild) {
+    await this.b.create(b);
+  }
+  async getBuild(id: string) {
+    return this.b.get(this.db, id);
+  }
+  async listBuilds(accountId: string, q: { name?: string; limit: number }) {
+    return this.b.list(accountId, q);
+  }
+  async listBuildsByState(states: BuildState[]) {
+    return this.b.listByState(states);
+  }
+  async countBuilds(accountId: string, states: BuildState[]) {
+    return this.b.count(accountId, states);
+  }
+  async updateBuild(id: string, u: BuildUpdate) {
+    return this.b.update(id, u);
+  }
+  async deleteBuild(id: string) {
+    return this.b.delete(id);
+  }
+  async appendBuildLogs(id: string, lines: Array<Omit<BuildLogLine, 'seq'>>, cap: BuildLogCap) {
+    return this.b.appendLogs(id, lines, cap);
+  }
+  async listBuildLogs(id: string, from: number, limit: number) {
+    return this.b.listLogs(id, from, limit);
+  }
+  async getLayer(accountId: string, key: string) {
+    return this.b.getLayer(accountId, key);
+  }
+  async putLayer(l: LayerRecord) {
+    await this.b.putLayer(l);
+  }
+  async touchLayer(accountId: string, key: string, at: number) {
+    await this.b.touchLayer(accountId, key, at);
+  }
+  async deleteLayer(accountId: string, key: string) {
+    return this.b.deleteLayer(accountId, key);
+  }
+  async listLayers(accountId: string) {
+    return this.b.listLayers(accountId);
+  }
+  async listLayerAccounts() {
+    return this.b.layerAccounts();
+  }
+  async layerBytes(accountId: string) {
+    return this.b.layerBytes(accountId);
+  }
+  async getTemplate(accountId: string, name: string, tag: string) {
+    return this.b.getTemplate(accountId, name, tag);
+  }
+  async listTemplates(accountId: string, q?: { name?: string }) {
+    return this.b.listTemplates(accountId, q);
+  }
+  async deleteTemplates(accountId: string, name: string, tag?: string) {
+    return this.b.deleteTemplates(accountId, name, tag);
+  }
+  async putUpload(u: UploadRecord) {
+    await this.b.putUpload(u);
+  }
+  async getUpload(accountId: string, hash: string) {
+    return this.b.getUpload(accountId, hash);
+  }
+  async deleteUpload(accountId: string, hash: string) {
+    return this.b.deleteUpload(accountId, hash);
   }
 
   // volumes

@@ -1,9 +1,14 @@
+import type { BuildState } from '@sandboxd/protocol';
 import type { LedgerReason } from '../../domain/billing.js';
 import type { SandboxRecord, SandboxRecordState } from '../../domain/sandbox.js';
 import type {
   AccountRecord,
   ApiKeyRecord,
+  BuildLogCap,
+  BuildLogLine,
+  BuildUpdate,
   EventRecord,
+  LayerRecord,
   LeaseState,
   LedgerRow,
   Page,
@@ -12,8 +17,11 @@ import type {
   SandboxUpdate,
   SnapshotRecord,
   Store,
+  StoredBuild,
+  UploadRecord,
   VolumeRecord,
 } from '../store.js';
+import { SqliteBuilds } from './builds.js';
 import { SqliteAccounts } from './accounts.js';
 import { openDatabase, type Db } from './open.js';
 import { decodeCursor, encodeCursor, toLedger } from './rows.js';
@@ -25,6 +33,7 @@ export class SqliteStore implements Store {
   private readonly a: SqliteAccounts;
   private readonly s: SqliteSandboxes;
   private readonly snaps: SqliteSnapshots;
+  private readonly b: SqliteBuilds;
 
   /** Opens `path` (`:memory:` for tests) and migrates it. */
   constructor(
@@ -34,6 +43,7 @@ export class SqliteStore implements Store {
     this.a = new SqliteAccounts(db);
     this.s = new SqliteSandboxes(db);
     this.snaps = new SqliteSnapshots(db);
+    this.b = new SqliteBuilds(db);
   }
 
   async createAccount(a: AccountRecord, grant: { tokens: number; reason: LedgerReason }) {
@@ -170,6 +180,73 @@ export class SqliteStore implements Store {
   }
   async snapshotBytes(accountId: string) {
     return this.snaps.bytes(accountId);
+  }
+
+  async createBuild(b: StoredBuild) {
+    this.b.create(b);
+  }
+  async getBuild(id: string) {
+    return this.b.get(id);
+  }
+  async listBuilds(accountId: string, q: { name?: string; limit: number }) {
+    return this.b.list(accountId, q);
+  }
+  async listBuildsByState(states: BuildState[]) {
+    return this.b.listByState(states);
+  }
+  async countBuilds(accountId: string, states: BuildState[]) {
+    return this.b.count(accountId, states);
+  }
+  async updateBuild(id: string, u: BuildUpdate) {
+    return this.b.update(id, u);
+  }
+  async deleteBuild(id: string) {
+    return this.b.delete(id);
+  }
+  async appendBuildLogs(id: string, lines: Array<Omit<BuildLogLine, 'seq'>>, cap: BuildLogCap) {
+    return this.b.appendLogs(id, lines, cap);
+  }
+  async listBuildLogs(id: string, from: number, limit: number) {
+    return this.b.listLogs(id, from, limit);
+  }
+  async getLayer(accountId: string, key: string) {
+    return this.b.getLayer(accountId, key);
+  }
+  async putLayer(l: LayerRecord) {
+    this.b.putLayer(l);
+  }
+  async touchLayer(accountId: string, key: string, at: number) {
+    this.b.touchLayer(accountId, key, at);
+  }
+  async deleteLayer(accountId: string, key: string) {
+    return this.b.deleteLayer(accountId, key);
+  }
+  async listLayers(accountId: string) {
+    return this.b.listLayers(accountId);
+  }
+  async listLayerAccounts() {
+    return this.b.layerAccounts();
+  }
+  async layerBytes(accountId: string) {
+    return this.b.layerBytes(accountId);
+  }
+  async getTemplate(accountId: string, name: string, tag: string) {
+    return this.b.getTemplate(accountId, name, tag);
+  }
+  async listTemplates(accountId: string, q?: { name?: string }) {
+    return this.b.listTemplates(accountId, q);
+  }
+  async deleteTemplates(accountId: string, name: string, tag?: string) {
+    return this.b.deleteTemplates(accountId, name, tag);
+  }
+  async putUpload(u: UploadRecord) {
+    this.b.putUpload(u);
+  }
+  async getUpload(accountId: string, hash: string) {
+    return this.b.getUpload(accountId, hash);
+  }
+  async deleteUpload(accountId: string, hash: string) {
+    return this.b.deleteUpload(accountId, hash);
   }
 
   async listVolumes(accountId: string) {
