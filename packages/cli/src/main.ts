@@ -6,6 +6,8 @@
 import { Command, CommanderError } from 'commander';
 import { SandboxdApiError } from '@sandboxd/sdk';
 import { createContext } from './context.js';
+import { buildCommand } from './commands/build.js';
+import { buildsCommand, templatesCommand } from './commands/builds.js';
 import { cpCommand } from './commands/cp.js';
 import { createCommand } from './commands/create.js';
 import { networkCommand } from './commands/network.js';
@@ -69,6 +71,9 @@ export function buildProgram(): Command {
     ...lifecycleCommands(ctx),
     snapshotCommand(ctx),
     rmCommand(ctx),
+    buildCommand(ctx),
+    buildsCommand(ctx),
+    templatesCommand(ctx),
     imagesCommand(ctx),
     snapshotsCommand(ctx),
     volumesCommand(ctx),

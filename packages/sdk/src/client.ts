@@ -2,6 +2,7 @@
  * `SandboxdClient`: one connection (server + credentials) with every resource of the API.
  */
 import type { ClientOptions } from './config.js';
+import { BuildsApi, TemplatesApi } from './builds.js';
 import { HttpClient } from './http.js';
 import { ImagesApi } from './images.js';
 import { createSnapshot, type SnapshotOptions } from './lifecycle.js';
@@ -123,8 +124,12 @@ export class SandboxdClient {
   readonly account: AccountApi;
   readonly keys: KeysApi;
   readonly events: EventsApi;
-  /** Admin only. */
+  /** Template builds (`images.build({name, context})`, any account); the rest admin only. */
   readonly images: ImagesApi;
+  /** The account's builds: list, get, logs, cancel, delete. */
+  readonly builds: BuildsApi;
+  /** The account's templates (`templates/<name>:<tag>`). */
+  readonly templates: TemplatesApi;
 
   constructor(options: ClientOptions = {}) {
     this.http = new HttpClient(options);
@@ -134,7 +139,9 @@ export class SandboxdClient {
     this.account = new AccountApi(this.http);
     this.keys = new KeysApi(this.http);
     this.events = new EventsApi(this.http);
-    this.images = new ImagesApi(this.http);
+    this.builds = new BuildsApi(this.http);
+    this.templates = new TemplatesApi(this.http);
+    this.images = new ImagesApi(this.http, this.builds);
   }
 
   /** The server address in use, without a trailing slash. */

@@ -1,10 +1,12 @@
 /**
- * Admin image management: list, pull, build and import, with progress streamed as NDJSON
- * when a listener is given.
+ * Images: builds of templates from a Dockerfile (any account: `build({name, context, ...})`),
+ * and the admin's image management (list, pull, offline build of the default images,
+ * import), with progress streamed as NDJSON when a listener is given.
  */
+import { buildImage, BuildsApi, type ImageBuildOptions } from './builds.js';
 import { errorFromResponse, ServerError } from './errors.js';
 import type { HttpClient } from './http.js';
-import type { BuildableImage, ImageInfo, ImageProgress, ImageProgressEvent } from './types.js';
+import type { Build, BuildableImage, ImageInfo, ImageProgress, ImageProgressEvent } from './types.js';
 
 /** Default timeout of a pull, build or import, ms (a Debian build takes minutes). */
 export const IMAGE_JOB_TIMEOUT_MS = 30 * 60_000;
@@ -58,9 +60,15 @@ async function readProgress(res: Response, onProgress: (p: ImageProgress) => voi
   throw new ServerError('The progress stream ended without a result', { status: res.status, kind: 'internal' });
 }
 
-/** `client.images`: admin-only (others get NotFoundError). */
+/** `client.images`: `build({name, ...})` for any account; the rest admin-only (others get NotFoundError). */
 export class ImagesApi {
-  constructor(private readonly http: HttpClient) {}
+  private readonly builds: BuildsApi;
+  constructor(
+    private readonly http: HttpClient,
+    builds?: BuildsApi,
+  ) {
+    this.builds = builds ?? new BuildsApi(http);
+  }
 
   /** Every image in the server's cache. */
   async list(): Promise<ImageInfo[]> {
@@ -72,9 +80,25 @@ export class ImagesApi {
     return this.job('/api/v1/images/pull', ref, opts);
   }
 
-  /** (Re)builds `local/debian:bookworm` or `local/busybox:latest` offline on the server. */
-  build(ref: BuildableImage, opts: ImageJobOptions = {}): Promise<ImageInfo> {
-    return this.job('/api/v1/images/build', ref, opts);
+  /**
+   * Builds the template `templates/<name>:<tag>` from a Dockerfile and its context (any
+   * account): sends the build, follows its log (`onLog`, reconnecting after a drop) and
+   * resolves with the build once `ready`; create sandboxes from `build.image`. Throws
+   * BuildError (with `failure`: step, line, instruction, exit code, output) when it ends
+   * `error` or `cancelled`, and what `builds.create` throws when it is refused. Aborting
+   * `signal` after the server accepted the build cancels it.
+   *
+   * ```ts
+   * const b = await client.images.build({ name: 'web', context: './app', onLog: (e) => e.type === 'log' && console.log(e.text) });
+   * const sandbox = await client.sandboxes.create({ image: b.image });
+   * ```
+   */
+  build(params: ImageBuildOptions): Promise<Build>;
+  /** Admin: (re)builds `local/debian:bookworm` or `local/busybox:latest` offline on the server. */
+  build(ref: BuildableImage, opts?: ImageJobOptions): Promise<ImageInfo>;
+  build(a: ImageBuildOptions | BuildableImage, opts: ImageJobOptions = {}): Promise<Build | ImageInfo> {
+    if (typeof a === 'object') return buildImage(this.builds, a);
+    return this.job('/api/v1/images/build', a, opts);
   }
 
   /**

@@ -45,6 +45,19 @@ export {
   EventsApi,
 } from './client.js';
 export { ImagesApi, IMAGE_JOB_TIMEOUT_MS, type ImageJobOptions, type ImageImportOptions } from './images.js';
+export {
+  BuildsApi,
+  TemplatesApi,
+  BuildError,
+  BUILD_SEND_TIMEOUT_MS,
+  MAX_LOG_RECONNECTS,
+  type BuildParams,
+  type BuildWaitOptions,
+  type BuildLogsOptions,
+  type ImageBuildOptions,
+} from './builds.js';
+export type { BuildContext } from './build-context.js';
+export { tarChunks, tarBytes, type TarEntry } from './tar.js';
 export { HttpClient, type RequestOptions } from './http.js';
 export {
   DEFAULT_API_URL,

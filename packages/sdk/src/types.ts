@@ -72,6 +72,18 @@ export type EventKind = P.EventKind;
 export type BuildableImage = P.BuildableImage;
 /** Phases of a pull or build. */
 export type ImagePhase = P.ImagePhase;
+/** A build of a template: state, steps done and cached, the image it makes, its failure. */
+export type Build = Static<typeof P.BuildSchema>;
+/** `queued`, `building`, then one of the final `ready`, `error`, `cancelled`. */
+export type BuildState = P.BuildState;
+/** Why a build failed: `details` has the step, Dockerfile line, instruction, exit code and output's end. */
+export type BuildFailure = Static<typeof P.BuildFailureSchema>;
+/** One line of a build's log stream: a `log` line (with its `seq`) or the final `end`. */
+export type BuildLogEvent = Static<typeof P.BuildLogEventSchema>;
+/** A `log` line of a build's log stream. */
+export type BuildLogLine = Extract<BuildLogEvent, { type: 'log' }>;
+/** A template of the account: the image `templates/<name>:<tag>` a ready build made. */
+export type TemplateInfo = Static<typeof P.TemplateSchema>;
 /** The server's error kinds (`validation`, `not_found`, ...). */
 export type ErrorKind = P.ErrorKind;
 

@@ -8,10 +8,10 @@ const REASONS: Record<number, string> = {
   400: 'Bad request or validation error',
   401: 'Missing or invalid credentials',
   402: 'Insufficient tokens',
-  403: 'Concurrency limit reached (sandboxes), or permission denied inside the sandbox (files)',
+  403: 'Concurrency limit reached (sandboxes), a plan quota (kind quota: details.quota names it), or permission denied inside the sandbox (files)',
   404: 'Not found',
   409: 'Wrong state or conflict; for the code routes also kind no_code_interpreter: the sandbox serves no code interpreter (details.image names the image to use)',
-  413: 'Body over 1 MiB',
+  413: "Body over the limit: 1 MiB for JSON bodies; a build's context over the plan's buildContextBytes",
   416: 'The range is outside the file; Content-Range gives its size',
   429: 'Rate limited; Retry-After (seconds) and details.retryAfterMs say when to retry',
   500: 'Internal error',
@@ -45,6 +45,11 @@ const TAGS = [
   { name: 'events', description: 'Onboarding events the console tracks for the account' },
   { name: 'auth', description: 'Browser sessions: log in, log out, sign up, one-time login links' },
   { name: 'admin', description: 'Admin only (others get 404): accounts, plans and token grants' },
+  {
+    name: 'builds',
+    description:
+      "Image builds: a Dockerfile and its context built in the account's sandboxes into a template (templates/<name>:<tag>, private to the account); the account's templates",
+  },
   { name: 'images', description: 'Admin only (others get 404): the image cache (pull, build, import)' },
   { name: 'system', description: 'Health of the server' },
 ];

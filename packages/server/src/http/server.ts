@@ -14,6 +14,7 @@ import { registerOpenApi } from './openapi.js';
 import { accountRoutes } from './routes/account.js';
 import { adminRoutes } from './routes/admin.js';
 import { authRoutes } from './routes/auth.js';
+import { buildRoutes } from './routes/builds.js';
 import { consoleRoutes } from './routes/console.js';
 import { imageRoutes } from './routes/images.js';
 import { fileRoutes, isWatchSocketPath } from './routes/files.js';
@@ -126,6 +127,7 @@ export function createHttpServer(
   app.register(accountRoutes, full);
   app.register(adminRoutes, full);
   app.register(imageRoutes, full);
+  app.register(buildRoutes, full);
   app.register(consoleRoutes, full);
   app.register(sdkRoutes, full);
   app.register(e2bControlRoutes, { ...full, prefix: '/e2b' });
