@@ -7,7 +7,9 @@
  * rebuild from the cache; a failing RUN shown with its step, line, instruction, exit code and
  * output; a Dockerfile error at its field; cancel from the build page and from the list;
  * delete of builds and templates in two clicks. Every state is checked through the API. Any
- * browser console error fails the test except the ones a test provokes and names.
+ * browser console error fails the test except the ones a test provokes and names. The
+ * tests that run builds need the real runtime (SANDBOXD_E2E_RUNTIME=local); on the fake one
+ * only the form's checks and the server's refusal run.
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
@@ -17,7 +19,9 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import type { Page } from 'playwright-core';
 import { launch, type Browser } from './console-support.js';
-import { IMAGE, startServer, until, type Server } from './harness.js';
+import { LocalDriver } from '../../packages/server/src/runtime/local/driver.js';
+import { IMAGE, RUNTIME, startServer, until, type Server } from './harness.js';
+import { localOptions } from './local-runtime.js';
 
 const EMAIL = `builds-${Date.now()}@example.com`;
 const PASSWORD = 'console-builds-password-1';
@@ -25,6 +29,9 @@ const SUFFIX = randomBytes(3).toString('hex');
 const NAME = `web-${SUFFIX}`;
 const BAD = `bad-${SUFFIX}`;
 const SLOW = `slow-${SUFFIX}`;
+
+/** Tests that run a build: the fake runtime's RUN steps run nothing (no output, no files). */
+const REAL = RUNTIME === 'local' ? {} : { skip: 'runs builds: needs SANDBOXD_E2E_RUNTIME=local' };
 
 /** Lines the test cuts the first log stream after (the page must resume from seq CUT). */
 const CUT = 3;
@@ -44,29 +51,35 @@ CMD ["cat", "/opt/made.txt"]
  * dropped connection does), once.
  */
 async function instrumentLogStreams(page: Page): Promise<void> {
-  await page.addInitScript(() => {
-    const w = window as unknown as { __cutLog?: number; __logRequests: string[] };
+  // A string, not a function: tsx's compiled functions call helpers (`__name`) the page lacks.
+  await page.addInitScript(`{
+    const w = window;
     w.__logRequests = [];
     const native = window.fetch.bind(window);
-    window.fetch = async (input: RequestInfo | URL, init?: RequestInit) => {
+    window.fetch = async (input, init) => {
       const url = typeof input === 'string' ? input : input instanceof URL ? input.href : input.url;
       const res = await native(input, init);
-      if (!/\/api\/v1\/images\/builds\/[^/]+\/logs\?/.test(url)) return res;
+      if (!/\\/api\\/v1\\/images\\/builds\\/[^/]+\\/logs\\?/.test(url)) return res;
       w.__logRequests.push(url);
       const cut = w.__cutLog;
       if (typeof cut !== 'number' || !res.body) return res;
       w.__cutLog = undefined;
       const reader = res.body.getReader();
       let lines = 0;
-      const body = new ReadableStream<Uint8Array>({
-        async pull(c) {
+      let cutNow = false;
+      const body = new ReadableStream({
+        pull: async (c) => {
+          // Erroring a stream drops what it still holds: the lines before the cut are read first.
+          if (cutNow) {
+            await reader.cancel();
+            return c.error(new TypeError('test: network drop'));
+          }
           const { value, done } = await reader.read();
           if (done) return c.close();
           for (let i = 0; i < value.length; i++) {
             if (value[i] !== 10 || ++lines < cut) continue;
-            c.enqueue(value.subarray(0, i + 1));
-            await reader.cancel();
-            return c.error(new TypeError('test: network drop'));
+            cutNow = true;
+            return c.enqueue(value.subarray(0, i + 1));
           }
           c.enqueue(value);
         },
@@ -74,7 +87,7 @@ async function instrumentLogStreams(page: Page): Promise<void> {
       });
       return new Response(body, { status: res.status, statusText: res.statusText, headers: res.headers });
     };
-  });
+  }`);
 }
 
 describe('browser console: image builds and templates', { timeout: 900_000 }, () => {
@@ -170,7 +183,19 @@ describe('browser console: image builds and templates', { timeout: 900_000 }, ()
       for (const x of (await api('GET', '/api/v1/images/builds')).body?.builds ?? [])
         await api('DELETE', `/api/v1/images/builds/${x.id}`);
     }
-    await s?.stop();
+    if (s) {
+      await s.cleanup().catch(() => {});
+      await s.kill('SIGTERM');
+      // The cache's layer images live in the image store the test servers share: removed
+      // through a driver of the server's instance once it is stopped.
+      if (RUNTIME === 'local') {
+        const driver = new LocalDriver(localOptions(s.dataDir));
+        for (const img of await driver.listSnapshots().catch(() => []))
+          await driver.deleteImage(img.ref).catch(() => {});
+        assert.deepEqual(await driver.listSnapshots(), [], 'no layer image of the test is left');
+      }
+      await s.stop();
+    }
     if (ctxDir) rmSync(ctxDir, { recursive: true, force: true });
   });
 
@@ -218,96 +243,104 @@ describe('browser console: image builds and templates', { timeout: 900_000 }, ()
   });
 
   let readyId = '';
-  it('a build from the page: a context folder and a build arg; log lines appear while it runs; a cut log stream resumes from the next line', async () => {
-    const { page } = b;
-    await page.evaluate((n) => ((window as unknown as { __cutLog: number }).__cutLog = n), CUT);
-    await page.getByLabel('Context folder (optional)').setInputFiles(join(ctxDir, 'app'));
-    // The folder's own Dockerfile is shown in the text area; the form's text is what is built.
-    await page.getByText(/3 files, .*its Dockerfile is in the text area/).waitFor();
-    assert.match(await page.getByLabel('Dockerfile', { exact: true }).inputValue(), /replaced by what the form says/);
-    readyId = await startBuild({ name: NAME, dockerfile: DOCKERFILE, args: 'GREETING=bonjour' });
-    await page
-      .locator('h1')
-      .filter({ hasText: `${NAME}:latest` })
-      .waitFor();
-    // A tick shows up while the build is still running (five more seconds of RUN follow it).
-    await page.locator('.build-log .log-line', { hasText: 'tick 1' }).waitFor({ timeout: 300_000 });
-    const during = await getBuild(readyId);
-    assert.ok(['queued', 'building'].includes(during.state), `still running: ${during.state}`);
-    await b.shoot('build-running');
-    await logEnds('ready');
-    await page.locator('h1 .badge.state-ready').waitFor();
-    await page
-      .locator('.page-status .notice.success')
-      .filter({ hasText: `templates/${NAME}:latest` })
-      .waitFor();
+  it(
+    'a build from the page: a context folder and a build arg; log lines appear while it runs; a cut log stream resumes from the next line',
+    REAL,
+    async () => {
+      const { page } = b;
+      await page.evaluate((n) => ((window as unknown as { __cutLog: number }).__cutLog = n), CUT);
+      await page.getByLabel('Context folder (optional)').setInputFiles(join(ctxDir, 'app'));
+      // The folder's own Dockerfile is shown in the text area; the form's text is what is built.
+      await page.getByText(/3 files, .*its Dockerfile is in the text area/).waitFor();
+      assert.match(await page.getByLabel('Dockerfile', { exact: true }).inputValue(), /replaced by what the form says/);
+      readyId = await startBuild({ name: NAME, dockerfile: DOCKERFILE, args: 'GREETING=bonjour' });
+      await page
+        .locator('h1')
+        .filter({ hasText: `${NAME}:latest` })
+        .waitFor();
+      // A tick shows up while the build is still running (five more seconds of RUN follow it).
+      await page.locator('.build-log .log-stdout', { hasText: /^tick 1$/ }).waitFor({ timeout: 300_000 });
+      const during = await getBuild(readyId);
+      assert.ok(['queued', 'building'].includes(during.state), `still running: ${during.state}`);
+      await b.shoot('build-running');
+      await logEnds('ready');
+      await page.locator('h1 .badge.state-ready').waitFor();
+      await page
+        .locator('.page-status .notice.success')
+        .filter({ hasText: `templates/${NAME}:latest` })
+        .waitFor();
 
-    // Every line of the server's log once, in order, though the first stream was cut after CUT lines.
-    const server = await serverLog(readyId);
-    const seqs = await pageSeqs();
-    assert.deepEqual(
-      seqs,
-      server.map((l) => l.seq),
-    );
-    assert.deepEqual(
-      seqs,
-      seqs.map((_, i) => i),
-    );
-    assert.deepEqual(
-      await page.$$eval('.build-log .log-line', (els) => els.map((e) => e.textContent)),
-      server.map((l) => l.text.replace(/\n$/, '') || '\u200b'),
-    );
-    const requests = await page.evaluate(() => (window as unknown as { __logRequests: string[] }).__logRequests);
-    assert.match(requests[0], /offset=0&follow=true/);
-    assert.ok(
-      requests.some((u) => u.includes(`offset=${CUT}&`)),
-      `a request resumed at offset ${CUT}: ${requests.join(' ')}`,
-    );
-    assert.ok(server.some((l) => l.text.includes('tick 6')));
+      // Every line of the server's log once, in order, though the first stream was cut after CUT lines.
+      const server = await serverLog(readyId);
+      const seqs = await pageSeqs();
+      assert.deepEqual(
+        seqs,
+        server.map((l) => l.seq),
+      );
+      assert.deepEqual(
+        seqs,
+        seqs.map((_, i) => i),
+      );
+      assert.deepEqual(
+        await page.$$eval('.build-log .log-line', (els) => els.map((e) => e.textContent)),
+        server.map((l) => l.text.replace(/\n$/, '') || '\u200b'),
+      );
+      const requests = await page.evaluate(() => (window as unknown as { __logRequests: string[] }).__logRequests);
+      assert.match(requests[0], /offset=0&follow=true/);
+      assert.ok(
+        requests.some((u) => u.includes(`offset=${CUT}&`)),
+        `a request resumed at offset ${CUT}: ${requests.join(' ')}`,
+      );
+      assert.ok(server.some((l) => l.text.includes('tick 6')));
 
-    const bd = await getBuild(readyId);
-    assert.equal(bd.state, 'ready');
-    assert.equal(bd.image, `templates/${NAME}:latest`);
-    const props = (await page.locator('dl.props').textContent()) ?? '';
-    assert.match(props, new RegExp(`${bd.steps.done} / ${bd.steps.total}`));
-    await b.shoot('build-ready');
-    noConsoleErrors();
-  });
+      const bd = await getBuild(readyId);
+      assert.equal(bd.state, 'ready');
+      assert.equal(bd.image, `templates/${NAME}:latest`);
+      const props = (await page.locator('dl.props').textContent()) ?? '';
+      assert.match(props, new RegExp(`${bd.steps.done} / ${bd.steps.total}`));
+      await b.shoot('build-ready');
+      noConsoleErrors();
+    },
+  );
 
-  it('the Templates page lists the template and the build; New sandbox creates a sandbox from it with its files', async () => {
-    const { page } = b;
-    await page.getByRole('link', { name: 'Templates', exact: true }).first().click();
-    const row = page.locator(`tr[data-template="${NAME}:latest"]`);
-    await row.waitFor();
-    const text = (await row.textContent()) ?? '';
-    assert.match(text, new RegExp(`templates/${NAME}:latest`));
-    assert.match(text, new RegExp(readyId));
-    const [t] = (await templates()).filter((x) => x.name === NAME);
-    assert.equal(t.buildId, readyId);
-    const buildRow = page.locator(`tr[data-build="${readyId}"]`);
-    await buildRow.locator('.badge.state-ready').waitFor();
-    await b.shoot('templates');
+  it(
+    'the Templates page lists the template and the build; New sandbox creates a sandbox from it with its files',
+    REAL,
+    async () => {
+      const { page } = b;
+      await page.getByRole('link', { name: 'Templates', exact: true }).first().click();
+      const row = page.locator(`tr[data-template="${NAME}:latest"]`);
+      await row.waitFor();
+      const text = (await row.textContent()) ?? '';
+      assert.match(text, new RegExp(`templates/${NAME}:latest`));
+      assert.match(text, new RegExp(readyId));
+      const [t] = (await templates()).filter((x) => x.name === NAME);
+      assert.equal(t.buildId, readyId);
+      const buildRow = page.locator(`tr[data-build="${readyId}"]`);
+      await buildRow.locator('.badge.state-ready').waitFor();
+      await b.shoot('templates');
 
-    await row.getByRole('link', { name: `New sandbox from templates/${NAME}:latest` }).click();
-    await page.waitForURL(/\/sandboxes\/new\?image=/);
-    assert.equal(await page.getByLabel('Image').inputValue(), `templates/${NAME}:latest`);
-    await page.getByRole('button', { name: 'Create sandbox' }).click();
-    await page.waitForURL(/\/sandboxes\/sbx_/, { timeout: 120_000 });
-    const id = new URL(page.url()).pathname.split('/').pop()!;
-    sandboxes.push(id);
-    await page.locator('.page-head h1 .badge.state-started').waitFor();
-    const sb = (await api('GET', `/api/v1/sandboxes/${id}`)).body.sandbox;
-    assert.equal(sb.image, `templates/${NAME}:latest`);
-    const ex = await api('POST', `/api/v1/sandboxes/${id}/exec`, {
-      command: 'cat /opt/greet.txt /opt/conf/app.ini /opt/made.txt',
-    });
-    assert.equal(ex.status, 200, ex.text);
-    assert.equal(ex.body.exitCode, 0, ex.text);
-    assert.equal(ex.body.stdout, 'greetings from the context\n[app]\nport = 8080\nbonjour from the console\n');
-    noConsoleErrors();
-  });
+      await row.getByRole('link', { name: `New sandbox from templates/${NAME}:latest` }).click();
+      await page.waitForURL(/\/sandboxes\/new\?image=/);
+      assert.equal(await page.getByLabel('Image').inputValue(), `templates/${NAME}:latest`);
+      await page.getByRole('button', { name: 'Create sandbox' }).click();
+      await page.waitForURL(/\/sandboxes\/sbx_/, { timeout: 120_000 });
+      const id = new URL(page.url()).pathname.split('/').pop()!;
+      sandboxes.push(id);
+      await page.locator('.page-head h1 .badge.state-started').waitFor();
+      const sb = (await api('GET', `/api/v1/sandboxes/${id}`)).body.sandbox;
+      assert.equal(sb.image, `templates/${NAME}:latest`);
+      const ex = await api('POST', `/api/v1/sandboxes/${id}/exec`, {
+        command: 'cat /opt/greet.txt /opt/conf/app.ini /opt/made.txt',
+      });
+      assert.equal(ex.status, 200, ex.text);
+      assert.equal(ex.body.exitCode, 0, ex.text);
+      assert.equal(ex.body.stdout, 'greetings from the context\n[app]\nport = 8080\nbonjour from the console\n');
+      noConsoleErrors();
+    },
+  );
 
-  it('the same build again: every step from the cache, shown in the Builds list', async () => {
+  it('the same build again: every step from the cache, shown in the Builds list', REAL, async () => {
     const { page } = b;
     await page.goto(`${s.baseUrl}/builds/new`);
     const id = await startBuild({
@@ -329,40 +362,44 @@ describe('browser console: image builds and templates', { timeout: 900_000 }, ()
     noConsoleErrors();
   });
 
-  it('a failing RUN: the page shows its step, line, instruction, exit code and output; no template is made', async () => {
-    const { page } = b;
-    await page.getByRole('link', { name: 'New build' }).click();
-    const id = await startBuild({
-      name: BAD,
-      dockerfile: `FROM ${IMAGE}\nRUN echo preparing\nRUN echo "about to fail" && echo "boom: it broke" >&2 && exit 3\nRUN echo never\n`,
-    });
-    await logEnds('error');
-    const card = page.locator('.card.failure');
-    await card.waitFor();
-    const bd = await getBuild(id);
-    assert.equal(bd.state, 'error');
-    const d = bd.error.details;
-    assert.equal(d.exitCode, 3, JSON.stringify(bd.error));
-    assert.equal(d.line, 3, JSON.stringify(bd.error));
-    const text = (await card.textContent()) ?? '';
-    assert.match(text, new RegExp(`Step ${d.step}`));
-    assert.match(text, /Dockerfile line 3/);
-    assert.match(text, /exit code 3/);
-    assert.match(text, /echo "about to fail"/);
-    assert.match(text, /boom: it broke/);
-    await page.locator('h1 .badge.state-error').waitFor();
-    assert.equal((await templates()).filter((t) => t.name === BAD).length, 0, 'a failed build makes no template');
-    assert.ok(!(await page.locator('.build-log').textContent())?.includes('never'));
-    await b.shoot('build-failed');
-    noConsoleErrors();
-  });
+  it(
+    'a failing RUN: the page shows its step, line, instruction, exit code and output; no template is made',
+    REAL,
+    async () => {
+      const { page } = b;
+      await page.getByRole('link', { name: 'New build' }).click();
+      const id = await startBuild({
+        name: BAD,
+        dockerfile: `FROM ${IMAGE}\nRUN echo preparing\nRUN echo "about to fail" && echo "boom: it broke" >&2 && exit 3\nRUN echo never\n`,
+      });
+      await logEnds('error');
+      const card = page.locator('.card.failure');
+      await card.waitFor();
+      const bd = await getBuild(id);
+      assert.equal(bd.state, 'error');
+      const d = bd.error.details;
+      assert.equal(d.exitCode, 3, JSON.stringify(bd.error));
+      assert.equal(d.line, 3, JSON.stringify(bd.error));
+      const text = (await card.textContent()) ?? '';
+      assert.match(text, new RegExp(`Step ${d.step}`));
+      assert.match(text, /Dockerfile line 3/);
+      assert.match(text, /exit code 3/);
+      assert.match(text, /echo "about to fail"/);
+      assert.match(text, /boom: it broke/);
+      await page.locator('h1 .badge.state-error').waitFor();
+      assert.equal((await templates()).filter((t) => t.name === BAD).length, 0, 'a failed build makes no template');
+      assert.ok(!(await page.locator('.build-log').textContent())?.includes('never'));
+      await b.shoot('build-failed');
+      noConsoleErrors();
+    },
+  );
 
-  it('cancel a running build from its page; cancel another from the Builds list', async () => {
+  it('cancel a running build from its page; cancel another from the Builds list', REAL, async () => {
     const { page } = b;
     await page.goto(`${s.baseUrl}/builds/new`);
     const slow = `FROM ${IMAGE}\nRUN echo waiting && sleep 600\n`;
     const id = await startBuild({ name: SLOW, dockerfile: slow });
-    await page.locator('.build-log .log-line', { hasText: 'waiting' }).waitFor({ timeout: 300_000 });
+    await page.locator('.build-log .log-stdout', { hasText: /^waiting$/ }).waitFor({ timeout: 300_000 });
     await page.getByRole('button', { name: 'Cancel build' }).click();
     await page.locator('h1 .badge.state-cancelled').waitFor();
     await logEnds('cancelled');
@@ -381,10 +418,11 @@ describe('browser console: image builds and templates', { timeout: 900_000 }, ()
     noConsoleErrors();
   });
 
-  it('delete a build and a template, each in two clicks', async () => {
+  it('delete a build and a template, each in two clicks', REAL, async () => {
     const { page } = b;
     const list = (await api('GET', '/api/v1/images/builds')).body.builds as Array<{ id: string; name: string }>;
     const victim = list.find((x) => x.name === SLOW)!;
+    await page.goto(`${s.baseUrl}/templates`);
     const row = page.locator(`tr[data-build="${victim.id}"]`);
     await row.getByRole('button', { name: `Delete build ${victim.id}` }).click();
     await row.getByRole('button', { name: `Confirm: delete build ${victim.id}` }).click();
@@ -405,7 +443,7 @@ describe('browser console: image builds and templates', { timeout: 900_000 }, ()
     noConsoleErrors();
   });
 
-  it('a build deleted from its own page goes back to Templates', async () => {
+  it('a build deleted from its own page goes back to Templates', REAL, async () => {
     const { page } = b;
     await page.goto(`${s.baseUrl}/builds/${readyId}`);
     await logEnds('ready');

@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
+import { TEMPLATE_NAME_PATTERN, TEMPLATE_TAG_PATTERN } from '@sandboxd/protocol';
 import {
   followBuildLog,
   formatDuration,
@@ -9,6 +10,8 @@ import {
   parseDomains,
   type FollowStatus,
   type LogLine,
+  TEMPLATE_NAME_RE,
+  TEMPLATE_TAG_RE,
 } from './build-log.js';
 
 const enc = new TextEncoder();
@@ -203,6 +206,11 @@ describe('build form helpers', () => {
       'example.com',
     ]);
     assert.deepEqual(parseDomains('  '), []);
+  });
+
+  it("the name and tag rules are the protocol's", () => {
+    assert.equal(TEMPLATE_NAME_RE.source, TEMPLATE_NAME_PATTERN);
+    assert.equal(TEMPLATE_TAG_RE.source, TEMPLATE_TAG_PATTERN);
   });
 
   it('lineText and formatDuration', () => {

@@ -4,7 +4,7 @@
  * after the last line shown, so no line is lost or shown twice, until the one `end` line.
  * Free of the DOM and of the SDK so that it is unit-tested in Node.
  */
-import type { BuildLogEvent, BuildState } from '@sandboxd/protocol';
+import type { BuildLogEvent, BuildState } from '@sandboxd/sdk';
 
 export type LogLine = Extract<BuildLogEvent, { type: 'log' }>;
 export type LogEnd = Extract<BuildLogEvent, { type: 'end' }>;
@@ -137,6 +137,14 @@ export async function followBuildLog(o: FollowOptions): Promise<FollowResult> {
   }
   return null;
 }
+
+/**
+ * The protocol's rules of template names and tags (TEMPLATE_NAME_PATTERN and
+ * TEMPLATE_TAG_PATTERN, restated: the protocol's module would bring its schema library into
+ * the bundle; build-log.test.ts checks they are the same).
+ */
+export const TEMPLATE_NAME_RE = /^[a-z0-9][a-z0-9_.-]{0,62}$/;
+export const TEMPLATE_TAG_RE = /^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$/;
 
 /** Whether a build in `state` is over. */
 export function isFinal(state: BuildState): boolean {

@@ -4,10 +4,9 @@
  * sends a tar of the context with the Dockerfile at its root (the route reads the
  * Dockerfile from the context), then opens the build's page.
  */
-import { TEMPLATE_NAME_PATTERN, TEMPLATE_TAG_PATTERN } from '@sandboxd/protocol';
 import { ValidationError } from '@sandboxd/sdk';
 import { errorText } from '../api.js';
-import { parseBuildArgs, parseDomains } from '../build-log.js';
+import { parseBuildArgs, parseDomains, TEMPLATE_NAME_RE, TEMPLATE_TAG_RE } from '../build-log.js';
 import { createBuild } from '../builds-api.js';
 import { field, h, notice, setChildren, setFieldError } from '../dom.js';
 import { formatSize } from '../files-util.js';
@@ -149,9 +148,9 @@ export const renderBuildForm: Page = async (main, ctx) => {
     };
     const name = inputs.name.value.trim();
     const tag = inputs.tag.value.trim() || 'latest';
-    if (!new RegExp(TEMPLATE_NAME_PATTERN).test(name))
+    if (!TEMPLATE_NAME_RE.test(name))
       return bad('name', 'Write 1 to 63 lowercase letters, digits, _ . or -, starting with a letter or digit.');
-    if (!new RegExp(TEMPLATE_TAG_PATTERN).test(tag))
+    if (!TEMPLATE_TAG_RE.test(tag))
       return bad('tag', 'Write 1 to 128 letters, digits, _ . or -, not starting with . or -.');
     const text = inputs.dockerfile.value;
     if (text.trim() === '') return bad('dockerfile', 'Write the Dockerfile: at least a FROM line.');

@@ -4,8 +4,7 @@
  * instruction, exit code, output) when it ends `error`, cancel and delete, and, once ready,
  * a sandbox from the template.
  */
-import type { BuildFailure } from '@sandboxd/protocol';
-import { AuthenticationError, NotFoundError } from '@sandboxd/sdk';
+import { AuthenticationError, NotFoundError, type BuildFailure } from '@sandboxd/sdk';
 import { errorText } from '../api.js';
 import { followBuildLog, formatDuration, isFinal, lineText, type LogEnd, type LogLine } from '../build-log.js';
 import { cancelBuild, deleteBuild, getBuild, openBuildLog, type Build } from '../builds-api.js';

@@ -122,7 +122,7 @@ export const renderTemplates: Page = async (main) => {
       h('td', { 'data-label': 'Image', class: 'mono' }, t.image),
       h('td', { 'data-label': 'Size' }, formatSize(t.sizeBytes)),
       h('td', { 'data-label': 'Created' }, formatDate(t.createdAt)),
-      h('td', { 'data-label': 'Build', class: 'mono' }, h('a', { href: `/builds/${t.buildId}` }, t.buildId)),
+      h('td', { 'data-label': 'Build', class: 'mono build-ref' }, h('a', { href: `/builds/${t.buildId}` }, t.buildId)),
       h(
         'td',
         { class: 'end' },
