@@ -359,6 +359,25 @@ describe('BuildContext: hostile and malformed archives are refused, naming the e
     await spoolEmpty();
   });
 
+  it('directories implied by deep paths count as entries (a few entries cannot fill the heap)', async () => {
+    // Each entry names a path 200 directories deep that no entry declares: before, the index
+    // made 200 nodes per entry uncounted, so ~8000 such entries (40 MB of tar, far less
+    // gzipped) took the server's whole heap.
+    const deep = Array.from({ length: 3 }, (_, i) => longName({ path: `${i}/${'a/'.repeat(200)}f`, data: '' })).flat();
+    await refusal(open(tar(deep), { maxEntries: 100 }), /more than 100 entries/);
+    await spoolEmpty();
+    // Declared directories are counted once, not again as implied ones.
+    const declared = tar([
+      { path: 'd', type: '5' },
+      { path: 'd/e', type: '5' },
+      { path: 'd/e/f', data: 'x' },
+    ]);
+    const ctx = await open(declared, { maxEntries: 3 });
+    await ctx.close();
+    await refusal(open(tar([{ path: 'd/e/f', data: 'x' }]), { maxEntries: 2 }), /more than 2 entries/);
+    await spoolEmpty();
+  });
+
   it('a body that fails mid-stream leaves nothing', async () => {
     async function* failing() {
       yield tar([{ path: 'a', data: 'x' }], { end: false });
@@ -711,6 +730,18 @@ describe('BuildContext: reads, ADD archives, lifecycle', () => {
         /ADD bomb\.tgz: the archive is over 1048576 bytes/,
         'payload_too_large',
       );
+    } finally {
+      await ctx.close();
+    }
+    await spoolEmpty();
+  });
+
+  it('ADD: the directories an archive implies count towards maxEntries (a 3 MB gzip took 3.4 GB of heap)', async () => {
+    // Each archive entry is 200 directories deep, none declared: a copy of 3 entries is 603.
+    const deep = Array.from({ length: 3 }, (_, i) => longName({ path: `${i}/${'a/'.repeat(200)}f`, data: '' })).flat();
+    const ctx = await open(tar([{ path: 'deep.tgz', data: gzipSync(tar(deep)) }]), { maxEntries: 100 });
+    try {
+      await refusal(ctx.select(['deep.tgz'], '/x/', { add: true }), /more than 100 entries/);
     } finally {
       await ctx.close();
     }

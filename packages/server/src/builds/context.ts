@@ -81,6 +81,8 @@ interface Node {
   children?: Map<string, Node>;
   /** Not excluded by `.dockerignore` (or a directory holding something that is not). */
   visible: boolean;
+  /** A directory made because a path went through it, not (yet) declared by an entry of its own. */
+  implied?: boolean;
 }
 
 const newDir = (name: string, mode = 0o755, uid = 0, gid = 0): Node => ({
@@ -211,6 +213,8 @@ export class BuildContext {
   private readonly extraFiles: { fh: FileHandle; path: string }[] = [];
   private closed = false;
   private entryCount = 0;
+  /** Directories made for paths through them and not declared (count towards `maxEntries` too). */
+  private impliedDirs = 0;
   private byteCount = 0;
   private readonly archives = new Map<Node, Promise<Archive | null>>();
 
@@ -286,7 +290,16 @@ export class BuildContext {
     for (let i = 0; i < parts.length; i++) {
       let next = dir.children!.get(parts[i]);
       if (!next) {
+        // Implied directories are nodes too: bounded with the entries, else a few entries with
+        // deep paths would make millions of them.
+        if (this.entryCount + ++this.impliedDirs > o.maxEntries) {
+          throw invalid(
+            `the build context has more than ${o.maxEntries} entries (counting the directories its paths go through)`,
+            { limit: o.maxEntries },
+          );
+        }
         next = newDir(parts[i]);
+        next.implied = true;
         dir.children!.set(parts[i], next);
       } else if (next.type !== 'dir') {
         const what = next.type === 'symlink' ? 'a symlink' : 'a file';
@@ -300,6 +313,10 @@ export class BuildContext {
     let node: Node;
     if (e.type === 'dir') {
       if (existing?.type === 'dir') {
+        if (existing.implied) {
+          existing.implied = false;
+          this.impliedDirs--;
+        }
         existing.mode = e.mode;
         existing.uid = e.uid;
         existing.gid = e.gid;
@@ -513,7 +530,7 @@ export class BuildContext {
     );
     const single = !multi && !destIsDir && matches[0].node.type === 'file' && !archives[0];
     const root = single ? posix.dirname(destClean) : destClean;
-    const out = new EntryMap(owner);
+    const out = new EntryMap(owner, this.o!.maxEntries);
     matches.forEach((m, i) => {
       const archive = archives[i];
       if (archive) {
@@ -779,7 +796,11 @@ class EntryMap {
   private readonly implied = new Set<string>();
   readonly digests = new Map<string, string>();
 
-  constructor(private readonly owner: { uid: number; gid: number }) {}
+  constructor(
+    private readonly owner: { uid: number; gid: number },
+    /** Most entries of a copy, the parents it adds included (an archive's deep paths imply many). */
+    private readonly max: number,
+  ) {}
 
   put(e: Digested, src: string): void {
     const parts = e.path.split('/');
@@ -787,6 +808,7 @@ class EntryMap {
       const parent = parts.slice(0, i).join('/');
       const had = this.map.get(parent);
       if (!had) {
+        this.room(src);
         this.map.set(parent, {
           path: parent,
           type: 'dir',
@@ -804,6 +826,7 @@ class EntryMap {
     const had = this.map.get(e.path);
     if (had && (had.type === 'dir') !== (e.type === 'dir')) throw conflict(e.path, src);
     if (had?.type === 'dir' && !this.implied.has(e.path)) return;
+    if (!had) this.room(src);
     this.implied.delete(e.path);
     this.map.set(e.path, entry);
     if (digest !== undefined) this.digests.set(e.path, digest);
@@ -811,6 +834,15 @@ class EntryMap {
 
   list(): CopyEntry[] {
     return [...this.map.values()];
+  }
+
+  /** Throws `validation` when one more entry would pass {@link max}. */
+  private room(src: string): void {
+    if (this.map.size >= this.max)
+      throw invalid(`COPY failed: ${src} makes more than ${this.max} entries (counting the directories it implies)`, {
+        source: src,
+        limit: this.max,
+      });
   }
 }
 

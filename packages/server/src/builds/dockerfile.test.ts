@@ -505,6 +505,34 @@ describe('parseDockerfile: refusals', () => {
   });
 });
 
+describe('parseDockerfile: substitution is bounded', () => {
+  it('a word that grows past its limit once substituted is refused by line (26 doubling ENV lines took the whole heap)', () => {
+    const kib = 'x'.repeat(1024);
+    // 2000 KiB from one line of 2000 references.
+    refusal(`FROM local/busybox\nENV A=${kib}\nENV B=${'$A'.repeat(2000)}\n`, 3, /ENV: .*over \d+ characters/);
+    // Doubling: each line twice the last.
+    const doubling = `FROM local/busybox\nENV A=${kib}\n${'ENV A=$A$A\n'.repeat(30)}`;
+    refusal(doubling, 13, /over \d+ characters/);
+  });
+
+  it('the substitutions of one Dockerfile are bounded in total', () => {
+    const half = 'x'.repeat(512 * 1024);
+    // Each word is under the limit of one; together they are 64 MiB.
+    const text = `FROM local/busybox\nENV A=${half}\n${Array.from({ length: 128 }, (_, i) => `LABEL l${i}=$A\n`).join('')}`;
+    let err: unknown;
+    try {
+      parse(text);
+    } catch (e) {
+      err = e;
+    }
+    assert.ok(err instanceof SandboxdError, `must be refused, got ${String(err)}`);
+    assert.equal(err.kind, 'validation');
+    assert.match(err.message, /^Dockerfile line \d+: .*in total/);
+    const line = (err.details as { line: number }).line;
+    assert.ok(line > 2 && line <= 130, `line ${line}`);
+  });
+});
+
 describe('parseDockerfile: any text', () => {
   it('parses or refuses with a validation error naming a line, never anything else', () => {
     const words = [

@@ -147,8 +147,35 @@ interface ResolvedStage extends RawStage {
  * (`Dockerfile line N: <what>`, details `{line, instruction}`) for the first problem found.
  */
 export function parseDockerfile(text: string, o: ParseDockerfileOptions = {}): BuildPlan {
-  const front = resolve(text, o.buildArgs ?? {});
-  return evaluate(front, o);
+  return withBudget(() => evaluate(resolve(text, o.buildArgs ?? {}), o));
+}
+
+/** Characters all substitutions of one Dockerfile may produce (each word is bounded too: shell-lex.ts). */
+export const MAX_SUBSTITUTED_CHARS = 16 * 2 ** 20;
+/** What the substitutions of the Dockerfile being parsed may still produce (parsing is synchronous). */
+let budget: { left: number } | null = null;
+
+/** `f` with a fresh substitution budget (nested calls share the outer one). */
+function withBudget<T>(f: () => T): T {
+  if (budget) return f();
+  budget = { left: MAX_SUBSTITUTED_CHARS };
+  try {
+    return f();
+  } finally {
+    budget = null;
+  }
+}
+
+/** Takes `n` characters from the budget: a Dockerfile whose variables grow without end is refused by line. */
+function spend(ins: RawInstruction, what: string, n: number): void {
+  if (!budget) return;
+  budget.left -= n;
+  if (budget.left < 0)
+    throw dockerfileError(
+      ins.line,
+      ins.text,
+      `${what}: the Dockerfile's substitutions are over ${MAX_SUBSTITUTED_CHARS} characters in total`,
+    );
 }
 
 /**
@@ -157,6 +184,10 @@ export function parseDockerfile(text: string, o: ParseDockerfileOptions = {}): B
  * {@link parseDockerfile} with `baseConfig`. Throws like {@link parseDockerfile}.
  */
 export function dockerfileBaseImages(text: string, o: Pick<ParseDockerfileOptions, 'buildArgs'> = {}): string[] {
+  return withBudget(() => baseImagesOf(text, o));
+}
+
+function baseImagesOf(text: string, o: Pick<ParseDockerfileOptions, 'buildArgs'>): string[] {
   const front = resolve(text, o.buildArgs ?? {});
   const refs = new Set<string>();
   for (const i of front.needed) {
@@ -630,7 +661,9 @@ function parseNameValues(ins: RawInstruction, up: string, esc: string): { key: s
 /** `word` substituted, a lexing error named with its line. */
 function expand(ins: RawInstruction, what: string, word: string, env: EnvLookup, esc: string): string {
   try {
-    return processWord(word, env, esc);
+    const out = processWord(word, env, esc);
+    spend(ins, what, out.length);
+    return out;
   } catch (e) {
     if (e instanceof ShellLexError) throw dockerfileError(ins.line, ins.text, `${what}: ${e.message}`);
     throw e;
@@ -639,7 +672,13 @@ function expand(ins: RawInstruction, what: string, word: string, env: EnvLookup,
 
 function expandWords(ins: RawInstruction, what: string, word: string, env: EnvLookup, esc: string): string[] {
   try {
-    return processWords(word, env, esc);
+    const out = processWords(word, env, esc);
+    spend(
+      ins,
+      what,
+      out.reduce((n, w) => n + w.length, 0),
+    );
+    return out;
   } catch (e) {
     if (e instanceof ShellLexError) throw dockerfileError(ins.line, ins.text, `${what}: ${e.message}`);
     throw e;

@@ -35,6 +35,8 @@ export class ShellLexError extends Error {
 }
 
 const EOF = '';
+/** Longest word once substituted: `$A$A...` would otherwise grow a word (and a Dockerfile's ENV) without end. */
+export const MAX_WORD_CHARS = 2 ** 20;
 
 /** `word` with its quotes removed and its variables substituted. */
 export function processWord(word: string, env: EnvLookup, escapeToken = '\\', o: LexOptions = {}): string {
@@ -143,6 +145,8 @@ class Lexer {
         if (special) {
           const tmp = special();
           result += tmp;
+          if (result.length > MAX_WORD_CHARS)
+            throw new ShellLexError(`the word is over ${MAX_WORD_CHARS} characters once substituted`);
           if (ch === '$') words.addString(tmp);
           else words.addRawString(tmp);
           continue;

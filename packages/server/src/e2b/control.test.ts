@@ -762,20 +762,17 @@ describe('E2B control API (fake runtime)', () => {
     const apis: Array<[string, string, unknown?]> = [
       ['GET', '/snapshots'],
       ['GET', `/sandboxes/metrics?sandbox_ids=${id}`],
-      ['GET', '/templates'],
       ['POST', '/templates', {}],
-      ['DELETE', '/templates/snap-1'],
-      ['GET', '/templates/aliases/base'],
       ['POST', '/v2/templates', {}],
-      ['POST', '/v3/templates', {}],
       ['GET', '/v2/templates/x/builds/y'],
+      ['GET', '/templates/x/builds/y/logs'],
       ['GET', '/volumes'],
       ['POST', '/volumes', { name: 'v' }],
       ['DELETE', '/volumes/v1'],
     ];
     for (const [method, url, body] of apis)
       assertError(await u.e2b(method, url, body), 501, 'unsupported', 'sandboxd does not support ');
-    assertError(await u.e2b('GET', '/templates'), 501, 'unsupported', 'SANDBOXD_E2B_TEMPLATES');
+    assertError(await u.e2b('POST', '/templates', {}), 501, 'unsupported', 'legacy builds');
     assertError(await u.e2b('GET', '/nothing-here'), 404, 'not_found');
     assertError(await u.e2b('GET', '/v2/sandboxes/x/nothing'), 404, 'not_found');
     assert.equal((await t.app.store.getSandbox(id))?.state, 'started', 'untouched');

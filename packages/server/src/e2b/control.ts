@@ -25,6 +25,7 @@ import {
   parseStartedAfter,
   parseStates,
 } from './listing.js';
+import { e2bTemplateRoutes } from './templates-routes.js';
 import { ENVD_VERSION } from './version.js';
 
 /** E2B's deprecated `clientID`: one fixed value. */
@@ -251,7 +252,10 @@ export const e2bControlRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app,
     const refused = unsupportedIn(b);
     const egress = egressOf(b);
     if (refused.length) throw new SandboxdError('unsupported', refused.join('; '));
-    const { image, configured } = imageOfTemplate(d.config.e2bTemplates, b.templateID);
+    const account = principalOf(req).account;
+    const { image, configured } = await imageOfTemplate(d.config.e2bTemplates, b.templateID, (name, tag) =>
+      d.services.builds.getTemplate(account.id, name, tag),
+    );
     // E2B's MCP template is no image anyone can pull: named as E2B names a missing template.
     if (b.templateID === MCP_GATEWAY_TEMPLATE && !configured)
       throw new SandboxdError(
@@ -263,7 +267,7 @@ export const e2bControlRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app,
     const end = d.metrics.createSeconds.startTimer();
     try {
       const r = await sandboxes.create(
-        principalOf(req).account,
+        account,
         {
           image,
           ...(b.timeout !== undefined ? { timeoutMs: b.timeout * 1000 } : {}),
@@ -285,7 +289,7 @@ export const e2bControlRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app,
           'template_not_found',
           configured
             ? `Template ${b.templateID} is configured with image ${image}, which this server does not have and cannot pull`
-            : `Template ${b.templateID} not found: it is neither a template of this server (${names}) nor an image it has or can pull`,
+            : `Template ${b.templateID} not found: it is neither a template of this server (${names}), nor one of your templates (Template.build), nor an image it has or can pull`,
           { templateID: b.templateID, image },
         );
       }
@@ -482,12 +486,32 @@ export const e2bControlRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app,
   const apis: Array<[paths: string[], what: string]> = [
     [['/snapshots'], 'snapshots'],
     [['/sandboxes/metrics'], 'sandbox metrics'],
-    [
-      ['/templates', '/v2/templates', '/v3/templates'],
-      'E2B templates: it maps template names to images (SANDBOXD_E2B_TEMPLATES), and any image reference works as a template',
-    ],
     [['/volumes'], "E2B volumes; sandboxd's own API has volumes"],
   ];
+  // E2B's template builder (Template.build, names, tags): templates-routes.ts. Below, what
+  // of E2B's template API is not served: the legacy Docker-push builds, rebuilds, updates,
+  // the timestamp-paged logs, and any other method or path.
+  await app.register(e2bTemplateRoutes, { ...d, prefix: '' }); // its options are ours, less our `/e2b`
+  const templatesElse =
+    "this part of E2B's template API (legacy builds of a pushed Docker image, rebuilds, template updates, paged build logs: Template.build, its status, names and tags are served)";
+  for (const [url, methods] of [
+    ['/templates', ['DELETE', 'PATCH', 'POST', 'PUT']],
+    ['/v2/templates', ['DELETE', 'PATCH', 'POST', 'PUT']],
+    ['/v3/templates', ['DELETE', 'GET', 'PATCH', 'PUT']],
+  ] as const)
+    app.route({
+      method: [...methods],
+      url,
+      schema: hide,
+      handler: async () => {
+        throw unsupported(templatesElse);
+      },
+    });
+  for (const url of ['/templates/*', '/v2/templates/*', '/v3/templates/*'])
+    app.all(url, { schema: hide }, async () => {
+      throw unsupported(templatesElse);
+    });
+
   for (const [paths, what] of apis) {
     for (const p of paths) {
       for (const url of [p, `${p}/*`]) {

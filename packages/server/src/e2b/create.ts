@@ -1,4 +1,12 @@
-import { type Egress, EnvMap } from '@sandboxd/protocol';
+import {
+  DEFAULT_TEMPLATE_TAG,
+  type Egress,
+  EnvMap,
+  SandboxdError,
+  TEMPLATE_IMAGE_PREFIX,
+  TEMPLATE_NAME_PATTERN,
+  TEMPLATE_TAG_PATTERN,
+} from '@sandboxd/protocol';
 import { type Static, Type } from 'typebox';
 import type { E2bTemplate } from '../config.js';
 
@@ -132,15 +140,40 @@ export function egressOf(b: NewSandbox): Egress | undefined {
 }
 
 /**
- * The image of an E2B template name: a configured template's image, else the name itself
- * taken as an image reference (`python:3.12`, `local/busybox:latest`). The name is kept as
- * the sandbox's template either way.
+ * The image of an E2B template name: a configured template's image; else the account's
+ * template of that name (`name` or `name:tag`, made by E2B's `Template.build` or sandboxd's
+ * builds; `templates/<name>:<tag>`, tag `latest` by default, E2B's `default` too) when
+ * `template` finds one; else the name itself taken as an image reference (`python:3.12`,
+ * `local/busybox:latest`). So an account's template shadows an image of the same name for
+ * that account. The name is kept as the sandbox's template either way.
  */
-export function imageOfTemplate(
+export async function imageOfTemplate(
   templates: Readonly<Record<string, E2bTemplate>>,
   templateID: string,
-): { image: string; configured: boolean } {
-  return Object.hasOwn(templates, templateID)
-    ? { image: templates[templateID].image, configured: true }
-    : { image: templateID, configured: false };
+  template?: (name: string, tag: string) => Promise<unknown>,
+): Promise<{ image: string; configured: boolean }> {
+  if (Object.hasOwn(templates, templateID)) return { image: templates[templateID].image, configured: true };
+  const named = template ? accountTemplateOf(templateID) : null;
+  if (named && template) {
+    try {
+      await template(named.name, named.tag);
+      return { image: `${TEMPLATE_IMAGE_PREFIX}${named.name}:${named.tag}`, configured: false };
+    } catch (e) {
+      // Not one of the account's: an image reference, as before (also while builds are not served).
+      if (!(e instanceof SandboxdError && (e.kind === 'not_found' || e.kind === 'unsupported'))) throw e;
+    }
+  }
+  return { image: templateID, configured: false };
+}
+
+const TEMPLATE_NAME = new RegExp(TEMPLATE_NAME_PATTERN);
+const TEMPLATE_TAG = new RegExp(TEMPLATE_TAG_PATTERN);
+
+/** `name` or `name:tag` as an account template could be named (E2B's `default` tag is `latest`); null otherwise. */
+export function accountTemplateOf(templateID: string): { name: string; tag: string } | null {
+  const colon = templateID.indexOf(':');
+  const name = colon === -1 ? templateID : templateID.slice(0, colon);
+  let tag = colon === -1 ? DEFAULT_TEMPLATE_TAG : templateID.slice(colon + 1);
+  if (tag === 'default') tag = DEFAULT_TEMPLATE_TAG;
+  return TEMPLATE_NAME.test(name) && TEMPLATE_TAG.test(tag) ? { name, tag } : null;
 }

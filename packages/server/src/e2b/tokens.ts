@@ -49,6 +49,26 @@ export class AccessTokens {
     return want.length === got.length && timingSafeEqual(want, got);
   }
 
+  /**
+   * The signature of an upload URL of E2B's template builder (the SDK PUTs a COPY's files
+   * there without its API key): an HMAC of the account, the files' hash and the expiry
+   * (unix seconds), under the same secret, so the URL uploads that hash for that account
+   * until then and nothing else.
+   */
+  async uploadSignature(accountId: string, hash: string, expires: number): Promise<string> {
+    return createHmac('sha256', await this.key())
+      .update(`template-upload:${accountId}:${hash}:${expires}`)
+      .digest('base64url');
+  }
+
+  /** Constant-time check of an upload URL's signature (its expiry is the caller's to check). */
+  async verifyUpload(accountId: string, hash: string, expires: number, signature: string): Promise<boolean> {
+    if (!signature || signature.length > 200) return false;
+    const want = Buffer.from(await this.uploadSignature(accountId, hash, expires));
+    const got = Buffer.from(signature);
+    return want.length === got.length && timingSafeEqual(want, got);
+  }
+
   /** Makes the secret on first start (app start-up calls this, before serving). */
   async init(): Promise<void> {
     await this.key();

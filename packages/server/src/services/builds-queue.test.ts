@@ -4,10 +4,10 @@
  * at the next start. Steps and their effects are proven on the real runtime (builds.test.ts).
  */
 import assert from 'node:assert/strict';
-import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Readable } from 'node:stream';
+import { PassThrough, Readable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, it } from 'node:test';
 import type { SandboxdError } from '@sandboxd/protocol';
@@ -97,6 +97,25 @@ describe('builds service: queue, reservations, uploads, checks (fake driver)', (
     await t.app.services.sandboxes.delete(a.id, busy.id);
     const done = await waitFinal(a, b.id);
     assert.equal(done.state, 'ready', JSON.stringify(done.error));
+  });
+
+  it('COPY --from on a plan of one sandbox at a time fails at once, saying why', async () => {
+    const a = await account('ONESANDBOX');
+    const p = plan(stage(BUSYBOX, []), stage(BUSYBOX, []));
+    p.stages[1].steps.push({
+      kind: 'copy',
+      line: 9,
+      text: 'COPY --from=0 /bin/sh /sh',
+      from: { kind: 'stage', stage: 0 },
+      sources: ['/bin/sh'],
+      dest: '/sh',
+    });
+    const b = await start(a, p, 'two');
+    const done = await waitFinal(a, b.id);
+    assert.equal(done.state, 'error');
+    assert.equal(done.error?.kind, 'concurrency');
+    assert.match(done.error?.message ?? '', /COPY --from needs two sandboxes at once.*allows 1/);
+    assert.deepEqual((await t.app.services.sandboxes.list(a.id, { limit: 10 })).items, []);
   });
 
   it('a queued build cancelled never runs; delete forgets a build and its log, not its template', async () => {
@@ -260,6 +279,50 @@ describe('builds service: queue, reservations, uploads, checks (fake driver)', (
       })(),
       (e: SandboxdError) => e.kind === 'not_found',
     );
+  });
+
+  it('contexts still uploading count as pending builds: an account cannot spool without bound at once', async () => {
+    const a = await account();
+    const spoolDir = join(dataDir, 'builds', 'tmp');
+    const spools = () =>
+      existsSync(spoolDir) ? readdirSync(spoolDir).filter((f) => f.startsWith('context-')).length : 0;
+    const before = spools();
+    // Bodies that never end (a slow client): each holds a spool until it is cut.
+    const bodies = Array.from({ length: MAX_PENDING_BUILDS }, () => new PassThrough());
+    const pending = bodies.map((b) =>
+      builds.createFromDockerfile(a, { name: 'slow', tag: 'latest' }, b).then(
+        () => 'accepted',
+        (e: SandboxdError) => e.kind ?? String(e),
+      ),
+    );
+    for (const b of bodies) b.write(Buffer.alloc(512));
+    for (let i = 0; i < 200 && spools() < before + MAX_PENDING_BUILDS; i++) await sleep(20);
+    assert.equal(spools(), before + MAX_PENDING_BUILDS);
+    // One more is refused before its body is read, though no build record exists yet.
+    const extra = new PassThrough();
+    let settled: string | undefined;
+    const more = builds.createFromDockerfile(a, { name: 'slow', tag: 'latest' }, extra).then(
+      () => 'accepted',
+      (e: SandboxdError) => e.kind ?? String(e),
+    );
+    void more.then((k) => {
+      settled = k;
+    });
+    extra.write(Buffer.alloc(512));
+    for (let i = 0; i < 200 && settled === undefined && spools() <= before + MAX_PENDING_BUILDS; i++) await sleep(20);
+    const spooled = spools();
+    for (const b of [...bodies, extra]) b.destroy(); // the clients went
+    assert.equal(await more, 'quota');
+    assert.equal(spooled, before + MAX_PENDING_BUILDS, 'the refused upload spooled nothing');
+    for (const k of await Promise.all(pending)) assert.notEqual(k, 'accepted');
+    assert.equal(spools(), before, 'every spool went with its cut body');
+    // Once they are gone, the account may upload again.
+    const ok = await builds.createFromDockerfile(
+      a,
+      { name: 'slow', tag: 'latest' },
+      Readable.from([tarOf([{ path: 'Dockerfile', body: `FROM ${BUSYBOX}\nRUN true\n` }])]),
+    );
+    await waitFinal(a, ok.id);
   });
 
   it('shutdown ends running and queued builds error and deletes their sandboxes; nothing new is accepted', async () => {

@@ -127,6 +127,8 @@ export class BuildRun {
   private readonly newLayers: LayerRecord[] = [];
   private readonly uploads = new Map<string, Promise<CopyContext & { close(): Promise<void> }>>();
   private readonly quotaBytes: number;
+  /** The current stage's FROM is counted as done, not yet as cached or not (see {@link settleFrom}). */
+  private fromPending = false;
 
   constructor(
     private readonly d: RunDeps,
@@ -198,9 +200,9 @@ export class BuildRun {
         layers: [],
       };
     }
-    // A base counts as cached once the account built on it before (a marker, as config steps have).
-    const seen = await this.d.cache.mark(this.i.account.id, sha256(`from\n${cur.key}`));
-    this.count(seen && !this.i.noCache);
+    // A base counts as cached when the step after it does (its result came from the cache).
+    this.count(false);
+    this.fromPending = true;
     return cur;
   }
 
@@ -557,7 +559,7 @@ export class BuildRun {
     fn: (id: string) => Promise<T>,
   ): Promise<T> {
     this.throwIfAborted();
-    const rec = await this.createSandbox(from, n);
+    const rec = await this.createSandbox(from, n, this.live.size > 0);
     this.live.add(rec.id);
     try {
       this.throwIfAborted();
@@ -576,9 +578,17 @@ export class BuildRun {
    * A step sandbox of the account. While the plan's concurrency is taken (by the account's
    * other sandboxes) or the host has no room, the step waits (saying so in the log) and
    * tries again every second, at most the step timeout; then it fails with that error.
+   * A `second` one (COPY --from's source, beside the step's) on a plan of one sandbox at a
+   * time could never come: refused at once.
    */
-  private async createSandbox(from: { ref: string; publicRef: string }, n: number) {
+  private async createSandbox(from: { ref: string; publicRef: string }, n: number, second: boolean) {
     const plan = planOf(this.d.config as Config, this.i.account.plan);
+    if (second && plan.concurrency < 2)
+      throw new SandboxdError(
+        'concurrency',
+        `COPY --from needs two sandboxes at once (the source's and the step's); the plan allows ${plan.concurrency}`,
+        { limit: plan.concurrency },
+      );
     const req = {
       image: from.publicRef,
       timeoutMs: Math.min(this.d.config.buildStepTimeoutMs + 60_000, plan.maxLifetimeMs),
@@ -639,6 +649,7 @@ export class BuildRun {
       // Config steps after the last layer, labels, or no layer at all: an image of its own.
       const key = configKey(cur.key, cur.cfg);
       const hit = this.i.noCache ? null : await this.d.cache.lookup(this.i.account.id, key);
+      this.settleFrom(Boolean(hit));
       if (hit) {
         this.hold(hit.layer.driverRef);
         ({ info } = hit);
@@ -704,7 +715,15 @@ export class BuildRun {
   private count(cached: boolean): void {
     this.done++;
     if (cached) this.cached++;
+    this.settleFrom(cached);
     this.i.progress(this.done, this.cached);
+  }
+
+  /** The stage's FROM counts as cached when the first step after it (or its result) came from the cache. */
+  private settleFrom(cached: boolean): void {
+    if (!this.fromPending) return;
+    this.fromPending = false;
+    if (cached && !this.i.noCache) this.cached++;
   }
 
   private throwIfAborted(): void {

@@ -267,7 +267,8 @@ describe('builds service on the local runtime', { skip: LOCAL ? false : 'needs S
     assert.match(e.message, /allowDomains: .*plan/);
     e = await refuse('FROM local/busybox:latest\nRUN true\n', { allowDomains: ['not a domain!'] });
     assert.equal(e.kind, 'validation');
-    e = await refuse('', { files: [] }).catch(() => e); // (an empty Dockerfile: refused by the parser)
+    e = await refuse('');
+    assert.equal(e.kind, 'validation', 'an empty Dockerfile');
     const noDockerfile = await builds
       .createFromDockerfile(
         a,

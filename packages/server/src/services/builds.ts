@@ -109,6 +109,8 @@ export function failureOf(e: unknown): BuildFailure {
  */
 export class BuildService implements BuildsApi {
   private readonly jobs = new Map<string, Job>();
+  /** Contexts being received (spooled, not yet a build record) per account, in this process: pending too. */
+  private readonly receiving = new Map<string, number>();
   private readonly notifier = new BuildLogNotifier();
   private readonly cache: BuildCache;
   private closing = false;
@@ -143,11 +145,25 @@ export class BuildService implements BuildsApi {
     if (o.dockerfileText !== undefined) parseDockerfile(o.dockerfileText, { buildArgs });
     const limits = buildLimits(planOf(this.d.config, account.plan));
     const spoolDir = await this.dir('tmp');
-    const ctx = await BuildContext.open(context, {
-      spoolDir,
-      maxBytes: limits.buildContextBytes,
-      maxEntries: MAX_CONTEXT_ENTRIES,
-    });
+    // Counted from here until the build record exists (or the upload fails): uploads in
+    // flight are pending builds, else an account could spool any number of contexts at once.
+    this.receiving.set(account.id, (this.receiving.get(account.id) ?? 0) + 1);
+    const received = () => {
+      const n = (this.receiving.get(account.id) ?? 1) - 1;
+      if (n > 0) this.receiving.set(account.id, n);
+      else this.receiving.delete(account.id);
+    };
+    let ctx: BuildContext;
+    try {
+      ctx = await BuildContext.open(context, {
+        spoolDir,
+        maxBytes: limits.buildContextBytes,
+        maxEntries: MAX_CONTEXT_ENTRIES,
+      });
+    } catch (e) {
+      received();
+      throw e;
+    }
     try {
       const text = o.dockerfileText ?? (await this.readDockerfile(ctx, o.dockerfile ?? 'Dockerfile'));
       // Syntax first (errors by line), then the bases' configs, then the plan with them.
@@ -172,6 +188,8 @@ export class BuildService implements BuildsApi {
     } catch (e) {
       await ctx.close();
       throw e;
+    } finally {
+      received();
     }
   }
 
@@ -868,7 +886,8 @@ export class BuildService implements BuildsApi {
 
   /** `quota` when the account has {@link MAX_PENDING_BUILDS} builds queued or running. */
   private async pendingRoom(account: AccountRecord): Promise<void> {
-    const n = await this.d.store.countBuilds(account.id, ['queued', 'building']);
+    const n =
+      (await this.d.store.countBuilds(account.id, ['queued', 'building'])) + (this.receiving.get(account.id) ?? 0);
     if (n >= MAX_PENDING_BUILDS)
       throw new SandboxdError('quota', `Too many builds queued or running: the account has ${n}`, {
         quota: 'builds',

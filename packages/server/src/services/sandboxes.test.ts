@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import type { SandboxdError } from '@sandboxd/protocol';
+import { SandboxdError } from '@sandboxd/protocol';
 import { makeTestApp, type TestApp } from '../../test/app.js';
 
 describe('SandboxService', () => {
@@ -44,6 +44,20 @@ describe('SandboxService', () => {
     const list = (await t.app.services.sandboxes.list(a.id, {})).items;
     assert.equal(list.length, 1);
     assert.equal(list[0].state, 'error');
+  });
+
+  it("an image whose ready check never passes: the create's 504 with its output, tokens refunded, no record left", async () => {
+    const a = await account();
+    t.driver.failNextCreate = new SandboxdError('upstream_timeout', 'The ready check did not pass within 2000 ms', {
+      exitCode: 7,
+      output: 'not-yet-ready\n',
+    });
+    await assert.rejects(
+      t.app.services.sandboxes.create(a, { image: 'local/busybox:latest' }),
+      (e: SandboxdError) => e.kind === 'upstream_timeout' && (e.details as { exitCode: number }).exitCode === 7,
+    );
+    assert.equal(await t.app.store.balance(a.id), 1000);
+    assert.deepEqual((await t.app.services.sandboxes.list(a.id, {})).items, []);
   });
 
   it('a full disk during create: 507 saying so, tokens refunded, no record and no volume it made', async () => {

@@ -30,8 +30,12 @@ import { badRequest, type CreateOptions, creatingRecord, envProblems, parseVolum
 
 export { type CreateOptions, envProblems } from './sandbox-input.js';
 
-/** Errors of `driver.create` that mean "the request was wrong", not "the runtime failed". */
-const CLIENT_KINDS = new Set(['template_not_found', 'validation', 'conflict']);
+/**
+ * Errors of `driver.create` that mean "the request was wrong", not "the runtime failed":
+ * `upstream_timeout` is the image's own start (its ready check, its declared service) that
+ * never became ready, which the create answers 504 leaving nothing behind.
+ */
+const CLIENT_KINDS = new Set(['template_not_found', 'validation', 'conflict', 'upstream_timeout']);
 
 /** The 503 a failure of `driver.create` stands for when it means the host is full, else null. */
 function hostFull(e: unknown): SandboxdError | null {

@@ -174,6 +174,14 @@ export const buildRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) =
           response: { 202: BuildReplySchema },
         },
         config: { errors: [400, 401, 403, 404, 409, 413, 507] },
+        // A refusal answered before the whole context was read (a context over the plan's size,
+        // a bad tar) closes the connection: the rest of the body is never read, so the
+        // connection could carry no other request (the client's next one on it would hang
+        // until the idle timeout, then fail).
+        onSend: async (req, reply, payload) => {
+          if (!req.raw.complete) reply.header('connection', 'close');
+          return payload;
+        },
         onRequest: async (req) => {
           const type = mediaType(req);
           if (!(BUILD_CONTEXT_MEDIA_TYPES as readonly string[]).includes(type)) {
