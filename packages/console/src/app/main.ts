@@ -16,6 +16,9 @@ import { renderOnboarding } from './pages/onboarding.js';
 import { renderSandbox } from './pages/sandbox.js';
 import { renderSandboxes } from './pages/sandboxes.js';
 import { renderSnapshots } from './pages/snapshots.js';
+import { renderBuild } from './pages/build.js';
+import { renderBuildForm } from './pages/build-new.js';
+import { renderTemplates } from './pages/templates.js';
 
 /** What every page gets: the account and navigation. */
 export interface PageContext {
@@ -31,10 +34,11 @@ const root = document.getElementById('app')!;
 let account: AccountInfo | null = null;
 let cleanup: (() => void) | undefined;
 
-const NAV = [
+const NAV: Array<{ path: string; label: string; also?: string }> = [
   { path: '/onboarding', label: 'Get started' },
   { path: '/sandboxes', label: 'Sandboxes' },
   { path: '/snapshots', label: 'Snapshots' },
+  { path: '/templates', label: 'Templates', also: '/builds' },
   { path: '/keys', label: 'API keys' },
 ];
 
@@ -54,7 +58,18 @@ function frame(acc: AccountInfo): HTMLElement {
       'ul',
       {},
       ...NAV.map((n) =>
-        h('li', {}, h('a', { href: n.path, 'aria-current': here.startsWith(n.path) ? 'page' : null }, n.label)),
+        h(
+          'li',
+          {},
+          h(
+            'a',
+            {
+              href: n.path,
+              'aria-current': here.startsWith(n.path) || (n.also && here.startsWith(n.also)) ? 'page' : null,
+            },
+            n.label,
+          ),
+        ),
       ),
     ),
   );
@@ -94,6 +109,9 @@ const ROUTES: Array<[RegExp, Page]> = [
   [/^\/sandboxes(?:\/new)?$/, renderSandboxes],
   [/^\/sandboxes\/(?<id>sbx_[a-z0-9]+)$/, renderSandbox],
   [/^\/snapshots$/, renderSnapshots],
+  [/^\/templates$/, renderTemplates],
+  [/^\/builds\/new$/, renderBuildForm],
+  [/^\/builds\/(?<id>bld_[A-Za-z0-9_-]+)$/, renderBuild],
 ];
 
 async function home(): Promise<string> {

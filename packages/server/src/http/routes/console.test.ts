@@ -14,12 +14,14 @@ describe('console routes', () => {
 
   it('answers index.html for every console page, with a fresh nonce in a strict CSP each time', async () => {
     const nonces = new Set<string>();
-    for (const url of [
+    const urls = [
       ...CONSOLE_PAGES.filter((p) => !p.includes(':')),
       '/sandboxes/sbx_x',
+      '/builds/bld_x',
       '/keys/',
       '/onboarding?x=1',
-    ]) {
+    ];
+    for (const url of urls) {
       const r = await get(url);
       assert.equal(r.statusCode, 200, url);
       assert.match(String(r.headers['content-type']), /^text\/html; charset=utf-8/);
@@ -34,7 +36,7 @@ describe('console routes', () => {
       assert.doesNotMatch(csp, /frame-src|child-src/);
       nonces.add(nonce);
     }
-    assert.equal(nonces.size, CONSOLE_PAGES.length - 1 + 3);
+    assert.equal(nonces.size, urls.length);
   });
 
   it('never shadows the API, health or metrics, and 404s unknown paths', async () => {

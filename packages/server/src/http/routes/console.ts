@@ -17,6 +17,9 @@ export const CONSOLE_PAGES = [
   '/sandboxes/new',
   '/sandboxes/:id',
   '/snapshots',
+  '/templates',
+  '/builds/new',
+  '/builds/:id',
 ];
 
 /**
