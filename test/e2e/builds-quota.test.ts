@@ -130,6 +130,47 @@ describe('image builds and the plan (real runtime)', {
     assert.ok(list.length <= 1);
   });
 
+  it('a log past its cap: the build goes on, one line says the rest is not kept, and the stream ends', async () => {
+    const b = await account('PRO');
+    const build = await b.run(
+      { name: 'loud' },
+      withDockerfile(`FROM ${BUSYBOX}\nRUN seq 1 120000\nRUN echo after-the-flood > /after\n`),
+    );
+    assert.equal(build.state, 'ready', JSON.stringify(build.error));
+    const events = await b.logs(build.id, { follow: true });
+    const logs = events.filter((e) => e.type === 'log') as Array<{ seq: number; text: string }>;
+    assert.deepEqual(events.at(-1), { type: 'end', state: 'ready' });
+    assert.ok(logs.length <= 100_001, `${logs.length} lines kept`);
+    assert.deepEqual(
+      logs.map((e) => e.seq),
+      logs.map((_, i) => i),
+    );
+    assert.match(logs.at(-1)!.text, /limit.*not kept/);
+    const id = await b.sandbox('templates/loud');
+    assert.equal((await b.sh(id, 'cat /after')).stdout, 'after-the-flood\n', 'the steps after the cut ran');
+    await b.deleteSandbox(id);
+  });
+
+  it('a RUN past the step timeout fails the build naming it (timedOut); its sandbox is gone', async () => {
+    const t = await startServer({ env: { SANDBOXD_BUILD_STEP_TIMEOUT_MS: '3000' } });
+    const b = new Builds(t, (await newAccount(t, { tokens: 100_000 })).key);
+    try {
+      const build = await b.run({ name: 'slow' }, withDockerfile(`FROM ${BUSYBOX}\nRUN echo going && sleep 600\n`));
+      assert.equal(build.state, 'error', JSON.stringify(build));
+      assert.equal(build.error?.details?.line, 2);
+      assert.equal(
+        (build.error?.details as Record<string, unknown> | undefined)?.timedOut,
+        true,
+        JSON.stringify(build.error),
+      );
+      assert.match(build.error!.message, /step timeout \(3000 ms\)/);
+      assert.match(String(build.error?.details?.output), /going/);
+      assert.deepEqual(await b.stepSandboxes(), []);
+    } finally {
+      await stopClean(t, [b]);
+    }
+  });
+
   it('allowDomains beyond the plan: 400 naming it before anything runs; within it, accepted', async () => {
     const none = await account('NOEGRESS');
     const r = await none.start({ name: 'net', allowDomains: ['example.com'] }, withDockerfile(`FROM ${BUSYBOX}\n`));

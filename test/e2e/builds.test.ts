@@ -103,6 +103,7 @@ describe('image builds (real runtime)', {
       'COPY --chown=1234 logs/*.log ./logs/',
       'COPY links/ ./links/',
       'ADD files.tar ./extracted/',
+      'ADD files.tgz /opt/app/extracted-gz/',
       'WORKDIR rel',
       'EXPOSE 8080 9090/udp',
       'USER app',
@@ -133,6 +134,7 @@ describe('image builds (real runtime)', {
       'links/target.txt': 'target\n',
       'links/rel': { type: 'symlink', link: 'target.txt' },
       'files.tar': inner,
+      'files.tgz': gzip(inner),
     });
     const build = await ready(
       await b.run({ name: 'full', tag: 'v1', buildArgs: { VERSION: '1.2', UNUSED: 'x' } }, gzip(ctx)),
@@ -169,6 +171,11 @@ describe('image builds (real runtime)', {
       await out('stat -c "%n %U:%G %a" /opt/app/bin/tool /opt/app/bin/helper /opt/app/built.txt'),
       '/opt/app/bin/tool app:app 750\n/opt/app/bin/helper app:app 750\n/opt/app/built.txt root:root 644\n',
     );
+    assert.equal(
+      await out('stat -c "%U:%G %a" /opt/app/bin /opt/app/logs'),
+      'app:app 750\napp:app 755\n',
+      'the dirs a COPY makes get its --chown and --chmod',
+    );
     assert.equal(await out('/opt/app/bin/tool'), 'tool-ran\n');
     assert.equal(await out('ls /opt/app/logs; stat -c "%u:%g" /opt/app/logs/keep.log'), 'keep.log\n1234:1234\n');
     // A symlink of the context is copied as a symlink.
@@ -178,6 +185,7 @@ describe('image builds (real runtime)', {
       await out('cat /opt/app/extracted/inner/one.txt /opt/app/extracted/inner/two.txt; ls /opt/app/extracted'),
       'one\ntwo\ninner\n',
     );
+    assert.equal(await out('cat /opt/app/extracted-gz/inner/one.txt'), 'one\n', 'a gzip tar too');
     // SHELL: the RUN after it ran in bash; a RUN after USER ran as that user with its build args.
     assert.equal(await out('cat /shell.txt'), 'bash\n');
     assert.equal(await out('cat /home/app/whoami.txt'), 'app\n/opt/app/rel\n1.2-hello world\n');
@@ -436,16 +444,15 @@ describe('image builds (real runtime)', {
       body: new Uint8Array(withDockerfile(`FROM ${BUSYBOX}\n`)),
     });
     assert.equal(noKey.status, 401);
-    // A COPY of something the context lacks: refused before anything runs, or the build fails naming it.
-    const missing = await b.start({ name: 'bad' }, withDockerfile(`FROM ${BUSYBOX}\nCOPY nothing-here.txt /x\n`));
-    if (missing.status === 202) {
-      const m = await b.wait(missing.body.build.id);
-      assert.equal(m.state, 'error');
-      assert.match(JSON.stringify(m.error), /nothing-here\.txt/);
-      assert.equal((await b.delete(m.id)).status, 204);
-    } else {
+    // A COPY of something the context lacks (or that .dockerignore hides): refused before anything runs.
+    for (const [files, name] of [
+      [{}, 'nothing-here.txt'],
+      [{ '.dockerignore': 'nothing-here.txt\n', 'nothing-here.txt': 'ignored' }, 'nothing-here.txt'],
+    ] as const) {
+      const missing = await b.start({ name: 'bad' }, withDockerfile(`FROM ${BUSYBOX}\nCOPY ${name} /x\n`, files));
       assert.equal(missing.status, 400, missing.text);
-      assert.match(missing.body.message, /nothing-here\.txt|line 2/);
+      assert.match(missing.body.message, /line 2/i);
+      assert.match(missing.body.message, /nothing-here\.txt/);
     }
     assert.equal((await b.list()).length, buildsBefore, 'no build was made');
     assert.ok(!(await b.templates()).some((t) => t.name === 'bad'));

@@ -14,6 +14,7 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { BuildError, type LogEntry, Sandbox, Template, waitForFile } from 'e2b';
 import { newAccount, RUNTIME, startServer, until } from './harness.js';
+import { stopClean } from './builds-support.js';
 import { type E2bEnv, startE2b } from './e2b/support.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -75,7 +76,8 @@ describe("E2B's template builder through the e2b SDK", {
     env = await startE2b();
   });
   after(async () => {
-    await env?.s.stop();
+    // Its layer images live in the image store that test servers share: removed with it.
+    await stopClean(env?.s, []);
     if (dir) rmSync(dir, { recursive: true, force: true });
   });
 
