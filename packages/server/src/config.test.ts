@@ -110,6 +110,9 @@ describe('loadConfig', () => {
     const c = loadConfig({});
     assert.equal(c.buildsMax, 2);
     assert.equal(c.buildStepTimeoutMs, 1_800_000);
+    assert.equal(c.buildUploadTtlMs, 86_400_000);
+    assert.equal(loadConfig({ SANDBOXD_BUILD_UPLOAD_TTL_MS: '3600000' }).buildUploadTtlMs, 3_600_000);
+    assert.throws(() => loadConfig({ SANDBOXD_BUILD_UPLOAD_TTL_MS: '5' }), /SANDBOXD_BUILD_UPLOAD_TTL_MS/);
     assert.deepEqual(buildLimits(c.plans.FREE), {
       maxBuilds: 2,
       buildContextBytes: 512 * 2 ** 20,

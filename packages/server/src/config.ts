@@ -206,6 +206,11 @@ export interface Config {
    * before the build fails (default 30 min; never past the plan's `maxLifetimeMs`).
    */
   buildStepTimeoutMs: number;
+  /**
+   * `SANDBOXD_BUILD_UPLOAD_TTL_MS`: how long an E2B template upload (a file tar) is kept
+   * before the builds tick removes it (default 24 h).
+   */
+  buildUploadTtlMs: number;
 }
 
 /**
@@ -420,6 +425,12 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
       'SANDBOXD_BUILD_STEP_TIMEOUT_MS',
       int('SANDBOXD_BUILD_STEP_TIMEOUT_MS', 1000, 86_400_000),
       1_800_000,
+    ),
+    buildUploadTtlMs: pick(
+      'buildUploadTtlMs',
+      'SANDBOXD_BUILD_UPLOAD_TTL_MS',
+      int('SANDBOXD_BUILD_UPLOAD_TTL_MS', 60_000, 30 * 86_400_000),
+      86_400_000,
     ),
     e2bTemplates: e2bTemplates(
       overrides.e2bTemplates ??

@@ -1,5 +1,5 @@
 import { createReadStream, createWriteStream } from 'node:fs';
-import { mkdir, rename, rm, stat } from 'node:fs/promises';
+import { mkdir, readdir, rename, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
@@ -21,7 +21,7 @@ import type { BuildOptions, BuildsApi } from '../builds/types.js';
 import { buildLimits } from '../config-plans.js';
 import { checkEgress, decideEgress } from '../domain/egress.js';
 import { randomBase32 } from '../domain/ids.js';
-import type { AccountRecord, BuildRecord, StoredBuild, TemplateRecord } from '../store/store.js';
+import type { AccountRecord, BuildRecord, StoredBuild, TemplateRecord, UploadRecord } from '../store/store.js';
 import { BuildCache } from './builds-cache.js';
 import { BUILD_LOG_CAP, BuildLogNotifier, BuildLogWriter } from './builds-log.js';
 import { BuildAborted, BuildRun, type CopyContext } from './builds-run.js';
@@ -36,6 +36,10 @@ export const newBuildId = (): string => `bld_${randomBase32(20)}`;
 export const MAX_CONTEXT_ENTRIES = 100_000;
 /** Builds of an account queued or running at once, over every server; more are refused (`quota`). */
 export const MAX_PENDING_BUILDS = 16;
+/** E2B uploads of an account received at once, in this process; more are refused (`quota`) before their body is read. */
+export const MAX_UPLOADS_IN_FLIGHT = 4;
+/** A file of the uploads directory that no row names (a temp file of a crashed upload, say) is removed once this old. */
+const ORPHAN_UPLOAD_MS = 3_600_000;
 /** An E2B reservation (`reserve`) not given its plan within this long ends `error`. */
 export const RESERVATION_TTL_MS = 3_600_000;
 /** The lease naming the server that runs a build; its time only bounds a holder that never lets go (the holder's presence says whether it runs). */
@@ -111,6 +115,10 @@ export class BuildService implements BuildsApi {
   private readonly jobs = new Map<string, Job>();
   /** Contexts being received (spooled, not yet a build record) per account, in this process: pending too. */
   private readonly receiving = new Map<string, number>();
+  /** E2B uploads being received per account, in this process. */
+  private readonly uploading = new Map<string, number>();
+  /** Per account: the last of the changes to its uploads (room made, rows written, collection), one at a time. */
+  private readonly uploadChain = new Map<string, Promise<unknown>>();
   private readonly notifier = new BuildLogNotifier();
   private readonly cache: BuildCache;
   private closing = false;
@@ -364,14 +372,40 @@ export class BuildService implements BuildsApi {
     );
   }
 
+  /**
+   * Keeps `body` as the account's upload `hash` (whole or not at all). At most
+   * {@link MAX_UPLOADS_IN_FLIGHT} of an account are received at once (`quota`, `uploads`,
+   * before the body is read). The account's uploads together fit its plan's
+   * `buildCacheBytes`: the oldest not named by a queued or running build of the account are
+   * removed to make room, and when that is not enough the upload is refused (`quota`,
+   * `buildCacheBytes`) and nothing changes.
+   */
   async putUpload(accountId: string, hash: string, body: Readable): Promise<void> {
     if (!HASH_RE.test(hash))
       throw new SandboxdError('validation', 'The files hash must be 64 lowercase hex digits', { hash });
     const account = await this.d.store.getAccount(accountId);
     if (!account) throw new SandboxdError('not_found', 'Account not found');
     await this.d.storage.check();
-    const max = buildLimits(planOf(this.d.config, account.plan)).buildContextBytes;
-    const dir = await this.dir('uploads', accountId);
+    const inFlight = this.uploading.get(accountId) ?? 0;
+    if (inFlight >= MAX_UPLOADS_IN_FLIGHT)
+      throw new SandboxdError('quota', `Too many uploads at once: the account is sending ${inFlight}`, {
+        quota: 'uploads',
+        limit: MAX_UPLOADS_IN_FLIGHT,
+      });
+    this.uploading.set(accountId, inFlight + 1);
+    try {
+      await this.receiveUpload(account, hash, body);
+    } finally {
+      const n = (this.uploading.get(accountId) ?? 1) - 1;
+      if (n > 0) this.uploading.set(accountId, n);
+      else this.uploading.delete(accountId);
+    }
+  }
+
+  private async receiveUpload(account: AccountRecord, hash: string, body: Readable): Promise<void> {
+    const limits = buildLimits(planOf(this.d.config, account.plan));
+    const max = limits.buildContextBytes;
+    const dir = await this.dir('uploads', account.id);
     const tmp = join(dir, `.tmp-${randomBase32(12)}`);
     const path = join(dir, hash);
     let size = 0;
@@ -390,12 +424,135 @@ export class BuildService implements BuildsApi {
         },
         createWriteStream(tmp, { mode: 0o600 }),
       );
-      await rename(tmp, path);
+      await this.uploadsSerial(account.id, async () => {
+        await this.uploadRoom(account.id, hash, size, limits.buildCacheBytes);
+        await rename(tmp, path);
+        await this.d.store.putUpload({
+          accountId: account.id,
+          hash,
+          path,
+          sizeBytes: size,
+          createdAt: this.d.clock.now(),
+        });
+      });
     } catch (e) {
       await rm(tmp, { force: true });
       throw e;
     }
-    await this.d.store.putUpload({ accountId, hash, path, sizeBytes: size, createdAt: this.d.clock.now() });
+  }
+
+  /**
+   * Makes room for an upload of `size` bytes under `hash` among the account's uploads
+   * (within `limit` together): removes the oldest not needed by a queued or running build,
+   * only if that is enough; else `quota` and nothing is removed.
+   */
+  private async uploadRoom(accountId: string, hash: string, size: number, limit: number): Promise<void> {
+    // The upload it replaces (the same hash) does not count.
+    const rows = (await this.d.store.listUploads(accountId)).filter((u) => u.hash !== hash);
+    let used = rows.reduce((n, u) => n + u.sizeBytes, 0);
+    if (used + size <= limit) return;
+    const needed = await this.uploadsNeeded(accountId);
+    const removable = rows.filter((u) => !needed.has(u.hash));
+    const kept = used - removable.reduce((n, u) => n + u.sizeBytes, 0);
+    if (kept + size > limit)
+      throw new SandboxdError(
+        'quota',
+        `Build cache quota reached: the account's uploads would use ${kept + size} bytes even after removing every one no build needs; the plan allows ${limit}`,
+        { quota: 'buildCacheBytes', limit, used: kept + size },
+      );
+    for (const u of removable) {
+      if (used + size <= limit) break;
+      await this.removeUpload(u);
+      used -= u.sizeBytes;
+    }
+  }
+
+  /** Hashes of the uploads that queued or running builds of the account copy from. */
+  private async uploadsNeeded(accountId: string): Promise<Set<string>> {
+    const needed = new Set<string>();
+    for (const b of await this.d.store.listBuildsByState(['queued', 'building'])) {
+      if (b.accountId !== accountId || !b.plan) continue;
+      for (const stage of b.plan.stages)
+        for (const step of stage.steps)
+          if (step.kind === 'copy' && step.from.kind === 'upload') needed.add(step.from.hash);
+    }
+    return needed;
+  }
+
+  /** Removes an upload: its file, then its row. */
+  private async removeUpload(u: UploadRecord): Promise<void> {
+    await rm(u.path, { force: true });
+    await this.d.store.deleteUpload(u.accountId, u.hash);
+    this.d.log.info({ accountId: u.accountId, hash: u.hash, sizeBytes: u.sizeBytes }, 'upload removed');
+  }
+
+  /** Runs `fn` after the account's earlier upload changes (this process), one at a time. */
+  private uploadsSerial<T>(accountId: string, fn: () => Promise<T>): Promise<T> {
+    const prev = this.uploadChain.get(accountId) ?? Promise.resolve();
+    const next = prev.then(fn, fn);
+    const tail = next.catch(() => undefined);
+    this.uploadChain.set(accountId, tail);
+    void tail.then(() => {
+      if (this.uploadChain.get(accountId) === tail) this.uploadChain.delete(accountId);
+    });
+    return next;
+  }
+
+  /**
+   * The uploads kept on this server's disk: those older than `SANDBOXD_BUILD_UPLOAD_TTL_MS`
+   * (and no queued or running build needs) are removed, file and row; a row whose file is
+   * gone is forgotten (alone on the database: with replicas, the file may be another
+   * server's); a file no row names is removed once {@link ORPHAN_UPLOAD_MS} old.
+   */
+  async collectUploads(): Promise<{ removed: number }> {
+    const root = join(this.d.config.dataDir, 'builds', 'uploads');
+    const accounts = await readdir(root).catch(() => [] as string[]);
+    let removed = 0;
+    for (const accountId of accounts) {
+      try {
+        removed += await this.uploadsSerial(accountId, () => this.collectUploadsOf(accountId, join(root, accountId)));
+      } catch (err) {
+        this.d.log.warn({ err, accountId }, 'upload collection failed');
+      }
+    }
+    return { removed };
+  }
+
+  private async collectUploadsOf(accountId: string, dir: string): Promise<number> {
+    const now = this.d.clock.now();
+    const ttl = this.d.config.buildUploadTtlMs;
+    const named = new Set<string>();
+    let removed = 0;
+    let needed: Set<string> | null = null;
+    for (const u of await this.d.store.listUploads(accountId)) {
+      const present = await stat(u.path).then(
+        () => true,
+        () => false,
+      );
+      if (!present && !this.d.presence.shared) {
+        await this.d.store.deleteUpload(accountId, u.hash);
+        removed++;
+        continue;
+      }
+      if (now - u.createdAt >= ttl) {
+        needed ??= await this.uploadsNeeded(accountId);
+        if (!needed.has(u.hash)) {
+          await this.removeUpload(u);
+          removed++;
+          continue;
+        }
+      }
+      named.add(u.path);
+    }
+    for (const f of await readdir(dir).catch(() => [] as string[])) {
+      const p = join(dir, f);
+      if (named.has(p)) continue;
+      const st = await stat(p).catch(() => null);
+      if (!st?.isFile() || Date.now() - st.mtimeMs < ORPHAN_UPLOAD_MS) continue;
+      await rm(p, { force: true });
+      removed++;
+    }
+    return removed;
   }
 
   /** The account's upload `hash` as a context (spooled again for this build). `validation` when it has none. */
@@ -458,6 +615,11 @@ export class BuildService implements BuildsApi {
     }
     if (o.startup) {
       await rm(join(this.d.config.dataDir, 'builds', 'tmp'), { recursive: true, force: true }).catch(() => undefined);
+      // Temp files of uploads an earlier run was receiving.
+      const uploads = join(this.d.config.dataDir, 'builds', 'uploads');
+      for (const accountId of await readdir(uploads).catch(() => [] as string[]))
+        for (const f of await readdir(join(uploads, accountId)).catch(() => [] as string[]))
+          if (f.startsWith('.tmp-')) await rm(join(uploads, accountId, f), { force: true }).catch(() => undefined);
     }
     if (o.sweep) await this.cache.sweep(busy).catch((err) => this.d.log.warn({ err }, 'build cache sweep failed'));
     if (ended.length) this.d.log.warn({ builds: ended }, 'builds whose server stopped ended in error');
@@ -477,7 +639,7 @@ export class BuildService implements BuildsApi {
     this.timer.unref();
   }
 
-  /** One pass: expired reservations end, builds of gone servers end, the cache matches the runtime, every account's cache fits its quota. */
+  /** One pass: expired reservations end, builds of gone servers end, the cache matches the runtime, every account's cache fits its quota, old uploads go. */
   async tick(): Promise<void> {
     const now = this.d.clock.now();
     for (const b of await this.d.store.listBuildsByState(['queued'])) {
@@ -500,6 +662,7 @@ export class BuildService implements BuildsApi {
     // the start of the one that reaps).
     await this.recover({ sweep: !this.d.presence.shared });
     for (const accountId of await this.d.store.listLayerAccounts()) await this.collect(accountId);
+    await this.collectUploads();
   }
 
   /**

@@ -424,6 +424,8 @@ export interface Store extends Counters, Leases {
   putUpload(u: UploadRecord): Promise<void>;
   getUpload(accountId: string, hash: string): Promise<UploadRecord | null>;
   deleteUpload(accountId: string, hash: string): Promise<boolean>;
+  /** The account's uploads, oldest first (by createdAt, then hash). */
+  listUploads(accountId: string): Promise<UploadRecord[]>;
   // volumes
   listVolumes(accountId: string): Promise<Array<VolumeRecord & { mountedBy: string[] }>>;
   getVolume(accountId: string, name: string): Promise<VolumeRecord | null>;

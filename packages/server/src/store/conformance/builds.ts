@@ -334,6 +334,44 @@ export function runBuildConformance(target: StoreTarget): void {
         assert.equal(await s.deleteUpload('acc_a', 'h1'), false);
       }));
 
+    it('uploads: listed per account, oldest first (by createdAt, then hash)', () =>
+      withStore(async (s) => {
+        const u = (accountId: string, hash: string, createdAt: number) => ({
+          accountId,
+          hash,
+          path: `/d/${accountId}/${hash}`,
+          sizeBytes: 2 ** 33 + createdAt,
+          createdAt,
+        });
+        assert.deepEqual(await s.listUploads('acc_a'), []);
+        await s.createAccount(
+          { id: 'acc_b', email: 'b@x', passwordHash: null, plan: 'FREE', admin: false, createdAt: 1 },
+          { tokens: 0, reason: 'signup' },
+        );
+        await s.putUpload(u('acc_a', 'h3', 30));
+        await s.putUpload(u('acc_a', 'h2', 10));
+        await s.putUpload(u('acc_a', 'h1', 10));
+        await s.putUpload(u('acc_b', 'h0', 5));
+        assert.deepEqual(await s.listUploads('acc_a'), [
+          u('acc_a', 'h1', 10),
+          u('acc_a', 'h2', 10),
+          u('acc_a', 'h3', 30),
+        ]);
+        // Replacing one moves it by its new time.
+        await s.putUpload(u('acc_a', 'h1', 40));
+        assert.deepEqual(
+          (await s.listUploads('acc_a')).map((x) => x.hash),
+          ['h2', 'h3', 'h1'],
+        );
+        await s.deleteUpload('acc_a', 'h3');
+        assert.deepEqual(
+          (await s.listUploads('acc_a')).map((x) => x.hash),
+          ['h2', 'h1'],
+        );
+        assert.deepEqual(await s.listUploads('acc_b'), [u('acc_b', 'h0', 5)]);
+        assert.deepEqual(await s.listUploads('acc_c'), []);
+      }));
+
     it('two replicas appending to one log at once: one numbering, no gap, no line lost', () =>
       withPair(0, async (a, b) => {
         await a.createBuild(buildRecord('b1'));

@@ -394,6 +394,23 @@ export class PgBuilds {
       : null;
   }
 
+  async listUploads(accountId: string): Promise<UploadRecord[]> {
+    const rows = await this.db
+      .selectFrom('build_uploads')
+      .selectAll()
+      .where('account_id', '=', accountId)
+      .orderBy('created_at')
+      .orderBy('hash')
+      .execute();
+    return rows.map((r) => ({
+      accountId: r.account_id,
+      hash: r.hash,
+      path: r.path,
+      sizeBytes: Number(r.size_bytes),
+      createdAt: Number(r.created_at),
+    }));
+  }
+
   async deleteUpload(accountId: string, hash: string): Promise<boolean> {
     const r = await this.db
       .deleteFrom('build_uploads')

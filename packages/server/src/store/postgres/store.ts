@@ -326,6 +326,9 @@ export class PostgresStore implements Store {
   async deleteUpload(accountId: string, hash: string) {
     return this.b.deleteUpload(accountId, hash);
   }
+  async listUploads(accountId: string) {
+    return this.b.listUploads(accountId);
+  }
 
   // volumes
   async listVolumes(accountId: string) {

@@ -370,11 +370,16 @@ export class SqliteBuilds {
 
   getUpload(accountId: string, hash: string): UploadRecord | null {
     const r = this.db.prepare('SELECT * FROM build_uploads WHERE account_id = ? AND hash = ?').get(accountId, hash) as
-      | { account_id: string; hash: string; path: string; size_bytes: number; created_at: number }
+      | UploadRow
       | undefined;
-    return r
-      ? { accountId: r.account_id, hash: r.hash, path: r.path, sizeBytes: r.size_bytes, createdAt: r.created_at }
-      : null;
+    return r ? toUpload(r) : null;
+  }
+
+  listUploads(accountId: string): UploadRecord[] {
+    const rows = this.db
+      .prepare('SELECT * FROM build_uploads WHERE account_id = ? ORDER BY created_at, hash')
+      .all(accountId) as UploadRow[];
+    return rows.map(toUpload);
   }
 
   deleteUpload(accountId: string, hash: string): boolean {
@@ -383,3 +388,19 @@ export class SqliteBuilds {
     );
   }
 }
+
+interface UploadRow {
+  account_id: string;
+  hash: string;
+  path: string;
+  size_bytes: number;
+  created_at: number;
+}
+
+const toUpload = (r: UploadRow): UploadRecord => ({
+  accountId: r.account_id,
+  hash: r.hash,
+  path: r.path,
+  sizeBytes: r.size_bytes,
+  createdAt: r.created_at,
+});

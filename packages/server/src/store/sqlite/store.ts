@@ -248,6 +248,9 @@ export class SqliteStore implements Store {
   async deleteUpload(accountId: string, hash: string) {
     return this.b.deleteUpload(accountId, hash);
   }
+  async listUploads(accountId: string) {
+    return this.b.listUploads(accountId);
+  }
 
   async listVolumes(accountId: string) {
     return this.s.listVolumes(accountId);
