@@ -9,6 +9,7 @@
  * against a snapshot of both accounts, their ledgers and the account list), nothing may
  * answer 5xx, and the server's memory after the floods is printed and loosely bounded.
  */
+import { withDockerfile } from '../e2e/builds-support.js';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { after, before, describe, it } from 'node:test';
@@ -122,14 +123,28 @@ describe(`API abuse (${RUNTIME})`, { timeout: 300_000 }, () => {
   let contextId = '';
   const volume = `abuse_${randomBytes(4).toString('hex')}`;
   const snapshotName = `abuse-snap-${randomBytes(4).toString('hex')}`;
+  /** A build of account A (FROM busybox, one RUN) and the template it made. */
+  let buildId = '';
+  const templateName = `abuse-tpl-${randomBytes(4).toString('hex')}`;
   const routes: Route[] = [];
   let sent = 0;
 
   /** Strings of account A that no answer to anyone else may contain. */
   const secretsOfA = () =>
-    [A.id, A.email, A.key, sandboxId, terminalId, volume, snapshotName, keyIdA, codeSandboxId, contextId].filter(
-      Boolean,
-    );
+    [
+      A.id,
+      A.email,
+      A.key,
+      sandboxId,
+      terminalId,
+      volume,
+      snapshotName,
+      keyIdA,
+      codeSandboxId,
+      contextId,
+      buildId,
+      templateName,
+    ].filter(Boolean);
   const assertNoLeak = (text: string, what: string) => {
     for (const secret of secretsOfA()) assert.ok(!text.includes(secret), `${what}: the answer leaks ${secret}`);
   };
@@ -140,6 +155,8 @@ describe(`API abuse (${RUNTIME})`, { timeout: 300_000 }, () => {
       if (name === 'contextId') return contextId;
       if (name === 'id' && template.startsWith('/api/v1/sandboxes/{id}/code/')) return codeSandboxId;
       if (name === 'pid') return String(pid);
+      if (name === 'buildId') return buildId;
+      if (name === 'name' && template.startsWith('/api/v1/templates/')) return templateName;
       if (name === 'name' && template.startsWith('/api/v1/snapshots/')) return snapshotName;
       if (name === 'name') return volume;
       if (name === 'port') return '8000';
@@ -254,6 +271,21 @@ describe(`API abuse (${RUNTIME})`, { timeout: 300_000 }, () => {
       body: { name: snapshotName },
     });
     assert.equal(snap.status, 201, snap.text);
+    const built = await fetch(`${s.baseUrl}/api/v1/images/builds?name=${templateName}`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${A.key}`, 'content-type': 'application/x-tar' },
+      body: new Uint8Array(withDockerfile(`FROM ${IMAGE}\nRUN echo built > /built\n`)),
+    });
+    assert.equal(built.status, 202, await built.clone().text());
+    buildId = ((await built.json()) as { build: { id: string } }).build.id;
+    for (let i = 0; i < 600; i++) {
+      const b = await s.api('GET', `/api/v1/images/builds/${buildId}`, { key: A.key });
+      if (['ready', 'error', 'cancelled'].includes(b.body.build.state)) {
+        assert.equal(b.body.build.state, 'ready', b.text);
+        break;
+      }
+      await new Promise((r) => setTimeout(r, 100));
+    }
     const k = await s.api('POST', '/api/v1/keys', { key: A.key, body: { name: 'to-revoke' } });
     revokedKey = k.body.key;
     assert.equal((await s.api('DELETE', `/api/v1/keys/${k.body.id}`, { key: A.key })).status, 204);

@@ -578,13 +578,13 @@ export class BuildService implements BuildsApi {
 
   async getTemplate(accountId: string, name: string, tag: string): Promise<TemplateRecord> {
     const t = await this.d.store.getTemplate(accountId, name, tag);
-    if (!t) throw new SandboxdError('not_found', 'Template not found', { name, tag });
+    if (!t) throw new SandboxdError('not_found', 'Template not found');
     return t;
   }
 
   async deleteTemplate(accountId: string, name: string, tag?: string): Promise<void> {
     const n = await this.d.store.deleteTemplates(accountId, name, tag);
-    if (!n) throw new SandboxdError('not_found', 'Template not found', { name, ...(tag !== undefined ? { tag } : {}) });
+    if (!n) throw new SandboxdError('not_found', 'Template not found');
     this.d.log.info({ accountId, name, tag, removed: n }, 'template deleted');
     void this.collect(accountId);
   }
@@ -1127,7 +1127,7 @@ export class BuildService implements BuildsApi {
 
   private async owned(accountId: string, buildId: string): Promise<StoredBuild> {
     const b = await this.d.store.getBuild(buildId);
-    if (!b || b.accountId !== accountId) throw new SandboxdError('not_found', 'Build not found', { buildId });
+    if (!b || b.accountId !== accountId) throw new SandboxdError('not_found', 'Build not found');
     return b;
   }
 
