@@ -16,7 +16,7 @@ import { buildApp, type Sandboxd } from '../app.js';
 import { hostSnapshot } from '../runtime/local/rootfs/mounts.js';
 import { SqliteStore } from '../store/sqlite/store.js';
 
-const LOCAL = process.env.SANDBOXD_E2E_RUNTIME === 'local';
+const LOCAL = process.env.SANDBOXD_E2E_RUNTIME === 'local' && process.getuid?.() === 0;
 
 describe('builds: kill -9 of the server mid-build', {
   skip: LOCAL ? false : 'needs SANDBOXD_E2E_RUNTIME=local',

@@ -31,7 +31,7 @@ import type { BuildService } from './builds.js';
 
 const BUSYBOX = 'local/busybox:latest';
 const MiB = 2 ** 20;
-const LOCAL = process.env.SANDBOXD_E2E_RUNTIME === 'local';
+const LOCAL = process.env.SANDBOXD_E2E_RUNTIME === 'local' && process.getuid?.() === 0;
 
 describe('builds service on the local runtime', { skip: LOCAL ? false : 'needs SANDBOXD_E2E_RUNTIME=local' }, () => {
   let t: BuildApp;
