@@ -22,7 +22,9 @@ import { hget, waitListening } from './proxy-support.js';
 const TOKEN = `e2e-fleet-token-${randomBytes(8).toString('hex')}`;
 const auth = { authorization: `Bearer ${TOKEN}` };
 const runnerReady = { path: '/runner/v1/health', headers: auth };
-const DOWN_MS = 3000;
+// A runner is down once silent this long; a health check waits half of it (a runner slowed by
+// a loaded CI host must not count as down, or placement skips it and the spread test fails).
+const DOWN_MS = 6000;
 
 describe('api over two runners: placement, volumes, a runner killed and back (real runtime)', {
   skip: RUNTIME !== 'local' ? 'needs SANDBOXD_E2E_RUNTIME=local' : undefined,
@@ -182,6 +184,9 @@ describe('api over two runners: placement, volumes, a runner killed and back (re
 
   it('back after a restart: it holds nothing the records do not, and the volume kept its data', async () => {
     const before = { port: runners[volumeRunner].port, dir: dirs[volumeRunner] };
+    // The kill above did not happen when that test failed first: this restart replaces the
+    // runner, so the old process must not be left running untracked.
+    await runners[volumeRunner].kill('SIGKILL');
     runners[volumeRunner] = await startServer({
       dataDir: before.dir,
       port: before.port,

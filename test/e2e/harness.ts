@@ -21,6 +21,16 @@ export const ADMIN_KEY = `sk_${'e2eAdminKey0'.repeat(4).slice(0, 40)}`;
 /** API keys of accounts made per data dir, so stop() can delete what they left running. */
 const keysByDir = new Map<string, Set<string>>();
 
+/** Whether TCP port `port` of `host` can be listened on now. */
+function portFree(port: number, host: string): Promise<boolean> {
+  return new Promise((res) => {
+    const s = createServer();
+    s.unref();
+    s.once('error', () => res(false));
+    s.listen(port, host, () => s.close(() => res(true)));
+  });
+}
+
 /** A free TCP port on 127.0.0.1. */
 export function freePort(): Promise<number> {
   return new Promise((res, rej) => {
@@ -71,6 +81,11 @@ export async function startServer(
   } = {},
 ): Promise<Server> {
   const dataDir = o.dataDir ?? mkdtempSync(join(tmpdir(), 'sandboxd-e2e-'));
+  // A given port (a restart) must be free: else the readiness poll below would be answered by
+  // whatever still listens there (a server a failed test left running) and this one, unable
+  // to bind, would exit unseen.
+  if (o.port !== undefined && !o.on && !(await portFree(o.port, '127.0.0.1')))
+    throw new Error(`port ${o.port} is still in use (a server not stopped?): not starting another on it`);
   const port = o.port ?? (await freePort());
   const env = {
     ...process.env,
@@ -123,6 +138,7 @@ export async function startServer(
     }
     await new Promise((r) => setTimeout(r, 50));
   }
+  if (proc.exitCode !== null) await failed(`server exited with ${proc.exitCode}; see ${dataDir}`);
   const server: Server = {
     baseUrl,
     port,

@@ -14,6 +14,7 @@
  */
 import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
+import { bridgeLockName, dataDirLockName, instanceKey } from '../../packages/server/src/instance.js';
 import { LocalDriver, type LocalDriverOptions } from '../../packages/server/src/runtime/local/driver.js';
 
 export const TEST_IMAGE_DIR =
@@ -62,10 +63,25 @@ function alive(pid: number): boolean {
   }
 }
 
-/** The slot's bridge or cgroup folder is on the host (a server of an older checkout, or a leak). */
+/** Abstract unix socket names listened on now (`/proc/net/unix`, without the `@`). */
+function abstractSockets(): Set<string> {
+  const names = new Set<string>();
+  for (const line of readFileSync('/proc/net/unix', 'utf8').split('\n')) {
+    const path = line.trim().split(/\s+/)[7];
+    if (path?.startsWith('@')) names.add(path.slice(1));
+  }
+  return names;
+}
+
+/**
+ * The slot's bridge or cgroup folder is on the host, or a live sandboxd holds its bridge's
+ * lock (a server of an older checkout, or one a failed test left running, whose bridge a
+ * teardown may already have taken).
+ */
 function hostUses(n: number): boolean {
   const o = optionsOf('', n);
   if (existsSync(`/sys/class/net/${o.bridge}`)) return true;
+  if (abstractSockets().has(bridgeLockName(o.bridge!))) return true;
   const cg = '/sys/fs/cgroup';
   return existsSync(join(cg, o.cgroupParent!)) || readdirSync(cg).some((c) => existsSync(join(cg, c, o.cgroupParent!)));
 }
@@ -196,6 +212,10 @@ export function localEnv(dataDir: string): Record<string, string> {
 export async function teardownLocal(harnessDir: string, dataDir = harnessDir): Promise<void> {
   const n = slotOf(harnessDir);
   if (n === undefined || !claim(n, harnessDir, false)) return;
+  // A server still running on the dir (one a failed test lost track of) keeps its slot: tearing
+  // its bridge down under it and handing the slot to the next server would break both.
+  if (existsSync(dataDir) && abstractSockets().has(dataDirLockName(instanceKey(dataDir))))
+    throw new Error(`a sandboxd still runs on ${dataDir}: stop it before its teardown (slot ${n} kept)`);
   await new LocalDriver({ ...optionsOf(harnessDir, n), dataDir }).destroyAll();
   release(n, harnessDir);
 }
