@@ -58,6 +58,7 @@ export {
 } from './builds.js';
 export type { BuildContext } from './build-context.js';
 export { tarChunks, tarBytes, type TarEntry } from './tar.js';
+export { ndjsonLines } from './ndjson.js';
 export { HttpClient, type RequestOptions } from './http.js';
 export {
   DEFAULT_API_URL,

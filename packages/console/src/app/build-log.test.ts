@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { TEMPLATE_NAME_PATTERN, TEMPLATE_TAG_PATTERN } from '@sandboxd/protocol';
+import { ServerError } from '@sandboxd/sdk';
 import {
   followBuildLog,
   formatDuration,
@@ -59,7 +60,7 @@ describe('build log: NDJSON reading', () => {
 
   it('a last line cut inside (no newline, not JSON) is dropped; a whole line that is not JSON throws', async () => {
     assert.deepEqual(await all(ndjson(body([nd({ a: 1 }), '{"b":']))), [{ a: 1 }]);
-    await assert.rejects(all(ndjson(body(['nope\n']))), SyntaxError);
+    await assert.rejects(all(ndjson(body(['nope\n']))), ServerError);
   });
 });
 

@@ -2,45 +2,18 @@
  * Following a build's log (`GET /api/v1/images/builds/{id}/logs?follow=true`, NDJSON of
  * BuildLogEvent) through dropped connections: each reconnect asks for `offset` = the seq
  * after the last line shown, so no line is lost or shown twice, until the one `end` line.
- * Free of the DOM and of the SDK so that it is unit-tested in Node.
+ * Free of the DOM so that it is unit-tested in Node.
  */
-import type { BuildLogEvent, BuildState } from '@sandboxd/sdk';
+import { type BuildLogEvent, type BuildState, ndjsonLines } from '@sandboxd/sdk';
 
 export type LogLine = Extract<BuildLogEvent, { type: 'log' }>;
 export type LogEnd = Extract<BuildLogEvent, { type: 'end' }>;
 
-/** Parses each line of an NDJSON body as it arrives; a cut last line (no newline, not JSON) is dropped. */
-export async function* ndjson(body: ReadableStream<Uint8Array>): AsyncGenerator<unknown, void, undefined> {
-  const reader = body.getReader();
-  const dec = new TextDecoder();
-  let buf = '';
-  try {
-    for (;;) {
-      const { value, done } = await reader.read();
-      buf += done ? dec.decode() : dec.decode(value, { stream: true });
-      let start = 0;
-      for (let nl = buf.indexOf('\n'); nl >= 0; nl = buf.indexOf('\n', start)) {
-        const line = buf.slice(start, nl).trim();
-        start = nl + 1;
-        if (line !== '') yield JSON.parse(line);
-      }
-      buf = buf.slice(start);
-      if (done) break;
-    }
-    const rest = buf.trim();
-    if (rest !== '') {
-      let parsed: unknown;
-      try {
-        parsed = JSON.parse(rest);
-      } catch {
-        return;
-      }
-      yield parsed;
-    }
-  } finally {
-    reader.cancel().catch(() => {});
-  }
-}
+/**
+ * Parses each line of an NDJSON body as it arrives (the SDK's reader): a cut last line (no
+ * newline, not JSON) is dropped; a whole line that is not JSON throws the SDK's ServerError.
+ */
+export const ndjson = ndjsonLines;
 
 /** What the page is told about the connection. */
 export type FollowStatus =

@@ -3,6 +3,7 @@
  * sent through the SDK's HTTP client with the session cookie: run code as an NDJSON stream,
  * and the code contexts (kernels) a notebook makes, restarts and finds gone.
  */
+import { ndjsonLines } from '@sandboxd/sdk';
 import { client } from './api.js';
 import { type CodeEvent, type Language, parseEvent } from './notebook-util.js';
 
@@ -54,39 +55,8 @@ export async function* execute(
     headers: { accept: 'application/x-ndjson' },
   });
   if (!res.body) return;
-  for await (const line of ndjson(res.body)) {
+  for await (const line of ndjsonLines(res.body)) {
     const e = parseEvent(line);
     if (e) yield e;
-  }
-}
-
-/** Parsed lines of an NDJSON body as they arrive; a line that is not JSON is skipped. */
-async function* ndjson(body: ReadableStream<Uint8Array>): AsyncGenerator<unknown, void, undefined> {
-  const reader = body.getReader();
-  const dec = new TextDecoder();
-  let buf = '';
-  const parse = (line: string): unknown => {
-    try {
-      return JSON.parse(line);
-    } catch {
-      return undefined;
-    }
-  };
-  try {
-    for (;;) {
-      const { value, done } = await reader.read();
-      buf += done ? dec.decode() : dec.decode(value, { stream: true });
-      let nl = buf.indexOf('\n');
-      while (nl >= 0) {
-        const line = buf.slice(0, nl).trim();
-        buf = buf.slice(nl + 1);
-        if (line) yield parse(line);
-        nl = buf.indexOf('\n');
-      }
-      if (done) break;
-    }
-    if (buf.trim()) yield parse(buf.trim());
-  } finally {
-    reader.cancel().catch(() => {});
   }
 }
