@@ -9,53 +9,19 @@ import type {
   TemplateRecord,
   UploadRecord,
 } from '../store.js';
+import { rowToBuild, rowToLayer, rowToTemplate } from '../build-rows.js';
 import type { PgBuildRow, PgDatabase } from './schema.js';
 
 type Q = Kysely<PgDatabase>;
 
-const toBuild = (r: Selectable<PgBuildRow>): StoredBuild => ({
-  id: r.id,
-  accountId: r.account_id,
-  name: r.name,
-  tag: r.tag,
-  extraTags: r.extra_tags_json as unknown as string[],
-  state: r.state,
-  source: r.source,
-  createdAt: r.created_at,
-  ...(r.started_at !== null ? { startedAt: r.started_at } : {}),
-  ...(r.finished_at !== null ? { finishedAt: r.finished_at } : {}),
-  stepsTotal: r.steps_total,
-  stepsDone: r.steps_done,
-  stepsCached: r.steps_cached,
-  ...(r.digest !== null ? { digest: r.digest } : {}),
-  ...(r.size_bytes !== null ? { sizeBytes: r.size_bytes } : {}),
-  ...(r.error_json !== null ? { error: r.error_json as unknown as StoredBuild['error'] } : {}),
-  plan: (r.plan_json ?? null) as unknown as StoredBuild['plan'],
-  allowDomains: (r.allow_domains_json ?? null) as unknown as string[] | null,
-  noCache: r.no_cache,
-  holder: r.holder,
-});
-
-const toLayer = (r: PgDatabase['build_layers']): LayerRecord => ({
-  accountId: r.account_id,
-  key: r.key,
-  driverRef: r.driver_ref,
-  parentKey: r.parent_key,
-  sizeBytes: r.size_bytes,
-  createdAt: r.created_at,
-  lastUsedAt: r.last_used_at,
-});
-
-const toTemplate = (r: PgDatabase['templates']): TemplateRecord => ({
-  accountId: r.account_id,
-  name: r.name,
-  tag: r.tag,
-  driverRef: r.driver_ref,
-  digest: r.digest,
-  sizeBytes: r.size_bytes,
-  buildId: r.build_id,
-  createdAt: r.created_at,
-});
+const toBuild = (r: Selectable<PgBuildRow>): StoredBuild =>
+  rowToBuild(
+    r,
+    (v) => v,
+    (v) => v,
+  );
+const toLayer = (r: PgDatabase['build_layers']): LayerRecord => rowToLayer(r);
+const toTemplate = (r: PgDatabase['templates']): TemplateRecord => rowToTemplate(r);
 
 /** The columns a {@link BuildUpdate} writes. */
 function updateColumns(u: BuildUpdate): Record<string, unknown> {

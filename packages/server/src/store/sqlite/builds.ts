@@ -8,95 +8,25 @@ import type {
   TemplateRecord,
   UploadRecord,
 } from '../store.js';
+import {
+  type BuildRowOf,
+  type LayerRow,
+  rowToBuild,
+  rowToLayer,
+  rowToTemplate,
+  type TemplateRow,
+} from '../build-rows.js';
 import type { Db } from './open.js';
 
-interface BuildRow {
-  id: string;
-  account_id: string;
-  name: string;
-  tag: string;
-  extra_tags_json: string;
-  state: BuildState;
-  source: StoredBuild['source'];
-  created_at: number;
-  started_at: number | null;
-  finished_at: number | null;
-  steps_total: number;
-  steps_done: number;
-  steps_cached: number;
-  digest: string | null;
-  size_bytes: number | null;
-  error_json: string | null;
-  plan_json: string | null;
-  allow_domains_json: string | null;
-  no_cache: number;
-  holder: string | null;
-}
-
-const toBuild = (r: BuildRow): StoredBuild => ({
-  id: r.id,
-  accountId: r.account_id,
-  name: r.name,
-  tag: r.tag,
-  extraTags: JSON.parse(r.extra_tags_json),
-  state: r.state,
-  source: r.source,
-  createdAt: r.created_at,
-  ...(r.started_at !== null ? { startedAt: r.started_at } : {}),
-  ...(r.finished_at !== null ? { finishedAt: r.finished_at } : {}),
-  stepsTotal: r.steps_total,
-  stepsDone: r.steps_done,
-  stepsCached: r.steps_cached,
-  ...(r.digest !== null ? { digest: r.digest } : {}),
-  ...(r.size_bytes !== null ? { sizeBytes: r.size_bytes } : {}),
-  ...(r.error_json !== null ? { error: JSON.parse(r.error_json) } : {}),
-  plan: r.plan_json === null ? null : JSON.parse(r.plan_json),
-  allowDomains: r.allow_domains_json === null ? null : JSON.parse(r.allow_domains_json),
-  noCache: r.no_cache !== 0,
-  holder: r.holder,
-});
-
-interface LayerRow {
-  account_id: string;
-  key: string;
-  driver_ref: string;
-  parent_key: string | null;
-  size_bytes: number;
-  created_at: number;
-  last_used_at: number;
-}
-
-const toLayer = (r: LayerRow): LayerRecord => ({
-  accountId: r.account_id,
-  key: r.key,
-  driverRef: r.driver_ref,
-  parentKey: r.parent_key,
-  sizeBytes: r.size_bytes,
-  createdAt: r.created_at,
-  lastUsedAt: r.last_used_at,
-});
-
-interface TemplateRow {
-  account_id: string;
-  name: string;
-  tag: string;
-  driver_ref: string;
-  digest: string;
-  size_bytes: number;
-  build_id: string;
-  created_at: number;
-}
-
-const toTemplate = (r: TemplateRow): TemplateRecord => ({
-  accountId: r.account_id,
-  name: r.name,
-  tag: r.tag,
-  driverRef: r.driver_ref,
-  digest: r.digest,
-  sizeBytes: r.size_bytes,
-  buildId: r.build_id,
-  createdAt: r.created_at,
-});
+type BuildRow = BuildRowOf<string, number>;
+const toBuild = (r: BuildRow): StoredBuild =>
+  rowToBuild(
+    r,
+    (v) => JSON.parse(v),
+    (v) => v !== 0,
+  );
+const toLayer = rowToLayer;
+const toTemplate = rowToTemplate;
 
 /** `IN (?, ?, ...)` for `n` values. */
 const marks = (n: number) => `(${Array.from({ length: n }, () => '?').join(', ')})`;
