@@ -253,7 +253,7 @@ describe('builds service: queue, reservations, uploads, checks (fake driver)', (
     });
     await assert.rejects(
       builds.start(a, missing, { name: 'up', tag: 'latest', source: 'e2b' }),
-      (e: SandboxdError) => e.kind === 'validation' && /Line 2: COPY f.txt/.test(e.message),
+      (e: SandboxdError) => e.kind === 'validation' && /Dockerfile line 2: COPY f.txt/.test(e.message),
     );
   });
 

@@ -256,10 +256,10 @@ describe('builds service on the local runtime', { skip: LOCAL ? false : 'needs S
     assert.match(e.message, /line 3/);
     e = await refuse('FROM local/busybox:latest\nRUN true\nFROM templates/missing\nRUN true\n');
     assert.equal(e.kind, 'template_not_found');
-    assert.match(e.message, /Line 3: FROM templates\/missing/);
+    assert.match(e.message, /Dockerfile line 3: FROM templates\/missing/);
     e = await refuse('FROM local/busybox:latest\nCOPY nothere.txt /x\n');
     assert.equal(e.kind, 'validation');
-    assert.match(e.message, /Line 2: COPY nothere.txt \/x: .*nothere.txt/);
+    assert.match(e.message, /Dockerfile line 2: COPY nothere.txt \/x: .*nothere.txt/);
     e = await refuse('FROM scratch\nCOPY a /a\n', { files: [{ path: 'a', body: 'a' }] });
     assert.match(e.message, /scratch is not supported/);
     e = await refuse('FROM local/busybox:latest\nRUN true\n', { allowDomains: ['pypi.org'] });

@@ -1104,7 +1104,7 @@ export class BuildService implements BuildsApi {
       await this.resolveFor(account, ref);
     } catch (e) {
       if (e instanceof SandboxdError && ['template_not_found', 'validation'].includes(e.kind))
-        throw new SandboxdError(e.kind, `Line ${line}: ${instruction}: ${e.message}`, {
+        throw new SandboxdError(e.kind, `Dockerfile line ${line}: ${instruction}: ${e.message}`, {
           line,
           instruction,
           image: ref,
@@ -1156,7 +1156,7 @@ function stepsOf(plan: BuildPlan): number {
 }
 
 function lineError(line: number, instruction: string, what: string): SandboxdError {
-  return new SandboxdError('validation', `Line ${line}: ${instruction}: ${what}`, { line, instruction });
+  return new SandboxdError('validation', `Dockerfile line ${line}: ${instruction}: ${what}`, { line, instruction });
 }
 
 function abortReason(job: Job): BuildAborted['reason'] {
