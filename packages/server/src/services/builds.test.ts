@@ -408,7 +408,7 @@ describe('builds service on the local runtime', { skip: LOCAL ? false : 'needs S
     for (const from of ['templates/private', ref, `snapshot/${a.id}/private`]) {
       await assert.rejects(
         builds.start(other, plan(stage(from, [run('true')])), { name: 'steal', tag: 'latest', source: 'dockerfile' }),
-        (e: SandboxdError) => e.kind === 'template_not_found' && /Line \d+: FROM/.test(e.message),
+        (e: SandboxdError) => e.kind === 'template_not_found' && /Dockerfile line \d+: FROM/.test(e.message),
         from,
       );
     }
