@@ -91,6 +91,24 @@ function webRequest(req: FastifyRequest): Request {
   return new Request(`${req.protocol}://${req.host}${req.url}`, { method: req.method, headers });
 }
 
+/**
+ * The transport's own refusals (a missing `Accept`, a malformed JSON-RPC message, an
+ * unsupported protocol version) come as JSON-RPC errors; like every error answer of the
+ * server they leave in the error shape, the JSON-RPC error kept in `details.jsonrpc`.
+ */
+async function refusal(response: Response): Promise<SandboxdError> {
+  const text = await response.text();
+  let rpc: { error?: { code?: number; message?: string } } | undefined;
+  try {
+    rpc = JSON.parse(text);
+  } catch {
+    rpc = undefined;
+  }
+  const message = rpc?.error?.message ?? (text.slice(0, 500) || `MCP request refused (${response.status})`);
+  const kind = response.status === 413 ? 'payload_too_large' : response.status < 500 ? 'validation' : 'internal';
+  return new SandboxdError(kind, message, rpc?.error ? { jsonrpc: rpc.error } : undefined);
+}
+
 /** Sends the transport's answer through fastify (hooks, access log), closing the server when it is done. */
 async function relay(
   reply: FastifyReply,
@@ -98,6 +116,11 @@ async function relay(
   close: () => Promise<void>,
   req: FastifyRequest,
 ): Promise<FastifyReply> {
+  if (response.status >= 400) {
+    const e = await refusal(response);
+    await close();
+    throw e;
+  }
   reply.raw.once('close', () => void close());
   req.raw.once('close', () => {
     if (!reply.raw.writableFinished) void close();
@@ -132,19 +155,15 @@ export const mcpRoutes: FastifyPluginAsync<HttpDeps & { inject: Inject }> = asyn
   const noSessions = async (req: FastifyRequest, reply: FastifyReply) => {
     checkOrigin(req);
     bearerKey(req);
-    // The MCP transports' own refusals are JSON-RPC errors without an id; this one is too.
+    // MCP's answer to a GET or DELETE that a server does not serve. No error kind is a 405, and
+    // every JSON error answer of the server has one: the reason goes as plain text.
     return reply
       .code(405)
       .header('allow', 'POST')
-      .type('application/json')
-      .send({
-        jsonrpc: '2.0',
-        error: {
-          code: -32000,
-          message: `Method not allowed: this MCP endpoint is stateless (no sessions); POST JSON-RPC messages to ${MCP_PATH}`,
-        },
-        id: null,
-      });
+      .type('text/plain; charset=utf-8')
+      .send(
+        `Method Not Allowed: this MCP endpoint is stateless (no sessions, no server-initiated stream); POST JSON-RPC messages to ${MCP_PATH}\n`,
+      );
   };
   app.get(MCP_PATH, { schema: { hide: true }, config }, noSessions);
   app.delete(MCP_PATH, { schema: { hide: true }, config }, noSessions);
