@@ -70,6 +70,13 @@ const VALID_BODIES: Record<string, unknown> = {
   buildImage: { ref: 'local/busybox:latest' },
   login: { email: 'nobody@example.com', password: 'password123' },
   signup: { email: 'abuse-signup@example.com', password: 'password123' },
+  // The MCP endpoint (hidden from the document): a JSON-RPC initialize.
+  mcp: {
+    jsonrpc: '2.0',
+    id: 1,
+    method: 'initialize',
+    params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'abuse', version: '1' } },
+  },
 };
 
 interface Route {
@@ -180,6 +187,7 @@ describe(`API abuse (${RUNTIME})`, { timeout: 300_000 }, () => {
       path += '?ref=local/abuse:1';
     } else if (r.bodySchema) {
       h['content-type'] = 'application/json';
+      if (r.op === 'mcp') h.accept = 'application/json, text/event-stream';
       body = JSON.stringify(r.op in VALID_BODIES ? VALID_BODIES[r.op] : exampleOf(r.bodySchema, components));
     }
     sent++;
@@ -314,6 +322,9 @@ describe(`API abuse (${RUNTIME})`, { timeout: 300_000 }, () => {
         });
       }
     }
+    // Routes hidden from the document that need credentials like the rest: the MCP endpoint
+    // (docs/mcp.md; its GET and DELETE answer 405 to the owner, so only POST is listed here).
+    routes.push({ method: 'POST', template: '/mcp', op: 'mcp', admin: false, bodySchema: { type: 'object' } });
   });
   after(() => s?.stop());
 

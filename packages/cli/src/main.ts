@@ -17,6 +17,7 @@ import { keysCommand } from './commands/keys.js';
 import { lifecycleCommands } from './commands/lifecycle.js';
 import { loginCommand } from './commands/login.js';
 import { lsCommand } from './commands/ls.js';
+import { mcpCommand } from './commands/mcp.js';
 import { rmCommand } from './commands/rm.js';
 import { runCommand } from './commands/run.js';
 import { shellCommand } from './commands/shell.js';
@@ -78,6 +79,7 @@ export function buildProgram(): Command {
     snapshotsCommand(ctx),
     volumesCommand(ctx),
     keysCommand(ctx),
+    mcpCommand(ctx),
   ])
     program.addCommand(cmd);
   const setup = (c: Command) => {

@@ -23,6 +23,7 @@ import { processRoutes } from './routes/processes.js';
 import { sandboxRoutes } from './routes/sandboxes.js';
 import { lifecycleRoutes } from './routes/lifecycle.js';
 import { sdkRoutes } from './routes/sdk.js';
+import { mcpRoutes } from './routes/mcp.js';
 import { systemRoutes } from './routes/system.js';
 import { validatorCompiler } from './validation.js';
 import { retryAfterSeconds } from './rate-limit.js';
@@ -130,6 +131,8 @@ export function createHttpServer(
   app.register(buildRoutes, full);
   app.register(consoleRoutes, full);
   app.register(sdkRoutes, full);
+  // MCP's tools call the API through this app in-process, as the caller (routes/mcp.ts).
+  app.register(mcpRoutes, { ...full, inject: app.inject.bind(app) });
   app.register(e2bControlRoutes, { ...full, prefix: '/e2b' });
   const fallbackHost = () => {
     const a = app.server.address();

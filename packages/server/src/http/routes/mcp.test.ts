@@ -1,0 +1,123 @@
+/**
+ * `/mcp` on the fake driver (fast; test/e2e/mcp.test.ts drives the real runtime): the MCP
+ * SDK's own client over streamable HTTP to the app listening on loopback, the tools acting
+ * as the caller through the app in-process, failures as tool errors, and the endpoint's
+ * refusals in the error shape.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import { makeTestApp, type TestApp } from '../../../test/app.js';
+import { MCP_MAX_BODY_BYTES, MCP_PATH } from './mcp.js';
+
+const text = (r: CallToolResult) =>
+  r.content
+    .filter((c) => c.type === 'text')
+    .map((c) => (c as { text: string }).text)
+    .join('\n');
+
+describe('MCP endpoint (fake driver)', () => {
+  let t: TestApp;
+  let base: string;
+  let A: { id: string; key: string };
+  let B: { id: string; key: string };
+  const clients: Client[] = [];
+  const connect = async (key: string) => {
+    const c = new Client({ name: 'unit', version: '1' });
+    await c.connect(
+      new StreamableHTTPClientTransport(new URL(`${base}${MCP_PATH}`), {
+        requestInit: { headers: { authorization: `Bearer ${key}` } },
+      }),
+    );
+    clients.push(c);
+    return c;
+  };
+  const call = async (c: Client, name: string, args: Record<string, unknown>) =>
+    (await c.callTool({ name, arguments: args })) as CallToolResult;
+  const initialize = JSON.stringify({
+    jsonrpc: '2.0',
+    id: 1,
+    method: 'initialize',
+    params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'raw', version: '1' } },
+  });
+  const post = (headers: Record<string, string>, payload = initialize) =>
+    t.req({
+      method: 'POST',
+      url: MCP_PATH,
+      key: null,
+      headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', ...headers },
+      payload,
+    });
+
+  before(async () => {
+    t = await makeTestApp();
+    await t.app.http.listen({ host: '127.0.0.1', port: 0 });
+    const a = t.app.http.server.address() as { port: number };
+    base = `http://127.0.0.1:${a.port}`;
+    A = await t.newAccount({ tokens: 100_000 });
+    B = await t.newAccount({ tokens: 100_000 });
+  });
+  after(async () => {
+    for (const c of clients) await c.close().catch(() => {});
+    await t.close();
+  });
+
+  it('lists the tools and runs them as the caller: create (marked), run_command, list, resources, delete', async () => {
+    const c = await connect(A.key);
+    const { tools } = await c.listTools();
+    assert.equal(tools.length, 11);
+    for (const tool of tools) assert.ok((tool.description ?? '').length > 80, tool.name);
+    const made = await call(c, 'create_sandbox', { image: 'local/busybox:latest' });
+    assert.ok(!made.isError, text(made));
+    const sb = (made.structuredContent as { sandbox: { id: string; metadata: Record<string, string> } }).sandbox;
+    assert.deepEqual(sb.metadata, { createdBy: 'mcp' });
+    const rec = await t.req({ method: 'GET', url: `/api/v1/sandboxes/${sb.id}`, key: A.key });
+    assert.equal(rec.statusCode, 200, 'made in the caller account');
+    const r = await call(c, 'run_command', { sandbox_id: sb.id, command: 'echo hi' });
+    assert.equal((r.structuredContent as { stdout: string }).stdout, 'hi\n');
+    const { resources } = await c.listResources();
+    assert.deepEqual(
+      resources.map((x) => x.uri),
+      [`sandbox://${sb.id}`],
+    );
+    const other = await connect(B.key);
+    const refused = await call(other, 'run_command', { sandbox_id: sb.id, command: 'echo hi' });
+    assert.equal(refused.isError, true);
+    assert.equal((refused.structuredContent as { error: { kind: string } }).error.kind, 'not_found');
+    assert.deepEqual((await other.listResources()).resources, []);
+    const d = await call(c, 'delete_sandbox', { sandbox_id: sb.id });
+    assert.ok(!d.isError, text(d));
+    const gone = await call(c, 'delete_sandbox', { sandbox_id: sb.id });
+    assert.match(text(gone), /^Error \(not_found, HTTP 404\)/);
+  });
+
+  it('refuses without a bearer key (401 in the error shape), answers 405 to GET and DELETE, 403 cross-origin, 413 past the bound', async () => {
+    const bad: Array<Record<string, string>> = [{}, { authorization: 'Bearer sk_nope' }, { 'x-api-key': A.key }];
+    for (const headers of bad) {
+      const r = await post(headers);
+      assert.equal(r.statusCode, 401, JSON.stringify(headers));
+      assert.equal(r.json().kind, 'unauthorized');
+      assert.equal(r.json().code, 401);
+    }
+    const ok = await post({ authorization: `Bearer ${A.key}` });
+    assert.equal(ok.statusCode, 200);
+    assert.match(ok.body, /"serverInfo":\{"name":"sandboxd"/);
+    for (const method of ['GET', 'DELETE'] as const) {
+      const r = await t.req({ method, url: MCP_PATH, key: A.key });
+      assert.equal(r.statusCode, 405);
+      assert.equal(r.headers.allow, 'POST');
+    }
+    const cross = await post({ authorization: `Bearer ${A.key}`, origin: 'https://evil.example' });
+    assert.equal(cross.statusCode, 403);
+    assert.equal(cross.json().code, 403);
+    const big = await post({ authorization: `Bearer ${A.key}` }, `{"pad":"${'x'.repeat(MCP_MAX_BODY_BYTES)}"}`);
+    assert.equal(big.statusCode, 413);
+    assert.equal(big.json().kind, 'payload_too_large');
+    const noRpc = await post({ authorization: `Bearer ${A.key}` }, '{"hello":"world"}');
+    assert.equal(noRpc.statusCode, 400);
+    assert.equal(noRpc.json().kind, 'validation');
+    assert.equal(typeof noRpc.json().details.jsonrpc.code, 'number');
+  });
+});
