@@ -47,6 +47,7 @@ from .errors import (
 )
 from .sandbox import AsyncSandbox, Sandbox
 from .types import (
+    AccountInfo,
     ExecEvent,
     ExecResult,
     FileEntry,
@@ -67,6 +68,7 @@ __all__ = [
     "AsyncSandboxd",
     "Sandbox",
     "AsyncSandbox",
+    "AccountInfo",
     "ExecEvent",
     "ExecResult",
     "FileEntry",

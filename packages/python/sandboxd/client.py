@@ -14,6 +14,7 @@ from ._http import AsyncHttp, SyncHttp
 from .images import AsyncImagesApi, ImagesApi
 from .sandbox import AsyncSandbox, Sandbox, _snapshot_async, _snapshot_sync
 from .types import (
+    AccountInfo,
     Egress,
     OnTimeout,
     SandboxPage,
@@ -217,6 +218,26 @@ class AsyncSnapshotsApi:
         await self.http.request("DELETE", f"/api/v1/snapshots/{_wire.quote(name)}")
 
 
+class AccountApi:
+    """``client.account``: who you are, plan, token balance, limits, usage."""
+
+    def __init__(self, http: SyncHttp) -> None:
+        self.http = http
+
+    def get(self) -> AccountInfo:
+        return _wire.account_info(self.http.request_json("GET", "/api/v1/account"))
+
+
+class AsyncAccountApi:
+    """``client.account`` of :class:`AsyncSandboxd`."""
+
+    def __init__(self, http: AsyncHttp) -> None:
+        self.http = http
+
+    async def get(self) -> AccountInfo:
+        return _wire.account_info(await self.http.request_json("GET", "/api/v1/account"))
+
+
 class Sandboxd:
     """A client of one sandboxd server (blocking). Arguments default from the environment:
     ``SANDBOX_API_KEY``, ``SANDBOX_API_URL`` (else ``http://localhost:8080``).
@@ -246,6 +267,7 @@ class Sandboxd:
         self.snapshots = SnapshotsApi(self.http)
         self.volumes = VolumesApi(self.http)
         self.images = ImagesApi(self.http)
+        self.account = AccountApi(self.http)
 
     @property
     def api_url(self) -> str:
@@ -287,6 +309,7 @@ class AsyncSandboxd:
         self.snapshots = AsyncSnapshotsApi(self.http)
         self.volumes = AsyncVolumesApi(self.http)
         self.images = AsyncImagesApi(self.http)
+        self.account = AsyncAccountApi(self.http)
 
     @property
     def api_url(self) -> str:
