@@ -19,6 +19,8 @@ The API key and address come from ``SANDBOX_API_KEY`` and ``SANDBOX_API_URL`` un
 
 from ._version import __version__
 from .client import AsyncSandboxd, Sandboxd
+from .code import CodeContext, Execution, ExecutionError, Logs, Result
+from .processes import AsyncProcessHandle, ProcessHandle
 from .errors import (
     AuthenticationError,
     BadRequestError,
@@ -68,6 +70,13 @@ __all__ = [
     "AsyncSandboxd",
     "Sandbox",
     "AsyncSandbox",
+    "AsyncProcessHandle",
+    "ProcessHandle",
+    "CodeContext",
+    "Execution",
+    "ExecutionError",
+    "Logs",
+    "Result",
     "AccountInfo",
     "ExecEvent",
     "ExecResult",

@@ -25,7 +25,15 @@ from typing import (
 from . import _wire
 from ._connection import HasAsyncHttp, HasSyncHttp, async_http, sync_http
 from ._http import AsyncHttp, SyncHttp
-from .code import AsyncCodeInterpreter, CodeInterpreter
+from .code import (
+    AsyncCodeInterpreter,
+    CodeContext,
+    CodeInterpreter,
+    ErrorCallback,
+    Execution,
+    ResultCallback,
+    TextCallback,
+)
 from .errors import NotFoundError
 from .files import AsyncFiles, Files
 from .processes import AsyncProcesses, AsyncProcessHandle, OutputCallback, Processes, ProcessHandle
@@ -388,6 +396,56 @@ class Sandbox(_Info):
             command, cwd=cwd, env=env, user=user, timeout_ms=timeout_ms, tag=tag, stdin=stdin, stream=True
         )
 
+    def run_code(
+        self,
+        code: str,
+        *,
+        language: Optional[str] = None,
+        context: Union[CodeContext, str, None] = None,
+        envs: Optional[Mapping[str, str]] = None,
+        timeout_ms: Optional[int] = None,
+        on_stdout: Optional[TextCallback] = None,
+        on_stderr: Optional[TextCallback] = None,
+        on_result: Optional[ResultCallback] = None,
+        on_error: Optional[ErrorCallback] = None,
+    ) -> Execution:
+        """Runs ``code`` in a stateful kernel of the sandbox's code interpreter (the sandbox must
+        be made from ``local/code-interpreter``): Python by default, or ``language``
+        (``javascript``, ``typescript``, ``bash``, ``r``), or in ``context``. Returns once the
+        run ends with its :class:`~sandboxd.code.Execution`: ``results`` (each with every
+        representation, ``formats()``), ``logs``, ``error`` (a code error is not an exception;
+        ``TimeoutError`` past ``timeout_ms``, default 300000), ``execution_count``, ``text``.
+        ``envs`` apply to this run only. Callbacks get events as they come. Raises
+        ValidationError (unknown language), NotFoundError (unknown context),
+        NoCodeInterpreterError (not that image), ConflictError (not started)."""
+        return self.code.run(
+            code,
+            language=language,
+            context=context,
+            envs=envs,
+            timeout_ms=timeout_ms,
+            on_stdout=on_stdout,
+            on_stderr=on_stderr,
+            on_result=on_result,
+            on_error=on_error,
+        )
+
+    def create_code_context(self, *, language: Optional[str] = None, cwd: Optional[str] = None) -> CodeContext:
+        """Starts a new code context (a kernel of its own) for ``language`` in ``cwd`` (default ``/home/user``)."""
+        return self.code.create_context(language=language, cwd=cwd)
+
+    def list_code_contexts(self) -> List[CodeContext]:
+        """The code contexts of the sandbox."""
+        return self.code.list_contexts()
+
+    def restart_code_context(self, context: Union[CodeContext, str]) -> None:
+        """Restarts a context's kernel: its state is lost, its id stays."""
+        self.code.restart_context(context)
+
+    def remove_code_context(self, context: Union[CodeContext, str]) -> None:
+        """Ends a code context and its kernel."""
+        self.code.remove_context(context)
+
     def set_timeout(self, timeout_ms: int) -> datetime:
         """Sets the sandbox to stop ``timeout_ms`` from now (0 stops it at once); returns the new
         stop time. Raises ValidationError past the plan's lifetime, InsufficientTokensError,
@@ -700,6 +758,48 @@ class AsyncSandbox(_Info):
         return await self.processes.start(
             command, cwd=cwd, env=env, user=user, timeout_ms=timeout_ms, tag=tag, stdin=stdin, stream=True
         )
+
+    async def run_code(
+        self,
+        code: str,
+        *,
+        language: Optional[str] = None,
+        context: Union[CodeContext, str, None] = None,
+        envs: Optional[Mapping[str, str]] = None,
+        timeout_ms: Optional[int] = None,
+        on_stdout: Optional[TextCallback] = None,
+        on_stderr: Optional[TextCallback] = None,
+        on_result: Optional[ResultCallback] = None,
+        on_error: Optional[ErrorCallback] = None,
+    ) -> Execution:
+        """See :meth:`Sandbox.run_code`."""
+        return await self.code.run(
+            code,
+            language=language,
+            context=context,
+            envs=envs,
+            timeout_ms=timeout_ms,
+            on_stdout=on_stdout,
+            on_stderr=on_stderr,
+            on_result=on_result,
+            on_error=on_error,
+        )
+
+    async def create_code_context(self, *, language: Optional[str] = None, cwd: Optional[str] = None) -> CodeContext:
+        """Starts a new code context (a kernel of its own) for ``language`` in ``cwd`` (default ``/home/user``)."""
+        return await self.code.create_context(language=language, cwd=cwd)
+
+    async def list_code_contexts(self) -> List[CodeContext]:
+        """The code contexts of the sandbox."""
+        return await self.code.list_contexts()
+
+    async def restart_code_context(self, context: Union[CodeContext, str]) -> None:
+        """Restarts a context's kernel: its state is lost, its id stays."""
+        await self.code.restart_context(context)
+
+    async def remove_code_context(self, context: Union[CodeContext, str]) -> None:
+        """Ends a code context and its kernel."""
+        await self.code.remove_context(context)
 
     async def set_timeout(self, timeout_ms: int) -> datetime:
         d = await self.http.request_json(
