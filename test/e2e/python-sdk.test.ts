@@ -115,7 +115,8 @@ describe('Python SDK (pytest on the real server)', { skip: SKIP, timeout: PYTEST
 
   before(async () => {
     tmp = mkdtempSync(join(tmpdir(), 'sandboxd-pytest-'));
-    s = await startServer();
+    // A busy host may take a while to start a code interpreter's kernel: the create waits for it.
+    s = await startServer({ env: { SANDBOXD_SERVICE_START_TIMEOUT_MS: '240000' } });
     key = (await newAccount(s, { tokens: 1_000_000, plan: 'PRO' })).key;
     brokeKey = (await newAccount(s, { tokens: 0 })).key;
     limitedKey = (await newAccount(s, { tokens: 100_000, plan: 'FREE' })).key;

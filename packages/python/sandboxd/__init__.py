@@ -20,6 +20,7 @@ The API key and address come from ``SANDBOX_API_KEY`` and ``SANDBOX_API_URL`` un
 from ._version import __version__
 from .client import AsyncSandboxd, Sandboxd
 from .code import CodeContext, Execution, ExecutionError, Logs, Result
+from .images import Build, BuildError, BuildLogEvent, ImageProgress, TemplateInfo
 from .processes import AsyncProcessHandle, ProcessHandle
 from .errors import (
     AuthenticationError,
@@ -70,6 +71,11 @@ __all__ = [
     "AsyncSandboxd",
     "Sandbox",
     "AsyncSandbox",
+    "Build",
+    "BuildError",
+    "BuildLogEvent",
+    "ImageProgress",
+    "TemplateInfo",
     "AsyncProcessHandle",
     "ProcessHandle",
     "CodeContext",

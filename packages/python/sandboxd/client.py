@@ -11,7 +11,14 @@ import httpx
 from . import _wire
 from ._config import resolve_config
 from ._http import AsyncHttp, SyncHttp
-from .images import AsyncImagesApi, ImagesApi
+from .images import (
+    AsyncBuildsApi,
+    AsyncImagesApi,
+    AsyncTemplatesApi,
+    BuildsApi,
+    ImagesApi,
+    TemplatesApi,
+)
 from .sandbox import AsyncSandbox, Sandbox, _snapshot_async, _snapshot_sync
 from .types import (
     AccountInfo,
@@ -266,7 +273,12 @@ class Sandboxd:
         self.sandboxes = SandboxesApi(self.http)
         self.snapshots = SnapshotsApi(self.http)
         self.volumes = VolumesApi(self.http)
-        self.images = ImagesApi(self.http)
+        #: The account's template builds: list, get, logs, wait, cancel, delete.
+        self.builds = BuildsApi(self.http)
+        #: The account's templates (``templates/<name>:<tag>``).
+        self.templates = TemplatesApi(self.http)
+        #: Template builds (``build_template``, any account); the rest admin only.
+        self.images = ImagesApi(self.http, self.builds)
         self.account = AccountApi(self.http)
 
     @property
@@ -308,7 +320,9 @@ class AsyncSandboxd:
         self.sandboxes = AsyncSandboxesApi(self.http)
         self.snapshots = AsyncSnapshotsApi(self.http)
         self.volumes = AsyncVolumesApi(self.http)
-        self.images = AsyncImagesApi(self.http)
+        self.builds = AsyncBuildsApi(self.http)
+        self.templates = AsyncTemplatesApi(self.http)
+        self.images = AsyncImagesApi(self.http, self.builds)
         self.account = AsyncAccountApi(self.http)
 
     @property
