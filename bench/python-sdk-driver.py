@@ -10,8 +10,13 @@ start and the pipe to the Node side are outside them).
                                           N execs of `true` on sandbox ID: {"ms": [t, ...]}
   {"op": "quit"}                          closes the clients and exits
 
-C is "sync" (sandboxd.Sandboxd), "async" (sandboxd.AsyncSandboxd) or "httpx" (a plain
-httpx.Client with keep-alive, the same requests without the SDK: Python's own floor).
+C is "sync" (sandboxd.Sandboxd), "async" (sandboxd.AsyncSandboxd), "httpx" (a plain
+httpx.Client with keep-alive, the same requests without the SDK: Python's own floor) or
+"httpx-nodelay" (the same with TCP_NODELAY on its sockets). httpcore before 1.0 (Debian 12
+has 0.16.3) leaves Nagle's algorithm on in its sync backend, and a request written as
+headers then body then waits for the server's delayed ACK (about 40 ms on Linux); its async
+backend (anyio) sets TCP_NODELAY. The last row shows what the sync client would cost without
+that wait.
 Reads SANDBOX_API_URL, SANDBOX_API_KEY and BENCH_IMAGE from the environment; needs
 PYTHONPATH=packages/python.
 """
@@ -25,6 +30,9 @@ import sys
 import time
 from typing import Any
 
+import socket
+
+import httpcore
 import httpx
 
 from sandboxd import AsyncSandboxd, Sandboxd
@@ -39,11 +47,29 @@ def ms_since(t0: int) -> float:
     return (time.perf_counter_ns() - t0) / 1e6
 
 
+def nodelay_pool() -> Any:
+    """An httpcore pool whose sync sockets have TCP_NODELAY (httpcore 0.16's layout; 1.0 sets it itself)."""
+    try:
+        from httpcore.backends.sync import SyncBackend  # httpcore 0.16, 0.17
+    except ImportError:
+        from httpcore import SyncBackend  # type: ignore[attr-defined,no-redef]  # httpcore 1.x
+
+    class NoDelay(SyncBackend):
+        def connect_tcp(self, *args: Any, **kwargs: Any) -> Any:
+            stream = super().connect_tcp(*args, **kwargs)
+            stream.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            return stream
+
+    return httpcore.ConnectionPool(network_backend=NoDelay())
+
+
 class Raw:
     """The exec and create requests with httpx and no SDK."""
 
-    def __init__(self) -> None:
+    def __init__(self, nodelay: bool = False) -> None:
         self.http = httpx.Client(base_url=URL, headers={"Authorization": f"Bearer {KEY}"}, timeout=120)
+        if nodelay:
+            self.http._transport._pool = nodelay_pool()  # type: ignore[attr-defined]
 
     def create(self) -> str:
         r = self.http.post("/api/v1/sandboxes", json={"image": IMAGE, "timeoutMs": LIFETIME_MS})
@@ -63,7 +89,7 @@ class Raw:
 async def main() -> None:
     sync = Sandboxd(api_key=KEY, api_url=URL)
     aclient = AsyncSandboxd(api_key=KEY, api_url=URL)
-    raw = Raw()
+    raws = {"httpx": Raw(), "httpx-nodelay": Raw(nodelay=True)}
     loop = asyncio.get_running_loop()
 
     async def tti(client: str) -> dict[str, Any]:
@@ -80,6 +106,7 @@ async def main() -> None:
             ms = ms_since(t0)
             await asb.delete()
         else:
+            raw = raws[client]
             t0 = time.perf_counter_ns()
             sid = raw.create()
             raw.exec_true(sid)
@@ -105,6 +132,7 @@ async def main() -> None:
                 await asb.exec("true")
                 out.append(ms_since(t0))
         else:
+            raw = raws[client]
             for _ in range(n):
                 t0 = time.perf_counter_ns()
                 raw.exec_true(sid)
@@ -133,7 +161,8 @@ async def main() -> None:
     finally:
         sync.close()
         await aclient.close()
-        raw.http.close()
+        for raw in raws.values():
+            raw.http.close()
 
 
 asyncio.run(main())

@@ -3,7 +3,9 @@
  * the TypeScript SDK, against one real server (own process, local runtime,
  * `local/busybox:latest`), in the same run, the clients taking turns round by round. The
  * floors are the same HTTP requests without an SDK: node:http from this process and a plain
- * httpx.Client from the Python process, both with keep-alive.
+ * httpx.Client from the Python process, both with keep-alive; and that httpx.Client again with
+ * TCP_NODELAY on its sockets, which httpcore before 1.0 leaves off in its sync backend (a
+ * POST then waits for the server's delayed ACK, about 40 ms; see the driver).
  *
  *   create -> first exec   Sandbox.create answered, then exec `true` answered (the sandbox is
  *                          deleted afterwards, not timed); each client in turn, each round
@@ -33,13 +35,15 @@ const LIFETIME_MS = 600_000;
 const PYTHON = '/usr/bin/python3';
 const ROOT = resolve(fileURLToPath(import.meta.url), '../..');
 
-type Client = 'ts' | 'node' | 'sync' | 'async' | 'httpx';
+type Client = 'ts' | 'node' | 'sync' | 'async' | 'httpx' | 'httpx-nodelay';
+const PY_CLIENTS: readonly Client[] = ['sync', 'async', 'httpx', 'httpx-nodelay'];
 const CLIENTS: { id: Client; label: string }[] = [
   { id: 'ts', label: 'TypeScript SDK' },
   { id: 'sync', label: 'Python SDK, Sandboxd (sync)' },
   { id: 'async', label: 'Python SDK, AsyncSandboxd' },
   { id: 'node', label: 'raw HTTP, node:http (floor)' },
   { id: 'httpx', label: 'raw HTTP, httpx (Python floor)' },
+  { id: 'httpx-nodelay', label: 'raw HTTP, httpx + TCP_NODELAY' },
 ];
 
 const server = await startServer({ env: { SANDBOXD_RUNTIME: 'local', SANDBOXD_LOG_LEVEL: 'error' } });
@@ -100,7 +104,7 @@ try {
   };
 
   const tti = async (c: Client): Promise<number> => {
-    if (c === 'sync' || c === 'async' || c === 'httpx') return (await ask({ op: 'tti', client: c })).ms;
+    if (PY_CLIENTS.includes(c)) return (await ask({ op: 'tti', client: c })).ms;
     if (c === 'ts') {
       let sb: Sandbox | undefined;
       const ms = await timeMs(async () => {
@@ -122,7 +126,7 @@ try {
   };
 
   const execs = async (c: Client, sb: Sandbox, n: number): Promise<number[]> => {
-    if (c === 'sync' || c === 'async' || c === 'httpx') return (await ask({ op: 'exec', client: c, id: sb.id, n })).ms;
+    if (PY_CLIENTS.includes(c)) return (await ask({ op: 'exec', client: c, id: sb.id, n })).ms;
     const out: number[] = [];
     for (let i = 0; i < n; i++)
       out.push(
