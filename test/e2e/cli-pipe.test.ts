@@ -19,8 +19,9 @@ const SBX = resolve(fileURLToPath(import.meta.url), '../../../packages/cli/bin/s
 
 /**
  * Runs argv with stdout (or, with `stream: 'stderr'`, stderr) into a pipe of one page.
- * `head`: reads the first line, then closes the pipe (as `head -1`); `gone`: the reading end
- * is closed before argv starts (as `| true`). Prints {first, code, signal, stderr} as JSON.
+ * `head`: reads the first line, then closes the pipe (as `head -1`): output longer than a page
+ * and that line is certain to meet the closed end; `gone`: the reading end is closed before
+ * argv starts (as `| true`), so its first write does. Prints {first, code, signal, stderr}.
  */
 const PIPE_DRIVER = `
 import fcntl, json, os, signal, subprocess, sys
@@ -34,8 +35,16 @@ p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, **out)
 os.close(w)
 first = ''
 if mode == 'head':
-    with os.fdopen(r, 'rb') as f:
-        first = f.readline().decode('utf-8', 'replace')
+    # Byte by byte: what follows the first line stays in the pipe, so output longer than the
+    # pipe holds is certain to meet the closed end (head -1 reads ahead, which only widens the race).
+    b = b''
+    while not b.endswith(b'\\n'):
+        c = os.read(r, 1)
+        if not c:
+            break
+        b += c
+    os.close(r)
+    first = b.decode('utf-8', 'replace')
 try:
     err = p.communicate(timeout=60)[1] or b''
 except subprocess.TimeoutExpired:
@@ -123,10 +132,12 @@ describe('sbx at the closed end of a pipe', { timeout: 300_000 }, () => {
     assert.equal(r.stdout, 'Usage: sbx [options] [command]\n');
     assert.equal(r.stderr, '');
     assert.ok(r.code === 0 || r.code === 141, `exit status ${r.code}`);
-    // Its help is two writes: the second one meets the closed pipe.
+    // The help is about a page: whether it all fits before the reader leaves is not ours to say.
     const p = await piped('head', ['--help']);
     assert.equal(p.first, 'Usage: sbx [options] [command]\n');
-    quiet141(p);
+    assert.equal(p.stderr, '');
+    assert.ok(p.code === 0 || p.code === 141, `exit status ${p.code}`);
+    quiet141(await piped('gone', ['--help']));
     quiet141(await piped('gone', ['--version']));
   });
 
@@ -189,11 +200,17 @@ describe('sbx at the closed end of a pipe', { timeout: 300_000 }, () => {
 
     const y = await headOne(['exec', id, '--', 'yes']);
     assert.deepEqual([y.code, y.stdout, y.stderr], [141, 'y\n', '']);
-    // sbx stopped `yes` (SIGTERM) before it left.
-    const list = await s.api('GET', `/api/v1/sandboxes/${id}/processes`, { key });
-    assert.equal(list.status, 200, list.text);
-    const yes = list.body.processes.filter((p: { command: string }) => p.command === 'yes');
-    assert.equal(yes.length, 1, list.text);
-    assert.notEqual(yes[0].status, 'running', list.text);
+    // sbx had `yes` sent SIGTERM before it left; the server records the exit (bounded wait).
+    let text = '';
+    for (let i = 0; i < 100; i++) {
+      const list = await s.api('GET', `/api/v1/sandboxes/${id}/processes`, { key });
+      assert.equal(list.status, 200, list.text);
+      text = list.text;
+      const yes = list.body.processes.filter((p: { command: string }) => p.command === 'yes');
+      assert.equal(yes.length, 1, list.text);
+      if (yes[0].status !== 'running') break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    assert.doesNotMatch(text, /"command":"yes"[^}]*"status":"running"/, text);
   });
 });
