@@ -24,6 +24,7 @@ import { shellCommand } from './commands/shell.js';
 import { snapshotCommand, snapshotsCommand } from './commands/snapshots.js';
 import { timeoutCommand } from './commands/timeout.js';
 import { volumesCommand } from './commands/volumes.js';
+import { endQuietlyOnClosedPipe, readerGone } from './pipe.js';
 import { CliError } from './ui.js';
 
 const VERSION = '0.1.0';
@@ -91,8 +92,12 @@ export function buildProgram(): Command {
   return program;
 }
 
-/** Runs `sbx` with `argv` (as in process.argv) and sets the exit code. */
+/**
+ * Runs `sbx` with `argv` (as in process.argv) and sets the exit code. A closed pipe on
+ * stdout or stderr (`sbx ls | head -1`) ends it quietly with 141, as `ls` (pipe.ts).
+ */
 export async function main(argv: string[]): Promise<void> {
+  endQuietlyOnClosedPipe();
   try {
     await buildProgram().parseAsync(argv);
   } catch (e) {
@@ -101,6 +106,7 @@ export async function main(argv: string[]): Promise<void> {
       process.exitCode = e.exitCode;
       return;
     }
+    if (readerGone()) return; // leaving with 141: the failure is only the closed pipe's echo
     process.stderr.write(`error: ${errorMessage(e)}\n`);
     process.exitCode = e instanceof CliError ? e.exitCode : 1;
   }

@@ -1,6 +1,7 @@
 import { Command } from 'commander';
 import { ConnectionError, type ExecCallOptions, type ProcessHandle, Sandbox } from '@sandboxd/sdk';
 import { withExamples, type Context } from '../context.js';
+import { onReaderGone, readerGone } from '../pipe.js';
 import { CliError, collect, parseDuration, parseEnv } from '../ui.js';
 
 /** Quotes one argument for `/bin/sh` unless it is plainly safe. */
@@ -40,14 +41,13 @@ async function stream(
   opts: ExecCallOptions,
   forwardStdin: boolean,
 ): Promise<number> {
-  let readerGone = false;
   const starting = sb.exec(command, {
     ...opts,
     background: true,
     stdin: forwardStdin || undefined,
     onOutput: (chunk, s) => {
       if (s === 'stderr') process.stderr.write(chunk);
-      else if (!readerGone) process.stdout.write(chunk);
+      else if (!readerGone()) process.stdout.write(chunk);
     },
   });
   starting.catch(() => {});
@@ -60,20 +60,15 @@ async function stream(
     starting.then((h) => h.kill('SIGINT')).catch(() => {}); // it may have exited already
   };
   process.on('SIGINT', onSigint);
-  // Our reader went away (`sbx exec ... | head`): stop the command too, as a pipe would.
-  // The listener stays: writes already under way fail the same way afterwards.
-  process.stdout.on('error', (e: NodeJS.ErrnoException) => {
-    if (e.code !== 'EPIPE') throw e;
-    if (readerGone) return;
-    readerGone = true;
-    const leave = () => process.exit(141);
-    starting.then((h) => h.kill('SIGTERM')).then(leave, leave);
-  });
+  // Our reader went away (`sbx exec ... | head`): stop the command too, as a pipe would;
+  // main's handler (pipe.ts) then exits with 141.
+  const forget = onReaderGone(() => starting.then((h) => h.kill('SIGTERM')));
   let h: ProcessHandle;
   try {
     h = await starting;
   } catch (e) {
     process.off('SIGINT', onSigint);
+    forget();
     throw e;
   }
   if (forwardStdin)
@@ -94,6 +89,7 @@ async function stream(
     throw e;
   } finally {
     process.off('SIGINT', onSigint);
+    forget();
     if (forwardStdin) process.stdin.destroy();
   }
 }
