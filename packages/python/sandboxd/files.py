@@ -29,12 +29,14 @@ from typing import (
     AsyncContextManager,
     AsyncIterable,
     AsyncIterator,
+    Awaitable,
     ContextManager,
     Dict,
     Iterable,
     Iterator,
     List,
     Optional,
+    Protocol,
     Tuple,
     Type,
     Union,
@@ -60,14 +62,30 @@ __all__ = [
     "AsyncFileWatcher",
     "UploadData",
     "AsyncUploadData",
+    "SupportsRead",
+    "SupportsAsyncRead",
 ]
 
-#: Data :meth:`Files.write` takes: text (sent as UTF-8), bytes, a binary (or text) file
-#: object, or an iterable of bytes (or str) chunks.
-UploadData = Union[str, bytes, bytearray, memoryview, "io.IOBase", Any, Iterable[Union[bytes, str]]]
+
+
+class SupportsRead(Protocol):
+    """A file object: ``open(path, "rb")``, ``io.BytesIO``, a text file (sent as UTF-8) ..."""
+
+    def read(self, __size: int) -> Union[bytes, str]: ...
+
+
+class SupportsAsyncRead(Protocol):
+    """A file object whose ``read`` is a coroutine (aiofiles, anyio)."""
+
+    def read(self, __size: int) -> Awaitable[Union[bytes, str]]: ...
+
+
+#: Data :meth:`Files.write` takes: text (sent as UTF-8), bytes, a file object, or an
+#: iterable of bytes (or str) chunks.
+UploadData = Union[str, bytes, bytearray, memoryview, SupportsRead, Iterable[Union[bytes, str]]]
 #: Data :meth:`AsyncFiles.write` takes: the same, plus an async iterable of chunks or a file
-#: object whose ``read`` is a coroutine (aiofiles).
-AsyncUploadData = Union[UploadData, AsyncIterable[Union[bytes, str]]]
+#: object whose ``read`` is a coroutine.
+AsyncUploadData = Union[UploadData, SupportsAsyncRead, AsyncIterable[Union[bytes, str]]]
 
 #: Bytes read from a file object per chunk sent.
 CHUNK_SIZE = 64 * 1024
@@ -179,6 +197,8 @@ async def _aread_chunks(f: Any) -> AsyncIterator[bytes]:
     while True:
         # A blocking file is read off the event loop, one chunk at a time.
         chunk = await read(CHUNK_SIZE) if is_async else await asyncio.to_thread(read, CHUNK_SIZE)
+        if inspect.isawaitable(chunk):  # a read that returns an awaitable without being async def
+            chunk = await chunk
         if not chunk:
             return
         yield _to_bytes(chunk)
@@ -403,7 +423,8 @@ class FileWatcher:
             yield ev
 
     def close(self) -> None:
-        """Stops watching (a blocked iteration then ends)."""
+        """Stops watching; iteration ends (events not yet read are dropped)."""
+        self._ended = True
         self._ws.close(1000)
 
     def __enter__(self) -> FileWatcher:
@@ -461,6 +482,8 @@ class AsyncFileWatcher:
             yield ev
 
     async def close(self) -> None:
+        """See :meth:`FileWatcher.close`."""
+        self._ended = True
         await self._ws.close(1000)
 
     async def __aenter__(self) -> AsyncFileWatcher:

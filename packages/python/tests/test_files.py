@@ -66,11 +66,11 @@ def test_5_mib_up_and_down_streamed_byte_exact(sandbox: Sandbox, big_file: str) 
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "down.bin")
         chunks = 0
-        with sandbox.files.stream("/tmp/big.bin", chunk_size=CHUNK_SIZE) as dl, open(out, "wb") as f:
+        with sandbox.files.stream("/tmp/big.bin", chunk_size=CHUNK_SIZE) as dl, open(out, "wb") as fo:
             assert isinstance(dl, FileDownload) and dl.size == 5 * MIB
             for chunk in dl:
                 assert 0 < len(chunk) <= CHUNK_SIZE
-                f.write(chunk)
+                fo.write(chunk)
                 chunks += 1
         assert chunks >= 5 * MIB // CHUNK_SIZE
         assert sha256_file(out) == want
