@@ -1,14 +1,15 @@
 """WebSocket connections for terminals and file watches, async and sync.
 
-The asyncio client of ``websockets`` (its ``legacy`` client, which every version from 10.4 on
-has) opens the socket with the SDK's credentials in the upgrade request. A refused upgrade
-(401, 404, 409, 429 ...) is read whole, body included, and raised as the SDK's typed error,
-like any other failed call.
+The asyncio client of ``websockets`` opens the socket with the SDK's credentials in the
+upgrade request: the ``legacy`` client up to version 14.0 (Debian 12 ships 10.4), the
+``websockets.asyncio`` client from 14.1 on (the legacy one is deprecated from 14.0). A refused
+upgrade (401, 404, 409, 429 ...) is read whole, body included, and raised as the SDK's typed
+error, like any other failed call.
 
-``websockets`` 10.4 (Debian 12's) has no synchronous client, so :class:`SyncWebSocket` runs
-the asyncio client on a private event loop in a background thread that starts with the
-connection and ends with it (on :meth:`SyncWebSocket.close`, when the server closes it, or
-when the object is garbage collected).
+``websockets`` 10.4 has no synchronous client, so :class:`SyncWebSocket` runs the asyncio
+client on a private event loop in a background thread that starts with the connection and
+ends with it (on :meth:`SyncWebSocket.close`, when the server closes it, or when the object
+is garbage collected).
 
 Reads are pulls: a message not read stays in ``websockets``' bounded queue (64 messages), and
 TCP then slows the server, which pauses what feeds it (a terminal's program, as over ``ssh``).
@@ -18,13 +19,13 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import importlib
 import threading
 import weakref
-from typing import Any, Coroutine, Mapping, Optional, Tuple, TypeVar, Union, cast
+from typing import Any, Coroutine, Mapping, Optional, Tuple, TypeVar, Union
 
-from websockets.datastructures import Headers
-from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidMessage, InvalidStatusCode
-from websockets.legacy.client import WebSocketClientProtocol, connect
+import websockets
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, WebSocketException
 
 from .errors import ConnectionError, RequestTimeoutError, SandboxdError, error_from_response, parse_body
 
@@ -41,6 +42,17 @@ _MAX_MESSAGE = 16 * 1024 * 1024
 _MAX_QUEUE = 64
 
 
+def _version(v: str) -> Tuple[int, int]:
+    parts = [int(p) if p.isdigit() else 0 for p in (v.split(".") + ["0", "0"])[:2]]
+    return parts[0], parts[1]
+
+
+#: True when ``websockets`` deprecates its legacy client and has a complete new one: 14.1
+#: on (14.0's lost the messages still queued when a connection closed, such as a
+#: terminal's ``exit``; it keeps the legacy client, which warns).
+MODERN = _version(getattr(websockets, "__version__", "0")) >= (14, 1)
+
+
 class WebSocketClosed(Exception):
     """The connection has closed; ``code`` and ``reason`` are those of the close frame (1006 without one)."""
 
@@ -50,41 +62,89 @@ class WebSocketClosed(Exception):
         self.reason = reason
 
 
-class _Refused(InvalidStatusCode):
-    """The upgrade was answered with ``status_code`` and this body instead of 101."""
+class _Refused(Exception):
+    """The upgrade was answered with ``status`` and ``body`` instead of 101."""
 
-    def __init__(self, status_code: int, headers: Headers, body: bytes) -> None:
-        super().__init__(status_code, headers)
+    def __init__(self, status: int, body: bytes) -> None:
+        super().__init__(f"HTTP {status}")
+        self.status = status
         self.body = body
 
 
-class _Protocol(WebSocketClientProtocol):
-    """Reads the body of a refused upgrade, so the error keeps its ``kind`` and ``details``."""
+_legacy_protocol: Optional[type] = None
 
-    async def read_http_response(self) -> Tuple[int, Headers]:
-        status, headers = await super().read_http_response()
-        if status == 101 or status in (301, 302, 303, 307, 308):
-            return status, headers
-        body = b""
+
+def _legacy_protocol_class() -> type:
+    """A legacy client protocol that reads the body of a refused upgrade and raises it as
+    :class:`_Refused`, so the error keeps its ``kind`` and ``details`` (the legacy client
+    reads only the status line and headers). Imported on first use: on websockets 14+ the
+    import alone warns."""
+    global _legacy_protocol
+    if _legacy_protocol is None:
+        legacy = importlib.import_module("websockets.legacy.client")
+        base: Any = legacy.WebSocketClientProtocol
+
+        class _Protocol(base):  # type: ignore[misc]
+            async def read_http_response(self) -> Tuple[int, Any]:
+                status, headers = await super().read_http_response()
+                if status == 101 or status in (301, 302, 303, 307, 308):
+                    return status, headers
+                body = b""
+                try:
+                    length = headers.get("Content-Length")
+                    if length is not None and length.isdigit():
+                        body = await asyncio.wait_for(
+                            self.reader.readexactly(min(int(length), _MAX_REFUSAL_BODY)), timeout=5
+                        )
+                    else:
+                        body = await asyncio.wait_for(self.reader.read(_MAX_REFUSAL_BODY), timeout=5)
+                except (asyncio.TimeoutError, asyncio.IncompleteReadError, OSError):
+                    pass
+                raise _Refused(int(status), body)
+
+        _legacy_protocol = _Protocol
+    return _legacy_protocol
+
+
+async def _connect(url: str, headers: Mapping[str, str], open_timeout: float) -> Any:
+    """Opens a client connection with the installed ``websockets``; a refused upgrade raises :class:`_Refused`."""
+    common: Any = dict(
+        open_timeout=open_timeout,
+        # The server pings every 30 s; a client ping would time out while its reader is
+        # paused (a full queue stops reading pongs too) and close a healthy connection.
+        ping_interval=None,
+        close_timeout=5,
+        max_size=_MAX_MESSAGE,
+        max_queue=_MAX_QUEUE,
+        compression=None,
+    )
+    if MODERN:
+        client: Any = importlib.import_module("websockets.asyncio.client")
+        exceptions: Any = importlib.import_module("websockets.exceptions")
         try:
-            length = headers.get("Content-Length")
-            if length is not None and length.isdigit():
-                body = await asyncio.wait_for(
-                    self.reader.readexactly(min(int(length), _MAX_REFUSAL_BODY)), timeout=5
-                )
-            else:
-                body = await asyncio.wait_for(self.reader.read(_MAX_REFUSAL_BODY), timeout=5)
-        except (asyncio.TimeoutError, asyncio.IncompleteReadError, OSError):
-            pass
-        raise _Refused(status, headers, body)
+            return await client.connect(url, additional_headers=dict(headers), **common)
+        except exceptions.InvalidStatus as e:
+            raise _Refused(int(e.response.status_code), bytes(e.response.body or b"")) from None
+    legacy: Any = importlib.import_module("websockets.legacy.client")
+    try:
+        return await legacy.connect(
+            url, create_protocol=_legacy_protocol_class(), extra_headers=dict(headers), **common
+        )
+    except _Refused:
+        raise
+    except InvalidHandshake as e:
+        status = getattr(e, "status_code", None)  # InvalidStatusCode without a body
+        if isinstance(status, int):
+            raise _Refused(status, b"") from None
+        raise
 
 
 class AsyncWebSocket:
     """One open client connection (use :meth:`open`)."""
 
-    def __init__(self, conn: WebSocketClientProtocol) -> None:
+    def __init__(self, conn: Any) -> None:
         self._conn = conn
-        self._next: Optional[asyncio.Task[Message]] = None
+        self._next: Optional[asyncio.Future[Message]] = None
         self._lock = asyncio.Lock()
 
     @classmethod
@@ -96,42 +156,29 @@ class AsyncWebSocket:
         longer than ``open_timeout`` seconds, ConnectionError for any other failure.
         """
         try:
-            conn = await connect(
-                url,
-                create_protocol=cast(Any, _Protocol),
-                extra_headers=dict(headers),
-                open_timeout=open_timeout,
-                # The server pings every 30 s; a client ping would time out while its reader is
-                # paused (a full queue stops reading pongs too) and close a healthy connection.
-                ping_interval=None,
-                close_timeout=5,
-                max_size=_MAX_MESSAGE,
-                max_queue=_MAX_QUEUE,
-                compression=None,
-            )
+            conn = await _connect(url, headers, open_timeout)
         except _Refused as e:
-            raise error_from_response(e.status_code, parse_body(e.body)) from None
-        except InvalidStatusCode as e:
-            raise error_from_response(e.status_code, None) from None
-        except asyncio.TimeoutError:
+            raise error_from_response(e.status, parse_body(e.body)) from None
+        except (asyncio.TimeoutError, TimeoutError):
             raise RequestTimeoutError(
                 f"Cannot {what}: no answer within {open_timeout:g} s", status=0, kind="timeout"
             ) from None
-        except (OSError, InvalidHandshake, InvalidMessage, EOFError) as e:
+        except (OSError, WebSocketException, EOFError) as e:
             raise ConnectionError(f"Cannot {what}: {e}", status=0, kind="connection") from e
         return cls(conn)
 
     @property
     def close_code(self) -> Optional[int]:
         """The close code once closed (1006 when the connection dropped), else None."""
-        return self._conn.close_code
+        code = self._conn.close_code
+        return int(code) if code is not None else None
 
     @property
     def close_reason(self) -> str:
-        return self._conn.close_reason or ""
+        return str(self._conn.close_reason or "")
 
     def _closed(self) -> WebSocketClosed:
-        return WebSocketClosed(self._conn.close_code or 1006, self._conn.close_reason or "")
+        return WebSocketClosed(self.close_code or 1006, self.close_reason)
 
     async def recv(self, timeout: Optional[float] = None) -> Message:
         """The next message. Raises WebSocketClosed once closed, TimeoutError after ``timeout``
