@@ -271,11 +271,20 @@ class _LoopThread:
                 self._thread.join()
 
 
-def _stop_loop(loop: asyncio.AbstractEventLoop) -> None:
-    """Finalizer: stops a loop whose connection object was garbage collected unclosed."""
+def _abandoned(loop: asyncio.AbstractEventLoop, ws: AsyncWebSocket) -> None:
+    """Finalizer of a SyncWebSocket collected unclosed: closes its connection, then its loop."""
+
+    async def end() -> None:
+        try:
+            await asyncio.wait_for(ws.close(1000), timeout=2)
+        except BaseException:
+            pass
+        finally:
+            loop.stop()
+
     try:
-        loop.call_soon_threadsafe(loop.stop)
-    except RuntimeError:
+        asyncio.run_coroutine_threadsafe(end(), loop)
+    except RuntimeError:  # the loop has already closed
         pass
 
 
@@ -290,7 +299,7 @@ class SyncWebSocket:
     def __init__(self, lt: _LoopThread, ws: AsyncWebSocket) -> None:
         self._lt = lt
         self._ws = ws
-        self._finalizer = weakref.finalize(self, _stop_loop, lt.loop)
+        self._finalizer = weakref.finalize(self, _abandoned, lt.loop, ws)
 
     @classmethod
     def open(cls, url: str, headers: Mapping[str, str], *, open_timeout: float, what: str) -> SyncWebSocket:

@@ -80,9 +80,12 @@ class SupportsAsyncRead(Protocol):
     def read(self, __size: int) -> Awaitable[Union[bytes, str]]: ...
 
 
-#: Data :meth:`Files.write` takes: text (sent as UTF-8), bytes, a file object, or an
-#: iterable of bytes (or str) chunks.
-UploadData = Union[str, bytes, bytearray, memoryview, SupportsRead, Iterable[Union[bytes, str]]]
+#: Data :meth:`Files.write` takes: text (sent as UTF-8), bytes, a local file's path as a
+#: :class:`pathlib.Path` (``os.PathLike``: a ``str`` is content, never a path), a file
+#: object, or an iterable of bytes (or str) chunks.
+UploadData = Union[
+    str, bytes, bytearray, memoryview, "os.PathLike[str]", SupportsRead, Iterable[Union[bytes, str]]
+]
 #: Data :meth:`AsyncFiles.write` takes: the same, plus an async iterable of chunks or a file
 #: object whose ``read`` is a coroutine.
 AsyncUploadData = Union[UploadData, SupportsAsyncRead, AsyncIterable[Union[bytes, str]]]
@@ -167,6 +170,26 @@ def _read_chunks(f: Any) -> Iterator[bytes]:
         yield _to_bytes(chunk)
 
 
+def _read_local(p: "os.PathLike[str]") -> Iterator[bytes]:
+    """The chunks of a local file, opened when the upload starts and closed when it ends."""
+    with open(p, "rb") as f:
+        yield from _read_chunks(f)
+
+
+async def _aread_local(p: "os.PathLike[str]") -> AsyncIterator[bytes]:
+    f = await asyncio.to_thread(lambda: open(p, "rb"))
+    try:
+        async for chunk in _aread_chunks(f):
+            yield chunk
+    finally:
+        f.close()
+
+
+def _local_size(p: "os.PathLike[str]") -> int:
+    """The size of a local file; raises FileNotFoundError (before any request) when it is missing."""
+    return os.stat(p).st_size
+
+
 def _iter_chunks(it: Iterable[Union[bytes, str]]) -> Iterator[bytes]:
     for chunk in it:
         b = _to_bytes(chunk)
@@ -182,12 +205,15 @@ def _sync_body(data: Any, size: Optional[int]) -> Tuple[Any, Optional[int]]:
     if isinstance(data, (bytes, bytearray, memoryview)):
         b = bytes(data)
         return b, len(b)
+    if isinstance(data, os.PathLike):
+        n = _local_size(data)
+        return _read_local(data), size if size is not None else n
     if _is_file(data):
         return _read_chunks(data), size if size is not None else _file_size(data)
     if isinstance(data, Iterable):
         return _iter_chunks(data), size
     raise TypeError(
-        f"data must be str, bytes, a file object or an iterable of bytes (got {type(data).__name__})"
+        f"data must be str, bytes, a pathlib.Path, a file object or an iterable of bytes (got {type(data).__name__})"
     )
 
 
@@ -220,12 +246,15 @@ async def _aiter_chunks(it: Any) -> AsyncIterator[bytes]:
 def _async_body(data: Any, size: Optional[int]) -> Tuple[Any, Optional[int]]:
     if isinstance(data, (str, bytes, bytearray, memoryview)):
         return _sync_body(data, size)
+    if isinstance(data, os.PathLike):
+        n = _local_size(data)
+        return _aread_local(data), size if size is not None else n
     if _is_file(data):
         return _aread_chunks(data), size if size is not None else _file_size(data)
     if isinstance(data, (AsyncIterable, Iterable)):
         return _aiter_chunks(data), size
     raise TypeError(
-        "data must be str, bytes, a file object, or an iterable or async iterable of bytes "
+        "data must be str, bytes, a pathlib.Path, a file object, or an iterable or async iterable of bytes "
         f"(got {type(data).__name__})"
     )
 
@@ -265,7 +294,7 @@ def _parse_event(msg: Union[str, bytes]) -> Optional[FileEvent]:
     if isinstance(m, dict) and isinstance(m.get("type"), str) and isinstance(m.get("path"), str):
         return file_event(m)
     if isinstance(m, dict) and m.get("type") == "overflow":
-        return FileEvent(type="overflow", path="")  # type: ignore[arg-type]
+        return FileEvent(type="overflow", path="")
     return None
 
 
@@ -524,8 +553,9 @@ class Files:
     ) -> FileEntry:
         """Writes ``data`` to ``path`` (parents are created) and returns the new entry.
 
-        ``data``: str (UTF-8), bytes, a file object (``open(p, "rb")``), or an iterable of
-        bytes chunks; file objects and iterables are streamed, never read whole. ``mode``:
+        ``data``: str (the content, as UTF-8), bytes, a local file as a ``pathlib.Path``, a
+        file object (``open(p, "rb")``), or an iterable of bytes chunks; paths, file objects
+        and iterables are streamed, never read whole. ``mode``:
         permission bits (``0o755`` or ``"0755"``; default: an existing file keeps its mode, a
         new one gets 0644). ``size``: the length of a streamed ``data``, sent as
         Content-Length (found by itself for a regular file). The server writes beside the

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import pathlib
 import tempfile
 import threading
 from typing import Any, Iterator, List
@@ -85,6 +86,13 @@ def test_5_mib_up_and_down_streamed_byte_exact(sandbox: Sandbox, big_file: str) 
     assert entry.size == 5 * MIB
     data = sandbox.files.read("/tmp/big2.bin")
     assert hashlib.sha256(data).hexdigest() == want
+
+    # Up from a local path (a pathlib.Path; a str would be content).
+    assert sandbox.files.write("/tmp/big3.bin", pathlib.Path(big_file)).size == 5 * MIB
+    assert hashlib.sha256(sandbox.files.read("/tmp/big3.bin")).hexdigest() == want
+    with pytest.raises(FileNotFoundError):
+        sandbox.files.write("/tmp/big4.bin", pathlib.Path(big_file + ".missing"))
+    assert not sandbox.files.exists("/tmp/big4.bin")
 
 
 def test_text_bytes_iterables_and_ranges(sandbox: Sandbox) -> None:

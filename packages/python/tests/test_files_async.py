@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import pathlib
 import tempfile
 from typing import AsyncIterator, Iterator, List
 
@@ -88,6 +89,9 @@ async def test_5_mib_up_and_down_streamed_byte_exact(asandbox: AsyncSandbox, big
         reader.close()
     assert all(0 < n <= CHUNK_SIZE for n in reader.sizes)
     assert hashlib.sha256(await asandbox.files.read("/tmp/big3.bin")).hexdigest() == want
+    # And from a local path.
+    assert (await asandbox.files.write("/tmp/big4.bin", pathlib.Path(big_file))).size == 5 * MIB
+    assert hashlib.sha256(await asandbox.files.read("/tmp/big4.bin")).hexdigest() == want
 
 
 async def test_text_bytes_iterables_and_ranges(asandbox: AsyncSandbox) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import threading
+from typing import List
 
 import pytest
 
@@ -124,3 +125,25 @@ def test_read_until_timeout_keeps_the_output(sandbox: Sandbox) -> None:
             t.read_until("never printed", timeout=0.5)
         t.write("echo $((50+5))\n")
         t.read_until(re.compile(rb"\n55\r?\n"), timeout=WAIT)
+
+
+def test_one_thread_reads_while_another_writes(sandbox: Sandbox) -> None:
+    threads = threading.active_count()
+    t = sandbox.terminals.create()
+    out: List[bytes] = []
+    reader = threading.Thread(target=lambda: out.extend(t))  # until the shell ends
+    reader.start()
+    try:
+        for i in range(5):
+            t.write(f"echo line-$(({i}+100))\n")
+        t.write("exit 7\n")
+        reader.join(timeout=WAIT)
+        assert not reader.is_alive()
+    finally:
+        t.close()
+        reader.join(timeout=WAIT)
+    text = b"".join(out)
+    for i in range(5):
+        assert re.search(rb"\nline-%d\r?\n" % (i + 100), text)
+    assert t.exit == TerminalExit(exit_code=7, signal=None)
+    assert threading.active_count() == threads
