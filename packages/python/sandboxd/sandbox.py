@@ -13,19 +13,30 @@ from typing import (
     Dict,
     Iterator,
     List,
+    Literal,
     Mapping,
     Optional,
     Type,
     TypeVar,
+    Union,
+    overload,
 )
 
 from . import _wire
 from ._connection import HasAsyncHttp, HasSyncHttp, async_http, sync_http
 from ._http import AsyncHttp, SyncHttp
-from .code import AsyncCodeInterpreter, CodeInterpreter
+from .code import (
+    AsyncCodeInterpreter,
+    CodeContext,
+    CodeInterpreter,
+    ErrorCallback,
+    Execution,
+    ResultCallback,
+    TextCallback,
+)
 from .errors import NotFoundError
 from .files import AsyncFiles, Files
-from .processes import AsyncProcesses, Processes
+from .processes import AsyncProcesses, AsyncProcessHandle, OutputCallback, Processes, ProcessHandle
 from .terminal import AsyncTerminals, Terminals
 from .types import (
     Egress,
@@ -268,6 +279,54 @@ class Sandbox(_Info):
         self.info = _wire.sandbox_info(d["sandbox"])
         return self.info
 
+    @overload
+    def exec(
+        self,
+        command: str,
+        *,
+        cwd: Optional[str] = ...,
+        env: Optional[Mapping[str, str]] = ...,
+        user: Optional[str] = ...,
+        timeout_ms: Optional[int] = ...,
+        tag: Optional[str] = ...,
+        background: Literal[True],
+        stdin: bool = ...,
+        on_stdout: None = ...,
+        on_stderr: None = ...,
+    ) -> ProcessHandle: ...
+
+    @overload
+    def exec(
+        self,
+        command: str,
+        *,
+        cwd: Optional[str] = ...,
+        env: Optional[Mapping[str, str]] = ...,
+        user: Optional[str] = ...,
+        timeout_ms: Optional[int] = ...,
+        tag: Optional[str] = ...,
+        background: Literal[False] = ...,
+        stdin: Literal[True],
+        on_stdout: None = ...,
+        on_stderr: None = ...,
+    ) -> ProcessHandle: ...
+
+    @overload
+    def exec(
+        self,
+        command: str,
+        *,
+        cwd: Optional[str] = ...,
+        env: Optional[Mapping[str, str]] = ...,
+        user: Optional[str] = ...,
+        timeout_ms: Optional[int] = ...,
+        tag: Optional[str] = ...,
+        background: Literal[False] = ...,
+        stdin: Literal[False] = ...,
+        on_stdout: Optional[OutputCallback] = ...,
+        on_stderr: Optional[OutputCallback] = ...,
+    ) -> ExecResult: ...
+
     def exec(
         self,
         command: str,
@@ -276,14 +335,36 @@ class Sandbox(_Info):
         env: Optional[Mapping[str, str]] = None,
         user: Optional[str] = None,
         timeout_ms: Optional[int] = None,
-    ) -> ExecResult:
-        """Runs ``/bin/sh -c command`` with the sandbox env (merged with ``env``), as ``user``,
-        in ``cwd``, and waits for it (up to ``timeout_ms``, default 60000; exit code 124 on
-        expiry). Each stream is cut at 1 MiB (``truncated``). A failing command is not an
-        error: check ``exit_code``. Raises ConflictError when the sandbox is not started,
-        NotFoundError, ValidationError. For streamed output see :meth:`exec_stream`, for
-        background processes and stdin ``processes.start``."""
-        opts = _wire.exec_options(cwd=cwd, env=env, user=user, timeout_ms=timeout_ms)
+        tag: Optional[str] = None,
+        background: bool = False,
+        stdin: bool = False,
+        on_stdout: Optional[OutputCallback] = None,
+        on_stderr: Optional[OutputCallback] = None,
+    ) -> Union[ExecResult, ProcessHandle]:
+        """Runs ``/bin/sh -c command`` with the sandbox env (merged with ``env``), as ``user``
+        (``root``, a uid, ``uid:gid`` or a user name), in ``cwd``.
+
+        - Plain: waits for the command (up to ``timeout_ms``, default 60000; exit code 124 on
+          expiry) and returns its :class:`ExecResult`, each stream cut at 1 MiB (``truncated``).
+        - With ``on_stdout``/``on_stderr``: the output is streamed, the callbacks get each chunk
+          as it is written, and the same result comes when it exits (no time limit unless
+          ``timeout_ms``; a dropped connection is resumed without losing or repeating output).
+        - With ``background=True`` or ``stdin=True``: returns a :class:`ProcessHandle` as soon as
+          the process runs (``pid``, ``wait()``, ``kill()``, ``send_stdin()``, iteration).
+
+        A failing command is not an error: check ``exit_code``. Raises ConflictError when the
+        sandbox is not started, NotFoundError, ValidationError. See also :meth:`exec_stream`.
+        """
+        if background or stdin:
+            return self.processes.start(
+                command, cwd=cwd, env=env, user=user, timeout_ms=timeout_ms, tag=tag, stdin=stdin
+            )
+        if on_stdout is not None or on_stderr is not None:
+            h = self.processes.start(
+                command, cwd=cwd, env=env, user=user, timeout_ms=timeout_ms, tag=tag, stream=True
+            )
+            return h.wait(on_stdout=on_stdout, on_stderr=on_stderr)
+        opts = _wire.exec_options(cwd=cwd, env=env, user=user, timeout_ms=timeout_ms, tag=tag)
         d = self.http.request_json(
             "POST",
             _sandbox_path(self.id, "/exec"),
@@ -291,6 +372,79 @@ class Sandbox(_Info):
             timeout=_exec_timeout(self.http, timeout_ms),
         )
         return _wire.exec_result(d)
+
+    def exec_stream(
+        self,
+        command: str,
+        *,
+        cwd: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        user: Optional[str] = None,
+        timeout_ms: Optional[int] = None,
+        tag: Optional[str] = None,
+        stdin: bool = False,
+    ) -> ProcessHandle:
+        """Starts ``command`` with its output streamed; iterate the returned handle for
+        :class:`~sandboxd.types.ExecEvent` s (``stdout``/``stderr`` chunks as written, then
+        ``exit``)::
+
+            for ev in sb.exec_stream("make"):
+                if ev.type == "stdout":
+                    print(ev.data, end="")
+        """
+        return self.processes.start(
+            command, cwd=cwd, env=env, user=user, timeout_ms=timeout_ms, tag=tag, stdin=stdin, stream=True
+        )
+
+    def run_code(
+        self,
+        code: str,
+        *,
+        language: Optional[str] = None,
+        context: Union[CodeContext, str, None] = None,
+        envs: Optional[Mapping[str, str]] = None,
+        timeout_ms: Optional[int] = None,
+        on_stdout: Optional[TextCallback] = None,
+        on_stderr: Optional[TextCallback] = None,
+        on_result: Optional[ResultCallback] = None,
+        on_error: Optional[ErrorCallback] = None,
+    ) -> Execution:
+        """Runs ``code`` in a stateful kernel of the sandbox's code interpreter (the sandbox must
+        be made from ``local/code-interpreter``): Python by default, or ``language``
+        (``javascript``, ``typescript``, ``bash``, ``r``), or in ``context``. Returns once the
+        run ends with its :class:`~sandboxd.code.Execution`: ``results`` (each with every
+        representation, ``formats()``), ``logs``, ``error`` (a code error is not an exception;
+        ``TimeoutError`` past ``timeout_ms``, default 300000), ``execution_count``, ``text``.
+        ``envs`` apply to this run only. Callbacks get events as they come. Raises
+        ValidationError (unknown language), NotFoundError (unknown context),
+        NoCodeInterpreterError (not that image), ConflictError (not started)."""
+        return self.code.run(
+            code,
+            language=language,
+            context=context,
+            envs=envs,
+            timeout_ms=timeout_ms,
+            on_stdout=on_stdout,
+            on_stderr=on_stderr,
+            on_result=on_result,
+            on_error=on_error,
+        )
+
+    def create_code_context(self, *, language: Optional[str] = None, cwd: Optional[str] = None) -> CodeContext:
+        """Starts a new code context (a kernel of its own) for ``language`` in ``cwd`` (default ``/home/user``)."""
+        return self.code.create_context(language=language, cwd=cwd)
+
+    def list_code_contexts(self) -> List[CodeContext]:
+        """The code contexts of the sandbox."""
+        return self.code.list_contexts()
+
+    def restart_code_context(self, context: Union[CodeContext, str]) -> None:
+        """Restarts a context's kernel: its state is lost, its id stays."""
+        self.code.restart_context(context)
+
+    def remove_code_context(self, context: Union[CodeContext, str]) -> None:
+        """Ends a code context and its kernel."""
+        self.code.remove_context(context)
 
     def set_timeout(self, timeout_ms: int) -> datetime:
         """Sets the sandbox to stop ``timeout_ms`` from now (0 stops it at once); returns the new
@@ -501,6 +655,54 @@ class AsyncSandbox(_Info):
         self.info = _wire.sandbox_info(d["sandbox"])
         return self.info
 
+    @overload
+    async def exec(
+        self,
+        command: str,
+        *,
+        cwd: Optional[str] = ...,
+        env: Optional[Mapping[str, str]] = ...,
+        user: Optional[str] = ...,
+        timeout_ms: Optional[int] = ...,
+        tag: Optional[str] = ...,
+        background: Literal[True],
+        stdin: bool = ...,
+        on_stdout: None = ...,
+        on_stderr: None = ...,
+    ) -> AsyncProcessHandle: ...
+
+    @overload
+    async def exec(
+        self,
+        command: str,
+        *,
+        cwd: Optional[str] = ...,
+        env: Optional[Mapping[str, str]] = ...,
+        user: Optional[str] = ...,
+        timeout_ms: Optional[int] = ...,
+        tag: Optional[str] = ...,
+        background: Literal[False] = ...,
+        stdin: Literal[True],
+        on_stdout: None = ...,
+        on_stderr: None = ...,
+    ) -> AsyncProcessHandle: ...
+
+    @overload
+    async def exec(
+        self,
+        command: str,
+        *,
+        cwd: Optional[str] = ...,
+        env: Optional[Mapping[str, str]] = ...,
+        user: Optional[str] = ...,
+        timeout_ms: Optional[int] = ...,
+        tag: Optional[str] = ...,
+        background: Literal[False] = ...,
+        stdin: Literal[False] = ...,
+        on_stdout: Optional[OutputCallback] = ...,
+        on_stderr: Optional[OutputCallback] = ...,
+    ) -> ExecResult: ...
+
     async def exec(
         self,
         command: str,
@@ -509,9 +711,23 @@ class AsyncSandbox(_Info):
         env: Optional[Mapping[str, str]] = None,
         user: Optional[str] = None,
         timeout_ms: Optional[int] = None,
-    ) -> ExecResult:
-        """See :meth:`Sandbox.exec`."""
-        opts = _wire.exec_options(cwd=cwd, env=env, user=user, timeout_ms=timeout_ms)
+        tag: Optional[str] = None,
+        background: bool = False,
+        stdin: bool = False,
+        on_stdout: Optional[OutputCallback] = None,
+        on_stderr: Optional[OutputCallback] = None,
+    ) -> Union[ExecResult, AsyncProcessHandle]:
+        """See :meth:`Sandbox.exec`: ``background``/``stdin`` return an :class:`AsyncProcessHandle`."""
+        if background or stdin:
+            return await self.processes.start(
+                command, cwd=cwd, env=env, user=user, timeout_ms=timeout_ms, tag=tag, stdin=stdin
+            )
+        if on_stdout is not None or on_stderr is not None:
+            h = await self.processes.start(
+                command, cwd=cwd, env=env, user=user, timeout_ms=timeout_ms, tag=tag, stream=True
+            )
+            return await h.wait(on_stdout=on_stdout, on_stderr=on_stderr)
+        opts = _wire.exec_options(cwd=cwd, env=env, user=user, timeout_ms=timeout_ms, tag=tag)
         d = await self.http.request_json(
             "POST",
             _sandbox_path(self.id, "/exec"),
@@ -519,6 +735,71 @@ class AsyncSandbox(_Info):
             timeout=_exec_timeout(self.http, timeout_ms),
         )
         return _wire.exec_result(d)
+
+    async def exec_stream(
+        self,
+        command: str,
+        *,
+        cwd: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        user: Optional[str] = None,
+        timeout_ms: Optional[int] = None,
+        tag: Optional[str] = None,
+        stdin: bool = False,
+    ) -> AsyncProcessHandle:
+        """Starts ``command`` with its output streamed; iterate the returned handle for
+        :class:`~sandboxd.types.ExecEvent` s (``stdout``/``stderr`` chunks as written, then
+        ``exit``)::
+
+            async for ev in await sb.exec_stream("make"):
+                if ev.type == "stdout":
+                    print(ev.data, end="")
+        """
+        return await self.processes.start(
+            command, cwd=cwd, env=env, user=user, timeout_ms=timeout_ms, tag=tag, stdin=stdin, stream=True
+        )
+
+    async def run_code(
+        self,
+        code: str,
+        *,
+        language: Optional[str] = None,
+        context: Union[CodeContext, str, None] = None,
+        envs: Optional[Mapping[str, str]] = None,
+        timeout_ms: Optional[int] = None,
+        on_stdout: Optional[TextCallback] = None,
+        on_stderr: Optional[TextCallback] = None,
+        on_result: Optional[ResultCallback] = None,
+        on_error: Optional[ErrorCallback] = None,
+    ) -> Execution:
+        """See :meth:`Sandbox.run_code`."""
+        return await self.code.run(
+            code,
+            language=language,
+            context=context,
+            envs=envs,
+            timeout_ms=timeout_ms,
+            on_stdout=on_stdout,
+            on_stderr=on_stderr,
+            on_result=on_result,
+            on_error=on_error,
+        )
+
+    async def create_code_context(self, *, language: Optional[str] = None, cwd: Optional[str] = None) -> CodeContext:
+        """Starts a new code context (a kernel of its own) for ``language`` in ``cwd`` (default ``/home/user``)."""
+        return await self.code.create_context(language=language, cwd=cwd)
+
+    async def list_code_contexts(self) -> List[CodeContext]:
+        """The code contexts of the sandbox."""
+        return await self.code.list_contexts()
+
+    async def restart_code_context(self, context: Union[CodeContext, str]) -> None:
+        """Restarts a context's kernel: its state is lost, its id stays."""
+        await self.code.restart_context(context)
+
+    async def remove_code_context(self, context: Union[CodeContext, str]) -> None:
+        """Ends a code context and its kernel."""
+        await self.code.remove_context(context)
 
     async def set_timeout(self, timeout_ms: int) -> datetime:
         d = await self.http.request_json(
