@@ -128,15 +128,22 @@ def _check_size(cols: int, rows: int) -> None:
             raise ValueError(f"{name} must be an integer >= 1 (got {v!r})")
 
 
-def _compile(pattern: PatternLike) -> Pattern[bytes]:
-    if isinstance(pattern, str):
-        return re.compile(re.escape(pattern.encode("utf-8")))
-    if isinstance(pattern, (bytes, bytearray)):
-        return re.compile(re.escape(bytes(pattern)))
+def _compile(pattern: PatternLike) -> Tuple[Pattern[bytes], Optional[int]]:
+    """The pattern as a bytes regular expression, and its length when it is a literal."""
+    if isinstance(pattern, (str, bytes, bytearray)):
+        lit = pattern.encode("utf-8") if isinstance(pattern, str) else bytes(pattern)
+        if not lit:
+            raise ValueError("pattern must not be empty")
+        return re.compile(re.escape(lit)), len(lit)
     if isinstance(pattern.pattern, str):
         flags = pattern.flags & ~re.UNICODE
-        return re.compile(pattern.pattern.encode("utf-8"), flags)
-    return pattern
+        return re.compile(pattern.pattern.encode("utf-8"), flags), None
+    return pattern, None
+
+
+def _resume_at(buf_len: int, literal: Optional[int]) -> int:
+    """Where the next search may start: a literal cannot end in what was already searched."""
+    return 0 if literal is None else max(0, buf_len - literal + 1)
 
 
 def _tail(b: bytes, n: int = 300) -> str:
@@ -203,9 +210,10 @@ class _Core:
         self.buf.clear()
         return data
 
-    def find(self, rx: Pattern[bytes]) -> Optional[bytes]:
-        """Takes the buffer up to the end of the first match of ``rx``, if there is one."""
-        m = rx.search(self.buf)
+    def find(self, rx: Pattern[bytes], start: int = 0) -> Optional[bytes]:
+        """Takes the buffer up to the end of the first match of ``rx`` (searched from
+        ``start``), if there is one."""
+        m = rx.search(self.buf, start)
         if m is None:
             return None
         data = bytes(self.buf[: m.end()])
@@ -389,13 +397,15 @@ class Terminal:
         returns the output up to the end of the match (what follows stays for the next read).
         Raises TimeoutError after ``timeout`` seconds, EOFError when the terminal ends first
         (the output read so far stays for the next read in both cases)."""
-        rx = _compile(pattern)
+        rx, literal = _compile(pattern)
         c = self._core
         deadline = _deadline(timeout)
+        start = 0
         while True:
-            found = c.find(rx)
+            found = c.find(rx, start)
             if found is not None:
                 return found
+            start = _resume_at(len(c.buf), literal)
             try:
                 data = self._pull(_remaining(deadline))
             except TimeoutError:
@@ -575,13 +585,15 @@ class AsyncTerminal:
 
     async def read_until(self, pattern: PatternLike, timeout: Optional[float] = None) -> bytes:
         """See :meth:`Terminal.read_until`."""
-        rx = _compile(pattern)
+        rx, literal = _compile(pattern)
         c = self._core
         deadline = _deadline(timeout)
+        start = 0
         while True:
-            found = c.find(rx)
+            found = c.find(rx, start)
             if found is not None:
                 return found
+            start = _resume_at(len(c.buf), literal)
             try:
                 data = await self._pull(_remaining(deadline))
             except TimeoutError:

@@ -13,7 +13,7 @@ from typing import AsyncIterator, Iterator, List
 import pytest
 
 from sandboxd import AsyncSandbox, ConflictError, NotFoundError, RangeNotSatisfiableError, ValidationError
-from sandboxd.files import CHUNK_SIZE, AsyncFileDownload, AsyncFiles
+from sandboxd.files import CHUNK_SIZE, AsyncFileDownload, AsyncFiles, AsyncFileWatcher
 
 MIB = 1024 * 1024
 
@@ -189,3 +189,18 @@ async def test_watch_errors(asandbox: AsyncSandbox) -> None:
         await asandbox.files.watch("/tmp/no-such-dir")
     with pytest.raises(ValidationError):
         await asandbox.files.watch("relative/dir")
+
+
+async def test_the_17th_watch_is_refused_with_the_limit(asandbox: AsyncSandbox) -> None:
+    watches: List[AsyncFileWatcher] = []
+    try:
+        for _ in range(16):
+            watches.append(await asandbox.files.watch("/tmp"))
+        with pytest.raises(ConflictError) as e:
+            await asandbox.files.watch("/tmp")
+        assert e.value.status == 409 and e.value.details["limit"] == "watchesPerSandbox"
+    finally:
+        for w in watches:
+            await w.close()
+    async with await asandbox.files.watch("/tmp"):  # room again once they are closed
+        pass

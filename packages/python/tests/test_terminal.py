@@ -10,8 +10,9 @@ from typing import List
 
 import pytest
 
-from sandboxd import ConnectionError, NotFoundError, Sandbox, ValidationError
-from sandboxd.terminal import Terminal, TerminalExit
+from sandboxd import AuthenticationError, ConnectionError, NotFoundError, Sandbox, Sandboxd, ValidationError
+from sandboxd.files import Files
+from sandboxd.terminal import Terminal, TerminalExit, Terminals
 
 #: Seconds any single wait may take (a loaded machine is slow, never a failure by itself).
 WAIT = 60
@@ -146,4 +147,24 @@ def test_one_thread_reads_while_another_writes(sandbox: Sandbox) -> None:
     for i in range(5):
         assert re.search(rb"\nline-%d\r?\n" % (i + 100), text)
     assert t.exit == TerminalExit(exit_code=7, signal=None)
+    assert threading.active_count() == threads
+
+
+def test_a_megabyte_of_output_and_a_literal_pattern(sandbox: Sandbox) -> None:
+    with sandbox.terminals.create() as t:
+        # The echo holds "END-$((1+1))"; the output ends in "END-2".
+        t.write("head -c 1000000 /dev/zero | tr '\\0' a; echo; echo END-$((1+1))\n")
+        out = t.read_until("END-2", timeout=WAIT)
+        assert out.count(b"a") >= 1_000_000
+
+
+def test_bad_credentials_are_refused_before_the_upgrade(sandbox: Sandbox, api_url: str) -> None:
+    threads = threading.active_count()
+    with sandbox.terminals.create() as t:
+        with Sandboxd(api_key="sk_" + "x" * 40, api_url=api_url) as bad:
+            with pytest.raises(AuthenticationError) as e:
+                Terminals(bad.http, sandbox.id).connect(t.id)
+            assert e.value.status == 401 and e.value.kind == "unauthorized"
+            with pytest.raises(AuthenticationError):
+                Files(bad.http, sandbox.id).watch("/tmp")
     assert threading.active_count() == threads
