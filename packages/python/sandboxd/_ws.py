@@ -246,11 +246,17 @@ class _LoopThread:
         fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
         # Waits in slices so that a loop stopped by another thread before it ran `coro` is
         # noticed instead of waited on forever.
-        while not fut.done():
-            concurrent.futures.wait([fut], timeout=0.25)
-            if not fut.done() and not self._thread.is_alive():
-                fut.cancel()
-                break
+        try:
+            while not fut.done():
+                concurrent.futures.wait([fut], timeout=0.25)
+                if not fut.done() and not self._thread.is_alive():
+                    fut.cancel()
+                    break
+        except BaseException:
+            # Interrupted (Ctrl-C): `coro` stops too. A recv cancelled so keeps its message
+            # for the next call.
+            fut.cancel()
+            raise
         try:
             return fut.result()
         except concurrent.futures.CancelledError:
