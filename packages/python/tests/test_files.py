@@ -19,6 +19,11 @@ from sandboxd.files import CHUNK_SIZE, FileDownload, Files
 MIB = 1024 * 1024
 
 
+def ws_threads() -> int:
+    """The SDK's WebSocket threads alive now: one per open sync terminal or watch."""
+    return sum(1 for t in threading.enumerate() if t.name == "sandboxd-websocket")
+
+
 class CountingReader(io.RawIOBase):
     """A binary file object that records every read, so a test can see the upload streamed."""
 
@@ -191,10 +196,10 @@ def test_missing_and_invalid(sandbox: Sandbox) -> None:
 
 
 def test_watch_sees_a_file_an_exec_creates(sandbox: Sandbox) -> None:
-    threads = threading.active_count()
+    threads = ws_threads()
     sandbox.files.mkdir("/tmp/watched/sub")
     with sandbox.files.watch("/tmp/watched", recursive=True) as w:
-        assert threading.active_count() == threads + 1  # the connection's thread
+        assert ws_threads() == threads + 1  # the connection's thread
         r = sandbox.exec("echo hi > /tmp/watched/sub/made-by-exec.txt")
         assert r.exit_code == 0
         seen = []
@@ -209,11 +214,11 @@ def test_watch_sees_a_file_an_exec_creates(sandbox: Sandbox) -> None:
     assert w.next_event(timeout=5) is None
     assert list(w) == []
     assert w.close_code == 1000
-    assert threading.active_count() == threads
+    assert ws_threads() == threads
 
 
 def test_watch_close_from_another_thread_ends_iteration(sandbox: Sandbox) -> None:
-    threads = threading.active_count()
+    threads = ws_threads()
     w = sandbox.files.watch("/tmp")
     got: List[Any] = []
     t = threading.Thread(target=lambda: got.extend(w))
@@ -221,15 +226,15 @@ def test_watch_close_from_another_thread_ends_iteration(sandbox: Sandbox) -> Non
     w.close()
     t.join(timeout=30)
     assert not t.is_alive() and got == []
-    assert threading.active_count() == threads
+    assert ws_threads() == threads
 
 
 def test_watch_errors(sandbox: Sandbox) -> None:
-    threads = threading.active_count()
+    threads = ws_threads()
     with pytest.raises(NotFoundError) as e:
         sandbox.files.watch("/tmp/no-such-dir")
     assert e.value.kind == "not_found"
     with pytest.raises(ValidationError) as v:
         sandbox.files.watch("relative/dir")
     assert v.value.problems[0]["path"] == "/path"
-    assert threading.active_count() == threads  # a refused watch leaves no thread
+    assert ws_threads() == threads  # a refused watch leaves no thread

@@ -18,12 +18,17 @@ from sandboxd.terminal import Terminal, TerminalExit, Terminals
 WAIT = 60
 
 
+def ws_threads() -> int:
+    """The SDK's WebSocket threads alive now: one per open sync terminal or watch."""
+    return sum(1 for t in threading.enumerate() if t.name == "sandboxd-websocket")
+
+
 def test_echo_output_arrives_and_exit(sandbox: Sandbox) -> None:
-    threads = threading.active_count()
+    threads = ws_threads()
     with sandbox.terminals.create(cols=100, rows=30) as t:
         assert isinstance(t, Terminal) and t.id.startswith("term_")
         assert t.pid > 0 and t.shell in ("bash", "sh")
-        assert threading.active_count() == threads + 1
+        assert ws_threads() == threads + 1
         # The echo of what is typed holds "$((6*7))"; only the shell's output holds 42.
         t.write("echo $((6*7))\n")
         out = t.read_until(re.compile(rb"\n42\r?\n"), timeout=WAIT)
@@ -43,7 +48,7 @@ def test_echo_output_arrives_and_exit(sandbox: Sandbox) -> None:
         assert not t.connected
         with pytest.raises(ConnectionError):
             t.write("echo too late\n")
-    assert threading.active_count() == threads
+    assert ws_threads() == threads
     with pytest.raises(NotFoundError):  # leaving the with deleted it
         sandbox.terminals.get(t.id)
 
@@ -60,7 +65,7 @@ def test_resize_is_seen_by_stty(sandbox: Sandbox) -> None:
 
 
 def test_two_clients_share_one_terminal_and_replay(sandbox: Sandbox) -> None:
-    threads = threading.active_count()
+    threads = ws_threads()
     a = sandbox.terminals.create()
     try:
         b = sandbox.terminals.connect(a.id)
@@ -90,7 +95,7 @@ def test_two_clients_share_one_terminal_and_replay(sandbox: Sandbox) -> None:
         a.close()  # a second close is fine
     with pytest.raises(NotFoundError):
         sandbox.terminals.get(a.id)
-    assert threading.active_count() == threads
+    assert ws_threads() == threads
 
 
 def test_iteration_reads_until_the_shell_ends(sandbox: Sandbox) -> None:
@@ -103,7 +108,7 @@ def test_iteration_reads_until_the_shell_ends(sandbox: Sandbox) -> None:
 
 
 def test_terminal_errors(sandbox: Sandbox) -> None:
-    threads = threading.active_count()
+    threads = ws_threads()
     with pytest.raises(NotFoundError) as e:
         sandbox.terminals.connect("term_aaaaaaaaaaaaaaaa")
     assert e.value.kind == "not_found" and e.value.status == 404
@@ -115,7 +120,7 @@ def test_terminal_errors(sandbox: Sandbox) -> None:
     with pytest.raises(NotFoundError):
         sandbox.terminals.delete("term_aaaaaaaaaaaaaaaa")
     assert sandbox.terminals.list() == []  # a failed create leaves no terminal
-    assert threading.active_count() == threads
+    assert ws_threads() == threads
 
 
 def test_read_until_timeout_keeps_the_output(sandbox: Sandbox) -> None:
@@ -129,7 +134,7 @@ def test_read_until_timeout_keeps_the_output(sandbox: Sandbox) -> None:
 
 
 def test_one_thread_reads_while_another_writes(sandbox: Sandbox) -> None:
-    threads = threading.active_count()
+    threads = ws_threads()
     t = sandbox.terminals.create()
     out: List[bytes] = []
     reader = threading.Thread(target=lambda: out.extend(t))  # until the shell ends
@@ -147,7 +152,7 @@ def test_one_thread_reads_while_another_writes(sandbox: Sandbox) -> None:
     for i in range(5):
         assert re.search(rb"\nline-%d\r?\n" % (i + 100), text)
     assert t.exit == TerminalExit(exit_code=7, signal=None)
-    assert threading.active_count() == threads
+    assert ws_threads() == threads
 
 
 def test_a_megabyte_of_output_and_a_literal_pattern(sandbox: Sandbox) -> None:
@@ -159,7 +164,7 @@ def test_a_megabyte_of_output_and_a_literal_pattern(sandbox: Sandbox) -> None:
 
 
 def test_bad_credentials_are_refused_before_the_upgrade(sandbox: Sandbox, api_url: str) -> None:
-    threads = threading.active_count()
+    threads = ws_threads()
     with sandbox.terminals.create() as t:
         with Sandboxd(api_key="sk_" + "x" * 40, api_url=api_url) as bad:
             with pytest.raises(AuthenticationError) as e:
@@ -167,4 +172,4 @@ def test_bad_credentials_are_refused_before_the_upgrade(sandbox: Sandbox, api_ur
             assert e.value.status == 401 and e.value.kind == "unauthorized"
             with pytest.raises(AuthenticationError):
                 Files(bad.http, sandbox.id).watch("/tmp")
-    assert threading.active_count() == threads
+    assert ws_threads() == threads
