@@ -13,7 +13,14 @@ from typing import Any, Iterator, List
 
 import pytest
 
-from sandboxd import ConflictError, NotFoundError, RangeNotSatisfiableError, Sandbox, ValidationError
+from sandboxd import (
+    ConflictError,
+    NotFoundError,
+    PermissionError,
+    RangeNotSatisfiableError,
+    Sandbox,
+    ValidationError,
+)
 from sandboxd.files import CHUNK_SIZE, FileDownload, Files
 
 MIB = 1024 * 1024
@@ -182,6 +189,11 @@ def test_missing_and_invalid(sandbox: Sandbox) -> None:
     f.write("/tmp/file.txt", "x")
     with pytest.raises(ValidationError):
         f.list("/tmp/file.txt")  # not a directory
+    # As another user: the sandbox's own permissions apply.
+    with pytest.raises(PermissionError) as pe:
+        f.read("/etc/shadow", user="1000")
+    assert pe.value.status == 403 and pe.value.details["path"] == "/etc/shadow"
+    assert f.write("/tmp/by-1000.txt", "x", user="1000").owner != "root"
     # A missing sandbox is not a missing path: exists() raises.
     with pytest.raises(NotFoundError):
         Files(sandbox.http, "sbx_does_not_exist").exists("/tmp")
