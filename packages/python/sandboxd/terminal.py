@@ -665,7 +665,8 @@ class Terminals:
         ``fish`` or ``sh`` (default bash if the image has it, else sh); ``cwd``: absolute
         (default the image's working directory, else /root, else /); ``cols`` x ``rows``:
         1..1000 (default 80 x 24). ``timeout``: seconds to wait for the connection (default
-        the client's). Raises ValidationError (shell or cwd missing in the image), ConflictError
+        the client's). The first client of a terminal gets its output so far (the prompt)
+        whatever ``replay`` says. Raises ValidationError (shell or cwd missing in the image), ConflictError
         (sandbox not started, or 32 terminals), NotFoundError. If connecting fails the new
         terminal is deleted."""
         r = self._http.request(
