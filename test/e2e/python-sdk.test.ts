@@ -141,6 +141,8 @@ describe('Python SDK (pytest on the real server)', { skip: SKIP, timeout: PYTEST
         '--rootdir',
         'packages/python',
         `--junitxml=${xmlPath}`,
+        // pytest's temporary dirs under ours (removed after), not /tmp/pytest-of-<user>.
+        `--basetemp=${join(tmp, 'pytest')}`,
         'packages/python/tests',
       ],
       {

@@ -34,9 +34,16 @@ from .code import (
     ResultCallback,
     TextCallback,
 )
-from .errors import NotFoundError
+from .errors import ConflictError, NotFoundError
 from .files import AsyncFiles, Files
-from .processes import AsyncProcesses, AsyncProcessHandle, OutputCallback, Processes, ProcessHandle
+from .processes import (
+    AsyncProcesses,
+    AsyncProcessHandle,
+    OutputCallback,
+    Processes,
+    ProcessHandle,
+    StdinData,
+)
 from .terminal import AsyncTerminals, Terminals
 from .types import (
     Egress,
@@ -325,6 +332,7 @@ class Sandbox(_Info):
         stdin: Literal[False] = ...,
         on_stdout: Optional[OutputCallback] = ...,
         on_stderr: Optional[OutputCallback] = ...,
+        input: Optional[StdinData] = ...,
     ) -> ExecResult: ...
 
     def exec(
@@ -340,6 +348,7 @@ class Sandbox(_Info):
         stdin: bool = False,
         on_stdout: Optional[OutputCallback] = None,
         on_stderr: Optional[OutputCallback] = None,
+        input: Optional[StdinData] = None,  # noqa: A002 - as subprocess.run's
     ) -> Union[ExecResult, ProcessHandle]:
         """Runs ``/bin/sh -c command`` with the sandbox env (merged with ``env``), as ``user``
         (``root``, a uid, ``uid:gid`` or a user name), in ``cwd``.
@@ -349,6 +358,8 @@ class Sandbox(_Info):
         - With ``on_stdout``/``on_stderr``: the output is streamed, the callbacks get each chunk
           as it is written, and the same result comes when it exits (no time limit unless
           ``timeout_ms``; a dropped connection is resumed without losing or repeating output).
+        - With ``input`` (str or bytes): the command reads it on stdin (then EOF), like
+          ``subprocess.run(input=...)``; the output is streamed as with callbacks.
         - With ``background=True`` or ``stdin=True``: returns a :class:`ProcessHandle` as soon as
           the process runs (``pid``, ``wait()``, ``kill()``, ``send_stdin()``, iteration).
 
@@ -359,10 +370,23 @@ class Sandbox(_Info):
             return self.processes.start(
                 command, cwd=cwd, env=env, user=user, timeout_ms=timeout_ms, tag=tag, stdin=stdin
             )
-        if on_stdout is not None or on_stderr is not None:
+        if on_stdout is not None or on_stderr is not None or input is not None:
             h = self.processes.start(
-                command, cwd=cwd, env=env, user=user, timeout_ms=timeout_ms, tag=tag, stream=True
+                command,
+                cwd=cwd,
+                env=env,
+                user=user,
+                timeout_ms=timeout_ms,
+                tag=tag,
+                stream=True,
+                stdin=input is not None,
             )
+            if input is not None:
+                try:
+                    h.send_stdin(input)
+                    h.close_stdin()
+                except ConflictError:
+                    pass  # it exited (or closed its stdin) without reading everything
             return h.wait(on_stdout=on_stdout, on_stderr=on_stderr)
         opts = _wire.exec_options(cwd=cwd, env=env, user=user, timeout_ms=timeout_ms, tag=tag)
         d = self.http.request_json(
@@ -701,6 +725,7 @@ class AsyncSandbox(_Info):
         stdin: Literal[False] = ...,
         on_stdout: Optional[OutputCallback] = ...,
         on_stderr: Optional[OutputCallback] = ...,
+        input: Optional[StdinData] = ...,
     ) -> ExecResult: ...
 
     async def exec(
@@ -716,16 +741,30 @@ class AsyncSandbox(_Info):
         stdin: bool = False,
         on_stdout: Optional[OutputCallback] = None,
         on_stderr: Optional[OutputCallback] = None,
+        input: Optional[StdinData] = None,  # noqa: A002 - as subprocess.run's
     ) -> Union[ExecResult, AsyncProcessHandle]:
         """See :meth:`Sandbox.exec`: ``background``/``stdin`` return an :class:`AsyncProcessHandle`."""
         if background or stdin:
             return await self.processes.start(
                 command, cwd=cwd, env=env, user=user, timeout_ms=timeout_ms, tag=tag, stdin=stdin
             )
-        if on_stdout is not None or on_stderr is not None:
+        if on_stdout is not None or on_stderr is not None or input is not None:
             h = await self.processes.start(
-                command, cwd=cwd, env=env, user=user, timeout_ms=timeout_ms, tag=tag, stream=True
+                command,
+                cwd=cwd,
+                env=env,
+                user=user,
+                timeout_ms=timeout_ms,
+                tag=tag,
+                stream=True,
+                stdin=input is not None,
             )
+            if input is not None:
+                try:
+                    await h.send_stdin(input)
+                    await h.close_stdin()
+                except ConflictError:
+                    pass  # it exited (or closed its stdin) without reading everything
             return await h.wait(on_stdout=on_stdout, on_stderr=on_stderr)
         opts = _wire.exec_options(cwd=cwd, env=env, user=user, timeout_ms=timeout_ms, tag=tag)
         d = await self.http.request_json(
