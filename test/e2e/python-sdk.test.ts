@@ -112,9 +112,14 @@ describe('Python SDK (pytest on the real server)', { skip: SKIP, timeout: PYTEST
   let brokeKey: string;
   let limitedKey: string;
   let tmp: string;
+  /** mypy runs beside pytest (it needs no server): its result is awaited by its own test. */
+  let mypy: ReturnType<typeof run> | undefined;
 
   before(async () => {
     tmp = mkdtempSync(join(tmpdir(), 'sandboxd-pytest-'));
+    mypy = run(PY, ['-m', 'mypy', '--strict', '--cache-dir=/dev/null', 'packages/python/sandboxd'], {
+      timeoutMs: 240_000,
+    });
     // A busy host may take a while to start a code interpreter's kernel: the create waits for it.
     s = await startServer({ env: { SANDBOXD_SERVICE_START_TIMEOUT_MS: '240000' } });
     key = (await newAccount(s, { tokens: 1_000_000, plan: 'PRO' })).key;
@@ -122,6 +127,7 @@ describe('Python SDK (pytest on the real server)', { skip: SKIP, timeout: PYTEST
     limitedKey = (await newAccount(s, { tokens: 100_000, plan: 'FREE' })).key;
   });
   after(async () => {
+    await mypy; // never rejects; bounded
     await s?.stop();
     if (tmp) rmSync(tmp, { recursive: true, force: true });
   });
@@ -181,9 +187,8 @@ describe('Python SDK (pytest on the real server)', { skip: SKIP, timeout: PYTEST
   });
 
   it('passes mypy --strict', { timeout: 300_000 }, async () => {
-    const r = await run(PY, ['-m', 'mypy', '--strict', '--cache-dir=/dev/null', 'packages/python/sandboxd'], {
-      timeoutMs: 240_000,
-    });
+    assert.ok(mypy, 'mypy was started');
+    const r = await mypy;
     assert.equal(r.code, 0, `mypy --strict failed:\n${r.stdout}\n${r.stderr}`);
   });
 });

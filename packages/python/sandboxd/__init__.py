@@ -51,6 +51,8 @@ from .errors import (
 from .sandbox import AsyncSandbox, Sandbox
 from .types import (
     AccountInfo,
+    ApiKeyCreated,
+    ApiKeyInfo,
     ExecEvent,
     ExecResult,
     FileEntry,
@@ -84,6 +86,8 @@ __all__ = [
     "Logs",
     "Result",
     "AccountInfo",
+    "ApiKeyCreated",
+    "ApiKeyInfo",
     "ExecEvent",
     "ExecResult",
     "FileEntry",

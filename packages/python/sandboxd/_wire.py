@@ -12,6 +12,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, cast
 
 from .types import (
     AccountInfo,
+    ApiKeyCreated,
+    ApiKeyInfo,
     AccountUsage,
     Egress,
     ExecEvent,
@@ -179,6 +181,22 @@ def account_info(d: Mapping[str, Any]) -> AccountInfo:
             volumes=int(use.get("volumes", 0)),
             snapshot_bytes=int(use.get("snapshotBytes", 0)),
         ),
+    )
+
+
+def api_key_info(d: Mapping[str, Any]) -> ApiKeyInfo:
+    return ApiKeyInfo(
+        id=d["id"],
+        name=d.get("name", ""),
+        prefix=d.get("prefix", ""),
+        created_at=parse_time(d["createdAt"]),
+        last_used_at=_opt_time(d.get("lastUsedAt")),
+    )
+
+
+def api_key_created(d: Mapping[str, Any]) -> ApiKeyCreated:
+    return ApiKeyCreated(
+        id=d["id"], name=d.get("name", ""), prefix=d.get("prefix", ""), created_at=parse_time(d["createdAt"]), key=d["key"]
     )
 
 

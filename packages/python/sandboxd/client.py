@@ -22,6 +22,8 @@ from .images import (
 from .sandbox import AsyncSandbox, Sandbox, _snapshot_async, _snapshot_sync
 from .types import (
     AccountInfo,
+    ApiKeyCreated,
+    ApiKeyInfo,
     Egress,
     OnTimeout,
     SandboxPage,
@@ -245,6 +247,43 @@ class AsyncAccountApi:
         return _wire.account_info(await self.http.request_json("GET", "/api/v1/account"))
 
 
+class KeysApi:
+    """``client.keys``: the account's API keys."""
+
+    def __init__(self, http: SyncHttp) -> None:
+        self.http = http
+
+    def create(self, name: str) -> ApiKeyCreated:
+        """Creates a key; the answer's ``key`` is shown this once."""
+        return _wire.api_key_created(self.http.request_json("POST", "/api/v1/keys", json={"name": name}))
+
+    def list(self) -> List[ApiKeyInfo]:
+        """The account's keys (prefix, name, dates; never the key)."""
+        d = self.http.request_json("GET", "/api/v1/keys")
+        return [_wire.api_key_info(k) for k in _wire.items(d, "keys")]
+
+    def revoke(self, key_id: str) -> None:
+        """Revokes a key at once; raises NotFoundError."""
+        self.http.request("DELETE", f"/api/v1/keys/{_wire.quote(key_id)}")
+
+
+class AsyncKeysApi:
+    """``client.keys`` of :class:`AsyncSandboxd`."""
+
+    def __init__(self, http: AsyncHttp) -> None:
+        self.http = http
+
+    async def create(self, name: str) -> ApiKeyCreated:
+        return _wire.api_key_created(await self.http.request_json("POST", "/api/v1/keys", json={"name": name}))
+
+    async def list(self) -> List[ApiKeyInfo]:
+        d = await self.http.request_json("GET", "/api/v1/keys")
+        return [_wire.api_key_info(k) for k in _wire.items(d, "keys")]
+
+    async def revoke(self, key_id: str) -> None:
+        await self.http.request("DELETE", f"/api/v1/keys/{_wire.quote(key_id)}")
+
+
 class Sandboxd:
     """A client of one sandboxd server (blocking). Arguments default from the environment:
     ``SANDBOX_API_KEY``, ``SANDBOX_API_URL`` (else ``http://localhost:8080``).
@@ -280,6 +319,7 @@ class Sandboxd:
         #: Template builds (``build_template``, any account); the rest admin only.
         self.images = ImagesApi(self.http, self.builds)
         self.account = AccountApi(self.http)
+        self.keys = KeysApi(self.http)
 
     @property
     def api_url(self) -> str:
@@ -324,6 +364,7 @@ class AsyncSandboxd:
         self.templates = AsyncTemplatesApi(self.http)
         self.images = AsyncImagesApi(self.http, self.builds)
         self.account = AsyncAccountApi(self.http)
+        self.keys = AsyncKeysApi(self.http)
 
     @property
     def api_url(self) -> str:

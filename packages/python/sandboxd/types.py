@@ -221,3 +221,26 @@ class AccountInfo:
     balance: int
     limits: PlanLimits
     usage: AccountUsage
+
+
+@dataclass
+class ApiKeyInfo:
+    """An API key as listed (never the key itself)."""
+
+    id: str
+    name: str
+    #: The key's first characters, to recognise it.
+    prefix: str
+    created_at: datetime
+    last_used_at: Optional[datetime] = None
+
+
+@dataclass
+class ApiKeyCreated:
+    """A new API key; ``key`` is shown this once."""
+
+    id: str
+    name: str
+    prefix: str
+    created_at: datetime
+    key: str

@@ -12,6 +12,7 @@ import pytest
 
 from sandboxd import (
     AsyncSandbox,
+    AuthenticationError,
     AsyncSandboxd,
     ConflictError,
     NotFoundError,
@@ -201,3 +202,30 @@ async def test_async_static_create_reads_the_environment(env_defaults: None, ima
         assert sb.id in {s.id async for s in AsyncSandbox.list(state="started")}
     with pytest.raises(NotFoundError):
         await AsyncSandbox.delete_by_id(sb.id)
+
+
+def test_account_and_keys(client: Sandboxd, api_url: str) -> None:
+    acct = client.account.get()
+    assert acct.plan and acct.balance > 0 and acct.limits.concurrency > 0
+    assert acct.created_at.tzinfo is not None
+    made = client.keys.create("py-test")
+    assert made.key.startswith("sk_") and made.key.startswith(made.prefix)
+    assert made.id in [k.id for k in client.keys.list()]
+    with Sandboxd(api_key=made.key, api_url=api_url) as other:
+        assert other.account.get().id == acct.id
+        client.keys.revoke(made.id)
+        with pytest.raises(AuthenticationError):
+            other.account.get()
+    with pytest.raises(NotFoundError):
+        client.keys.revoke(made.id)
+
+
+async def test_async_account_and_keys(aclient: AsyncSandboxd) -> None:
+    acct = await aclient.account.get()
+    made = await aclient.keys.create("py-async")
+    try:
+        assert made.id in [k.id for k in await aclient.keys.list()]
+    finally:
+        await aclient.keys.revoke(made.id)
+    assert made.id not in [k.id for k in await aclient.keys.list()]
+    assert acct.usage.started_sandboxes >= 0
