@@ -175,9 +175,10 @@ class FileEntry:
 
 @dataclass
 class FileEvent:
-    """One change under a watched directory; ``entry`` describes the path after the change."""
+    """One change under a watched directory; ``entry`` describes the path after the change.
+    ``overflow`` (``path`` empty) says events were lost."""
 
-    type: Literal["create", "write", "rename", "remove", "chmod"]
+    type: Literal["create", "write", "rename", "remove", "chmod", "overflow"]
     path: str
     entry: Optional[FileEntry] = None
 
