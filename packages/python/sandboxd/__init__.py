@@ -48,7 +48,9 @@ from .errors import (
     UpstreamError,
     ValidationError,
 )
+from .files import AsyncFiles, AsyncFileWatcher, FileList, Files, FileWatcher
 from .sandbox import AsyncSandbox, Sandbox
+from .terminal import AsyncTerminal, AsyncTerminals, Terminal, TerminalExit, TerminalInfo, Terminals
 from .types import (
     AccountInfo,
     ApiKeyCreated,
@@ -80,6 +82,17 @@ __all__ = [
     "TemplateInfo",
     "AsyncProcessHandle",
     "ProcessHandle",
+    "Files",
+    "AsyncFiles",
+    "FileList",
+    "FileWatcher",
+    "AsyncFileWatcher",
+    "Terminals",
+    "AsyncTerminals",
+    "Terminal",
+    "AsyncTerminal",
+    "TerminalExit",
+    "TerminalInfo",
     "CodeContext",
     "Execution",
     "ExecutionError",
