@@ -1,0 +1,106 @@
+"""sandboxd: the Python SDK of sandboxd, a self-hosted sandbox service.
+
+Sync::
+
+    from sandboxd import Sandbox
+
+    with Sandbox.create(image="local/busybox:latest") as sb:
+        print(sb.exec("echo hello").stdout)
+
+Async::
+
+    from sandboxd import AsyncSandbox
+
+    async with await AsyncSandbox.create(image="local/busybox:latest") as sb:
+        print((await sb.exec("echo hello")).stdout)
+
+The API key and address come from ``SANDBOX_API_KEY`` and ``SANDBOX_API_URL`` unless given.
+"""
+
+from ._version import __version__
+from .client import AsyncSandboxd, Sandboxd
+from .errors import (
+    AuthenticationError,
+    BadRequestError,
+    CapacityError,
+    ConcurrencyLimitError,
+    ConflictError,
+    ConnectionError,
+    InsufficientStorageError,
+    InsufficientTokensError,
+    NoCodeInterpreterError,
+    NoSpaceError,
+    NotFoundError,
+    PayloadTooLargeError,
+    PermissionError,
+    QuotaExceededError,
+    RangeNotSatisfiableError,
+    RateLimitError,
+    RequestTimeoutError,
+    SandboxdError,
+    ServerError,
+    ServiceUnavailableError,
+    TemplateNotFoundError,
+    UnsupportedError,
+    UpstreamError,
+    ValidationError,
+)
+from .sandbox import AsyncSandbox, Sandbox
+from .types import (
+    ExecEvent,
+    ExecResult,
+    FileEntry,
+    FileEvent,
+    ImageInfo,
+    ProcessExit,
+    ProcessInfo,
+    SandboxInfo,
+    SandboxNetwork,
+    SandboxPage,
+    SnapshotInfo,
+    VolumeInfo,
+)
+
+__all__ = [
+    "__version__",
+    "Sandboxd",
+    "AsyncSandboxd",
+    "Sandbox",
+    "AsyncSandbox",
+    "ExecEvent",
+    "ExecResult",
+    "FileEntry",
+    "FileEvent",
+    "ImageInfo",
+    "ProcessExit",
+    "ProcessInfo",
+    "SandboxInfo",
+    "SandboxNetwork",
+    "SandboxPage",
+    "SnapshotInfo",
+    "VolumeInfo",
+    "SandboxdError",
+    "ValidationError",
+    "AuthenticationError",
+    "InsufficientTokensError",
+    "ConcurrencyLimitError",
+    "QuotaExceededError",
+    "PermissionError",
+    "NotFoundError",
+    "TemplateNotFoundError",
+    "ConflictError",
+    "NoCodeInterpreterError",
+    "PayloadTooLargeError",
+    "RangeNotSatisfiableError",
+    "RateLimitError",
+    "BadRequestError",
+    "ServerError",
+    "UnsupportedError",
+    "ServiceUnavailableError",
+    "CapacityError",
+    "InsufficientStorageError",
+    "NoSpaceError",
+    "UpstreamError",
+    "ConnectionError",
+    "RequestTimeoutError",
+]

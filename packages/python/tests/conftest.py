@@ -1,0 +1,99 @@
+"""Fixtures of the Python SDK's tests, which drive a real sandboxd server.
+
+Environment: ``SANDBOXD_URL`` and ``SANDBOXD_API_KEY`` (the server and an account's key;
+without them every test is skipped), ``SANDBOXD_IMAGE`` (default ``local/busybox:latest``).
+``npm test`` runs these through test/e2e/python-sdk.test.ts, which starts the server.
+
+Fixtures: ``client`` (a sync :class:`Sandboxd`), ``aclient`` (an :class:`AsyncSandboxd`),
+``sandbox`` (a sync Sandbox, deleted after the test), ``asandbox`` (an AsyncSandbox, deleted
+after the test), ``shared_sandbox`` (one sync Sandbox per test module, for tests that only
+read), and ``api_url``, ``api_key``, ``image``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import AsyncIterator, Iterator
+
+import pytest
+import pytest_asyncio
+
+from sandboxd import AsyncSandbox, AsyncSandboxd, NotFoundError, Sandbox, Sandboxd
+
+URL = os.environ.get("SANDBOXD_URL", "")
+KEY = os.environ.get("SANDBOXD_API_KEY", "")
+IMAGE = os.environ.get("SANDBOXD_IMAGE", "local/busybox:latest")
+#: Lifetime of test sandboxes: long enough for any test, short enough that a crashed run's go.
+SANDBOX_TIMEOUT_MS = 300_000
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if URL and KEY:
+        return
+    skip = pytest.mark.skip(reason="set SANDBOXD_URL and SANDBOXD_API_KEY to a running sandboxd server")
+    for item in items:
+        item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def api_url() -> str:
+    return URL
+
+
+@pytest.fixture(scope="session")
+def api_key() -> str:
+    return KEY
+
+
+@pytest.fixture(scope="session")
+def image() -> str:
+    return IMAGE
+
+
+@pytest.fixture(scope="session")
+def client() -> Iterator[Sandboxd]:
+    with Sandboxd(api_key=KEY, api_url=URL) as c:
+        yield c
+
+
+@pytest_asyncio.fixture
+async def aclient() -> AsyncIterator[AsyncSandboxd]:
+    async with AsyncSandboxd(api_key=KEY, api_url=URL) as c:
+        yield c
+
+
+def _delete(sb: Sandbox) -> None:
+    try:
+        sb.delete()
+    except NotFoundError:
+        pass
+
+
+@pytest.fixture
+def sandbox(client: Sandboxd) -> Iterator[Sandbox]:
+    sb = client.sandboxes.create(IMAGE, timeout_ms=SANDBOX_TIMEOUT_MS)
+    try:
+        yield sb
+    finally:
+        _delete(sb)
+
+
+@pytest.fixture(scope="module")
+def shared_sandbox(client: Sandboxd) -> Iterator[Sandbox]:
+    sb = client.sandboxes.create(IMAGE, timeout_ms=SANDBOX_TIMEOUT_MS)
+    try:
+        yield sb
+    finally:
+        _delete(sb)
+
+
+@pytest_asyncio.fixture
+async def asandbox(aclient: AsyncSandboxd) -> AsyncIterator[AsyncSandbox]:
+    sb = await aclient.sandboxes.create(IMAGE, timeout_ms=SANDBOX_TIMEOUT_MS)
+    try:
+        yield sb
+    finally:
+        try:
+            await sb.delete()
+        except NotFoundError:
+            pass
