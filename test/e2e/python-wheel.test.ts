@@ -14,16 +14,9 @@ import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { after, before, describe, it } from 'node:test';
 import { startServer, type Server } from './harness.js';
+import { PYTHON, pythonUnavailable, pythonUserEnv } from './python-support.js';
 
 const ROOT = resolve(fileURLToPath(import.meta.url), '../../..');
-const PYTHON = '/usr/bin/python3';
-
-/** Why a venv with pip cannot be made here, or null. */
-function pythonUnavailable(): string | null {
-  if (!existsSync(PYTHON)) return `${PYTHON} is missing (apt install python3)`;
-  if (!existsSync('/usr/lib/python3/dist-packages/pip')) return 'pip is missing (apt install python3-pip)';
-  return null;
-}
 const skip = pythonUnavailable();
 
 /** Runs a program to its end (bounded); resolves with its exit code and output. */
@@ -33,23 +26,6 @@ function run(file: string, args: string[], env: NodeJS.ProcessEnv) {
       res({ code: err ? Number((err as { code?: unknown }).code ?? 1) || 1 : 0, stdout, stderr }),
     );
   });
-}
-
-/** The environment of a user's shell without this test run's variables; pip reads no config and caches nothing of ours. */
-export function pipEnv(home: string): NodeJS.ProcessEnv {
-  const env: NodeJS.ProcessEnv = {};
-  for (const [k, v] of Object.entries(process.env)) {
-    if (/^(npm_|SANDBOX|NODE_OPTIONS$|PIP_|PYTHON|VIRTUAL_ENV$)/i.test(k)) continue;
-    env[k] = v;
-  }
-  return {
-    ...env,
-    HOME: home,
-    PIP_CONFIG_FILE: '/dev/null',
-    PIP_DISABLE_PIP_VERSION_CHECK: '1',
-    PIP_NO_INPUT: '1',
-    PIP_NO_CACHE_DIR: '1',
-  };
 }
 
 describe('Python wheel installed with pip from the server', { skip: skip ?? false, timeout: 300_000 }, () => {
@@ -68,14 +44,14 @@ describe('Python wheel installed with pip from the server', { skip: skip ?? fals
   /** A venv of Debian's Python that sees the system's packages (httpx, websockets). */
   const makeVenv = async () => {
     const venv = mkdtempSync(join(tmp, 'venv-'));
-    const made = await run(PYTHON, ['-m', 'venv', '--system-site-packages', venv], pipEnv(tmp));
+    const made = await run(PYTHON, ['-m', 'venv', '--system-site-packages', venv], pythonUserEnv(tmp));
     assert.equal(made.code, 0, made.stderr);
     return venv;
   };
 
   /** pip installs `url` with no index into `venv`; the package imports from the venv at the server's version. */
   const installAndImport = async (venv: string, url: string) => {
-    const env = pipEnv(tmp);
+    const env = pythonUserEnv(tmp);
     const pip = await run(join(venv, 'bin/pip'), ['install', '--no-index', '--no-deps', url], env);
     const said = `pip install ${url}: exit ${pip.code}\n${pip.stdout}\n${pip.stderr}`;
     assert.equal(pip.code, 0, said);
@@ -96,7 +72,7 @@ describe('Python wheel installed with pip from the server', { skip: skip ?? fals
   it("pip installs the versioned URL into a venv with no index; it imports at the server's version, its dependencies met by Debian's", async () => {
     const venv = await makeVenv();
     await installAndImport(venv, `${s.baseUrl}/sdk/sandboxd-${version}-py3-none-any.whl`);
-    const env = pipEnv(tmp);
+    const env = pythonUserEnv(tmp);
     const show = await run(join(venv, 'bin/pip'), ['show', '--files', 'sandboxd'], env);
     assert.equal(show.code, 0, show.stderr);
     assert.match(show.stdout, /^Requires: httpx, websockets$/m);
@@ -134,7 +110,7 @@ describe('Python wheel installed with pip from the server', { skip: skip ?? fals
     // before any redirect: `pip install <server>/sdk/python` itself takes the download for a
     // source tree. So the stable URL is resolved first, as a script of the user would.
     const venv = await makeVenv();
-    const env = pipEnv(tmp);
+    const env = pythonUserEnv(tmp);
     const resolved = await run(
       join(venv, 'bin/python'),
       ['-c', 'import sys, urllib.request as u; print(u.urlopen(sys.argv[1]).url)', `${s.baseUrl}/sdk/python`],

@@ -13,45 +13,20 @@
  */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, realpathSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { delimiter, join, resolve } from 'node:path';
+import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { after, before, describe, it } from 'node:test';
 import { newAccount, startServer, type Server } from './harness.js';
 import { localEnv, teardownLocal } from './local-runtime.js';
 import { localUnavailable } from './proxy-support.js';
-import { userPath } from './user-node.js';
+import { pythonUnavailable, pythonUserEnv } from './python-support.js';
 
 const ROOT = resolve(fileURLToPath(import.meta.url), '../../..');
 const README = readFileSync(join(ROOT, 'README.md'), 'utf8');
 
-const skip =
-  localUnavailable() ??
-  (existsSync('/usr/lib/python3/dist-packages/pip') && existsSync('/usr/bin/python3')
-    ? null
-    : "Debian's python3 with venv and pip is missing (scripts/setup.sh --test installs them)");
-
-/**
- * PATH as a Debian user has it: {@link userPath}, without the folders whose `python3` is not
- * Debian's (pyenv's shims on a developer's machine), so `python3` is /usr/bin/python3, the
- * Python the README is written for.
- */
-function debianPath(): string {
-  const debian = realpathSync('/usr/bin/python3');
-  return userPath()
-    .split(delimiter)
-    .filter((dir) => {
-      const py = join(dir, 'python3');
-      if (!existsSync(py)) return true;
-      try {
-        return realpathSync(py) === debian;
-      } catch {
-        return false;
-      }
-    })
-    .join(delimiter);
-}
+const skip = localUnavailable() ?? pythonUnavailable();
 
 /** The README's fenced `sh` blocks. */
 function shellBlocks(md: string): string[] {
@@ -120,24 +95,6 @@ describe("the README's hello-worlds, as written (local runtime)", { skip: skip ?
     if (home) rmSync(home, { recursive: true, force: true });
   });
 
-  /** A user's shell: nothing of this test run, HOME of its own, no registry or index reachable. */
-  const userEnv = (): NodeJS.ProcessEnv => {
-    const env: NodeJS.ProcessEnv = {};
-    for (const [k, v] of Object.entries(process.env)) {
-      if (/^(npm_|SANDBOX|NODE_OPTIONS$|NODE_PATH$|PIP_|PYTHON|VIRTUAL_ENV$)/i.test(k)) continue;
-      env[k] = v;
-    }
-    return {
-      ...env,
-      PATH: debianPath(),
-      HOME: home,
-      PIP_CONFIG_FILE: '/dev/null',
-      PIP_INDEX_URL: 'http://127.0.0.1:9/simple',
-      PIP_DISABLE_PIP_VERSION_CHECK: '1',
-      PIP_NO_INPUT: '1',
-    };
-  };
-
   /** Runs a README block from the clone, key and address exported; checks its output against the block's. */
   const runAsWritten = async (marker: string) => {
     const server = s!;
@@ -150,7 +107,7 @@ describe("the README's hello-worlds, as written (local runtime)", { skip: skip ?
       `export SANDBOX_API_URL=${server.baseUrl}`,
       ...commands,
     ].join('\n');
-    const r = await bash(script, { cwd: ROOT, env: userEnv() });
+    const r = await bash(script, { cwd: ROOT, env: pythonUserEnv(home) });
     const said = `${commands.join('\n')}\nexit ${r.code}\n--- stdout\n${r.stdout}\n--- stderr\n${r.stderr}`;
     assert.equal(r.code, 0, said);
     // The block's output lines, in order, among what the commands printed (pip prints too).
