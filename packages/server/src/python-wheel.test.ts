@@ -33,7 +33,7 @@ const noPython = existsSync(PYTHON) ? false : `${PYTHON} is missing`;
  * size match the file.
  */
 function readWithPython(wheel: Buffer) {
-  const script = String.raw`
+  const script = `
 import base64, csv, hashlib, io, json, sys, zipfile
 z = zipfile.ZipFile(io.BytesIO(sys.stdin.buffer.read()))
 assert z.testzip() is None, "bad CRC"
@@ -189,7 +189,7 @@ describe('zip writer', { skip: noPython }, () => {
     } finally {
       rmSync(tmp, { recursive: true, force: true });
     }
-    const script = String.raw`
+    const script = `
 import io, json, sys, zipfile
 z = zipfile.ZipFile(io.BytesIO(sys.stdin.buffer.read()))
 assert z.testzip() is None
