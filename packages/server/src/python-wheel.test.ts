@@ -181,13 +181,16 @@ describe('zip writer', { skip: noPython }, () => {
       { name: 'ünïcode.txt', data: Buffer.from('é') },
     ];
     const zip = zipFiles(files);
-    const tmp = mkdtempSync(join(tmpdir(), 'sandboxd-zip-'));
-    try {
-      writeFileSync(join(tmp, 'x.zip'), zip);
-      const tested = execFileSync('unzip', ['-t', join(tmp, 'x.zip')]).toString();
-      assert.match(tested, /No errors detected/);
-    } finally {
-      rmSync(tmp, { recursive: true, force: true });
+    // Info-ZIP's own test too, where it is installed (not a set-up package).
+    if (existsSync('/usr/bin/unzip')) {
+      const tmp = mkdtempSync(join(tmpdir(), 'sandboxd-zip-'));
+      try {
+        writeFileSync(join(tmp, 'x.zip'), zip);
+        const tested = execFileSync('/usr/bin/unzip', ['-t', join(tmp, 'x.zip')]).toString();
+        assert.match(tested, /No errors detected/);
+      } finally {
+        rmSync(tmp, { recursive: true, force: true });
+      }
     }
     const script = `
 import io, json, sys, zipfile
