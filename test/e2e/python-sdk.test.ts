@@ -13,7 +13,8 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { after, before, describe, it } from 'node:test';
-import { IMAGE, newAccount, RUNTIME, startServer, type Server } from './harness.js';
+import { ADMIN_KEY, IMAGE, newAccount, RUNTIME, startServer, type Server } from './harness.js';
+import { TEST_IMAGE_DIR } from './local-runtime.js';
 
 const ROOT = resolve(fileURLToPath(import.meta.url), '../../..');
 const PY = '/usr/bin/python3';
@@ -107,12 +108,18 @@ export function parseJunit(xml: string): Case[] {
 describe('Python SDK (pytest on the real server)', { skip: SKIP, timeout: PYTEST_TIMEOUT_MS + 180_000 }, () => {
   let s: Server;
   let key: string;
+  /** An account with no tokens (402) and one on the FREE plan (concurrency 5: the 403). */
+  let brokeKey: string;
+  let limitedKey: string;
   let tmp: string;
 
   before(async () => {
     tmp = mkdtempSync(join(tmpdir(), 'sandboxd-pytest-'));
-    s = await startServer();
+    // A busy host may take a while to start a code interpreter's kernel: the create waits for it.
+    s = await startServer({ env: { SANDBOXD_SERVICE_START_TIMEOUT_MS: '240000' } });
     key = (await newAccount(s, { tokens: 1_000_000, plan: 'PRO' })).key;
+    brokeKey = (await newAccount(s, { tokens: 0 })).key;
+    limitedKey = (await newAccount(s, { tokens: 100_000, plan: 'FREE' })).key;
   });
   after(async () => {
     await s?.stop();
@@ -134,6 +141,8 @@ describe('Python SDK (pytest on the real server)', { skip: SKIP, timeout: PYTEST
         '--rootdir',
         'packages/python',
         `--junitxml=${xmlPath}`,
+        // pytest's temporary dirs under ours (removed after), not /tmp/pytest-of-<user>.
+        `--basetemp=${join(tmp, 'pytest')}`,
         'packages/python/tests',
       ],
       {
@@ -142,6 +151,10 @@ describe('Python SDK (pytest on the real server)', { skip: SKIP, timeout: PYTEST
           SANDBOXD_URL: s.baseUrl,
           SANDBOXD_API_KEY: key,
           SANDBOXD_IMAGE: IMAGE,
+          SANDBOXD_ADMIN_KEY: ADMIN_KEY,
+          SANDBOXD_BROKE_API_KEY: brokeKey,
+          SANDBOXD_LIMITED_API_KEY: limitedKey,
+          SANDBOXD_TEST_IMAGE_DIR: TEST_IMAGE_DIR,
           PYTHONPATH: join(ROOT, 'packages/python'),
           SANDBOX_API_KEY: '',
           SANDBOX_API_URL: '',

@@ -19,6 +19,9 @@ The API key and address come from ``SANDBOX_API_KEY`` and ``SANDBOX_API_URL`` un
 
 from ._version import __version__
 from .client import AsyncSandboxd, Sandboxd
+from .code import CodeContext, Execution, ExecutionError, Logs, Result
+from .images import Build, BuildError, BuildLogEvent, ImageProgress, TemplateInfo
+from .processes import AsyncProcessHandle, ProcessHandle
 from .errors import (
     AuthenticationError,
     BadRequestError,
@@ -47,6 +50,7 @@ from .errors import (
 )
 from .sandbox import AsyncSandbox, Sandbox
 from .types import (
+    AccountInfo,
     ExecEvent,
     ExecResult,
     FileEntry,
@@ -67,6 +71,19 @@ __all__ = [
     "AsyncSandboxd",
     "Sandbox",
     "AsyncSandbox",
+    "Build",
+    "BuildError",
+    "BuildLogEvent",
+    "ImageProgress",
+    "TemplateInfo",
+    "AsyncProcessHandle",
+    "ProcessHandle",
+    "CodeContext",
+    "Execution",
+    "ExecutionError",
+    "Logs",
+    "Result",
+    "AccountInfo",
     "ExecEvent",
     "ExecResult",
     "FileEntry",

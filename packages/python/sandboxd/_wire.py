@@ -11,12 +11,15 @@ from datetime import datetime
 from typing import Any, Dict, List, Mapping, Optional, Sequence, cast
 
 from .types import (
+    AccountInfo,
+    AccountUsage,
     Egress,
     ExecEvent,
     ExecResult,
     FileEntry,
     FileEvent,
     ImageInfo,
+    PlanLimits,
     ProcessExit,
     ProcessInfo,
     SandboxInfo,
@@ -146,6 +149,36 @@ def image_info(d: Mapping[str, Any]) -> ImageInfo:
         working_dir=d.get("workingDir", ""),
         user=d.get("user", ""),
         env=dict(d.get("env") or {}),
+    )
+
+
+def account_info(d: Mapping[str, Any]) -> AccountInfo:
+    lim = d.get("limits") or {}
+    use = d.get("usage") or {}
+    return AccountInfo(
+        id=d["id"],
+        email=d.get("email", ""),
+        plan=d.get("plan", ""),
+        admin=bool(d.get("admin")),
+        created_at=parse_time(d["createdAt"]),
+        balance=int(d.get("balance", 0)),
+        limits=PlanLimits(
+            max_lifetime_ms=int(lim.get("maxLifetimeMs", 0)),
+            concurrency=int(lim.get("concurrency", 0)),
+            memory_bytes=int(lim.get("memoryBytes", 0)),
+            cpus=float(lim.get("cpus", 0)),
+            pids=int(lim.get("pids", 0)),
+            root_disk_bytes=int(lim.get("rootDiskBytes", 0)),
+            max_paused=int(lim.get("maxPaused", 0)),
+            paused_retention_ms=int(lim.get("pausedRetentionMs", 0)),
+            snapshot_bytes=int(lim.get("snapshotBytes", 0)),
+        ),
+        usage=AccountUsage(
+            started_sandboxes=int(use.get("startedSandboxes", 0)),
+            paused_sandboxes=int(use.get("pausedSandboxes", 0)),
+            volumes=int(use.get("volumes", 0)),
+            snapshot_bytes=int(use.get("snapshotBytes", 0)),
+        ),
     )
 
 

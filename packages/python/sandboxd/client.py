@@ -11,9 +11,17 @@ import httpx
 from . import _wire
 from ._config import resolve_config
 from ._http import AsyncHttp, SyncHttp
-from .images import AsyncImagesApi, ImagesApi
+from .images import (
+    AsyncBuildsApi,
+    AsyncImagesApi,
+    AsyncTemplatesApi,
+    BuildsApi,
+    ImagesApi,
+    TemplatesApi,
+)
 from .sandbox import AsyncSandbox, Sandbox, _snapshot_async, _snapshot_sync
 from .types import (
+    AccountInfo,
     Egress,
     OnTimeout,
     SandboxPage,
@@ -217,6 +225,26 @@ class AsyncSnapshotsApi:
         await self.http.request("DELETE", f"/api/v1/snapshots/{_wire.quote(name)}")
 
 
+class AccountApi:
+    """``client.account``: who you are, plan, token balance, limits, usage."""
+
+    def __init__(self, http: SyncHttp) -> None:
+        self.http = http
+
+    def get(self) -> AccountInfo:
+        return _wire.account_info(self.http.request_json("GET", "/api/v1/account"))
+
+
+class AsyncAccountApi:
+    """``client.account`` of :class:`AsyncSandboxd`."""
+
+    def __init__(self, http: AsyncHttp) -> None:
+        self.http = http
+
+    async def get(self) -> AccountInfo:
+        return _wire.account_info(await self.http.request_json("GET", "/api/v1/account"))
+
+
 class Sandboxd:
     """A client of one sandboxd server (blocking). Arguments default from the environment:
     ``SANDBOX_API_KEY``, ``SANDBOX_API_URL`` (else ``http://localhost:8080``).
@@ -245,7 +273,13 @@ class Sandboxd:
         self.sandboxes = SandboxesApi(self.http)
         self.snapshots = SnapshotsApi(self.http)
         self.volumes = VolumesApi(self.http)
-        self.images = ImagesApi(self.http)
+        #: The account's template builds: list, get, logs, wait, cancel, delete.
+        self.builds = BuildsApi(self.http)
+        #: The account's templates (``templates/<name>:<tag>``).
+        self.templates = TemplatesApi(self.http)
+        #: Template builds (``build_template``, any account); the rest admin only.
+        self.images = ImagesApi(self.http, self.builds)
+        self.account = AccountApi(self.http)
 
     @property
     def api_url(self) -> str:
@@ -286,7 +320,10 @@ class AsyncSandboxd:
         self.sandboxes = AsyncSandboxesApi(self.http)
         self.snapshots = AsyncSnapshotsApi(self.http)
         self.volumes = AsyncVolumesApi(self.http)
-        self.images = AsyncImagesApi(self.http)
+        self.builds = AsyncBuildsApi(self.http)
+        self.templates = AsyncTemplatesApi(self.http)
+        self.images = AsyncImagesApi(self.http, self.builds)
+        self.account = AsyncAccountApi(self.http)
 
     @property
     def api_url(self) -> str:

@@ -190,7 +190,8 @@ class ProcessHandle:
                 if not _retryable(e):
                     raise
             finally:
-                self._current = None
+                if self._current is conn:
+                    self._current = None
                 conn.close()
             failures += 1
             if failures > MAX_RECONNECTS:
@@ -451,7 +452,8 @@ class AsyncProcessHandle:
                 if not _retryable(e):
                     raise
             finally:
-                self._current = None
+                if self._current is conn:
+                    self._current = None
                 await conn.close()
             failures += 1
             if failures > MAX_RECONNECTS:

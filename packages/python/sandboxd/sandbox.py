@@ -25,10 +25,25 @@ from typing import (
 from . import _wire
 from ._connection import HasAsyncHttp, HasSyncHttp, async_http, sync_http
 from ._http import AsyncHttp, SyncHttp
-from .code import AsyncCodeInterpreter, CodeInterpreter
-from .errors import NotFoundError
+from .code import (
+    AsyncCodeInterpreter,
+    CodeContext,
+    CodeInterpreter,
+    ErrorCallback,
+    Execution,
+    ResultCallback,
+    TextCallback,
+)
+from .errors import ConflictError, NotFoundError
 from .files import AsyncFiles, Files
-from .processes import AsyncProcesses, AsyncProcessHandle, OutputCallback, Processes, ProcessHandle
+from .processes import (
+    AsyncProcesses,
+    AsyncProcessHandle,
+    OutputCallback,
+    Processes,
+    ProcessHandle,
+    StdinData,
+)
 from .terminal import AsyncTerminals, Terminals
 from .types import (
     Egress,
@@ -317,6 +332,7 @@ class Sandbox(_Info):
         stdin: Literal[False] = ...,
         on_stdout: Optional[OutputCallback] = ...,
         on_stderr: Optional[OutputCallback] = ...,
+        input: Optional[StdinData] = ...,
     ) -> ExecResult: ...
 
     def exec(
@@ -332,6 +348,7 @@ class Sandbox(_Info):
         stdin: bool = False,
         on_stdout: Optional[OutputCallback] = None,
         on_stderr: Optional[OutputCallback] = None,
+        input: Optional[StdinData] = None,  # noqa: A002 - as subprocess.run's
     ) -> Union[ExecResult, ProcessHandle]:
         """Runs ``/bin/sh -c command`` with the sandbox env (merged with ``env``), as ``user``
         (``root``, a uid, ``uid:gid`` or a user name), in ``cwd``.
@@ -341,6 +358,8 @@ class Sandbox(_Info):
         - With ``on_stdout``/``on_stderr``: the output is streamed, the callbacks get each chunk
           as it is written, and the same result comes when it exits (no time limit unless
           ``timeout_ms``; a dropped connection is resumed without losing or repeating output).
+        - With ``input`` (str or bytes): the command reads it on stdin (then EOF), like
+          ``subprocess.run(input=...)``; the output is streamed as with callbacks.
         - With ``background=True`` or ``stdin=True``: returns a :class:`ProcessHandle` as soon as
           the process runs (``pid``, ``wait()``, ``kill()``, ``send_stdin()``, iteration).
 
@@ -351,10 +370,23 @@ class Sandbox(_Info):
             return self.processes.start(
                 command, cwd=cwd, env=env, user=user, timeout_ms=timeout_ms, tag=tag, stdin=stdin
             )
-        if on_stdout is not None or on_stderr is not None:
+        if on_stdout is not None or on_stderr is not None or input is not None:
             h = self.processes.start(
-                command, cwd=cwd, env=env, user=user, timeout_ms=timeout_ms, tag=tag, stream=True
+                command,
+                cwd=cwd,
+                env=env,
+                user=user,
+                timeout_ms=timeout_ms,
+                tag=tag,
+                stream=True,
+                stdin=input is not None,
             )
+            if input is not None:
+                try:
+                    h.send_stdin(input)
+                    h.close_stdin()
+                except ConflictError:
+                    pass  # it exited (or closed its stdin) without reading everything
             return h.wait(on_stdout=on_stdout, on_stderr=on_stderr)
         opts = _wire.exec_options(cwd=cwd, env=env, user=user, timeout_ms=timeout_ms, tag=tag)
         d = self.http.request_json(
@@ -387,6 +419,56 @@ class Sandbox(_Info):
         return self.processes.start(
             command, cwd=cwd, env=env, user=user, timeout_ms=timeout_ms, tag=tag, stdin=stdin, stream=True
         )
+
+    def run_code(
+        self,
+        code: str,
+        *,
+        language: Optional[str] = None,
+        context: Union[CodeContext, str, None] = None,
+        envs: Optional[Mapping[str, str]] = None,
+        timeout_ms: Optional[int] = None,
+        on_stdout: Optional[TextCallback] = None,
+        on_stderr: Optional[TextCallback] = None,
+        on_result: Optional[ResultCallback] = None,
+        on_error: Optional[ErrorCallback] = None,
+    ) -> Execution:
+        """Runs ``code`` in a stateful kernel of the sandbox's code interpreter (the sandbox must
+        be made from ``local/code-interpreter``): Python by default, or ``language``
+        (``javascript``, ``typescript``, ``bash``, ``r``), or in ``context``. Returns once the
+        run ends with its :class:`~sandboxd.code.Execution`: ``results`` (each with every
+        representation, ``formats()``), ``logs``, ``error`` (a code error is not an exception;
+        ``TimeoutError`` past ``timeout_ms``, default 300000), ``execution_count``, ``text``.
+        ``envs`` apply to this run only. Callbacks get events as they come. Raises
+        ValidationError (unknown language), NotFoundError (unknown context),
+        NoCodeInterpreterError (not that image), ConflictError (not started)."""
+        return self.code.run(
+            code,
+            language=language,
+            context=context,
+            envs=envs,
+            timeout_ms=timeout_ms,
+            on_stdout=on_stdout,
+            on_stderr=on_stderr,
+            on_result=on_result,
+            on_error=on_error,
+        )
+
+    def create_code_context(self, *, language: Optional[str] = None, cwd: Optional[str] = None) -> CodeContext:
+        """Starts a new code context (a kernel of its own) for ``language`` in ``cwd`` (default ``/home/user``)."""
+        return self.code.create_context(language=language, cwd=cwd)
+
+    def list_code_contexts(self) -> List[CodeContext]:
+        """The code contexts of the sandbox."""
+        return self.code.list_contexts()
+
+    def restart_code_context(self, context: Union[CodeContext, str]) -> None:
+        """Restarts a context's kernel: its state is lost, its id stays."""
+        self.code.restart_context(context)
+
+    def remove_code_context(self, context: Union[CodeContext, str]) -> None:
+        """Ends a code context and its kernel."""
+        self.code.remove_context(context)
 
     def set_timeout(self, timeout_ms: int) -> datetime:
         """Sets the sandbox to stop ``timeout_ms`` from now (0 stops it at once); returns the new
@@ -643,6 +725,7 @@ class AsyncSandbox(_Info):
         stdin: Literal[False] = ...,
         on_stdout: Optional[OutputCallback] = ...,
         on_stderr: Optional[OutputCallback] = ...,
+        input: Optional[StdinData] = ...,
     ) -> ExecResult: ...
 
     async def exec(
@@ -658,16 +741,30 @@ class AsyncSandbox(_Info):
         stdin: bool = False,
         on_stdout: Optional[OutputCallback] = None,
         on_stderr: Optional[OutputCallback] = None,
+        input: Optional[StdinData] = None,  # noqa: A002 - as subprocess.run's
     ) -> Union[ExecResult, AsyncProcessHandle]:
         """See :meth:`Sandbox.exec`: ``background``/``stdin`` return an :class:`AsyncProcessHandle`."""
         if background or stdin:
             return await self.processes.start(
                 command, cwd=cwd, env=env, user=user, timeout_ms=timeout_ms, tag=tag, stdin=stdin
             )
-        if on_stdout is not None or on_stderr is not None:
+        if on_stdout is not None or on_stderr is not None or input is not None:
             h = await self.processes.start(
-                command, cwd=cwd, env=env, user=user, timeout_ms=timeout_ms, tag=tag, stream=True
+                command,
+                cwd=cwd,
+                env=env,
+                user=user,
+                timeout_ms=timeout_ms,
+                tag=tag,
+                stream=True,
+                stdin=input is not None,
             )
+            if input is not None:
+                try:
+                    await h.send_stdin(input)
+                    await h.close_stdin()
+                except ConflictError:
+                    pass  # it exited (or closed its stdin) without reading everything
             return await h.wait(on_stdout=on_stdout, on_stderr=on_stderr)
         opts = _wire.exec_options(cwd=cwd, env=env, user=user, timeout_ms=timeout_ms, tag=tag)
         d = await self.http.request_json(
@@ -700,6 +797,48 @@ class AsyncSandbox(_Info):
         return await self.processes.start(
             command, cwd=cwd, env=env, user=user, timeout_ms=timeout_ms, tag=tag, stdin=stdin, stream=True
         )
+
+    async def run_code(
+        self,
+        code: str,
+        *,
+        language: Optional[str] = None,
+        context: Union[CodeContext, str, None] = None,
+        envs: Optional[Mapping[str, str]] = None,
+        timeout_ms: Optional[int] = None,
+        on_stdout: Optional[TextCallback] = None,
+        on_stderr: Optional[TextCallback] = None,
+        on_result: Optional[ResultCallback] = None,
+        on_error: Optional[ErrorCallback] = None,
+    ) -> Execution:
+        """See :meth:`Sandbox.run_code`."""
+        return await self.code.run(
+            code,
+            language=language,
+            context=context,
+            envs=envs,
+            timeout_ms=timeout_ms,
+            on_stdout=on_stdout,
+            on_stderr=on_stderr,
+            on_result=on_result,
+            on_error=on_error,
+        )
+
+    async def create_code_context(self, *, language: Optional[str] = None, cwd: Optional[str] = None) -> CodeContext:
+        """Starts a new code context (a kernel of its own) for ``language`` in ``cwd`` (default ``/home/user``)."""
+        return await self.code.create_context(language=language, cwd=cwd)
+
+    async def list_code_contexts(self) -> List[CodeContext]:
+        """The code contexts of the sandbox."""
+        return await self.code.list_contexts()
+
+    async def restart_code_context(self, context: Union[CodeContext, str]) -> None:
+        """Restarts a context's kernel: its state is lost, its id stays."""
+        await self.code.restart_context(context)
+
+    async def remove_code_context(self, context: Union[CodeContext, str]) -> None:
+        """Ends a code context and its kernel."""
+        await self.code.remove_context(context)
 
     async def set_timeout(self, timeout_ms: int) -> datetime:
         d = await self.http.request_json(

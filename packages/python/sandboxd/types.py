@@ -180,3 +180,43 @@ class FileEvent:
     type: Literal["create", "write", "rename", "remove", "chmod"]
     path: str
     entry: Optional[FileEntry] = None
+
+
+@dataclass
+class PlanLimits:
+    """The limits of an account's plan."""
+
+    max_lifetime_ms: int
+    concurrency: int
+    memory_bytes: int
+    cpus: float
+    pids: int
+    root_disk_bytes: int
+    max_paused: int
+    paused_retention_ms: int
+    snapshot_bytes: int
+
+
+@dataclass
+class AccountUsage:
+    """What an account uses now."""
+
+    started_sandboxes: int
+    paused_sandboxes: int
+    volumes: int
+    snapshot_bytes: int
+
+
+@dataclass
+class AccountInfo:
+    """The account of the API key: plan, token balance, limits and usage."""
+
+    id: str
+    email: str
+    plan: str
+    admin: bool
+    created_at: datetime
+    #: Tokens.
+    balance: int
+    limits: PlanLimits
+    usage: AccountUsage

@@ -45,10 +45,19 @@ def test_exec_output_over_1_mib_is_truncated(shared_sandbox: Sandbox) -> None:
     assert len(r.stdout) == 1 << 20
 
 
+def test_exec_with_input_feeds_stdin(shared_sandbox: Sandbox) -> None:
+    r = shared_sandbox.exec("tr a-z A-Z; echo done >&2", input="hello\n")
+    assert (r.stdout, r.stderr, r.exit_code) == ("HELLO\n", "done\n", 0)
+    assert shared_sandbox.exec("wc -c", input=b"\x00\x01\x02").stdout.strip() == "3"
+    # A command that stops reading early is not an error.
+    assert shared_sandbox.exec("head -c 2", input="x" * 300_000).stdout == "xx"
+
+
 async def test_async_exec_options(asandbox: AsyncSandbox) -> None:
     r = await asandbox.exec("pwd; echo $A; id -u", cwd="/tmp", env={"A": "async"}, user="root")
     assert r.stdout == "/tmp\nasync\n0\n"
     assert (await asandbox.exec("exit 7")).exit_code == 7
+    assert (await asandbox.exec("cat", input="piped")).stdout == "piped"
 
 
 # -- streamed ------------------------------------------------------------------------------
