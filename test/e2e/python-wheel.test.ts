@@ -2,9 +2,10 @@
  * The Python SDK's wheel as a user installs it: Debian's Python makes a venv (with the
  * system's site-packages, where Debian's httpx and websockets are), and that venv's pip
  * installs the wheel from the running server's URL, with no index. The package then imports
- * at the server's version. Both URLs: the versioned one and `/sdk/python`, which redirects to
- * it (resolved first: pip needs the wheel's name in the URL it is given). Skipped with the reason when Debian's python3 with venv and pip is missing (set-up's
- * test packages install them).
+ * at the server's version, and mypy --strict type-checks examples/hello.py against it. Both
+ * URLs: the versioned one and `/sdk/python`, which redirects to it (resolved first: pip needs
+ * the wheel's name in the URL it is given). Skipped with the reason when Debian's python3 with
+ * venv and pip is missing (set-up's test packages install them).
  */
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
@@ -103,6 +104,22 @@ describe('Python wheel installed with pip from the server', { skip: skip ?? fals
       ],
       deps.stdout,
     );
+  });
+
+  it('a type checker sees the installed wheel as typed: mypy --strict passes examples/hello.py against it', {
+    skip: existsSync('/usr/lib/python3/dist-packages/mypy') ? false : 'mypy is missing (apt install mypy)',
+  }, async () => {
+    const venv = await makeVenv();
+    await installAndImport(venv, `${s.baseUrl}/sdk/sandboxd-${version}-py3-none-any.whl`);
+    // The venv's python runs Debian's mypy, which then reads the venv's site-packages (the
+    // wheel's py.typed), not the clone's sources.
+    const mypy = await run(
+      join(venv, 'bin/python'),
+      ['-m', 'mypy', '--strict', '--cache-dir', join(tmp, 'mypy-cache'), join(ROOT, 'examples/hello.py')],
+      pythonUserEnv(tmp),
+    );
+    assert.equal(mypy.code, 0, `${mypy.stdout}\n${mypy.stderr}`);
+    assert.match(mypy.stdout, /^Success: no issues found in 1 source file$/m);
   });
 
   it('/sdk/python leads to the same wheel: its redirect, followed by Python, ends at the file name pip installs from', async () => {
