@@ -12,7 +12,7 @@ import { codeBlock, h, notice, setChildren } from '../dom.js';
 import type { Page } from '../main.js';
 
 /** The SDK languages onboarding offers. */
-export type Language = 'javascript' | 'python';
+type Language = 'javascript' | 'python';
 
 interface Step {
   event: EventKind;
