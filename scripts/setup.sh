@@ -3,8 +3,9 @@
 # dependencies, the native helpers and the default images. `npm start` and `npm test` call
 # it; it is quick when everything is already there.
 # Usage: scripts/setup.sh [--test] [--image-dir DIR] [--no-images]
-#   --test   also what the tests need: Chromium, a local OCI registry and PostgreSQL (Debian), and the
-#            npm devDependencies (linters, playwright-core, ...). Without it, only what serving needs.
+#   --test   also what the tests need: Chromium, a local OCI registry, PostgreSQL and the Python SDK's
+#            Python packages (Debian), and the npm devDependencies (linters, playwright-core, ...).
+#            Without it, only what serving needs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,8 +21,11 @@ fail() { echo "sandboxd set-up: $*" >&2; exit 1; }
 PKGS="crun runc catatonit skopeo umoci mmdebstrap busybox-static e2fsprogs iproute2 nftables golang-github-containers-common util-linux ca-certificates libseccomp-dev musl-tools"
 # Tests only: a real browser for the console suite, a real registry for the pull tests, and
 # PostgreSQL for the store suite on PostgreSQL (the tests start their own server in a temp dir),
-# openssl for the self-signed certificates of the egress suite's fake internet.
+# openssl for the self-signed certificates of the egress suite's fake internet, and Debian's
+# Python stack for the Python SDK's suite (its dependencies at the versions Debian ships, pytest,
+# mypy, and venv + pip to install the wheel the server hands out).
 [ "$for_tests" = 1 ] && PKGS="$PKGS chromium docker-registry postgresql openssl"
+[ "$for_tests" = 1 ] && PKGS="$PKGS python3-httpx python3-websockets python3-pytest python3-pytest-asyncio mypy python3-venv python3-pip"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

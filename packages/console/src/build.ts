@@ -13,6 +13,7 @@ export const CONSOLE_DIR = resolve(fileURLToPath(import.meta.url), '../..');
 const REPO = resolve(CONSOLE_DIR, '../..');
 const APP = join(CONSOLE_DIR, 'src/app');
 const HELLO = join(REPO, 'examples/hello.mjs');
+const HELLO_PY = join(REPO, 'examples/hello.py');
 
 /** One built file, served under `/assets/<name>`. */
 export interface ConsoleFile {
@@ -40,7 +41,7 @@ function walk(dir: string): string[] {
   );
 }
 
-/** A hash of every input of the bundle: app sources, the SDK and protocol sources, the example, the xterm version. */
+/** A hash of every input of the bundle: app sources, the SDK and protocol sources, the examples, the xterm version. */
 function fingerprint(): string {
   const h = createHash('sha256');
   const inputs = [APP, join(REPO, 'packages/sdk/src'), join(REPO, 'packages/protocol/src')]
@@ -49,6 +50,7 @@ function fingerprint(): string {
   for (const f of [
     ...inputs,
     HELLO,
+    HELLO_PY,
     join(REPO, 'node_modules/@xterm/xterm/package.json'),
     join(REPO, 'node_modules/@xterm/addon-fit/package.json'),
   ].sort()) {
@@ -96,7 +98,10 @@ export async function buildConsole(opts: { outDir?: string; force?: boolean } = 
       outdir: join(tmp, 'assets'),
       metafile: true,
       loader: { '.svg': 'file', '.woff2': 'file' },
-      define: { __HELLO_MJS__: JSON.stringify(readFileSync(HELLO, 'utf8')) },
+      define: {
+        __HELLO_MJS__: JSON.stringify(readFileSync(HELLO, 'utf8')),
+        __HELLO_PY__: JSON.stringify(readFileSync(HELLO_PY, 'utf8')),
+      },
       logLevel: 'silent',
     });
     const names = Object.keys(result.metafile.outputs).map((p) => basename(p));

@@ -1,31 +1,76 @@
 /**
  * Onboarding: eight steps from welcome to running a first script, written so that a user
  * with only the server's address can follow them literally (test/e2e/onboarding.test.ts
- * does). Each step is tracked (`onboarding.step_N_...`) when first reached; progress is
- * derived from the stored events, so a reload resumes at the furthest step reached.
+ * does), in JavaScript or in Python (a tab above the steps; the choice is kept in this
+ * browser). Each step is tracked (`onboarding.step_N_...`, with the language) when first
+ * reached; progress is derived from the stored events, so a reload resumes at the furthest
+ * step reached.
  */
 import type { EventKind } from '@sandboxd/sdk';
 import { client, errorText, listEvents, track } from '../api.js';
 import { codeBlock, h, notice, setChildren } from '../dom.js';
 import type { Page } from '../main.js';
 
+/** The SDK languages onboarding offers. */
+type Language = 'javascript' | 'python';
+
 interface Step {
   event: EventKind;
-  title: string;
+  title: string | ((s: StepState) => string);
   body: (s: StepState) => Array<Node | string | null>;
 }
 
 interface StepState {
   key: string | null;
   origin: string;
+  lang: Language;
+  /** The path of the Python wheel this server hands out (`/sdk/sandboxd-<v>-py3-none-any.whl`), or why it is unknown. */
+  wheel: { path: string } | { error: string };
   createKey: () => Promise<void>;
   keyStatus: HTMLElement;
 }
 
 /** Where the server serves the SDK package (packages/server/src/http/routes/sdk.ts). */
 const SDK_TARBALL_PATH = '/sdk/sandboxd-sdk.tgz';
+/** A stable path that redirects to the current Python wheel (the same routes). */
+const PYTHON_WHEEL_LATEST_PATH = '/sdk/python';
 
-const HELLO = __HELLO_MJS__.replace(/^(\/\/.*\n)+\n?/, '');
+/** The examples without their leading comment (how to run them, which the steps say). */
+const HELLO_MJS = __HELLO_MJS__.replace(/^(\/\/.*\n)+\n?/, '');
+const HELLO_PY = __HELLO_PY__.replace(/^(#.*\n)+\n?/, '');
+
+const LANGUAGES: Array<{ id: Language; label: string }> = [
+  { id: 'javascript', label: 'JavaScript' },
+  { id: 'python', label: 'Python' },
+];
+const LANG_KEY = 'sandboxd.onboarding.language';
+
+/** The language chosen before in this browser (JavaScript when none). */
+function savedLanguage(): Language {
+  try {
+    return localStorage.getItem(LANG_KEY) === 'python' ? 'python' : 'javascript';
+  } catch {
+    return 'javascript';
+  }
+}
+
+/**
+ * The path of the wheel the server hands out now: `/sdk/python` redirects to it, and the
+ * URL the redirect ends at names it (pip needs that name in the URL it is given).
+ */
+async function currentWheel(): Promise<StepState['wheel']> {
+  try {
+    const r = await fetch(PYTHON_WHEEL_LATEST_PATH, { method: 'HEAD', credentials: 'omit' });
+    const path = new URL(r.url).pathname;
+    if (r.ok && /^\/sdk\/[^/]+-py3-none-any\.whl$/.test(path)) return { path };
+    return { error: `the server answered ${r.status} for ${PYTHON_WHEEL_LATEST_PATH}` };
+  } catch (e) {
+    return { error: e instanceof Error ? e.message : String(e) };
+  }
+}
+
+const EXPECTED_OUTPUT =
+  'created sbx_3kq7m2x5c4v6b7n8a9d2 (quiet-river-4821) from local/debian:bookworm\nHello from sandboxd!\nexit code 0\ndeleted sbx_3kq7m2x5c4v6b7n8a9d2';
 
 const STEPS: Step[] = [
   {
@@ -35,7 +80,7 @@ const STEPS: Step[] = [
       h(
         'p',
         {},
-        'sandboxd runs isolated Linux sandboxes from container images on this server. In a few steps you will create an API key, install the TypeScript SDK and run a script that starts a sandbox and runs a command in it.',
+        'sandboxd runs isolated Linux sandboxes from container images on this server. In a few steps you will create an API key, install the SDK for JavaScript (TypeScript) or Python and run a script that starts a sandbox and runs a command in it. Choose your language above; you can switch at any step.',
       ),
       h(
         'ul',
@@ -49,21 +94,56 @@ const STEPS: Step[] = [
   {
     event: 'onboarding.step_2_setup_workspace',
     title: 'Set up a workspace',
-    body: () => [
-      h('p', {}, 'In a terminal, make a folder for your first project and declare it an ES module project:'),
-      codeBlock('mkdir sandboxd-hello && cd sandboxd-hello\nnpm init -y\nnpm pkg set type=module', {
-        label: 'workspace commands',
-      }),
-    ],
+    body: (s) =>
+      s.lang === 'python'
+        ? [
+            h(
+              'p',
+              {},
+              'In a terminal, make a folder for your first project with a Python virtual environment in it, and activate the environment:',
+            ),
+            codeBlock(
+              'mkdir sandboxd-hello && cd sandboxd-hello\npython3 -m venv --system-site-packages .venv\n. .venv/bin/activate',
+              { label: 'workspace commands' },
+            ),
+            h(
+              'p',
+              { class: 'hint' },
+              'With --system-site-packages the environment can use httpx and websockets when your system has them (on Debian: ',
+              h('code', {}, 'apt install python3-venv python3-httpx python3-websockets'),
+              '); otherwise pip downloads them in step 6.',
+            ),
+          ]
+        : [
+            h('p', {}, 'In a terminal, make a folder for your first project and declare it an ES module project:'),
+            codeBlock('mkdir sandboxd-hello && cd sandboxd-hello\nnpm init -y\nnpm pkg set type=module', {
+              label: 'workspace commands',
+            }),
+          ],
   },
   {
     event: 'onboarding.step_3_verify_nodejs',
-    title: 'Verify Node.js',
-    body: () => [
-      h('p', {}, 'The SDK needs Node.js 20 or newer. Check your version:'),
-      codeBlock('node --version', { label: 'Node.js version command' }),
-      h('p', { class: 'hint' }, 'It should print v20.0.0 or higher. If not, install a current Node.js LTS first.'),
-    ],
+    title: (s) => (s.lang === 'python' ? 'Verify Python' : 'Verify Node.js'),
+    body: (s) =>
+      s.lang === 'python'
+        ? [
+            h('p', {}, 'The SDK needs Python 3.10 or newer. Check the version of the environment:'),
+            codeBlock('python --version', { label: 'Python version command' }),
+            h(
+              'p',
+              { class: 'hint' },
+              'It should print Python 3.10.0 or higher. If not, make the environment with a newer python3.',
+            ),
+          ]
+        : [
+            h('p', {}, 'The SDK needs Node.js 20 or newer. Check your version:'),
+            codeBlock('node --version', { label: 'Node.js version command' }),
+            h(
+              'p',
+              { class: 'hint' },
+              'It should print v20.0.0 or higher. If not, install a current Node.js LTS first.',
+            ),
+          ],
   },
   {
     event: 'onboarding.step_4_create_token',
@@ -101,42 +181,63 @@ const STEPS: Step[] = [
   {
     event: 'onboarding.step_6_install_sdk',
     title: 'Install the SDK',
-    body: (s) => [
-      h('p', {}, 'Install the TypeScript SDK into your workspace. This server hands it out as an npm package:'),
-      codeBlock(`npm install ${s.origin}${SDK_TARBALL_PATH}`, { label: 'install command' }),
-      h(
-        'p',
-        { class: 'hint' },
-        'The package has no dependencies. Terminals on Node.js 20 also need the ws package (',
-        h('code', {}, 'npm install ws'),
-        '); Node.js 22 and newer have WebSocket built in.',
-      ),
-    ],
+    body: (s) =>
+      s.lang === 'python'
+        ? [
+            h('p', {}, 'Install the Python SDK into the environment. This server hands it out as a wheel:'),
+            'path' in s.wheel
+              ? codeBlock(`pip install ${s.origin}${s.wheel.path}`, { label: 'install command' })
+              : notice(
+                  'error',
+                  `Could not ask the server for its Python wheel: ${s.wheel.error}. Reload the page to try again.`,
+                ),
+            h(
+              'p',
+              { class: 'hint' },
+              'It needs httpx 0.23 or newer and websockets 10.4 or newer, which pip downloads unless the environment has them already.',
+            ),
+          ]
+        : [
+            h('p', {}, 'Install the TypeScript SDK into your workspace. This server hands it out as an npm package:'),
+            codeBlock(`npm install ${s.origin}${SDK_TARBALL_PATH}`, { label: 'install command' }),
+            h(
+              'p',
+              { class: 'hint' },
+              'The package has no dependencies. Terminals on Node.js 20 also need the ws package (',
+              h('code', {}, 'npm install ws'),
+              '); Node.js 22 and newer have WebSocket built in.',
+            ),
+          ],
   },
   {
     event: 'onboarding.step_7_create_script',
     title: 'Create a script',
-    body: () => [
-      h(
-        'p',
-        {},
-        'Save this as hello.mjs in the workspace folder. It creates a sandbox, runs a command in it and deletes it:',
-      ),
-      codeBlock(HELLO, { label: 'hello.mjs' }),
-    ],
+    body: (s) => {
+      const file = s.lang === 'python' ? 'hello.py' : 'hello.mjs';
+      return [
+        h(
+          'p',
+          {},
+          `Save this as ${file} in the workspace folder. It creates a sandbox, runs a command in it and deletes it:`,
+        ),
+        codeBlock(s.lang === 'python' ? HELLO_PY : HELLO_MJS, { label: file }),
+      ];
+    },
   },
   {
     event: 'onboarding.step_8_run_script',
     title: 'Run it',
-    body: () => [
-      h('p', {}, 'In the same terminal (where the key is exported), run the script:'),
-      codeBlock('node hello.mjs', { label: 'run command' }),
-      h('p', {}, 'You should see:'),
+    body: (s) => [
       h(
-        'pre',
-        { class: 'output', tabindex: 0, 'aria-label': 'Expected output' },
-        'created sbx_3kq7m2x5c4v6b7n8a9d2 (quiet-river-4821) from local/debian:bookworm\nHello from sandboxd!\nexit code 0\ndeleted sbx_3kq7m2x5c4v6b7n8a9d2',
+        'p',
+        {},
+        s.lang === 'python'
+          ? 'In the same terminal (where the key is exported and the environment active), run the script:'
+          : 'In the same terminal (where the key is exported), run the script:',
       ),
+      codeBlock(s.lang === 'python' ? 'python hello.py' : 'node hello.mjs', { label: 'run command' }),
+      h('p', {}, 'You should see:'),
+      h('pre', { class: 'output', tabindex: 0, 'aria-label': 'Expected output' }, EXPECTED_OUTPUT),
     ],
   },
 ];
@@ -180,6 +281,8 @@ export const renderOnboarding: Page = async (main, ctx) => {
   const state: StepState = {
     key: null,
     origin: location.origin,
+    lang: savedLanguage(),
+    wheel: await currentWheel(),
     keyStatus: h('div', { 'aria-live': 'polite' }),
     createKey: async () => {
       try {
@@ -198,7 +301,52 @@ export const renderOnboarding: Page = async (main, ctx) => {
   };
 
   const list = h('ol', { class: 'steps' });
-  const panel = h('section', { class: 'card step-panel', 'aria-live': 'polite' });
+  const panel = h('section', {
+    class: 'card step-panel',
+    id: 'onboarding-step',
+    role: 'tabpanel',
+    'aria-live': 'polite',
+  });
+  const tabs = LANGUAGES.map((l) =>
+    h(
+      'button',
+      {
+        type: 'button',
+        role: 'tab',
+        class: 'lang-tab',
+        id: `onboarding-lang-${l.id}`,
+        'aria-controls': 'onboarding-step',
+        onclick: () => choose(l.id, false),
+        onkeydown: (e: Event) => {
+          const k = (e as KeyboardEvent).key;
+          if (k !== 'ArrowLeft' && k !== 'ArrowRight') return;
+          e.preventDefault();
+          choose(LANGUAGES[(LANGUAGES.findIndex((x) => x.id === l.id) + 1) % LANGUAGES.length].id, true);
+        },
+      },
+      l.label,
+    ),
+  );
+  const languages = h('div', { class: 'lang-tabs', role: 'tablist', 'aria-label': 'SDK language' }, ...tabs);
+  /** Shows the steps in `lang` (kept in this browser); `focus` moves the focus to its tab (keyboard). */
+  function choose(lang: Language, focus: boolean): void {
+    state.lang = lang;
+    try {
+      localStorage.setItem(LANG_KEY, lang);
+    } catch {
+      /* storage refused: the choice lasts as long as the page */
+    }
+    show(current, false);
+    if (focus) document.getElementById(`onboarding-lang-${lang}`)?.focus();
+  }
+  const markTabs = () => {
+    for (const [i, t] of tabs.entries()) {
+      const selected = LANGUAGES[i].id === state.lang;
+      t.setAttribute('aria-selected', String(selected));
+      t.tabIndex = selected ? 0 : -1;
+    }
+    panel.setAttribute('aria-labelledby', `onboarding-lang-${state.lang}`);
+  };
   const head = h(
     'div',
     { class: 'page-head' },
@@ -231,12 +379,16 @@ export const renderOnboarding: Page = async (main, ctx) => {
     main,
     head,
     status,
+    languages,
     h('div', { class: 'onboarding' }, h('nav', { 'aria-label': 'Onboarding steps' }, list), panel),
   );
 
+  const titleOf = (s: Step) => (typeof s.title === 'function' ? s.title(state) : s.title);
+
   function show(i: number, focus = true): void {
     current = i;
-    void report(STEPS[i].event, { step: i + 1 });
+    markTabs();
+    void report(STEPS[i].event, { step: i + 1, language: state.lang });
     setChildren(
       list,
       ...STEPS.map((s, j) =>
@@ -253,7 +405,7 @@ export const renderOnboarding: Page = async (main, ctx) => {
               onclick: () => show(j),
             },
             h('span', { class: 'num', 'aria-hidden': 'true' }, String(j + 1)),
-            s.title,
+            titleOf(s),
           ),
         ),
       ),
@@ -277,7 +429,7 @@ export const renderOnboarding: Page = async (main, ctx) => {
     setChildren(
       panel,
       h('p', { class: 'eyebrow' }, `Step ${i + 1} of ${STEPS.length}`),
-      h('h2', { id: 'step-title', tabindex: -1 }, STEPS[i].title),
+      h('h2', { id: 'step-title', tabindex: -1 }, titleOf(STEPS[i])),
       ...STEPS[i].body(state),
       h('div', { class: 'actions' }, back, next),
     );
