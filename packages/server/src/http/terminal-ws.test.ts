@@ -294,16 +294,40 @@ describe('terminal routes and WebSocket (real ws clients, fake driver)', () => {
   });
 
   it(`at most ${MAX_TERMINALS_PER_SANDBOX} terminals per sandbox; exited ones are evicted first`, async () => {
-    const sb = await newSandbox();
-    const ids: string[] = [];
-    for (let i = 0; i < MAX_TERMINALS_PER_SANDBOX; i++) ids.push((await newTerminal(sb)).terminal.id);
-    const full = await t.req({ method: 'POST', url: `/api/v1/sandboxes/${sb}/terminals`, payload: {} });
-    assert.equal(full.statusCode, 409);
-    const c = await TermClient.connect(terminalUrl(base, sb, ids[5]), auth());
-    c.type('exit 0\r');
-    await c.closed;
-    await newTerminal(sb);
-    assert.equal((await t.req({ method: 'GET', url: `/api/v1/sandboxes/${sb}/terminals/${ids[5]}` })).statusCode, 404);
+    // An app of its own: this describe's 300 ms idle cleanup would remove the first terminals
+    // while a loaded host is still making the last ones, and the 33rd create would fit.
+    const t3 = await makeTestApp({ terminalIdleMs: 600_000 });
+    try {
+      const base3 = await t3.app.http.listen({ host: '127.0.0.1', port: 0 });
+      const sb = (
+        await t3.req({ method: 'POST', url: '/api/v1/sandboxes', payload: { image: 'local/busybox:latest' } })
+      ).json().sandbox.id as string;
+      const create = () => t3.req({ method: 'POST', url: `/api/v1/sandboxes/${sb}/terminals`, payload: {} });
+      const ids: string[] = [];
+      for (let i = 0; i < MAX_TERMINALS_PER_SANDBOX; i++) {
+        const r = await create();
+        assert.equal(r.statusCode, 201, r.body);
+        ids.push(r.json().terminal.id);
+      }
+      assert.equal((await create()).statusCode, 409);
+      const c = await TermClient.connect(terminalUrl(base3, sb, ids[5]), { authorization: `Bearer ${t3.adminKey}` });
+      c.type('exit 0\r');
+      await c.closed;
+      // The server may see the client's close a moment after the client does: until then the
+      // exited terminal still has a client and is not evicted (bounded wait).
+      for (let i = 0; i < 100; i++) {
+        const r = await t3.req({ method: 'GET', url: `/api/v1/sandboxes/${sb}/terminals/${ids[5]}` });
+        if (r.json().clientCount === 0) break;
+        await new Promise((res) => setTimeout(res, 20));
+      }
+      assert.equal((await create()).statusCode, 201);
+      assert.equal(
+        (await t3.req({ method: 'GET', url: `/api/v1/sandboxes/${sb}/terminals/${ids[5]}` })).statusCode,
+        404,
+      );
+    } finally {
+      await t3.close();
+    }
   });
 
   it('shutdown closes connected clients with 1001', async () => {

@@ -16,27 +16,45 @@ import { CGROUP_ROOT, cgroupFilePath, cgroupLayout } from './cgroup-fs.js';
  * pause does the same writes, at the cost of a process start).
  */
 
-/** How long {@link freeze} waits for the kernel to stop every task before giving up. */
-const FREEZE_WAIT_MS = 5_000;
+/** How long {@link freeze} waits (wall clock) for the kernel to stop every task before giving up. */
+const FREEZE_WAIT_MS = 10_000;
 
-/** Freezes the cgroup and resolves once every task is frozen. Rejects `internal` when the cgroup is missing or will not freeze. */
+/**
+ * Freezes the cgroup and resolves once every task is frozen. Rejects `internal` when the
+ * cgroup is missing or will not freeze (then it is thawed again).
+ *
+ * v1 answers FREEZING until the last task stopped, and tries the tasks it could not stop
+ * (in uninterruptible sleep, or forked meanwhile) only when FROZEN is written again: so it is
+ * written again on every look, with a short thaw now and then so that a cgroup whose tasks
+ * keep forking gets a fresh start (runc's freezer does the same). On a loaded host a plain
+ * wait for FROZEN could time out.
+ */
 export async function freeze(parent: string, cid: string, root = CGROUP_ROOT): Promise<void> {
   const v = cgroupLayout(root);
-  try {
-    await writeFile(cgroupFilePath('freeze', parent, cid, root, v), v === 'v1' ? 'FROZEN' : '1');
-  } catch (e) {
-    throw new SandboxdError('internal', `cannot freeze sandbox cgroup ${cid}: ${(e as Error).message}`);
-  }
-  // v1 answers FREEZING until the last task stopped (tasks in uninterruptible sleep take a while).
-  for (let waited = 0, step = 0; ; ) {
+  const file = cgroupFilePath('freeze', parent, cid, root, v);
+  const write = async (state: 'FROZEN' | 'THAWED' | '1') => {
+    try {
+      await writeFile(file, state);
+    } catch (e) {
+      throw new SandboxdError('internal', `cannot freeze sandbox cgroup ${cid}: ${(e as Error).message}`);
+    }
+  };
+  await write(v === 'v1' ? 'FROZEN' : '1');
+  const started = Date.now();
+  for (let step = 0; ; step++) {
     if (await isFrozen(parent, cid, root)) return;
-    if (waited >= FREEZE_WAIT_MS) {
+    if (Date.now() - started >= FREEZE_WAIT_MS) {
       await thaw(parent, cid, root).catch(() => undefined);
       throw new SandboxdError('internal', `sandbox cgroup ${cid} did not freeze within ${FREEZE_WAIT_MS} ms`);
     }
-    const ms = Math.min(50, 2 ** step++ / 4);
-    await sleep(ms);
-    waited += ms;
+    await sleep(Math.min(50, 2 ** step / 4));
+    if (v === 'v1') {
+      if (step % 50 === 49) {
+        await write('THAWED');
+        await sleep(10);
+      }
+      await write('FROZEN');
+    }
   }
 }
 
