@@ -7,7 +7,8 @@ export type Probe =
   | { op: 'resolve'; name: string }
   | { op: 'http'; to: string; host: string; port?: number }
   | { op: 'https'; to: string; sni: string | null; host?: string }
-  | { op: 'dns'; server: string; name: string }
+  /** `timeout`: seconds to wait for the answer (default 2). */
+  | { op: 'dns'; server: string; name: string; timeout?: number }
   | { op: 'udp'; to: string; port: number }
   /** Resolves `n0.<suffix>` .. `n<count-1>.<suffix>` (32 at a time); `answers`: how many resolved. */
   | { op: 'resolveMany'; suffix: string; count: number }
@@ -74,7 +75,7 @@ def run(o):
             q = struct.pack('>HHHHHH', qid, 0x0100, 1, 0, 0, 0)
             q += b''.join(bytes([len(p)]) + p.encode() for p in o['name'].split('.')) + b'\0' + struct.pack('>HH', 1, 1)
             s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            s.settimeout(2)
+            s.settimeout(o.get('timeout', 2))
             s.sendto(q, (o['server'], 53))
             d = s.recv(4096)
             return {'ok': True, 'rcode': d[3] & 15, 'answers': struct.unpack('>H', d[6:8])[0]}
