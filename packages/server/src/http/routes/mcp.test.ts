@@ -10,6 +10,8 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { makeTestApp, type TestApp } from '../../../test/app.js';
+import { SANDBOX_ID_RE } from '@sandboxd/mcp';
+import { SANDBOX_ID_PATTERN } from '@sandboxd/protocol';
 import { MCP_MAX_BODY_BYTES, MCP_PATH } from './mcp.js';
 
 const text = (r: CallToolResult) =>
@@ -119,5 +121,53 @@ describe('MCP endpoint (fake driver)', () => {
     assert.equal(noRpc.statusCode, 400);
     assert.equal(noRpc.json().kind, 'validation');
     assert.equal(typeof noRpc.json().details.jsonrpc.code, 'number');
+  });
+});
+
+describe('MCP endpoint: tool arguments never steer the inner API URL (fake driver)', () => {
+  let t: TestApp;
+  let base: string;
+  let A: { id: string; key: string };
+  const clients: Client[] = [];
+  before(async () => {
+    t = await makeTestApp();
+    await t.app.http.listen({ host: '127.0.0.1', port: 0 });
+    base = `http://127.0.0.1:${(t.app.http.server.address() as { port: number }).port}`;
+    A = await t.newAccount({ tokens: 100_000 });
+  });
+  after(async () => {
+    for (const c of clients) await c.close().catch(() => {});
+    await t.close();
+  });
+
+  it('refuses sandbox ids that are not ids (dot segments, slashes, encodings) before any inner call', async () => {
+    const c = new Client({ name: 'unit', version: '1' });
+    await c.connect(
+      new StreamableHTTPClientTransport(new URL(`${base}${MCP_PATH}`), {
+        requestInit: { headers: { authorization: `Bearer ${A.key}` } },
+      }),
+    );
+    clients.push(c);
+    for (const id of ['.', '..', '../admin', '%2e%2e', 'sbx_aaaaaaaaaaaaaaaaaaaa/../x', 'a?b', 'a#b', 'a\r\nX: y']) {
+      for (const [name, args] of [
+        ['get_port_url', { port: 80 }],
+        ['delete_sandbox', {}],
+        ['run_command', { command: 'true' }],
+        ['list_directory', {}],
+      ] as const) {
+        const r = (await c.callTool({ name, arguments: { sandbox_id: id, ...args } })) as CallToolResult;
+        assert.equal(r.isError, true, `${name} ${JSON.stringify(id)}: ${text(r)}`);
+        assert.match(text(r), /sandbox_id/, `${name} ${JSON.stringify(id)}: ${text(r)}`);
+      }
+    }
+    assert.equal(SANDBOX_ID_RE.source, SANDBOX_ID_PATTERN, "the tools' id shape is the API's");
+    // A resource URI's id is a URL segment too: "%2e" decoded to "." read the sandbox list.
+    for (const uri of ['sandbox://%2e', 'sandbox://%2E%2E', 'sandbox://..', 'sandbox://%zz', 'sandbox://x%2fy']) {
+      await assert.rejects(c.readResource({ uri }), (e: Error & { code?: number }) => {
+        assert.equal(e.code, -32002, `${uri}: ${e.message}`);
+        assert.doesNotMatch(e.message, /Cannot read|undefined|URI malformed/, uri);
+        return true;
+      });
+    }
   });
 });
