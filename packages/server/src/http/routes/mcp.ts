@@ -14,7 +14,7 @@
  * price is that an inner answer is held in memory whole: the tools bound what they ask for
  * (file reads by range, exec output by the API's 1 MiB cap).
  */
-import { Readable } from 'node:stream';
+import { Readable, Transform } from 'node:stream';
 import { handleMcpPost } from '@sandboxd/mcp';
 import { SandboxdError } from '@sandboxd/protocol';
 import { SandboxdClient } from '@sandboxd/sdk';
@@ -48,8 +48,27 @@ function checkOrigin(req: FastifyRequest): void {
     });
 }
 
-/** A `fetch` that answers through `inject`: the request goes through the app as if it came from `req`'s client. */
-export function injectFetch(inject: Inject, from: { host?: string; ip: string }): typeof fetch {
+/**
+ * Most bytes of one inner answer a tool's call may read: 64 MiB. The answers the tools ask
+ * for are far smaller (a file range of 64 KiB, an exec's output capped by the API at 1 MiB
+ * a stream, a code run stopped by run_code's own bound); this is the backstop for
+ * anything else, past which the body errors instead of growing.
+ */
+export const MCP_INNER_ANSWER_MAX_BYTES = 64 * 1024 * 1024;
+
+/**
+ * A `fetch` that answers through `inject`: the request goes through the app as if it came
+ * from `req`'s client. The answer's body is streamed (inject's `payloadAsStream`), read
+ * as the SDK reads it with backpressure, so a long answer (a code run's NDJSON stream) is
+ * never held whole in memory, and it errors past `maxBytes`. Cancelling the body or
+ * aborting the signal ends the inner request the way a closed connection would: the
+ * route's reply closes (a code run or exec in the sandbox is stopped).
+ */
+export function injectFetch(
+  inject: Inject,
+  from: { host?: string; ip: string },
+  maxBytes = MCP_INNER_ANSWER_MAX_BYTES,
+): typeof fetch {
   return async (input, init) => {
     const request = new Request(input, init);
     const url = new URL(request.url);
@@ -59,21 +78,68 @@ export function injectFetch(inject: Inject, from: { host?: string; ip: string })
     });
     if (from.host) headers.host = from.host;
     const body = request.body ? Buffer.from(await request.arrayBuffer()) : undefined;
+    const signal = init?.signal ?? undefined;
+    signal?.throwIfAborted();
     const res = await inject({
       method: request.method as InjectOptions['method'],
       url: url.pathname + url.search,
       headers,
       payload: body,
       remoteAddress: from.ip,
-      signal: init?.signal ?? undefined,
+      signal,
+      payloadAsStream: true,
     } as InjectOptions);
+    const reply = res.raw.res;
+    const source = res.stream();
+    // The inner reply ends as if its client had gone: the route's 'close' listeners run.
+    const hangUp = () => {
+      source.destroy();
+      if (!reply.writableFinished) reply.destroy();
+    };
+    if (signal?.aborted) hangUp();
+    signal?.addEventListener('abort', hangUp, { once: true });
+    source.once('close', () => signal?.removeEventListener('abort', hangUp));
     const out = new Headers();
     for (const [k, v] of Object.entries(res.headers)) {
       if (v === undefined) continue;
       for (const one of Array.isArray(v) ? v : [v]) out.append(k, String(one));
     }
     const empty = res.statusCode === 204 || res.statusCode === 304 || request.method === 'HEAD';
-    return new Response(empty ? null : new Uint8Array(res.rawPayload), {
+    if (empty) source.resume();
+    let seen = 0;
+    const counted = new Transform({
+      transform(chunk: Buffer, _enc, done) {
+        seen += chunk.length;
+        if (seen > maxBytes) {
+          hangUp();
+          return done(
+            new SandboxdError(
+              'payload_too_large',
+              `An answer of the API to an MCP tool was larger than ${maxBytes} bytes and was cut off`,
+            ),
+          );
+        }
+        done(null, chunk);
+      },
+    });
+    source.once('error', (e) => counted.destroy(e));
+    const inner = (Readable.toWeb(source.pipe(counted)) as unknown as ReadableStream<Uint8Array>).getReader();
+    // Pulled one chunk at a time; the consumer's cancel (the SDK giving up on a body) hangs up too.
+    const stream = new ReadableStream<Uint8Array>(
+      {
+        pull: async (ctrl) => {
+          const r = await inner.read();
+          if (r.done) ctrl.close();
+          else ctrl.enqueue(r.value);
+        },
+        cancel: (reason) => {
+          hangUp();
+          return inner.cancel(reason);
+        },
+      },
+      { highWaterMark: 0 },
+    );
+    return new Response(empty ? null : stream, {
       status: res.statusCode,
       statusText: res.statusMessage,
       headers: out,
