@@ -308,6 +308,24 @@ describe(`MCP server over both transports (${RUNTIME})`, {
         await must(c, 'delete_sandbox', { sandbox_id: plain.id });
       });
 
+      it('run_code stops a run whose output passes its bound, keeping what came first (never held whole)', async () => {
+        const sb = await create(c, { image: CODE_IMAGE });
+        // About 40 MB of stdout, far past the 8 Mi characters run_code collects from a run.
+        const r = await must(c, 'run_code', {
+          sandbox_id: sb.id,
+          code: 'import sys\nfor i in range(200000):\n    sys.stdout.write("%07d" % i + "x" * 192 + "\\n")',
+        });
+        const sc = r.structuredContent as { stdout: string; stopped?: boolean };
+        assert.equal(sc.stopped, true, text(r).slice(-500));
+        assert.match(text(r), /The run was stopped: it gave more than \d+ characters of output/);
+        assert.match(sc.stdout, /^0000000x/, 'the start is kept');
+        assert.ok(sc.stdout.length < 64_000, 'and cut for the model');
+        // The kernel was interrupted, not wedged: the next cell runs.
+        const next = await must(c, 'run_code', { sandbox_id: sb.id, code: '6 * 7' });
+        assert.match(text(next), /--- result ---\n42/);
+        await must(c, 'delete_sandbox', { sandbox_id: sb.id });
+      });
+
       it('lists the sandboxes made through MCP as resources and reads one as JSON', async () => {
         const sb = await create(c);
         const other = await s.api('POST', '/api/v1/sandboxes', { key: A.key, body: { image: BUSYBOX } });
