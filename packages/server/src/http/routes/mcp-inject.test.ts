@@ -38,6 +38,7 @@ describe('injectFetch (the tools calling the API in-process)', () => {
       return reply.type('application/x-ndjson').send(body);
     });
     app.get('/small', async () => ({ hello: 'world' }));
+    app.get('/whoami', async (req) => ({ ip: req.ip, headers: req.headers }));
     app.delete('/gone', async (_req, reply) => reply.code(204).send());
     await app.ready();
   });
@@ -71,6 +72,17 @@ describe('injectFetch (the tools calling the API in-process)', () => {
     ac.abort();
     await closed;
     await assert.rejects(res.arrayBuffer());
+  });
+
+  it("carries the caller's address and the SDK's own headers, nothing else (no loopback address, no forwarding headers)", async () => {
+    const f = injectFetch(app.inject.bind(app), { ip: '203.0.113.9', host: 'api.example:8080' });
+    const res = await f('http://ignored.test/whoami', { headers: { authorization: 'Bearer sk_caller' } });
+    const who = (await res.json()) as { ip: string; headers: Record<string, string> };
+    assert.equal(who.ip, '203.0.113.9');
+    assert.equal(who.headers.host, 'api.example:8080');
+    assert.equal(who.headers.authorization, 'Bearer sk_caller');
+    for (const h of ['x-forwarded-for', 'x-forwarded-proto', 'x-forwarded-host', 'cookie', 'x-api-key'])
+      assert.equal(who.headers[h], undefined, h);
   });
 
   it('small and empty answers read as before', async () => {

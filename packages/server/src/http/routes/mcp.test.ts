@@ -12,6 +12,7 @@ import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { makeTestApp, type TestApp } from '../../../test/app.js';
 import { SANDBOX_ID_RE } from '@sandboxd/mcp';
 import { SANDBOX_ID_PATTERN } from '@sandboxd/protocol';
+import { DEFAULT_RATE_LIMITS } from '../../config-plans.js';
 import { MCP_MAX_BODY_BYTES, MCP_PATH } from './mcp.js';
 
 const text = (r: CallToolResult) =>
@@ -169,5 +170,123 @@ describe('MCP endpoint: tool arguments never steer the inner API URL (fake drive
         return true;
       });
     }
+  });
+});
+
+describe('MCP endpoint: the inner calls are the caller, rate limits included (fake driver)', () => {
+  let t: TestApp;
+  let A: { id: string; key: string };
+  let B: { id: string; key: string };
+  let now = Date.UTC(2030, 0, 1);
+  before(async () => {
+    // A tiny account limit: 12 requests a window, the window ends only when the test says.
+    t = await makeTestApp(
+      { rateLimit: { ...DEFAULT_RATE_LIMITS, accountPerSec: 1, accountBurst: 12 } },
+      { rateLimitNow: () => now },
+    );
+    A = await t.newAccount({ tokens: 100_000 });
+    B = await t.newAccount({ tokens: 100_000 });
+    now += 1e9; // newAccount's own requests were the admin's; a fresh window for everyone
+  });
+  after(() => t.close());
+
+  const batch = (key: string, calls: Array<[string, Record<string, unknown>]>, headers: Record<string, string> = {}) =>
+    t.req({
+      method: 'POST',
+      url: MCP_PATH,
+      key: null,
+      headers: {
+        authorization: `Bearer ${key}`,
+        'content-type': 'application/json',
+        accept: 'application/json, text/event-stream',
+        'mcp-protocol-version': '2025-06-18',
+        ...headers,
+      },
+      payload: JSON.stringify(
+        calls.map(([name, args], i) => ({
+          jsonrpc: '2.0',
+          id: i + 1,
+          method: 'tools/call',
+          params: { name, arguments: args },
+        })),
+      ),
+    });
+  const results = (body: string) =>
+    body
+      .split('\n')
+      .filter((l) => l.startsWith('data: '))
+      .map((l) => JSON.parse(l.slice(6)) as { id: number; result: CallToolResult })
+      .sort((a, b) => a.id - b.id)
+      .map((m) => m.result);
+
+  it('a batch of 40 tool calls is charged call by call to the account: past the limit they are rate_limited tool errors', async () => {
+    const r = await batch(
+      A.key,
+      Array.from({ length: 40 }, () => ['list_sandboxes', {}] as [string, Record<string, unknown>]),
+    );
+    assert.equal(r.statusCode, 200, r.body.slice(0, 300));
+    const out = results(r.body);
+    assert.equal(out.length, 40);
+    const limited = out.filter(
+      (x) => (x.structuredContent as { error?: { kind: string } })?.error?.kind === 'rate_limited',
+    );
+    // 12 a window: the POST itself took one, so at most 11 inner calls passed.
+    assert.ok(out.length - limited.length <= 11, `${out.length - limited.length} inner calls passed`);
+    assert.ok(limited.length >= 29);
+    const again = await batch(A.key, [['list_sandboxes', {}]]);
+    assert.equal(again.statusCode, 429, 'the endpoint itself is limited once the window is spent');
+    now += 1e9;
+  });
+
+  it('a browser gets nothing: no CORS answer to a preflight or a request, Origin null or another port is 403', async () => {
+    const pre = await t.req({
+      method: 'OPTIONS',
+      url: MCP_PATH,
+      key: null,
+      headers: {
+        origin: 'https://evil.example',
+        'access-control-request-method': 'POST',
+        'access-control-request-headers': 'authorization, content-type',
+      },
+    });
+    assert.notEqual(pre.statusCode, 204);
+    assert.ok(pre.statusCode >= 400, String(pre.statusCode));
+    for (const r of [pre, await batch(A.key, [['list_sandboxes', {}]], { origin: 'https://evil.example' })])
+      for (const h of Object.keys(r.headers)) assert.ok(!h.startsWith('access-control-'), `${h} on ${r.statusCode}`);
+    for (const origin of ['null', 'http://localhost:1', 'http://localhost.evil.example']) {
+      const r = await batch(A.key, [['list_sandboxes', {}]], { origin });
+      assert.equal(r.statusCode, 403, origin);
+      assert.equal(r.json().kind, 'permission');
+    }
+    now += 1e9;
+  });
+
+  it('a revoked key is refused (401), as on every route', async () => {
+    const made = await t.req({ method: 'POST', url: '/api/v1/keys', key: A.key, payload: { name: 'soon revoked' } });
+    assert.equal(made.statusCode, 201, made.body);
+    const { id, key } = made.json() as { id: string; key: string };
+    assert.equal((await batch(key, [['list_sandboxes', {}]])).statusCode, 200);
+    assert.equal((await t.req({ method: 'DELETE', url: `/api/v1/keys/${id}`, key: A.key })).statusCode, 204);
+    const r = await batch(key, [['list_sandboxes', {}]]);
+    assert.equal(r.statusCode, 401);
+    assert.equal(r.json().kind, 'unauthorized');
+    now += 1e9;
+  });
+
+  it('tools act with the bearer key only: another key in X-API-Key, a cookie or forwarding headers change nothing', async () => {
+    const r = await batch(A.key, [['create_sandbox', { image: 'local/busybox:latest' }]], {
+      'x-api-key': B.key,
+      cookie: 'sandboxd_session=forged',
+      'x-forwarded-for': '127.0.0.1',
+      'x-forwarded-proto': 'https',
+      'x-forwarded-host': 'admin.internal',
+    });
+    assert.equal(r.statusCode, 200, r.body.slice(0, 300));
+    const [made] = results(r.body);
+    assert.ok(!made.isError, text(made));
+    const id = (made.structuredContent as { sandbox: { id: string } }).sandbox.id;
+    assert.equal((await t.req({ method: 'GET', url: `/api/v1/sandboxes/${id}`, key: A.key })).statusCode, 200);
+    assert.equal((await t.req({ method: 'GET', url: `/api/v1/sandboxes/${id}`, key: B.key })).statusCode, 404);
+    now += 1e9;
   });
 });
