@@ -4,7 +4,8 @@
  * process (key and URL from the environment). Every tool is called for real on the real
  * runtime: create, run_command (also cut output and background), write then read a file,
  * list a directory, get_port_url then a request through the port proxy to busybox httpd,
- * pause/resume, run_code on local/code-interpreter, delete; resources listed and read;
+ * pause/resume, run_code on local/code-interpreter (also a run stopped past its output
+ * bound), delete; resources listed and read;
  * failures as `isError` results with the API's kind (unknown sandbox, a bad command
  * timeout, a create beyond the plan's concurrency, another account's sandbox); the HTTP
  * endpoint's auth (no key, a wrong key, a cookie, X-API-Key: 401), its 405s, origin check

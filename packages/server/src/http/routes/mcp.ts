@@ -10,9 +10,10 @@
  * The tools' SDK client acts as the caller: its `fetch` sends each API call through this
  * app in-process (`inject`) with the caller's key, so every call passes the same auth, rate
  * limits, validation and access log as one from outside, and nothing depends on the address
- * the server listens on (0.0.0.0, a socket behind a proxy, TLS) or leaves the process. The
- * price is that an inner answer is held in memory whole: the tools bound what they ask for
- * (file reads by range, exec output by the API's 1 MiB cap).
+ * the server listens on (0.0.0.0, a socket behind a proxy, TLS) or leaves the process. An
+ * inner answer is streamed to the tool with backpressure, never held whole, and errors past
+ * {@link MCP_INNER_ANSWER_MAX_BYTES}; the tools bound what they ask for besides (file reads
+ * by range, exec output by the API's 1 MiB cap, code runs stopped past their output bound).
  */
 import { Readable, Transform } from 'node:stream';
 import { handleMcpPost } from '@sandboxd/mcp';
