@@ -353,7 +353,10 @@ describe(`MCP server over both transports (${RUNTIME})`, {
 
       it('failures are tool errors with the API kind: unknown sandbox, bad timeout, bad image, bad arguments', async () => {
         await failed(c, 'run_command', { sandbox_id: 'sbx_aaaaaaaaaaaaaaaaaaaa', command: 'true' }, 'not_found');
-        await failed(c, 'read_file', { sandbox_id: 'nope', path: '/etc/hostname' }, 'not_found');
+        // Not the shape of an id: refused by the tool's schema before any API call.
+        const nope = await call(c, 'read_file', { sandbox_id: 'nope', path: '/etc/hostname' });
+        assert.equal(nope.isError, true);
+        assert.match(text(nope), /sandbox_id must be a sandbox id/);
         const sb = await create(c);
         const t = await failed(
           c,

@@ -5,6 +5,7 @@
  * refusals in the error shape.
  */
 import assert from 'node:assert/strict';
+import { connect } from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
@@ -170,6 +171,64 @@ describe('MCP endpoint: tool arguments never steer the inner API URL (fake drive
         return true;
       });
     }
+  });
+});
+
+describe('MCP endpoint: the Host header is not part of any URL (fake driver, on loopback)', () => {
+  let t: TestApp;
+  let port: number;
+  let A: { id: string; key: string };
+  before(async () => {
+    t = await makeTestApp();
+    await t.app.http.listen({ host: '127.0.0.1', port: 0 });
+    port = (t.app.http.server.address() as { port: number }).port;
+    A = await t.newAccount({ tokens: 100_000 });
+  });
+  after(() => t.close());
+
+  /** One raw HTTP/1.1 POST of a list_sandboxes call with `Host: host`: status line and body. */
+  const raw = (host: string) =>
+    new Promise<{ status: string; head: string; body: string }>((resolve, reject) => {
+      const body = JSON.stringify({
+        jsonrpc: '2.0',
+        id: 1,
+        method: 'tools/call',
+        params: { name: 'list_sandboxes', arguments: {} },
+      });
+      const s = connect(port, '127.0.0.1', () => {
+        s.write(
+          `POST ${MCP_PATH} HTTP/1.1\r\nHost: ${host}\r\nAuthorization: Bearer ${A.key}\r\n` +
+            'Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n' +
+            `Mcp-Protocol-Version: 2025-06-18\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+        );
+      });
+      let got = '';
+      s.setEncoding('utf8');
+      s.on('data', (d: string) => {
+        got += d;
+      });
+      s.on('error', reject);
+      s.on('close', () =>
+        resolve({
+          status: got.split('\r\n')[0],
+          head: got.slice(0, got.indexOf('\r\n\r\n')),
+          body: got.slice(got.indexOf('\r\n\r\n') + 4),
+        }),
+      );
+    });
+
+  it('a Host with a path, or no valid host at all, neither moves the inner calls nor fails the request', async () => {
+    for (const host of ['x/api/v1/admin/accounts?', 'x/y', 'a b', '[::1', 'a:99999', '']) {
+      const r = await raw(host);
+      assert.match(r.status, /^HTTP\/1\.1 200 /, `${JSON.stringify(host)}: ${r.status} ${r.body.slice(0, 200)}`);
+      assert.match(r.body, /No sandboxes\./, `${JSON.stringify(host)}: ${r.body.slice(0, 300)}`);
+    }
+  });
+
+  it("a client that asks to close the connection gets it closed (the transport's keep-alive is not relayed)", async () => {
+    const r = await raw('localhost');
+    assert.match(r.head, /\r\nconnection: close\r\n/i, r.head);
+    assert.doesNotMatch(r.head, /keep-alive/i, r.head);
   });
 });
 

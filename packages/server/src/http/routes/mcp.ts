@@ -21,7 +21,7 @@ import { SandboxdError } from '@sandboxd/protocol';
 import { SandboxdClient } from '@sandboxd/sdk';
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest, InjectOptions } from 'fastify';
 import type { HttpDeps } from '../deps.js';
-import { sameOrigin } from '../session-cookie.js';
+import { overHttps, sameOrigin } from '../session-cookie.js';
 
 /** The path of the MCP endpoint. */
 export const MCP_PATH = '/mcp';
@@ -148,14 +148,32 @@ export function injectFetch(
   };
 }
 
+/**
+ * The origin the tools' SDK client and the transport are given. It is never dialled (the
+ * client's fetch goes through `inject`, which takes only the path): the `Host` header the
+ * caller sent is not made part of a URL, where a `Host` of `x/y` prefixed every inner path
+ * with `/y` and one that is no valid host (`a b`, `[::1`, empty) failed the request with a
+ * 500. Only the scheme is used (port URLs): https when the request came over TLS or
+ * through a TLS proxy (`X-Forwarded-Proto`, as the session cookie reads it).
+ */
+function innerOrigin(req: FastifyRequest): string {
+  return `${overHttps(req) ? 'https' : 'http'}://sandboxd.internal`;
+}
+
 /** The web Request the MCP transport reads (headers and URL; the body is parsed already). */
 function webRequest(req: FastifyRequest): Request {
   const headers = new Headers();
   for (const [k, v] of Object.entries(req.headers)) {
     if (v === undefined) continue;
-    for (const one of Array.isArray(v) ? v : [v]) headers.append(k, one);
+    for (const one of Array.isArray(v) ? v : [v]) {
+      try {
+        headers.append(k, one);
+      } catch {
+        /* a value a web Headers refuses: the transport reads only Accept, Content-Type and MCP's own */
+      }
+    }
   }
-  return new Request(`${req.protocol}://${req.host}${req.url}`, { method: req.method, headers });
+  return new Request(`${innerOrigin(req)}${MCP_PATH}`, { method: req.method, headers });
 }
 
 /**
@@ -176,6 +194,9 @@ async function refusal(response: Response): Promise<SandboxdError> {
   return new SandboxdError(kind, message, rpc?.error ? { jsonrpc: rpc.error } : undefined);
 }
 
+/** Headers of the transport's answer that fastify and node decide for the connection. */
+const HOP_BY_HOP = new Set(['content-length', 'connection', 'keep-alive', 'transfer-encoding']);
+
 /** Sends the transport's answer through fastify (hooks, access log), closing the server when it is done. */
 async function relay(
   reply: FastifyReply,
@@ -193,8 +214,10 @@ async function relay(
     if (!reply.raw.writableFinished) void close();
   });
   reply.code(response.status);
+  // Hop-by-hop headers are the server's own: the transport's `Connection: keep-alive` kept
+  // a connection the client had asked to close open until the keep-alive timeout (72 s).
   response.headers.forEach((v, k) => {
-    if (k !== 'content-length') reply.header(k, v);
+    if (!HOP_BY_HOP.has(k)) reply.header(k, v);
   });
   if (!response.body) {
     void close();
@@ -211,7 +234,7 @@ export const mcpRoutes: FastifyPluginAsync<HttpDeps & { inject: Inject }> = asyn
     const key = bearerKey(req);
     const client = new SandboxdClient({
       apiKey: key,
-      apiUrl: `${req.protocol}://${req.host}`,
+      apiUrl: innerOrigin(req),
       fetch: injectFetch(d.inject, { host: req.headers.host, ip: req.ip }),
       // In-process: no connection to retry; a 429 reaches the model as a tool error.
       maxRetries: 0,
