@@ -4,7 +4,8 @@
  * process (key and URL from the environment). Every tool is called for real on the real
  * runtime: create, run_command (also cut output and background), write then read a file,
  * list a directory, get_port_url then a request through the port proxy to busybox httpd,
- * pause/resume, run_code on local/code-interpreter, delete; resources listed and read;
+ * pause/resume, run_code on local/code-interpreter (also a run stopped past its output
+ * bound), delete; resources listed and read;
  * failures as `isError` results with the API's kind (unknown sandbox, a bad command
  * timeout, a create beyond the plan's concurrency, another account's sandbox); the HTTP
  * endpoint's auth (no key, a wrong key, a cookie, X-API-Key: 401), its 405s, origin check
@@ -308,6 +309,24 @@ describe(`MCP server over both transports (${RUNTIME})`, {
         await must(c, 'delete_sandbox', { sandbox_id: plain.id });
       });
 
+      it('run_code stops a run whose output passes its bound, keeping what came first (never held whole)', async () => {
+        const sb = await create(c, { image: CODE_IMAGE });
+        // About 40 MB of stdout, far past the 8 Mi characters run_code collects from a run.
+        const r = await must(c, 'run_code', {
+          sandbox_id: sb.id,
+          code: 'import sys\nfor i in range(200000):\n    sys.stdout.write("%07d" % i + "x" * 192 + "\\n")',
+        });
+        const sc = r.structuredContent as { stdout: string; stopped?: boolean };
+        assert.equal(sc.stopped, true, text(r).slice(-500));
+        assert.match(text(r), /The run was stopped: it gave more than \d+ characters of output/);
+        assert.match(sc.stdout, /^0000000x/, 'the start is kept');
+        assert.ok(sc.stdout.length < 64_000, 'and cut for the model');
+        // The kernel was interrupted, not wedged: the next cell runs.
+        const next = await must(c, 'run_code', { sandbox_id: sb.id, code: '6 * 7' });
+        assert.match(text(next), /--- result ---\n42/);
+        await must(c, 'delete_sandbox', { sandbox_id: sb.id });
+      });
+
       it('lists the sandboxes made through MCP as resources and reads one as JSON', async () => {
         const sb = await create(c);
         const other = await s.api('POST', '/api/v1/sandboxes', { key: A.key, body: { image: BUSYBOX } });
@@ -334,7 +353,10 @@ describe(`MCP server over both transports (${RUNTIME})`, {
 
       it('failures are tool errors with the API kind: unknown sandbox, bad timeout, bad image, bad arguments', async () => {
         await failed(c, 'run_command', { sandbox_id: 'sbx_aaaaaaaaaaaaaaaaaaaa', command: 'true' }, 'not_found');
-        await failed(c, 'read_file', { sandbox_id: 'nope', path: '/etc/hostname' }, 'not_found');
+        // Not the shape of an id: refused by the tool's schema before any API call.
+        const nope = await call(c, 'read_file', { sandbox_id: 'nope', path: '/etc/hostname' });
+        assert.equal(nope.isError, true);
+        assert.match(text(nope), /sandbox_id must be a sandbox id/);
         const sb = await create(c);
         const t = await failed(
           c,

@@ -5,6 +5,6 @@
 export { createMcpServer, MCP_SERVER_NAME, MCP_SERVER_VERSION, type McpServerOptions } from './server.js';
 export { handleMcpPost, type McpHttpExchange } from './http.js';
 export { serveStdio } from './stdio.js';
-export { MCP_MARKER } from './sandbox-tools.js';
+export { MCP_MARKER, SANDBOX_ID_RE } from './sandbox-tools.js';
 export { sandboxUri } from './resources.js';
 export { DEFAULT_LIMITS, type McpLimits } from './results.js';

@@ -6,7 +6,7 @@ import { McpError, type ReadResourceResult } from '@modelcontextprotocol/sdk/typ
 import { type McpServer, ResourceTemplate } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { failureOf } from './results.js';
 import type { ToolContext } from './context.js';
-import { MCP_MARKER, summary } from './sandbox-tools.js';
+import { MCP_MARKER, SANDBOX_ID_RE, summary } from './sandbox-tools.js';
 
 /** The URI of a sandbox's resource. */
 export function sandboxUri(id: string): string {
@@ -44,9 +44,21 @@ export function registerSandboxResources(server: McpServer, ctx: ToolContext): v
       mimeType: 'application/json',
     },
     async (uri, vars): Promise<ReadResourceResult> => {
-      const id = String(Array.isArray(vars.id) ? vars.id[0] : vars.id);
+      const raw = String(Array.isArray(vars.id) ? vars.id[0] : vars.id);
+      let id: string | undefined;
       try {
-        const sb = await ctx.client.sandboxes.get(decodeURIComponent(id));
+        id = decodeURIComponent(raw);
+      } catch {
+        id = undefined;
+      }
+      // The id becomes a URL segment of the inner call: "." or ".." would be resolved away.
+      if (id === undefined || !SANDBOX_ID_RE.test(id))
+        throw new McpError(
+          RESOURCE_NOT_FOUND,
+          `Resource ${uri.href} not found: not a sandbox id (sbx_ + 20 characters)`,
+        );
+      try {
+        const sb = await ctx.client.sandboxes.get(id);
         return {
           contents: [
             {

@@ -18,6 +18,11 @@ export interface McpLimits {
   listSandboxes: number;
   /** Characters of `content` write_file accepts. */
   writeChars: number;
+  /**
+   * Characters of output (stdout, stderr, results) run_code collects from one run before
+   * it stops the run: what it holds in memory for one call.
+   */
+  codeCollectChars: number;
   /** Images run_code returns, and the largest one (base64 characters). */
   images: number;
   imageChars: number;
@@ -30,6 +35,7 @@ export const DEFAULT_LIMITS: McpLimits = {
   listEntries: 500,
   listSandboxes: 100,
   writeChars: 4 * 1024 * 1024,
+  codeCollectChars: 8 * 1024 * 1024,
   images: 4,
   imageChars: 4 * 1024 * 1024,
 };

@@ -4,7 +4,7 @@
  */
 import type { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
-import type { Execution } from '@sandboxd/sdk';
+import { Execution } from '@sandboxd/sdk';
 import { z } from 'zod';
 import type { ToolContext } from './context.js';
 import { cut, guarded, ok, stripAnsi } from './results.js';
@@ -122,12 +122,43 @@ export function registerRunTools(server: McpServer, ctx: ToolContext): void {
     (args, extra) =>
       guarded(async () => {
         const sb = await ctx.client.sandboxes.get(args.sandbox_id);
-        const ex = await sb.runCode(args.code, {
-          language: args.language,
-          timeoutMs: args.timeout_ms,
-          signal: extra.signal,
-        });
-        return executionResult(ex, ctx);
+        // What the run gives is collected here as it streams, and the run is stopped once it
+        // passes limits.codeCollectChars: a cell printing without end must not fill the
+        // memory of the process serving MCP (the server, for /mcp) before its timeout.
+        const seen = new Execution();
+        const bound = ctx.limits.codeCollectChars;
+        let collected = 0;
+        const stop = new AbortController();
+        const count = (n: number) => {
+          collected += n;
+          if (collected > bound && !stop.signal.aborted) stop.abort(new Error('output bound'));
+        };
+        try {
+          const ex = await sb.runCode(args.code, {
+            language: args.language,
+            timeoutMs: args.timeout_ms,
+            signal: AbortSignal.any([extra.signal, stop.signal]),
+            onStdout: (t) => {
+              seen.logs.stdout.push(t);
+              count(t.length);
+            },
+            onStderr: (t) => {
+              seen.logs.stderr.push(t);
+              count(t.length);
+            },
+            onResult: (r) => {
+              seen.results.push(r);
+              count(JSON.stringify(r).length);
+            },
+          });
+          return executionResult(ex, ctx);
+        } catch (e) {
+          if (!stop.signal.aborted || extra.signal.aborted) throw e;
+          const r = executionResult(seen, ctx);
+          const note = `The run was stopped: it gave more than ${bound} characters of output; what came first is above (cut). Write large output to a file and read it with read_file.`;
+          r.content[0] = { type: 'text', text: `${(r.content[0] as { text: string }).text}\n${note}` };
+          return { ...r, structuredContent: { ...r.structuredContent, stopped: true } };
+        }
       }),
   );
 }

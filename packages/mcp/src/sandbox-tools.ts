@@ -12,11 +12,18 @@ import { guarded, ok } from './results.js';
 /** The metadata key and value every sandbox created through MCP carries. */
 export const MCP_MARKER = { createdBy: 'mcp' } as const;
 
+/**
+ * The shape of a sandbox id (`SANDBOX_ID_PATTERN` of @sandboxd/protocol: `sbx_` + 20
+ * lowercase base32 characters). An id becomes a segment of the inner API URL: encoding it
+ * is not enough, since "." and ".." are left as they are and then resolved by the URL
+ * ("." reached `GET /api/v1/sandboxes/`, the list), so anything else is refused first.
+ */
+export const SANDBOX_ID_RE = /^sbx_[a-z2-7]{20}$/;
+
 /** The id argument every per-sandbox tool takes. */
 export const sandboxId = z
   .string()
-  .min(1)
-  .max(64)
+  .regex(SANDBOX_ID_RE, 'sandbox_id must be a sandbox id: "sbx_" followed by 20 characters a-z and 2-7')
   .describe('The sandbox id, as create_sandbox or list_sandboxes returned it (sbx_ followed by 20 characters).');
 
 /** What a model needs to know about a sandbox. */
