@@ -7,8 +7,8 @@ export type Probe =
   | { op: 'resolve'; name: string }
   | { op: 'http'; to: string; host: string; port?: number }
   | { op: 'https'; to: string; sni: string | null; host?: string }
-  /** `timeout`: seconds to wait for the answer (default 2). */
-  | { op: 'dns'; server: string; name: string; timeout?: number }
+  /** `timeout`: seconds to wait for an answer (default 2); `attempts`: sends of the query before giving up (default 1). */
+  | { op: 'dns'; server: string; name: string; timeout?: number; attempts?: number }
   | { op: 'udp'; to: string; port: number }
   /** Resolves `n0.<suffix>` .. `n<count-1>.<suffix>` (32 at a time); `answers`: how many resolved. */
   | { op: 'resolveMany'; suffix: string; count: number }
@@ -27,6 +27,8 @@ export interface ProbeResult {
   status?: number;
   body?: string;
   rcode?: number;
+  /** dns: which send of the query was answered (1 = the first). */
+  attempt?: number;
   answers?: number;
   held?: number;
   closed?: number;
@@ -76,9 +78,15 @@ def run(o):
             q += b''.join(bytes([len(p)]) + p.encode() for p in o['name'].split('.')) + b'\0' + struct.pack('>HH', 1, 1)
             s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
             s.settimeout(o.get('timeout', 2))
-            s.sendto(q, (o['server'], 53))
-            d = s.recv(4096)
-            return {'ok': True, 'rcode': d[3] & 15, 'answers': struct.unpack('>H', d[6:8])[0]}
+            for attempt in range(o.get('attempts', 1)):
+                s.sendto(q, (o['server'], 53))
+                try:
+                    d = s.recv(4096)
+                except socket.timeout:
+                    if attempt + 1 < o.get('attempts', 1):
+                        continue
+                    raise
+                return {'ok': True, 'rcode': d[3] & 15, 'answers': struct.unpack('>H', d[6:8])[0], 'attempt': attempt + 1}
         if k == 'udp':
             s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
             s.settimeout(2)
