@@ -466,6 +466,49 @@ class ImagesApi:
         raise ServerError("The progress stream ended without a result", status=200, kind="internal")
 
 
+class _LogCursor:
+    """Where a follower of a build's log stands (sync and async share it): the next ``seq``
+    wanted (a line below it, sent again after a reconnection, is skipped), and the
+    reconnections in a row (reset by each new line; past MAX_LOG_RECONNECTS, ConnectionError)."""
+
+    def __init__(self, build_id: str, offset: int) -> None:
+        self.build_id = build_id
+        self.path = f"/api/v1/images/builds/{_wire.quote(build_id)}/logs"
+        self.next = offset
+        self.failures = 0
+        self.last: Optional[BaseException] = None
+
+    def params(self, follow: bool) -> Dict[str, Any]:
+        self.last = None
+        return {"offset": self.next, "follow": True if follow else None}
+
+    def take(self, raw: Any) -> Optional[BuildLogEvent]:
+        """The event to hand out for line ``raw``, or None (not an event, or a line seen before)."""
+        e = log_event_of(raw) if isinstance(raw, dict) else None
+        if e is None or e.type != "log":
+            return e
+        if e.seq < self.next:
+            return None
+        self.next = e.seq + 1
+        self.failures = 0
+        return e
+
+    def cut(self, e: BaseException, follow: bool) -> None:
+        """The connection broke with ``e``: raises at once unless following."""
+        self.last = e
+        if not follow:
+            raise ConnectionError(f"The log of build {self.build_id} was cut ({e})", status=0, kind="connection") from e
+
+    def next_wait(self) -> float:
+        """Counts one more reconnection; how long to wait before it (ConnectionError past the bound)."""
+        self.failures += 1
+        if self.failures > MAX_LOG_RECONNECTS:
+            raise ConnectionError(
+                f"Lost the log of build {self.build_id} {self.failures} times in a row", status=0, kind="connection"
+            )
+        return retry_wait(self.last or Exception(), self.failures - 1)
+
+
 class BuildsApi:
     """``client.builds``: the account's template builds."""
 
@@ -523,16 +566,13 @@ class BuildsApi:
         """A build's log lines from ``offset``. With ``follow``, new lines as they come and, last,
         one ``end`` event; a dropped connection is resumed from the last ``seq`` + 1, so no
         line is lost or repeated (at most 10 reconnections in a row, then ConnectionError)."""
-        nxt = offset
-        failures = 0
-        path = f"/api/v1/images/builds/{_wire.quote(build_id)}/logs"
+        cur = _LogCursor(build_id, offset)
         while True:
-            last: Optional[BaseException] = None
             try:
                 with self.http.stream(
                     "GET",
-                    path,
-                    params={"offset": nxt, "follow": True if follow else None},
+                    cur.path,
+                    params=cur.params(follow),
                     headers={"accept": "application/x-ndjson"},
                     timeout=httpx.Timeout(self.http.config.timeout, read=None),
                 ) as res:
@@ -545,28 +585,16 @@ class BuildsApi:
                         except StopIteration:
                             evs, done = dec.end(), True
                         for raw in evs:
-                            e = log_event_of(raw) if isinstance(raw, dict) else None
-                            if e is None:
-                                continue
-                            if e.type == "log":
-                                if e.seq < nxt:
-                                    continue
-                                nxt = e.seq + 1
-                                failures = 0
+                            e = cur.take(raw)
+                            if e is not None:
                                 yield e
-                            else:
-                                yield e
-                                return
+                                if e.type != "log":
+                                    return
                 if not follow:
                     return
             except (httpx.TransportError, httpx.StreamError, ConnectionError) as e:
-                last = e
-                if not follow:
-                    raise ConnectionError(f"The log of build {build_id} was cut ({e})", status=0, kind="connection") from e
-            failures += 1
-            if failures > MAX_LOG_RECONNECTS:
-                raise ConnectionError(f"Lost the log of build {build_id} {failures} times in a row", status=0, kind="connection")
-            time.sleep(retry_wait(last or Exception(), failures - 1))
+                cur.cut(e, follow)
+            time.sleep(cur.next_wait())
 
     def wait(self, build_id: str, *, on_log: Optional[LogCallback] = None, offset: int = 0) -> Build:
         """Follows a build to its end (its log to ``on_log``) and returns it ``ready``. Raises
@@ -734,16 +762,13 @@ class AsyncBuildsApi:
 
     async def logs(self, build_id: str, *, offset: int = 0, follow: bool = False) -> AsyncIterator[BuildLogEvent]:
         """See :meth:`BuildsApi.logs`."""
-        nxt = offset
-        failures = 0
-        path = f"/api/v1/images/builds/{_wire.quote(build_id)}/logs"
+        cur = _LogCursor(build_id, offset)
         while True:
-            last: Optional[BaseException] = None
             try:
                 async with self.http.stream(
                     "GET",
-                    path,
-                    params={"offset": nxt, "follow": True if follow else None},
+                    cur.path,
+                    params=cur.params(follow),
                     headers={"accept": "application/x-ndjson"},
                     timeout=httpx.Timeout(self.http.config.timeout, read=None),
                 ) as res:
@@ -756,28 +781,16 @@ class AsyncBuildsApi:
                         except StopAsyncIteration:
                             evs, done = dec.end(), True
                         for raw in evs:
-                            e = log_event_of(raw) if isinstance(raw, dict) else None
-                            if e is None:
-                                continue
-                            if e.type == "log":
-                                if e.seq < nxt:
-                                    continue
-                                nxt = e.seq + 1
-                                failures = 0
+                            e = cur.take(raw)
+                            if e is not None:
                                 yield e
-                            else:
-                                yield e
-                                return
+                                if e.type != "log":
+                                    return
                 if not follow:
                     return
             except (httpx.TransportError, httpx.StreamError, ConnectionError) as e:
-                last = e
-                if not follow:
-                    raise ConnectionError(f"The log of build {build_id} was cut ({e})", status=0, kind="connection") from e
-            failures += 1
-            if failures > MAX_LOG_RECONNECTS:
-                raise ConnectionError(f"Lost the log of build {build_id} {failures} times in a row", status=0, kind="connection")
-            await asyncio.sleep(retry_wait(last or Exception(), failures - 1))
+                cur.cut(e, follow)
+            await asyncio.sleep(cur.next_wait())
 
     async def wait(self, build_id: str, *, on_log: Optional[LogCallback] = None, offset: int = 0) -> Build:
         end: Optional[BuildLogEvent] = None
