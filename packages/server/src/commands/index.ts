@@ -6,15 +6,10 @@
  */
 import { readFileSync } from 'node:fs';
 
-export class UsageError extends Error {}
+import { type Command, UsageError } from './command.js';
 
-export interface Command {
-  /** One line for `sandboxd help`. */
-  summary: string;
-  /** Usage lines printed by `sandboxd help <command>` and after a {@link UsageError}. */
-  usage: string;
-  run(args: string[]): Promise<number>;
-}
+export type { Command } from './command.js';
+export { UsageError } from './command.js';
 
 function version(): string {
   const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string };

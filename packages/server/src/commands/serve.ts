@@ -1,5 +1,5 @@
 import { reportFatal, serveProcess } from '../serving.js';
-import { type Command, UsageError } from './index.js';
+import { type Command, UsageError } from './command.js';
 
 export const serve: Command = {
   summary: 'serve the API, console and port proxy (or, with SANDBOXD_ROLE=runner, a runner)',
