@@ -1,7 +1,13 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { contains, ipToInt } from './addr.js';
-import { blockedPrefixes, buildRuleset, CLOUD_HOST_SERVICES } from './rules.js';
+import {
+  blockedPrefixes,
+  buildRuleset,
+  CLOUD_HOST_SERVICES,
+  DNS_QUERIES_BURST,
+  DNS_QUERIES_PER_SECOND,
+} from './rules.js';
 
 /** The addresses the review named (docs/security.md, finding 6): the list must hold at least these. */
 const NAMED = [
@@ -42,5 +48,21 @@ describe('cloud metadata and host-agent addresses', () => {
     });
     assert.match(rules, /iifgroup \d+ meta nfproto ipv6 drop/);
     assert.match(rules, /168\.63\.129\.16/);
+  });
+
+  it("meters each sandbox's UDP queries to its resolver before conntrack", () => {
+    const rules = buildRuleset({
+      name: 'sbxt-rules',
+      group: 1 << 28,
+      subnet: '10.89.251.0/24',
+      gateway: '10.89.251.1',
+      hostNetworks: [],
+    });
+    const raw = /chain raw \{\n\s+type filter hook prerouting priority -300;[^}]*\n\s+(.*)\n/.exec(rules);
+    assert.ok(raw, rules);
+    assert.equal(
+      raw[1],
+      `iifgroup ${1 << 28} ip daddr 10.89.251.1 udp dport 53 add @dns_rate { ip saddr limit rate over ${DNS_QUERIES_PER_SECOND}/second burst ${DNS_QUERIES_BURST} packets } drop`,
+    );
   });
 });

@@ -137,6 +137,8 @@ export interface RulesetOptions {
  * host veth is in the instance's interface group, which `iifgroup`/`oifgroup` match, and
  * what one sandbox may reach is elements of the sets of {@link EGRESS_SETS}.
  *
+ * - raw (before conntrack): a sandbox's UDP queries to gateway:53 past its rate
+ *   ({@link DNS_QUERIES_PER_SECOND}) are dropped.
  * - prerouting: from a sandbox, no IPv6, and only packets whose source address the host
  *   routes back through the veth they came in on (strict reverse path): a sandbox cannot
  *   send with another sandbox's address, the gateway's or any other. Then (nat) a query to
@@ -154,6 +156,19 @@ export interface RulesetOptions {
  * - postrouting: what leaves from the subnet (sandboxes, and the resolver and proxy, which
  *   speak from the gateway address) is masqueraded.
  */
+/**
+ * UDP queries a second one sandbox may send its resolver, past a burst of
+ * {@link DNS_QUERIES_BURST}; the rest are dropped by the kernel before conntrack and before
+ * the resolver's socket. Without it, one sandbox's flood (~8,000 queries/s measured) fills the
+ * queue of the resolver's one UDP socket and its neighbours' datagrams are dropped with it
+ * (the resolver's per-sandbox share only counts what it has read). A program asking for
+ * hundreds of names a second stays well under it; resolvers retry what is dropped.
+ */
+export const DNS_QUERIES_PER_SECOND = 1000;
+export const DNS_QUERIES_BURST = 1000;
+/** The dynamic set holding each sandbox's query rate (its address: its meter). */
+const DNS_RATE_SET = 'dns_rate';
+
 export function buildRuleset(o: RulesetOptions): string {
   const t = nftTableName(o.name);
   const g = String(o.group);
@@ -170,6 +185,12 @@ export function buildRuleset(o: RulesetOptions): string {
     `  set ${s.resolved} { type ipv4_addr . ipv4_addr; flags timeout; }`,
     `  set ${s.nets} { type ipv4_addr . ipv4_addr; flags interval; }`,
     `  set ${s.marker} { type ipv4_addr; }`,
+    // Each sandbox's rate of UDP queries to its resolver, kept while it sends (see dnsRate).
+    `  set ${DNS_RATE_SET} { type ipv4_addr; size 65536; flags dynamic,timeout; timeout 10s; }`,
+    '  chain raw {',
+    '    type filter hook prerouting priority -300; policy accept;',
+    `    iifgroup ${g} ip daddr ${gw} udp dport 53 add @${DNS_RATE_SET} { ip saddr limit rate over ${DNS_QUERIES_PER_SECOND}/second burst ${DNS_QUERIES_BURST} packets } drop`,
+    '  }',
     '  chain prerouting {',
     '    type filter hook prerouting priority -10; policy accept;',
     `    iifgroup ${g} meta nfproto ipv6 drop`,
