@@ -136,7 +136,7 @@ describe('upgrade from the previous release', { timeout: 1_200_000 }, () => {
       dataDir = freshDataDir();
       server = await startServer({ dataDir, cwd: prev.root });
       const s = server;
-      const a = await newAccount(s, { tokens: 50_000 });
+      const a = await newAccount(s, { tokens: 50_000, plan: 'PRO' });
       key = a.key;
       assert.ok(a.id);
       const k2 = await s.api('POST', '/api/v1/keys', { key, body: { name: 'second' } });
@@ -213,7 +213,13 @@ describe('upgrade from the previous release', { timeout: 1_200_000 }, () => {
       const child = await create(s, { image: `snapshots/${snapshot}` });
       assert.equal(await sh(s, child, 'cat /root/mark'), 'before\n');
       const after = await ledgerOf(s, key);
-      assert.deepEqual(after.entries.slice(0, ledger.entries.length), ledger.entries, 'no ledger row lost or changed');
+      // Newest first: the rows the previous release wrote are the ones up to its last id, unchanged.
+      const last = Math.max(...ledger.entries.map((e) => e.id));
+      assert.deepEqual(
+        after.entries.filter((e) => e.id <= last),
+        ledger.entries,
+        'no ledger row lost or changed',
+      );
       // The marker: this release served the dir, at the latest schema.
       const db = new Database(join(dataDir, 'sandboxd.db'), { readonly: true });
       try {
@@ -268,6 +274,7 @@ describe('upgrade from the previous release', { timeout: 1_200_000 }, () => {
       const after = tree(dataDir);
       for (const [path, sum] of before) assert.equal(after.get(path), sum, `${path} changed`);
       const added = [...after.keys()].filter((p) => !before.has(p));
+      t.diagnostic(`files the refused start added: ${added.join(', ') || 'none'}`);
       assert.ok(
         added.every((p) => p === 'sandboxd.db-shm' || p === 'sandboxd.db-wal'),
         `new files: ${added.join(', ')}`,
