@@ -11,18 +11,21 @@
  *
  * Twice: one server (role `all`) on SQLite in its data dir; and a runner with an api on
  * PostgreSQL, upgraded in the documented order (the runner first, which the previous api
- * uses for a while, then the api).
+ * uses for a while, then the api). And this release's own refusal of data a newer release
+ * served (any runtime).
  */
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { existsSync, lstatSync, readdirSync, readFileSync } from 'node:fs';
-import { join, relative } from 'node:path';
+import { existsSync, lstatSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, relative, resolve } from 'node:path';
 import { after, describe, it } from 'node:test';
 import Database from 'better-sqlite3';
 import pg from 'pg';
 import { MIGRATIONS } from '../../packages/server/src/store/migrations/index.js';
 import { PG_MIGRATIONS } from '../../packages/server/src/store/postgres/migrations.js';
+import { openDatabase } from '../../packages/server/src/store/sqlite/open.js';
 import { pgBinDir, startPostgres, type TestPostgres } from '../../packages/server/test/postgres.js';
 import { freshDataDir, ledgerOf } from '../security/faults-support.js';
 import { ADMIN_KEY, freePort, IMAGE, newAccount, RUNTIME, type Server, startServer } from './harness.js';
@@ -37,6 +40,7 @@ import {
 } from './previous-release.js';
 import { runnerReady } from './replicas-support.js';
 
+const ROOT = resolve(import.meta.dirname, '../..');
 const local = RUNTIME === 'local';
 const BYTES = 3 * 1024 * 1024;
 
@@ -263,6 +267,38 @@ describe('upgrade from the previous release', { timeout: 1_200_000 }, () => {
     const p = previousEntry();
     requireCommit(p.commit, p.version);
     assert.notEqual(p.version, thisRelease());
+  });
+
+  it('this release refuses a data dir a newer release served: exit 1, what to do, no byte changed', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'sandboxd-upgrade-newer-'));
+    try {
+      openDatabase(join(dir, 'sandboxd.db'), { release: '99.0.0' }).close();
+      const before = tree(dir);
+      const child = spawn(process.execPath, ['packages/server/bin/sandboxd.js', 'serve'], {
+        cwd: ROOT,
+        env: {
+          ...process.env,
+          SANDBOXD_RUNTIME: 'fake',
+          SANDBOXD_DATA_DIR: dir,
+          SANDBOXD_PORT: '0',
+          SANDBOXD_LOG_LEVEL: 'warn',
+        },
+        stdio: ['ignore', 'ignore', 'pipe'],
+      });
+      let stderr = '';
+      child.stderr.on('data', (b) => (stderr += b));
+      const timer = setTimeout(() => child.kill('SIGKILL'), 60_000);
+      const code = await new Promise<number | null>((r) => child.once('exit', (c) => r(c)));
+      clearTimeout(timer);
+      assert.equal(code, 1, stderr);
+      assert.equal(
+        stderr,
+        `sandboxd: the database ${join(dir, 'sandboxd.db')} was last served by sandboxd 99.0.0; this is sandboxd ${thisRelease()}, an older release. Downgrades are not supported: run sandboxd 99.0.0 or newer on it, or restore the backup taken before the upgrade (sandboxd restore; docs/upgrades.md). Nothing was changed.\n`,
+      );
+      assert.deepEqual(unchanged(dir, before), []);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('builds the previous release from git history (cached under .sandboxd-test/releases)', {
