@@ -64,7 +64,7 @@ export interface Server {
   ): Promise<{ status: number; body: any; headers: Headers; text: string }>;
 }
 
-/** Starts `node --import tsx packages/server/src/main.ts` and waits for /healthz (bounded). */
+/** Starts `node --import tsx packages/server/src/main.ts` (of `o.cwd`, default this checkout) and waits for /healthz (bounded). */
 export async function startServer(
   o: {
     dataDir?: string;
@@ -78,6 +78,8 @@ export async function startServer(
      * server listens on. Its teardown then runs there too.
      */
     on?: { wrap: string[]; address: string };
+    /** The checkout whose server runs (default this one): the upgrade test's previous release. */
+    cwd?: string;
   } = {},
 ): Promise<Server> {
   const dataDir = o.dataDir ?? mkdtempSync(join(tmpdir(), 'sandboxd-e2e-'));
@@ -103,7 +105,7 @@ export async function startServer(
   if (!keysByDir.has(dataDir)) keysByDir.set(dataDir, new Set([ADMIN_KEY]));
   const argv = [...(o.on?.wrap ?? []), process.execPath, '--import', 'tsx', 'packages/server/src/main.ts'];
   const proc = spawn(argv[0], argv.slice(1), {
-    cwd: ROOT,
+    cwd: o.cwd ?? ROOT,
     env,
     stdio: ['ignore', 'pipe', 'pipe'],
   });

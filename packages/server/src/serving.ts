@@ -2,6 +2,7 @@ import { buildApp, buildRunner } from './app.js';
 import { ConfigError, loadConfig } from './config.js';
 import { acquireInstanceLock, InstanceLockedError } from './instance.js';
 import { bootstrapBanner } from './services/bootstrap.js';
+import { DowngradeError } from './store/release-marker.js';
 
 /** Serves in this process as `SANDBOXD_ROLE` says, until SIGTERM or SIGINT. */
 export async function serveProcess(): Promise<void> {
@@ -68,8 +69,11 @@ async function runner(config: ReturnType<typeof loadConfig>): Promise<void> {
   process.on('SIGINT', () => shutdown('SIGINT'));
 }
 
-/** Prints why serving could not start: a config or lock problem plainly, anything else with its stack. */
+/**
+ * Prints why serving could not start: a config or lock problem or a refused downgrade plainly,
+ * anything else with its stack.
+ */
 export function reportFatal(e: unknown): void {
-  const plain = e instanceof ConfigError || e instanceof InstanceLockedError;
+  const plain = e instanceof ConfigError || e instanceof InstanceLockedError || e instanceof DowngradeError;
   process.stderr.write(`sandboxd: ${plain ? (e as Error).message : ((e as Error).stack ?? String(e))}\n`);
 }

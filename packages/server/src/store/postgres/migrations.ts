@@ -1,4 +1,6 @@
 import { type Kysely, sql } from 'kysely';
+import { RELEASE } from '../../release.js';
+import { RELEASE_KEY, RELEASE_SINCE_KEY, refuseNewer } from '../release-marker.js';
 import type { PgDatabase } from './schema.js';
 
 /** A PostgreSQL schema step; recorded in `schema_version` once applied. */
@@ -234,6 +236,15 @@ CREATE TABLE build_uploads (
 );
 `;
 
+/** The release marker (store/release-marker.ts), as SQLite's migration 11. */
+const instanceMeta = `
+CREATE TABLE instance_meta (
+  key TEXT PRIMARY KEY,
+  value TEXT NOT NULL,
+  updated_at BIGINT NOT NULL
+);
+`;
+
 /** Every PostgreSQL migration, in order. Append only; never edit an applied one. */
 export const PG_MIGRATIONS: readonly PgMigration[] = [
   { version: 1, name: 'initial', sql: initial },
@@ -242,6 +253,7 @@ export const PG_MIGRATIONS: readonly PgMigration[] = [
   { version: 4, name: 'sandbox-network', sql: sandboxNetwork },
   { version: 5, name: 'account-balance', sql: accountBalance },
   { version: 6, name: 'builds', sql: builds },
+  { version: 7, name: 'instance-meta', sql: instanceMeta },
 ];
 
 /**
@@ -257,10 +269,17 @@ export const LOCK_HOST = 2;
  * Applies the pending migrations once, whichever process gets here first: on one
  * connection it takes the session advisory lock `(LOCK_CLASS, LOCK_MIGRATE)` (the others
  * wait on it), creates `schema_version` if missing, and applies each newer step in its own
- * transaction together with its `schema_version` row. A database newer than this server is
- * a start-up error. Returns the version the database is at.
+ * transaction together with its `schema_version` row, then records `release` as the release
+ * that last served it (`instance_meta`). A database a newer release has served (a newer
+ * schema, or a newer release in its marker) is refused with a `DowngradeError` before any
+ * change. Returns the version the database is at.
  */
-export async function migrate(db: Kysely<PgDatabase>, migrations: readonly PgMigration[] = PG_MIGRATIONS) {
+export async function migrate(
+  db: Kysely<PgDatabase>,
+  migrations: readonly PgMigration[] = PG_MIGRATIONS,
+  opts: { release?: string; where?: string; clock?: () => number } = {},
+) {
+  const release = opts.release ?? RELEASE;
   return db.connection().execute(async (conn) => {
     await sql`SELECT pg_advisory_lock(${LOCK_CLASS}, ${LOCK_MIGRATE})`.execute(conn);
     try {
@@ -272,12 +291,37 @@ export async function migrate(db: Kysely<PgDatabase>, migrations: readonly PgMig
       const row = await sql<{ v: number | null }>`SELECT max(version) AS v FROM schema_version`.execute(conn);
       const current = row.rows[0]?.v ?? 0;
       const latest = migrations.at(-1)?.version ?? 0;
-      if (current > latest) throw new Error(`database schema version ${current} is newer than this server (${latest})`);
+      const hasMeta = async () =>
+        (await sql<{ t: string | null }>`SELECT to_regclass('instance_meta')::text AS t`.execute(conn)).rows[0]?.t !=
+        null;
+      const marked = async () =>
+        (await hasMeta())
+          ? (await sql<{ value: string }>`SELECT value FROM instance_meta WHERE key = ${RELEASE_KEY}`.execute(conn))
+              .rows[0]?.value
+          : undefined;
+      refuseNewer({
+        where: opts.where ?? 'the PostgreSQL database',
+        release: await marked(),
+        schema: current,
+        thisRelease: release,
+        thisSchema: latest,
+      });
       for (const m of migrations) {
         if (m.version <= current) continue;
         await conn.transaction().execute(async (trx) => {
           await sql.raw(m.sql).execute(trx);
           await sql`INSERT INTO schema_version (version, name) VALUES (${m.version}, ${m.name})`.execute(trx);
+        });
+      }
+      if ((await hasMeta()) && (await marked()) !== release) {
+        const now = (opts.clock ?? Date.now)();
+        await conn.transaction().execute(async (trx) => {
+          for (const [key, value] of [
+            [RELEASE_KEY, release],
+            [RELEASE_SINCE_KEY, String(now)],
+          ])
+            await sql`INSERT INTO instance_meta (key, value, updated_at) VALUES (${key}, ${value}, ${now})
+              ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at`.execute(trx);
         });
       }
       return Math.max(current, latest);

@@ -4,6 +4,8 @@ import { Kysely, PostgresDialect, sql } from 'kysely';
 import pg from 'pg';
 import { makeTestApp } from '../../../test/app.js';
 import { pgBinDir, withTestPostgres } from '../../../test/postgres.js';
+import { RELEASE } from '../../release.js';
+import { DowngradeError } from '../release-marker.js';
 import { checkFilledBalances, OLD_LEDGER_VALUES, runStoreConformance } from '../conformance.js';
 import { migrate, PG_MIGRATIONS } from './migrations.js';
 import type { PgDatabase } from './schema.js';
@@ -64,6 +66,45 @@ withTestPostgres('PostgreSQL store', (server) => {
         await db.destroy();
       }
       await assert.rejects(PostgresStore.open(url), /schema version 999 is newer than this server/);
+    });
+
+    it("records the release serving it; refuses a newer release's database, changing nothing", async () => {
+      const url = await server().createSchema();
+      const db = rawDb(url);
+      const meta = async () =>
+        (await sql<{ key: string; value: string }>`SELECT key, value FROM instance_meta ORDER BY key`.execute(db)).rows;
+      try {
+        // The previous release's schema (6, no marker), then this release's start.
+        await migrate(
+          db,
+          PG_MIGRATIONS.filter((m) => m.version <= 6),
+        );
+        await (await PostgresStore.open(url)).close();
+        assert.deepEqual(
+          (await meta()).find((r) => r.key === 'release'),
+          { key: 'release', value: RELEASE },
+        );
+        const before = await meta();
+        // An older release of this schema: refused, naming both.
+        await assert.rejects(migrate(db, PG_MIGRATIONS, { release: '0.0.1' }), (e: Error) => {
+          assert.ok(e instanceof DowngradeError);
+          assert.match(
+            e.message,
+            new RegExp(`last served by sandboxd ${RELEASE.replaceAll('.', '\\.')}; this is sandboxd 0\\.0\\.1`),
+          );
+          assert.match(e.message, /restore the backup taken before the upgrade/);
+          return true;
+        });
+        // A newer release's marker: this release is refused.
+        await sql`UPDATE instance_meta SET value = '99.0.0' WHERE key = 'release'`.execute(db);
+        await assert.rejects(PostgresStore.open(url), /last served by sandboxd 99\.0\.0; this is sandboxd/);
+        assert.deepEqual(
+          (await meta()).map((r) => (r.key === 'release' ? { ...r, value: RELEASE } : r)),
+          before,
+        );
+      } finally {
+        await db.destroy();
+      }
     });
 
     it('a step that fails leaves the database at the previous version', async () => {

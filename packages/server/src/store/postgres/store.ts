@@ -75,7 +75,7 @@ export class PostgresStore implements Store {
     pool.on('error', (err) => opts.onPoolError?.(err));
     const db = new Kysely<PgDatabase>({ dialect: new PostgresDialect({ pool }) });
     try {
-      await migrate(db);
+      await migrate(db, undefined, { where: describeDatabase(url) });
     } catch (e) {
       await db.destroy();
       throw e;
@@ -475,5 +475,15 @@ export class PostgresStore implements Store {
   close(): Promise<void> {
     this.closed ??= this.db.destroy();
     return this.closed;
+  }
+}
+
+/** `url` for messages: the PostgreSQL database at host/name, without user or password. */
+function describeDatabase(url: string): string {
+  try {
+    const u = new URL(url);
+    return `the PostgreSQL database ${u.host}${u.pathname}`;
+  } catch {
+    return 'the PostgreSQL database';
   }
 }

@@ -1,7 +1,9 @@
 import Database from 'better-sqlite3';
 import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
+import { RELEASE } from '../../release.js';
 import { MIGRATIONS, type Migration } from '../migrations/index.js';
+import { RELEASE_KEY, RELEASE_SINCE_KEY, refuseNewer } from '../release-marker.js';
 
 export type Db = Database.Database;
 
@@ -10,18 +12,62 @@ export type Db = Database.Database;
  * synchronous=NORMAL (an answered write is in the WAL before the reply, so it survives a
  * kill -9 of the server; only an OS crash or power cut can drop the last commits, which is
  * the price of not blocking the event loop on an fsync per commit), foreign keys on,
- * and applies pending migrations, each in its own transaction.
+ * and applies pending migrations, each in its own transaction; then records `release` as the
+ * release that last served it (`instance_meta`, once the migrations have made it). A file that
+ * a newer release has served (a newer schema, or a newer release in its marker) is refused with
+ * a {@link DowngradeError} before anything is written, and closed.
  */
-export function openDatabase(path: string, opts: { migrations?: readonly Migration[] } = {}): Db {
+export function openDatabase(
+  path: string,
+  opts: { migrations?: readonly Migration[]; release?: string; clock?: () => number } = {},
+): Db {
   if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true });
   const db = new Database(path);
-  db.pragma('journal_mode = WAL');
-  db.pragma('synchronous = NORMAL');
-  db.pragma('foreign_keys = ON');
-  db.pragma('busy_timeout = 5000');
-  migrate(db, opts.migrations ?? MIGRATIONS);
+  try {
+    db.pragma('busy_timeout = 5000');
+    const migrations = opts.migrations ?? MIGRATIONS;
+    const release = opts.release ?? RELEASE;
+    refuseNewer({
+      where: path === ':memory:' ? 'the database' : `the database ${path}`,
+      release: markedRelease(db),
+      schema: db.pragma('user_version', { simple: true }) as number,
+      thisRelease: release,
+      thisSchema: migrations.at(-1)?.version ?? 0,
+    });
+    db.pragma('journal_mode = WAL');
+    db.pragma('synchronous = NORMAL');
+    db.pragma('foreign_keys = ON');
+    migrate(db, migrations);
+    mark(db, release, (opts.clock ?? Date.now)());
+  } catch (e) {
+    db.close();
+    throw e;
+  }
   cacheStatements(db);
   return db;
+}
+
+/** The release in the file's marker, if it has one (schema 11 and later, once served). */
+function markedRelease(db: Db): string | undefined {
+  const table = db.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'instance_meta'").get();
+  if (!table) return undefined;
+  const row = db.prepare('SELECT value FROM instance_meta WHERE key = ?').get(RELEASE_KEY) as
+    | { value: string }
+    | undefined;
+  return row?.value;
+}
+
+/** Records `release` as the one serving the file (when the migrations made the marker's table). */
+function mark(db: Db, release: string, now: number): void {
+  const table = db.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'instance_meta'").get();
+  if (!table || markedRelease(db) === release) return;
+  const set = db.prepare(
+    'INSERT INTO instance_meta (key, value, updated_at) VALUES (?, ?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at',
+  );
+  db.transaction(() => {
+    set.run(RELEASE_KEY, release, now);
+    set.run(RELEASE_SINCE_KEY, String(now), now);
+  }).immediate();
 }
 
 /**
@@ -47,8 +93,6 @@ export function cacheStatements(db: Db, max = 256): void {
 
 function migrate(db: Db, migrations: readonly Migration[]): void {
   const current = db.pragma('user_version', { simple: true }) as number;
-  const latest = migrations.at(-1)?.version ?? 0;
-  if (current > latest) throw new Error(`database schema version ${current} is newer than this server (${latest})`);
   for (const m of migrations) {
     if (m.version <= current) continue;
     db.transaction(() => {
