@@ -519,10 +519,11 @@ export function createLogger(level: string): Logger {
         censor: '[redacted]',
       },
       serializers: {
-        req: (req: { method: string; url: string; socket?: { remoteAddress?: string } }) => ({
+        // remoteAddress: the client's (fastify's req.ip: X-Forwarded-For only from a trusted proxy).
+        req: (req: { method: string; url: string; ip?: string; socket?: { remoteAddress?: string } }) => ({
           method: req.method,
           url: req.url.replace(/([?&](?:token|key)=)[^&]*/gi, '$1[redacted]'),
-          remoteAddress: req.socket?.remoteAddress,
+          remoteAddress: req.ip ?? req.socket?.remoteAddress,
         }),
       },
     },
