@@ -1,10 +1,10 @@
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import { loadConfig } from '../config.js';
+import { systemdAnalyzeMissing, verifyUnit } from '../../test/systemd.js';
 import { UsageError } from './command.js';
 import {
   type HostProbe,
@@ -45,21 +45,6 @@ const goodHost = (over: Partial<HostProbe> = {}): HostProbe => ({
   ...over,
 });
 const quiet = () => {};
-
-/**
- * `systemd-analyze verify` of a unit whose ExecStart names `launcher` (the installed path
- * rewritten into the temp tree, so that the command exists): its output, empty when clean.
- */
-export function verifyUnit(unitText: string, launcher: string, dir: string): { status: number | null; output: string } {
-  const unit = join(dir, 'sandboxd.service');
-  writeFileSync(unit, unitText.replaceAll(`ExecStart=${INSTALL_PATHS.launcher}`, `ExecStart=${launcher}`));
-  // Its findings go to stderr (not the journal, where a non-tty stderr may send them).
-  const p = spawnSync('systemd-analyze', ['verify', unit], {
-    encoding: 'utf8',
-    env: { ...process.env, SYSTEMD_LOG_TARGET: 'console', SYSTEMD_LOG_LEVEL: 'info' },
-  });
-  return { status: p.status, output: `${p.stdout ?? ''}${p.stderr ?? ''}${p.error?.message ?? ''}`.trim() };
-}
 
 describe('sandboxd install: arguments', () => {
   it('defaults, and each option', () => {
@@ -238,9 +223,8 @@ describe('sandboxd install into a directory tree', () => {
   });
 });
 
-const analyze = spawnSync('systemd-analyze', ['--version'], { encoding: 'utf8' });
 describe('the systemd unit', {
-  skip: analyze.status === 0 ? false : 'systemd-analyze is not installed (apt-get install systemd)',
+  skip: systemdAnalyzeMissing() ?? false,
 }, () => {
   it('systemd-analyze verify: the installed unit, with no warning', () => {
     const root = freshRoot();
