@@ -1,7 +1,9 @@
 import assert from 'node:assert/strict';
+import type { IncomingMessage } from 'node:http';
 import { after, before, describe, it } from 'node:test';
 import { DEFAULT_RATE_LIMITS, loadConfig } from '../config.js';
 import { makeTestApp, type TestApp } from '../../test/app.js';
+import { upstreamHeaders } from '../proxy/headers.js';
 import { parseTrustedProxies, TrustedProxies } from './trusted-proxies.js';
 
 describe('SANDBOXD_TRUSTED_PROXIES: parsing and matching', () => {
@@ -126,5 +128,38 @@ describe('forwarding headers from a trusted proxy set the client address and sch
     assert.match(String(viaProxy.headers['set-cookie']), /^__Host-sandboxd_session=.*; Secure/);
     const direct = await login(t, '10.0.1.2', { 'x-forwarded-proto': 'https' });
     assert.match(String(direct.headers['set-cookie']), /^sandboxd_session=/);
+  });
+});
+
+describe('the port proxy: X-Forwarded-Proto to the sandbox and the link cookie', () => {
+  /** A raw request from `peer` with headers `h` (name, value, ...). */
+  const raw = (peer: string, h: string[], encrypted = false) =>
+    ({
+      socket: { remoteAddress: peer, encrypted },
+      rawHeaders: h,
+      headers: Object.fromEntries(
+        Array.from({ length: h.length / 2 }, (_, i) => [h[2 * i].toLowerCase(), h[2 * i + 1]]),
+      ),
+    }) as unknown as IncomingMessage;
+  const sent = (req: IncomingMessage, trusted: TrustedProxies) => {
+    const out = upstreamHeaders(req, { upgrade: false, trusted });
+    const m: Record<string, string> = {};
+    for (let i = 0; i < out.length; i += 2) m[out[i]] = out[i + 1];
+    return m;
+  };
+  const proxy = new TrustedProxies(['10.0.0.2']);
+
+  it("a trusted proxy's scheme reaches the sandbox; another peer's claim does not", () => {
+    const h = ['Host', '8000-sbx_a.sbx.example.com', 'X-Forwarded-Proto', 'https', 'X-Forwarded-For', '198.51.100.1'];
+    assert.equal(sent(raw('10.0.0.2', h), proxy)['X-Forwarded-Proto'], 'https');
+    assert.equal(sent(raw('::ffff:10.0.0.2', h), proxy)['X-Forwarded-Proto'], 'https');
+    assert.equal(sent(raw('203.0.113.9', h), proxy)['X-Forwarded-Proto'], 'http');
+    assert.equal(sent(raw('10.0.0.2', h), new TrustedProxies([]))['X-Forwarded-Proto'], 'http');
+    assert.equal(sent(raw('203.0.113.9', h, true), proxy)['X-Forwarded-Proto'], 'https', 'TLS at sandboxd');
+    const odd = ['Host', 'h', 'X-Forwarded-Proto', 'gopher'];
+    assert.equal(sent(raw('10.0.0.2', odd), proxy)['X-Forwarded-Proto'], 'http');
+    const chain = ['Host', 'h', 'X-Forwarded-Proto', 'https, http'];
+    assert.equal(proxy.proto(raw('10.0.0.2', chain)), 'http', 'the last value: what the nearest proxy saw');
+    assert.equal(sent(raw('10.0.0.2', h), proxy)['X-Forwarded-For'], '198.51.100.1, 10.0.0.2');
   });
 });

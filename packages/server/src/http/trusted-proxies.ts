@@ -10,7 +10,9 @@
  * client. The scheme (`req.protocol`: the Secure session cookie, `wss://` terminal URLs) is
  * `X-Forwarded-Proto`'s last value when the peer is trusted.
  */
+import type { IncomingMessage } from 'node:http';
 import { BlockList, isIP } from 'node:net';
+import type { TLSSocket } from 'node:tls';
 import { ConfigError } from '../config-values.js';
 
 /** Parses `addr[/prefix],...` (IPv4 or IPv6, `none` or empty for none) into canonical entries. */
@@ -55,6 +57,19 @@ export class TrustedProxies {
     const family = isIP(a);
     if (!family) return false;
     return this.list.check(a, family === 6 ? 'ipv6' : 'ipv4');
+  }
+
+  /**
+   * The scheme `req` came with to the first proxy: `https` on a TLS socket; else, from a
+   * trusted peer, the last value of its `X-Forwarded-Proto` (`http` or `https`); else `http`.
+   * For the port proxy, which serves raw node requests (fastify's `req.protocol` elsewhere).
+   */
+  proto(req: IncomingMessage): 'http' | 'https' {
+    if ((req.socket as TLSSocket).encrypted) return 'https';
+    const raw = req.headers['x-forwarded-proto'];
+    if (raw === undefined || !this.trusts(req.socket.remoteAddress)) return 'http';
+    const last = String(raw).split(',').pop()?.trim().toLowerCase();
+    return last === 'https' ? 'https' : 'http';
   }
 
   /** fastify's `trustProxy` option: false (headers never read) when the list is empty. */
