@@ -147,17 +147,16 @@ describe('docs/production.md, followed as written on a clean tree', () => {
   });
 
   describe('the server started from the installed config', () => {
+    /** What the unit gives the server (SANDBOXD_CONFIG), on a test slot in the temp tree. */
+    const serverEnv = () => ({
+      SANDBOXD_CONFIG: at(INSTALL_PATHS.config),
+      // The harness's own admin key off: the admin is the config's.
+      SANDBOXD_BOOTSTRAP_API_KEY: '',
+      SANDBOXD_LOG_LEVEL: 'info',
+      ...(RUNTIME === 'local' ? {} : { SANDBOXD_RUN_DIR: at(INSTALL_PATHS.runDir) }),
+    });
     before(async () => {
-      server = await startServer({
-        dataDir: at(INSTALL_PATHS.dataDir),
-        env: {
-          SANDBOXD_CONFIG: at(INSTALL_PATHS.config),
-          // The harness's own admin key off: the admin is the config's.
-          SANDBOXD_BOOTSTRAP_API_KEY: '',
-          SANDBOXD_LOG_LEVEL: 'info',
-          ...(RUNTIME === 'local' ? {} : { SANDBOXD_RUN_DIR: at(INSTALL_PATHS.runDir) }),
-        },
-      });
+      server = await startServer({ dataDir: at(INSTALL_PATHS.dataDir), env: serverEnv() });
     });
 
     it('answers the printed admin key (and not the test harness key)', async () => {
@@ -183,6 +182,34 @@ describe('docs/production.md, followed as written on a clean tree', () => {
         }
       } finally {
         assert.equal((await server!.api('DELETE', `/api/v1/sandboxes/${id}`, { key: apiKey })).status, 204);
+      }
+    });
+
+    it('a stop as the unit makes it (SIGTERM to sandboxd alone, KillMode=process) leaves the sandboxes running; the next start adopts them', {
+      skip:
+        RUNTIME === 'local'
+          ? false
+          : 'needs the local runtime (SANDBOXD_E2E_RUNTIME=local): fake sandboxes live in the server',
+    }, async () => {
+      const env = serverEnv();
+      const made = await server!.api('POST', '/api/v1/sandboxes', { key: apiKey, body: { image: IMAGE } });
+      assert.equal(made.status, 201, made.text);
+      const id = made.body.sandbox.id as string;
+      const sh = (s: Server, command: string) =>
+        s.api('POST', `/api/v1/sandboxes/${id}/exec`, { key: apiKey, body: { command } });
+      // PID 1's start time tells the same container from a new one.
+      const before = await sh(server!, "echo kept > /tmp/mark; cut -d' ' -f22 /proc/1/stat");
+      assert.equal(before.status, 200, before.text);
+      assert.equal(await server!.kill('SIGTERM'), 0, 'a graceful exit');
+      server = await startServer({ dataDir: at(INSTALL_PATHS.dataDir), env });
+      try {
+        const after = await sh(server, "cat /tmp/mark; cut -d' ' -f22 /proc/1/stat");
+        assert.equal(after.status, 200, after.text);
+        assert.equal(after.body.stdout, `kept\n${before.body.stdout}`);
+        const sb = await server.api('GET', `/api/v1/sandboxes/${id}`, { key: apiKey });
+        assert.equal(sb.body.sandbox.state, 'started', sb.text);
+      } finally {
+        await server.api('DELETE', `/api/v1/sandboxes/${id}`, { key: apiKey });
       }
     });
 
