@@ -421,6 +421,10 @@ export const installCommand: Command = {
     'See docs/production.md.',
   ].join('\n'),
   async run(args) {
+    if (args.includes('--help') || args.includes('-h')) {
+      process.stdout.write(`${installCommand.usage}\n`);
+      return 0;
+    }
     const o = parseInstallArgs(args);
     const out = (s: string) => process.stdout.write(s);
     const r = install(o, out);
