@@ -100,6 +100,33 @@ describe('sandboxd install: arguments', () => {
   });
 });
 
+describe("the config file's bootstrap admin (what the installer writes)", () => {
+  it('is read from the file, each SANDBOXD_BOOTSTRAP_* variable over its field, and checked', () => {
+    const dir = freshRoot();
+    const file = join(dir, 'config.json');
+    const key = newApiKey();
+    writeFileSync(file, JSON.stringify({ bootstrap: { apiKey: key, adminEmail: 'a@example.com' } }));
+    assert.deepEqual(loadConfig({ SANDBOXD_CONFIG: file }).bootstrap, {
+      apiKey: key,
+      adminEmail: 'a@example.com',
+      adminPassword: undefined,
+    });
+    const other = newApiKey();
+    const env = loadConfig({ SANDBOXD_CONFIG: file, SANDBOXD_BOOTSTRAP_API_KEY: other }).bootstrap;
+    assert.equal(env.apiKey, other);
+    assert.equal(env.adminEmail, 'a@example.com');
+    for (const [bad, re] of [
+      [{ bootstrap: 'sk_x' }, /bootstrap must be an object/],
+      [{ bootstrap: { apiKey: 5 } }, /bootstrap\.apiKey must be a string/],
+      [{ bootstrap: { apikey: key } }, /bootstrap\.apikey is not a setting/],
+      [{ bootstrap: { apiKey: 'sk_short' } }, /must look like sk_/],
+    ] as const) {
+      writeFileSync(file, JSON.stringify(bad));
+      assert.throws(() => loadConfig({ SANDBOXD_CONFIG: file }), re);
+    }
+  });
+});
+
 describe('sandboxd install: host checks', () => {
   it('a complete host: every check ok', () => {
     const checks = hostChecks(goodHost(), { dataDir: '/var/lib/sandboxd' });
