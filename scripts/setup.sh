@@ -25,6 +25,8 @@ PKGS="crun runc catatonit skopeo umoci mmdebstrap busybox-static e2fsprogs iprou
 # Python stack for the Python SDK's suite (its dependencies at the versions Debian ships, pytest,
 # mypy, and venv + pip to install the wheel the server hands out).
 [ "$for_tests" = 1 ] && PKGS="$PKGS chromium docker-registry postgresql openssl"
+# systemd-analyze, for the verify of deploy/systemd/sandboxd.service (the installer's tests).
+[ "$for_tests" = 1 ] && PKGS="$PKGS systemd"
 [ "$for_tests" = 1 ] && PKGS="$PKGS python3-httpx python3-websockets python3-pytest python3-pytest-asyncio mypy python3-venv python3-pip"
 missing=""
 for p in $PKGS; do

@@ -39,6 +39,7 @@ import { CLOSE } from './runtime/terminals/types.js';
 import { AccountService } from './services/accounts.js';
 import { AuthService } from './services/auth.js';
 import { BuildService } from './services/builds.js';
+import { TrustedProxies } from './http/trusted-proxies.js';
 import { bootstrap, type BootstrapResult } from './services/bootstrap.js';
 import { CapacityService } from './services/capacity.js';
 import { CodeService } from './services/code.js';
@@ -261,6 +262,7 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
     tunnel,
   });
   sandboxes.onGone((id) => targets.forget(id));
+  const trusted = new TrustedProxies(config.trustedProxies);
   const access = new PortAccess({
     links: portLinks,
     accountOfKey: (key) =>
@@ -270,6 +272,7 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
       ),
     trafficToken: (id, token) => accessTokens.verifyTraffic(id, token),
     now: () => clock.now(),
+    trusted,
   });
   // E2B's in-sandbox API (envd) claims its requests first: `E2b-Sandbox-Id`, or the Host
   // `49983-<id>.<publicHost>` that the port proxy would otherwise take.
@@ -317,6 +320,7 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
         ),
     }),
     log: log.child({ component: 'proxy' }),
+    trusted,
   });
   proxy.attach(frontDoor);
 
@@ -519,10 +523,11 @@ export function createLogger(level: string): Logger {
         censor: '[redacted]',
       },
       serializers: {
-        req: (req: { method: string; url: string; socket?: { remoteAddress?: string } }) => ({
+        // remoteAddress: the client's (fastify's req.ip: X-Forwarded-For only from a trusted proxy).
+        req: (req: { method: string; url: string; ip?: string; socket?: { remoteAddress?: string } }) => ({
           method: req.method,
           url: req.url.replace(/([?&](?:token|key)=)[^&]*/gi, '$1[redacted]'),
-          remoteAddress: req.socket?.remoteAddress,
+          remoteAddress: req.ip ?? req.socket?.remoteAddress,
         }),
       },
     },

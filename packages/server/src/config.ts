@@ -21,6 +21,7 @@ import { DEFAULT_REGISTRIES_ALLOWED } from './runtime/local/images/pull-policy.j
 import { parseRegistries, parseRegistryCredentials } from './config-registries.js';
 import { DEFAULT_FAIR_SHARE, type FairShareConfig, fairShare } from './config-fair-share.js';
 import { mergePlans, type PlanConfig, type RateLimitConfig, rateLimits } from './config-plans.js';
+import { parseTrustedProxies } from './http/trusted-proxies.js';
 
 export { DEFAULT_FAIR_SHARE, type FairShareConfig };
 
@@ -151,7 +152,20 @@ export interface Config {
   reaperLeaseMs: number;
   /** Grace period of SIGTERM before in-flight requests are cut. */
   shutdownGraceMs: number;
+  /**
+   * The admin account made on the first start (an empty database): `SANDBOXD_BOOTSTRAP_API_KEY`,
+   * `SANDBOXD_BOOTSTRAP_ADMIN_EMAIL`, `SANDBOXD_BOOTSTRAP_ADMIN_PASSWORD`, or the file's
+   * `bootstrap: {apiKey, adminEmail, adminPassword}` (what `sandboxd install` writes); each
+   * variable over the file's field. Unused once an account exists.
+   */
   bootstrap: { apiKey?: string; adminEmail?: string; adminPassword?: string };
+  /**
+   * `SANDBOXD_TRUSTED_PROXIES` (file `trustedProxies`): reverse proxies (IP addresses or CIDR
+   * ranges, comma-separated) whose `X-Forwarded-For` and `X-Forwarded-Proto` are believed for
+   * the client address (rate limits, access log) and the scheme (Secure cookie, `wss://`).
+   * Default none: those headers are ignored from every peer. See http/trusted-proxies.ts.
+   */
+  trustedProxies: string[];
   rateLimit: RateLimitConfig;
   /** Per-sandbox shares of terminals, processes, watches and transfers (`SANDBOXD_FAIR_SHARE_*`): config-fair-share.ts. */
   fairShare: FairShareConfig;
@@ -387,11 +401,8 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
       int('SANDBOXD_SHUTDOWN_GRACE_MS', 0, 600_000),
       30_000,
     ),
-    bootstrap: overrides.bootstrap ?? {
-      apiKey: env.SANDBOXD_BOOTSTRAP_API_KEY || undefined,
-      adminEmail: env.SANDBOXD_BOOTSTRAP_ADMIN_EMAIL || undefined,
-      adminPassword: env.SANDBOXD_BOOTSTRAP_ADMIN_PASSWORD || undefined,
-    },
+    bootstrap: overrides.bootstrap ?? bootstrapConfig(env, file.bootstrap),
+    trustedProxies: pick('trustedProxies', 'SANDBOXD_TRUSTED_PROXIES', parseTrustedProxies, []),
     // Shared by default where the database is (PostgreSQL: replicas share one limit).
     rateLimit: rateLimits(env, file.rateLimit, overrides.rateLimit, dbUrl ? 'database' : 'memory'),
     fairShare: fairShare(env, file.fairShare, overrides.fairShare),
@@ -483,6 +494,28 @@ function validate(cfg: Config): void {
     throw new ConfigError(
       `SANDBOXD_NODE_NAME must be letters, digits, '.', '_' or '-' (at most 253), got "${cfg.nodeName}"`,
     );
+}
+
+/** The bootstrap admin: each `SANDBOXD_BOOTSTRAP_*` variable over the file's `bootstrap` field. */
+function bootstrapConfig(env: Env, raw: unknown): Config['bootstrap'] {
+  if (raw !== undefined && (typeof raw !== 'object' || raw === null || Array.isArray(raw)))
+    throw new ConfigError('bootstrap must be an object {apiKey?, adminEmail?, adminPassword?}');
+  const f = (raw ?? {}) as Record<string, unknown>;
+  const field = (name: string, envName: string): string | undefined => {
+    if (env[envName]) return env[envName];
+    const v = f[name];
+    if (v === undefined || v === null || v === '') return undefined;
+    if (typeof v !== 'string') throw new ConfigError(`bootstrap.${name} must be a string`);
+    return v;
+  };
+  for (const k of Object.keys(f))
+    if (!['apiKey', 'adminEmail', 'adminPassword'].includes(k))
+      throw new ConfigError(`bootstrap.${k} is not a setting (apiKey, adminEmail, adminPassword)`);
+  return {
+    apiKey: field('apiKey', 'SANDBOXD_BOOTSTRAP_API_KEY'),
+    adminEmail: field('adminEmail', 'SANDBOXD_BOOTSTRAP_ADMIN_EMAIL'),
+    adminPassword: field('adminPassword', 'SANDBOXD_BOOTSTRAP_ADMIN_PASSWORD'),
+  };
 }
 
 /** Both TLS files or neither; each must be readable (checked at start-up, by the server). */

@@ -18,6 +18,7 @@ function version(): string {
 
 /** Every command but `help` and `version`. Keep in alphabetical order. */
 export const COMMANDS: Record<string, () => Promise<Command>> = {
+  install: async () => (await import('./install.js')).installCommand,
   serve: async () => (await import('./serve.js')).serve,
 };
 

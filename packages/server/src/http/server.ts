@@ -29,6 +29,7 @@ import { validatorCompiler } from './validation.js';
 import { retryAfterSeconds } from './rate-limit.js';
 import { rawErrorResponse, type FrontDoor } from './front-door.js';
 import { terminalRoutes } from './routes/terminals.js';
+import { TrustedProxies } from './trusted-proxies.js';
 import { isTerminalSocketPath, TERMINAL_WS_OPTIONS, type TerminalGateway } from './terminal-ws.js';
 
 /** API version in the OpenAPI document. */
@@ -45,6 +46,8 @@ export function createHttpServer(
   const app = Fastify({
     serverFactory: opts.frontDoor.serverFactory,
     loggerInstance: opts.logger as unknown as FastifyBaseLogger,
+    // req.ip and req.protocol read X-Forwarded-For/-Proto only from SANDBOXD_TRUSTED_PROXIES.
+    trustProxy: new TrustedProxies(deps.config.trustedProxies).fastifyOption(),
     logController: new AccessLog(),
     bodyLimit: LIMITS.maxBodyBytes,
     return503OnClosing: true,

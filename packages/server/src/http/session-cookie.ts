@@ -26,16 +26,16 @@ export const SECURE_SESSION_COOKIE = `__Host-${SESSION_COOKIE}`;
 
 const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
 
-type Req = Pick<FastifyRequest, 'headers' | 'method' | 'raw'>;
+type Req = Pick<FastifyRequest, 'headers' | 'method' | 'raw' | 'protocol'>;
 
-/** True when the request reached this server over TLS, or a TLS proxy says so (`X-Forwarded-Proto: https`). */
+/**
+ * True when the request reached this server over TLS, or a trusted proxy
+ * (`SANDBOXD_TRUSTED_PROXIES`) says so with `X-Forwarded-Proto: https`; that header from
+ * any other peer is ignored (fastify's `protocol`, see http/trusted-proxies.ts).
+ */
 export function overHttps(req: Req): boolean {
   if ((req.raw.socket as TLSSocket | undefined)?.encrypted === true) return true;
-  const forwarded = String(req.headers['x-forwarded-proto'] ?? '')
-    .split(',')[0]
-    .trim()
-    .toLowerCase();
-  return forwarded === 'https';
+  return String(req.protocol).toLowerCase() === 'https';
 }
 
 /** The session cookie's name for this request's scheme. */

@@ -23,7 +23,7 @@ describe('terminal routes and WebSocket (real ws clients, fake driver)', () => {
   };
 
   before(async () => {
-    t = await makeTestApp({ terminalIdleMs: 300 });
+    t = await makeTestApp({ terminalIdleMs: 300, trustedProxies: ['127.0.0.1'] });
     base = await t.app.http.listen({ host: '127.0.0.1', port: 0 });
   });
   after(() => t.close());

@@ -1,4 +1,5 @@
 import type { IncomingMessage } from 'node:http';
+import type { TrustedProxies } from '../http/trusted-proxies.js';
 import type { TLSSocket } from 'node:tls';
 import { findCookie, KEY_HEADER } from './headers.js';
 import { LINK_COOKIE, LINK_PARAM, type PortLinks } from './links.js';
@@ -30,6 +31,8 @@ export interface PortAccessOptions {
   /** Whether `token` is sandbox `sandboxId`'s E2B traffic access token (`E2B-Traffic-Access-Token`). Default: none is. */
   trafficToken?: (sandboxId: string, token: string) => Promise<boolean>;
   now: () => number;
+  /** `SANDBOXD_TRUSTED_PROXIES`: behind a trusted TLS proxy the link cookie is `Secure`. */
+  trusted?: Pick<TrustedProxies, 'proto'>;
 }
 
 /** The header E2B's SDKs send a sandbox's traffic access token in. */
@@ -102,7 +105,8 @@ export class PortAccess {
 
   private cookie(token: string, req: IncomingMessage): string {
     const maxAge = this.opts.links.remainingSeconds(token, this.opts.now());
-    const secure = (req.socket as TLSSocket).encrypted ? '; Secure' : '';
+    const https = this.opts.trusted ? this.opts.trusted.proto(req) === 'https' : (req.socket as TLSSocket).encrypted;
+    const secure = https ? '; Secure' : '';
     return `${LINK_COOKIE}=${token}; Path=/; Max-Age=${maxAge}; HttpOnly; SameSite=Lax${secure}`;
   }
 }

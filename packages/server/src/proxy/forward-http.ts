@@ -13,6 +13,7 @@ import {
 import { ProxyError, sendError, timeoutError, upstreamError } from './reply.js';
 import { hostCookiesOnly } from './set-cookie.js';
 import type { ProxyTarget } from './targets.js';
+import type { TrustedProxies } from '../http/trusted-proxies.js';
 import type { UpstreamConn } from './upstream.js';
 
 /** Where and how one request is forwarded. */
@@ -30,6 +31,8 @@ export interface HttpForward {
   timeoutMs: number;
   /** Called once with a refusal the client was told about (for logs). */
   onRefused?: (err: ProxyError) => void;
+  /** `SANDBOXD_TRUSTED_PROXIES`: whose `X-Forwarded-Proto` is passed on. */
+  trusted?: TrustedProxies;
 }
 
 /**
@@ -50,7 +53,7 @@ export function forwardHttp(req: IncomingMessage, res: ServerResponse, f: HttpFo
   const method = req.method ?? 'GET';
   const chunkedBody = f.framing.kind === 'chunked';
   const hasBody = chunkedBody || (f.framing.kind === 'length' && f.framing.length > 0);
-  const head = requestHead(req, f.path, f.framing);
+  const head = requestHead(req, f.path, f.framing, f.trusted);
   /** waiting: no answer yet; refused: the proxy answered; streaming: the sandbox's answer is being relayed. */
   let phase: 'waiting' | 'refused' | 'streaming' = 'waiting';
   const refuse = (err: ProxyError) => {
@@ -258,8 +261,13 @@ export function forwardHttp(req: IncomingMessage, res: ServerResponse, f: HttpFo
 }
 
 /** The request line and headers sent to the sandbox (HTTP/1.1, keep-alive), framed by `framing` alone. */
-function requestHead(req: IncomingMessage, path: string, framing: RequestFraming): string {
-  const h = upstreamHeaders(req, { upgrade: false });
+function requestHead(
+  req: IncomingMessage,
+  path: string,
+  framing: RequestFraming,
+  trusted: TrustedProxies | undefined,
+): string {
+  const h = upstreamHeaders(req, { upgrade: false, trusted });
   let s = `${req.method} ${path} HTTP/1.1\r\n`;
   for (let i = 0; i < h.length; i += 2) s += `${h[i]}: ${h[i + 1]}\r\n`;
   if (framing.kind === 'chunked') s += 'Transfer-Encoding: chunked\r\n';

@@ -4,6 +4,7 @@ import type { Duplex } from 'node:stream';
 import { upstreamHeaders } from './headers.js';
 import { type ProxyError, timeoutError, upstreamError, writeUpgradeError } from './reply.js';
 import type { ProxyTarget } from './targets.js';
+import type { TrustedProxies } from '../http/trusted-proxies.js';
 
 /** Where one upgrade request (WebSocket) is forwarded. */
 export interface UpgradeForward {
@@ -16,6 +17,8 @@ export interface UpgradeForward {
   onRefused?: (err: ProxyError) => void;
   /** Called with the tunnel's sandbox-side socket, for shutdown; it is destroyed on close. */
   onTunnel?: (socket: Duplex) => void;
+  /** `SANDBOXD_TRUSTED_PROXIES`: whose `X-Forwarded-Proto` is passed on. */
+  trusted?: TrustedProxies;
 }
 
 /**
@@ -43,7 +46,7 @@ export function forwardUpgrade(req: IncomingMessage, client: Duplex, head: Buffe
   up.once('connect', () => {
     clearTimeout(timer);
     timer = setTimeout(() => refuse(timeoutError(where, f.timeoutMs)), f.timeoutMs);
-    const h = upstreamHeaders(req, { upgrade: true });
+    const h = upstreamHeaders(req, { upgrade: true, trusted: f.trusted });
     let block = `${req.method} ${f.path} HTTP/1.1\r\n`;
     for (let i = 0; i < h.length; i += 2) block += `${h[i]}: ${h[i + 1]}\r\n`;
     up.write(`${block}\r\n`, 'latin1'); // header bytes as they came (node reads them as latin1)

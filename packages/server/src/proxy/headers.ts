@@ -1,6 +1,7 @@
 import type { IncomingMessage } from 'node:http';
 import type { TLSSocket } from 'node:tls';
 import { parseCookie } from 'cookie';
+import type { TrustedProxies } from '../http/trusted-proxies.js';
 import { FRAMING_HEADERS } from './framing.js';
 import { LINK_COOKIE } from './links.js';
 
@@ -26,12 +27,16 @@ const SET_BY_PROXY = new Set(['x-forwarded-for', 'x-forwarded-proto', 'x-forward
  * and spelling: hop-by-hop headers and those named in `Connection` dropped (kept for an
  * upgrade: `Connection: Upgrade` and `Upgrade`), the proxy's credentials removed (the key
  * header, the link cookie), `Host` kept as sent, and `X-Forwarded-For` (appended to the
- * client's chain), `X-Forwarded-Proto` and `X-Forwarded-Host` (both replaced) added.
+ * client's chain), `X-Forwarded-Proto` (the socket's scheme, or a trusted proxy's
+ * `X-Forwarded-Proto`: `trusted`) and `X-Forwarded-Host` (both replaced) added.
  * Framing (`Content-Length`, `Transfer-Encoding`) is never dropped because `Connection`
  * names it: for a plain request it is left out here and the caller frames the body itself
  * (`requestFraming`); for an upgrade, whose bytes are tunnelled as sent, it is kept as sent.
  */
-export function upstreamHeaders(req: IncomingMessage, opts: { upgrade: boolean }): string[] {
+export function upstreamHeaders(
+  req: IncomingMessage,
+  opts: { upgrade: boolean; trusted?: Pick<TrustedProxies, 'proto'> },
+): string[] {
   const named = connectionTokens(req.headers.connection);
   const out: string[] = [];
   const chain: string[] = [];
@@ -56,7 +61,7 @@ export function upstreamHeaders(req: IncomingMessage, opts: { upgrade: boolean }
   if (opts.upgrade) out.push('Connection', 'Upgrade', 'Upgrade', req.headers.upgrade ?? 'websocket');
   chain.push(clientAddress(req));
   out.push('X-Forwarded-For', chain.join(', '));
-  out.push('X-Forwarded-Proto', (req.socket as TLSSocket).encrypted ? 'https' : 'http');
+  out.push('X-Forwarded-Proto', opts.trusted?.proto(req) ?? ((req.socket as TLSSocket).encrypted ? 'https' : 'http'));
   out.push('X-Forwarded-Host', req.headers.host ?? '');
   return out;
 }

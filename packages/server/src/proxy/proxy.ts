@@ -1,5 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
+import type { TrustedProxies } from '../http/trusted-proxies.js';
 import type { Logger } from 'pino';
 import type { FrontDoor } from '../http/front-door.js';
 import type { PortAccess } from './access.js';
@@ -27,6 +28,8 @@ export interface PortProxyOptions {
    */
   guard?: PortGuard;
   log: Logger;
+  /** `SANDBOXD_TRUSTED_PROXIES`: whose `X-Forwarded-Proto` reaches the sandbox. */
+  trusted?: TrustedProxies;
 }
 
 /** A check of a request for a sandbox port before it is forwarded; throws {@link ProxyError} to refuse. */
@@ -119,6 +122,7 @@ export class PortProxy {
       framing,
       timeoutMs: this.o.timeoutMs,
       onRefused: (e) => this.logRefusal(e, req),
+      trusted: this.o.trusted,
     });
   }
 
@@ -141,6 +145,7 @@ export class PortProxy {
       timeoutMs: this.o.timeoutMs,
       onRefused: (e) => this.logRefusal(e, req),
       onTunnel: (s) => this.track(s),
+      trusted: this.o.trusted,
     });
   }
 

@@ -39,7 +39,7 @@ export function bootstrapBanner(r: BootstrapResult, opts: { baseUrl: string }): 
     `One-time login link (24 h): ${opts.baseUrl}/api/v1/auth/link?token=${r.loginToken}`,
   ];
   if (r.apiKey) lines.push(`First API key (shown once): ${r.apiKey}`, `  export SANDBOX_API_KEY=${r.apiKey}`);
-  else lines.push('API key: the one given in SANDBOXD_BOOTSTRAP_API_KEY');
+  else lines.push('API key: the one given in the config (bootstrap.apiKey, or SANDBOXD_BOOTSTRAP_API_KEY)');
   lines.push('================================================================', '');
   return lines.join('\n');
 }

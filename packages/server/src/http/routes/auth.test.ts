@@ -123,7 +123,8 @@ describe('the session cookie cannot be planted, shadowed or used cross-origin', 
   let attacker: string;
 
   before(async () => {
-    t = await makeTestApp({ signupEnabled: true });
+    // X-Forwarded-Proto is believed from inject's peer (127.0.0.1) only as a trusted proxy.
+    t = await makeTestApp({ signupEnabled: true, trustedProxies: ['127.0.0.1'] });
     for (const email of ['victim@example.com', 'attacker@example.com'])
       await t.req({ method: 'POST', url: '/api/v1/admin/accounts', payload: { email, password: 'rightpassword' } });
     victim = (await loginAs('victim@example.com')).pair;

@@ -10,10 +10,10 @@ import {
   TerminalWsQuerySchema,
 } from '@sandboxd/protocol';
 import type { FastifyRequest } from 'fastify';
-import type { TLSSocket } from 'node:tls';
 import { Type } from 'typebox';
 import type { Terminal, TerminalService } from '../../services/terminals.js';
 import { principalOf } from '../deps.js';
+import { overHttps } from '../session-cookie.js';
 import type { TerminalGateway } from '../terminal-ws.js';
 
 const tags = ['terminals'];
@@ -29,18 +29,14 @@ export interface TerminalRouteDeps {
 
 /**
  * `ws://` or `wss://` + the Host the request was sent to + the terminal's WebSocket path;
- * `wss` when the request came over TLS or with `X-Forwarded-Proto: https`.
+ * `wss` when the request came over TLS or with `X-Forwarded-Proto: https` from a trusted proxy.
  */
 export function terminalWsUrl(
   req: FastifyRequest,
   t: Pick<Terminal, 'id' | 'sandboxId'>,
   fallbackHost: () => string,
 ): string {
-  const forwarded = String(req.headers['x-forwarded-proto'] ?? '')
-    .split(',')[0]
-    .trim()
-    .toLowerCase();
-  const tls = (req.raw.socket as TLSSocket | undefined)?.encrypted === true || forwarded === 'https';
+  const tls = overHttps(req);
   const host = req.headers.host || fallbackHost();
   return `${tls ? 'wss' : 'ws'}://${host}/api/v1/sandboxes/${t.sandboxId}/terminals/${t.id}/ws`;
 }
