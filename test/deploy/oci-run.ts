@@ -145,9 +145,16 @@ const ALL_CAPS = [
 
 function ociConfig(rootfs: string, s: ContainerSpec): unknown {
   const caps = s.privileged ? ALL_CAPS : [];
-  const mounts: unknown[] = [{ destination: '/proc', type: 'proc', source: 'proc', options: ['nosuid', 'noexec', 'nodev'] }];
+  const mounts: unknown[] = [
+    { destination: '/proc', type: 'proc', source: 'proc', options: ['nosuid', 'noexec', 'nodev'] },
+  ];
   if (!s.mounts.some((m) => m.path === '/dev'))
-    mounts.push({ destination: '/dev', type: 'tmpfs', source: 'tmpfs', options: ['nosuid', 'strictatime', 'mode=755'] });
+    mounts.push({
+      destination: '/dev',
+      type: 'tmpfs',
+      source: 'tmpfs',
+      options: ['nosuid', 'strictatime', 'mode=755'],
+    });
   if (!s.mounts.some((m) => m.path === '/sys' || m.path.startsWith('/sys/')))
     mounts.push({ destination: '/sys', type: 'sysfs', source: 'sysfs', options: ['nosuid', 'noexec', 'nodev', 'ro'] });
   else
@@ -157,7 +164,8 @@ function ociConfig(rootfs: string, s: ContainerSpec): unknown {
       mounts.push({ destination: m.path, type: 'tmpfs', source: 'tmpfs', options: ['nosuid', 'nodev', 'mode=1777'] });
       continue;
     }
-    const prop = m.propagation === 'Bidirectional' ? 'rshared' : m.propagation === 'HostToContainer' ? 'rslave' : 'rprivate';
+    const prop =
+      m.propagation === 'Bidirectional' ? 'rshared' : m.propagation === 'HostToContainer' ? 'rslave' : 'rprivate';
     mounts.push({
       destination: m.path,
       type: 'bind',

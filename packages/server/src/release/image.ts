@@ -19,7 +19,7 @@
  * or Debian's mirror serves the same packages). When nothing that goes into the image changed
  * (a hash of every input), the archive already there is reused.
  */
-import { execFileSync, spawnSync } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import {
   copyFileSync,
@@ -118,21 +118,19 @@ function walk(base: string, dir: string, skip: (name: string) => boolean = () =>
   return out.sort();
 }
 
-/** The production dependencies' folders under node_modules (npm's own answer). */
+/**
+ * The production dependencies' folders under node_modules: the lock file's packages not
+ * marked `dev` (what `npm ci --omit=dev` installs), those present here (optional packages of
+ * other platforms are not).
+ */
 function prodPackages(root: string): string[] {
-  // npm ls exits 1 on an extraneous package; the list still stands.
-  const r = spawnSync('npm', ['ls', '--omit=dev', '--all', '--parseable'], {
-    cwd: root,
-    encoding: 'utf8',
-    maxBuffer: 64 * 1024 * 1024,
-  });
-  if (r.error || !r.stdout) throw new Error(`npm ls failed: ${r.error?.message ?? r.stderr}`);
-  const realRoot = resolve(root);
-  return r.stdout
-    .split('\n')
-    .filter((p) => p && resolve(p) !== realRoot)
-    .map((p) => relative(realRoot, p))
-    .filter((p) => p.startsWith('node_modules/'));
+  const lock = JSON.parse(readFileSync(join(root, 'package-lock.json'), 'utf8')) as {
+    packages: Record<string, { dev?: boolean }>;
+  };
+  return Object.entries(lock.packages)
+    .filter(([p, e]) => p.startsWith('node_modules/') && !e.dev && existsSync(join(root, p)))
+    .map(([p]) => p)
+    .sort();
 }
 
 /** Files of the app layer: image path (under /, no leading slash) -> source path on this host. */
@@ -206,7 +204,10 @@ function baseLayer(cacheDir: string, log: (l: string) => void): string {
 /** Places `src` at `dst` (a hard link where the file system allows, else a copy; symlinks as links). */
 function place(src: string, dst: string): void {
   mkdirSync(dirname(dst), { recursive: true });
-  if (lstatSync(src).isSymbolicLink()) return symlinkSync(readlinkSync(src), dst);
+  if (lstatSync(src).isSymbolicLink()) {
+    symlinkSync(readlinkSync(src), dst);
+    return;
+  }
   try {
     linkSync(src, dst);
   } catch {
