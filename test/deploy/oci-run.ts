@@ -6,10 +6,21 @@
  * first (as the kubelet requires of their source) so the mounts the container makes reach
  * this host's mount namespace, as on a node.
  */
-import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { type ChildProcess, execFileSync, spawn, spawnSync } from 'node:child_process';
 import { closeSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+
+const missing = ['crun', 'umoci', 'mmdebstrap'].filter((t) => spawnSync(t, ['--version']).error);
+/** Why the release image cannot be built and run here (for `describe`'s `skip`), or false. */
+export const releaseImageSkip: string | false =
+  process.getuid?.() !== 0
+    ? 'needs root (mmdebstrap builds the image; crun runs it privileged)'
+    : (process.env.SANDBOXD_E2E_RUNTIME ?? 'fake') !== 'local'
+      ? 'needs SANDBOXD_E2E_RUNTIME=local (the image runs sandboxes on crun)'
+      : missing.length
+        ? `needs ${missing.join(', ')} (scripts/setup.sh)`
+        : false;
 
 /** The runtime part of the image config. */
 export interface ImageConfig {

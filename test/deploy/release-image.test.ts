@@ -16,7 +16,6 @@
  * Skips, saying why, without root or SANDBOXD_E2E_RUNTIME=local.
  */
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { chownSync, existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -24,28 +23,19 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { buildReleaseImage, type ReleaseImage } from '../../packages/server/src/release/image.js';
 import { pgBinDir, startPostgres, type TestPostgres } from '../../packages/server/test/postgres.js';
-import { ADMIN_KEY, freePort, IMAGE, RUNTIME } from '../e2e/harness.js';
+import { ADMIN_KEY, freePort, IMAGE } from '../e2e/harness.js';
 import { localEnv, TEST_IMAGE_DIR, teardownLocal } from '../e2e/local-runtime.js';
 import {
   type Container,
   type HostMount,
   imageEnv,
+  releaseImageSkip,
   resolveArgv,
   startContainer,
   stopAllContainers,
   type UnpackedImage,
   unpackImage,
 } from './oci-run.js';
-
-const missing = ['crun', 'umoci', 'mmdebstrap'].filter((t) => spawnSync(t, ['--version']).error);
-export const releaseImageSkip: string | false =
-  process.getuid?.() !== 0
-    ? 'needs root (mmdebstrap builds the image; crun runs it privileged)'
-    : RUNTIME !== 'local'
-      ? 'needs SANDBOXD_E2E_RUNTIME=local (the image runs sandboxes on crun)'
-      : missing.length
-        ? `needs ${missing.join(', ')} (scripts/setup.sh)`
-        : false;
 
 /** A server running in a container of the image. */
 interface ImageServer {
