@@ -359,8 +359,15 @@ describe('deploy/kubernetes pods, started from the release image', { skip, timeo
   });
 
   it("the runner pod's probes answer 200 without credentials; only then is its endpoint ready", async () => {
+    // As long as the kubelet waits: its startup probe's period times its failure threshold.
+    const startup = of('runner').find((p) => p.kind === 'startupProbe')?.probe;
+    const budgetMs = (startup?.periodSeconds ?? 10) * (startup?.failureThreshold ?? 3) * 1000;
     const readiness = of('runner').find((p) => p.kind === 'readinessProbe')!;
-    await until('the runner readiness probe to pass', async () => (await probe(readiness)).status === 200);
+    await until(
+      'the runner readiness probe to pass',
+      async () => (await probe(readiness)).status === 200,
+      budgetMs / 200,
+    );
     for (const p of of('runner')) {
       const a = await probe(p);
       assert.equal(a.status, 200, `${label(p)}: ${a.body}`);
