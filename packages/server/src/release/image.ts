@@ -38,7 +38,8 @@ import {
 } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { ensureSdkDist } from '@sandboxd/sdk/build';
+// By path, not the workspace package: the SDK of this tree (a linked node_modules may name another).
+import { ensureSdkDist } from '../../../sdk/scripts/dist.js';
 import { buildConsole } from '../../../console/src/build.js';
 import { CLEAN, minbaseArgs, NEUTRAL_ETC } from '../runtime/local/images/build-debian.js';
 import { writeOciImage } from '../runtime/local/images/oci-write.js';
