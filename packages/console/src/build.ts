@@ -5,7 +5,7 @@
  */
 import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
-import { basename, join, resolve } from 'node:path';
+import { basename, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 /** The console package's folder. */
@@ -54,7 +54,9 @@ function fingerprint(): string {
     join(REPO, 'node_modules/@xterm/xterm/package.json'),
     join(REPO, 'node_modules/@xterm/addon-fit/package.json'),
   ].sort()) {
-    h.update(f).update('\0').update(readFileSync(f)).update('\0');
+    // Paths relative to the repository: a copy elsewhere (the release image's /opt/sandboxd)
+    // finds the bundle built from the same inputs current.
+    h.update(relative(REPO, f)).update('\0').update(readFileSync(f)).update('\0');
   }
   return h.digest('hex').slice(0, 20);
 }

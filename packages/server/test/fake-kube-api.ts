@@ -4,6 +4,7 @@
  * 410 Gone for a compacted resourceVersion) the way kube-apiserver does, over plain HTTP.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer as createHttpsServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { KubeConfig, type V1EndpointSlice } from '@kubernetes/client-node';
 
@@ -27,10 +28,15 @@ export class FakeKubeApi {
   private server!: Server;
   url = '';
 
-  async start(): Promise<void> {
-    this.server = createServer((req, res) => this.handle(req, res));
+  /**
+   * Listens on 127.0.0.1. `tls`: over HTTPS with this key and certificate, as a pod's
+   * in-cluster config reaches kube-apiserver (KUBERNETES_SERVICE_HOST/PORT and the CA).
+   */
+  async start(o: { tls?: { key: string; cert: string } } = {}): Promise<void> {
+    const handler = (req: IncomingMessage, res: ServerResponse) => this.handle(req, res);
+    this.server = o.tls ? createHttpsServer({ key: o.tls.key, cert: o.tls.cert }, handler) : createServer(handler);
     await new Promise<void>((r) => this.server.listen(0, '127.0.0.1', r));
-    this.url = `http://127.0.0.1:${(this.server.address() as AddressInfo).port}`;
+    this.url = `${o.tls ? 'https' : 'http'}://127.0.0.1:${(this.server.address() as AddressInfo).port}`;
   }
 
   async close(): Promise<void> {

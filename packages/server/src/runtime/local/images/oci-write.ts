@@ -20,6 +20,8 @@ export interface ImageConfigInput {
   cmd?: string[];
   entrypoint?: string[];
   labels?: Record<string, string>;
+  /** `port/proto` entries (`8080/tcp`). */
+  exposedPorts?: string[];
 }
 
 export interface WriteImageOptions {
@@ -161,6 +163,7 @@ export async function writeOciImage(layout: string, opts: WriteImageOptions): Pr
       ...(c.env ? { Env: c.env } : {}),
       ...(c.entrypoint ? { Entrypoint: c.entrypoint } : {}),
       ...(c.cmd ? { Cmd: c.cmd } : {}),
+      ...(c.exposedPorts ? { ExposedPorts: Object.fromEntries(c.exposedPorts.map((p) => [p, {}])) } : {}),
       ...(c.workingDir !== undefined ? { WorkingDir: c.workingDir } : {}),
       ...(c.labels ? { Labels: c.labels } : {}),
     },
