@@ -18,6 +18,8 @@ function version(): string {
 
 /** Every command but `help` and `version`. Keep in alphabetical order. */
 export const COMMANDS: Record<string, () => Promise<Command>> = {
+  backup: async () => (await import('./backup.js')).backup,
+  restore: async () => (await import('./restore.js')).restore,
   serve: async () => (await import('./serve.js')).serve,
 };
 
