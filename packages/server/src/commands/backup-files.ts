@@ -43,7 +43,8 @@ export interface Manifest {
   createdAt: string;
   /** Where it came from (for the operator's eyes only; restore uses its own config). */
   source: { dataDir: string; imageDir: string; instance: string; hostname: string };
-  database: { kind: 'sqlite'; file: string } | { kind: 'postgres'; dump: string | null };
+  /** `none`: a runner's (its records are in the API's database, backed up where that runs). */
+  database: { kind: 'sqlite'; file: string } | { kind: 'postgres'; dump: string | null } | { kind: 'none' };
   /** Volume names (the driver's: `<accountId>__<name>`), each `volumes/<name>.img`. */
   volumes: string[];
   /** How many of them a sandbox had mounted: frozen (fsfreeze) while they were copied. */

@@ -65,7 +65,7 @@ export const backup: Command = {
       const m = await takeBackup(dir);
       const bytes = m.contents.reduce((n, f) => n + f.bytes, 0);
       process.stdout.write(
-        `sandboxd backup: wrote ${dir}: database ${m.database.kind === 'sqlite' ? `(SQLite, schema ${m.schemaVersion})` : m.database.dump ? '(pg_dump)' : 'not included (PostgreSQL: see docs/backups.md)'}, ${m.volumes.length} volumes (${m.volumesFrozen} frozen for their copy), ${m.images.length} snapshot images, ${m.files.length} files; ${(bytes / 2 ** 20).toFixed(1)} MiB\n`,
+        `sandboxd backup: wrote ${dir}: ${describeDatabase(m)}, ${m.volumes.length} volumes (${m.volumesFrozen} frozen for their copy), ${m.images.length} snapshot images, ${m.files.length} files; ${(bytes / 2 ** 20).toFixed(1)} MiB\n`,
       );
       return 0;
     } catch (e) {
@@ -78,12 +78,18 @@ export const backup: Command = {
   },
 };
 
+function describeDatabase(m: Manifest): string {
+  if (m.database.kind === 'sqlite') return `database (SQLite, schema ${m.schemaVersion})`;
+  if (m.database.kind === 'none') return 'no database (a runner)';
+  return m.database.dump ? 'database (pg_dump)' : 'database not included (PostgreSQL: see docs/backups.md)';
+}
+
 /** Writes the backup of the configured instance into `dir` (through `<dir>.partial`). */
 export async function takeBackup(dir: string): Promise<Manifest> {
   const config = loadConfig();
   if (!existsSync(config.dataDir))
     throw new Error(`no data dir at ${config.dataDir} (SANDBOXD_DATA_DIR, or dataDir in SANDBOXD_CONFIG)`);
-  if (!config.databaseUrl && !existsSync(config.dbPath))
+  if (config.role !== 'runner' && !config.databaseUrl && !existsSync(config.dbPath))
     throw new Error(`no database at ${config.dbPath}: is ${config.dataDir} a sandboxd data dir?`);
   const partial = `${dir}.partial`;
   await claimPartial(partial);
@@ -92,7 +98,9 @@ export async function takeBackup(dir: string): Promise<Manifest> {
   // 1. The database first: everything after it is at least as new as its records.
   let schemaVersion: number | null = null;
   let database: Manifest['database'];
-  if (config.databaseUrl) {
+  if (config.role === 'runner') {
+    database = { kind: 'none' };
+  } else if (config.databaseUrl) {
     database = { kind: 'postgres', dump: await pgDump(config.databaseUrl, join(partial, 'database.pgdump')) };
   } else {
     schemaVersion = await sqliteBackup(config.dbPath, join(partial, 'sandboxd.db'));

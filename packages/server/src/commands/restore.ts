@@ -111,6 +111,8 @@ export async function verifyBackup(dir: string): Promise<Manifest> {
     throw new BadBackupError(
       `the backup's database schema (${m.schemaVersion}) is newer than this sandboxd's (${latest}): restore it with sandboxd ${m.version} or newer`,
     );
+  if (!['sqlite', 'postgres', 'none'].includes(m.database?.kind))
+    throw new BadBackupError(`${MANIFEST} names no database kind`);
   if (!Array.isArray(m.contents) || !Array.isArray(m.volumes) || !Array.isArray(m.images) || !Array.isArray(m.files))
     throw new BadBackupError(`${MANIFEST} lacks its lists`);
   const listed = new Set<string>();
@@ -120,7 +122,8 @@ export async function verifyBackup(dir: string): Promise<Manifest> {
     listed.add(f.path);
   }
   const need = [
-    ...(m.database?.kind === 'sqlite' ? [m.database.file] : m.database?.dump ? [m.database.dump] : []),
+    ...(m.database?.kind === 'sqlite' ? [m.database.file] : []),
+    ...(m.database?.kind === 'postgres' && m.database.dump ? [m.database.dump] : []),
     ...m.volumes.map((v) => `volumes/${v}.img`),
     ...m.files.map((f) => `files/${f}`),
     ...(m.images.length ? ['images.tar'] : []),
