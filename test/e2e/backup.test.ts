@@ -1,6 +1,6 @@
 /**
  * Black-box, real runtime: `sandboxd backup` of a serving instance (an account with keys and
- * ledger rows, a sandbox writing to a volume all along, a snapshot), then `sandboxd restore`
+ * ledger rows, a template, a sandbox writing to a volume all along, a snapshot), then `sandboxd restore`
  * into the fresh data dir (and image dir) of another slot and a server started there: the key
  * works, the ledger's rows are the same, the volume holds the file written before the backup,
  * a sandbox is made from the snapshot and execs. A damaged backup (one flipped byte) is
@@ -26,6 +26,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { after, before, describe, it } from 'node:test';
+import { Builds, withDockerfile } from './builds-support.js';
 import { IMAGE, newAccount, RUNTIME, type Server, startServer, until } from './harness.js';
 import { TEST_IMAGE_DIR, teardownLocal } from './local-runtime.js';
 
@@ -85,7 +86,7 @@ describe('backup and restore (real runtime)', {
 
   before(async () => {
     s1 = await startServer();
-    key = (await newAccount(s1, { tokens: 10_000 })).key;
+    key = (await newAccount(s1, { tokens: 100_000, plan: 'PRO' })).key;
   });
   after(async () => {
     if (s2) {
@@ -109,7 +110,13 @@ describe('backup and restore (real runtime)', {
   };
 
   it('backs up while serving, refuses a damaged copy, restores onto a fresh data dir that serves it all', async () => {
-    // What the instance holds: a volume with a file, written on and on; a snapshot.
+    // What the instance holds: a template, a volume with a file, written on and on; a snapshot.
+    const builds = new Builds(s1, key);
+    const built = await builds.run(
+      { name: 'tpl' },
+      withDockerfile(`FROM ${IMAGE}\nRUN echo from-template > /tplfile\n`),
+    );
+    assert.equal(built.state, 'ready', JSON.stringify(built.error));
     const writer = await create(s1, { volumes: { '/data': { name: 'data', sizeGb: 1 } } });
     const made = await sh(
       s1,
@@ -157,7 +164,11 @@ describe('backup and restore (real runtime)', {
     // The backup, while the writer writes.
     const b = await sandboxd(['backup', backupDir], srcEnv());
     assert.equal(b.code, 0, b.err);
-    assert.match(b.out, /1 volumes \(1 frozen for their copy\), 1 snapshot images/);
+    assert.match(
+      b.out,
+      /1 volumes \(1 frozen for their copy\), [2-9] snapshot images/,
+      'the snapshot and the template',
+    );
     assert.equal(statSync(backupDir).mode & 0o777, 0o700);
     for (const f of readdirSync(backupDir, { recursive: true }) as string[]) {
       const st = statSync(join(backupDir, f));
@@ -213,6 +224,10 @@ describe('backup and restore (real runtime)', {
     assert.ok(restored.slice(0, refunds.length).every((e) => e.reason === 'sandbox.refund'));
     const vols = (await s2.api('GET', '/api/v1/volumes', { key })).body.volumes.map((v: { name: string }) => v.name);
     assert.deepEqual(vols, ['data']);
+    assert.deepEqual(
+      (await new Builds(s2, key).templates()).map((t) => t.name),
+      ['tpl'],
+    );
     const snaps = (await s2.api('GET', '/api/v1/snapshots', { key })).body.snapshots.map(
       (x: { name: string }) => x.name,
     );
@@ -229,5 +244,7 @@ describe('backup and restore (real runtime)', {
     assert.equal(marker, 'from-snapshot');
     assert.equal(sum.split(' ')[0], beforeSum, "the volume's file written before the backup");
     assert.equal(lastLine, '1', 'the log ends on a whole line (the volume was frozen for its copy)');
+    const fromTemplate = await create(s2, { image: 'templates/tpl' });
+    assert.equal((await sh(s2, fromTemplate, 'cat /tplfile')).stdout, 'from-template\n');
   });
 });
