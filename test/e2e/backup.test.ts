@@ -7,7 +7,7 @@
  * refused and writes nothing; bad arguments get clear errors.
  */
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import {
   chmodSync,
   existsSync,
@@ -26,6 +26,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { after, before, describe, it } from 'node:test';
+import { pgBinDir, startPostgres, type TestPostgres } from '../../packages/server/test/postgres.js';
 import { Builds, withDockerfile } from './builds-support.js';
 import { IMAGE, newAccount, RUNTIME, type Server, startServer, until } from './harness.js';
 import { TEST_IMAGE_DIR, teardownLocal } from './local-runtime.js';
@@ -246,5 +247,87 @@ describe('backup and restore (real runtime)', {
     assert.equal(lastLine, '1', 'the log ends on a whole line (the volume was frozen for its copy)');
     const fromTemplate = await create(s2, { image: 'templates/tpl' });
     assert.equal((await sh(s2, fromTemplate, 'cat /tplfile')).stdout, 'from-template\n');
+  });
+});
+
+describe('backup and restore on PostgreSQL (real runtime)', {
+  skip:
+    (RUNTIME !== 'local' && 'needs the real runtime') ||
+    (ROOTLESS && 'needs root') ||
+    (pgBinDir() === null && 'no PostgreSQL installed (scripts/setup.sh --test)'),
+  timeout: 600_000,
+}, () => {
+  let pgs: TestPostgres;
+  let a: Server;
+  let b: Server | undefined;
+  const work = mkdtempSync(join(tmpdir(), 'sandboxd-backup-pg-e2e-'));
+  chmodSync(work, 0o711);
+  const d3 = join(work, 'restored');
+
+  before(async () => {
+    pgs = await startPostgres();
+  });
+  after(async () => {
+    await b?.stop();
+    if (!b && existsSync(d3)) await teardownLocal(d3);
+    await a?.stop();
+    await pgs?.stop();
+    rmSync(work, { recursive: true, force: true });
+  });
+
+  it('backs up the files and pg_dumps the database; pg_restore, then restore, then a server has it all', async () => {
+    const url1 = await pgs.createDatabase();
+    a = await startServer({ env: { SANDBOXD_DATABASE_URL: url1 } });
+    const { key } = await newAccount(a, { tokens: 10_000 });
+    const c = await a.api('POST', '/api/v1/sandboxes', {
+      key,
+      body: { image: IMAGE, timeoutMs: 600_000, volumes: { '/data': { name: 'pgdata', sizeGb: 1 } } },
+    });
+    assert.equal(c.status, 201, c.text);
+    const w = await a.api('POST', `/api/v1/sandboxes/${c.body.sandbox.id}/exec`, {
+      key,
+      body: { command: 'head -c 65536 /dev/urandom > /data/f && sync && sha256sum /data/f' },
+    });
+    assert.equal(w.body.exitCode, 0, w.text);
+    // Deleted: the volume is copied idle (no freeze), and no sandbox is lost on the new host.
+    assert.equal((await a.api('DELETE', `/api/v1/sandboxes/${c.body.sandbox.id}`, { key })).status, 204);
+    const ledger = await ledgerOf(a, key);
+
+    const dir = join(work, 'backup');
+    const env = { SANDBOXD_DATA_DIR: a.dataDir, SANDBOXD_IMAGE_DIR: TEST_IMAGE_DIR, SANDBOXD_DATABASE_URL: url1 };
+    const r = await sandboxd(['backup', dir], env);
+    assert.equal(r.code, 0, r.err);
+    assert.match(r.out, /database \(pg_dump\), 1 volumes \(0 frozen for their copy\)/);
+
+    const url2 = await pgs.createDatabase();
+    await new Promise<void>((res, rej) =>
+      execFile('pg_restore', ['--no-owner', `--dbname=${url2}`, join(dir, 'database.pgdump')], (e) =>
+        e ? rej(e) : res(),
+      ),
+    );
+    const target = { SANDBOXD_DATA_DIR: d3, SANDBOXD_IMAGE_DIR: join(d3, 'images') };
+    const noUrl = await sandboxd(['restore', dir], target);
+    assert.equal(noUrl.code, 1);
+    assert.match(noUrl.err, /a PostgreSQL deployment: set SANDBOXD_DATABASE_URL/);
+    const restored = await sandboxd(['restore', dir], { ...target, SANDBOXD_DATABASE_URL: url2 });
+    assert.equal(restored.code, 0, restored.err);
+    assert.match(restored.out, /restore .*database\.pgdump with pg_restore/);
+
+    b = await startServer({
+      dataDir: d3,
+      env: { SANDBOXD_IMAGE_DIR: join(d3, 'images'), SANDBOXD_DATABASE_URL: url2 },
+    });
+    assert.deepEqual(await ledgerOf(b, key), ledger, 'the key works, the ledger is whole');
+    const c2 = await b.api('POST', '/api/v1/sandboxes', {
+      key,
+      body: { image: IMAGE, timeoutMs: 60_000, volumes: { '/data': 'pgdata' } },
+    });
+    assert.equal(c2.status, 201, c2.text);
+    const got = await b.api('POST', `/api/v1/sandboxes/${c2.body.sandbox.id}/exec`, {
+      key,
+      body: { command: 'sha256sum /data/f' },
+    });
+    assert.equal(got.body.stdout, w.body.stdout, "the volume's bytes");
+    assert.equal((await b.api('DELETE', `/api/v1/sandboxes/${c2.body.sandbox.id}`, { key })).status, 204);
   });
 });
