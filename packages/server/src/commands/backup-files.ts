@@ -87,7 +87,7 @@ export async function listFiles(dir: string, under = ''): Promise<string[]> {
 
 /** A manifest path that stays inside the backup (relative, normalised, no `..`). */
 export function safeRelative(p: unknown): p is string {
-  if (typeof p !== 'string' || !p || p.includes('\0') || p.includes('\\') || isAbsolute(p)) return false;
+  if (typeof p !== 'string' || !p || p === '.' || p.includes('\0') || p.includes('\\') || isAbsolute(p)) return false;
   const n = normalize(p);
   return n === p && !n.startsWith('../') && n !== '..' && !n.split('/').includes('..');
 }
@@ -158,7 +158,10 @@ export function thawAll(): void {
  */
 export async function sparseCopy(src: string, dst: string): Promise<number> {
   const from = await open(src, 'r');
-  const to = await open(dst, 'wx', 0o600);
+  const to = await open(dst, 'wx', 0o600).catch(async (e) => {
+    await from.close();
+    throw e;
+  });
   try {
     const size = (await from.stat()).size;
     const buf = Buffer.alloc(1 << 20);

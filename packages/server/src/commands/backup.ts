@@ -44,7 +44,7 @@ export function releaseVersion(): string {
 }
 
 export const backup: Command = {
-  summary: 'copy the instance (database, volumes, snapshots, templates, secrets) into a new directory while it serves',
+  summary: 'copy the instance (database, volumes, snapshots, templates, secrets) while it serves',
   usage: USAGE,
   async run(args) {
     const dirs = args.filter((a) => !a.startsWith('-'));
