@@ -52,6 +52,18 @@ function sandboxd(args: string[], env: Record<string, string>): Promise<{ code: 
   });
 }
 
+/** Runs every step of a clean-up, even after one fails; then throws the first failure. */
+async function allOf(...steps: Array<() => unknown>): Promise<void> {
+  const failed: unknown[] = [];
+  for (const step of steps)
+    try {
+      await step();
+    } catch (e) {
+      failed.push(e);
+    }
+  if (failed.length) throw failed[0];
+}
+
 /** Flips one byte of `file` at `at` (again to undo). */
 function flip(file: string, at: number): void {
   const fd = openSync(file, 'r+');
@@ -78,26 +90,34 @@ describe('backup and restore (real runtime)', {
   let s1: Server;
   let s2: Server | undefined;
   let key: string;
-  const work = mkdtempSync(join(tmpdir(), 'sandboxd-backup-e2e-'));
-  chmodSync(work, 0o711); // the restored data dir lies below: sandboxes' uids traverse it
-  const backupDir = join(work, 'backup');
-  const d2 = join(work, 'restored');
+  let work = '';
+  let backupDir = '';
+  let d2 = '';
   const srcEnv = () => ({ SANDBOXD_DATA_DIR: s1.dataDir, SANDBOXD_IMAGE_DIR: TEST_IMAGE_DIR });
-  const dstEnv = { SANDBOXD_DATA_DIR: d2, SANDBOXD_IMAGE_DIR: join(d2, 'images') };
+  let dstEnv: Record<string, string> = {};
 
   before(async () => {
+    work = mkdtempSync(join(tmpdir(), 'sandboxd-backup-e2e-'));
+    chmodSync(work, 0o711); // the restored data dir lies below: sandboxes' uids traverse it
+    backupDir = join(work, 'backup');
+    d2 = join(work, 'restored');
+    dstEnv = { SANDBOXD_DATA_DIR: d2, SANDBOXD_IMAGE_DIR: join(d2, 'images') };
     s1 = await startServer();
     key = (await newAccount(s1, { tokens: 100_000, plan: 'PRO' })).key;
   });
-  after(async () => {
-    if (s2) {
-      for (const sb of (await s2.api('GET', '/api/v1/sandboxes?limit=1000', { key })).body?.sandboxes ?? [])
-        await s2.api('DELETE', `/api/v1/sandboxes/${sb.id}`, { key });
-      await s2.stop();
-    } else if (existsSync(d2)) await teardownLocal(d2); // a server that failed to start there
-    await s1?.stop();
-    rmSync(work, { recursive: true, force: true });
-  });
+  after(() =>
+    allOf(
+      async () => {
+        if (s2) {
+          for (const sb of (await s2.api('GET', '/api/v1/sandboxes?limit=1000', { key })).body?.sandboxes ?? [])
+            await s2.api('DELETE', `/api/v1/sandboxes/${sb.id}`, { key });
+          await s2.stop();
+        } else if (d2 && existsSync(d2)) await teardownLocal(d2); // a server that failed to start there
+      },
+      () => s1?.stop(),
+      () => work && rmSync(work, { recursive: true, force: true }),
+    ),
+  );
 
   const sh = async (s: Server, id: string, command: string) => {
     const r = await s.api('POST', `/api/v1/sandboxes/${id}/exec`, { key, body: { command } });
@@ -260,20 +280,26 @@ describe('backup and restore on PostgreSQL (real runtime)', {
   let pgs: TestPostgres;
   let a: Server;
   let b: Server | undefined;
-  const work = mkdtempSync(join(tmpdir(), 'sandboxd-backup-pg-e2e-'));
-  chmodSync(work, 0o711);
-  const d3 = join(work, 'restored');
+  let work = '';
+  let d3 = '';
 
   before(async () => {
+    work = mkdtempSync(join(tmpdir(), 'sandboxd-backup-pg-e2e-'));
+    chmodSync(work, 0o711);
+    d3 = join(work, 'restored');
     pgs = await startPostgres();
   });
-  after(async () => {
-    await b?.stop();
-    if (!b && existsSync(d3)) await teardownLocal(d3);
-    await a?.stop();
-    await pgs?.stop();
-    rmSync(work, { recursive: true, force: true });
-  });
+  after(() =>
+    allOf(
+      async () => {
+        if (b) await b.stop();
+        else if (d3 && existsSync(d3)) await teardownLocal(d3);
+      },
+      () => a?.stop(),
+      () => pgs?.stop(),
+      () => work && rmSync(work, { recursive: true, force: true }),
+    ),
+  );
 
   it('backs up the files and pg_dumps the database; pg_restore, then restore, then a server has it all', async () => {
     const url1 = await pgs.createDatabase();

@@ -18,7 +18,7 @@ import { spawn, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { createReadStream, existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { open, readdir, rm } from 'node:fs/promises';
-import { isAbsolute, join, normalize, relative } from 'node:path';
+import { dirname, isAbsolute, join, normalize, relative } from 'node:path';
 
 /** `manifest.json`'s `format`. */
 export const BACKUP_FORMAT = 'sandboxd-backup';
@@ -186,26 +186,34 @@ export async function sparseCopy(src: string, dst: string): Promise<number> {
 /**
  * A consistent copy of volume image `img` whose host mount point is `mnt`. Mounted (a
  * sandbox uses it): the file system is frozen (`fsfreeze`: its dirty data reaches the image
- * and writes wait) for the copy and thawed after, whatever happens. Not mounted: copied, and
- * copied again (at most 3 times) if it changed or got mounted meanwhile.
+ * and writes wait) for the copy and thawed after, whatever happens. It is frozen and thawed
+ * through a descriptor of the mount held open meanwhile (`/proc/<pid>/fd/<n>`), so the
+ * mount cannot go away under the freeze (an unmount meanwhile is busy; the server keeps such
+ * a volume mounted for its next use) and the thaw always reaches it. Not mounted: copied,
+ * and copied again (at most 3 times) if it changed or got mounted meanwhile.
  */
 export async function copyVolume(img: string, mnt: string, dst: string): Promise<'frozen' | 'idle'> {
   for (let attempt = 0; attempt < 3; attempt++) {
     if (isMounted(mnt)) {
+      const held = await open(mnt, 'r').catch(() => undefined);
+      if (!held) continue;
       try {
-        await runTool('fsfreeze', ['--freeze', mnt]);
-      } catch (e) {
-        if (!isMounted(mnt)) continue; // unmounted meanwhile: copy it idle
-        throw e;
-      }
-      frozen.add(mnt);
-      try {
-        await sparseCopy(img, dst);
+        // Opened after an unmount, the descriptor is the empty dir below: copy it idle.
+        if ((await held.stat()).dev !== statSync(dirname(mnt)).dev) {
+          const fd = `/proc/${process.pid}/fd/${held.fd}`;
+          await runTool('fsfreeze', ['--freeze', fd]);
+          frozen.add(fd);
+          try {
+            await sparseCopy(img, dst);
+          } finally {
+            frozen.delete(fd);
+            await runTool('fsfreeze', ['--unfreeze', fd]);
+          }
+          return 'frozen';
+        }
       } finally {
-        frozen.delete(mnt);
-        await runTool('fsfreeze', ['--unfreeze', mnt]);
+        await held.close();
       }
-      return 'frozen';
     }
     const before = statSync(img, { bigint: true });
     await sparseCopy(img, dst);
