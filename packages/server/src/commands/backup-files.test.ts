@@ -5,7 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
@@ -19,7 +19,10 @@ import {
   safeRelative,
   sparseCopy,
 } from './backup-files.js';
-import { verifyBackup } from './restore.js';
+import { MIGRATIONS } from '../store/migrations/index.js';
+import { openDatabase } from '../store/sqlite/open.js';
+import { takeBackup } from './backup.js';
+import { restoreBackup, verifyBackup } from './restore.js';
 
 const tmp = mkdtempSync(join(tmpdir(), 'sandboxd-backup-unit-'));
 after(() => rmSync(tmp, { recursive: true, force: true }));
@@ -130,5 +133,54 @@ describe('verifyBackup: the whole backup is checked before a restore writes anyt
       verifyBackup(make((m) => (m.schemaVersion = 9999))),
       /schema \(9999\) is newer than this sandboxd's/,
     );
+  });
+});
+
+describe('takeBackup and restoreBackup of an instance without volumes or images (no root)', () => {
+  const env = (dataDir: string) => {
+    process.env.SANDBOXD_DATA_DIR = dataDir;
+    process.env.SANDBOXD_IMAGE_DIR = join(dataDir, 'images');
+  };
+  const saved = { ...process.env };
+  after(() => {
+    for (const k of Object.keys(process.env)) if (k.startsWith('SANDBOXD_') && !(k in saved)) delete process.env[k];
+  });
+
+  it('copies the database, uploads and files through <dir>.partial; restores them; --force over a used dir', async () => {
+    const src = join(tmp, 'src');
+    mkdirSync(join(src, 'builds', 'uploads', 'acc_1'), { recursive: true });
+    const db = openDatabase(join(src, 'sandboxd.db'));
+    db.exec("CREATE TABLE probe (v TEXT); INSERT INTO probe VALUES ('kept')");
+    writeFileSync(join(src, 'proxy-link.key'), 'ab'.repeat(32));
+    writeFileSync(join(src, 'builds', 'uploads', 'acc_1', 'h1'), 'upload');
+    const out = join(tmp, 'bk');
+    // A dead backup's leftover is removed; a .partial that is not a backup's is refused.
+    mkdirSync(`${out}.partial`);
+    env(src);
+    await assert.rejects(takeBackup(out), /is not an unfinished backup/);
+    writeFileSync(join(`${out}.partial`, '.sandboxd-backup-partial'), '2147483646');
+    const m = await takeBackup(out); // while the database is open and written to
+    db.exec("INSERT INTO probe VALUES ('after')");
+    db.close();
+    assert.equal(existsSync(`${out}.partial`), false);
+    assert.deepEqual(m.files, ['proxy-link.key']);
+    assert.deepEqual(
+      m.contents.map((f) => f.path),
+      ['builds/uploads/acc_1/h1', 'files/proxy-link.key', 'sandboxd.db'],
+    );
+    assert.equal(m.schemaVersion, MIGRATIONS.at(-1)?.version);
+
+    const dst = join(tmp, 'dst');
+    env(dst);
+    await restoreBackup(out, { force: false });
+    const back = openDatabase(join(dst, 'sandboxd.db'));
+    assert.deepEqual(back.prepare('SELECT v FROM probe').all(), [{ v: 'kept' }]);
+    back.close();
+    assert.equal(readFileSync(join(dst, 'proxy-link.key'), 'utf8'), 'ab'.repeat(32));
+    assert.equal(readFileSync(join(dst, 'builds', 'uploads', 'acc_1', 'h1'), 'utf8'), 'upload');
+    await assert.rejects(restoreBackup(out, { force: false }), /is not empty .*pass --force/);
+    writeFileSync(join(dst, 'proxy-link.key'), 'changed');
+    await restoreBackup(out, { force: true });
+    assert.equal(readFileSync(join(dst, 'proxy-link.key'), 'utf8'), 'ab'.repeat(32));
   });
 });
