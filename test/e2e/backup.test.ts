@@ -162,6 +162,13 @@ describe('backup and restore (real runtime)', {
       (await sh(s1, writer, 'test -s /data/log && echo yes')).stdout === 'yes\n' ? true : undefined,
     );
     const ledger = await ledgerOf(s1, key);
+    // A console session of another account, signed in before the backup.
+    const email = `backup-${Date.now()}@example.com`;
+    const acct2 = await s1.api('POST', '/api/v1/admin/accounts', { body: { email, password: 'password123' } });
+    assert.equal(acct2.status, 201, acct2.text);
+    const login = await s1.api('POST', '/api/v1/auth/login', { key: null, body: { email, password: 'password123' } });
+    assert.equal(login.status, 200, login.text);
+    const cookie = String(login.headers.get('set-cookie')).split(';')[0];
     assert.ok(
       ledger.some((e) => e.reason === 'sandbox.create'),
       'tokens were spent',
@@ -232,6 +239,9 @@ describe('backup and restore (real runtime)', {
       throw new Error(`${(e as Error).message}\n${logs.map((f) => readFileSync(join(d2, f), 'utf8')).join('\n')}`);
     }
     const account = await s2.api('GET', '/api/v1/account', { key });
+    const session = await s2.api('GET', '/api/v1/account', { key: null, headers: { cookie } });
+    assert.equal(session.status, 200, 'the console session is still signed in');
+    assert.equal(session.body.email, email);
     assert.equal(account.status, 200, 'the API key works on the restored server');
     // The sandboxes that ran are not running here: each is marked lost, its unused minutes refunded.
     for (const id of [writer, other])
