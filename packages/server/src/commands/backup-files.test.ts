@@ -80,6 +80,7 @@ describe('verifyBackup: the whole backup is checked before a restore writes anyt
       formatVersion: BACKUP_FORMAT_VERSION,
       version: '0.1.0',
       schemaVersion: 1,
+      dataRelease: '0.1.0',
       createdAt: new Date().toISOString(),
       source: { dataDir: '/d', imageDir: '/d/images', instance: '0123456789', hostname: 'h' },
       database: { kind: 'sqlite', file: 'sandboxd.db' },
@@ -119,7 +120,7 @@ describe('verifyBackup: the whole backup is checked before a restore writes anyt
     await assert.rejects(verifyBackup(tmp), /is not a sandboxd backup/);
   });
 
-  it('refuses paths out of the backup, unlisted parts, newer formats and schemas', async () => {
+  it('refuses paths out of the backup, unlisted parts, newer formats, schemas and data releases', async () => {
     await assert.rejects(
       verifyBackup(make((m) => m.contents.push({ path: '../escape', bytes: 0, sha256: sha('') }))),
       /names a bad entry/,
@@ -133,6 +134,11 @@ describe('verifyBackup: the whole backup is checked before a restore writes anyt
       verifyBackup(make((m) => (m.schemaVersion = 9999))),
       /schema \(9999\) is newer than this sandboxd's/,
     );
+    await assert.rejects(
+      verifyBackup(make((m) => (m.dataRelease = '99.0.0'))),
+      /last served by sandboxd 99\.0\.0; this is sandboxd .*, an older release/,
+    );
+    await assert.rejects(verifyBackup(make((m) => (m.dataRelease = 'x'))), /names a bad release/);
   });
 });
 

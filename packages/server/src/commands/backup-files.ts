@@ -40,6 +40,12 @@ export interface Manifest {
   version: string;
   /** The database's schema version (SQLite `user_version`; on PostgreSQL, null). */
   schemaVersion: number | null;
+  /**
+   * The release that last served the data (the SQLite database's marker, `instance_meta`
+   * `release`), null when it has none (older releases, PostgreSQL): a restore refuses data a
+   * newer release than itself has served, as the server does.
+   */
+  dataRelease: string | null;
   createdAt: string;
   /** Where it came from (for the operator's eyes only; restore uses its own config). */
   source: { dataDir: string; imageDir: string; instance: string; hostname: string };
@@ -55,6 +61,15 @@ export interface Manifest {
   files: string[];
   /** Every file of the backup but the manifest's own two. */
   contents: ManifestFile[];
+}
+
+/** `a` < `b` (negative), equal (0) or newer (positive), by `major.minor.patch`; null when either is not one. */
+export function compareVersions(a: string, b: string): number | null {
+  const pa = /^(\d+)\.(\d+)\.(\d+)$/.exec(a);
+  const pb = /^(\d+)\.(\d+)\.(\d+)$/.exec(b);
+  if (!pa || !pb) return null;
+  for (let i = 1; i <= 3; i++) if (Number(pa[i]) !== Number(pb[i])) return Number(pa[i]) - Number(pb[i]);
+  return 0;
 }
 
 /** sha256 (hex) and size of a file, read as a stream. */

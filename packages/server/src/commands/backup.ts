@@ -97,13 +97,14 @@ export async function takeBackup(dir: string): Promise<Manifest> {
 
   // 1. The database first: everything after it is at least as new as its records.
   let schemaVersion: number | null = null;
+  let dataRelease: string | null = null;
   let database: Manifest['database'];
   if (config.role === 'runner') {
     database = { kind: 'none' };
   } else if (config.databaseUrl) {
     database = { kind: 'postgres', dump: await pgDump(config.databaseUrl, join(partial, 'database.pgdump')) };
   } else {
-    schemaVersion = await sqliteBackup(config.dbPath, join(partial, 'sandboxd.db'));
+    ({ schemaVersion, dataRelease } = await sqliteBackup(config.dbPath, join(partial, 'sandboxd.db')));
     database = { kind: 'sqlite', file: 'sandboxd.db' };
   }
 
@@ -159,6 +160,7 @@ export async function takeBackup(dir: string): Promise<Manifest> {
     formatVersion: BACKUP_FORMAT_VERSION,
     version: releaseVersion(),
     schemaVersion,
+    dataRelease,
     createdAt: new Date().toISOString(),
     source: { dataDir: config.dataDir, imageDir: config.imageDir, instance: key, hostname: hostname() },
     database,
@@ -209,9 +211,13 @@ function alive(pid: number): boolean {
 /**
  * SQLite's online backup of `dbPath` (read-only; the server goes on writing: WAL readers do
  * not block it). After a first step, the rest is copied in one step, so a write of the server
- * restarts it at most once. The copy is checked (`quick_check`). Returns its schema version.
+ * restarts it at most once. The copy is checked (`quick_check`). Returns its schema version
+ * and the release its marker names (none before the marker existed).
  */
-async function sqliteBackup(dbPath: string, to: string): Promise<number> {
+async function sqliteBackup(
+  dbPath: string,
+  to: string,
+): Promise<{ schemaVersion: number; dataRelease: string | null }> {
   const db = new Database(dbPath, { readonly: true, fileMustExist: true });
   try {
     db.pragma('busy_timeout = 5000');
@@ -230,7 +236,16 @@ async function sqliteBackup(dbPath: string, to: string): Promise<number> {
       throw new Error(
         `the database's schema (${version}) is newer than this sandboxd's (${latest}): back up with the server's release`,
       );
-    return version;
+    let dataRelease: string | null = null;
+    try {
+      const row = copy.prepare("SELECT value FROM instance_meta WHERE key = 'release'").get() as
+        | { value: string }
+        | undefined;
+      dataRelease = row?.value ?? null;
+    } catch {
+      /* no marker table: a release before it */
+    }
+    return { schemaVersion: version, dataRelease };
   } finally {
     copy.close();
   }

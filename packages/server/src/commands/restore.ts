@@ -15,6 +15,7 @@ import { MIGRATIONS } from '../store/migrations/index.js';
 import {
   BACKUP_FORMAT,
   BACKUP_FORMAT_VERSION,
+  compareVersions,
   hashFile,
   isMounted,
   MANIFEST,
@@ -24,6 +25,7 @@ import {
   safeRelative,
   sparseCopy,
 } from './backup-files.js';
+import { releaseVersion } from './backup.js';
 import { type Command, UsageError } from './command.js';
 
 const USAGE = `usage: sandboxd restore [--force] <dir>
@@ -111,6 +113,15 @@ export async function verifyBackup(dir: string): Promise<Manifest> {
     throw new BadBackupError(
       `the backup's database schema (${m.schemaVersion}) is newer than this sandboxd's (${latest}): restore it with sandboxd ${m.version} or newer`,
     );
+  const thisRelease = releaseVersion();
+  if (m.dataRelease != null) {
+    const newer = typeof m.dataRelease === 'string' ? compareVersions(m.dataRelease, thisRelease) : null;
+    if (newer === null) throw new BadBackupError(`${MANIFEST} names a bad release: ${JSON.stringify(m.dataRelease)}`);
+    if (newer > 0)
+      throw new BadBackupError(
+        `the backup's data was last served by sandboxd ${m.dataRelease}; this is sandboxd ${thisRelease}, an older release: restore it with sandboxd ${m.dataRelease} or newer (downgrades are not supported)`,
+      );
+  }
   if (!['sqlite', 'postgres', 'none'].includes(m.database?.kind))
     throw new BadBackupError(`${MANIFEST} names no database kind`);
   if (!Array.isArray(m.contents) || !Array.isArray(m.volumes) || !Array.isArray(m.images) || !Array.isArray(m.files))
