@@ -20,7 +20,7 @@ export function instanceKey(dataDir: string): string {
 /** What a lock's holder tells a process that finds the lock taken. */
 export interface LockHolder {
   pid: number;
-  /** `server` or `teardown`. */
+  /** `server`, `teardown` or `restore`. */
   role: string;
   dataDir: string;
   bridge?: string;
@@ -59,7 +59,7 @@ export function bridgeLockName(bridge: string): string {
 export async function acquireInstanceLock(o: {
   dataDir: string;
   bridge?: string;
-  role: 'server' | 'teardown';
+  role: 'server' | 'teardown' | 'restore';
 }): Promise<InstanceLock> {
   const key = instanceKey(o.dataDir);
   const dataDir = realpathSync(o.dataDir);
@@ -91,7 +91,8 @@ export async function acquireInstanceLock(o: {
 
 function describe(h: LockHolder | null): string {
   if (!h) return 'pid unknown';
-  return h.role === 'teardown' ? `pid ${h.pid}, removing it from the host` : `pid ${h.pid}`;
+  if (h.role === 'teardown') return `pid ${h.pid}, removing it from the host`;
+  return h.role === 'restore' ? `pid ${h.pid}, restoring a backup into it` : `pid ${h.pid}`;
 }
 
 /**

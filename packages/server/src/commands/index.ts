@@ -4,21 +4,21 @@
  * {@link COMMANDS}. A command gets its arguments (after its name) and returns an exit status;
  * it writes its own output, and a {@link UsageError} it throws is printed with the usage.
  */
-import { readFileSync } from 'node:fs';
-
+import { RELEASE } from '../release.js';
 import { type Command, UsageError } from './command.js';
 
 export type { Command } from './command.js';
 export { UsageError } from './command.js';
 
 function version(): string {
-  const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string };
-  return pkg.version;
+  return RELEASE;
 }
 
 /** Every command but `help` and `version`. Keep in alphabetical order. */
 export const COMMANDS: Record<string, () => Promise<Command>> = {
+  backup: async () => (await import('./backup.js')).backup,
   install: async () => (await import('./install.js')).installCommand,
+  restore: async () => (await import('./restore.js')).restore,
   serve: async () => (await import('./serve.js')).serve,
 };
 
