@@ -28,9 +28,10 @@
  *      is ~190 bytes per exec, so a leak of a few hundred bytes per request fails. The RSS bar
  *      is looser (malloc arenas and V8's page pool keep what they were given) and catches
  *      native leaks the heap does not see. Proof that a leak fails it: `--leak-bytes N` makes
- *      the server retain N bytes per request (gc-probe.mjs); load.test.ts-style runs with
- *      N = 1024 fail, N = 0 passes (see docs/security.md, "Chaos soak"). Raw RSS and its slope
- *      are still printed, as figures, not judged;
+ *      the server retain N bytes of heap per request (gc-probe.mjs). Measured (40 sandboxes,
+ *      300 exec/s for 2 minutes, 10 terminals, a collection every 10 s): N = 0 grew the live
+ *      set 2.6 MiB and post-GC RSS 14 MiB (flat); N = 1024 grew them 24.7 and 46.2 MiB (NOT
+ *      flat, exit 1). Raw RSS and its slope are still printed, as figures, not judged;
  *   5. checks every terminal got every line, in order, and its end marker; deletes the
  *      terminals and sandboxes, stops the server, removes its host set-up and compares the
  *      host with a snapshot taken before (lines naming this run's bridge, subnet, data
