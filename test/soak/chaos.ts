@@ -23,8 +23,11 @@
  *   api-kill       kill -9 of api replica B, started again on its port;
  *   pg-kill        kill -9 of PostgreSQL's postmaster, started again on its data dir.
  * "Time to recover" is from the injection to the first success of the probe that fault
- * breaks (an exec in a pool sandbox; for host-disk-full a create; for the sandbox-local
- * faults the victim answering again, or being deleted).
+ * breaks (an exec in a pool sandbox; for host-disk-full, from the space's return to the first
+ * create; for the sandbox-local faults the victim answering again, or, after a fork bomb,
+ * being deleted). The fleet's PostgreSQL keeps fsync and synchronous commit (the test
+ * default turns them off, and a kill -9 then loses the last commits, which no production
+ * server does); every server of the run reconciles every 2 s.
  *
  * The rules, checked on every answer:
  *   - a 2xx whose content is right is `ok`; a 4xx, 503 or 507 whose body is sandboxd's error
