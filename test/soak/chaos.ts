@@ -793,7 +793,8 @@ export async function runChaos(
           await fs.destroyScope(harnessDir, small.dir).catch((e) => t.violations.push(`single teardown: ${e}`));
         }
         small.remove();
-        if (harnessDir) rmSync(harnessDir, { recursive: true, force: true });
+        // SANDBOXD_E2E_KEEP=1 keeps its server logs (server-<pid>.stderr.log), as the harness does.
+        if (harnessDir && !process.env.SANDBOXD_E2E_KEEP) rmSync(harnessDir, { recursive: true, force: true });
       }
     }
 
@@ -882,6 +883,8 @@ export async function runChaos(
   const hostAfter = fs.hostSnapshot();
   for (const { scope, ids } of scopes) {
     for (const l of fs.scopeDiff(hostBefore, hostAfter, scope, ids)) t.violations.push(`host left: ${l}`);
+    // Sandbox processes killed by the teardown may take a moment to be gone: up to 30 s.
+    await fs.eventually(() => fs.scopeProcesses(scope).length === 0, 150, 200);
     for (const p of fs.scopeProcesses(scope)) t.violations.push(`process left: ${p}`);
   }
   return {
