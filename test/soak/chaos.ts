@@ -330,7 +330,11 @@ class Workload {
   }
   async stop(): Promise<void> {
     this.running = false;
-    await Promise.race([Promise.all(this.loops), sleep(180_000)]);
+    // Bounded (a loop stuck on a request gives up with its 120 s client timeout anyway); the
+    // timer is cleared, so that it does not keep the process alive once the loops are done.
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([Promise.all(this.loops), new Promise<void>((r) => (timer = setTimeout(r, 180_000)))]);
+    clearTimeout(timer);
     this.loops = [];
   }
   private pick(exclusive: boolean): Sb | null {
