@@ -425,11 +425,20 @@ class Workload {
       const c = await call(this.t, op, url, key, 'POST', `${base}/terminals`, { body: { shell: 'sh' } });
       const tid = c.body?.terminal?.id as string;
       let tc: Awaited<ReturnType<typeof TermClient.connect>> | undefined;
+      let closedIn: string | null = null;
       try {
         tc = await TermClient.connect(terminalUrl(url, sb.id, tid), { authorization: `Bearer ${key}` }, 20_000);
+        // A socket cut by a fault is judged by when it was cut, not when the wait gave up.
+        void tc.closed.then(() => {
+          closedIn = this.t.inWindow();
+        });
         tc.type(`echo tm-$((${n}+1))\r`);
         await tc.waitForOutput(new RegExp(`tm-${n + 1}\\r?\\n`), 20_000);
       } catch (e) {
+        if (closedIn) {
+          this.t.faultWindow[closedIn] = (this.t.faultWindow[closedIn] ?? 0) + 1;
+          throw new Refused(`${op}: terminal cut in the ${closedIn} window`);
+        }
         throw classifyThrown(this.t, op, e as Error);
       } finally {
         tc?.close();
