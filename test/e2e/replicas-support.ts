@@ -35,7 +35,7 @@ export class ReplicaPair {
   apiEnv: Record<string, string> = {};
 
   /** Starts the four processes, then makes an account and a running sandbox of `image` through api A. */
-  async start(o: { nodeName: string; image: string }): Promise<{
+  async start(o: { nodeName: string; image: string; durable?: boolean }): Promise<{
     runner: Server;
     apiA: Server;
     apiB: Server;
@@ -43,7 +43,7 @@ export class ReplicaPair {
     key: string;
     id: string;
   }> {
-    this.pg = await startPostgres();
+    this.pg = await startPostgres({ durable: o.durable });
     const runner = await startServer({
       env: { SANDBOXD_ROLE: 'runner', SANDBOXD_RUNNER_TOKEN: this.token, SANDBOXD_NODE_NAME: o.nodeName },
       ready: runnerReady(this.token),

@@ -46,6 +46,10 @@ export interface TestPostgres {
   createSchema(): Promise<string>;
   /** `pg_ctl -m fast stop`, then removes the temp dir; idempotent. */
   stop(): Promise<void>;
+  /** kill -9 of the postmaster (its pid from postmaster.pid), as a crash; returns that pid. */
+  crash(): number;
+  /** Starts it again on the same data dir and port after {@link crash} (a few tries while its backends exit). */
+  restart(): Promise<void>;
 }
 
 const isRoot = process.getuid?.() === 0;
@@ -56,7 +60,11 @@ function asPg(bin: string, args: string[], timeoutMs: number) {
   return run(cmd, argv, { timeout: timeoutMs, killSignal: 'SIGKILL', maxBuffer: 4 << 20 });
 }
 
-export async function startPostgres(): Promise<TestPostgres> {
+/**
+ * `durable`: keep PostgreSQL's own fsync and synchronous commit (the chaos soak kills it with
+ * -9: without them the last ~0.6 s of commits are lost, which a production server never does).
+ */
+export async function startPostgres(o: { durable?: boolean } = {}): Promise<TestPostgres> {
   const bin = pgBinDir();
   if (!bin) throw new Error('no PostgreSQL binaries under /usr/lib/postgresql (scripts/setup.sh --test installs them)');
   const dir = await mkdtemp(join(tmpdir(), 'sbx-pg-'));
@@ -98,7 +106,8 @@ export async function startPostgres(): Promise<TestPostgres> {
       await appendFile(
         join(data, 'postgresql.conf'),
         `\nlisten_addresses = '127.0.0.1'\nport = ${port}\nunix_socket_directories = '${sock}'\n` +
-          'fsync = off\nsynchronous_commit = off\nfull_page_writes = off\nmax_connections = 200\n',
+          (o.durable ? '' : 'fsync = off\nsynchronous_commit = off\nfull_page_writes = off\n') +
+          'max_connections = 200\n',
       );
       const t0 = performance.now();
       try {
@@ -145,6 +154,24 @@ export async function startPostgres(): Promise<TestPostgres> {
         const schema = `s${++n}`;
         await admin(base, `CREATE SCHEMA ${schema}`);
         return `${base}?options=${encodeURIComponent(`-c search_path=${schema}`)}`;
+      },
+      crash() {
+        const pid = Number(readFileSync(join(data, 'postmaster.pid'), 'utf8').split('\n')[0]);
+        if (!(pid > 1)) throw new Error('no postmaster pid in postmaster.pid');
+        process.kill(pid, 'SIGKILL');
+        return pid;
+      },
+      async restart() {
+        for (let attempt = 1; ; attempt++) {
+          try {
+            await asPg(ctl, ['-D', data, '-l', join(dir, 'server.log'), '-w', '-t', '30', 'start'], 40_000);
+            return;
+          } catch (e) {
+            // The killed postmaster's backends notice its death and exit within moments.
+            if (attempt >= 10) throw new Error(`pg_ctl start after a crash failed: ${(e as Error).message}`);
+            await new Promise((r) => setTimeout(r, 500));
+          }
+        }
       },
       stop() {
         stopped ??= (async () => {

@@ -28,6 +28,7 @@ import { migrate } from './migrations.js';
 import * as sb from './sandboxes.js';
 import type { PgDatabase } from './schema.js';
 import { PgSnapshots } from './snapshots.js';
+import { guardPool } from './unavailable.js';
 
 const { Pool, types } = pg;
 
@@ -71,7 +72,10 @@ export class PostgresStore implements Store {
 
   /** Connects to `url`, applies pending migrations (once, whichever process comes first) and returns the store. */
   static async open(url: string, opts: PostgresStoreOptions = {}): Promise<PostgresStore> {
-    const pool = new Pool({ connectionString: url, max: opts.poolSize ?? 10, types: pgTypes });
+    // A database that cannot be reached answers 503 `unavailable`, not 500 (unavailable.ts).
+    const pool = guardPool(new Pool({ connectionString: url, max: opts.poolSize ?? 10, types: pgTypes }), (err) =>
+      opts.onPoolError?.(err),
+    );
     pool.on('error', (err) => opts.onPoolError?.(err));
     const db = new Kysely<PgDatabase>({ dialect: new PostgresDialect({ pool }) });
     try {

@@ -6,6 +6,9 @@ import { nsPid, type OciRuntime } from './oci-runtime.js';
 import { mergeEnvList } from '../sandbox-checks.js';
 import { simpleWords } from './simple-command.js';
 
+const NO_AGENT = () =>
+  new SandboxdError('internal', 'The sandbox cannot run processes (its exec agent does not start)');
+
 /** What running a command needs to know of a sandbox (a driver record has it). */
 export interface CommandTarget {
   /** The sandbox's container id in the runtime (its own id, or a warm-pooled one's). */
@@ -86,6 +89,8 @@ export class SandboxCommands {
       }
     }
     const id = t.cid;
+    const gone = await this.notRunning(id);
+    if (gone) throw gone;
     return this.o.runtime.exec(id, argv, {
       env,
       cwd,
@@ -116,6 +121,8 @@ export class SandboxCommands {
       }
     }
     const id = t.cid;
+    const gone = await this.notRunning(id);
+    if (gone) throw gone;
     const hostPid = await this.o.runtime.execDetached(id, argv, {
       env,
       cwd,
@@ -142,8 +149,7 @@ export class SandboxCommands {
   ): Promise<number> {
     for (let attempt = 0; ; attempt++) {
       const agent = await this.agent(t);
-      if (!agent)
-        throw new SandboxdError('internal', 'The sandbox cannot run processes (its exec agent does not start)');
+      if (!agent) throw (await this.notRunning(t.cid)) ?? NO_AGENT();
       try {
         return await agent.execBackground(argv, o);
       } catch (e) {
@@ -168,8 +174,7 @@ export class SandboxCommands {
     };
     for (let attempt = 0; ; attempt++) {
       const agent = await this.agent(t);
-      if (!agent)
-        throw new SandboxdError('internal', 'The sandbox cannot run processes (its exec agent does not start)');
+      if (!agent) throw (await this.notRunning(t.cid)) ?? NO_AGENT();
       try {
         return await agent.spawn(argv, o);
       } catch (e) {
@@ -194,6 +199,20 @@ export class SandboxCommands {
    * died (killed from inside, say). Null when none can start; the caller then uses the
    * runtime's own exec, which also reports why the sandbox cannot run anything.
    */
+  /**
+   * Why a sandbox whose agent does not start cannot run a command, when the reason is that its
+   * container is not running in the runtime (gone, stopped, not adopted yet after a restart):
+   * 409, never a runtime failure passed off as the command's result (the fallback's `crun
+   * exec` answered exit 1 with crun's own "error opening file .../status") or as a 500. Null
+   * when the container runs (or the agent is not used: the runtime's exec is the only path).
+   */
+  private async notRunning(id: string): Promise<SandboxdError | null> {
+    if (!this.o.useAgent) return null;
+    const s = await this.o.runtime.state(id);
+    if (s?.status === 'running') return null;
+    return new SandboxdError('conflict', 'Sandbox is not running', { runtime: s?.status ?? 'gone' });
+  }
+
   private async agent(t: CommandTarget): Promise<ExecAgent | null> {
     if (!this.o.useAgent) return null;
     const id = t.cid;
