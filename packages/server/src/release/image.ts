@@ -61,6 +61,7 @@ export const BASE_PACKAGES = [
   'mmdebstrap',
   'mount',
   'nftables',
+  'postgresql-client',
   'runc',
   'skopeo',
   'umoci',
