@@ -54,7 +54,10 @@ describe('release record', () => {
     assert.match(read('packages/python/pyproject.toml'), new RegExp(`^version = "${RELEASE}"$`, 'm'));
     assert.match(read('packages/python/sandboxd/_version.py'), new RegExp(`__version__ = "${RELEASE}"`));
     // The example overlay names the release image of this version (`npm run image`'s tag).
-    assert.match(read('deploy/kubernetes/overlays/example/kustomization.yaml'), new RegExp(`^\\s+newTag: ${RELEASE}$`, 'm'));
+    assert.match(
+      read('deploy/kubernetes/overlays/example/kustomization.yaml'),
+      new RegExp(`^\\s+newTag: ${RELEASE}$`, 'm'),
+    );
   });
 
   it("this release's schema versions are its migrations'", () => {
