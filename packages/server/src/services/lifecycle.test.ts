@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { makeTestApp, type TestApp } from '../../test/app.js';
+import { SandboxdError } from '@sandboxd/protocol';
 import { DEFAULT_PLANS } from '../config.js';
 
 /** Pause, resume, stop, start, snapshots and the reaper's part, over HTTP on the fake runtime (real-runtime proof: test/e2e/pause-stop-snapshot.test.ts). */
@@ -68,6 +69,31 @@ describe('lifecycle (fake runtime)', () => {
       (e: { reason: string; delta: number }) => `${e.reason}:${e.delta}`,
     );
     assert.deepEqual(ledger.reverse(), ['signup:100', 'sandbox.create:-10', 'sandbox.refund:9', 'sandbox.resume:-2']);
+  });
+
+  it('a resume the runner does not answer is 503; the record stays paused, the run refunded; a retry resumes it', async () => {
+    const { key } = await t.newAccount({ tokens: 100 });
+    const sb = await create(key);
+    assert.equal((await call(key, 'POST', `/api/v1/sandboxes/${sb.id}/pause`)).status, 200);
+    const paused = (await call(key, 'GET', `/api/v1/sandboxes/${sb.id}`)).body.sandbox;
+    const before = await balance(key);
+    // Refused before the thaw (runner unreachable), and after it (the answer lost with the runner).
+    for (const applied of [false, true]) {
+      t.driver.failNextResume = {
+        error: new SandboxdError('unavailable', 'Runner 127.0.0.1:1 closed the connection before answering (1006)'),
+        applied,
+      };
+      const r = await call(key, 'POST', `/api/v1/sandboxes/${sb.id}/resume`, { timeoutMs: 120_000 });
+      assert.equal(r.status, 503, JSON.stringify(r.body));
+      assert.equal(r.body.kind, 'unavailable');
+      const now = (await call(key, 'GET', `/api/v1/sandboxes/${sb.id}`)).body.sandbox;
+      assert.deepEqual(now, paused, `applied=${applied}: the record as it was`);
+      assert.equal(await balance(key), before);
+    }
+    const ok = await call(key, 'POST', `/api/v1/sandboxes/${sb.id}/resume`, { timeoutMs: 120_000 });
+    assert.equal(ok.status, 200, JSON.stringify(ok.body));
+    assert.equal(ok.body.sandbox.state, 'started');
+    assert.equal(await balance(key), before - 2);
   });
 
   it('stop keeps the layer, start boots it again from it (a new run billed), stop of a paused one, 409s', async () => {

@@ -112,6 +112,27 @@ export class LifecycleService {
     try {
       await this.d.driver.resume(r.id);
     } catch (e) {
+      if (e instanceof SandboxdError && e.kind === 'unavailable') {
+        // The runner did not answer, or went away before it did: the sandbox is there, frozen
+        // (or thawed by a call whose answer was lost; a thaw again is a no-op). The record goes
+        // back to `paused` as it was, the run's minutes refunded, and the caller may retry (503).
+        this.d.log.warn({ err: e, sandboxId: r.id }, 'resume: runner unavailable; left paused');
+        await this.d.store
+          .updateSandbox(r.id, {
+            state: 'paused',
+            stopAt: r.stopAt,
+            ...(r.runStartedAt !== undefined ? { runStartedAt: r.runStartedAt } : {}),
+            expiresAt: r.expiresAt ?? null,
+            details: r.details ?? null,
+            ledgerDelta: minutes,
+            ledgerReason: 'sandbox.refund',
+            reservedMinutes: r.reservedMinutes,
+            expectStates: ['started'],
+            at: this.d.clock.now(),
+          })
+          .catch((err) => this.d.log.warn({ err, sandboxId: r.id }, 'resume: putting the record back to paused'));
+        throw e;
+      }
       // A paused sandbox that cannot be thawed is gone (its cgroup with it).
       this.d.log.error({ err: e, sandboxId: r.id }, 'resume failed');
       await this.sandboxes.markLost(out, `resume failed: ${(e as Error).message}`, { fullRefund: true });

@@ -70,6 +70,11 @@ export class FakeDriver implements RuntimeDriver {
   readonly images: FakeImageStore;
   /** Next `create` fails with this error (then it is cleared); for tests. */
   failNextCreate: Error | null = null;
+  /**
+   * Next `resume` fails with this error (then it is cleared), after thawing when `applied`
+   * (a runner that thawed, then went away before answering); for tests.
+   */
+  failNextResume: { error: Error; applied?: boolean } | null = null;
   /** Calls seen, for assertions. */
   readonly calls: string[] = [];
   /**
@@ -157,10 +162,14 @@ export class FakeDriver implements RuntimeDriver {
   }
   async resume(id: string): Promise<void> {
     this.calls.push(`resume ${id}`);
+    const fail = this.failNextResume;
+    this.failNextResume = null;
+    if (fail && !fail.applied) throw fail.error;
     const s = this.existing(id);
     if (s.info.state === 'stopped') throw new SandboxdError('conflict', 'Sandbox is stopped');
     s.info.state = 'running';
     for (const p of s.ptys) p.resume();
+    if (fail) throw fail.error;
   }
   async stop(id: string): Promise<void> {
     this.calls.push(`stop ${id}`);
