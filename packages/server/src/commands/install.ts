@@ -11,13 +11,19 @@ import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import {
   chmodSync,
+  closeSync,
+  constants,
   existsSync,
+  fchmodSync,
+  fsyncSync,
+  lstatSync,
   mkdirSync,
+  openSync,
   readFileSync,
   renameSync,
+  rmSync,
   statfsSync,
-  statSync,
-  writeFileSync,
+  writeSync,
 } from 'node:fs';
 import { release } from 'node:os';
 import { delimiter, dirname, join, resolve } from 'node:path';
@@ -294,18 +300,55 @@ interface Step {
   apply(): void;
 }
 
-/** Writes `text` to `path` with `mode`, through a temporary file renamed over it. */
-function writeFileAtomic(path: string, text: string, mode: number): void {
+/**
+ * Writes `text` to `path` with `mode`, through a temporary file renamed over it. The
+ * temporary file is made with O_EXCL and O_NOFOLLOW (a link planted at its name is removed,
+ * never written through) and its mode set on the descriptor; `path` itself must not be a
+ * symbolic link (the rename would replace it, but an operator who linked it meant something).
+ */
+export function writeFileAtomic(path: string, text: string, mode: number): void {
+  refuseLink(path);
   const tmp = `${path}.tmp-${process.pid}`;
-  writeFileSync(tmp, text, { mode });
-  chmodSync(tmp, mode);
+  rmSync(tmp, { force: true }); // unlinks a planted link itself, not what it names
+  const fd = openSync(tmp, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, mode);
+  try {
+    fchmodSync(fd, mode);
+    writeSync(fd, text);
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
   renameSync(tmp, path);
 }
 
+/** Throws when `path` is a symbolic link (the installer writes only through real paths). */
+function refuseLink(path: string): void {
+  let st: ReturnType<typeof lstatSync> | undefined;
+  try {
+    st = lstatSync(path);
+  } catch {
+    return;
+  }
+  if (st.isSymbolicLink())
+    throw new Error(`${path} is a symbolic link: remove it (the installer does not write through links)`);
+}
+
+/**
+ * A directory the installer makes or fixes. An existing one must be a real directory (not a
+ * link) owned by this user: a directory another user owns could be swapped under the secrets.
+ */
 function ensureDir(path: string, mode: number): Step[] {
+  refuseLink(path);
   if (!existsSync(path))
     return [{ say: `create ${path} (mode ${mode.toString(8)})`, apply: () => mkdirTree(path, mode) }];
-  const have = statSync(path).mode & 0o777;
+  const st = lstatSync(path);
+  if (!st.isDirectory()) throw new Error(`${path} exists and is not a directory`);
+  const uid = process.getuid?.();
+  if (uid !== undefined && st.uid !== uid)
+    throw new Error(
+      `${path} is owned by uid ${st.uid}, not ${uid}: chown it (or remove it) and run the installer again`,
+    );
+  const have = st.mode & 0o777;
   if (have === mode) return [];
   return [{ say: `chmod ${mode.toString(8)} ${path} (was ${have.toString(8)})`, apply: () => chmodSync(path, mode) }];
 }
@@ -328,6 +371,7 @@ export function install(o: InstallOptions, out: (s: string) => void, probe: Host
   const at = (p: string) => (o.root === '/' ? p : join(o.root, p));
   const steps: Step[] = [];
   const configPath = at(INSTALL_PATHS.config);
+  refuseLink(configPath);
   const configKept = existsSync(configPath) && !o.force;
   let apiKey: string | undefined;
 
@@ -427,7 +471,13 @@ export const installCommand: Command = {
     }
     const o = parseInstallArgs(args);
     const out = (s: string) => process.stdout.write(s);
-    const r = install(o, out);
+    let r: InstallResult;
+    try {
+      r = install(o, out);
+    } catch (e) {
+      process.stderr.write(`sandboxd install: ${(e as Error).message}\n`);
+      return 1;
+    }
     let started = false;
     if (o.start) {
       const missing = r.checks.filter((c) => !c.ok).map((c) => c.name);
