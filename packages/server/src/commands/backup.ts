@@ -4,7 +4,7 @@
  * and how: backup-files.ts and docs/backups.md.
  */
 import Database from 'better-sqlite3';
-import { existsSync } from 'node:fs';
+import { existsSync, lstatSync } from 'node:fs';
 import { chmod, mkdir, open, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import { basename, dirname, join, resolve } from 'node:path';
@@ -49,7 +49,8 @@ export const backup: Command = {
     if (dirs.length !== 1)
       throw new UsageError(dirs.length ? `takes one directory (got ${dirs.length})` : 'names no directory');
     const dir = resolve(dirs[0]);
-    if (existsSync(dir)) throw new UsageError(`${dir} exists: a backup goes into a new directory`);
+    if (lstatSync(dir, { throwIfNoEntry: false }))
+      throw new UsageError(`${dir} exists: a backup goes into a new directory`);
     if (!existsSync(dirname(dir))) throw new UsageError(`${dirname(dir)} does not exist`);
     const onSignal = (sig: NodeJS.Signals) => {
       thawAll();
@@ -87,6 +88,8 @@ export async function takeBackup(dir: string): Promise<Manifest> {
     throw new Error(`no data dir at ${config.dataDir} (SANDBOXD_DATA_DIR, or dataDir in SANDBOXD_CONFIG)`);
   if (config.role !== 'runner' && !config.databaseUrl && !existsSync(config.dbPath))
     throw new Error(`no database at ${config.dbPath}: is ${config.dataDir} a sandboxd data dir?`);
+  // A link there (even one naming nothing yet) is not followed: the backup would land where it points.
+  if (lstatSync(dir, { throwIfNoEntry: false })) throw new Error(`${dir} exists: a backup goes into a new directory`);
   const partial = `${dir}.partial`;
   await claimPartial(partial);
   const key = instanceKey(config.dataDir);
@@ -131,6 +134,9 @@ export async function takeBackup(dir: string): Promise<Manifest> {
     for (const name of (await readdir(vdir)).sort()) {
       const img = join(vdir, name, 'volume.img');
       if (!VOLUME_NAME_RE.test(name) || !existsSync(img)) continue;
+      // The server makes each image a regular file: anything else (a link would carry the
+      // file it names into the backup) is not copied.
+      if (!lstatSync(img).isFile()) throw new Error(`${img} is not a regular file: not copying what it names`);
       try {
         const how = await copyVolume(img, join(vdir, name, 'mnt'), join(partial, 'volumes', `${name}.img`));
         if (how === 'frozen') frozenCount++;
