@@ -26,6 +26,8 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { after, afterEach, describe, it } from 'node:test';
 import { BACKUP_FORMAT, BACKUP_FORMAT_VERSION, MANIFEST, MANIFEST_SUM, type Manifest } from './backup-files.js';
+import { acquireInstanceLock } from '../instance.js';
+import { openDatabase } from '../store/sqlite/open.js';
 import { restoreBackup, verifyBackup } from './restore.js';
 
 const ROOTLESS = process.getuid?.() !== 0;
@@ -315,5 +317,44 @@ describe('restore of a crafted images.tar', { skip: ROOTLESS ? 'needs root (tar 
     assert.equal(existsSync(join(dirname(tmp), 'escape')), false);
     assert.equal(statSync(t.victim).nlink, 1);
     assert.deepEqual(tree(join(t.imageDir, 'by-digest')), []);
+  });
+});
+
+describe('restore trusts the database, not the manifest, for its release; and never runs beside a server', () => {
+  /** A real SQLite database (every migration), its marker then set to `release`. */
+  const database = (release: string): Buffer => {
+    const file = join(tmp, `db${n++}.sqlite`);
+    const db = openDatabase(file);
+    db.prepare("UPDATE instance_meta SET value = ? WHERE key = 'release'").run(release);
+    db.pragma('journal_mode = DELETE');
+    db.close();
+    return readFileSync(file);
+  };
+  const sqliteBackup = (db: Buffer) =>
+    backupOf({ 'sandboxd.db': db }, (m) => {
+      m.database = { kind: 'sqlite', file: 'sandboxd.db' };
+      m.dataRelease = null; // the manifest says nothing of the release (or lies)
+    });
+
+  it('a database a newer release served is refused though its manifest names no release', async () => {
+    const t = target();
+    await assert.rejects(
+      restoreBackup(sqliteBackup(database('99.0.0')), { force: false }),
+      /database was last served by sandboxd 99\.0\.0; this is sandboxd .*whatever manifest\.json says/,
+    );
+    assert.deepEqual(tree(t.dataDir), []);
+  });
+
+  it("a restore while a server holds the data dir's lock is refused, writing nothing", async () => {
+    const t = target();
+    mkdirSync(t.dataDir);
+    const lock = await acquireInstanceLock({ dataDir: t.dataDir, role: 'server' });
+    try {
+      const dir = backupOf({ 'files/release': 'x' });
+      await assert.rejects(restoreBackup(dir, { force: true }), /a restore needs the server stopped/);
+      assert.deepEqual(tree(t.dataDir), []);
+    } finally {
+      await lock.release();
+    }
   });
 });

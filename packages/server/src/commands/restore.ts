@@ -4,6 +4,7 @@
  * whole (manifest, every hash) before anything is written; the database is put in place
  * last, so a restore cut short leaves no database (run it again with --force).
  */
+import Database from 'better-sqlite3';
 import { createHash } from 'node:crypto';
 import { existsSync, lstatSync, readdirSync } from 'node:fs';
 import { chmod, lstat, mkdir, open, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
@@ -165,6 +166,45 @@ export async function verifyBackup(dir: string): Promise<Manifest> {
   return m;
 }
 
+/**
+ * The backup's SQLite database itself, not its manifest's word: its schema and its release
+ * marker must not be newer than this sandboxd (a manifest edited to say otherwise would put
+ * in place data this server then refuses, or misreads).
+ */
+function checkDatabase(file: string): void {
+  let schema: number;
+  let release: string | undefined;
+  try {
+    const db = new Database(file, { readonly: true, fileMustExist: true });
+    try {
+      schema = db.pragma('user_version', { simple: true }) as number;
+      try {
+        release = (
+          db.prepare("SELECT value FROM instance_meta WHERE key = 'release'").get() as { value: string } | undefined
+        )?.value;
+      } catch {
+        /* no marker table: a release before it */
+      }
+    } finally {
+      db.close();
+    }
+  } catch (e) {
+    throw new BadBackupError(`the backup's database cannot be read: ${(e as Error).message}`);
+  }
+  const latest = MIGRATIONS.at(-1)?.version ?? 0;
+  if (schema > latest)
+    throw new BadBackupError(
+      `the backup's database has schema ${schema}, newer than this sandboxd's (${latest}), whatever ${MANIFEST} says`,
+    );
+  if (release !== undefined) {
+    const newer = compareVersions(release, RELEASE);
+    if (newer === null || newer > 0)
+      throw new BadBackupError(
+        `the backup's database was last served by sandboxd ${release}; this is sandboxd ${RELEASE}: restore it with that release or newer (downgrades are not supported), whatever ${MANIFEST} says`,
+      );
+  }
+}
+
 const VOLUME_NAME_RE = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
 
 /** Who may have written `st`: this user or root, and nobody else (no group or other write). */
@@ -233,6 +273,7 @@ export async function restoreBackup(dir: string, o: { force: boolean }): Promise
     throw new Error(
       'the backup is of a PostgreSQL deployment: set SANDBOXD_DATABASE_URL to the database its dump was restored into',
     );
+  if (m.database.kind === 'sqlite') checkDatabase(join(dir, m.database.file));
   const dataDir = config.dataDir;
   if (!o.force) {
     const there = existsSync(dataDir) ? readdirSync(dataDir) : [];
