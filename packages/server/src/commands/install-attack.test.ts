@@ -21,7 +21,7 @@ import {
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { after, describe, it } from 'node:test';
-import { type HostProbe, INSTALL_PATHS, install, parseInstallArgs } from './install.js';
+import { codeOwnerCheck, type HostProbe, INSTALL_PATHS, install, parseInstallArgs } from './install.js';
 
 const tmp = mkdtempSync(join(tmpdir(), 'sandboxd-install-attack-'));
 after(() => rmSync(tmp, { recursive: true, force: true }));
@@ -104,5 +104,35 @@ describe('sandboxd install: links and owners at the paths it writes', () => {
       );
       assert.equal(readdir(at(which)).length, 0);
     }
+  });
+});
+
+describe('sandboxd install: the code the root service runs', () => {
+  it('this checkout and its Node.js are checked, and the result is among the host checks', () => {
+    const out: string[] = [];
+    const r = install(parseInstallArgs(['--root', fresh().root, '--dry-run']), (x) => out.push(x), host);
+    const c = r.checks.find((x) => x.name === 'code owner');
+    assert.ok(c, 'a "code owner" check');
+    assert.match(out.join(''), /code owner/);
+  });
+
+  it('a checkout another user owns, or a dir above it others can write, is reported missing (that user could become root)', {
+    skip: process.getuid?.() !== 0 ? 'needs root (chown)' : false,
+  }, () => {
+    const home = join(tmp, `home${n++}`);
+    const code = join(home, 'sandboxd', 'packages', 'server');
+    mkdirSync(code, { recursive: true });
+    chmodSync(home, 0o755);
+    assert.equal(codeOwnerCheck([code]).ok, true, 'root-owned, 0755: ok');
+    chownSync(join(home, 'sandboxd'), 12345, 12345);
+    const c = codeOwnerCheck([code]);
+    assert.equal(c.ok, false);
+    assert.match(c.detail, /sandboxd \(uid 12345, mode 755\)/);
+    assert.match(c.fix ?? '', /where only root can write/);
+    chownSync(join(home, 'sandboxd'), 0, 0);
+    chmodSync(home, 0o777);
+    assert.match(codeOwnerCheck([code]).detail, /home\d+ \(uid 0, mode 777\)/);
+    chmodSync(home, 0o1777);
+    assert.equal(codeOwnerCheck([code]).ok, true, 'a sticky dir (like /tmp) is fine');
   });
 });

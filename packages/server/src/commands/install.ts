@@ -20,6 +20,7 @@ import {
   mkdirSync,
   openSync,
   readFileSync,
+  realpathSync,
   renameSync,
   rmSync,
   statfsSync,
@@ -294,6 +295,50 @@ export function hostChecks(h: HostProbe, o: { dataDir: string; uidRangeStart?: n
   return out;
 }
 
+/** The checkout the launcher runs (its root) and what of it the server loads. */
+const CHECKOUT = fileURLToPath(new URL('../../../../', import.meta.url));
+export const CODE_PATHS = [
+  join(CHECKOUT, 'packages', 'server'),
+  join(CHECKOUT, 'node_modules'),
+  join(CHECKOUT, 'scripts'),
+  process.execPath,
+];
+
+/**
+ * Whether only root can change the code the service runs as root: each of `paths` (the
+ * server's package, node_modules, scripts, the Node.js binary), after links, and every dir
+ * above it must be owned by root and not writable by group or others (a dir with the sticky
+ * bit excepted). A checkout cloned into a user's home fails this: that user could edit what
+ * root then runs, and so become root.
+ */
+export function codeOwnerCheck(paths: readonly string[] = CODE_PATHS): Check {
+  const bad: string[] = [];
+  for (const p of paths) {
+    let d: string;
+    try {
+      d = realpathSync(p);
+    } catch {
+      continue; // not there (e.g. no node_modules of its own): nothing to load from it
+    }
+    for (let i = 0; i < 64; i++) {
+      const st = lstatSync(d);
+      const othersWrite = (st.mode & 0o022) !== 0 && !(st.isDirectory() && st.mode & 0o1000);
+      if (st.uid !== 0 || othersWrite) {
+        bad.push(`${d} (uid ${st.uid}, mode ${(st.mode & 0o7777).toString(8)})`);
+        break;
+      }
+      if (d === dirname(d)) break;
+      d = dirname(d);
+    }
+  }
+  return {
+    name: 'code owner',
+    ok: bad.length === 0,
+    detail: bad.length ? `the service would run code others can change: ${bad.join(', ')}` : 'root only',
+    fix: 'put the checkout (and Node.js) where only root can write, e.g. sudo git clone ... /opt/sandboxd (or chown -R root: and chmod -R go-w), then run the installer from there',
+  };
+}
+
 /** One step of the install, printed; `apply` does it (skipped by --dry-run). */
 interface Step {
   say: string;
@@ -412,7 +457,7 @@ export function install(o: InstallOptions, out: (s: string) => void, probe: Host
     if (!o.dryRun) s.apply();
   }
 
-  const checks = hostChecks(probe, { dataDir: at(INSTALL_PATHS.dataDir) });
+  const checks = [...hostChecks(probe, { dataDir: at(INSTALL_PATHS.dataDir) }), codeOwnerCheck()];
   out('\nhost checks:\n');
   for (const c of checks)
     out(
