@@ -19,7 +19,7 @@ import {
   writeFileSync,
 } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { delimiter, join } from 'node:path';
 import { after, afterEach, describe, it } from 'node:test';
 import { openDatabase } from '../store/sqlite/open.js';
 import { takeBackup } from './backup.js';
@@ -29,7 +29,7 @@ after(() => rmSync(tmp, { recursive: true, force: true }));
 let n = 0;
 const saved = { ...process.env };
 afterEach(() => {
-  for (const k of ['SANDBOXD_DATA_DIR', 'SANDBOXD_IMAGE_DIR'])
+  for (const k of ['SANDBOXD_DATA_DIR', 'SANDBOXD_IMAGE_DIR', 'SANDBOXD_DATABASE_URL', 'PATH', 'FAKE_PG_DUMP_LOG'])
     if (saved[k] === undefined) delete process.env[k];
     else process.env[k] = saved[k];
 });
@@ -123,5 +123,39 @@ describe('sandboxd backup: links in the data dir and at the backup path', () => 
     assert.equal(existsSync(landing), false);
     assert.equal(existsSync(`${out}.partial`), false, 'refused before any work');
     assert.ok(lstatSync(out).isSymbolicLink());
+  });
+});
+
+describe("sandboxd backup of a PostgreSQL deployment: the password never on pg_dump's command line", () => {
+  it('neither from the user info nor from a password= parameter (others read command lines in /proc)', async () => {
+    for (const url of [
+      'postgres://sandboxd:s3cret-info@127.0.0.1:5432/sandboxd',
+      'postgres://sandboxd@127.0.0.1:5432/sandboxd?sslmode=disable&password=s3cret-param',
+    ]) {
+      const d = dataDir();
+      const bin = join(tmp, `bin${n++}`);
+      mkdirSync(bin);
+      const log = join(bin, 'log');
+      // A pg_dump that writes its dump and records its arguments and PGPASSWORD.
+      writeFileSync(
+        join(bin, 'pg_dump'),
+        '#!/bin/sh\nprintf \'%s\\n\' "$@" > "$FAKE_PG_DUMP_LOG"\necho "PGPASSWORD=$PGPASSWORD" >> "$FAKE_PG_DUMP_LOG"\nfor a; do case $a in --file=*) echo dump > "$(echo "$a" | cut -d= -f2-)";; esac; done\n',
+        { mode: 0o755 },
+      );
+      process.env.PATH = `${bin}${delimiter}${saved.PATH ?? ''}`;
+      process.env.FAKE_PG_DUMP_LOG = log;
+      process.env.SANDBOXD_DATABASE_URL = url;
+      rmSync(join(d.dir, 'sandboxd.db'));
+      const m = await takeBackup(join(tmp, `bk${n++}`));
+      assert.deepEqual(m.database, { kind: 'postgres', dump: 'database.pgdump' });
+      const seen = readFileSync(log, 'utf8');
+      const args = seen.split('\n').filter((l) => l.startsWith('--'));
+      assert.ok(
+        args.some((a) => a.startsWith('--dbname=postgres://sandboxd@127.0.0.1')),
+        seen,
+      );
+      assert.ok(!args.join(' ').includes('s3cret'), `the password is on the command line: ${args.join(' ')}`);
+      assert.match(seen, /PGPASSWORD=s3cret-(info|param)/);
+    }
   });
 });

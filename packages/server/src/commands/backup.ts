@@ -262,8 +262,10 @@ async function pgDump(url: string, to: string): Promise<string | null> {
     return null;
   }
   const u = new URL(url);
-  const password = decodeURIComponent(u.password);
+  // libpq takes a password from the URL's user info and from its `password` parameter.
+  const password = decodeURIComponent(u.password) || (u.searchParams.get('password') ?? '');
   u.password = '';
+  u.searchParams.delete('password');
   // The password goes by environment, never on a command line others can read.
   await runTool('pg_dump', ['--format=custom', `--file=${to}`, `--dbname=${u.toString()}`], {
     env: { ...process.env, ...(password ? { PGPASSWORD: password } : {}) },
