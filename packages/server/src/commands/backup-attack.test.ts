@@ -7,6 +7,8 @@
  */
 import assert from 'node:assert/strict';
 import {
+  chmodSync,
+  chownSync,
   existsSync,
   lstatSync,
   mkdirSync,
@@ -157,5 +159,34 @@ describe("sandboxd backup of a PostgreSQL deployment: the password never on pg_d
       assert.ok(!args.join(' ').includes('s3cret'), `the password is on the command line: ${args.join(' ')}`);
       assert.match(seen, /PGPASSWORD=s3cret-(info|param)/);
     }
+  });
+});
+
+describe('sandboxd backup: where it is written', () => {
+  it('a dir on the way that others can write (no sticky bit) is refused before anything is written', async () => {
+    dataDir();
+    const shared = join(tmp, `shared${n++}`);
+    mkdirSync(shared);
+    chmodSync(shared, 0o777);
+    await assert.rejects(
+      takeBackup(join(shared, 'bk')),
+      /shared\d+ \(owner uid \d+, mode 777\) can be written by another user, who could take the backup's secrets/,
+    );
+    assert.deepEqual(readdirSync(shared), []);
+    chmodSync(shared, 0o1777); // sticky, like /tmp: others cannot rename what is not theirs
+    await takeBackup(join(shared, 'bk'));
+    assert.equal(statSync(join(shared, 'bk')).mode & 0o777, 0o700);
+  });
+
+  it("another user's <dir>.partial (even marked as a dead backup's) is not removed", {
+    skip: process.getuid?.() !== 0 ? 'needs root (chown)' : false,
+  }, async () => {
+    dataDir();
+    const out = join(tmp, `bk${n++}`);
+    mkdirSync(`${out}.partial`);
+    writeFileSync(join(`${out}.partial`, '.sandboxd-backup-partial'), '2147483646');
+    chownSync(`${out}.partial`, 12345, 12345);
+    await assert.rejects(takeBackup(out), /\.partial exists and belongs to uid 12345: remove it yourself/);
+    assert.deepEqual(readdirSync(`${out}.partial`), ['.sandboxd-backup-partial']);
   });
 });

@@ -24,6 +24,7 @@ import {
   onPath,
   runTool,
   thawAll,
+  unsafeDirAbove,
 } from './backup-files.js';
 import { type Command, UsageError } from './command.js';
 import { RELEASE } from '../release.js';
@@ -90,6 +91,12 @@ export async function takeBackup(dir: string): Promise<Manifest> {
     throw new Error(`no database at ${config.dbPath}: is ${config.dataDir} a sandboxd data dir?`);
   // A link there (even one naming nothing yet) is not followed: the backup would land where it points.
   if (lstatSync(dir, { throwIfNoEntry: false })) throw new Error(`${dir} exists: a backup goes into a new directory`);
+  // Secrets go in there: no other user may be able to rename or replace a dir on the way.
+  const unsafe = unsafeDirAbove(dirname(dir), { stickyOk: true });
+  if (unsafe)
+    throw new Error(
+      `${unsafe} can be written by another user, who could take the backup's secrets: write backups where only root can`,
+    );
   const partial = `${dir}.partial`;
   await claimPartial(partial);
   const key = instanceKey(config.dataDir);
@@ -185,6 +192,10 @@ export async function takeBackup(dir: string): Promise<Manifest> {
 
 /** Makes `<dir>.partial` (0700), removing one a dead backup left. */
 async function claimPartial(partial: string): Promise<void> {
+  const st = lstatSync(partial, { throwIfNoEntry: false });
+  // Another user's dir is not removed (root removing a tree its owner can change meanwhile).
+  if (st && !st.isSymbolicLink() && st.uid !== (process.getuid?.() ?? 0))
+    throw new Error(`${partial} exists and belongs to uid ${st.uid}: remove it yourself or choose another directory`);
   if (existsSync(partial)) {
     let pid = 0;
     try {

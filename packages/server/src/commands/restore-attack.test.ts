@@ -211,7 +211,7 @@ describe('restore of a backup with links, or that another user can change', () =
     chmodSync(open, 0o770);
     await assert.rejects(
       restoreBackup(open, { force: false }),
-      /can be written by another user \(owner uid \d+, mode 770\)/,
+      /\(owner uid \d+, mode 770\) can be written by another user/,
     );
     const file = backupOf({ 'files/release': 'x' });
     chmodSync(join(file, 'files', 'release'), 0o666);
@@ -222,11 +222,23 @@ describe('restore of a backup with links, or that another user can change', () =
     assert.deepEqual(tree(t.dataDir), []);
   });
 
+  it('a backup named through a link (a `latest` link) is restored, read by its real path', async () => {
+    const t = target();
+    const dir = backupOf({ 'files/release': 'x' });
+    const latest = join(tmp, `latest${n++}`);
+    symlinkSync(dir, latest);
+    await restoreBackup(latest, { force: false });
+    assert.equal(readFileSync(join(t.dataDir, 'release'), 'utf8'), 'x');
+  });
+
   it('a backup owned by another user is refused', { skip: ROOTLESS ? 'needs root (chown)' : false }, async () => {
     const t = target();
     const dir = backupOf({ 'files/release': 'x' });
     chownSync(dir, 12345, 12345);
-    await assert.rejects(restoreBackup(dir, { force: false }), /can be written by another user \(owner uid 12345/);
+    await assert.rejects(
+      restoreBackup(dir, { force: false }),
+      /\(owner uid 12345, mode 700\) can be written by another user/,
+    );
     assert.deepEqual(tree(t.dataDir), []);
   });
 });

@@ -6,7 +6,7 @@
  */
 import Database from 'better-sqlite3';
 import { createHash } from 'node:crypto';
-import { existsSync, lstatSync, readdirSync } from 'node:fs';
+import { existsSync, lstatSync, readdirSync, realpathSync } from 'node:fs';
 import { chmod, lstat, mkdir, open, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
 import { loadConfig } from '../config.js';
@@ -25,6 +25,8 @@ import {
   runTool,
   safeRelative,
   sparseCopy,
+  unsafeDirAbove,
+  writableByOthers,
 } from './backup-files.js';
 import { RELEASE } from '../release.js';
 import { type Command, UsageError } from './command.js';
@@ -207,13 +209,6 @@ function checkDatabase(file: string): void {
 
 const VOLUME_NAME_RE = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
 
-/** Who may have written `st`: this user or root, and nobody else (no group or other write). */
-function writableByOthers(st: { uid: number; mode: number }, sticky: boolean): boolean {
-  const me = process.getuid?.() ?? 0;
-  if (st.uid !== me && st.uid !== 0) return true;
-  return (st.mode & 0o022) !== 0 && !(sticky && st.mode & 0o1000);
-}
-
 /**
  * Refuses a backup that another user could change between its check and its copy (the
  * hashes are checked first, the files copied after): the backup dir must be owned by this
@@ -221,16 +216,11 @@ function writableByOthers(st: { uid: number; mode: number }, sticky: boolean): b
  * the sticky bit, like /tmp, excepted).
  */
 function checkOwnership(dir: string): void {
-  let d = dir;
-  for (let i = 0; i < 64; i++) {
-    const st = lstatSync(d);
-    if (writableByOthers(st, d !== dir))
-      throw new BadBackupError(
-        `${d} can be written by another user (owner uid ${st.uid}, mode ${(st.mode & 0o7777).toString(8)}): it could change the backup after its check; restore from a copy only root can write (chown -R root; chmod -R go-w)`,
-      );
-    if (d === dirname(d)) return;
-    d = dirname(d);
-  }
+  const unsafe = unsafeDirAbove(dir);
+  if (unsafe)
+    throw new BadBackupError(
+      `${unsafe} can be written by another user: it could change the backup after its check; restore from a copy only root can write (chown -R root; chmod -R go-w)`,
+    );
 }
 
 /**
@@ -262,7 +252,10 @@ function checkInside(dir: string, path: string): void {
 }
 
 /** Verifies the backup in `dir`, then restores it for the configured instance. */
-export async function restoreBackup(dir: string, o: { force: boolean }): Promise<Manifest> {
+export async function restoreBackup(given: string, o: { force: boolean }): Promise<Manifest> {
+  // Through links once (a `latest` link to a backup), then by that path only: a link changed
+  // meanwhile cannot switch the backup between its check and its copy.
+  const dir = realpathSync(given);
   const config = loadConfig();
   const m = await verifyBackup(dir);
   if (m.database.kind === 'sqlite' && config.databaseUrl)
