@@ -253,6 +253,8 @@ describe('restore of a crafted images.tar', { skip: ROOTLESS ? 'needs root (tar 
     assert.notEqual(rec.snapshot.instance, 'old');
     assert.equal(readFileSync(join(t.imageDir, 'by-digest', HEX, 'rootfs', 'hello'), 'utf8'), 'hi');
     assert.ok(existsSync(join(t.imageDir, 'refs', `${sha('snapshot/acc_x/s1')}.json`)));
+    // What an image holds (setuid files, device nodes) stays out of host users' reach.
+    assert.equal(statSync(join(t.imageDir, 'by-digest')).mode & 0o777, 0o700);
   });
 
   it('a ref that is not a snapshot (one every account pulls, e.g. debian) is refused; the image dir gets no ref', async () => {
