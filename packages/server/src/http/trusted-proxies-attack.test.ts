@@ -10,7 +10,7 @@ import type { IncomingMessage } from 'node:http';
 import { after, before, describe, it } from 'node:test';
 import Fastify, { type FastifyInstance } from 'fastify';
 import { upstreamHeaders } from '../proxy/headers.js';
-import { TrustedProxies } from './trusted-proxies.js';
+import { parseTrustedProxies, TrustedProxies } from './trusted-proxies.js';
 
 describe("the client address fastify derives (req.ip, req.protocol) with the proxy's trust function", () => {
   let app: FastifyInstance;
@@ -90,5 +90,12 @@ describe('the port proxy: forwarding headers an untrusted peer sends reach the s
     assert.equal(of('x-forwarded-for')[0].split(', ').at(-1), '203.0.113.9');
     assert.deepEqual(of('x-forwarded-proto'), ['http']);
     assert.deepEqual(of('x-forwarded-host'), ['8000-sbx_a.sbx.example.com']);
+  });
+});
+
+describe('a /0 range (the guide warns against it)', () => {
+  it('is accepted as written and then trusts every peer: the operator chose that every client picks its address', () => {
+    const all = new TrustedProxies(parseTrustedProxies('0.0.0.0/0, ::/0'));
+    for (const a of ['203.0.113.9', '::ffff:203.0.113.9', '2001:db8::1']) assert.equal(all.trusts(a), true, a);
   });
 });
