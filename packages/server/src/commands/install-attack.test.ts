@@ -79,6 +79,18 @@ describe('sandboxd install: links and owners at the paths it writes', () => {
     assert.match(readFileSync(at(INSTALL_PATHS.config), 'utf8'), /"apiKey": "sk_/);
   });
 
+  it('a launcher or unit that is a link is replaced by a file; what it named is not written', () => {
+    const { root, victim, at } = fresh();
+    for (const p of [INSTALL_PATHS.launcher, INSTALL_PATHS.unit]) {
+      mkdirSync(dirname(at(p)), { recursive: true });
+      symlinkSync(victim, at(p));
+    }
+    install(parseInstallArgs(['--root', root]), quiet, host);
+    untouched(victim);
+    for (const p of [INSTALL_PATHS.launcher, INSTALL_PATHS.unit]) assert.ok(lstatSync(at(p)).isFile(), p);
+    assert.equal(lstatSync(at(INSTALL_PATHS.launcher)).mode & 0o777, 0o755);
+  });
+
   it('a config dir that is a link is refused, and nothing is written', () => {
     const { root, at } = fresh();
     const elsewhere = join(tmp, `elsewhere${n}`);

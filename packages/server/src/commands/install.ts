@@ -346,13 +346,11 @@ interface Step {
 }
 
 /**
- * Writes `text` to `path` with `mode`, through a temporary file renamed over it. The
- * temporary file is made with O_EXCL and O_NOFOLLOW (a link planted at its name is removed,
- * never written through) and its mode set on the descriptor; `path` itself must not be a
- * symbolic link (the rename would replace it, but an operator who linked it meant something).
+ * Writes `text` to `path` with `mode`, through a temporary file renamed over it (a link at
+ * `path` is replaced, never written through). The temporary file is made with O_EXCL and
+ * O_NOFOLLOW (a link planted at its name is removed first) and its mode set on the descriptor.
  */
 export function writeFileAtomic(path: string, text: string, mode: number): void {
-  refuseLink(path);
   const tmp = `${path}.tmp-${process.pid}`;
   rmSync(tmp, { force: true }); // unlinks a planted link itself, not what it names
   const fd = openSync(tmp, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, mode);
@@ -416,6 +414,7 @@ export function install(o: InstallOptions, out: (s: string) => void, probe: Host
   const at = (p: string) => (o.root === '/' ? p : join(o.root, p));
   const steps: Step[] = [];
   const configPath = at(INSTALL_PATHS.config);
+  // A link there would be kept as "the config" (or, with --force, replaced): refused instead.
   refuseLink(configPath);
   const configKept = existsSync(configPath) && !o.force;
   let apiKey: string | undefined;
