@@ -21,7 +21,8 @@ function unreadable(): string | false {
 
 it('npm run test:unit passes without root', { skip: unreadable() }, () => {
   const home = mkdtempSync(join(tmpdir(), 'sbxd-unit-nobody-'));
-  chmodSync(home, 0o777);
+  // Sticky, as a shared temp dir is (/tmp): backup and restore refuse dirs others can rename in.
+  chmodSync(home, 0o1777);
   // A test process's NODE_TEST_CONTEXT would make the nested runner report to this one.
   const { NODE_TEST_CONTEXT: _, ...env } = process.env;
   try {

@@ -16,7 +16,7 @@
  */
 import { spawn, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { createReadStream, existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { createReadStream, existsSync, lstatSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { open, readdir, rm } from 'node:fs/promises';
 import { dirname, isAbsolute, join, normalize, relative } from 'node:path';
 import { compareReleases } from '../store/release-marker.js';
@@ -240,4 +240,29 @@ export async function copyVolume(img: string, mnt: string, dst: string): Promise
   throw new Error(
     `volume image ${img} kept changing while it was copied, and no mount of it is visible here: run sandboxd backup in the server's mount namespace`,
   );
+}
+
+/** Whether `st` may have been written by someone else than this user and root (group or others' write bit, or another owner). */
+export function writableByOthers(st: { uid: number; mode: number }, sticky: boolean): boolean {
+  const me = process.getuid?.() ?? 0;
+  if (st.uid !== me && st.uid !== 0) return true;
+  return (st.mode & 0o022) !== 0 && !(sticky && (st.mode & 0o1000) !== 0);
+}
+
+/**
+ * The first of `dir` and the dirs above it (`dir` need not exist yet) that another user could
+ * change, described (`<path> (owner uid N, mode M)`), or null when only this user and root
+ * can. A dir above with the sticky bit (like /tmp) is fine, and `dir` itself with `stickyOk`:
+ * others cannot rename or remove what is not theirs there.
+ */
+export function unsafeDirAbove(dir: string, o: { stickyOk?: boolean } = {}): string | null {
+  let d = dir;
+  for (let i = 0; i < 64; i++) {
+    const st = lstatSync(d, { throwIfNoEntry: false });
+    if (st && writableByOthers(st, o.stickyOk || d !== dir))
+      return `${d} (owner uid ${st.uid}, mode ${(st.mode & 0o7777).toString(8)})`;
+    if (d === dirname(d)) return null;
+    d = dirname(d);
+  }
+  return null;
 }

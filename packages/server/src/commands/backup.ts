@@ -4,7 +4,7 @@
  * and how: backup-files.ts and docs/backups.md.
  */
 import Database from 'better-sqlite3';
-import { existsSync } from 'node:fs';
+import { existsSync, lstatSync } from 'node:fs';
 import { chmod, mkdir, open, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import { basename, dirname, join, resolve } from 'node:path';
@@ -24,6 +24,7 @@ import {
   onPath,
   runTool,
   thawAll,
+  unsafeDirAbove,
 } from './backup-files.js';
 import { type Command, UsageError } from './command.js';
 import { RELEASE } from '../release.js';
@@ -49,7 +50,8 @@ export const backup: Command = {
     if (dirs.length !== 1)
       throw new UsageError(dirs.length ? `takes one directory (got ${dirs.length})` : 'names no directory');
     const dir = resolve(dirs[0]);
-    if (existsSync(dir)) throw new UsageError(`${dir} exists: a backup goes into a new directory`);
+    if (lstatSync(dir, { throwIfNoEntry: false }))
+      throw new UsageError(`${dir} exists: a backup goes into a new directory`);
     if (!existsSync(dirname(dir))) throw new UsageError(`${dirname(dir)} does not exist`);
     const onSignal = (sig: NodeJS.Signals) => {
       thawAll();
@@ -87,6 +89,14 @@ export async function takeBackup(dir: string): Promise<Manifest> {
     throw new Error(`no data dir at ${config.dataDir} (SANDBOXD_DATA_DIR, or dataDir in SANDBOXD_CONFIG)`);
   if (config.role !== 'runner' && !config.databaseUrl && !existsSync(config.dbPath))
     throw new Error(`no database at ${config.dbPath}: is ${config.dataDir} a sandboxd data dir?`);
+  // A link there (even one naming nothing yet) is not followed: the backup would land where it points.
+  if (lstatSync(dir, { throwIfNoEntry: false })) throw new Error(`${dir} exists: a backup goes into a new directory`);
+  // Secrets go in there: no other user may be able to rename or replace a dir on the way.
+  const unsafe = unsafeDirAbove(dirname(dir), { stickyOk: true });
+  if (unsafe)
+    throw new Error(
+      `${unsafe} can be written by another user, who could take the backup's secrets: write backups where only root can`,
+    );
   const partial = `${dir}.partial`;
   await claimPartial(partial);
   const key = instanceKey(config.dataDir);
@@ -131,6 +141,9 @@ export async function takeBackup(dir: string): Promise<Manifest> {
     for (const name of (await readdir(vdir)).sort()) {
       const img = join(vdir, name, 'volume.img');
       if (!VOLUME_NAME_RE.test(name) || !existsSync(img)) continue;
+      // The server makes each image a regular file: anything else (a link would carry the
+      // file it names into the backup) is not copied.
+      if (!lstatSync(img).isFile()) throw new Error(`${img} is not a regular file: not copying what it names`);
       try {
         const how = await copyVolume(img, join(vdir, name, 'mnt'), join(partial, 'volumes', `${name}.img`));
         if (how === 'frozen') frozenCount++;
@@ -179,6 +192,10 @@ export async function takeBackup(dir: string): Promise<Manifest> {
 
 /** Makes `<dir>.partial` (0700), removing one a dead backup left. */
 async function claimPartial(partial: string): Promise<void> {
+  const st = lstatSync(partial, { throwIfNoEntry: false });
+  // Another user's dir is not removed (root removing a tree its owner can change meanwhile).
+  if (st && !st.isSymbolicLink() && st.uid !== (process.getuid?.() ?? 0))
+    throw new Error(`${partial} exists and belongs to uid ${st.uid}: remove it yourself or choose another directory`);
   if (existsSync(partial)) {
     let pid = 0;
     try {
@@ -256,8 +273,10 @@ async function pgDump(url: string, to: string): Promise<string | null> {
     return null;
   }
   const u = new URL(url);
-  const password = decodeURIComponent(u.password);
+  // libpq takes a password from the URL's user info and from its `password` parameter.
+  const password = decodeURIComponent(u.password) || (u.searchParams.get('password') ?? '');
   u.password = '';
+  u.searchParams.delete('password');
   // The password goes by environment, never on a command line others can read.
   await runTool('pg_dump', ['--format=custom', `--file=${to}`, `--dbname=${u.toString()}`], {
     env: { ...process.env, ...(password ? { PGPASSWORD: password } : {}) },

@@ -11,13 +11,20 @@ import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import {
   chmodSync,
+  closeSync,
+  constants,
   existsSync,
+  fchmodSync,
+  fsyncSync,
+  lstatSync,
   mkdirSync,
+  openSync,
   readFileSync,
+  realpathSync,
   renameSync,
+  rmSync,
   statfsSync,
-  statSync,
-  writeFileSync,
+  writeSync,
 } from 'node:fs';
 import { release } from 'node:os';
 import { delimiter, dirname, join, resolve } from 'node:path';
@@ -288,24 +295,103 @@ export function hostChecks(h: HostProbe, o: { dataDir: string; uidRangeStart?: n
   return out;
 }
 
+/** The checkout the launcher runs (its root) and what of it the server loads. */
+const CHECKOUT = fileURLToPath(new URL('../../../../', import.meta.url));
+export const CODE_PATHS = [
+  join(CHECKOUT, 'packages', 'server'),
+  join(CHECKOUT, 'node_modules'),
+  join(CHECKOUT, 'scripts'),
+  process.execPath,
+];
+
+/**
+ * Whether only root can change the code the service runs as root: each of `paths` (the
+ * server's package, node_modules, scripts, the Node.js binary), after links, and every dir
+ * above it must be owned by root and not writable by group or others (a dir with the sticky
+ * bit excepted). A checkout cloned into a user's home fails this: that user could edit what
+ * root then runs, and so become root.
+ */
+export function codeOwnerCheck(paths: readonly string[] = CODE_PATHS): Check {
+  const bad: string[] = [];
+  for (const p of paths) {
+    let d: string;
+    try {
+      d = realpathSync(p);
+    } catch {
+      continue; // not there (e.g. no node_modules of its own): nothing to load from it
+    }
+    for (let i = 0; i < 64; i++) {
+      const st = lstatSync(d);
+      const othersWrite = (st.mode & 0o022) !== 0 && !(st.isDirectory() && st.mode & 0o1000);
+      if (st.uid !== 0 || othersWrite) {
+        bad.push(`${d} (uid ${st.uid}, mode ${(st.mode & 0o7777).toString(8)})`);
+        break;
+      }
+      if (d === dirname(d)) break;
+      d = dirname(d);
+    }
+  }
+  return {
+    name: 'code owner',
+    ok: bad.length === 0,
+    detail: bad.length ? `the service would run code others can change: ${bad.join(', ')}` : 'root only',
+    fix: 'put the checkout (and Node.js) where only root can write, e.g. sudo git clone ... /opt/sandboxd (or chown -R root: and chmod -R go-w), then run the installer from there',
+  };
+}
+
 /** One step of the install, printed; `apply` does it (skipped by --dry-run). */
 interface Step {
   say: string;
   apply(): void;
 }
 
-/** Writes `text` to `path` with `mode`, through a temporary file renamed over it. */
-function writeFileAtomic(path: string, text: string, mode: number): void {
+/**
+ * Writes `text` to `path` with `mode`, through a temporary file renamed over it (a link at
+ * `path` is replaced, never written through). The temporary file is made with O_EXCL and
+ * O_NOFOLLOW (a link planted at its name is removed first) and its mode set on the descriptor.
+ */
+export function writeFileAtomic(path: string, text: string, mode: number): void {
   const tmp = `${path}.tmp-${process.pid}`;
-  writeFileSync(tmp, text, { mode });
-  chmodSync(tmp, mode);
+  rmSync(tmp, { force: true }); // unlinks a planted link itself, not what it names
+  const fd = openSync(tmp, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, mode);
+  try {
+    fchmodSync(fd, mode);
+    writeSync(fd, text);
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
   renameSync(tmp, path);
 }
 
+/** Throws when `path` is a symbolic link (the installer writes only through real paths). */
+function refuseLink(path: string): void {
+  let st: ReturnType<typeof lstatSync> | undefined;
+  try {
+    st = lstatSync(path);
+  } catch {
+    return;
+  }
+  if (st.isSymbolicLink())
+    throw new Error(`${path} is a symbolic link: remove it (the installer does not write through links)`);
+}
+
+/**
+ * A directory the installer makes or fixes. An existing one must be a real directory (not a
+ * link) owned by this user: a directory another user owns could be swapped under the secrets.
+ */
 function ensureDir(path: string, mode: number): Step[] {
+  refuseLink(path);
   if (!existsSync(path))
     return [{ say: `create ${path} (mode ${mode.toString(8)})`, apply: () => mkdirTree(path, mode) }];
-  const have = statSync(path).mode & 0o777;
+  const st = lstatSync(path);
+  if (!st.isDirectory()) throw new Error(`${path} exists and is not a directory`);
+  const uid = process.getuid?.();
+  if (uid !== undefined && st.uid !== uid)
+    throw new Error(
+      `${path} is owned by uid ${st.uid}, not ${uid}: chown it (or remove it) and run the installer again`,
+    );
+  const have = st.mode & 0o777;
   if (have === mode) return [];
   return [{ say: `chmod ${mode.toString(8)} ${path} (was ${have.toString(8)})`, apply: () => chmodSync(path, mode) }];
 }
@@ -328,6 +414,8 @@ export function install(o: InstallOptions, out: (s: string) => void, probe: Host
   const at = (p: string) => (o.root === '/' ? p : join(o.root, p));
   const steps: Step[] = [];
   const configPath = at(INSTALL_PATHS.config);
+  // A link there would be kept as "the config" (or, with --force, replaced): refused instead.
+  refuseLink(configPath);
   const configKept = existsSync(configPath) && !o.force;
   let apiKey: string | undefined;
 
@@ -368,7 +456,7 @@ export function install(o: InstallOptions, out: (s: string) => void, probe: Host
     if (!o.dryRun) s.apply();
   }
 
-  const checks = hostChecks(probe, { dataDir: at(INSTALL_PATHS.dataDir) });
+  const checks = [...hostChecks(probe, { dataDir: at(INSTALL_PATHS.dataDir) }), codeOwnerCheck()];
   out('\nhost checks:\n');
   for (const c of checks)
     out(
@@ -427,7 +515,13 @@ export const installCommand: Command = {
     }
     const o = parseInstallArgs(args);
     const out = (s: string) => process.stdout.write(s);
-    const r = install(o, out);
+    let r: InstallResult;
+    try {
+      r = install(o, out);
+    } catch (e) {
+      process.stderr.write(`sandboxd install: ${(e as Error).message}\n`);
+      return 1;
+    }
     let started = false;
     if (o.start) {
       const missing = r.checks.filter((c) => !c.ok).map((c) => c.name);

@@ -4,9 +4,10 @@
  * whole (manifest, every hash) before anything is written; the database is put in place
  * last, so a restore cut short leaves no database (run it again with --force).
  */
+import Database from 'better-sqlite3';
 import { createHash } from 'node:crypto';
-import { existsSync, readdirSync } from 'node:fs';
-import { chmod, mkdir, open, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { existsSync, lstatSync, readdirSync, realpathSync } from 'node:fs';
+import { chmod, lstat, mkdir, open, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
 import { loadConfig } from '../config.js';
 import { acquireInstanceLock, type InstanceLock } from '../instance.js';
@@ -24,6 +25,8 @@ import {
   runTool,
   safeRelative,
   sparseCopy,
+  unsafeDirAbove,
+  writableByOthers,
 } from './backup-files.js';
 import { RELEASE } from '../release.js';
 import { type Command, UsageError } from './command.js';
@@ -132,6 +135,13 @@ export async function verifyBackup(dir: string): Promise<Manifest> {
       throw new BadBackupError(`${MANIFEST} names a bad entry: ${JSON.stringify(f)}`);
     listed.add(f.path);
   }
+  for (const v of m.volumes)
+    if (typeof v !== 'string' || !VOLUME_NAME_RE.test(v))
+      throw new BadBackupError(`${MANIFEST} names a bad volume: ${JSON.stringify(v)}`);
+  // The data dir's own files are top-level names: never a path into its subdirectories.
+  for (const f of m.files)
+    if (typeof f !== 'string' || !/^[^/\\\0]+$/.test(f) || f.startsWith('.'))
+      throw new BadBackupError(`${MANIFEST} names a bad file of the data dir: ${JSON.stringify(f)}`);
   const need = [
     ...(m.database?.kind === 'sqlite' ? [m.database.file] : []),
     ...(m.database?.kind === 'postgres' && m.database.dump ? [m.database.dump] : []),
@@ -141,7 +151,9 @@ export async function verifyBackup(dir: string): Promise<Manifest> {
   ];
   for (const p of need)
     if (!safeRelative(p) || !listed.has(p)) throw new BadBackupError(`${MANIFEST} names ${p} but lists no hash of it`);
+  checkOwnership(dir);
   for (const f of m.contents) {
+    checkInside(dir, f.path);
     let got: { sha256: string; bytes: number };
     try {
       got = await hashFile(join(dir, f.path));
@@ -156,8 +168,94 @@ export async function verifyBackup(dir: string): Promise<Manifest> {
   return m;
 }
 
+/**
+ * The backup's SQLite database itself, not its manifest's word: its schema and its release
+ * marker must not be newer than this sandboxd (a manifest edited to say otherwise would put
+ * in place data this server then refuses, or misreads).
+ */
+function checkDatabase(file: string): void {
+  let schema: number;
+  let release: string | undefined;
+  try {
+    const db = new Database(file, { readonly: true, fileMustExist: true });
+    try {
+      schema = db.pragma('user_version', { simple: true }) as number;
+      try {
+        release = (
+          db.prepare("SELECT value FROM instance_meta WHERE key = 'release'").get() as { value: string } | undefined
+        )?.value;
+      } catch {
+        /* no marker table: a release before it */
+      }
+    } finally {
+      db.close();
+    }
+  } catch (e) {
+    throw new BadBackupError(`the backup's database cannot be read: ${(e as Error).message}`);
+  }
+  const latest = MIGRATIONS.at(-1)?.version ?? 0;
+  if (schema > latest)
+    throw new BadBackupError(
+      `the backup's database has schema ${schema}, newer than this sandboxd's (${latest}), whatever ${MANIFEST} says`,
+    );
+  if (release !== undefined) {
+    const newer = compareVersions(release, RELEASE);
+    if (newer === null || newer > 0)
+      throw new BadBackupError(
+        `the backup's database was last served by sandboxd ${release}; this is sandboxd ${RELEASE}: restore it with that release or newer (downgrades are not supported), whatever ${MANIFEST} says`,
+      );
+  }
+}
+
+const VOLUME_NAME_RE = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
+
+/**
+ * Refuses a backup that another user could change between its check and its copy (the
+ * hashes are checked first, the files copied after): the backup dir must be owned by this
+ * user or root and not writable by group or others, and so must each dir above it (one with
+ * the sticky bit, like /tmp, excepted).
+ */
+function checkOwnership(dir: string): void {
+  const unsafe = unsafeDirAbove(dir);
+  if (unsafe)
+    throw new BadBackupError(
+      `${unsafe} can be written by another user: it could change the backup after its check; restore from a copy only root can write (chown -R root; chmod -R go-w)`,
+    );
+}
+
+/**
+ * Refuses a file of the backup that is not a regular file reached through real directories
+ * (a symbolic link would make the restore read what it names, outside the backup), or that
+ * another user could change.
+ */
+function checkInside(dir: string, path: string): void {
+  let at = dir;
+  const parts = path.split('/');
+  for (const [i, part] of parts.entries()) {
+    at = join(at, part);
+    let st: ReturnType<typeof lstatSync>;
+    try {
+      st = lstatSync(at);
+    } catch (e) {
+      throw new BadBackupError(`${path} is missing from the backup (${(e as NodeJS.ErrnoException).code})`);
+    }
+    const last = i === parts.length - 1;
+    if (last ? !st.isFile() : !st.isDirectory())
+      throw new BadBackupError(
+        `${parts.slice(0, i + 1).join('/')} in the backup is ${st.isSymbolicLink() ? 'a symbolic link' : `not a ${last ? 'regular file' : 'directory'}`}: a backup holds only files and dirs`,
+      );
+    if (writableByOthers(st, false))
+      throw new BadBackupError(
+        `${parts.slice(0, i + 1).join('/')} in the backup can be written by another user (owner uid ${st.uid}, mode ${(st.mode & 0o7777).toString(8)})`,
+      );
+  }
+}
+
 /** Verifies the backup in `dir`, then restores it for the configured instance. */
-export async function restoreBackup(dir: string, o: { force: boolean }): Promise<Manifest> {
+export async function restoreBackup(given: string, o: { force: boolean }): Promise<Manifest> {
+  // Through links once (a `latest` link to a backup), then by that path only: a link changed
+  // meanwhile cannot switch the backup between its check and its copy.
+  const dir = realpathSync(given);
   const config = loadConfig();
   const m = await verifyBackup(dir);
   if (m.database.kind === 'sqlite' && config.databaseUrl)
@@ -168,6 +266,7 @@ export async function restoreBackup(dir: string, o: { force: boolean }): Promise
     throw new Error(
       'the backup is of a PostgreSQL deployment: set SANDBOXD_DATABASE_URL to the database its dump was restored into',
     );
+  if (m.database.kind === 'sqlite') checkDatabase(join(dir, m.database.file));
   const dataDir = config.dataDir;
   if (!o.force) {
     const there = existsSync(dataDir) ? readdirSync(dataDir) : [];
@@ -212,12 +311,13 @@ export async function restoreBackup(dir: string, o: { force: boolean }): Promise
 async function restoreImages(dir: string, imageDir: string, key: string, force: boolean): Promise<void> {
   for (const d of ['by-digest', 'refs']) await mkdir(join(imageDir, d), { recursive: true });
   await chmod(join(imageDir, 'by-digest'), 0o700);
+  const tar = join(dir, 'images.tar');
   const tmp = new TempArea(join(imageDir, 'tmp'));
   const work = await tmp.make('restore');
   try {
     await runTool('tar', [
       '--extract',
-      `--file=${join(dir, 'images.tar')}`,
+      `--file=${tar}`,
       '--xattrs',
       '--xattrs-include=*',
       '--acls',
@@ -226,10 +326,28 @@ async function restoreImages(dir: string, imageDir: string, key: string, force: 
       '--same-permissions',
       `--directory=${work}`,
     ]);
+    await checkExtracted(work);
     const refs = existsSync(join(work, 'refs')) ? (await readdir(join(work, 'refs'))).sort() : [];
     const entries: { file: string; digest: string }[] = [];
     for (const f of refs) {
-      const e = JSON.parse(await readFile(join(work, 'refs', f), 'utf8')) as { ref: string; digest: string };
+      const e = JSON.parse(await readRegular(join(work, 'refs', f), `refs/${f}`)) as {
+        ref?: unknown;
+        digest?: unknown;
+      };
+      // Only snapshot refs, under their own names, naming an image of the backup or of this
+      // image dir: a crafted backup cannot add or replace a ref every account pulls.
+      if (
+        typeof e.ref !== 'string' ||
+        !e.ref.startsWith('snapshot/') ||
+        `${createHash('sha256').update(e.ref).digest('hex')}.json` !== f ||
+        typeof e.digest !== 'string' ||
+        !/^sha256:[a-f0-9]{64}$/.test(e.digest) ||
+        !(
+          existsSync(join(work, 'by-digest', e.digest.slice(7))) ||
+          existsSync(join(imageDir, 'by-digest', e.digest.slice(7)))
+        )
+      )
+        throw new BadBackupError(`images.tar's refs/${f} is not a snapshot ref of an image in the backup`);
       const there = join(imageDir, 'refs', f);
       if (existsSync(there) && !force) {
         const have = JSON.parse(await readFile(there, 'utf8')) as { digest?: string };
@@ -242,7 +360,9 @@ async function restoreImages(dir: string, imageDir: string, key: string, force: 
       const to = join(imageDir, 'by-digest', hex);
       if (existsSync(to)) continue; // the same image (snapshot digests are never reused)
       const recFile = join(work, 'by-digest', hex, 'image.json');
-      const rec = JSON.parse(await readFile(recFile, 'utf8')) as { snapshot?: { instance: string } };
+      const rec = JSON.parse(await readRegular(recFile, `by-digest/${hex}/image.json`)) as {
+        snapshot?: { instance: string };
+      };
       if (rec.snapshot) rec.snapshot.instance = key;
       await writeFile(recFile, JSON.stringify(rec));
       await rename(join(work, 'by-digest', hex), to);
@@ -253,13 +373,45 @@ async function restoreImages(dir: string, imageDir: string, key: string, force: 
   }
 }
 
+/**
+ * What backup.ts writes into images.tar and nothing else, each entry a real directory or
+ * file (a link there would be moved into the image dir and followed later): `by-digest/`
+ * with a directory per image (its sha256), and `refs/` with `<sha256>.json` files.
+ */
+async function checkExtracted(work: string): Promise<void> {
+  const bad = (what: string) =>
+    new BadBackupError(
+      `images.tar holds ${what}: only by-digest/<sha256>/ dirs and refs/<sha256>.json files belong there`,
+    );
+  for (const top of await readdir(work)) {
+    if (top !== 'by-digest' && top !== 'refs') throw bad(JSON.stringify(top));
+    if (!(await lstat(join(work, top))).isDirectory()) throw bad(`${top} that is not a directory`);
+    for (const e of await readdir(join(work, top))) {
+      const st = await lstat(join(work, top, e));
+      const ok =
+        top === 'by-digest'
+          ? /^[a-f0-9]{64}$/.test(e) && st.isDirectory()
+          : /^[a-f0-9]{64}\.json$/.test(e) && st.isFile();
+      if (!ok) throw bad(`${top}/${JSON.stringify(e).slice(1, -1)}${st.isSymbolicLink() ? ' (a symbolic link)' : ''}`);
+      if (top === 'by-digest') await readRegular(join(work, top, e, 'image.json'), `by-digest/${e}/image.json`);
+    }
+  }
+}
+
+/** The text of `path`, which must be a regular file (a link from a tar is never read or written through). */
+async function readRegular(path: string, name: string): Promise<string> {
+  const st = await lstat(path).catch(() => null);
+  if (!st?.isFile()) throw new BadBackupError(`images.tar's ${name} is missing or not a regular file`);
+  return readFile(path, 'utf8');
+}
+
 /** Each volume image into `<vdir>/<name>/volume.img` (made in a `.tmp-` dir, renamed into place). */
 async function restoreVolumes(dir: string, vdir: string, names: string[]): Promise<void> {
   if (!names.length) return;
   await mkdir(vdir, { recursive: true });
   await chmod(vdir, 0o700);
   for (const name of names) {
-    if (!/^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/.test(name)) throw new Error(`bad volume name in the manifest: ${name}`);
+    if (!VOLUME_NAME_RE.test(name)) throw new Error(`bad volume name in the manifest: ${name}`);
     const to = join(vdir, name);
     if (isMounted(join(to, 'mnt')))
       throw new Error(`volume ${name} is mounted at ${join(to, 'mnt')}: stop what uses it`);
