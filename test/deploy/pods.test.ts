@@ -408,7 +408,9 @@ describe('deploy/kubernetes pods, started from the release image', { skip, timeo
     const out = (await exec.json()) as { stdout: string };
     assert.equal(exec.status, 200, JSON.stringify(out));
     assert.equal(out.stdout, 'hello from the runner pod\n');
-    const health = (await (await fetch(`${base}/healthz`)).json()) as { runners?: Array<{ node: string }> };
+    const health = (await (await fetch(`${base}/healthz`, { headers })).json()) as {
+      runners?: Array<{ node: string }>;
+    };
     assert.deepEqual(
       health.runners?.map((r) => r.node),
       [NODE],

@@ -261,11 +261,15 @@ describe('deploy/kubernetes probes, as the kubelet runs them', { skip, timeout: 
     assert.ok(del.status < 300, `delete answered ${del.status}`);
   });
 
-  it("/healthz keeps its contracts: the api's reports capacity to anyone, the runner's stays behind the token", async () => {
-    const h = await fetch(`http://127.0.0.1:${apiPort}/healthz`);
+  it("/healthz keeps its contracts: the api's reports capacity to anyone and its runners to an admin, the runner's stays behind the token", async () => {
+    const anon = await fetch(`http://127.0.0.1:${apiPort}/healthz`);
+    const anonHealth = (await anon.json()) as Record<string, unknown>;
+    assert.equal(anon.status, 200);
+    assert.ok(anonHealth.capacity, 'capacity is reported to anyone');
+    assert.equal(anonHealth.runners, undefined, "runners' addresses and node names are not");
+    const h = await fetch(`http://127.0.0.1:${apiPort}/healthz`, { headers: { authorization: `Bearer ${ADMIN_KEY}` } });
     const health = (await h.json()) as { status: string; capacity?: unknown; runners?: Array<{ node: string }> };
     assert.equal(h.status, 200);
-    assert.ok(health.capacity, 'capacity is reported');
     assert.deepEqual(
       health.runners?.map((r) => r.node),
       [NODE],

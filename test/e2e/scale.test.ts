@@ -112,7 +112,7 @@ describe('three api replicas on PostgreSQL over two runners on two hosts (real r
 
   it('every replica reports both runners up', async () => {
     for (const s of replicas) {
-      const h = await s.api('GET', '/healthz', { key: null });
+      const h = await s.api('GET', '/healthz');
       assert.equal(h.status, 200, h.text);
       assert.deepEqual(
         h.body.runners.map((r: { node: string; state: string }) => [r.node, r.state]),
@@ -312,7 +312,7 @@ describe('three api replicas on PostgreSQL over two runners on two hosts (real r
     const { entries } = await ledgerOf(r2, key);
     const charges = chargesById(entries);
     for (const id of onA) assert.equal(charges.get(id)?.refunds.length, 1, `${id} refunded once`);
-    const h = await r2.api('GET', '/healthz', { key: null });
+    const h = await r2.api('GET', '/healthz');
     assert.deepEqual(
       h.body.runners.map((r: { node: string; state: string }) => [r.node, r.state]),
       [
@@ -334,7 +334,7 @@ describe('three api replicas on PostgreSQL over two runners on two hosts (real r
     await until('runner a back, in step with the records', async () => ((await inStep(r1)).agree ? true : undefined));
     for (const id of onA) assert.ok(!(await held('a')).includes(id), `${id} is gone from runner a`);
     const back = await until('runner a up again', async () => {
-      const hh = await r1.api('GET', '/healthz', { key: null });
+      const hh = await r1.api('GET', '/healthz');
       return hh.body.runners.every((r: { state: string }) => r.state === 'up') ? true : undefined;
     });
     assert.equal(back, true);

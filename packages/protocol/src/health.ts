@@ -100,7 +100,7 @@ export const HealthSchema = Type.Object(
     runners: Type.Optional(
       Type.Array(RunnerStatusSchema, {
         description:
-          'Role `api` only: every runner, by node name. `capacity` is then that of the runner the next create would go to.',
+          'Role `api`, to an admin only: every runner, by node name. `capacity` is then that of the runner the next create would go to.',
       }),
     ),
   },

@@ -48,6 +48,15 @@ export function registerAuth(app: FastifyInstance, auth: AuthService, limits: Ra
   });
 }
 
+/**
+ * The principal of a request on a public route (`auth: 'none'`) that tells admins more, or
+ * null: no credentials, or credentials that do not authenticate (the answer is then the
+ * anonymous one, as if none were sent).
+ */
+export async function optionalPrincipal(req: FastifyRequest, auth: AuthService): Promise<Principal | null> {
+  return authenticate(req, auth).catch(() => null);
+}
+
 /** The principal of a request or `unauthorized` (WebSocket upgrades included: they are routed requests too). */
 async function authenticate(req: FastifyRequest, auth: AuthService): Promise<Principal> {
   const header = req.headers.authorization;

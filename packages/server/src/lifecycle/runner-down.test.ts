@@ -150,9 +150,17 @@ describe('a runner that stops answering (role api, fake runners)', () => {
       runners.setDown(B);
       await t.fleet.refresh();
       t.clock.advance(1500);
-      const h = await t.req({ method: 'GET', url: '/healthz', key: null });
+      const h = await t.req({ method: 'GET', url: '/healthz' }); // the admin's key
       assert.equal(h.statusCode, 200);
       const body = h.json();
+      // Anyone may ask; only an admin learns the runners (addresses, node names, why one is down).
+      const { key: accountKey } = await t.app.services.auth.createKey((await t.account()).id, 'not an admin');
+      for (const key of [null, accountKey, 'sk_not_a_key']) {
+        const anon = await t.req({ method: 'GET', url: '/healthz', key });
+        assert.equal(anon.statusCode, 200, String(key));
+        assert.deepEqual(Object.keys(anon.json()).sort(), ['capacity', 'status'], String(key));
+        assert.deepEqual(anon.json().capacity, body.capacity);
+      }
       assert.equal(body.capacity.memory.availableBytes, 16 * 2 ** 30, 'the capacity of a, where a create goes');
       assert.deepEqual(
         body.runners.map((r: { node: string; state: string; sandboxes: number; downForMs?: number }) => [
@@ -182,7 +190,7 @@ describe('a runner that stops answering (role api, fake runners)', () => {
       assert.equal(none.statusCode, 503, none.body);
       assert.equal(none.json().kind, 'unavailable');
       assert.match(none.json().message, /^No runner answers; /);
-      const h2 = (await t.req({ method: 'GET', url: '/healthz', key: null })).json();
+      const h2 = (await t.req({ method: 'GET', url: '/healthz' })).json();
       assert.equal(h2.capacity, undefined, 'no runner answers: nothing to measure');
       assert.deepEqual(
         h2.runners.map((r: { state: string }) => r.state),

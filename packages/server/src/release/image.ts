@@ -139,7 +139,8 @@ function prodPackages(root: string): string[] {
 function appFiles(root: string): Map<string, string> {
   const files = new Map<string, string>();
   const app = IMAGE_APP_DIR.slice(1);
-  const listed = git(root, ['ls-files', '-z', '--cached', '--others', '--exclude-standard', '--', ...PROJECT_PATHS])
+  // Tracked files only: an untracked file of a working checkout (a key, a local config) never ships.
+  const listed = git(root, ['ls-files', '-z', '--cached', '--', ...PROJECT_PATHS])
     .split('\0')
     .filter((p) => p && !leftOut(p) && existsSync(join(root, p)));
   for (const p of listed) files.set(`${app}/${p}`, join(root, p));

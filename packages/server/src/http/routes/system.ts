@@ -1,6 +1,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { HealthSchema, ProbeSchema, SandboxdError } from '@sandboxd/protocol';
 import { Type } from 'typebox';
+import { optionalPrincipal } from '../auth.js';
 import type { HttpDeps } from '../deps.js';
 
 /** Health, the kubelet's probes, metrics, the OpenAPI document and (only with SANDBOXD_TEST_CLOCK=1) the test clock. */
@@ -48,7 +49,7 @@ export const systemRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) 
         operationId: 'health',
         summary: '200 once the server can create sandboxes, with what the host has left for them',
         description:
-          "Answers 200 while the server runs, whether or not the host has room: `capacity` says what is left (`full` names what a create would be refused for with 503 `capacity`). 503 only while starting or shutting down. `capacity` is absent when it could not be measured (role `api`: no runner answers). Role `api` adds `runners`, each runner's state and what it last reported.",
+          "Answers 200 while the server runs, whether or not the host has room: `capacity` says what is left (`full` names what a create would be refused for with 503 `capacity`). 503 only while starting or shutting down. `capacity` is absent when it could not be measured (role `api`: no runner answers). Role `api` adds `runners`, each runner's address, state and what it last reported, for an admin's credentials only (no credentials, or an account's: no `runners`).",
         tags: ['system'],
         response: { 200: HealthSchema },
       },
@@ -56,7 +57,9 @@ export const systemRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) 
     },
     async (req) => {
       if (!d.isReady()) throw new SandboxdError('unavailable', 'Starting');
-      const runners = d.runners ? { runners: d.runners() } : {};
+      // Runners' addresses, node names and failure reasons are for admins: anyone may ask this.
+      const admin = d.runners ? (await optionalPrincipal(req, d.services.auth))?.account.admin === true : false;
+      const runners = d.runners && admin ? { runners: d.runners() } : {};
       try {
         return { status: 'ok' as const, capacity: await d.services.capacity.report(), ...runners };
       } catch (err) {
