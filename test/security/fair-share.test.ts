@@ -183,6 +183,7 @@ describe('fair shares: one sandbox at its limits leaves its neighbours unaffecte
     const a = await api.background(noisy, 'sleep 600');
     const b = await api.background(noisy, 'sleep 600');
     const readers: AbortController[] = [];
+    const held: Response[] = [];
     const follow = async (pid: number) => {
       const ac = new AbortController();
       const r = await fetch(`${s.baseUrl}/api/v1/sandboxes/${noisy}/processes/${pid}/output?follow=true`, {
@@ -191,6 +192,9 @@ describe('fair shares: one sandbox at its limits leaves its neighbours unaffecte
       });
       if (r.status === 200) {
         readers.push(ac);
+        // Held: undici cancels the body of a Response that is garbage collected unread, which
+        // closes the reader's connection and frees its slot under the test (a run got 200 here).
+        held.push(r);
         closers.push(() => ac.abort());
       } else ac.abort();
       return { status: r.status, body: r.status === 200 ? null : await r.json().catch(() => null) };
@@ -215,6 +219,7 @@ describe('fair shares: one sandbox at its limits leaves its neighbours unaffecte
       return r.status === 200 ? true : undefined;
     });
     for (const ac of readers) ac.abort();
+    held.length = 0;
     for (const pid of [a, b])
       await req('POST', `/api/v1/sandboxes/${noisy}/processes/${pid}/signal`, { signal: 'SIGKILL' });
   });
@@ -261,6 +266,7 @@ describe('fair shares: one sandbox at its limits leaves its neighbours unaffecte
   it('file transfers: downloads past the share 429 naming it; the neighbour downloads; a finished one frees a slot', async () => {
     for (const sb of [noisy, neighbour]) await api.exec(sb, 'head -c 67108864 /dev/zero > /tmp/big');
     const downloads: AbortController[] = [];
+    const held: Response[] = []; // unread, held: undici cancels a collected Response's body (see readers)
     const download = async (sb: string) => {
       const ac = new AbortController();
       closers.push(() => ac.abort());
@@ -268,8 +274,10 @@ describe('fair shares: one sandbox at its limits leaves its neighbours unaffecte
         headers: auth(),
         signal: ac.signal,
       });
-      if (r.status === 200) downloads.push(ac);
-      else ac.abort();
+      if (r.status === 200) {
+        downloads.push(ac);
+        held.push(r);
+      } else ac.abort();
       return { status: r.status, body: r.status === 200 ? null : await r.json().catch(() => null), ac, r };
     };
     // Opened and never read: each holds its stream in the sandbox and its buffers on the host.
@@ -294,6 +302,7 @@ describe('fair shares: one sandbox at its limits leaves its neighbours unaffecte
     });
     again.ac.abort();
     for (const ac of downloads) ac.abort();
+    held.length = 0;
   });
 
   it('foreground execs in flight: past the share 429 naming it; the neighbour execs; an exec that ends frees a slot', async () => {
