@@ -13,3 +13,4 @@ export * from './health.js';
 export * from './network.js';
 export * from './code.js';
 export * from './builds.js';
+export * from './secrets.js';

@@ -1,4 +1,5 @@
 import { Type, type Static } from 'typebox';
+import { SecretRulesSchema } from './secrets.js';
 
 /** Most rules one sandbox's `network.egress.allow` may hold. */
 export const MAX_EGRESS_RULES = 64;
@@ -32,7 +33,10 @@ export type Egress = Static<typeof EgressSchema>;
 
 /** A sandbox's network settings: on create, on `PATCH .../network`, and in the sandbox object. */
 export const SandboxNetworkSchema = Type.Object(
-  { egress: EgressSchema },
+  {
+    egress: EgressSchema,
+    secrets: Type.Optional(SecretRulesSchema),
+  },
   { title: 'SandboxNetwork', additionalProperties: false },
 );
 export type SandboxNetwork = Static<typeof SandboxNetworkSchema>;

@@ -45,6 +45,42 @@ export interface VolumeMount {
   sizeGb: number;
 }
 
+/**
+ * One secret injection rule of a sandbox, as the driver's egress proxy applies it: requests to
+ * a name `domains` allow (egress-rule syntax: `a.b` or `*.b`) get `placeholder` replaced by
+ * `value` wherever it appears in the request head and, with `header`, that header set to
+ * `format` with `{value}` replaced. Over TLS the proxy terminates the connection with the
+ * driver's CA (which the sandbox trusts) and verifies the upstream; every other destination
+ * is relayed untouched.
+ */
+export interface SecretInjection {
+  /** The secret's name (for the audit trail). */
+  secret: string;
+  /** Lowercase, checked names (`parseEgressRule` kinds `domain` / `wildcard`). */
+  domains: string[];
+  header?: string;
+  /** Contains `{value}`; default `{value}`. */
+  format: string;
+  /** What the sandbox holds in place of the value. */
+  placeholder: string;
+  /** The value; absent when the secret is gone (the rule then injects nothing). */
+  value?: string;
+}
+
+/** One request the egress proxy put a secret into (or tried to). */
+export interface InjectionEvent {
+  sandboxId: string;
+  secret: string;
+  /** `name:port` the request went to. */
+  destination: string;
+  method: string;
+  /** The upstream's status, or null when no answer came (`error` says why). */
+  status: number | null;
+  error?: string;
+  /** Epoch ms. */
+  at: number;
+}
+
 /** What a sandbox is made from. Immutable once created. */
 export interface SandboxSpec {
   /** Caller-chosen id, `^[a-z0-9_]{1,64}$`, unique among live sandboxes of this driver. */
@@ -62,6 +98,13 @@ export interface SandboxSpec {
    * absent means `none`. The only part of a spec that changes later ({@link RuntimeDriver.setEgress}).
    */
   egress?: Egress;
+  /**
+   * Secret injection rules with their values (see {@link SecretInjection}); absent or empty:
+   * none. Changes later only by {@link RuntimeDriver.setSecrets}. A driver never writes a
+   * value to disk in clear, never logs one, and puts none in the sandbox (only the
+   * placeholders, which the caller put in `env`).
+   */
+  secrets?: SecretInjection[];
   /**
    * Whose pull it is should the image have to be pulled: the pull policy decides by it which
    * registries may be pulled from and whose registry credentials serve (see
@@ -321,6 +364,18 @@ export interface RuntimeDriver {
    * start. Throws `not_found`, `validation` (bad rule). Absent: the runtime cannot change it.
    */
   setEgress?(id: string, egress: Egress): Promise<void>;
+  /**
+   * Replaces the secret injection rules (with values) of a sandbox, running, paused or
+   * stopped: once this resolves, new requests through the egress proxy follow them (a rule
+   * without `value` injects nothing at once). Throws `not_found`. Absent: the runtime has no
+   * injecting proxy (then no sandbox may have rules).
+   */
+  setSecrets?(id: string, secrets: SecretInjection[]): Promise<void>;
+  /**
+   * Subscribes to the injections the egress proxy makes (the audit trail); returns the
+   * unsubscribe. Events may arrive late (a runner's are fetched) but none is reported twice.
+   */
+  onInjection?(listener: (e: InjectionEvent) => void): () => void;
   /** Kills if running and frees everything but named volumes. Unknown id: no-op. */
   delete(id: string): Promise<void>;
 
