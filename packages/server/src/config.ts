@@ -75,6 +75,13 @@ export interface Config {
    */
   egressDns?: { host: string; port: number }[];
   /**
+   * `SANDBOXD_EGRESS_CA_FILE`: a PEM file of CAs the egress proxy trusts, beside the system's,
+   * when it opens its own TLS connection upstream for a request it injects a secret into
+   * (docs/secrets.md). For tests (the fake internet's CA) and private upstreams; unset: the
+   * system CAs only.
+   */
+  egressCaFile?: string;
+  /**
    * Each sandbox's share of the egress services (docs/runtime.md, Egress by rule):
    * `SANDBOXD_EGRESS_DNS_PENDING_PER_SANDBOX` (default 64): its queries waiting for upstream
    * at once, past them REFUSED; `SANDBOXD_EGRESS_PROXY_CONNECTIONS_PER_SANDBOX` (default
@@ -285,6 +292,7 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
     egress: pick('egress', 'SANDBOXD_EGRESS', parseEgress, 'none'),
     egressVia: pick<string | undefined>('egressVia', 'SANDBOXD_EGRESS_VIA', parseEgressVia, undefined),
     egressDns: pick<Config['egressDns']>('egressDns', 'SANDBOXD_EGRESS_DNS', parseEgressDns, undefined),
+    egressCaFile: pick<string | undefined>('egressCaFile', 'SANDBOXD_EGRESS_CA_FILE', (v) => resolve(v), undefined),
     egressDnsPendingPerSandbox: pick(
       'egressDnsPendingPerSandbox',
       'SANDBOXD_EGRESS_DNS_PENDING_PER_SANDBOX',

@@ -89,7 +89,7 @@ export async function claim(
       applyCgroupLimits(h.cgroupParent, cid, spec.limits, w.spec.limits),
       setHostname(w.initPid, hostname),
       // The pooled sandbox had `none`: the create's egress holds before it answers.
-      h.network.egress.apply(spec.id, w.address, spec.egress),
+      h.network.egress.apply(spec.id, w.address, spec.egress, spec.secrets),
     ]);
     // The service runs since the pool's boot (healthy then); what it learns of this sandbox
     // is its env. It is asked again (one probe, ~1 ms) so that a claim, too, hands out a
@@ -194,7 +194,7 @@ export async function boot(
       allowSetuid: partial.setuid === true,
     });
     if (early && !forPool) {
-      egress = h.network.egress.apply(spec.id, early.address, spec.egress);
+      egress = h.network.egress.apply(spec.id, early.address, spec.egress, spec.secrets);
       egress.catch(() => undefined); // awaited below, or before the teardown
     }
     partial.initPid = await h.crun.run(spec.id, bundle.dir, {
@@ -216,7 +216,7 @@ export async function boot(
     partial.address = net.address;
     partial.netnsPath = net.netnsPath;
     partial.initStart = processStart(partial.initPid);
-    if (!forPool) await (egress ?? h.network.egress.apply(spec.id, net.address, spec.egress));
+    if (!forPool) await (egress ?? h.network.egress.apply(spec.id, net.address, spec.egress, spec.secrets));
     await bootService(h.commands, partial, h.serviceStartTimeoutMs);
     partial.phase = 'ready';
     await h.state.write(partial);

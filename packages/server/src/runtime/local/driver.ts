@@ -2,6 +2,7 @@ import { mkdir, rmdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { type Egress, SandboxdError } from '@sandboxd/protocol';
+import { imageBundle, installTrust, SYSTEM_BUNDLES, trustEnv, withTrustEnv } from './trust.js';
 import type { Logger } from 'pino';
 import type { Config } from '../../config.js';
 import { instanceKey } from '../../instance.js';
@@ -10,6 +11,7 @@ import type {
   ExecResult,
   ImageConfigOverride,
   ImageInfo,
+  InjectionEvent,
   PtyProcess,
   RecoveryReport,
   ResourceLimits,
@@ -17,6 +19,7 @@ import type {
   RuntimeDriver,
   RuntimeSandbox,
   SandboxSpec,
+  SecretInjection,
   SpawnOptions,
   StreamedProcess,
   TtyOptions,
@@ -50,6 +53,7 @@ import {
   checkMountPath,
   checkMountPathsDisjoint,
   checkTraversable,
+  mergeEnv,
   mergeEnvList,
   splitEnv,
 } from './sandbox-checks.js';
@@ -186,6 +190,9 @@ export class LocalDriver implements RuntimeDriver {
     await mkdir(join(this.runDir, 'exec'), { recursive: true, mode: 0o700 });
     await checkTraversable(this.opts.dataDir);
     await this.network.init();
+    this.unsubscribeInjections ??= this.network.egress.onInjection((e) => {
+      for (const l of this.injectionListeners) l(e);
+    });
     this.bundles.init();
     await this.snaps.init();
   }
@@ -219,7 +226,8 @@ export class LocalDriver implements RuntimeDriver {
     return (await this.images.list()).map(imageInfoOf);
   }
 
-  async create(spec: SandboxSpec): Promise<RuntimeSandbox> {
+  async create(input: SandboxSpec): Promise<RuntimeSandbox> {
+    let spec = input;
     if (!ID_RE.test(spec.id) || this.pools.owns(spec.id)) {
       throw new SandboxdError(
         'validation',
@@ -236,13 +244,29 @@ export class LocalDriver implements RuntimeDriver {
     this.creating++;
     try {
       const image = await this.images.resolve(spec.image, { puller: spec.pullAs ?? ANONYMOUS });
+      // Injection rules: the sandbox trusts the egress CA (its variables now, its files once it runs).
+      if (spec.secrets?.length && this.network.egress.caCertPem) {
+        spec = { ...spec, env: withTrustEnv(spec.env, imageBundle(image.rootfsDir)) };
+      }
       // A pooled sandbox ran what its image starts at boot: not one for a create that skips it.
       const warm = spec.skipImageStart ? undefined : this.pools.takeWarm(spec.image, image.digest, spec.limits);
       const pooled = warm ? this.pooled.get(warm) : undefined;
       if (warm) this.pooled.delete(warm);
       const claimed = warm && pooled ? await claim(this.starts, spec, image, warm, pooled) : null;
-      if (claimed) return claimed;
-      return recordView(await boot(this.starts, spec, image, this.records, false), false); // not frozen: just started
+      if (!claimed) await boot(this.starts, spec, image, this.records, false);
+      const rec = this.records.get(spec.id) as SandboxRecord;
+      if (spec.secrets?.length) {
+        try {
+          await this.ensureTrust(rec);
+        } catch (e) {
+          await this.delete(spec.id).catch(() => undefined);
+          throw new SandboxdError(
+            'internal',
+            `sandbox ${spec.id}: the egress CA could not be installed: ${(e as Error).message}`,
+          );
+        }
+      }
+      return claimed ?? recordView(rec, false); // not frozen: just started
     } finally {
       this.creating--;
       this.reserved.delete(spec.id);
@@ -291,7 +315,11 @@ export class LocalDriver implements RuntimeDriver {
   }
 
   resume(id: string): Promise<void> {
-    return this.serial(id, () => lifecycle.resume(this.life, this.require(id)));
+    return this.serial(id, async () => {
+      const rec = this.require(id);
+      await lifecycle.resume(this.life, rec);
+      await this.ensureTrust(rec).catch(() => undefined);
+    });
   }
 
   /** Kills, frees all but the root layer and uid slot, records `stopped`; see lifecycle.ts. */
@@ -313,6 +341,7 @@ export class LocalDriver implements RuntimeDriver {
           throw new SandboxdError('conflict', 'Sandbox is paused');
       } else {
         await lifecycle.start(this.life, rec, opts.limits);
+        await this.ensureTrust(rec).catch(() => undefined);
       }
       return (await this.inspect(id))!;
     });
@@ -446,10 +475,55 @@ export class LocalDriver implements RuntimeDriver {
     await this.serial(id, async () => {
       const rec = this.records.get(id);
       if (!isVisible(rec)) throw new SandboxdError('not_found', `sandbox ${id} not found`);
-      if (rec.address) await this.network.egress.apply(id, rec.address, egress);
+      if (rec.address) await this.network.egress.apply(id, rec.address, egress, rec.spec.secrets);
       rec.spec = { ...rec.spec, egress };
       await this.state.write(rec);
     });
+  }
+
+  /**
+   * Replaces sandbox `id`'s secret injection rules: recorded (values sealed, see
+   * sealed-secrets.ts) and, while it has an address, given to the egress proxy at once. When
+   * rules first appear on a running sandbox, the egress CA is installed in it now (trust.ts)
+   * and its later commands get the trust variables; a paused or stopped one gets them at its
+   * next resume or start.
+   */
+  async setSecrets(id: string, secrets: SecretInjection[]): Promise<void> {
+    await this.serial(id, async () => {
+      const rec = this.records.get(id);
+      if (!isVisible(rec)) throw new SandboxdError('not_found', `sandbox ${id} not found`);
+      if (rec.address) await this.network.egress.apply(id, rec.address, rec.spec.egress, secrets);
+      rec.spec = { ...rec.spec, secrets };
+      await this.state.write(rec);
+      await this.ensureTrust(rec);
+    });
+  }
+
+  onInjection(listener: (e: InjectionEvent) => void): () => void {
+    this.injectionListeners.add(listener);
+    return () => this.injectionListeners.delete(listener);
+  }
+
+  private readonly injectionListeners = new Set<(e: InjectionEvent) => void>();
+  private unsubscribeInjections: (() => void) | undefined;
+
+  /**
+   * Installs the egress CA in `rec` (running, not paused) when it has injection rules and
+   * does not have it yet; adds the trust variables to its env. Best effort for a sandbox
+   * that cannot take it now (paused, stopped): tried again at its resume and start.
+   */
+  private async ensureTrust(rec: SandboxRecord): Promise<void> {
+    const ca = this.network.egress.caCertPem;
+    if (!ca || rec.trusted || !rec.spec.secrets?.length || !isAlive(rec)) return;
+    if (await freezeAsked(this.opts.cgroupParent, rec.cid)) return;
+    const env = Object.fromEntries(rec.env.map(splitEnv));
+    const image = await this.images.byDigest(rec.imageDigest).catch(() => undefined);
+    const bundle = image ? imageBundle(image.rootfsDir) : SYSTEM_BUNDLES[0];
+    rec.env = mergeEnv(trustEnv(bundle), env);
+    rec.spec = { ...rec.spec, env: withTrustEnv(rec.spec.env, bundle) };
+    await installTrust(this.commands, rec, ca);
+    rec.trusted = true;
+    await this.state.write(rec);
   }
 
   /**

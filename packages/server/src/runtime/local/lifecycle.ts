@@ -182,7 +182,7 @@ export async function start(h: LifecycleHost, rec: SandboxRecord, limits: Resour
     rec.address = net.address;
     rec.netnsPath = net.netnsPath;
     rec.initStart = processStart(rec.initPid);
-    await h.network.egress.apply(id, net.address, rec.spec.egress);
+    await h.network.egress.apply(id, net.address, rec.spec.egress, rec.spec.secrets);
     await bootService(h.commands, rec, h.serviceStartTimeoutMs);
     rec.phase = 'ready';
     await h.state.write(rec);

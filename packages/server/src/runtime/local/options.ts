@@ -26,6 +26,8 @@ export interface LocalDriverOptions {
   egressDns?: Upstream[];
   /** Each sandbox's share of the egress services (config `egress*PerSandbox`, `egressProxyIdleTimeoutMs`). */
   egressShare?: NetworkOptions['share'];
+  /** A PEM file of extra CAs the egress proxy trusts upstream for injected requests (`SANDBOXD_EGRESS_CA_FILE`). */
+  egressCaFile?: string;
   /** First host uid handed to sandboxes; each gets 65536 from there. Default 100000. */
   uidRangeStart?: number;
   /** Name of the cgroup folder that holds every sandbox's cgroup. Default `sandboxd-<key>`. */
@@ -68,9 +70,10 @@ export type ResolvedOptions = Required<
     | 'egressVia'
     | 'egressDns'
     | 'egressShare'
+    | 'egressCaFile'
   >
 > &
-  Pick<LocalDriverOptions, 'holdLeftovers' | 'log' | 'egressVia' | 'egressDns' | 'egressShare'>;
+  Pick<LocalDriverOptions, 'holdLeftovers' | 'log' | 'egressVia' | 'egressDns' | 'egressShare' | 'egressCaFile'>;
 
 /** `opts` over the defaults, for the instance of key `key`. */
 export function withDefaults(opts: LocalDriverOptions, key: string): ResolvedOptions {
@@ -101,6 +104,7 @@ export function localDriverOptions(config: Readonly<Config>): LocalDriverOptions
     subnet: config.subnet,
     egressVia: config.egressVia,
     egressDns: config.egressDns?.map((u) => ({ ...u })),
+    egressCaFile: config.egressCaFile,
     egressShare: {
       dnsPendingPerSandbox: config.egressDnsPendingPerSandbox,
       proxyConnectionsPerSandbox: config.egressProxyConnectionsPerSandbox,

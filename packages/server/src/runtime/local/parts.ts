@@ -3,6 +3,7 @@
  * image cache, the OCI runtime, the commands' channels, the network, the root layers, the
  * volumes and the bundles. driver.ts assembles them with the pools and what ties them together.
  */
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { cgroupProcs } from './bundle/cgroups.js';
 import { BundleWriter } from './bundle/writer.js';
@@ -14,6 +15,7 @@ import { intToIp, planSubnet } from './network/addr.js';
 import { NetworkManager } from './network/manager.js';
 import type { LocalDriverOptions, ResolvedOptions } from './options.js';
 import { RecordStore } from './records.js';
+import { SecretSealer } from './sealed-secrets.js';
 import { RootfsManager } from './rootfs/roots.js';
 import { VolumeStore } from './rootfs/volumes.js';
 
@@ -30,7 +32,10 @@ export function makeParts(opts: LocalDriverOptions, o: ResolvedOptions, key: str
   const runtime = opts.ociRuntime ?? defaultOciRuntime();
   const crun = new OciRuntime({ root: join(runDir, runtime), binary: runtime });
   return {
-    state: new RecordStore(join(opts.dataDir, 'sandboxes')),
+    state: new RecordStore(
+      join(opts.dataDir, 'sandboxes'),
+      new SecretSealer(join(opts.dataDir, 'runtime-secrets.key')),
+    ),
     images: new ImageStore({
       dir: opts.imageDir,
       credentials: opts.registryCredentials,
@@ -51,6 +56,10 @@ export function makeParts(opts: LocalDriverOptions, o: ResolvedOptions, key: str
       via: o.egressVia,
       dnsUpstream: o.egressDns,
       share: o.egressShare,
+      injection: {
+        caDir: join(opts.dataDir, 'egress-ca'),
+        extraCa: o.egressCaFile ? [readFileSync(o.egressCaFile, 'utf8')] : undefined,
+      },
     }),
     roots: new RootfsManager({ dir: join(opts.dataDir, 'roots') }),
     volumes: new VolumeStore({ dir: join(opts.dataDir, 'volumes') }),

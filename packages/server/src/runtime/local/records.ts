@@ -3,6 +3,7 @@ import { readdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { ImageInfo, RuntimeSandbox, SandboxSpec } from '../driver.js';
 import { processStart } from './commands/oci-runtime.js';
+import type { SecretSealer, StoredSecretInjection } from './sealed-secrets.js';
 
 /** Sandbox ids the local driver takes (pooled things' ids have this form too). */
 export const ID_RE = /^[a-z0-9_]{1,64}$/;
@@ -67,6 +68,8 @@ export interface SandboxRecord {
   start?: DeclaredStart;
   /** Its image allows setuid programs (label org.sandboxd.setuid, ./setuid.ts): no no_new_privs. */
   setuid?: true;
+  /** The egress CA is installed in its root layer (trust.ts): done once, when it first has injection rules. */
+  trusted?: true;
 }
 
 /** Names of record files: `state.<generation>.json`; `state.json` (generation 0) as older versions wrote it. */
@@ -97,7 +100,11 @@ export function recordFile(dir: string): string | null {
  * through the thread pool wait ~0.5 ms for their turns.
  */
 export class RecordStore {
-  constructor(readonly dir: string) {}
+  /** `sealer`: seals `spec.secrets` values on write, opens them on read (never in clear on disk). */
+  constructor(
+    readonly dir: string,
+    private readonly sealer?: SecretSealer,
+  ) {}
 
   /** The folder of sandbox `id`. */
   dirOf(id: string): string {
@@ -115,7 +122,9 @@ export class RecordStore {
     const older = recordFiles(readdirSync(dir));
     // Synchronous from the listing to the last unlink, so no other write of this process
     // comes between: the next generation is free (exclusive create all the same).
-    writeFileSync(join(dir, `state.${(older[0]?.gen ?? 0) + 1}.json`), JSON.stringify(rec), { flag: 'wx' });
+    writeFileSync(join(dir, `state.${(older[0]?.gen ?? 0) + 1}.json`), JSON.stringify(this.#stored(rec)), {
+      flag: 'wx',
+    });
     for (const f of older) rmSync(join(dir, f.name), { force: true });
   }
 
@@ -126,12 +135,26 @@ export class RecordStore {
       try {
         const rec = JSON.parse(await readFile(join(dir, f.name), 'utf8')) as SandboxRecord;
         rec.cid ??= rec.spec.id; // records written before warm pools had none
+        if (rec.spec.secrets?.length) {
+          const stored = rec.spec.secrets as StoredSecretInjection[];
+          rec.spec.secrets = this.sealer
+            ? this.sealer.openRules(rec.spec.id, stored)
+            : stored.map(({ sealed: _, ...r }) => r);
+        }
         return rec;
       } catch {
         // cut short by a crash: the one before it holds
       }
     }
     return null;
+  }
+
+  /** `rec` as written: the values of its injection rules sealed (or dropped, without a sealer). */
+  #stored(rec: SandboxRecord): unknown {
+    const rules = rec.spec.secrets;
+    if (!rules?.length) return rec;
+    const secrets = this.sealer ? this.sealer.sealRules(rec.spec.id, rules) : rules.map(({ value: _, ...r }) => r);
+    return { ...rec, spec: { ...rec.spec, secrets } };
   }
 
   /** Ids of every sandbox folder, with or without a record in it. */

@@ -95,7 +95,7 @@ export async function recoverInstance(h: RecoverHost): Promise<{ report: Recover
   // The table was made anew by init(): the adopted sandboxes' egress goes back in.
   for (const rec of adopt.values()) {
     if (rec.phase === 'ready' && rec.address && rec.spec.egress && rec.spec.egress !== 'none') {
-      await h.network.egress.apply(rec.spec.id, rec.address, rec.spec.egress).catch(() => undefined);
+      await h.network.egress.apply(rec.spec.id, rec.address, rec.spec.egress, rec.spec.secrets).catch(() => undefined);
     }
   }
   const live = new Map(

@@ -41,7 +41,17 @@ describe('egress CA', () => {
     writeFileSync(join(tmp, 'leaf.pem'), leaf.cert);
     const out = execFileSync(
       'openssl',
-      ['verify', '-x509_strict', '-purpose', 'sslserver', '-verify_hostname', 'api.example.test', '-CAfile', join(dir, 'ca.crt'), join(tmp, 'leaf.pem')],
+      [
+        'verify',
+        '-x509_strict',
+        '-purpose',
+        'sslserver',
+        '-verify_hostname',
+        'api.example.test',
+        '-CAfile',
+        join(dir, 'ca.crt'),
+        join(tmp, 'leaf.pem'),
+      ],
       { encoding: 'utf8' },
     );
     assert.match(out, /OK/);

@@ -73,7 +73,9 @@ const ECDSA_SHA256 = seq(oid('1.2.840.10045.4.3.2'));
 /** The key identifier of a public key: SHA-1 of its subjectPublicKey bits (RFC 5280 4.2.1.2 (1)). */
 function keyId(spki: Buffer): Buffer {
   // SubjectPublicKeyInfo = SEQ { AlgorithmIdentifier, BIT STRING }; the P-256 point is its last 65 bytes.
-  return createHash('sha1').update(spki.subarray(spki.length - 65)).digest();
+  return createHash('sha1')
+    .update(spki.subarray(spki.length - 65))
+    .digest();
 }
 
 interface CertInput {
@@ -120,7 +122,10 @@ function certificate(c: CertInput): Buffer {
 }
 
 function pem(der: Buffer): string {
-  const b64 = der.toString('base64').replace(/(.{64})/g, '$1\n').replace(/\n$/, '');
+  const b64 = der
+    .toString('base64')
+    .replace(/(.{64})/g, '$1\n')
+    .replace(/\n$/, '');
   return `-----BEGIN CERTIFICATE-----\n${b64}\n-----END CERTIFICATE-----\n`;
 }
 
@@ -182,7 +187,11 @@ export class EgressCa {
       keyPem = privateKey.export({ type: 'pkcs8', format: 'pem' }) as string;
       // The certificate first: a key without one is never left (a crash between: made again).
       writeFileSync(crtPath, certPem, { mode: 0o644 });
-      const fd = openSync(keyPath, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o600);
+      const fd = openSync(
+        keyPath,
+        constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW,
+        0o600,
+      );
       try {
         writeFileSync(fd, keyPem);
       } finally {

@@ -1,10 +1,18 @@
 import { connect, createServer, type Server, type Socket } from 'node:net';
+import type { SecretInjection } from '../../driver.js';
+import type { EgressCa } from './ca.js';
 import { type FirstBytes, httpHost, MAX_FIRST_BYTES, tlsServerName } from './first-bytes.js';
+import { type Injection, Interceptor } from './intercept.js';
 
 /** What the proxy asks of the egress gate. */
 export interface ProxyPolicy {
-  /** Whether the sandbox at `address` has `allow` rules (only those are proxied). */
+  /**
+   * Whether the sandbox at `address` is proxied: it has `allow` rules, or secret injection
+   * rules (then also with egress `internet`).
+   */
   isRuled(address: string): boolean;
+  /** The injection rules of the sandbox at `address` whose domains allow `name` (empty: relayed). */
+  secretsFor?(address: string, name: string): SecretInjection[];
   allowsName(address: string, name: string): boolean;
   /**
    * The public addresses `name` resolved to for that sandbox (recorded from its DNS answers,
@@ -50,8 +58,34 @@ export class EgressProxy {
       maxPerSandbox?: number;
       /** Default {@link PROXY_IDLE_TIMEOUT_MS}. */
       idleTimeoutMs?: number;
+      /** Secret injection: the CA that signs the leaves; absent: every connection is relayed. */
+      ca?: EgressCa;
+      /** Extra CAs (PEM) trusted for upstream TLS of injected requests. */
+      extraCa?: string[];
+      /** Tests: the upstream ports (default 80, 443). */
+      upstreamPorts?: { http: number; tls: number };
+      onInjection?(e: Injection): void;
     },
-  ) {}
+  ) {
+    const ca = o.ca;
+    if (ca) {
+      this.#interceptor = new Interceptor({
+        ca,
+        gateway: o.gateway,
+        extraCa: o.extraCa,
+        upstreamPorts: o.upstreamPorts,
+        rulesFor: (a, n) => o.policy.secretsFor?.(a, n) ?? [],
+        onInjection: (e) => o.onInjection?.(e),
+        track: (s) => {
+          this.#conns.add(s);
+          s.once('close', () => this.#conns.delete(s));
+        },
+        idleTimeoutMs: o.idleTimeoutMs ?? PROXY_IDLE_TIMEOUT_MS,
+      });
+    }
+  }
+
+  readonly #interceptor: Interceptor | undefined;
 
   /** Listens on the gateway address; resolves the ports of the HTTP and the TLS side. */
   async listen(): Promise<{ http: number; tls: number }> {
@@ -122,7 +156,18 @@ export class EgressProxy {
       addrs = [];
     }
     if (addrs.length === 0 || s.destroyed) return this.#refuse(s, kind, `${name} has no reachable address`);
-    const up = connect({ host: addrs[0], port: kind === 'http' ? 80 : 443, localAddress: this.o.gateway });
+    if (this.#interceptor && (this.o.policy.secretsFor?.(from, name).length ?? 0) > 0) {
+      // A name with secrets: terminated here, each request checked and injected (intercept.ts).
+      s.setTimeout(this.o.idleTimeoutMs ?? PROXY_IDLE_TIMEOUT_MS, () => s.destroy());
+      this.#interceptor.take(s, kind, from, name, head, addrs);
+      return;
+    }
+    const ports = this.o.upstreamPorts ?? { http: 80, tls: 443 };
+    const up = connect({
+      host: addrs[0],
+      port: kind === 'http' ? ports.http : ports.tls,
+      localAddress: this.o.gateway,
+    });
     this.#conns.add(up);
     up.once('close', () => this.#conns.delete(up));
     up.setTimeout(CONNECT_MS, () => up.destroy());

@@ -9,7 +9,10 @@ import {
 } from '@sandboxd/protocol';
 import { contains, formatPrefix, ipToInt, mergePrefixes, parsePrefix, type Prefix } from './addr.js';
 import { EgressResolver, type Upstream } from './dns.js';
+import type { InjectionEvent, SecretInjection } from '../../driver.js';
+import { EgressCa } from './ca.js';
 import { EgressProxy } from './egress-proxy.js';
+import { rulesAllowing } from './intercept.js';
 import { NftBatcher } from './nft-batch.js';
 import { NftSession } from './nft-session.js';
 import { EGRESS_SETS, type EgressPorts } from './rules.js';
@@ -39,6 +42,13 @@ interface Policy {
    * else can change it (see {@link EgressGate.apply} and `#record`).
    */
   names: Map<string, { addrs: string[]; until: number }>;
+  /** Secret injection rules (with values): names they allow are terminated by the proxy. */
+  secrets: SecretInjection[];
+}
+
+/** Whether a sandbox's 80/443 go through the proxy: `allow` rules, or injection rules. */
+function proxied(p: Policy | undefined): boolean {
+  return !!p && (p.mode === 'allow' || (p.mode === 'internet' && p.secrets.length > 0));
 }
 
 /** Options of {@link EgressGate}. */
@@ -59,6 +69,15 @@ export interface EgressGateOptions {
   proxyConnectionsPerSandbox?: number;
   /** A relayed proxy connection with no byte either way for this long is closed. Default 600000 (10 min). */
   proxyIdleTimeoutMs?: number;
+  /**
+   * The folder of the CA that signs the proxy's leaf certificates for secret injection
+   * (`<dataDir>/egress-ca`, made at first start); absent: no injection (every connection relayed).
+   */
+  caDir?: string;
+  /** Extra CAs (PEM) trusted upstream by injected requests (`SANDBOXD_EGRESS_CA_FILE`). */
+  extraCa?: string[];
+  /** Tests: upstream ports of the proxy (default 80, 443). */
+  upstreamPorts?: { http: number; tls: number };
 }
 
 /**
@@ -75,6 +94,8 @@ export class EgressGate {
   readonly #proxy: EgressProxy;
   #ports: EgressPorts | undefined;
   #forwarding = false;
+  readonly #ca: EgressCa | undefined;
+  readonly #injections = new Set<(e: InjectionEvent) => void>();
 
   constructor(o: EgressGateOptions) {
     this.#o = o;
@@ -90,16 +111,46 @@ export class EgressGate {
         record: (a, n, addrs, ttl) => this.#record(a, n, addrs, ttl),
       },
     });
+    this.#ca = o.caDir ? EgressCa.open(o.caDir) : undefined;
     this.#proxy = new EgressProxy({
       gateway: o.gateway,
       maxPerSandbox: o.proxyConnectionsPerSandbox,
       idleTimeoutMs: o.proxyIdleTimeoutMs,
+      ca: this.#ca,
+      extraCa: o.extraCa,
+      upstreamPorts: o.upstreamPorts,
+      onInjection: (e) => {
+        const p = this.#byAddr.get(e.from);
+        if (!p) return;
+        const ev: InjectionEvent = {
+          sandboxId: p.id,
+          secret: e.secret,
+          destination: e.destination,
+          method: e.method,
+          status: e.status,
+          at: Date.now(),
+        };
+        if (e.error) ev.error = e.error;
+        for (const l of this.#injections) l(ev);
+      },
       policy: {
-        isRuled: (a) => this.#byAddr.get(a)?.mode === 'allow',
+        isRuled: (a) => proxied(this.#byAddr.get(a)),
         allowsName: (a, n) => this.allowsName(a, n),
         addressesFor: (a, n) => this.#addressesFor(a, n),
+        secretsFor: (a, n) => rulesAllowing(this.#byAddr.get(a)?.secrets ?? [], n),
       },
     });
+  }
+
+  /** The CA certificate (PEM) sandboxes with injection rules trust; null without a CA. */
+  get caCertPem(): string | null {
+    return this.#ca?.certPem ?? null;
+  }
+
+  /** Subscribes to the proxy's injections; returns the unsubscribe. */
+  onInjection(l: (e: InjectionEvent) => void): () => void {
+    this.#injections.add(l);
+    return () => this.#injections.delete(l);
   }
 
   /** Starts the resolver and the proxy on the gateway address (once); resolves their ports. */
@@ -130,8 +181,9 @@ export class EgressGate {
    * too). Answers recorded while it runs are checked against the new rules. Throws
    * `validation` on a bad rule, `internal` when nft fails (then the old egress stands).
    */
-  async apply(id: string, address: string, egress: Egress | undefined): Promise<void> {
+  async apply(id: string, address: string, egress: Egress | undefined, secrets?: SecretInjection[]): Promise<void> {
     const next = compile(id, egress ?? 'none');
+    next.secrets = this.#ca ? (secrets ?? []) : [];
     const prev = this.#byAddr.get(address);
     const lines: string[] = [];
     const t = this.#o.table;
@@ -139,9 +191,9 @@ export class EgressGate {
       lines.push(`add element inet ${t} ${set} { ${elem} }`, `delete element inet ${t} ${set} { ${elem} }`);
     const add = (set: string, elem: string) => lines.push(`add element inet ${t} ${set} { ${elem} }`);
     if (prev?.mode === 'internet' && next.mode !== 'internet') del(EGRESS_SETS.internet, address);
-    if (prev?.mode === 'allow' && next.mode !== 'allow') del(EGRESS_SETS.ruled, address);
+    if (proxied(prev) && !proxied(next)) del(EGRESS_SETS.ruled, address);
     if (next.mode === 'internet') add(EGRESS_SETS.internet, address);
-    if (next.mode === 'allow') add(EGRESS_SETS.ruled, address);
+    if (proxied(next)) add(EGRESS_SETS.ruled, address);
     for (const n of prev?.nets ?? []) if (!next.nets.includes(n)) del(EGRESS_SETS.nets, `${address} . ${n}`);
     for (const n of next.nets) add(EGRESS_SETS.nets, `${address} . ${n}`);
     // Answers stay for the names the new rules still allow; every address of the old ones
@@ -214,7 +266,12 @@ export class EgressGate {
     const all = [...this.#byAddr];
     this.#byAddr.clear();
     for (const [address, p] of all) {
-      await this.apply(p.id, address, p.mode === 'allow' ? { allow: p.rules.map(formatEgressRule) } : p.mode);
+      await this.apply(
+        p.id,
+        address,
+        p.mode === 'allow' ? { allow: p.rules.map(formatEgressRule) } : p.mode,
+        p.secrets,
+      );
     }
   }
 
@@ -300,7 +357,7 @@ export class EgressGate {
 
 /** The gate's view of an egress setting; `validation` for a bad rule (the API checked it before). */
 function compile(id: string, e: Egress): Policy {
-  if (typeof e === 'string') return { id, mode: e, rules: [], nets: [], names: new Map() };
+  if (typeof e === 'string') return { id, mode: e, rules: [], nets: [], names: new Map(), secrets: [] };
   const rules: EgressRule[] = [];
   const prefixes: Prefix[] = [];
   for (const raw of e.allow) {
@@ -309,7 +366,7 @@ function compile(id: string, e: Egress): Policy {
     rules.push(r);
     if (r.kind === 'cidr') prefixes.push(parsePrefix(`${r.base}/${r.len}`));
   }
-  return { id, mode: 'allow', rules, nets: mergePrefixes(prefixes).map(formatPrefix), names: new Map() };
+  return { id, mode: 'allow', rules, nets: mergePrefixes(prefixes).map(formatPrefix), names: new Map(), secrets: [] };
 }
 
 /** The IPv4 nameservers of the host's /etc/resolv.conf (port 53). */

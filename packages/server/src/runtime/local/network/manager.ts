@@ -60,6 +60,8 @@ export interface NetworkOptions {
   dnsUpstream?: Upstream[];
   /** Each sandbox's share of the resolver and the proxy (see {@link EgressGateOptions}); default theirs. */
   share?: Pick<EgressGateOptions, 'dnsPendingPerSandbox' | 'proxyConnectionsPerSandbox' | 'proxyIdleTimeoutMs'>;
+  /** Secret injection at the proxy: its CA's folder, extra upstream CAs (see {@link EgressGateOptions}). */
+  injection?: Pick<EgressGateOptions, 'caDir' | 'extraCa' | 'upstreamPorts'>;
 }
 
 /** One sandbox's network as it exists on the host. */
@@ -213,6 +215,7 @@ export class NetworkManager {
       blocked: blockedPrefixes(hostNetworks),
       upstream: this.#opts.dnsUpstream,
       ...this.#opts.share,
+      ...this.#opts.injection,
     });
     const ports = await this.#egress.start();
     await runTool('nft', ['-f', '-'], { input: ruleset(ports) });

@@ -1,0 +1,382 @@
+/**
+ * Secret injection at the egress proxy: a connection whose name (Host / SNI) an injection
+ * rule of its sandbox allows is terminated here instead of relayed. HTTP (port 80) is parsed
+ * by an unlistened `http.Server`; TLS (443) by an unlistened `http2.createSecureServer`
+ * (ALPN `h2` and `http/1.1`) with a leaf certificate for the name signed by the driver's CA.
+ * Each request is checked on its own and sent upstream over a connection of its own, with
+ * TLS verified; see {@link Interceptor}.
+ */
+import {
+  type IncomingHttpHeaders,
+  type IncomingMessage,
+  type ServerResponse,
+  createServer,
+  request as httpRequest,
+} from 'node:http';
+import { request as httpsRequest } from 'node:https';
+import { createSecureServer, type Http2ServerRequest, type Http2ServerResponse } from 'node:http2';
+import type { Socket } from 'node:net';
+import { Duplex, Transform, type TransformCallback } from 'node:stream';
+import { rootCertificates } from 'node:tls';
+import { parseEgressRule, ruleAllowsName, SECRET_VALUE_TOKEN } from '@sandboxd/protocol';
+import type { SecretInjection } from '../../driver.js';
+import type { EgressCa } from './ca.js';
+
+/** What one injected request reports (the gate adds the sandbox id). */
+export interface Injection {
+  /** The sandbox's address. */
+  from: string;
+  secret: string;
+  destination: string;
+  method: string;
+  status: number | null;
+  error?: string;
+}
+
+export interface InterceptorOptions {
+  ca: EgressCa;
+  /** The gateway address: upstream connections speak from it (so through the egress path). */
+  gateway: string;
+  /** Extra CAs trusted upstream (PEM), beside the system's (`SANDBOXD_EGRESS_CA_FILE`). */
+  extraCa?: string[];
+  /** Tests: the upstream ports (default 80 and 443). */
+  upstreamPorts?: { http: number; tls: number };
+  /** The rules of the sandbox at `from` that allow `name`, now. */
+  rulesFor(from: string, name: string): SecretInjection[];
+  onInjection(e: Injection): void;
+  /** Every upstream socket (the proxy counts and closes them). */
+  track(s: Socket): void;
+  idleTimeoutMs: number;
+}
+
+/** One terminated connection. */
+interface Conn {
+  kind: 'http' | 'tls';
+  from: string;
+  name: string;
+  addrs: string[];
+}
+
+/** Hop-by-hop headers (RFC 9110 7.6.1), never forwarded either way. */
+const HOP = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'proxy-authenticate',
+  'proxy-authorization',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+  'http2-settings',
+]);
+
+/** The rules of `rules` that allow `name` (their domains in egress-rule syntax). */
+export function rulesAllowing(rules: SecretInjection[], name: string): SecretInjection[] {
+  return rules.filter((r) =>
+    r.domains.some((d) => {
+      const p = parseEgressRule(d);
+      return !('problem' in p) && p.kind !== 'cidr' && ruleAllowsName(p, name);
+    }),
+  );
+}
+
+/** The host name of a Host / `:authority` value: port dropped, lowercase, no trailing dot. */
+export function hostName(v: string | undefined): string | null {
+  if (!v) return null;
+  const m = /^(?:\[[^\]]*\]|[^:]+)(?::\d{1,5})?$/.exec(v.trim());
+  if (!m) return null;
+  return v
+    .trim()
+    .replace(/:\d{1,5}$/, '')
+    .toLowerCase()
+    .replace(/\.$/, '');
+}
+
+const replaceAll = (s: string, from: string, to: string) => (s.includes(from) ? s.split(from).join(to) : s);
+
+type Req = IncomingMessage | Http2ServerRequest;
+type Res = ServerResponse | Http2ServerResponse;
+
+/**
+ * Terminates the connections the proxy hands it (their first bytes already read: given
+ * back), and per request:
+ * - its Host (HTTP/1) or `:authority` (HTTP/2) must be the connection's name (the SNI, or the
+ *   first request's Host), else 421 and nothing is forwarded: a kept-alive connection cannot
+ *   switch to another name, and a TLS connection for one name cannot carry requests for another;
+ * - CONNECT: 405; an Upgrade (WebSocket, h2c): 501 (neither is tunnelled through injection);
+ * - with the sandbox's rules for the name now, each with a value: its placeholder is replaced
+ *   by the value in the request target and every header value, and its header (if any) set
+ *   to its format; `accept-encoding` becomes `identity` (so answers can be scrubbed);
+ * - the request goes upstream over a new connection from the gateway address to the address
+ *   the name resolved to for the sandbox, TLS verified against the system CAs plus the extra
+ *   ones with SNI = the name; bodies stream both ways, hop-by-hop headers are dropped;
+ * - the answer is passed back as it is, but for the values: any occurrence of an injected
+ *   value in its headers or (identity-encoded) body is replaced by the placeholder, so an
+ *   upstream that echoes requests does not hand the value to the sandbox; with one injected,
+ *   the answer's content-length goes (the body is streamed, HTTP/1.1 chunked);
+ * - upstream failure: 502 with a plain message (never a value).
+ * Redirects are answers like others: the proxy never follows one (a redirect elsewhere is a
+ * new request from the sandbox, with the placeholder).
+ */
+export class Interceptor {
+  readonly #ca: string[];
+
+  constructor(private readonly o: InterceptorOptions) {
+    this.#ca = [...rootCertificates, ...(o.extraCa ?? [])];
+  }
+
+  /**
+   * Takes over `s` (from the sandbox at `from`, for `name`), whose first bytes `head` were
+   * read. Each connection gets servers of its own (unlistened; ~0.25 ms for TLS), so every
+   * request knows its connection.
+   */
+  take(s: Socket, kind: 'http' | 'tls', from: string, name: string, head: Buffer, addrs: string[]): void {
+    const conn: Conn = { kind, from, name, addrs };
+    const handle = (req: Req, res: Res) => this.#request(conn, req, res);
+    if (kind === 'http') {
+      const srv = createServer({ keepAliveTimeout: 5000 }, handle);
+      srv.on('clientError', (_e: Error, c: Socket) => c.destroy());
+      srv.on('connect', (_req: IncomingMessage, c: Socket) => refuseRaw(c, 405, 'CONNECT is not proxied'));
+      s.unshift(head);
+      srv.emit('connection', s);
+      s.resume();
+      return;
+    }
+    const ca = this.o.ca;
+    const srv = createSecureServer(
+      {
+        allowHTTP1: true,
+        // Only the connection's name (already read from this ClientHello) gets a certificate.
+        SNICallback: (sni, cb) => {
+          if (sni.toLowerCase().replace(/\.$/, '') !== name) return cb(new Error('SNI changed'), undefined);
+          try {
+            cb(null, ca.leaf(name).context);
+          } catch (e) {
+            cb(e as Error, undefined);
+          }
+        },
+      },
+      handle,
+    );
+    srv.on('tlsClientError', () => s.destroy());
+    srv.on('sessionError', () => {});
+    // A TLS server reads its socket's handle directly: the bytes already read are given back
+    // through a stream of our own in front of it.
+    srv.emit('connection', new Prepend(s, head));
+  }
+
+  #request(conn: Conn, req: Req, res: Res): void {
+    const h2 = req.httpVersionMajor === 2;
+    const authority = h2 ? ((req.headers[':authority'] as string | undefined) ?? req.headers.host) : req.headers.host;
+    if (hostName(authority) !== conn.name) {
+      reply(res, 421, `this connection is for ${conn.name} only`, true);
+      return;
+    }
+    if (req.method === 'CONNECT') {
+      reply(res, 405, 'CONNECT is not proxied');
+      return;
+    }
+    if (req.headers.upgrade) {
+      reply(res, 501, 'upgrades (WebSocket, h2c) are not proxied to names with secrets');
+      return;
+    }
+    const rules = this.o.rulesFor(conn.from, conn.name).filter((r) => r.value !== undefined);
+    const sub = (s: string) => {
+      for (const r of rules) s = replaceAll(s, r.placeholder, r.value as string);
+      return s;
+    };
+    // Headers as sent (duplicates kept), less pseudo-headers and hop-by-hop ones.
+    const named = new Set(
+      String(req.headers.connection ?? '')
+        .split(',')
+        .map((t) => t.trim().toLowerCase())
+        .filter(Boolean),
+    );
+    const out: [string, string][] = [];
+    for (let i = 0; i + 1 < req.rawHeaders.length; i += 2) {
+      const k = req.rawHeaders[i];
+      const lk = k.toLowerCase();
+      if (lk.startsWith(':') || HOP.has(lk) || named.has(lk) || lk === 'host') continue;
+      out.push([k, sub(req.rawHeaders[i + 1])]);
+    }
+    out.unshift(['host', authority as string]);
+    const set = (name: string, value: string) => {
+      const ln = name.toLowerCase();
+      for (let i = out.length - 1; i >= 0; i--) if (out[i][0].toLowerCase() === ln) out.splice(i, 1);
+      out.push([name, value]);
+    };
+    for (const r of rules) if (r.header) set(r.header, replaceAll(r.format, SECRET_VALUE_TOKEN, r.value as string));
+    if (rules.length) set('accept-encoding', 'identity');
+    const path = sub(req.url ?? '/');
+    const method = req.method ?? 'GET';
+    const destination = `${conn.name}:${conn.kind === 'http' ? 80 : 443}`;
+    const report = (status: number | null, error?: string) => {
+      for (const r of rules) {
+        this.o.onInjection({ from: conn.from, secret: r.secret, destination, method, status, error });
+      }
+    };
+    const ports = this.o.upstreamPorts ?? { http: 80, tls: 443 };
+    const common = {
+      host: conn.addrs[0],
+      port: conn.kind === 'http' ? ports.http : ports.tls,
+      localAddress: this.o.gateway,
+      method,
+      path,
+      headers: out.flat(),
+      setHost: false,
+      agent: false as const,
+    };
+    const up =
+      conn.kind === 'http'
+        ? httpRequest(common)
+        : httpsRequest({ ...common, servername: conn.name, ca: this.#ca, rejectUnauthorized: true });
+    up.on('socket', (s) => {
+      this.o.track(s);
+      s.setTimeout(this.o.idleTimeoutMs, () => up.destroy(new Error('upstream idle')));
+    });
+    let answered = false;
+    up.on('response', (ur) => {
+      answered = true;
+      report(ur.statusCode ?? null);
+      const hidden = rules.map((r) => [r.value as string, r.placeholder] as const);
+      const scrub = (s: string) => {
+        for (const [v, p] of hidden) s = replaceAll(s, v, p);
+        return s;
+      };
+      const unamed = new Set(
+        String(ur.headers.connection ?? '')
+          .split(',')
+          .map((t) => t.trim().toLowerCase()),
+      );
+      const headers: Record<string, string | string[]> = {};
+      for (const [k, v] of Object.entries(ur.headers as IncomingHttpHeaders)) {
+        if (v === undefined || HOP.has(k) || unamed.has(k)) continue;
+        if (hidden.length && k === 'content-length') continue;
+        headers[k] = Array.isArray(v) ? v.map(scrub) : scrub(v);
+      }
+      const status = ur.statusCode ?? 502;
+      try {
+        if (h2) (res as Http2ServerResponse).writeHead(status, headers);
+        else (res as ServerResponse).writeHead(status, ur.statusMessage, headers);
+      } catch {
+        ur.destroy();
+        res.destroy();
+        return;
+      }
+      const body = hidden.length ? ur.pipe(new Scrubber(hidden)) : ur;
+      body.pipe(res as NodeJS.WritableStream);
+      ur.on('error', () => res.destroy());
+    });
+    up.on('error', (e: NodeJS.ErrnoException) => {
+      if (answered) return res.destroy();
+      const why = e.code ?? 'failed';
+      report(null, why);
+      reply(res, 502, `upstream ${conn.name} failed: ${why}`);
+    });
+    res.on('close', () => {
+      if (!res.writableFinished) up.destroy();
+    });
+    req.pipe(up);
+  }
+}
+
+/** A plain-text answer; `close`: the connection goes after it (HTTP/1). */
+function reply(res: Res, status: number, message: string, close = false): void {
+  if (res.headersSent) return void res.destroy();
+  const body = `sandboxd egress: ${message}\n`;
+  const headers: Record<string, string> = {
+    'content-type': 'text/plain',
+    'content-length': String(Buffer.byteLength(body)),
+  };
+  if (close && res instanceof Object && !('stream' in res)) headers.connection = 'close';
+  (res as ServerResponse).writeHead(status, headers);
+  res.end(body);
+}
+
+function refuseRaw(s: Socket, status: number, message: string): void {
+  const body = `sandboxd egress: ${message}\n`;
+  s.end(
+    `HTTP/1.1 ${status} ${status === 405 ? 'Method Not Allowed' : 'Refused'}\r\ncontent-type: text/plain\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
+  );
+}
+
+/**
+ * Replaces each value by its placeholder in a stream, matches across chunk boundaries
+ * included: it holds back the last (longest value - 1) bytes until more come or the end.
+ */
+export class Scrubber extends Transform {
+  readonly #pairs: { v: Buffer; p: Buffer }[];
+  readonly #keep: number;
+  #carry = Buffer.alloc(0);
+
+  constructor(pairs: readonly (readonly [string, string])[]) {
+    super();
+    this.#pairs = pairs.map(([v, p]) => ({ v: Buffer.from(v, 'latin1'), p: Buffer.from(p, 'latin1') }));
+    this.#keep = Math.max(0, ...this.#pairs.map((x) => x.v.length - 1));
+  }
+
+  override _transform(chunk: Buffer, _enc: BufferEncoding, cb: TransformCallback): void {
+    const buf = Buffer.concat([this.#carry, chunk]);
+    const { out, end } = this.#replace(buf, buf.length - this.#keep);
+    this.#carry = buf.subarray(end);
+    if (out.length) this.push(out);
+    cb();
+  }
+
+  override _flush(cb: TransformCallback): void {
+    const { out } = this.#replace(this.#carry, this.#carry.length);
+    if (out.length) this.push(out);
+    cb();
+  }
+
+  /** Replaced bytes of `buf` up to `cut` (or past it, to the end of a match that starts before it). */
+  #replace(buf: Buffer, cut: number): { out: Buffer; end: number } {
+    const parts: Buffer[] = [];
+    let pos = 0;
+    for (;;) {
+      let best: { at: number; v: Buffer; p: Buffer } | null = null;
+      for (const x of this.#pairs) {
+        const at = buf.indexOf(x.v, pos);
+        if (at >= 0 && (!best || at < best.at)) best = { at, ...x };
+      }
+      if (!best || best.at >= Math.max(cut, pos)) break;
+      parts.push(buf.subarray(pos, best.at), best.p);
+      pos = best.at + best.v.length;
+    }
+    const end = Math.max(pos, cut);
+    parts.push(buf.subarray(pos, end));
+    return { out: Buffer.concat(parts), end };
+  }
+}
+
+/** `head`, then what `s` reads; writes go to `s`. */
+class Prepend extends Duplex {
+  constructor(
+    private readonly s: Socket,
+    head: Buffer,
+  ) {
+    super();
+    this.push(head);
+    s.on('data', (d: Buffer) => {
+      if (!this.push(d)) s.pause();
+    });
+    s.on('end', () => this.push(null));
+    s.on('close', () => this.destroy());
+    s.resume();
+  }
+  override _read(): void {
+    this.s.resume();
+  }
+  override _write(chunk: Buffer, enc: BufferEncoding, cb: (e?: Error | null) => void): void {
+    this.s.write(chunk, enc, cb);
+  }
+  override _final(cb: (e?: Error | null) => void): void {
+    this.s.end();
+    cb();
+  }
+  override _destroy(e: Error | null, cb: (e?: Error | null) => void): void {
+    this.s.destroy();
+    cb(e);
+  }
+}
