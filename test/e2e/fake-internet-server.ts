@@ -1,8 +1,10 @@
 /**
  * The servers of the fake internet (test/e2e/fake-internet.ts), run inside its network
  * namespace: a DNS server (dns-packet) answering A records from a table (and a wildcard; TTL 600 s),
- * and on every address HTTP on 80 and 8080 and HTTPS on 443 (a self-signed certificate),
- * each answering JSON `{ip, port, host}` (the address it was reached on, the Host it got),
+ * and on every address HTTP on 80 and 8080 and HTTPS on 443 (a certificate of the fake
+ * internet's own CA), each answering JSON `{ip, port, host}` (the address it was reached on,
+ * the Host it got; for a target under `/echo`, also the request's `method`, `target` and
+ * `headers`: a service that reflects requests),
  * and a UDP echo on 443 and 9999.
  * Questions for names under `silent` are never answered (they stay pending at the asker).
  * Every DNS question and request is printed as a JSON line (of the silent ones only the
@@ -64,10 +66,18 @@ dns.on('message', (msg, rinfo) => {
 });
 
 const handler = (port: number) => (req: IncomingMessage, res: ServerResponse) => {
-  const body = { ip: req.socket.localAddress, port, host: req.headers.host ?? null, from: req.socket.remoteAddress };
+  const body: Record<string, unknown> = {
+    ip: req.socket.localAddress,
+    port,
+    host: req.headers.host ?? null,
+    from: req.socket.remoteAddress,
+  };
+  // `/echo...`: the request itself (method, target, headers), as echo services answer it.
+  if (req.url?.startsWith('/echo')) Object.assign(body, { method: req.method, target: req.url, headers: req.headers });
   log({ http: body });
   res.setHeader('content-type', 'application/json');
-  res.end(JSON.stringify(body));
+  req.resume();
+  req.on('end', () => res.end(JSON.stringify(body)));
 };
 
 /** UDP echo on 443 (where QUIC would be) and 9999: answers `<its address>:<port>`. */

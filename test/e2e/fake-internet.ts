@@ -48,8 +48,26 @@ export interface FakeInternet {
   via: string;
   /** Its address on the link (a host network: never reachable from a sandbox). */
   peer: string;
-  /** Everything its servers logged so far: DNS questions (`dns`) and requests (`http`). */
-  log: Array<{ dns?: string; http?: { ip: string; port: number; host: string | null } }>;
+  /**
+   * Everything its servers logged so far: DNS questions (`dns`) and requests (`http`; with
+   * the request's method, target and headers for `/echo`).
+   */
+  log: Array<{
+    dns?: string;
+    http?: {
+      ip: string;
+      port: number;
+      host: string | null;
+      method?: string;
+      target?: string;
+      headers?: Record<string, string | string[]>;
+    };
+  }>;
+  /**
+   * The PEM file of the CA its HTTPS certificates are signed by (made at start in its temp
+   * dir): what sandboxd's egress proxy is told to trust (`SANDBOXD_EGRESS_CA_FILE`) in tests.
+   */
+  caFile: string;
   close(): Promise<void>;
 }
 
@@ -67,6 +85,7 @@ export async function startFakeInternet(n: number): Promise<FakeInternet> {
     via: `${hostDev}:${peer}`,
     peer,
     log: [],
+    caFile: join(dir, 'ca.crt'),
     async close() {
       if (child && child.exitCode === null) {
         const gone = new Promise((r) => child!.once('exit', r));
@@ -123,20 +142,25 @@ export async function startFakeInternet(n: number): Promise<FakeInternet> {
       ].join('\n'),
     );
     const names = [NET.allowed.name, NET.denied.name, `*.${NET.wild.suffix}`, NET.rebind.name];
+    // A CA of its own (what a test tells sandboxd to trust), and the servers' certificate from it.
+    const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-days', '2'];
+    sh('openssl', ['req', '-x509', ...ec, '-subj', '/CN=fake internet CA', '-keyout', join(dir, 'ca.key'), '-out', join(dir, 'ca.crt')]);
     sh('openssl', [
       'req',
       '-x509',
-      '-newkey',
-      'ec',
-      '-pkeyopt',
-      'ec_paramgen_curve:prime256v1',
-      '-nodes',
-      '-days',
-      '2',
+      ...ec,
+      '-CA',
+      join(dir, 'ca.crt'),
+      '-CAkey',
+      join(dir, 'ca.key'),
       '-subj',
       '/CN=fake internet',
       '-addext',
       `subjectAltName=${names.map((x) => `DNS:${x}`).join(',')},IP:${NET.cidr.ip}`,
+      '-addext',
+      'basicConstraints=critical,CA:FALSE',
+      '-addext',
+      'extendedKeyUsage=serverAuth',
       '-keyout',
       join(dir, 'key.pem'),
       '-out',
