@@ -144,7 +144,17 @@ export async function startFakeInternet(n: number): Promise<FakeInternet> {
     const names = [NET.allowed.name, NET.denied.name, `*.${NET.wild.suffix}`, NET.rebind.name];
     // A CA of its own (what a test tells sandboxd to trust), and the servers' certificate from it.
     const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-days', '2'];
-    sh('openssl', ['req', '-x509', ...ec, '-subj', '/CN=fake internet CA', '-keyout', join(dir, 'ca.key'), '-out', join(dir, 'ca.crt')]);
+    sh('openssl', [
+      'req',
+      '-x509',
+      ...ec,
+      '-subj',
+      '/CN=fake internet CA',
+      '-keyout',
+      join(dir, 'ca.key'),
+      '-out',
+      join(dir, 'ca.crt'),
+    ]);
     sh('openssl', [
       'req',
       '-x509',

@@ -1,3 +1,4 @@
+import { InjectionQueue } from '../runtime/remote/injections.js';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { createServer as createTlsServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
@@ -78,6 +79,8 @@ export class RunnerServer {
   private readonly heartbeat: NodeJS.Timeout;
   /** What the driver's `recover()` found at start-up; `recover` calls of clients get it. */
   recovered: RecoveryReport = { adopted: [], cleaned: [] };
+  /** The driver's secret injections, until an API process fetches them (`injections` calls). */
+  readonly injections = new InjectionQueue();
   /** `/readyz`: set once listening (the driver is initialised and recovered by then), cleared by {@link drain}. */
   private ready = false;
 
@@ -97,6 +100,7 @@ export class RunnerServer {
     this.server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => this.upgrade(req, socket, head));
     this.heartbeat = setInterval(() => this.ping(), HEARTBEAT_MS);
     this.heartbeat.unref();
+    o.driver.onInjection?.((e) => this.injections.push(e));
   }
 
   /** Calls sockets open now (one per API replica that called since it connected), for tests. */
@@ -209,6 +213,7 @@ export class RunnerServer {
       const { background: _, ...report } = this.recovered;
       return report;
     }
+    if (method === 'injections') return this.injections.take(args[0] as string | null);
     if (method.startsWith('files.')) {
       const f = d.files as unknown as Record<string, (...a: unknown[]) => Promise<unknown>>;
       return f[method.slice(6)].apply(d.files, args);

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { spawn as spawnChild, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { createServer, request } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -342,6 +342,45 @@ describe('remote driver: streams, files, tunnel, health and the token', { timeou
       }),
       { kind: 'not_found' },
     );
+  });
+
+  it('secrets: setSecrets reaches the runner (values sealed in its record); injections are fetched once, by one replica', async () => {
+    const value = 'remote-secret-value-0123456789';
+    const rules = [
+      { secret: 'API', domains: ['api.example.test'], format: '{value}', placeholder: 'sbx-secret-00ff', value },
+    ];
+    await r.remote.setSecrets(id, rules);
+    const rec = (r.local as unknown as { records: Map<string, { spec: SandboxSpec }> }).records.get(id);
+    assert.deepEqual(rec?.spec.secrets, rules);
+    const dir = (r.local as unknown as { state: { dirOf(id: string): string } }).state.dirOf(id);
+    const files = readdirSync(dir).filter((f) => f.startsWith('state'));
+    for (const f of files) assert.ok(!readFileSync(join(dir, f), 'utf8').includes(value), 'a value in clear on disk');
+    await assert.rejects(r.remote.setSecrets('nope_0', rules), { kind: 'not_found' });
+    // Events: what the runner's proxy reports is fetched by the replicas, each event once.
+    const other = new RemoteDriver({ url: r.url, token: TOKEN, ca: r.ca });
+    const got: { replica: number; at: number }[] = [];
+    const offs = [r.remote, other].map((d, replica) => d.onInjection((e) => got.push({ replica, at: e.at })));
+    const event = (at: number) => ({
+      sandboxId: id,
+      secret: 'API',
+      destination: 'api.example.test:443',
+      method: 'GET',
+      status: 200,
+      at,
+    });
+    for (let i = 0; i < 1200; i++) r.server.injections.push(event(i));
+    await Promise.all([r.remote.fetchInjections(), other.fetchInjections()]);
+    for (let i = 1200; i < 1210; i++) r.server.injections.push(event(i));
+    await Promise.all([r.remote.fetchInjections(), other.fetchInjections()]);
+    await Promise.all([r.remote.fetchInjections(), other.fetchInjections()]);
+    assert.deepEqual(
+      got.map((g) => g.at).sort((a, b) => a - b),
+      Array.from({ length: 1210 }, (_, i) => i),
+      'every event once',
+    );
+    for (const off of offs) off();
+    await other.close();
+    await r.remote.setSecrets(id, []);
   });
 
   it('reports the node name and capacity on its health endpoint', async () => {

@@ -6,6 +6,7 @@ import type {
   ExecResult,
   ImageConfigOverride,
   ImageInfo,
+  InjectionEvent,
   PtyProcess,
   RecoveryReport,
   ResourceLimits,
@@ -13,6 +14,7 @@ import type {
   RuntimeDriver,
   RuntimeSandbox,
   SandboxSpec,
+  SecretInjection,
   SpawnOptions,
   StreamedProcess,
   TtyOptions,
@@ -20,6 +22,7 @@ import type {
 } from '../driver.js';
 import { CALL_TIMEOUT_MS, readJson, RunnerClient, type RunnerClientOptions } from './client.js';
 import { RemoteFiles } from './files.js';
+import type { InjectionTake } from './injections.js';
 import { remoteSpawn, remoteTty } from './process.js';
 import { RemoteProcesses } from './processes.js';
 import { RemoteTerminals } from './terminals.js';
@@ -27,6 +30,8 @@ import { reviveSandbox, type RunnerHealth } from './wire.js';
 
 /** Calls that may build or pull an image, or copy a root file system: minutes, not seconds. */
 const LONG_CALL_MS = 30 * 60_000;
+/** How often a listened-to runner is asked for its injections, ms. */
+export const INJECTION_POLL_MS = 1000;
 /** What an exec may take over its own timeout (the runner's answer, the network). */
 const EXEC_MARGIN_MS = 60_000;
 
@@ -146,6 +151,53 @@ export class RemoteDriver implements RuntimeDriver {
   async setEgress(id: string, egress: Egress): Promise<void> {
     await this.call('setEgress', [id, egress]);
   }
+  /** The rules with their values go to the runner (over its authenticated wire), whose proxy injects them. */
+  async setSecrets(id: string, secrets: SecretInjection[]): Promise<void> {
+    await this.call('setSecrets', [id, secrets]);
+  }
+
+  readonly #injectionListeners = new Set<(e: InjectionEvent) => void>();
+  #injectionTimer: NodeJS.Timeout | undefined;
+  /** The batch to acknowledge at the next take (see injections.ts). */
+  #injectionAck: string | undefined;
+  #fetching = false;
+
+  /**
+   * The runner's injections, fetched every {@link INJECTION_POLL_MS} while anyone listens;
+   * each batch is acknowledged at the next fetch, so an event is reported once.
+   */
+  onInjection(listener: (e: InjectionEvent) => void): () => void {
+    this.#injectionListeners.add(listener);
+    if (!this.#injectionTimer) {
+      this.#injectionTimer = setInterval(() => void this.fetchInjections(), INJECTION_POLL_MS);
+      this.#injectionTimer.unref();
+    }
+    return () => {
+      this.#injectionListeners.delete(listener);
+      if (this.#injectionListeners.size === 0 && this.#injectionTimer) {
+        clearInterval(this.#injectionTimer);
+        this.#injectionTimer = undefined;
+      }
+    };
+  }
+
+  /** One fetch of the runner's injections (the timer's; tests call it). Never throws. */
+  async fetchInjections(): Promise<void> {
+    if (this.#fetching) return;
+    this.#fetching = true;
+    try {
+      for (let i = 0; i < 20; i++) {
+        const t = await this.call<InjectionTake>('injections', [this.#injectionAck ?? null]);
+        this.#injectionAck = t.batch;
+        for (const e of t.events) for (const l of this.#injectionListeners) l(e);
+        if (!t.batch) break;
+      }
+    } catch {
+      // the runner is away: the batch not acknowledged comes back to a later take
+    } finally {
+      this.#fetching = false;
+    }
+  }
   listSnapshots(): Promise<ImageInfo[]> {
     return this.call('listSnapshots', []);
   }
@@ -196,6 +248,8 @@ export class RemoteDriver implements RuntimeDriver {
   }
 
   async close(): Promise<void> {
+    if (this.#injectionTimer) clearInterval(this.#injectionTimer);
+    this.#injectionTimer = undefined;
     this.terminals.close();
     this.processes.close();
     this.runner.close();

@@ -68,6 +68,8 @@ export const UNARY_METHODS = [
   'deleteImage',
   'listSnapshots',
   'setEgress',
+  'setSecrets',
+  'injections',
   'delete',
   'exec',
   'execBackground',

@@ -8,6 +8,7 @@ import type {
   ExecResult,
   ImageConfigOverride,
   ImageInfo,
+  InjectionEvent,
   PtyProcess,
   RecoveryReport,
   ResourceLimits,
@@ -16,6 +17,7 @@ import type {
   RuntimeSandbox,
   RuntimeSurvey,
   SandboxSpec,
+  SecretInjection,
   SpawnOptions,
   StreamedProcess,
   TtyOptions,
@@ -82,6 +84,7 @@ export class FleetDriver implements RuntimeDriver {
   private readonly members: Membership;
   private readonly placer: Placer;
   private readonly homes = new Map<string, string>();
+  private readonly injectionListeners = new Set<(e: InjectionEvent) => void>();
   private readonly listeners: Array<() => void> = [];
   private readonly now: () => number;
   private watch: { stop(): void } | null = null;
@@ -90,7 +93,15 @@ export class FleetDriver implements RuntimeDriver {
     this.now = o.now ?? Date.now;
     const pollMs = o.poll === false ? 0 : Math.max(50, Math.min(1000, Math.floor(o.downAfterMs / 5)));
     this.members = new Membership({
-      connect: o.connect,
+      // Each runner's injection events reach this fleet's listeners (the runner's driver
+      // fetches them: see RemoteDriver.onInjection).
+      connect: (url) => {
+        const d = o.connect(url);
+        d.onInjection?.((e) => {
+          for (const l of this.injectionListeners) l(e);
+        });
+        return d;
+      },
       now: this.now,
       pollMs,
       healthTimeoutMs: Math.max(1000, Math.min(10_000, Math.floor(o.downAfterMs / 2))),
@@ -239,6 +250,17 @@ export class FleetDriver implements RuntimeDriver {
       if (!d.setEgress) throw new SandboxdError('unsupported', 'This runner cannot change the network of a sandbox');
       await d.setEgress(id, egress);
     });
+  }
+  setSecrets(id: string, secrets: SecretInjection[]): Promise<void> {
+    return this.on(id, async (d) => {
+      if (!d.setSecrets) throw new SandboxdError('unsupported', 'This runner cannot inject secrets');
+      await d.setSecrets(id, secrets);
+    });
+  }
+  /** Every runner's injections (each runner's are fetched by its driver, in order, once each). */
+  onInjection(listener: (e: InjectionEvent) => void): () => void {
+    this.injectionListeners.add(listener);
+    return () => this.injectionListeners.delete(listener);
   }
   stop(id: string): Promise<void> {
     return this.on(id, (d) => d.stop(id));
