@@ -23,7 +23,8 @@ import { localOptions, releaseSlot } from './local-runtime.js';
 const DEBIAN = 'local/debian:bookworm';
 const VALUE = 'sk-live-e2e-0123456789abcdef';
 const PH = 'sbx-secret-0123456789abcdef01234567';
-const LIMITS = { memoryBytes: 256 << 20, cpus: 1, pids: 128, rootDiskBytes: 512 << 20 };
+/** The warm pool's default shape: a create with it is a claim. */
+const LIMITS = { memoryBytes: 512 << 20, cpus: 1, pids: 512, rootDiskBytes: 1 << 30 };
 
 describe('secret injection at the egress proxy (local driver)', {
   skip: RUNTIME !== 'local' && 'needs SANDBOXD_E2E_RUNTIME=local',
@@ -69,7 +70,14 @@ describe('secret injection at the egress proxy (local driver)', {
     chmodSync(dataDir, 0o711); // the sandboxes' uids traverse it
     const o = localOptions(dataDir);
     fi = await startFakeInternet(Number(o.subnet!.split('.')[2]));
-    opts = { ...o, egressVia: fi.via, egressDns: [{ host: NET.dns, port: 53 }], egressCaFile: fi.caFile };
+    opts = {
+      ...o,
+      egressVia: fi.via,
+      egressDns: [{ host: NET.dns, port: 53 }],
+      egressCaFile: fi.caFile,
+      // The first create is a claim from the warm pool (started with `none` and no rules).
+      warmPool: [{ image: DEBIAN, size: 1 }],
+    };
     driver = new LocalDriver(opts);
     await driver.init();
     await driver.recover();
@@ -87,8 +95,12 @@ describe('secret injection at the egress proxy (local driver)', {
   it('injects over HTTP and HTTPS at the allowed name only; the sandbox never holds the value', async () => {
     const events: unknown[] = [];
     const off = driver.onInjection((e) => events.push(e));
+    await driver.refillPools();
+    assert.equal(driver.warmPool()[DEBIAN], 1);
     const s = spec({ secrets: [rule()] });
     await driver.create(s);
+    const cid = (driver as unknown as { records: Map<string, { cid: string }> }).records.get(s.id)?.cid;
+    assert.notEqual(cid, s.id, 'claimed from the warm pool');
     const ca = readFileSync(join(dataDir, 'egress-ca', 'ca.crt'), 'utf8');
     // Trust: the CA file, appended to the system bundle, and the variables.
     const trust = await sh(s.id, 'cat /etc/sandboxd/ca.crt; echo "$SSL_CERT_FILE $NODE_EXTRA_CA_CERTS"');
@@ -105,6 +117,9 @@ describe('secret injection at the egress proxy (local driver)', {
         'curl -sS --max-time 10 -H "X-Key: $API" "http://denied.fake.test/echo?t=h3"',
         'echo',
         'curl -sSk --max-time 10 -H "X-Key: $API" "https://denied.fake.test/echo?t=h4"',
+        'echo',
+        // `internet` with rules: other ports still go straight out.
+        'curl -sS --max-time 10 "http://denied.fake.test:8080/"',
       ].join('; '),
     );
     assert.equal(r.exitCode, 0, r.stderr);
@@ -122,6 +137,7 @@ describe('secret injection at the egress proxy (local driver)', {
     }
     // What came back reflected the request: with the placeholder where the value was.
     assert.ok(r.stdout.includes(`Bearer ${PH}`), r.stdout);
+    assert.match(r.stdout, /"port":8080/);
     // Env, files, processes' environments: no value.
     const look = await sh(
       s.id,
