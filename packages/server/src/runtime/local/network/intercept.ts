@@ -236,7 +236,8 @@ export class Interceptor {
         : httpsRequest({
             ...common,
             servername: conn.name,
-            secureContext: this.#upstreamTls,
+            // Passed on to tls.connect (https.RequestOptions' type omits it).
+            ...({ secureContext: this.#upstreamTls } as object),
             rejectUnauthorized: true,
           });
     up.on('socket', (s) => {
