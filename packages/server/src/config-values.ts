@@ -4,6 +4,7 @@
  * {@link ConfigError} that names the setting.
  */
 import { readFileSync } from 'node:fs';
+import { resolve } from 'node:path';
 
 /** Configuration errors abort start-up; the message names the setting. */
 export class ConfigError extends Error {
@@ -127,6 +128,22 @@ export function parseEgressVia(s: string): string {
   if (!/^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,14}(:\d{1,3}(\.\d{1,3}){3})?$/.test(s))
     throw new ConfigError(`SANDBOXD_EGRESS_VIA must be an interface name, or name:next-hop-address, got "${s}"`);
   return s;
+}
+
+/** `SANDBOXD_EGRESS_CA_FILE`: a readable PEM file holding at least one certificate; its absolute path. */
+export function parseEgressCaFile(s: string): string {
+  const path = resolve(s);
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (e) {
+    throw new ConfigError(
+      `SANDBOXD_EGRESS_CA_FILE: cannot read ${path} (${(e as NodeJS.ErrnoException).code ?? 'error'})`,
+    );
+  }
+  if (!text.includes('-----BEGIN CERTIFICATE-----'))
+    throw new ConfigError(`SANDBOXD_EGRESS_CA_FILE: ${path} holds no PEM certificate`);
+  return path;
 }
 
 export function parseEgressDns(s: string): { host: string; port: number }[] {

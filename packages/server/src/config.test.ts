@@ -82,6 +82,15 @@ describe('loadConfig', () => {
     ]);
     assert.throws(() => loadConfig({ SANDBOXD_EGRESS_DNS: 'dns.example' }), /SANDBOXD_EGRESS_DNS/);
     assert.throws(() => loadConfig({ SANDBOXD_EGRESS_DNS: '1.1.1.1:0' }), /SANDBOXD_EGRESS_DNS/);
+    assert.equal(loadConfig({}).egressCaFile, undefined);
+    assert.throws(
+      () => loadConfig({ SANDBOXD_EGRESS_CA_FILE: '/nonexistent/ca.pem' }),
+      /SANDBOXD_EGRESS_CA_FILE.*ENOENT/,
+    );
+    assert.throws(
+      () => loadConfig({ SANDBOXD_EGRESS_CA_FILE: '/etc/hostname' }),
+      /SANDBOXD_EGRESS_CA_FILE.*no PEM certificate/,
+    );
     const d = loadConfig({});
     assert.deepEqual(
       [d.egressDnsPendingPerSandbox, d.egressProxyConnectionsPerSandbox, d.egressProxyIdleTimeoutMs],

@@ -8,6 +8,7 @@ import {
   MIN_RUNNER_TOKEN_LENGTH,
   oneOf,
   parseEgress,
+  parseEgressCaFile,
   parseEgressDns,
   parseEgressVia,
   parseIntStrict,
@@ -292,7 +293,7 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
     egress: pick('egress', 'SANDBOXD_EGRESS', parseEgress, 'none'),
     egressVia: pick<string | undefined>('egressVia', 'SANDBOXD_EGRESS_VIA', parseEgressVia, undefined),
     egressDns: pick<Config['egressDns']>('egressDns', 'SANDBOXD_EGRESS_DNS', parseEgressDns, undefined),
-    egressCaFile: pick<string | undefined>('egressCaFile', 'SANDBOXD_EGRESS_CA_FILE', (v) => resolve(v), undefined),
+    egressCaFile: pick<string | undefined>('egressCaFile', 'SANDBOXD_EGRESS_CA_FILE', parseEgressCaFile, undefined),
     egressDnsPendingPerSandbox: pick(
       'egressDnsPendingPerSandbox',
       'SANDBOXD_EGRESS_DNS_PENDING_PER_SANDBOX',

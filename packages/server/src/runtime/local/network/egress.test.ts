@@ -1,6 +1,9 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { createSocket, type Socket } from 'node:dgram';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import * as dnsPacket from 'dns-packet';
 import { EgressGate, MAX_NAMES_PER_SANDBOX } from './egress.js';
@@ -40,7 +43,14 @@ function resolvedSet(): Map<string, number> {
   return got;
 }
 
+/** The elements of an address set of the table. */
+function addrSet(set: string): string[] {
+  const out = JSON.parse(execFileSync('nft', ['-j', 'list', 'set', 'inet', TABLE, set], { encoding: 'utf8' }));
+  return (out.nftables.find((x: { set?: unknown }) => x.set)?.set?.elem ?? []) as string[];
+}
+
 describe('the egress gate: the nft set follows the recorded answers', () => {
+  const caDir = mkdtempSync(join(tmpdir(), 'egress-gate-ca-'));
   let up: Socket;
   let gate: EgressGate;
   let dnsPort = 0;
@@ -109,6 +119,7 @@ describe('the egress gate: the nft set follows the recorded answers', () => {
       gateway: '127.0.0.1',
       blocked: blockedPrefixes([]),
       upstream: [{ host: '127.0.0.1', port: up.address().port }],
+      caDir,
     });
     dnsPort = (await gate.start()).dnsUdp;
     client = createSocket('udp4');
@@ -120,6 +131,22 @@ describe('the egress gate: the nft set follows the recorded answers', () => {
     up?.close();
     gate?.close();
     execFileSync('nft', ['delete', 'table', 'inet', TABLE], { stdio: 'ignore' });
+    rmSync(caDir, { recursive: true, force: true });
+  });
+
+  it('a sandbox with injection rules is proxied also with internet (joins the ruled set); without them it leaves', async () => {
+    const rule = { secret: 'S', domains: ['api.test'], format: '{value}', placeholder: 'sbx-secret-1', value: 'v' };
+    await gate.apply('s2', SANDBOX, 'internet', [rule]);
+    assert.deepEqual([addrSet('egress_internet'), addrSet('egress_ruled')], [[SANDBOX], [SANDBOX]]);
+    assert.ok(gate.allowsName(SANDBOX, 'anything.test'), 'internet keeps every name');
+    await gate.apply('s2', SANDBOX, 'internet', []);
+    assert.deepEqual([addrSet('egress_internet'), addrSet('egress_ruled')], [[SANDBOX], []]);
+    await gate.apply('s2', SANDBOX, { allow: ['api.test'] }, [rule]);
+    assert.deepEqual([addrSet('egress_internet'), addrSet('egress_ruled')], [[], [SANDBOX]]);
+    await gate.apply('s2', SANDBOX, 'internet', [rule]);
+    await gate.release(SANDBOX);
+    assert.deepEqual([addrSet('egress_internet'), addrSet('egress_ruled')], [[], []]);
+    assert.ok(gate.caCertPem?.includes('BEGIN CERTIFICATE'));
   });
 
   it(`past ${MAX_NAMES_PER_SANDBOX} names the oldest goes with its addresses (unless another name holds one); a narrowing leaves nothing`, async () => {
