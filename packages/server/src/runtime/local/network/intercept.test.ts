@@ -187,6 +187,13 @@ describe('secret injection at the egress proxy', () => {
     const r = await req({ agent, host: 'other.test', headers: { authorization: PH } });
     assert.equal(r.status, 421);
     assert.equal(r.reused, true);
+    // The same with the other name in an absolute-form target (Host left right).
+    const abs = await req({ path: 'http://other.test/x' });
+    assert.equal(abs.status, 421);
+    const same = await req({ path: `http://api.test/y?k=${PH}` });
+    assert.equal(same.status, 200);
+    assert.equal(seen.at(-1)?.url, `/y?k=${VALUE}`);
+    seen.pop();
     assert.equal(seen.length, 1, 'the switched request reached upstream');
     agent.destroy();
   });

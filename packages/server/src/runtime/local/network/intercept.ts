@@ -176,6 +176,23 @@ export class Interceptor {
       reply(res, 421, `this connection is for ${conn.name} only`, true);
       return;
     }
+    // An absolute-form target (`GET http://other/ HTTP/1.1`) names its own authority, which
+    // an upstream server takes over Host: it must be the connection's name too, and goes
+    // upstream in origin form.
+    let target = req.url ?? '/';
+    if (!target.startsWith('/') && target !== '*' && req.method !== 'CONNECT') {
+      let u: URL | null = null;
+      try {
+        u = new URL(target);
+      } catch {
+        /* below */
+      }
+      if (!u || hostName(u.host) !== conn.name) {
+        reply(res, 421, `this connection is for ${conn.name} only`, true);
+        return;
+      }
+      target = `${u.pathname}${u.search}`;
+    }
     if (req.method === 'CONNECT') {
       reply(res, 405, 'CONNECT is not proxied');
       return;
@@ -211,7 +228,7 @@ export class Interceptor {
     };
     for (const r of rules) if (r.header) set(r.header, replaceAll(r.format, SECRET_VALUE_TOKEN, r.value as string));
     if (rules.length) set('accept-encoding', 'identity');
-    const path = sub(req.url ?? '/');
+    const path = sub(target);
     const method = req.method ?? 'GET';
     const destination = `${conn.name}:${conn.kind === 'http' ? 80 : 443}`;
     const report = (status: number | null, error?: string) => {
