@@ -57,6 +57,9 @@ interface Conn {
   addrs: string[];
 }
 
+/** HTTP/2 requests in flight on one terminated connection (each has its own upstream connection). */
+export const MAX_STREAMS_PER_CONNECTION = 8;
+
 /** Hop-by-hop headers (RFC 9110 7.6.1), never forwarded either way. */
 const HOP = new Set([
   'connection',
@@ -150,6 +153,9 @@ export class Interceptor {
     const srv = createSecureServer(
       {
         allowHTTP1: true,
+        // Each stream is an upstream connection: a sandbox's share of connections stays
+        // bounded (its connections x this), as HTTP/1.1 has one request at a time.
+        settings: { maxConcurrentStreams: MAX_STREAMS_PER_CONNECTION },
         // Only the connection's name (already read from this ClientHello) gets a certificate.
         SNICallback: (sni, cb) => {
           if (sni.toLowerCase().replace(/\.$/, '') !== name) return cb(new Error('SNI changed'), undefined);

@@ -3,7 +3,8 @@ import { describe, it } from 'node:test';
 import { isSandboxdError, type ErrorKind } from '@sandboxd/protocol';
 import { FakeRunners, MemoryRecords } from '../../../../test/fake-runners.js';
 import { CONFORMANCE_LIMITS } from '../../conformance.js';
-import type { SandboxSpec } from '../../driver.js';
+import type { InjectionEvent, SandboxSpec } from '../../driver.js';
+import type { RunnerDriver } from './member.js';
 import { FleetDriver } from './fleet.js';
 import { fixedUrls, type RunnerUrls } from './records.js';
 
@@ -231,6 +232,59 @@ describe('fleet: routing', () => {
     );
     await fleet.deleteImage('snapshot/acc/one');
     assert.deepEqual(await fleet.listSnapshots(), []);
+    await fleet.close();
+  });
+});
+
+describe('fleet: secrets', () => {
+  it("setSecrets goes to the sandbox's runner; every runner's injections reach the fleet's listeners", async () => {
+    const runners = two();
+    const feeds = new Map<string, (e: InjectionEvent) => void>();
+    const secretCalls: string[] = [];
+    const connect = (url: string): RunnerDriver => {
+      const d = runners.connect(url);
+      return new Proxy(d, {
+        get(t, prop, receiver) {
+          if (prop === 'onInjection')
+            return (l: (e: InjectionEvent) => void) => {
+              feeds.set(url, l);
+              return () => feeds.delete(url);
+            };
+          if (prop === 'setSecrets') return async (id: string) => void secretCalls.push(`${url} ${id}`);
+          return Reflect.get(t, prop, receiver);
+        },
+      });
+    };
+    const fleet = new FleetDriver({
+      source: fixedUrls([A, B]),
+      connect,
+      records: new MemoryRecords(),
+      downAfterMs: 5000,
+      floors: { memoryBytes: 256 * MiB, diskBytes: 512 * MiB },
+      log: silent,
+      poll: false,
+      initWaitMs: 2000,
+    });
+    await fleet.init();
+    const s1 = await fleet.create(spec());
+    const s2 = await fleet.create(spec());
+    await fleet.setSecrets(s2.id, []);
+    assert.deepEqual(secretCalls, [`${B} ${s2.id}`]);
+    const got: string[] = [];
+    const off = fleet.onInjection((e) => got.push(e.sandboxId));
+    const ev = (sandboxId: string) => ({
+      sandboxId,
+      secret: 'S',
+      destination: 'a.test:443',
+      method: 'GET',
+      status: 200,
+      at: 1,
+    });
+    feeds.get(A)?.(ev(s1.id));
+    feeds.get(B)?.(ev(s2.id));
+    off();
+    feeds.get(A)?.(ev('after'));
+    assert.deepEqual(got, [s1.id, s2.id]);
     await fleet.close();
   });
 });
