@@ -17,7 +17,7 @@ import { after, before, describe, it } from 'node:test';
 import type { SecretInjection } from '../../driver.js';
 import { EgressCa } from './ca.js';
 import { EgressProxy } from './egress-proxy.js';
-import { type Injection, Scrubber } from './intercept.js';
+import { hostName, type Injection, rulesAllowing, Scrubber } from './intercept.js';
 
 /** The upstream (a fake API that echoes requests) on a loopback address of this file's own. */
 const UPSTREAM = '127.0.79.1';
@@ -313,6 +313,39 @@ describe('secret injection at the egress proxy', () => {
     assert.deepEqual(events.map((e) => e.secret).sort(), ['API', 'B']);
   });
 
+  it('upstream TLS is verified: without the upstream CA trusted, a 502 naming the error', async () => {
+    setRules([bearer]);
+    const saved = ports;
+    const untrusting = new EgressProxy({
+      gateway: '127.0.0.1',
+      ca,
+      upstreamPorts: {
+        http: (http.address() as { port: number }).port,
+        tls: (https.address() as { port: number }).port,
+      },
+      policy: {
+        isRuled: () => true,
+        allowsName: () => true,
+        addressesFor: async () => [UPSTREAM],
+        secretsFor: () => [bearer],
+      },
+    });
+    ports = await untrusting.listen();
+    seen.length = 0;
+    try {
+      const r = await req({ tls: true });
+      assert.equal(r.status, 502);
+      assert.match(
+        r.body,
+        /upstream api.test failed: UNABLE_TO_VERIFY_LEAF_SIGNATURE|SELF_SIGNED|UNABLE_TO_GET_ISSUER/,
+      );
+      assert.equal(seen.length, 0, 'nothing reached an unverified upstream');
+    } finally {
+      untrusting.close();
+      ports = saved;
+    }
+  });
+
   it('CONNECT and upgrades are refused; an upstream failure is a 502 without the value', async () => {
     setRules([bearer]);
     const up = await req({ headers: { connection: 'upgrade', upgrade: 'websocket' } });
@@ -343,6 +376,21 @@ describe('secret injection at the egress proxy', () => {
       dead.close();
       ports = saved;
     }
+  });
+});
+
+describe('rulesAllowing and hostName', () => {
+  it('matches domains as egress rules do; Host values lose port, case and trailing dot', () => {
+    const r = (domains: string[]): SecretInjection => ({ secret: 'S', domains, format: '{value}', placeholder: 'p' });
+    const rules = [r(['api.test']), r(['*.wild.test']), r(['10.0.0.0/8'])];
+    assert.deepEqual(rulesAllowing(rules, 'api.test'), [rules[0]]);
+    assert.deepEqual(rulesAllowing(rules, 'x.wild.test'), [rules[1]]);
+    assert.deepEqual(rulesAllowing(rules, 'wild.test'), []);
+    assert.deepEqual(rulesAllowing(rules, 'sub.api.test'), []);
+    assert.equal(hostName('API.Test.:443'), 'api.test');
+    assert.equal(hostName('api.test'), 'api.test');
+    assert.equal(hostName(undefined), null);
+    assert.equal(hostName('a:b:c'), null);
   });
 });
 
