@@ -4,7 +4,7 @@
  * and on every address HTTP on 80 and 8080 and HTTPS on 443 (a certificate of the fake
  * internet's own CA), each answering JSON `{ip, port, host}` (the address it was reached on,
  * the Host it got; for a target under `/echo`, also the request's `method`, `target` and
- * `headers`: a service that reflects requests),
+ * `headers`: a service that reflects requests; `/redirect?to=URL` answers 302 to URL),
  * and a UDP echo on 443 and 9999.
  * Questions for names under `silent` are never answered (they stay pending at the asker).
  * Every DNS question and request is printed as a JSON line (of the silent ones only the
@@ -72,6 +72,13 @@ const handler = (port: number) => (req: IncomingMessage, res: ServerResponse) =>
     host: req.headers.host ?? null,
     from: req.socket.remoteAddress,
   };
+  // `/redirect?to=URL`: a 302 to URL (a redirect the sandbox follows, or not).
+  if (req.url?.startsWith('/redirect?to=')) {
+    log({ http: { ...body, target: req.url } });
+    res.writeHead(302, { location: decodeURIComponent(req.url.slice('/redirect?to='.length)) });
+    res.end();
+    return;
+  }
   // `/echo...`: the request itself (method, target, headers), as echo services answer it.
   if (req.url?.startsWith('/echo')) Object.assign(body, { method: req.method, target: req.url, headers: req.headers });
   log({ http: body });

