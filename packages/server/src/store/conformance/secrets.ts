@@ -43,7 +43,7 @@ export function runSecretConformance(target: StoreTarget): void {
           ['B', 'a-1'],
           'by name, byte order',
         );
-        assert.equal((await s.getSecret('acc_a', 'b')), null, 'names are case-sensitive');
+        assert.equal(await s.getSecret('acc_a', 'b'), null, 'names are case-sensitive');
         const d = await s.updateSecret('acc_a', 'B', { description: 'd', updatedAt: 5 });
         assert.deepEqual([d?.version, d?.description, d?.ciphertext, d?.updatedAt], [1, 'd', 'ct-B', 5]);
         const v = await s.updateSecret('acc_a', 'B', { ciphertext: 'ct2', updatedAt: 6 });
@@ -101,7 +101,10 @@ export function runSecretConformance(target: StoreTarget): void {
           all.map((r) => r.id),
           ['i3', 'i2', 'i1'],
         );
-        assert.deepEqual(all[1], inj('i2', 20, { sandboxId: 's2', secret: 'B', status: null, error: 'upstream refused' }));
+        assert.deepEqual(
+          all[1],
+          inj('i2', 20, { sandboxId: 's2', secret: 'B', status: null, error: 'upstream refused' }),
+        );
         const p1 = await s.listInjections('acc_a', { limit: 2 });
         const last = p1[1];
         const p2 = await s.listInjections('acc_a', { limit: 2, before: { at: last.at, id: last.id } });

@@ -69,7 +69,12 @@ export class PgSecrets {
   }
 
   async list(accountId: string): Promise<SecretRecord[]> {
-    const rows = await this.db.selectFrom('secrets').selectAll().where('account_id', '=', accountId).orderBy('name').execute();
+    const rows = await this.db
+      .selectFrom('secrets')
+      .selectAll()
+      .where('account_id', '=', accountId)
+      .orderBy('name')
+      .execute();
     return rows.map(toSecret);
   }
 
@@ -148,7 +153,9 @@ export class PgSecrets {
 
   async prune(cutoff: number, max: number): Promise<number> {
     return this.db.transaction().execute(async (trx) => {
-      let n = Number((await trx.deleteFrom('secret_injections').where('at', '<', cutoff).executeTakeFirst()).numDeletedRows);
+      let n = Number(
+        (await trx.deleteFrom('secret_injections').where('at', '<', cutoff).executeTakeFirst()).numDeletedRows,
+      );
       const r = await sql`
         DELETE FROM secret_injections WHERE id IN (
           SELECT id FROM (

@@ -54,9 +54,11 @@ export class SqliteSecrets {
       .transaction(() => {
         if (this.get(s.accountId, s.name))
           throw new SandboxdError('conflict', `Secret ${s.name} exists`, { name: s.name });
-        const n = (this.db.prepare('SELECT count(*) AS n FROM secrets WHERE account_id = ?').get(s.accountId) as {
-          n: number;
-        }).n;
+        const n = (
+          this.db.prepare('SELECT count(*) AS n FROM secrets WHERE account_id = ?').get(s.accountId) as {
+            n: number;
+          }
+        ).n;
         if (n >= max) throw secretsQuotaError(max);
         this.db
           .prepare(
@@ -154,7 +156,9 @@ export class SqliteSecrets {
       for (const { account_id } of over) {
         // The newest `max` stay: everything at or below the (max+1)-th newest goes.
         const edge = this.db
-          .prepare('SELECT at, id FROM secret_injections WHERE account_id = ? ORDER BY at DESC, id DESC LIMIT 1 OFFSET ?')
+          .prepare(
+            'SELECT at, id FROM secret_injections WHERE account_id = ? ORDER BY at DESC, id DESC LIMIT 1 OFFSET ?',
+          )
           .get(account_id, max) as { at: number; id: string } | undefined;
         if (!edge) continue;
         n += this.db
