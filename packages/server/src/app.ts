@@ -164,11 +164,7 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
     clock,
     log: log.child({ component: 'secrets' }),
     keyring: () => {
-      if (keyringBroken)
-        throw new SandboxdError(
-          'unavailable',
-          "This server's secrets keys do not decrypt this database's secrets: every server sharing a database needs the same SANDBOXD_SECRETS_KEY or key file (docs/secrets.md)",
-        );
+      if (keyringBroken) throw new SandboxdError('unavailable', keyringBroken);
       if (!keyring) throw new Error('the secrets keys are read at start-up; the app is not started');
       return keyring;
     },
@@ -375,15 +371,30 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
         log: log.child({ component: 'proxy' }),
       });
       // The secrets' keys (SANDBOXD_SECRETS_KEY, else the key file, made 0600 at the first start).
-      const loaded = loadSecretKeyring(config, { create: true });
-      keyring = loaded.keyring;
-      if (loaded.made) log.info({ file: loaded.source }, 'secrets key file made: back it up with the data dir');
-      keyringBroken = await keyringProblem(store, keyring);
-      if (keyringBroken)
-        log.error(
-          { source: loaded.source, why: keyringBroken },
-          "this server's secrets keys do not decrypt the database's secrets: secrets are unavailable here until every server has the same keys",
-        );
+      // A key file that cannot be made (no data dir, read-only) leaves secrets unavailable;
+      // a bad key or key file stops the start.
+      let loaded: ReturnType<typeof loadSecretKeyring> | null = null;
+      try {
+        loaded = loadSecretKeyring(config, { create: true });
+      } catch (e) {
+        const code = (e as NodeJS.ErrnoException).code;
+        if (code !== 'ENOENT' && code !== 'EACCES' && code !== 'EROFS' && code !== 'ENOTDIR') throw e;
+        keyringBroken = `the secrets key file ${config.secretsKeyFile} cannot be made (${code}): secrets are unavailable; set SANDBOXD_SECRETS_KEY or SANDBOXD_SECRETS_KEY_FILE`;
+        log.warn({ file: config.secretsKeyFile, code }, keyringBroken);
+      }
+      if (loaded) {
+        keyring = loaded.keyring;
+        if (loaded.made) log.info({ file: loaded.source }, 'secrets key file made: back it up with the data dir');
+        const why = await keyringProblem(store, keyring);
+        if (why) {
+          keyringBroken =
+            "This server's secrets keys do not decrypt this database's secrets: every server sharing a database needs the same SANDBOXD_SECRETS_KEY or key file (docs/secrets.md)";
+          log.error(
+            { source: loaded.source, why },
+            "this server's secrets keys do not decrypt the database's secrets: secrets are unavailable here until every server has the same keys",
+          );
+        }
+      }
       // Known to be running before anything it starts can be seen half-done by another server.
       await presence.beat();
       await driver.init();
