@@ -204,7 +204,7 @@ export class SecretService {
 
   async get(accountId: string, name: string): Promise<Secret> {
     const r = await this.d.store.getSecret(accountId, name);
-    if (!r) throw new SandboxdError('not_found', `Secret ${name} not found`, { name });
+    if (!r) throw new SandboxdError('not_found', 'Secret not found');
     return toWireSecret(r);
   }
 
@@ -248,7 +248,7 @@ export class SecretService {
   /** Removes the secret; every rule naming it injects nothing from then on (the rules stay). */
   async delete(accountId: string, name: string): Promise<void> {
     if (!(await this.d.store.deleteSecret(accountId, name)))
-      throw new SandboxdError('not_found', `Secret ${name} not found`, { name });
+      throw new SandboxdError('not_found', 'Secret not found');
     this.d.log.info({ accountId, secret: name }, 'secret deleted');
     await this.pushSecret(accountId, name);
   }
