@@ -118,6 +118,19 @@ export interface Sandboxd {
 }
 
 /**
+ * The database of `config`: PostgreSQL when `SANDBOXD_DATABASE_URL` is set (shared by
+ * replicas, migrated by whichever starts first), else SQLite at `dbPath`. Also the operator
+ * commands' (`sandboxd secrets-key`).
+ */
+export async function openStore(config: Readonly<Config>, log?: Logger): Promise<Store> {
+  return config.databaseUrl
+    ? PostgresStore.open(config.databaseUrl, {
+        onPoolError: (err) => log?.warn({ err }, 'database: an idle PostgreSQL connection failed; it is replaced'),
+      })
+    : new SqliteStore(config.dbPath);
+}
+
+/**
  * The composition root: the ONE place that constructs the store, the driver, the services,
  * the HTTP server, the terminal gateway and the port proxy, and hands each the narrow
  * dependencies it uses.
@@ -129,13 +142,7 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
   const clock = opts.clock ?? testClock ?? systemClock;
   // The database: PostgreSQL when SANDBOXD_DATABASE_URL is set (shared by replicas, migrated
   // by whichever starts first), else SQLite in the data dir.
-  const store =
-    opts.store ??
-    (config.databaseUrl
-      ? await PostgresStore.open(config.databaseUrl, {
-          onPoolError: (err) => log.warn({ err }, 'database: an idle PostgreSQL connection failed; it is replaced'),
-        })
-      : new SqliteStore(config.dbPath));
+  const store = opts.store ?? (await openStore(config, log));
   // Role api: the sandboxes live on runners; the fleet finds each one's runner in the records.
   const fleet =
     !opts.driver && config.role === 'api' ? await createFleet(config, store, log, clock, opts.runners) : null;

@@ -7,7 +7,7 @@
  */
 import { closeSync, constants, fsyncSync, openSync, renameSync, rmSync, writeSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
-import { type Config, loadConfig } from '../config.js';
+import { loadConfig } from '../config.js';
 import { rewrapKeyCheck } from '../services/secrets.js';
 import {
   formatSecretKeys,
@@ -17,8 +17,7 @@ import {
   SecretKeyring,
   loadSecretKeyring,
 } from '../services/secrets-crypto.js';
-import { PostgresStore } from '../store/postgres/store.js';
-import { SqliteStore } from '../store/sqlite/store.js';
+import { openStore } from '../app.js';
 import type { Store } from '../store/store.js';
 import { type Command, UsageError } from './command.js';
 
@@ -53,10 +52,6 @@ export function writeKeyFile(path: string, keys: SecretKey[]): void {
   } finally {
     closeSync(dfd);
   }
-}
-
-async function openStore(config: Config): Promise<Store> {
-  return config.databaseUrl ? PostgresStore.open(config.databaseUrl) : new SqliteStore(config.dbPath);
 }
 
 /**

@@ -247,8 +247,7 @@ export class SecretService {
 
   /** Removes the secret; every rule naming it injects nothing from then on (the rules stay). */
   async delete(accountId: string, name: string): Promise<void> {
-    if (!(await this.d.store.deleteSecret(accountId, name)))
-      throw new SandboxdError('not_found', 'Secret not found');
+    if (!(await this.d.store.deleteSecret(accountId, name))) throw new SandboxdError('not_found', 'Secret not found');
     this.d.log.info({ accountId, secret: name }, 'secret deleted');
     await this.pushSecret(accountId, name);
   }
