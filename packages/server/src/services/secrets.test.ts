@@ -112,6 +112,8 @@ describe('secrets (service and routes, fake driver)', () => {
             domains: ['API.OpenAI.com.', 'a.example.com'],
             header: 'Authorization',
             format: 'Bearer {value}',
+            // Chosen by the server only: a caller's would make the proxy replace any text.
+            placeholder: 'Bearer',
           },
         ],
       },
@@ -288,9 +290,17 @@ describe('secrets (service and routes, fake driver)', () => {
     assert.equal(narrow.status, 400);
     assert.match(narrow.body.message, /\/secrets\/0\/domains\/0: c\.d\.com is not allowed/);
     assert.equal((await t.app.store.getSandbox(id))?.network?.secrets?.length, 2, 'nothing changed');
+    // A secret deleted since: its kept rule stays (without value), the PATCH goes through.
+    await call('DELETE', '/api/v1/secrets/my-key');
     const kept = await call('PATCH', url, { egress: 'internet' });
-    assert.equal(kept.status, 200);
+    assert.equal(kept.status, 200, JSON.stringify(kept.body));
     assert.equal(kept.body.network.secrets.length, 2);
+    assert.equal(t.driver.secretsOf(id)?.[1].value, undefined);
+    // Named again in a replacing PATCH, it must exist.
+    const named = await call('PATCH', url, { egress: 'internet', secrets: kept.body.network.secrets });
+    assert.equal(named.status, 400);
+    assert.match(named.body.message, /\/secrets\/1\/secret: no secret named my-key/);
+    await call('POST', '/api/v1/secrets', { name: 'my-key', value: V2 });
     // An empty list removes them.
     const cleared = await call('PATCH', url, { egress: 'internet', secrets: [] });
     assert.equal(cleared.body.network.secrets, undefined);

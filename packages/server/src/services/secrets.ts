@@ -265,14 +265,22 @@ export class SecretService {
    * `/network/secrets`) against the account's secrets, the sandbox's `egress` and `env` (the
    * caller's own, which may not hold a placeholder's name), and returns them canonical
    * (domains lowercased, `format` defaulted) with placeholders: `keep`'s (the sandbox's
-   * present ones, by secret name) where the secret is still named, new ones otherwise.
+   * present ones, by secret name) where the secret is still named, new ones otherwise. Each
+   * secret must exist, unless `kept` (a PATCH that leaves the rules as they are).
    * Throws `validation` naming each problem by its path; `unsupported` when the runtime has
    * no injecting proxy.
    */
   async checkRules(
     accountId: string,
     rules: SecretRule[],
-    o: { egress: Egress; base: string; env?: Record<string, string>; keep?: SecretRule[] },
+    o: {
+      egress: Egress;
+      base: string;
+      env?: Record<string, string>;
+      keep?: SecretRule[];
+      /** The rules are the sandbox's own, kept: a secret deleted since is fine (its rule injects nothing). */
+      kept?: boolean;
+    },
   ): Promise<SecretRule[]> {
     if (!rules.length) return [];
     if (!this.d.driver.setSecrets)
@@ -290,7 +298,7 @@ export class SecretService {
     const envNames = new Map<string, string>();
     const out: SecretRule[] = [];
     rules.forEach((r, i) => {
-      if (!known.has(r.secret)) at(`/${i}/secret`, `no secret named ${r.secret} in this account`);
+      if (!o.kept && !known.has(r.secret)) at(`/${i}/secret`, `no secret named ${r.secret} in this account`);
       const env = secretEnvName(r.secret);
       const other = envNames.get(env);
       if (other !== undefined && other !== r.secret)
