@@ -10,6 +10,7 @@ import { Writable } from 'node:stream';
 import { after, before, describe, it } from 'node:test';
 import pino from 'pino';
 import { makeTestApp, type TestApp } from '../../test/app.js';
+import { SqliteStore } from '../store/sqlite/store.js';
 import { AUDIT_MAX_ROWS_PER_ACCOUNT, AUDIT_RETENTION_MS } from './secrets.js';
 
 const IMAGE = 'local/busybox:latest';
@@ -363,5 +364,31 @@ describe('secrets (service and routes, fake driver)', () => {
     assert.equal(await t.app.services.secrets.prune(), 450);
     assert.deepEqual((await call('GET', '/api/v1/secrets/injections')).body.injections, []);
     assert.equal(AUDIT_MAX_ROWS_PER_ACCOUNT, 100_000);
+  });
+});
+
+describe('secrets: servers sharing a database need the same keys', () => {
+  it('a server whose keys do not decrypt the database check answers secrets requests 503, changing nothing', async () => {
+    const store = new SqliteStore(':memory:');
+    const a = await makeTestApp({}, { store });
+    const b = await makeTestApp({ secretsKey: Buffer.alloc(32, 9).toString('base64') }, { store });
+    try {
+      const acc = await a.newAccount();
+      const made = await a.req({
+        method: 'POST',
+        url: '/api/v1/secrets',
+        payload: { name: 'A', value: V1 },
+        key: acc.key,
+      });
+      assert.equal(made.statusCode, 201);
+      const refused = await b.req({ method: 'PUT', url: '/api/v1/secrets/A', payload: { value: V2 }, key: acc.key });
+      assert.equal(refused.statusCode, 503);
+      assert.match(refused.json().message, /same SANDBOXD_SECRETS_KEY/);
+      assert.equal((await store.getSecret(acc.id, 'A'))?.version, 1);
+      assert.ok(!refused.body.includes(V1) && !refused.body.includes(V2));
+    } finally {
+      await b.app.close().catch(() => undefined);
+      await a.close();
+    }
   });
 });
