@@ -404,6 +404,7 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
       }
       // Known to be running before anything it starts can be seen half-done by another server.
       await presence.beat();
+      secrets.listen();
       await driver.init();
       const recovered = await driver.recover();
       const background = recovered.background;

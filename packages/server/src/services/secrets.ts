@@ -543,12 +543,11 @@ export class SecretService {
   }
 
   /**
-   * Listens to the driver's injection events and starts the timers (flush, prune, retries of
-   * failed pushes); pushes the rules of every sandbox that has some (a driver that lost them
-   * gets them back; values changed while a runner was away arrive).
+   * Listens to the driver's injection events (if {@link listen} did not yet) and starts the
+   * timers (flush, prune, retries of failed pushes), pruning once now.
    */
   async start(): Promise<void> {
-    this.unsubscribe = this.d.driver.onInjection?.((e) => void this.record(e)) ?? null;
+    this.listen();
     const every = (ms: number, fn: () => Promise<unknown>) => {
       const t = setInterval(
         () => void fn().catch((err) => this.d.log.warn({ err }, 'secrets: a periodic task failed')),
@@ -561,6 +560,11 @@ export class SecretService {
     every(PRUNE_EVERY_MS, () => this.prune());
     every(RETRY_EVERY_MS, () => Promise.all([...this.retry].map((id) => this.pushSandbox(id))));
     await this.prune().catch((err) => this.d.log.warn({ err }, 'pruning the injection audit failed'));
+  }
+
+  /** Listens to the driver's injection events (before the driver starts: none is missed); idempotent. */
+  listen(): void {
+    this.unsubscribe ??= this.d.driver.onInjection?.((e) => void this.record(e)) ?? null;
   }
 
   /** Pushes the rules of every held sandbox that has some (start-up); failures are retried later. */
