@@ -137,6 +137,8 @@ describe('secrets (service and routes, fake driver)', () => {
     ]);
     const rec = await t.app.store.getSandbox(id);
     assert.deepEqual(rec?.env, { KEEP: '1', OPENAI: rule.placeholder });
+    const env = await call('POST', `/api/v1/sandboxes/${id}/exec`, { command: 'printenv OPENAI' });
+    assert.equal(env.body.stdout, `${rule.placeholder}\n`, 'the sandbox holds the placeholder');
     assert.ok(!JSON.stringify(rec).includes(V2), 'the record holds no value');
     // The get shows the rule with its placeholder, no value.
     const g = await call('GET', `/api/v1/sandboxes/${id}`);
