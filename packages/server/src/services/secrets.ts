@@ -99,6 +99,9 @@ function checkName(name: string, where: 'body' | 'params'): void {
     throw invalid([{ in: where, path: '/name', message: `${name} is reserved (a path of the API)` }]);
 }
 
+/** What a placeholder looks like. */
+export const PLACEHOLDER_RE = /^sbx-secret-[0-9a-f]{24}$/;
+
 /** A new placeholder: worthless anywhere, unique enough never to appear by chance. */
 export function newPlaceholder(): string {
   return `sbx-secret-${randomBytes(12).toString('hex')}`;
