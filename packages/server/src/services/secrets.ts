@@ -149,13 +149,17 @@ export async function keyringProblem(
   }
 }
 
-/** The key-check value re-encrypted with the first key (rotation), when this keyring decrypts it. */
+/**
+ * The key-check value re-encrypted with the first key (rotation), when this keyring decrypts
+ * it; with `force`, written anew whatever it held (the keys that made it are lost).
+ */
 export async function rewrapKeyCheck(
   store: Pick<ServiceDeps['store'], 'getMeta' | 'setMeta'>,
   keyring: SecretKeyring,
+  o: { force?: boolean } = {},
 ): Promise<void> {
   const held = await store.getMeta(KEY_CHECK_META);
-  if (held !== null) keyring.decrypt(KEY_CHECK.account, KEY_CHECK.name, held);
+  if (held !== null && !o.force) keyring.decrypt(KEY_CHECK.account, KEY_CHECK.name, held);
   await store.setMeta(KEY_CHECK_META, keyring.encrypt(KEY_CHECK.account, KEY_CHECK.name, KEY_CHECK.value));
 }
 
