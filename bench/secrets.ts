@@ -22,7 +22,7 @@ const IMAGE = 'local/debian:bookworm';
 const LIMITS = { memoryBytes: 512 << 20, cpus: 1, pids: 256, rootDiskBytes: 1 << 30 };
 const PH = 'sbx-secret-0000000000000000000000be';
 
-const ROUND_PY = String.raw`
+const ROUND_PY = `
 import http.client, json, ssl, sys, time
 ctx = ssl.create_default_context()
 ctx.check_hostname = False
