@@ -107,8 +107,8 @@ describe('sbx secret, create --secret, network --secret against a stub server', 
       if (stdin !== undefined) p.stdin?.end(stdin);
       let stdout = '';
       let stderr = '';
-      p.stdout.on('data', (b) => (stdout += b));
-      p.stderr.on('data', (b) => (stderr += b));
+      p.stdout?.on('data', (b) => (stdout += b));
+      p.stderr?.on('data', (b) => (stderr += b));
       const timer = setTimeout(() => p.kill('SIGKILL'), 60_000);
       p.on('error', rej);
       p.on('close', (code) => {
