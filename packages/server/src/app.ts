@@ -1,3 +1,4 @@
+import { SandboxdError } from '@sandboxd/protocol';
 import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
@@ -56,6 +57,8 @@ import { TerminalService } from './services/terminals.js';
 import { TimeoutService } from './services/timeout.js';
 import { LifecycleService } from './services/lifecycle.js';
 import { SnapshotService } from './services/snapshots.js';
+import { keyringProblem, SecretService } from './services/secrets.js';
+import { loadSecretKeyring, type SecretKeyring } from './services/secrets-crypto.js';
 import { VolumeService } from './services/volumes.js';
 import { MemoryCounters } from './store/memory-counters.js';
 import { PostgresStore } from './store/postgres/store.js';
@@ -152,7 +155,25 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
   const storage = new StorageGuard([config.dataDir, dirname(config.dbPath)], config.minFreeMb * 2 ** 20);
 
   const capacity = new CapacityService({ driver, store, config }, { subject: fleet ? NO_ROOM.runners : NO_ROOM.host });
-  const sandboxes = new SandboxService({ ...deps, portLinks, storage, capacity });
+  // The secrets' keys: loaded at start-up (made at the first); never in the database.
+  let keyring: SecretKeyring | null = null;
+  let keyringBroken: string | null = null;
+  const secrets = new SecretService({
+    store,
+    driver,
+    clock,
+    log: log.child({ component: 'secrets' }),
+    keyring: () => {
+      if (keyringBroken)
+        throw new SandboxdError(
+          'unavailable',
+          "This server's secrets keys do not decrypt this database's secrets: every server sharing a database needs the same SANDBOXD_SECRETS_KEY or key file (docs/secrets.md)",
+        );
+      if (!keyring) throw new Error('the secrets keys are read at start-up; the app is not started');
+      return keyring;
+    },
+  });
+  const sandboxes = new SandboxService({ ...deps, portLinks, storage, capacity, secrets });
   // A sandbox that goes frees room: the next create or health check measures again.
   sandboxes.onGone(() => capacity.forget());
   const accounts = new AccountService(deps);
@@ -196,6 +217,7 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
     events: new EventService(deps),
     volumes: new VolumeService(deps),
     images: new ImageService(deps),
+    secrets,
     builds,
   };
   const reaper = new Reaper(deps, sandboxes, lifecycle);
@@ -352,6 +374,16 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
         legacyKeyFile: join(config.dataDir, LEGACY_LINK_KEY_FILE),
         log: log.child({ component: 'proxy' }),
       });
+      // The secrets' keys (SANDBOXD_SECRETS_KEY, else the key file, made 0600 at the first start).
+      const loaded = loadSecretKeyring(config, { create: true });
+      keyring = loaded.keyring;
+      if (loaded.made) log.info({ file: loaded.source }, 'secrets key file made: back it up with the data dir');
+      keyringBroken = await keyringProblem(store, keyring);
+      if (keyringBroken)
+        log.error(
+          { source: loaded.source, why: keyringBroken },
+          "this server's secrets keys do not decrypt the database's secrets: secrets are unavailable here until every server has the same keys",
+        );
       // Known to be running before anything it starts can be seen half-done by another server.
       await presence.beat();
       await driver.init();
@@ -381,6 +413,12 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
       await builds.recover({ startup: true, sweep: reaping });
       builds.startTimer();
       await reaper.tick();
+      // The audit trail's listener and timers; the rules of every sandbox that has some go to the driver again.
+      await secrets.start();
+      if (!keyringBroken)
+        void secrets
+          .resync()
+          .catch((err) => log.warn({ err }, 'pushing the secret rules of sandboxes at start-up failed; retried later'));
       const b = await bootstrap(deps, services);
       reaper.start();
       ready = true;
@@ -399,6 +437,7 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
         clearInterval(sweep);
       }
       await reaper.stop();
+      await secrets.close();
       await presence
         .stop()
         .catch((err) => log.warn({ err }, 'releasing the presence lease failed; it runs out by itself'));

@@ -56,6 +56,16 @@ export interface Config {
   databaseUrl?: string;
   /** Image cache of the local runtime; default `<dataDir>/images`. */
   imageDir: string;
+  /**
+   * `SANDBOXD_SECRETS_KEY`: the key that encrypts secrets at rest, base64 of 32 bytes (or the
+   * key file's lines); unset: the key file. Replicas sharing a database need the same keys.
+   */
+  secretsKey?: string;
+  /**
+   * `SANDBOXD_SECRETS_KEY_FILE`: the secrets' key file (docs/secrets.md), made 0600 with a
+   * fresh key at the first start when missing; default `<dataDir>/secrets.key`.
+   */
+  secretsKeyFile: string;
   /** Host part of `publicAccessUrlTemplate`; default `sandbox.localhost:<port>`. */
   publicHost: string;
   region: string;
@@ -280,6 +290,8 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
     dbPath: pick('dbPath', 'SANDBOXD_DB_PATH', String, join(dataDir, 'sandboxd.db')),
     databaseUrl: dbUrl,
     imageDir: resolve(pick('imageDir', 'SANDBOXD_IMAGE_DIR', String, join(dataDir, 'images'))),
+    secretsKey: pick<string | undefined>('secretsKey', 'SANDBOXD_SECRETS_KEY', String, undefined),
+    secretsKeyFile: resolve(pick('secretsKeyFile', 'SANDBOXD_SECRETS_KEY_FILE', String, join(dataDir, 'secrets.key'))),
     publicHost: pick('publicHost', 'SANDBOXD_PUBLIC_HOST', String, `sandbox.localhost:${port}`),
     region: pick('region', 'SANDBOXD_REGION', String, 'local'),
     egress: pick('egress', 'SANDBOXD_EGRESS', parseEgress, 'none'),

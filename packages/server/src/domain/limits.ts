@@ -32,3 +32,11 @@ export function egressPlanError(asked: string, limit: string): SandboxdError {
     { quota: 'egress', limit, asked },
   );
 }
+
+/** 403 `quota`: the account holds `limit` secrets already. */
+export function secretsQuotaError(limit: number): SandboxdError {
+  return new SandboxdError('quota', `Secret quota reached: an account holds at most ${limit} secrets`, {
+    quota: 'secrets',
+    limit,
+  });
+}

@@ -40,6 +40,11 @@ const TAGS = [
   },
   { name: 'terminals', description: 'Interactive shells on a PTY in a sandbox, attached over a WebSocket' },
   { name: 'volumes', description: "The account's named volumes, mounted by sandboxes" },
+  {
+    name: 'secrets',
+    description:
+      "The account's secrets (values write-only, encrypted at rest) that sandboxes' egress proxy injects into requests to the domains their rules name; the injections' audit trail",
+  },
   { name: 'keys', description: 'API keys (sk_...): created, listed and revoked by their account' },
   { name: 'account', description: 'Plan, token balance, limits, usage and the token ledger of the caller' },
   { name: 'events', description: 'Onboarding events the console tracks for the account' },

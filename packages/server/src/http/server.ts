@@ -17,6 +17,7 @@ import { authRoutes } from './routes/auth.js';
 import { buildRoutes } from './routes/builds.js';
 import { consoleRoutes } from './routes/console.js';
 import { imageRoutes } from './routes/images.js';
+import { secretRoutes } from './routes/secrets.js';
 import { fileRoutes, isWatchSocketPath } from './routes/files.js';
 import { codeRoutes } from './routes/code.js';
 import { processRoutes } from './routes/processes.js';
@@ -129,6 +130,7 @@ export function createHttpServer(
   app.register(processRoutes, full);
   app.register(codeRoutes, full);
   app.register(accountRoutes, full);
+  app.register(secretRoutes, full);
   app.register(adminRoutes, full);
   app.register(imageRoutes, full);
   app.register(buildRoutes, full);

@@ -8,6 +8,7 @@ import type { FileService } from './files.js';
 import type { ProcessService } from './processes.js';
 import type { ImageService } from './images.js';
 import type { LifecycleService } from './lifecycle.js';
+import type { SecretService } from './secrets.js';
 import type { SnapshotService } from './snapshots.js';
 import type { SandboxService } from './sandboxes.js';
 import type { TerminalService } from './terminals.js';
@@ -36,6 +37,8 @@ export interface Services {
   volumes: VolumeService;
   images: ImageService;
   terminals: TerminalService;
+  /** Secrets that never enter a sandbox: their values, the rules' checks, the audit trail. */
+  secrets: SecretService;
   /** Image builds and templates (services/builds.ts); E2B's template door uses it too. */
   builds: BuildsApi;
 }

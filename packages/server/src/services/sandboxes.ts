@@ -25,6 +25,7 @@ import { hostFullError } from '../domain/capacity.js';
 import { keyedLock } from '../domain/keyed-lock.js';
 import { checkEgress, decideEgress } from '../domain/egress.js';
 import type { CapacityService } from './capacity.js';
+import { SecretService } from './secrets.js';
 import type { StorageGuard } from './storage.js';
 import { badRequest, type CreateOptions, creatingRecord, envProblems, parseVolumes } from './sandbox-input.js';
 
@@ -76,8 +77,16 @@ export class SandboxService {
       portLinks: Pick<PortLinks, 'sign'>;
       storage: StorageGuard;
       capacity: Pick<CapacityService, 'check' | 'forget'>;
+      /** Secret injection rules (`network.secrets`); absent: a create or update with rules is `unsupported`. */
+      secrets?: SecretService;
     },
   ) {}
+
+  /** The secrets service, or `unsupported` when the app has none. */
+  private secretsOr(): SecretService {
+    if (!this.d.secrets) throw new SandboxdError('unsupported', 'Secret injection is not available on this server');
+    return this.d.secrets;
+  }
 
   /** True while this process is creating sandbox `id` (the reconciler leaves such records alone). */
   isCreating(id: string): boolean {
@@ -118,7 +127,20 @@ export class SandboxService {
       this.d.config.egress,
       plan.egress ?? 'internet',
     );
-    req = { ...req, network: { egress } };
+    // Secret injection rules: checked against the account's secrets, the egress and the env;
+    // each secret's placeholder goes into the env (the values only ever to the driver).
+    const rules = req.network?.secrets?.length
+      ? await this.secretsOr().checkRules(account.id, req.network.secrets, {
+          egress,
+          base: '/network/secrets',
+          env: req.env ?? {},
+        })
+      : [];
+    req = {
+      ...req,
+      network: { egress, ...(rules.length ? { secrets: rules } : {}) },
+      ...(rules.length ? { env: { ...req.env, ...SecretService.envOf(rules) } } : {}),
+    };
     // An unknown snapshot or template: 404 before anything is reserved.
     if (opts.driverImage === undefined) await this.driverImage(account.id, req.image);
     await this.d.storage.check();
@@ -164,7 +186,13 @@ export class SandboxService {
       },
     );
     const log = this.d.log.child({ sandboxId: record.id, accountId: account.id });
+    const rules = record.network?.secrets;
+    let resolved: Awaited<ReturnType<SecretService['resolve']>> | null = null;
     try {
+      if (rules?.length) {
+        this.secretsOr().noteOwner(record.id, account.id);
+        resolved = await this.secretsOr().resolve(account.id, rules);
+      }
       await this.d.driver.create({
         id: record.id,
         image: opts.driverImage ?? (await this.driverImage(account.id, record.image)),
@@ -177,6 +205,7 @@ export class SandboxService {
         limits: plan.limits,
         hostname: record.name,
         egress: record.network?.egress ?? 'none',
+        ...(resolved ? { secrets: resolved.secrets } : {}),
         pullAs: { accountId: account.id, admin: account.admin },
         ...(opts.skipImageStart ? { skipImageStart: true } : {}),
       });
@@ -205,6 +234,11 @@ export class SandboxService {
       await this.failCreate(record, e, log);
       throw isOutOfSpace(e) ? outOfStorage() : e;
     }
+    // A value changed while the runtime started it: it gets the new one now.
+    if (resolved)
+      await this.secretsOr()
+        .afterCreate(started, resolved.versions)
+        .catch((err) => log.warn({ err }, 'pushing changed secret values after create failed; tried again later'));
     log.info({ image: record.image, stopAt: new Date(started.stopAt).toISOString() }, 'sandbox started');
     return started;
   }
@@ -316,8 +350,21 @@ export class SandboxService {
     return this.exclusive(id, async () => {
       const r = await this.get(account.id, id);
       if (!['started', 'paused', 'stopped'].includes(r.state)) throw wrongState(r);
+      // Rules given replace the sandbox's; absent, its rules stay, checked against the new egress.
+      const before = r.network?.secrets ?? [];
+      const asked = network.secrets ?? before;
+      const held = new Set(Object.values(SecretService.envOf(before)));
+      const ownEnv = Object.fromEntries(Object.entries(r.env).filter(([, v]) => !held.has(v)));
+      const rules = asked.length
+        ? await this.secretsOr().checkRules(account.id, asked, { egress, base: '/secrets', env: ownEnv, keep: before })
+        : [];
       await setEgress(id, egress);
-      return this.d.store.updateSandbox(id, { network: { egress }, at: this.d.clock.now() });
+      const out = await this.d.store.updateSandbox(id, {
+        network: { egress, ...(rules.length ? { secrets: rules } : {}) },
+        at: this.d.clock.now(),
+      });
+      if (rules.length || before.length) await this.secretsOr().pushSandbox(id, { throwOnFailure: true });
+      return out;
     });
   }
 

@@ -1,7 +1,7 @@
 /**
  * The behaviour every Store must show, as node:test suites run against each store
  * (sqlite/store.test.ts, postgres/store.test.ts): counters, sandboxes, volumes and
- * snapshots, accounts, two stores racing on one database, and image builds. The parts live in
+ * snapshots, accounts, two stores racing on one database, image builds, and secrets. The parts live in
  * conformance/.
  */
 import assert from 'node:assert/strict';
@@ -11,6 +11,7 @@ import { runBuildConformance } from './conformance/builds.js';
 import { runConcurrencyConformance } from './conformance/concurrency.js';
 import { runCounterConformance } from './conformance/counters.js';
 import { runSandboxConformance } from './conformance/sandboxes.js';
+import { runSecretConformance } from './conformance/secrets.js';
 import { runVolumeConformance } from './conformance/volumes.js';
 import type { StoreTarget } from './conformance/support.js';
 
@@ -44,4 +45,5 @@ export function runStoreConformance(target: StoreTarget): void {
   runAccountConformance(target);
   runConcurrencyConformance(target);
   runBuildConformance(target);
+  runSecretConformance(target);
 }

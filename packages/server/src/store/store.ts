@@ -231,6 +231,48 @@ export interface UploadRecord {
   createdAt: number;
 }
 
+/** A secret of an account as stored: its value only as ciphertext (services/secrets-crypto.ts). */
+export interface SecretRecord {
+  accountId: string;
+  name: string;
+  ciphertext: string;
+  description: string;
+  /** 1 at creation, +1 at each change of the ciphertext by a new value. */
+  version: number;
+  createdAt: number;
+  updatedAt: number;
+}
+
+/** A change of a secret; absent fields are left as they are. */
+export interface SecretUpdate {
+  /** A new value's ciphertext: `version` goes up by one. */
+  ciphertext?: string;
+  description?: string;
+  updatedAt: number;
+}
+
+/** One injection the egress proxy made (or tried): a row of the audit trail. */
+export interface InjectionRecord {
+  /** Unique; ties of `at` are ordered by it. */
+  id: string;
+  accountId: string;
+  sandboxId: string;
+  secret: string;
+  destination: string;
+  method: string;
+  status: number | null;
+  error: string | null;
+  at: number;
+}
+
+/** A page of an account's audit trail: newest first, strictly older than `before` (its `at` and `id`). */
+export interface InjectionQuery {
+  sandboxId?: string;
+  secret?: string;
+  limit: number;
+  before?: { at: number; id: string };
+}
+
 /** One fixed-window counter: events counted so far, and when its window ends (epoch ms). */
 export interface CounterWindow {
   count: number;
@@ -432,6 +474,38 @@ export interface Store extends Counters, Leases {
   createVolume(v: VolumeRecord): Promise<void>;
   /** `conflict` while a live sandbox mounts it; false when missing. */
   deleteVolume(accountId: string, name: string): Promise<boolean>;
+  // secrets (values only as ciphertext)
+  /**
+   * Inserts a new secret unless the account has one of that name (`conflict`) or holds
+   * `maxPerAccount` already (`quota`, `details: {quota: 'secrets', limit}`); nothing is
+   * written then.
+   */
+  createSecret(s: SecretRecord, maxPerAccount: number): Promise<void>;
+  getSecret(accountId: string, name: string): Promise<SecretRecord | null>;
+  /** The account's secrets by name. */
+  listSecrets(accountId: string): Promise<SecretRecord[]>;
+  /** Every secret of every account (re-encryption with a new key), by account then name. */
+  listAllSecrets(): Promise<SecretRecord[]>;
+  /** Applies `u` atomically; the new record, or null when there is no such secret. */
+  updateSecret(accountId: string, name: string, u: SecretUpdate): Promise<SecretRecord | null>;
+  /**
+   * Replaces the ciphertext of a secret by the same value under another key (re-encryption):
+   * only while it still is `expected` (a value changed meanwhile is left alone: false).
+   * `version` and `updatedAt` stay.
+   */
+  rewrapSecret(accountId: string, name: string, expected: string, ciphertext: string): Promise<boolean>;
+  /** False when there was none. */
+  deleteSecret(accountId: string, name: string): Promise<boolean>;
+  // the secrets' audit trail
+  /** Inserts the rows (ids unused) in one transaction. */
+  addInjections(rows: InjectionRecord[]): Promise<void>;
+  /** A page of the account's injections, newest first (`at`, then `id`, descending). */
+  listInjections(accountId: string, q: InjectionQuery): Promise<InjectionRecord[]>;
+  /**
+   * Removes injections older than `cutoff` (`at <` it), and of each account all but its
+   * `maxPerAccount` newest; returns how many went.
+   */
+  pruneInjections(cutoff: number, maxPerAccount: number): Promise<number>;
   // events
   addEvent(e: EventRecord): Promise<void>;
   listEvents(accountId: string, limit: number): Promise<EventRecord[]>;

@@ -2,6 +2,8 @@ import { type Egress, SandboxdError } from '@sandboxd/protocol';
 import type {
   ExecOptions,
   ExecResult,
+  InjectionEvent,
+  SecretInjection,
   SpawnOptions,
   StreamedProcess,
   ImageConfigOverride,
@@ -233,6 +235,33 @@ export class FakeDriver implements RuntimeDriver {
     if (!s) throw new SandboxdError('not_found', `sandbox ${id} not found`);
     this.calls.push(`setEgress ${id}`);
     s.spec = { ...s.spec, egress };
+  }
+
+  /**
+   * Records the rules with their values (the fake has no proxy): `secretsOf` reads them, and
+   * `setSecretsCalls` counts the calls. A sandbox's spec keeps them across stop and start.
+   */
+  async setSecrets(id: string, secrets: SecretInjection[]): Promise<void> {
+    const s = this.sandboxes.get(id);
+    if (!s) throw new SandboxdError('not_found', `sandbox ${id} not found`);
+    if (this.failSetSecrets) throw new SandboxdError('unavailable', 'the fake runtime fails setSecrets (test knob)');
+    this.calls.push(`setSecrets ${id}`);
+    s.spec = { ...s.spec, secrets: secrets.map((x) => ({ ...x, domains: [...x.domains] })) };
+  }
+  /** Test knob: `setSecrets` fails with `unavailable` while true (a runner that does not answer). */
+  failSetSecrets = false;
+  /** The rules (with values) the driver holds for sandbox `id` (test hook), or undefined. */
+  secretsOf(id: string): SecretInjection[] | undefined {
+    return this.sandboxes.get(id)?.spec.secrets;
+  }
+  private readonly injectionListeners = new Set<(e: InjectionEvent) => void>();
+  onInjection(listener: (e: InjectionEvent) => void): () => void {
+    this.injectionListeners.add(listener);
+    return () => this.injectionListeners.delete(listener);
+  }
+  /** Test hook: reports an injection as the egress proxy would. */
+  emitInjection(e: InjectionEvent): void {
+    for (const l of this.injectionListeners) l(e);
   }
 
   async kill(id: string): Promise<void> {

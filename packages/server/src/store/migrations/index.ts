@@ -9,6 +9,7 @@ import { sql as sandboxNetwork } from './008-sandbox-network.js';
 import { sql as accountBalance } from './009-account-balance.js';
 import { sql as builds } from './010-builds.js';
 import { sql as instanceMeta } from './011-instance-meta.js';
+import { sql as secrets } from './012-secrets.js';
 
 /** A schema step; `version` is stored in SQLite's `user_version` once applied. */
 export interface Migration {
@@ -30,4 +31,5 @@ export const MIGRATIONS: readonly Migration[] = [
   { version: 9, name: 'account-balance', sql: accountBalance },
   { version: 10, name: 'builds', sql: builds },
   { version: 11, name: 'instance-meta', sql: instanceMeta },
+  { version: 12, name: 'secrets', sql: secrets },
 ];

@@ -245,6 +245,34 @@ CREATE TABLE instance_meta (
 );
 `;
 
+/** Secrets and their audit trail (store/migrations/012-secrets.ts), as SQLite's migration 12. */
+const secrets = `
+CREATE TABLE secrets (
+  account_id TEXT COLLATE "C" NOT NULL REFERENCES accounts(id),
+  name TEXT COLLATE "C" NOT NULL,
+  ciphertext TEXT NOT NULL,
+  description TEXT NOT NULL DEFAULT '',
+  version INTEGER NOT NULL,
+  created_at BIGINT NOT NULL,
+  updated_at BIGINT NOT NULL,
+  PRIMARY KEY (account_id, name)
+);
+CREATE TABLE secret_injections (
+  id TEXT COLLATE "C" PRIMARY KEY,
+  account_id TEXT COLLATE "C" NOT NULL,
+  sandbox_id TEXT COLLATE "C" NOT NULL,
+  secret TEXT COLLATE "C" NOT NULL,
+  destination TEXT NOT NULL,
+  method TEXT NOT NULL,
+  status INTEGER,
+  error TEXT,
+  at BIGINT NOT NULL
+);
+CREATE INDEX secret_injections_account ON secret_injections (account_id, at DESC, id DESC);
+CREATE INDEX secret_injections_sandbox ON secret_injections (account_id, sandbox_id, at DESC, id DESC);
+CREATE INDEX secret_injections_secret ON secret_injections (account_id, secret, at DESC, id DESC);
+`;
+
 /** Every PostgreSQL migration, in order. Append only; never edit an applied one. */
 export const PG_MIGRATIONS: readonly PgMigration[] = [
   { version: 1, name: 'initial', sql: initial },
@@ -254,6 +282,7 @@ export const PG_MIGRATIONS: readonly PgMigration[] = [
   { version: 5, name: 'account-balance', sql: accountBalance },
   { version: 6, name: 'builds', sql: builds },
   { version: 7, name: 'instance-meta', sql: instanceMeta },
+  { version: 8, name: 'secrets', sql: secrets },
 ];
 
 /**

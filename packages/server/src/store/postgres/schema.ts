@@ -71,6 +71,26 @@ export interface PgDatabase {
     created_at: number;
   };
   build_uploads: { account_id: string; hash: string; path: string; size_bytes: number; created_at: number };
+  secrets: {
+    account_id: string;
+    name: string;
+    ciphertext: string;
+    description: string;
+    version: number;
+    created_at: number;
+    updated_at: number;
+  };
+  secret_injections: {
+    id: string;
+    account_id: string;
+    sandbox_id: string;
+    secret: string;
+    destination: string;
+    method: string;
+    status: number | null;
+    error: string | null;
+    at: number;
+  };
   snapshots: {
     account_id: string;
     name: string;

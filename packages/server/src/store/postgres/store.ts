@@ -21,12 +21,17 @@ import type {
   StoredBuild,
   UploadRecord,
   VolumeRecord,
+  InjectionQuery,
+  InjectionRecord,
+  SecretRecord,
+  SecretUpdate,
 } from '../store.js';
 import { PgBuilds } from './builds.js';
 import { PgAccounts } from './accounts.js';
 import { migrate } from './migrations.js';
 import * as sb from './sandboxes.js';
 import type { PgDatabase } from './schema.js';
+import { PgSecrets } from './secrets.js';
 import { PgSnapshots } from './snapshots.js';
 import { guardPool } from './unavailable.js';
 
@@ -62,12 +67,14 @@ export class PostgresStore implements Store {
   private readonly a: PgAccounts;
   private readonly snaps: PgSnapshots;
   private readonly b: PgBuilds;
+  private readonly sec: PgSecrets;
   private closed?: Promise<void>;
 
   private constructor(private readonly db: Kysely<PgDatabase>) {
     this.a = new PgAccounts(db);
     this.snaps = new PgSnapshots(db);
     this.b = new PgBuilds(db);
+    this.sec = new PgSecrets(db);
   }
 
   /** Connects to `url`, applies pending migrations (once, whichever process comes first) and returns the store. */
@@ -346,6 +353,38 @@ export class PostgresStore implements Store {
   }
   async deleteVolume(accountId: string, name: string) {
     return sb.deleteVolume(this.db, accountId, name);
+  }
+
+  // secrets
+  async createSecret(s: SecretRecord, maxPerAccount: number) {
+    await this.sec.create(s, maxPerAccount);
+  }
+  async getSecret(accountId: string, name: string) {
+    return this.sec.get(this.db, accountId, name);
+  }
+  async listSecrets(accountId: string) {
+    return this.sec.list(accountId);
+  }
+  async listAllSecrets() {
+    return this.sec.listAll();
+  }
+  async updateSecret(accountId: string, name: string, u: SecretUpdate) {
+    return this.sec.update(accountId, name, u);
+  }
+  async rewrapSecret(accountId: string, name: string, expected: string, ciphertext: string) {
+    return this.sec.rewrap(accountId, name, expected, ciphertext);
+  }
+  async deleteSecret(accountId: string, name: string) {
+    return this.sec.delete(accountId, name);
+  }
+  async addInjections(rows: InjectionRecord[]) {
+    await this.sec.addInjections(rows);
+  }
+  async listInjections(accountId: string, q: InjectionQuery) {
+    return this.sec.listInjections(accountId, q);
+  }
+  async pruneInjections(cutoff: number, maxPerAccount: number) {
+    return this.sec.prune(cutoff, maxPerAccount);
   }
 
   // events

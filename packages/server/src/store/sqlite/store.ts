@@ -8,6 +8,8 @@ import type {
   BuildLogLine,
   BuildUpdate,
   EventRecord,
+  InjectionQuery,
+  InjectionRecord,
   LayerRecord,
   LeaseState,
   LedgerRow,
@@ -15,6 +17,8 @@ import type {
   PageRequest,
   Reservation,
   SandboxUpdate,
+  SecretRecord,
+  SecretUpdate,
   SnapshotRecord,
   Store,
   StoredBuild,
@@ -26,6 +30,7 @@ import { SqliteAccounts } from './accounts.js';
 import { openDatabase, type Db } from './open.js';
 import { decodeCursor, encodeCursor, toLedger } from './rows.js';
 import { SqliteSandboxes } from './sandboxes.js';
+import { SqliteSecrets } from './secrets.js';
 import { SqliteSnapshots } from './snapshots.js';
 
 /** The SQLite {@link Store}: one file, WAL, synchronous=FULL. Single process only. */
@@ -34,6 +39,7 @@ export class SqliteStore implements Store {
   private readonly s: SqliteSandboxes;
   private readonly snaps: SqliteSnapshots;
   private readonly b: SqliteBuilds;
+  private readonly sec: SqliteSecrets;
 
   /** Opens `path` (`:memory:` for tests) and migrates it. */
   constructor(
@@ -44,6 +50,7 @@ export class SqliteStore implements Store {
     this.s = new SqliteSandboxes(db);
     this.snaps = new SqliteSnapshots(db);
     this.b = new SqliteBuilds(db);
+    this.sec = new SqliteSecrets(db);
   }
 
   async createAccount(a: AccountRecord, grant: { tokens: number; reason: LedgerReason }) {
@@ -263,6 +270,37 @@ export class SqliteStore implements Store {
   }
   async deleteVolume(accountId: string, name: string) {
     return this.s.deleteVolume(accountId, name);
+  }
+
+  async createSecret(s: SecretRecord, maxPerAccount: number) {
+    this.sec.create(s, maxPerAccount);
+  }
+  async getSecret(accountId: string, name: string) {
+    return this.sec.get(accountId, name);
+  }
+  async listSecrets(accountId: string) {
+    return this.sec.list(accountId);
+  }
+  async listAllSecrets() {
+    return this.sec.listAll();
+  }
+  async updateSecret(accountId: string, name: string, u: SecretUpdate) {
+    return this.sec.update(accountId, name, u);
+  }
+  async rewrapSecret(accountId: string, name: string, expected: string, ciphertext: string) {
+    return this.sec.rewrap(accountId, name, expected, ciphertext);
+  }
+  async deleteSecret(accountId: string, name: string) {
+    return this.sec.delete(accountId, name);
+  }
+  async addInjections(rows: InjectionRecord[]) {
+    this.sec.addInjections(rows);
+  }
+  async listInjections(accountId: string, q: InjectionQuery) {
+    return this.sec.listInjections(accountId, q);
+  }
+  async pruneInjections(cutoff: number, maxPerAccount: number) {
+    return this.sec.prune(cutoff, maxPerAccount);
   }
 
   async addEvent(e: EventRecord) {
