@@ -7,8 +7,9 @@ import {
   SECRET_VALUE_TOKEN,
   type SecretRule,
 } from '@sandboxd/protocol';
+import type { FastifyRequest } from 'fastify';
 import { Type } from 'typebox';
-import type { AccountRecord } from '../store/store.js';
+import { type HttpDeps, principalOf } from '../http/deps.js';
 
 /*
  * E2B's secrets (`/secrets` of its control API, `Secret.create/list/update/destroy` of its SDK)
@@ -16,18 +17,6 @@ import type { AccountRecord } from '../store/store.js';
  * `${e2b.secrets.NAME}`), mapped onto the account's secrets and a sandbox's injection rules
  * (`network.secrets`). See docs/e2b.md#secrets.
  */
-
-/** What the door needs of the account's secrets (the secrets service, narrowed). */
-export interface E2bSecretsPort {
-  /** `conflict` when it exists; `validation` for a bad name or value (never repeating it). */
-  create(account: AccountRecord, s: { name: string; value: string; description?: string }): Promise<Secret>;
-  list(accountId: string): Promise<Secret[]>;
-  /** `not_found` when absent. */
-  get(accountId: string, name: string): Promise<Secret>;
-  put(account: AccountRecord, name: string, u: { value?: string; description?: string }): Promise<Secret>;
-  /** `not_found` when absent. */
-  delete(account: AccountRecord, name: string): Promise<void>;
-}
 
 /** The prefix E2B reserves for secret identifiers. */
 export const SECRET_ID_PREFIX = 'sec_';
@@ -246,89 +235,85 @@ const PAGE = { default: 100, max: 1000 } as const;
 const hide = { hide: true } as const;
 
 /**
- * `/secrets` of E2B's control API over the account's secrets (registered under `/e2b` with
- * the control routes; `port` is the secrets service). Names are lower-cased as E2B does;
- * `secretID` is {@link secretIdOf}; metadata lives in the description ({@link descriptionOf}).
+ * `/secrets` of E2B's control API over the account's secrets (registered under `/e2b` by the
+ * control routes). Names are lower-cased as E2B does; `secretID` is {@link secretIdOf};
+ * metadata lives in the description ({@link descriptionOf}).
  */
-export function e2bSecretRoutes(
-  port: () => E2bSecretsPort,
-  accountOf: (req: unknown) => AccountRecord,
-): FastifyPluginAsyncTypebox {
-  return async (app) => {
-    /** The secret `idOrName` names (see {@link namesOf}); E2B's 404 when none. */
-    const find = async (accountId: string, idOrName: string): Promise<Secret> => {
-      for (const name of namesOf(idOrName)) {
-        try {
-          return await port().get(accountId, name);
-        } catch (e) {
-          if (!(e instanceof SandboxdError && (e.kind === 'not_found' || e.kind === 'validation'))) throw e;
-        }
+export const e2bSecretRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) => {
+  const { secrets } = d.services;
+  const accountIdOf = (req: FastifyRequest) => principalOf(req).account.id;
+
+  /** The secret `idOrName` names (see {@link namesOf}); E2B's 404 when none. */
+  const find = async (accountId: string, idOrName: string): Promise<Secret> => {
+    for (const name of namesOf(idOrName)) {
+      if (!NAME_RE.test(name)) continue;
+      try {
+        return await secrets.get(accountId, name);
+      } catch (e) {
+        if (!(e instanceof SandboxdError && e.kind === 'not_found')) throw e;
       }
-      throw new SandboxdError('not_found', `Secret ${idOrName} not found`);
-    };
-
-    app.get('/secrets', { schema: { ...hide, querystring: ListQuery } }, async (req, reply) => {
-      const q = req.query;
-      const limit = q.limit === undefined ? PAGE.default : Number(q.limit);
-      if (!Number.isInteger(limit) || limit < 1 || limit > PAGE.max) {
-        const message = `limit must be a whole number from 1 to ${PAGE.max}`;
-        throw new SandboxdError('validation', message, [{ in: 'query', path: '/limit', message }]);
-      }
-      let after: string | undefined;
-      if (q.nextToken !== undefined && q.nextToken !== '') {
-        after = Buffer.from(q.nextToken, 'base64url').toString('utf8');
-        if (!NAME_RE.test(after)) {
-          const message = 'nextToken is not one this server gave';
-          throw new SandboxdError('validation', message, [{ in: 'query', path: '/nextToken', message }]);
-        }
-      }
-      const all = (await port().list(accountOf(req).id)).sort((a, b) =>
-        a.name < b.name ? -1 : a.name > b.name ? 1 : 0,
-      );
-      const rest = after === undefined ? all : all.filter((s) => s.name > after);
-      const page = rest.slice(0, limit);
-      if (rest.length > limit)
-        reply.header('x-next-token', Buffer.from(page[page.length - 1].name).toString('base64url'));
-      return page.map(e2bSecretOf);
-    });
-
-    app.post('/secrets', { schema: { ...hide, body: NewSecretBody } }, async (req, reply) => {
-      const b = req.body;
-      const name = b.name.toLowerCase();
-      if (name.startsWith(SECRET_ID_PREFIX)) {
-        const message = `a name may not start with "${SECRET_ID_PREFIX}": E2B reserves it for secret identifiers`;
-        throw new SandboxdError('validation', message, [{ in: 'body', path: '/name', message }]);
-      }
-      const description = descriptionOf(b.metadata);
-      const s = await port().create(accountOf(req), { name, value: b.value, ...(description ? { description } : {}) });
-      return reply.code(201).send(e2bSecretOf(s));
-    });
-
-    app.get('/secrets/:secretID', { schema: { ...hide, params: SecretParams } }, async (req) =>
-      e2bSecretOf(await find(accountOf(req).id, req.params.secretID)),
-    );
-
-    app.post(
-      '/secrets/:secretID',
-      { schema: { ...hide, params: SecretParams, body: SecretUpdateBody } },
-      async (req) => {
-        const account = accountOf(req);
-        const s = await find(account.id, req.params.secretID);
-        const b = req.body;
-        return e2bSecretOf(
-          await port().put(account, s.name, {
-            value: b.value,
-            ...(b.metadata !== undefined ? { description: descriptionOf(b.metadata) } : {}),
-          }),
-        );
-      },
-    );
-
-    app.delete('/secrets/:secretID', { schema: { ...hide, params: SecretParams } }, async (req, reply) => {
-      const account = accountOf(req);
-      const s = await find(account.id, req.params.secretID);
-      await port().delete(account, s.name);
-      return reply.code(204).send();
-    });
+    }
+    throw new SandboxdError('not_found', `Secret ${idOrName} not found`);
   };
-}
+
+  app.get('/secrets', { schema: { ...hide, querystring: ListQuery } }, async (req, reply) => {
+    const q = req.query;
+    const limit = q.limit === undefined ? PAGE.default : Number(q.limit);
+    if (!Number.isInteger(limit) || limit < 1 || limit > PAGE.max) {
+      const message = `limit must be a whole number from 1 to ${PAGE.max}`;
+      throw new SandboxdError('validation', `${message}`, [{ in: 'query', path: '/limit', message }]);
+    }
+    let after: string | undefined;
+    if (q.nextToken !== undefined && q.nextToken !== '') {
+      after = Buffer.from(q.nextToken, 'base64url').toString('utf8');
+      if (!NAME_RE.test(after)) {
+        const message = 'nextToken is not one this server gave';
+        throw new SandboxdError('validation', message, [{ in: 'query', path: '/nextToken', message }]);
+      }
+    }
+    const all = (await secrets.list(accountIdOf(req))).sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    const rest = after === undefined ? all : all.filter((s) => s.name > (after as string));
+    const page = rest.slice(0, limit);
+    if (rest.length > limit)
+      reply.header('x-next-token', Buffer.from(page[page.length - 1].name).toString('base64url'));
+    return page.map(e2bSecretOf);
+  });
+
+  app.post('/secrets', { schema: { ...hide, body: NewSecretBody } }, async (req, reply) => {
+    const b = req.body;
+    const name = b.name.toLowerCase();
+    if (name.startsWith(SECRET_ID_PREFIX)) {
+      const message = `a name may not start with "${SECRET_ID_PREFIX}": E2B reserves it for secret identifiers`;
+      throw new SandboxdError('validation', `/name: ${message}`, [{ in: 'body', path: '/name', message }]);
+    }
+    if (!NAME_RE.test(name)) {
+      const message = "a sandboxd secret's name is a letter or _, then letters, digits, _ or - (at most 64 characters)";
+      throw new SandboxdError('validation', `/name: ${message}`, [{ in: 'body', path: '/name', message }]);
+    }
+    const description = descriptionOf(b.metadata);
+    const s = await secrets.create(accountIdOf(req), { name, value: b.value, ...(description ? { description } : {}) });
+    return reply.code(201).send(e2bSecretOf(s));
+  });
+
+  app.get('/secrets/:secretID', { schema: { ...hide, params: SecretParams } }, async (req) =>
+    e2bSecretOf(await find(accountIdOf(req), req.params.secretID)),
+  );
+
+  app.post('/secrets/:secretID', { schema: { ...hide, params: SecretParams, body: SecretUpdateBody } }, async (req) => {
+    const accountId = accountIdOf(req);
+    const s = await find(accountId, req.params.secretID);
+    const b = req.body;
+    const r = await secrets.put(accountId, s.name, {
+      value: b.value,
+      ...(b.metadata !== undefined ? { description: descriptionOf(b.metadata) } : {}),
+    });
+    return e2bSecretOf(r.secret);
+  });
+
+  app.delete('/secrets/:secretID', { schema: { ...hide, params: SecretParams } }, async (req, reply) => {
+    const accountId = accountIdOf(req);
+    const s = await find(accountId, req.params.secretID);
+    await secrets.delete(accountId, s.name);
+    return reply.code(204).send();
+  });
+};
