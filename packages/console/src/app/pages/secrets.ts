@@ -46,7 +46,8 @@ export const renderSecrets: Page = async (main) => {
   const submit = h('button', { type: 'submit', class: 'btn primary' }, 'Save secret');
   const form = h(
     'form',
-    { class: 'card inline-form', 'aria-labelledby': 'new-secret', autocomplete: 'off' },
+    // novalidate: the page's own messages, at the field, rather than the browser's bubbles.
+    { class: 'card inline-form', 'aria-labelledby': 'new-secret', autocomplete: 'off', novalidate: true },
     h('h2', { id: 'new-secret' }, 'Add or update a secret'),
     h(
       'div',
@@ -62,7 +63,9 @@ export const renderSecrets: Page = async (main) => {
   const auditSandbox = h('input', { type: 'text', placeholder: 'sbx_…', autocomplete: 'off', spellcheck: 'false' });
   const auditSecret = h('select', {}, h('option', { value: '' }, 'All secrets'));
   const auditWrap = h('div');
-  const auditMore = h('button', { type: 'button', class: 'btn small', hidden: true }, 'Older injections');
+  const auditMoreButton = h('button', { type: 'button', class: 'btn small' }, 'Older injections');
+  // The wrapper is what hides: a .btn's own display would override `hidden`.
+  const auditMore = h('div', { class: 'more', hidden: true }, auditMoreButton);
   const auditForm = h(
     'form',
     { class: 'inline-form', 'aria-label': 'Filter injections' },
@@ -239,7 +242,9 @@ export const renderSecrets: Page = async (main) => {
       h(
         'td',
         { 'data-label': 'Status' },
-        i.status === null ? h('span', { class: 'injection-failed' }, `no answer: ${i.error ?? 'unknown'}`) : String(i.status),
+        i.status === null
+          ? h('span', { class: 'injection-failed' }, `no answer: ${i.error ?? 'unknown'}`)
+          : String(i.status),
       ),
     );
   }
@@ -287,7 +292,7 @@ export const renderSecrets: Page = async (main) => {
     ev.preventDefault();
     void loadAudit();
   });
-  auditMore.addEventListener('click', () => void loadAudit(true));
+  auditMoreButton.addEventListener('click', () => void loadAudit(true));
 
   await Promise.all([load(), loadAudit()]);
 };
