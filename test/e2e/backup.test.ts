@@ -2,7 +2,8 @@
  * Black-box, real runtime: `sandboxd backup` of a serving instance (an account with keys and
  * ledger rows, a template, a sandbox writing to a volume all along, a snapshot), then `sandboxd restore`
  * into the fresh data dir (and image dir) of another slot and a server started there: the key
- * works, the ledger's rows are the same, the volume holds the file written before the backup,
+ * works, the ledger's rows are the same, the secrets' key file came back (the restored server
+ * decrypts its secrets), the volume holds the file written before the backup,
  * a sandbox is made from the snapshot and execs. A damaged backup (one flipped byte) is
  * refused and writes nothing; bad arguments get clear errors.
  */
@@ -173,6 +174,14 @@ describe('backup and restore (real runtime)', {
       ledger.some((e) => e.reason === 'sandbox.create'),
       'tokens were spent',
     );
+    // A secret: its key file (made 0600 at the first start) goes into the backup and comes back.
+    const secret = await s1.api('POST', '/api/v1/secrets', {
+      key,
+      body: { name: 'BACKED_UP', value: 'backed-up-value' },
+    });
+    assert.equal(secret.status, 201, secret.text);
+    const keyFile = readFileSync(join(s1.dataDir, 'secrets.key'));
+    assert.equal(statSync(join(s1.dataDir, 'secrets.key')).mode & 0o777, 0o600);
 
     // Bad arguments: clear errors, exit 2, nothing made.
     const none = await sandboxd(['backup'], srcEnv());
@@ -198,6 +207,11 @@ describe('backup and restore (real runtime)', {
       'the snapshot and the template',
     );
     assert.equal(statSync(backupDir).mode & 0o777, 0o700);
+    assert.deepEqual(
+      readFileSync(join(backupDir, 'files', 'secrets.key')),
+      keyFile,
+      'the secrets key is in the backup',
+    );
     for (const f of readdirSync(backupDir, { recursive: true }) as string[]) {
       const st = statSync(join(backupDir, f));
       assert.equal(st.mode & 0o777, st.isDirectory() ? 0o700 : 0o600, f);
@@ -243,6 +257,15 @@ describe('backup and restore (real runtime)', {
     assert.equal(session.status, 200, 'the console session is still signed in');
     assert.equal(session.body.email, email);
     assert.equal(account.status, 200, 'the API key works on the restored server');
+    assert.deepEqual(readFileSync(join(d2, 'secrets.key')), keyFile, 'the secrets key came back');
+    assert.equal(statSync(join(d2, 'secrets.key')).mode & 0o777, 0o600);
+    assert.deepEqual(
+      (await s2.api('GET', '/api/v1/secrets', { key })).body.secrets.map((x: { name: string }) => x.name),
+      ['BACKED_UP'],
+    );
+    // Writable only when the server's keys decrypt the database's secrets (else 503).
+    const put = await s2.api('PUT', '/api/v1/secrets/BACKED_UP', { key, body: { value: 'changed-after-restore' } });
+    assert.equal(put.status, 200, put.text);
     // The sandboxes that ran are not running here: each is marked lost, its unused minutes refunded.
     for (const id of [writer, other])
       await until(`${id} marked lost`, async () => {

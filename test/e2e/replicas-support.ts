@@ -54,6 +54,8 @@ export class ReplicaPair {
       SANDBOXD_RUNNERS: runner.baseUrl,
       SANDBOXD_RUNNER_TOKEN: this.token,
       SANDBOXD_DATABASE_URL: await this.pg.createDatabase(),
+      // Replicas share the secrets' key (docs/secrets.md): each has a data dir of its own.
+      SANDBOXD_SECRETS_KEY: randomBytes(32).toString('base64'),
     };
     const apiA = await startServer({ env: this.apiEnv });
     this.apiA = apiA;

@@ -63,6 +63,8 @@ const VALID_BODIES: Record<string, unknown> = {
   createTerminal: {},
   createKey: { name: 'abuse' },
   trackEvent: { event: 'onboarding.started', metadata: { abuse: true } },
+  createSecret: { name: 'abuse_made', value: 'abuse-made-value' },
+  putSecret: { value: 'abuse-put-value' },
   adminCreateAccount: { email: 'abuse-made@example.com', password: 'password123' },
   adminUpdateAccount: { plan: 'PRO' },
   adminGrantTokens: { tokens: 1_000_000 },
@@ -133,6 +135,9 @@ describe(`API abuse (${RUNTIME})`, { timeout: 300_000 }, () => {
   /** A build of account A (FROM busybox, one RUN) and the template it made. */
   let buildId = '';
   const templateName = `abuse-tpl-${randomBytes(4).toString('hex')}`;
+  /** A secret of account A, and its value (which no answer to anyone, A included, may contain). */
+  const secretName = `abuse_secret_${randomBytes(4).toString('hex')}`;
+  const secretValue = `abuse-value-${randomBytes(8).toString('hex')}`;
   const routes: Route[] = [];
   let sent = 0;
 
@@ -151,6 +156,8 @@ describe(`API abuse (${RUNTIME})`, { timeout: 300_000 }, () => {
       contextId,
       buildId,
       templateName,
+      secretName,
+      secretValue,
     ].filter(Boolean);
   const assertNoLeak = (text: string, what: string) => {
     for (const secret of secretsOfA()) assert.ok(!text.includes(secret), `${what}: the answer leaks ${secret}`);
@@ -165,6 +172,7 @@ describe(`API abuse (${RUNTIME})`, { timeout: 300_000 }, () => {
       if (name === 'buildId') return buildId;
       if (name === 'name' && template.startsWith('/api/v1/templates/')) return templateName;
       if (name === 'name' && template.startsWith('/api/v1/snapshots/')) return snapshotName;
+      if (name === 'name' && template.startsWith('/api/v1/secrets/')) return secretName;
       if (name === 'name') return volume;
       if (name === 'port') return '8000';
       if (name === 'id' && template.startsWith('/api/v1/sandboxes/')) return sandboxId;
@@ -229,6 +237,7 @@ describe(`API abuse (${RUNTIME})`, { timeout: 300_000 }, () => {
               ['volumes', '/api/v1/volumes'],
               ['snapshots', '/api/v1/snapshots'],
               ['events', '/api/v1/events'],
+              ['secrets', '/api/v1/secrets'],
             ].map(async ([name, path]) => [`${'AB'[i]}.${name}`, await get(path, x.key)]),
           ),
         ),
@@ -294,6 +303,9 @@ describe(`API abuse (${RUNTIME})`, { timeout: 300_000 }, () => {
       }
       await new Promise((r) => setTimeout(r, 100));
     }
+    const sec = await s.api('POST', '/api/v1/secrets', { key: A.key, body: { name: secretName, value: secretValue } });
+    assert.equal(sec.status, 201, sec.text);
+    assert.ok(!sec.text.includes(secretValue), 'the create answer carries no value');
     const k = await s.api('POST', '/api/v1/keys', { key: A.key, body: { name: 'to-revoke' } });
     revokedKey = k.body.key;
     assert.equal((await s.api('DELETE', `/api/v1/keys/${k.body.id}`, { key: A.key })).status, 204);
@@ -410,6 +422,18 @@ describe(`API abuse (${RUNTIME})`, { timeout: 300_000 }, () => {
     for (const r of routes) {
       if (PUBLIC.has(`${r.method} ${r.template}`)) continue;
       const owned = r.template.includes('{');
+      if (r.op === 'putSecret') {
+        // Names are the account's own: B's PUT of A's secret's name makes B's own secret
+        // (201), leaving A's as it was; B's is removed again.
+        const a = await send(r, { authorization: `Bearer ${B.key}` });
+        assert.equal(a.status, 201, a.text);
+        assert.equal(a.body.secret.version, 1);
+        assertNoLeak(a.text.replace(secretName, ''), 'PUT of the name as B');
+        const del = await s.api('DELETE', `/api/v1/secrets/${secretName}`, { key: B.key });
+        assert.equal(del.status, 204);
+        checked++;
+        continue;
+      }
       if (!owned && !r.admin) {
         if (r.method !== 'GET') continue; // B acting on its own things: not this test's business
         const a = await send(r, { authorization: `Bearer ${B.key}` });

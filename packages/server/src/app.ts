@@ -118,6 +118,19 @@ export interface Sandboxd {
 }
 
 /**
+ * The database of `config`: PostgreSQL when `SANDBOXD_DATABASE_URL` is set (shared by
+ * replicas, migrated by whichever starts first), else SQLite at `dbPath`. Also the operator
+ * commands' (`sandboxd secrets-key`).
+ */
+export async function openStore(config: Readonly<Config>, log?: Logger): Promise<Store> {
+  return config.databaseUrl
+    ? PostgresStore.open(config.databaseUrl, {
+        onPoolError: (err) => log?.warn({ err }, 'database: an idle PostgreSQL connection failed; it is replaced'),
+      })
+    : new SqliteStore(config.dbPath);
+}
+
+/**
  * The composition root: the ONE place that constructs the store, the driver, the services,
  * the HTTP server, the terminal gateway and the port proxy, and hands each the narrow
  * dependencies it uses.
@@ -129,13 +142,7 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
   const clock = opts.clock ?? testClock ?? systemClock;
   // The database: PostgreSQL when SANDBOXD_DATABASE_URL is set (shared by replicas, migrated
   // by whichever starts first), else SQLite in the data dir.
-  const store =
-    opts.store ??
-    (config.databaseUrl
-      ? await PostgresStore.open(config.databaseUrl, {
-          onPoolError: (err) => log.warn({ err }, 'database: an idle PostgreSQL connection failed; it is replaced'),
-        })
-      : new SqliteStore(config.dbPath));
+  const store = opts.store ?? (await openStore(config, log));
   // Role api: the sandboxes live on runners; the fleet finds each one's runner in the records.
   const fleet =
     !opts.driver && config.role === 'api' ? await createFleet(config, store, log, clock, opts.runners) : null;
@@ -164,11 +171,7 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
     clock,
     log: log.child({ component: 'secrets' }),
     keyring: () => {
-      if (keyringBroken)
-        throw new SandboxdError(
-          'unavailable',
-          "This server's secrets keys do not decrypt this database's secrets: every server sharing a database needs the same SANDBOXD_SECRETS_KEY or key file (docs/secrets.md)",
-        );
+      if (keyringBroken) throw new SandboxdError('unavailable', keyringBroken);
       if (!keyring) throw new Error('the secrets keys are read at start-up; the app is not started');
       return keyring;
     },
@@ -375,17 +378,33 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
         log: log.child({ component: 'proxy' }),
       });
       // The secrets' keys (SANDBOXD_SECRETS_KEY, else the key file, made 0600 at the first start).
-      const loaded = loadSecretKeyring(config, { create: true });
-      keyring = loaded.keyring;
-      if (loaded.made) log.info({ file: loaded.source }, 'secrets key file made: back it up with the data dir');
-      keyringBroken = await keyringProblem(store, keyring);
-      if (keyringBroken)
-        log.error(
-          { source: loaded.source, why: keyringBroken },
-          "this server's secrets keys do not decrypt the database's secrets: secrets are unavailable here until every server has the same keys",
-        );
+      // A key file that cannot be made (no data dir, read-only) leaves secrets unavailable;
+      // a bad key or key file stops the start.
+      let loaded: ReturnType<typeof loadSecretKeyring> | null = null;
+      try {
+        loaded = loadSecretKeyring(config, { create: true });
+      } catch (e) {
+        const code = (e as NodeJS.ErrnoException).code;
+        if (code !== 'ENOENT' && code !== 'EACCES' && code !== 'EROFS' && code !== 'ENOTDIR') throw e;
+        keyringBroken = `the secrets key file ${config.secretsKeyFile} cannot be made (${code}): secrets are unavailable; set SANDBOXD_SECRETS_KEY or SANDBOXD_SECRETS_KEY_FILE`;
+        log.warn({ file: config.secretsKeyFile, code }, keyringBroken);
+      }
+      if (loaded) {
+        keyring = loaded.keyring;
+        if (loaded.made) log.info({ file: loaded.source }, 'secrets key file made: back it up with the data dir');
+        const why = await keyringProblem(store, keyring);
+        if (why) {
+          keyringBroken =
+            "This server's secrets keys do not decrypt this database's secrets: every server sharing a database needs the same SANDBOXD_SECRETS_KEY or key file (docs/secrets.md)";
+          log.error(
+            { source: loaded.source, why },
+            "this server's secrets keys do not decrypt the database's secrets: secrets are unavailable here until every server has the same keys",
+          );
+        }
+      }
       // Known to be running before anything it starts can be seen half-done by another server.
       await presence.beat();
+      secrets.listen();
       await driver.init();
       const recovered = await driver.recover();
       const background = recovered.background;

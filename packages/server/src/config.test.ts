@@ -33,6 +33,15 @@ describe('loadConfig', () => {
     assert.ok(Object.isFrozen(c) && Object.isFrozen(c.plans.FREE.limits));
   });
 
+  it('secrets key: SANDBOXD_SECRETS_KEY, SANDBOXD_SECRETS_KEY_FILE (default <dataDir>/secrets.key)', () => {
+    const d = loadConfig({ SANDBOXD_DATA_DIR: '/srv/sbx' });
+    assert.equal(d.secretsKeyFile, '/srv/sbx/secrets.key');
+    assert.equal(d.secretsKey, undefined);
+    const c = loadConfig({ SANDBOXD_SECRETS_KEY: 'abc', SANDBOXD_SECRETS_KEY_FILE: '/etc/sandboxd/secrets.key' });
+    assert.equal(c.secretsKey, 'abc');
+    assert.equal(c.secretsKeyFile, '/etc/sandboxd/secrets.key');
+  });
+
   it('pools the default image by default; SANDBOXD_WARM_POOL names images and sizes, or off; bad entries are refused by name', () => {
     assert.deepEqual(loadConfig({}).warmPool, [
       { image: 'local/debian:bookworm', size: 4 },

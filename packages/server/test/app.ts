@@ -24,10 +24,13 @@ export interface TestApp {
   close(): Promise<void>;
 }
 
+/** The secrets key of test apps (base64 of 32 bytes). */
+export const TEST_SECRETS_KEY = Buffer.alloc(32, 7).toString('base64');
+
 /** Builds and starts a {@link TestApp}. */
 export async function makeTestApp(
   overrides: Partial<Config> = {},
-  opts: { driver?: FakeDriver; rateLimitNow?: () => number; store?: Store } = {},
+  opts: { driver?: FakeDriver; rateLimitNow?: () => number; store?: Store; logger?: pino.Logger } = {},
 ): Promise<TestApp> {
   const adminKey = `sk_${'A'.repeat(40)}`;
   const config = loadConfig(
@@ -38,6 +41,8 @@ export async function makeTestApp(
       dataDir: '/nonexistent',
       bootstrap: { apiKey: adminKey },
       port: 8080,
+      // A fixed key: the data dir does not exist, so no key file could be made.
+      secretsKey: TEST_SECRETS_KEY,
       ...overrides,
     },
   );
@@ -49,7 +54,7 @@ export async function makeTestApp(
     clock,
     // With a `databaseUrl` override, app.ts opens that PostgreSQL database itself.
     store: opts.store ?? (overrides.databaseUrl ? undefined : new SqliteStore(':memory:')),
-    logger: pino({ level: 'silent' }),
+    logger: opts.logger ?? pino({ level: 'silent' }),
     rateLimitNow: opts.rateLimitNow,
   });
   await app.start();

@@ -10,6 +10,7 @@ import { hostname } from 'node:os';
 import { basename, dirname, join, resolve } from 'node:path';
 import { loadConfig } from '../config.js';
 import { instanceKey } from '../instance.js';
+import { formatSecretKeys, readKeyFile, SECRETS_KEY_FILE } from '../services/secrets-crypto.js';
 import { MIGRATIONS } from '../store/migrations/index.js';
 import {
   BACKUP_FORMAT,
@@ -65,6 +66,10 @@ export const backup: Command = {
       process.stdout.write(
         `sandboxd backup: wrote ${dir}: ${describeDatabase(m)}, ${m.volumes.length} volumes (${m.volumesFrozen} frozen for their copy), ${m.images.length} snapshot images, ${m.files.length} files; ${(bytes / 2 ** 20).toFixed(1)} MiB\n`,
       );
+      if (loadConfig().secretsKey)
+        process.stderr.write(
+          'sandboxd backup: note: the secrets key comes from SANDBOXD_SECRETS_KEY, which is not in the backup: keep it with the backup, or no secret can be read after a restore\n',
+        );
       return 0;
     } catch (e) {
       process.stderr.write(`sandboxd backup: ${(e as Error).message}\n`);
@@ -118,6 +123,16 @@ export async function takeBackup(dir: string): Promise<Manifest> {
   const files = instanceFiles(config.dataDir, config.dbPath);
   await mkdir(join(partial, 'files'), { mode: 0o700 });
   for (const f of files) await copySmall(join(config.dataDir, f), join(partial, 'files', f));
+  // The secrets' key file (docs/secrets.md) when SANDBOXD_SECRETS_KEY_FILE puts it outside the
+  // data dir: carried as files/secrets.key (restore writes it where its config says).
+  if (resolve(config.secretsKeyFile) !== join(config.dataDir, SECRETS_KEY_FILE) && !files.includes(SECRETS_KEY_FILE)) {
+    const keys = readKeyFile(config.secretsKeyFile);
+    if (keys) {
+      await writeSynced(join(partial, 'files', SECRETS_KEY_FILE), formatSecretKeys(keys));
+      files.push(SECRETS_KEY_FILE);
+      files.sort();
+    }
+  }
   const uploads = join(config.dataDir, 'builds', 'uploads');
   if (existsSync(uploads))
     for (const f of await listFiles(uploads)) {

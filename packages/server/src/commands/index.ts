@@ -19,6 +19,7 @@ export const COMMANDS: Record<string, () => Promise<Command>> = {
   backup: async () => (await import('./backup.js')).backup,
   install: async () => (await import('./install.js')).installCommand,
   restore: async () => (await import('./restore.js')).restore,
+  'secrets-key': async () => (await import('./secrets-key.js')).secretsKey,
   serve: async () => (await import('./serve.js')).serve,
 };
 

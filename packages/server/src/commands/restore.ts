@@ -11,6 +11,7 @@ import { chmod, lstat, mkdir, open, readdir, readFile, rename, rm, writeFile } f
 import { dirname, join, resolve } from 'node:path';
 import { loadConfig } from '../config.js';
 import { acquireInstanceLock, type InstanceLock } from '../instance.js';
+import { SECRETS_KEY_FILE } from '../services/secrets-crypto.js';
 import { TempArea } from '../runtime/local/images/tmp.js';
 import { MIGRATIONS } from '../store/migrations/index.js';
 import {
@@ -289,7 +290,9 @@ export async function restoreBackup(given: string, o: { force: boolean }): Promi
     await restoreVolumes(dir, join(dataDir, 'volumes'), m.volumes);
     const uploads = m.contents.filter((f) => f.path.startsWith('builds/uploads/'));
     for (const f of uploads) await copyInto(join(dir, f.path), join(dataDir, f.path));
-    for (const f of m.files) await copyInto(join(dir, 'files', f), join(dataDir, f));
+    // The secrets' key file goes where this config names it (default: the data dir).
+    for (const f of m.files)
+      await copyInto(join(dir, 'files', f), f === SECRETS_KEY_FILE ? config.secretsKeyFile : join(dataDir, f));
     if (m.database.kind === 'sqlite') {
       await mkdir(dirname(config.dbPath), { recursive: true });
       for (const s of ['-wal', '-shm', '-journal']) await rm(`${config.dbPath}${s}`, { force: true });

@@ -356,7 +356,13 @@ export class SandboxService {
       const held = new Set(Object.values(SecretService.envOf(before)));
       const ownEnv = Object.fromEntries(Object.entries(r.env).filter(([, v]) => !held.has(v)));
       const rules = asked.length
-        ? await this.secretsOr().checkRules(account.id, asked, { egress, base: '/secrets', env: ownEnv, keep: before })
+        ? await this.secretsOr().checkRules(account.id, asked, {
+            egress,
+            base: '/secrets',
+            env: ownEnv,
+            keep: before,
+            kept: network.secrets === undefined,
+          })
         : [];
       await setEgress(id, egress);
       const out = await this.d.store.updateSandbox(id, {

@@ -204,7 +204,7 @@ export class SecretService {
 
   async get(accountId: string, name: string): Promise<Secret> {
     const r = await this.d.store.getSecret(accountId, name);
-    if (!r) throw new SandboxdError('not_found', `Secret ${name} not found`, { name });
+    if (!r) throw new SandboxdError('not_found', 'Secret not found');
     return toWireSecret(r);
   }
 
@@ -247,8 +247,7 @@ export class SecretService {
 
   /** Removes the secret; every rule naming it injects nothing from then on (the rules stay). */
   async delete(accountId: string, name: string): Promise<void> {
-    if (!(await this.d.store.deleteSecret(accountId, name)))
-      throw new SandboxdError('not_found', `Secret ${name} not found`, { name });
+    if (!(await this.d.store.deleteSecret(accountId, name))) throw new SandboxdError('not_found', 'Secret not found');
     this.d.log.info({ accountId, secret: name }, 'secret deleted');
     await this.pushSecret(accountId, name);
   }
@@ -266,14 +265,22 @@ export class SecretService {
    * `/network/secrets`) against the account's secrets, the sandbox's `egress` and `env` (the
    * caller's own, which may not hold a placeholder's name), and returns them canonical
    * (domains lowercased, `format` defaulted) with placeholders: `keep`'s (the sandbox's
-   * present ones, by secret name) where the secret is still named, new ones otherwise.
+   * present ones, by secret name) where the secret is still named, new ones otherwise. Each
+   * secret must exist, unless `kept` (a PATCH that leaves the rules as they are).
    * Throws `validation` naming each problem by its path; `unsupported` when the runtime has
    * no injecting proxy.
    */
   async checkRules(
     accountId: string,
     rules: SecretRule[],
-    o: { egress: Egress; base: string; env?: Record<string, string>; keep?: SecretRule[] },
+    o: {
+      egress: Egress;
+      base: string;
+      env?: Record<string, string>;
+      keep?: SecretRule[];
+      /** The rules are the sandbox's own, kept: a secret deleted since is fine (its rule injects nothing). */
+      kept?: boolean;
+    },
   ): Promise<SecretRule[]> {
     if (!rules.length) return [];
     if (!this.d.driver.setSecrets)
@@ -291,7 +298,7 @@ export class SecretService {
     const envNames = new Map<string, string>();
     const out: SecretRule[] = [];
     rules.forEach((r, i) => {
-      if (!known.has(r.secret)) at(`/${i}/secret`, `no secret named ${r.secret} in this account`);
+      if (!o.kept && !known.has(r.secret)) at(`/${i}/secret`, `no secret named ${r.secret} in this account`);
       const env = secretEnvName(r.secret);
       const other = envNames.get(env);
       if (other !== undefined && other !== r.secret)
@@ -536,12 +543,11 @@ export class SecretService {
   }
 
   /**
-   * Listens to the driver's injection events and starts the timers (flush, prune, retries of
-   * failed pushes); pushes the rules of every sandbox that has some (a driver that lost them
-   * gets them back; values changed while a runner was away arrive).
+   * Listens to the driver's injection events (if {@link listen} did not yet) and starts the
+   * timers (flush, prune, retries of failed pushes), pruning once now.
    */
   async start(): Promise<void> {
-    this.unsubscribe = this.d.driver.onInjection?.((e) => void this.record(e)) ?? null;
+    this.listen();
     const every = (ms: number, fn: () => Promise<unknown>) => {
       const t = setInterval(
         () => void fn().catch((err) => this.d.log.warn({ err }, 'secrets: a periodic task failed')),
@@ -554,6 +560,11 @@ export class SecretService {
     every(PRUNE_EVERY_MS, () => this.prune());
     every(RETRY_EVERY_MS, () => Promise.all([...this.retry].map((id) => this.pushSandbox(id))));
     await this.prune().catch((err) => this.d.log.warn({ err }, 'pruning the injection audit failed'));
+  }
+
+  /** Listens to the driver's injection events (before the driver starts: none is missed); idempotent. */
+  listen(): void {
+    this.unsubscribe ??= this.d.driver.onInjection?.((e) => void this.record(e)) ?? null;
   }
 
   /** Pushes the rules of every held sandbox that has some (start-up); failures are retried later. */
