@@ -107,7 +107,7 @@ describe('secrets through the SDK and sbx against the real server', { timeout: 3
         (e: unknown) => {
           assert.ok(e instanceof ValidationError, String(e));
           assert.deepEqual(
-            e.details?.map((d) => d.path),
+            e.problems.map((d) => d.path),
             ['/secrets/0/secret'],
           );
           return true;
