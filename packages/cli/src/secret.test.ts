@@ -149,6 +149,23 @@ describe('sbx secret, create --secret, network --secret against a stub server', 
     assert.match(valueProblem('x'.repeat(8193)) ?? '', /at most 8192 bytes/);
   });
 
+  it('each secret verb has --help with an example', async () => {
+    for (const v of [
+      ['secret', 'set'],
+      ['secret', 'ls'],
+      ['secret', 'rm'],
+      ['secret', 'audit'],
+    ]) {
+      const r = await sbx([...v, '--help']);
+      ok(r);
+      assert.ok(r.stdout.includes(`$ sbx ${v.join(' ')}`), `${v.join(' ')}: ${r.stdout}`);
+    }
+    assert.match(
+      (await sbx(['create', '--help'])).stdout,
+      /--secret OPENAI=api\.openai\.com:Authorization:'Bearer \{value\}'/,
+    );
+  });
+
   it('set reads the value from a pipe (one final newline dropped) and PUTs it; output never shows it', async () => {
     replies.set('PUT /api/v1/secrets/OPENAI', { status: 201, body: { secret: secret('OPENAI') } });
     const r = await sbx(['secret', 'set', 'OPENAI', '--description', 'prod key'], `${VALUE}\n`);
