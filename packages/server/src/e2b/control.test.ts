@@ -824,6 +824,14 @@ describe('E2B control API (fake runtime)', () => {
     }
     assert.deepEqual((await u.e2b('GET', '/secrets/GH')).json().metadata, { description: 'ci' });
     assertError(await other.e2b('GET', `/secrets/${s.secretID}`), 404, 'not_found');
+    assertError(await other.e2b('POST', `/secrets/${s.secretID}`, { value: 'stolen' }), 404, 'not_found');
+    assertError(await other.e2b('DELETE', '/secrets/openai-key'), 404, 'not_found');
+    assert.deepEqual(await (await other.e2b('GET', '/secrets')).json(), [], "another account's list is its own");
+    assert.equal(
+      (await u.e2b('GET', '/secrets/openai-key')).json().currentVersion,
+      1,
+      'untouched by the other account',
+    );
     assertError(await u.e2b('GET', '/secrets/nope'), 404, 'not_found');
 
     const list = await u.e2b('GET', '/secrets?limit=1');
@@ -946,6 +954,8 @@ describe('E2B control API (fake runtime)', () => {
       'egress proxies',
     );
     assertError(await u.e2b('PUT', '/sandboxes/sbx_aaaaaaaaaaaaaaaaaaaa/network', {}), 404, 'not_found');
+    const other = await user();
+    assertError(await other.e2b('PUT', `/sandboxes/${id}/network`, {}), 404, 'not_found');
     assert.deepEqual((await t.app.store.getSandbox(id))?.network, { egress: 'none' }, 'refusals change nothing');
     assert.equal((await u.own()).length, 1, 'refused creates make nothing');
   });
