@@ -23,7 +23,7 @@ describe('sandboxd secrets-key', () => {
     rmSync(dir, { recursive: true, force: true });
   });
 
-  it('add puts a new key first; rewrap re-encrypts every secret with it; then the old key can go', async () => {
+  it('add puts a new key first; rewrap re-encrypts every secret with it; then the old key can go; after a lost key, forget-unreadable', async () => {
     const keyFile = join(dir, 'secrets.key');
     assert.equal(await secretsKey.run(['add']), 1, 'no key file yet: a server makes it');
     const first = loadSecretKeyring({ dataDir: dir }, { create: true }).keyring;
@@ -76,6 +76,25 @@ describe('sandboxd secrets-key', () => {
       assert.ok(!readFileSync(keyFile, 'utf8').includes(first.keys[0].key.toString('base64')));
     } finally {
       await after.close();
+    }
+    // A lost key: the server's new one does not read the database; forget-unreadable drops
+    // what no key reads and makes the new key the database's.
+    rmSync(keyFile);
+    const lost = loadSecretKeyring({ dataDir: dir }, { create: true }).keyring;
+    const db = new SqliteStore(join(dir, 'sandboxd.db'));
+    try {
+      assert.notEqual(await keyringProblem(db, lost), null);
+    } finally {
+      await db.close();
+    }
+    await assert.rejects(secretsKey.run(['forget-unreadable']), /--yes/);
+    assert.equal(await secretsKey.run(['forget-unreadable', '--yes']), 0);
+    const fresh = new SqliteStore(join(dir, 'sandboxd.db'));
+    try {
+      assert.deepEqual(await fresh.listAllSecrets(), []);
+      assert.equal(await keyringProblem(fresh, lost), null, 'the new key serves');
+    } finally {
+      await fresh.close();
     }
     await assert.rejects(secretsKey.run(['nope']), /unknown subcommand/);
     await assert.rejects(secretsKey.run([]), /names no subcommand/);

@@ -21,7 +21,7 @@ import { openStore } from '../app.js';
 import type { Store } from '../store/store.js';
 import { type Command, UsageError } from './command.js';
 
-const USAGE = `usage: sandboxd secrets-key add | rewrap | list
+const USAGE = `usage: sandboxd secrets-key add | rewrap | list | forget-unreadable --yes
 
   add      puts a new key first in the key file (SANDBOXD_SECRETS_KEY_FILE, default
            <data dir>/secrets.key): it encrypts from the server's next start, the older keys
@@ -30,6 +30,9 @@ const USAGE = `usage: sandboxd secrets-key add | rewrap | list
   rewrap   re-encrypts every secret with the first key (the server may keep serving); then
            the older lines may be removed from the key file.
   list     the key ids, the first (encrypting) one marked, and how many secrets each encrypts.
+  forget-unreadable --yes
+           after a lost key: deletes every secret no held key decrypts (their accounts set
+           them again) and makes these keys the database's, so secrets serve again.
 
 With SANDBOXD_SECRETS_KEY set, the keys are that variable's: add prints a new key line to put
 first in it instead of writing a file. See docs/secrets.md.`;
@@ -97,12 +100,27 @@ export async function rewrapAll(
   return { rewrapped, already, failed };
 }
 
+/** Deletes the secrets no key of `keyring` decrypts and makes its keys the database's; returns their names. */
+export async function forgetUnreadable(store: Store, keyring: SecretKeyring): Promise<string[]> {
+  const gone: string[] = [];
+  for (const s of await store.listAllSecrets()) {
+    try {
+      keyring.decrypt(s.accountId, s.name, s.ciphertext);
+    } catch {
+      if (await store.deleteSecret(s.accountId, s.name)) gone.push(`${s.accountId}/${s.name}`);
+    }
+  }
+  await rewrapKeyCheck(store, keyring, { force: true });
+  return gone;
+}
+
 export const secretsKey: Command = {
   summary: "rotate the key of secrets at rest: add a key, re-encrypt every secret, list the keys' use",
   usage: USAGE,
   async run(args) {
     const [sub, ...rest] = args;
-    if (rest.length) throw new UsageError(`unexpected argument "${rest[0]}"`);
+    const yes = sub === 'forget-unreadable' && rest.length === 1 && rest[0] === '--yes';
+    if (rest.length && !yes) throw new UsageError(`unexpected argument "${rest[0]}"`);
     const config = loadConfig();
     if (sub === 'add') {
       const key = newSecretKey();
@@ -125,7 +143,9 @@ export const secretsKey: Command = {
       );
       return 0;
     }
-    if (sub === 'rewrap' || sub === 'list') {
+    if (sub === 'forget-unreadable' && !yes)
+      throw new UsageError('forget-unreadable deletes secrets: pass --yes to confirm');
+    if (sub === 'rewrap' || sub === 'list' || sub === 'forget-unreadable') {
       let keyring: SecretKeyring;
       try {
         keyring = loadSecretKeyring(config, { create: false }).keyring;
@@ -145,6 +165,13 @@ export const secretsKey: Command = {
             process.stdout.write(`${k.id}\t${use.get(k.id) ?? 0} secrets${i === 0 ? '\t(encrypts)' : ''}\n`);
           for (const [id, n] of use)
             if (!keyring.keys.some((k) => k.id === id)) process.stdout.write(`${id}\t${n} secrets\t(NOT HELD)\n`);
+          return 0;
+        }
+        if (sub === 'forget-unreadable') {
+          const gone = await forgetUnreadable(store, keyring);
+          process.stdout.write(
+            `sandboxd secrets-key: ${gone.length} unreadable secrets deleted${gone.length ? ` (${gone.join(', ')})` : ''}; the keys of this key file are the database's now. Restart the servers.\n`,
+          );
           return 0;
         }
         const r = await rewrapAll(store, keyring);

@@ -4,6 +4,7 @@ import {
   type SandboxCreate,
   type SandboxNetwork,
   type SandboxListQuery,
+  secretEnvName,
 } from '@sandboxd/protocol';
 import { billedMinutes, refundMinutes } from '../domain/billing.js';
 import { driverImageOf, metadataProblems } from '../domain/snapshots.js';
@@ -25,7 +26,7 @@ import { hostFullError } from '../domain/capacity.js';
 import { keyedLock } from '../domain/keyed-lock.js';
 import { checkEgress, decideEgress } from '../domain/egress.js';
 import type { CapacityService } from './capacity.js';
-import { SecretService } from './secrets.js';
+import { PLACEHOLDER_RE, SecretService } from './secrets.js';
 import type { StorageGuard } from './storage.js';
 import { badRequest, type CreateOptions, creatingRecord, envProblems, parseVolumes } from './sandbox-input.js';
 
@@ -353,14 +354,17 @@ export class SandboxService {
       // Rules given replace the sandbox's; absent, its rules stay, checked against the new egress.
       const before = r.network?.secrets ?? [];
       const asked = network.secrets ?? before;
-      const held = new Set(Object.values(SecretService.envOf(before)));
-      const ownEnv = Object.fromEntries(Object.entries(r.env).filter(([, v]) => !held.has(v)));
+      // The environment is the create's: a secret whose rule went and comes back gets the
+      // placeholder its variable still holds (the env is not checked: a PATCH sets none).
+      const inEnv = asked.flatMap((x) => {
+        const v = r.env[secretEnvName(x.secret)];
+        return v !== undefined && PLACEHOLDER_RE.test(v) ? [{ ...x, placeholder: v }] : [];
+      });
       const rules = asked.length
         ? await this.secretsOr().checkRules(account.id, asked, {
             egress,
             base: '/secrets',
-            env: ownEnv,
-            keep: before,
+            keep: [...inEnv, ...before],
             kept: network.secrets === undefined,
           })
         : [];

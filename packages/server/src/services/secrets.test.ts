@@ -308,6 +308,13 @@ describe('secrets (service and routes, fake driver)', () => {
     const cleared = await call('PATCH', url, { egress: 'internet', secrets: [] });
     assert.equal(cleared.body.network.secrets, undefined);
     assert.deepEqual(t.driver.secretsOf(id), []);
+    // Named again: the placeholder its env variable (the create's) still holds.
+    const back = await call('PATCH', url, {
+      egress: 'internet',
+      secrets: [{ secret: 'OPENAI', domains: ['a.b.com'] }],
+    });
+    assert.equal(back.status, 200, JSON.stringify(back.body));
+    assert.equal(back.body.network.secrets[0].placeholder, ph);
   });
 
   it('audit: driver events are written in batches, listed newest first, filtered, paged, pruned', async () => {

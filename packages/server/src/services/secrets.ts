@@ -99,6 +99,9 @@ function checkName(name: string, where: 'body' | 'params'): void {
     throw invalid([{ in: where, path: '/name', message: `${name} is reserved (a path of the API)` }]);
 }
 
+/** What a placeholder looks like. */
+export const PLACEHOLDER_RE = /^sbx-secret-[0-9a-f]{24}$/;
+
 /** A new placeholder: worthless anywhere, unique enough never to appear by chance. */
 export function newPlaceholder(): string {
   return `sbx-secret-${randomBytes(12).toString('hex')}`;
@@ -146,13 +149,17 @@ export async function keyringProblem(
   }
 }
 
-/** The key-check value re-encrypted with the first key (rotation), when this keyring decrypts it. */
+/**
+ * The key-check value re-encrypted with the first key (rotation), when this keyring decrypts
+ * it; with `force`, written anew whatever it held (the keys that made it are lost).
+ */
 export async function rewrapKeyCheck(
   store: Pick<ServiceDeps['store'], 'getMeta' | 'setMeta'>,
   keyring: SecretKeyring,
+  o: { force?: boolean } = {},
 ): Promise<void> {
   const held = await store.getMeta(KEY_CHECK_META);
-  if (held !== null) keyring.decrypt(KEY_CHECK.account, KEY_CHECK.name, held);
+  if (held !== null && !o.force) keyring.decrypt(KEY_CHECK.account, KEY_CHECK.name, held);
   await store.setMeta(KEY_CHECK_META, keyring.encrypt(KEY_CHECK.account, KEY_CHECK.name, KEY_CHECK.value));
 }
 
