@@ -20,6 +20,7 @@ import { lsCommand } from './commands/ls.js';
 import { mcpCommand } from './commands/mcp.js';
 import { rmCommand } from './commands/rm.js';
 import { runCommand } from './commands/run.js';
+import { secretCommand } from './commands/secret.js';
 import { shellCommand } from './commands/shell.js';
 import { snapshotCommand, snapshotsCommand } from './commands/snapshots.js';
 import { timeoutCommand } from './commands/timeout.js';
@@ -80,6 +81,7 @@ export function buildProgram(): Command {
     snapshotsCommand(ctx),
     volumesCommand(ctx),
     keysCommand(ctx),
+    secretCommand(ctx),
     mcpCommand(ctx),
   ])
     program.addCommand(cmd);

@@ -130,13 +130,17 @@ export function printJson(value: unknown): void {
   process.stdout.write(`${JSON.stringify(value, null, 2)}\n`);
 }
 
-/** Reads a secret from the terminal without echo (Ctrl-C aborts), or one line from piped stdin. */
-export async function promptSecret(question: string): Promise<string> {
+/**
+ * Reads a secret from the terminal without echo (Ctrl-C aborts), or one line from piped stdin.
+ * `trim: false` keeps spaces at the ends (secret values).
+ */
+export async function promptSecret(question: string, opts: { trim?: boolean } = {}): Promise<string> {
+  const trim = (v: string) => (opts.trim === false ? v : v.trim());
   const stdin = process.stdin;
   if (!stdin.isTTY) {
     let data = '';
     for await (const chunk of stdin) data += chunk;
-    return data.split('\n')[0].trim();
+    return trim(data.split('\n')[0].replace(/\r$/, ''));
   }
   stdin.setRawMode(true); // before the prompt: keys typed right after it must not echo
   process.stderr.write(question);
@@ -147,7 +151,7 @@ export async function promptSecret(question: string): Promise<string> {
       let value = '';
       const onData = (s: string) => {
         for (const ch of s) {
-          if (ch === '\r' || ch === '\n') return done(() => resolve(value.trim()));
+          if (ch === '\r' || ch === '\n') return done(() => resolve(trim(value)));
           if (ch === '\u0003') return done(() => reject(new CliError('cancelled', 130)));
           if (ch === '\u007f' || ch === '\b') value = value.slice(0, -1);
           else if (ch >= ' ') value += ch;

@@ -50,6 +50,14 @@ from .errors import (
 )
 from .files import AsyncFiles, AsyncFileWatcher, FileList, Files, FileWatcher
 from .sandbox import AsyncSandbox, Sandbox
+from .secrets import (
+    AsyncSecretsApi,
+    SecretInfo,
+    SecretInjection,
+    SecretInjectionPage,
+    SecretPutResult,
+    SecretsApi,
+)
 from .terminal import AsyncTerminal, AsyncTerminals, Terminal, TerminalExit, TerminalInfo, Terminals
 from .types import (
     AccountInfo,
@@ -113,6 +121,12 @@ __all__ = [
     "SandboxPage",
     "SnapshotInfo",
     "VolumeInfo",
+    "SecretsApi",
+    "AsyncSecretsApi",
+    "SecretInfo",
+    "SecretInjection",
+    "SecretInjectionPage",
+    "SecretPutResult",
     "SandboxdError",
     "ValidationError",
     "AuthenticationError",

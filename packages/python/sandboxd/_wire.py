@@ -26,6 +26,7 @@ from .types import (
     ProcessInfo,
     SandboxInfo,
     SandboxNetwork,
+    SecretRule,
     SnapshotInfo,
     VolumeInfo,
     VolumeSpec,
@@ -51,10 +52,18 @@ def _opt_time(s: Any) -> Optional[datetime]:
     return None if s is None else parse_time(s)
 
 
+def network_of(d: Mapping[str, Any]) -> SandboxNetwork:
+    secrets = d.get("secrets")
+    return SandboxNetwork(
+        egress=d.get("egress", "none"),
+        secrets=[dict(r) for r in secrets] if isinstance(secrets, list) else None,
+    )
+
+
 def _network(d: Any) -> Optional[SandboxNetwork]:
     if not isinstance(d, dict):
         return None
-    return SandboxNetwork(egress=d.get("egress", "none"))
+    return network_of(d)
 
 
 def sandbox_info(d: Mapping[str, Any]) -> SandboxInfo:
@@ -247,6 +256,7 @@ def create_body(
     metadata: Optional[Mapping[str, str]] = None,
     on_timeout: Optional[str] = None,
     egress: Optional[Egress] = None,
+    secrets: Optional[Sequence[SecretRule]] = None,
     public_ports: Optional[bool] = None,
     extra: Optional[Mapping[str, Any]] = None,
 ) -> Dict[str, Any]:
@@ -263,7 +273,9 @@ def create_body(
     if on_timeout is not None:
         body["onTimeout"] = on_timeout
     if egress is not None:
-        body["network"] = {"egress": _egress(egress)}
+        body["network"] = egress_body(egress, secrets)
+    elif secrets is not None:
+        raise ValueError("secrets need the egress their domains go through: pass egress too")
     if public_ports is not None:
         body["ports"] = {"public": public_ports}
     if extra:
@@ -271,8 +283,11 @@ def create_body(
     return body
 
 
-def egress_body(egress: Egress) -> Dict[str, Any]:
-    return {"egress": _egress(egress)}
+def egress_body(egress: Egress, secrets: Optional[Sequence[SecretRule]] = None) -> Dict[str, Any]:
+    body: Dict[str, Any] = {"egress": _egress(egress)}
+    if secrets is not None:
+        body["secrets"] = [dict(r) for r in secrets]
+    return body
 
 
 def list_params(

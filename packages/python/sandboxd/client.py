@@ -4,7 +4,7 @@ resource of the API: ``sandboxes``, ``snapshots``, ``images``, ``volumes``."""
 from __future__ import annotations
 
 from types import TracebackType
-from typing import AsyncIterator, Iterator, List, Mapping, Optional, Type
+from typing import AsyncIterator, Iterator, List, Mapping, Optional, Sequence, Type
 
 import httpx
 
@@ -20,6 +20,7 @@ from .images import (
     TemplatesApi,
 )
 from .sandbox import AsyncSandbox, Sandbox, _snapshot_async, _snapshot_sync
+from .secrets import AsyncSecretsApi, SecretsApi
 from .types import (
     AccountInfo,
     ApiKeyCreated,
@@ -28,6 +29,7 @@ from .types import (
     OnTimeout,
     SandboxPage,
     SandboxState,
+    SecretRule,
     SnapshotInfo,
     VolumeInfo,
     VolumeSpec,
@@ -50,6 +52,7 @@ class SandboxesApi:
         metadata: Optional[Mapping[str, str]] = None,
         on_timeout: Optional[OnTimeout] = None,
         egress: Optional[Egress] = None,
+        secrets: Optional[Sequence[SecretRule]] = None,
         public_ports: Optional[bool] = None,
     ) -> Sandbox:
         """See :meth:`Sandbox.create`."""
@@ -61,6 +64,7 @@ class SandboxesApi:
             metadata=metadata,
             on_timeout=on_timeout,
             egress=egress,
+            secrets=secrets,
             public_ports=public_ports,
             client=self,
         )
@@ -111,6 +115,7 @@ class AsyncSandboxesApi:
         metadata: Optional[Mapping[str, str]] = None,
         on_timeout: Optional[OnTimeout] = None,
         egress: Optional[Egress] = None,
+        secrets: Optional[Sequence[SecretRule]] = None,
         public_ports: Optional[bool] = None,
     ) -> AsyncSandbox:
         return await AsyncSandbox.create(
@@ -121,6 +126,7 @@ class AsyncSandboxesApi:
             metadata=metadata,
             on_timeout=on_timeout,
             egress=egress,
+            secrets=secrets,
             public_ports=public_ports,
             client=self,
         )
@@ -320,6 +326,8 @@ class Sandboxd:
         self.images = ImagesApi(self.http, self.builds)
         self.account = AccountApi(self.http)
         self.keys = KeysApi(self.http)
+        #: The account's secrets (write-only values injected by the egress proxy) and their audit trail.
+        self.secrets = SecretsApi(self.http)
 
     @property
     def api_url(self) -> str:
@@ -365,6 +373,7 @@ class AsyncSandboxd:
         self.images = AsyncImagesApi(self.http, self.builds)
         self.account = AsyncAccountApi(self.http)
         self.keys = AsyncKeysApi(self.http)
+        self.secrets = AsyncSecretsApi(self.http)
 
     @property
     def api_url(self) -> str:

@@ -16,6 +16,7 @@ from typing import (
     Literal,
     Mapping,
     Optional,
+    Sequence,
     Type,
     TypeVar,
     Union,
@@ -53,6 +54,7 @@ from .types import (
     SandboxNetwork,
     SandboxPage,
     SandboxState,
+    SecretRule,
     SnapshotInfo,
     VolumeSpec,
 )
@@ -163,6 +165,7 @@ class Sandbox(_Info):
         metadata: Optional[Mapping[str, str]] = None,
         on_timeout: Optional[OnTimeout] = None,
         egress: Optional[Egress] = None,
+        secrets: Optional[Sequence[SecretRule]] = None,
         public_ports: Optional[bool] = None,
         client: Optional[HasSyncHttp] = None,
         api_key: Optional[str] = None,
@@ -175,7 +178,9 @@ class Sandbox(_Info):
         every process. ``volumes``: mount path to a volume name or ``{"name", "sizeGb"}``.
         ``metadata``: string labels (filter the list by them). ``on_timeout``: ``"stop"``
         (default) or ``"pause"``. ``egress``: ``"none"``, ``"internet"`` or
-        ``{"allow": [...]}``. ``public_ports``: False makes the ports need the API key.
+        ``{"allow": [...]}``. ``secrets``: secret injection rules (needs ``egress`` allowing
+        their domains; docs/secrets.md), each ``{"secret", "domains", "header"?, "format"?}``.
+        ``public_ports``: False makes the ports need the API key.
 
         Raises ValidationError, InsufficientTokensError, ConcurrencyLimitError,
         TemplateNotFoundError, ConflictError (volume size mismatch), CapacityError.
@@ -189,6 +194,7 @@ class Sandbox(_Info):
             metadata=metadata,
             on_timeout=on_timeout,
             egress=egress,
+            secrets=secrets,
             public_ports=public_ports,
         )
         d = http.request_json("POST", "/api/v1/sandboxes", json=body)
@@ -479,12 +485,16 @@ class Sandbox(_Info):
         self.info.stop_at = stop_at
         return stop_at
 
-    def set_network(self, egress: Egress) -> SandboxNetwork:
+    def set_network(self, egress: Egress, *, secrets: Optional[Sequence[SecretRule]] = None) -> SandboxNetwork:
         """Replaces what the sandbox may reach outside (``"none"``, ``"internet"`` or
-        ``{"allow": [...]}``); new connections follow it at once. Returns the settings as the
-        server keeps them. Raises ValidationError naming the bad rule, QuotaExceededError."""
-        d = self.http.request_json("PATCH", _sandbox_path(self.id, "/network"), json=_wire.egress_body(egress))
-        net = SandboxNetwork(egress=d["network"]["egress"])
+        ``{"allow": [...]}``); new connections follow it at once. ``secrets`` replaces the
+        secret injection rules (``[]`` removes them; None keeps them, checked against the new
+        egress). Returns the settings as the server keeps them. Raises ValidationError naming
+        the bad rule, QuotaExceededError."""
+        d = self.http.request_json(
+            "PATCH", _sandbox_path(self.id, "/network"), json=_wire.egress_body(egress, secrets)
+        )
+        net = _wire.network_of(d["network"])
         self.info.network = net
         return net
 
@@ -571,6 +581,7 @@ class AsyncSandbox(_Info):
         metadata: Optional[Mapping[str, str]] = None,
         on_timeout: Optional[OnTimeout] = None,
         egress: Optional[Egress] = None,
+        secrets: Optional[Sequence[SecretRule]] = None,
         public_ports: Optional[bool] = None,
         client: Optional[HasAsyncHttp] = None,
         api_key: Optional[str] = None,
@@ -586,6 +597,7 @@ class AsyncSandbox(_Info):
             metadata=metadata,
             on_timeout=on_timeout,
             egress=egress,
+            secrets=secrets,
             public_ports=public_ports,
         )
         d = await http.request_json("POST", "/api/v1/sandboxes", json=body)
@@ -848,11 +860,11 @@ class AsyncSandbox(_Info):
         self.info.stop_at = stop_at
         return stop_at
 
-    async def set_network(self, egress: Egress) -> SandboxNetwork:
+    async def set_network(self, egress: Egress, *, secrets: Optional[Sequence[SecretRule]] = None) -> SandboxNetwork:
         d = await self.http.request_json(
-            "PATCH", _sandbox_path(self.id, "/network"), json=_wire.egress_body(egress)
+            "PATCH", _sandbox_path(self.id, "/network"), json=_wire.egress_body(egress, secrets)
         )
-        net = SandboxNetwork(egress=d["network"]["egress"])
+        net = _wire.network_of(d["network"])
         self.info.network = net
         return net
 

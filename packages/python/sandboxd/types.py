@@ -18,6 +18,10 @@ OnTimeout = Literal["stop", "pause"]
 #: What a sandbox may reach outside: ``"none"``, ``"internet"`` or ``{"allow": [rule, ...]}``
 #: with domains (``pypi.org``), wildcards (``*.npmjs.org``) and IPv4 CIDRs.
 Egress = Union[Literal["none", "internet"], Mapping[str, Sequence[str]]]
+#: A secret injection rule, as the API writes it: ``{"secret": "OPENAI", "domains":
+#: ["api.openai.com"], "header": "Authorization", "format": "Bearer {value}"}`` (``header`` and
+#: ``format`` optional; the server adds ``placeholder``). See docs/secrets.md.
+SecretRule = Mapping[str, Any]
 #: A volume specification: a name, or ``{"name": ..., "sizeGb": ...}``.
 VolumeSpec = Union[str, Mapping[str, Any]]
 #: The signals a process may be sent (to its process group).
@@ -34,6 +38,8 @@ class SandboxNetwork:
 
     #: ``"none"``, ``"internet"`` or ``{"allow": [...]}`` (rules canonical, as the server keeps them).
     egress: Union[str, Dict[str, List[str]]]
+    #: The secret injection rules (each with its ``placeholder``), or None without any.
+    secrets: Optional[List[Dict[str, Any]]] = None
 
 
 @dataclass

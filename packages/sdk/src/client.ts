@@ -7,6 +7,7 @@ import { HttpClient } from './http.js';
 import { ImagesApi } from './images.js';
 import { createSnapshot, type SnapshotOptions } from './lifecycle.js';
 import { Sandbox } from './sandbox.js';
+import { SecretsApi } from './secrets.js';
 import type {
   AccountInfo,
   ApiKeyCreated,
@@ -130,6 +131,8 @@ export class SandboxdClient {
   readonly builds: BuildsApi;
   /** The account's templates (`templates/<name>:<tag>`). */
   readonly templates: TemplatesApi;
+  /** The account's secrets (write-only values injected by the egress proxy) and their audit trail. */
+  readonly secrets: SecretsApi;
 
   constructor(options: ClientOptions = {}) {
     this.http = new HttpClient(options);
@@ -141,6 +144,7 @@ export class SandboxdClient {
     this.events = new EventsApi(this.http);
     this.builds = new BuildsApi(this.http);
     this.templates = new TemplatesApi(this.http);
+    this.secrets = new SecretsApi(this.http);
     this.images = new ImagesApi(this.http, this.builds);
   }
 

@@ -44,6 +44,7 @@ export {
   KeysApi,
   EventsApi,
 } from './client.js';
+export { SecretsApi, type SecretInjectionQuery, type SecretUpdate } from './secrets.js';
 export { ImagesApi, IMAGE_JOB_TIMEOUT_MS, type ImageJobOptions, type ImageImportOptions } from './images.js';
 export {
   BuildsApi,

@@ -264,12 +264,25 @@ export class Sandbox {
    * at its next start. Resolves with the network settings as the server keeps them (rules
    * canonical). Throws ValidationError naming the bad rule (`details[].path`,
    * `/egress/allow/<i>`), QuotaExceededError (beyond the plan), ConflictError, NotFoundError.
+   *
+   * Pass `{egress, secrets}` to replace the secret injection rules too (docs/secrets.md):
+   * without `secrets` the rules stay as they are (and must still fit the new egress); with
+   * `secrets: []` they are removed. A rule naming an unknown secret, or a domain the egress
+   * does not allow, is a ValidationError naming it.
+   *
+   * ```ts
+   * await sandbox.setNetwork({
+   *   egress: { allow: ['api.openai.com'] },
+   *   secrets: [{ secret: 'OPENAI', domains: ['api.openai.com'], header: 'Authorization', format: 'Bearer {value}' }],
+   * });
+   * ```
    */
-  async setNetwork(egress: Egress): Promise<SandboxNetwork> {
+  async setNetwork(network: Egress | SandboxNetwork): Promise<SandboxNetwork> {
+    const json = typeof network === 'object' && 'egress' in network ? network : { egress: network };
     const r = await this.http.request<{ id: string; network: SandboxNetwork }>(
       'PATCH',
       `/api/v1/sandboxes/${encodeURIComponent(this.id)}/network`,
-      { json: { egress } },
+      { json },
     );
     this.info = { ...this.info, network: r.network };
     return r.network;

@@ -15,8 +15,24 @@ export type SandboxCreateParams = Static<typeof P.SandboxCreateSchema>;
  * domains (`pypi.org`), wildcards (`*.npmjs.org`) and IPv4 CIDRs.
  */
 export type Egress = P.Egress;
-/** A sandbox's network settings: `{egress}`. */
+/**
+ * A sandbox's network settings: `{egress, secrets?}`; `secrets` are the injection rules
+ * (docs/secrets.md).
+ */
 export type SandboxNetwork = P.SandboxNetwork;
+/**
+ * One secret injection rule: requests through the egress proxy to one of `domains` get
+ * secret `secret`'s value, in `header` as `format` (`{value}` stands for it; default
+ * `{value}`) and wherever the placeholder appears in the request head. `placeholder` is set by
+ * the server (what the sandbox holds, in the env var named after the secret).
+ */
+export type SecretRule = P.SecretRule;
+/** A secret as the server shows it: name, description, version, dates; never its value. */
+export type SecretInfo = P.Secret;
+/** One request the egress proxy put a secret into (or tried to): the audit trail. */
+export type SecretInjectionInfo = P.SecretInjection;
+/** One page of the audit trail, newest first; `next` is the `before` of the next page. */
+export type SecretInjectionPage = Static<typeof P.SecretInjectionListSchema>;
 /** A sandbox's lifecycle state: `started`, `paused`, `stopped` or `error`. */
 export type SandboxState = P.SandboxState;
 /** What a sandbox does at `stopAt`: `stop` (default) or `pause`. */

@@ -3,6 +3,7 @@ import { Sandbox, type SandboxCreateParams } from '@sandboxd/sdk';
 import { withExamples, type Context } from '../context.js';
 import { CliError, collect, parseDuration, parseEnv, parsePairs, printJson, relative } from '../ui.js';
 import { egressOption, formatEgress } from './network.js';
+import { formatSecretRules, parseSecretRule } from './secret.js';
 
 /** Default image of `sbx create`. */
 export const DEFAULT_IMAGE = 'local/debian:bookworm';
@@ -43,6 +44,11 @@ export function createCommand(ctx: Context): Command {
     )
     .option('--egress <mode>', "what it may reach outside: none or internet (default: the server's)")
     .option('-a, --allow <rule>', 'egress by rule instead: a domain, *.domain or IPv4 CIDR (repeatable)', collect)
+    .option(
+      '-s, --secret <NAME=DOMAINS[:HEADER[:FORMAT]]>',
+      "inject secret NAME into requests to DOMAINS (comma-separated), in HEADER as FORMAT ({value} stands for it); the sandbox's $NAME holds a placeholder (repeatable)",
+      collect,
+    )
     .option('-q, --quiet', 'print only the id')
     .option('--json', 'print the sandbox as JSON')
     .action(
@@ -55,6 +61,7 @@ export function createCommand(ctx: Context): Command {
         onTimeout?: 'stop' | 'pause';
         egress?: string;
         allow?: string[];
+        secret?: string[];
         quiet?: boolean;
         json?: boolean;
       }) => {
@@ -68,7 +75,12 @@ export function createCommand(ctx: Context): Command {
         if (metadata) params.metadata = metadata;
         if (o.onTimeout) params.onTimeout = o.onTimeout;
         const egress = egressOption(o.egress, o.allow);
-        if (egress !== undefined) params.network = { egress };
+        const secrets = (o.secret ?? []).map((x) => parseSecretRule(x));
+        if (secrets.length > 0 && egress === undefined)
+          throw new CliError(
+            '--secret needs the egress its domains go through: --allow DOMAIN... or --egress internet',
+          );
+        if (egress !== undefined) params.network = secrets.length > 0 ? { egress, secrets } : { egress };
         const client = ctx.client();
         const sb = await Sandbox.create(params, client);
         if (o.json) return printJson(sb.info);
@@ -81,6 +93,9 @@ export function createCommand(ctx: Context): Command {
             `  ${sb.onTimeout === 'pause' ? 'pauses at' : 'stops at '} ${sb.info.stopAt} (${relative(sb.info.stopAt)})\n` +
             (Object.keys(sb.metadata ?? {}).length ? `  metadata  ${formatMetadata(sb.metadata)}\n` : '') +
             `  egress    ${formatEgress(sb.info.network?.egress)}\n` +
+            formatSecretRules(sb.info.network?.secrets)
+              .map((l) => `  secret    ${l}\n`)
+              .join('') +
             `  URL       ${scheme}//${sb.info.publicAccessUrlTemplate}\n`,
         );
       },
@@ -91,5 +106,6 @@ export function createCommand(ctx: Context): Command {
     'sbx create --image local/busybox:latest --env GREETING=hi --volume data:/data --timeout 30m',
     'sbx create --metadata team=ml --metadata run=42 --on-timeout pause',
     'sbx create --allow pypi.org --allow files.pythonhosted.org --allow "*.github.com"',
+    "sbx create --allow api.openai.com --secret OPENAI=api.openai.com:Authorization:'Bearer {value}'",
   );
 }

@@ -15,6 +15,7 @@ import { renderLogin } from './pages/login.js';
 import { renderOnboarding } from './pages/onboarding.js';
 import { renderSandbox } from './pages/sandbox.js';
 import { renderSandboxes } from './pages/sandboxes.js';
+import { renderSecrets } from './pages/secrets.js';
 import { renderSnapshots } from './pages/snapshots.js';
 import { renderBuild } from './pages/build.js';
 import { renderBuildForm } from './pages/build-new.js';
@@ -39,6 +40,7 @@ const NAV: Array<{ path: string; label: string; also?: string }> = [
   { path: '/sandboxes', label: 'Sandboxes' },
   { path: '/snapshots', label: 'Snapshots' },
   { path: '/templates', label: 'Templates', also: '/builds' },
+  { path: '/secrets', label: 'Secrets' },
   { path: '/keys', label: 'API keys' },
 ];
 
@@ -106,6 +108,7 @@ function frame(acc: AccountInfo): HTMLElement {
 const ROUTES: Array<[RegExp, Page]> = [
   [/^\/onboarding$/, renderOnboarding],
   [/^\/keys$/, renderKeys],
+  [/^\/secrets$/, renderSecrets],
   [/^\/sandboxes(?:\/new)?$/, renderSandboxes],
   [/^\/sandboxes\/(?<id>sbx_[a-z0-9]+)$/, renderSandbox],
   [/^\/snapshots$/, renderSnapshots],

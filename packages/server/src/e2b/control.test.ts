@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
 import { after, before, describe, it } from 'node:test';
 import { LIMITS } from '@sandboxd/protocol';
 import type { LightMyRequestResponse } from 'fastify';
@@ -12,6 +13,8 @@ import { ENVD_VERSION } from './version.js';
  */
 
 const SANDBOX_ID = /^sbx_[a-z2-7]{20}$/;
+/** The key of the secrets at rest (the test app has no data dir for a key file). */
+const SECRETS_KEY = randomBytes(32).toString('base64');
 
 /** The `metadata` query parameter as E2B's SDK builds it, ready to go into a URL. */
 function metadataQuery(m: Record<string, string>): string {
@@ -36,6 +39,7 @@ describe('E2B control API (fake runtime)', () => {
   before(
     async () =>
       (t = await makeTestApp({
+        secretsKey: SECRETS_KEY,
         plans: {
           FREE: {
             maxLifetimeMs: 3_600_000,
@@ -218,7 +222,6 @@ describe('E2B control API (fake runtime)', () => {
       [{ iam: { tokens: { aws: { audience: 'a', tokenType: 'JWT-SVID' } } } }, 'workload identity'],
       [{ network: { allowOut: ['1.1.1.1'] } }, 'network.allowOut'],
       [{ network: { denyOut: ['8.8.8.8/32'] } }, 'network.denyOut'],
-      [{ network: { rules: { 'api.example.com': [] } } }, 'network.rules'],
       [{ network: { egressProxy: { address: 'p:1080' } } }, 'network.egressProxy'],
       [{ network: { maskRequestHost: 'x' } }, 'network.maskRequestHost'],
       [{ network: { httpsPorts: [3000] } }, 'network.httpsPorts'],
@@ -434,6 +437,7 @@ describe('E2B control API (fake runtime)', () => {
       envdAccessToken: c.envdAccessToken,
       domain: 'sandbox.localhost:8080',
       lifecycle: { onTimeout: 'kill', autoResume: false },
+      network: { denyOut: ['0.0.0.0/0'], allowPublicTraffic: true },
     });
     assertError(
       await other.e2b('GET', `/sandboxes/${c.sandboxID}`),
@@ -745,7 +749,6 @@ describe('E2B control API (fake runtime)', () => {
     const ofSandbox: Array<[string, string, unknown?]> = [
       ['POST', `/sandboxes/${id}/snapshots`, { name: 'x' }],
       ['POST', `/sandboxes/${id}/fork`, { count: 1 }],
-      ['PUT', `/sandboxes/${id}/network`, { allowOut: [] }],
       ['GET', `/sandboxes/${id}/metrics`],
       ['GET', `/sandboxes/${id}/logs`],
       ['GET', `/v2/sandboxes/${id}/logs`],
@@ -776,6 +779,185 @@ describe('E2B control API (fake runtime)', () => {
     assertError(await u.e2b('GET', '/nothing-here'), 404, 'not_found');
     assertError(await u.e2b('GET', '/v2/sandboxes/x/nothing'), 404, 'not_found');
     assert.equal((await t.app.store.getSandbox(id))?.state, 'started', 'untouched');
+  });
+
+  it("secrets: E2B shapes over the account's secrets; names lower-cased, stable name-derived ids, metadata kept; never a value", async () => {
+    const u = await user();
+    const other = await user();
+    const VALUE = 'sk-e2b-door-VALUE-1234567890';
+    const made = await u.e2b('POST', '/secrets', { name: 'OpenAI-Key', value: VALUE, metadata: { team: 'ml' } });
+    assert.equal(made.statusCode, 201, made.body);
+    const s = made.json();
+    assert.deepEqual(s, {
+      secretID: 'sec_6f70656e61692d6b6579',
+      name: 'openai-key',
+      currentVersion: 1,
+      metadata: { team: 'ml' },
+      createdAt: s.createdAt,
+      updatedAt: s.updatedAt,
+    });
+    // The same secret through sandboxd's own API: its metadata as JSON in the description.
+    const own = await t.req({ method: 'GET', url: '/api/v1/secrets/openai-key', key: u.key });
+    assert.equal(own.json().secret.description, '{"team":"ml"}');
+    assertError(await u.e2b('POST', '/secrets', { name: 'openai-key', value: 'x' }), 409, 'conflict');
+    assertError(await u.e2b('POST', '/secrets', { name: 'sec_x', value: 'x' }), 400, 'validation', 'reserves');
+    assertError(await u.e2b('POST', '/secrets', { name: 'has space', value: 'x' }), 400, 'validation');
+    const badValue = await u.e2b('POST', '/secrets', { name: 'multi', value: `${VALUE}\n` });
+    assertError(badValue, 400, 'validation', 'printable ASCII');
+    assertError(
+      await u.e2b('POST', '/secrets', { name: 'big', value: 'x', metadata: { k: 'v'.repeat(1020) } }),
+      400,
+      'validation',
+      'at most 1024 characters',
+    );
+    // A secret made through sandboxd's own API, with capitals and a plain description.
+    await t.req({
+      method: 'POST',
+      url: '/api/v1/secrets',
+      key: u.key,
+      payload: { name: 'GH', value: 'ghp_x', description: 'ci' },
+    });
+    for (const ref of ['sec_6f70656e61692d6b6579', 'openai-key', 'OPENAI-KEY']) {
+      const g = await u.e2b('GET', `/secrets/${ref}`);
+      assert.equal(g.statusCode, 200, `${ref}: ${g.body}`);
+      assert.equal(g.json().name, 'openai-key');
+    }
+    assert.deepEqual((await u.e2b('GET', '/secrets/GH')).json().metadata, { description: 'ci' });
+    assertError(await other.e2b('GET', `/secrets/${s.secretID}`), 404, 'not_found');
+    assertError(await other.e2b('POST', `/secrets/${s.secretID}`, { value: 'stolen' }), 404, 'not_found');
+    assertError(await other.e2b('DELETE', '/secrets/openai-key'), 404, 'not_found');
+    assert.deepEqual(await (await other.e2b('GET', '/secrets')).json(), [], "another account's list is its own");
+    assert.equal(
+      (await u.e2b('GET', '/secrets/openai-key')).json().currentVersion,
+      1,
+      'untouched by the other account',
+    );
+    assertError(await u.e2b('GET', '/secrets/nope'), 404, 'not_found');
+
+    const list = await u.e2b('GET', '/secrets?limit=1');
+    assert.equal(list.statusCode, 200, list.body);
+    assert.deepEqual(
+      list.json().map((x: { name: string }) => x.name),
+      ['GH'],
+    );
+    const next = String(list.headers['x-next-token']);
+    const rest = await u.e2b('GET', `/secrets?limit=1&nextToken=${next}`);
+    assert.deepEqual(
+      rest.json().map((x: { name: string }) => x.name),
+      ['openai-key'],
+    );
+    assert.equal(rest.headers['x-next-token'], undefined);
+    assertError(await u.e2b('GET', '/secrets?limit=0'), 400, 'validation', 'limit');
+
+    const up = await u.e2b('POST', `/secrets/${s.secretID}`, { value: `${VALUE}-2`, metadata: { team: 'infra' } });
+    assert.equal(up.statusCode, 200, up.body);
+    assert.equal(up.json().currentVersion, 2);
+    assert.deepEqual(up.json().metadata, { team: 'infra' });
+    const kept = await u.e2b('POST', '/secrets/openai-key', { value: `${VALUE}-3` });
+    assert.deepEqual(kept.json().metadata, { team: 'infra' }, 'metadata kept when not given');
+    assertError(await u.e2b('POST', '/secrets/nope', { value: 'x' }), 404, 'not_found');
+    assert.equal(
+      (await t.req({ method: 'GET', url: '/api/v1/secrets/nope', key: u.key })).statusCode,
+      404,
+      'no create',
+    );
+
+    const gone = await u.e2b('DELETE', `/secrets/${s.secretID}`);
+    assert.equal(gone.statusCode, 204);
+    assertError(await u.e2b('DELETE', `/secrets/${s.secretID}`), 404, 'not_found');
+    for (const r of [made, list, rest, up, kept, badValue]) assert.ok(!r.body.includes(VALUE), r.body);
+  });
+
+  it('network.rules: header transforms holding an e2b.secrets reference become injection rules on create and on the network update', async () => {
+    const u = await user();
+    const ref = (n: string) => ['$', '{e2b.secrets.', n, '}'].join('');
+    await u.e2b('POST', '/secrets', { name: 'openai', value: 'sk-1' });
+    await t.req({ method: 'POST', url: '/api/v1/secrets', key: u.key, payload: { name: 'GH', value: 'ghp-1' } });
+    const c = await u.e2b('POST', '/v2/sandboxes', {
+      templateID: 'base',
+      timeout: 60,
+      network: {
+        denyOut: ['0.0.0.0/0'],
+        allowOut: ['api.openai.com', 'api.github.com'],
+        rules: {
+          'API.openai.com': [{ transform: { headers: { Authorization: `Bearer ${ref('OPENAI')}` } } }],
+          'api.github.com': [{ transform: { headers: { Authorization: `token ${ref('GH')}` } } }],
+        },
+      },
+    });
+    assert.equal(c.statusCode, 201, c.body);
+    const id = c.json().sandboxID;
+    const rec = await t.app.store.getSandbox(id);
+    assert.deepEqual(
+      rec?.network?.secrets?.map(({ placeholder, ...r }) => r),
+      [
+        { secret: 'openai', domains: ['api.openai.com'], header: 'Authorization', format: 'Bearer {value}' },
+        { secret: 'GH', domains: ['api.github.com'], header: 'Authorization', format: 'token {value}' },
+      ],
+    );
+    assert.match(rec?.env.openai ?? '', /^sbx-secret-[0-9a-f]{24}$/);
+    const info = (await u.e2b('GET', `/sandboxes/${id}`)).json();
+    assert.deepEqual(info.network, {
+      allowOut: ['api.openai.com', 'api.github.com'],
+      denyOut: ['0.0.0.0/0'],
+      rules: {
+        'api.openai.com': [{ transform: { headers: { Authorization: `Bearer ${ref('openai')}` } } }],
+        'api.github.com': [{ transform: { headers: { Authorization: `token ${ref('GH')}` } } }],
+      },
+      allowPublicTraffic: true,
+    });
+
+    // The update replaces both (omitted: cleared).
+    const put = await u.e2b('PUT', `/sandboxes/${id}/network`, {
+      denyOut: ['0.0.0.0/0'],
+      allowOut: ['api.openai.com'],
+      rules: { 'api.openai.com': [{ transform: { headers: { 'X-Api-Key': ref('openai') } } }] },
+    });
+    assert.equal(put.statusCode, 204, put.body);
+    const after = await t.app.store.getSandbox(id);
+    assert.deepEqual(after?.network?.egress, { allow: ['api.openai.com'] });
+    assert.deepEqual(
+      after?.network?.secrets?.map((r) => [r.secret, r.header, r.format]),
+      [['openai', 'X-Api-Key', '{value}']],
+    );
+    assert.equal(after?.network?.secrets?.[0].placeholder, rec?.network?.secrets?.[0].placeholder, 'placeholder kept');
+    assert.equal((await u.e2b('PUT', `/sandboxes/${id}/network`, { allow_internet_access: false })).statusCode, 204);
+    const cleared = await t.app.store.getSandbox(id);
+    assert.deepEqual(cleared?.network, { egress: 'none' });
+
+    // Refusals: a fixed header, two references, an unknown secret, a domain the egress denies.
+    const bad: Array<[unknown, number, string, string]> = [
+      [
+        { 'a.example.com': [{ transform: { headers: { 'X-Fixed': 'plain' } } }] },
+        400,
+        'validation',
+        'sandboxd injects secrets only',
+      ],
+      [
+        { 'a.example.com': [{ transform: { headers: { H: `${ref('openai')}${ref('GH')}` } } }] },
+        400,
+        'validation',
+        'more than one',
+      ],
+      [{ 'a.example.com': [{ transform: { headers: { H: ref('missing') } } }] }, 400, 'validation', 'missing'],
+      [{ 'b.example.com': [{ transform: { headers: { H: ref('openai') } } }] }, 400, 'validation', 'b.example.com'],
+    ];
+    for (const [rules, status, kind, text] of bad) {
+      const body = { denyOut: ['0.0.0.0/0'], allowOut: ['a.example.com'], rules };
+      assertError(await u.e2b('PUT', `/sandboxes/${id}/network`, body), status, kind, text);
+      assertError(await u.e2b('POST', '/v2/sandboxes', { templateID: 'base', network: body }), status, kind, text);
+    }
+    assertError(
+      await u.e2b('PUT', `/sandboxes/${id}/network`, { egressProxy: { address: 'p:1080' } }),
+      501,
+      'unsupported',
+      'egress proxies',
+    );
+    assertError(await u.e2b('PUT', '/sandboxes/sbx_aaaaaaaaaaaaaaaaaaaa/network', {}), 404, 'not_found');
+    const other = await user();
+    assertError(await other.e2b('PUT', `/sandboxes/${id}/network`, {}), 404, 'not_found');
+    assert.deepEqual((await t.app.store.getSandbox(id))?.network, { egress: 'none' }, 'refusals change nothing');
+    assert.equal((await u.own()).length, 1, 'refused creates make nothing');
   });
 
   it('needs credentials: none or a bad key is 401; Bearer works like X-API-Key', async () => {

@@ -1,5 +1,5 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
-import { LIMITS, SandboxdError } from '@sandboxd/protocol';
+import { LIMITS, type SandboxNetwork, SandboxdError, type SecretRule } from '@sandboxd/protocol';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { Type } from 'typebox';
 import type { PlanConfig } from '../config.js';
@@ -8,10 +8,12 @@ import { type HttpDeps, principalOf } from '../http/deps.js';
 import { planOf } from '../services/context.js';
 import {
   egressOf,
+  egressOfUpdate,
   imageOfTemplate,
   MCP_GATEWAY_TEMPLATE,
   type NewSandbox,
   NewSandboxSchema,
+  NetworkUpdateSchema,
   unsupportedIn,
 } from './create.js';
 import {
@@ -25,6 +27,7 @@ import {
   parseStartedAfter,
   parseStates,
 } from './listing.js';
+import { e2bEgressOf, e2bRulesOf, e2bSecretRoutes, referencedNames, secretRulesOf } from './secrets.js';
 import { e2bTemplateRoutes } from './templates-routes.js';
 import { ENVD_VERSION } from './version.js';
 
@@ -131,7 +134,18 @@ const emptyBodyIsObject = async (req: FastifyRequest) => {
  * Registered with the prefix `/e2b`; hidden from sandboxd's OpenAPI document.
  */
 export const e2bControlRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) => {
-  const { sandboxes, timeout, lifecycle } = d.services;
+  const { sandboxes, timeout, lifecycle, secrets } = d.services;
+
+  /**
+   * sandboxd's injection rules for E2B's `network.rules` (at `base`): each
+   * `${e2b.secrets.NAME}` names the account's secret NAME when it has one of exactly that
+   * name, else E2B's lower-cased NAME (an unknown one is then the rules' 400 naming it).
+   */
+  const rulesOf = async (accountId: string, rules: unknown, base: string): Promise<SecretRule[]> => {
+    if (referencedNames(rules).length === 0) return secretRulesOf(rules, (n) => n, base);
+    const held = new Set((await secrets.list(accountId)).map((s) => s.name));
+    return secretRulesOf(rules, (n) => (held.has(n) ? n : n.toLowerCase()), base);
+  };
 
   const limitsOf = (p: PlanConfig) => ({
     cpuCount: Math.max(1, Math.ceil(p.limits.cpus)),
@@ -253,6 +267,14 @@ export const e2bControlRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app,
     const egress = egressOf(b);
     if (refused.length) throw new SandboxdError('unsupported', refused.join('; '));
     const account = principalOf(req).account;
+    const rules = await rulesOf(account.id, b.network?.rules, '/network/rules');
+    // Rules without E2B's allowOut/denyOut: the server's default egress, as without rules.
+    const network =
+      rules.length > 0
+        ? ({ ...(egress !== undefined ? { egress } : {}), secrets: rules } as SandboxNetwork)
+        : egress !== undefined
+          ? { egress }
+          : undefined;
     const { image, configured } = await imageOfTemplate(d.config.e2bTemplates, b.templateID, (name, tag) =>
       d.services.builds.getTemplate(account.id, name, tag),
     );
@@ -273,7 +295,7 @@ export const e2bControlRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app,
           ...(b.timeout !== undefined ? { timeoutMs: b.timeout * 1000 } : {}),
           ...(b.envVars !== undefined ? { env: b.envVars } : {}),
           ...(b.autoPause === true ? { onTimeout: 'pause' as const } : {}),
-          ...(egress !== undefined ? { network: { egress } } : {}),
+          ...(network !== undefined ? { network } : {}),
           // E2B's private sandbox URLs: sandboxd's private ports, opened by the traffic token too.
           ...(b.network?.allowPublicTraffic === false ? { ports: { public: false } } : {}),
         },
@@ -359,13 +381,39 @@ export const e2bControlRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app,
     const r = await visible(req, req.params.id);
     const plan = planOf(d.config, principalOf(req).account.plan);
     const { envdAccessToken, domain } = await sandboxAnswer(r);
+    const rules = e2bRulesOf(r.network?.secrets);
     return {
       ...listed(r, plan),
       envdAccessToken,
       domain,
       lifecycle: { onTimeout: r.onTimeout === 'pause' ? 'pause' : 'kill', autoResume: false },
+      network: {
+        ...e2bEgressOf(r.network?.egress),
+        ...(rules ? { rules } : {}),
+        allowPublicTraffic: r.portsPublic !== false,
+      },
     };
   });
+
+  /**
+   * E2B's network update: replaces the egress and the transform rules (omitted: cleared), as
+   * sandboxd's `PATCH .../network` with `secrets` always given. 204.
+   */
+  app.put(
+    '/sandboxes/:id/network',
+    { schema: { ...hide, params: IdParams, body: NetworkUpdateSchema } },
+    async (req, reply) => {
+      const r = await visible(req, req.params.id);
+      const mapped = egressOfUpdate(req.body);
+      if ('unsupported' in mapped) throw new SandboxdError('unsupported', mapped.unsupported.join('; '));
+      const account = principalOf(req).account;
+      const rules = await rulesOf(account.id, req.body.rules, '/rules');
+      await goneIsNotFound(r.id, () =>
+        sandboxes.updateNetwork(account, r.id, { egress: mapped.egress, secrets: rules }),
+      );
+      return reply.code(204).send();
+    },
+  );
 
   app.delete('/sandboxes/:id', { schema: { ...hide, params: IdParams } }, async (req, reply) => {
     const r = await visible(req, req.params.id);
@@ -465,7 +513,6 @@ export const e2bControlRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app,
   const ofSandbox: Array<[method: 'GET' | 'POST' | 'PUT', path: string, what: string]> = [
     ['POST', '/sandboxes/:id/snapshots', 'snapshots'],
     ['POST', '/sandboxes/:id/fork', 'forking sandboxes'],
-    ['PUT', '/sandboxes/:id/network', "changing a sandbox's network"],
     ['GET', '/sandboxes/:id/metrics', 'sandbox metrics'],
     ['GET', '/sandboxes/:id/logs', "sandbox logs through E2B's API"],
     ['GET', '/v2/sandboxes/:id/logs', "sandbox logs through E2B's API"],
@@ -492,6 +539,7 @@ export const e2bControlRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app,
   // of E2B's template API is not served: the legacy Docker-push builds, rebuilds, updates,
   // the timestamp-paged logs, and any other method or path.
   await app.register(e2bTemplateRoutes, { ...d, prefix: '' }); // its options are ours, less our `/e2b`
+  await app.register(e2bSecretRoutes, { ...d, prefix: '' });
   const templatesElse =
     "this part of E2B's template API (legacy builds of a pushed Docker image, rebuilds, template updates, paged build logs: Template.build, its status, names and tags are served)";
   for (const [url, methods] of [

@@ -42,6 +42,19 @@ const NetworkConfig = Type.Object(
   { additionalProperties: false },
 );
 
+/** E2B's `SandboxNetworkUpdateConfig` (`PUT /sandboxes/{id}/network`): what is omitted is cleared. */
+export const NetworkUpdateSchema = Type.Object(
+  {
+    allow_internet_access: Type.Optional(Type.Boolean()),
+    allowOut: Type.Optional(Hosts),
+    denyOut: Type.Optional(Hosts),
+    egressProxy: Type.Optional(Type.Unknown()),
+    rules: Type.Optional(Type.Unknown()),
+  },
+  { additionalProperties: false },
+);
+export type NetworkUpdate = Static<typeof NetworkUpdateSchema>;
+
 /** The body of E2B's create: `NewSandboxV2` (and `NewSandbox`'s `secure`). */
 export const NewSandboxSchema = Type.Object(
   {
@@ -97,6 +110,7 @@ const present = (v: unknown): boolean =>
  * What of `b` sandboxd cannot do, each as a sentence naming the field; empty when it can do
  * all of it. Egress maps onto sandboxd's own (see {@link egressOf}); what does not map
  * (a deny list short of all traffic, allow rules without denying the rest) is refused.
+ * `network.rules` map onto secret injection rules (secrets.ts, {@link secretRulesOf}).
  */
 export function unsupportedIn(b: NewSandbox): string[] {
   const out: string[] = [];
@@ -116,7 +130,6 @@ export function unsupportedIn(b: NewSandbox): string[] {
       no('egress rules without denying all other traffic (network.allowOut needs network.denyOut: ["0.0.0.0/0"])');
     if (present(n.denyOut) && !denyAll)
       no('egress deny lists (network.denyOut); only denying all traffic, with network.allowOut as the exceptions');
-    if (present(n.rules)) no('egress transform rules (network.rules)');
     if (given(n.egressProxy)) no('egress proxies (network.egressProxy)');
     if (present(n.maskRequestHost)) no('host masks (network.maskRequestHost)');
     if (present(n.httpsPorts)) no('HTTPS sandbox ports (network.httpsPorts)');
@@ -124,6 +137,26 @@ export function unsupportedIn(b: NewSandbox): string[] {
   if (b.allow_internet_access === true && present(n?.denyOut))
     no('internet access together with denying it (allow_internet_access: true and network.denyOut)');
   return out;
+}
+
+/**
+ * sandboxd's egress for E2B's network update (whose omitted fields are cleared: E2B then
+ * allows all traffic, `internet`), or what of it sandboxd cannot do, as for a create.
+ */
+export function egressOfUpdate(b: NetworkUpdate): { egress: Egress } | { unsupported: string[] } {
+  const out: string[] = [];
+  const no = (what: string) => out.push(`sandboxd does not support ${what} yet`);
+  const denyAll = present(b.denyOut) && (b.denyOut?.every((x) => x === ALL_TRAFFIC) ?? false);
+  if (present(b.allowOut) && !denyAll)
+    no('egress rules without denying all other traffic (allowOut needs denyOut: ["0.0.0.0/0"])');
+  if (present(b.denyOut) && !denyAll)
+    no('egress deny lists (denyOut); only denying all traffic, with allowOut as the exceptions');
+  if (given(b.egressProxy)) no('egress proxies (egressProxy)');
+  if (b.allow_internet_access === true && present(b.denyOut))
+    no('internet access together with denying it (allow_internet_access: true and denyOut)');
+  if (out.length) return { unsupported: out };
+  if (denyAll) return { egress: present(b.allowOut) ? { allow: [...(b.allowOut ?? [])] } : 'none' };
+  return { egress: b.allow_internet_access === false ? 'none' : 'internet' };
 }
 
 /**
