@@ -227,6 +227,33 @@ describe('secrets injected at the egress proxy (real runtime, through the API)',
     }
   });
 
+  it('rules added by PATCH to a running sandbox: its later commands get the placeholder and trust the CA', async () => {
+    const c = await api('POST', '/api/v1/sandboxes', {
+      image: DEBIAN,
+      network: { egress: { allow: [NET.allowed.name] } },
+    });
+    assert.equal(c.status, 201, c.text);
+    const other = c.body.sandbox.id;
+    const p = await api('PATCH', `/api/v1/sandboxes/${other}/network`, {
+      egress: { allow: [NET.allowed.name] },
+      secrets: [{ secret: 'OPENAI', domains: [NET.allowed.name], header: 'X-Api-Key' }],
+    });
+    assert.equal(p.status, 200, p.text);
+    const ph = p.body.network.secrets[0].placeholder;
+    assert.match(ph, /^sbx-secret-/);
+    const r = await api('POST', `/api/v1/sandboxes/${other}/exec`, {
+      command: `echo "$OPENAI"; curl -sS --max-time 10 "https://allowed.fake.test/echo?t=patched"`,
+      options: { timeoutMs: 60_000 },
+    });
+    assert.equal(r.status, 200, r.text);
+    assert.equal(r.body.exitCode, 0, r.body.stderr);
+    assert.equal(r.body.stdout.split('\n')[0], ph);
+    assert.ok(!r.text.includes(VALUE2));
+    const [h] = await seen('t=patched');
+    assert.equal(h.headers?.['x-api-key'], VALUE2);
+    assert.equal((await api('DELETE', `/api/v1/sandboxes/${other}`)).status, 204);
+  });
+
   it('survives a kill -9 of the server; deleting the secret stops injection at once', async () => {
     await s.kill('SIGKILL');
     s = await startServer({ dataDir: s.dataDir, port: s.port, env });

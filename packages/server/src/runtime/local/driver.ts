@@ -1,7 +1,7 @@
 import { mkdir, rmdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { type Egress, SandboxdError } from '@sandboxd/protocol';
+import { type Egress, SandboxdError, secretEnvName } from '@sandboxd/protocol';
 import { imageBundle, installTrust, SYSTEM_BUNDLES, trustEnv, withTrustEnv } from './trust.js';
 import type { Logger } from 'pino';
 import type { Config } from '../../config.js';
@@ -493,6 +493,15 @@ export class LocalDriver implements RuntimeDriver {
       const rec = this.records.get(id);
       if (!isVisible(rec)) throw new SandboxdError('not_found', `sandbox ${id} not found`);
       if (rec.address) await this.network.egress.apply(id, rec.address, rec.spec.egress, secrets);
+      // A rule's placeholder in the env of later commands, unless the env has that name already
+      // (a create put it there; the caller's own value wins).
+      const add = Object.fromEntries(
+        secrets.map((r) => [secretEnvName(r.secret), r.placeholder]).filter(([k]) => !(k in rec.spec.env)),
+      );
+      if (Object.keys(add).length) {
+        rec.env = mergeEnvList(rec.env, add);
+        rec.spec = { ...rec.spec, env: { ...rec.spec.env, ...add } };
+      }
       rec.spec = { ...rec.spec, secrets };
       await this.state.write(rec);
       await this.ensureTrust(rec);
