@@ -8,7 +8,7 @@ import {
   type Server,
 } from 'node:http';
 import { connect as h2connect } from 'node:http2';
-import { createServer as httpsServer, request as httpsRequest } from 'node:https';
+import { Agent as HttpsAgent, createServer as httpsServer, request as httpsRequest } from 'node:https';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
@@ -31,7 +31,7 @@ describe('secret injection at the egress proxy', () => {
   const ca = EgressCa.open(join(tmp, 'ca'));
   /** The upstream's own CA (the fake internet's role), which the proxy is told to trust. */
   const upCa = EgressCa.open(join(tmp, 'up-ca'));
-  const seen: { method: string; url: string; headers: Record<string, unknown>; body: string }[] = [];
+  const seen: { method: string; url: string; headers: Record<string, unknown>; body: string; via: number }[] = [];
   const events: Injection[] = [];
   let rules: SecretInjection[] = [];
   let http: Server;
@@ -49,6 +49,8 @@ describe('secret injection at the egress proxy', () => {
         url: req.url ?? '',
         headers: req.headers,
         body: Buffer.concat(chunks).toString(),
+        // The proxy's upstream connection (its source port).
+        via: req.socket.remotePort ?? 0,
       };
       seen.push(r);
       // Reflects the request in a header and in the body, as echo services do.
@@ -166,6 +168,7 @@ describe('secret injection at the egress proxy', () => {
     }
     agent.destroy();
     assert.equal(seen.length, 3);
+    assert.equal(new Set(seen.map((s) => s.via)).size, 1, 'one upstream connection for the kept-alive client');
     for (const s of seen) {
       assert.equal(s.url, `/v1/x?key=${VALUE}`);
       assert.equal(s.headers.authorization, `Bearer ${VALUE}`);
@@ -177,6 +180,31 @@ describe('secret injection at the egress proxy', () => {
       { ...events[0] },
       { from: SANDBOX, secret: 'API', destination: 'api.test:80', method: 'GET', status: 200, error: undefined },
     );
+  });
+
+  it("TLS keep-alive: a client connection keeps its upstream connection, never another client's", async () => {
+    setRules([bearer]);
+    seen.length = 0;
+    const a = new HttpsAgent({ keepAlive: true, maxSockets: 1 });
+    const b = new HttpsAgent({ keepAlive: true, maxSockets: 1 });
+    for (let i = 0; i < 3; i++) {
+      for (const agent of [a, b]) {
+        const r = await req({ tls: true, path: '/k', agent: agent as unknown as Agent });
+        assert.equal(r.status, 200);
+        if (i > 0) assert.equal(r.reused, true);
+      }
+    }
+    a.destroy();
+    b.destroy();
+    assert.equal(seen.length, 6);
+    const byClient = [0, 1].map((k) => new Set(seen.filter((_, i) => i % 2 === k).map((s) => s.via)));
+    assert.deepEqual(
+      byClient.map((x) => x.size),
+      [1, 1],
+      'each client connection kept one upstream connection',
+    );
+    assert.notDeepEqual([...byClient[0]], [...byClient[1]], 'two clients never share an upstream connection');
+    for (const s of seen) assert.equal(s.headers.authorization, `Bearer ${VALUE}`);
   });
 
   it('a Host switch on a kept-alive connection gets 421 and nothing is forwarded', async () => {

@@ -11,9 +11,10 @@ import {
   type IncomingMessage,
   type ServerResponse,
   createServer,
+  Agent as HttpAgent,
   request as httpRequest,
 } from 'node:http';
-import { request as httpsRequest } from 'node:https';
+import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
 import { createSecureServer, type Http2ServerRequest, type Http2ServerResponse } from 'node:http2';
 import type { Socket } from 'node:net';
 import { Duplex, Transform, type TransformCallback } from 'node:stream';
@@ -55,6 +56,14 @@ interface Conn {
   from: string;
   name: string;
   addrs: string[];
+  /**
+   * The connection's own upstream connections, kept alive between its requests (a kept-alive
+   * client does not pay an upstream TLS handshake per request); never shared with another
+   * client connection, and destroyed with it.
+   */
+  agent: HttpAgent | HttpsAgent;
+  /** Upstream sockets already set up (tracked, timed). */
+  upstream: WeakSet<Socket>;
 }
 
 /** HTTP/2 requests in flight on one terminated connection (each has its own upstream connection). */
@@ -111,8 +120,9 @@ type Res = ServerResponse | Http2ServerResponse;
  * - with the sandbox's rules for the name now, each with a value: its placeholder is replaced
  *   by the value in the request target and every header value, and its header (if any) set
  *   to its format; `accept-encoding` becomes `identity` (so answers can be scrubbed);
- * - the request goes upstream over a new connection from the gateway address to the address
- *   the name resolved to for the sandbox, TLS verified against the system CAs plus the extra
+ * - the request goes upstream, over connections of this client connection's own (kept alive
+ *   between its requests, closed with it), from the gateway address to the address the name
+ *   resolved to for the sandbox, TLS verified against the system CAs plus the extra
  *   ones with SNI = the name; bodies stream both ways, hop-by-hop headers are dropped;
  * - the answer is passed back as it is, but for the values: any occurrence of an injected
  *   value in its headers or (identity-encoded) body is replaced by the placeholder, so an
@@ -136,7 +146,14 @@ export class Interceptor {
    * request knows its connection.
    */
   take(s: Socket, kind: 'http' | 'tls', from: string, name: string, head: Buffer, addrs: string[]): void {
-    const conn: Conn = { kind, from, name, addrs };
+    const pool = {
+      keepAlive: true,
+      maxSockets: MAX_STREAMS_PER_CONNECTION,
+      maxFreeSockets: MAX_STREAMS_PER_CONNECTION,
+    };
+    const agent = kind === 'http' ? new HttpAgent(pool) : new HttpsAgent(pool);
+    s.once('close', () => agent.destroy());
+    const conn: Conn = { kind, from, name, addrs, agent, upstream: new WeakSet() };
     // Answers are written in parts (head, body): no Nagle wait between them (~40 ms each).
     s.setNoDelay(true);
     const handle = (req: Req, res: Res) => this.#request(conn, req, res);
@@ -251,7 +268,7 @@ export class Interceptor {
       path,
       headers: out.flat(),
       setHost: false,
-      agent: false as const,
+      agent: conn.agent,
     };
     const up =
       conn.kind === 'http'
@@ -264,9 +281,12 @@ export class Interceptor {
             rejectUnauthorized: true,
           });
     up.on('socket', (s) => {
+      // A kept-alive socket comes back for each request: set up once.
+      if (conn.upstream.has(s)) return;
+      conn.upstream.add(s);
       this.o.track(s);
       s.setNoDelay(true);
-      s.setTimeout(this.o.idleTimeoutMs, () => up.destroy(new Error('upstream idle')));
+      s.setTimeout(this.o.idleTimeoutMs, () => s.destroy(new Error('upstream idle')));
     });
     let answered = false;
     up.on('response', (ur) => {
