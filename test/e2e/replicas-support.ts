@@ -35,7 +35,14 @@ export class ReplicaPair {
   apiEnv: Record<string, string> = {};
 
   /** Starts the four processes, then makes an account and a running sandbox of `image` through api A. */
-  async start(o: { nodeName: string; image: string; durable?: boolean }): Promise<{
+  async start(o: {
+    nodeName: string;
+    image: string;
+    durable?: boolean;
+    /** The runner's data dir (default a new one) and environment beyond its role's. */
+    runnerDataDir?: string;
+    runnerEnv?: Record<string, string>;
+  }): Promise<{
     runner: Server;
     apiA: Server;
     apiB: Server;
@@ -45,7 +52,13 @@ export class ReplicaPair {
   }> {
     this.pg = await startPostgres({ durable: o.durable });
     const runner = await startServer({
-      env: { SANDBOXD_ROLE: 'runner', SANDBOXD_RUNNER_TOKEN: this.token, SANDBOXD_NODE_NAME: o.nodeName },
+      dataDir: o.runnerDataDir,
+      env: {
+        ...o.runnerEnv,
+        SANDBOXD_ROLE: 'runner',
+        SANDBOXD_RUNNER_TOKEN: this.token,
+        SANDBOXD_NODE_NAME: o.nodeName,
+      },
       ready: runnerReady(this.token),
     });
     this.runner = runner;
