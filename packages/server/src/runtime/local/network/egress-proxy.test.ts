@@ -32,19 +32,22 @@ function closedWithin(c: Socket, ms: number): Promise<boolean> {
   });
 }
 
-/** One request on `c` (kept alive); resolves the status line. */
+/** One request on `c` (kept alive); resolves the status line, rejects if `c` closes first. */
 function request(c: Socket): Promise<string> {
   c.write('GET / HTTP/1.1\r\nHost: ok.test\r\n\r\n');
-  return new Promise((res) => {
+  return new Promise((res, rej) => {
     let buf = '';
+    const onClose = () => rej(new Error(`closed before the answer (read: ${JSON.stringify(buf)})`));
     const onData = (d: Buffer) => {
       buf += d.toString('latin1');
       if (buf.includes('\r\n\r\nok')) {
         c.off('data', onData);
+        c.off('close', onClose);
         res(buf.split('\r\n')[0]);
       }
     };
     c.on('data', onData);
+    c.once('close', onClose);
   });
 }
 
@@ -73,7 +76,8 @@ describe('the egress proxy: each sandbox has its share, idle tunnels go', () => 
       upstreamSockets.add(s);
       s.once('close', () => upstreamSockets.delete(s));
     });
-    await new Promise<void>((r) => server.listen(80, UPSTREAM, () => r()));
+    // A port taken (another run of this file) fails here, loudly.
+    await new Promise<void>((r, j) => server.once('error', j).listen(80, UPSTREAM, () => r()));
   });
   after(() => {
     for (const p of proxies) p.close();
