@@ -251,6 +251,25 @@ describe('secrets injected at the egress proxy (real runtime, through the API)',
     assert.ok(!r.text.includes(VALUE2));
     const [h] = await seen('t=patched');
     assert.equal(h.headers?.['x-api-key'], VALUE2);
+    // Removed, then named again: later commands hold the placeholder the answer shows.
+    const off = await api('PATCH', `/api/v1/sandboxes/${other}/network`, {
+      egress: { allow: [NET.allowed.name] },
+      secrets: [],
+    });
+    assert.equal(off.status, 200, off.text);
+    const again = await api('PATCH', `/api/v1/sandboxes/${other}/network`, {
+      egress: { allow: [NET.allowed.name] },
+      secrets: [{ secret: 'OPENAI', domains: [NET.allowed.name], header: 'X-Api-Key' }],
+    });
+    assert.equal(again.status, 200, again.text);
+    const r2 = await api('POST', `/api/v1/sandboxes/${other}/exec`, {
+      command: `echo "$OPENAI"; curl -sS --max-time 10 -H "X-Other: $OPENAI" "https://allowed.fake.test/echo?t=again"`,
+      options: { timeoutMs: 60_000 },
+    });
+    assert.equal(r2.body.exitCode, 0, r2.body.stderr);
+    assert.equal(r2.body.stdout.split('\n')[0], again.body.network.secrets[0].placeholder);
+    const [h2] = await seen('t=again');
+    assert.deepEqual([h2.headers?.['x-api-key'], h2.headers?.['x-other']], [VALUE2, VALUE2]);
     assert.equal((await api('DELETE', `/api/v1/sandboxes/${other}`)).status, 204);
   });
 

@@ -493,10 +493,15 @@ export class LocalDriver implements RuntimeDriver {
       const rec = this.records.get(id);
       if (!isVisible(rec)) throw new SandboxdError('not_found', `sandbox ${id} not found`);
       if (rec.address) await this.network.egress.apply(id, rec.address, rec.spec.egress, secrets);
-      // A rule's placeholder in the env of later commands, unless the env has that name already
-      // (a create put it there; the caller's own value wins).
+      // A rule's placeholder in the env of later commands, unless the env has that name with a
+      // value of the caller's own (a placeholder there, of an earlier rule, is replaced).
       const add = Object.fromEntries(
-        secrets.map((r) => [secretEnvName(r.secret), r.placeholder]).filter(([k]) => !(k in rec.spec.env)),
+        secrets
+          .map((r) => [secretEnvName(r.secret), r.placeholder])
+          .filter(
+            ([k, v]) =>
+              rec.spec.env[k] !== v && (!(k in rec.spec.env) || /^sbx-secret-[0-9a-f]{24}$/.test(rec.spec.env[k])),
+          ),
       );
       if (Object.keys(add).length) {
         rec.env = mergeEnvList(rec.env, add);
