@@ -129,6 +129,10 @@ describe('browser console: secrets', { timeout: 300_000 }, () => {
 
   it('shows the injections, newest first, filtered by sandbox and by secret, and pages to older ones', async () => {
     const { page } = b;
+    // The page afresh: the form as a user finds it.
+    await page.getByRole('link', { name: 'Sandboxes' }).click();
+    await page.getByRole('link', { name: 'Secrets' }).click();
+    await page.getByRole('heading', { name: 'Secrets', level: 1 }).waitFor();
     const t0 = Date.parse('2026-06-01T12:00:00Z');
     const row = (i: number, sandboxId: string, secret: string, status: number | null) => ({
       id: `inj_test_${String(i).padStart(4, '0')}`,
@@ -171,6 +175,8 @@ describe('browser console: secrets', { timeout: 300_000 }, () => {
       'inj_test_0001',
     ]);
     assert.match((await rows.first().textContent())!, /GH.*POST api\.openai\.com:443.*401/);
+    // The page as docs/console.md shows it (docs/screenshots/secrets-desktop.png).
+    await b.shoot('secrets-audit-filtered');
     await page.getByLabel('Sandbox', { exact: true }).fill('');
     await page.getByLabel('Secret', { exact: true }).selectOption('OPENAI');
     await page.getByLabel('Sandbox', { exact: true }).fill(SBX_B);
