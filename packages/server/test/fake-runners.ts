@@ -88,7 +88,9 @@ export class FakeRunners {
           if (prop === 'processes' && prefix === '') return wrap(processes, 'processes.');
           const v = Reflect.get(t, prop, receiver);
           if (prop === 'files' || prop === 'images') return wrap(v as object, `${String(prop)}.`);
-          if (typeof v !== 'function' || prop === 'close') return typeof v === 'function' ? v.bind(t) : v;
+          // Synchronous by contract (a subscription, a close): never made async, nor checked.
+          if (typeof v !== 'function' || prop === 'close' || prop === 'onInjection')
+            return typeof v === 'function' ? v.bind(t) : v;
           return async (...args: unknown[]) => {
             check();
             log(`${prefix}${String(prop)}`, args);
