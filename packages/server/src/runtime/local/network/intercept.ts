@@ -7,6 +7,7 @@
  * TLS verified; see {@link Interceptor}.
  */
 import {
+  type ClientRequest,
   type IncomingHttpHeaders,
   type IncomingMessage,
   type ServerResponse,
@@ -251,6 +252,13 @@ export class Interceptor {
     };
     for (const r of rules) if (r.header) set(r.header, replaceAll(r.format, SECRET_VALUE_TOKEN, r.value as string));
     if (rules.length) set('accept-encoding', 'identity');
+    // A body without a length (HTTP/1.1 chunked, HTTP/2 DATA) goes on chunked whatever the
+    // method: Node's client writes a GET's body bytes unframed, which the upstream would parse
+    // as a request of its own (smuggled past the Host check, to any name on that server).
+    const hasBody = h2
+      ? !(req as Http2ServerRequest).stream.endAfterHeaders
+      : req.headers['transfer-encoding'] !== undefined;
+    if (hasBody && req.headers['content-length'] === undefined) set('transfer-encoding', 'chunked');
     const path = sub(target);
     const method = req.method ?? 'GET';
     const destination = `${conn.name}:${conn.kind === 'http' ? 80 : 443}`;
@@ -270,16 +278,25 @@ export class Interceptor {
       setHost: false,
       agent: conn.agent,
     };
-    const up =
-      conn.kind === 'http'
-        ? httpRequest(common)
-        : httpsRequest({
-            ...common,
-            servername: conn.name,
-            // Passed on to tls.connect (https.RequestOptions' type omits it).
-            ...({ secureContext: this.#upstreamTls } as object),
-            rejectUnauthorized: true,
-          });
+    let up: ClientRequest;
+    try {
+      up =
+        conn.kind === 'http'
+          ? httpRequest(common)
+          : httpsRequest({
+              ...common,
+              servername: conn.name,
+              // Passed on to tls.connect (https.RequestOptions' type omits it).
+              ...({ secureContext: this.#upstreamTls } as object),
+              rejectUnauthorized: true,
+            });
+    } catch (e) {
+      // A head Node's client refuses to write: a value with a space put into the request
+      // target (a value is any printable ASCII). Thrown here, it would end the process.
+      // The code only: its message may quote the head.
+      reply(res, 400, `the request cannot be sent upstream (${(e as NodeJS.ErrnoException).code ?? 'invalid'})`, true);
+      return;
+    }
     up.on('socket', (s) => {
       // A kept-alive socket comes back for each request: set up once.
       if (conn.upstream.has(s)) return;

@@ -1,0 +1,217 @@
+/**
+ * Attacks on secret injection from inside a sandbox, at the proxy itself (session 23's
+ * attacker's review; docs/security.md, "Secret injection at the egress proxy"). The upstream
+ * is a raw TCP/TLS server that records the bytes it gets, so what an upstream parser would
+ * see (a second, smuggled request) is visible as it is.
+ */
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { connect as h2connect } from 'node:http2';
+import { connect as netConnect, createServer as netServer, type Server, type Socket } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { type ConnectionOptions, connect as tlsConnect, createServer as tlsServer } from 'node:tls';
+import type { SecretInjection } from '../../driver.js';
+import { EgressCa } from './ca.js';
+import { EgressProxy } from './egress-proxy.js';
+
+const UPSTREAM = '127.0.79.3';
+const SANDBOX = '127.0.2.9';
+const PH = 'sbx-secret-0000000000000000000000a1';
+/** Printable ASCII, as a secret's value may be: spaces included (a passphrase, "Bearer x"). */
+const VALUE = 'sk live VALUE 1234567890';
+
+describe('secret injection: attacks on the proxy', () => {
+  const tmp = mkdtempSync(join(tmpdir(), 'intercept-attacks-'));
+  const ca = EgressCa.open(join(tmp, 'ca'));
+  const upCa = EgressCa.open(join(tmp, 'up-ca'));
+  /** What the upstream received, connection by connection (latin1). */
+  const got: string[] = [];
+  let rules: SecretInjection[] = [];
+  const servers: Server[] = [];
+  let proxy: EgressProxy;
+  let ports: { http: number; tls: number };
+  const answers: string[] = [];
+
+  /** A raw upstream: records bytes; one fixed answer per connection, after the first head. */
+  const onUpstream = (s: Socket) => {
+    const i = got.push('') - 1;
+    let answered = false;
+    s.on('data', (d: Buffer) => {
+      got[i] += d.toString('latin1');
+      if (!answered && got[i].includes('\r\n\r\n')) {
+        answered = true;
+        s.write('HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok');
+      }
+    });
+    s.on('error', () => {});
+  };
+
+  before(async () => {
+    const leaf = upCa.leaf('api.test');
+    const plain = netServer(onUpstream);
+    const tls = tlsServer({ cert: leaf.cert, key: leaf.key }, onUpstream);
+    for (const s of [plain, tls]) {
+      await new Promise<void>((r) => s.listen(0, UPSTREAM, () => r()));
+      servers.push(s);
+    }
+    proxy = new EgressProxy({
+      gateway: '127.0.0.1',
+      ca,
+      extraCa: [upCa.certPem],
+      upstreamPorts: {
+        http: (plain.address() as { port: number }).port,
+        tls: (tls.address() as { port: number }).port,
+      },
+      policy: {
+        isRuled: (a) => a === SANDBOX,
+        allowsName: () => true,
+        addressesFor: async () => [UPSTREAM],
+        secretsFor: (_a, n) => rules.filter((r) => r.domains.includes(n)),
+      },
+    });
+    ports = await proxy.listen();
+  });
+  after(() => {
+    proxy.close();
+    for (const s of servers) s.close();
+    rmSync(tmp, { recursive: true, force: true });
+    for (const a of answers) assert.ok(!a.includes(VALUE), 'an answer carried the value');
+  });
+
+  const bearer: SecretInjection = {
+    secret: 'API',
+    domains: ['api.test'],
+    header: 'Authorization',
+    format: 'Bearer {value}',
+    placeholder: PH,
+    value: VALUE,
+  };
+  const query: SecretInjection = {
+    secret: 'Q',
+    domains: ['api.test'],
+    placeholder: PH,
+    value: VALUE,
+    format: '{value}',
+  };
+
+  /**
+   * Raw bytes to the proxy's HTTP side as the sandbox (each head says `Connection: close`, or
+   * is one the parser refuses: the proxy closes); resolves all it answered once it closed.
+   */
+  const raw = (bytes: string) =>
+    new Promise<string>((res) => {
+      const s = netConnect({ host: '127.0.0.1', port: ports.http, localAddress: SANDBOX });
+      // A bound: a proxy that neither answers nor closes fails the test (empty answer).
+      s.setTimeout(5000, () => s.destroy());
+      let out = '';
+      s.on('data', (d: Buffer) => {
+        out += d.toString('latin1');
+      });
+      s.on('error', () => {});
+      s.on('close', () => {
+        answers.push(out);
+        res(out);
+      });
+      s.write(bytes);
+    });
+
+  /** One HTTP/2 request over TLS as the sandbox; resolves the status (0: reset) and body. */
+  const h2 = (headers: Record<string, string>, body?: string) =>
+    new Promise<{ status: number; body: string }>((res) => {
+      const session = h2connect('https://api.test', {
+        createConnection: () =>
+          tlsConnect({
+            host: '127.0.0.1',
+            port: ports.tls,
+            localAddress: SANDBOX,
+            servername: 'api.test',
+            ca: ca.certPem,
+            ALPNProtocols: ['h2'],
+          } as ConnectionOptions),
+      });
+      session.on('error', () => {});
+      const st = session.request({ ':authority': 'api.test', ...headers }, { endStream: body === undefined });
+      let status = 0;
+      let out = '';
+      st.on('response', (h) => {
+        status = Number(h[':status']);
+      });
+      st.on('data', (d: Buffer) => {
+        out += d.toString('latin1');
+      });
+      st.on('error', () => {});
+      st.on('close', () => {
+        session.close();
+        answers.push(out);
+        res({ status, body: out });
+      });
+      if (body !== undefined) st.end(body);
+    });
+
+  it('a value the request target cannot hold (a space) put there: 400, nothing sent, the proxy lives on', async () => {
+    rules = [query];
+    got.length = 0;
+    const r = await raw(`GET /v1?key=${PH} HTTP/1.1\r\nHost: api.test\r\nConnection: close\r\n\r\n`);
+    assert.match(r, /^HTTP\/1.1 400 /);
+    assert.match(r, /cannot be sent upstream/);
+    assert.equal(got.length, 0, 'nothing reached the upstream');
+    // The proxy still serves: the value in a header is fine.
+    const ok = await raw(`GET /v1 HTTP/1.1\r\nHost: api.test\r\nX-Key: ${PH}\r\nConnection: close\r\n\r\n`);
+    assert.match(ok, /^HTTP\/1.1 200 /);
+    assert.match(got[0], new RegExp(`\r\nX-Key: ${VALUE}\r\n`));
+  });
+
+  it('a body on a GET (HTTP/1.1 chunked, HTTP/2 DATA) goes upstream framed: no second request is smuggled', async () => {
+    rules = [bearer];
+    const inner = 'GET /smuggled HTTP/1.1\r\nHost: evil.test\r\n\r\n';
+    got.length = 0;
+    const r = await raw(
+      `GET /a HTTP/1.1\r\nHost: api.test\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n${inner.length.toString(16)}\r\n${inner}\r\n0\r\n\r\n`,
+    );
+    assert.match(r, /^HTTP\/1.1 200 /);
+    const viaH2 = await h2({ ':path': '/b' }, inner);
+    assert.equal(viaH2.status, 200);
+    assert.equal(got.length, 2);
+    for (const g of got) {
+      // The body is chunked upstream: its bytes never start a request of their own.
+      assert.match(g, /\r\ntransfer-encoding: chunked\r\n/i, g);
+      assert.ok(!g.includes(`\r\n\r\n${inner}`), `smuggled: ${JSON.stringify(g)}`);
+      assert.ok(g.includes(`${inner.length.toString(16)}\r\n${inner}\r\n0\r\n\r\n`), JSON.stringify(g));
+    }
+  });
+
+  it('ambiguous framing (two Content-Lengths, CL and TE, an unknown TE, obs-fold, bare LF): refused, nothing forwarded', async () => {
+    rules = [bearer];
+    got.length = 0;
+    const heads = [
+      'POST /a HTTP/1.1\r\nHost: api.test\r\nContent-Length: 3\r\nContent-Length: 40\r\n\r\nabc',
+      'POST /a HTTP/1.1\r\nHost: api.test\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n',
+      'POST /a HTTP/1.1\r\nHost: api.test\r\nTransfer-Encoding: xchunked\r\n\r\nGET /smuggled HTTP/1.1\r\n\r\n',
+      'GET /a HTTP/1.1\r\nHost: api.test\r\nX-A: b\r\n Host: evil.test\r\nConnection: close\r\n\r\n',
+    ];
+    for (const h of heads) {
+      const r = await raw(h);
+      assert.ok(r === '' || /^HTTP\/1.1 4\d\d /.test(r), r);
+    }
+    // Bare LF: as the first request's head the proxy waits for its CRLF end (and closes after
+    // 10 s), so it comes second on a kept-alive connection: the parser refuses it (and drops
+    // the connection, the first request's answer with it); it never goes upstream.
+    const lf = await raw(
+      'GET /first HTTP/1.1\r\nHost: api.test\r\n\r\nGET /lf HTTP/1.1\nHost: api.test\nX-A: b\nConnection: close\n\n',
+    );
+    assert.ok((lf.match(/HTTP\/1.1 200 /g) ?? []).length <= 1, lf);
+    assert.ok(!got.some((g) => g.includes('/lf')), JSON.stringify(got));
+    got.length = 0;
+    // HTTP/2: a content-length the DATA does not match is a stream error.
+    const h = await h2({ ':path': '/a', ':method': 'POST', 'content-length': '3' }, `abc${'GET / HTTP/1.1\r\n\r\n'}`);
+    assert.equal(h.status, 0);
+    // (Node's parser refuses an unknown Transfer-Encoding at its first body byte, after the
+    // request began: an upstream connection may have opened, but no byte went on it.)
+    assert.deepEqual(
+      got.filter((g) => g !== ''),
+      [],
+    );
+  });
+});
