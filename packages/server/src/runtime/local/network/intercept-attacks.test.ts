@@ -182,6 +182,29 @@ describe('secret injection: attacks on the proxy', () => {
     }
   });
 
+  it('a header rule puts the value in its header only: the placeholder in the target or another header stays', async () => {
+    // Else a sandbox writes the value where the allowed service keeps it as data, readable
+    // by others: `POST /api/chat.postMessage?channel=public&text=$PLACEHOLDER` to a chat API
+    // whose token the rule puts in Authorization posts the token itself.
+    rules = [bearer];
+    got.length = 0;
+    const r = await raw(
+      `POST /api/chat.postMessage?channel=C1&text=${PH} HTTP/1.1\r\nHost: api.test\r\nX-Title: ${PH}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n`,
+    );
+    assert.match(r, /^HTTP\/1.1 200 /);
+    assert.equal(got.length, 1);
+    assert.match(got[0], new RegExp(`^POST /api/chat.postMessage\\?channel=C1&text=${PH} `));
+    assert.match(got[0], new RegExp(`\r\nX-Title: ${PH}\r\n`));
+    assert.match(got[0], new RegExp(`\r\nAuthorization: Bearer ${VALUE}\r\n`));
+    assert.equal(got[0].split(VALUE).length, 2, 'the value once, in its header');
+    // A rule without header is the one that replaces the placeholder in the head.
+    rules = [{ ...query, value: 'no-space-value' }];
+    got.length = 0;
+    await raw(`GET /v1?key=${PH} HTTP/1.1\r\nHost: api.test\r\nX-Key: ${PH}\r\nConnection: close\r\n\r\n`);
+    assert.match(got[0], /^GET \/v1\?key=no-space-value /);
+    assert.match(got[0], /\r\nX-Key: no-space-value\r\n/);
+  });
+
   it('ambiguous framing (two Content-Lengths, CL and TE, an unknown TE, obs-fold, bare LF): refused, nothing forwarded', async () => {
     rules = [bearer];
     got.length = 0;

@@ -118,9 +118,10 @@ type Res = ServerResponse | Http2ServerResponse;
  *   first request's Host), else 421 and nothing is forwarded: a kept-alive connection cannot
  *   switch to another name, and a TLS connection for one name cannot carry requests for another;
  * - CONNECT: 405; an Upgrade (WebSocket, h2c): 501 (neither is tunnelled through injection);
- * - with the sandbox's rules for the name now, each with a value: its placeholder is replaced
- *   by the value in the request target and every header value, and its header (if any) set
- *   to its format; `accept-encoding` becomes `identity` (so answers can be scrubbed);
+ * - with the sandbox's rules for the name now, each with a value: a rule with a header sets
+ *   that header to its format (and nothing else); a rule without one has its placeholder
+ *   replaced by the value in the request target and every header value; `accept-encoding`
+ *   becomes `identity` (so answers can be scrubbed);
  * - the request goes upstream, over connections of this client connection's own (kept alive
  *   between its requests, closed with it), from the gateway address to the address the name
  *   resolved to for the sandbox, TLS verified against the system CAs plus the extra
@@ -226,8 +227,12 @@ export class Interceptor {
       return;
     }
     const rules = this.o.rulesFor(conn.from, conn.name).filter((r) => r.value !== undefined);
+    // A rule with a header puts the value there only; one without replaces its placeholder in
+    // the head. (A header rule's placeholder replaced elsewhere would let the sandbox write the
+    // value into what the service keeps as data: `?text=<placeholder>` of a chat API.)
+    const anywhere = rules.filter((r) => !r.header);
     const sub = (s: string) => {
-      for (const r of rules) s = replaceAll(s, r.placeholder, r.value as string);
+      for (const r of anywhere) s = replaceAll(s, r.placeholder, r.value as string);
       return s;
     };
     // Headers as sent (duplicates kept), less pseudo-headers and hop-by-hop ones.
