@@ -34,7 +34,11 @@ describe('secret injection: attacks on the proxy', () => {
   let ports: { http: number; tls: number };
   const answers: string[] = [];
 
-  /** A raw upstream: records bytes; one fixed answer per connection, after the first head. */
+  /**
+   * A raw upstream: records bytes; one answer per connection, after the first head. It
+   * reflects the request's Authorization where no echo service of the tests does: in the
+   * status line's reason phrase, and (`X-Reflect-Name: 1`) in a header's name.
+   */
   const onUpstream = (s: Socket) => {
     const i = got.push('') - 1;
     let answered = false;
@@ -42,7 +46,9 @@ describe('secret injection: attacks on the proxy', () => {
       got[i] += d.toString('latin1');
       if (!answered && got[i].includes('\r\n\r\n')) {
         answered = true;
-        s.write('HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok');
+        const auth = /\r\nAuthorization: ([^\r]*)\r\n/i.exec(got[i])?.[1] ?? 'OK';
+        const named = /\r\nX-Reflect-Name: 1\r\n/i.test(got[i]) ? `x-${auth.split(' ').pop()}: 1\r\n` : '';
+        s.write(`HTTP/1.1 200 ${auth}\r\n${named}content-length: 2\r\n\r\nok`);
       }
     });
     s.on('error', () => {});
@@ -77,7 +83,7 @@ describe('secret injection: attacks on the proxy', () => {
     proxy.close();
     for (const s of servers) s.close();
     rmSync(tmp, { recursive: true, force: true });
-    for (const a of answers) assert.ok(!a.includes(VALUE), 'an answer carried the value');
+    for (const a of answers) assert.ok(!a.includes(VALUE), `an answer carried the value: ${a}`);
   });
 
   const bearer: SecretInjection = {
@@ -203,6 +209,20 @@ describe('secret injection: attacks on the proxy', () => {
     await raw(`GET /v1?key=${PH} HTTP/1.1\r\nHost: api.test\r\nX-Key: ${PH}\r\nConnection: close\r\n\r\n`);
     assert.match(got[0], /^GET \/v1\?key=no-space-value /);
     assert.match(got[0], /\r\nX-Key: no-space-value\r\n/);
+  });
+
+  it('an upstream reflecting the value in the reason phrase or a header name: scrubbed too', async () => {
+    rules = [bearer];
+    got.length = 0;
+    const r = await raw('GET /a HTTP/1.1\r\nHost: api.test\r\nConnection: close\r\n\r\n');
+    assert.match(r, new RegExp(`^HTTP/1.1 200 Bearer ${PH}\r\n`));
+    assert.match(got[0], new RegExp(`\r\nAuthorization: Bearer ${VALUE}\r\n`));
+    // A header's name (which comes lowercased): a token-like value.
+    const token = 'Tok-ABC-123';
+    rules = [{ ...bearer, value: token }];
+    const n = await raw('GET /a HTTP/1.1\r\nHost: api.test\r\nX-Reflect-Name: 1\r\nConnection: close\r\n\r\n');
+    assert.match(n, /^HTTP\/1.1 200 /);
+    assert.ok(!n.toLowerCase().includes(token.toLowerCase()), n);
   });
 
   it('ambiguous framing (two Content-Lengths, CL and TE, an unknown TE, obs-fold, bare LF): refused, nothing forwarded', async () => {

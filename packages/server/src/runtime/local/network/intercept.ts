@@ -127,7 +127,8 @@ type Res = ServerResponse | Http2ServerResponse;
  *   resolved to for the sandbox, TLS verified against the system CAs plus the extra
  *   ones with SNI = the name; bodies stream both ways, hop-by-hop headers are dropped;
  * - the answer is passed back as it is, but for the values: any occurrence of an injected
- *   value in its headers or (identity-encoded) body is replaced by the placeholder, so an
+ *   value in its reason phrase, header values or (identity-encoded) body is replaced by the
+ *   placeholder, and a header whose name holds one is dropped, so an
  *   upstream that echoes requests does not hand the value to the sandbox; with one injected,
  *   the answer's content-length goes (the body is streamed, HTTP/1.1 chunked);
  * - upstream failure: 502 with a plain message (never a value).
@@ -324,16 +325,19 @@ export class Interceptor {
           .split(',')
           .map((t) => t.trim().toLowerCase()),
       );
+      // Header names come lowercased: one holding a value (in any case) goes.
+      const lowered = hidden.map(([v]) => v.toLowerCase());
       const headers: Record<string, string | string[]> = {};
       for (const [k, v] of Object.entries(ur.headers as IncomingHttpHeaders)) {
         if (v === undefined || HOP.has(k) || unamed.has(k)) continue;
+        if (lowered.some((l) => k.includes(l))) continue;
         if (hidden.length && k === 'content-length') continue;
         headers[k] = Array.isArray(v) ? v.map(scrub) : scrub(v);
       }
       const status = ur.statusCode ?? 502;
       try {
         if (h2) (res as Http2ServerResponse).writeHead(status, headers);
-        else (res as ServerResponse).writeHead(status, ur.statusMessage, headers);
+        else (res as ServerResponse).writeHead(status, scrub(ur.statusMessage ?? ''), headers);
       } catch {
         ur.destroy();
         res.destroy();
