@@ -225,7 +225,7 @@ describe('secret injection: attacks on the proxy', () => {
     assert.ok(!n.toLowerCase().includes(token.toLowerCase()), n);
   });
 
-  it('ambiguous framing (two Content-Lengths, CL and TE, an unknown TE, obs-fold, bare LF): refused, nothing forwarded', async () => {
+  it('ambiguous framing (two Content-Lengths, CL and TE, an unknown TE, obs-fold, bare LF, h2c prior knowledge): refused, nothing forwarded', async () => {
     rules = [bearer];
     got.length = 0;
     const heads = [
@@ -247,6 +247,8 @@ describe('secret injection: attacks on the proxy', () => {
     assert.ok((lf.match(/HTTP\/1.1 200 /g) ?? []).length <= 1, lf);
     assert.ok(!got.some((g) => g.includes('/lf')), JSON.stringify(got));
     got.length = 0;
+    // HTTP/2 with prior knowledge on port 80 (h2c): no Host to read, refused before any parsing.
+    assert.match(await raw('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n'), /^HTTP\/1.1 403 /);
     // HTTP/2: a content-length the DATA does not match is a stream error.
     const h = await h2({ ':path': '/a', ':method': 'POST', 'content-length': '3' }, `abc${'GET / HTTP/1.1\r\n\r\n'}`);
     assert.equal(h.status, 0);
