@@ -46,6 +46,7 @@ describe('secret injection: attacks on the proxy', () => {
       got[i] += d.toString('latin1');
       if (!answered && got[i].includes('\r\n\r\n')) {
         answered = true;
+        if (got[i].startsWith('GET /hold ')) return; // never answered: the connection stays
         const auth = /\r\nAuthorization: ([^\r]*)\r\n/i.exec(got[i])?.[1] ?? 'OK';
         const named = /\r\nX-Reflect-Name: 1\r\n/i.test(got[i]) ? `x-${auth.split(' ').pop()}: 1\r\n` : '';
         s.write(`HTTP/1.1 200 ${auth}\r\n${named}content-length: 2\r\n\r\nok`);
@@ -121,6 +122,20 @@ describe('secret injection: attacks on the proxy', () => {
         res(out);
       });
       s.write(bytes);
+    });
+
+  /** An HTTP/2 session over TLS to the proxy (at `port`) as the sandbox. */
+  const h2session = (port = ports.tls) =>
+    h2connect('https://api.test', {
+      createConnection: () =>
+        tlsConnect({
+          host: '127.0.0.1',
+          port,
+          localAddress: SANDBOX,
+          servername: 'api.test',
+          ca: ca.certPem,
+          ALPNProtocols: ['h2'],
+        } as ConnectionOptions),
     });
 
   /** One HTTP/2 request over TLS as the sandbox; resolves the status (0: reset) and body. */
@@ -223,6 +238,68 @@ describe('secret injection: attacks on the proxy', () => {
     const n = await raw('GET /a HTTP/1.1\r\nHost: api.test\r\nX-Reflect-Name: 1\r\nConnection: close\r\n\r\n');
     assert.match(n, /^HTTP\/1.1 200 /);
     assert.ok(!n.toLowerCase().includes(token.toLowerCase()), n);
+  });
+
+  it("HTTP/2 streams' upstream connections count in the sandbox's share of the proxy", async () => {
+    // Each stream of a terminated HTTP/2 connection is an upstream connection of its own: not
+    // counted, 512 connections x 8 streams let one sandbox hold 4608 of the proxy's 8192
+    // sockets, two of them every sandbox's egress.
+    rules = [bearer];
+    got.length = 0;
+    const small = new EgressProxy({
+      gateway: '127.0.0.1',
+      ca,
+      extraCa: [upCa.certPem],
+      maxPerSandbox: 3,
+      upstreamPorts: {
+        http: (servers[0].address() as { port: number }).port,
+        tls: (servers[1].address() as { port: number }).port,
+      },
+      policy: {
+        isRuled: (a) => a === SANDBOX,
+        allowsName: () => true,
+        addressesFor: async () => [UPSTREAM],
+        secretsFor: () => rules,
+      },
+    });
+    const port = (await small.listen()).tls;
+    const session = h2session(port);
+    session.on('error', () => {});
+    try {
+      const statuses: number[] = [];
+      const streams = Array.from({ length: 6 }, () => {
+        const st = session.request({ ':authority': 'api.test', ':path': '/hold' });
+        st.on('response', (h) => statuses.push(Number(h[':status'])));
+        st.on('error', () => {});
+        st.resume();
+        return st;
+      });
+      // Those beyond the share are answered 503 at once; the others wait on the upstream.
+      const held = () => got.filter((g) => g.startsWith('GET /hold ')).length;
+      for (let i = 0; i < 500 && (statuses.length < 4 || held() < 2); i++) await new Promise((r) => setTimeout(r, 10));
+      assert.deepEqual(statuses, [503, 503, 503, 503]);
+      assert.equal(held(), 2, 'the session and two upstream connections');
+      for (const st of streams) st.close();
+      session.destroy();
+      // Closed, they give their share back (released as their upstream connections close).
+      let status = 0;
+      for (let i = 0; i < 100 && status !== 200; i++) {
+        const again = h2session(port);
+        again.on('error', () => {});
+        status = await new Promise<number>((res) => {
+          const st = again.request({ ':authority': 'api.test', ':path': '/after' });
+          st.on('response', (h) => res(Number(h[':status'])));
+          st.on('error', () => res(0));
+          st.resume();
+        });
+        again.destroy();
+        if (status !== 200) await new Promise((r) => setTimeout(r, 20));
+      }
+      assert.equal(status, 200);
+    } finally {
+      session.destroy();
+      small.close();
+    }
   });
 
   it('ambiguous framing (two Content-Lengths, CL and TE, an unknown TE, obs-fold, bare LF, h2c prior knowledge): refused, nothing forwarded', async () => {

@@ -48,6 +48,11 @@ export interface InterceptorOptions {
   onInjection(e: Injection): void;
   /** Every upstream socket (the proxy counts and closes them). */
   track(s: Socket): void;
+  /**
+   * One upstream socket out of the share of the sandbox at `from` (its proxy connections at
+   * once): the release, or null when none is left (the request gets 503).
+   */
+  claim(from: string): (() => void) | null;
   idleTimeoutMs: number;
 }
 
@@ -66,6 +71,9 @@ interface Conn {
   /** Upstream sockets already set up (tracked, timed). */
   upstream: WeakSet<Socket>;
 }
+
+/** The code of the error of a request whose sandbox has no connection left in its share. */
+const SHARE_SPENT = 'ESANDBOXSHARE';
 
 /** HTTP/2 requests in flight on one terminated connection (each has its own upstream connection). */
 export const MAX_STREAMS_PER_CONNECTION = 8;
@@ -123,8 +131,9 @@ type Res = ServerResponse | Http2ServerResponse;
  *   replaced by the value in the request target and every header value; `accept-encoding`
  *   becomes `identity` (so answers can be scrubbed);
  * - the request goes upstream, over connections of this client connection's own (kept alive
- *   between its requests, closed with it), from the gateway address to the address the name
- *   resolved to for the sandbox, TLS verified against the system CAs plus the extra
+ *   between its requests, closed with it; each counts in the sandbox's share of the proxy's
+ *   connections, past which the request gets 503), from the gateway address to the address
+ *   the name resolved to for the sandbox, TLS verified against the system CAs plus the extra
  *   ones with SNI = the name; bodies stream both ways, hop-by-hop headers are dropped;
  * - the answer is passed back as it is, but for the values: any occurrence of an injected
  *   value in its reason phrase, header values or (identity-encoded) body is replaced by the
@@ -156,6 +165,22 @@ export class Interceptor {
     };
     const agent = kind === 'http' ? new HttpAgent(pool) : new HttpsAgent(pool);
     s.once('close', () => agent.destroy());
+    // Each upstream socket (HTTP/2: up to 8 at once on one connection of the sandbox's, and
+    // as many kept idle) counts in the sandbox's share, as a relayed connection's two do;
+    // none left: the request fails with SHARE_SPENT (503).
+    const connect = agent.createConnection.bind(agent);
+    agent.createConnection = ((opts: object, cb?: (e: Error | null, s?: Duplex) => void) => {
+      const release = this.o.claim(from);
+      if (!release) {
+        const e = Object.assign(new Error('no connection left in the share of the sandbox'), { code: SHARE_SPENT });
+        process.nextTick(() => cb?.(e));
+        return undefined;
+      }
+      const sock = connect(opts as never, cb as never);
+      if (sock) sock.once('close', release);
+      else release();
+      return sock;
+    }) as typeof agent.createConnection;
     const conn: Conn = { kind, from, name, addrs, agent, upstream: new WeakSet() };
     // Answers are written in parts (head, body): no Nagle wait between them (~40 ms each).
     s.setNoDelay(true);
@@ -349,13 +374,15 @@ export class Interceptor {
     });
     up.on('error', (e: NodeJS.ErrnoException) => {
       if (answered) return res.destroy();
+      if (e.code === SHARE_SPENT) return reply(res, 503, 'too many connections at once from this sandbox');
       const why = e.code ?? 'failed';
       report(null, why);
       reply(res, 502, `upstream ${conn.name} failed: ${why}`);
     });
-    res.on('close', () => {
-      if (!res.writableFinished) up.destroy();
-    });
+    // The answer done, or the sandbox gone before its end: the upstream connection (one use)
+    // goes. (Not only when `!writableFinished`: an HTTP/2 response whose stream the sandbox
+    // reset says finished, and its upstream connection stayed, held for the idle timeout.)
+    res.on('close', () => up.destroy());
     req.pipe(up);
   }
 }
