@@ -49,7 +49,11 @@ describe('secret injection: attacks on the proxy', () => {
         if (got[i].startsWith('GET /hold ')) return; // never answered: the connection stays
         const auth = /\r\nAuthorization: ([^\r]*)\r\n/i.exec(got[i])?.[1] ?? 'OK';
         const named = /\r\nX-Reflect-Name: 1\r\n/i.test(got[i]) ? `x-${auth.split(' ').pop()}: 1\r\n` : '';
-        s.write(`HTTP/1.1 200 ${auth}\r\n${named}content-length: 2\r\n\r\nok`);
+        // X-Reflect-Escaped: as a PHP API's JSON (`/` escaped) and a URL would carry it.
+        const body = /\r\nX-Reflect-Escaped: 1\r\n/i.test(got[i])
+          ? `{"auth":${JSON.stringify(auth).replace(/\//g, '\\/')},"next":"/x?t=${encodeURIComponent(auth)}","form":"${encodeURIComponent(auth).replace(/%20/g, '+')}"}`
+          : 'ok';
+        s.write(`HTTP/1.1 200 ${auth}\r\n${named}content-length: ${body.length}\r\n\r\n${body}`);
       }
     });
     s.on('error', () => {});
@@ -300,6 +304,33 @@ describe('secret injection: attacks on the proxy', () => {
       session.destroy();
       small.close();
     }
+  });
+
+  it('an upstream reflecting the value escaped (JSON with `\\/`, URL-encoded): scrubbed too', async () => {
+    // Keys of base64 alphabets hold `/` and `+` (an AWS secret key does).
+    const keyish = 'wJalr/XUtn+FEMI"K7MDENG\\bPxRfiCY';
+    rules = [{ ...bearer, value: keyish }];
+    got.length = 0;
+    const r = await raw('GET /a HTTP/1.1\r\nHost: api.test\r\nX-Reflect-Escaped: 1\r\nConnection: close\r\n\r\n');
+    assert.ok(got[0].includes(`Bearer ${keyish}`));
+    // The answer is chunked (its length went with the scrubbing): the chunks' data.
+    let rest = r.slice(r.indexOf('\r\n\r\n') + 4);
+    let body = '';
+    for (let n = 0; n < 100 && rest.length; n++) {
+      const size = Number.parseInt(rest, 16);
+      if (!size) break;
+      const at = rest.indexOf('\r\n') + 2;
+      body += rest.slice(at, at + size);
+      rest = rest.slice(at + size + 2);
+    }
+    const forms = [
+      keyish,
+      JSON.stringify(keyish).slice(1, -1),
+      JSON.stringify(keyish).slice(1, -1).replace(/\//g, '\\/'),
+      encodeURIComponent(keyish),
+    ];
+    for (const f of forms) assert.ok(!body.includes(f), `${f} in ${body}`);
+    assert.equal(body.split(PH).length, 4, body);
   });
 
   it('ambiguous framing (two Content-Lengths, CL and TE, an unknown TE, obs-fold, bare LF, h2c prior knowledge): refused, nothing forwarded', async () => {

@@ -114,6 +114,17 @@ export function hostName(v: string | undefined): string | null {
     .replace(/\.$/, '');
 }
 
+/**
+ * The forms an upstream that reflects a request commonly gives a value in: as it is, escaped
+ * in a JSON string (`/` as `\/` too, as PHP does), percent-encoded (`+` for space too).
+ * Keys of base64 alphabets hold `/` and `+`: their reflections differ from the value.
+ */
+export function reflections(value: string): string[] {
+  const json = JSON.stringify(value).slice(1, -1);
+  const url = encodeURIComponent(value);
+  return [...new Set([value, json, json.replace(/\//g, '\\/'), url, url.replace(/%20/g, '+')])];
+}
+
 const replaceAll = (s: string, from: string, to: string) => (s.includes(from) ? s.split(from).join(to) : s);
 
 type Req = IncomingMessage | Http2ServerRequest;
@@ -136,8 +147,9 @@ type Res = ServerResponse | Http2ServerResponse;
  *   the name resolved to for the sandbox, TLS verified against the system CAs plus the extra
  *   ones with SNI = the name; bodies stream both ways, hop-by-hop headers are dropped;
  * - the answer is passed back as it is, but for the values: any occurrence of an injected
- *   value in its reason phrase, header values or (identity-encoded) body is replaced by the
- *   placeholder, and a header whose name holds one is dropped, so an
+ *   value (or of its JSON-escaped or percent-encoded forms) in its reason phrase, header
+ *   values or (identity-encoded) body is replaced by the placeholder, and a header whose name
+ *   holds one is dropped, so an
  *   upstream that echoes requests does not hand the value to the sandbox; with one injected,
  *   the answer's content-length goes (the body is streamed, HTTP/1.1 chunked);
  * - upstream failure: 502 with a plain message (never a value).
@@ -340,7 +352,7 @@ export class Interceptor {
     up.on('response', (ur) => {
       answered = true;
       report(ur.statusCode ?? null);
-      const hidden = rules.map((r) => [r.value as string, r.placeholder] as const);
+      const hidden = rules.flatMap((r) => reflections(r.value as string).map((v) => [v, r.placeholder] as const));
       const scrub = (s: string) => {
         for (const [v, p] of hidden) s = replaceAll(s, v, p);
         return s;
