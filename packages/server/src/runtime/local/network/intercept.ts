@@ -349,8 +349,12 @@ export class Interceptor {
       s.setTimeout(this.o.idleTimeoutMs, () => s.destroy(new Error('upstream idle')));
     });
     let answered = false;
+    let upstreamDone = false;
     up.on('response', (ur) => {
       answered = true;
+      ur.once('end', () => {
+        upstreamDone = true;
+      });
       report(ur.statusCode ?? null);
       const hidden = rules.flatMap((r) => reflections(r.value as string).map((v) => [v, r.placeholder] as const));
       const scrub = (s: string) => {
@@ -391,10 +395,12 @@ export class Interceptor {
       report(null, why);
       reply(res, 502, `upstream ${conn.name} failed: ${why}`);
     });
-    // The answer done, or the sandbox gone before its end: the upstream connection (one use)
-    // goes. (Not only when `!writableFinished`: an HTTP/2 response whose stream the sandbox
-    // reset says finished, and its upstream connection stayed, held for the idle timeout.)
-    res.on('close', () => up.destroy());
+    // The sandbox gone before the upstream's answer ended: the upstream connection goes too.
+    // (Not `!res.writableFinished`: an HTTP/2 response whose stream the sandbox reset says
+    // finished, and its upstream connection stayed, held for the idle timeout.)
+    res.on('close', () => {
+      if (!upstreamDone) up.destroy();
+    });
     req.pipe(up);
   }
 }
