@@ -333,7 +333,7 @@ describe('secret injection: attacks on the proxy', () => {
     assert.equal(body.split(PH).length, 4, body);
   });
 
-  it('ambiguous framing (two Content-Lengths, CL and TE, an unknown TE, obs-fold, bare LF, h2c prior knowledge): refused, nothing forwarded', async () => {
+  it('ambiguous framing (two Content-Lengths, CL and TE, an unknown TE, obs-fold, bare LF, h2c prior knowledge, HTTP/2 host beside :authority): refused or ignored', async () => {
     rules = [bearer];
     got.length = 0;
     const heads = [
@@ -357,6 +357,14 @@ describe('secret injection: attacks on the proxy', () => {
     got.length = 0;
     // HTTP/2 with prior knowledge on port 80 (h2c): no Host to read, refused before any parsing.
     assert.match(await raw('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n'), /^HTTP\/1.1 403 /);
+    // HTTP/2: a `host` header beside `:authority` naming another host: the authority is
+    // checked and goes upstream as Host; the sandbox's `host` does not.
+    const hosted = await h2({ ':path': '/hosted', host: 'evil.test' });
+    assert.equal(hosted.status, 200);
+    assert.equal(got.length, 1);
+    assert.match(got[0], /^GET \/hosted HTTP\/1.1\r\nhost: api.test\r\n/);
+    assert.ok(!got[0].includes('evil.test'), got[0]);
+    got.length = 0;
     // HTTP/2: a content-length the DATA does not match is a stream error.
     const h = await h2({ ':path': '/a', ':method': 'POST', 'content-length': '3' }, `abc${'GET / HTTP/1.1\r\n\r\n'}`);
     assert.equal(h.status, 0);
