@@ -147,6 +147,7 @@ describe('secrets (service and routes, fake driver)', () => {
 
   it('create: each bad rule is a 400 naming it by path, and nothing is created or charged', async () => {
     await call('PUT', '/api/v1/secrets/my-key', { value: V3 });
+    await call('PUT', '/api/v1/secrets/SSL_CERT_FILE', { value: V3 });
     const balance = await t.app.store.balance(accountId);
     const count = (await call('GET', '/api/v1/sandboxes')).body.sandboxes.length;
     const cases: Array<[string, Record<string, unknown>, RegExp]> = [
@@ -206,6 +207,13 @@ describe('secrets (service and routes, fake driver)', () => {
           ],
         },
         /\/network\/secrets\/1\/secret/,
+      ],
+      [
+        // Its placeholder would stand where the sandbox's trust in the proxy's CA is named
+        // (the sandbox's TLS would trust nothing).
+        'a secret named as a variable of the CA trust',
+        { egress: 'internet', secrets: [{ secret: 'SSL_CERT_FILE', domains: ['a.b.com'] }] },
+        /\/network\/secrets\/0\/secret: .*SSL_CERT_FILE.*CA/,
       ],
     ];
     for (const [what, network, re] of cases) {
