@@ -10,7 +10,7 @@
  */
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { chmodSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { chmodSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -131,11 +131,12 @@ describe('secret injection at the egress proxy (local driver)', {
     );
     assert.equal(r.exitCode, 0, r.stderr);
     const [h1] = await waitEchoed('t=h1');
-    assert.equal(h1.target, `/echo?t=h1&k=${VALUE}`);
+    // A header rule sets its header only: the placeholder elsewhere in the head stays.
+    assert.equal(h1.target, `/echo?t=h1&k=${PH}`);
     assert.equal(h1.headers?.authorization, `Bearer ${VALUE}`);
     const [h2] = await waitEchoed('t=h2');
     assert.equal(h2.port, 443);
-    assert.equal(h2.headers?.['x-key'], VALUE);
+    assert.equal(h2.headers?.['x-key'], PH);
     assert.equal(h2.headers?.authorization, `Bearer ${VALUE}`);
     for (const t of ['t=h3', 't=h4']) {
       const [h] = await waitEchoed(t);
@@ -184,6 +185,34 @@ describe('secret injection at the egress proxy (local driver)', {
       ],
     );
     await driver.delete(s.id);
+  });
+
+  it("another sandbox's placeholder gets nothing; the keys on the host are 0600", async () => {
+    // A holds PH for API; B has a rule of its own (another secret, no header) for the same name,
+    // and sends A's placeholder there in the target and a header.
+    const PH_B = 'sbx-secret-bbbbbbbbbbbbbbbbbbbbbbbb';
+    const a = spec({ secrets: [rule()] });
+    const b = spec({
+      env: { B: PH_B },
+      secrets: [rule({ secret: 'B', header: undefined, placeholder: PH_B, value: 'b-value-e2e-42' })],
+    });
+    await driver.create(a);
+    await driver.create(b);
+    const r = await sh(
+      b.id,
+      `curl -sS --max-time 10 -H "X-Key: ${PH}" -H "X-Own: $B" "https://allowed.fake.test/echo?t=neighbour&k=${PH}"`,
+    );
+    assert.equal(r.exitCode, 0, r.stderr);
+    const [h] = await waitEchoed('t=neighbour');
+    assert.equal(h.target, `/echo?t=neighbour&k=${PH}`);
+    assert.equal(h.headers?.['x-key'], PH);
+    assert.equal(h.headers?.authorization, undefined);
+    assert.equal(h.headers?.['x-own'], 'b-value-e2e-42', "B's own rule injects");
+    for (const f of [join(dataDir, 'egress-ca', 'ca.key'), join(dataDir, 'runtime-secrets.key')]) {
+      assert.equal(statSync(f).mode & 0o777, 0o600, f);
+    }
+    await driver.delete(a.id);
+    await driver.delete(b.id);
   });
 
   it('rules set later install the CA; a new driver process keeps injecting; a rule without value stops', async () => {

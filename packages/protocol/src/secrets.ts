@@ -118,9 +118,9 @@ export const SecretListSchema = Type.Object(
 /**
  * One injection rule of a sandbox: requests through sandboxd's egress proxy to one of
  * `domains` get the secret's value. With `header`, that header is set to `format` with
- * `{value}` replaced (replacing any the sandbox sent); in every case the placeholder is
- * replaced by the value wherever it appears in the request head (request target and header
- * values). Requests to any other destination carry the placeholder untouched.
+ * `{value}` replaced (replacing any the sandbox sent), and nothing else; without, the
+ * placeholder is replaced by the value wherever it appears in the request head (request
+ * target and header values). Requests to any other destination carry the placeholder untouched.
  */
 export const SecretRuleSchema = Type.Object(
   {

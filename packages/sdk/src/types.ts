@@ -22,8 +22,9 @@ export type Egress = P.Egress;
 export type SandboxNetwork = P.SandboxNetwork;
 /**
  * One secret injection rule: requests through the egress proxy to one of `domains` get
- * secret `secret`'s value, in `header` as `format` (`{value}` stands for it; default
- * `{value}`) and wherever the placeholder appears in the request head. `placeholder` is set by
+ * secret `secret`'s value: with `header`, in that header as `format` (`{value}` stands for
+ * it; default `{value}`), and only there; without, wherever the placeholder appears in the
+ * request head. `placeholder` is set by
  * the server (what the sandbox holds, in the env var named after the secret).
  */
 export type SecretRule = P.SecretRule;

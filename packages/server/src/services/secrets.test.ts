@@ -147,6 +147,7 @@ describe('secrets (service and routes, fake driver)', () => {
 
   it('create: each bad rule is a 400 naming it by path, and nothing is created or charged', async () => {
     await call('PUT', '/api/v1/secrets/my-key', { value: V3 });
+    await call('PUT', '/api/v1/secrets/SSL_CERT_FILE', { value: V3 });
     const balance = await t.app.store.balance(accountId);
     const count = (await call('GET', '/api/v1/sandboxes')).body.sandboxes.length;
     const cases: Array<[string, Record<string, unknown>, RegExp]> = [
@@ -206,6 +207,13 @@ describe('secrets (service and routes, fake driver)', () => {
           ],
         },
         /\/network\/secrets\/1\/secret/,
+      ],
+      [
+        // Its placeholder would stand where the sandbox's trust in the proxy's CA is named
+        // (the sandbox's TLS would trust nothing).
+        'a secret named as a variable of the CA trust',
+        { egress: 'internet', secrets: [{ secret: 'SSL_CERT_FILE', domains: ['a.b.com'] }] },
+        /\/network\/secrets\/0\/secret: .*SSL_CERT_FILE.*CA/,
       ],
     ];
     for (const [what, network, re] of cases) {
@@ -373,6 +381,66 @@ describe('secrets (service and routes, fake driver)', () => {
     assert.equal(await t.app.services.secrets.prune(), 450);
     assert.deepEqual((await call('GET', '/api/v1/secrets/injections')).body.injections, []);
     assert.equal(AUDIT_MAX_ROWS_PER_ACCOUNT, 100_000);
+  });
+
+  it("another account: naming this one's secret is unknown there; this one's sandbox, rules and audit are out of its reach; a value of the wrong shape is never echoed", async () => {
+    // An account of its own (the suite's first is at its sandbox limit by now).
+    const me = await t.newAccount({ tokens: 100_000 });
+    assert.equal((await call('POST', '/api/v1/secrets', { name: 'OPENAI', value: V2 }, me.key)).status, 201);
+    const mine = await call(
+      'POST',
+      '/api/v1/sandboxes',
+      {
+        image: IMAGE,
+        timeoutMs: 60_000,
+        network: { egress: 'internet', secrets: [{ secret: 'OPENAI', domains: ['a.b.com'] }] },
+      },
+      me.key,
+    );
+    assert.equal(mine.status, 201, JSON.stringify(mine.body));
+    const id = mine.body.sandbox.id;
+    t.driver.emitInjection({
+      sandboxId: id,
+      secret: 'OPENAI',
+      destination: 'a.b.com:443',
+      method: 'GET',
+      status: 200,
+      at: t.clock.now(),
+    });
+    const other = await t.newAccount({ tokens: 100_000 });
+    const theirs = await call(
+      'POST',
+      '/api/v1/sandboxes',
+      {
+        image: IMAGE,
+        timeoutMs: 60_000,
+        network: { egress: 'internet', secrets: [{ secret: 'OPENAI', domains: ['a.b.com'] }] },
+      },
+      other.key,
+    );
+    assert.equal(theirs.status, 400);
+    assert.match(theirs.body.message, /no secret named OPENAI in this account/);
+    assert.equal((await call('GET', `/api/v1/sandboxes/${id}`, undefined, other.key)).status, 404);
+    const patch = await call(
+      'PATCH',
+      `/api/v1/sandboxes/${id}/network`,
+      { egress: 'internet', secrets: [] },
+      other.key,
+    );
+    assert.equal(patch.status, 404);
+    assert.equal(t.driver.secretsOf(id)?.[0].value, V2, 'the rules are as they were');
+    const audit = await call('GET', `/api/v1/secrets/injections?sandboxId=${id}`, undefined, other.key);
+    assert.deepEqual(audit.body.injections, []);
+    assert.ok(
+      (await call('GET', `/api/v1/secrets/injections?sandboxId=${id}`, undefined, me.key)).body.injections.length >= 1,
+    );
+    // Values of the wrong shape: 400 by path, the value not quoted (`after` looks at every answer).
+    for (const value of [[V3], { v: V3 }, `${V3}\u00e9`, `${V3}${'x'.repeat(8192)}`]) {
+      const r = await call('PUT', '/api/v1/secrets/SHAPE', { value }, me.key);
+      assert.equal(r.status, 400);
+      assert.match(JSON.stringify(r.body), /\/value/);
+    }
+    assert.equal((await call('GET', '/api/v1/secrets/SHAPE', undefined, me.key)).status, 404);
   });
 });
 

@@ -99,6 +99,12 @@ function checkName(name: string, where: 'body' | 'params'): void {
     throw invalid([{ in: where, path: '/name', message: `${name} is reserved (a path of the API)` }]);
 }
 
+/**
+ * The variables that point a sandbox with rules at the proxy's CA (runtime/local/trust.ts):
+ * a secret of such a name would put its placeholder there, and the sandbox would trust nothing.
+ */
+const TRUST_ENV_NAMES = ['SSL_CERT_FILE', 'REQUESTS_CA_BUNDLE', 'CURL_CA_BUNDLE', 'NODE_EXTRA_CA_CERTS'];
+
 /** What a placeholder looks like. */
 export const PLACEHOLDER_RE = /^sbx-secret-[0-9a-f]{24}$/;
 
@@ -311,6 +317,11 @@ export class SecretService {
       if (other !== undefined && other !== r.secret)
         at(`/${i}/secret`, `secrets ${other} and ${r.secret} would both be environment variable ${env}`);
       envNames.set(env, r.secret);
+      if (TRUST_ENV_NAMES.includes(env))
+        at(
+          `/${i}/secret`,
+          `environment variable ${env} names the CA a sandbox with rules trusts: a secret's placeholder may not take it (choose another name)`,
+        );
       if (o.env && Object.hasOwn(o.env, env))
         at(
           `/${i}/secret`,

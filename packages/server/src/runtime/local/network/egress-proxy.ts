@@ -43,7 +43,8 @@ const TLS_REFUSAL = Buffer.from([0x15, 0x03, 0x01, 0x00, 0x02, 0x02, 0x28]);
  * no byte passed either way for `idleTimeoutMs`.
  *
  * Fair share: a sandbox has at most `maxPerSandbox` connections at once (waiting for their
- * first bytes or relayed); past it its new ones are closed at once, and no other sandbox's.
+ * first bytes, relayed, or terminated, and the upstream connection of each injected request
+ * in flight); past it its new ones are closed at once (a request: 503), and no other sandbox's.
  */
 export class EgressProxy {
   #servers: Server[] = [];
@@ -79,6 +80,17 @@ export class EgressProxy {
         track: (s) => {
           this.#conns.add(s);
           s.once('close', () => this.#conns.delete(s));
+        },
+        claim: (from) => {
+          const n = this.#perSandbox.get(from) ?? 0;
+          if (n >= (o.maxPerSandbox ?? PROXY_CONNECTIONS_PER_SANDBOX) || this.#conns.size >= MAX_CONNECTIONS)
+            return null;
+          this.#perSandbox.set(from, n + 1);
+          let done = false;
+          return () => {
+            if (!done) this.#release(from);
+            done = true;
+          };
         },
         idleTimeoutMs: o.idleTimeoutMs ?? PROXY_IDLE_TIMEOUT_MS,
       });
@@ -122,9 +134,7 @@ export class EgressProxy {
     this.#perSandbox.set(from, count + 1);
     s.once('close', () => {
       this.#conns.delete(s);
-      const n = (this.#perSandbox.get(from) ?? 1) - 1;
-      if (n <= 0) this.#perSandbox.delete(from);
-      else this.#perSandbox.set(from, n);
+      this.#release(from);
     });
     s.setTimeout(FIRST_BYTES_MS, () => s.destroy());
     const parse = kind === 'http' ? httpHost : tlsServerName;
@@ -145,6 +155,13 @@ export class EgressProxy {
     s.on('end', () => {
       if (!s.destroyed && s.listenerCount('data') > 0) s.destroy();
     });
+  }
+
+  /** One connection of the sandbox at `from` fewer. */
+  #release(from: string): void {
+    const n = (this.#perSandbox.get(from) ?? 1) - 1;
+    if (n <= 0) this.#perSandbox.delete(from);
+    else this.#perSandbox.set(from, n);
   }
 
   async #relay(s: Socket, kind: 'http' | 'tls', from: string, name: string, head: Buffer): Promise<void> {

@@ -111,6 +111,14 @@ describe('secret injection at the egress proxy', () => {
     placeholder: PH,
     value: VALUE,
   };
+  /** The same secret without header: its placeholder replaced in the request head. */
+  const anywhere: SecretInjection = {
+    secret: 'API',
+    domains: ['api.test'],
+    format: '{value}',
+    placeholder: PH,
+    value: VALUE,
+  };
 
   /** One request through the proxy; resolves status, headers and body (all recorded in `answers`). */
   function req(o: {
@@ -153,7 +161,7 @@ describe('secret injection at the egress proxy', () => {
   }
 
   it('HTTP/1.1 keep-alive: several requests, each injected (header and placeholder in target and headers)', async () => {
-    setRules([bearer]);
+    setRules([bearer, anywhere]);
     const agent = new Agent({ keepAlive: true, maxSockets: 1 });
     seen.length = 0;
     events.length = 0;
@@ -175,7 +183,7 @@ describe('secret injection at the egress proxy', () => {
       assert.equal(s.headers['x-api-key'], `k ${VALUE}`);
       assert.equal(s.headers.host, 'api.test');
     }
-    assert.equal(events.length, 3);
+    assert.equal(events.length, 6, 'one event a rule a request');
     assert.deepEqual(
       { ...events[0] },
       { from: SANDBOX, secret: 'API', destination: 'api.test:80', method: 'GET', status: 200, error: undefined },
@@ -208,7 +216,7 @@ describe('secret injection at the egress proxy', () => {
   });
 
   it('a Host switch on a kept-alive connection gets 421 and nothing is forwarded', async () => {
-    setRules([bearer]);
+    setRules([bearer, anywhere]);
     const agent = new Agent({ keepAlive: true, maxSockets: 1 });
     seen.length = 0;
     assert.equal((await req({ agent })).status, 200);
@@ -240,7 +248,7 @@ describe('secret injection at the egress proxy', () => {
   });
 
   it('HTTP/2 from the client: injected, the answer scrubbed', async () => {
-    setRules([bearer]);
+    setRules([bearer, anywhere]);
     seen.length = 0;
     const session = h2connect('https://api.test', {
       createConnection: () =>
@@ -335,7 +343,8 @@ describe('secret injection at the egress proxy', () => {
     events.length = 0;
     const r = await req({ path: `/?a=${PH}&b=${PH2}` });
     assert.equal(r.status, 200);
-    assert.equal(seen[0].url, `/?a=${VALUE}&b=other-value-42`);
+    assert.equal(seen[0].url, `/?a=${PH}&b=${PH2}`, 'header rules set their headers only');
+    assert.equal(seen[0].headers.authorization, `Bearer ${VALUE}`);
     assert.equal(seen[0].headers['x-other'], 'other-value-42');
     assert.ok(!r.body.includes('other-value-42'));
     assert.deepEqual(events.map((e) => e.secret).sort(), ['API', 'B']);

@@ -7,6 +7,7 @@
  * TLS verified; see {@link Interceptor}.
  */
 import {
+  type ClientRequest,
   type IncomingHttpHeaders,
   type IncomingMessage,
   type ServerResponse,
@@ -47,6 +48,11 @@ export interface InterceptorOptions {
   onInjection(e: Injection): void;
   /** Every upstream socket (the proxy counts and closes them). */
   track(s: Socket): void;
+  /**
+   * One upstream socket out of the share of the sandbox at `from` (its proxy connections at
+   * once): the release, or null when none is left (the request gets 503).
+   */
+  claim(from: string): (() => void) | null;
   idleTimeoutMs: number;
 }
 
@@ -65,6 +71,9 @@ interface Conn {
   /** Upstream sockets already set up (tracked, timed). */
   upstream: WeakSet<Socket>;
 }
+
+/** The code of the error of a request whose sandbox has no connection left in its share. */
+const SHARE_SPENT = 'ESANDBOXSHARE';
 
 /** HTTP/2 requests in flight on one terminated connection (each has its own upstream connection). */
 export const MAX_STREAMS_PER_CONNECTION = 8;
@@ -105,6 +114,17 @@ export function hostName(v: string | undefined): string | null {
     .replace(/\.$/, '');
 }
 
+/**
+ * The forms an upstream that reflects a request commonly gives a value in: as it is, escaped
+ * in a JSON string (`/` as `\/` too, as PHP does), percent-encoded (`+` for space too).
+ * Keys of base64 alphabets hold `/` and `+`: their reflections differ from the value.
+ */
+export function reflections(value: string): string[] {
+  const json = JSON.stringify(value).slice(1, -1);
+  const url = encodeURIComponent(value);
+  return [...new Set([value, json, json.replace(/\//g, '\\/'), url, url.replace(/%20/g, '+')])];
+}
+
 const replaceAll = (s: string, from: string, to: string) => (s.includes(from) ? s.split(from).join(to) : s);
 
 type Req = IncomingMessage | Http2ServerRequest;
@@ -117,15 +137,19 @@ type Res = ServerResponse | Http2ServerResponse;
  *   first request's Host), else 421 and nothing is forwarded: a kept-alive connection cannot
  *   switch to another name, and a TLS connection for one name cannot carry requests for another;
  * - CONNECT: 405; an Upgrade (WebSocket, h2c): 501 (neither is tunnelled through injection);
- * - with the sandbox's rules for the name now, each with a value: its placeholder is replaced
- *   by the value in the request target and every header value, and its header (if any) set
- *   to its format; `accept-encoding` becomes `identity` (so answers can be scrubbed);
+ * - with the sandbox's rules for the name now, each with a value: a rule with a header sets
+ *   that header to its format (and nothing else); a rule without one has its placeholder
+ *   replaced by the value in the request target and every header value; `accept-encoding`
+ *   becomes `identity` (so answers can be scrubbed);
  * - the request goes upstream, over connections of this client connection's own (kept alive
- *   between its requests, closed with it), from the gateway address to the address the name
- *   resolved to for the sandbox, TLS verified against the system CAs plus the extra
+ *   between its requests, closed with it; each counts in the sandbox's share of the proxy's
+ *   connections, past which the request gets 503), from the gateway address to the address
+ *   the name resolved to for the sandbox, TLS verified against the system CAs plus the extra
  *   ones with SNI = the name; bodies stream both ways, hop-by-hop headers are dropped;
  * - the answer is passed back as it is, but for the values: any occurrence of an injected
- *   value in its headers or (identity-encoded) body is replaced by the placeholder, so an
+ *   value (or of its JSON-escaped or percent-encoded forms) in its reason phrase, header
+ *   values or (identity-encoded) body is replaced by the placeholder, and a header whose name
+ *   holds one is dropped, so an
  *   upstream that echoes requests does not hand the value to the sandbox; with one injected,
  *   the answer's content-length goes (the body is streamed, HTTP/1.1 chunked);
  * - upstream failure: 502 with a plain message (never a value).
@@ -153,6 +177,22 @@ export class Interceptor {
     };
     const agent = kind === 'http' ? new HttpAgent(pool) : new HttpsAgent(pool);
     s.once('close', () => agent.destroy());
+    // Each upstream socket (HTTP/2: up to 8 at once on one connection of the sandbox's, and
+    // as many kept idle) counts in the sandbox's share, as a relayed connection's two do;
+    // none left: the request fails with SHARE_SPENT (503).
+    const connect = agent.createConnection.bind(agent);
+    agent.createConnection = ((opts: object, cb?: (e: Error | null, s?: Duplex) => void) => {
+      const release = this.o.claim(from);
+      if (!release) {
+        const e = Object.assign(new Error('no connection left in the share of the sandbox'), { code: SHARE_SPENT });
+        process.nextTick(() => cb?.(e));
+        return undefined;
+      }
+      const sock = connect(opts as never, cb as never);
+      if (sock) sock.once('close', release);
+      else release();
+      return sock;
+    }) as typeof agent.createConnection;
     const conn: Conn = { kind, from, name, addrs, agent, upstream: new WeakSet() };
     // Answers are written in parts (head, body): no Nagle wait between them (~40 ms each).
     s.setNoDelay(true);
@@ -225,8 +265,12 @@ export class Interceptor {
       return;
     }
     const rules = this.o.rulesFor(conn.from, conn.name).filter((r) => r.value !== undefined);
+    // A rule with a header puts the value there only; one without replaces its placeholder in
+    // the head. (A header rule's placeholder replaced elsewhere would let the sandbox write the
+    // value into what the service keeps as data: `?text=<placeholder>` of a chat API.)
+    const anywhere = rules.filter((r) => !r.header);
     const sub = (s: string) => {
-      for (const r of rules) s = replaceAll(s, r.placeholder, r.value as string);
+      for (const r of anywhere) s = replaceAll(s, r.placeholder, r.value as string);
       return s;
     };
     // Headers as sent (duplicates kept), less pseudo-headers and hop-by-hop ones.
@@ -251,6 +295,13 @@ export class Interceptor {
     };
     for (const r of rules) if (r.header) set(r.header, replaceAll(r.format, SECRET_VALUE_TOKEN, r.value as string));
     if (rules.length) set('accept-encoding', 'identity');
+    // A body without a length (HTTP/1.1 chunked, HTTP/2 DATA) goes on chunked whatever the
+    // method: Node's client writes a GET's body bytes unframed, which the upstream would parse
+    // as a request of its own (smuggled past the Host check, to any name on that server).
+    const hasBody = h2
+      ? !(req as Http2ServerRequest).stream.endAfterHeaders
+      : req.headers['transfer-encoding'] !== undefined;
+    if (hasBody && req.headers['content-length'] === undefined) set('transfer-encoding', 'chunked');
     const path = sub(target);
     const method = req.method ?? 'GET';
     const destination = `${conn.name}:${conn.kind === 'http' ? 80 : 443}`;
@@ -270,16 +321,25 @@ export class Interceptor {
       setHost: false,
       agent: conn.agent,
     };
-    const up =
-      conn.kind === 'http'
-        ? httpRequest(common)
-        : httpsRequest({
-            ...common,
-            servername: conn.name,
-            // Passed on to tls.connect (https.RequestOptions' type omits it).
-            ...({ secureContext: this.#upstreamTls } as object),
-            rejectUnauthorized: true,
-          });
+    let up: ClientRequest;
+    try {
+      up =
+        conn.kind === 'http'
+          ? httpRequest(common)
+          : httpsRequest({
+              ...common,
+              servername: conn.name,
+              // Passed on to tls.connect (https.RequestOptions' type omits it).
+              ...({ secureContext: this.#upstreamTls } as object),
+              rejectUnauthorized: true,
+            });
+    } catch (e) {
+      // A head Node's client refuses to write: a value with a space put into the request
+      // target (a value is any printable ASCII). Thrown here, it would end the process.
+      // The code only: its message may quote the head.
+      reply(res, 400, `the request cannot be sent upstream (${(e as NodeJS.ErrnoException).code ?? 'invalid'})`, true);
+      return;
+    }
     up.on('socket', (s) => {
       // A kept-alive socket comes back for each request: set up once.
       if (conn.upstream.has(s)) return;
@@ -289,10 +349,14 @@ export class Interceptor {
       s.setTimeout(this.o.idleTimeoutMs, () => s.destroy(new Error('upstream idle')));
     });
     let answered = false;
+    let upstreamDone = false;
     up.on('response', (ur) => {
       answered = true;
+      ur.once('end', () => {
+        upstreamDone = true;
+      });
       report(ur.statusCode ?? null);
-      const hidden = rules.map((r) => [r.value as string, r.placeholder] as const);
+      const hidden = rules.flatMap((r) => reflections(r.value as string).map((v) => [v, r.placeholder] as const));
       const scrub = (s: string) => {
         for (const [v, p] of hidden) s = replaceAll(s, v, p);
         return s;
@@ -302,16 +366,19 @@ export class Interceptor {
           .split(',')
           .map((t) => t.trim().toLowerCase()),
       );
+      // Header names come lowercased: one holding a value (in any case) goes.
+      const lowered = hidden.map(([v]) => v.toLowerCase());
       const headers: Record<string, string | string[]> = {};
       for (const [k, v] of Object.entries(ur.headers as IncomingHttpHeaders)) {
         if (v === undefined || HOP.has(k) || unamed.has(k)) continue;
+        if (lowered.some((l) => k.includes(l))) continue;
         if (hidden.length && k === 'content-length') continue;
         headers[k] = Array.isArray(v) ? v.map(scrub) : scrub(v);
       }
       const status = ur.statusCode ?? 502;
       try {
         if (h2) (res as Http2ServerResponse).writeHead(status, headers);
-        else (res as ServerResponse).writeHead(status, ur.statusMessage, headers);
+        else (res as ServerResponse).writeHead(status, scrub(ur.statusMessage ?? ''), headers);
       } catch {
         ur.destroy();
         res.destroy();
@@ -323,12 +390,16 @@ export class Interceptor {
     });
     up.on('error', (e: NodeJS.ErrnoException) => {
       if (answered) return res.destroy();
+      if (e.code === SHARE_SPENT) return reply(res, 503, 'too many connections at once from this sandbox');
       const why = e.code ?? 'failed';
       report(null, why);
       reply(res, 502, `upstream ${conn.name} failed: ${why}`);
     });
+    // The sandbox gone before the upstream's answer ended: the upstream connection goes too.
+    // (Not `!res.writableFinished`: an HTTP/2 response whose stream the sandbox reset says
+    // finished, and its upstream connection stayed, held for the idle timeout.)
     res.on('close', () => {
-      if (!res.writableFinished) up.destroy();
+      if (!upstreamDone) up.destroy();
     });
     req.pipe(up);
   }
