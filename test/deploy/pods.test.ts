@@ -229,7 +229,11 @@ describe('deploy/kubernetes pods, started from the release image', { skip, timeo
     console.log(`# ${release.archive} ${release.digest}${release.reused ? ' (reused)' : ''}`);
     img = unpackImage(release.archive, release.version);
     pg = await startPostgres();
-    const secrets = { 'database-url': await pg.createDatabase(), 'runner-token': RUNNER_TOKEN };
+    const secrets = {
+      'database-url': await pg.createDatabase(),
+      'runner-token': RUNNER_TOKEN,
+      'secrets-key': randomBytes(32).toString('base64'),
+    };
 
     // The fake Kubernetes API over HTTPS, and the api's service account as the kubelet mounts it.
     const sa = join(tmp, 'serviceaccount');
