@@ -43,6 +43,17 @@ export const FORBIDDEN_SECRET_HEADERS = [
 /** An HTTP header name (RFC 9110 token), 1..128. */
 export const SECRET_HEADER_PATTERN = "^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,128}$";
 
+/** What a placeholder looks like: `sbx-secret-` and 24 hex digits (made by the server). */
+export const SECRET_PLACEHOLDER_PATTERN = '^sbx-secret-[0-9a-f]{24}$';
+
+/**
+ * The variables a sandbox with rules gets for the egress CA (docs/secrets.md, Trust in the
+ * sandbox): these point at the system bundle holding it, {@link SECRET_TRUST_CA_ENV} at the CA
+ * alone. No secret may be named like one (its placeholder would take the variable's place).
+ */
+export const SECRET_TRUST_BUNDLE_ENV = ['SSL_CERT_FILE', 'REQUESTS_CA_BUNDLE', 'CURL_CA_BUNDLE'] as const;
+export const SECRET_TRUST_CA_ENV = 'NODE_EXTRA_CA_CERTS';
+
 /** The environment variable a sandbox gets for secret `name`. */
 export function secretEnvName(name: string): string {
   return name.replace(/-/g, '_');

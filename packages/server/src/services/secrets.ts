@@ -15,6 +15,9 @@ import {
   parseEgressRule,
   ruleAllowsName,
   SandboxdError,
+  SECRET_PLACEHOLDER_PATTERN,
+  SECRET_TRUST_BUNDLE_ENV,
+  SECRET_TRUST_CA_ENV,
   SECRET_VALUE_TOKEN,
   type Secret,
   type SecretCreate,
@@ -100,13 +103,13 @@ function checkName(name: string, where: 'body' | 'params'): void {
 }
 
 /**
- * The variables that point a sandbox with rules at the proxy's CA (runtime/local/trust.ts):
- * a secret of such a name would put its placeholder there, and the sandbox would trust nothing.
+ * The variables of the CA trust (runtime/local/trust.ts): a secret of such a name would put
+ * its placeholder there, and the sandbox would trust nothing.
  */
-const TRUST_ENV_NAMES = ['SSL_CERT_FILE', 'REQUESTS_CA_BUNDLE', 'CURL_CA_BUNDLE', 'NODE_EXTRA_CA_CERTS'];
+const TRUST_ENV_NAMES: readonly string[] = [...SECRET_TRUST_BUNDLE_ENV, SECRET_TRUST_CA_ENV];
 
 /** What a placeholder looks like. */
-export const PLACEHOLDER_RE = /^sbx-secret-[0-9a-f]{24}$/;
+export const PLACEHOLDER_RE = new RegExp(SECRET_PLACEHOLDER_PATTERN);
 
 /** A new placeholder: worthless anywhere, unique enough never to appear by chance. */
 export function newPlaceholder(): string {

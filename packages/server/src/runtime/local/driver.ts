@@ -1,7 +1,7 @@
 import { mkdir, rmdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { type Egress, SandboxdError, secretEnvName } from '@sandboxd/protocol';
+import { type Egress, SandboxdError, SECRET_PLACEHOLDER_PATTERN, secretEnvName } from '@sandboxd/protocol';
 import { imageBundle, installTrust, SYSTEM_BUNDLES, trustEnv, withTrustEnv } from './trust.js';
 import type { Logger } from 'pino';
 import type { Config } from '../../config.js';
@@ -59,6 +59,9 @@ import {
 } from './sandbox-checks.js';
 
 export type { LocalDriverOptions } from './options.js';
+
+/** A secret rule's placeholder (an env value of this shape was put there by a rule). */
+const PLACEHOLDER = new RegExp(SECRET_PLACEHOLDER_PATTERN);
 
 /**
  * The local runtime driver: crun sandboxes with user namespaces, seccomp, cgroup limits,
@@ -498,10 +501,7 @@ export class LocalDriver implements RuntimeDriver {
       const add = Object.fromEntries(
         secrets
           .map((r) => [secretEnvName(r.secret), r.placeholder])
-          .filter(
-            ([k, v]) =>
-              rec.spec.env[k] !== v && (!(k in rec.spec.env) || /^sbx-secret-[0-9a-f]{24}$/.test(rec.spec.env[k])),
-          ),
+          .filter(([k, v]) => rec.spec.env[k] !== v && (!(k in rec.spec.env) || PLACEHOLDER.test(rec.spec.env[k]))),
       );
       if (Object.keys(add).length) {
         rec.env = mergeEnvList(rec.env, add);

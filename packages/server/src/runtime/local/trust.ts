@@ -8,6 +8,7 @@
 import { lstatSync } from 'node:fs';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
+import { SECRET_TRUST_BUNDLE_ENV, SECRET_TRUST_CA_ENV } from '@sandboxd/protocol';
 import type { CommandTarget, SandboxCommands } from './commands/exec.js';
 import { AgentFiles } from './files.js';
 
@@ -37,7 +38,10 @@ export function imageBundle(rootfsDir: string): string | null {
 /** The environment a sandbox with injection rules gets (unless it sets them itself). */
 export function trustEnv(bundle: string | null): Record<string, string> {
   const b = bundle ?? SANDBOX_CA_PATH;
-  return { SSL_CERT_FILE: b, REQUESTS_CA_BUNDLE: b, CURL_CA_BUNDLE: b, NODE_EXTRA_CA_CERTS: SANDBOX_CA_PATH };
+  return {
+    ...Object.fromEntries(SECRET_TRUST_BUNDLE_ENV.map((k) => [k, b])),
+    [SECRET_TRUST_CA_ENV]: SANDBOX_CA_PATH,
+  };
 }
 
 /** `env` with {@link trustEnv} under it (the caller's own values win). */

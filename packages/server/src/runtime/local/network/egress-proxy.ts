@@ -82,10 +82,7 @@ export class EgressProxy {
           s.once('close', () => this.#conns.delete(s));
         },
         claim: (from) => {
-          const n = this.#perSandbox.get(from) ?? 0;
-          if (n >= (o.maxPerSandbox ?? PROXY_CONNECTIONS_PER_SANDBOX) || this.#conns.size >= MAX_CONNECTIONS)
-            return null;
-          this.#perSandbox.set(from, n + 1);
+          if (!this.#claim(from)) return null;
           let done = false;
           return () => {
             if (!done) this.#release(from);
@@ -124,14 +121,11 @@ export class EgressProxy {
   #accept(s: Socket, kind: 'http' | 'tls'): void {
     const from = (s.remoteAddress ?? '').replace(/^::ffff:/, '');
     s.on('error', () => {});
-    const count = this.#perSandbox.get(from) ?? 0;
-    const max = this.o.maxPerSandbox ?? PROXY_CONNECTIONS_PER_SANDBOX;
-    if (!this.o.policy.isRuled(from) || this.#conns.size >= MAX_CONNECTIONS || count >= max) {
+    if (!this.o.policy.isRuled(from) || !this.#claim(from)) {
       s.destroy();
       return;
     }
     this.#conns.add(s);
-    this.#perSandbox.set(from, count + 1);
     s.once('close', () => {
       this.#conns.delete(s);
       this.#release(from);
@@ -155,6 +149,18 @@ export class EgressProxy {
     s.on('end', () => {
       if (!s.destroyed && s.listenerCount('data') > 0) s.destroy();
     });
+  }
+
+  /**
+   * One connection more for the sandbox at `from`, when its share and the proxy's total allow
+   * it (false: none taken); {@link #release} gives it back.
+   */
+  #claim(from: string): boolean {
+    const n = this.#perSandbox.get(from) ?? 0;
+    if (n >= (this.o.maxPerSandbox ?? PROXY_CONNECTIONS_PER_SANDBOX) || this.#conns.size >= MAX_CONNECTIONS)
+      return false;
+    this.#perSandbox.set(from, n + 1);
+    return true;
   }
 
   /** One connection of the sandbox at `from` fewer. */
