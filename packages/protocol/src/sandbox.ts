@@ -10,6 +10,22 @@ export type SandboxState = (typeof SANDBOX_STATES)[number];
 export const ON_TIMEOUT = ['stop', 'pause'] as const;
 export type OnTimeout = (typeof ON_TIMEOUT)[number];
 
+/**
+ * Isolation tiers: `container` (Linux namespaces, seccomp and cgroups around the host's
+ * kernel, crun) and `gvisor` (a user-space kernel, gVisor's runsc, between the sandbox and
+ * the host's kernel). The plan lists the tiers an account may use and its default.
+ */
+export const ISOLATIONS = ['container', 'gvisor'] as const;
+export type Isolation = (typeof ISOLATIONS)[number];
+
+/**
+ * Where a pause keeps a sandbox's memory: `ram` (frozen in place, the default for
+ * containers and the only choice there) or `disk` (gVisor: checkpointed to disk, no RAM
+ * held, survives a restart of the server or the host).
+ */
+export const PAUSE_MEMORY = ['ram', 'disk'] as const;
+export type PauseMemory = (typeof PAUSE_MEMORY)[number];
+
 /** Caller's labels: string to string, at most 50 keys and 1 KiB (keys and values, UTF-8) in all. */
 export const MetadataMap = Type.Record(
   Type.String({ minLength: 1, maxLength: 256 }),

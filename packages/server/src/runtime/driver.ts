@@ -1,4 +1,4 @@
-import type { Egress } from '@sandboxd/protocol';
+import type { Egress, Isolation, PauseMemory } from '@sandboxd/protocol';
 import type { DriverFiles } from './files.js';
 import type { DriverProcesses } from './processes/types.js';
 import type { PtyProcess, TtyOptions } from './pty.js';
@@ -118,6 +118,29 @@ export interface SandboxSpec {
    * later start: an image build's step sandboxes. Never a warm-pooled one (which ran it).
    */
   skipImageStart?: boolean;
+  /**
+   * The isolation tier: `container` (the default when absent) or `gvisor`. A driver that
+   * does not offer the tier (see {@link RuntimeDriver.isolations}) throws `validation`.
+   */
+  isolation?: Isolation;
+}
+
+/** One isolation tier a driver offers, as `/healthz` reports it. */
+export interface IsolationSupport {
+  isolation: Isolation;
+  /** The OCI runtime that runs it (`crun`, `runc`, `runsc`). */
+  runtime: string;
+  /** gVisor: the platform runsc uses here (`kvm`, `systrap` or `ptrace`). */
+  platform?: string;
+  /** What a sandbox of this tier can do beyond the conformance suite. */
+  memorySnapshots: boolean;
+}
+
+/** A sandbox made by {@link RuntimeDriver.fork}: its own id (and hostname); all else is the source's. */
+export interface ForkSpec {
+  id: string;
+  /** Default: the id. */
+  hostname?: string;
 }
 
 /**
@@ -139,6 +162,10 @@ export interface RuntimeSandbox {
   /** Host pid of the sandbox's init process, or 0 when not running. */
   pid: number;
   createdAt: Date;
+  /** Absent: `container`. */
+  isolation?: Isolation;
+  /** A paused sandbox: where its memory is kept (`ram`: frozen; `disk`: checkpointed). */
+  pausedMemory?: PauseMemory;
   /** Image config as resolved at create time. */
   workingDir: string;
   user: string;
@@ -310,8 +337,14 @@ export interface RuntimeDriver {
    * files and connections kept, PTYs and streams stay open and silent. Resolves once every
    * process is frozen; `inspect` then says `paused`, also after a restart of the driver's
    * process. Paused already: no-op. Throws `not_found`, `conflict` (stopped).
+   *
+   * `memory: "disk"` (a tier with `memorySnapshots`): the sandbox is checkpointed to disk
+   * instead (every process, its memory, open files and sockets), its processes end and its
+   * RAM is freed; `resume` restores it where it was, also after a restart of the driver's
+   * process or the host. Connections from outside are closed. Paused to RAM already, or a
+   * tier without memory snapshots: `conflict` / `validation`.
    */
-  pause(id: string): Promise<void>;
+  pause(id: string, opts?: { memory?: PauseMemory }): Promise<void>;
   /** Thaws a paused sandbox: every process continues where it was. Running already: no-op. `not_found`, `conflict` (stopped). */
   resume(id: string): Promise<void>;
   /**
@@ -354,6 +387,18 @@ export interface RuntimeDriver {
     config: ImageConfigOverride,
     opts?: { pullAs?: SandboxSpec['pullAs'] },
   ): Promise<ImageInfo>;
+  /**
+   * Optional (tiers with `memorySnapshots`): makes one new sandbox per spec from a
+   * checkpoint of running sandbox `id`: every process and its memory, the root layer's files,
+   * the same image, env, limits, egress and secret rules; each with its own id, network
+   * address and writable root layer (a copy). The source keeps running. Sandboxes with
+   * volumes cannot be forked (`conflict`: a volume is mounted in one sandbox at a time).
+   * Resolves once every fork runs; on failure none is left. `not_found`, `conflict` (not
+   * running), `validation` (tier).
+   */
+  fork?(id: string, specs: ForkSpec[]): Promise<RuntimeSandbox[]>;
+  /** The isolation tiers this driver offers (absent: `container` only). */
+  isolations?(): IsolationSupport[];
   /** Removes image `ref` made by {@link snapshot} (a sandbox running from it keeps its files). Missing: no-op. */
   deleteImage(ref: string): Promise<void>;
   /** Refs of every image made by {@link snapshot} (to drop those whose making a crash cut short of its record). */
