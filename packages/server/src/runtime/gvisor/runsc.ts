@@ -8,7 +8,8 @@
  * `SANDBOXD_GVISOR_PLATFORM` overrides the choice.
  */
 import { spawnSync } from 'node:child_process';
-import { accessSync, constants, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { accessSync, constants, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 /** Paths where runsc is looked for (Debian's package installs /usr/bin/runsc). */
@@ -30,7 +31,7 @@ export function runscVersion(): string | null {
 
 /** The platforms this runsc build knows (`systrap` came after the 2022 builds). */
 function knownPlatforms(): GvisorPlatform[] {
-  const r = spawnSync('runsc', ['help', 'flags'], { encoding: 'utf8', timeout: 10_000 });
+  const r = spawnSync('runsc', ['flags'], { encoding: 'utf8', timeout: 10_000 });
   const text = `${r.stdout ?? ''}${r.stderr ?? ''}`;
   const line = text.split('\n').findIndex((l) => /-platform\b/.test(l));
   const help =
@@ -54,23 +55,30 @@ function kvmOpens(): boolean {
 
 /** Whether `runsc --platform=<p> do /bin/true` (the host's own root, no network) answers within 15 s. */
 function probe(platform: GvisorPlatform): boolean {
-  const r = spawnSync('runsc', [`--platform=${platform}`, '--network=none', 'do', '/bin/true'], {
-    stdio: 'ignore',
-    timeout: 15_000,
-    killSignal: 'SIGKILL',
-  });
-  return r.status === 0;
+  const root = mkdtempSync(join(tmpdir(), 'sandboxd-runsc-probe-'));
+  try {
+    const r = spawnSync('runsc', ['--root', root, `--platform=${platform}`, '--network=none', 'do', '/bin/true'], {
+      stdio: 'ignore',
+      timeout: 15_000,
+      killSignal: 'SIGTERM', // runsc then stops the sandbox it started
+    });
+    return r.status === 0;
+  } finally {
+    rmSync(root, { recursive: true, force: true });
+  }
 }
+
+/** Where the choice is kept: /run is a tmpfs, emptied at every boot of the host. */
+export const PLATFORM_CACHE = '/run/sandboxd-gvisor-platform';
 
 /**
  * The platform runsc uses here: `forced` when given, else the fastest one that works (see
- * the module's doc), remembered in `<cacheDir>/gvisor-platform` (a tmpfs: once per boot)
- * for the runsc version that chose it.
+ * the module's doc), remembered in `file` (on a tmpfs: chosen once per boot) for the runsc
+ * version that chose it.
  */
-export function gvisorPlatform(cacheDir: string, forced?: GvisorPlatform): GvisorPlatform {
+export function gvisorPlatform(forced?: GvisorPlatform, file = PLATFORM_CACHE): GvisorPlatform {
   if (forced) return forced;
   const version = runscVersion() ?? 'unknown';
-  const file = join(cacheDir, 'gvisor-platform');
   try {
     const [v, p] = readFileSync(file, 'utf8').split('\n');
     if (v === version && GVISOR_PLATFORMS.includes(p as GvisorPlatform)) return p as GvisorPlatform;
@@ -82,7 +90,6 @@ export function gvisorPlatform(cacheDir: string, forced?: GvisorPlatform): Gviso
   if (known.includes('kvm') && kvmOpens() && probe('kvm')) chosen = 'kvm';
   else if (known.includes('systrap') && probe('systrap')) chosen = 'systrap';
   try {
-    mkdirSync(cacheDir, { recursive: true });
     writeFileSync(file, `${version}\n${chosen}\n`);
   } catch {
     /* chosen again next time */

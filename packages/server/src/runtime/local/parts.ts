@@ -48,7 +48,7 @@ export function makeParts(
         ? new OciRuntime({
             root: join(runDir, 'runsc'),
             binary: 'runsc',
-            flags: runscFlags(gvisorPlatform(o.runDir, opts.gvisorPlatform)),
+            flags: runscFlags(gvisorPlatform(opts.gvisorPlatform)),
           })
         : undefined,
   };
