@@ -1,5 +1,6 @@
 import { hostname } from 'node:os';
 import { join, resolve } from 'node:path';
+import { ISOLATIONS, type Isolation } from '@sandboxd/protocol';
 import {
   bool,
   ConfigError,
@@ -21,7 +22,7 @@ import {
 import { DEFAULT_REGISTRIES_ALLOWED } from './runtime/local/images/pull-policy.js';
 import { parseRegistries, parseRegistryCredentials } from './config-registries.js';
 import { DEFAULT_FAIR_SHARE, type FairShareConfig, fairShare } from './config-fair-share.js';
-import { mergePlans, type PlanConfig, type RateLimitConfig, rateLimits } from './config-plans.js';
+import { mergePlans, type PlanConfig, planIsolation, type RateLimitConfig, rateLimits } from './config-plans.js';
 import { parseTrustedProxies } from './http/trusted-proxies.js';
 
 export { DEFAULT_FAIR_SHARE, type FairShareConfig };
@@ -30,6 +31,7 @@ export {
   BUILD_PLAN_DEFAULTS,
   buildLimits,
   DEFAULT_PLANS,
+  planIsolation,
   DEFAULT_RATE_LIMITS,
   type PlanConfig,
   type PlanSandboxLimits,
@@ -75,6 +77,12 @@ export interface Config {
    * plan): `none` (default) or `internet`; `nat` is the old name of `internet`.
    */
   egress: 'none' | 'internet';
+  /**
+   * `SANDBOXD_ISOLATION`: the isolation tier of a create that names none, on a plan that
+   * names no `defaultIsolation`: `container` (default) or `gvisor`. Each plan without a
+   * default of its own must allow it.
+   */
+  isolation: Isolation;
   /**
    * `SANDBOXD_EGRESS_VIA`: where sandbox egress is routed, `dev` or `dev:next-hop` (e.g. a
    * veth into a network namespace); unset: the host's own routes.
@@ -303,6 +311,7 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
     publicHost: pick('publicHost', 'SANDBOXD_PUBLIC_HOST', String, `sandbox.localhost:${port}`),
     region: pick('region', 'SANDBOXD_REGION', String, 'local'),
     egress: pick('egress', 'SANDBOXD_EGRESS', parseEgress, 'none'),
+    isolation: pick('isolation', 'SANDBOXD_ISOLATION', oneOf('SANDBOXD_ISOLATION', ISOLATIONS), 'container'),
     egressVia: pick<string | undefined>('egressVia', 'SANDBOXD_EGRESS_VIA', parseEgressVia, undefined),
     egressDns: pick<Config['egressDns']>('egressDns', 'SANDBOXD_EGRESS_DNS', parseEgressDns, undefined),
     egressCaFile: pick<string | undefined>('egressCaFile', 'SANDBOXD_EGRESS_CA_FILE', parseEgressCaFile, undefined),
@@ -479,6 +488,13 @@ function validate(cfg: Config): void {
     throw new ConfigError(
       `defaultPlan "${cfg.defaultPlan}" is not a configured plan (${Object.keys(cfg.plans).join(', ')})`,
     );
+  }
+  for (const [name, plan] of Object.entries(cfg.plans)) {
+    const { allowed, default: dflt } = planIsolation(plan, cfg.isolation);
+    if (!allowed.includes(dflt))
+      throw new ConfigError(
+        `SANDBOXD_ISOLATION is ${cfg.isolation}, which plan ${name} does not allow (isolations: ${allowed.join(', ')}): give the plan a defaultIsolation, or allow it`,
+      );
   }
   const key = cfg.bootstrap.apiKey;
   if (key !== undefined && !/^sk_[A-Za-z0-9]{20,100}$/.test(key)) {
