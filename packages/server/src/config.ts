@@ -265,6 +265,11 @@ export interface E2bTemplate {
   image: string;
   /** Default user of E2B calls (commands, files, PTYs) that name none; unset: the image's user. */
   user?: string;
+  /**
+   * The isolation tier of its sandboxes (`container` or `gvisor`); unset: the image's
+   * `org.sandboxd.isolation` label, else the plan's default.
+   */
+  isolation?: Isolation;
 }
 
 /**
@@ -568,12 +573,18 @@ function e2bTemplates(raw: unknown): Record<string, E2bTemplate> {
   const out: Record<string, E2bTemplate> = { ...DEFAULT_E2B_TEMPLATES };
   if (raw === undefined || raw === null) return out;
   if (typeof raw !== 'object' || Array.isArray(raw))
-    throw new ConfigError('e2bTemplates must be an object of name -> {image, user?}');
+    throw new ConfigError('e2bTemplates must be an object of name -> {image, user?, isolation?}');
   for (const [name, v] of Object.entries(raw as Record<string, unknown>)) {
     const t = typeof v === 'string' ? { image: v } : (v as Partial<E2bTemplate> | null);
     if (!t || typeof t.image !== 'string' || !t.image || (t.user !== undefined && typeof t.user !== 'string'))
-      throw new ConfigError(`e2bTemplates.${name} must be an image reference or {image, user?}`);
-    out[name] = t.user ? { image: t.image, user: t.user } : { image: t.image };
+      throw new ConfigError(`e2bTemplates.${name} must be an image reference or {image, user?, isolation?}`);
+    if (t.isolation !== undefined && !ISOLATIONS.includes(t.isolation))
+      throw new ConfigError(`e2bTemplates.${name}.isolation must be one of ${ISOLATIONS.join(', ')}`);
+    out[name] = {
+      image: t.image,
+      ...(t.user ? { user: t.user } : {}),
+      ...(t.isolation ? { isolation: t.isolation } : {}),
+    };
   }
   return out;
 }

@@ -7,6 +7,12 @@ import { type Isolation, SandboxdError } from '@sandboxd/protocol';
 import { type PlanConfig, planIsolation } from '../config-plans.js';
 import type { IsolationSupport, RuntimeDriver } from '../runtime/driver.js';
 
+/**
+ * The image label that names the isolation tier of sandboxes made from it through E2B's
+ * door when its template names none (`LABEL org.sandboxd.isolation=gvisor` in a Dockerfile).
+ */
+export const ISOLATION_LABEL = 'org.sandboxd.isolation';
+
 /** What a driver without `isolations()` offers: containers, without memory snapshots. */
 export const CONTAINER_ONLY: readonly IsolationSupport[] = [
   { isolation: 'container', runtime: 'crun', memorySnapshots: false },

@@ -1,4 +1,6 @@
 import {
+  type Isolation,
+  ISOLATIONS,
   LIMITS,
   SandboxdError,
   type SandboxCreate,
@@ -37,7 +39,7 @@ import {
   forkRecord,
   parseVolumes,
 } from './sandbox-input.js';
-import { createIsolation, hasMemorySnapshots, offeredTiers } from './isolation.js';
+import { createIsolation, hasMemorySnapshots, ISOLATION_LABEL, offeredTiers } from './isolation.js';
 import type { IsolationSupport } from '../runtime/driver.js';
 import { concurrencyLimitError } from '../domain/limits.js';
 import { randomInt } from 'node:crypto';
@@ -104,6 +106,26 @@ export class SandboxService {
   /** The isolation tiers the runtime offers now (`/healthz`). */
   isolations(): IsolationSupport[] {
     return offeredTiers(this.d.driver);
+  }
+
+  /** Whether sandbox `r` pauses to disk here (gVisor with memory snapshots): E2B's pause uses it then. */
+  pausesToDisk(r: Pick<SandboxRecord, 'isolation'>): boolean {
+    return r.isolation === 'gvisor' && hasMemorySnapshots(this.d.driver, 'gvisor');
+  }
+
+  /**
+   * The tier image `image` of the account names in its `org.sandboxd.isolation` label, or
+   * undefined (no such label, a value that is no tier, or an image the runtime cannot
+   * resolve now: the create then answers for it).
+   */
+  async imageIsolation(accountId: string, image: string): Promise<Isolation | undefined> {
+    try {
+      const info = await this.d.driver.resolveImage(await this.driverImage(accountId, image));
+      const v = info.labels?.[ISOLATION_LABEL];
+      return (ISOLATIONS as readonly string[]).includes(v ?? '') ? (v as Isolation) : undefined;
+    } catch {
+      return undefined;
+    }
   }
 
   /** True while this process is creating sandbox `id` (the reconciler leaves such records alone). */
@@ -315,19 +337,30 @@ export class SandboxService {
    * process and its memory, the root layer's files, and the source's image, env, metadata,
    * network (egress and secret rules, same placeholders), ports setting and onTimeout; each
    * with its own id, address and writable layer, named `<source name>-fork-<n>`, with a
-   * fresh lifetime (the default timeout, at most the plan's lifetime) billed as a create.
+   * fresh lifetime (`opts.timeoutMs`, E2B's; else the default timeout, at most the plan's
+   * lifetime) billed as a create.
    * The account's concurrency limit and balance are checked for all `count` before anything
    * is made. Throws `not_found`, `conflict` (not started; volumes), `validation` (not
    * gVisor, or its tier keeps no memory snapshots here), `quota` (the plan no longer allows
    * gVisor), `concurrency`, `tokens`, `capacity`, `insufficient_storage`, `unsupported` (the
    * runtime cannot fork). On failure no fork is left, record or runtime, and the tokens are refunded.
    */
-  async fork(account: AccountRecord, id: string, count: number): Promise<SandboxRecord[]> {
+  async fork(
+    account: AccountRecord,
+    id: string,
+    count: number,
+    opts: { timeoutMs?: number } = {},
+  ): Promise<SandboxRecord[]> {
     await this.get(account.id, id);
-    return this.exclusive(id, () => this.forkNow(account, id, count));
+    return this.exclusive(id, () => this.forkNow(account, id, count, opts.timeoutMs));
   }
 
-  private async forkNow(account: AccountRecord, id: string, count: number): Promise<SandboxRecord[]> {
+  private async forkNow(
+    account: AccountRecord,
+    id: string,
+    count: number,
+    askedTimeoutMs: number | undefined,
+  ): Promise<SandboxRecord[]> {
     const src = await this.get(account.id, id);
     if (src.state !== 'started') throw wrongState(src);
     const isolation = src.isolation ?? 'container';
@@ -357,7 +390,11 @@ export class SandboxService {
       instanceDefault: this.d.config.isolation,
       driver: this.d.driver,
     });
-    const timeoutMs = Math.min(LIMITS.defaultTimeoutMs, plan.maxLifetimeMs);
+    if (askedTimeoutMs !== undefined && askedTimeoutMs > plan.maxLifetimeMs)
+      throw badRequest(`timeout must be at most ${plan.maxLifetimeMs} ms on plan ${account.plan}`, '/timeoutMs', {
+        max: plan.maxLifetimeMs,
+      });
+    const timeoutMs = askedTimeoutMs ?? Math.min(LIMITS.defaultTimeoutMs, plan.maxLifetimeMs);
     const minutes = billedMinutes(timeoutMs);
     // All N or none: the account's limit and balance for every fork, before anything is made.
     const live = await this.d.store.countLive(account.id);

@@ -37,6 +37,8 @@ export interface FakeDriverOptions {
   createDelayMs?: number;
   /** Extra image references to accept. */
   images?: string[];
+  /** Labels of images it knows, by reference (default none). */
+  imageLabels?: Record<string, Record<string, string>>;
   /**
    * The tiers it offers (default both: `container`, and `gvisor` with memory snapshots);
    * `null`: no `isolations()` at all, as a driver from before tiers (container only).
@@ -139,7 +141,8 @@ export class FakeDriver implements RuntimeDriver {
     const snap = this.snapshots.get(ref);
     if (snap) return { ...snap.info };
     if (!this.known.has(ref)) throw new SandboxdError('template_not_found', 'Template not found', { image: ref });
-    return fakeImage(ref);
+    const labels = this.opts.imageLabels?.[ref];
+    return labels ? { ...fakeImage(ref), labels: { ...labels } } : fakeImage(ref);
   }
   async listImages(): Promise<ImageInfo[]> {
     return Promise.all([...this.known].map((r) => this.resolveImage(r)));
