@@ -105,7 +105,7 @@ describe('sbx lifecycle verbs against the real server', { timeout: 300_000 }, ()
     const both = await json(['ls', '--json', '--metadata', `suite=${tag}`]);
     assert.deepEqual(new Set(both.map((x: { id: string }) => x.id)), new Set([id, other]));
     const table = ok(await sbx(['ls', '--metadata', `suite=${tag}`]));
-    assert.match(table, /^ID +NAME +STATE +IMAGE +CREATED +STOPS +EXPIRES +METADATA\n/);
+    assert.match(table, /^ID +NAME +STATE +IMAGE +ISOLATION +CREATED +STOPS +EXPIRES +METADATA\n/);
     assert.match(table, new RegExp(`${id} .* started .* pause in \\d+m .*suite=${tag}, role=cli`));
 
     assert.match(ok(await sbx(['pause', id])), new RegExp(`^${id} paused`));

@@ -60,6 +60,8 @@ const VALID_BODIES: Record<string, unknown> = {
   execCommand: { command: 'echo pwned > /tmp/pwned' },
   createPortLink: {},
   snapshotSandbox: { name: 'abuse-made' },
+  forkSandbox: { count: 2 },
+  pauseSandbox: { memory: 'disk' },
   createTerminal: {},
   createKey: { name: 'abuse' },
   trackEvent: { event: 'onboarding.started', metadata: { abuse: true } },

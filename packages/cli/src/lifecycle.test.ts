@@ -30,6 +30,7 @@ const sandbox = (over: Record<string, unknown> = {}) => ({
   publicAccessUrlTemplate: `{{PORT}}-${ID}.sandbox.localhost:8080`,
   metadata: {},
   onTimeout: 'stop',
+  isolation: 'container',
   ...over,
 });
 const snap = (name: string) => ({
@@ -185,11 +186,71 @@ describe('sbx lifecycle verbs against a stub server', { timeout: 120_000 }, () =
     const r = await sbx(['ls', '--state', 'paused', '--metadata', 'team=ml', '-m', 'run=4 2']);
     ok(r);
     assert.equal(seen[0].url, '/api/v1/sandboxes?state=paused&limit=1000&metadata.team=ml&metadata.run=4+2');
-    assert.match(r.stdout, /^ID +NAME +STATE +IMAGE +CREATED +STOPS +EXPIRES +METADATA\n/);
-    assert.match(r.stdout, new RegExp(`${ID} +unit +paused .* - +in \\d+m +team=ml\\n$`));
+    assert.match(r.stdout, /^ID +NAME +STATE +IMAGE +ISOLATION +CREATED +STOPS +EXPIRES +METADATA\n/);
+    assert.match(
+      r.stdout,
+      new RegExp(`${ID} +unit +paused +local/busybox:latest +container .* - +in \\d+m +team=ml\\n$`),
+    );
     const bad = await sbx(['ls', '--state', 'frozen']);
     assert.equal(bad.code, 1);
     assert.equal(bad.stderr, 'error: --state must be one of started, paused, stopped, error\n');
+  });
+
+  it('isolation: create --isolation, pause --memory disk / --to-disk, fork -n, ls shows the tier; bad values never reach the server', async () => {
+    const base = `/api/v1/sandboxes/${ID}`;
+    replies.set('POST /api/v1/sandboxes', { status: 201, body: { sandbox: sandbox({ isolation: 'gvisor' }) } });
+    const c = await sbx(['create', '--isolation', 'gvisor']);
+    ok(c);
+    assert.deepEqual(JSON.parse(seen[0].body), { image: 'local/debian:bookworm', isolation: 'gvisor' });
+    assert.match(c.stdout, /isolation gvisor/);
+    const badTier = await sbx(['create', '--isolation', 'vm']);
+    assert.equal(badTier.code, 1);
+    assert.match(badTier.stderr, /argument 'vm' is invalid\. Allowed choices are container, gvisor\./);
+    replies.set(`POST ${base}/pause`, {
+      status: 200,
+      body: { sandbox: sandbox({ state: 'paused', isolation: 'gvisor', pausedMemory: 'disk', expiresAt: FAR }) },
+    });
+    const p = await sbx(['pause', '--to-disk', ID]);
+    ok(p);
+    assert.match(p.stdout, new RegExp(`^${ID} paused to disk; deleted unless resumed by`));
+    ok(await sbx(['pause', '--memory', 'disk', ID]));
+    ok(await sbx(['pause', ID]));
+    const contra = await sbx(['pause', '--to-disk', '--memory', 'ram', ID]);
+    assert.equal(contra.code, 1);
+    assert.match(contra.stderr, /--to-disk and --memory ram contradict/);
+    const F = 'sbx_bbbbbbbbbbbbbbbbbbbb';
+    replies.set(`POST ${base}/fork`, {
+      status: 201,
+      body: { sandboxes: [sandbox({ id: F, name: 'unit-fork-1', isolation: 'gvisor' })] },
+    });
+    const f = await sbx(['fork', ID, '-n', '2']);
+    ok(f);
+    assert.equal(f.stdout, `Forked ${F} (unit-fork-1) from ${ID}\n`);
+    const q = await sbx(['fork', '-q', ID]);
+    assert.equal(q.stdout, `${F}\n`);
+    for (const n of ['0', '11', 'x', '1.5']) {
+      const bad = await sbx(['fork', ID, '-n', n]);
+      assert.equal(bad.code, 1, n);
+      assert.match(bad.stderr, /--count must be a whole number from 1 to 10/);
+    }
+    assert.deepEqual(posts(), [
+      'POST /api/v1/sandboxes {"image":"local/debian:bookworm","isolation":"gvisor"}',
+      `POST ${base}/pause {"memory":"disk"}`,
+      `POST ${base}/pause {"memory":"disk"}`,
+      `POST ${base}/pause `,
+      `POST ${base}/fork {"count":2}`,
+      `POST ${base}/fork {"count":1}`,
+    ]);
+    replies.set('GET /api/v1/sandboxes', {
+      status: 200,
+      body: {
+        count: 1,
+        sandboxes: [sandbox({ state: 'paused', isolation: 'gvisor', pausedMemory: 'disk', expiresAt: FAR })],
+      },
+    });
+    const ls = await sbx(['ls']);
+    ok(ls);
+    assert.match(ls.stdout, new RegExp(`${ID} +unit +paused \\(disk\\) +local/busybox:latest +gvisor `));
   });
 
   it('pause, resume -t, stop, start map to their routes and print the new state', async () => {

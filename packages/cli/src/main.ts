@@ -15,6 +15,7 @@ import { execCommand } from './commands/exec.js';
 import { imagesCommand } from './commands/images.js';
 import { keysCommand } from './commands/keys.js';
 import { lifecycleCommands } from './commands/lifecycle.js';
+import { forkCommand } from './commands/fork.js';
 import { loginCommand } from './commands/login.js';
 import { lsCommand } from './commands/ls.js';
 import { mcpCommand } from './commands/mcp.js';
@@ -72,6 +73,7 @@ export function buildProgram(): Command {
     timeoutCommand(ctx),
     networkCommand(ctx),
     ...lifecycleCommands(ctx),
+    forkCommand(ctx),
     snapshotCommand(ctx),
     rmCommand(ctx),
     buildCommand(ctx),

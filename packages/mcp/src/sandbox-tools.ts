@@ -37,6 +37,7 @@ export function summary(sb: SandboxInfo): Record<string, unknown> {
     stopAt: sb.stopAt,
     ...(sb.expiresAt ? { expiresAt: sb.expiresAt } : {}),
     onTimeout: sb.onTimeout,
+    isolation: sb.isolation,
     egress: sb.network?.egress ?? 'the plan default',
     metadata: sb.metadata,
     createdByMcp: sb.metadata?.createdBy === MCP_MARKER.createdBy,
@@ -89,6 +90,12 @@ export function registerSandboxTools(server: McpServer, ctx: ToolContext): void 
           .describe(
             'What the sandbox may reach outside: "none" (nothing), "internet" (every public address), or a list of allowed rules: domains ("pypi.org"), wildcards ("*.github.com"), IPv4 CIDRs. Default: the plan default.',
           ),
+        isolation: z
+          .enum(['container', 'gvisor'])
+          .optional()
+          .describe(
+            'Isolation tier: "container" (default unless the plan says otherwise) or "gvisor" (a user-space kernel between the sandbox and the host: stronger isolation, slower system calls). Refused when the plan or the host does not offer it.',
+          ),
         on_timeout: z
           .enum(['stop', 'pause'])
           .optional()
@@ -109,6 +116,7 @@ export function registerSandboxTools(server: McpServer, ctx: ToolContext): void 
           timeoutMs: args.lifetime_ms,
           env: args.env,
           onTimeout: args.on_timeout,
+          ...(args.isolation ? { isolation: args.isolation } : {}),
           metadata: { ...(args.metadata ?? {}), ...MCP_MARKER },
           network:
             args.egress === undefined

@@ -1,4 +1,21 @@
 import { Type, type Static } from 'typebox';
+import { ISOLATIONS } from './sandbox.js';
+
+/** One isolation tier the runtime offers (the driver's `isolations()`), as `/healthz` reports it. */
+export const IsolationSupportSchema = Type.Object(
+  {
+    isolation: Type.Enum([...ISOLATIONS]),
+    runtime: Type.String({ description: 'The OCI runtime that runs it (`crun`, `runc`, `runsc`).' }),
+    platform: Type.Optional(
+      Type.String({ description: 'gVisor: the platform runsc uses on this host (`kvm`, `systrap` or `ptrace`).' }),
+    ),
+    memorySnapshots: Type.Boolean({
+      description: 'Whether its sandboxes pause to disk (`{memory: "disk"}`) and fork.',
+    }),
+  },
+  { title: 'IsolationSupport', additionalProperties: false },
+);
+export type IsolationSupportWire = Static<typeof IsolationSupportSchema>;
 
 /** What the host has left for new sandboxes; a create past a limit answers 503 `capacity` naming the resource. */
 export const CapacitySchema = Type.Object(
@@ -87,6 +104,11 @@ export const RunnerStatusSchema = Type.Object(
     full: Type.Array(Type.Union([Type.Literal('memory'), Type.Literal('disk'), Type.Literal('addresses')]), {
       description: 'What it has no room in by its last report (the floors of `capacity`); empty: creates may go there.',
     }),
+    isolations: Type.Optional(
+      Type.Array(IsolationSupportSchema, {
+        description: 'The isolation tiers it offers, as it last reported; absent: never reported.',
+      }),
+    ),
   },
   { title: 'RunnerStatus', additionalProperties: false },
 );
@@ -97,6 +119,12 @@ export const HealthSchema = Type.Object(
   {
     status: Type.Literal('ok'),
     capacity: Type.Optional(CapacitySchema),
+    isolations: Type.Optional(
+      Type.Array(IsolationSupportSchema, {
+        description:
+          'The isolation tiers creates may ask for here (role `api`: those some runner offers), each with its OCI runtime; shown with `capacity`.',
+      }),
+    ),
     runners: Type.Optional(
       Type.Array(RunnerStatusSchema, {
         description:

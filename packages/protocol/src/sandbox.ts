@@ -63,6 +63,15 @@ export const SandboxSchema = Type.Object(
       }),
     ),
     network: Type.Optional(SandboxNetworkSchema),
+    isolation: Type.Enum([...ISOLATIONS], {
+      description: '`container` (namespaces, seccomp, cgroups: crun) or `gvisor` (a user-space kernel: runsc).',
+    }),
+    pausedMemory: Type.Optional(
+      Type.Enum([...PAUSE_MEMORY], {
+        description:
+          'Paused only: where its memory is kept, `ram` (frozen in place) or `disk` (gVisor: checkpointed, no RAM held).',
+      }),
+    ),
   },
   { title: 'Sandbox', additionalProperties: false },
 );
@@ -135,6 +144,12 @@ export const SandboxCreateSchema = Type.Object(
       }),
     ),
     network: Type.Optional(SandboxNetworkSchema),
+    isolation: Type.Optional(
+      Type.Enum([...ISOLATIONS], {
+        description:
+          "`container` or `gvisor`; default the plan's `defaultIsolation`. 403 `quota` when the plan does not allow it, 400 when the host does not offer it.",
+      }),
+    ),
   },
   { title: 'SandboxCreate', additionalProperties: false },
 );
@@ -232,6 +247,48 @@ export const SandboxRunRequestSchema = Type.Object(
   { title: 'SandboxRunRequest', additionalProperties: false },
 );
 export type SandboxRunRequest = Static<typeof SandboxRunRequestSchema>;
+
+/**
+ * The optional body of `POST .../pause`: `{memory: "disk"}` (gVisor sandboxes) checkpoints
+ * the sandbox to disk instead of freezing it in RAM. No body, or `{}`: `ram`.
+ */
+export const PauseRequestSchema = Type.Object(
+  {
+    memory: Type.Optional(
+      Type.Enum([...PAUSE_MEMORY], {
+        description:
+          'Default `ram` (frozen in place). `disk`: gVisor only (400 on a container sandbox): every process and its memory checkpointed to disk, no RAM held; `resume` restores it.',
+      }),
+    ),
+  },
+  { title: 'PauseRequest', additionalProperties: false },
+);
+export type PauseRequest = Static<typeof PauseRequestSchema>;
+
+/** Most sandboxes one fork call makes. */
+export const MAX_FORK_COUNT = 10;
+
+/** The body of `POST /api/v1/sandboxes/{id}/fork`. */
+export const ForkRequestSchema = Type.Object(
+  {
+    count: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        maximum: MAX_FORK_COUNT,
+        description: `How many sandboxes to make from the source's memory and files; default 1, at most ${MAX_FORK_COUNT}.`,
+      }),
+    ),
+  },
+  { title: 'ForkRequest', additionalProperties: false },
+);
+export type ForkRequest = Static<typeof ForkRequestSchema>;
+
+/** The answer of fork (201): the new sandboxes, started, in the order of their names' `-fork-<n>`. */
+export const ForkReplySchema = Type.Object(
+  { sandboxes: Type.Array(SandboxSchema) },
+  { title: 'ForkReply', additionalProperties: false },
+);
+export type ForkReply = Static<typeof ForkReplySchema>;
 
 /** Snapshot name rule: lowercase letters, digits, `_`, `.` and `-`, starting with a letter or digit, 1..63. */
 export const SNAPSHOT_NAME_PATTERN = '^[a-z0-9][a-z0-9_.-]{0,62}$';

@@ -27,6 +27,7 @@ const info = (over: Partial<SandboxInfo> = {}): SandboxInfo => ({
   publicAccessUrlTemplate: `{{PORT}}-${ID}.sandbox.localhost:8080`,
   metadata: {},
   onTimeout: 'stop',
+  isolation: 'container',
   ...over,
 });
 
@@ -187,6 +188,54 @@ describe('sandbox lifecycle, snapshots and list filters', { timeout: 30_000 }, (
         ['POST', `${base}/resume`, '{"timeoutMs":3600000}', 'application/json'],
         ['POST', `${base}/stop`, '', undefined],
         ['POST', `${base}/start`, '{}', 'application/json'],
+      ],
+    );
+  });
+
+  it('isolation: create sends the tier; pause({memory}) sends it; fork({count}) answers new Sandbox handles', async () => {
+    replies.set('POST /api/v1/sandboxes', { status: 201, body: { sandbox: info({ isolation: 'gvisor' }) } });
+    const sb = await client.sandboxes.create({ image: 'img', isolation: 'gvisor' });
+    assert.equal(sb.isolation, 'gvisor');
+    assert.equal(sb.pausedMemory, undefined);
+    replies.set(`POST ${base}/pause`, {
+      status: 200,
+      body: { sandbox: info({ state: 'paused', isolation: 'gvisor', pausedMemory: 'disk' }) },
+    });
+    await sb.pause({ memory: 'disk' });
+    assert.deepEqual([sb.state, sb.pausedMemory], ['paused', 'disk']);
+    const F1 = 'sbx_bbbbbbbbbbbbbbbbbbbb';
+    const F2 = 'sbx_cccccccccccccccccccc';
+    replies.set(`POST ${base}/fork`, {
+      status: 201,
+      body: {
+        sandboxes: [
+          info({ id: F1, name: 'unit-fork-1', isolation: 'gvisor' }),
+          info({ id: F2, name: 'unit-fork-2', isolation: 'gvisor' }),
+        ],
+      },
+    });
+    const forks = await sb.fork({ count: 2 });
+    assert.deepEqual(
+      forks.map((f) => [f.id, f.name, f.isolation, f instanceof Sandbox]),
+      [
+        [F1, 'unit-fork-1', 'gvisor', true],
+        [F2, 'unit-fork-2', 'gvisor', true],
+      ],
+    );
+    await sb.fork();
+    replies.set(`POST ${base}/fork`, {
+      status: 400,
+      body: { code: 400, kind: 'validation', message: 'Only gvisor sandboxes can be forked' },
+    });
+    assert.ok((await sb.fork().catch((x: unknown) => x)) instanceof ValidationError);
+    assert.deepEqual(
+      seen.map((r) => [r.method, r.url, r.body]),
+      [
+        ['POST', '/api/v1/sandboxes', '{"image":"img","isolation":"gvisor"}'],
+        ['POST', `${base}/pause`, '{"memory":"disk"}'],
+        ['POST', `${base}/fork`, '{"count":2}'],
+        ['POST', `${base}/fork`, '{}'],
+        ['POST', `${base}/fork`, '{}'],
       ],
     );
   });

@@ -19,6 +19,8 @@ import { Terminals } from './terminal.js';
 import type {
   Egress,
   ExecResult,
+  ForkParams,
+  PauseParams,
   SandboxCreateParams,
   SandboxInfo,
   SandboxListPage,
@@ -154,6 +156,14 @@ export class Sandbox {
   /** What happens at `stopAt`: `stop` or `pause`. */
   get onTimeout(): SandboxInfo['onTimeout'] {
     return this.info.onTimeout;
+  }
+  /** Its isolation tier: `container` or `gvisor`. */
+  get isolation(): SandboxInfo['isolation'] {
+    return this.info.isolation;
+  }
+  /** Paused: where its memory is kept, `ram` or `disk` (gVisor); undefined otherwise. */
+  get pausedMemory(): SandboxInfo['pausedMemory'] {
+    return this.info.pausedMemory;
   }
   /** Paused, stopped or error: when the sandbox and what it kept are deleted. */
   get expiresAt(): Date | undefined {
@@ -303,10 +313,28 @@ export class Sandbox {
    * Freezes a started sandbox: its processes and memory are kept, nothing runs, and it no
    * longer counts against the plan's concurrency. Resolves with this sandbox, now `paused`.
    * Throws ConflictError (not started; `details.state` names the state), QuotaExceededError
-   * (the plan's `maxPaused` reached).
+   * (the plan's `maxPaused` reached). `{memory: 'disk'}` (gVisor sandboxes) checkpoints it to
+   * disk instead: no RAM held, and `resume` restores every process where it was
+   * (ValidationError on a container sandbox).
    */
-  pause(): Promise<this> {
-    return this.transition('pause');
+  pause(opts: PauseParams = {}): Promise<this> {
+    return this.transition('pause', opts.memory === undefined ? undefined : { memory: opts.memory });
+  }
+
+  /**
+   * Makes `count` (1 to 10, default 1) new sandboxes from this started gVisor sandbox: its
+   * processes, memory and files, each with its own address and writable layer, named
+   * `<name>-fork-<n>`. This one keeps running. Throws ValidationError (not gVisor, or count),
+   * ConflictError (not started, or volumes), ConcurrencyLimitError, InsufficientTokensError
+   * (checked for all `count`: none is made then), CapacityError.
+   */
+  async fork(opts: ForkParams = {}): Promise<Sandbox[]> {
+    const r = await this.http.request<{ sandboxes: SandboxInfo[] }>(
+      'POST',
+      `/api/v1/sandboxes/${encodeURIComponent(this.id)}/fork`,
+      { json: opts.count === undefined ? {} : { count: opts.count } },
+    );
+    return r.sandboxes.map((s) => new Sandbox(s, this.http));
   }
 
   /**

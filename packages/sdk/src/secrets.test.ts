@@ -43,6 +43,7 @@ const info = (over: Partial<SandboxInfo> = {}): SandboxInfo => ({
   publicAccessUrlTemplate: `{{PORT}}-${ID}.sandbox.localhost:8080`,
   metadata: {},
   onTimeout: 'stop',
+  isolation: 'container',
   ...over,
 });
 

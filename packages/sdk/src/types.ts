@@ -8,7 +8,7 @@ import type * as P from '@sandboxd/protocol';
 
 /** A sandbox as the server describes it. */
 export type SandboxInfo = Static<typeof P.SandboxSchema>;
-/** The body of sandbox creation: `image` plus optional `env`, `volumes`, `timeoutMs`, `ports`, `metadata`, `onTimeout`, `network`. */
+/** The body of sandbox creation: `image` plus optional `env`, `volumes`, `timeoutMs`, `ports`, `metadata`, `onTimeout`, `network`, `isolation`. */
 export type SandboxCreateParams = Static<typeof P.SandboxCreateSchema>;
 /**
  * What a sandbox may reach outside: `'none'`, `'internet'`, or `{allow: [rule, ...]}` with
@@ -38,6 +38,14 @@ export type SecretInjectionPage = Static<typeof P.SecretInjectionListSchema>;
 export type SandboxState = P.SandboxState;
 /** What a sandbox does at `stopAt`: `stop` (default) or `pause`. */
 export type OnTimeout = P.OnTimeout;
+/** An isolation tier: `container` (namespaces, seccomp, cgroups) or `gvisor` (a user-space kernel). */
+export type Isolation = P.Isolation;
+/** Where a pause keeps a sandbox's memory: `ram` (frozen in place) or `disk` (gVisor: checkpointed). */
+export type PauseMemory = P.PauseMemory;
+/** Options of `pause`: `memory: 'disk'` checkpoints a gVisor sandbox to disk. */
+export type PauseParams = Static<typeof P.PauseRequestSchema>;
+/** Options of `fork`: `count`, 1 to 10 (default 1). */
+export type ForkParams = Static<typeof P.ForkRequestSchema>;
 /** The caller's labels of a sandbox: string to string. */
 export type SandboxMetadata = Static<typeof P.MetadataMap>;
 /**

@@ -3,7 +3,7 @@
  * values, and how a config file, overrides and `SANDBOXD_RATE_LIMIT_*` variables merge over
  * them (config.ts's loadConfig calls these).
  */
-import { EGRESS_LEVELS, type EgressLevel } from '@sandboxd/protocol';
+import { EGRESS_LEVELS, type EgressLevel, ISOLATIONS, type Isolation } from '@sandboxd/protocol';
 import { ConfigError, oneOf, parseIntStrict } from './config-values.js';
 
 const GiB = 1024 ** 3;
@@ -43,6 +43,16 @@ export interface PlanConfig {
   buildContextBytes?: number;
   /** Bytes the account's build cache (its layers) may hold; least recently used layers go first past it. */
   buildCacheBytes?: number;
+  /**
+   * The isolation tiers its sandboxes may ask for (a create asking for another answers 403
+   * `quota`). Absent in a config file: every tier, `["container", "gvisor"]`.
+   */
+  isolations?: Isolation[];
+  /**
+   * The tier of a create that names none; must be one of `isolations`. Absent: the
+   * instance's `SANDBOXD_ISOLATION` (default `container`).
+   */
+  defaultIsolation?: Isolation;
   limits: PlanSandboxLimits;
 }
 
@@ -62,6 +72,17 @@ export function buildLimits(
     buildContextBytes: plan.buildContextBytes ?? BUILD_PLAN_DEFAULTS.buildContextBytes,
     buildCacheBytes: plan.buildCacheBytes ?? BUILD_PLAN_DEFAULTS.buildCacheBytes,
   };
+}
+
+/**
+ * The isolation tiers a plan allows and its default (`instanceDefault`, the instance's
+ * `SANDBOXD_ISOLATION`, when the plan names none).
+ */
+export function planIsolation(
+  plan: PlanConfig,
+  instanceDefault: Isolation,
+): { allowed: readonly Isolation[]; default: Isolation } {
+  return { allowed: plan.isolations ?? ISOLATIONS, default: plan.defaultIsolation ?? instanceDefault };
 }
 
 /** A week: the default `pausedRetentionMs`. */
@@ -120,6 +141,7 @@ export const DEFAULT_PLANS: Record<string, PlanConfig> = {
     pausedRetentionMs: WEEK_MS,
     snapshotBytes: 5 * GiB,
     egress: 'internet',
+    isolations: [...ISOLATIONS],
     limits: { memoryBytes: 2 * GiB, cpus: 1, pids: 512, rootDiskBytes: 10 * GiB },
   },
   PRO: {
@@ -130,6 +152,7 @@ export const DEFAULT_PLANS: Record<string, PlanConfig> = {
     pausedRetentionMs: WEEK_MS,
     snapshotBytes: 50 * GiB,
     egress: 'internet',
+    isolations: [...ISOLATIONS],
     limits: { memoryBytes: 8 * GiB, cpus: 4, pids: 4096, rootDiskBytes: 50 * GiB },
   },
 };
@@ -168,11 +191,23 @@ export function mergePlans(
     const base = out[name] ?? DEFAULT_PLANS.FREE;
     const plan: PlanConfig = { ...base, ...p, limits: { ...base.limits, ...(p.limits ?? {}) } };
     plan.egress ??= 'internet';
+    plan.isolations ??= [...ISOLATIONS];
     Object.assign(plan, buildLimits(plan));
+    if (
+      !Array.isArray(plan.isolations) ||
+      plan.isolations.length === 0 ||
+      plan.isolations.some((t) => !ISOLATIONS.includes(t))
+    )
+      throw new ConfigError(`plans.${name}.isolations must be a non-empty list of ${ISOLATIONS.join(', ')}`);
+    plan.isolations = [...new Set(plan.isolations)];
+    if (plan.defaultIsolation !== undefined && !plan.isolations.includes(plan.defaultIsolation))
+      throw new ConfigError(
+        `plans.${name}.defaultIsolation must be one of its isolations (${plan.isolations.join(', ')}), got "${String(plan.defaultIsolation)}"`,
+      );
     if (!EGRESS_LEVELS.includes(plan.egress))
       throw new ConfigError(`plans.${name}.egress must be one of ${EGRESS_LEVELS.join(', ')}`);
     for (const [k, v] of Object.entries({ ...plan, ...plan.limits })) {
-      if (k === 'limits' || k === 'egress') continue;
+      if (k === 'limits' || k === 'egress' || k === 'isolations' || k === 'defaultIsolation') continue;
       if (typeof v !== 'number' || !Number.isFinite(v) || v < 0)
         throw new ConfigError(`plans.${name}.${k} must be a non-negative number`);
     }

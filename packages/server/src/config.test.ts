@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
-import { buildLimits, ConfigError, DEFAULT_FAIR_SHARE, DEFAULT_PLANS, loadConfig } from './config.js';
+import { buildLimits, ConfigError, DEFAULT_FAIR_SHARE, DEFAULT_PLANS, loadConfig, planIsolation } from './config.js';
 import {
   MAX_EXITED_PROCESSES,
   MAX_FOLLOWERS_PER_PROCESS,
@@ -121,6 +121,54 @@ describe('loadConfig', () => {
     assert.throws(
       () => loadConfig({}, { plans: { BAD: { ...DEFAULT_PLANS.FREE, egress: 'all' as 'none' } } }),
       /plans\.BAD\.egress/,
+    );
+  });
+
+  it("isolation: every plan allows both tiers with the instance's default (SANDBOXD_ISOLATION, container); plans narrow them; bad values refused by name", () => {
+    const c = loadConfig({});
+    assert.equal(c.isolation, 'container');
+    assert.deepEqual(c.plans.FREE.isolations, ['container', 'gvisor']);
+    assert.deepEqual(planIsolation(c.plans.PRO, c.isolation), {
+      allowed: ['container', 'gvisor'],
+      default: 'container',
+    });
+    const g = loadConfig({ SANDBOXD_ISOLATION: 'gvisor' });
+    assert.equal(planIsolation(g.plans.FREE, g.isolation).default, 'gvisor');
+    assert.throws(
+      () => loadConfig({ SANDBOXD_ISOLATION: 'kata' }),
+      (e: Error) => {
+        assert.ok(e instanceof ConfigError);
+        assert.match(e.message, /SANDBOXD_ISOLATION.*container, gvisor/);
+        return true;
+      },
+    );
+    const strict = { ...DEFAULT_PLANS.FREE, isolations: ['gvisor' as const], defaultIsolation: 'gvisor' as const };
+    const s = loadConfig({}, { plans: { STRICT: strict } });
+    assert.deepEqual(planIsolation(s.plans.STRICT, s.isolation), { allowed: ['gvisor'], default: 'gvisor' });
+    assert.throws(
+      () =>
+        loadConfig(
+          {},
+          { plans: { BAD: { ...DEFAULT_PLANS.FREE, isolations: ['gvisor'], defaultIsolation: 'container' } } },
+        ),
+      /plans\.BAD\.defaultIsolation must be one of its isolations \(gvisor\)/,
+    );
+    assert.throws(
+      () => loadConfig({}, { plans: { BAD: { ...DEFAULT_PLANS.FREE, isolations: [] } } }),
+      /plans\.BAD\.isolations/,
+    );
+    assert.throws(
+      () => loadConfig({}, { plans: { BAD: { ...DEFAULT_PLANS.FREE, isolations: ['vm' as 'gvisor'] } } }),
+      /plans\.BAD\.isolations must be a non-empty list of container, gvisor/,
+    );
+    // The instance default must be one every plan without its own default allows.
+    assert.throws(
+      () =>
+        loadConfig(
+          { SANDBOXD_ISOLATION: 'gvisor' },
+          { plans: { OLD: { ...DEFAULT_PLANS.FREE, isolations: ['container'] } } },
+        ),
+      /SANDBOXD_ISOLATION is gvisor, which plan OLD does not allow/,
     );
   });
 

@@ -1,5 +1,6 @@
 import { hostname } from 'node:os';
 import { join, resolve } from 'node:path';
+import { ISOLATIONS, type Isolation } from '@sandboxd/protocol';
 import {
   bool,
   ConfigError,
@@ -21,7 +22,7 @@ import {
 import { DEFAULT_REGISTRIES_ALLOWED } from './runtime/local/images/pull-policy.js';
 import { parseRegistries, parseRegistryCredentials } from './config-registries.js';
 import { DEFAULT_FAIR_SHARE, type FairShareConfig, fairShare } from './config-fair-share.js';
-import { mergePlans, type PlanConfig, type RateLimitConfig, rateLimits } from './config-plans.js';
+import { mergePlans, type PlanConfig, planIsolation, type RateLimitConfig, rateLimits } from './config-plans.js';
 import { parseTrustedProxies } from './http/trusted-proxies.js';
 import { GVISOR_PLATFORMS, type GvisorPlatform } from './runtime/gvisor/runsc.js';
 
@@ -31,6 +32,7 @@ export {
   BUILD_PLAN_DEFAULTS,
   buildLimits,
   DEFAULT_PLANS,
+  planIsolation,
   DEFAULT_RATE_LIMITS,
   type PlanConfig,
   type PlanSandboxLimits,
@@ -76,6 +78,12 @@ export interface Config {
    * plan): `none` (default) or `internet`; `nat` is the old name of `internet`.
    */
   egress: 'none' | 'internet';
+  /**
+   * `SANDBOXD_ISOLATION`: the isolation tier of a create that names none, on a plan that
+   * names no `defaultIsolation`: `container` (default) or `gvisor`. Each plan without a
+   * default of its own must allow it.
+   */
+  isolation: Isolation;
   /**
    * `SANDBOXD_EGRESS_VIA`: where sandbox egress is routed, `dev` or `dev:next-hop` (e.g. a
    * veth into a network namespace); unset: the host's own routes.
@@ -260,6 +268,11 @@ export interface E2bTemplate {
   image: string;
   /** Default user of E2B calls (commands, files, PTYs) that name none; unset: the image's user. */
   user?: string;
+  /**
+   * The isolation tier of its sandboxes (`container` or `gvisor`); unset: the image's
+   * `org.sandboxd.isolation` label, else the plan's default.
+   */
+  isolation?: Isolation;
 }
 
 /**
@@ -306,6 +319,7 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
     publicHost: pick('publicHost', 'SANDBOXD_PUBLIC_HOST', String, `sandbox.localhost:${port}`),
     region: pick('region', 'SANDBOXD_REGION', String, 'local'),
     egress: pick('egress', 'SANDBOXD_EGRESS', parseEgress, 'none'),
+    isolation: pick('isolation', 'SANDBOXD_ISOLATION', oneOf('SANDBOXD_ISOLATION', ISOLATIONS), 'container'),
     egressVia: pick<string | undefined>('egressVia', 'SANDBOXD_EGRESS_VIA', parseEgressVia, undefined),
     egressDns: pick<Config['egressDns']>('egressDns', 'SANDBOXD_EGRESS_DNS', parseEgressDns, undefined),
     egressCaFile: pick<string | undefined>('egressCaFile', 'SANDBOXD_EGRESS_CA_FILE', parseEgressCaFile, undefined),
@@ -489,6 +503,13 @@ function validate(cfg: Config): void {
       `defaultPlan "${cfg.defaultPlan}" is not a configured plan (${Object.keys(cfg.plans).join(', ')})`,
     );
   }
+  for (const [name, plan] of Object.entries(cfg.plans)) {
+    const { allowed, default: dflt } = planIsolation(plan, cfg.isolation);
+    if (!allowed.includes(dflt))
+      throw new ConfigError(
+        `SANDBOXD_ISOLATION is ${cfg.isolation}, which plan ${name} does not allow (isolations: ${allowed.join(', ')}): give the plan a defaultIsolation, or allow it`,
+      );
+  }
   const key = cfg.bootstrap.apiKey;
   if (key !== undefined && !/^sk_[A-Za-z0-9]{20,100}$/.test(key)) {
     throw new ConfigError('SANDBOXD_BOOTSTRAP_API_KEY must look like sk_ followed by 20 to 100 letters and digits');
@@ -561,12 +582,18 @@ function e2bTemplates(raw: unknown): Record<string, E2bTemplate> {
   const out: Record<string, E2bTemplate> = { ...DEFAULT_E2B_TEMPLATES };
   if (raw === undefined || raw === null) return out;
   if (typeof raw !== 'object' || Array.isArray(raw))
-    throw new ConfigError('e2bTemplates must be an object of name -> {image, user?}');
+    throw new ConfigError('e2bTemplates must be an object of name -> {image, user?, isolation?}');
   for (const [name, v] of Object.entries(raw as Record<string, unknown>)) {
     const t = typeof v === 'string' ? { image: v } : (v as Partial<E2bTemplate> | null);
     if (!t || typeof t.image !== 'string' || !t.image || (t.user !== undefined && typeof t.user !== 'string'))
-      throw new ConfigError(`e2bTemplates.${name} must be an image reference or {image, user?}`);
-    out[name] = t.user ? { image: t.image, user: t.user } : { image: t.image };
+      throw new ConfigError(`e2bTemplates.${name} must be an image reference or {image, user?, isolation?}`);
+    if (t.isolation !== undefined && !ISOLATIONS.includes(t.isolation))
+      throw new ConfigError(`e2bTemplates.${name}.isolation must be one of ${ISOLATIONS.join(', ')}`);
+    out[name] = {
+      image: t.image,
+      ...(t.user ? { user: t.user } : {}),
+      ...(t.isolation ? { isolation: t.isolation } : {}),
+    };
   }
   return out;
 }

@@ -79,6 +79,7 @@ export class FakeRunners {
         capacity: await fake.capacity(),
         warmPool: {},
         sandboxes: list.filter((s) => s.state !== 'stopped').length,
+        ...(fake.isolations ? { isolations: fake.isolations() } : {}),
       };
     };
     const wrap = <T extends object>(target: T, prefix: string): T =>

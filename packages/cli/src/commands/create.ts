@@ -42,6 +42,12 @@ export function createCommand(ctx: Context): Command {
         'pause',
       ]),
     )
+    .addOption(
+      new Option(
+        '--isolation <tier>',
+        "isolation tier: container, or gvisor (a user-space kernel; pauses to disk and forks) (default: the plan's)",
+      ).choices(['container', 'gvisor']),
+    )
     .option('--egress <mode>', "what it may reach outside: none or internet (default: the server's)")
     .option('-a, --allow <rule>', 'egress by rule instead: a domain, *.domain or IPv4 CIDR (repeatable)', collect)
     .option(
@@ -59,6 +65,7 @@ export function createCommand(ctx: Context): Command {
         timeout?: string;
         metadata?: string[];
         onTimeout?: 'stop' | 'pause';
+        isolation?: 'container' | 'gvisor';
         egress?: string;
         allow?: string[];
         secret?: string[];
@@ -74,6 +81,7 @@ export function createCommand(ctx: Context): Command {
         const metadata = parsePairs(o.metadata ?? [], '--metadata');
         if (metadata) params.metadata = metadata;
         if (o.onTimeout) params.onTimeout = o.onTimeout;
+        if (o.isolation) params.isolation = o.isolation;
         const egress = egressOption(o.egress, o.allow);
         const secrets = (o.secret ?? []).map((x) => parseSecretRule(x));
         if (secrets.length > 0 && egress === undefined)
@@ -90,6 +98,7 @@ export function createCommand(ctx: Context): Command {
         process.stdout.write(
           `Created sandbox ${p.bold(sb.id)} (${sb.name})\n` +
             `  image     ${sb.image}\n` +
+            `  isolation ${sb.isolation}\n` +
             `  ${sb.onTimeout === 'pause' ? 'pauses at' : 'stops at '} ${sb.info.stopAt} (${relative(sb.info.stopAt)})\n` +
             (Object.keys(sb.metadata ?? {}).length ? `  metadata  ${formatMetadata(sb.metadata)}\n` : '') +
             `  egress    ${formatEgress(sb.info.network?.egress)}\n` +
@@ -105,6 +114,7 @@ export function createCommand(ctx: Context): Command {
     'sbx create',
     'sbx create --image local/busybox:latest --env GREETING=hi --volume data:/data --timeout 30m',
     'sbx create --metadata team=ml --metadata run=42 --on-timeout pause',
+    'sbx create --isolation gvisor',
     'sbx create --allow pypi.org --allow files.pythonhosted.org --allow "*.github.com"',
     "sbx create --allow api.openai.com --secret OPENAI=api.openai.com:Authorization:'Bearer {value}'",
   );

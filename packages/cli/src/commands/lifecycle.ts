@@ -2,10 +2,10 @@
  * `sbx pause|resume|stop|start ID`: the sandbox lifecycle. Each prints one line with the new
  * state and its deadline, or the sandbox as JSON with `--json`.
  */
-import { Command } from 'commander';
+import { Command, Option } from 'commander';
 import { Sandbox } from '@sandboxd/sdk';
 import { withExamples, type Context } from '../context.js';
-import { parseDuration, printJson, relative } from '../ui.js';
+import { CliError, parseDuration, printJson, relative } from '../ui.js';
 
 type Action = 'pause' | 'resume' | 'stop' | 'start';
 
@@ -16,7 +16,7 @@ export function describeState(sb: Sandbox): string {
     case 'started':
       return `${sb.id} started; ${sb.onTimeout === 'pause' ? 'pauses' : 'stops'} at ${at(sb.info.stopAt)}`;
     case 'paused':
-      return `${sb.id} paused${sb.info.expiresAt ? `; deleted unless resumed by ${at(sb.info.expiresAt)}` : ''}`;
+      return `${sb.id} paused${sb.pausedMemory === 'disk' ? ' to disk' : ''}${sb.info.expiresAt ? `; deleted unless resumed by ${at(sb.info.expiresAt)}` : ''}`;
     case 'stopped':
       return `${sb.id} stopped; root layer kept${sb.info.expiresAt ? ` until ${at(sb.info.expiresAt)}` : ''}`;
     default:
@@ -28,12 +28,23 @@ function lifecycleCommand(ctx: Context, action: Action, description: string, exa
   const cmd = new Command(action).description(description).argument('<id>', 'sandbox id');
   const timed = action === 'resume' || action === 'start';
   if (timed) cmd.option('-t, --timeout <duration>', 'new lifetime from now: ms, or with s/m/h (default 10m)');
+  if (action === 'pause') {
+    cmd.addOption(
+      new Option('--memory <where>', 'where its memory is kept: ram (default), or disk (gVisor sandboxes)').choices([
+        'ram',
+        'disk',
+      ]),
+    );
+    cmd.option('--to-disk', 'the same as --memory disk');
+  }
   cmd
     .option('--json', 'print the sandbox as JSON')
-    .action(async (id: string, o: { timeout?: string; json?: boolean }) => {
+    .action(async (id: string, o: { timeout?: string; json?: boolean; memory?: 'ram' | 'disk'; toDisk?: boolean }) => {
       const timeoutMs = o.timeout === undefined ? undefined : parseDuration(o.timeout, '--timeout');
+      if (o.toDisk && o.memory === 'ram') throw new CliError('--to-disk and --memory ram contradict each other');
+      const memory = o.toDisk ? 'disk' : o.memory;
       const sb = await Sandbox.get(id, ctx.client());
-      if (action === 'pause') await sb.pause();
+      if (action === 'pause') await sb.pause(memory ? { memory } : {});
       else if (action === 'stop') await sb.stop();
       else await sb[action](timeoutMs === undefined ? {} : { timeoutMs });
       if (o.json) return printJson(sb.info);
@@ -48,8 +59,8 @@ export function lifecycleCommands(ctx: Context): Command[] {
     lifecycleCommand(
       ctx,
       'pause',
-      'freeze a started sandbox: processes and memory are kept, nothing runs (resume goes on where it was)',
-      ['sbx pause sbx_abc...'],
+      'freeze a started sandbox: processes and memory are kept, nothing runs (resume goes on where it was); --to-disk checkpoints a gVisor sandbox to disk',
+      ['sbx pause sbx_abc...', 'sbx pause --to-disk sbx_abc...'],
     ),
     lifecycleCommand(ctx, 'resume', 'thaw a paused sandbox with a new lifetime', [
       'sbx resume sbx_abc...',

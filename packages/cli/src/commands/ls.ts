@@ -89,14 +89,25 @@ async function listSandboxes(ctx: Context, o: { state?: string; metadata?: strin
   const rows = list.map((s) => [
     s.id,
     s.name,
-    paint(s.state),
+    s.state === 'paused' && s.pausedMemory === 'disk' ? `${paint(s.state)} (disk)` : paint(s.state),
     s.image,
+    s.isolation,
     relative(s.info.createdAt),
     s.state === 'started' ? `${s.onTimeout === 'pause' ? 'pause ' : ''}${relative(s.info.stopAt)}` : '-',
     s.state !== 'started' && s.info.expiresAt ? relative(s.info.expiresAt) : '-',
     ...(withMeta ? [formatMetadata(s.metadata) || '-'] : []),
   ]);
-  const header = ['ID', 'NAME', 'STATE', 'IMAGE', 'CREATED', 'STOPS', 'EXPIRES', ...(withMeta ? ['METADATA'] : [])];
+  const header = [
+    'ID',
+    'NAME',
+    'STATE',
+    'IMAGE',
+    'ISOLATION',
+    'CREATED',
+    'STOPS',
+    'EXPIRES',
+    ...(withMeta ? ['METADATA'] : []),
+  ];
   process.stdout.write(table(header, rows, p));
 }
 

@@ -1,4 +1,11 @@
-import { SandboxdError, type OnTimeout, type Sandbox, type SandboxNetwork } from '@sandboxd/protocol';
+import {
+  SandboxdError,
+  type Isolation,
+  type OnTimeout,
+  type PauseMemory,
+  type Sandbox,
+  type SandboxNetwork,
+} from '@sandboxd/protocol';
 
 /**
  * Record states. `creating` and `starting` are internal: `creating` is never listed (404
@@ -38,6 +45,8 @@ export interface SandboxSpecRecord {
    * part of the spec that changes); absent for sandboxes made before egress rules existed.
    */
   network?: SandboxNetwork;
+  /** Its isolation tier; absent means `container` (every sandbox made before tiers existed). */
+  isolation?: Isolation;
 }
 
 /** Mutable status of a sandbox. Changed only through {@link assertTransition}. */
@@ -64,6 +73,8 @@ export interface SandboxStatus {
    * when none is recorded (role `all`, or a create not placed yet).
    */
   runner?: string;
+  /** Paused: where its memory is kept (`ram`: frozen in place; `disk`: checkpointed); absent otherwise. */
+  pausedMemory?: PauseMemory;
 }
 
 export type SandboxRecord = SandboxSpecRecord & SandboxStatus;
@@ -129,8 +140,10 @@ export function toWireSandbox(r: SandboxRecord, opts: { publicHost: string; stop
     publicAccessUrlTemplate: `{{PORT}}-${r.id}.${opts.publicHost}`,
     metadata: r.metadata ?? {},
     onTimeout: r.onTimeout ?? 'stop',
+    isolation: r.isolation ?? 'container',
     ...(r.network ? { network: r.network } : {}),
   };
+  if (r.state === 'paused') out.pausedMemory = r.pausedMemory ?? 'ram';
   if (r.state === 'paused' && r.expiresAt) out.expiresAt = new Date(r.expiresAt).toISOString();
   else if (
     (r.state === 'stopped' || r.state === 'error') &&

@@ -748,7 +748,6 @@ describe('E2B control API (fake runtime)', () => {
     const id = c.sandboxID;
     const ofSandbox: Array<[string, string, unknown?]> = [
       ['POST', `/sandboxes/${id}/snapshots`, { name: 'x' }],
-      ['POST', `/sandboxes/${id}/fork`, { count: 1 }],
       ['GET', `/sandboxes/${id}/metrics`],
       ['GET', `/sandboxes/${id}/logs`],
       ['GET', `/v2/sandboxes/${id}/logs`],

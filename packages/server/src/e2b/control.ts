@@ -1,5 +1,5 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
-import { LIMITS, type SandboxNetwork, SandboxdError, type SecretRule } from '@sandboxd/protocol';
+import { LIMITS, MAX_FORK_COUNT, type SandboxNetwork, SandboxdError, type SecretRule } from '@sandboxd/protocol';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { Type } from 'typebox';
 import type { PlanConfig } from '../config.js';
@@ -79,6 +79,14 @@ const ResumeBody = Type.Object(
   { additionalProperties: false },
 );
 const RefreshBody = Type.Object({ duration: Type.Optional(Seconds) }, { additionalProperties: false });
+/** E2B's `SandboxForkRequest`: `count` (sandboxd's cap, {@link MAX_FORK_COUNT}) and the forks' `timeout` in seconds. */
+const ForkBody = Type.Object(
+  {
+    count: Type.Optional(Type.Integer({ minimum: 1, maximum: MAX_FORK_COUNT })),
+    timeout: Type.Optional(Seconds),
+  },
+  { additionalProperties: false },
+);
 
 /** E2B's `Sandbox`: what its SDK needs to reach the sandbox's envd. */
 interface E2bSandbox {
@@ -275,9 +283,15 @@ export const e2bControlRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app,
         : egress !== undefined
           ? { egress }
           : undefined;
-    const { image, configured } = await imageOfTemplate(d.config.e2bTemplates, b.templateID, (name, tag) =>
+    const {
+      image,
+      configured,
+      isolation: tier,
+    } = await imageOfTemplate(d.config.e2bTemplates, b.templateID, (name, tag) =>
       d.services.builds.getTemplate(account.id, name, tag),
     );
+    // The template's tier: configured with it, or its image's `org.sandboxd.isolation` label.
+    const isolation = tier ?? (await sandboxes.imageIsolation(account.id, image));
     // E2B's MCP template is no image anyone can pull: named as E2B names a missing template.
     if (b.templateID === MCP_GATEWAY_TEMPLATE && !configured)
       throw new SandboxdError(
@@ -298,6 +312,7 @@ export const e2bControlRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app,
           ...(network !== undefined ? { network } : {}),
           // E2B's private sandbox URLs: sandboxd's private ports, opened by the traffic token too.
           ...(b.network?.allowPublicTraffic === false ? { ports: { public: false } } : {}),
+          ...(isolation !== undefined ? { isolation } : {}),
         },
         { template: b.templateID, ...(b.metadata !== undefined ? { metadata: b.metadata } : {}) },
       );
@@ -442,7 +457,8 @@ export const e2bControlRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app,
       if (r.state === 'paused') throw alreadyPaused(id);
       if (req.body.memory === false) throw unsupported(NO_MEMORY);
       try {
-        await lifecycle.pause(principalOf(req).account, r.id);
+        // A gVisor sandbox keeps its memory on disk (E2B's pause persists it); a container's stays in RAM.
+        await lifecycle.pause(principalOf(req).account, r.id, sandboxes.pausesToDisk(r) ? { memory: 'disk' } : {});
       } catch (e) {
         if (e instanceof SandboxdError && e.kind === 'conflict' && stateIn(e) === 'paused') throw alreadyPaused(id);
         if (e instanceof SandboxdError && (e.kind === 'conflict' || e.kind === 'not_found')) throw notFound(id);
@@ -507,12 +523,34 @@ export const e2bControlRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app,
     },
   );
 
+  // E2B's fork (SDK 2.x `Sandbox.fork`/`sandbox.fork()`): sandboxd's fork of a gVisor sandbox.
+  // All forks are made or none (a refusal answers for all: E2B's "failed before any fork was
+  // attempted"), so every entry of the 201 carries a sandbox.
+  app.post(
+    '/sandboxes/:id/fork',
+    { schema: { ...hide, params: IdParams, body: ForkBody }, preValidation: emptyBodyIsObject },
+    async (req, reply) => {
+      const r = await running(req, req.params.id);
+      let forks: SandboxRecord[];
+      try {
+        // No timeout (or 0): sandboxd's default lifetime.
+        forks = await sandboxes.fork(principalOf(req).account, r.id, req.body.count ?? 1, {
+          ...(req.body.timeout ? { timeoutMs: req.body.timeout * 1000 } : {}),
+        });
+      } catch (e) {
+        if (e instanceof SandboxdError && e.kind === 'conflict' && stateIn(e) === 'paused') throw pausedConflict(r.id);
+        if (e instanceof SandboxdError && e.kind === 'not_found') throw notFound(r.id);
+        throw e;
+      }
+      return reply.code(201).send(await Promise.all(forks.map(async (f) => ({ sandbox: await sandboxAnswer(f) }))));
+    },
+  );
+
   // --- not supported yet --------------------------------------------------------------------
 
   /** Operations on one sandbox sandboxd cannot do: 404 for a sandbox that is not there, else 501. */
   const ofSandbox: Array<[method: 'GET' | 'POST' | 'PUT', path: string, what: string]> = [
     ['POST', '/sandboxes/:id/snapshots', 'snapshots'],
-    ['POST', '/sandboxes/:id/fork', 'forking sandboxes'],
     ['GET', '/sandboxes/:id/metrics', 'sandbox metrics'],
     ['GET', '/sandboxes/:id/logs', "sandbox logs through E2B's API"],
     ['GET', '/v2/sandboxes/:id/logs', "sandbox logs through E2B's API"],

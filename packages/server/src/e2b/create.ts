@@ -2,6 +2,7 @@ import {
   DEFAULT_TEMPLATE_TAG,
   type Egress,
   EnvMap,
+  type Isolation,
   SandboxdError,
   TEMPLATE_IMAGE_PREFIX,
   TEMPLATE_NAME_PATTERN,
@@ -184,8 +185,11 @@ export async function imageOfTemplate(
   templates: Readonly<Record<string, E2bTemplate>>,
   templateID: string,
   template?: (name: string, tag: string) => Promise<unknown>,
-): Promise<{ image: string; configured: boolean }> {
-  if (Object.hasOwn(templates, templateID)) return { image: templates[templateID].image, configured: true };
+): Promise<{ image: string; configured: boolean; isolation?: Isolation }> {
+  if (Object.hasOwn(templates, templateID)) {
+    const t = templates[templateID];
+    return { image: t.image, configured: true, ...(t.isolation ? { isolation: t.isolation } : {}) };
+  }
   const named = template ? accountTemplateOf(templateID) : null;
   if (named && template) {
     try {

@@ -10,6 +10,8 @@ import pino from 'pino';
 import { FakeDriver } from '../runtime/fake/driver.js';
 import { ProcessHost } from '../runtime/processes/host.js';
 import { TerminalHost } from '../runtime/terminals/host.js';
+import { CONFORMANCE_LIMITS } from '../runtime/conformance.js';
+import { RemoteDriver } from '../runtime/remote/driver.js';
 import { RunnerServer } from './server.js';
 
 const TOKEN = 'test-runner-token-probes-0123456';
@@ -78,5 +80,65 @@ describe('runner probes', () => {
     assert.equal(r.status, 503);
     assert.deepEqual(JSON.parse(r.body), { code: 503, kind: 'unavailable', message: 'Not ready' });
     assert.equal((await get(`${url}/livez`)).status, 200);
+  });
+});
+
+describe('runner wire: isolation tiers', () => {
+  const driver = new FakeDriver();
+  const server = new RunnerServer({
+    driver,
+    terminals: new TerminalHost({ execTty: (id, o) => driver.execTty(id, o), log }),
+    processes: ProcessHost.over(driver),
+    token: TOKEN,
+    nodeName: 'tiers-unit-node',
+    tls: null,
+    log,
+  });
+  let remote: RemoteDriver;
+  before(async () => {
+    remote = new RemoteDriver({ url: await server.listen('127.0.0.1', 0), token: TOKEN });
+    await remote.init();
+  });
+  after(async () => {
+    await remote.close();
+    await server.close();
+  });
+
+  it("carries the tier of a create, pause to disk, fork and the runner's tiers (health) over the wire", async () => {
+    assert.deepEqual(
+      remote.isolations().map((t) => [t.isolation, t.memorySnapshots]),
+      [
+        ['container', false],
+        ['gvisor', true],
+      ],
+    );
+    assert.deepEqual((await remote.health()).isolations, driver.isolations!());
+    const s = await remote.create({
+      id: 'sbx_tierwire',
+      image: 'local/busybox:latest',
+      env: {},
+      volumes: [],
+      limits: CONFORMANCE_LIMITS,
+      isolation: 'gvisor',
+    });
+    assert.equal(s.isolation, 'gvisor');
+    await remote.pause(s.id, { memory: 'disk' });
+    assert.equal((await remote.inspect(s.id))?.pausedMemory, 'disk');
+    await remote.resume(s.id);
+    await remote.exec(s.id, 'echo 7 > /n');
+    const forks = await remote.fork(s.id, [{ id: 'sbx_tierfork', hostname: 'f1' }]);
+    assert.equal(forks[0].id, 'sbx_tierfork');
+    assert.ok(forks[0].createdAt instanceof Date);
+    assert.equal((await remote.exec('sbx_tierfork', 'cat /n')).stdout, '7\n');
+    const c = await remote.create({
+      id: 'sbx_tiercont',
+      image: 'local/busybox:latest',
+      env: {},
+      volumes: [],
+      limits: CONFORMANCE_LIMITS,
+    });
+    await assert.rejects(remote.pause(c.id, { memory: 'disk' }), { kind: 'validation' });
+    await assert.rejects(remote.fork(c.id, [{ id: 'sbx_tierx' }]), { kind: 'validation' });
+    for (const id of ['sbx_tierwire', 'sbx_tierfork', 'sbx_tiercont']) await remote.delete(id);
   });
 });

@@ -167,6 +167,7 @@ export class RunnerServer {
           capacity,
           warmPool: d.warmPool ? d.warmPool() : {},
           sandboxes: sandboxes.filter((s) => s.state !== 'stopped').length,
+          ...(d.isolations ? { isolations: d.isolations() } : {}),
         };
         return reply(res, 200, body);
       }
@@ -225,6 +226,7 @@ export class RunnerServer {
       const [ref] = args as [string];
       return method === 'images.pull' ? d.images.pull(ref) : d.images.build(ref);
     }
+    if (method === 'fork' && !d.fork) throw new SandboxdError('unsupported', 'This runner cannot fork sandboxes');
     const fn = (d as unknown as Record<string, (...a: unknown[]) => Promise<unknown>>)[method];
     const result = await fn.apply(d, args);
     // A sandbox without processes has no terminal left: end them here too, whichever replica asked.

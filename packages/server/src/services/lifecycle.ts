@@ -1,4 +1,4 @@
-import { LIMITS, SandboxdError } from '@sandboxd/protocol';
+import { LIMITS, type PauseMemory, SandboxdError } from '@sandboxd/protocol';
 import { billedMinutes, refundMinutes } from '../domain/billing.js';
 import { hostFullError } from '../domain/capacity.js';
 import { pausedLimitError } from '../domain/limits.js';
@@ -9,13 +9,17 @@ import type { CapacityService } from './capacity.js';
 import { planOf, type ServiceDeps } from './context.js';
 import type { SandboxService } from './sandboxes.js';
 import type { StorageGuard } from './storage.js';
+import { hasMemorySnapshots } from './isolation.js';
+import { badRequest } from './sandbox-input.js';
 
 /**
  * Pause, resume, stop and start of an account's sandboxes (decisions: Lifecycle additions).
  *
  * - pause: `started` -> `paused`. Every process is frozen (memory, connections and
  *   terminals kept, silent); the unused whole minutes of the run are refunded; counts toward
- *   the plan's `maxPaused` (403 `quota`); deleted `pausedRetentionMs` after it paused.
+ *   the plan's `maxPaused` (403 `quota`); deleted `pausedRetentionMs` after it paused. With
+ *   `memory: "disk"` (gVisor sandboxes) the runtime checkpoints it to disk instead; the
+ *   record says where (`pausedMemory`).
  * - resume: `paused` -> `started`, with a new `stopAt` and a new reservation (402, 403 as
  *   create). The record changes first, so a crash before the thaw leaves a `started` record
  *   over a frozen sandbox, which the reconciler thaws.
@@ -41,24 +45,49 @@ export class LifecycleService {
     return this.startingHere.has(id);
   }
 
-  /** `started` -> `paused`. `not_found`, `conflict`, `quota`. */
-  async pause(account: AccountRecord, id: string): Promise<SandboxRecord> {
+  /**
+   * `started` -> `paused`, its memory kept in RAM or (`memory: "disk"`, gVisor) on disk.
+   * `not_found`, `conflict`, `quota`, `validation` (disk on a tier that cannot).
+   */
+  async pause(account: AccountRecord, id: string, opts: { memory?: PauseMemory } = {}): Promise<SandboxRecord> {
     await this.sandboxes.get(account.id, id);
-    return this.sandboxes.exclusive(id, () => this.pauseNow(account, id));
+    return this.sandboxes.exclusive(id, () => this.pauseNow(account, id, opts.memory ?? 'ram'));
   }
 
-  private async pauseNow(account: AccountRecord, id: string): Promise<SandboxRecord> {
+  private async pauseNow(account: AccountRecord, id: string, memory: PauseMemory): Promise<SandboxRecord> {
     const r = await this.sandboxes.get(account.id, id);
     if (r.state !== 'started') throw wrongState(r);
-    return this.pauseRecord(r, planOf(this.d.config, account.plan));
+    if (memory === 'disk') {
+      const isolation = r.isolation ?? 'container';
+      if (isolation !== 'gvisor')
+        throw badRequest(
+          `memory "disk" needs a gvisor sandbox; this sandbox's isolation is ${isolation} (it pauses in RAM only)`,
+          '/memory',
+          { isolation },
+        );
+      if (!hasMemorySnapshots(this.d.driver, isolation))
+        throw badRequest(
+          'This host keeps no memory snapshots of gvisor sandboxes: it pauses them in RAM only',
+          '/memory',
+          {
+            isolation,
+          },
+        );
+    }
+    return this.pauseRecord(r, planOf(this.d.config, account.plan), 'paused', memory);
   }
 
-  /** Pauses a started record (API or the reaper at `stopAt`). */
-  async pauseRecord(r: SandboxRecord, plan: ReturnType<typeof planOf>, reason = 'paused'): Promise<SandboxRecord> {
+  /** Pauses a started record (API, E2B, or the reaper at `stopAt`, which keeps memory in RAM). */
+  async pauseRecord(
+    r: SandboxRecord,
+    plan: ReturnType<typeof planOf>,
+    reason = 'paused',
+    memory: PauseMemory = 'ram',
+  ): Promise<SandboxRecord> {
     // Checked before the freeze too, so that a refused pause never freezes anything.
     const paused = await this.d.store.countPaused(r.accountId);
     if (paused >= plan.maxPaused) throw pausedLimitError(plan.maxPaused);
-    await this.d.driver.pause(r.id);
+    await this.d.driver.pause(r.id, memory === 'disk' ? { memory } : undefined);
     const at = this.d.clock.now();
     const refund = refundMinutes(r.reservedMinutes, { createdAt: runStart(r), at: Math.min(at, r.stopAt) });
     try {
@@ -71,9 +100,10 @@ export class LifecycleService {
         ledgerReason: 'sandbox.refund',
         expectStates: ['started'],
         limits: { maxPaused: plan.maxPaused },
+        pausedMemory: memory,
         at,
       });
-      this.d.log.info({ sandboxId: r.id, refund, reason }, 'sandbox paused');
+      this.d.log.info({ sandboxId: r.id, refund, reason, memory }, 'sandbox paused');
       return out;
     } catch (e) {
       await this.d.driver
@@ -124,6 +154,7 @@ export class LifecycleService {
             ...(r.runStartedAt !== undefined ? { runStartedAt: r.runStartedAt } : {}),
             expiresAt: r.expiresAt ?? null,
             details: r.details ?? null,
+            pausedMemory: r.pausedMemory ?? null,
             ledgerDelta: minutes,
             ledgerReason: 'sandbox.refund',
             reservedMinutes: r.reservedMinutes,

@@ -89,6 +89,51 @@ export interface CreateOptions {
 }
 
 /**
+ * The record of the `n`th fork (from 1) of started sandbox `src`, in `creating`: the source's
+ * image, env (secret placeholders included: the fork's memory holds them), metadata,
+ * network (egress and secret rules), ports setting, onTimeout, template and tier; no
+ * volumes; named `<source name>-fork-<n>`; a fresh lifetime from `now`.
+ */
+export function forkRecord(c: {
+  src: SandboxRecord;
+  id: string;
+  n: number;
+  owner: string;
+  now: number;
+  timeoutMs: number;
+}): SandboxRecord {
+  const { src, now } = c;
+  return {
+    id: c.id,
+    accountId: src.accountId,
+    name: forkName(src.name, c.n),
+    image: src.image,
+    region: src.region,
+    env: { ...src.env },
+    volumes: [],
+    createdAt: now,
+    portsPublic: src.portsPublic !== false,
+    state: 'creating',
+    stopAt: now + c.timeoutMs,
+    reservedMinutes: 0,
+    endedAt: null,
+    details: { owner: c.owner, forkedFrom: src.id },
+    ...(src.template !== undefined ? { template: src.template } : {}),
+    ...(src.metadata !== undefined ? { metadata: { ...src.metadata } } : {}),
+    ...(src.onTimeout === 'pause' ? { onTimeout: 'pause' as const } : {}),
+    ...(src.network ? { network: structuredClone(src.network) } : {}),
+    ...(src.isolation ? { isolation: src.isolation } : {}),
+    runStartedAt: now,
+    expiresAt: null,
+  };
+}
+
+/** `<name>-fork-<n>`; with `suffix` (the account has that name already: an earlier fork), `<name>-fork-<n>-<suffix>`. */
+export function forkName(name: string, n: number, suffix?: string): string {
+  return suffix === undefined ? `${name}-fork-${n}` : `${name}-fork-${n}-${suffix}`;
+}
+
+/**
  * The record a create reserves, in `creating`: `req` checked (its egress decided), `mounts`
  * its parsed volumes, `owner` the server that runs the create, `now` the create's time.
  */
@@ -126,6 +171,7 @@ export function creatingRecord(c: {
       : {}),
     ...(req.onTimeout === 'pause' ? { onTimeout: 'pause' as const } : {}),
     ...(req.network ? { network: req.network } : {}),
+    ...(req.isolation && req.isolation !== 'container' ? { isolation: req.isolation } : {}),
     runStartedAt: now,
     expiresAt: null,
   };

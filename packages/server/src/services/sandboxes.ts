@@ -1,4 +1,6 @@
 import {
+  type Isolation,
+  ISOLATIONS,
   LIMITS,
   SandboxdError,
   type SandboxCreate,
@@ -28,7 +30,19 @@ import { checkEgress, decideEgress } from '../domain/egress.js';
 import type { CapacityService } from './capacity.js';
 import { PLACEHOLDER_RE, SecretService } from './secrets.js';
 import type { StorageGuard } from './storage.js';
-import { badRequest, type CreateOptions, creatingRecord, envProblems, parseVolumes } from './sandbox-input.js';
+import {
+  badRequest,
+  type CreateOptions,
+  creatingRecord,
+  envProblems,
+  forkName,
+  forkRecord,
+  parseVolumes,
+} from './sandbox-input.js';
+import { createIsolation, hasMemorySnapshots, ISOLATION_LABEL, offeredTiers } from './isolation.js';
+import type { IsolationSupport } from '../runtime/driver.js';
+import { concurrencyLimitError } from '../domain/limits.js';
+import { randomInt } from 'node:crypto';
 
 export { type CreateOptions, envProblems } from './sandbox-input.js';
 
@@ -89,6 +103,31 @@ export class SandboxService {
     return this.d.secrets;
   }
 
+  /** The isolation tiers the runtime offers now (`/healthz`). */
+  isolations(): IsolationSupport[] {
+    return offeredTiers(this.d.driver);
+  }
+
+  /** Whether sandbox `r` pauses to disk here (gVisor with memory snapshots): E2B's pause uses it then. */
+  pausesToDisk(r: Pick<SandboxRecord, 'isolation'>): boolean {
+    return r.isolation === 'gvisor' && hasMemorySnapshots(this.d.driver, 'gvisor');
+  }
+
+  /**
+   * The tier image `image` of the account names in its `org.sandboxd.isolation` label, or
+   * undefined (no such label, a value that is no tier, or an image the runtime cannot
+   * resolve now: the create then answers for it).
+   */
+  async imageIsolation(accountId: string, image: string): Promise<Isolation | undefined> {
+    try {
+      const info = await this.d.driver.resolveImage(await this.driverImage(accountId, image));
+      const v = info.labels?.[ISOLATION_LABEL];
+      return (ISOLATIONS as readonly string[]).includes(v ?? '') ? (v as Isolation) : undefined;
+    } catch {
+      return undefined;
+    }
+  }
+
   /** True while this process is creating sandbox `id` (the reconciler leaves such records alone). */
   isCreating(id: string): boolean {
     return this.creating.has(id);
@@ -122,6 +161,13 @@ export class SandboxService {
     const tooLong = [...envProblems(req.env, '/env'), ...metadataProblems(req.metadata, '/metadata')];
     if (tooLong.length)
       throw new SandboxdError('validation', tooLong.map((p) => `${p.path}: ${p.message}`).join('; '), tooLong);
+    const isolation = createIsolation(req.isolation, {
+      plan,
+      planName: account.plan,
+      instanceDefault: this.d.config.isolation,
+      driver: this.d.driver,
+    });
+    req = { ...req, isolation };
     const { mounts, sizes } = parseVolumes(req.volumes ?? {});
     const egress = decideEgress(
       req.network ? checkEgress(req.network.egress, '/network/egress') : undefined,
@@ -209,6 +255,7 @@ export class SandboxService {
         ...(resolved ? { secrets: resolved.secrets } : {}),
         pullAs: { accountId: account.id, admin: account.admin },
         ...(opts.skipImageStart ? { skipImageStart: true } : {}),
+        ...(record.isolation ? { isolation: record.isolation } : {}),
       });
     } catch (e) {
       await this.failCreate(record, e, log);
@@ -282,6 +329,179 @@ export class SandboxService {
     } catch (err) {
       if (remove) this.refused.add(record.id);
       log.error({ err }, 'recording a failed create failed; the reconciler will finish it');
+    }
+  }
+
+  /**
+   * Makes `count` new sandboxes of the account from started gVisor sandbox `id`: every
+   * process and its memory, the root layer's files, and the source's image, env, metadata,
+   * network (egress and secret rules, same placeholders), ports setting and onTimeout; each
+   * with its own id, address and writable layer, named `<source name>-fork-<n>`, with a
+   * fresh lifetime (`opts.timeoutMs`, E2B's; else the default timeout, at most the plan's
+   * lifetime) billed as a create.
+   * The account's concurrency limit and balance are checked for all `count` before anything
+   * is made. Throws `not_found`, `conflict` (not started; volumes), `validation` (not
+   * gVisor, or its tier keeps no memory snapshots here), `quota` (the plan no longer allows
+   * gVisor), `concurrency`, `tokens`, `capacity`, `insufficient_storage`, `unsupported` (the
+   * runtime cannot fork). On failure no fork is left, record or runtime, and the tokens are refunded.
+   */
+  async fork(
+    account: AccountRecord,
+    id: string,
+    count: number,
+    opts: { timeoutMs?: number } = {},
+  ): Promise<SandboxRecord[]> {
+    await this.get(account.id, id);
+    return this.exclusive(id, () => this.forkNow(account, id, count, opts.timeoutMs));
+  }
+
+  private async forkNow(
+    account: AccountRecord,
+    id: string,
+    count: number,
+    askedTimeoutMs: number | undefined,
+  ): Promise<SandboxRecord[]> {
+    const src = await this.get(account.id, id);
+    if (src.state !== 'started') throw wrongState(src);
+    const isolation = src.isolation ?? 'container';
+    if (isolation !== 'gvisor' || !hasMemorySnapshots(this.d.driver, isolation))
+      throw new SandboxdError(
+        'validation',
+        isolation === 'gvisor'
+          ? 'This host keeps no memory snapshots of gvisor sandboxes: it cannot fork them'
+          : `Only gvisor sandboxes can be forked; this sandbox's isolation is ${isolation}`,
+        { isolation },
+      );
+    if (src.volumes.length)
+      throw new SandboxdError(
+        'conflict',
+        'A sandbox with volumes cannot be forked: a volume is mounted in one sandbox at a time',
+        {
+          volumes: src.volumes.map((m) => m.name),
+        },
+      );
+    const fork = this.d.driver.fork?.bind(this.d.driver);
+    if (!fork) throw new SandboxdError('unsupported', 'This runtime cannot fork sandboxes');
+    const plan = planOf(this.d.config, account.plan);
+    // The tier as create would decide it now (403 when the plan no longer allows it).
+    createIsolation(isolation, {
+      plan,
+      planName: account.plan,
+      instanceDefault: this.d.config.isolation,
+      driver: this.d.driver,
+    });
+    if (askedTimeoutMs !== undefined && askedTimeoutMs > plan.maxLifetimeMs)
+      throw badRequest(`timeout must be at most ${plan.maxLifetimeMs} ms on plan ${account.plan}`, '/timeoutMs', {
+        max: plan.maxLifetimeMs,
+      });
+    const timeoutMs = askedTimeoutMs ?? Math.min(LIMITS.defaultTimeoutMs, plan.maxLifetimeMs);
+    const minutes = billedMinutes(timeoutMs);
+    // All N or none: the account's limit and balance for every fork, before anything is made.
+    const live = await this.d.store.countLive(account.id);
+    if (live + count > plan.concurrency) throw concurrencyLimitError(plan.concurrency);
+    const balance = await this.d.store.balance(account.id);
+    if (balance < count * minutes)
+      throw new SandboxdError('tokens', `Insufficient tokens: ${count * minutes} needed, ${balance} available`, {
+        required: count * minutes,
+        balance,
+      });
+    await this.d.storage.check();
+    await this.d.capacity.check();
+    const log = this.d.log.child({ sandboxId: src.id, accountId: account.id });
+    const reserved: SandboxRecord[] = [];
+    const ids = Array.from({ length: count }, () => newSandboxId());
+    for (const x of ids) this.creating.add(x);
+    try {
+      try {
+        for (const [i, forkId] of ids.entries()) {
+          const now = this.d.clock.now();
+          const n = i + 1;
+          reserved.push(
+            await this.d.store.reserveSandbox(
+              forkRecord({ src, id: forkId, n, owner: this.d.presence.id, now, timeoutMs }),
+              {
+                minutes,
+                concurrency: plan.concurrency,
+                maxSandboxes: this.d.config.maxSandboxes,
+                volumes: [],
+                // The account has that name (an earlier fork): the same with 4 random digits.
+                newName: () => forkName(src.name, n, String(randomInt(1000, 10_000))),
+              },
+            ),
+          );
+        }
+        if (src.network?.secrets?.length) for (const r of reserved) this.secretsOr().noteOwner(r.id, account.id);
+        await fork(
+          src.id,
+          reserved.map((r) => ({ id: r.id, hostname: r.name })),
+        );
+      } catch (e) {
+        await this.failFork(reserved, e, log);
+        if (isOutOfSpace(e)) throw outOfStorage();
+        const full = hostFull(e);
+        if (full) {
+          this.d.capacity.forget();
+          throw full;
+        }
+        throw e instanceof SandboxdError && e.kind !== 'internal'
+          ? e
+          : new SandboxdError('internal', 'The runtime failed to fork the sandbox', { sandboxId: src.id });
+      }
+      const out: SandboxRecord[] = [];
+      try {
+        for (const r of reserved)
+          out.push(
+            await this.d.store.updateSandbox(r.id, {
+              state: 'started',
+              details: null,
+              expectStates: ['creating'],
+              at: this.d.clock.now(),
+            }),
+          );
+      } catch (e) {
+        await this.failFork(reserved, e, log);
+        throw isOutOfSpace(e) ? outOfStorage() : e;
+      }
+      // The values as they are now (a value that changed since the source got it).
+      if (src.network?.secrets?.length)
+        await Promise.all(
+          out.map((r) =>
+            this.secretsOr()
+              .pushSandbox(r.id)
+              .catch((err) =>
+                log.warn({ err, fork: r.id }, 'pushing secret values to a fork failed; tried again later'),
+              ),
+          ),
+        );
+      log.info({ forks: out.map((r) => r.id) }, 'sandbox forked');
+      return out;
+    } finally {
+      for (const x of ids) this.creating.delete(x);
+    }
+  }
+
+  /** Undoes a fork that will not answer 201: each fork's runtime part, its record (removed) and its tokens (refunded). */
+  private async failFork(reserved: SandboxRecord[], e: unknown, log: ServiceDeps['log']): Promise<void> {
+    if (e instanceof SandboxdError && CLIENT_KINDS.has(e.kind)) log.info({ kind: e.kind }, 'sandbox fork refused');
+    else log.warn({ err: e }, 'sandbox fork failed');
+    for (const r of reserved) {
+      await this.d.driver.delete(r.id).catch((err) => log.warn({ err, fork: r.id }, 'cleanup after failed fork'));
+      const at = this.d.clock.now();
+      try {
+        await this.d.store.updateSandbox(r.id, {
+          state: 'error',
+          endedAt: at,
+          details: { reason: 'create_failed', message: e instanceof Error ? e.message : String(e) },
+          ledgerDelta: r.reservedMinutes,
+          ledgerReason: 'sandbox.refund',
+          expectStates: ['creating', 'started'],
+          at,
+          remove: true,
+        });
+      } catch (err) {
+        this.refused.add(r.id);
+        log.error({ err, fork: r.id }, 'recording a failed fork failed; the reconciler will finish it');
+      }
     }
   }
 

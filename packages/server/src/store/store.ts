@@ -1,4 +1,4 @@
-import type { BuildFailure, BuildState, SandboxNetwork } from '@sandboxd/protocol';
+import type { BuildFailure, BuildState, PauseMemory, SandboxNetwork } from '@sandboxd/protocol';
 import type { BuildPlan } from '../builds/plan.js';
 import type { LedgerReason } from '../domain/billing.js';
 import type { SandboxRecord, SandboxRecordState } from '../domain/sandbox.js';
@@ -96,6 +96,11 @@ export interface SandboxUpdate {
   expiresAt?: number | null;
   /** New network settings (egress), replacing the record's. */
   network?: SandboxNetwork;
+  /**
+   * Where the paused sandbox keeps its memory (null clears it). Absent: kept while the
+   * record stays `paused`, cleared when it leaves `paused`.
+   */
+  pausedMemory?: PauseMemory | null;
   /** The record's `reservedMinutes` after the update (a new run's), instead of the old less `ledgerDelta`. */
   reservedMinutes?: number;
   /**

@@ -1,5 +1,6 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import {
+  PauseRequestSchema,
   SandboxParamsSchema,
   SandboxReplySchema,
   SandboxRunRequestSchema,
@@ -36,14 +37,19 @@ export const lifecycleRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, 
     {
       schema: {
         operationId: 'pauseSandbox',
-        summary: 'Freeze every process of a started sandbox (memory, connections and terminals kept; no token charge)',
+        summary:
+          'Freeze every process of a started sandbox (memory, connections and terminals kept; no token charge); `{memory: "disk"}` checkpoints a gVisor sandbox to disk',
         tags,
         params: SandboxParamsSchema,
+        body: PauseRequestSchema,
         response: { 200: SandboxReplySchema },
       },
-      config: { errors: [401, 403, 404, 409] },
+      config: { errors: [400, 401, 403, 404, 409] },
+      preValidation: emptyBody,
     },
-    async (req) => ({ sandbox: wire(await lifecycle.pause(principalOf(req).account, req.params.id)) }),
+    async (req) => ({
+      sandbox: wire(await lifecycle.pause(principalOf(req).account, req.params.id, { memory: req.body.memory })),
+    }),
   );
 
   app.post(

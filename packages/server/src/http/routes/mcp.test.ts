@@ -91,6 +91,11 @@ describe('MCP endpoint (fake driver)', () => {
     assert.equal(refused.isError, true);
     assert.equal((refused.structuredContent as { error: { kind: string } }).error.kind, 'not_found');
     assert.deepEqual((await other.listResources()).resources, []);
+    const g = await call(c, 'create_sandbox', { image: 'local/busybox:latest', isolation: 'gvisor' });
+    assert.ok(!g.isError, text(g));
+    const gsb = (g.structuredContent as { sandbox: { id: string; isolation: string } }).sandbox;
+    assert.equal(gsb.isolation, 'gvisor', 'create_sandbox takes the tier');
+    await call(c, 'delete_sandbox', { sandbox_id: gsb.id });
     const d = await call(c, 'delete_sandbox', { sandbox_id: sb.id });
     assert.ok(!d.isError, text(d));
     const gone = await call(c, 'delete_sandbox', { sandbox_id: sb.id });

@@ -2,6 +2,8 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import {
   ExecRequestSchema,
   ExecResultSchema,
+  ForkReplySchema,
+  ForkRequestSchema,
   PortLinkParamsSchema,
   PortLinkReplySchema,
   PortLinkRequestSchema,
@@ -55,6 +57,29 @@ export const sandboxRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d)
         end({ outcome: 'error' });
         throw e;
       }
+    },
+  );
+
+  app.post(
+    '/api/v1/sandboxes/:id/fork',
+    {
+      schema: {
+        operationId: 'forkSandbox',
+        summary:
+          'Make `count` new sandboxes from a started gVisor sandbox: its processes, memory and files, each with its own address and writable layer',
+        tags,
+        params: SandboxParamsSchema,
+        body: ForkRequestSchema,
+        response: { 201: ForkReplySchema },
+      },
+      config: { errors: [400, 401, 402, 403, 404, 409, 501, 503, 507] },
+      preValidation: async (req: { body: unknown }) => {
+        req.body ??= {};
+      },
+    },
+    async (req, reply) => {
+      const forks = await sandboxes.fork(principalOf(req).account, req.params.id, req.body.count ?? 1);
+      return reply.code(201).send({ sandboxes: forks.map(wire) });
     },
   );
 

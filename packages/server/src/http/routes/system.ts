@@ -49,7 +49,7 @@ export const systemRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) 
         operationId: 'health',
         summary: '200 once the server can create sandboxes, with what the host has left for them',
         description:
-          "Answers 200 while the server runs, whether or not the host has room: `capacity` says what is left (`full` names what a create would be refused for with 503 `capacity`). 503 only while starting or shutting down. `capacity` is absent when it could not be measured (role `api`: no runner answers). Role `api` adds `runners`, each runner's address, state and what it last reported, for an admin's credentials only (no credentials, or an account's: no `runners`).",
+          "Answers 200 while the server runs, whether or not the host has room: `capacity` says what is left (`full` names what a create would be refused for with 503 `capacity`). 503 only while starting or shutting down. `capacity` is absent when it could not be measured (role `api`: no runner answers). `isolations` lists the isolation tiers a create may ask for here, each with its OCI runtime (and gVisor's platform). Role `api` adds `runners`, each runner's address, state and what it last reported, for an admin's credentials only (no credentials, or an account's: no `runners`).",
         tags: ['system'],
         response: { 200: HealthSchema },
       },
@@ -60,11 +60,12 @@ export const systemRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app, d) 
       // Runners' addresses, node names and failure reasons are for admins: anyone may ask this.
       const admin = d.runners ? (await optionalPrincipal(req, d.services.auth))?.account.admin === true : false;
       const runners = d.runners && admin ? { runners: d.runners() } : {};
+      const isolations = d.services.sandboxes.isolations();
       try {
-        return { status: 'ok' as const, capacity: await d.services.capacity.report(), ...runners };
+        return { status: 'ok' as const, capacity: await d.services.capacity.report(), isolations, ...runners };
       } catch (err) {
         req.log.warn({ err }, 'capacity could not be measured');
-        return { status: 'ok' as const, ...runners };
+        return { status: 'ok' as const, isolations, ...runners };
       }
     },
   );

@@ -1,8 +1,10 @@
-import { type Egress, SandboxdError } from '@sandboxd/protocol';
+import { type Egress, type Isolation, type PauseMemory, SandboxdError } from '@sandboxd/protocol';
 import type {
   ExecOptions,
   ExecResult,
+  ForkSpec,
   InjectionEvent,
+  IsolationSupport,
   SecretInjection,
   SpawnOptions,
   StreamedProcess,
@@ -35,7 +37,20 @@ export interface FakeDriverOptions {
   createDelayMs?: number;
   /** Extra image references to accept. */
   images?: string[];
+  /** Labels of images it knows, by reference (default none). */
+  imageLabels?: Record<string, Record<string, string>>;
+  /**
+   * The tiers it offers (default both: `container`, and `gvisor` with memory snapshots);
+   * `null`: no `isolations()` at all, as a driver from before tiers (container only).
+   */
+  isolations?: Isolation[] | null;
 }
+
+/** What the fake says of each tier in `isolations()`. */
+const FAKE_TIERS: Record<Isolation, IsolationSupport> = {
+  container: { isolation: 'container', runtime: 'fake', memorySnapshots: false },
+  gvisor: { isolation: 'gvisor', runtime: 'fake-runsc', platform: 'fake', memorySnapshots: true },
+};
 
 interface FakeSandbox {
   info: RuntimeSandbox;
@@ -89,9 +104,32 @@ export class FakeDriver implements RuntimeDriver {
     addressTotal: 65_533,
   };
 
+  /** Next `fork` fails with this error (then it is cleared), after making the first fork; for tests. */
+  failNextFork: Error | null = null;
+  /** Forks made so far (each gets its own address). */
+  private forks = 0;
+  /** `isolations()`, or absent when the options say `null` (a driver from before tiers). */
+  readonly isolations?: () => IsolationSupport[];
+
   constructor(private readonly opts: FakeDriverOptions = {}) {
     this.known = new Set([...FAKE_IMAGES, ...(opts.images ?? [])]);
     this.images = new FakeImageStore(this.known);
+    if (opts.isolations !== null) {
+      const tiers = opts.isolations ?? (['container', 'gvisor'] as const);
+      this.isolations = () => tiers.map((t) => ({ ...FAKE_TIERS[t] }));
+    }
+  }
+
+  /** The tier's support, or `validation` naming what is offered. */
+  private tier(isolation: Isolation): IsolationSupport {
+    const offered = this.isolations?.() ?? [FAKE_TIERS.container];
+    const t = offered.find((x) => x.isolation === isolation);
+    if (!t)
+      throw new SandboxdError(
+        'validation',
+        `Isolation ${isolation} is not offered by this runtime (it offers ${offered.map((x) => x.isolation).join(', ')})`,
+      );
+    return t;
   }
 
   async init(): Promise<void> {}
@@ -103,7 +141,8 @@ export class FakeDriver implements RuntimeDriver {
     const snap = this.snapshots.get(ref);
     if (snap) return { ...snap.info };
     if (!this.known.has(ref)) throw new SandboxdError('template_not_found', 'Template not found', { image: ref });
-    return fakeImage(ref);
+    const labels = this.opts.imageLabels?.[ref];
+    return labels ? { ...fakeImage(ref), labels: { ...labels } } : fakeImage(ref);
   }
   async listImages(): Promise<ImageInfo[]> {
     return Promise.all([...this.known].map((r) => this.resolveImage(r)));
@@ -118,6 +157,7 @@ export class FakeDriver implements RuntimeDriver {
       throw e;
     }
     const image = await this.resolveImage(spec.image);
+    this.tier(spec.isolation ?? 'container');
     if (this.sandboxes.has(spec.id)) throw new SandboxdError('conflict', `Sandbox ${spec.id} exists`);
     for (const v of spec.volumes) {
       const problem = mountPathProblem(v.mountPath);
@@ -141,6 +181,7 @@ export class FakeDriver implements RuntimeDriver {
       createdAt: new Date(),
       workingDir: snap ? snap.info.workingDir || '/' : '/',
       user: snap ? snap.info.user || '0:0' : '0:0',
+      ...(spec.isolation === 'gvisor' ? { isolation: 'gvisor' as const } : {}),
     };
     const files = new Map(snap?.files ?? []);
     const tree = cloneTree(snap?.tree);
@@ -155,11 +196,21 @@ export class FakeDriver implements RuntimeDriver {
     return s;
   }
 
-  async pause(id: string): Promise<void> {
-    this.calls.push(`pause ${id}`);
+  async pause(id: string, opts: { memory?: PauseMemory } = {}): Promise<void> {
+    const memory = opts.memory ?? 'ram';
+    this.calls.push(memory === 'disk' ? `pause ${id} disk` : `pause ${id}`);
     const s = this.existing(id);
     if (s.info.state === 'stopped') throw new SandboxdError('conflict', 'Sandbox is stopped');
+    if (memory === 'disk') {
+      const isolation = s.info.isolation ?? 'container';
+      if (!this.tier(isolation).memorySnapshots)
+        throw new SandboxdError('validation', `A ${isolation} sandbox cannot pause to disk`);
+      if (s.info.state === 'paused' && s.info.pausedMemory !== 'disk')
+        throw new SandboxdError('conflict', 'Sandbox is paused in RAM');
+    }
+    if (s.info.state === 'paused') return;
     s.info.state = 'paused';
+    s.info.pausedMemory = memory;
     for (const p of s.ptys) p.pause();
   }
   async resume(id: string): Promise<void> {
@@ -170,6 +221,7 @@ export class FakeDriver implements RuntimeDriver {
     const s = this.existing(id);
     if (s.info.state === 'stopped') throw new SandboxdError('conflict', 'Sandbox is stopped');
     s.info.state = 'running';
+    delete s.info.pausedMemory;
     for (const p of s.ptys) p.resume();
     if (fail) throw fail.error;
   }
@@ -220,6 +272,62 @@ export class FakeDriver implements RuntimeDriver {
   }
   async listSnapshots(): Promise<ImageInfo[]> {
     return [...this.snapshots.values()].map((x) => ({ ...x.info }));
+  }
+
+  /**
+   * One copy of running gVisor sandbox `id` per spec: its files, spec (env, limits, egress,
+   * secret rules) and image, each with its own id, hostname and address. `failNextFork`
+   * fails it after the first copy is made, which is then removed (none is left).
+   */
+  async fork(id: string, specs: ForkSpec[]): Promise<RuntimeSandbox[]> {
+    this.calls.push(`fork ${id} ${specs.map((x) => x.id).join(',')}`);
+    const src = this.existing(id);
+    if (src.info.state !== 'running') throw new SandboxdError('conflict', `Sandbox is ${src.info.state}`);
+    const isolation = src.info.isolation ?? 'container';
+    if (!this.tier(isolation).memorySnapshots)
+      throw new SandboxdError('validation', `A ${isolation} sandbox cannot be forked`);
+    if (src.spec.volumes.length) throw new SandboxdError('conflict', 'A sandbox with volumes cannot be forked');
+    const made: string[] = [];
+    try {
+      for (const f of specs) {
+        if (this.sandboxes.has(f.id)) throw new SandboxdError('conflict', `Sandbox ${f.id} exists`);
+        const n = ++this.forks;
+        const info: RuntimeSandbox = {
+          ...src.info,
+          id: f.id,
+          address: `10.88.${1 + (n >> 8)}.${n & 255}`,
+          createdAt: new Date(),
+        };
+        const spec: SandboxSpec = {
+          ...src.spec,
+          id: f.id,
+          hostname: f.hostname ?? f.id,
+          ...(src.spec.secrets ? { secrets: src.spec.secrets.map((x) => ({ ...x, domains: [...x.domains] })) } : {}),
+        };
+        this.sandboxes.set(f.id, {
+          info,
+          spec,
+          nextPid: src.nextPid,
+          files: new Map(src.files),
+          tree: cloneTree(src.tree),
+          imageEnv: { ...src.imageEnv },
+          ptys: new Set(),
+        });
+        made.push(f.id);
+        if (this.failNextFork) throw this.failNextFork;
+      }
+    } catch (e) {
+      for (const m of made) this.sandboxes.delete(m);
+      throw e;
+    } finally {
+      this.failNextFork = null;
+    }
+    return made.map((m) => ({ ...this.sandboxes.get(m)!.info }));
+  }
+
+  /** The spec the fake holds for sandbox `id` (test hook), or undefined. */
+  specOf(id: string): SandboxSpec | undefined {
+    return this.sandboxes.get(id)?.spec;
   }
 
   async inspect(id: string): Promise<RuntimeSandbox | null> {

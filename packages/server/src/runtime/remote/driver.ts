@@ -1,12 +1,14 @@
 import type { Duplex } from 'node:stream';
-import { type Egress, SandboxdError } from '@sandboxd/protocol';
+import { type Egress, type PauseMemory, SandboxdError } from '@sandboxd/protocol';
 import type {
   DriverImageStore,
   ExecOptions,
   ExecResult,
+  ForkSpec,
   ImageConfigOverride,
   ImageInfo,
   InjectionEvent,
+  IsolationSupport,
   PtyProcess,
   RecoveryReport,
   ResourceLimits,
@@ -60,6 +62,8 @@ export class RemoteDriver implements RuntimeDriver {
   readonly processes: RemoteProcesses;
   readonly images: DriverImageStore;
   private pool: Record<string, number> = {};
+  /** The runner's tiers as of the last health check; null until it answered one. */
+  private tiers: IsolationSupport[] | null = null;
 
   constructor(o: RemoteDriverOptions) {
     this.runner = new RunnerClient(o.url, o.token, o);
@@ -93,6 +97,7 @@ export class RemoteDriver implements RuntimeDriver {
     const res = await this.runner.send('health', { method: 'GET', retryReset: true, timeoutMs });
     const h = (await readJson(res, this.runner.name)) as RunnerHealth;
     this.pool = h.warmPool ?? {};
+    this.tiers = h.isolations ?? [{ isolation: 'container', runtime: 'crun', memorySnapshots: false }];
     return h;
   }
 
@@ -122,8 +127,21 @@ export class RemoteDriver implements RuntimeDriver {
   async kill(id: string): Promise<void> {
     await this.call('kill', [id]);
   }
-  async pause(id: string): Promise<void> {
-    await this.call('pause', [id]);
+  async pause(id: string, opts?: { memory?: PauseMemory }): Promise<void> {
+    // Paused to disk: a checkpoint of every process, which may take a while.
+    await this.call('pause', opts ? [id, opts] : [id], opts?.memory === 'disk' ? LONG_CALL_MS : CALL_TIMEOUT_MS);
+  }
+  /** Forks on the runner that holds the source (its checkpoint is there). */
+  async fork(id: string, specs: ForkSpec[]): Promise<RuntimeSandbox[]> {
+    return (await this.call<RuntimeSandbox[]>('fork', [id, specs], LONG_CALL_MS)).map((s) => reviveSandbox(s));
+  }
+  /**
+   * The runner's tiers as of its last health check (`init`, `capacity()` and the fleet's
+   * checks refresh it); containers only until it answered one, or when it reports none (a
+   * runner from before tiers).
+   */
+  isolations(): IsolationSupport[] {
+    return (this.tiers ?? [{ isolation: 'container', runtime: 'crun', memorySnapshots: false }]).map((t) => ({ ...t }));
   }
   async resume(id: string): Promise<void> {
     await this.call('resume', [id]);

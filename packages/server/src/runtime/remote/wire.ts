@@ -13,7 +13,7 @@ import type { RuntimeSandbox } from '../driver.js';
  *   when a runner refuses the calls socket with 404). A runtime failure that is no
  *   `SandboxdError` travels as `internal` with its message (the services read capacity words
  *   like `Exchange full` from it).
- * - `GET /runner/v1/health`: `{node, capacity, warmPool}`.
+ * - `GET /runner/v1/health`: `{node, capacity, warmPool, sandboxes, isolations}`.
  * - Streams: WebSockets at `/runner/v1/spawn` and `/runner/v1/tty` (see the frame tags
  *   below); each client of a terminal held by the runner as a WebSocket at
  *   `/runner/v1/terminal?sandbox=&terminal=&replay=` (`runner/terminals.ts`); each reader
@@ -63,6 +63,7 @@ export const UNARY_METHODS = [
   'resume',
   'stop',
   'start',
+  'fork',
   'snapshot',
   'deriveImage',
   'deleteImage',
@@ -108,6 +109,8 @@ export interface RunnerHealth {
   warmPool: Record<string, number>;
   /** Sandboxes holding the host's resources (running or paused); absent from older runners. */
   sandboxes?: number;
+  /** The isolation tiers its driver offers (`isolations()`); absent: containers only (a runner from before tiers). */
+  isolations?: import('../driver.js').IsolationSupport[];
 }
 
 /** The wire form of any error: a `SandboxdError` as it is, anything else `internal` with its message. */

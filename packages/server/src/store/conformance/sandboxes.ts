@@ -256,6 +256,38 @@ export function runSandboxConformance(target: StoreTarget): void {
         assert.equal(await s.balance('acc_a'), 10 - 2 - 3 + 1);
       }));
 
+    it('keeps the isolation tier, and where a paused sandbox keeps its memory while it stays paused', () =>
+      withStore(async (s) => {
+        const r = await s.reserveSandbox(
+          { ...rec('s1', 'acc_a', 1), isolation: 'gvisor' },
+          { minutes: 1, concurrency: 5, volumes: [], newName: () => 'x' },
+        );
+        assert.equal(r.isolation, 'gvisor');
+        await s.reserveSandbox(rec('s2', 'acc_a', 2), {
+          minutes: 1,
+          concurrency: 5,
+          volumes: [],
+          newName: () => 'y',
+        });
+        assert.equal((await s.getSandbox('s2'))?.isolation, undefined, 'a container: absent');
+        await s.updateSandbox('s1', { state: 'started', at: 2 });
+        const paused = await s.updateSandbox('s1', { state: 'paused', pausedMemory: 'disk', at: 3 });
+        assert.equal(paused.pausedMemory, 'disk');
+        assert.deepEqual(await s.getSandbox('s1'), paused);
+        const kept = await s.updateSandbox('s1', { expiresAt: 99, at: 4 });
+        assert.equal(kept.pausedMemory, 'disk', 'an update that leaves it paused keeps it');
+        assert.equal((await s.getSandbox('s1'))?.pausedMemory, 'disk');
+        const resumed = await s.updateSandbox('s1', { state: 'started', expiresAt: null, at: 5 });
+        assert.equal(resumed.pausedMemory, undefined, 'leaving paused clears it');
+        assert.deepEqual(await s.getSandbox('s1'), resumed);
+        assert.equal(resumed.isolation, 'gvisor');
+        await s.updateSandbox('s1', { state: 'paused', pausedMemory: 'ram', at: 6 });
+        assert.equal((await s.getSandbox('s1'))?.pausedMemory, 'ram');
+        const stopped = await s.updateSandbox('s1', { state: 'stopped', endedAt: 7, at: 7 });
+        assert.equal(stopped.pausedMemory, undefined);
+        assert.equal((await s.getSandbox('s1'))?.pausedMemory, undefined);
+      }));
+
     it('update limits: concurrency and maxSandboxes on entering a slot, maxPaused on pausing', () =>
       withStore(async (s) => {
         const r = { minutes: 1, concurrency: 5, volumes: [], newName: () => 'x' };

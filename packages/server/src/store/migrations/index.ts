@@ -10,6 +10,7 @@ import { sql as accountBalance } from './009-account-balance.js';
 import { sql as builds } from './010-builds.js';
 import { sql as instanceMeta } from './011-instance-meta.js';
 import { sql as secrets } from './012-secrets.js';
+import { sql as isolation } from './013-isolation.js';
 
 /** A schema step; `version` is stored in SQLite's `user_version` once applied. */
 export interface Migration {
@@ -32,4 +33,5 @@ export const MIGRATIONS: readonly Migration[] = [
   { version: 10, name: 'builds', sql: builds },
   { version: 11, name: 'instance-meta', sql: instanceMeta },
   { version: 12, name: 'secrets', sql: secrets },
+  { version: 13, name: 'isolation', sql: isolation },
 ];

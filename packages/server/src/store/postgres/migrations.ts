@@ -273,6 +273,12 @@ CREATE INDEX secret_injections_sandbox ON secret_injections (account_id, sandbox
 CREATE INDEX secret_injections_secret ON secret_injections (account_id, secret, at DESC, id DESC);
 `;
 
+/** Isolation tiers (store/migrations/013-isolation.ts), as SQLite's migration 13. */
+const isolation = `
+ALTER TABLE sandboxes ADD COLUMN isolation TEXT NOT NULL DEFAULT 'container' CHECK (isolation IN ('container', 'gvisor'));
+ALTER TABLE sandboxes ADD COLUMN paused_memory TEXT CHECK (paused_memory IN ('ram', 'disk'));
+`;
+
 /** Every PostgreSQL migration, in order. Append only; never edit an applied one. */
 export const PG_MIGRATIONS: readonly PgMigration[] = [
   { version: 1, name: 'initial', sql: initial },
@@ -283,6 +289,7 @@ export const PG_MIGRATIONS: readonly PgMigration[] = [
   { version: 6, name: 'builds', sql: builds },
   { version: 7, name: 'instance-meta', sql: instanceMeta },
   { version: 8, name: 'secrets', sql: secrets },
+  { version: 9, name: 'isolation', sql: isolation },
 ];
 
 /**

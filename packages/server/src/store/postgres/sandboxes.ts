@@ -10,7 +10,7 @@ import {
   type SandboxRecordState,
   wireState,
 } from '../../domain/sandbox.js';
-import { decodeCursor, encodeCursor } from '../sqlite/rows.js';
+import { decodeCursor, encodeCursor, setPausedMemory } from '../sqlite/rows.js';
 import type { Page, PageRequest, Reservation, SandboxUpdate, VolumeRecord } from '../store.js';
 import { LOCK_CLASS, LOCK_HOST } from './migrations.js';
 import type { PgDatabase, PgSandboxRow } from './schema.js';
@@ -43,6 +43,8 @@ export function toSandbox(r: Selectable<PgSandboxRow>): SandboxRecord {
     ...(r.on_timeout === 'pause' ? { onTimeout: 'pause' as const } : {}),
     ...(r.run_started_at !== null ? { runStartedAt: r.run_started_at } : {}),
     ...(r.network_json ? { network: r.network_json as unknown as SandboxNetwork } : {}),
+    ...(r.isolation !== 'container' ? { isolation: r.isolation } : {}),
+    ...(r.paused_memory !== null ? { pausedMemory: r.paused_memory } : {}),
     expiresAt: r.expires_at,
     ...(r.runner !== null ? { runner: r.runner } : {}),
   };
@@ -228,6 +230,8 @@ async function insertWithUniqueName(trx: Q, rec: SandboxRecord, newName: () => s
         expires_at: rec.expiresAt ?? null,
         runner: rec.runner ?? null,
         network_json: rec.network ? JSON.stringify(rec.network) : null,
+        isolation: rec.isolation ?? 'container',
+        paused_memory: rec.pausedMemory ?? null,
       })
       .onConflict((oc) => oc.columns(['account_id', 'name']).doNothing())
       .returning('id')
@@ -311,6 +315,7 @@ export async function update(db: Q, id: string, u: SandboxUpdate): Promise<Sandb
     };
     if (u.runStartedAt !== undefined) next.runStartedAt = u.runStartedAt;
     if (u.network !== undefined) next.network = u.network;
+    setPausedMemory(next, u);
     if (u.remove) await trx.deleteFrom('sandboxes').where('id', '=', id).execute();
     else
       await trx
@@ -324,6 +329,7 @@ export async function update(db: Q, id: string, u: SandboxUpdate): Promise<Sandb
           run_started_at: next.runStartedAt ?? null,
           expires_at: next.expiresAt ?? null,
           network_json: next.network ? JSON.stringify(next.network) : null,
+          paused_memory: next.pausedMemory ?? null,
         })
         .where('id', '=', id)
         .execute();

@@ -124,6 +124,8 @@ export interface PgSandboxRow {
   expires_at: number | null;
   runner: string | null;
   network_json: NullableJson;
+  isolation: Generated<'container' | 'gvisor'>;
+  paused_memory: 'ram' | 'disk' | null;
 }
 
 export interface PgBuildRow {

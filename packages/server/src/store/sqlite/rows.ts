@@ -1,6 +1,6 @@
 import { SandboxdError } from '@sandboxd/protocol';
 import type { SandboxRecord, SandboxRecordState } from '../../domain/sandbox.js';
-import type { AccountRecord, ApiKeyRecord, LedgerRow } from '../store.js';
+import type { AccountRecord, ApiKeyRecord, LedgerRow, SandboxUpdate } from '../store.js';
 
 /* Row <-> record mapping for the SQLite store. */
 
@@ -26,6 +26,8 @@ export interface SandboxRow {
   expires_at: number | null;
   runner: string | null;
   network_json: string | null;
+  isolation: 'container' | 'gvisor';
+  paused_memory: 'ram' | 'disk' | null;
 }
 
 export function toSandbox(r: SandboxRow): SandboxRecord {
@@ -49,9 +51,21 @@ export function toSandbox(r: SandboxRow): SandboxRecord {
     ...(r.on_timeout === 'pause' ? { onTimeout: 'pause' as const } : {}),
     ...(r.run_started_at !== null ? { runStartedAt: r.run_started_at } : {}),
     ...(r.network_json ? { network: JSON.parse(r.network_json) } : {}),
+    ...(r.isolation !== 'container' ? { isolation: r.isolation } : {}),
+    ...(r.paused_memory !== null ? { pausedMemory: r.paused_memory } : {}),
     expiresAt: r.expires_at,
     ...(r.runner !== null ? { runner: r.runner } : {}),
   };
+}
+
+/**
+ * The `pausedMemory` of the record an update makes (either store): as the update sets it
+ * (null clears it), else kept while the record stays `paused` and dropped once it leaves.
+ */
+export function setPausedMemory(next: SandboxRecord, u: Pick<SandboxUpdate, 'pausedMemory'>): void {
+  const memory = u.pausedMemory !== undefined ? u.pausedMemory : next.state === 'paused' ? next.pausedMemory : null;
+  if (memory) next.pausedMemory = memory;
+  else delete next.pausedMemory;
 }
 
 /** An accounts row, of either store: `admin` is 0/1 in SQLite, a boolean in PostgreSQL. */

@@ -11,7 +11,7 @@ import {
 } from '../../domain/sandbox.js';
 import type { Page, PageRequest, Reservation, SandboxUpdate, VolumeRecord } from '../store.js';
 import type { Db } from './open.js';
-import { decodeCursor, encodeCursor, toSandbox, type SandboxRow } from './rows.js';
+import { decodeCursor, encodeCursor, setPausedMemory, toSandbox, type SandboxRow } from './rows.js';
 
 /** States taking a concurrency slot of the account. */
 const LIVE = "('creating', 'started', 'starting')";
@@ -89,12 +89,24 @@ export class SqliteSandboxes {
 
   private insertWithUniqueName(rec: SandboxRecord, newName: () => string): void {
     const stmt = this.db.prepare(
-      `INSERT INTO sandboxes (id, account_id, name, image, region, env_json, volumes_json, created_at, state, stop_at, reserved_minutes, ended_at, details_json, ports_public, template, metadata_json, on_timeout, run_started_at, expires_at, runner, network_json)
-       VALUES (@id, @accountId, @name, @image, @region, @env, @volumes, @createdAt, @state, @stopAt, @reservedMinutes, @endedAt, @details, @portsPublicInt, @template, @metadataJson, @onTimeoutText, @runStartedAtInt, @expiresAtInt, @runnerText, @networkJson)`,
+      `INSERT INTO sandboxes (id, account_id, name, image, region, env_json, volumes_json, created_at, state, stop_at, reserved_minutes, ended_at, details_json, ports_public, template, metadata_json, on_timeout, run_started_at, expires_at, runner, network_json, isolation, paused_memory)
+       VALUES (@id, @accountId, @name, @image, @region, @env, @volumes, @createdAt, @state, @stopAt, @reservedMinutes, @endedAt, @details, @portsPublicInt, @template, @metadataJson, @onTimeoutText, @runStartedAtInt, @expiresAtInt, @runnerText, @networkJson, @isolationText, @pausedMemoryText)`,
     );
     for (let attempt = 0; ; attempt++) {
       try {
-        const { portsPublic, template, metadata, onTimeout, runStartedAt, expiresAt, runner, network, ...row } = rec;
+        const {
+          portsPublic,
+          template,
+          metadata,
+          onTimeout,
+          runStartedAt,
+          expiresAt,
+          runner,
+          network,
+          isolation,
+          pausedMemory,
+          ...row
+        } = rec;
         stmt.run({
           ...row,
           runnerText: runner ?? null,
@@ -102,6 +114,8 @@ export class SqliteSandboxes {
           runStartedAtInt: runStartedAt ?? null,
           expiresAtInt: expiresAt ?? null,
           networkJson: network ? JSON.stringify(network) : null,
+          isolationText: isolation ?? 'container',
+          pausedMemoryText: pausedMemory ?? null,
           template: template ?? null,
           metadataJson: metadata ? JSON.stringify(metadata) : null,
           env: JSON.stringify(rec.env),
@@ -194,11 +208,12 @@ export class SqliteSandboxes {
         };
         if (u.runStartedAt !== undefined) next.runStartedAt = u.runStartedAt;
         if (u.network !== undefined) next.network = u.network;
+        setPausedMemory(next, u);
         if (u.remove) this.delete(id);
         else
           this.db
             .prepare(
-              'UPDATE sandboxes SET state = ?, stop_at = ?, ended_at = ?, details_json = ?, reserved_minutes = ?, run_started_at = ?, expires_at = ?, network_json = ? WHERE id = ?',
+              'UPDATE sandboxes SET state = ?, stop_at = ?, ended_at = ?, details_json = ?, reserved_minutes = ?, run_started_at = ?, expires_at = ?, network_json = ?, paused_memory = ? WHERE id = ?',
             )
             .run(
               next.state,
@@ -209,6 +224,7 @@ export class SqliteSandboxes {
               next.runStartedAt ?? null,
               next.expiresAt ?? null,
               next.network ? JSON.stringify(next.network) : null,
+              next.pausedMemory ?? null,
               id,
             );
         if (delta !== 0) {

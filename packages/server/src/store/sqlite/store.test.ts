@@ -80,6 +80,20 @@ describe('SqliteStore', () => {
     );
   });
 
+  it('migration 13: an older sandbox reads as a container that is not paused to disk', async () => {
+    await fromOlderDatabase(
+      12,
+      `INSERT INTO accounts (id, email, password_hash, plan, admin, created_at) VALUES ('a', 'a@x', NULL, 'FREE', 0, 0);
+        INSERT INTO sandboxes (id, account_id, name, image, region, env_json, volumes_json, created_at, state, stop_at, reserved_minutes)
+        VALUES ('s1', 'a', 'n', 'img', 'local', '{}', '[]', 1, 'paused', 2, 1);`,
+      async (s) => {
+        const r = await s.getSandbox('s1');
+        assert.ok(r);
+        assert.deepEqual([r.state, r.isolation, r.pausedMemory], ['paused', undefined, undefined]);
+      },
+    );
+  });
+
   it("migration 9 fills each account's balance from its ledger, and every later ledger row moves it", async () => {
     await fromOlderDatabase(
       8,

@@ -289,6 +289,56 @@ describe('fleet: secrets', () => {
   });
 });
 
+describe('fleet: isolation tiers', () => {
+  it("a gVisor create goes only to a runner that offers gvisor; a fork to the source's runner; tiers are the union of the runners'", async () => {
+    const runners = new FakeRunners({});
+    runners.add(A, 'a', { isolations: ['container'] });
+    runners.add(B, 'b');
+    const { fleet, records } = await makeFleet(runners, [A, B]);
+    assert.deepEqual(
+      fleet.isolations().map((t) => [t.isolation, t.memorySnapshots]),
+      [
+        ['container', false],
+        ['gvisor', true],
+      ],
+    );
+    assert.deepEqual(
+      fleet.runners().map((r) => r.isolations?.map((t) => t.isolation)),
+      [['container'], ['container', 'gvisor']],
+    );
+    // B is busier, yet the gVisor sandboxes go there.
+    await fleet.create(spec());
+    await fleet.create(spec());
+    const g = await fleet.create(spec({ isolation: 'gvisor' }));
+    assert.ok((await runners.ids(B)).includes(g.id));
+    await fleet.pause(g.id, { memory: 'disk' });
+    assert.equal((await fleet.inspect(g.id))?.pausedMemory, 'disk');
+    await fleet.resume(g.id);
+    const forks = await fleet.fork!(g.id, [{ id: 'fk_1' }, { id: 'fk_2', hostname: 'two' }]);
+    assert.deepEqual(
+      forks.map((f) => f.id),
+      ['fk_1', 'fk_2'],
+    );
+    const onB = await runners.ids(B);
+    assert.ok(onB.includes('fk_1') && onB.includes('fk_2'), 'made on the source runner');
+    assert.deepEqual([await records.runnerOf('fk_1'), await records.runnerOf('fk_2')], ['b', 'b'], 'recorded there');
+    assert.deepEqual(
+      runners.calls.get(A)?.filter((c) => c.startsWith('fork')),
+      [],
+    );
+    // No runner that offers it: 400 naming the tier; its runner down: 503.
+    runners.setDown(B);
+    await fleet.refresh();
+    await rejectsWith(fleet.create(spec({ isolation: 'gvisor' })), 'unavailable', /isolation gvisor/);
+    await fleet.close();
+    const only = new FakeRunners({});
+    only.add(A, 'a', { isolations: ['container'] });
+    const f2 = await makeFleet(only, [A]);
+    await rejectsWith(f2.fleet.create(spec({ isolation: 'gvisor' })), 'validation', /offered by none of the runners/);
+    await f2.fleet.close();
+  });
+});
+
 describe('fleet: volumes and snapshots decide where', () => {
   it('a sandbox goes where its volumes live; 409 for volumes of two runners; 503 while their runner is down or full', async () => {
     const runners = two();

@@ -1,14 +1,16 @@
 import type { Duplex } from 'node:stream';
-import { type Egress, SandboxdError } from '@sandboxd/protocol';
+import { type Egress, ISOLATIONS, type PauseMemory, SandboxdError } from '@sandboxd/protocol';
 import type { CapacityFloors } from '../../../domain/capacity.js';
 import { DRIVER_SNAPSHOT_PREFIX } from '../../../domain/snapshots.js';
 import type {
   DriverImageStore,
   ExecOptions,
   ExecResult,
+  ForkSpec,
   ImageConfigOverride,
   ImageInfo,
   InjectionEvent,
+  IsolationSupport,
   PtyProcess,
   RecoveryReport,
   ResourceLimits,
@@ -26,7 +28,7 @@ import type {
 import type { DriverFiles } from '../../files.js';
 import type { DriverProcesses } from '../../processes/types.js';
 import type { DriverTerminals } from '../../terminals/types.js';
-import { isUnreachable, type RunnerDriver, type RunnerMember } from './member.js';
+import { isUnreachable, type RunnerDriver, type RunnerMember, tiersOf } from './member.js';
 import { type FleetLog, Membership } from './membership.js';
 import { bestCapacity } from './placement.js';
 import { LIST_TIMEOUT_MS, Placer, within } from './placer.js';
@@ -239,8 +241,37 @@ export class FleetDriver implements RuntimeDriver {
   kill(id: string): Promise<void> {
     return this.on(id, (d) => d.kill(id));
   }
-  pause(id: string): Promise<void> {
-    return this.on(id, (d) => d.pause(id));
+  pause(id: string, opts?: { memory?: PauseMemory }): Promise<void> {
+    return this.on(id, (d) => d.pause(id, opts));
+  }
+  /** On the source's runner (its checkpoint is there); the forks are recorded there before it makes them. */
+  async fork(id: string, specs: ForkSpec[]): Promise<RuntimeSandbox[]> {
+    const node = this.homes.get(id);
+    const m = node ? await this.usable(node, id) : await this.locate(id);
+    for (const f of specs) {
+      await this.o.records.assign(f.id, m.node!);
+      this.remember(f.id, m.node!);
+    }
+    return this.call(m, async (d) => {
+      if (!d.fork) throw new SandboxdError('unsupported', `Runner ${m.node} cannot fork sandboxes`);
+      return d.fork(id, specs);
+    });
+  }
+  /**
+   * The tiers some runner that answers offers (as its last health check said; a runner from
+   * before tiers offers containers), each once; `memorySnapshots` when any of them has them.
+   */
+  isolations(): IsolationSupport[] {
+    const out = new Map<string, IsolationSupport>();
+    for (const m of this.members.up())
+      for (const t of tiersOf(m)) {
+        const have = out.get(t.isolation);
+        if (!have) out.set(t.isolation, { ...t });
+        else have.memorySnapshots ||= t.memorySnapshots;
+      }
+    if (!out.has('container'))
+      out.set('container', { isolation: 'container', runtime: 'crun', memorySnapshots: false });
+    return [...out.values()].sort((a, b) => ISOLATIONS.indexOf(a.isolation) - ISOLATIONS.indexOf(b.isolation));
   }
   resume(id: string): Promise<void> {
     return this.on(id, (d) => d.resume(id));

@@ -1,5 +1,5 @@
 import { SandboxdError } from '@sandboxd/protocol';
-import type { RuntimeDriver } from '../../driver.js';
+import type { IsolationSupport, RuntimeDriver } from '../../driver.js';
 import type { RunnerHealth } from '../wire.js';
 import type { Candidate } from './placement.js';
 
@@ -7,6 +7,14 @@ import type { Candidate } from './placement.js';
 export interface RunnerDriver extends RuntimeDriver {
   /** The runner's name, capacity, warm pool and sandbox count; rejects `unavailable` when it does not answer in `timeoutMs`. */
   health(timeoutMs?: number): Promise<RunnerHealth>;
+}
+
+/**
+ * The isolation tiers runner `m` offers by its last health answer: containers only when it
+ * never answered or reports none (a runner from before tiers).
+ */
+export function tiersOf(m: Pick<RunnerMember, 'health'>): IsolationSupport[] {
+  return m.health?.isolations ?? [{ isolation: 'container', runtime: 'crun', memorySnapshots: false }];
 }
 
 /** How often the image list of a runner is asked again (for placement's "image cached" preference), ms. */

@@ -2,7 +2,7 @@ import { SandboxdError } from '@sandboxd/protocol';
 import type { CapacityFloors } from '../../../domain/capacity.js';
 import { DRIVER_SNAPSHOT_PREFIX } from '../../../domain/snapshots.js';
 import type { SandboxSpec } from '../../driver.js';
-import type { RunnerMember } from './member.js';
+import { type RunnerMember, tiersOf } from './member.js';
 import type { Membership } from './membership.js';
 import { choose } from './placement.js';
 import type { FleetRecords } from './records.js';
@@ -47,6 +47,22 @@ export class Placer {
     if (!up.length) throw this.noRunner();
     let pool = up;
     let where: string | undefined;
+    // A tier beyond containers goes only to a runner that offers it.
+    const isolation = spec.isolation ?? 'container';
+    if (isolation !== 'container') {
+      pool = up.filter((m) => tiersOf(m).some((t) => t.isolation === isolation));
+      if (!pool.length) {
+        if (this.o.members.members().some((m) => !m.up))
+          throw new SandboxdError(
+            'unavailable',
+            `No runner that answers offers isolation ${isolation}; ${this.silent()}`,
+          );
+        throw new SandboxdError('validation', `isolation ${isolation} is offered by none of the runners`, [
+          { in: 'body', path: '/isolation', message: `isolation ${isolation} is offered by none of the runners` },
+        ]);
+      }
+      where = `the runner(s) that offer isolation ${isolation} (${pool.map((m) => m.node).join(', ')})`;
+    }
     const home = await this.volumeHome(spec, up);
     if (home) {
       const m = this.o.members.node(home.node);
@@ -57,6 +73,12 @@ export class Placer {
           : new SandboxdError('unavailable', `Runner ${home.node}, where ${what}, is not among the runners`, {
               runner: home.node,
             });
+      if (!pool.includes(m))
+        throw new SandboxdError(
+          'conflict',
+          `Volume ${home.names.join(', ')} lives on runner ${home.node}, which does not offer isolation ${isolation}`,
+          { runner: home.node, isolation },
+        );
       pool = [m];
       where = `runner ${home.node}, where ${what}`;
     }

@@ -1,4 +1,5 @@
 import { type CapacityFloors, type CapacityResource, shortagesIn } from '../../../domain/capacity.js';
+import type { IsolationSupport } from '../../driver.js';
 import type { RunnerMember } from './member.js';
 
 /** One runner as /healthz and /metrics report it. */
@@ -19,6 +20,8 @@ export interface RunnerStatus {
   addresses: { free: number; total: number } | null;
   /** What it has no room in, by its last report and the API's floors. */
   full: Array<Exclude<CapacityResource, 'sandboxes' | 'processes'>>;
+  /** The isolation tiers it offers, as last reported; absent: never reported. */
+  isolations?: IsolationSupport[];
 }
 
 /** `members` as /healthz and /metrics report them (by node name, else URL), at `now`. */
@@ -37,6 +40,13 @@ export function runnerStatuses(members: RunnerMember[], floors: CapacityFloors, 
         diskFreeBytes: h?.capacity.diskFreeBytes ?? null,
         addresses: h?.capacity.addresses ?? null,
         full: h ? shortagesIn(h.capacity, floors).map((x) => x.resource as RunnerStatus['full'][number]) : [],
+        ...(h
+          ? {
+              isolations: h.isolations ?? [
+                { isolation: 'container' as const, runtime: 'crun', memorySnapshots: false },
+              ],
+            }
+          : {}),
       } satisfies RunnerStatus;
     })
     .sort((a, b) => ((a.node ?? a.url) < (b.node ?? b.url) ? -1 : 1));
