@@ -1,7 +1,7 @@
-import { mkdir, rmdir } from 'node:fs/promises';
+import { mkdir, rm, rmdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { type Egress, SandboxdError, SECRET_PLACEHOLDER_PATTERN, secretEnvName } from '@sandboxd/protocol';
+import { type Egress, type PauseMemory, SandboxdError, SECRET_PLACEHOLDER_PATTERN, secretEnvName } from '@sandboxd/protocol';
 import { imageBundle, installTrust, SYSTEM_BUNDLES, trustEnv, withTrustEnv } from './trust.js';
 import type { Logger } from 'pino';
 import type { Config } from '../../config.js';
@@ -176,6 +176,7 @@ export class LocalDriver implements RuntimeDriver {
     this.life = {
       ...p,
       cgroupParent: this.opts.cgroupParent,
+      checkpointsDir: join(this.opts.dataDir, 'checkpoints'),
       serviceStartTimeoutMs: this.opts.serviceStartTimeoutMs,
       takeNet: () => (this.crun.binary !== 'runc' ? this.pools.takeNet() : undefined),
       settleHost: (rec) => settleHost(this.release, rec),
@@ -336,15 +337,26 @@ export class LocalDriver implements RuntimeDriver {
     for (let i = 0; i < 200 && isAlive(rec); i++) await sleep(5);
   }
 
-  /** The cgroup freezer; see lifecycle.ts. */
-  pause(id: string): Promise<void> {
-    return this.serial(id, () => lifecycle.pause(this.life, this.require(id)));
+  /** The cgroup freezer, or (gVisor, `memory: "disk"`) a checkpoint to disk; see lifecycle.ts. */
+  pause(id: string, opts: { memory?: PauseMemory } = {}): Promise<void> {
+    return this.serial(id, async () => {
+      const rec = this.require(id);
+      if (opts.memory === 'disk') {
+        if (rec.checkpoint && rec.phase === 'stopped') return; // paused to disk already
+        await lifecycle.pauseToDisk(this.life, rec);
+      } else {
+        if (rec.checkpoint && rec.phase === 'stopped') return; // paused (to disk) already
+        await lifecycle.pause(this.life, rec);
+      }
+    });
   }
 
   resume(id: string): Promise<void> {
     return this.serial(id, async () => {
       const rec = this.require(id);
-      await lifecycle.resume(this.life, rec);
+      if (rec.checkpoint && rec.phase === 'stopped')
+        await lifecycle.start(this.life, rec, rec.spec.limits, { restore: true });
+      else await lifecycle.resume(this.life, rec);
       await this.ensureTrust(rec).catch(() => undefined);
     });
   }
@@ -354,6 +366,12 @@ export class LocalDriver implements RuntimeDriver {
     return this.serial(id, async () => {
       const rec = this.require(id);
       if (rec.phase !== 'stopped') await lifecycle.stop(this.life, rec);
+      else if (rec.checkpoint) {
+        // Paused to disk: stopping drops the saved memory, keeps the files.
+        rec.checkpoint = undefined;
+        await this.state.write(rec);
+        await rm(lifecycle.checkpointDir(this.life, id), { recursive: true, force: true });
+      }
     });
   }
 
@@ -367,6 +385,7 @@ export class LocalDriver implements RuntimeDriver {
         if (await freezeAsked(this.opts.cgroupParent, rec.cid))
           throw new SandboxdError('conflict', 'Sandbox is paused');
       } else {
+        if (rec.checkpoint) throw new SandboxdError('conflict', 'Sandbox is paused', { pausedMemory: 'disk' });
         await lifecycle.start(this.life, rec, opts.limits);
         await this.ensureTrust(rec).catch(() => undefined);
       }
