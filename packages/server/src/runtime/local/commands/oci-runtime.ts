@@ -202,6 +202,15 @@ export class OciRuntime {
     return pid;
   }
 
+  /**
+   * runsc only: sets the hostname of the user-space kernel of container `id` (a fork,
+   * restored with its source's) with the image's `hostname` program, given CAP_SYS_ADMIN for
+   * that one call (the sandbox's own root lacks it).
+   */
+  async setHostname(id: string, hostname: string): Promise<void> {
+    await this.call(['exec', '--cap', 'CAP_SYS_ADMIN', '--user', '0:0', id, 'hostname', hostname]);
+  }
+
   /** Runs the runtime with `args` after `--root`; resolves with its stdout, rejects naming its stderr. */
   private async call(args: string[]): Promise<string> {
     const r = await HostSpawner.shared().run(this.binary, [...this.argv.slice(1), ...args], {
