@@ -8,8 +8,10 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { existsSync, rmSync } from 'node:fs';
+import { connect, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import type { SandboxdError } from '@sandboxd/protocol';
 import { makeTestDriver } from '../../../test/local-driver.js';
 import { CONFORMANCE_LIMITS, testId } from '../conformance.js';
 import type { SandboxSpec } from '../driver.js';
@@ -116,6 +118,38 @@ describe('gVisor tier: memory snapshots', { skip: !existsSync('/usr/bin/runsc') 
     assert.equal((await driver.inspect(g.id))?.pausedMemory, 'ram');
     await rejectsWith(driver.pause(g.id, { memory: 'disk' }), 'conflict');
     await driver.delete(g.id);
+  });
+
+  it('refuses a pause to disk or a fork while a TCP connection is open, changing nothing; once it is reset, pauses', async () => {
+    const s = await driver.create(spec());
+    // A listener that keeps its side open (nc closes its side when its stdin ends).
+    await driver.execBackground(s.id, 'sleep 600 | nc -l -p 8000 > /dev/null');
+    await driver.execBackground(s.id, COUNTER);
+    let sock: Socket | undefined;
+    for (let i = 0; i < 100 && !sock; i++) {
+      sock = await new Promise<Socket | undefined>((resolve) => {
+        const c = connect(8000, s.address, () => resolve(c));
+        c.on('error', () => resolve(undefined));
+      });
+      if (!sock) await sleep(50);
+    }
+    assert.ok(sock, 'connected to the listener in the sandbox');
+    const e = await driver.pause(s.id, { memory: 'disk' }).then(
+      () => null,
+      (x: SandboxdError) => x,
+    );
+    assert.equal(e?.kind, 'conflict');
+    assert.match(e?.message ?? '', /TCP connection/);
+    await rejectsWith(driver.fork(s.id, [{ id: testId('fk') }]), 'conflict');
+    assert.equal((await driver.inspect(s.id))?.state, 'running', 'nothing changed');
+    const n = await count(s.id);
+    await sleep(300);
+    assert.ok((await count(s.id)) > n, 'its processes run on');
+    sock.resetAndDestroy(); // a reset connection is gone at once on both sides
+    await sleep(300);
+    await driver.pause(s.id, { memory: 'disk' });
+    assert.equal((await driver.inspect(s.id))?.pausedMemory, 'disk');
+    await driver.delete(s.id);
   });
 
   it('forks: each fork goes on from the source state with its own address, hostname and files; the source runs on', async () => {
