@@ -9,7 +9,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { launch, type Browser } from './console-support.js';
-import { IMAGE, startServer, type Server } from './harness.js';
+import { IMAGE, RUNTIME, startServer, type Server } from './harness.js';
 
 const EMAIL = `isolation-${Date.now()}@example.com`;
 const PASSWORD = 'console-isolation-password-1';
@@ -21,7 +21,16 @@ describe('browser console: isolation tiers', { timeout: 300_000 }, () => {
   let offered: string[] = [];
   const made: string[] = [];
   const api = (method: string, path: string, body?: unknown) => s.api(method, path, { key, body });
-  const noConsoleErrors = () => assert.deepEqual(b.errors, [], 'browser console errors');
+  /**
+   * No browser console error. On the fake runtime (which does not simulate listing files) the
+   * sandbox page's file browser gets a 500 for `/files?path=/`: that one alone is let through there.
+   */
+  const noConsoleErrors = () =>
+    assert.deepEqual(
+      b.errors.filter((e) => !(RUNTIME === 'fake' && /status of 500 .*\/files\?path=%2F/.test(e))),
+      [],
+      'browser console errors',
+    );
 
   before(async () => {
     s = await startServer();
@@ -96,7 +105,7 @@ describe('browser console: isolation tiers', { timeout: 300_000 }, () => {
     await page.getByText('Sandbox paused to disk').waitFor({ timeout: 120_000 });
     const paused = (await api('GET', `/api/v1/sandboxes/${id}`)).body.sandbox;
     assert.deepEqual([paused.state, paused.pausedMemory], ['paused', 'disk']);
-    await page.locator('.isolation').getByText('paused in disk').waitFor();
+    await page.locator('.isolation').getByText('paused, memory on disk').waitFor();
     // The page as docs/console.md shows it (docs/screenshots/isolation-desktop.png).
     await b.shoot('isolation');
     assert.ok(await page.getByRole('button', { name: 'Pause to disk' }).isDisabled(), 'not while paused');

@@ -208,7 +208,7 @@ async function drawSandbox(
                     h(
                       'span',
                       { class: 'dim' },
-                      ` · paused in ${sb.pausedMemory === 'disk' ? 'disk (checkpoint)' : 'RAM'}`,
+                      ` · paused, memory ${sb.pausedMemory === 'disk' ? 'on disk' : 'in RAM'}`,
                     ),
                   ]
                 : []),
