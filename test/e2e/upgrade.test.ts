@@ -250,10 +250,27 @@ class Fixture {
   }
 }
 
-/** The previous release's refusal of data this release has served: its own schema check. */
-function assertRefused(r: { code: number | null; stderr: string }, latest: number, own: number) {
+/**
+ * The previous release's refusal of data this release has served, word for word: its release
+ * marker check (store/release-marker.ts, since 0.2.0) finds this release in the marker (and,
+ * when this release added migrations, a newer schema), and it exits 1 before it writes
+ * anything. `where` is the data as it names it; `latest` the data's schema, `own` its own.
+ */
+function assertRefused(
+  r: { code: number | null; stderr: string },
+  prev: PreviousRelease,
+  where: string,
+  latest: number,
+  own: number,
+) {
   assert.equal(r.code, 1, r.stderr);
-  assert.match(r.stderr, new RegExp(`database schema version ${latest} is newer than this server \\(${own}\\)`));
+  const schema = latest > own ? ` (database schema version ${latest} is newer than this server (${own}))` : '';
+  assert.equal(
+    r.stderr,
+    `sandboxd: ${where} was last served by sandboxd ${thisRelease()}; this is sandboxd ${prev.version}, an older release${schema}. ` +
+      `Downgrades are not supported: run sandboxd ${thisRelease()} or newer on it, or restore the backup taken before the upgrade ` +
+      '(sandboxd restore; docs/upgrades.md). Nothing was changed.\n',
+  );
 }
 
 describe('upgrade from the previous release', { timeout: 1_200_000 }, () => {
@@ -362,16 +379,18 @@ describe('upgrade from the previous release', { timeout: 1_200_000 }, () => {
       const before = tree(dataDir);
       const r = await refusedStart(previous(), dataDir);
       t.diagnostic(`release ${previous().version} said: ${r.stderr.split('\n')[0]}`);
-      assertRefused(r, MIGRATIONS.at(-1)?.version ?? 0, previous().schema.sqlite);
-      // Nothing changed: every file as it was. A reader of a WAL database leaves SQLite's
-      // -wal (empty: no frame written) and -shm index behind when it exits without closing.
+      assertRefused(
+        r,
+        previous(),
+        `the database ${join(dataDir, 'sandboxd.db')}`,
+        MIGRATIONS.at(-1)?.version ?? 0,
+        previous().schema.sqlite,
+      );
+      // Nothing changed: every file as it was, and none added (it closes the database it
+      // refused, so SQLite's -wal and -shm beside it go with its connection).
       const added = unchanged(dataDir, before);
       t.diagnostic(`files the refused start added: ${added.join(', ') || 'none'}`);
-      assert.ok(
-        added.every((p) => p === 'sandboxd.db-shm' || p === 'sandboxd.db-wal'),
-        `new files: ${added.join(', ')}`,
-      );
-      if (added.includes('sandboxd.db-wal')) assert.equal(lstatSync(join(dataDir, 'sandboxd.db-wal')).size, 0);
+      assert.deepEqual(added, [], `new files: ${added.join(', ')}`);
       // And this release serves it again (the test's cleanup deletes what it made).
       server = await startServer({ dataDir });
       const got = await server.api('GET', `/api/v1/sandboxes/${fx.ids.vol}`, { key: fx.key });
@@ -486,7 +505,15 @@ describe('upgrade from the previous release', { timeout: 1_200_000 }, () => {
       const before = await tables();
       const r = await refusedStart(previous(), api.dataDir, apiEnv());
       t.diagnostic(`release ${previous().version} said: ${r.stderr.split('\n')[0]}`);
-      assertRefused(r, PG_MIGRATIONS.at(-1)?.version ?? 0, previous().schema.postgres);
+      // It names the database by host and name (no credentials).
+      const u = new URL(dbUrl);
+      assertRefused(
+        r,
+        previous(),
+        `the PostgreSQL database ${u.host}${u.pathname}`,
+        PG_MIGRATIONS.at(-1)?.version ?? 0,
+        previous().schema.postgres,
+      );
       assert.deepEqual(await tables(), before);
     });
   });

@@ -29,7 +29,7 @@ import { volumesCommand } from './commands/volumes.js';
 import { endQuietlyOnClosedPipe, readerGone } from './pipe.js';
 import { CliError } from './ui.js';
 
-const VERSION = '0.2.0';
+const VERSION = '0.3.0';
 
 /** One readable line for any error; API errors add the image or the sandbox state they are about. */
 export function errorMessage(e: unknown): string {

@@ -15,7 +15,7 @@ import { registerSandboxTools } from './sandbox-tools.js';
 /** The server's name in the MCP handshake. */
 export const MCP_SERVER_NAME = 'sandboxd';
 /** The version announced in the handshake (the SDK's and the CLI's). */
-export const MCP_SERVER_VERSION = '0.2.0';
+export const MCP_SERVER_VERSION = '0.3.0';
 
 /** Options of {@link createMcpServer}; every field has a default. */
 export interface McpServerOptions {

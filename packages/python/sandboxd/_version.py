@@ -1,3 +1,3 @@
 """The package version: the same as the TypeScript SDK's (packages/sdk/package.json)."""
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"

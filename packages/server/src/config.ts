@@ -24,6 +24,7 @@ import { parseRegistries, parseRegistryCredentials } from './config-registries.j
 import { DEFAULT_FAIR_SHARE, type FairShareConfig, fairShare } from './config-fair-share.js';
 import { mergePlans, type PlanConfig, planIsolation, type RateLimitConfig, rateLimits } from './config-plans.js';
 import { parseTrustedProxies } from './http/trusted-proxies.js';
+import { GVISOR_PLATFORMS, type GvisorPlatform } from './runtime/gvisor/runsc.js';
 
 export { DEFAULT_FAIR_SHARE, type FairShareConfig };
 
@@ -122,6 +123,8 @@ export interface Config {
   runDir: string;
   /** Local runtime: the OCI runtime binary; unset = crun when installed, else runc. */
   ociRuntime?: 'crun' | 'runc';
+  /** Local runtime: gVisor's platform (`SANDBOXD_GVISOR_PLATFORM`: kvm, systrap, ptrace); unset: chosen by what the host offers. */
+  gvisorPlatform?: GvisorPlatform;
   /** Local runtime: cgroup folder holding every sandbox's cgroup; unset: `sandboxd-<key>`, the instance's own. */
   cgroupParent?: string;
   /** Local runtime: first host uid of the per-sandbox 65536-id ranges. */
@@ -346,6 +349,12 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
       'ociRuntime',
       'SANDBOXD_OCI_RUNTIME',
       oneOf('SANDBOXD_OCI_RUNTIME', ['crun', 'runc'] as const),
+      undefined,
+    ),
+    gvisorPlatform: pick<GvisorPlatform | undefined>(
+      'gvisorPlatform',
+      'SANDBOXD_GVISOR_PLATFORM',
+      oneOf('SANDBOXD_GVISOR_PLATFORM', GVISOR_PLATFORMS),
       undefined,
     ),
     cgroupParent: pick<string | undefined>('cgroupParent', 'SANDBOXD_CGROUP_PARENT', String, undefined),

@@ -29,7 +29,7 @@ export interface PythonWheel {
   /** The distribution name (`sandboxd`). */
   name: string;
   version: string;
-  /** PEP 427's file name, `sandboxd-0.2.0-py3-none-any.whl`: pip needs the URL to end in it. */
+  /** PEP 427's file name, `sandboxd-0.3.0-py3-none-any.whl`: pip needs the URL to end in it. */
   fileName: string;
   wheel: Buffer;
   /** A strong ETag (quoted) of the wheel's bytes. */

@@ -19,7 +19,7 @@ import { create } from 'tar';
 export interface SdkPackage {
   name: string;
   version: string;
-  /** What `npm pack` would call it (`sandboxd-sdk-0.2.0.tgz`), for Content-Disposition. */
+  /** What `npm pack` would call it (`sandboxd-sdk-0.3.0.tgz`), for Content-Disposition. */
   fileName: string;
   tarball: Buffer;
   /** A strong ETag (quoted) of the tarball's bytes. */

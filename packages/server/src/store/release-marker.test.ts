@@ -48,13 +48,29 @@ describe('release marker (SQLite)', () => {
     assert.match(RELEASE, /^\d+\.\d+\.\d+$/);
   });
 
-  it("the previous release's file (schema 10, no marker) migrates forward and is marked with this release", () => {
+  it("0.1.0's file (schema 10, no marker) migrates forward and is marked with this release", () => {
     const path = join(dir, 'forward.db');
     openDatabase(path, { migrations: MIGRATIONS.filter((m) => m.version <= 10) }).close();
     const db = openDatabase(path, { clock: () => 1234 });
     assert.equal(db.pragma('user_version', { simple: true }), MIGRATIONS.at(-1)?.version);
     db.close();
     assert.deepEqual(marker(path), { release: RELEASE, release_since: '1234' });
+  });
+
+  it("0.2.0's file (schema 12), and the earlier build that also called itself 0.2.0 (664cc61, schema 11), migrate forward and are marked with this release", () => {
+    for (const schema of [12, 11]) {
+      const path = join(dir, `from-0.2.0-schema-${schema}.db`);
+      openDatabase(path, {
+        release: '0.2.0',
+        migrations: MIGRATIONS.filter((m) => m.version <= schema),
+        clock: () => 1,
+      }).close();
+      assert.deepEqual(marker(path), { release: '0.2.0', release_since: '1' });
+      const db = openDatabase(path, { clock: () => 2 });
+      assert.equal(db.pragma('user_version', { simple: true }), MIGRATIONS.at(-1)?.version);
+      db.close();
+      assert.deepEqual(marker(path), { release: RELEASE, release_since: '2' });
+    }
   });
 
   it('a newer release marks it; the marker keeps the time a release first served it', () => {

@@ -21,6 +21,7 @@ import { volumeOciMount } from './rootfs/roots.js';
 import { mergeEnv } from './sandbox-checks.js';
 import { bootService, declaredService, declaredStart, waitHealthy, waitReady, writeEnvsFile } from './service.js';
 import { allowsSetuid } from './setuid.js';
+import { runtimeOf } from './tiers.js';
 
 /** The longest a claim waits for the service of a pooled sandbox to answer again. */
 const CLAIM_HEALTH_MS = 10_000;
@@ -165,7 +166,8 @@ export async function boot(
     // crun joins a netns made beforehand, owned by the host (runtime-made ones showed an
     // intermittent setns EPERM on the first execs). runc joins the user namespace first and
     // cannot enter such a netns, so under runc the runtime makes it and it is wired after start.
-    const netFirst = h.crun.binary === 'crun';
+    const runtime = runtimeOf(h, spec.isolation);
+    const netFirst = runtime.binary !== 'runc';
     let pooled = netFirst && !forPool ? h.pools.takeNet() : undefined;
     // No address left: the net pool's refill may be making a network with the last one.
     if (netFirst && !forPool && !pooled && !h.network.hasFreeAddress()) pooled = await h.pools.takeNetBeingMade();
@@ -192,16 +194,17 @@ export async function boot(
       net: early,
       volumes: root.volumes.map((staged, i) => volumeOciMount(staged, spec.volumes[i].mountPath)),
       allowSetuid: partial.setuid === true,
+      isolation: spec.isolation,
     });
     if (early && !forPool) {
       egress = h.network.egress.apply(spec.id, early.address, spec.egress, spec.secrets);
       egress.catch(() => undefined); // awaited below, or before the teardown
     }
-    partial.initPid = await h.crun.run(spec.id, bundle.dir, {
+    partial.initPid = await runtime.run(spec.id, bundle.dir, {
       // PID 1 is the exec agent: its channel is ready for the first exec without a runtime call.
       onChannel: (channel) => h.commands.adopt(spec.id, ExecAgent.attach(channel, channel)),
     });
-    h.bundles.shed(spec.id);
+    h.bundles.shed(spec.id, spec.isolation);
     const net = early ?? (await h.network.attach(spec.id, { pid: partial.initPid }));
     partial.netId = net.id;
     // Taking the root layer and the netns off the host's tables runs two helper programs

@@ -29,6 +29,31 @@ for (const ociRuntime of ['crun', 'runc'] as const) {
   });
 }
 
+/** `driver` with every create made in the gVisor tier (the suite's specs name none). */
+function inGvisor(driver: LocalDriver): LocalDriver {
+  const create = driver.create.bind(driver);
+  driver.create = (spec) => create({ ...spec, isolation: spec.isolation ?? 'gvisor' });
+  return driver;
+}
+
+{
+  runDriverConformance({
+    name: 'local (gvisor: runsc)',
+    image: 'local/busybox:latest',
+    make: async () => {
+      const { driver, dataDir } = makeTestDriver('confgvisor', {});
+      cleanup.push(dataDir);
+      await driver.init();
+      await driver.recover();
+      return inGvisor(driver);
+    },
+    destroy: async (d) => {
+      await (d as LocalDriver).destroyAll();
+      for (const dir of cleanup.splice(0)) rmSync(dir, { recursive: true, force: true });
+    },
+  });
+}
+
 /**
  * `driver` with each create made once the warm pool is full, so that every create without
  * volumes claims a pooled sandbox.

@@ -12,6 +12,7 @@ import type {
   ImageConfigOverride,
   ImageInfo,
   InjectionEvent,
+  IsolationSupport,
   PtyProcess,
   RecoveryReport,
   ResourceLimits,
@@ -38,6 +39,7 @@ import { localDriverOptions, type LocalDriverOptions, type ResolvedOptions, with
 import { PoolKeeper } from './pools/keeper.js';
 import { spawnTty } from './pty/relay.js';
 import { ContainerOwnership } from './ownership.js';
+import { allRuntimes, runtimeOf, type TierRuntimes } from './tiers.js';
 import { Snapshots } from './snapshot.js';
 import * as lifecycle from './lifecycle.js';
 import { boot, claim, type StartHost } from './boot.js';
@@ -75,6 +77,11 @@ export class LocalDriver implements RuntimeDriver {
   readonly images: DriverParts['images'];
   readonly files: DriverFiles = new AgentFiles((id, argv, o) => this.spawn(id, argv, o));
   private readonly crun: DriverParts['crun'];
+  private readonly gvisor: DriverParts['gvisor'];
+  /** The runtimes of the isolation tiers (tiers.ts). */
+  private get tiers(): TierRuntimes {
+    return { crun: this.crun, gvisor: this.gvisor };
+  }
   private readonly network: DriverParts['network'];
   private readonly roots: DriverParts['roots'];
   private readonly volumes: DriverParts['volumes'];
@@ -114,10 +121,11 @@ export class LocalDriver implements RuntimeDriver {
     this.key = instanceKey(opts.dataDir);
     this.opts = withDefaults(opts, this.key);
     this.runDir = join(this.opts.runDir, this.key);
-    const p = makeParts(opts, this.opts, this.key, this.runDir);
+    const p = makeParts(opts, this.opts, this.key, this.runDir, (cid) => this.records.get(cid)?.spec.isolation);
     this.state = p.state;
     this.images = p.images;
     this.crun = p.crun;
+    this.gvisor = p.gvisor;
     this.commands = p.commands;
     this.network = p.network;
     this.roots = p.roots;
@@ -125,7 +133,7 @@ export class LocalDriver implements RuntimeDriver {
     this.bundles = p.bundles;
     // crun joins a netns made beforehand; runc makes its own, so no network is pooled for it.
     this.pools = new PoolKeeper({
-      nets: this.crun.binary === 'crun' ? this.opts.netPoolSize : 0,
+      nets: this.crun.binary !== 'runc' ? this.opts.netPoolSize : 0,
       roots: this.opts.netPoolSize === 0 ? 0 : 1,
       network: this.network,
       rootfs: this.roots,
@@ -159,6 +167,7 @@ export class LocalDriver implements RuntimeDriver {
     });
     this.ownership = new ContainerOwnership({
       crun: this.crun,
+      gvisor: this.gvisor,
       instance: this.key,
       runDirBase: this.opts.runDir,
       uidRangeStart: this.opts.uidRangeStart,
@@ -168,7 +177,7 @@ export class LocalDriver implements RuntimeDriver {
       ...p,
       cgroupParent: this.opts.cgroupParent,
       serviceStartTimeoutMs: this.opts.serviceStartTimeoutMs,
-      takeNet: () => (this.crun.binary === 'crun' ? this.pools.takeNet() : undefined),
+      takeNet: () => (this.crun.binary !== 'runc' ? this.pools.takeNet() : undefined),
       settleHost: (rec) => settleHost(this.release, rec),
     };
     this.release = { ...this.life, records: this.records };
@@ -188,7 +197,7 @@ export class LocalDriver implements RuntimeDriver {
       throw new SandboxdError('internal', 'the local runtime needs root (run sandboxd as root)');
     await mkdir(this.state.dir, { recursive: true });
     await ensureRunTmpfs(this.runDir);
-    await mkdir(this.crun.root, { recursive: true });
+    for (const rt of allRuntimes(this.tiers)) await mkdir(rt.root, { recursive: true });
     await mkdir(this.bundles.dir, { recursive: true });
     await mkdir(join(this.runDir, 'exec'), { recursive: true, mode: 0o700 });
     await checkTraversable(this.opts.dataDir);
@@ -237,6 +246,7 @@ export class LocalDriver implements RuntimeDriver {
         `sandbox id "${spec.id}" must match ${ID_RE} and not start with ${this.pools.prefixes.join(' or ')}`,
       );
     }
+    runtimeOf(this.tiers, spec.isolation); // a tier this host does not offer: `validation`
     for (const v of spec.volumes) checkMountPath(v.mountPath);
     checkMountPathsDisjoint(spec.volumes.map((v) => v.mountPath));
     checkLimits(spec.limits);
@@ -252,7 +262,11 @@ export class LocalDriver implements RuntimeDriver {
         spec = { ...spec, env: withTrustEnv(spec.env, imageBundle(image.rootfsDir)) };
       }
       // A pooled sandbox ran what its image starts at boot: not one for a create that skips it.
-      const warm = spec.skipImageStart ? undefined : this.pools.takeWarm(spec.image, image.digest, spec.limits);
+      // The pool's sandboxes are containers: a gVisor create boots its own.
+      const warm =
+        spec.skipImageStart || spec.isolation === 'gvisor'
+          ? undefined
+          : this.pools.takeWarm(spec.image, image.digest, spec.limits);
       const pooled = warm ? this.pooled.get(warm) : undefined;
       if (warm) this.pooled.delete(warm);
       const claimed = warm && pooled ? await claim(this.starts, spec, image, warm, pooled) : null;
@@ -286,6 +300,16 @@ export class LocalDriver implements RuntimeDriver {
     return (await boot(this.starts, spec, image, this.pooled, true)).imageDigest;
   }
 
+  /** The `container` tier, and `gvisor` when runsc is installed (its platform chosen at start). */
+  isolations(): IsolationSupport[] {
+    const out: IsolationSupport[] = [{ isolation: 'container', runtime: this.crun.binary, memorySnapshots: false }];
+    if (this.gvisor) {
+      const platform = this.gvisor.flags.find((f) => f.startsWith('--platform='))?.slice('--platform='.length);
+      out.push({ isolation: 'gvisor', runtime: 'runsc', platform, memorySnapshots: true });
+    }
+    return out;
+  }
+
   /** `paused` is read from the kernel (the cgroup freezer), so it holds across restarts. */
   async inspect(id: string): Promise<RuntimeSandbox | null> {
     const rec = this.records.get(id);
@@ -306,9 +330,9 @@ export class LocalDriver implements RuntimeDriver {
     const rec = this.require(id);
     if (isKept(rec)) return;
     this.commands.drop(rec.cid);
-    await this.crun.kill(rec.cid, 'KILL');
     // A frozen (paused) sandbox takes the signal once thawed.
     if (await freezeAsked(this.opts.cgroupParent, rec.cid)) await lifecycle.killAll(this.life, rec);
+    else await runtimeOf(this.tiers, rec.spec.isolation).kill(rec.cid, 'KILL');
     for (let i = 0; i < 200 && isAlive(rec); i++) await sleep(5);
   }
 
@@ -404,8 +428,9 @@ export class LocalDriver implements RuntimeDriver {
 
   async execTty(id: string, options: TtyOptions): Promise<PtyProcess> {
     const rec = await this.requireRunning(id);
+    const runtime = runtimeOf(this.tiers, rec.spec.isolation);
     return spawnTty({
-      crunArgv: this.crun.argv,
+      crunArgv: runtime.argv,
       containerId: rec.cid,
       argv: options.argv,
       env: Object.fromEntries(mergeEnvList(rec.env, options.env).map(splitEnv)),
@@ -413,7 +438,8 @@ export class LocalDriver implements RuntimeDriver {
       user: await numericUser(this.files, id, rec.user, options.user),
       cols: options.cols,
       rows: options.rows,
-      detach: this.crun.binary === 'runc',
+      // runc takes a console socket only when detaching; runsc uses it only then.
+      detach: runtime.binary !== 'crun',
     });
   }
 
@@ -560,14 +586,16 @@ export class LocalDriver implements RuntimeDriver {
     await this.network.teardown();
     await removeCgroupParent(this.opts.cgroupParent);
     // The runtime root goes only when empty: a container that is not this instance's keeps it.
-    const others = await this.crun.list();
+    const others: { id: string; root: string }[] = [];
+    for (const rt of allRuntimes(this.tiers))
+      others.push(...(await rt.list()).map((c) => ({ id: c.id, root: rt.root })));
     if (others.length === 0) {
       await removeRunDir(this.runDir);
       await rmdir(this.opts.runDir).catch(() => undefined); // the base, unless another instance uses it
     }
     const problems = [
       ...(left?.failed ?? []).map((f) => `${f.id} (${f.message})`),
-      ...others.map((c) => `container ${c.id} (not this instance's, left alone in ${this.crun.root})`),
+      ...others.map((c) => `container ${c.id} (not this instance's, left alone in ${c.root})`),
     ];
     if (problems.length) throw new SandboxdError('internal', `could not remove ${problems.join(', ')}`);
   }

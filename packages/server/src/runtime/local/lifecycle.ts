@@ -19,6 +19,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { SandboxdError } from '@sandboxd/protocol';
 import type { ResourceLimits, RuntimeState } from '../driver.js';
+import { cgroupProcs } from './bundle/cgroups.js';
 import { freeze, freezeAsked, thaw } from './bundle/freezer.js';
 import type { BundleWriter } from './bundle/writer.js';
 import { ExecAgent } from './commands/exec-agent.js';
@@ -31,12 +32,16 @@ import { isAlive, isKept, type RecordStore, type SandboxRecord } from './records
 import { type RootfsManager, volumeOciMount } from './rootfs/roots.js';
 import type { VolumeStore } from './rootfs/volumes.js';
 import { checkLimits } from './sandbox-checks.js';
+import { runtimeOf } from './tiers.js';
 import { bootService } from './service.js';
 
 /** What of the driver the lifecycle operations use. */
 export interface LifecycleHost {
   cgroupParent: string;
+  /** The `container` tier's runtime (crun or runc). */
   crun: OciRuntime;
+  /** The `gvisor` tier's runtime (runsc), when this host offers it. */
+  gvisor?: OciRuntime;
   network: NetworkManager;
   roots: RootfsManager;
   volumes: VolumeStore;
@@ -90,11 +95,27 @@ export async function killAll(h: LifecycleHost, rec: SandboxRecord): Promise<voi
       /* gone meanwhile */
     }
   }
-  if (await freezeAsked(h.cgroupParent, rec.cid)) {
-    await h.crun.kill(rec.cid, 'KILL');
-    await thaw(h.cgroupParent, rec.cid).catch(() => undefined);
-  }
+  if (await freezeAsked(h.cgroupParent, rec.cid))
+    await killFrozen(runtimeOf(h, rec.spec.isolation), h.cgroupParent, rec.cid);
   for (let i = 0; i < 1000 && isAlive(rec); i++) await sleep(5);
+}
+
+/**
+ * Kills every process of frozen container `cid`, then thaws it (a frozen v1 task takes its
+ * SIGKILL only once thawed). runsc cannot be asked: its sandbox, frozen, answers nothing,
+ * so its host processes (the user-space kernel) are killed directly.
+ */
+export async function killFrozen(runtime: OciRuntime, cgroupParent: string, cid: string): Promise<void> {
+  if (runtime.binary === 'runsc') {
+    for (const pid of cgroupProcs(cgroupParent, cid)) {
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {
+        /* gone meanwhile */
+      }
+    }
+  } else await runtime.kill(cid, 'KILL');
+  await thaw(cgroupParent, cid).catch(() => undefined);
 }
 
 /**
@@ -122,7 +143,8 @@ async function releaseRuntime(h: LifecycleHost, rec: SandboxRecord): Promise<voi
   for (const cid of new Set([rec.cid, id])) {
     h.commands.drop(cid);
     if (await freezeAsked(h.cgroupParent, cid)) await thaw(h.cgroupParent, cid).catch(() => undefined);
-    await h.crun.delete(cid).catch(() => h.crun.kill(cid).then(() => h.crun.delete(cid)));
+    const rt = runtimeOf(h, rec.spec.isolation);
+    await rt.delete(cid).catch(() => rt.kill(cid).then(() => rt.delete(cid)));
   }
   await h.bundles.remove(id); // written again by start
   await Promise.all([
@@ -153,7 +175,8 @@ export async function start(h: LifecycleHost, rec: SandboxRecord, limits: Resour
       await h.volumes.ensure(v.name, v.sizeGb);
       volumePaths.push(await h.volumes.acquire(v.name, id));
     }
-    const netFirst = h.crun.binary === 'crun';
+    const runtime = runtimeOf(h, rec.spec.isolation);
+    const netFirst = runtime.binary !== 'runc';
     const pooled = netFirst ? h.takeNet() : undefined;
     if (netFirst) rec.netId = pooled?.id ?? id; // from here on, a failure frees it
     const [root, early] = await Promise.all([
@@ -170,11 +193,12 @@ export async function start(h: LifecycleHost, rec: SandboxRecord, limits: Resour
       net: early,
       volumes: root.volumes.map((staged, i) => volumeOciMount(staged, rec.spec.volumes[i].mountPath)),
       allowSetuid: rec.setuid === true,
+      isolation: rec.spec.isolation,
     });
-    rec.initPid = await h.crun.run(id, bundle.dir, {
+    rec.initPid = await runtime.run(id, bundle.dir, {
       onChannel: (channel) => h.commands.adopt(id, ExecAgent.attach(channel, channel)),
     });
-    h.bundles.shed(id);
+    h.bundles.shed(id, rec.spec.isolation);
     const net = early ?? (await h.network.attach(id, { pid: rec.initPid }));
     rec.netId = net.id;
     await h.settleHost(rec);

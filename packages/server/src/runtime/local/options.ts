@@ -1,5 +1,6 @@
 import type { Config } from '../../config.js';
 import type { ResourceLimits } from '../driver.js';
+import type { GvisorPlatform } from '../gvisor/runsc.js';
 import type { OciRuntimeName } from './commands/oci-runtime.js';
 import type { WarmEntry } from './pools/warm.js';
 import type { Upstream } from './network/dns.js';
@@ -37,8 +38,12 @@ export interface LocalDriverOptions {
   insecureRegistries?: string[];
   /** Registries every account may pull from (`*`: any); default DEFAULT_REGISTRIES_ALLOWED (pull-policy.ts). */
   registriesAllowed?: string[];
-  /** OCI runtime; default crun when installed, else runc. */
-  ociRuntime?: OciRuntimeName;
+  /** OCI runtime of the `container` tier; default crun when installed, else runc. */
+  ociRuntime?: Exclude<OciRuntimeName, 'runsc'>;
+  /** Offer the `gvisor` tier (runsc); default: when runsc is installed. */
+  gvisor?: boolean;
+  /** runsc's platform (`SANDBOXD_GVISOR_PLATFORM`); default chosen by what the host offers (../gvisor/runsc.ts). */
+  gvisorPlatform?: GvisorPlatform;
   /** Networks kept made ahead of need, so creating a sandbox does not wait for one (crun only). Default 2. */
   netPoolSize?: number;
   /** false: run every command with `<runtime> exec` instead of the exec agent (tests, comparisons). Default true. */
@@ -65,6 +70,8 @@ export type ResolvedOptions = Required<
     | 'insecureRegistries'
     | 'registriesAllowed'
     | 'ociRuntime'
+    | 'gvisor'
+    | 'gvisorPlatform'
     | 'holdLeftovers'
     | 'log'
     | 'egressVia'
@@ -113,6 +120,7 @@ export function localDriverOptions(config: Readonly<Config>): LocalDriverOptions
     uidRangeStart: config.uidRangeStart,
     cgroupParent: config.cgroupParent,
     ociRuntime: config.ociRuntime,
+    gvisorPlatform: config.gvisorPlatform,
     insecureRegistries: [...config.insecureRegistries],
     registriesAllowed: [...config.registriesAllowed],
     registryCredentials: Object.fromEntries(

@@ -10,13 +10,15 @@ import { mapLimit } from './network/exec.js';
 import { isUnder } from './rootfs/mounts.js';
 
 /** A container with the uid slot its config names (undefined: none of this instance's ranges). */
-export type OwnedContainer = CrunState & { slot?: number };
+export type OwnedContainer = CrunState & { slot?: number; runtime: OciRuntime };
 
 export class ContainerOwnership {
   constructor(
     private readonly o: {
       /** The instance's own runtime (its root lies in the instance's run dir). */
       crun: OciRuntime;
+      /** The gVisor tier's runtime (its root beside crun's), whose containers are looked for too. */
+      gvisor?: OciRuntime;
       /** The instance's key, marked on each of its containers (INSTANCE_ANNOTATION). */
       instance: string;
       /** The run dir base, whose `<runtime>` root every instance shared before run dirs were per instance. */
@@ -41,11 +43,14 @@ export class ContainerOwnership {
     const mine = new Map<string, OwnedContainer>();
     const foreign = new Map<string, number | undefined>();
     const under = await this.underOwnBundles();
-    await mapLimit(await this.o.crun.list(), 8, async (c) => {
-      const conf = await this.containerConfig(this.o.crun, c);
-      if (under(c.bundle) && conf?.instance === this.o.instance) mine.set(c.id, { ...c, slot: conf.slot });
-      else foreign.set(c.id, conf?.slot);
-    });
+    for (const rt of this.o.gvisor ? [this.o.crun, this.o.gvisor] : [this.o.crun]) {
+      await mapLimit(await rt.list(), 8, async (c) => {
+        const conf = await this.containerConfig(rt, c);
+        if (under(c.bundle) && conf?.instance === this.o.instance)
+          mine.set(c.id, { ...c, slot: conf.slot, runtime: rt });
+        else foreign.set(c.id, conf?.slot);
+      });
+    }
     return { mine, foreign };
   }
 
@@ -61,7 +66,7 @@ export class ContainerOwnership {
     const under = await this.underOwnBundles();
     for (const c of await legacy.list().catch(() => [])) {
       if (!under(c.bundle)) continue;
-      out.set(c.id, { ...c, slot: (await this.containerConfig(legacy, c))?.slot });
+      out.set(c.id, { ...c, slot: (await this.containerConfig(legacy, c))?.slot, runtime: legacy });
     }
     return out;
   }

@@ -4,10 +4,12 @@
  * volumes and the bundles. driver.ts assembles them with the pools and what ties them together.
  */
 import { readFileSync } from 'node:fs';
+import type { Isolation } from '@sandboxd/protocol';
 import { join } from 'node:path';
 import { cgroupProcs } from './bundle/cgroups.js';
 import { BundleWriter } from './bundle/writer.js';
 import { SandboxCommands } from './commands/exec.js';
+import { gvisorPlatform, runscFlags, runscInstalled } from '../gvisor/runsc.js';
 import { defaultOciRuntime, OciRuntime } from './commands/oci-runtime.js';
 import { ImageStore } from './images/store.js';
 import type { LifecycleHost } from './lifecycle.js';
@@ -18,19 +20,38 @@ import { RecordStore } from './records.js';
 import { SecretSealer } from './sealed-secrets.js';
 import { RootfsManager } from './rootfs/roots.js';
 import { VolumeStore } from './rootfs/volumes.js';
+import { runtimeOf } from './tiers.js';
 
 export type DriverParts = Pick<
   LifecycleHost,
-  'state' | 'images' | 'crun' | 'commands' | 'network' | 'roots' | 'volumes' | 'bundles'
+  'state' | 'images' | 'crun' | 'gvisor' | 'commands' | 'network' | 'roots' | 'volumes' | 'bundles'
 >;
 
 /**
  * The parts of the driver of instance `key` (instance.ts), whose volatile state lives in
  * `runDir` (`<opts.runDir>/<key>`): `opts` as given, `o` with the defaults filled in.
  */
-export function makeParts(opts: LocalDriverOptions, o: ResolvedOptions, key: string, runDir: string): DriverParts {
+export function makeParts(
+  opts: LocalDriverOptions,
+  o: ResolvedOptions,
+  key: string,
+  runDir: string,
+  /** The tier of container `cid` (the driver's records know it). */
+  isolationOf: (cid: string) => Isolation | undefined,
+): DriverParts {
   const runtime = opts.ociRuntime ?? defaultOciRuntime();
   const crun = new OciRuntime({ root: join(runDir, runtime), binary: runtime });
+  const tiers = {
+    crun,
+    gvisor:
+      (opts.gvisor ?? runscInstalled())
+        ? new OciRuntime({
+            root: join(runDir, 'runsc'),
+            binary: 'runsc',
+            flags: runscFlags(gvisorPlatform(opts.gvisorPlatform)),
+          })
+        : undefined,
+  };
   return {
     state: new RecordStore(
       join(opts.dataDir, 'sandboxes'),
@@ -43,9 +64,9 @@ export function makeParts(opts: LocalDriverOptions, o: ResolvedOptions, key: str
       registriesAllowed: opts.registriesAllowed,
       log: opts.log,
     }),
-    crun,
+    ...tiers,
     commands: new SandboxCommands({
-      runtime: crun,
+      runtime: (cid) => runtimeOf(tiers, isolationOf(cid)),
       runDir,
       useAgent: o.execAgent !== false,
       cgroupProcs: (id) => cgroupProcs(o.cgroupParent, id),

@@ -225,6 +225,8 @@ export function recordView(rec: SandboxRecord, frozen = false): RuntimeSandbox {
     address: rec.address,
     pid: running ? rec.initPid : 0,
     createdAt: new Date(rec.createdAt),
+    ...(rec.spec.isolation ? { isolation: rec.spec.isolation } : {}),
+    ...(running && frozen ? { pausedMemory: 'ram' as const } : {}),
     workingDir: rec.workingDir,
     user: rec.user,
   };

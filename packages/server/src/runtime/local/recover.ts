@@ -86,8 +86,7 @@ export async function recoverInstance(h: RecoverHost): Promise<{ report: Recover
       const slot = rec?.slot ?? running.get(id)?.slot ?? legacy.get(id)?.slot;
       // A container whose uid range is unknown cannot keep it reserved: it dies now.
       const live = running.get(id) ?? legacy.get(id);
-      if (slot === undefined && live)
-        await (legacy.has(id) ? h.ownership.legacyRuntime() : h.crun).kill(id).catch(() => undefined);
+      if (slot === undefined && live) await live.runtime.kill(id).catch(() => undefined);
       items.push({ id, slot });
       h.reserved.add(id);
     }

@@ -4,9 +4,10 @@
  * over the driver's parts, as lifecycle.ts and boot.ts do. See driver.ts.
  */
 import { rm } from 'node:fs/promises';
-import { freezeAsked, thaw } from './bundle/freezer.js';
-import type { LifecycleHost } from './lifecycle.js';
+import { freezeAsked } from './bundle/freezer.js';
+import { killFrozen, type LifecycleHost } from './lifecycle.js';
 import type { SandboxRecord } from './records.js';
+import { allRuntimes, runtimeOf } from './tiers.js';
 
 /** What of the driver the release uses. */
 export type ReleaseHost = Omit<LifecycleHost, 'images' | 'takeNet' | 'settleHost'> & {
@@ -22,7 +23,7 @@ export type ReleaseHost = Omit<LifecycleHost, 'images' | 'takeNet' | 'settleHost
  */
 export async function settleHost(h: ReleaseHost, rec: SandboxRecord): Promise<void> {
   const netId = rec.netId ?? rec.spec.id;
-  if (h.crun.binary === 'crun') {
+  if (runtimeOf(h, rec.spec.isolation).binary === 'crun') {
     // One helper run unmounts the root layer and the netns name; settle drops the name's file.
     const name = h.network.namePath(netId);
     await h.roots.detach(rec.rootId ?? rec.spec.id, name ? [name] : []);
@@ -34,12 +35,14 @@ export async function settleHost(h: ReleaseHost, rec: SandboxRecord): Promise<vo
 export async function teardown(h: ReleaseHost, id: string, rec: SandboxRecord | null | undefined): Promise<void> {
   const cid = rec?.cid ?? id;
   h.commands.drop(cid);
-  if (await freezeAsked(h.cgroupParent, cid)) {
+  // A record names its tier; a leftover without one may be in either runtime.
+  const runtimes =
+    rec && (rec.spec.isolation !== 'gvisor' || h.gvisor) ? [runtimeOf(h, rec.spec.isolation)] : allRuntimes(h);
+  for (const rt of runtimes) {
     // A frozen (paused) container: its processes take the SIGKILL once thawed.
-    await h.crun.kill(cid, 'KILL');
-    await thaw(h.cgroupParent, cid).catch(() => undefined);
+    if (await freezeAsked(h.cgroupParent, cid)) await killFrozen(rt, h.cgroupParent, cid);
+    await rt.delete(cid).catch(() => rt.kill(cid).then(() => rt.delete(cid)));
   }
-  await h.crun.delete(cid).catch(() => h.crun.kill(cid).then(() => h.crun.delete(cid)));
   const releaseStorage = async () => {
     await h.roots.release(rec?.rootId ?? id);
     for (const v of rec?.spec.volumes ?? []) await h.volumes.release(v.name, id).catch(() => undefined);

@@ -74,7 +74,7 @@ withTestPostgres('PostgreSQL store', (server) => {
       const meta = async () =>
         (await sql<{ key: string; value: string }>`SELECT key, value FROM instance_meta ORDER BY key`.execute(db)).rows;
       try {
-        // The previous release's schema (6, no marker), then this release's start.
+        // 0.1.0's schema (6, no marker), then this release's start.
         await migrate(
           db,
           PG_MIGRATIONS.filter((m) => m.version <= 6),

@@ -113,6 +113,11 @@ export interface BundleOptions {
   cgroupsPath: string;
   /** No no_new_privs: setuid programs lift their caller to the sandbox's root (../setuid.ts). */
   allowSetuid?: boolean;
+  /**
+   * gVisor (runsc): /proc, /sys and /dev are the user-space kernel's own, not the host's, so
+   * /sys is its sysfs (never a bind of the host's); it has no cgroupfs or mqueue mount.
+   */
+  gvisor?: boolean;
 }
 
 /**
@@ -141,16 +146,25 @@ export function buildOciConfig(o: BundleOptions): Record<string, unknown> {
       source: 'devpts',
       options: ['nosuid', 'noexec', 'newinstance', 'ptmxmode=0666', 'mode=0620'],
     },
-    { destination: '/dev/mqueue', type: 'mqueue', source: 'mqueue', options: ['nosuid', 'noexec', 'nodev'] },
-    o.hostSysfs
-      ? { destination: '/sys', type: 'bind', source: '/sys', options: ['rbind', 'rro', 'nosuid', 'noexec', 'nodev'] }
-      : { destination: '/sys', type: 'sysfs', source: 'sysfs', options: ['nosuid', 'noexec', 'nodev', 'ro'] },
-    {
-      destination: '/sys/fs/cgroup',
-      type: 'cgroup',
-      source: 'cgroup',
-      options: ['nosuid', 'noexec', 'nodev', 'relatime', 'ro'],
-    },
+    ...(o.gvisor
+      ? [{ destination: '/sys', type: 'sysfs', source: 'sysfs', options: ['nosuid', 'noexec', 'nodev', 'ro'] }]
+      : [
+          { destination: '/dev/mqueue', type: 'mqueue', source: 'mqueue', options: ['nosuid', 'noexec', 'nodev'] },
+          o.hostSysfs
+            ? {
+                destination: '/sys',
+                type: 'bind',
+                source: '/sys',
+                options: ['rbind', 'rro', 'nosuid', 'noexec', 'nodev'],
+              }
+            : { destination: '/sys', type: 'sysfs', source: 'sysfs', options: ['nosuid', 'noexec', 'nodev', 'ro'] },
+          {
+            destination: '/sys/fs/cgroup',
+            type: 'cgroup',
+            source: 'cgroup',
+            options: ['nosuid', 'noexec', 'nodev', 'relatime', 'ro'],
+          },
+        ]),
     { destination: AGENT_PATH, type: 'bind', source: o.agentPath, options: ['rbind', 'ro', 'nosuid', 'nodev'] },
     { destination: '/etc/hosts', type: 'bind', source: o.etcFiles.hosts, options: ro },
     { destination: '/etc/hostname', type: 'bind', source: o.etcFiles.hostname, options: ro },
@@ -161,7 +175,7 @@ export function buildOciConfig(o: BundleOptions): Record<string, unknown> {
   const boundMasks = new Set(o.maskDirsWith?.paths ?? []);
   for (const d of boundMasks)
     mounts.push({ destination: d, type: 'bind', source: o.maskDirsWith!.dir, options: [...ro.slice(1), 'bind'] });
-  const masked = o.hostSysfs ? [...MASKED_PATHS, ...(o.maskedNetPaths ?? [])] : MASKED_PATHS;
+  const masked = o.hostSysfs && !o.gvisor ? [...MASKED_PATHS, ...(o.maskedNetPaths ?? [])] : MASKED_PATHS;
   return {
     ociVersion: '1.0.2',
     process: {

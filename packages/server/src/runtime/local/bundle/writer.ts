@@ -1,6 +1,7 @@
-import { chmodSync, mkdirSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
+import type { Isolation } from '@sandboxd/protocol';
 import { agentBinary } from '../commands/exec-agent.js';
 import { hostOnlyCgroupPaths, type OciRuntimeName } from '../commands/oci-runtime.js';
 import { hostNetDevicePaths } from '../network/sysfs.js';
@@ -18,7 +19,21 @@ export type SandboxBundle = Pick<
   'id' | 'hostname' | 'rootfs' | 'env' | 'limits' | 'uidBase' | 'volumes' | 'allowSetuid'
 > & {
   net: { address: string; netnsPath: string } | null;
+  /** `gvisor`: a bundle for runsc (see BundleOptions.gvisor); absent: the container tier's runtime. */
+  isolation?: Isolation;
 };
+
+/**
+ * runsc mounts a tmpfs of its own over an image's empty /tmp: files there would live in the
+ * sandbox's memory and be gone after a stop or a snapshot, unlike a container's /tmp, which
+ * is part of its root layer. A bind of the root layer's own /tmp keeps them there.
+ */
+function gvisorTmp(rootfs: string): BundleOptions['volumes'] {
+  const tmp = join(rootfs, 'tmp');
+  return existsSync(tmp)
+    ? [{ destination: '/tmp', type: 'bind', source: tmp, options: ['rbind', 'nosuid', 'nodev'] }]
+    : [];
+}
 
 /**
  * Writes sandbox bundles (config.json and the /etc files it binds in) for one host and OCI
@@ -102,6 +117,7 @@ export class BundleWriter {
     const empty = join(dir, 'masked');
     mkdirSync(empty, { recursive: true });
     chmodSync(empty, 0o555);
+    const gvisor = b.isolation === 'gvisor';
     const config = buildOciConfig({
       id: b.id,
       instance: this.o.instance,
@@ -111,11 +127,11 @@ export class BundleWriter {
       limits: b.limits,
       uidBase: b.uidBase,
       netnsPath: b.net?.netnsPath,
-      hostSysfs: b.net !== null,
-      maskedNetPaths: host.maskedNetPaths,
-      // runc refuses mounts inside /proc: it keeps the tmpfs masks.
+      hostSysfs: b.net !== null && !gvisor,
+      maskedNetPaths: gvisor ? [] : host.maskedNetPaths,
+      // runc refuses mounts inside /proc: it keeps the tmpfs masks (runsc: its /proc is its own).
       maskDirsWith:
-        this.o.runtime === 'crun'
+        this.o.runtime === 'crun' && !gvisor
           ? {
               dir: empty,
               paths: host.maskedDirs.filter(
@@ -125,11 +141,13 @@ export class BundleWriter {
           : undefined,
       agentPath: host.agentPath,
       etcFiles: etc.files,
-      volumes: b.volumes,
+      volumes: gvisor ? [...gvisorTmp(b.rootfs), ...b.volumes] : b.volumes,
       seccomp: host.seccomp,
-      seccompBpfBase64: host.seccompBpfBase64,
+      // runsc enforces the profile itself (--oci-seccomp): the OCI form, not crun's BPF.
+      seccompBpfBase64: gvisor ? undefined : host.seccompBpfBase64,
       cgroupsPath: cgroupsPath(this.o.cgroupParent, b.id),
       allowSetuid: b.allowSetuid,
+      gvisor,
     });
     writeFileSync(join(dir, 'config.json'), JSON.stringify(config));
     return { dir, setAddress: etc.setAddress };
@@ -156,8 +174,10 @@ export class BundleWriter {
    * config.json, of which crun keeps its own copy in its state dir (the run dir is a tmpfs:
    * every page kept there is memory). The /etc files stay: the sandbox has them bound in.
    */
-  shed(id: string): void {
-    if (this.o.runtime === 'crun') rmSync(join(this.dirOf(id), 'config.json'), { force: true });
+  shed(id: string, isolation?: Isolation): void {
+    // runsc's checkpoint and restore read the bundle again: kept.
+    if (this.o.runtime === 'crun' && isolation !== 'gvisor')
+      rmSync(join(this.dirOf(id), 'config.json'), { force: true });
   }
 
   /** Removes the bundle of container `id`, if any. */

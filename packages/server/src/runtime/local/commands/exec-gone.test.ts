@@ -27,7 +27,12 @@ describe('commands of a sandbox whose container is not running', () => {
         return 1;
       },
     } as unknown as OciRuntime;
-    const c = new SandboxCommands({ runtime, runDir: '/nonexistent', useAgent: true, cgroupProcs: () => [] });
+    const c = new SandboxCommands({
+      runtime: () => runtime,
+      runDir: '/nonexistent',
+      useAgent: true,
+      cgroupProcs: () => [],
+    });
     return { c, execs: () => execs };
   };
   const conflict = (runtime: string) => (e: unknown) =>

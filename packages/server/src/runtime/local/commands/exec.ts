@@ -31,7 +31,8 @@ export class SandboxCommands {
 
   constructor(
     private readonly o: {
-      runtime: OciRuntime;
+      /** The runtime of container `cid` (its sandbox's tier's). */
+      runtime: (cid: string) => OciRuntime;
       /** pid files of the fallback path go to `<runDir>/exec` (tmpfs: a full data dir must not fail a command) */
       runDir: string;
       /** false: every command through the runtime's own exec */
@@ -91,7 +92,7 @@ export class SandboxCommands {
     const id = t.cid;
     const gone = await this.notRunning(id);
     if (gone) throw gone;
-    return this.o.runtime.exec(id, argv, {
+    return this.o.runtime(id).exec(id, argv, {
       env,
       cwd,
       user: t.user,
@@ -123,7 +124,7 @@ export class SandboxCommands {
     const id = t.cid;
     const gone = await this.notRunning(id);
     if (gone) throw gone;
-    const hostPid = await this.o.runtime.execDetached(id, argv, {
+    const hostPid = await this.o.runtime(id).execDetached(id, argv, {
       env,
       cwd,
       user: t.user,
@@ -208,7 +209,7 @@ export class SandboxCommands {
    */
   private async notRunning(id: string): Promise<SandboxdError | null> {
     if (!this.o.useAgent) return null;
-    const s = await this.o.runtime.state(id);
+    const s = await this.o.runtime(id).state(id);
     if (s?.status === 'running') return null;
     return new SandboxdError('conflict', 'Sandbox is not running', { runtime: s?.status ?? 'gone' });
   }
@@ -224,7 +225,7 @@ export class SandboxCommands {
       this.agents.delete(id);
     }
     // As the sandbox's root (like PID 1), so a command may run as any of its users.
-    const started = ExecAgent.start(this.o.runtime.argv, id, { user: '0:0', env: t.env });
+    const started = ExecAgent.start(this.o.runtime(id).argv, id, { user: '0:0', env: t.env });
     this.agents.set(id, started);
     try {
       return await started;

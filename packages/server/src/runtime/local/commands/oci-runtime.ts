@@ -79,7 +79,7 @@ function mountHelperPath(): string {
   return mountHelper;
 }
 
-export type OciRuntimeName = 'crun' | 'runc';
+export type OciRuntimeName = 'crun' | 'runc' | 'runsc';
 
 /** crun when installed, else runc (slower to start, but runs where crun does not). */
 export function defaultOciRuntime(): OciRuntimeName {
@@ -87,17 +87,21 @@ export function defaultOciRuntime(): OciRuntimeName {
 }
 
 /**
- * A thin wrapper over an OCI runtime binary with its own state root: crun, or runc, whose
- * command lines agree on everything used here but the log flag.
+ * A thin wrapper over an OCI runtime binary with its own state root: crun, runc, or gVisor's
+ * runsc, whose command lines agree on everything used here but the log flag and runsc's
+ * global flags (its platform, seccomp inside the sandbox).
  */
 export class OciRuntime {
   readonly root: string;
   readonly binary: OciRuntimeName;
+  /** Global flags given before every subcommand (runsc's platform and the like). */
+  readonly flags: string[];
   private readonly cgroupV1: boolean;
 
-  constructor(opts: { root: string; binary?: OciRuntimeName }) {
+  constructor(opts: { root: string; binary?: OciRuntimeName; flags?: string[] }) {
     this.root = opts.root;
     this.binary = opts.binary ?? defaultOciRuntime();
+    this.flags = opts.flags ?? [];
     this.cgroupV1 = this.binary === 'crun' && isCgroupV1Layout();
   }
 
@@ -106,9 +110,9 @@ export class OciRuntime {
     return this.binary === 'crun' ? [`--log=file:${path}`] : ['--log', path];
   }
 
-  /** argv prefix `<runtime> --root <root>` (used by the PTY relay too). */
+  /** argv prefix `<runtime> --root <root> [flags]` (used by the PTY relay too). */
   get argv(): string[] {
-    return [this.binary, '--root', this.root];
+    return [this.binary, '--root', this.root, ...this.flags];
   }
 
   /**
@@ -119,24 +123,14 @@ export class OciRuntime {
   async run(id: string, bundle: string, o: { onChannel?: (channel: Socket) => void } = {}): Promise<number> {
     const log = join(bundle, 'crun.log');
     const pidFile = join(bundle, 'init.pid');
-    const args = [
-      this.binary,
-      '--root',
-      this.root,
-      ...this.logFlag(log),
-      'run',
-      '--detach',
-      '--pid-file',
-      pidFile,
-      '--bundle',
-      bundle,
-      id,
-    ];
+    const args = [...this.argv, ...this.logFlag(log), 'run', '--detach', '--pid-file', pidFile, '--bundle', bundle, id];
     // The mount helper unshares the mount namespace, sets up its cgroup view and execs crun:
     // one process, and a copy of the host's mount table (which holds no mount per sandbox).
     const [cmd, argv] = this.cgroupV1
       ? [mountHelperPath(), ['cgroup-view', SANDBOX_CGROUP_CONTROLLERS.join(','), '--', ...args]]
-      : [args[0], args.slice(1)];
+      : this.binary === 'runsc'
+        ? runscLauncher(args)
+        : [args[0], args.slice(1)];
     // The container's init inherits the runtime's stdio and holds it for its whole life:
     // a channel only when it is meant to live that long, else /dev/null. The runtime's own
     // errors go to the log file.
@@ -158,7 +152,7 @@ export class OciRuntime {
 
   /** Runs the runtime with `args` after `--root`; resolves with its stdout, rejects naming its stderr. */
   private async call(args: string[]): Promise<string> {
-    const r = await HostSpawner.shared().run(this.binary, ['--root', this.root, ...args], {
+    const r = await HostSpawner.shared().run(this.binary, [...this.argv.slice(1), ...args], {
       timeoutMs: RUNTIME_TIMEOUT_MS,
       maxOutputBytes: 4 << 20,
     });
@@ -206,7 +200,7 @@ export class OciRuntime {
     argv: string[],
     o: RunExecOptions,
   ): Promise<{ stdout: string; stderr: string; exitCode: number; truncated: boolean; timedOut: boolean }> {
-    const args = ['--root', this.root, 'exec', '--cwd', o.cwd, '--user', o.user, '--pid-file', o.pidFile];
+    const args = [...this.argv.slice(1), 'exec', '--cwd', o.cwd, '--user', o.user, '--pid-file', o.pidFile];
     for (const e of o.env) args.push('--env', e);
     args.push(id, ...argv);
     return new Promise((resolve, reject) => {
@@ -289,7 +283,7 @@ export class OciRuntime {
     argv: string[],
     o: Pick<RunExecOptions, 'env' | 'cwd' | 'user' | 'pidFile'>,
   ): Promise<number> {
-    const args = ['--root', this.root, 'exec', '--detach', '--cwd', o.cwd, '--user', o.user, '--pid-file', o.pidFile];
+    const args = [...this.argv.slice(1), 'exec', '--detach', '--cwd', o.cwd, '--user', o.user, '--pid-file', o.pidFile];
     for (const e of o.env) args.push('--env', e);
     args.push(id, ...argv);
     // No pipes: the detached process would inherit them and keep them open for its life.
@@ -335,6 +329,28 @@ export class OciRuntime {
       }
     }
   }
+}
+
+/**
+ * The command line that starts `runsc run|restore` (`args`, runsc's argv) so that it can set
+ * up a sandbox's network. runsc 2022-12 takes a network namespace for the host's own when
+ * `/proc/sys/net/core/rmem_default` exists in it, which was true only of the root namespace
+ * until Linux made net.core sysctls per namespace (6.x): it then refuses every namespace.
+ * The call runs in a mount namespace of its own where /proc/sys shows only `kernel`, `vm`
+ * and `fs` (no `net`), and a second, fully visible proc mount lets runsc's gofer (in the
+ * sandbox's user namespace) mount a proc of its own. Nothing of this reaches the sandbox,
+ * whose /proc is gVisor's.
+ */
+export function runscLauncher(args: string[]): [string, string[]] {
+  const script = [
+    'set -e',
+    'mount -t tmpfs -o size=4k,mode=755 sysctl-view /proc/sys',
+    'mkdir /proc/sys/.proc',
+    'mount -t proc proc /proc/sys/.proc',
+    'for d in kernel vm fs; do mkdir /proc/sys/$d; mount --bind /proc/sys/.proc/sys/$d /proc/sys/$d; done',
+    'exec "$@"',
+  ].join('\n');
+  return ['unshare', ['--mount', '--propagation', 'private', 'sh', '-c', script, 'sh', ...args]];
 }
 
 /** Parent pid of host process `pid`, or 0 when it is gone. */

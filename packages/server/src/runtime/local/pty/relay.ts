@@ -79,7 +79,8 @@ export async function spawnTty(opts: SpawnTtyOptions): Promise<PtyProcess> {
   const crun = [
     ...opts.crunArgv,
     'exec',
-    '--tty',
+    // runsc has no --tty: a console socket gives its exec a terminal.
+    ...(opts.crunArgv[0] === 'runsc' ? [] : ['--tty']),
     ...(opts.detach ? ['--detach'] : []),
     '--console-socket',
     sock,
