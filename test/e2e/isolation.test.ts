@@ -196,7 +196,12 @@ describe('isolation tiers (real runtime)', {
     await background(src.id, `sh -c '${COUNTER}'`);
     await background(src.id, 'python3 -m http.server 8000 --directory /srv');
     const host = (sb: { publicAccessUrlTemplate: string }) => sb.publicAccessUrlTemplate.replace('{{PORT}}', '8000');
-    await waitListening(s, host(src), '/who');
+    // Listening before the checkpoint (seen from inside: port 8000 = 1F40 in LISTEN, 0A), so the forks have it.
+    await until('the web server to listen', async () =>
+      (await sh(src.id, "grep -q ':1F40 00000000:0000 0A' /proc/net/tcp /proc/net/tcp6 2>/dev/null && echo up")).stdout
+        ? true
+        : undefined,
+    );
     const pid = (await sh(src.id, 'cat /tmp/pid')).stdout.trim();
     const before = (await pastCount(src.id, 3, 'three rounds before the fork')).length;
 
