@@ -92,6 +92,8 @@ describe('browser console: isolation tiers', { timeout: 300_000 }, () => {
     assert.equal((await api('GET', `/api/v1/sandboxes/${id}`)).body.sandbox.isolation, 'container');
     await page.locator('.isolation[data-isolation="container"]').waitFor();
     assert.equal(await page.getByRole('button', { name: 'Pause to disk' }).count(), 0);
+    await page.goto(`${s.baseUrl}/sandboxes`);
+    await page.locator(`tr[data-sandbox-id="${id}"] td[data-label="Isolation"]`).getByText('container').waitFor();
     noConsoleErrors();
   });
 

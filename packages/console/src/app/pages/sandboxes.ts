@@ -275,7 +275,11 @@ export const renderSandboxes: Page = async (main, ctx) => {
         h(
           'thead',
           {},
-          h('tr', {}, ...['Name', 'State', 'Image', 'Stops in', 'Created'].map((t) => h('th', { scope: 'col' }, t))),
+          h(
+            'tr',
+            {},
+            ...['Name', 'State', 'Isolation', 'Image', 'Stops in', 'Created'].map((t) => h('th', { scope: 'col' }, t)),
+          ),
         ),
         h(
           'tbody',
@@ -295,6 +299,7 @@ export const renderSandboxes: Page = async (main, ctx) => {
                 ),
               ),
               h('td', { 'data-label': 'State' }, stateBadge(sb.state)),
+              h('td', { 'data-label': 'Isolation' }, sb.isolation === 'gvisor' ? 'gVisor' : 'container'),
               h('td', { 'data-label': 'Image', class: 'mono' }, sb.image),
               h(
                 'td',
