@@ -134,6 +134,11 @@ export async function boot(
   image: ResolvedImage,
   home: Map<string, SandboxRecord>,
   forPool: boolean,
+  /**
+   * gVisor fork: restore the processes and memory of this checkpoint (another sandbox's)
+   * instead of starting the image's init, service or start command.
+   */
+  restoreFrom?: string,
 ): Promise<SandboxRecord> {
   // A malformed service or start declaration fails the create before anything is made; an
   // image build's step sandbox (skipImageStart) starts neither.
@@ -200,10 +205,15 @@ export async function boot(
       egress = h.network.egress.apply(spec.id, early.address, spec.egress, spec.secrets);
       egress.catch(() => undefined); // awaited below, or before the teardown
     }
-    partial.initPid = await runtime.run(spec.id, bundle.dir, {
-      // PID 1 is the exec agent: its channel is ready for the first exec without a runtime call.
-      onChannel: (channel) => h.commands.adopt(spec.id, ExecAgent.attach(channel, channel)),
-    });
+    partial.initPid = restoreFrom
+      ? // The checkpointed agent (PID 1) serves the new channel without a new hello.
+        await runtime.restore(spec.id, bundle.dir, restoreFrom, {
+          onChannel: (channel) => h.commands.adopt(spec.id, Promise.resolve(ExecAgent.adopted(channel, channel))),
+        })
+      : await runtime.run(spec.id, bundle.dir, {
+          // PID 1 is the exec agent: its channel is ready for the first exec without a runtime call.
+          onChannel: (channel) => h.commands.adopt(spec.id, ExecAgent.attach(channel, channel)),
+        });
     h.bundles.shed(spec.id, spec.isolation);
     const net = early ?? (await h.network.attach(spec.id, { pid: partial.initPid }));
     partial.netId = net.id;
@@ -220,7 +230,7 @@ export async function boot(
     partial.netnsPath = net.netnsPath;
     partial.initStart = processStart(partial.initPid);
     if (!forPool) await (egress ?? h.network.egress.apply(spec.id, net.address, spec.egress, spec.secrets));
-    await bootService(h.commands, partial, h.serviceStartTimeoutMs);
+    if (!restoreFrom) await bootService(h.commands, partial, h.serviceStartTimeoutMs);
     partial.phase = 'ready';
     await h.state.write(partial);
     return partial;

@@ -1,7 +1,14 @@
-import { mkdir, rmdir } from 'node:fs/promises';
+import { randomBytes } from 'node:crypto';
+import { mkdir, rm, rmdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { type Egress, SandboxdError, SECRET_PLACEHOLDER_PATTERN, secretEnvName } from '@sandboxd/protocol';
+import {
+  type Egress,
+  type PauseMemory,
+  SandboxdError,
+  SECRET_PLACEHOLDER_PATTERN,
+  secretEnvName,
+} from '@sandboxd/protocol';
 import { imageBundle, installTrust, SYSTEM_BUNDLES, trustEnv, withTrustEnv } from './trust.js';
 import type { Logger } from 'pino';
 import type { Config } from '../../config.js';
@@ -11,6 +18,7 @@ import type {
   ExecResult,
   ImageConfigOverride,
   ImageInfo,
+  ForkSpec,
   InjectionEvent,
   IsolationSupport,
   PtyProcess,
@@ -176,6 +184,7 @@ export class LocalDriver implements RuntimeDriver {
     this.life = {
       ...p,
       cgroupParent: this.opts.cgroupParent,
+      checkpointsDir: join(this.opts.dataDir, 'checkpoints'),
       serviceStartTimeoutMs: this.opts.serviceStartTimeoutMs,
       takeNet: () => (this.crun.binary !== 'runc' ? this.pools.takeNet() : undefined),
       settleHost: (rec) => settleHost(this.release, rec),
@@ -300,6 +309,74 @@ export class LocalDriver implements RuntimeDriver {
     return (await boot(this.starts, spec, image, this.pooled, true)).imageDigest;
   }
 
+  /**
+   * gVisor: N sandboxes from a checkpoint of running sandbox `id` (see RuntimeDriver.fork).
+   * The source is paused to disk (lifecycle.pauseToDisk), its files become a temporary
+   * snapshot image, each fork boots from that image with its own id, uid range, network and
+   * writable layer and restores the checkpoint instead of starting anew, then the source is
+   * restored (with a new address, like any resume from disk) and the temporary image
+   * dropped (the forks keep its files). On failure no fork is left and the source runs again.
+   */
+  fork(id: string, specs: ForkSpec[]): Promise<RuntimeSandbox[]> {
+    return this.serial(id, async () => {
+      const src = this.require(id);
+      if (src.spec.isolation !== 'gvisor')
+        throw new SandboxdError('validation', 'Only a gVisor sandbox can be forked', {
+          isolation: src.spec.isolation ?? 'container',
+        });
+      if (src.spec.volumes.length > 0)
+        throw new SandboxdError(
+          'conflict',
+          'A sandbox with volumes cannot be forked (a volume is mounted in one sandbox at a time)',
+        );
+      if (!isAlive(src) || src.phase !== 'ready') throw new SandboxdError('conflict', 'Sandbox is not running');
+      for (const f of specs) {
+        if (!ID_RE.test(f.id) || this.pools.owns(f.id))
+          throw new SandboxdError('validation', `sandbox id "${f.id}" must match ${ID_RE}`);
+        if (this.records.has(f.id) || this.reserved.has(f.id) || this.state.has(f.id))
+          throw new SandboxdError('conflict', `sandbox ${f.id} exists`);
+      }
+      for (const f of specs) this.reserved.add(f.id);
+      const ref = `snapshot/_fork/_f.${id}.${randomBytes(6).toString('hex')}`;
+      const made: string[] = [];
+      try {
+        await lifecycle.pauseToDisk(this.life, src).catch(async (e) => {
+          // The save failed: the source's processes are gone; it boots again from its files.
+          await lifecycle.start(this.life, src, src.spec.limits).catch(() => undefined);
+          throw e;
+        });
+        try {
+          await this.snaps.snapshot(id, ref);
+          const image = await this.images.resolve(ref);
+          const from = lifecycle.checkpointDir(this.life, id);
+          await Promise.all(
+            specs.map(async (f) => {
+              const spec: SandboxSpec = { ...src.spec, id: f.id, hostname: f.hostname ?? f.id };
+              const rec = await boot(this.starts, spec, image, this.records, false, from);
+              made.push(f.id);
+              rec.env = [...src.env];
+              rec.user = src.user;
+              rec.workingDir = src.workingDir;
+              await this.state.write(rec);
+              await this.gvisor!.setHostname(rec.cid, spec.hostname!).catch(() => undefined);
+            }),
+          );
+        } finally {
+          await lifecycle.start(this.life, src, src.spec.limits, { restore: true });
+          await this.ensureTrust(src).catch(() => undefined);
+        }
+        await this.snaps.deleteImage(ref).catch(() => undefined);
+        return specs.map((f) => recordView(this.records.get(f.id)!, false));
+      } catch (e) {
+        for (const f of made) await this.deleteNow(f).catch(() => undefined);
+        await this.snaps.deleteImage(ref).catch(() => undefined);
+        throw e;
+      } finally {
+        for (const f of specs) this.reserved.delete(f.id);
+      }
+    });
+  }
+
   /** The `container` tier, and `gvisor` when runsc is installed (its platform chosen at start). */
   isolations(): IsolationSupport[] {
     const out: IsolationSupport[] = [{ isolation: 'container', runtime: this.crun.binary, memorySnapshots: false }];
@@ -336,15 +413,26 @@ export class LocalDriver implements RuntimeDriver {
     for (let i = 0; i < 200 && isAlive(rec); i++) await sleep(5);
   }
 
-  /** The cgroup freezer; see lifecycle.ts. */
-  pause(id: string): Promise<void> {
-    return this.serial(id, () => lifecycle.pause(this.life, this.require(id)));
+  /** The cgroup freezer, or (gVisor, `memory: "disk"`) a checkpoint to disk; see lifecycle.ts. */
+  pause(id: string, opts: { memory?: PauseMemory } = {}): Promise<void> {
+    return this.serial(id, async () => {
+      const rec = this.require(id);
+      if (opts.memory === 'disk') {
+        if (rec.checkpoint && rec.phase === 'stopped') return; // paused to disk already
+        await lifecycle.pauseToDisk(this.life, rec);
+      } else {
+        if (rec.checkpoint && rec.phase === 'stopped') return; // paused (to disk) already
+        await lifecycle.pause(this.life, rec);
+      }
+    });
   }
 
   resume(id: string): Promise<void> {
     return this.serial(id, async () => {
       const rec = this.require(id);
-      await lifecycle.resume(this.life, rec);
+      if (rec.checkpoint && rec.phase === 'stopped')
+        await lifecycle.start(this.life, rec, rec.spec.limits, { restore: true });
+      else await lifecycle.resume(this.life, rec);
       await this.ensureTrust(rec).catch(() => undefined);
     });
   }
@@ -354,6 +442,12 @@ export class LocalDriver implements RuntimeDriver {
     return this.serial(id, async () => {
       const rec = this.require(id);
       if (rec.phase !== 'stopped') await lifecycle.stop(this.life, rec);
+      else if (rec.checkpoint) {
+        // Paused to disk: stopping drops the saved memory, keeps the files.
+        rec.checkpoint = undefined;
+        await this.state.write(rec);
+        await rm(lifecycle.checkpointDir(this.life, id), { recursive: true, force: true });
+      }
     });
   }
 
@@ -367,6 +461,7 @@ export class LocalDriver implements RuntimeDriver {
         if (await freezeAsked(this.opts.cgroupParent, rec.cid))
           throw new SandboxdError('conflict', 'Sandbox is paused');
       } else {
+        if (rec.checkpoint) throw new SandboxdError('conflict', 'Sandbox is paused', { pausedMemory: 'disk' });
         await lifecycle.start(this.life, rec, opts.limits);
         await this.ensureTrust(rec).catch(() => undefined);
       }

@@ -16,6 +16,9 @@
  * {@link settleKept} (called by `recover()`) turns a record left in `stopping` or `starting`
  * into `stopped`, removing whatever half-made container or network is left.
  */
+import { mkdir, rm } from 'node:fs/promises';
+import type { Socket } from 'node:net';
+import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { SandboxdError } from '@sandboxd/protocol';
 import type { ResourceLimits, RuntimeState } from '../driver.js';
@@ -42,6 +45,8 @@ export interface LifecycleHost {
   crun: OciRuntime;
   /** The `gvisor` tier's runtime (runsc), when this host offers it. */
   gvisor?: OciRuntime;
+  /** Where gVisor sandboxes paused to disk keep their checkpoints: `<dir>/<id>/`. */
+  checkpointsDir: string;
   network: NetworkManager;
   roots: RootfsManager;
   volumes: VolumeStore;
@@ -66,7 +71,8 @@ export async function runtimeState(parent: string, rec: SandboxRecord): Promise<
 /** Throws `conflict` unless a command can run in `rec` now (alive, not frozen). */
 export async function checkRunnable(parent: string, rec: SandboxRecord): Promise<void> {
   const s = await runtimeState(parent, rec);
-  if (s === 'paused') throw new SandboxdError('conflict', 'Sandbox is paused');
+  if (s === 'paused' || (rec.checkpoint && rec.phase === 'stopped'))
+    throw new SandboxdError('conflict', 'Sandbox is paused');
   if (s === 'stopped') throw new SandboxdError('conflict', `sandbox ${rec.spec.id} is not running`);
 }
 
@@ -132,6 +138,56 @@ export async function stop(h: LifecycleHost, rec: SandboxRecord): Promise<void> 
   await h.state.write(rec);
 }
 
+/** The folder of sandbox `id`'s checkpoint (pause to disk). */
+export function checkpointDir(h: Pick<LifecycleHost, 'checkpointsDir'>, id: string): string {
+  return join(h.checkpointsDir, id);
+}
+
+/**
+ * Pauses gVisor sandbox `rec` to disk: runsc saves every process, its memory and open files
+ * into {@link checkpointDir} and the sandbox's processes end; then everything a running
+ * sandbox holds is freed as by {@link stop} (the root layer and uid slot kept) and the record
+ * says `stopped` with `checkpoint`, which `start(..., {restore: true})` restores. Order as
+ * stop's (phase `stopping` first), and the checkpoint is recorded only once whole. When runsc
+ * cannot save it (gVisor 2022 cannot save TCP connections that are open, or closed by the
+ * sandbox in the last minute), the processes are gone all the same: the sandbox ends
+ * `stopped` with its files, and this throws `conflict` saying so.
+ */
+export async function pauseToDisk(h: LifecycleHost, rec: SandboxRecord): Promise<void> {
+  if (rec.spec.isolation !== 'gvisor')
+    throw new SandboxdError('validation', 'Only a gVisor sandbox can be paused to disk (memory: "disk")', {
+      isolation: rec.spec.isolation ?? 'container',
+    });
+  if (!isAlive(rec)) throw new SandboxdError('conflict', 'Sandbox is stopped');
+  if (await freezeAsked(h.cgroupParent, rec.cid))
+    throw new SandboxdError('conflict', 'Sandbox is paused in memory: resume it first', { pausedMemory: 'ram' });
+  const runtime = runtimeOf(h, rec.spec.isolation);
+  const dir = checkpointDir(h, rec.spec.id);
+  rec.phase = 'stopping';
+  await h.state.write(rec);
+  await rm(dir, { recursive: true, force: true });
+  await mkdir(dir, { recursive: true, mode: 0o700 });
+  // The agent's channel stays open while runsc saves: its PID 1, idle in its read, goes on
+  // serving the channel a restore hands it (no command may be in flight: serial() holds them).
+  let failure: Error | null = null;
+  await runtime.checkpoint(rec.cid, dir).catch((e: Error) => {
+    failure = e;
+  });
+  h.commands.drop(rec.cid);
+  await killAll(h, rec); // runsc ended them; a failed save may leave some
+  await releaseRuntime(h, rec);
+  rec.phase = 'stopped';
+  if (!failure) rec.checkpoint = true;
+  else await rm(dir, { recursive: true, force: true });
+  await h.state.write(rec);
+  if (failure)
+    throw new SandboxdError(
+      'conflict',
+      'The sandbox could not be paused to disk: gVisor could not save its state (open TCP connections, or ones it closed in the last minute, cannot be saved). Its processes ended; its files are kept: it is stopped, and start boots it again.',
+      { runtime: (failure as Error).message.slice(0, 300) },
+    );
+}
+
 /**
  * Frees what a sandbox without processes holds but its layer and uid slot: its container
  * (under its current and, after a crash in start, its own id) and bundle, network, volume mounts;
@@ -161,8 +217,15 @@ async function releaseRuntime(h: LifecycleHost, rec: SandboxRecord): Promise<voi
  * bundle, `crun run` (container id: the sandbox's own), host tables settled, phase `ready`.
  * On failure everything it made is removed and the record is `stopped` again.
  */
-export async function start(h: LifecycleHost, rec: SandboxRecord, limits: ResourceLimits): Promise<void> {
+export async function start(
+  h: LifecycleHost,
+  rec: SandboxRecord,
+  limits: ResourceLimits,
+  /** Restore the checkpoint of a sandbox paused to disk instead of booting it afresh. */
+  opts: { restore?: boolean } = {},
+): Promise<void> {
   checkLimits(limits);
+  const restore = opts.restore === true && rec.checkpoint === true;
   const id = rec.spec.id;
   rec.spec = { ...rec.spec, limits: { ...limits, rootDiskBytes: rec.spec.limits.rootDiskBytes } };
   rec.cid = id;
@@ -195,9 +258,13 @@ export async function start(h: LifecycleHost, rec: SandboxRecord, limits: Resour
       allowSetuid: rec.setuid === true,
       isolation: rec.spec.isolation,
     });
-    rec.initPid = await runtime.run(id, bundle.dir, {
-      onChannel: (channel) => h.commands.adopt(id, ExecAgent.attach(channel, channel)),
-    });
+    const onChannel = (channel: Socket) => h.commands.adopt(id, ExecAgent.attach(channel, channel));
+    // A restored agent says no hello on its new channel: the first command finds out.
+    rec.initPid = restore
+      ? await runtime.restore(id, bundle.dir, checkpointDir(h, id), {
+          onChannel: (channel) => h.commands.adopt(id, Promise.resolve(ExecAgent.adopted(channel, channel))),
+        })
+      : await runtime.run(id, bundle.dir, { onChannel });
     h.bundles.shed(id, rec.spec.isolation);
     const net = early ?? (await h.network.attach(id, { pid: rec.initPid }));
     rec.netId = net.id;
@@ -207,13 +274,16 @@ export async function start(h: LifecycleHost, rec: SandboxRecord, limits: Resour
     rec.netnsPath = net.netnsPath;
     rec.initStart = processStart(rec.initPid);
     await h.network.egress.apply(id, net.address, rec.spec.egress, rec.spec.secrets);
-    await bootService(h.commands, rec, h.serviceStartTimeoutMs);
+    // Restored processes are where they were, the image's service among them.
+    if (!restore) await bootService(h.commands, rec, h.serviceStartTimeoutMs);
     rec.phase = 'ready';
+    rec.checkpoint = undefined;
     await h.state.write(rec);
+    if (restore) await rm(checkpointDir(h, id), { recursive: true, force: true });
   } catch (e) {
     await killAll(h, rec).catch(() => undefined);
     await releaseRuntime(h, rec).catch(() => undefined);
-    rec.phase = 'stopped';
+    rec.phase = 'stopped'; // a failed restore keeps its checkpoint: resume may be tried again
     await h.state.write(rec).catch(() => undefined);
     if (e instanceof SandboxdError) throw e;
     throw new SandboxdError('internal', `sandbox ${id} failed to start: ${(e as Error).message}`);

@@ -68,6 +68,11 @@ export interface SandboxRecord {
   start?: DeclaredStart;
   /** Its image allows setuid programs (label org.sandboxd.setuid, ./setuid.ts): no no_new_privs. */
   setuid?: true;
+  /**
+   * gVisor, paused to disk: phase `stopped` with its processes and memory in a checkpoint
+   * (`<dataDir>/checkpoints/<id>/`), which `resume` restores. Absent: none.
+   */
+  checkpoint?: true;
   /** The egress CA is installed in its root layer (trust.ts): done once, when it first has injection rules. */
   trusted?: true;
 }
@@ -221,12 +226,13 @@ export function recordView(rec: SandboxRecord, frozen = false): RuntimeSandbox {
     id: rec.spec.id,
     image: rec.spec.image,
     imageDigest: rec.imageDigest,
-    state: running ? (frozen ? 'paused' : 'running') : 'stopped',
+    state: running ? (frozen ? 'paused' : 'running') : rec.checkpoint && rec.phase === 'stopped' ? 'paused' : 'stopped',
     address: rec.address,
     pid: running ? rec.initPid : 0,
     createdAt: new Date(rec.createdAt),
     ...(rec.spec.isolation ? { isolation: rec.spec.isolation } : {}),
     ...(running && frozen ? { pausedMemory: 'ram' as const } : {}),
+    ...(!running && rec.checkpoint && rec.phase === 'stopped' ? { pausedMemory: 'disk' as const } : {}),
     workingDir: rec.workingDir,
     user: rec.user,
   };

@@ -5,7 +5,7 @@
  */
 import { rm } from 'node:fs/promises';
 import { freezeAsked } from './bundle/freezer.js';
-import { killFrozen, type LifecycleHost } from './lifecycle.js';
+import { checkpointDir, killFrozen, type LifecycleHost } from './lifecycle.js';
 import type { SandboxRecord } from './records.js';
 import { allRuntimes, runtimeOf } from './tiers.js';
 
@@ -49,6 +49,7 @@ export async function teardown(h: ReleaseHost, id: string, rec: SandboxRecord | 
   };
   await Promise.all([releaseStorage(), h.network.detach(rec?.netId ?? id)]);
   await h.bundles.remove(id);
+  await rm(checkpointDir(h, id), { recursive: true, force: true }); // paused to disk
   // The state dir goes last: it is what a restart finds a pending release by, so a kill
   // between two of these steps leaves nothing that a restart cannot see and finish.
   await rm(h.state.dirOf(id), { recursive: true, force: true });

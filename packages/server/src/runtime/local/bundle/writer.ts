@@ -143,7 +143,7 @@ export class BundleWriter {
       etcFiles: etc.files,
       volumes: gvisor ? [...gvisorTmp(b.rootfs), ...b.volumes] : b.volumes,
       seccomp: host.seccomp,
-      // runsc enforces the profile itself (--oci-seccomp): the OCI form, not crun's BPF.
+      // runsc reads the OCI form only with --oci-seccomp, which it is not given (gvisor/runsc.ts).
       seccompBpfBase64: gvisor ? undefined : host.seccompBpfBase64,
       cgroupsPath: cgroupsPath(this.o.cgroupParent, b.id),
       allowSetuid: b.allowSetuid,

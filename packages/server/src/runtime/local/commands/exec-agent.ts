@@ -200,6 +200,15 @@ export class ExecAgent {
     });
   }
 
+  /**
+   * The agent on the far end of `input`/`output` that said hello on an earlier channel: a
+   * gVisor sandbox restored from a checkpoint, whose PID 1 (idle in its read when saved)
+   * finds the new channel on its stdio and goes on serving it without a new hello.
+   */
+  static adopted(input: Writable, output: Readable): ExecAgent {
+    return new ExecAgent(input, output);
+  }
+
   private onHello: (() => void) | null = null;
   private onGone: ((e: Error) => void) | null = null;
 

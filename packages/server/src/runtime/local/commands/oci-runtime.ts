@@ -150,6 +150,67 @@ export class OciRuntime {
     return pid;
   }
 
+  /**
+   * runsc only: saves container `id` (every process, its memory, open files) into
+   * `imageDir`; the container's processes end. Rejects naming runsc's words when it cannot
+   * (the processes are gone then too: runsc kills the sandbox either way).
+   */
+  async checkpoint(id: string, imageDir: string): Promise<void> {
+    await this.call(['checkpoint', '--image-path', imageDir, id]);
+  }
+
+  /**
+   * runsc only: makes container `id` from `bundle` again with the processes and memory saved
+   * in `imageDir`, detached; resolves to the sandbox's host pid. `onChannel` as for
+   * {@link run}: restored PID 1 (the exec agent) gets the new channel as its stdio.
+   */
+  async restore(
+    id: string,
+    bundle: string,
+    imageDir: string,
+    o: { onChannel?: (channel: Socket) => void } = {},
+  ): Promise<number> {
+    const log = join(bundle, 'crun.log');
+    const pidFile = join(bundle, 'init.pid');
+    const args = [
+      ...this.argv,
+      ...this.logFlag(log),
+      'restore',
+      '--detach',
+      '--image-path',
+      imageDir,
+      '--pid-file',
+      pidFile,
+      '--bundle',
+      bundle,
+      id,
+    ];
+    const [cmd, argv] = runscLauncher(args);
+    const r = await HostSpawner.shared().run(cmd, argv, {
+      quiet: !o.onChannel,
+      channel: o.onChannel,
+      timeoutMs: RUNTIME_TIMEOUT_MS,
+    });
+    if (r.code !== 0) {
+      const why = await readFile(log, 'utf8').catch(() => '');
+      throw new Error(
+        `runsc restore ${id} failed (${r.timedOut ? 'timed out' : r.code}): ${why.trim().split('\n').slice(-3).join('; ')}`,
+      );
+    }
+    const pid = Number((await readFile(pidFile, 'utf8')).trim());
+    await rm(pidFile, { force: true });
+    return pid;
+  }
+
+  /**
+   * runsc only: sets the hostname of the user-space kernel of container `id` (a fork,
+   * restored with its source's) with the image's `hostname` program, given CAP_SYS_ADMIN for
+   * that one call (the sandbox's own root lacks it).
+   */
+  async setHostname(id: string, hostname: string): Promise<void> {
+    await this.call(['exec', '--cap', 'CAP_SYS_ADMIN', '--user', '0:0', id, 'hostname', hostname]);
+  }
+
   /** Runs the runtime with `args` after `--root`; resolves with its stdout, rejects naming its stderr. */
   private async call(args: string[]): Promise<string> {
     const r = await HostSpawner.shared().run(this.binary, [...this.argv.slice(1), ...args], {
