@@ -7,15 +7,16 @@ import { IMAGE, newAccount, startServer, type Server } from './harness.js';
 const ISO = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/;
 
 function assertSandbox(sb: Record<string, unknown>) {
-  // The spec's eight fields, plus sandboxd's lifecycle additions (docs/lifecycle.md: `expiresAt` only when paused, stopped or error) and its egress (`network`).
+  // The spec's eight fields, plus sandboxd's lifecycle additions (docs/lifecycle.md: `expiresAt` only when paused, stopped or error; `pausedMemory` only when paused), its egress (`network`) and its isolation tier.
   assert.deepEqual(
     Object.keys(sb)
-      .filter((k) => k !== 'expiresAt')
+      .filter((k) => k !== 'expiresAt' && k !== 'pausedMemory')
       .sort(),
     [
       'createdAt',
       'id',
       'image',
+      'isolation',
       'metadata',
       'name',
       'network',

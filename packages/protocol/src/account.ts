@@ -1,5 +1,6 @@
 import { Type, type Static } from 'typebox';
 import { DateTime, PageQuery } from './common.js';
+import { ISOLATIONS } from './sandbox.js';
 
 /** Plan name, as configured (e.g. `FREE`, `PRO`). */
 export const PlanName = Type.String({ pattern: '^[A-Z][A-Z0-9_]{0,31}$' });
@@ -16,6 +17,10 @@ export const PlanLimitsSchema = Type.Object(
     maxPaused: Type.Integer({ description: 'Paused sandboxes the account may keep.' }),
     pausedRetentionMs: Type.Integer({ description: 'A paused sandbox is deleted this long after it paused.' }),
     snapshotBytes: Type.Integer({ description: 'Bytes all snapshots of the account may add on disk.' }),
+    isolations: Type.Array(Type.Enum([...ISOLATIONS]), {
+      description: 'The isolation tiers its sandboxes may ask for (`/healthz` lists those the host offers).',
+    }),
+    defaultIsolation: Type.Enum([...ISOLATIONS], { description: 'The tier of a create that names none.' }),
   },
   { title: 'PlanLimits', additionalProperties: false },
 );

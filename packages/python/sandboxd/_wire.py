@@ -80,6 +80,8 @@ def sandbox_info(d: Mapping[str, Any]) -> SandboxInfo:
         on_timeout=d.get("onTimeout", "stop"),
         expires_at=_opt_time(d.get("expiresAt")),
         network=_network(d.get("network")),
+        isolation=d.get("isolation", "container"),
+        paused_memory=d.get("pausedMemory"),
     )
 
 
@@ -258,6 +260,7 @@ def create_body(
     egress: Optional[Egress] = None,
     secrets: Optional[Sequence[SecretRule]] = None,
     public_ports: Optional[bool] = None,
+    isolation: Optional[str] = None,
     extra: Optional[Mapping[str, Any]] = None,
 ) -> Dict[str, Any]:
     """The body of ``POST /api/v1/sandboxes``; None options are left out (the server's defaults)."""
@@ -278,9 +281,21 @@ def create_body(
         raise ValueError("secrets need the egress their domains go through: pass egress too")
     if public_ports is not None:
         body["ports"] = {"public": public_ports}
+    if isolation is not None:
+        body["isolation"] = isolation
     if extra:
         body.update(extra)
     return body
+
+
+def pause_body(memory: Optional[str]) -> Optional[Dict[str, Any]]:
+    """The body of ``POST .../pause``: none without ``memory`` (as before tiers)."""
+    return None if memory is None else {"memory": memory}
+
+
+def fork_body(count: Optional[int]) -> Dict[str, Any]:
+    """The body of ``POST .../fork``: ``{"count": n}``, or ``{}`` for the server's default (1)."""
+    return {} if count is None else {"count": count}
 
 
 def egress_body(egress: Egress, secrets: Optional[Sequence[SecretRule]] = None) -> Dict[str, Any]:

@@ -26,6 +26,7 @@ from .types import (
     ApiKeyCreated,
     ApiKeyInfo,
     Egress,
+    Isolation,
     OnTimeout,
     SandboxPage,
     SandboxState,
@@ -54,6 +55,7 @@ class SandboxesApi:
         egress: Optional[Egress] = None,
         secrets: Optional[Sequence[SecretRule]] = None,
         public_ports: Optional[bool] = None,
+        isolation: Optional[Isolation] = None,
     ) -> Sandbox:
         """See :meth:`Sandbox.create`."""
         return Sandbox.create(
@@ -66,6 +68,7 @@ class SandboxesApi:
             egress=egress,
             secrets=secrets,
             public_ports=public_ports,
+            isolation=isolation,
             client=self,
         )
 
@@ -117,6 +120,7 @@ class AsyncSandboxesApi:
         egress: Optional[Egress] = None,
         secrets: Optional[Sequence[SecretRule]] = None,
         public_ports: Optional[bool] = None,
+        isolation: Optional[Isolation] = None,
     ) -> AsyncSandbox:
         return await AsyncSandbox.create(
             image,
@@ -128,6 +132,7 @@ class AsyncSandboxesApi:
             egress=egress,
             secrets=secrets,
             public_ports=public_ports,
+            isolation=isolation,
             client=self,
         )
 

@@ -49,7 +49,9 @@ from .terminal import AsyncTerminals, Terminals
 from .types import (
     Egress,
     ExecResult,
+    Isolation,
     OnTimeout,
+    PauseMemory,
     SandboxInfo,
     SandboxNetwork,
     SandboxPage,
@@ -128,6 +130,16 @@ class _Info:
     def network(self) -> Optional[SandboxNetwork]:
         return self.info.network
 
+    @property
+    def isolation(self) -> Isolation:
+        """``container`` or ``gvisor``."""
+        return self.info.isolation
+
+    @property
+    def paused_memory(self) -> Optional[PauseMemory]:
+        """Paused: ``ram`` or ``disk`` (gVisor, checkpointed); None otherwise."""
+        return self.info.paused_memory
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(id={self.info.id!r}, state={self.info.state!r}, image={self.info.image!r})"
 
@@ -167,6 +179,7 @@ class Sandbox(_Info):
         egress: Optional[Egress] = None,
         secrets: Optional[Sequence[SecretRule]] = None,
         public_ports: Optional[bool] = None,
+        isolation: Optional[Isolation] = None,
         client: Optional[HasSyncHttp] = None,
         api_key: Optional[str] = None,
         api_url: Optional[str] = None,
@@ -180,7 +193,9 @@ class Sandbox(_Info):
         (default) or ``"pause"``. ``egress``: ``"none"``, ``"internet"`` or
         ``{"allow": [...]}``. ``secrets``: secret injection rules (needs ``egress`` allowing
         their domains; docs/secrets.md), each ``{"secret", "domains", "header"?, "format"?}``.
-        ``public_ports``: False makes the ports need the API key.
+        ``public_ports``: False makes the ports need the API key. ``isolation``:
+        ``"container"`` or ``"gvisor"`` (default: the plan's; QuotaExceededError when the plan
+        does not allow it, ValidationError when the host does not offer it).
 
         Raises ValidationError, InsufficientTokensError, ConcurrencyLimitError,
         TemplateNotFoundError, ConflictError (volume size mismatch), CapacityError.
@@ -196,6 +211,7 @@ class Sandbox(_Info):
             egress=egress,
             secrets=secrets,
             public_ports=public_ports,
+            isolation=isolation,
         )
         d = http.request_json("POST", "/api/v1/sandboxes", json=body)
         return cls(_wire.sandbox_info(d["sandbox"]), http)
@@ -503,10 +519,21 @@ class Sandbox(_Info):
         self.info = _wire.sandbox_info(d["sandbox"])
         return self
 
-    def pause(self: S) -> S:
-        """Freezes a started sandbox (processes and memory kept). Raises ConflictError (not
-        started; ``details['state']``), QuotaExceededError (the plan's ``maxPaused``)."""
-        return self._transition("pause")
+    def pause(self: S, *, memory: Optional[PauseMemory] = None) -> S:
+        """Freezes a started sandbox (processes and memory kept). ``memory="disk"`` (gVisor
+        sandboxes) checkpoints it to disk instead: no RAM held, :meth:`resume` restores it.
+        Raises ConflictError (not started; ``details['state']``), QuotaExceededError (the
+        plan's ``maxPaused``), ValidationError (``disk`` on a container sandbox)."""
+        return self._transition("pause", _wire.pause_body(memory))
+
+    def fork(self: S, *, count: Optional[int] = None) -> List[S]:
+        """Makes ``count`` (1 to 10, default 1) new sandboxes from this started gVisor sandbox,
+        its processes, memory and files included, each with its own address and writable
+        layer (named ``<name>-fork-<n>``); this one runs on. All or none: raises
+        ValidationError (not gVisor, or count), ConflictError (not started, or volumes),
+        ConcurrencyLimitError, InsufficientTokensError, CapacityError."""
+        d = self.http.request_json("POST", _sandbox_path(self.id, "/fork"), json=_wire.fork_body(count))
+        return [type(self)(_wire.sandbox_info(x), self.http) for x in _wire.items(d, "sandboxes")]
 
     def resume(self: S, *, timeout_ms: Optional[int] = None) -> S:
         """Thaws a paused sandbox; ``timeout_ms`` is the new lifetime from now (default 10
@@ -583,6 +610,7 @@ class AsyncSandbox(_Info):
         egress: Optional[Egress] = None,
         secrets: Optional[Sequence[SecretRule]] = None,
         public_ports: Optional[bool] = None,
+        isolation: Optional[Isolation] = None,
         client: Optional[HasAsyncHttp] = None,
         api_key: Optional[str] = None,
         api_url: Optional[str] = None,
@@ -599,6 +627,7 @@ class AsyncSandbox(_Info):
             egress=egress,
             secrets=secrets,
             public_ports=public_ports,
+            isolation=isolation,
         )
         d = await http.request_json("POST", "/api/v1/sandboxes", json=body)
         return cls(_wire.sandbox_info(d["sandbox"]), http)
@@ -873,8 +902,13 @@ class AsyncSandbox(_Info):
         self.info = _wire.sandbox_info(d["sandbox"])
         return self
 
-    async def pause(self: A) -> A:
-        return await self._transition("pause")
+    async def pause(self: A, *, memory: Optional[PauseMemory] = None) -> A:
+        return await self._transition("pause", _wire.pause_body(memory))
+
+    async def fork(self: A, *, count: Optional[int] = None) -> List[A]:
+        """See :meth:`Sandbox.fork`."""
+        d = await self.http.request_json("POST", _sandbox_path(self.id, "/fork"), json=_wire.fork_body(count))
+        return [type(self)(_wire.sandbox_info(x), self.http) for x in _wire.items(d, "sandboxes")]
 
     async def resume(self: A, *, timeout_ms: Optional[int] = None) -> A:
         return await self._transition("resume", _wire.run_body(timeout_ms))

@@ -15,6 +15,10 @@ from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence, Union
 SandboxState = Literal["started", "paused", "stopped", "error"]
 #: What a sandbox does at ``stop_at``: ``stop`` (default) or ``pause``.
 OnTimeout = Literal["stop", "pause"]
+#: An isolation tier: ``container`` (namespaces, seccomp, cgroups) or ``gvisor`` (a user-space kernel).
+Isolation = Literal["container", "gvisor"]
+#: Where a pause keeps a sandbox's memory: ``ram`` (frozen in place) or ``disk`` (gVisor: checkpointed).
+PauseMemory = Literal["ram", "disk"]
 #: What a sandbox may reach outside: ``"none"``, ``"internet"`` or ``{"allow": [rule, ...]}``
 #: with domains (``pypi.org``), wildcards (``*.npmjs.org``) and IPv4 CIDRs.
 Egress = Union[Literal["none", "internet"], Mapping[str, Sequence[str]]]
@@ -61,6 +65,10 @@ class SandboxInfo:
     #: Paused, stopped or error: when the sandbox and what it kept are deleted.
     expires_at: Optional[datetime] = None
     network: Optional[SandboxNetwork] = None
+    #: Its isolation tier: ``container`` or ``gvisor``.
+    isolation: Isolation = "container"
+    #: Paused: where its memory is kept, ``ram`` or ``disk`` (gVisor); None otherwise.
+    paused_memory: Optional[PauseMemory] = None
 
 
 @dataclass

@@ -1,5 +1,5 @@
 /**
- * The lifecycle bar of a sandbox's page: Pause, Resume, Stop, Start and Snapshot, each enabled
+ * The lifecycle bar of a sandbox's page: Pause (and Pause to disk, for gVisor sandboxes), Resume, Stop, Start and Snapshot, each enabled
  * in the states the server accepts it in, and the snapshot name form. A transition that
  * succeeds hands the page the sandbox in its new state; a failure shows the server's
  * message (after a 409 the page reloads the sandbox: its state changed elsewhere).
@@ -8,11 +8,11 @@ import { ConflictError, type Sandbox, type SandboxState, ValidationError } from 
 import { errorText } from './api.js';
 import { field, h, notice, setFieldError } from './dom.js';
 
-type Action = 'pause' | 'resume' | 'stop' | 'start' | 'snapshot';
+type Action = 'pause' | 'pauseDisk' | 'resume' | 'stop' | 'start' | 'snapshot';
 
-/** Which actions each state allows (the server's rules; anything else is a 409). */
+/** Which actions each state allows (the server's rules; anything else is a 409). `pauseDisk`: gVisor sandboxes only. */
 export const ALLOWED: Record<SandboxState, readonly Action[]> = {
-  started: ['pause', 'stop', 'snapshot'],
+  started: ['pause', 'pauseDisk', 'stop', 'snapshot'],
   paused: ['resume', 'stop', 'snapshot'],
   stopped: ['start', 'snapshot'],
   error: [],
@@ -20,6 +20,7 @@ export const ALLOWED: Record<SandboxState, readonly Action[]> = {
 
 const LABELS: Record<Action, string> = {
   pause: 'Pause',
+  pauseDisk: 'Pause to disk',
   resume: 'Resume',
   stop: 'Stop',
   start: 'Start',
@@ -28,6 +29,7 @@ const LABELS: Record<Action, string> = {
 
 const DOING: Record<Exclude<Action, 'snapshot'>, string> = {
   pause: 'Pausing…',
+  pauseDisk: 'Saving its memory to disk…',
   resume: 'Resuming…',
   stop: 'Stopping…',
   start: 'Starting…',
@@ -35,6 +37,7 @@ const DOING: Record<Exclude<Action, 'snapshot'>, string> = {
 
 const DONE: Record<Exclude<Action, 'snapshot'>, string> = {
   pause: 'Sandbox paused: its processes and memory are kept until you resume it.',
+  pauseDisk: 'Sandbox paused to disk: its processes and memory are saved, it holds no RAM; Resume restores it.',
   resume: 'Sandbox resumed where it was.',
   stop: 'Sandbox stopped: its processes ended; its files are kept for Start.',
   start: 'Sandbox started again from its kept files.',
@@ -146,7 +149,8 @@ export function lifecycleBar(sb: Sandbox, hooks: LifecycleHooks): HTMLElement {
     busy(true);
     hooks.status(notice('info', DOING[action]));
     try {
-      await sb[action]();
+      if (action === 'pauseDisk') await sb.pause({ memory: 'disk' });
+      else await sb[action]();
       hooks.changed(notice('success', DONE[action]));
     } catch (e) {
       if (e instanceof ConflictError) return void (await conflict(e));
@@ -156,7 +160,11 @@ export function lifecycleBar(sb: Sandbox, hooks: LifecycleHooks): HTMLElement {
     }
   };
 
-  for (const action of ['pause', 'resume', 'stop', 'start', 'snapshot'] as const) {
+  // Pause to disk: gVisor sandboxes only (a container's memory stays in RAM).
+  const actions = (['pause', 'pauseDisk', 'resume', 'stop', 'start', 'snapshot'] as const).filter(
+    (a) => a !== 'pauseDisk' || sb.isolation === 'gvisor',
+  );
+  for (const action of actions) {
     const b = h('button', { type: 'button', class: `btn lifecycle-${action}`, 'data-action': action }, LABELS[action]);
     if (action === 'snapshot') {
       b.setAttribute('aria-expanded', 'false');

@@ -290,7 +290,7 @@ export const e2bControlRoutes: FastifyPluginAsyncTypebox<HttpDeps> = async (app,
     } = await imageOfTemplate(d.config.e2bTemplates, b.templateID, (name, tag) =>
       d.services.builds.getTemplate(account.id, name, tag),
     );
-    // The template's tier: configured with it, or its image's `org.sandboxd.isolation` label.
+    // The template's tier: configured with it, or the `org.sandboxd.isolation` label of the account's own image.
     const isolation = tier ?? (await sandboxes.imageIsolation(account.id, image));
     // E2B's MCP template is no image anyone can pull: named as E2B names a missing template.
     if (b.templateID === MCP_GATEWAY_TEMPLATE && !configured)

@@ -45,11 +45,28 @@ describe('E2B door: isolation tiers (fake runtime)', () => {
     return { ...a, e2b, record };
   }
 
-  it('a template names its tier: configured, or by its image label; else the plan default', async () => {
+  it("a template names its tier: configured, or by the label of the account's own image; else the plan default", async () => {
     const u = await user();
+    // An image of the account's own (a snapshot here; a template of sandboxd's builds alike)
+    // whose label names gvisor. A plain image's label is not read (looking could pull it).
+    const src = await t.req({
+      method: 'POST',
+      url: '/api/v1/sandboxes',
+      key: u.key,
+      payload: { image: 'local/labelled:latest' },
+    });
+    assert.equal(src.statusCode, 201, src.body);
+    const snap = await t.req({
+      method: 'POST',
+      url: `/api/v1/sandboxes/${src.json().sandbox.id}/snapshot`,
+      key: u.key,
+      payload: { name: 'gv' },
+    });
+    assert.equal(snap.statusCode, 201, snap.body);
     for (const [templateID, isolation] of [
       ['secure', 'gvisor'],
-      ['local/labelled:latest', 'gvisor'],
+      ['snapshots/gv', 'gvisor'],
+      ['local/labelled:latest', 'container'],
       ['base', 'container'],
     ]) {
       const c = await u.e2b('POST', '/v2/sandboxes', { templateID, timeout: 60 });

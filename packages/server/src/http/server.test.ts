@@ -15,6 +15,7 @@ describe('HTTP API (inject, fake driver)', () => {
       'createdAt',
       'id',
       'image',
+      'isolation',
       'metadata',
       'name',
       'network',

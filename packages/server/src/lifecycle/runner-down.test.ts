@@ -158,8 +158,9 @@ describe('a runner that stops answering (role api, fake runners)', () => {
       for (const key of [null, accountKey, 'sk_not_a_key']) {
         const anon = await t.req({ method: 'GET', url: '/healthz', key });
         assert.equal(anon.statusCode, 200, String(key));
-        assert.deepEqual(Object.keys(anon.json()).sort(), ['capacity', 'status'], String(key));
+        assert.deepEqual(Object.keys(anon.json()).sort(), ['capacity', 'isolations', 'status'], String(key));
         assert.deepEqual(anon.json().capacity, body.capacity);
+        assert.deepEqual(anon.json().isolations, body.isolations, 'the tiers of the runners that answer');
       }
       assert.equal(body.capacity.memory.availableBytes, 16 * 2 ** 30, 'the capacity of a, where a create goes');
       assert.deepEqual(

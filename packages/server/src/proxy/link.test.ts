@@ -38,6 +38,7 @@ describe('private ports and port links (composed app, fake driver)', () => {
       'createdAt',
       'id',
       'image',
+      'isolation',
       'metadata',
       'name',
       'network',

@@ -3,6 +3,7 @@ import { newAccountId } from '../domain/ids.js';
 import type { AccountRecord, LedgerRow, Page, PageRequest } from '../store/store.js';
 import { planOf, type ServiceDeps } from './context.js';
 import { hashPassword } from './passwords.js';
+import { planIsolation } from '../config-plans.js';
 
 /** Input of {@link AccountService.create}. */
 export interface NewAccount {
@@ -88,6 +89,7 @@ export class AccountService {
   /** The `GET /api/v1/account` answer. */
   async describe(a: AccountRecord): Promise<Account> {
     const plan = planOf(this.d.config, a.plan);
+    const tiers = planIsolation(plan, this.d.config.isolation);
     const [balance, started, paused, volumes, snapshotBytes] = await Promise.all([
       this.d.store.balance(a.id),
       this.d.store.countLive(a.id),
@@ -105,6 +107,8 @@ export class AccountService {
         maxPaused: plan.maxPaused,
         pausedRetentionMs: plan.pausedRetentionMs,
         snapshotBytes: plan.snapshotBytes,
+        isolations: [...tiers.allowed],
+        defaultIsolation: tiers.default,
       },
       usage: { startedSandboxes: started, pausedSandboxes: paused, volumes: volumes.length, snapshotBytes },
     };

@@ -8,8 +8,9 @@ import { type PlanConfig, planIsolation } from '../config-plans.js';
 import type { IsolationSupport, RuntimeDriver } from '../runtime/driver.js';
 
 /**
- * The image label that names the isolation tier of sandboxes made from it through E2B's
- * door when its template names none (`LABEL org.sandboxd.isolation=gvisor` in a Dockerfile).
+ * The image label that names the isolation tier of sandboxes made through E2B's door from an
+ * image of the account's own (a template of sandboxd's builds, a snapshot) when the template
+ * config names none (`LABEL org.sandboxd.isolation=gvisor` in the Dockerfile).
  */
 export const ISOLATION_LABEL = 'org.sandboxd.isolation';
 

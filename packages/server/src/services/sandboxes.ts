@@ -9,7 +9,7 @@ import {
   secretEnvName,
 } from '@sandboxd/protocol';
 import { billedMinutes, refundMinutes } from '../domain/billing.js';
-import { driverImageOf, metadataProblems } from '../domain/snapshots.js';
+import { DRIVER_SNAPSHOT_PREFIX, driverImageOf, metadataProblems } from '../domain/snapshots.js';
 import { newSandboxId } from '../domain/ids.js';
 import { newSandboxName } from '../domain/names.js';
 import {
@@ -114,14 +114,16 @@ export class SandboxService {
   }
 
   /**
-   * The tier image `image` of the account names in its `org.sandboxd.isolation` label, or
-   * undefined (no such label, a value that is no tier, or an image the runtime cannot
-   * resolve now: the create then answers for it).
+   * The tier an image of the account's own (a template it built, or a snapshot) names in its
+   * `org.sandboxd.isolation` label, or undefined: no such label, a value that is no tier, or
+   * any other image. Only the account's images are read: they are on the host already, so
+   * looking never pulls (a pull here would be the operator's, past the account's pull policy).
    */
   async imageIsolation(accountId: string, image: string): Promise<Isolation | undefined> {
     try {
-      const info = await this.d.driver.resolveImage(await this.driverImage(accountId, image));
-      const v = info.labels?.[ISOLATION_LABEL];
+      const ref = await this.driverImage(accountId, image);
+      if (!ref.startsWith(DRIVER_SNAPSHOT_PREFIX)) return undefined;
+      const v = (await this.d.driver.resolveImage(ref)).labels?.[ISOLATION_LABEL];
       return (ISOLATIONS as readonly string[]).includes(v ?? '') ? (v as Isolation) : undefined;
     } catch {
       return undefined;

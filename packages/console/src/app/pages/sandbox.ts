@@ -197,6 +197,23 @@ async function drawSandbox(
         h('h2', { id: 'd-title' }, 'Details'),
         dl(
           ['Image', h('span', { class: 'mono' }, sb.image)],
+          [
+            'Isolation',
+            h(
+              'span',
+              { class: 'isolation', 'data-isolation': sb.isolation },
+              sb.isolation === 'gvisor' ? 'gVisor (a user-space kernel)' : 'container',
+              ...(sb.state === 'paused'
+                ? [
+                    h(
+                      'span',
+                      { class: 'dim' },
+                      ` · paused, memory ${sb.pausedMemory === 'disk' ? 'on disk' : 'in RAM'}`,
+                    ),
+                  ]
+                : []),
+            ),
+          ],
           ['Region', sb.info.region],
           ['Created', formatDate(sb.info.createdAt)],
           ['Stops in', stopsIn],

@@ -2,6 +2,8 @@
 import {
   ConcurrencyLimitError,
   InsufficientTokensError,
+  type Isolation,
+  QuotaExceededError,
   TemplateNotFoundError,
   ValidationError,
   type AccountInfo,
@@ -12,7 +14,7 @@ import { client, errorText } from '../api.js';
 import { countdown, field, formatDate, h, notice, setChildren, setFieldError } from '../dom.js';
 import type { Page } from '../main.js';
 
-const FIELDS = ['image', 'env', 'volumes', 'timeoutMs'] as const;
+const FIELDS = ['image', 'isolation', 'env', 'volumes', 'timeoutMs'] as const;
 type FieldName = (typeof FIELDS)[number];
 
 /** Plan, token balance and concurrency use of the account, as a row of figures. */
@@ -41,9 +43,11 @@ export function stateBadge(state: string): HTMLElement {
 
 /** Reads the create form into a request, or names the field that cannot be read. */
 function readForm(
-  f: Record<FieldName, HTMLInputElement | HTMLTextAreaElement>,
+  f: Record<FieldName, HTMLInputElement | HTMLTextAreaElement | HTMLSelectElement>,
 ): SandboxCreateParams | { field: FieldName; message: string } {
   const params: SandboxCreateParams = { image: f.image.value.trim() };
+  const tier = f.isolation.value;
+  if (tier === 'container' || tier === 'gvisor') params.isolation = tier;
   const lines = (s: string) =>
     s
       .split('\n')
@@ -83,7 +87,49 @@ function fieldOf(path: string): FieldName | null {
   return (FIELDS as readonly string[]).includes(top) ? (top as FieldName) : null;
 }
 
-function createForm(onCreated: (sb: Sandbox) => void): HTMLFormElement {
+/** What the isolation tiers are, for the create form. */
+const TIER_LABELS: Record<Isolation, string> = {
+  container: 'Container (namespaces, seccomp, cgroups: fastest)',
+  gvisor: 'gVisor (a user-space kernel: stronger isolation, pause to disk, fork)',
+};
+
+/**
+ * The tier select: the tiers the plan allows, its default chosen; a tier this host does not
+ * offer (`/healthz`) is shown disabled.
+ */
+function isolationSelect(acc: AccountInfo | null, offered: readonly string[] | null): HTMLSelectElement {
+  const allowed = acc?.limits.isolations ?? ['container'];
+  const dflt = acc?.limits.defaultIsolation ?? 'container';
+  return h(
+    'select',
+    {},
+    ...allowed.map((t) => {
+      const off = offered !== null && !offered.includes(t);
+      return h(
+        'option',
+        { value: t, ...(t === dflt && !off ? { selected: true } : {}), ...(off ? { disabled: true } : {}) },
+        off ? `${TIER_LABELS[t]} — not offered on this host` : TIER_LABELS[t],
+      );
+    }),
+  );
+}
+
+/** The tiers the host offers (`/healthz`), or null when it cannot be asked. */
+async function offeredTiers(): Promise<string[] | null> {
+  try {
+    const r = await fetch('/healthz', { credentials: 'omit' });
+    const b = (await r.json()) as { isolations?: Array<{ isolation: string }> };
+    return b.isolations ? b.isolations.map((t) => t.isolation) : null;
+  } catch {
+    return null;
+  }
+}
+
+function createForm(
+  onCreated: (sb: Sandbox) => void,
+  acc: AccountInfo | null,
+  offered: readonly string[] | null,
+): HTMLFormElement {
   const inputs = {
     image: h('input', {
       type: 'text',
@@ -96,6 +142,7 @@ function createForm(onCreated: (sb: Sandbox) => void): HTMLFormElement {
     env: h('textarea', { rows: 3, placeholder: 'NAME=value', spellcheck: 'false' }),
     volumes: h('textarea', { rows: 2, placeholder: '/data=my_volume:1', spellcheck: 'false' }),
     timeoutMs: h('input', { type: 'number', min: 0, step: 1, value: 10, inputmode: 'numeric' }),
+    isolation: isolationSelect(acc, offered),
   };
   const status = h('div', { 'aria-live': 'polite' });
   const submit = h('button', { type: 'submit', class: 'btn primary' }, 'Create sandbox');
@@ -108,6 +155,12 @@ function createForm(onCreated: (sb: Sandbox) => void): HTMLFormElement {
       { class: 'grid2' },
       field('image', 'Image', inputs.image, 'An OCI image reference, e.g. local/debian:bookworm.'),
       field('timeoutMs', 'Lifetime (minutes)', inputs.timeoutMs, 'Stops by itself after this long; extend it later.'),
+      field(
+        'isolation',
+        'Isolation',
+        inputs.isolation,
+        'The tiers your plan allows. gVisor sandboxes can pause to disk and fork.',
+      ),
       field('env', 'Environment variables', inputs.env, 'One NAME=value per line.'),
       field('volumes', 'Volumes', inputs.volumes, 'One /mount/path=name[:sizeGb] per line; created if missing.'),
     ),
@@ -138,6 +191,12 @@ function createForm(onCreated: (sb: Sandbox) => void): HTMLFormElement {
         }
         for (const [f, msgs] of byField) setFieldError(f, msgs.join('; '));
         first = [...byField.keys()][0] ?? null;
+      } else if (
+        e instanceof QuotaExceededError &&
+        (e.details as { quota?: string } | undefined)?.quota === 'isolation'
+      ) {
+        setFieldError('isolation', e.message);
+        first = 'isolation';
       } else if (e instanceof TemplateNotFoundError) {
         setFieldError('image', e.message);
         first = 'image';
@@ -178,7 +237,13 @@ export const renderSandboxes: Page = async (main, ctx) => {
       creating ? null : h('a', { class: 'btn primary', href: '/sandboxes/new' }, 'New sandbox'),
     ),
     summary,
-    creating ? createForm((sb) => ctx.navigate(`/sandboxes/${sb.id}`)) : null,
+    creating
+      ? createForm(
+          (sb) => ctx.navigate(`/sandboxes/${sb.id}`),
+          await ctx.refreshAccount().catch(() => null),
+          await offeredTiers(),
+        )
+      : null,
     h(
       'section',
       { class: 'card', 'aria-labelledby': 'list-title' },
@@ -210,7 +275,11 @@ export const renderSandboxes: Page = async (main, ctx) => {
         h(
           'thead',
           {},
-          h('tr', {}, ...['Name', 'State', 'Image', 'Stops in', 'Created'].map((t) => h('th', { scope: 'col' }, t))),
+          h(
+            'tr',
+            {},
+            ...['Name', 'State', 'Isolation', 'Image', 'Stops in', 'Created'].map((t) => h('th', { scope: 'col' }, t)),
+          ),
         ),
         h(
           'tbody',
@@ -230,6 +299,7 @@ export const renderSandboxes: Page = async (main, ctx) => {
                 ),
               ),
               h('td', { 'data-label': 'State' }, stateBadge(sb.state)),
+              h('td', { 'data-label': 'Isolation' }, sb.isolation === 'gvisor' ? 'gVisor' : 'container'),
               h('td', { 'data-label': 'Image', class: 'mono' }, sb.image),
               h(
                 'td',

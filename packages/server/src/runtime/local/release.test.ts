@@ -24,6 +24,7 @@ function host(dir: string, failAt?: string): { h: ReleaseHost; steps: string[] }
     volumes: { release: step('volume') },
     network: { detach: step('network') },
     state: { dirOf: () => join(dir, 'state') },
+    checkpointsDir: join(dir, 'checkpoints'),
     bundles: {
       remove: async () => {
         await step('bundle')();
