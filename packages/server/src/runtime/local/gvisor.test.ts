@@ -92,6 +92,23 @@ describe('gVisor tier: memory snapshots', { skip: !existsSync('/usr/bin/runsc') 
     await driver.delete(s.id);
   });
 
+  it('a running gVisor sandbox is adopted by a restarted driver: its processes run on, commands work again', async () => {
+    const s = await driver.create(spec());
+    await driver.execBackground(s.id, COUNTER);
+    await sleep(300);
+    await driver.close();
+    driver = new LocalDriver(options);
+    await driver.init();
+    assert.ok((await driver.recover()).adopted.includes(s.id));
+    const adopted = await driver.inspect(s.id);
+    assert.deepEqual([adopted?.state, adopted?.isolation], ['running', 'gvisor']);
+    const n = await count(s.id);
+    await sleep(300);
+    assert.ok((await count(s.id)) > n, 'the loop it ran before goes on');
+    assert.equal((await driver.exec(s.id, 'echo "$GREETING"')).stdout, 'hello\n');
+    await driver.delete(s.id);
+  });
+
   it('stops a sandbox paused to disk (its memory dropped, its files kept); delete removes its checkpoint', async () => {
     const s = await driver.create(spec());
     await driver.exec(s.id, 'echo kept > /kept.txt');
