@@ -18,7 +18,7 @@ fail() { echo "sandboxd set-up: $*" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || fail "run as root: the local runtime creates namespaces, cgroups, mounts and network devices (try: sudo npm start)."
 
 # musl-tools: the native helpers that start per sandbox link statically against musl (native.ts).
-PKGS="crun runc runsc catatonit skopeo umoci mmdebstrap busybox-static e2fsprogs iproute2 nftables golang-github-containers-common util-linux ca-certificates libseccomp-dev musl-tools"
+PKGS="crun runc catatonit skopeo umoci mmdebstrap busybox-static e2fsprogs iproute2 nftables golang-github-containers-common util-linux ca-certificates libseccomp-dev musl-tools"
 # Tests only: a real browser for the console suite, a real registry for the pull tests, and
 # PostgreSQL for the store suite on PostgreSQL (the tests start their own server in a temp dir),
 # openssl for the self-signed certificates of the egress suite's fake internet, and Debian's
@@ -43,6 +43,9 @@ if [ -n "$missing" ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
 fi
+
+# gVisor's runsc for the gvisor tier: a build recent enough (scripts/install-runsc.sh).
+bash scripts/install-runsc.sh
 
 grep -qw overlay /proc/filesystems || modprobe overlay 2>/dev/null || fail "the kernel has no overlayfs (modprobe overlay failed); sandboxes need it for their copy-on-write root."
 grep -qw ext4 /proc/filesystems || modprobe ext4 2>/dev/null || fail "the kernel has no ext4; volumes and root disks need it."

@@ -18,9 +18,25 @@ const RUNSC_PATHS = ['/usr/bin/runsc', '/usr/local/bin/runsc', '/usr/sbin/runsc'
 export type GvisorPlatform = 'kvm' | 'systrap' | 'ptrace';
 export const GVISOR_PLATFORMS: readonly GvisorPlatform[] = ['kvm', 'systrap', 'ptrace'];
 
-/** Whether runsc is installed. */
+/**
+ * The oldest runsc build the gvisor tier runs on (scripts/install-runsc.sh installs one):
+ * Debian bookworm's 2022-12-19 build fails GNU coreutils' statx (`ls` in a Debian image says
+ * "Invalid argument"), stops threads under an OCI seccomp profile, and cannot save a sandbox
+ * holding a TCP connection.
+ */
+export const MIN_RUNSC_BUILD = 20240101;
+
+/** The build date of the installed runsc (`runsc version 0.0~20240729.0` -> 20240729); null when missing. */
+export function runscBuild(): number | null {
+  const m = /0\.0~(\d{8})/.exec(runscVersion() ?? '');
+  return m ? Number(m[1]) : null;
+}
+
+/** Whether a runsc the gvisor tier can use is installed (see {@link MIN_RUNSC_BUILD}). */
 export function runscInstalled(): boolean {
-  return RUNSC_PATHS.some((p) => existsSync(p));
+  if (!RUNSC_PATHS.some((p) => existsSync(p))) return false;
+  const build = runscBuild();
+  return build !== null && build >= MIN_RUNSC_BUILD;
 }
 
 /** runsc's version line, e.g. `runsc version 0.0~20221219.0`; null when missing. */
@@ -98,14 +114,17 @@ export function gvisorPlatform(forced?: GvisorPlatform, file = PLATFORM_CACHE): 
 }
 
 /**
- * runsc's global flags for sandboxd's sandboxes: the platform, and the root file system in
- * `shared` access mode, so that what the sandbox writes reaches the host's root layer at
- * once (a stop, a snapshot or a host-side read sees it) instead of staying in the user-space
- * kernel's cache. The OCI seccomp profile is not enforced inside the sandbox
- * (`--oci-seccomp`): this runsc's emulation of its argument filters refuses every thread
- * creation (glibc's clone after clone3's ENOSYS fails: Python cannot start a thread). The
- * boundary is the Sentry itself, whose own calls to the host kernel runsc filters.
+ * runsc's global flags for sandboxd's sandboxes:
+ * - the platform;
+ * - the root file system in `shared` access mode and without runsc's own overlay
+ *   (`--overlay2=none`; its default keeps writes in a file of its own), so that what the
+ *   sandbox writes reaches the root layer's folder at once: a stop, a snapshot and the
+ *   host's reads see it;
+ * - the OCI seccomp profile enforced inside the sandbox too (the same denials as the
+ *   container tier, see bundle/writer.ts's gvisorSeccomp);
+ * - open TCP connections dropped when a sandbox is saved (pause to disk, fork) instead of
+ *   failing the save.
  */
 export function runscFlags(platform: GvisorPlatform): string[] {
-  return [`--platform=${platform}`, '--file-access=shared'];
+  return [`--platform=${platform}`, '--file-access=shared', '--overlay2=none', '--oci-seccomp', '--net-disconnect-ok'];
 }

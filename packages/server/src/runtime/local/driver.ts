@@ -342,7 +342,7 @@ export class LocalDriver implements RuntimeDriver {
       try {
         await lifecycle.pauseToDisk(this.life, src).catch(async (e) => {
           // The save failed: the source's processes are gone; it boots again from its files.
-          // (Refused before anything was done, say for open connections: it runs as it was.)
+          // (Refused before anything was done: it runs as it was.)
           if (!isAlive(src)) await lifecycle.start(this.life, src, src.spec.limits).catch(() => undefined);
           throw e;
         });

@@ -16,7 +16,7 @@
  * {@link settleKept} (called by `recover()`) turns a record left in `stopping` or `starting`
  * into `stopped`, removing whatever half-made container or network is left.
  */
-import { mkdir, readFile, rm } from 'node:fs/promises';
+import { mkdir, rm } from 'node:fs/promises';
 import type { Socket } from 'node:net';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -138,33 +138,6 @@ export async function stop(h: LifecycleHost, rec: SandboxRecord): Promise<void> 
   await h.state.write(rec);
 }
 
-/**
- * TCP connections from or to `address` that the host's connection tracking still holds in
- * any state but CLOSE (a reset one): established ones, and closed ones for their TIME_WAIT
- * (2 minutes). runsc 2022 cannot save a sandbox holding a TCP endpoint that is not fully
- * gone (it kills the sandbox instead), and which side of a closed connection waits is not
- * told: any such entry refuses the checkpoint before anything is done. 0 when the host has
- * no connection tracking (nothing to go by: the save is tried).
- */
-export async function tcpConnectionsOf(address: string): Promise<number> {
-  if (!address) return 0;
-  let table: string;
-  try {
-    table = await readFile('/proc/net/nf_conntrack', 'utf8');
-  } catch {
-    return 0;
-  }
-  const src = `src=${address} `;
-  const dst = `dst=${address} `;
-  let n = 0;
-  for (const line of table.split('\n')) {
-    const f = line.split(/\s+/);
-    if (f[2] !== 'tcp' || f[5] === 'CLOSE') continue;
-    if (line.includes(src) || line.includes(dst)) n++;
-  }
-  return n;
-}
-
 /** The folder of sandbox `id`'s checkpoint (pause to disk). */
 export function checkpointDir(h: Pick<LifecycleHost, 'checkpointsDir'>, id: string): string {
   return join(h.checkpointsDir, id);
@@ -188,13 +161,6 @@ export async function pauseToDisk(h: LifecycleHost, rec: SandboxRecord): Promise
   if (!isAlive(rec)) throw new SandboxdError('conflict', 'Sandbox is stopped');
   if (await freezeAsked(h.cgroupParent, rec.cid))
     throw new SandboxdError('conflict', 'Sandbox is paused in memory: resume it first', { pausedMemory: 'ram' });
-  const open = await tcpConnectionsOf(rec.address);
-  if (open > 0)
-    throw new SandboxdError(
-      'conflict',
-      `The sandbox has ${open} open or recently closed TCP connection${open === 1 ? '' : 's'}, which gVisor cannot save: close them (a closed one counts for up to 2 minutes) and try again. Nothing was changed.`,
-      { connections: open },
-    );
   const runtime = runtimeOf(h, rec.spec.isolation);
   const dir = checkpointDir(h, rec.spec.id);
   rec.phase = 'stopping';
@@ -217,7 +183,7 @@ export async function pauseToDisk(h: LifecycleHost, rec: SandboxRecord): Promise
   if (failure)
     throw new SandboxdError(
       'conflict',
-      'The sandbox could not be paused to disk: gVisor could not save its state (open TCP connections, or ones it closed in the last minute, cannot be saved). Its processes ended; its files are kept: it is stopped, and start boots it again.',
+      'The sandbox could not be paused to disk: gVisor could not save its state. Its processes ended; its files are kept: it is stopped, and start boots it again.',
       { runtime: (failure as Error).message.slice(0, 300) },
     );
 }

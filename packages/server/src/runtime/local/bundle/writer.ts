@@ -36,6 +36,19 @@ function gvisorTmp(rootfs: string): BundleOptions['volumes'] {
 }
 
 /**
+ * The profile as gVisor enforces it: `clone3` allowed. runsc answers EPERM for every
+ * refused call whatever its errno, so the ENOSYS that makes libc fall back to `clone` (whose
+ * namespace flags the profile checks) would stop every thread from starting; gVisor's own
+ * clone3 gives ENOSYS or checks the flags itself, and a namespace made there is gVisor's.
+ */
+function gvisorSeccomp(p: OciSeccomp): OciSeccomp {
+  return {
+    ...p,
+    syscalls: p.syscalls.map((r) => (r.names.includes('clone3') ? { names: r.names, action: 'SCMP_ACT_ALLOW' } : r)),
+  };
+}
+
+/**
  * Writes sandbox bundles (config.json and the /etc files it binds in) for one host and OCI
  * runtime, each in its own folder `<dir>/<container id>/`. `dir` lies in the instance's run
  * dir (a tmpfs, see run-dir.ts): a bundle is needed only while its container runs, and
@@ -142,8 +155,8 @@ export class BundleWriter {
       agentPath: host.agentPath,
       etcFiles: etc.files,
       volumes: gvisor ? [...gvisorTmp(b.rootfs), ...b.volumes] : b.volumes,
-      seccomp: host.seccomp,
-      // runsc reads the OCI form only with --oci-seccomp, which it is not given (gvisor/runsc.ts).
+      seccomp: gvisor ? gvisorSeccomp(host.seccomp) : host.seccomp,
+      // runsc enforces the OCI form itself (--oci-seccomp), not crun's BPF.
       seccompBpfBase64: gvisor ? undefined : host.seccompBpfBase64,
       cgroupsPath: cgroupsPath(this.o.cgroupParent, b.id),
       allowSetuid: b.allowSetuid,
