@@ -566,9 +566,10 @@ print(out)'`,
 import select, socket
 t = socket.socket(); t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); t.bind(("0.0.0.0", 8000)); t.listen(64)
 u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind(("0.0.0.0", 8001))
+p = select.poll(); p.register(t, select.POLLIN); p.register(u, select.POLLIN)
 while True:
-    for r in select.select([t, u], [], [])[0]:
-        if r is u:
+    for fd, _ in p.poll():
+        if fd == u.fileno():
             d, a = u.recvfrom(100); u.sendto(b"${nb}", a)
         else:
             c, _ = t.accept(); c.sendall(b"${nb}"); c.close()
@@ -586,8 +587,9 @@ while True:
 '`,
       );
       let hostSaw = '';
-      // One thread, select(): under gVisor (runsc 2022) a new thread fails (clone3 answers
-      // EPERM, not the profile's ENOSYS, so glibc does not fall back to clone). A bound, not a
+      // One thread, poll(): under gVisor (runsc 2022 with --oci-seccomp) a new thread fails
+      // (clone3 answers EPERM, not the profile's ENOSYS, so glibc does not fall back to
+      // clone) and so does glibc's select() (pselect6: EPERM). A bound, not a
       // timing check: python3 starts several times slower under gVisor's ptrace platform.
       for (let i = 0; i < (GVISOR ? 600 : 100) && !hostSaw.includes(nb); i++) {
         hostSaw = await new Promise<string>((res) => {
