@@ -39,7 +39,8 @@ def sock(*a):
 
 def sh(cmd):
     r = subprocess.run(['sh', '-c', cmd], capture_output=True, text=True, timeout=20)
-    return (r.stdout.strip() or r.stderr.strip())[:120] + ('' if r.returncode == 0 else ' (exit %d)' % r.returncode)
+    text = (r.stdout.strip() or r.stderr.strip()).splitlines()
+    return (text[-1] if text else '')[:100] + ('' if r.returncode == 0 else ' (exit %d)' % r.returncode)
 
 
 def read(path, n=200):
@@ -134,4 +135,13 @@ out['ping -c1 -W2 gateway'] = sh("command -v ping >/dev/null || { echo no ping; 
 out['df /'] = sh("df -h / | tail -1 | awk '{print $1, $2}'")
 out['/tmp filesystem'] = sh("stat -f -c %T /tmp")
 out['/ filesystem'] = sh("stat -f -c %T /")
+# what programs of a Debian image meet
+out['python thread'] = sh("python3 -c 'import threading; t = threading.Thread(target=print, args=(\"ok\",)); t.start(); t.join()' 2>&1 | tail -1")
+out['clone3 (glibc pthread_create)'] = call(435, 0, 0)
+out['select() (pselect6)'] = sh("python3 -c 'import select; print(select.select([], [], [], 0))' 2>&1 | tail -1")
+out['poll()'] = sh("python3 -c 'import select; p = select.poll(); print(p.poll(0))' 2>&1 | tail -1")
+out['ls /'] = sh('ls / >/dev/null && echo ok')
+out['stat / (coreutils)'] = sh('stat -c %F / 2>&1')
+out['statx AT_NO_AUTOMOUNT'] = call(332, -100, b'/', 0x800, 0x7ff, ctypes.create_string_buffer(256))
+out['find / -maxdepth 1'] = sh('find / -maxdepth 1 | wc -l')
 print(json.dumps(out))
