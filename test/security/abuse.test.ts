@@ -124,7 +124,9 @@ describe('resource abuse leaves the host and other sandboxes answering', {
       // gVisor: the pids limit counts the host's tasks of the sandbox (the Sentry's threads
       // and, on ptrace, one stub per thread of the sandbox), not its own processes.
       const st = await s.api('GET', `/api/v1/sandboxes/${x}`, { key: api.key });
-      console.log(`# gVisor: after the fork bomb the sandbox is ${st.body?.sandbox?.state} (${pids(x).current} host tasks)`);
+      console.log(
+        `# gVisor: after the fork bomb the sandbox is ${st.body?.sandbox?.state} (${pids(x).current} host tasks)`,
+      );
     }
     const t0 = performance.now();
     await api.delete(x);

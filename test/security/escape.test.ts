@@ -106,7 +106,10 @@ describe('escape suite (through the API, from inside sandboxes)', {
       // its errnoRet values, so every refusal is EPERM (clone3 included: the reason threads
       // of glibc programs fail there, docs/runtime.md); there are no /proc/<pid>/ns files to
       // setns into (ENOENT); 32-bit x86 binaries do not run at all (ENOEXEC, dropped above).
-      const ok = [...(allowed.get(call) ?? [EPERM]), ...(GVISOR ? [EPERM, ...(call === 'setns own mnt' ? [2] : [])] : [])];
+      const ok = [
+        ...(allowed.get(call) ?? [EPERM]),
+        ...(GVISOR ? [EPERM, ...(call === 'setns own mnt' ? [2] : [])] : []),
+      ];
       assert.ok(ok.includes(errno), `${call}: errno ${errno}, want one of ${ok}`);
     }
     assert.ok(Object.keys(got).length >= 60, 'every probe ran');
@@ -200,7 +203,10 @@ print(json.dumps({'writes': out, 'reads': reads}))
       // open for writing and then refuse the write (EIO: kernel/hostname, vm/overcommit_memory);
       // /proc/sys/net/* are the settings of the sandbox's own network stack (netstack, in the
       // Sentry), writable and seen by nothing else. The host's values are compared below.
-      if (GVISOR && (/^opened, write errno \d+$/.test(String(v)) || (p.startsWith('/proc/sys/net/') && v === 'WRITABLE')))
+      if (
+        GVISOR &&
+        (/^opened, write errno \d+$/.test(String(v)) || (p.startsWith('/proc/sys/net/') && v === 'WRITABLE'))
+      )
         continue;
       assert.equal(typeof v, 'number', `${p} opened for writing: ${v}`);
     }
@@ -481,17 +487,19 @@ print(out)'`,
       return [...mine];
     };
     const inRange = () =>
-      GVISOR ? ofGvisorSandbox() : readdirSync('/proc')
-        .filter((p) => /^\d+$/.test(p))
-        .filter((p) => {
-          try {
-            const st = readFileSync(`/proc/${p}/status`, 'utf8');
-            const uid = Number(/^Uid:\s+(\d+)/m.exec(st)?.[1]);
-            return uid >= base && uid < base + 65536 && !/^State:\s+Z/m.test(st); // a zombie runs nothing; the host's init reaps it
-          } catch {
-            return false;
-          }
-        });
+      GVISOR
+        ? ofGvisorSandbox()
+        : readdirSync('/proc')
+            .filter((p) => /^\d+$/.test(p))
+            .filter((p) => {
+              try {
+                const st = readFileSync(`/proc/${p}/status`, 'utf8');
+                const uid = Number(/^Uid:\s+(\d+)/m.exec(st)?.[1]);
+                return uid >= base && uid < base + 65536 && !/^State:\s+Z/m.test(st); // a zombie runs nothing; the host's init reaps it
+              } catch {
+                return false;
+              }
+            });
     const least = GVISOR ? 2 : 5; // gVisor: its sandbox process and gofer at least
     let before: string[] = [];
     for (let i = 0; i < 50 && before.length < least; i++) {
@@ -855,14 +863,16 @@ print(json.dumps(out))' ${Buffer.from(JSON.stringify(names)).toString('base64')}
       // gVisor: no outside binary ever runs inside. runsc starts commands through the Sentry
       // (runsc itself stays on the host) and every /proc/<pid>/exe names a file of the
       // sandbox's own file system: the mechanism the CVE used does not exist there.
-      if (!GVISOR) assert.ok(
-        got.caught.some((x) => x.phase === 0),
-        'no outside process was caught during the exec',
-      );
-      if (!GVISOR) assert.ok(
-        got.caught.some((x) => x.phase === 1),
-        'no outside process was caught during the terminal start',
-      );
+      if (!GVISOR)
+        assert.ok(
+          got.caught.some((x) => x.phase === 0),
+          'no outside process was caught during the exec',
+        );
+      if (!GVISOR)
+        assert.ok(
+          got.caught.some((x) => x.phase === 1),
+          'no outside process was caught during the terminal start',
+        );
       const pid1 = got.direct['pid1 exe'] as Record<string, unknown>;
       for (const how of WRITES) assert.notEqual(pid1[how], 'OPENED', `/proc/1/exe opened for writing by ${how}`);
       const bound = Object.entries(got.direct).filter(([k]) => k.startsWith('/dev/'));

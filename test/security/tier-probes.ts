@@ -164,8 +164,10 @@ try {
       }
       await new Promise((r) => setTimeout(r, 3000)); // idle
       for (const id of made) mem.push(memoryOf(withDescendants(pidsOf(id))));
-      const fmt = (xs: number[]) => `${p50(xs).toFixed(0)} (${Math.min(...xs).toFixed(0)}-${Math.max(...xs).toFixed(0)})`;
-      const kib = (xs: number[]) => `${(p50(xs) / 1024).toFixed(1)} (${(Math.min(...xs) / 1024).toFixed(1)}-${(Math.max(...xs) / 1024).toFixed(1)})`;
+      const fmt = (xs: number[]) =>
+        `${p50(xs).toFixed(0)} (${Math.min(...xs).toFixed(0)}-${Math.max(...xs).toFixed(0)})`;
+      const kib = (xs: number[]) =>
+        `${(p50(xs) / 1024).toFixed(1)} (${(Math.min(...xs) / 1024).toFixed(1)}-${(Math.max(...xs) / 1024).toFixed(1)})`;
       figures.push({
         tier: t,
         'create ms': fmt(create),
