@@ -140,7 +140,7 @@ try {
   for (const t of TIERS) await api.delete(ids[t]);
 
   if (N > 0) {
-    const figures: Record<string, unknown>[] = [];
+    const figures: Record<string, string>[] = [];
     for (const t of TIERS) {
       const made: string[] = [];
       const create: number[] = [];
