@@ -11,15 +11,46 @@
  * after another and reports, per tier: create (POST -> 201), create -> first `echo`
  * answered, the p50 of 20 `echo` round trips, and the memory of each idle sandbox's host
  * processes (RSS and PSS summed over the processes of its cgroup, for gVisor the runsc
- * sandbox, gofer and ptrace stubs; and the cgroup's memory.current).
+ * sandbox, gofer and ptrace stubs; and the cgroup's memory.current). `--syscalls` also calls
+ * every syscall the seccomp profile allows outright (numbers from the host's
+ * asm/unistd_64.h), once with invalid arguments, in a sandbox of each tier
+ * (probes/allowed-syscalls.py) and lists those whose answer is EPERM or ENOSYS on gVisor only.
  */
 import { readdirSync, readFileSync } from 'node:fs';
+import { SANDBOX_CAPABILITIES } from '../../packages/server/src/runtime/local/bundle/oci-config.js';
+import { buildSeccompProfile } from '../../packages/server/src/runtime/local/bundle/seccomp.js';
 import { newAccount, startServer } from '../e2e/harness.js';
 import { Api, DEBIAN, p50, table } from './escape-support.js';
 
 const TIERS = ['container', 'gvisor'] as const;
 const measureAt = process.argv.indexOf('--measure');
 const N = measureAt >= 0 ? Number(process.argv[measureAt + 1] ?? 5) : 0;
+const SYSCALLS = process.argv.includes('--syscalls');
+
+/** [name, number] of every syscall the profile allows without argument rules (process-ending and blocking ones left out). */
+function allowedSyscalls(): [string, number][] {
+  const nrs = new Map<string, number>();
+  const header = readFileSync('/usr/include/x86_64-linux-gnu/asm/unistd_64.h', 'utf8');
+  for (const m of header.matchAll(/#define __NR_(\w+) (\d+)/g)) nrs.set(m[1], Number(m[2]));
+  const profile = buildSeccompProfile({ capabilities: [...SANDBOX_CAPABILITIES] });
+  const skip = new Set([
+    'exit',
+    'exit_group',
+    'vfork',
+    'fork',
+    'clone',
+    'clone3',
+    'pause',
+    'rt_sigreturn',
+    'execve',
+    'execveat',
+  ]);
+  const names = new Set<string>();
+  for (const r of profile.syscalls)
+    if (r.action === 'SCMP_ACT_ALLOW' && !r.args?.length)
+      for (const n of r.names) if (nrs.has(n) && !skip.has(n)) names.add(n);
+  return [...names].map((n) => [n, nrs.get(n)!]);
+}
 
 /** Host pids whose cgroup path names sandbox `id`. */
 function pidsOf(id: string): number[] {
@@ -137,6 +168,20 @@ try {
     }
   }
   console.log(table(hostRows));
+  if (SYSCALLS) {
+    const calls = allowedSyscalls();
+    const res: Record<string, Record<string, number>> = {};
+    for (const t of TIERS)
+      res[t] = await api.runProbe<Record<string, number>>(ids[t], 'allowed-syscalls.py', calls, { timeoutMs: 600_000 });
+    const only = (errno: number) =>
+      calls
+        .map(([n]) => n)
+        .filter((n) => res.gvisor[n] === errno && res.container[n] !== errno)
+        .map((n) => `${n} (container: ${res.container[n]})`);
+    console.log(`# ${calls.length} calls the profile allows, each once with invalid arguments`);
+    console.log(`# EPERM on gVisor only: ${only(1).join(', ')}`);
+    console.log(`# ENOSYS on gVisor only: ${only(38).join(', ')}`);
+  }
   for (const t of TIERS) await api.delete(ids[t]);
 
   if (N > 0) {
