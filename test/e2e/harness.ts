@@ -1,7 +1,9 @@
 /**
  * Starts the real server process for black-box tests and talks to it over HTTP.
  * Env: SANDBOXD_E2E_RUNTIME (`fake` default, `local` for the crun driver),
- * SANDBOXD_E2E_IMAGE (default `local/busybox:latest`).
+ * SANDBOXD_E2E_IMAGE (default `local/busybox:latest`), SANDBOXD_TEST_ISOLATION (unset: the
+ * server's own default, containers; `gvisor`: the servers started here make every sandbox a
+ * gVisor one, through SANDBOXD_ISOLATION: `npm run test:gvisor-security`).
  */
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { createWriteStream, mkdtempSync, rmSync } from 'node:fs';
@@ -15,6 +17,18 @@ import { localEnv, teardownLocal } from './local-runtime.js';
 
 export const RUNTIME = process.env.SANDBOXD_E2E_RUNTIME ?? 'fake';
 export const IMAGE = process.env.SANDBOXD_E2E_IMAGE ?? 'local/busybox:latest';
+/**
+ * The tier the servers started here give sandboxes that name none (`SANDBOXD_TEST_ISOLATION`):
+ * `container` (the default, the server's own) or `gvisor`. A test's own `env` still wins.
+ */
+export const TEST_ISOLATION: 'container' | 'gvisor' = (() => {
+  const v = process.env.SANDBOXD_TEST_ISOLATION;
+  if (v === undefined || v === '' || v === 'container') return 'container';
+  if (v === 'gvisor') return 'gvisor';
+  throw new Error(`SANDBOXD_TEST_ISOLATION is ${v}: container or gvisor`);
+})();
+/** Whether this run's sandboxes are gVisor ones (SANDBOXD_TEST_ISOLATION=gvisor). */
+export const GVISOR = TEST_ISOLATION === 'gvisor';
 const ROOT = resolve(fileURLToPath(import.meta.url), '../../..');
 export const ADMIN_KEY = `sk_${'e2eAdminKey0'.repeat(4).slice(0, 40)}`;
 
@@ -100,6 +114,7 @@ export async function startServer(
     ...(RUNTIME === 'local' ? localEnv(dataDir) : {}),
     // No warm pool unless a test asks for one: each server would start sandboxes it never uses.
     SANDBOXD_WARM_POOL: 'off',
+    ...(GVISOR ? { SANDBOXD_ISOLATION: 'gvisor' } : {}),
     ...o.env,
   };
   if (!keysByDir.has(dataDir)) keysByDir.set(dataDir, new Set([ADMIN_KEY]));

@@ -183,6 +183,9 @@ export function hostBinaries(): string[] {
     '/usr/sbin/runc',
     '/usr/bin/catatonit',
     '/usr/libexec/podman/catatonit',
+    // gVisor's runtime (the gvisor tier): its sandbox, gofer and exec are this one binary
+    '/usr/bin/runsc',
+    '/usr/local/bin/runsc',
     process.execPath,
   ];
   const helpers = join(ROOT, 'build/bin');

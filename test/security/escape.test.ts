@@ -24,7 +24,7 @@ import { after, before, describe, it } from 'node:test';
 import { spawnSync } from 'node:child_process';
 import { TermClient, terminalUrl } from '../../packages/server/test/terminals.js';
 import { TEST_IMAGE_DIR } from '../e2e/local-runtime.js';
-import { ADMIN_KEY, newAccount, RUNTIME, startServer, type Server } from '../e2e/harness.js';
+import { ADMIN_KEY, GVISOR, newAccount, RUNTIME, startServer, type Server } from '../e2e/harness.js';
 import {
   Api,
   BUSYBOX,
@@ -102,7 +102,14 @@ describe('escape suite (through the API, from inside sandboxes)', {
     delete got['i386 socket inet (allowed)'];
     for (const [call, errno] of Object.entries(got)) {
       if (call === 'ptrace traceme') continue; // inside the sandbox only: allowed
-      const ok = allowed.get(call) ?? [EPERM];
+      // gVisor (runsc 2022, --oci-seccomp): the Sentry applies the same profile but ignores
+      // its errnoRet values, so every refusal is EPERM (clone3 included: the reason threads
+      // of glibc programs fail there, docs/runtime.md); there are no /proc/<pid>/ns files to
+      // setns into (ENOENT); 32-bit x86 binaries do not run at all (ENOEXEC, dropped above).
+      const ok = [
+        ...(allowed.get(call) ?? [EPERM]),
+        ...(GVISOR ? [EPERM, ...(call === 'setns own mnt' ? [2] : [])] : []),
+      ];
       assert.ok(ok.includes(errno), `${call}: errno ${errno}, want one of ${ok}`);
     }
     assert.ok(Object.keys(got).length >= 60, 'every probe ran');
@@ -191,7 +198,18 @@ print(json.dumps({'writes': out, 'reads': reads}))
     const got = JSON.parse(r.stdout) as { writes: Record<string, unknown>; reads: Record<string, unknown> };
     console.log(table(Object.entries(got.writes).map(([path, v]) => ({ path, write: String(v) }))));
     console.log(table(Object.entries(got.reads).map(([path, v]) => ({ path, read: String(v) }))));
-    for (const [p, v] of Object.entries(got.writes)) assert.equal(typeof v, 'number', `${p} opened for writing: ${v}`);
+    for (const [p, v] of Object.entries(got.writes)) {
+      // gVisor: /proc/sys is the Sentry's own (nothing of it is the host's). Some of its files
+      // open for writing and then refuse the write (EIO: kernel/hostname, vm/overcommit_memory);
+      // /proc/sys/net/* are the settings of the sandbox's own network stack (netstack, in the
+      // Sentry), writable and seen by nothing else. The host's values are compared below.
+      if (
+        GVISOR &&
+        (/^opened, write errno \d+$/.test(String(v)) || (p.startsWith('/proc/sys/net/') && v === 'WRITABLE'))
+      )
+        continue;
+      assert.equal(typeof v, 'number', `${p} opened for writing: ${v}`);
+    }
     for (const [p, v] of Object.entries(got.reads)) {
       // masked files read as empty (bound /dev/null) or hidden; never real kernel data
       assert.ok(
@@ -258,6 +276,9 @@ print(json.dumps({'dev': dev, 'nodes': nodes, 'cgroup': cg}))
       // the init or exec agent, a host binary bound read-only (its hash is checked in the CVE-2019-5736 test)
       init: /^file$/,
       'sandboxd-agent': /^file$/,
+      // gVisor: the Sentry's own FUSE and TUN devices (implemented in user space, no host
+      // device behind them; FUSE mounts still need CAP_SYS_ADMIN, which the sandbox lacks).
+      ...(GVISOR ? { fuse: /^chr 10:229$/, net: /^dir$/ } : {}),
     };
     for (const [name, kind] of Object.entries(got.dev)) {
       assert.ok(allowed[name], `unexpected /dev/${name} (${kind})`);
@@ -265,7 +286,8 @@ print(json.dumps({'dev': dev, 'nodes': nodes, 'cgroup': cg}))
     }
     const okNodes =
       /^\/dev\/(null chr 1:3|zero chr 1:5|full chr 1:7|random chr 1:8|urandom chr 1:9|tty chr 5:0|console chr .*|pts\/ptmx chr 5:2|pts\/\d+ chr 136:\d+)$/;
-    for (const n of got.nodes) assert.match(n, okNodes, `device node ${n}`);
+    const gvisorNodes = /^\/dev\/(fuse chr 10:229|net\/tun chr 10:200)$/; // the Sentry's own, as above
+    for (const n of got.nodes) if (!(GVISOR && gvisorNodes.test(n))) assert.match(n, okNodes, `device node ${n}`);
     assert.ok(got.nodes.length >= 6, `found ${got.nodes.join(', ')}`);
     assert.ok(!got.cgroup.join(' ').includes('a *:* rwm'), `device cgroup allows everything: ${got.cgroup.join(' ')}`);
     // Device nodes cannot be made (CAP_MKNOD is dropped) and would not work on any mount (nodev).
@@ -273,8 +295,24 @@ print(json.dumps({'dev': dev, 'nodes': nodes, 'cgroup': cg}))
       a,
       'mknod /tmp/sda b 8 0; echo rc=$?; mknod /dev/shm/mem c 1 1; echo rc=$?; mknod /root/vda b 254 0; echo rc=$?',
     );
-    assert.deepEqual(mk.stdout.trim().split('\n'), ['rc=1', 'rc=1', 'rc=1'], mk.stderr);
+    if (GVISOR) {
+      // gVisor (2022): the Sentry's /dev tmpfs lets the sandbox's root make nodes there (the
+      // root layer refuses: EPERM), but a node only ever names one of the Sentry's own
+      // devices: /dev/mem (1:1) and block devices are none of them, and opening fails (ENXIO).
+      const [tmpNode, , rootNode] = mk.stdout.trim().split('\n');
+      assert.deepEqual([tmpNode, rootNode], ['rc=1', 'rc=1'], mk.stderr);
+      const o = await api.exec(
+        a,
+        'mknod /dev/shm/blk b 8 0; for n in mem blk; do (head -c 1 /dev/shm/$n >/dev/null) 2>/dev/null; echo "$n rc=$?"; done; rm -f /dev/shm/mem /dev/shm/blk',
+      );
+      assert.deepEqual(o.stdout.trim().split('\n'), ['mem rc=1', 'blk rc=1'], `a made node opened: ${o.stderr}`);
+    } else assert.deepEqual(mk.stdout.trim().split('\n'), ['rc=1', 'rc=1', 'rc=1'], mk.stderr);
     const mounts = (await api.exec(a, 'cat /proc/self/mountinfo')).stdout.trim().split('\n');
+    // gVisor: the Sentry's mounts show no nodev (its root is a 9p mount of the gofer); what
+    // nodev does there is done by the Sentry itself: mknod outside its /dev refused (EPERM,
+    // above), a node of the image or of /dev names only its own devices (the setuid image
+    // test below opens one: EACCES).
+    if (GVISOR) mounts.length = 0;
     for (const m of mounts) {
       const [, , , , mountPoint, opts] = m.split(' ');
       // /dev itself holds the bound standard nodes; read-only mounts (masks) cannot get new nodes
@@ -326,8 +364,15 @@ print(json.dumps({'res': res, 'procs': procs, 'pidns': os.readlink('/proc/self/n
     const got = JSON.parse(r.stdout) as { res: Record<string, number[]>; procs: Record<string, string>; pidns: string };
     const ESRCH = 3;
     assert.ok(Object.keys(got.res).length >= 10, `tried ${Object.keys(got.res).length} host pids`);
+    // gVisor (2022): process_vm_readv and pidfd_open are not implemented by the Sentry (ENOSYS)
+    // whatever the pid; ptrace and kill find no such process (ESRCH) as in a container.
+    const ENOSYS = 38;
+    const want = GVISOR ? [[ESRCH], [ESRCH], [ESRCH, ENOSYS], [ESRCH, ENOSYS]] : [[ESRCH], [ESRCH], [ESRCH], [ESRCH]];
     for (const [pid, errs] of Object.entries(got.res))
-      assert.deepEqual(errs, [ESRCH, ESRCH, ESRCH, ESRCH], `host pid ${pid}: ${errs}`);
+      assert.ok(
+        errs.length === 4 && errs.every((e, i) => want[i].includes(e)),
+        `host pid ${pid}: ${errs}, want ${want.map((w) => w.join('|'))}`,
+      );
     const cmdlines = Object.values(got.procs);
     assert.ok(cmdlines.length <= 6, `sees ${cmdlines.length} processes: ${cmdlines.join(' | ')}`);
     assert.ok(
@@ -371,35 +416,97 @@ print(res)'`,
     console.log(
       `# PID 1: ptrace seize, process_vm_readv, process_vm_writev, /proc/1/{mem,environ,cwd,root,map_files}, each /proc/1/fd link: ${p1.stdout.trim()}`,
     );
-    assert.doesNotMatch(p1.stdout, /OPENED|\[0,|, 0,|, 0\]/, `PID 1 reachable: ${p1.stdout}`);
+    if (GVISOR) {
+      // gVisor (2022): the Sentry does not apply the agent's non-dumpable state to
+      // /proc/1/environ and /proc/1/fd, which the sandbox's root (same uid as PID 1) then
+      // reads: environ holds the image's PATH, LANG and HOME; the fd links name /dev/null,
+      // the channel (host sockets, `host:[n]`), a signalfd and the pipes of the commands
+      // running. ptrace, process_vm_*, /proc/1/mem, cwd, root and map_files stay refused,
+      // and the channel cannot be opened through /proc/1/fd (ENXIO) nor copied (pidfd_open
+      // and pidfd_getfd are not implemented): asserted below.
+      const rest = p1.stdout.replace(/'OPENED \/proc\/1\/environ'|'OPENED fd \d+ -> [^']*'/g, "'x'");
+      assert.doesNotMatch(rest, /OPENED|\[0,|, 0,|, 0\]/, `PID 1 reachable: ${p1.stdout}`);
+      const ch = await api.exec(
+        a,
+        `python3 -c '
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+out = []
+for n in os.listdir("/proc/1/fd"):
+    link = os.readlink("/proc/1/fd/" + n)
+    if not link.startswith(("host:", "socket:", "anon_inode:")):
+        continue
+    try:
+        os.close(os.open("/proc/1/fd/" + n, os.O_RDWR)); out.append("OPENED " + link)
+    except OSError as e:
+        out.append("%s %d" % (link, e.errno))
+r = libc.syscall(ctypes.c_long(434), ctypes.c_long(1), ctypes.c_long(0))
+out.append("pidfd_open %d" % (ctypes.get_errno() if r < 0 else 0))
+print(out)'`,
+      );
+      console.log(`# PID 1's channel and other special fds, opened through /proc/1/fd: ${ch.stdout.trim()}`);
+      assert.match(ch.stdout, /host:/, `the channel's fds were looked at: ${ch.stdout} ${ch.stderr}`);
+      assert.doesNotMatch(ch.stdout, /OPENED|pidfd_open 0/, `PID 1's channel reachable: ${ch.stdout}`);
+    } else assert.doesNotMatch(p1.stdout, /OPENED|\[0,|, 0,|, 0\]/, `PID 1 reachable: ${p1.stdout}`);
     assert.equal((await api.exec(b, 'pgrep -f "sleep 3601" >/dev/null && echo alive')).stdout, 'alive\n');
   });
 
   it('a deleted sandbox leaves no process on the host, however its processes detached themselves', async () => {
     const id = await api.create({ image: BUSYBOX });
-    const base = Number((await api.exec(id, 'cat /proc/self/uid_map')).stdout.trim().split(/\s+/)[1]);
-    assert.ok(base >= 65536, `uid base ${base}`);
+    // gVisor: the sandbox's processes are the Sentry's, not the host's, and its uid_map is the
+    // Sentry's own identity map. What runs on the host for it is runsc's sandbox process (the
+    // Sentry), its gofer (both name the sandbox's bundle, hence its id, on their command
+    // line) and, on the ptrace platform, the stub processes that run its threads (children
+    // of the sandbox process): those must all be gone after the delete.
+    const base = GVISOR ? 0 : Number((await api.exec(id, 'cat /proc/self/uid_map')).stdout.trim().split(/\s+/)[1]);
+    if (!GVISOR) assert.ok(base >= 65536, `uid base ${base}`);
     await api.background(id, 'setsid sh -c \'trap "" HUP TERM; while :; do sleep 1; done\' >/dev/null 2>&1 &');
     await api.background(id, "(sh -c 'sleep 3600 </dev/null >/dev/null 2>&1 &' &)");
     await api.background(id, 'exec sleep 3601');
-    const inRange = () =>
-      readdirSync('/proc')
-        .filter((p) => /^\d+$/.test(p))
-        .filter((p) => {
-          try {
-            const st = readFileSync(`/proc/${p}/status`, 'utf8');
-            const uid = Number(/^Uid:\s+(\d+)/m.exec(st)?.[1]);
-            return uid >= base && uid < base + 65536 && !/^State:\s+Z/m.test(st); // a zombie runs nothing; the host's init reaps it
-          } catch {
-            return false;
+    const ofGvisorSandbox = (): string[] => {
+      const parent = new Map<string, string>();
+      const mine = new Set<string>();
+      for (const p of readdirSync('/proc').filter((x) => /^\d+$/.test(x))) {
+        try {
+          const stat = readFileSync(`/proc/${p}/stat`, 'utf8');
+          if (/^[ZX]$/.test(stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3))) continue;
+          parent.set(p, stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+          if (readFileSync(`/proc/${p}/cmdline`, 'utf8').includes(id)) mine.add(p);
+        } catch {
+          /* gone */
+        }
+      }
+      for (let grew = true; grew; ) {
+        grew = false;
+        for (const [p, pp] of parent)
+          if (!mine.has(p) && mine.has(pp)) {
+            mine.add(p);
+            grew = true;
           }
-        });
+      }
+      return [...mine];
+    };
+    const inRange = () =>
+      GVISOR
+        ? ofGvisorSandbox()
+        : readdirSync('/proc')
+            .filter((p) => /^\d+$/.test(p))
+            .filter((p) => {
+              try {
+                const st = readFileSync(`/proc/${p}/status`, 'utf8');
+                const uid = Number(/^Uid:\s+(\d+)/m.exec(st)?.[1]);
+                return uid >= base && uid < base + 65536 && !/^State:\s+Z/m.test(st); // a zombie runs nothing; the host's init reaps it
+              } catch {
+                return false;
+              }
+            });
+    const least = GVISOR ? 2 : 5; // gVisor: its sandbox process and gofer at least
     let before: string[] = [];
-    for (let i = 0; i < 50 && before.length < 5; i++) {
+    for (let i = 0; i < 50 && before.length < least; i++) {
       before = inRange();
-      if (before.length < 5) await sleep(100);
+      if (before.length < least) await sleep(100);
     }
-    assert.ok(before.length >= 5, `control: sees the sandbox's processes on the host (${before.length})`);
+    assert.ok(before.length >= least, `control: sees the sandbox's processes on the host (${before.length})`);
     await api.delete(id);
     let left = inRange();
     for (let i = 0; i < 50 && left.length; i++) {
@@ -464,15 +571,16 @@ print(res)'`,
       await api.background(
         b,
         `python3 -c '
-import socket, threading
+import select, socket
 t = socket.socket(); t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); t.bind(("0.0.0.0", 8000)); t.listen(64)
 u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind(("0.0.0.0", 8001))
-def udp():
-    while True:
-        d, a = u.recvfrom(100); u.sendto(b"${nb}", a)
-threading.Thread(target=udp, daemon=True).start()
+p = select.poll(); p.register(t, select.POLLIN); p.register(u, select.POLLIN)
 while True:
-    c, _ = t.accept(); c.sendall(b"${nb}"); c.close()
+    for fd, _ in p.poll():
+        if fd == u.fileno():
+            d, a = u.recvfrom(100); u.sendto(b"${nb}", a)
+        else:
+            c, _ = t.accept(); c.sendall(b"${nb}"); c.close()
 '`,
       );
       // A control listener inside A itself proves the probe sees a connection when there is one.
@@ -487,7 +595,11 @@ while True:
 '`,
       );
       let hostSaw = '';
-      for (let i = 0; i < 100 && !hostSaw.includes(nb); i++) {
+      // One thread, poll(): under gVisor (runsc 2022 with --oci-seccomp) a new thread fails
+      // (clone3 answers EPERM, not the profile's ENOSYS, so glibc does not fall back to
+      // clone) and so does glibc's select() (pselect6: EPERM). A bound, not a
+      // timing check: python3 starts several times slower under gVisor's ptrace platform.
+      for (let i = 0; i < (GVISOR ? 600 : 100) && !hostSaw.includes(nb); i++) {
         hostSaw = await new Promise<string>((res) => {
           const c = connect(8000, bAddr);
           let got = '';
@@ -661,7 +773,7 @@ print(json.dumps(out))' ${Buffer.from(JSON.stringify(names)).toString('base64')}
   it('CVE-2019-5736: the runtime binary entering through exec or a terminal cannot be opened for writing through /proc/<pid>/exe', async () => {
     const bins = hostBinaries();
     assert.ok(
-      bins.some((x) => /crun|runc/.test(x)),
+      bins.some((x) => (GVISOR ? /runsc/ : /crun|runc/).test(x)),
       `no OCI runtime among ${bins}`,
     );
     const before = hashAll(bins);
@@ -693,15 +805,23 @@ print(json.dumps(out))' ${Buffer.from(JSON.stringify(names)).toString('base64')}
       assert.ok(phase0, 'phase 0 of the watcher ended');
       // Phase 1: a terminal starts bash, now `#!/proc/self/exe`.
       const t = await s.api('POST', `/api/v1/sandboxes/${id}/terminals`, { key: api.key, body: { shell: 'bash' } });
-      assert.equal(t.status, 201, t.text);
-      const c = await TermClient.connect(terminalUrl(s.baseUrl, id, t.body.terminal.id), {
-        authorization: `Bearer ${api.key}`,
-      });
-      const exit = await c.control('exit', 40_000).catch(() => null);
-      console.log(
-        `# terminal through the swapped bash: ${JSON.stringify(exit)} ${JSON.stringify(c.text.slice(0, 160))}`,
-      );
-      c.close();
+      if (GVISOR && t.status === 500) {
+        // gVisor: a terminal's shell is started by `runsc exec`, whose request the Sentry
+        // serves itself; its loader refuses bash-as-`#!/proc/self/exe` (EINVAL), so the
+        // terminal fails to start and nothing of the host runs inside.
+        assert.match(t.body.message, /failed to load \/usr\/bin\/bash/, t.text);
+        console.log(`# terminal through the swapped bash: ${t.status} ${t.body.message}`);
+      } else {
+        assert.equal(t.status, 201, t.text);
+        const c = await TermClient.connect(terminalUrl(s.baseUrl, id, t.body.terminal.id), {
+          authorization: `Bearer ${api.key}`,
+        });
+        const exit = await c.control('exit', 40_000).catch(() => null);
+        console.log(
+          `# terminal through the swapped bash: ${JSON.stringify(exit)} ${JSON.stringify(c.text.slice(0, 160))}`,
+        );
+        c.close();
+      }
       let out = '';
       for (let i = 0; i < 80 && !out; i++) {
         const r = await api.execRaw(id, 'cat /tmp/exe-watch.json 2>/dev/null', { timeoutMs: 20_000 });
@@ -740,14 +860,19 @@ print(json.dumps(out))' ${Buffer.from(JSON.stringify(names)).toString('base64')}
       // The attack must have had a target, or it proves nothing: the runtime's binary ran in
       // the sandbox for the exec (phase 0) and for the terminal (phase 1). If the exec path
       // changes so that no outside binary ever runs inside, revisit this assertion.
-      assert.ok(
-        got.caught.some((x) => x.phase === 0),
-        'no outside process was caught during the exec',
-      );
-      assert.ok(
-        got.caught.some((x) => x.phase === 1),
-        'no outside process was caught during the terminal start',
-      );
+      // gVisor: no outside binary ever runs inside. runsc starts commands through the Sentry
+      // (runsc itself stays on the host) and every /proc/<pid>/exe names a file of the
+      // sandbox's own file system: the mechanism the CVE used does not exist there.
+      if (!GVISOR)
+        assert.ok(
+          got.caught.some((x) => x.phase === 0),
+          'no outside process was caught during the exec',
+        );
+      if (!GVISOR)
+        assert.ok(
+          got.caught.some((x) => x.phase === 1),
+          'no outside process was caught during the terminal start',
+        );
       const pid1 = got.direct['pid1 exe'] as Record<string, unknown>;
       for (const how of WRITES) assert.notEqual(pid1[how], 'OPENED', `/proc/1/exe opened for writing by ${how}`);
       const bound = Object.entries(got.direct).filter(([k]) => k.startsWith('/dev/'));
@@ -892,10 +1017,16 @@ print(json.dumps(out))' ${Buffer.from(JSON.stringify(names)).toString('base64')}
 
   it('learns no host paths and nothing of other sandboxes from /sys or /proc (loop devices, block devices, mounts)', async () => {
     const dataDir = s.dataDir;
+    // gVisor (runsc 2022): coreutils 9's ls fails on every path there (statx with
+    // AT_NO_AUTOMOUNT: EINVAL), which would make this check see nothing: python lists instead.
+    const ls = GVISOR
+      ? `python3 -c 'import os, sys${'\n'}for d in sys.argv[1:]:${'\n'}    print(*(os.listdir(d) if os.path.isdir(d) else []))'`
+      : 'ls';
     const r = await api.exec(
       a,
-      'cat /sys/block/*/loop/backing_file /sys/devices/virtual/block/*/loop/backing_file 2>/dev/null; ls /sys/block /sys/class/block /sys/devices/virtual/block /sys/fs/ext4 2>/dev/null; cat /proc/partitions /proc/diskstats 2>/dev/null; true',
+      `cat /sys/block/*/loop/backing_file /sys/devices/virtual/block/*/loop/backing_file 2>/dev/null; ${ls} /sys/block /sys/class/block /sys/devices/virtual/block /sys/fs/ext4 2>/dev/null; cat /proc/partitions /proc/diskstats 2>/dev/null; true`,
     );
+    if (GVISOR) console.log(`# /sys and /proc block views: ${JSON.stringify(r.stdout.slice(0, 300))}`);
     for (const other of [b, bb])
       assert.ok(!r.stdout.includes(other), `sees sandbox ${other}: ${r.stdout.slice(0, 400)}`);
     assert.ok(!r.stdout.includes(dataDir), `sees the host data dir: ${r.stdout.slice(0, 400)}`);
@@ -1003,7 +1134,10 @@ print(json.dumps(out))' ${Buffer.from(JSON.stringify(names)).toString('base64')}
       assert.equal(uid, '1000');
       assert.match(ls, /^-rwsr-xr-x/, 'the setuid bit is there');
       assert.equal(setuidRun, '1000', 'a setuid-root binary of the image gave root');
-      assert.match(nnp, /NoNewPrivs:\s+1/);
+      // gVisor (2022): the Sentry's /proc/<pid>/status has no NoNewPrivs line (it enforces
+      // no_new_privs all the same: the setuid run above stayed 1000), so the line is absent.
+      if (GVISOR) assert.doesNotMatch(r.body.stdout, /NoNewPrivs:\s+0/);
+      else assert.match(nnp, /NoNewPrivs:\s+1/);
       assert.match(r.body.stdout, /rc=[1-9]/, 'a device node of the image opened');
       assert.equal(statSync(join(imageDir, 'by-digest')).mode & 0o777, 0o700, "mode of the unpacked images' folder");
       const nobody = spawnSync(
