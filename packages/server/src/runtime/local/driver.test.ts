@@ -36,23 +36,21 @@ function inGvisor(driver: LocalDriver): LocalDriver {
   return driver;
 }
 
-{
-  runDriverConformance({
-    name: 'local (gvisor: runsc)',
-    image: 'local/busybox:latest',
-    make: async () => {
-      const { driver, dataDir } = makeTestDriver('confgvisor', {});
-      cleanup.push(dataDir);
-      await driver.init();
-      await driver.recover();
-      return inGvisor(driver);
-    },
-    destroy: async (d) => {
-      await (d as LocalDriver).destroyAll();
-      for (const dir of cleanup.splice(0)) rmSync(dir, { recursive: true, force: true });
-    },
-  });
-}
+runDriverConformance({
+  name: 'local (gvisor: runsc)',
+  image: 'local/busybox:latest',
+  make: async () => {
+    const { driver, dataDir } = makeTestDriver('confgvisor', {});
+    cleanup.push(dataDir);
+    await driver.init();
+    await driver.recover();
+    return inGvisor(driver);
+  },
+  destroy: async (d) => {
+    await (d as LocalDriver).destroyAll();
+    for (const dir of cleanup.splice(0)) rmSync(dir, { recursive: true, force: true });
+  },
+});
 
 /**
  * `driver` with each create made once the warm pool is full, so that every create without
