@@ -148,10 +148,11 @@ export function checkpointDir(h: Pick<LifecycleHost, 'checkpointsDir'>, id: stri
  * into {@link checkpointDir} and the sandbox's processes end; then everything a running
  * sandbox holds is freed as by {@link stop} (the root layer and uid slot kept) and the record
  * says `stopped` with `checkpoint`, which `start(..., {restore: true})` restores. Order as
- * stop's (phase `stopping` first), and the checkpoint is recorded only once whole. When runsc
- * cannot save it (gVisor 2022 cannot save TCP connections that are open, or closed by the
- * sandbox in the last minute), the processes are gone all the same: the sandbox ends
- * `stopped` with its files, and this throws `conflict` saying so.
+ * stop's (phase `stopping` first), and the checkpoint is recorded only once whole (a crash
+ * before that leaves it `stopped` with its files, as a crash in a stop does). Open TCP
+ * connections are dropped by the save (runsc's --net-disconnect-ok). When runsc cannot save
+ * it, the processes are gone all the same: the sandbox ends `stopped` with its files, and
+ * this throws `conflict` saying so.
  */
 export async function pauseToDisk(h: LifecycleHost, rec: SandboxRecord): Promise<void> {
   if (rec.spec.isolation !== 'gvisor')
@@ -168,7 +169,8 @@ export async function pauseToDisk(h: LifecycleHost, rec: SandboxRecord): Promise
   await rm(dir, { recursive: true, force: true });
   await mkdir(dir, { recursive: true, mode: 0o700 });
   // The agent's channel stays open while runsc saves: its PID 1, idle in its read, goes on
-  // serving the channel a restore hands it (no command may be in flight: serial() holds them).
+  // serving the channel a restore hands it. A command in flight is saved with the sandbox
+  // and goes on after the restore; its caller sees the channel close.
   let failure: Error | null = null;
   await runtime.checkpoint(rec.cid, dir).catch((e: Error) => {
     failure = e;
