@@ -1,6 +1,6 @@
 import { spawn } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
-import { readFile, rm } from 'node:fs/promises';
+import { readdir, readFile, rm } from 'node:fs/promises';
 import type { Socket } from 'node:net';
 import { join } from 'node:path';
 import { constants as osConstants } from 'node:os';
@@ -224,6 +224,7 @@ export class OciRuntime {
   }
 
   async state(id: string): Promise<CrunState | null> {
+    if (this.binary === 'runsc') return (await this.runscStates()).find((c) => c.id === id) ?? null;
     try {
       return JSON.parse(await this.call(['state', id])) as CrunState;
     } catch {
@@ -231,7 +232,42 @@ export class OciRuntime {
     }
   }
 
+  /**
+   * runsc's containers, from its state files (`<root>/<id>_sandbox:<id>.state`), not from
+   * `runsc list|state`: those ask each sandbox over its control socket, and a frozen (paused)
+   * sandbox never answers, which hung a restarted server's recovery. `running` when the
+   * file says so and its sandbox process lives, else `stopped`.
+   */
+  private async runscStates(): Promise<CrunState[]> {
+    const names = await readdir(this.root).catch(() => [] as string[]);
+    const out: CrunState[] = [];
+    for (const n of names.filter((x) => x.endsWith('.state'))) {
+      try {
+        const st = JSON.parse(await readFile(join(this.root, n), 'utf8')) as {
+          id: string;
+          status: string;
+          bundleDir: string;
+          sandbox?: { pid?: number };
+          spec?: { annotations?: Record<string, string> };
+        };
+        const pid = st.sandbox?.pid ?? 0;
+        const alive = pid > 0 && processStart(pid) !== null;
+        out.push({
+          id: st.id,
+          pid: alive ? pid : 0,
+          status: st.status === 'running' && !alive ? 'stopped' : st.status,
+          bundle: st.bundleDir,
+          annotations: st.spec?.annotations,
+        });
+      } catch {
+        /* being written or removed */
+      }
+    }
+    return out;
+  }
+
   async list(): Promise<CrunState[]> {
+    if (this.binary === 'runsc') return this.runscStates();
     if (!existsSync(this.root)) return [];
     const stdout = await this.call(['list', '--format', 'json']);
     const parsed = stdout.trim() ? (JSON.parse(stdout) as CrunState[] | null) : [];

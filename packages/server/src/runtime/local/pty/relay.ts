@@ -211,6 +211,10 @@ class RelayPty implements PtyProcess {
       rmSync(this.dir, { recursive: true, force: true });
       if (this.queue.length) this.stdout.pause();
       this.resolve(this);
+    } else if (word === 'exit' && this.opts.crunArgv[0] === 'runsc' && n > 128 && n <= 128 + 64) {
+      // runsc: the process the relay follows is runsc's own exec, which exits 128 + n for
+      // a process killed by signal n (the kernel's status of the process is the Sentry's).
+      this.status = { exitCode: n, signal: signalName(n - 128) };
     } else if (word === 'exit') this.status = { exitCode: n, signal: null };
     else if (word === 'signal') this.status = { exitCode: 128 + n, signal: signalName(n) };
   }
