@@ -144,7 +144,7 @@ describe('gVisor tier: memory snapshots', { skip: !existsSync('/usr/bin/runsc') 
     await driver.execBackground(s.id, 'sleep 600 | nc -l -p 8001 > /dev/null');
     await driver.execBackground(s.id, COUNTER);
     let sock: Socket | undefined;
-    for (let i = 0; i < 100 && !sock; i++) {
+    for (let i = 0; i < 400 && !sock; i++) {
       sock = await new Promise<Socket | undefined>((resolve) => {
         const c = connect(8000, s.address, () => resolve(c));
         c.on('error', () => resolve(undefined));
@@ -164,7 +164,7 @@ describe('gVisor tier: memory snapshots', { skip: !existsSync('/usr/bin/runsc') 
     assert.ok(n > 0);
     const back = (await driver.inspect(s.id))!.address;
     let again: Socket | undefined;
-    for (let i = 0; i < 100 && !again; i++) {
+    for (let i = 0; i < 400 && !again; i++) {
       again = await new Promise<Socket | undefined>((resolve) => {
         const c = connect(8001, back, () => resolve(c));
         c.on('error', () => resolve(undefined));
