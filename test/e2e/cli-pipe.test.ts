@@ -155,7 +155,7 @@ describe('sbx at the closed end of a pipe', { timeout: 300_000 }, () => {
     assert.ok(all.stdout.length > 12_000, `the table is ${all.stdout.length} bytes`);
 
     const r = await headOne(['ls']);
-    assert.match(r.stdout, /^ID\s+NAME\s+STATE\s+IMAGE\s+CREATED\s+STOPS\s+EXPIRES\s+METADATA\n$/);
+    assert.match(r.stdout, /^ID\s+NAME\s+STATE\s+IMAGE\s+ISOLATION\s+CREATED\s+STOPS\s+EXPIRES\s+METADATA\n$/);
     assert.equal(r.stderr, '');
     assert.ok(r.code === 0 || r.code === 141, `exit status ${r.code}`);
 
