@@ -28,9 +28,15 @@ Signed-By: $keyring
 SOURCES
 opts=(-o "Dir::Etc::sourcelist=-" -o "Dir::Etc::sourceparts=$work/parts" -o "Dir::State::Lists=$work/lists"
   -o "Dir::Cache=$work/cache" -o "APT::Get::List-Cleanup=0" -o "APT::Sandbox::User=root")
-apt-get "${opts[@]}" update -qq
-(cd "$work" && apt-get "${opts[@]}" download runsc >/dev/null)
-deb=$(ls "$work"/runsc_*.deb)
-# runsc is one static binary: no dependency to resolve.
-DEBIAN_FRONTEND=noninteractive dpkg -i "$deb" >/dev/null
+# A failure here (no network to Debian's archive, say) leaves the gvisor tier unoffered, and
+# the rest of the set-up goes on.
+if ! {
+  apt-get "${opts[@]}" update -qq &&
+    (cd "$work" && apt-get "${opts[@]}" download runsc >/dev/null) &&
+    # runsc is one static binary: no dependency to resolve.
+    DEBIAN_FRONTEND=noninteractive dpkg -i "$work"/runsc_*.deb >/dev/null
+}; then
+  echo "sandboxd set-up: could not install runsc from Debian trixie: the gvisor tier will not be offered" >&2
+  exit 0
+fi
 echo "sandboxd set-up: $(runsc --version | head -n 1)"

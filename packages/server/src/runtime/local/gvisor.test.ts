@@ -11,6 +11,7 @@ import { existsSync, rmSync } from 'node:fs';
 import { connect, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import { runscInstalled } from '../gvisor/runsc.js';
 import { makeTestDriver } from '../../../test/local-driver.js';
 import { CONFORMANCE_LIMITS, testId } from '../conformance.js';
 import type { SandboxSpec } from '../driver.js';
@@ -26,7 +27,7 @@ function hostProcessesOf(id: string): string[] {
   return out.split('\n').filter((l) => /runsc/.test(l) && l.includes(id));
 }
 
-describe('gVisor tier: memory snapshots', { skip: !existsSync('/usr/bin/runsc') && 'runsc is not installed' }, () => {
+describe('gVisor tier: memory snapshots', { skip: !runscInstalled() && 'no runsc of 2024 or later' }, () => {
   let driver: LocalDriver;
   let options: ConstructorParameters<typeof LocalDriver>[0];
   let dataDir = '';
