@@ -139,10 +139,11 @@ describe('gVisor tier: memory snapshots', { skip: !runscInstalled() && 'no runsc
 
   it('pauses to disk while a TCP connection is open: the connection is dropped, the listener and the processes come back', async () => {
     const s = await driver.create(spec());
-    // Listeners that keep their side open (nc closes its side when its stdin ends): one to be
-    // connected to, one left idle.
+    // A listener that keeps its side of a connection open (nc closes its side when its stdin
+    // ends), to be connected to; and a web server (busybox httpd), left idle, whose listening
+    // socket the save keeps. (busybox's `nc -l` does not outlive a save: it ends.)
     await driver.execBackground(s.id, 'sleep 600 | nc -l -p 8000 > /dev/null');
-    await driver.execBackground(s.id, 'sleep 600 | nc -l -p 8001 > /dev/null');
+    await driver.execBackground(s.id, 'mkdir -p /www && httpd -f -p 8001 -h /www');
     await driver.execBackground(s.id, COUNTER);
     let sock: Socket | undefined;
     for (let i = 0; i < 400 && !sock; i++) {
