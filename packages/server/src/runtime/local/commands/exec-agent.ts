@@ -1,3 +1,7 @@
+import { randomUUID } from 'node:crypto';
+import { rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import type { Readable, Writable } from 'node:stream';
 import { nativeBin } from '../native.js';
 import { AgentProcess, type AgentLink, signalName } from './agent-process.js';
@@ -148,6 +152,10 @@ export class ExecAgent {
   ): Promise<ExecAgent> {
     const [bin, ...pre] = runtimeArgv;
     const args = [...pre, 'exec', '--detach', '--cwd', '/', '--user', o.user];
+    // runsc's `exec --detach` waits (10 s) for the pid file of the child it starts; without
+    // one of ours it appends its own after the command, where the child never reads it.
+    const pidFile = bin === 'runsc' ? join(tmpdir(), `sandboxd-agent-${process.pid}-${randomUUID()}.pid`) : undefined;
+    if (pidFile) args.push('--pid-file', pidFile);
     for (const e of o.env) args.push('--env', e);
     args.push(id, AGENT_PATH);
     let agent: Promise<ExecAgent> | undefined;
@@ -162,9 +170,13 @@ export class ExecAgent {
       timeoutMs: o.timeoutMs ?? 10_000,
     });
     // The runtime exits once the agent runs; the channel is handed over by then.
+    if (pidFile) void ran.finally(() => rm(pidFile, { force: true }).catch(() => undefined)).catch(() => undefined);
     return ran
       .then((r) => {
-        if (r.code !== 0) throw new Error(`${bin} exec --detach (agent) exited ${r.timedOut ? 'on timeout' : r.code}`);
+        // runsc's `exec --detach` may exit non-zero (waiting for its child's pid file) while
+        // the agent it started runs: its hello on the channel is what tells.
+        if (r.code !== 0 && !(bin === 'runsc' && agent))
+          throw new Error(`${bin} exec --detach (agent) exited ${r.timedOut ? 'on timeout' : r.code}`);
         if (!agent) throw new AgentGoneError('exec agent channel never arrived');
         return agent;
       })
