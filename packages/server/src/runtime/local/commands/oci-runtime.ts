@@ -121,9 +121,32 @@ export class OciRuntime {
    * stdout (the exec agent's channel), handed to `onChannel` before the runtime starts.
    */
   async run(id: string, bundle: string, o: { onChannel?: (channel: Socket) => void } = {}): Promise<number> {
+    return this.launch(['run'], id, bundle, o);
+  }
+
+  /**
+   * `<runtime> <sub> --detach --pid-file --bundle <bundle> <id>` (`run`, or runsc's `restore`
+   * with its image): resolves to the host pid it writes, rejects naming the runtime's log.
+   */
+  private async launch(
+    sub: string[],
+    id: string,
+    bundle: string,
+    o: { onChannel?: (channel: Socket) => void },
+  ): Promise<number> {
     const log = join(bundle, 'crun.log');
     const pidFile = join(bundle, 'init.pid');
-    const args = [...this.argv, ...this.logFlag(log), 'run', '--detach', '--pid-file', pidFile, '--bundle', bundle, id];
+    const args = [
+      ...this.argv,
+      ...this.logFlag(log),
+      ...sub,
+      '--detach',
+      '--pid-file',
+      pidFile,
+      '--bundle',
+      bundle,
+      id,
+    ];
     // The mount helper unshares the mount namespace, sets up its cgroup view and execs crun:
     // one process, and a copy of the host's mount table (which holds no mount per sandbox).
     const [cmd, argv] = this.cgroupV1
@@ -142,7 +165,7 @@ export class OciRuntime {
     if (r.code !== 0) {
       const why = await readFile(log, 'utf8').catch(() => '');
       throw new Error(
-        `${this.binary} run ${id} failed (${r.timedOut ? 'timed out' : r.code}): ${why.trim().split('\n').slice(-3).join('; ')}`,
+        `${this.binary} ${sub[0]} ${id} failed (${r.timedOut ? 'timed out' : r.code}): ${why.trim().split('\n').slice(-3).join('; ')}`,
       );
     }
     const pid = Number((await readFile(pidFile, 'utf8')).trim());
@@ -170,36 +193,7 @@ export class OciRuntime {
     imageDir: string,
     o: { onChannel?: (channel: Socket) => void } = {},
   ): Promise<number> {
-    const log = join(bundle, 'crun.log');
-    const pidFile = join(bundle, 'init.pid');
-    const args = [
-      ...this.argv,
-      ...this.logFlag(log),
-      'restore',
-      '--detach',
-      '--image-path',
-      imageDir,
-      '--pid-file',
-      pidFile,
-      '--bundle',
-      bundle,
-      id,
-    ];
-    const [cmd, argv] = runscLauncher(args);
-    const r = await HostSpawner.shared().run(cmd, argv, {
-      quiet: !o.onChannel,
-      channel: o.onChannel,
-      timeoutMs: RUNTIME_TIMEOUT_MS,
-    });
-    if (r.code !== 0) {
-      const why = await readFile(log, 'utf8').catch(() => '');
-      throw new Error(
-        `runsc restore ${id} failed (${r.timedOut ? 'timed out' : r.code}): ${why.trim().split('\n').slice(-3).join('; ')}`,
-      );
-    }
-    const pid = Number((await readFile(pidFile, 'utf8')).trim());
-    await rm(pidFile, { force: true });
-    return pid;
+    return this.launch(['restore', '--image-path', imageDir], id, bundle, o);
   }
 
   /**
