@@ -615,12 +615,61 @@ static int read_ctl(void) {
   return 1;
 }
 
+/*
+ * `hostfds` (gVisor only, run by the server right before a checkpoint, with CAP_SYS_PTRACE to
+ * read every process's fds and CAP_KILL): ends every process but PID 1 and itself that holds a
+ * file of the host. gVisor shows one as `host:[N]`: the PTY or the stdio `runsc exec` handed
+ * a terminal's shell (and whatever it started that kept them), or a second agent's channel
+ * after a server restart. runsc saves such a sandbox, but cannot restore it ("no host FD
+ * available"). PID 1's own (its stdio, the channel) are given back by the restore. Prints
+ * each pid it signalled (again on each pass until it is gone); exits 0 once none is left, 1 if some still hold one after ~3 s.
+ */
+static int hostfds_main(void) {
+  pid_t self = getpid();
+  for (int pass = 0; pass < 150; pass++) {
+    int found = 0;
+    DIR *d = opendir("/proc");
+    if (!d) return 2;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+      char *end;
+      long pid = strtol(e->d_name, &end, 10);
+      if (*end || pid <= 1 || pid == self) continue;
+      char dir[64];
+      snprintf(dir, sizeof dir, "/proc/%ld/fd", pid);
+      DIR *fds = opendir(dir);
+      if (!fds) continue; /* gone, or a zombie */
+      struct dirent *f;
+      int hit = 0;
+      while (!hit && (f = readdir(fds)) != NULL) {
+        if (f->d_name[0] == '.') continue;
+        char target[32];
+        ssize_t n = readlinkat(dirfd(fds), f->d_name, target, sizeof target - 1);
+        if (n > 0) {
+          target[n] = 0;
+          hit = strncmp(target, "host:[", 6) == 0;
+        }
+      }
+      closedir(fds);
+      if (!hit) continue;
+      found++;
+      if (kill((pid_t)pid, SIGKILL) == 0) printf("%ld\n", pid); /* again each pass until gone */
+    }
+    closedir(d);
+    if (!found) return 0;
+    fflush(stdout);
+    usleep(20000);
+  }
+  return 1;
+}
+
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "file") == 0) return files_main(argc - 2, argv + 2);
   init_mode = argc > 1 && strcmp(argv[1], "--init") == 0;
   /* Not dumpable: the sandbox's root (no CAP_SYS_PTRACE) can neither ptrace the agent nor
    * open its /proc/<pid>/fd to take the channel. Commands are dumpable again after execve. */
   prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+  if (argc > 1 && strcmp(argv[1], "hostfds") == 0) return hostfds_main();
   if (init_mode && mkdir("/dev/shm", 01777) == 0) chmod("/dev/shm", 01777); /* past the umask */
   ctl_in = fcntl(0, F_DUPFD_CLOEXEC, 3);
   ctl_out = fcntl(1, F_DUPFD_CLOEXEC, 3);

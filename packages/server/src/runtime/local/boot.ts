@@ -139,6 +139,8 @@ export async function boot(
    * instead of starting the image's init, service or start command.
    */
   restoreFrom?: string,
+  /** With `restoreFrom`: its PID 1 had lost its channel (see SandboxRecord.checkpointUnserved). */
+  restoreUnserved = false,
 ): Promise<SandboxRecord> {
   // A malformed service or start declaration fails the create before anything is made; an
   // image build's step sandbox (skipImageStart) starts neither.
@@ -208,7 +210,9 @@ export async function boot(
     partial.initPid = restoreFrom
       ? // The checkpointed agent (PID 1) serves the new channel without a new hello.
         await runtime.restore(spec.id, bundle.dir, restoreFrom, {
-          onChannel: (channel) => h.commands.adopt(spec.id, Promise.resolve(ExecAgent.adopted(channel, channel))),
+          onChannel: restoreUnserved
+            ? undefined
+            : (channel) => h.commands.adopt(spec.id, Promise.resolve(ExecAgent.adopted(channel, channel))),
         })
       : await runtime.run(spec.id, bundle.dir, {
           // PID 1 is the exec agent: its channel is ready for the first exec without a runtime call.

@@ -353,7 +353,7 @@ export class LocalDriver implements RuntimeDriver {
           await Promise.all(
             specs.map(async (f) => {
               const spec: SandboxSpec = { ...src.spec, id: f.id, hostname: f.hostname ?? f.id };
-              const rec = await boot(this.starts, spec, image, this.records, false, from);
+              const rec = await boot(this.starts, spec, image, this.records, false, from, src.checkpointUnserved);
               made.push(f.id);
               rec.env = [...src.env];
               rec.user = src.user;

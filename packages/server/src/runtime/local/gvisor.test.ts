@@ -210,4 +210,70 @@ describe('gVisor tier: memory snapshots', { skip: !runscInstalled() && 'no runsc
     assert.ok((await count(s.id)) > 0, "the source's processes run");
     for (const id of [...ids, s.id]) await driver.delete(id);
   });
+
+  it("ends a terminal's shell and what kept its PTY before a save (runsc could not restore them); the rest resumes", async () => {
+    const s = await driver.create(spec());
+    await driver.execBackground(s.id, COUNTER);
+    const pty = await driver.execTty(s.id, { argv: ['sh'], cols: 80, rows: 24 });
+    const exited = new Promise<unknown>((resolve) => pty.onExit(resolve));
+    let shown = '';
+    pty.onData((c) => (shown += c));
+    // Children that keep the PTY: one in the shell's session, one in a session of its own.
+    pty.write('sleep 1001 & setsid sleep 1002 & echo st""arted\n');
+    for (let i = 0; i < 200 && !shown.includes('started'); i++) await sleep(25);
+    assert.ok(shown.includes('started'), shown);
+    await driver.pause(s.id, { memory: 'disk' });
+    await exited; // its clients see the shell end
+    await driver.resume(s.id);
+    assert.ok((await count(s.id)) > 0, 'the counter was restored');
+    const ps = (await driver.exec(s.id, 'ps -o args')).stdout;
+    assert.ok(!/sleep 100[12]/.test(ps), `what held the PTY ended:\n${ps}`);
+    // A new terminal works, and the sandbox saves and restores again.
+    const again = await driver.execTty(s.id, { argv: ['sh'], cols: 80, rows: 24 });
+    let out = '';
+    again.onData((c) => (out += c));
+    again.write('echo ag""ain\n');
+    for (let i = 0; i < 200 && !out.includes('again'); i++) await sleep(25);
+    assert.ok(out.includes('again'), out);
+    await driver.pause(s.id, { memory: 'disk' });
+    await driver.resume(s.id);
+    assert.equal((await driver.exec(s.id, 'echo ok')).stdout, 'ok\n');
+    await driver.delete(s.id);
+  });
+
+  it('saves and restores a sandbox whose PID 1 lost its channel in a restart (a second agent serves), twice', async () => {
+    const s = await driver.create(spec());
+    await driver.execBackground(s.id, COUNTER);
+    await driver.close();
+    driver = new LocalDriver(options);
+    await driver.init();
+    assert.ok((await driver.recover()).adopted.includes(s.id));
+    assert.equal((await driver.exec(s.id, 'echo "$GREETING"')).stdout, 'hello\n'); // through a second agent
+    for (let round = 0; round < 2; round++) {
+      await driver.pause(s.id, { memory: 'disk' });
+      await driver.resume(s.id);
+      assert.ok((await count(s.id)) > 0, `round ${round}: the counter was restored`);
+      assert.equal((await driver.exec(s.id, 'echo "$GREETING"')).stdout, 'hello\n');
+      assert.deepEqual(
+        (await driver.files.list(s.id, '/', { depth: 1 })).entries.some((e) => e.path === '/bin'),
+        true,
+      );
+    }
+    await driver.delete(s.id);
+  });
+
+  it('a command in flight at a save does not confuse the restored channel: every command after the resume gets its own answer', async () => {
+    const s = await driver.create(spec());
+    // Saved mid-way; after the restore it finishes, and its frames (its old id) come on the new channel.
+    const inFlight = driver.exec(s.id, 'sleep 1; echo late').catch((e: Error) => e);
+    await sleep(300);
+    await driver.pause(s.id, { memory: 'disk' });
+    await inFlight;
+    await driver.resume(s.id);
+    for (let i = 0; i < 8; i++) {
+      assert.equal((await driver.exec(s.id, `echo n${i}`)).stdout, `n${i}\n`);
+      assert.ok((await driver.files.list(s.id, '/', { depth: 1 })).entries.length > 3);
+    }
+    await driver.delete(s.id);
+  });
 });

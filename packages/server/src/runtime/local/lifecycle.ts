@@ -148,7 +148,8 @@ export function checkpointDir(h: Pick<LifecycleHost, 'checkpointsDir'>, id: stri
  * into {@link checkpointDir} and the sandbox's processes end; then everything a running
  * sandbox holds is freed as by {@link stop} (the root layer and uid slot kept) and the record
  * says `stopped` with `checkpoint`, which `start(..., {restore: true})` restores. Order as
- * stop's (phase `stopping` first), and the checkpoint is recorded only once whole (a crash
+ * stop's (phase `stopping` first, after the processes holding a file of the host ended: see
+ * OciRuntime.endHostFileHolders), and the checkpoint is recorded only once whole (a crash
  * before that leaves it `stopped` with its files, as a crash in a stop does). Open TCP
  * connections are dropped by the save (runsc's --net-disconnect-ok). When runsc cannot save
  * it, the processes are gone all the same: the sandbox ends `stopped` with its files, and
@@ -164,8 +165,19 @@ export async function pauseToDisk(h: LifecycleHost, rec: SandboxRecord): Promise
     throw new SandboxdError('conflict', 'Sandbox is paused in memory: resume it first', { pausedMemory: 'ram' });
   const runtime = runtimeOf(h, rec.spec.isolation);
   const dir = checkpointDir(h, rec.spec.id);
+  // A process holding a file of the host (a terminal's shell, a second agent after a restart)
+  // would make a save runsc cannot restore: those end first, and their clients see them exit.
+  await runtime.endHostFileHolders(rec.cid).catch((e: Error) => {
+    throw new SandboxdError(
+      'conflict',
+      'The sandbox could not be paused to disk: a process holding a terminal of the host would not end. It runs on.',
+      { runtime: e.message.slice(0, 300) },
+    );
+  });
   rec.phase = 'stopping';
   await h.state.write(rec);
+  // PID 1 without its channel (lost in a server restart) has none after the restore either.
+  const unserved = !h.commands.servedByInit(rec.cid);
   await rm(dir, { recursive: true, force: true });
   await mkdir(dir, { recursive: true, mode: 0o700 });
   // The agent's channel stays open while runsc saves: its PID 1, idle in its read, goes on
@@ -179,7 +191,7 @@ export async function pauseToDisk(h: LifecycleHost, rec: SandboxRecord): Promise
   await killAll(h, rec); // runsc ended them; a failed save may leave some
   await releaseRuntime(h, rec);
   rec.phase = 'stopped';
-  if (!failure) rec.checkpoint = true;
+  if (!failure) Object.assign(rec, { checkpoint: true, checkpointUnserved: unserved || undefined });
   else await rm(dir, { recursive: true, force: true });
   await h.state.write(rec);
   if (failure)
@@ -261,10 +273,13 @@ export async function start(
       isolation: rec.spec.isolation,
     });
     const onChannel = (channel: Socket) => h.commands.adopt(id, ExecAgent.attach(channel, channel));
-    // A restored agent says no hello on its new channel: the first command finds out.
+    // A restored agent says no hello on its new channel: the first command finds out. One
+    // that had lost its channel when saved serves none: the first command starts a second.
     rec.initPid = restore
       ? await runtime.restore(id, bundle.dir, checkpointDir(h, id), {
-          onChannel: (channel) => h.commands.adopt(id, Promise.resolve(ExecAgent.adopted(channel, channel))),
+          onChannel: rec.checkpointUnserved
+            ? undefined
+            : (channel) => h.commands.adopt(id, Promise.resolve(ExecAgent.adopted(channel, channel))),
         })
       : await runtime.run(id, bundle.dir, { onChannel });
     h.bundles.shed(id, rec.spec.isolation);
@@ -280,6 +295,7 @@ export async function start(
     if (!restore) await bootService(h.commands, rec, h.serviceStartTimeoutMs);
     rec.phase = 'ready';
     rec.checkpoint = undefined;
+    rec.checkpointUnserved = undefined;
     await h.state.write(rec);
     if (restore) await rm(checkpointDir(h, id), { recursive: true, force: true });
   } catch (e) {

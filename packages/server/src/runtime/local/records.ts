@@ -73,6 +73,11 @@ export interface SandboxRecord {
    * (`<dataDir>/checkpoints/<id>/`), which `resume` restores. Absent: none.
    */
   checkpoint?: true;
+  /**
+   * With `checkpoint`: its PID 1 had lost its channel when saved (the server restarted since
+   * the sandbox booted), so it serves none after a restore either: a second agent does.
+   */
+  checkpointUnserved?: true;
   /** The egress CA is installed in its root layer (trust.ts): done once, when it first has injection rules. */
   trusted?: true;
 }

@@ -1,4 +1,4 @@
-import { randomUUID } from 'node:crypto';
+import { randomInt, randomUUID } from 'node:crypto';
 import { rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -218,7 +218,12 @@ export class ExecAgent {
    * finds the new channel on its stdio and goes on serving it without a new hello.
    */
   static adopted(input: Writable, output: Readable): ExecAgent {
-    return new ExecAgent(input, output);
+    const a = new ExecAgent(input, output);
+    // Commands in flight when it was saved go on, and their frames come on this channel with
+    // the ids the earlier channel gave them (counted from 1): new ids start far from those, at
+    // a random point, so a stale frame is dropped as unknown rather than taken as an answer.
+    a.nextId = 0x4000_0000 + randomInt(0x3000_0000);
+    return a;
   }
 
   private onHello: (() => void) | null = null;

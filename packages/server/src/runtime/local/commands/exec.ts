@@ -28,6 +28,8 @@ export interface CommandTarget {
  */
 export class SandboxCommands {
   private readonly agents = new Map<string, Promise<ExecAgent>>();
+  /** Containers whose current agent is a second one (`<runtime> exec`), not their PID 1. */
+  private readonly second = new Set<string>();
 
   constructor(
     private readonly o: {
@@ -46,12 +48,22 @@ export class SandboxCommands {
   adopt(id: string, agent: Promise<ExecAgent>): void {
     agent.catch(() => undefined); // a dead channel is found (and replaced) at the next exec
     this.agents.set(id, agent);
+    this.second.delete(id);
+  }
+
+  /**
+   * Whether container `id`'s PID 1 serves its channel: it was adopted and no second agent
+   * took over since (after a restart PID 1's channel is gone; a second agent serves then).
+   */
+  servedByInit(id: string): boolean {
+    return this.agents.has(id) && !this.second.has(id);
   }
 
   /** Closes the channel to container `id`'s agent, if any. */
   drop(id: string): void {
     const a = this.agents.get(id);
     this.agents.delete(id);
+    this.second.delete(id);
     void a?.then(
       (x) => x.close(),
       () => undefined,
@@ -227,10 +239,14 @@ export class SandboxCommands {
     // As the sandbox's root (like PID 1), so a command may run as any of its users.
     const started = ExecAgent.start(this.o.runtime(id).argv, id, { user: '0:0', env: t.env });
     this.agents.set(id, started);
+    this.second.add(id);
     try {
       return await started;
     } catch {
-      if (this.agents.get(id) === started) this.agents.delete(id);
+      if (this.agents.get(id) === started) {
+        this.agents.delete(id);
+        this.second.delete(id);
+      }
       return null;
     }
   }

@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { constants as osConstants } from 'node:os';
 import { CGROUP_ROOT, cgroupLayout } from '../bundle/cgroup-fs.js';
 import { nativeBin } from '../native.js';
+import { AGENT_PATH } from './exec-agent.js';
 import { HostSpawner } from './spawner.js';
 
 /** A runtime call that takes longer than this is killed (a hung runtime must not hang a create). */
@@ -203,6 +204,29 @@ export class OciRuntime {
    */
   async setHostname(id: string, hostname: string): Promise<void> {
     await this.call(['exec', '--cap', 'CAP_SYS_ADMIN', '--user', '0:0', id, 'hostname', hostname]);
+  }
+
+  /**
+   * runsc only, right before a checkpoint: ends every process of container `id` but its PID 1
+   * that holds a file of the host (a terminal's PTY and stdio, a second agent's channel), which
+   * runsc could save but not restore. The agent's `hostfds` does it, given CAP_SYS_PTRACE (to
+   * read every process's fds) and CAP_KILL for that one call. Resolves to the pids it ended;
+   * rejects when some still hold one.
+   */
+  async endHostFileHolders(id: string): Promise<number[]> {
+    const out = await this.call([
+      'exec',
+      '--cap',
+      'CAP_SYS_PTRACE',
+      '--cap',
+      'CAP_KILL',
+      '--user',
+      '0:0',
+      id,
+      AGENT_PATH,
+      'hostfds',
+    ]);
+    return [...new Set(out.split('\n').map(Number))].filter((n) => Number.isInteger(n) && n > 1);
   }
 
   /** Runs the runtime with `args` after `--root`; resolves with its stdout, rejects naming its stderr. */
