@@ -103,8 +103,13 @@ describe('browser console: isolation tiers', { timeout: 300_000 }, () => {
     const id = await createWith('gvisor');
     assert.equal((await api('GET', `/api/v1/sandboxes/${id}`)).body.sandbox.isolation, 'gvisor');
     await page.locator('.isolation[data-isolation="gvisor"]').getByText('gVisor').waitFor();
+    // The page is whole (its terminal connected, its files listed) before the pause: the save
+    // ends the terminal's shell (a PTY of the host cannot be saved).
+    await page.locator('.term-panel[data-state="connected"]').waitFor({ timeout: 60_000 });
+    await page.locator('section.files tr[data-path="/bin"]').waitFor({ timeout: 60_000 });
     await page.getByRole('button', { name: 'Pause to disk' }).click();
     await page.getByText('Sandbox paused to disk').waitFor({ timeout: 120_000 });
+    assert.deepEqual((await api('GET', `/api/v1/sandboxes/${id}/terminals`)).body.terminals, [], 'the shell ended');
     const paused = (await api('GET', `/api/v1/sandboxes/${id}`)).body.sandbox;
     assert.deepEqual([paused.state, paused.pausedMemory], ['paused', 'disk']);
     await page.locator('.isolation').getByText('paused, memory on disk').waitFor();
@@ -115,6 +120,10 @@ describe('browser console: isolation tiers', { timeout: 300_000 }, () => {
     await page.getByText('Sandbox resumed where it was').waitFor({ timeout: 120_000 });
     const back = (await api('GET', `/api/v1/sandboxes/${id}`)).body.sandbox;
     assert.deepEqual([back.state, back.pausedMemory], ['started', undefined]);
+    // The restored sandbox serves the page: its files, and a new terminal that runs a command.
+    await page.reload();
+    await page.locator('section.files tr[data-path="/bin"]').waitFor({ timeout: 60_000 });
+    await page.locator('.term-panel:not([hidden])[data-state="connected"]').waitFor({ timeout: 60_000 });
     noConsoleErrors();
   });
 });

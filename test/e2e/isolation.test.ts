@@ -188,6 +188,30 @@ describe('isolation tiers (real runtime)', {
     assert.equal((await sh(g.id, `kill -0 ${pid} && echo alive`)).stdout, 'alive\n', 'the same process');
   });
 
+  it('requests in flight when a pause to disk comes get an answer, never a 500; a terminal open then ends, and the sandbox resumes', async (t) => {
+    const why = noGvisor(true);
+    if (why) return t.skip(why);
+    const g = await create({ isolation: 'gvisor' });
+    const term = await api('POST', `/api/v1/sandboxes/${g.id}/terminals`, {});
+    assert.equal(term.status, 201, term.text);
+    // A command, a file listing and a terminal asked for while the save runs.
+    const exec = api('POST', `/api/v1/sandboxes/${g.id}/exec`, { command: 'sleep 2; echo late' });
+    await new Promise((r) => setTimeout(r, 200));
+    const pause = api('POST', `/api/v1/sandboxes/${g.id}/pause`, { memory: 'disk' });
+    const during = await Promise.all([
+      exec,
+      api('GET', `/api/v1/sandboxes/${g.id}/files?path=%2F&depth=1`),
+      api('POST', `/api/v1/sandboxes/${g.id}/terminals`, {}),
+    ]);
+    assert.equal((await pause).status, 200);
+    for (const r of during) assert.ok(r.status < 500, `${r.status} ${r.text}`);
+    assert.deepEqual((await api('GET', `/api/v1/sandboxes/${g.id}/terminals`)).body.terminals, []);
+    assert.equal((await api('POST', `/api/v1/sandboxes/${g.id}/resume`, {})).status, 200);
+    assert.equal((await sh(g.id, 'echo back')).stdout, 'back\n');
+    const t2 = await api('POST', `/api/v1/sandboxes/${g.id}/terminals`, {});
+    assert.equal(t2.status, 201, t2.text);
+  });
+
   it("fork N=2: two sandboxes whose processes continue from the source's state, each with its own address and files", async (t) => {
     const why = noGvisor(true);
     if (why) return t.skip(why);

@@ -10,6 +10,7 @@ import { e2bControlRoutes } from '../e2b/control.js';
 import { registerAuth } from './auth.js';
 import type { HttpDeps } from './deps.js';
 import { toHttpError } from './errors.js';
+import { leftStarted } from './left-started.js';
 import { registerOpenApi } from './openapi.js';
 import { accountRoutes } from './routes/account.js';
 import { adminRoutes } from './routes/admin.js';
@@ -83,8 +84,8 @@ export function createHttpServer(
   app.setValidatorCompiler(validatorCompiler);
   acceptEmptyJsonBodies(app);
 
-  app.setErrorHandler((err, req, reply) => {
-    const { status, body, internal } = toHttpError(err);
+  app.setErrorHandler(async (err, req, reply) => {
+    const { status, body, internal } = toHttpError(await leftStarted(deps, err, req));
     deps.metrics.errors.inc({ code: String(status) });
     if (internal) req.log.error({ err }, 'request failed');
     else if (status >= 500) req.log.warn({ code: status, msg: body.message }, 'request refused');
@@ -93,7 +94,7 @@ export function createHttpServer(
     // A refusal before the body was read (413, or an upload stopped by no space): the client
     // gets the answer instead of a reset while it is still sending.
     if (!req.raw.complete && req.raw.readableFlowing !== true) lingerOnUnreadBody(req.raw, reply);
-    reply.code(status).type('application/json').send(body);
+    return reply.code(status).type('application/json').send(body);
   });
   app.setNotFoundHandler((req, reply) => {
     deps.metrics.errors.inc({ code: '404' });

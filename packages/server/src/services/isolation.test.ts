@@ -148,6 +148,23 @@ describe('isolation tiers (fake runtime)', () => {
     assert.equal(junk.status, 400);
   });
 
+  it('a restore from disk the runtime fails leaves the sandbox paused to disk (not lost), refunded, and a later resume works', async () => {
+    const { key } = await t.newAccount();
+    const g = await create(key, { isolation: 'gvisor' });
+    assert.equal((await call(key, 'POST', `/api/v1/sandboxes/${g.id}/pause`, { memory: 'disk' })).status, 200);
+    const before = await balance(key);
+    t.driver.failNextResume = { error: new Error('runsc restore failed (128): no host FD available') };
+    const r = await call(key, 'POST', `/api/v1/sandboxes/${g.id}/resume`, {});
+    assert.equal(r.status, 500);
+    assert.match(r.body.message, /stays paused to disk.*resume may be tried again/);
+    const kept = (await call(key, 'GET', `/api/v1/sandboxes/${g.id}`)).body.sandbox;
+    assert.deepEqual([kept.state, kept.pausedMemory], ['paused', 'disk']);
+    assert.equal(await balance(key), before, 'the run that did not happen is refunded');
+    const again = await call(key, 'POST', `/api/v1/sandboxes/${g.id}/resume`, {});
+    assert.equal(again.status, 200, JSON.stringify(again.body));
+    assert.equal(again.body.sandbox.state, 'started');
+  });
+
   it('pause to disk on a container sandbox is 400 naming its tier, and changes nothing', async () => {
     const { key } = await t.newAccount();
     const c = await create(key);

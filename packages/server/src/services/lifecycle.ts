@@ -139,30 +139,45 @@ export class LifecycleService {
       limits: { concurrency: plan.concurrency, maxSandboxes: this.d.config.maxSandboxes },
       at,
     });
+    /** The record back to `paused` as it was, the run's minutes refunded. */
+    const backToPaused = () =>
+      this.d.store
+        .updateSandbox(r.id, {
+          state: 'paused',
+          stopAt: r.stopAt,
+          ...(r.runStartedAt !== undefined ? { runStartedAt: r.runStartedAt } : {}),
+          expiresAt: r.expiresAt ?? null,
+          details: r.details ?? null,
+          pausedMemory: r.pausedMemory ?? null,
+          ledgerDelta: minutes,
+          ledgerReason: 'sandbox.refund',
+          reservedMinutes: r.reservedMinutes,
+          expectStates: ['started'],
+          at: this.d.clock.now(),
+        })
+        .catch((err) => this.d.log.warn({ err, sandboxId: r.id }, 'resume: putting the record back to paused'));
     try {
       await this.d.driver.resume(r.id);
     } catch (e) {
       if (e instanceof SandboxdError && e.kind === 'unavailable') {
         // The runner did not answer, or went away before it did: the sandbox is there, frozen
         // (or thawed by a call whose answer was lost; a thaw again is a no-op). The record goes
-        // back to `paused` as it was, the run's minutes refunded, and the caller may retry (503).
+        // back to `paused` as it was, and the caller may retry (503).
         this.d.log.warn({ err: e, sandboxId: r.id }, 'resume: runner unavailable; left paused');
-        await this.d.store
-          .updateSandbox(r.id, {
-            state: 'paused',
-            stopAt: r.stopAt,
-            ...(r.runStartedAt !== undefined ? { runStartedAt: r.runStartedAt } : {}),
-            expiresAt: r.expiresAt ?? null,
-            details: r.details ?? null,
-            pausedMemory: r.pausedMemory ?? null,
-            ledgerDelta: minutes,
-            ledgerReason: 'sandbox.refund',
-            reservedMinutes: r.reservedMinutes,
-            expectStates: ['started'],
-            at: this.d.clock.now(),
-          })
-          .catch((err) => this.d.log.warn({ err, sandboxId: r.id }, 'resume: putting the record back to paused'));
+        await backToPaused();
         throw e;
+      }
+      // A restore from disk that failed keeps its checkpoint: the sandbox is still paused to
+      // disk, and a resume may be tried again. Nothing is lost, so it is not marked lost.
+      const still = r.pausedMemory === 'disk' ? await this.d.driver.inspect(r.id).catch(() => null) : null;
+      if (still?.state === 'paused' && still.pausedMemory === 'disk') {
+        this.d.log.error({ err: e, sandboxId: r.id }, 'resume from disk failed; left paused to disk');
+        await backToPaused();
+        throw new SandboxdError(
+          'internal',
+          'The runtime could not restore the sandbox from disk: it stays paused to disk, and resume may be tried again',
+          { sandboxId: r.id },
+        );
       }
       // A paused sandbox that cannot be thawed is gone (its cgroup with it).
       this.d.log.error({ err: e, sandboxId: r.id }, 'resume failed');
