@@ -257,7 +257,7 @@ export const PauseRequestSchema = Type.Object(
     memory: Type.Optional(
       Type.Enum([...PAUSE_MEMORY], {
         description:
-          'Default `ram` (frozen in place). `disk`: gVisor only (400 on a container sandbox): every process and its memory checkpointed to disk, no RAM held; `resume` restores it.',
+          'Default `ram` (frozen in place). `disk`: gVisor only (400 on a container sandbox): every process and its memory checkpointed to disk, no RAM held (open terminals end); `resume` restores it.',
       }),
     ),
   },
