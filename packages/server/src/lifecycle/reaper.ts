@@ -192,6 +192,23 @@ export class Reaper {
    * start does not wait for it). A server that another holds the reaper lease from repairs
    * nothing (an empty report), at start-up too.
    */
+  /**
+   * Whether started or paused record `r` is still lost once its sandbox's lifecycle lock is
+   * free: its record unchanged and the runtime showing it neither running nor paused (an
+   * answer the runtime could not give is not "lost").
+   */
+  private stillLost(r: SandboxRecord): Promise<boolean> {
+    return this.sandboxes.exclusive(r.id, async () => {
+      const now = await this.d.store.getSandbox(r.id);
+      if (!now || now.state !== r.state) return false;
+      const rt = await this.d.driver.inspect(r.id).then(
+        (x) => x,
+        () => undefined,
+      );
+      return rt !== undefined && !['running', 'paused'].includes(rt?.state ?? 'gone');
+    });
+  }
+
   reconcile(opts: { startup?: boolean } = {}): Promise<ReconcileReport> {
     return this.serial(async () => {
       const report: ReconcileReport = { expired: [], aligned: [], lost: [], abandoned: [], orphans: [] };
@@ -256,6 +273,9 @@ export class Reaper {
         } else if (r.state === 'started' && r.stopAt <= now) {
           if (await this.stopOne(r, 'timeout')) report.expired.push(r.id);
         } else if (!['running', 'paused'].includes(runtime.get(r.id)?.state ?? 'gone')) {
+          // Not while a lifecycle call is in flight: a pause to disk shows the sandbox stopped
+          // in the runtime until its record says paused. Checked again once it is done.
+          if (!(await this.stillLost(r))) continue;
           if (!opts.startup || runtime.has(r.id))
             await this.d.driver.delete(r.id).catch((err) => this.d.log.warn({ err, sandboxId: r.id }, 'delete lost'));
           await this.sandboxes.markLost(r, 'the runtime lost the sandbox');

@@ -523,6 +523,13 @@ export class LocalDriver implements RuntimeDriver {
   }
 
   async execTty(id: string, options: TtyOptions): Promise<PtyProcess> {
+    // gVisor: a PTY is a file of the host, which a save must not find (lifecycle.pauseToDisk
+    // ends those first): one is started one at a time with the sandbox's pause and fork.
+    if (this.records.get(id)?.spec.isolation === 'gvisor') return this.serial(id, () => this.startTty(id, options));
+    return this.startTty(id, options);
+  }
+
+  private async startTty(id: string, options: TtyOptions): Promise<PtyProcess> {
     const rec = await this.requireRunning(id);
     const runtime = runtimeOf(this.tiers, rec.spec.isolation);
     return spawnTty({
