@@ -70,6 +70,31 @@ describe('Reaper', () => {
     assert.equal(await t.driver.inspect('orphan_1'), null);
   });
 
+  it('reconcile: a sandbox the runtime shows stopped while a lifecycle call is in flight (a pause to disk) is checked again once it is done, not taken for lost', async () => {
+    const a = await setup();
+    const sb = await t.app.services.sandboxes.create(a, { image: 'local/busybox:latest', timeoutMs: 600_000 });
+    const info = (t.driver as unknown as { sandboxes: Map<string, { info: { state: string } }> }).sandboxes.get(
+      sb.id,
+    )!.info;
+    let release!: () => void;
+    let midway!: () => void;
+    const reached = new Promise<void>((r) => (midway = r));
+    const call = t.app.services.sandboxes.exclusive(sb.id, async () => {
+      info.state = 'stopped'; // mid-save: the runtime shows it stopped, the record says started
+      midway();
+      await new Promise<void>((r) => (release = r));
+      info.state = 'running';
+    });
+    await reached;
+    const pass = t.app.reaper.reconcile();
+    setTimeout(() => release(), 50);
+    await call;
+    const rep = await pass;
+    assert.deepEqual(rep.lost, []);
+    assert.equal((await t.app.services.sandboxes.get(a.id, sb.id)).state, 'started');
+    assert.equal((await t.driver.inspect(sb.id))?.state, 'running');
+  });
+
   it('reconcile: a record left creating by a create that is over becomes error with a full refund; one being created is left alone', async () => {
     const a = await setup();
     // A create in progress: the runtime holds it until released.
