@@ -197,7 +197,8 @@ describe('gVisor tier: memory snapshots', { skip: !runscInstalled() && 'no runsc
     const addresses = new Set([source!.address, ...forks.map((f) => f.address)]);
     assert.equal(addresses.size, 3, 'every sandbox has its own address');
     for (const id of ids) {
-      assert.ok((await count(id)) > 0, `${id} goes on with the source's counter`);
+      const c = await driver.exec(id, 'cat /c');
+      assert.ok(Number(c.stdout.trim()) > 0, `${id} goes on with the source's counter: ${JSON.stringify(c)}`);
       assert.equal((await driver.exec(id, 'hostname')).stdout, `${id}\n`);
       assert.equal((await driver.exec(id, 'cat /f; echo "$GREETING"')).stdout, 'source\nhello\n');
     }
