@@ -54,7 +54,9 @@ const IDLE = 5;
 const IMAGE = 'local/busybox:latest';
 const LIMITS = { memoryBytes: 256 << 20, cpus: 1, pids: 128, rootDiskBytes: 256 << 20 };
 const TIERS: Isolation[] = ['container', 'gvisor'];
-const LOOP = 'i=0; while :; do i=$((i+1)); echo $i > /c; sleep 0.1; done';
+// /c is replaced whole (a rename), never seen empty: `echo > /c` truncates first, and a save
+// that caught the loop between the truncation and the write restored an empty /c.
+const LOOP = 'i=0; while :; do i=$((i+1)); echo $i > /c.new; mv /c.new /c; sleep 0.1; done';
 const MiB = 2 ** 20;
 const LONG = { timeoutMs: 120_000 };
 

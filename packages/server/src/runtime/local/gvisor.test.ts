@@ -19,7 +19,9 @@ import { rejectsWith } from '../waiting.js';
 import { LocalDriver } from './driver.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-const COUNTER = 'i=0; while :; do i=$((i+1)); echo $i > /c; sleep 0.1; done';
+// /c is replaced whole (a rename), never seen empty: `echo > /c` truncates first, and a save
+// that caught the loop between the truncation and the write restored an empty /c.
+const COUNTER = 'i=0; while :; do i=$((i+1)); echo $i > /c.new; mv /c.new /c; sleep 0.1; done';
 
 /** Host processes whose command line names sandbox `id` (runsc's sandbox and gofer do). */
 function hostProcessesOf(id: string): string[] {
