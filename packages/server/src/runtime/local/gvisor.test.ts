@@ -217,14 +217,19 @@ describe('gVisor tier: memory snapshots', { skip: !runscInstalled() && 'no runsc
   it("ends a terminal's shell and what kept its PTY before a save (runsc could not restore them); the rest resumes", async () => {
     const s = await driver.create(spec());
     await driver.execBackground(s.id, COUNTER);
-    const pty = await driver.execTty(s.id, { argv: ['sh'], cols: 80, rows: 24 });
-    const exited = new Promise<unknown>((resolve) => pty.onExit(resolve));
-    let shown = '';
-    pty.onData((c) => (shown += c));
+    /** A shell on a new PTY that has typed `line` and shown `want`; `exited` once the shell exits. */
+    const shell = async (line: string, want: string) => {
+      const pty = await driver.execTty(s.id, { argv: ['sh'], cols: 80, rows: 24 });
+      const exited = new Promise<unknown>((resolve) => pty.onExit(resolve));
+      let shown = '';
+      pty.onData((c) => (shown += c));
+      pty.write(line);
+      for (let i = 0; i < 200 && !shown.includes(want); i++) await sleep(25);
+      assert.ok(shown.includes(want), shown);
+      return { exited };
+    };
     // Children that keep the PTY: one in the shell's session, one in a session of its own.
-    pty.write('sleep 1001 & setsid sleep 1002 & echo st""arted\n');
-    for (let i = 0; i < 200 && !shown.includes('started'); i++) await sleep(25);
-    assert.ok(shown.includes('started'), shown);
+    const { exited } = await shell('sleep 1001 & setsid sleep 1002 & echo st""arted\n', 'started');
     await driver.pause(s.id, { memory: 'disk' });
     await exited; // its clients see the shell end
     await driver.resume(s.id);
@@ -232,12 +237,7 @@ describe('gVisor tier: memory snapshots', { skip: !runscInstalled() && 'no runsc
     const ps = (await driver.exec(s.id, 'ps -o args')).stdout;
     assert.ok(!/sleep 100[12]/.test(ps), `what held the PTY ended:\n${ps}`);
     // A new terminal works, and the sandbox saves and restores again.
-    const again = await driver.execTty(s.id, { argv: ['sh'], cols: 80, rows: 24 });
-    let out = '';
-    again.onData((c) => (out += c));
-    again.write('echo ag""ain\n');
-    for (let i = 0; i < 200 && !out.includes('again'); i++) await sleep(25);
-    assert.ok(out.includes('again'), out);
+    await shell('echo ag""ain\n', 'again');
     await driver.pause(s.id, { memory: 'disk' });
     await driver.resume(s.id);
     assert.equal((await driver.exec(s.id, 'echo ok')).stdout, 'ok\n');
