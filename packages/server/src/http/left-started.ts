@@ -23,12 +23,11 @@ export async function leftStarted(
   req: FastifyRequest,
 ): Promise<unknown> {
   if (!(err instanceof SandboxdError) || err.kind !== 'internal' || !req.principal) return err;
-  const id = SANDBOX_PATH.exec(req.url)?.[1];
-  if (!id) return err;
+  const raw = SANDBOX_PATH.exec(req.url)?.[1];
+  if (!raw) return err;
+  const id = decodeURIComponent(raw);
   const { sandboxes } = deps.services;
-  const now = await sandboxes
-    .exclusive(decodeURIComponent(id), () => sandboxes.get(req.principal!.account.id, decodeURIComponent(id)))
-    .catch(() => null);
+  const now = await sandboxes.exclusive(id, () => sandboxes.get(req.principal!.account.id, id)).catch(() => null);
   if (!now || now.state === 'started') return err;
   return new SandboxdError('conflict', `Sandbox is ${wireState(now.state)}: it left "started" while the request ran`, {
     state: wireState(now.state),

@@ -192,23 +192,6 @@ export class Reaper {
    * start does not wait for it). A server that another holds the reaper lease from repairs
    * nothing (an empty report), at start-up too.
    */
-  /**
-   * Whether started or paused record `r` is still lost once its sandbox's lifecycle lock is
-   * free: its record unchanged and the runtime showing it neither running nor paused (an
-   * answer the runtime could not give is not "lost").
-   */
-  private stillLost(r: SandboxRecord): Promise<boolean> {
-    return this.sandboxes.exclusive(r.id, async () => {
-      const now = await this.d.store.getSandbox(r.id);
-      if (!now || now.state !== r.state) return false;
-      const rt = await this.d.driver.inspect(r.id).then(
-        (x) => x,
-        () => undefined,
-      );
-      return rt !== undefined && !['running', 'paused'].includes(rt?.state ?? 'gone');
-    });
-  }
-
   reconcile(opts: { startup?: boolean } = {}): Promise<ReconcileReport> {
     return this.serial(async () => {
       const report: ReconcileReport = { expired: [], aligned: [], lost: [], abandoned: [], orphans: [] };
@@ -306,6 +289,20 @@ export class Reaper {
         this.d.log.info(report, 'reconciled store with runtime');
       }
       return report;
+    });
+  }
+
+  /**
+   * Whether started or paused record `r` is still lost once its sandbox's lifecycle lock is
+   * free: its record unchanged and the runtime showing it neither running nor paused (an
+   * answer the runtime could not give is not "lost").
+   */
+  private stillLost(r: SandboxRecord): Promise<boolean> {
+    return this.sandboxes.exclusive(r.id, async () => {
+      const now = await this.d.store.getSandbox(r.id);
+      if (!now || now.state !== r.state) return false;
+      const rt = await this.d.driver.inspect(r.id).catch(() => undefined);
+      return rt !== undefined && !['running', 'paused'].includes(rt?.state ?? 'gone');
     });
   }
 

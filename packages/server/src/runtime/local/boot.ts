@@ -210,9 +210,7 @@ export async function boot(
     partial.initPid = restoreFrom
       ? // The checkpointed agent (PID 1) serves the new channel without a new hello.
         await runtime.restore(spec.id, bundle.dir, restoreFrom, {
-          onChannel: restoreUnserved
-            ? undefined
-            : (channel) => h.commands.adopt(spec.id, Promise.resolve(ExecAgent.adopted(channel, channel))),
+          onChannel: h.commands.restoredChannel(spec.id, restoreUnserved),
         })
       : await runtime.run(spec.id, bundle.dir, {
           // PID 1 is the exec agent: its channel is ready for the first exec without a runtime call.

@@ -277,9 +277,7 @@ export async function start(
     // that had lost its channel when saved serves none: the first command starts a second.
     rec.initPid = restore
       ? await runtime.restore(id, bundle.dir, checkpointDir(h, id), {
-          onChannel: rec.checkpointUnserved
-            ? undefined
-            : (channel) => h.commands.adopt(id, Promise.resolve(ExecAgent.adopted(channel, channel))),
+          onChannel: h.commands.restoredChannel(id, rec.checkpointUnserved === true),
         })
       : await runtime.run(id, bundle.dir, { onChannel });
     h.bundles.shed(id, rec.spec.isolation);

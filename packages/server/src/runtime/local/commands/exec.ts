@@ -1,3 +1,4 @@
+import type { Socket } from 'node:net';
 import { join } from 'node:path';
 import { SandboxdError } from '@sandboxd/protocol';
 import type { ExecOptions, ExecResult, SpawnOptions, StreamedProcess } from '../../driver.js';
@@ -49,6 +50,17 @@ export class SandboxCommands {
     agent.catch(() => undefined); // a dead channel is found (and replaced) at the next exec
     this.agents.set(id, agent);
     this.second.delete(id);
+  }
+
+  /**
+   * The `onChannel` of a `runsc restore` of container `id`: the restored agent (PID 1), idle in
+   * its read when saved, serves the new channel without a new hello. None when its PID 1 had
+   * lost its channel when saved (`unserved`): it reads none, and the first command starts a
+   * second agent.
+   */
+  restoredChannel(id: string, unserved: boolean): ((channel: Socket) => void) | undefined {
+    if (unserved) return undefined;
+    return (channel) => this.adopt(id, Promise.resolve(ExecAgent.adopted(channel, channel)));
   }
 
   /**

@@ -210,11 +210,10 @@ export class OciRuntime {
    * runsc only, right before a checkpoint: ends every process of container `id` but its PID 1
    * that holds a file of the host (a terminal's PTY and stdio, a second agent's channel), which
    * runsc could save but not restore. The agent's `hostfds` does it, given CAP_SYS_PTRACE (to
-   * read every process's fds) and CAP_KILL for that one call. Resolves to the pids it ended;
-   * rejects when some still hold one.
+   * read every process's fds) and CAP_KILL for that one call. Rejects when some still hold one.
    */
-  async endHostFileHolders(id: string): Promise<number[]> {
-    const out = await this.call([
+  async endHostFileHolders(id: string): Promise<void> {
+    await this.call([
       'exec',
       '--cap',
       'CAP_SYS_PTRACE',
@@ -226,7 +225,6 @@ export class OciRuntime {
       AGENT_PATH,
       'hostfds',
     ]);
-    return [...new Set(out.split('\n').map(Number))].filter((n) => Number.isInteger(n) && n > 1);
   }
 
   /** Runs the runtime with `args` after `--root`; resolves with its stdout, rejects naming its stderr. */
