@@ -110,7 +110,8 @@ export async function startServer(
     SANDBOXD_HOST: o.on?.address ?? '127.0.0.1',
     SANDBOXD_PORT: String(port),
     SANDBOXD_BOOTSTRAP_API_KEY: ADMIN_KEY,
-    SANDBOXD_LOG_LEVEL: 'warn',
+    // A test that reads its servers' logs asks for more (the chaos soak: info).
+    SANDBOXD_LOG_LEVEL: process.env.SANDBOXD_E2E_LOG_LEVEL ?? 'warn',
     ...(RUNTIME === 'local' ? localEnv(dataDir) : {}),
     // No warm pool unless a test asks for one: each server would start sandboxes it never uses.
     SANDBOXD_WARM_POOL: 'off',

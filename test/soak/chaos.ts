@@ -49,7 +49,7 @@
  * Run: node --import tsx test/soak/chaos.ts --help
  */
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
@@ -598,9 +598,34 @@ async function victimFault(
   return { recoverS, note };
 }
 
+/**
+ * The lines of the servers' logs (`server-<pid>.stderr.log` in `dirs`, every process that
+ * ran there) that name `id`, the last 60, each cut at 400 characters.
+ */
+function logLinesAbout(dirs: string[], id: string): string {
+  const out: string[] = [];
+  for (const dir of dirs) {
+    if (!existsSync(dir)) continue;
+    for (const f of readdirSync(dir)
+      .filter((x) => /^server-\d+\.stderr\.log$/.test(x))
+      .sort())
+      for (const line of readFileSync(join(dir, f), 'utf8').split('\n'))
+        if (line.includes(id)) out.push(`  ${f.slice(7, -11)}: ${line.slice(0, 400)}`);
+  }
+  return out.slice(-60).join('\n') || '  (nothing)';
+}
+
 /** The after-checks of one topology (see the header); violations go to `t`. */
-async function agreement(t: Tally, w: Workload, url: string, scope: Scope, topology: string): Promise<void> {
+async function agreement(
+  t: Tally,
+  w: Workload,
+  url: string,
+  scope: Scope,
+  topology: string,
+  logDirs: string[],
+): Promise<void> {
   const key = w.target.key;
+  const before = t.violations.length;
   const list = await quiet(url, key, 'GET', '/api/v1/sandboxes?limit=1000');
   if (list.status !== 200) {
     t.violations.push(`${topology}: list answered ${list.status}`);
@@ -647,6 +672,9 @@ async function agreement(t: Tally, w: Workload, url: string, scope: Scope, topol
   }
   t.violations.push(...d);
   t.converge[topology] = d.length ? null : +((performance.now() - c0) / 1000).toFixed(1);
+  // What the servers logged about each sandbox a violation names (CI keeps no data dir).
+  const named = new Set(t.violations.slice(before).flatMap((v) => v.match(/sbx_[a-z0-9]+/g) ?? []));
+  for (const id of named) t.violations.push(`${topology}: logged about ${id}:\n${logLinesAbout(logDirs, id)}`);
   const ledger = await fs.ledgerOf({ api: (m: string, p: string) => quiet(url, key, m, p) } as unknown as Server, key);
   const sum = ledger.entries.reduce((a, e) => a + e.delta, 0);
   if (sum !== ledger.balance)
@@ -707,6 +735,9 @@ export async function runChaos(
   // 2 s, so that the runtime's agreement with the records after a fault is seen in seconds.
   const reconcileWas = process.env.SANDBOXD_RECONCILE_INTERVAL_MS;
   process.env.SANDBOXD_RECONCILE_INTERVAL_MS = '2000';
+  // At info, the servers' logs say what happened to a sandbox a violation names (logLinesAbout).
+  const logLevelWas = process.env.SANDBOXD_E2E_LOG_LEVEL;
+  process.env.SANDBOXD_E2E_LOG_LEVEL = 'info';
   const hostBefore = fs.hostSnapshot();
   const scopes: Array<{ scope: Scope; ids: Set<string> }> = [];
   try {
@@ -792,7 +823,7 @@ export async function runChaos(
           faults,
         );
         await w.stop();
-        await agreement(t, w, s.baseUrl, scope, 'single');
+        await agreement(t, w, s.baseUrl, scope, 'single', [harnessDir]);
       } finally {
         await w?.stop();
         if (s) {
@@ -881,7 +912,7 @@ export async function runChaos(
           faults,
         );
         await w.stop();
-        await agreement(t, w, pair.apiA!.baseUrl, scope, 'fleet');
+        await agreement(t, w, pair.apiA!.baseUrl, scope, 'fleet', [pair.apiA!.dataDir, pair.apiB!.dataDir, runnerDir]);
       } finally {
         await w?.stop();
         await pair.stop().catch((e) => t.violations.push(`fleet teardown: ${e}`));
@@ -891,6 +922,8 @@ export async function runChaos(
     rmSync(base, { recursive: true, force: true });
     if (reconcileWas === undefined) delete process.env.SANDBOXD_RECONCILE_INTERVAL_MS;
     else process.env.SANDBOXD_RECONCILE_INTERVAL_MS = reconcileWas;
+    if (logLevelWas === undefined) delete process.env.SANDBOXD_E2E_LOG_LEVEL;
+    else process.env.SANDBOXD_E2E_LOG_LEVEL = logLevelWas;
   }
   // The host as found: lines of this run's scopes or sandboxes are leaks.
   const hostAfter = fs.hostSnapshot();
