@@ -1,13 +1,20 @@
-/** Files over HTTP on the real runtime: every operation, errors, caps, watch, and a 2 GiB round trip with flat server memory. */
+/** Files over HTTP on the real runtime: every operation, errors, caps, watch, and a 2 GiB round trip (512 MiB on gVisor) with flat server memory. */
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { Readable } from 'node:stream';
 import { after, before, describe, it } from 'node:test';
 import WebSocket from 'ws';
-import { IMAGE, newAccount, RUNTIME, startServer, type Server } from './harness.js';
+import { GVISOR, IMAGE, newAccount, RUNTIME, startServer, type Server } from './harness.js';
 
 const GiB = 1 << 30;
+/**
+ * The big round trip: 2 GiB; 512 MiB on the gVisor tier (test/e2e/gvisor/files.test.ts), whose
+ * own part (the sandbox's file I/O through the gofer) any size shows, and where 2 GiB took over
+ * two minutes on a loaded 2-core host. The streaming through the server is the same on both.
+ */
+const BIG = GVISOR ? GiB / 2 : 2 * GiB;
+const BIG_NAME = GVISOR ? '512 MiB' : '2 GiB';
 
 /** A deterministic stream of `total` bytes (a 1 MiB pattern repeated), hashed as it is produced. */
 function pattern(total: number, hash = createHash('sha256')) {
@@ -250,7 +257,7 @@ describe('files (real runtime)', {
     assert.equal((await json('GET', '/files/watch?path=/w')).status, 400);
   });
 
-  it('moves 2 GiB up and down with the SHA-256 kept and server memory flat', async () => {
+  it(`moves ${BIG_NAME} up and down with the SHA-256 kept and server memory flat`, async () => {
     const pid = s.proc.pid as number;
     const before = rssKiB(pid);
     let peak = before;
@@ -258,22 +265,22 @@ describe('files (real runtime)', {
       peak = Math.max(peak, rssKiB(pid));
     }, 100);
     try {
-      const up = pattern(2 * GiB);
+      const up = pattern(BIG);
       const r = await put('/data/big.bin', up.stream as unknown as BodyInit);
       assert.equal(r.status, 200, await r.clone().text());
-      assert.equal(((await r.json()) as { entry: { size: number } }).entry.size, 2 * GiB);
+      assert.equal(((await r.json()) as { entry: { size: number } }).entry.size, BIG);
       const sent = up.hash.digest('hex');
       const d = await get('/data/big.bin');
-      assert.equal(d.headers.get('content-length'), String(2 * GiB));
+      assert.equal(d.headers.get('content-length'), String(BIG));
       const got = createHash('sha256');
       let n = 0;
       for await (const chunk of Readable.fromWeb(d.body as never)) {
         got.update(chunk as Buffer);
         n += (chunk as Buffer).length;
       }
-      assert.equal(n, 2 * GiB);
+      assert.equal(n, BIG);
       assert.equal(got.digest('hex'), sent);
-      // Hashing 2 GiB inside a gVisor sandbox on a loaded 2-core host took over a minute.
+      // Hashing 2 GiB inside a gVisor sandbox on a loaded 2-core host took over a minute: 10 min.
       const inside = await exec('sha256sum /data/big.bin', 600_000);
       assert.equal(inside.exitCode, 0, inside.stderr);
       assert.equal(inside.stdout.split(' ')[0], sent);
@@ -281,8 +288,9 @@ describe('files (real runtime)', {
       clearInterval(sampler);
     }
     const grewMiB = (peak - before) / 1024;
-    // 2 GiB passed through; the server's memory grew by far less than one of them.
-    assert.ok(grewMiB < 200, `server RSS grew ${grewMiB.toFixed(0)} MiB moving 2 GiB`);
+    // BIG passed through; the server's memory grew by far less than it (kept whole, it would be
+    // 512 MiB or more).
+    assert.ok(grewMiB < 200, `server RSS grew ${grewMiB.toFixed(0)} MiB moving ${BIG_NAME}`);
     await exec('rm /data/big.bin');
   });
 });
