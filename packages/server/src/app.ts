@@ -420,7 +420,10 @@ export async function buildApp(opts: BuildAppOptions): Promise<Sandboxd> {
       if (background && pending) {
         recoveryPending = () => background.pending();
         void background.done.then(({ cleaned, failed }) => {
-          log.info({ cleaned: cleaned.length, failed: failed.length }, 'leftovers of the earlier run removed');
+          log.info(
+            { cleaned: cleaned.length, ids: cleaned.slice(0, 100), failed: failed.length },
+            'leftovers of the earlier run removed',
+          );
           if (failed.length) log.warn({ failed }, 'some leftovers could not be removed; the next start tries again');
         });
       }
@@ -542,6 +545,13 @@ export async function buildRunner(opts: {
           pending: recovered.background?.pending() ?? 0,
         },
         'runtime recovered',
+      );
+      // Which ones went, so that a sandbox its api records still call started can be traced.
+      void recovered.background?.done.then(({ cleaned, failed }) =>
+        log.info(
+          { cleaned: cleaned.length, ids: cleaned.slice(0, 100), failed: failed.length },
+          'leftovers of the earlier run removed',
+        ),
       );
       return server.listen(config.host, config.port);
     },
