@@ -38,10 +38,11 @@
  *   - a connection refused or reset while a fault that stops a process is open (from its
  *     injection to its recovery, plus 2 s for requests already in the air) is a fault window,
  *     counted apart and not an error; outside one it is an ERROR.
- * After each topology's faults: every sandbox the records call `started` answers an exec
- * (none is gone); the runtime agrees with the records (a started sandbox has its crun state,
- * cgroup and netns; a sandbox no longer listed has nothing left on the host; no crun
- * container is unknown to the records); the ledger agrees (its entries sum to the balance,
+ * After each topology's faults: the runtime and the records agree, both read again for up to
+ * 90 s while the reconciler repairs what a fault cut short (a started sandbox has its crun
+ * state and cgroup; a sandbox no longer listed has nothing left on the host; no crun
+ * container is unknown to the records); then every sandbox the records call `started`
+ * answers an exec (none is gone); the ledger agrees (its entries sum to the balance,
  * each sandbox has exactly one create debit). Then everything is deleted and stopped, and
  * the host is compared with a snapshot taken before (host-snapshot.sh, lines of this run).
  *
@@ -626,27 +627,20 @@ async function agreement(
 ): Promise<void> {
   const key = w.target.key;
   const before = t.violations.length;
-  const list = await quiet(url, key, 'GET', '/api/v1/sandboxes?limit=1000');
-  if (list.status !== 200) {
-    t.violations.push(`${topology}: list answered ${list.status}`);
-    return;
-  }
-  const recs = list.body.sandboxes as Array<{ id: string; state: string }>;
-  for (const s of recs.filter((x) => x.state === 'started')) {
-    const e = await quiet(url, key, 'POST', `/api/v1/sandboxes/${s.id}/exec`, { command: 'echo here' });
-    if (!(e.status === 200 && e.body?.stdout === 'here\n'))
-      t.violations.push(
-        `${topology}: ${s.id} is started in the records but its exec answered ${e.status} ${e.text.slice(0, 200)}`,
-      );
-  }
-  const listed = new Set(recs.map((x) => x.id));
-  const started = recs.filter((x) => x.state === 'started').map((x) => x.id);
-  // The runtime converges on the records: a create or delete cut short by a fault leaves an
-  // orphan that the reconciler removes on its next pass (every 30 s by default), so this
-  // waits up to 90 s for agreement and reports how long it took.
-  const gone = [...w.all].filter((id) => !listed.has(id));
+  // The records and the runtime converge: a create or delete cut short by a fault leaves an
+  // orphan, or a record that still says started (a delete that removed the sandbox before the
+  // database went), which the reconciler repairs on its next pass (every 2 s here, 30 s by
+  // default). So both are read again until they agree, for up to 90 s (how long it took is
+  // reported); then every sandbox the records call started must answer an exec.
   const crunDir = join(scope.instanceRunDir, 'crun');
-  const disagreements = (): string[] => {
+  let recs: Array<{ id: string; state: string }> = [];
+  const disagreements = async (): Promise<string[]> => {
+    const list = await quiet(url, key, 'GET', '/api/v1/sandboxes?limit=1000');
+    if (list.status !== 200) return [`${topology}: list answered ${list.status}`];
+    recs = list.body.sandboxes as Array<{ id: string; state: string }>;
+    const listed = new Set(recs.map((x) => x.id));
+    const started = recs.filter((x) => x.state === 'started').map((x) => x.id);
+    const gone = [...w.all].filter((id) => !listed.has(id));
     const out: string[] = [];
     const traces = fs.sandboxTraces(scope, [...started, ...gone]);
     for (const id of started) {
@@ -665,13 +659,21 @@ async function agreement(
     return out;
   };
   const c0 = performance.now();
-  let d = disagreements();
+  let d = await disagreements();
   for (let i = 0; i < 90 && d.length; i++) {
     await sleep(1000);
-    d = disagreements();
+    d = await disagreements();
   }
   t.violations.push(...d);
   t.converge[topology] = d.length ? null : +((performance.now() - c0) / 1000).toFixed(1);
+  for (const s of recs.filter((x) => x.state === 'started')) {
+    const e = await quiet(url, key, 'POST', `/api/v1/sandboxes/${s.id}/exec`, { command: 'echo here' });
+    if (!(e.status === 200 && e.body?.stdout === 'here\n'))
+      t.violations.push(
+        `${topology}: ${s.id} is started in the records but its exec answered ${e.status} ${e.text.slice(0, 200)}`,
+      );
+  }
+  const listed = new Set(recs.map((x) => x.id));
   // What the servers logged about each sandbox a violation names (CI keeps no data dir).
   const named = new Set(t.violations.slice(before).flatMap((v) => v.match(/sbx_[a-z0-9]+/g) ?? []));
   for (const id of named) t.violations.push(`${topology}: logged about ${id}:\n${logLinesAbout(logDirs, id)}`);

@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
+import { SandboxdError } from '@sandboxd/protocol';
 import { makeTestApp, type TestApp } from '../../test/app.js';
 
 describe('Reaper', () => {
@@ -93,6 +94,47 @@ describe('Reaper', () => {
     assert.deepEqual(rep.lost, []);
     assert.equal((await t.app.services.sandboxes.get(a.id, sb.id)).state, 'started');
     assert.equal((await t.driver.inspect(sb.id))?.state, 'running');
+  });
+
+  it('a delete while the database cannot be reached answers 503 before the runtime is touched; one the database cut short after the runtime is finished by reconcile', async () => {
+    const a = await setup();
+    const sb = await t.app.services.sandboxes.create(a, { image: 'local/busybox:latest', timeoutMs: 600_000 });
+    const store = t.app.store;
+    const update = store.updateSandbox.bind(store);
+    const down = () =>
+      Promise.reject(new SandboxdError('unavailable', 'The database is unavailable; try again shortly'));
+    // Down from the start: refused, nothing changed.
+    store.updateSandbox = down;
+    try {
+      await assert.rejects(
+        t.app.services.sandboxes.delete(a.id, sb.id),
+        (e: SandboxdError) => e.kind === 'unavailable',
+      );
+    } finally {
+      store.updateSandbox = update;
+    }
+    assert.equal((await t.driver.inspect(sb.id))?.state, 'running', 'the runtime was not touched');
+    assert.equal((await store.getSandbox(sb.id))?.state, 'started');
+    // Down after the intent was written: the runtime's part is done, the record's is not.
+    let n = 0;
+    store.updateSandbox = (id, patch) => (n++ === 0 ? update(id, patch) : down());
+    try {
+      await assert.rejects(
+        t.app.services.sandboxes.delete(a.id, sb.id),
+        (e: SandboxdError) => e.kind === 'unavailable',
+      );
+    } finally {
+      store.updateSandbox = update;
+    }
+    assert.equal(await t.driver.inspect(sb.id), null, 'the runtime removed it');
+    assert.equal((await store.getSandbox(sb.id))?.state, 'started', 'the record not yet');
+    t.clock.advance(60_000);
+    const before = await store.balance(a.id);
+    const rep = await t.app.reaper.reconcile();
+    assert.deepEqual(rep.lost, [], 'not taken for lost');
+    assert.ok(rep.aligned.includes(sb.id));
+    assert.equal(await store.getSandbox(sb.id), null, 'the delete finished: no record');
+    assert.equal(await store.balance(a.id), before + 9, 'deleted after 1 minute of 10: 9 refunded');
   });
 
   it('reconcile: a record left creating by a create that is over becomes error with a full refund; one being created is left alone', async () => {

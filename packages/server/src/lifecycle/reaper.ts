@@ -241,6 +241,10 @@ export class Reaper {
         } else if (runtime.get(r.id)?.state === 'stopped' && typeof r.details?.stopping === 'string') {
           // A stop a crash cut short between the runtime's stop and the record's: finished.
           if (await this.stopOne(r, r.details.stopping)) report.aligned.push(r.id);
+        } else if (!runtime.has(r.id) && r.details?.stopping === 'deleted') {
+          // A delete cut short (a crash, the database gone) between the runtime's part and the
+          // record's: finished as the delete it was (record removed, unused minutes refunded).
+          if (await this.finishDelete(r)) report.aligned.push(r.id);
         } else if (r.state === 'paused' && runtime.get(r.id)?.state === 'running') {
           // A refused pause whose thaw went through, or a resume the record did not see: frozen again.
           await this.d.driver
@@ -345,6 +349,22 @@ export class Reaper {
       this.d.log.error({ err, sandboxId: r.id }, 'deleting a sandbox past its retention failed; will retry');
       return false;
     }
+  }
+
+  /** Finishes the delete of `listed` that its record began (see reconcile), once its lifecycle lock is free. */
+  private finishDelete(listed: SandboxRecord): Promise<boolean> {
+    return this.sandboxes.exclusive(listed.id, async () => {
+      const r = await this.d.store.getSandbox(listed.id);
+      if (!r || (r.state !== 'started' && r.state !== 'paused') || r.details?.stopping !== 'deleted') return false;
+      try {
+        const out = await this.sandboxes.stop(r, { reason: 'deleted', discard: true, remove: true });
+        if (out) this.d.log.info({ sandboxId: r.id }, 'sandbox deleted (a delete cut short, finished)');
+        return out !== null;
+      } catch (err) {
+        this.d.log.warn({ err, sandboxId: r.id }, 'finishing a delete cut short failed; tried again next pass');
+        return false;
+      }
+    });
   }
 
   private stopOne(listed: SandboxRecord, reason: string): Promise<boolean> {

@@ -699,14 +699,18 @@ export class SandboxService {
     r: SandboxRecord,
     opts: { reason: string; discard?: boolean; remove?: boolean },
   ): Promise<SandboxRecord | null> {
+    // The intent first: a crash, or a database that went away, between the runtime's part and
+    // the record's is finished by the reconciler as what it was (a stop; a delete), not taken
+    // for a loss. A database that cannot be reached refuses the call before the runtime is
+    // touched: nothing changes, and the caller may try again (503).
+    await this.d.store
+      .updateSandbox(r.id, { details: { stopping: opts.reason }, expectStates: [r.state], at: this.d.clock.now() })
+      .catch((e) => {
+        if (e instanceof SandboxdError && e.kind === 'unavailable') throw e;
+        // Gone or changed meanwhile (or a full disk): the update below decides.
+      });
     if (opts.discard) await this.d.driver.delete(r.id);
-    else {
-      // The intent first: a crash between the runtime's stop and the record's is finished as a stop, not taken for a loss.
-      await this.d.store
-        .updateSandbox(r.id, { details: { stopping: opts.reason }, expectStates: [r.state], at: this.d.clock.now() })
-        .catch(() => undefined); // gone or changed meanwhile: the update below decides
-      await this.d.driver.stop(r.id);
-    }
+    else await this.d.driver.stop(r.id);
     const at = this.d.clock.now();
     const refund =
       r.state === 'started'
