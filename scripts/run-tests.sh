@@ -6,16 +6,27 @@
 # A file's process still alive a while after its tests (a failed after hook that left a driver
 # open was) is ended and fails (scripts/test-watchdog.ts); the processes it leaves show in npm
 # test's host snapshot. Not node's --test-force-exit, which loses tests silently (see there).
-# SANDBOXD_TEST_CONCURRENCY (default 1): how many files run at a time.
+# SANDBOXD_TEST_CONCURRENCY (default 1): how many files run at a time. Prints the slowest files
+# after node's summary.
 # Needs scripts/node-env.sh sourced (node and tsx).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 check=$(mktemp)
-trap 'rm -f "$check"' EXIT
+durations=$(mktemp)
+trap 'rm -f "$check" "$durations"' EXIT
 node --import tsx --import ./scripts/test-watchdog.ts --test --test-concurrency="${SANDBOXD_TEST_CONCURRENCY:-1}" \
   --test-reporter=spec --test-reporter-destination=stdout \
-  --test-reporter=./scripts/test-report-check.ts --test-reporter-destination="$check" "$@"
+  --test-reporter=./scripts/test-report-check.ts --test-reporter-destination="$check" \
+  --test-reporter=./scripts/test-durations.ts --test-reporter-destination="$durations" "$@"
 rc=$?
+# Where the time went (scripts/test-durations.ts): the slowest files, seconds of wall time. On
+# stderr: stdout ends with node's summary.
+if [ -s "$durations" ]; then
+  {
+    echo "run-tests: the slowest of $(wc -l < "$durations") files (s):"
+    sort -rn "$durations" | head -n 12 | sed 's/^/  /'
+  } >&2
+fi
 if ! tail -n 1 "$check" | grep -q '^report check: .*, 0 incomplete$'; then
   echo "run-tests: test files whose report did not reach node's test runner whole:"
   cat "$check"
