@@ -37,7 +37,7 @@ home="$tmp/nobody"
 mkdir -p "$home"
 # Sticky, as a shared temp dir is (/tmp): backup and restore refuse dirs others can rename in.
 chmod 1777 "$tmp" "$home"
-if ! "${as_nobody[@]}" test -r package.json; then
+if ! "${as_nobody[@]}" test -r "$PWD/package.json"; then
   echo "npm test: uid 65534 cannot read $PWD (a folder above it is not o+x): the unit files run as root"
   as_nobody=()
 fi
