@@ -103,29 +103,25 @@ describe('Reaper', () => {
     const update = store.updateSandbox.bind(store);
     const down = () =>
       Promise.reject(new SandboxdError('unavailable', 'The database is unavailable; try again shortly'));
+    /** The delete, with the store's updates as `updates` makes them: refused as unavailable. */
+    const deleteWith = async (updates: typeof update) => {
+      store.updateSandbox = updates;
+      try {
+        await assert.rejects(
+          t.app.services.sandboxes.delete(a.id, sb.id),
+          (e: SandboxdError) => e.kind === 'unavailable',
+        );
+      } finally {
+        store.updateSandbox = update;
+      }
+    };
     // Down from the start: refused, nothing changed.
-    store.updateSandbox = down;
-    try {
-      await assert.rejects(
-        t.app.services.sandboxes.delete(a.id, sb.id),
-        (e: SandboxdError) => e.kind === 'unavailable',
-      );
-    } finally {
-      store.updateSandbox = update;
-    }
+    await deleteWith(down);
     assert.equal((await t.driver.inspect(sb.id))?.state, 'running', 'the runtime was not touched');
     assert.equal((await store.getSandbox(sb.id))?.state, 'started');
     // Down after the intent was written: the runtime's part is done, the record's is not.
     let n = 0;
-    store.updateSandbox = (id, patch) => (n++ === 0 ? update(id, patch) : down());
-    try {
-      await assert.rejects(
-        t.app.services.sandboxes.delete(a.id, sb.id),
-        (e: SandboxdError) => e.kind === 'unavailable',
-      );
-    } finally {
-      store.updateSandbox = update;
-    }
+    await deleteWith((id, patch) => (n++ === 0 ? update(id, patch) : down()));
     assert.equal(await t.driver.inspect(sb.id), null, 'the runtime removed it');
     assert.equal((await store.getSandbox(sb.id))?.state, 'started', 'the record not yet');
     t.clock.advance(60_000);

@@ -692,8 +692,10 @@ export class SandboxService {
    * writable root layer for a later start (unless `discard`: it is removed, volumes kept),
    * the record becomes `stopped` and unused whole minutes of the run are refunded (a paused
    * one had them refunded when it paused). A sandbox already stopped by someone else is
-   * left as is (null). Driver failures propagate and leave the record as it was. With
-   * `remove` (a delete), the record is removed in the transaction that refunds.
+   * left as is (null). Driver failures propagate and leave the record's state as it was
+   * (its details note the stop or delete begun). With `remove` (a delete), the record is
+   * removed in the transaction that refunds. 503 `unavailable`, nothing changed, when the
+   * database cannot be reached.
    */
   async stop(
     r: SandboxRecord,
