@@ -12,24 +12,22 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 check=$(mktemp)
-durations=$(mktemp)
-trap 'rm -f "$check" "$durations"' EXIT
+trap 'rm -f "$check"' EXIT
 node --import tsx --import ./scripts/test-watchdog.ts --test --test-concurrency="${SANDBOXD_TEST_CONCURRENCY:-1}" \
   --test-reporter=spec --test-reporter-destination=stdout \
-  --test-reporter=./scripts/test-report-check.ts --test-reporter-destination="$check" \
-  --test-reporter=./scripts/test-durations.ts --test-reporter-destination="$durations" "$@"
+  --test-reporter=./scripts/test-report-check.ts --test-reporter-destination="$check" "$@"
 rc=$?
-# Where the time went (scripts/test-durations.ts): the slowest files, seconds of wall time. On
-# stderr: stdout ends with node's summary.
-if [ -s "$durations" ]; then
+# Where the time went (the check's `duration` lines): the slowest
+# files, seconds of wall time. On stderr: stdout ends with node's summary.
+if grep -q '^duration' "$check"; then
   {
-    echo "run-tests: the slowest of $(wc -l < "$durations") files (s):"
-    sort -rn "$durations" | head -n 12 | sed 's/^/  /'
+    echo "run-tests: the slowest of $(grep -c '^duration' "$check") files (s):"
+    grep '^duration' "$check" | cut -f2- | sort -rn | head -n 12 | sed 's/^/  /'
   } >&2
 fi
 if ! tail -n 1 "$check" | grep -q '^report check: .*, 0 incomplete$'; then
   echo "run-tests: test files whose report did not reach node's test runner whole:"
-  cat "$check"
+  grep -v '^duration' "$check"
   [ -s "$check" ] || echo "(the report check wrote nothing: it did not run to the end)"
   rc=1
 fi

@@ -80,9 +80,42 @@ export class ReportCheck {
   }
 }
 
-/** The reporter: `--test-reporter=scripts/test-report-check.ts --test-reporter-destination=<file>`. */
+/**
+ * The wall time of each test file of a run, which run-tests.sh prints for the slowest after
+ * the run (where the suite's time goes): from the runner taking the file up to its process's
+ * summary, start-up included. Here rather than in a reporter of its own: a third reporter
+ * made node warn of a listener leak on the runner's stream.
+ */
+export class FileDurations {
+  private readonly began = new Map<string, number>();
+
+  /** Follows one event; when a file ends, its line `duration\t<seconds>\t<path>`. */
+  add(event: ReportEvent, now = performance.now()): string | null {
+    const d = event.data;
+    if (!d) return null;
+    // The runner's own test for a file (nesting 0, no entryFile) is taken up when the file starts.
+    if (event.type === 'test:dequeue' && d.nesting === 0 && !d.entryFile && d.file) this.began.set(d.file, now);
+    else if (event.type === 'test:summary' && d.entryFile && this.began.has(d.entryFile)) {
+      const s = (now - this.began.get(d.entryFile)!) / 1000;
+      this.began.delete(d.entryFile);
+      return `duration\t${s.toFixed(1)}\t${d.entryFile}`;
+    }
+    return null;
+  }
+}
+
+/**
+ * The reporter: `--test-reporter=scripts/test-report-check.ts --test-reporter-destination=<file>`.
+ * Writes a `duration` line per file as it ends ({@link FileDurations}), then the verdict.
+ */
 export default async function* reportCheck(source: AsyncIterable<ReportEvent>): AsyncGenerator<string> {
   const check = new ReportCheck();
-  for await (const event of source) check.add(event);
+  // Each file's wall time too (a `duration` line as it ends), which run-tests.sh reads.
+  const durations = new FileDurations();
+  for await (const event of source) {
+    check.add(event);
+    const line = durations.add(event);
+    if (line) yield `${line}\n`;
+  }
   for (const line of check.verdict()) yield `${line}\n`;
 }

@@ -11,7 +11,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { after, describe, it } from 'node:test';
-import { ReportCheck, type ReportEvent } from '../../scripts/test-report-check.js';
+import { FileDurations, ReportCheck, type ReportEvent } from '../../scripts/test-report-check.js';
 
 const ROOT = resolve(import.meta.dirname, '../..');
 const dir = mkdtempSync(join(tmpdir(), 'sbxd-run-tests-'));
@@ -159,5 +159,27 @@ describe('the report check (scripts/test-report-check.ts)', () => {
     check.add({ type: 'test:fail', data: { file: FILE, nesting: 0, details: { type: 'test' } } });
     check.add({ type: 'test:summary', data: { counts: { tests: 7 } } });
     assert.deepEqual(check.verdict(), ['report check: 0 files, 0 tests, 0 incomplete']);
+  });
+});
+
+describe('the file durations (scripts/test-report-check.ts, FileDurations)', () => {
+  it("times each file from the runner taking it up to its process's summary, start-up included", () => {
+    const d = new FileDurations();
+    const take = (file: string): ReportEvent => ({ type: 'test:dequeue', data: { file, nesting: 0 } });
+    const end = (file: string): ReportEvent => ({
+      type: 'test:summary',
+      data: { file, entryFile: file, counts: { tests: 1 } },
+    });
+    assert.equal(d.add(take('/r/a.test.ts'), 1000), null);
+    // A test inside the file (its process's own dequeue, with entryFile) starts nothing.
+    assert.equal(
+      d.add({ type: 'test:dequeue', data: { file: '/r/a.test.ts', entryFile: '/r/a.test.ts', nesting: 0 } }, 1500),
+      null,
+    );
+    assert.equal(d.add(take('/r/b.test.ts'), 2000), null);
+    assert.equal(d.add(end('/r/a.test.ts'), 13_400), 'duration\t12.4\t/r/a.test.ts');
+    assert.equal(d.add(end('/r/b.test.ts'), 2600), 'duration\t0.6\t/r/b.test.ts');
+    // The runner's summary of the whole run names no file.
+    assert.equal(d.add({ type: 'test:summary', data: { counts: { tests: 2 } } }, 3000), null);
   });
 });
